@@ -1,0 +1,161 @@
+"""Load the catalog: offers, instance facts, GPU models and metadata.
+
+Where the catalog comes from, first match wins:
+
+1. ``$GPUINFRA_CATALOG_DIR`` when set;
+2. ``$XDG_DATA_HOME/gpuinfra/catalog`` (default ``~/.local/share/gpuinfra/catalog``) when
+   ``gpuinfra catalog refresh`` has written one there;
+3. the snapshot shipped inside the package (``gpuinfra/catalog/data``).
+
+Loading reads two small files with the standard library only (no pandas, no pydantic), so
+``gpuinfra offers`` stays well under a second as a whole process.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from gpuinfra.catalog.model import InstanceFacts, Offer
+from gpuinfra.errors import CatalogError
+
+PACKAGE_DATA_DIR = Path(__file__).parent / "data"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuModel:
+    """A GPU model known to gpuinfra (``gpus.json``).
+
+    Attributes:
+        name: canonical name (``A100-80GB``).
+        memory_gib: memory per GPU in GiB as the clouds report it.
+        aliases: other spellings accepted by the request grammar (upper case).
+        gcp_accelerator_type: Compute Engine accelerator type, or None when GCP lacks it.
+    """
+
+    name: str
+    memory_gib: float
+    aliases: tuple[str, ...]
+    gcp_accelerator_type: str | None
+
+
+@lru_cache(maxsize=1)
+def load_gpu_models() -> tuple[GpuModel, ...]:
+    """The GPU models shipped with the package, largest memory first."""
+    doc = json.loads((PACKAGE_DATA_DIR / "gpus.json").read_text())
+    return tuple(
+        GpuModel(
+            name=g["name"],
+            memory_gib=float(g["memory_gib"]),
+            aliases=tuple(a.upper() for a in g["aliases"]),
+            gcp_accelerator_type=g["gcp_accelerator_type"],
+        )
+        for g in doc["gpus"]
+    )
+
+
+def user_catalog_dir() -> Path:
+    """Where ``gpuinfra catalog refresh`` writes by default."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpuinfra" / "catalog"
+
+
+def catalog_dir() -> Path:
+    """The catalog folder in use (see module docstring for the order)."""
+    explicit = os.environ.get("GPUINFRA_CATALOG_DIR")
+    if explicit:
+        return Path(explicit)
+    user = user_catalog_dir()
+    if (user / "catalog.json").is_file():
+        return user
+    return PACKAGE_DATA_DIR
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Offers plus facts plus provenance, as loaded from one catalog folder.
+
+    Attributes:
+        offers: every offer, both clouds, local zones included.
+        facts: instance facts by ``(cloud, instance_type)``.
+        meta: ``catalog.json`` (``catalog_date``, ``sources`` per cloud).
+        path: the folder it was read from.
+    """
+
+    offers: tuple[Offer, ...]
+    facts: dict[tuple[str, str], InstanceFacts]
+    meta: dict
+    path: Path
+
+    @property
+    def catalog_date(self) -> str:
+        """Snapshot date (``YYYY-MM-DD``) shown next to every price."""
+        return str(self.meta.get("catalog_date", "unknown"))
+
+    def date_for(self, cloud: str) -> str:
+        """Snapshot date of one cloud's prices (a refresh may update one cloud only)."""
+        return str(self.meta.get("sources", {}).get(cloud, {}).get("date", self.catalog_date))
+
+    def fact(self, cloud: str, instance_type: str) -> InstanceFacts | None:
+        """Facts of a type, or None when the catalog has none."""
+        return self.facts.get((cloud, instance_type))
+
+    def regions(self, cloud: str | None = None) -> list[str]:
+        """Sorted regions with at least one offer (of ``cloud`` when given)."""
+        return sorted({o.region for o in self.offers if cloud in (None, o.cloud)})
+
+    def zones(self, cloud: str | None = None, region: str | None = None) -> list[str]:
+        """Sorted zones with at least one offer, filtered by cloud and region when given."""
+        return sorted(
+            {
+                o.zone
+                for o in self.offers
+                if cloud in (None, o.cloud) and region in (None, o.region)
+            }
+        )
+
+    def instance_types(self, cloud: str | None = None) -> list[str]:
+        """Sorted instance/machine types with at least one offer."""
+        return sorted({o.instance_type for o in self.offers if cloud in (None, o.cloud)})
+
+
+@lru_cache(maxsize=4)
+def _load(path: Path) -> Catalog:
+    try:
+        meta = json.loads((path / "catalog.json").read_text())
+        with open(path / "offers.csv", newline="") as f:
+            offers = tuple(Offer.from_row(row) for row in csv.DictReader(f))
+        facts_doc = json.loads((path / "instance_types.json").read_text())
+        facts = {
+            (d["cloud"], d["instance_type"]): InstanceFacts.from_dict(d)
+            for d in facts_doc["instance_types"]
+        }
+    except FileNotFoundError as exc:
+        raise CatalogError(
+            f"catalog folder {path} is incomplete: {Path(exc.filename).name} is missing "
+            "(run `gpuinfra catalog refresh` or unset GPUINFRA_CATALOG_DIR)"
+        ) from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CatalogError(f"catalog folder {path} is corrupt: {exc}") from None
+    if meta.get("schema_version") != 1:
+        raise CatalogError(
+            f"catalog folder {path} has schema version {meta.get('schema_version')!r}; "
+            "this gpuinfra reads version 1"
+        )
+    return Catalog(offers=offers, facts=facts, meta=meta, path=path)
+
+
+def load_catalog(path: Path | None = None) -> Catalog:
+    """Load (and cache) the catalog.
+
+    Args:
+        path: a catalog folder; default :func:`catalog_dir`.
+
+    Raises:
+        CatalogError: files missing, corrupt, or of another schema version.
+    """
+    return _load(Path(path) if path is not None else catalog_dir())

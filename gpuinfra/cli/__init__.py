@@ -1,0 +1,58 @@
+"""The ``gpuinfra`` command line (Typer). One module per command group; each command parses,
+calls the library, prints. Exit codes are documented in :mod:`gpuinfra.errors`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+from gpuinfra.errors import ExitCode, GpuinfraError
+
+app = typer.Typer(
+    name="gpuinfra",
+    help="Plan, price and create GPU training clusters on AWS and GCP as Pulumi stacks.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _register() -> None:
+    from gpuinfra.cli import catalog, new, offers, profiles  # noqa: F401  (thin command modules)
+
+    app.command("offers")(offers.offers)
+    app.command("new")(new.new)
+    app.command("profiles")(profiles.profiles)
+    app.add_typer(catalog.app, name="catalog")
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the app, turning expected errors into one stderr line.
+
+    Args:
+        argv: arguments without the program name (default ``sys.argv[1:]``).
+    """
+    try:
+        app(args=argv, prog_name="gpuinfra")
+    except GpuinfraError as exc:
+        if os.environ.get("GPUINFRA_DEBUG") == "1":
+            raise
+        sys.stderr.write(f"error: {exc}\n")
+        sys.exit(int(exc.exit_code))
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except Exception as exc:  # a bug: short message unless debugging
+        if os.environ.get("GPUINFRA_DEBUG") == "1":
+            raise
+        sys.stderr.write(
+            f"internal error: {type(exc).__name__}: {exc} (set GPUINFRA_DEBUG=1 for a traceback)\n"
+        )
+        sys.exit(int(ExitCode.INTERNAL))

@@ -1,0 +1,53 @@
+"""Output helpers: tables and JSON to stdout, diagnostics to stderr.
+
+Expected failures never print a traceback: :func:`gpuinfra.cli.main` turns a
+:class:`~gpuinfra.errors.GpuinfraError` into ``error: <message>`` on stderr and its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from decimal import Decimal
+from typing import Any
+
+
+def stdout_console():
+    """A rich Console on stdout (imported lazily: rich costs ~50 ms to import)."""
+    from rich.console import Console
+
+    console = Console(highlight=False, soft_wrap=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console.width = 200  # piped output: do not squeeze tables into 80 columns
+    return console
+
+
+def stderr_console():
+    """A rich Console on stderr for notes and warnings."""
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def print_json(data: Any) -> None:
+    """Print ``data`` as indented JSON on stdout (Decimals as numbers)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=_default) + "\n")
+
+
+def note(message: str) -> None:
+    """A one-line note on stderr (kept out of stdout so ``--json | jq`` works)."""
+    sys.stderr.write(message + "\n")
+
+
+def usd(value: Decimal | None, places: int = 2) -> str:
+    """``$12.34`` or ``-`` for None."""
+    if value is None:
+        return "-"
+    return f"${value:,.{places}f}"

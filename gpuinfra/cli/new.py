@@ -1,0 +1,94 @@
+"""``gpuinfra new``: pick the best offer and write ``stacks/Pulumi.<stack>.yaml``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpuinfra.cli import options
+
+
+def new(
+    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100 ...", show_default=False),
+    cloud: Optional[str] = options.Cloud,
+    region: Optional[str] = options.Region,
+    zone: Optional[str] = options.Zone,
+    instance_type: Optional[str] = typer.Option(None, "--instance-type", help="Use this type (then --gpus is optional).", show_default=False),
+    nodes: int = options.Nodes,
+    profile: str = typer.Option("llm-finetune", "--profile", help="Workload profile (see `gpuinfra profiles`)."),
+    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Capacity type (default: the profile's spot policy).", show_default=False),
+    hours: Optional[float] = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
+    name: Optional[str] = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
+    gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
+    include_local_zones: bool = options.LocalZones,
+    project_dir: Path = options.ProjectDir,
+    profiles_dir: Optional[Path] = options.ProfilesDir,
+    force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
+    as_json: bool = options.Json,
+) -> None:
+    """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
+    from datetime import datetime, timezone
+
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.cli.console import note, print_json, stdout_console, usd
+    from gpuinfra.planner import PlanRequest, plan_cluster
+    from gpuinfra.profiles import get_profile
+    from gpuinfra.stackfile import write_stack
+
+    resolved = get_profile(profile, profiles_dir)
+    catalog = load_catalog()
+    plan = plan_cluster(
+        catalog,
+        PlanRequest(
+            gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
+            spot=spot, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
+        ),
+        resolved,
+        datetime.now(timezone.utc),
+    )
+    written = write_stack(plan, project_dir, force=force)
+    spec, offer = plan.spec, plan.offer
+    pricing = "spot" if spec.spot else "on-demand"
+    if as_json:
+        print_json({
+            "stack": spec.stack,
+            "stack_file": str(written.stack_file),
+            "scaffolded": [str(p) for p in written.scaffolded],
+            "cloud": spec.cloud, "region": spec.region, "zone": spec.zone,
+            "instance_type": spec.instance_type, "gpu": spec.gpu, "gpu_count": spec.gpu_count,
+            "nodes": spec.nodes, "pricing": pricing, "profile": spec.profile.name,
+            "round_up": offer.round_up,
+            "price_per_hour_usd": offer.price_per_hour_usd,
+            "run_hours": spec.run_hours,
+            "run_cost_usd": plan.run_cost_usd,
+            "catalog_date": plan.catalog_date,
+            "expires_at": spec.expires_at.isoformat(),
+            "next": f"pulumi up -s {spec.stack}",
+        })
+        return
+    out = stdout_console()
+    out.print(
+        f"[bold]{spec.stack}[/bold]: {spec.nodes} x {spec.instance_type} "
+        f"({spec.gpu_count}x{spec.gpu} per node) in {spec.zone} ({spec.cloud} {spec.region}), "
+        f"{pricing}, profile {spec.profile.name}"
+    )
+    if offer.round_up:
+        out.print(f"  note: {offer.round_up_note}")
+    if plan.spot_from_profile:
+        out.print(f"  note: spot chosen because profile {spec.profile.name} prefers it (--on-demand to change)")
+    out.print(
+        f"  cost: {usd(offer.price_per_hour_usd)}/h for the cluster "
+        f"({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h); {spec.run_hours:g} h run = {usd(plan.run_cost_usd)} "
+        f"(catalog {plan.catalog_date})"
+    )
+    out.print(f"  30 days left running would cost {usd(offer.price_per_hour_usd * 720)}; "
+              f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
+              f"{spec.expires_at:%Y-%m-%d %H:%M} UTC")
+    for path in written.scaffolded:
+        out.print(f"  scaffolded {path}")
+    out.print(f"  wrote {written.stack_file}")
+    if spec.cloud == "gcp" and not spec.gcp_project:
+        note(f"warning: no GCP project set; before `pulumi up` run: pulumi config set gcp:project <id> -s {spec.stack}")
+    out.print(f"next: gpuinfra preview {spec.stack}   then   pulumi up -s {spec.stack}")

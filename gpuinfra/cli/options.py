@@ -1,0 +1,24 @@
+"""Options shared by several commands (defined once)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+Cloud = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False)
+Region = typer.Option(None, "--region", help="Region, e.g. us-east-1 or us-central1.", show_default=False)
+Zone = typer.Option(
+    None, "--zone",
+    help="AWS AZ ID (use1-az4; AZ names differ per account) or GCP zone (us-central1-a).",
+    show_default=False,
+)
+InstanceType = typer.Option(None, "--instance-type", help="Restrict to one instance/machine type.", show_default=False)
+Nodes = typer.Option(1, "--nodes", help="Number of nodes; --gpus counts GPUs per node.")
+LocalZones = typer.Option(False, "--include-local-zones", help="Also consider AWS Local Zones.")
+Json = typer.Option(False, "--json", help="Print JSON on stdout instead of a table.")
+ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folder (stacks/ lives here).")
+ProfilesDir: Optional[Path] = typer.Option(
+    None, "--profiles-dir", help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).", show_default=False
+)

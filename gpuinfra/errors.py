@@ -1,0 +1,72 @@
+"""Error types and the CLI's documented exit codes.
+
+Every expected failure in gpuinfra raises a subclass of :class:`GpuinfraError`. The CLI
+catches it, prints ``error: <message>`` on one line to stderr and exits with the error's
+``exit_code``; no traceback is shown unless ``GPUINFRA_DEBUG=1``.
+
+Exit codes (stable, documented in README.md):
+
+* 0 -- success
+* 1 -- unexpected internal error (a bug: please report it)
+* 2 -- bad input: a flag, GPU spec, region, zone, stack name or config value is invalid
+* 3 -- budget exceeded (``gpuinfra cost --budget``)
+* 4 -- no offer in the catalog fits the request
+* 5 -- refusing to overwrite an existing file (use ``--force``)
+* 6 -- a required external tool or credential is missing (Pulumi CLI, cloud credentials)
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of the ``gpuinfra`` CLI (see module docstring)."""
+
+    OK = 0
+    INTERNAL = 1
+    BAD_INPUT = 2
+    BUDGET_EXCEEDED = 3
+    NO_OFFER = 4
+    FILE_EXISTS = 5
+    MISSING_DEPENDENCY = 6
+
+
+class GpuinfraError(Exception):
+    """Base class of all expected gpuinfra errors.
+
+    Args:
+        message: one line saying what was wrong and what is allowed.
+    """
+
+    exit_code: ExitCode = ExitCode.BAD_INPUT
+
+
+class RequestError(GpuinfraError):
+    """A GPU request (``--gpus``/``--nodes``) is malformed or names an unknown GPU."""
+
+
+class CatalogError(GpuinfraError):
+    """The catalog is missing, corrupt, or a region/zone/instance type is unknown to it."""
+
+
+class NoOfferError(GpuinfraError):
+    """No catalog offer satisfies the request and its filters."""
+
+    exit_code = ExitCode.NO_OFFER
+
+
+class SpecError(GpuinfraError):
+    """A cluster spec (stack config ``gpuinfra:cluster``) is invalid."""
+
+
+class FileExistsGpuinfraError(GpuinfraError):
+    """A file would be overwritten without ``--force``."""
+
+    exit_code = ExitCode.FILE_EXISTS
+
+
+class MissingDependencyError(GpuinfraError):
+    """An external tool or credential needed for the command is not available."""
+
+    exit_code = ExitCode.MISSING_DEPENDENCY

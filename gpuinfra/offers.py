@@ -1,0 +1,265 @@
+"""Offer ranking: which catalog offers fit a GPU request, cheapest first.
+
+Rules:
+
+* An offer **fits** a request for ``n`` GPUs of model ``M`` per node when it carries model
+  ``M`` (exactly; memory variants never substitute) and ``n <= gpu_count <= 2n``. A round-up
+  is allowed (AWS has no 4xA100 machine, so 4xA100 on AWS is a p4d.24xlarge with 8) but a
+  round-up that would leave more than half of the paid GPUs idle is not a fit: ask for the
+  larger count explicitly (``--gpus 8xH100``).
+* Price is the total per hour for all ``nodes`` in the pricing model asked for (on-demand by
+  default, spot with ``spot=True``); offers without a price in that model are left out, never
+  priced at $0.
+* Order: total $/h ascending; at equal price, exact GPU counts first; then cloud, region,
+  zone, type for a stable result.
+* AWS Local Zones are left out unless ``include_local_zones`` or the zone is named.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gpuinfra.catalog.model import Offer
+from gpuinfra.catalog.store import Catalog
+from gpuinfra.errors import CatalogError, NoOfferError
+from gpuinfra.requests import GpuRequest
+
+CLOUDS = ("aws", "gcp")
+MAX_ROUND_UP_FACTOR = 2
+
+
+@dataclass(frozen=True, slots=True)
+class OfferQuery:
+    """Filters for :func:`find_offers`.
+
+    Attributes:
+        request: the GPU request (model, GPUs per node, nodes).
+        cloud: ``aws`` / ``gcp`` or None for both.
+        region: region name or None.
+        zone: AWS AZ ID (``use1-az4``) or GCP zone (``us-central1-a``) or None.
+        instance_type: restrict to one type, or None.
+        spot: rank by spot price instead of on-demand.
+        include_local_zones: keep AWS Local Zones / Wavelength zones.
+    """
+
+    request: GpuRequest
+    cloud: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    spot: bool = False
+    include_local_zones: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RankedOffer:
+    """An offer that fits, priced for the whole cluster.
+
+    Attributes:
+        offer: the catalog row (per-node prices).
+        nodes: node count.
+        spot: which pricing model ``price_per_hour_usd`` uses.
+        requested_gpu_count: GPUs per node asked for (``offer.gpu_count`` may be larger).
+    """
+
+    offer: Offer
+    nodes: int
+    spot: bool
+    requested_gpu_count: int
+
+    @property
+    def price_per_hour_usd(self) -> Decimal:
+        """Total $/h for all nodes in the pricing model asked for."""
+        price = self.offer.price_per_hour_usd(self.spot)
+        assert price is not None  # filtered in find_offers
+        return price * self.nodes
+
+    @property
+    def on_demand_price_per_hour_usd(self) -> Decimal | None:
+        """Total on-demand $/h for all nodes (None: not sold on demand)."""
+        p = self.offer.on_demand_price_per_hour_usd
+        return None if p is None else p * self.nodes
+
+    @property
+    def spot_price_per_hour_usd(self) -> Decimal | None:
+        """Total spot $/h for all nodes (None: no spot price)."""
+        p = self.offer.spot_price_per_hour_usd
+        return None if p is None else p * self.nodes
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs rented over all nodes (after any round-up)."""
+        return self.offer.gpu_count * self.nodes
+
+    @property
+    def price_per_gpu_hour_usd(self) -> Decimal:
+        """$/GPU-hour over the GPUs actually rented."""
+        return self.price_per_hour_usd / self.total_gpus
+
+    @property
+    def round_up(self) -> bool:
+        """True when the node has more GPUs than asked for."""
+        return self.offer.gpu_count > self.requested_gpu_count
+
+    @property
+    def round_up_note(self) -> str:
+        """Plain-language note for a round-up ("" when exact)."""
+        if not self.round_up:
+            return ""
+        return (
+            f"{self.offer.instance_type} has {self.offer.gpu_count}x{self.offer.gpu} per node; "
+            f"you asked for {self.requested_gpu_count} (rounded up)"
+        )
+
+
+def _did_you_mean(value: str, choices: list[str]) -> str:
+    close = difflib.get_close_matches(value, choices, n=3, cutoff=0.6)
+    return f" Did you mean {', '.join(close)}?" if close else ""
+
+
+def validate_location(catalog: Catalog, query: OfferQuery) -> None:
+    """Check cloud, region, zone and instance type against the catalog.
+
+    Raises:
+        CatalogError: an unknown value, with the allowed values or the closest matches.
+    """
+    if query.cloud is not None and query.cloud not in CLOUDS:
+        raise CatalogError(f"unknown cloud {query.cloud!r}; choose one of: {', '.join(CLOUDS)}")
+    if query.region is not None:
+        regions = catalog.regions(query.cloud)
+        if query.region not in regions:
+            where = f" for {query.cloud}" if query.cloud else ""
+            raise CatalogError(
+                f"unknown region {query.region!r}{where}.{_did_you_mean(query.region, regions)}"
+                f" Known regions: {', '.join(regions)}."
+            )
+    if query.zone is not None:
+        zones = catalog.zones(query.cloud, query.region)
+        if query.zone not in zones:
+            if query.zone[-1:].isalpha() and query.zone[:-1] in catalog.regions("aws"):
+                raise CatalogError(
+                    f"{query.zone!r} is an AWS AZ *name*, which maps to a different zone in each "
+                    "account; give the AZ ID instead (e.g. use1-az4; `aws ec2 "
+                    "describe-availability-zones` shows both). AZ IDs in "
+                    f"{query.zone[:-1]}: {', '.join(catalog.zones('aws', query.zone[:-1]))}."
+                )
+            scope = f" in {query.region}" if query.region else ""
+            raise CatalogError(
+                f"unknown zone {query.zone!r}{scope}.{_did_you_mean(query.zone, zones)}"
+                + (f" Zones{scope}: {', '.join(zones)}." if query.region else "")
+            )
+    if query.instance_type is not None:
+        types = catalog.instance_types(query.cloud)
+        if query.instance_type not in types:
+            raise CatalogError(
+                f"unknown instance type {query.instance_type!r}"
+                f"{' on ' + query.cloud if query.cloud else ''}."
+                f"{_did_you_mean(query.instance_type, types)}"
+            )
+
+
+def _matches_location(offer: Offer, query: OfferQuery) -> bool:
+    if query.cloud is not None and offer.cloud != query.cloud:
+        return False
+    if query.region is not None and offer.region != query.region:
+        return False
+    if query.zone is not None:
+        return offer.zone == query.zone
+    if query.instance_type is not None and offer.instance_type != query.instance_type:
+        return False
+    return query.include_local_zones or not offer.local_zone
+
+
+def fits(offer: Offer, request: GpuRequest) -> bool:
+    """True when ``offer`` carries the requested GPU model with an allowed count."""
+    return (
+        offer.gpu == request.gpu
+        and request.gpu_count <= offer.gpu_count <= MAX_ROUND_UP_FACTOR * request.gpu_count
+    )
+
+
+def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
+    """Every fitting offer, cheapest first (see module docstring for the rules).
+
+    Args:
+        catalog: the loaded catalog.
+        query: request and filters.
+
+    Returns:
+        A non-empty list of :class:`RankedOffer`.
+
+    Raises:
+        CatalogError: an unknown cloud, region, zone or instance type.
+        NoOfferError: nothing fits; the message says what GPU counts exist for that model.
+    """
+    validate_location(catalog, query)
+    request = query.request
+    if query.instance_type is not None and query.zone is not None:
+        pass
+    located = [o for o in catalog.offers if _matches_location(o, query)]
+    if query.instance_type is not None:
+        located = [o for o in located if o.instance_type == query.instance_type]
+    ranked = [
+        RankedOffer(offer=o, nodes=request.nodes, spot=query.spot, requested_gpu_count=request.gpu_count)
+        for o in located
+        if fits(o, request) and o.price_per_hour_usd(query.spot) is not None
+    ]
+    if not ranked:
+        raise NoOfferError(_no_fit_message(catalog, query, located))
+    ranked.sort(
+        key=lambda r: (
+            r.price_per_hour_usd,
+            r.round_up,
+            r.offer.cloud,
+            r.offer.region,
+            r.offer.zone,
+            r.offer.instance_type,
+        )
+    )
+    return ranked
+
+
+def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -> str:
+    request = query.request
+    where = " ".join(
+        part
+        for part in (
+            f"on {query.cloud}" if query.cloud else "",
+            f"in {query.zone or query.region}" if (query.zone or query.region) else "",
+            f"as {query.instance_type}" if query.instance_type else "",
+        )
+        if part
+    )
+    shapes = sorted({(o.gpu_count, o.instance_type) for o in located if o.gpu == request.gpu})
+    if query.instance_type and located and located[0].gpu != request.gpu:
+        o = located[0]
+        return (
+            f"{query.instance_type} carries {o.gpu_count}x{o.gpu}, not {request.gpu}; "
+            f"drop --gpus or ask for {o.gpu}"
+        )
+    if not shapes:
+        clouds = sorted({o.cloud for o in catalog.offers if o.gpu == request.gpu})
+        hint = f" {request.gpu} is offered on: {', '.join(clouds)}." if clouds else ""
+        return f"no offer has {request.gpu} {where}.{hint}".replace("  ", " ")
+    by_count: dict[int, list[str]] = {}
+    for count, itype in shapes:
+        by_count.setdefault(count, []).append(itype)
+    listing = "; ".join(f"{c} per node: {', '.join(sorted(set(t)))}" for c, t in sorted(by_count.items()))
+    pricing = "spot" if query.spot else "on-demand"
+    bigger = [c for c in by_count if c > request.gpu_count]
+    if by_count and all(c < request.gpu_count or c > MAX_ROUND_UP_FACTOR * request.gpu_count for c in by_count):
+        advice = (
+            f" Ask for --gpus {min(bigger)}x{request.gpu} to take the next size."
+            if bigger
+            else f" No {request.gpu} machine has {request.gpu_count} GPUs per node; use more nodes."
+        )
+        return (
+            f"no offer {where} fits {request.gpu_count}x{request.gpu} per node: {listing} "
+            f"(a round-up above {MAX_ROUND_UP_FACTOR}x is not a fit).{advice}"
+        ).replace("  ", " ").replace("offer  fits", "offer fits")
+    return (
+        f"no {pricing} price for {request.gpu_count}x{request.gpu} {where}: {listing}."
+        + (" Try without --spot." if query.spot else " Try --spot.")
+    ).replace("  ", " ")

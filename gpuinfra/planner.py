@@ -1,0 +1,224 @@
+"""Plan a cluster: GPU request + profile + filters -> the best offer and a cluster spec.
+
+This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
+:func:`gpuinfra.offers.find_offers`:
+
+* Spot: ``--spot`` / ``--on-demand`` win; otherwise a profile whose spot policy is
+  ``preferred`` takes spot when a spot offer fits, else on-demand. A profile that forbids
+  spot rejects ``--spot``.
+* Multi-node clusters (nodes > 1) under a profile with ``placement: required`` only take
+  types that support cluster/compact placement (cluster-facts.md section 6 items 1-3); with
+  ``high_bandwidth_networking: required`` only types with EFA or GPU NICs (items 5, 8).
+* ``scratch.required`` only takes types whose local NVMe can hold ``scratch.min_gib``: AWS
+  instance store; GCP bundled local SSD, or families where local SSDs can be attached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from gpuinfra.catalog.model import InstanceFacts
+from gpuinfra.catalog.store import Catalog
+from gpuinfra.errors import NoOfferError, RequestError, SpecError
+from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, validate_location
+from gpuinfra.profiles import Profile
+from gpuinfra.requests import GpuRequest, parse_gpu_spec
+from pydantic import ValidationError
+
+from gpuinfra.spec import ClusterSpec, PriceSnapshot, check_stack_name, format_validation_error
+
+#: GCP machine families with no bundled local SSD that accept attached local SSDs
+#: (cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds).
+GCP_ATTACHABLE_LOCAL_SSD_PREFIXES = ("a2-highgpu-", "a2-megagpu-", "g2-standard-", "n1-")
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What the user asked ``gpuinfra new`` for (CLI flags, already typed).
+
+    Attributes:
+        gpus: GPU spec (``4xA100``) or None when ``instance_type`` names the type.
+        nodes: node count.
+        cloud, region, zone, instance_type: filters (None = any).
+        spot: True/False when given explicitly, None to follow the profile.
+        hours: run hours for the cost projection (None = profile default).
+        name: stack name (None = derived from the offer).
+        gcp_project: GCP project id for ``gcp:project`` (optional).
+        include_local_zones: allow AWS Local Zones.
+    """
+
+    gpus: str | None
+    nodes: int = 1
+    cloud: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    spot: bool | None = None
+    hours: float | None = None
+    name: str | None = None
+    gcp_project: str | None = None
+    include_local_zones: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The outcome: the spec to write, the chosen offer and what it costs."""
+
+    spec: ClusterSpec
+    offer: RankedOffer
+    catalog_date: str
+    spot_from_profile: bool
+
+    @property
+    def run_cost_usd(self) -> Decimal:
+        """Projected cost of the run: $/h for all nodes x run hours."""
+        return self.offer.price_per_hour_usd * Decimal(str(self.spec.run_hours))
+
+
+def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_type: str, nodes: int) -> GpuRequest:
+    """The GPU request implied by an instance type (its GPU model and count).
+
+    Raises:
+        CatalogError: unknown type.
+    """
+    validate_location(catalog, OfferQuery(request=GpuRequest("T4", 1), cloud=cloud, instance_type=instance_type))
+    offer = next(o for o in catalog.offers if o.instance_type == instance_type and cloud in (None, o.cloud))
+    return GpuRequest(gpu=offer.gpu, gpu_count=offer.gpu_count, nodes=nodes)
+
+
+def scratch_capable(fact: InstanceFacts | None, min_gib: int) -> bool:
+    """True when the type can give ``min_gib`` of local NVMe scratch (see module docstring)."""
+    if fact is None:
+        return False
+    if fact.local_nvme_total_gib >= min_gib:
+        return True
+    return fact.cloud == "gcp" and fact.local_nvme_count == 0 and fact.instance_type.startswith(
+        GCP_ATTACHABLE_LOCAL_SSD_PREFIXES
+    )
+
+
+def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int) -> tuple[list[RankedOffer], list[str]]:
+    reasons = []
+    kept = offers
+    if nodes > 1 and profile.placement == "required":
+        before = len(kept)
+        kept = [r for r in kept if (f := catalog.fact(r.offer.cloud, r.offer.instance_type)) and f.cluster_placement]
+        if len(kept) < before:
+            reasons.append("cluster/compact placement (N1 hosts have none)")
+    if nodes > 1 and profile.high_bandwidth_networking == "required":
+        before = len(kept)
+        kept = [r for r in kept if (f := catalog.fact(r.offer.cloud, r.offer.instance_type)) and f.gpu_nic_count > 0]
+        if len(kept) < before:
+            reasons.append("EFA or GPUDirect NICs")
+    if profile.scratch.required:
+        before = len(kept)
+        kept = [
+            r for r in kept
+            if scratch_capable(catalog.fact(r.offer.cloud, r.offer.instance_type), profile.scratch.min_gib)
+        ]
+        if len(kept) < before:
+            reasons.append(f"at least {profile.scratch.min_gib} GiB local NVMe scratch")
+    return kept, reasons
+
+
+def default_stack_name(offer: RankedOffer) -> str:
+    """``<cloud>-<count>x<gpu>[-<nodes>n]`` in lower case, e.g. ``gcp-4xa100``."""
+    name = f"{offer.offer.cloud}-{offer.requested_gpu_count}x{offer.offer.gpu}".lower()
+    return name if offer.nodes == 1 else f"{name}-{offer.nodes}n"
+
+
+def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: datetime) -> Plan:
+    """Choose the best offer for ``request`` under ``profile`` and build the cluster spec.
+
+    Args:
+        catalog: loaded catalog.
+        request: typed CLI input.
+        profile: the resolved profile.
+        now: creation time (UTC), the start of the TTL.
+
+    Raises:
+        RequestError: bad GPU spec, or neither ``gpus`` nor ``instance_type``, or spot
+            against a profile that forbids it.
+        CatalogError: unknown cloud/region/zone/type.
+        NoOfferError: nothing fits (also after the profile's requirements).
+        SpecError: invalid stack name.
+    """
+    if request.name is not None:
+        check_stack_name(request.name)
+    if request.hours is not None and not 0 < request.hours <= 8760:
+        raise RequestError(f"--hours must be more than 0 and at most 8760, got {request.hours}")
+    if request.gpus:
+        gpu_request = parse_gpu_spec(request.gpus, request.nodes)
+    elif request.instance_type:
+        gpu_request = request_from_instance_type(catalog, request.cloud, request.instance_type, request.nodes)
+        parse_gpu_spec(f"{gpu_request.gpu_count}x{gpu_request.gpu}", request.nodes)  # validates nodes
+    else:
+        raise RequestError("give --gpus (e.g. 4xA100) or --instance-type (e.g. p4d.24xlarge)")
+    if request.spot and profile.spot.policy == "forbidden":
+        raise RequestError(f"profile {profile.name!r} forbids spot capacity; drop --spot or pick another --profile")
+    spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
+    attempts = [True, False] if spot_from_profile else [bool(request.spot)]
+    last_error: NoOfferError | None = None
+    for spot in attempts:
+        query = OfferQuery(
+            request=gpu_request,
+            cloud=request.cloud,
+            region=request.region,
+            zone=request.zone,
+            instance_type=request.instance_type,
+            spot=spot,
+            include_local_zones=request.include_local_zones,
+        )
+        try:
+            ranked = find_offers(catalog, query)
+        except NoOfferError as exc:
+            last_error = exc
+            continue
+        kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes)
+        if kept:
+            return _build_plan(catalog, request, profile, kept[0], now, spot_from_profile and spot)
+        last_error = NoOfferError(
+            f"{len(ranked)} offers carry {gpu_request}, but profile {profile.name!r} needs "
+            f"{' and '.join(reasons)} and none of them has it; pick another --profile or type"
+        )
+    assert last_error is not None
+    raise last_error
+
+
+def _build_plan(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime, spot_from_profile: bool) -> Plan:
+    offer = best.offer
+    try:
+        spec = _make_spec(catalog, request, profile, best, now)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, "gpuinfra:cluster")) from None
+    return Plan(spec=spec, offer=best, catalog_date=catalog.date_for(offer.cloud), spot_from_profile=spot_from_profile)
+
+
+def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime) -> ClusterSpec:
+    offer = best.offer
+    return ClusterSpec(
+        stack=request.name or default_stack_name(best),
+        cloud=offer.cloud,
+        region=offer.region,
+        zone=offer.zone,
+        instance_type=offer.instance_type,
+        gpu=offer.gpu,
+        gpu_count=offer.gpu_count,
+        nodes=best.nodes,
+        spot=best.spot,
+        profile=profile,
+        run_hours=request.hours if request.hours is not None else profile.default_run_hours,
+        created_at=now.replace(microsecond=0),
+        gcp_project=request.gcp_project if offer.cloud == "gcp" else None,
+        price=PriceSnapshot(
+            on_demand_price_per_hour_usd=_money(offer.on_demand_price_per_hour_usd),
+            spot_price_per_hour_usd=_money(offer.spot_price_per_hour_usd),
+            catalog_date=catalog.date_for(offer.cloud),
+        ),
+    )
+
+
+def _money(value: Decimal | None) -> str | None:
+    return None if value is None else format(value.normalize(), "f")

@@ -1,0 +1,161 @@
+"""Workload profiles: named bundles of settings that drive the blueprints.
+
+Profiles are data: ``gpuinfra/profiles/data/profiles.yaml`` ships the built-in ones; user
+profiles are YAML files (same shape, one mapping of name -> settings per file) in the folder
+named by ``--profiles-dir`` or ``$GPUINFRA_PROFILES_DIR``. A user profile with a built-in name
+replaces it. Validation is by pydantic; an invalid file is reported with the profile, field
+and allowed values.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpuinfra.errors import GpuinfraError
+
+BUILTIN_PROFILES_FILE = Path(__file__).parent / "data" / "profiles.yaml"
+DEFAULT_PROFILE = "llm-finetune"
+
+
+class ProfileError(GpuinfraError):
+    """A profile name is unknown or a profile file is invalid."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ScratchSettings(_Strict):
+    """Local NVMe scratch: ``required`` fails planning on types without enough; sizes in GiB."""
+
+    required: bool
+    min_gib: int = Field(ge=0)
+
+
+class BucketSettings(_Strict):
+    """Object-storage bucket policy: versioning, and expiry (days) of objects under the scratch prefix."""
+
+    versioning: bool
+    scratch_prefix: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._/-]+/$")
+    scratch_expiry_days: int = Field(ge=1, le=3650)
+
+
+class SpotSettings(_Strict):
+    """Spot policy (``forbidden``/``allowed``/``preferred``) and checkpoint cadence in minutes."""
+
+    policy: Literal["forbidden", "allowed", "preferred"]
+    checkpoint_interval_minutes: int = Field(ge=0)
+
+
+class ImageSettings(_Strict):
+    """Machine images: DLAMI type for the SSM parameter path, DLVM image family on GCP."""
+
+    aws_dlami_type: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]+$")
+    gcp_image_family: str = Field(pattern=r"^[a-z0-9][a-z0-9-]+$")
+
+
+class Profile(_Strict):
+    """A resolved workload profile.
+
+    Attributes:
+        name: profile name (``llm-finetune``).
+        description: one line.
+        placement: ``required`` -> cluster/compact placement for multi-node clusters;
+            ``none`` -> no placement group (single-node work).
+        high_bandwidth_networking: ``required`` -> multi-node offers must have EFA / GPU NICs
+            and the blueprint fails if the type lacks them; ``preferred`` -> used when the type
+            has them; ``off`` -> plain networking.
+        scratch: local NVMe scratch needs.
+        bucket: object-storage policy.
+        spot: spot policy and checkpoint cadence.
+        idle_timeout_minutes: node agent ends the cluster after this long idle.
+        idle_gpu_utilization_percent: a GPU under this utilization counts as idle.
+        ttl_hours: hard lifetime of the cluster (``gpuinfra:expires-at`` tag/label).
+        root_disk_gib: boot disk size.
+        image: machine images.
+        container_image: training container pre-pulled on the nodes ("" for none).
+        default_run_hours: run length assumed by cost estimates when none is given.
+    """
+
+    name: str
+    description: str
+    placement: Literal["required", "none"]
+    high_bandwidth_networking: Literal["required", "preferred", "off"]
+    scratch: ScratchSettings
+    bucket: BucketSettings
+    spot: SpotSettings
+    idle_timeout_minutes: int = Field(ge=5, le=10080)
+    idle_gpu_utilization_percent: int = Field(ge=0, le=100)
+    ttl_hours: int = Field(ge=1, le=8760)
+    root_disk_gib: int = Field(ge=50, le=16384)
+    image: ImageSettings
+    container_image: str
+    default_run_hours: float = Field(gt=0, le=8760)
+
+
+def _read_profiles_file(path: Path) -> dict[str, Profile]:
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"cannot read profiles file {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ProfileError(f"profiles file {path} must map profile names to settings")
+    profiles = {}
+    for name, settings in doc.items():
+        if not isinstance(settings, dict):
+            raise ProfileError(f"profile {name!r} in {path} must be a mapping of settings")
+        try:
+            profiles[str(name)] = Profile(name=str(name), **settings)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"])
+            raise ProfileError(
+                f"profile {name!r} in {path}: field {field!r}: {first['msg']}"
+            ) from None
+    return profiles
+
+
+def profiles_dir(explicit: Path | None = None) -> Path | None:
+    """The user profiles folder: ``explicit``, else ``$GPUINFRA_PROFILES_DIR``, else None."""
+    if explicit is not None:
+        return Path(explicit)
+    env = os.environ.get("GPUINFRA_PROFILES_DIR")
+    return Path(env) if env else None
+
+
+@lru_cache(maxsize=8)
+def _load_all(user_dir: Path | None) -> dict[str, Profile]:
+    profiles = _read_profiles_file(BUILTIN_PROFILES_FILE)
+    if user_dir is not None:
+        if not user_dir.is_dir():
+            raise ProfileError(f"profiles folder {user_dir} does not exist")
+        for path in sorted(user_dir.glob("*.y*ml")):
+            profiles.update(_read_profiles_file(path))
+    return profiles
+
+
+def load_profiles(user_dir: Path | None = None) -> dict[str, Profile]:
+    """All profiles by name: built-in ones, overridden/extended by the user folder.
+
+    Raises:
+        ProfileError: a file is unreadable or a profile invalid.
+    """
+    return dict(_load_all(profiles_dir(user_dir)))
+
+
+def get_profile(name: str, user_dir: Path | None = None) -> Profile:
+    """One profile by name.
+
+    Raises:
+        ProfileError: unknown name (the message lists the known ones).
+    """
+    profiles = load_profiles(user_dir)
+    if name not in profiles:
+        raise ProfileError(f"unknown profile {name!r}; known profiles: {', '.join(sorted(profiles))}")
+    return profiles[name]

@@ -1,0 +1,119 @@
+"""The GPU request grammar: ``4xA100``, ``A100:4``, ``8xH100``, ``A100-80GB:8``, ``1xL4``.
+
+Grammar (case-insensitive, surrounding blanks ignored)::
+
+    spec   := count ("x" | "X" | "*") model | model ":" count | model
+    count  := a whole number from 1 to 64  (GPUs per node)
+    model  := a GPU name or alias from gpus.json (A100, A100-40GB, H100-80GB, L40S ...)
+
+A bare model means one GPU. The count is **per node**; the number of nodes is separate
+(``--nodes``). Memory variants are distinct models: ``A100`` never matches an
+``A100-80GB`` offer (a silent substitution would change price and capacity).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+from gpuinfra.catalog.store import GpuModel, load_gpu_models
+from gpuinfra.errors import RequestError
+
+MAX_GPUS_PER_NODE = 64
+MAX_NODES = 4096
+
+_COUNT_FIRST = re.compile(r"^(?P<count>[+-]?\d+)\s*[x*]\s*(?P<model>[a-z0-9][a-z0-9_-]*)$", re.I | re.A)
+_MODEL_FIRST = re.compile(r"^(?P<model>[a-z0-9][a-z0-9_-]*?)\s*:\s*(?P<count>[+-]?\d+)$", re.I | re.A)
+_BARE_MODEL = re.compile(r"^(?P<model>[a-z][a-z0-9_-]*)$", re.I | re.A)
+_COUNT_MISSING_MODEL = re.compile(r"^[x*]\s*\d+$", re.I | re.A)
+
+_EXAMPLES = "4xA100, A100:4, 8xH100, A100-80GB:8, 1xL4"
+
+
+@dataclass(frozen=True, slots=True)
+class GpuRequest:
+    """A parsed request: ``gpu_count`` GPUs of model ``gpu`` on each of ``nodes`` nodes.
+
+    Attributes:
+        gpu: canonical GPU model name (``A100-80GB``).
+        gpu_count: GPUs per node, 1..64.
+        nodes: number of nodes, 1..4096.
+    """
+
+    gpu: str
+    gpu_count: int
+    nodes: int = 1
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs over all nodes."""
+        return self.gpu_count * self.nodes
+
+    def __str__(self) -> str:
+        text = f"{self.gpu_count}x{self.gpu}"
+        return text if self.nodes == 1 else f"{text} on {self.nodes} nodes"
+
+
+def _alias_table(models: tuple[GpuModel, ...]) -> dict[str, str]:
+    table = {}
+    for model in models:
+        table[model.name.upper()] = model.name
+        for alias in model.aliases:
+            table[alias] = model.name
+    return table
+
+
+def resolve_gpu_name(text: str) -> str:
+    """Canonical GPU model for a name or alias.
+
+    Args:
+        text: e.g. ``a100-40gb``, ``H100``, ``l40s``.
+
+    Raises:
+        RequestError: unknown name; the message lists known models and the closest match.
+    """
+    models = load_gpu_models()
+    table = _alias_table(models)
+    key = text.strip().upper().replace("_", "-")
+    if key in table:
+        return table[key]
+    known = ", ".join(m.name for m in models)
+    close = difflib.get_close_matches(key, list(table), n=1, cutoff=0.6)
+    hint = f" Did you mean {table[close[0]]}?" if close else ""
+    raise RequestError(f"unknown GPU {text.strip()!r}.{hint} Known GPUs: {known}.")
+
+
+def parse_gpu_spec(spec: str, nodes: int = 1) -> GpuRequest:
+    """Parse a GPU spec string and a node count into a :class:`GpuRequest`.
+
+    Args:
+        spec: see the module grammar.
+        nodes: node count, 1..4096.
+
+    Raises:
+        RequestError: any malformed input (never another exception type); the message
+            names what was wrong and shows valid examples.
+    """
+    if not isinstance(spec, str):
+        raise RequestError(f"GPU spec must be text like {_EXAMPLES}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+        raise RequestError(f"--nodes must be a whole number from 1 to {MAX_NODES}, got {nodes!r}")
+    text = spec.strip()
+    if not text:
+        raise RequestError(f"empty GPU spec; use a form like {_EXAMPLES}")
+    match = _COUNT_FIRST.match(text) or _MODEL_FIRST.match(text)
+    if match:
+        count_text, model_text = match.group("count"), match.group("model")
+    elif _BARE_MODEL.match(text) and not _COUNT_MISSING_MODEL.match(text):
+        count_text, model_text = "1", text
+    else:
+        raise RequestError(
+            f"malformed GPU spec {spec!r}; use COUNTxMODEL or MODEL:COUNT, e.g. {_EXAMPLES}"
+        )
+    count = int(count_text)
+    if not 1 <= count <= MAX_GPUS_PER_NODE:
+        raise RequestError(
+            f"GPU count in {spec!r} must be from 1 to {MAX_GPUS_PER_NODE} per node, got {count}"
+        )
+    return GpuRequest(gpu=resolve_gpu_name(model_text), gpu_count=count, nodes=nodes)

@@ -1,0 +1,203 @@
+"""The cluster spec: the one contract between the CLI, the stack file and the blueprints.
+
+``gpuinfra new`` builds a :class:`ClusterSpec`, the stack file stores it as the structured
+config value ``gpuinfra:cluster``, and ``blueprints/__main__.py`` reads it back with
+:func:`ClusterSpec.from_config` and hands it to the cloud's component. It is validated once,
+here, with errors naming the field and what is allowed.
+
+The spec records the *resolved* profile (every setting, not just its name): values edited
+in the stack file win over the profile's defaults because the program only reads the file.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpuinfra.errors import SpecError
+from gpuinfra.profiles import Profile
+
+SCHEMA_VERSION = 1
+
+#: Pulumi stack names: "alphanumeric characters, hyphens, underscores, or periods"
+#: (pulumi.com/learn/building-with-pulumi/understanding-stacks), at most 100 characters
+#: (pulumi/pulumi sdk/go/common/tokens: ValidateStackName).
+STACK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
+_AWS_ZONE_ID_RE = re.compile(r"^[a-z]{2,}\d+-[a-z0-9-]+$")
+
+
+def check_stack_name(name: str) -> str:
+    """Return ``name`` if it is a valid Pulumi stack name, else raise :class:`SpecError`."""
+    if not isinstance(name, str) or not STACK_NAME_RE.match(name):
+        raise SpecError(
+            f"invalid stack name {name!r}: use 1-100 letters, digits, '-', '_' or '.' "
+            "(Pulumi's stack-name rule)"
+        )
+    return name
+
+
+class NetworkSettings(BaseModel):
+    """Networking overrides.
+
+    Attributes:
+        vpc_id: reuse an existing AWS VPC (with ``subnet_id``) instead of creating one.
+        subnet_id: existing AWS subnet; must be in the spec's AZ (checked by the blueprint).
+        ssh_cidr: allow inbound SSH (TCP 22) from this CIDR only; None (default) = no SSH,
+            access through SSM Session Manager (AWS) / OS Login + IAP (GCP).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    vpc_id: str | None = None
+    subnet_id: str | None = None
+    ssh_cidr: str | None = None
+
+    @field_validator("ssh_cidr")
+    @classmethod
+    def _cidr(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return str(ipaddress.ip_network(value, strict=False))
+        except ValueError:
+            raise ValueError(f"not a CIDR block: {value!r} (e.g. 203.0.113.7/32)") from None
+
+    @model_validator(mode="after")
+    def _pair(self) -> NetworkSettings:
+        if (self.vpc_id is None) != (self.subnet_id is None):
+            raise ValueError("vpc_id and subnet_id go together: give both or neither")
+        return self
+
+
+class PriceSnapshot(BaseModel):
+    """Per-node prices of the chosen offer when the stack was written (informational).
+
+    Money is kept as decimal strings (USD per node-hour); None = not offered that way.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    on_demand_price_per_hour_usd: str | None
+    spot_price_per_hour_usd: str | None
+    catalog_date: str
+
+
+class ClusterSpec(BaseModel):
+    """A GPU cluster as one validated object (stored as ``gpuinfra:cluster``).
+
+    Attributes:
+        schema_version: 1.
+        stack: Pulumi stack name.
+        cloud: ``aws`` | ``gcp``.
+        region: region name.
+        zone: AWS AZ ID (``use1-az4``) or GCP zone (``us-central1-a``): every node is here.
+        instance_type: EC2 instance type / GCE machine type.
+        gpu: canonical GPU model; gpu_count: GPUs per node; nodes: node count.
+        spot: spot / preemptible capacity.
+        capacity_reservation_id: target an On-Demand Capacity Reservation or Capacity Block.
+        capacity_block: the reservation is an EC2 Capacity Block for ML.
+        profile: the resolved workload profile.
+        run_hours: expected training time, for cost estimates.
+        created_at: when the stack file was written (UTC); TTL counts from here.
+        gcp_project: GCP project id (GCP only; may also come from ``gcp:project``).
+        network: networking overrides.
+        ami_id: AWS AMI override (else the DLAMI SSM parameter of the profile).
+        gcp_image: GCP image override (else the DLVM family of the profile).
+        delete_bucket_on_destroy: destroy the bucket with the stack (default: keep data).
+        price: prices when the stack was written.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    stack: str
+    cloud: Literal["aws", "gcp"]
+    region: str = Field(min_length=1)
+    zone: str = Field(min_length=1)
+    instance_type: str = Field(min_length=1)
+    gpu: str = Field(min_length=1)
+    gpu_count: int = Field(ge=1, le=64)
+    nodes: int = Field(ge=1, le=4096)
+    spot: bool = False
+    capacity_reservation_id: str | None = None
+    capacity_block: bool = False
+    profile: Profile
+    run_hours: float = Field(gt=0, le=8760)
+    created_at: datetime
+    gcp_project: str | None = None
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
+    ami_id: str | None = None
+    gcp_image: str | None = None
+    delete_bucket_on_destroy: bool = False
+    price: PriceSnapshot | None = None
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, value: str) -> str:
+        if not STACK_NAME_RE.match(value):
+            raise ValueError("use 1-100 letters, digits, '-', '_' or '.' (Pulumi's stack-name rule)")
+        return value
+
+    @field_validator("created_at")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> ClusterSpec:
+        if self.cloud == "gcp" and not self.zone.startswith(self.region + "-"):
+            raise ValueError(f"zone {self.zone!r} is not in region {self.region!r}")
+        if self.cloud == "aws" and not _AWS_ZONE_ID_RE.match(self.zone):
+            raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
+        if self.capacity_block and not self.capacity_reservation_id:
+            raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
+        if self.spot and self.capacity_reservation_id:
+            raise ValueError("spot and capacity_reservation_id exclude each other")
+        if self.spot and self.profile.spot.policy == "forbidden":
+            raise ValueError(f"profile {self.profile.name!r} forbids spot capacity")
+        if self.cloud == "gcp" and (self.network.vpc_id or self.ami_id):
+            raise ValueError("network.vpc_id/subnet_id and ami_id are AWS settings")
+        if self.cloud == "aws" and self.gcp_image:
+            raise ValueError("gcp_image is a GCP setting")
+        return self
+
+    @property
+    def expires_at(self) -> datetime:
+        """created_at + profile TTL (UTC): the node agent and ``reap`` end the cluster then."""
+        return self.created_at + timedelta(hours=self.profile.ttl_hours)
+
+    @property
+    def total_gpus(self) -> int:
+        """GPUs over all nodes."""
+        return self.gpu_count * self.nodes
+
+    def to_config(self) -> dict[str, Any]:
+        """The JSON-compatible mapping stored under ``gpuinfra:cluster``."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+    @classmethod
+    def from_config(cls, value: Any) -> ClusterSpec:
+        """Parse ``gpuinfra:cluster`` from a stack file or ``pulumi.Config``.
+
+        Raises:
+            SpecError: with the first invalid field's path and message.
+        """
+        if not isinstance(value, dict):
+            raise SpecError("gpuinfra:cluster must be a mapping (see `gpuinfra new`)")
+        try:
+            return cls.model_validate(value)
+        except ValidationError as exc:
+            raise SpecError(format_validation_error(exc, "gpuinfra:cluster")) from None
+
+
+def format_validation_error(exc: ValidationError, root: str) -> str:
+    """One line naming the first failing field (``root.a.b``) and pydantic's reason."""
+    first = exc.errors()[0]
+    path = ".".join([root, *(str(p) for p in first["loc"])])
+    message = first["msg"].removeprefix("Value error, ")
+    extra = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{path}: {message}{extra}"

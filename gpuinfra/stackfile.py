@@ -1,0 +1,129 @@
+"""Write ``stacks/Pulumi.<stack>.yaml`` (and scaffold a Pulumi project when needed).
+
+Everything is rendered in memory first; files are then written atomically (temporary file +
+rename), so bad input or a failure never leaves a half-written stack behind. An existing stack
+file is never replaced without ``force``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from gpuinfra import __version__
+from gpuinfra.errors import FileExistsGpuinfraError, SpecError
+from gpuinfra.fsutil import atomic_write_text
+from gpuinfra.planner import Plan
+from gpuinfra.spec import ClusterSpec
+from gpuinfra.templating import render
+
+PROJECT_NAME = "gpuinfra"
+STACKS_DIRNAME = "stacks"
+
+
+@dataclass(frozen=True)
+class WrittenFiles:
+    """Paths ``write_stack`` created or replaced (the stack file, plus scaffold files if any)."""
+
+    stack_file: Path
+    scaffolded: tuple[Path, ...]
+
+
+def stack_file_path(project_dir: Path, stack: str) -> Path:
+    """``<project_dir>/stacks/Pulumi.<stack>.yaml``."""
+    return Path(project_dir) / STACKS_DIRNAME / f"Pulumi.{stack}.yaml"
+
+
+def provider_config(spec: ClusterSpec) -> dict[str, str]:
+    """Provider settings of the stack: ``aws:region`` or ``gcp:project/region/zone``."""
+    if spec.cloud == "aws":
+        return {"aws:region": spec.region}
+    config = {"gcp:region": spec.region, "gcp:zone": spec.zone}
+    if spec.gcp_project:
+        config = {"gcp:project": spec.gcp_project, **config}
+    return config
+
+
+def render_stack(plan: Plan, generated_at: datetime | None = None) -> str:
+    """The stack file's text for ``plan``."""
+    spec = plan.spec
+    offer = plan.offer
+    generated_at = generated_at or datetime.now(timezone.utc)
+    pricing = "spot" if spec.spot else "on-demand"
+    summary = (
+        f"{spec.nodes} x {spec.instance_type} ({spec.gpu_count}x{spec.gpu} each) in {spec.zone} "
+        f"({spec.region}), {pricing}, profile {spec.profile.name}"
+    )
+    price_line = (
+        f"${offer.price_per_hour_usd:.2f}/h {pricing} for the cluster, "
+        f"${plan.run_cost_usd:.2f} for {spec.run_hours:g} h"
+    )
+    return render(
+        "stack.yaml.j2",
+        spec=spec,
+        spec_config=spec.to_config(),
+        provider_config=provider_config(spec),
+        version=__version__,
+        generated_at=generated_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        summary=summary,
+        price_line=price_line,
+        catalog_date=plan.catalog_date,
+        expires_at=spec.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    )
+
+
+def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
+    """Read ``gpuinfra:cluster`` back from a stack file.
+
+    Raises:
+        SpecError: no such stack file, not YAML, or an invalid spec.
+    """
+    path = stack_file_path(project_dir, stack)
+    if not path.is_file():
+        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        hint = f" Stacks in {path.parent}: {', '.join(known)}." if known else ""
+        raise SpecError(f"no stack {stack!r}: {path} does not exist.{hint}")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path} is not valid YAML: {exc}") from None
+    value = (doc.get("config") or {}).get("gpuinfra:cluster")
+    if value is None:
+        raise SpecError(f"{path} has no gpuinfra:cluster config (was it written by `gpuinfra new`?)")
+    return ClusterSpec.from_config(value)
+
+
+def write_stack(plan: Plan, project_dir: Path, force: bool = False) -> WrittenFiles:
+    """Render and write the stack file; scaffold ``Pulumi.yaml`` + ``program/`` if absent.
+
+    Args:
+        plan: the planned cluster.
+        project_dir: folder of the Pulumi project (created if missing).
+        force: replace an existing stack file.
+
+    Raises:
+        FileExistsGpuinfraError: the stack file exists and ``force`` is False.
+        SpecError: ``project_dir`` exists but is not a folder.
+    """
+    project_dir = Path(project_dir)
+    if project_dir.exists() and not project_dir.is_dir():
+        raise SpecError(f"--project-dir {project_dir} is not a folder")
+    target = stack_file_path(project_dir, plan.spec.stack)
+    if target.exists() and not force:
+        raise FileExistsGpuinfraError(
+            f"stack file {target} already exists; pass --force to replace it or --name to pick another stack"
+        )
+    stack_text = render_stack(plan)
+    scaffold: dict[Path, str] = {}
+    if not (project_dir / "Pulumi.yaml").exists():
+        scaffold[project_dir / "Pulumi.yaml"] = render("Pulumi.yaml.j2", project_name=PROJECT_NAME)
+        scaffold[project_dir / "program" / "__main__.py"] = render("program_main.py.j2")
+    for path, text in scaffold.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, text)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(target, stack_text, exclusive=not force)
+    return WrittenFiles(stack_file=target, scaffolded=tuple(scaffold))

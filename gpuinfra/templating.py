@@ -1,0 +1,51 @@
+"""jinja2 environment over the project's ``templates/`` folder (StrictUndefined).
+
+In a source checkout the templates are the top-level ``templates/`` folder; an installed wheel
+carries them as ``gpuinfra/_templates`` (pyproject.toml force-include). A missing variable is
+an error, never an empty string.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+import yaml
+
+
+def templates_dir() -> Path:
+    """Folder holding the ``*.j2`` templates."""
+    packaged = Path(__file__).parent / "_templates"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "templates"
+
+
+def _to_yaml(value: object) -> str:
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100).rstrip("\n")
+
+
+@lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The shared environment: StrictUndefined, no autoescape (YAML/shell/cloud-config output),
+    ``keep_trailing_newline``, and a ``to_yaml`` filter."""
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["to_yaml"] = _to_yaml
+    return env
+
+
+def render(template: str, **context: object) -> str:
+    """Render ``templates/<template>`` with ``context``.
+
+    Raises:
+        jinja2.UndefinedError: a variable the template uses was not given.
+    """
+    return environment().get_template(template).render(**context)
