@@ -196,8 +196,6 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     """
     validate_location(catalog, query)
     request = query.request
-    if query.instance_type is not None and query.zone is not None:
-        pass
     located = [o for o in catalog.offers if _matches_location(o, query)]
     if query.instance_type is not None:
         located = [o for o in located if o.instance_type == query.instance_type]
@@ -263,3 +261,14 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
         f"no {pricing} price for {request.gpu_count}x{request.gpu} {where}: {listing}."
         + (" Try without --spot." if query.spot else " Try --spot.")
     ).replace("  ", " ")
+
+
+def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_type: str, nodes: int) -> GpuRequest:
+    """The GPU request implied by an instance type (its GPU model and count).
+
+    Raises:
+        CatalogError: unknown type.
+    """
+    validate_location(catalog, OfferQuery(request=GpuRequest("T4", 1), cloud=cloud, instance_type=instance_type))
+    offer = next(o for o in catalog.offers if o.instance_type == instance_type and cloud in (None, o.cloud))
+    return GpuRequest(gpu=offer.gpu, gpu_count=offer.gpu_count, nodes=nodes)

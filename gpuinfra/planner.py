@@ -22,7 +22,7 @@ from decimal import Decimal
 from gpuinfra.catalog.model import InstanceFacts
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
-from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, validate_location
+from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, request_from_instance_type
 from gpuinfra.profiles import Profile
 from gpuinfra.requests import GpuRequest, parse_gpu_spec
 from pydantic import ValidationError
@@ -75,17 +75,6 @@ class Plan:
     def run_cost_usd(self) -> Decimal:
         """Projected cost of the run: $/h for all nodes x run hours."""
         return self.offer.price_per_hour_usd * Decimal(str(self.spec.run_hours))
-
-
-def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_type: str, nodes: int) -> GpuRequest:
-    """The GPU request implied by an instance type (its GPU model and count).
-
-    Raises:
-        CatalogError: unknown type.
-    """
-    validate_location(catalog, OfferQuery(request=GpuRequest("T4", 1), cloud=cloud, instance_type=instance_type))
-    offer = next(o for o in catalog.offers if o.instance_type == instance_type and cloud in (None, o.cloud))
-    return GpuRequest(gpu=offer.gpu, gpu_count=offer.gpu_count, nodes=nodes)
 
 
 def scratch_capable(fact: InstanceFacts | None, min_gib: int) -> bool:

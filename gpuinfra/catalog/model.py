@@ -124,11 +124,19 @@ class Offer:
 
     @property
     def spot_not_discounted(self) -> bool:
-        """True when a spot price exists but is not below on-demand (a data defect to flag)."""
-        return (
-            self.spot_price_per_hour_usd is not None
-            and self.on_demand_price_per_hour_usd is not None
-            and self.spot_price_per_hour_usd >= self.on_demand_price_per_hour_usd
+        """True when a spot price exists but is not below on-demand (a data defect to flag).
+
+        On GCP the host and GPU parts are checked separately: the snapshot has A100-80GB GPU
+        rows whose spot price is above on-demand even where the machine total is discounted.
+        """
+        pairs = (
+            (self.spot_price_per_hour_usd, self.on_demand_price_per_hour_usd),
+            (self.host_spot_price_per_hour_usd, self.host_on_demand_price_per_hour_usd),
+            (self.accelerator_spot_price_per_hour_usd, self.accelerator_on_demand_price_per_hour_usd),
+        )
+        return any(
+            spot is not None and on_demand is not None and on_demand > 0 and spot >= on_demand
+            for spot, on_demand in pairs
         )
 
     def price_per_hour_usd(self, spot: bool) -> Decimal | None:

@@ -82,8 +82,7 @@ def offers(
     """Rank every offer that fits the GPU request, cheapest total $/h first."""
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.errors import RequestError
-    from gpuinfra.offers import OfferQuery, find_offers
-    from gpuinfra.planner import request_from_instance_type
+    from gpuinfra.offers import OfferQuery, find_offers, request_from_instance_type
     from gpuinfra.requests import parse_gpu_spec
 
     catalog = load_catalog()

@@ -1,0 +1,5 @@
+"""Pulumi program entry (Pulumi.yaml ``main: blueprints/``)."""
+
+from blueprints.program import main
+
+main()

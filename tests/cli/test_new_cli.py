@@ -1,0 +1,108 @@
+"""`gpuinfra new` writes a reviewable stack file, and writes nothing on bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuinfra.stackfile import read_stack_spec
+from tests.conftest import gpuinfra_exe
+
+
+def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
+    result = run_cli("new", "--gpus", "4xA100", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    stack = tmp_path / "stacks" / "Pulumi.gcp-4xa100.yaml"
+    assert stack.is_file()
+    assert (tmp_path / "Pulumi.yaml").is_file() and (tmp_path / "program" / "__main__.py").is_file()
+    project = yaml.safe_load((tmp_path / "Pulumi.yaml").read_text())
+    assert project["runtime"]["name"] == "python" and project["stackConfigDir"] == "stacks"
+    doc = yaml.safe_load(stack.read_text())
+    cluster = doc["config"]["gpuinfra:cluster"]
+    assert (cluster["cloud"], cluster["instance_type"], cluster["gpu"], cluster["gpu_count"], cluster["nodes"]) == (
+        "gcp", "a2-highgpu-4g", "A100", 4, 1)
+    assert doc["config"]["gcp:zone"] == cluster["zone"] == "europe-west4-a"
+    assert cluster["profile"]["name"] == "llm-finetune" and cluster["profile"]["ttl_hours"] == 72
+    assert cluster["price"] == {"on_demand_price_per_hour_usd": "9.71086", "spot_price_per_hour_usd": "5.94936",
+                                "catalog_date": "2026-11-22"}
+    spec = read_stack_spec(tmp_path, "gcp-4xa100")
+    assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
+    assert "$9.71/h for the cluster" in result.stdout and "24 h run = $233.06" in result.stdout
+    assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
+    assert "catalog 2026-11-22" in stack.read_text()
+
+
+def test_new_never_overwrites_without_force(run_cli, tmp_path):
+    assert run_cli("new", "--gpus", "1xL4", "--name", "dev1", "--project-dir", str(tmp_path)).exit_code == 0
+    path = tmp_path / "stacks" / "Pulumi.dev1.yaml"
+    before = path.read_text()
+    again = run_cli("new", "--gpus", "8xH100", "--name", "dev1", "--project-dir", str(tmp_path))
+    assert again.exit_code == 5 and "already exists; pass --force" in again.stderr
+    assert path.read_text() == before
+    forced = run_cli("new", "--gpus", "8xH100", "--name", "dev1", "--project-dir", str(tmp_path), "--force")
+    assert forced.exit_code == 0
+    assert read_stack_spec(tmp_path, "dev1").gpu == "H100"
+
+
+def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
+    result = run_cli("new", "--gpus", "4xA100", "--cloud", "aws", "--project-dir", str(tmp_path), "--json")
+    data = json.loads(result.stdout)
+    assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
+    doc = yaml.safe_load(Path(data["stack_file"]).read_text())
+    assert doc["config"]["aws:region"] == "us-east-1"
+    by_type = json.loads(run_cli("new", "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "p5x2",
+                                 "--project-dir", str(tmp_path), "--json").stdout)
+    assert (by_type["gpu"], by_type["gpu_count"], by_type["nodes"]) == ("H100", 8, 2)
+    assert by_type["price_per_hour_usd"] == pytest.approx(2 * 55.04)
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--gpus", "3xH100", "--cloud", "aws"], 4, "error: no offer on aws fits 3xH100"),
+        (["--gpus", "4xZ100"], 2, "error: unknown GPU 'Z100'"),
+        (["--gpus", "4xA100", "--nodes", "0"], 2, "error: --nodes must be a whole number"),
+        (["--gpus", "4xA100", "--region", "mars-1"], 2, "error: unknown region 'mars-1'"),
+        (["--gpus", "4x"], 2, "error: malformed GPU spec '4x'"),
+        (["--gpus", "x4"], 2, "error: malformed GPU spec 'x4'"),
+        (["--gpus", "A100:-1"], 2, "error: GPU count in 'A100:-1'"),
+        (["--gpus", "4xA100", "--name", "bad/name"], 2, "error: invalid stack name 'bad/name'"),
+        (["--gpus", "4xA100", "--profile", "nope"], 2, "error: unknown profile 'nope'; known profiles: cv-train, dev"),
+        (["--gpus", "8xH100", "--profile", "inference", "--spot"], 2, "error: profile 'inference' forbids spot"),
+        (["--gpus", "4xA100", "--hours", "0"], 2, "error: --hours must be more than 0"),
+    ],
+)
+def test_new_bad_input_writes_nothing(run_cli, tmp_path, args, code, message):
+    result = run_cli("new", *args, "--project-dir", str(tmp_path / "proj"))
+    assert result.exit_code == code
+    assert result.stderr.startswith(message) and result.stderr.count("\n") == 1
+    assert not (tmp_path / "proj").exists()
+
+
+def test_profile_multi_node_requirements_filter_offers(run_cli, tmp_path):
+    # llm-pretrain needs EFA/GPU NICs for 2 nodes: 1xT4 offers (N1 / g4dn.xlarge ...) cannot do it
+    result = run_cli("new", "--gpus", "1xT4", "--nodes", "2", "--profile", "llm-pretrain", "--project-dir", str(tmp_path))
+    assert result.exit_code == 4
+    assert "profile 'llm-pretrain' needs" in result.stderr and "EFA or GPUDirect NICs" in result.stderr
+    ok = json.loads(run_cli("new", "--gpus", "8xH100", "--nodes", "2", "--profile", "llm-pretrain",
+                            "--project-dir", str(tmp_path), "--json").stdout)
+    assert ok["instance_type"] in {"p5.48xlarge", "a3-highgpu-8g", "a3-megagpu-8g"}
+
+
+def test_spot_preferred_profile_takes_spot(run_cli, tmp_path):
+    data = json.loads(run_cli("new", "--gpus", "1xL4", "--profile", "qlora-finetune", "--project-dir", str(tmp_path), "--json").stdout)
+    assert data["pricing"] == "spot"
+    data = json.loads(run_cli("new", "--gpus", "1xL4", "--profile", "qlora-finetune", "--on-demand", "--name", "od",
+                              "--project-dir", str(tmp_path), "--json").stdout)
+    assert data["pricing"] == "on-demand"
+
+
+def test_readme_main_command_as_a_whole_process(tmp_path):
+    proc = subprocess.run([*gpuinfra_exe(), "new", "--gpus", "4xA100"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "stacks" / "Pulumi.gcp-4xa100.yaml").is_file()

@@ -1,0 +1,64 @@
+"""Shared fixtures: isolate every test from the user's catalog, profiles and credentials."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOT_DIR = REPO_ROOT / "data" / "snapshot"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory, monkeypatch):
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    for var in ("GPUINFRA_CATALOG_DIR", "GPUINFRA_PROFILES_DIR", "GPUINFRA_DEBUG", "GOOGLE_CLOUD_PROJECT",
+                "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("COLUMNS", "200")
+    from gpuinfra.catalog import store
+
+    store._load.cache_clear()
+    yield
+    store._load.cache_clear()
+
+
+class CliResult:
+    """Outcome of one in-process CLI run."""
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str):
+        self.exit_code = exit_code
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run ``gpuinfra <args>`` in-process through the real entry point (error handling included)."""
+    from gpuinfra.cli import main
+
+    def _run(*args: str) -> CliResult:
+        capsys.readouterr()
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        out, err = capsys.readouterr()
+        return CliResult(code, out, err)
+
+    return _run
+
+
+def gpuinfra_exe() -> list[str]:
+    """Command line that runs the installed console script as a whole process."""
+    exe = Path(sys.executable).with_name("gpuinfra")
+    return [str(exe)] if exe.exists() else [sys.executable, "-c", "from gpuinfra.cli import main; main()"]
+
+
+os.environ.setdefault("PULUMI_CONFIG_PASSPHRASE", "")
