@@ -228,11 +228,13 @@ def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts]
 
 def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceFacts], dict]:
     """Read the snapshot folder and return (offers, facts, metadata)."""
+    from gpuinfra.catalog.store import load_gcp_curated_facts
+
     with open(snapshot_dir / "aws_vms.csv", newline="") as f:
         aws_rows = list(csv.DictReader(f))
     with open(snapshot_dir / "gcp_vms.csv", newline="") as f:
         gcp_rows = list(csv.DictReader(f))
-    curated = json.loads((snapshot_dir / "gcp_machine_facts.json").read_text())
+    curated = load_gcp_curated_facts()
     describe = json.loads((snapshot_dir / "aws_describe_instance_types.json").read_text())
     extra = json.loads((snapshot_dir / "aws_extra_facts.json").read_text())
     from gpuinfra.catalog.store import load_gpu_models
@@ -248,7 +250,7 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
         "catalog_date": SNAPSHOT_DATE,
         "sources": {
             "aws": {"prices": SNAPSHOT_SOURCE, "date": SNAPSHOT_DATE, "facts": describe["_source"]},
-            "gcp": {"prices": SNAPSHOT_SOURCE, "date": SNAPSHOT_DATE, "facts": curated["_about"]},
+            "gcp": {"prices": SNAPSHOT_SOURCE, "date": SNAPSHOT_DATE, "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)"},
         },
         "built_by": "python -m gpuinfra.catalog.build",
     }

@@ -3,7 +3,7 @@
 AWS facts are read from EC2 ``DescribeInstanceTypes`` output (the same parser serves the
 shipped snapshot and ``gpuinfra catalog refresh``). GCP has no API field for GPU NIC layouts
 or bundled local SSDs, so those come from a curated table with sources
-(``data/snapshot/gcp_machine_facts.json``).
+(``gpuinfra/catalog/data/gcp_machine_facts.json``).
 """
 
 from __future__ import annotations

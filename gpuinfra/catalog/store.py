@@ -58,6 +58,12 @@ def load_gpu_models() -> tuple[GpuModel, ...]:
     )
 
 
+@lru_cache(maxsize=1)
+def load_gcp_curated_facts() -> dict:
+    """The curated GCP machine-family facts (``gcp_machine_facts.json``, sources inside)."""
+    return json.loads((PACKAGE_DATA_DIR / "gcp_machine_facts.json").read_text())
+
+
 def user_catalog_dir() -> Path:
     """Where ``gpuinfra catalog refresh`` writes by default."""
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

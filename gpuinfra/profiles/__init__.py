@@ -129,9 +129,13 @@ def profiles_dir(explicit: Path | None = None) -> Path | None:
     return Path(env) if env else None
 
 
-@lru_cache(maxsize=8)
+@lru_cache(maxsize=1)
+def _builtin() -> dict[str, Profile]:
+    return _read_profiles_file(BUILTIN_PROFILES_FILE)
+
+
 def _load_all(user_dir: Path | None) -> dict[str, Profile]:
-    profiles = _read_profiles_file(BUILTIN_PROFILES_FILE)
+    profiles = dict(_builtin())
     if user_dir is not None:
         if not user_dir.is_dir():
             raise ProfileError(f"profiles folder {user_dir} does not exist")
@@ -146,7 +150,7 @@ def load_profiles(user_dir: Path | None = None) -> dict[str, Profile]:
     Raises:
         ProfileError: a file is unreadable or a profile invalid.
     """
-    return dict(_load_all(profiles_dir(user_dir)))
+    return _load_all(profiles_dir(user_dir))
 
 
 def get_profile(name: str, user_dir: Path | None = None) -> Profile:

@@ -1,0 +1,171 @@
+"""``gpuinfra catalog refresh``: rebuild offers and facts from the clouds' APIs.
+
+The refreshed cloud replaces its part of the current catalog; the other cloud's part is kept
+as it is (with its own date). The result is written atomically to the user catalog folder
+(or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the
+shipped snapshot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from gpuinfra.catalog.build import write_catalog
+from gpuinfra.catalog.model import InstanceFacts, Offer
+from gpuinfra.catalog.store import load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
+from gpuinfra.errors import CatalogError, MissingDependencyError
+
+
+@dataclass
+class RefreshResult:
+    """What a refresh wrote."""
+
+    out_dir: Path
+    counts: dict[str, int] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def summary_lines(self) -> list[str]:
+        """Human-readable summary."""
+        lines = [f"wrote catalog to {self.out_dir}"]
+        lines += [f"  {cloud}: {n} offers" for cloud, n in sorted(self.counts.items())]
+        lines += [f"  warning: {w}" for w in self.warnings]
+        return lines
+
+
+def aws_client_factory(endpoint_url: str | None = None):
+    """boto3 client factory using the default credential chain.
+
+    Raises:
+        MissingDependencyError: no AWS credentials are configured.
+    """
+    import boto3
+
+    session = boto3.Session()
+    if session.get_credentials() is None:
+        raise MissingDependencyError(
+            "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+            "(see `aws configure`)"
+        )
+    return lambda service, region: session.client(service, region_name=region, endpoint_url=endpoint_url)
+
+
+def gcp_clients(credentials=None, client_options=None, transport: str | None = None):
+    """(billing, machine types, accelerator types) clients.
+
+    Raises:
+        MissingDependencyError: the google-cloud clients are not installed, or no credentials.
+    """
+    try:
+        from google.cloud import billing_v1, compute_v1
+    except ImportError:
+        raise MissingDependencyError(
+            "GCP refresh needs the google-cloud clients: pip install 'gpuinfra[gcp-refresh]'"
+        ) from None
+    if credentials is None:
+        import google.auth
+        from google.auth.exceptions import DefaultCredentialsError
+
+        try:
+            credentials, _ = google.auth.default()
+        except DefaultCredentialsError:
+            raise MissingDependencyError(
+                "no GCP credentials found: run `gcloud auth application-default login` "
+                "or set GOOGLE_APPLICATION_CREDENTIALS"
+            ) from None
+    kwargs = {"credentials": credentials, "client_options": client_options}
+    if transport:
+        kwargs["transport"] = transport
+    return (
+        billing_v1.CloudCatalogClient(**kwargs),
+        compute_v1.MachineTypesClient(**kwargs),
+        compute_v1.AcceleratorTypesClient(**kwargs),
+    )
+
+
+def refresh_catalog(
+    clouds: list[str],
+    out_dir: Path | None = None,
+    regions: list[str] | None = None,
+    gcp_project: str | None = None,
+    aws_factory=None,
+    gcp=None,
+    now: datetime | None = None,
+) -> RefreshResult:
+    """Fetch the clouds' catalogs and write a merged catalog folder.
+
+    Args:
+        clouds: subset of ``["aws", "gcp"]``.
+        out_dir: destination (default: :func:`user_catalog_dir`).
+        regions: restrict to these regions (default: all).
+        gcp_project: project for the Compute calls (required for GCP).
+        aws_factory: boto3 client factory (default: :func:`aws_client_factory`).
+        gcp: (billing, machine types, accelerator types) clients (default: :func:`gcp_clients`).
+        now: timestamp of the refresh (UTC).
+
+    Raises:
+        CatalogError: unknown cloud, API failure, or an empty result.
+        MissingDependencyError: missing credentials or client libraries.
+    """
+    for cloud in clouds:
+        if cloud not in ("aws", "gcp"):
+            raise CatalogError(f"unknown cloud {cloud!r}; choose aws or gcp")
+    if "gcp" in clouds and not gcp_project:
+        raise CatalogError("GCP refresh needs --gcp-project (or GOOGLE_CLOUD_PROJECT) for the Compute API")
+    now = now or datetime.now(timezone.utc)
+    current = load_catalog()
+    offers: dict[str, list[Offer]] = {c: [o for o in current.offers if o.cloud == c] for c in ("aws", "gcp")}
+    facts: dict[str, list[InstanceFacts]] = {
+        c: [f for f in current.facts.values() if f.cloud == c] for c in ("aws", "gcp")
+    }
+    meta = dict(current.meta)
+    sources = dict(meta.get("sources", {}))
+    result = RefreshResult(out_dir=Path(out_dir) if out_dir else user_catalog_dir())
+    date = now.strftime("%Y-%m-%d")
+    if "aws" in clouds:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        from gpuinfra.catalog.refresh_aws import fetch_aws
+
+        factory = aws_factory or aws_client_factory()
+        try:
+            offers["aws"], facts["aws"] = fetch_aws(factory, regions, now)
+        except (BotoCoreError, ClientError) as exc:
+            raise CatalogError(f"AWS refresh failed: {exc}") from None
+        sources["aws"] = {
+            "prices": "EC2 DescribeSpotPriceHistory + Price List GetProducts (gpuinfra catalog refresh)",
+            "date": date,
+            "facts": "EC2 DescribeInstanceTypes",
+        }
+    if "gcp" in clouds:
+        from google.api_core.exceptions import GoogleAPIError
+
+        from gpuinfra.catalog.refresh_gcp import fetch_gcp
+
+        billing, machine_types, accelerator_types = gcp or gcp_clients()
+        try:
+            offers["gcp"], facts["gcp"], report = fetch_gcp(
+                billing, machine_types, accelerator_types, gcp_project, regions,
+                load_gcp_curated_facts(), load_gpu_models(),
+            )
+        except GoogleAPIError as exc:
+            raise CatalogError(f"GCP refresh failed: {exc}") from None
+        result.warnings += [f"no host price SKU for {x}; left out" for x in sorted(report.missing_host_skus)]
+        result.warnings += [f"no GPU price SKU for {x}; left out" for x in sorted(report.missing_gpu_skus)]
+        sources["gcp"] = {
+            "prices": "Cloud Billing Catalog services/6F81-5844-456A/skus (gpuinfra catalog refresh)",
+            "date": date,
+            "facts": "Compute machineTypes.aggregatedList + gcp_machine_facts.json",
+        }
+    for cloud in clouds:
+        if not offers[cloud]:
+            raise CatalogError(f"{cloud} refresh returned no GPU offers; the catalog was not changed")
+    meta.update(catalog_date=max(s["date"] for s in sources.values()), sources=sources,
+                built_by="gpuinfra catalog refresh")
+    all_offers = offers["aws"] + offers["gcp"]
+    all_facts = sorted(facts["aws"] + facts["gcp"], key=lambda f: (f.cloud, f.instance_type))
+    write_catalog(result.out_dir, all_offers, all_facts, meta)
+    _load.cache_clear()
+    result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
+    return result

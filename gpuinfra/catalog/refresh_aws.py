@@ -1,0 +1,169 @@
+"""Rebuild the AWS part of the catalog from the EC2 and Price List APIs (boto3).
+
+Calls, per region (docs.aws.amazon.com/AWSEC2/latest/APIReference/):
+
+* ``DescribeInstanceTypes`` -> every NVIDIA GPU type and its facts (GPUs, EFA, network cards,
+  instance store, placement strategies), parsed by :func:`aws_facts_from_describe`;
+* ``DescribeAvailabilityZones`` -> AZ name -> AZ ID (spot history is keyed by name; the catalog
+  by ID, which is the same in every account) and which zones are Local/Wavelength zones;
+* ``DescribeInstanceTypeOfferings`` (``LocationType=availability-zone-id``) -> where each type
+  is sold;
+* ``DescribeSpotPriceHistory`` (``Linux/UNIX``, from now) -> current spot price per AZ;
+* Price List ``GetProducts`` (service ``AmazonEC2``, Linux, shared tenancy, no pre-installed
+  software, ``capacitystatus=Used``) -> on-demand price per type and region
+  (docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html).
+  The Price List endpoint lives in us-east-1.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+from decimal import Decimal
+
+from gpuinfra.catalog.build import aws_gpu_name
+from gpuinfra.catalog.facts import aws_facts_from_describe
+from gpuinfra.catalog.model import InstanceFacts, Offer, parse_price
+
+PRICING_REGION = "us-east-1"
+_SOURCE = "EC2 DescribeInstanceTypes via gpuinfra catalog refresh"
+
+#: boto3 client factory: (service, region) -> client. Tests pass one that points at moto.
+ClientFactory = Callable[[str, str], object]
+
+
+def _gpu_types(ec2) -> list[dict]:
+    types = []
+    for page in ec2.get_paginator("describe_instance_types").paginate():
+        for it in page["InstanceTypes"]:
+            gpus = (it.get("GpuInfo") or {}).get("Gpus") or []
+            if gpus and gpus[0].get("Manufacturer", "NVIDIA") == "NVIDIA":
+                types.append(it)
+    return types
+
+
+def _latest_spot_prices(ec2, instance_types: list[str], now: datetime) -> dict[tuple[str, str], Decimal]:
+    """Most recent Linux/UNIX spot price per (instance type, AZ name)."""
+    latest: dict[tuple[str, str], tuple[datetime, Decimal]] = {}
+    paginator = ec2.get_paginator("describe_spot_price_history")
+    for chunk_start in range(0, len(instance_types), 50):
+        pages = paginator.paginate(
+            InstanceTypes=instance_types[chunk_start:chunk_start + 50],
+            ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+            StartTime=now,
+        )
+        for page in pages:
+            for item in page["SpotPriceHistory"]:
+                key = (item["InstanceType"], item["AvailabilityZone"])
+                stamp = item["Timestamp"]
+                price = parse_price(item["SpotPrice"])
+                if price is not None and (key not in latest or stamp > latest[key][0]):
+                    latest[key] = (stamp, price)
+    return {key: price for key, (_, price) in latest.items()}
+
+
+def parse_price_list_item(text: str) -> tuple[str, str, Decimal] | None:
+    """(instance type, region code, on-demand USD/hour) from one Price List ``PriceList`` entry.
+
+    Args:
+        text: one element of ``GetProducts``' ``PriceList`` (a JSON document as a string).
+
+    Returns:
+        None when the product has no hourly on-demand price.
+    """
+    doc = json.loads(text)
+    attributes = doc["product"]["attributes"]
+    for term in doc.get("terms", {}).get("OnDemand", {}).values():
+        for dimension in term["priceDimensions"].values():
+            if dimension.get("unit") in ("Hrs", "Hours"):
+                price = parse_price(dimension["pricePerUnit"].get("USD"))
+                if price:
+                    return attributes["instanceType"], attributes["regionCode"], price
+    return None
+
+
+def on_demand_prices(pricing, region: str, instance_types: list[str]) -> dict[str, Decimal]:
+    """On-demand Linux price per instance type in ``region`` from the Price List API."""
+    filters = [
+        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
+        {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
+        {"Type": "TERM_MATCH", "Field": "tenancy", "Value": "Shared"},
+        {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
+        {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
+        {"Type": "TERM_MATCH", "Field": "licenseModel", "Value": "No License required"},
+    ]
+    wanted = set(instance_types)
+    prices: dict[str, Decimal] = {}
+    for page in pricing.get_paginator("get_products").paginate(ServiceCode="AmazonEC2", Filters=filters):
+        for text in page["PriceList"]:
+            parsed = parse_price_list_item(text)
+            if parsed and parsed[0] in wanted and parsed[1] == region:
+                prices[parsed[0]] = parsed[2]
+    return prices
+
+
+def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
+              now: datetime | None = None) -> tuple[list[Offer], list[InstanceFacts]]:
+    """Offers and facts for every NVIDIA GPU type in ``regions`` (default: all enabled regions).
+
+    Args:
+        client: factory returning boto3 clients (``client("ec2", "us-east-1")``).
+        regions: region names; None asks ``DescribeRegions``.
+        now: time for the spot price history query (default: now, UTC).
+
+    Raises:
+        botocore.exceptions.BotoCoreError / ClientError: API failures (the caller reports them).
+    """
+    now = now or datetime.now(timezone.utc)
+    if regions is None:
+        regions = sorted(r["RegionName"] for r in client("ec2", PRICING_REGION).describe_regions()["Regions"])
+    pricing = client("pricing", PRICING_REGION)
+    offers: list[Offer] = []
+    facts: dict[str, InstanceFacts] = {}
+    for region in regions:
+        ec2 = client("ec2", region)
+        types = {it["InstanceType"]: it for it in _gpu_types(ec2)}
+        if not types:
+            continue
+        for name, it in types.items():
+            facts.setdefault(name, aws_facts_from_describe(it, _SOURCE))
+        zones = {
+            z["ZoneName"]: z
+            for z in ec2.describe_availability_zones(AllAvailabilityZones=True)["AvailabilityZones"]
+        }
+        zone_type_by_id = {z["ZoneId"]: z.get("ZoneType", "availability-zone") for z in zones.values()}
+        offered: set[tuple[str, str]] = set()
+        for page in ec2.get_paginator("describe_instance_type_offerings").paginate(
+            LocationType="availability-zone-id",
+            Filters=[{"Name": "instance-type", "Values": sorted(types)}],
+        ):
+            offered.update((o["InstanceType"], o["Location"]) for o in page["InstanceTypeOfferings"])
+        spot_by_name = _latest_spot_prices(ec2, sorted(types), now)
+        spot = {(t, zones[z]["ZoneId"]): p for (t, z), p in spot_by_name.items() if z in zones}
+        on_demand = on_demand_prices(pricing, region, sorted(types))
+        for itype, zone_id in sorted(offered):
+            it = types[itype]
+            gpu = it["GpuInfo"]["Gpus"][0]
+            memory_mib = int(gpu.get("MemoryInfo", {}).get("SizeInMiB", 0))
+            od, sp = on_demand.get(itype), spot.get((itype, zone_id))
+            if od is None and sp is None:
+                continue
+            offers.append(
+                Offer(
+                    cloud="aws",
+                    instance_type=itype,
+                    gpu=aws_gpu_name(gpu["Name"], memory_mib),
+                    gpu_count=int(gpu["Count"]),
+                    gpu_memory_gib=round(memory_mib / 1024, 2),
+                    vcpus=float(it["VCpuInfo"]["DefaultVCpus"]),
+                    memory_gib=round(it["MemoryInfo"]["SizeInMiB"] / 1024, 3),
+                    region=region,
+                    zone=zone_id,
+                    on_demand_price_per_hour_usd=od,
+                    spot_price_per_hour_usd=sp,
+                    local_zone=zone_type_by_id.get(zone_id, "availability-zone") != "availability-zone",
+                )
+            )
+    offers.sort(key=lambda o: (o.instance_type, o.region, o.zone))
+    return offers, sorted(facts.values(), key=lambda f: f.instance_type)

@@ -1,0 +1,61 @@
+"""A tiny HTTP server on 127.0.0.1 that answers with fixture responses.
+
+Used to run the real boto3 / google-cloud clients against responses in the APIs' documented
+formats (the clouds themselves are unreachable here). Each route maps (method, path prefix,
+optional X-Amz-Target) to a JSON body; every request is recorded for assertions.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class ReplayServer:
+    """Serve ``routes``: list of (method, path_prefix, amz_target or None, body dict)."""
+
+    def __init__(self, routes):
+        self.routes = routes
+        self.requests: list[tuple[str, str, str | None, bytes]] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self, method):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                target = self.headers.get("X-Amz-Target")
+                server.requests.append((method, self.path, target, body))
+                for m, prefix, amz, response in server.routes:
+                    if m == method and self.path.startswith(prefix) and (amz is None or amz == target):
+                        payload = json.dumps(response).encode()
+                        self.send_response(200)
+                        self.send_header("Content-Type", "application/json" if amz is None else "application/x-amz-json-1.1")
+                        self.send_header("Content-Length", str(len(payload)))
+                        self.end_headers()
+                        self.wfile.write(payload)
+                        return
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def do_GET(self):  # noqa: N802
+                self._serve("GET")
+
+            def do_POST(self):  # noqa: N802
+                self._serve("POST")
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
