@@ -113,11 +113,11 @@ def _read_profiles_file(path: Path) -> dict[str, Profile]:
         try:
             profiles[str(name)] = Profile(name=str(name), **settings)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            field = ".".join(str(p) for p in first["loc"])
-            raise ProfileError(
-                f"profile {name!r} in {path}: field {field!r}: {first['msg']}"
-            ) from None
+            problems = [
+                f"field {'.'.join(str(p) for p in err['loc'])!r}: {err['msg']}" for err in exc.errors()
+            ]
+            more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+            raise ProfileError(f"profile {name!r} in {path}: {'; '.join(problems[:3])}{more}") from None
     return profiles
 
 

@@ -47,8 +47,9 @@ def test_user_profiles_dir_overrides_and_validates(run_cli, tmp_path):
     assert dev["idle_timeout_minutes"] == 15 and dev["ttl_hours"] == 4
     (tmp_path / "bad.yaml").write_text("broken:\n  placement: sometimes\n")
     result = run_cli("profiles", "--profiles-dir", str(tmp_path))
-    assert result.exit_code == 2
-    assert result.stderr.startswith(f"error: profile 'broken' in {tmp_path / 'bad.yaml'}: field 'placement'")
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert result.stderr.startswith(f"error: profile 'broken' in {tmp_path / 'bad.yaml'}: field 'description': Field required;")
+    assert "field 'placement': Input should be 'required' or 'none'" in result.stderr
 
 
 @pytest.mark.parametrize("args", [["--help"], ["offers", "--help"], ["new", "--help"], ["catalog", "--help"]])
