@@ -7,8 +7,9 @@ This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
   ``preferred`` takes spot when a spot offer fits, else on-demand. A profile that forbids
   spot rejects ``--spot``.
 * Multi-node clusters (nodes > 1) under a profile with ``placement: required`` only take
-  types that support cluster/compact placement (cluster-facts.md section 6 items 1-3); with
-  ``high_bandwidth_networking: required`` only types with EFA or GPU NICs (items 5, 8).
+  types that support cluster/compact placement (cluster-facts.md section 6 items 1-3). A
+  profile with ``high_bandwidth_networking: required`` only takes types with EFA or GPU NICs
+  (items 5, 8), whatever the node count (the blueprints refuse such a type as well).
 * ``scratch.required`` only takes types whose local NVMe can hold ``scratch.min_gib``: AWS
   instance store; GCP bundled local SSD, or families where local SSDs can be attached.
 """
@@ -96,7 +97,7 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
         kept = [r for r in kept if (f := catalog.fact(r.offer.cloud, r.offer.instance_type)) and f.cluster_placement]
         if len(kept) < before:
             reasons.append("cluster/compact placement (N1 hosts have none)")
-    if nodes > 1 and profile.high_bandwidth_networking == "required":
+    if profile.high_bandwidth_networking == "required":
         before = len(kept)
         kept = [r for r in kept if (f := catalog.fact(r.offer.cloud, r.offer.instance_type)) and f.gpu_nic_count > 0]
         if len(kept) < before:

@@ -98,7 +98,12 @@ class ClusterSpec(BaseModel):
         instance_type: EC2 instance type / GCE machine type.
         gpu: canonical GPU model; gpu_count: GPUs per node; nodes: node count.
         spot: spot / preemptible capacity.
-        capacity_reservation_id: target an On-Demand Capacity Reservation or Capacity Block.
+        capacity_reservation_id: target an On-Demand Capacity Reservation or Capacity Block
+            (``cr-...``).
+        capacity_reservation_instance_count: instances the reservation holds
+            (``aws ec2 describe-capacity-reservations``); nodes may not exceed it.
+        capacity_reservation_placement_group: the reservation's cluster placement group, if it
+            has one (a targeted reservation uses its own group or none).
         capacity_block: the reservation is an EC2 Capacity Block for ML.
         profile: the resolved workload profile.
         run_hours: expected training time, for cost estimates.
@@ -123,7 +128,9 @@ class ClusterSpec(BaseModel):
     gpu_count: int = Field(ge=1, le=64)
     nodes: int = Field(ge=1, le=4096)
     spot: bool = False
-    capacity_reservation_id: str | None = None
+    capacity_reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
+    capacity_reservation_instance_count: int | None = Field(default=None, ge=1)
+    capacity_reservation_placement_group: str | None = None
     capacity_block: bool = False
     profile: Profile
     run_hours: float = Field(gt=0, le=8760)
@@ -155,6 +162,8 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
+        if (self.capacity_reservation_instance_count or self.capacity_reservation_placement_group) and not self.capacity_reservation_id:
+            raise ValueError("capacity_reservation_instance_count/placement_group need capacity_reservation_id")
         if self.spot and self.capacity_reservation_id:
             raise ValueError("spot and capacity_reservation_id exclude each other")
         if self.spot and self.profile.spot.policy == "forbidden":

@@ -29,7 +29,8 @@ def _to_yaml(value: object) -> str:
 @lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
     """The shared environment: StrictUndefined, no autoescape (YAML/shell/cloud-config output),
-    ``keep_trailing_newline``, and a ``to_yaml`` filter."""
+    ``keep_trailing_newline``, comments written ``{## ... ##}`` (shell needs ``${#a[@]}``),
+    and a ``to_yaml`` filter."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -37,6 +38,9 @@ def environment() -> jinja2.Environment:
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
+        # shell uses "{#" in ${#array[@]}: make jinja comments "{##" ... "##}" instead
+        comment_start_string="{##",
+        comment_end_string="##}",
     )
     env.filters["to_yaml"] = _to_yaml
     return env

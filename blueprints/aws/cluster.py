@@ -1,0 +1,126 @@
+"""``AwsGpuCluster``: the AWS GPU training cluster as one Pulumi ComponentResource."""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from blueprints.aws.identity import build_instance_profile
+from blueprints.aws.network import build_network
+from blueprints.aws.nodes import build_fleet, build_launch_template
+from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
+from blueprints.aws.storage import build_bucket
+from blueprints.aws.userdata import nccl_env
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.errors import SpecError
+from gpuinfra.spec import ClusterSpec
+
+TYPE_TOKEN = "gpuinfra:aws:GpuCluster"
+
+
+def resolve_ami(spec: ClusterSpec, plan: AwsClusterPlan) -> str:
+    """The AMI id: ``spec.ami_id``, else the DLAMI SSM parameter resolved now.
+
+    Raises:
+        SpecError: the parameter does not resolve in the region (before any resource exists).
+    """
+    if spec.ami_id:
+        return spec.ami_id
+    try:
+        return aws.ssm.get_parameter(name=plan.ami_parameter).value
+    except Exception as exc:  # the provider raises a plain Exception on invoke failure
+        raise SpecError(
+            f"DLAMI parameter {plan.ami_parameter} does not resolve in {spec.region} ({exc}); "
+            "fix profile.image.aws_dlami_type (see docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html) "
+            "or set ami_id"
+        ) from None
+
+
+def check_existing_subnet(spec: ClusterSpec) -> None:
+    """An existing subnet must be in the spec's AZ (EFA and cluster placement groups are single-AZ).
+
+    Raises:
+        SpecError: the subnet is in another AZ or cannot be read.
+    """
+    if not spec.network.subnet_id:
+        return
+    try:
+        subnet = aws.ec2.get_subnet(id=spec.network.subnet_id)
+    except Exception as exc:
+        raise SpecError(f"cannot read subnet {spec.network.subnet_id}: {exc}") from None
+    if subnet.availability_zone_id != spec.zone:
+        raise SpecError(
+            f"subnet {spec.network.subnet_id} is in {subnet.availability_zone_id}, but the cluster's zone is "
+            f"{spec.zone}: all nodes must share one AZ (EFA does not cross AZs); use a subnet in {spec.zone}"
+        )
+    if spec.network.vpc_id and subnet.vpc_id != spec.network.vpc_id:
+        raise SpecError(f"subnet {spec.network.subnet_id} belongs to {subnet.vpc_id}, not {spec.network.vpc_id}")
+
+
+class AwsGpuCluster(pulumi.ComponentResource):
+    """GPU nodes in one AZ with EFA, cluster placement, NVMe scratch, an S3 bucket and a DLAMI.
+
+    Args:
+        name: component name (the stack name); children are named ``<name>-<role>``.
+        spec: the validated cluster spec (``cloud == "aws"``).
+        opts: Pulumi resource options.
+
+    Raises:
+        SpecError: invalid combinations (see :func:`blueprints.aws.plan.plan_aws_cluster`), an
+            existing subnet in another AZ, or a DLAMI parameter that does not resolve -- all
+            before any resource is registered.
+    """
+
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
+        plan = plan_aws_cluster(spec, load_catalog().fact("aws", spec.instance_type))
+        check_existing_subnet(spec)
+        ami_id = resolve_ami(spec, plan)
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        self.spec = spec
+        self.plan = plan
+        network = build_network(name, spec, plan, self)
+        self.bucket = build_bucket(name, spec, self)
+        profile = build_instance_profile(name, spec, self.bucket, self)
+        self.launch_template, self.placement_group = build_launch_template(
+            name, spec, plan, network, ami_id, profile, self.bucket, self
+        )
+        self.fleet = build_fleet(name, spec, plan, self.launch_template, self)
+        instances = aws.ec2.get_instances_output(
+            instance_tags={"gpuinfra:stack": spec.stack},
+            instance_state_names=["pending", "running"],
+            opts=pulumi.InvokeOutputOptions(depends_on=[self.fleet]),
+        )
+        self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or []))
+        first_instance = self.fleet.fleet_instance_sets.apply(
+            lambda sets: next((i for s in (sets or []) for i in (s.instance_ids or [])), None)
+        )
+        self.outputs = {
+            "bucket_name": self.bucket.bucket,
+            "bucket_url": self.bucket.bucket.apply(lambda b: f"s3://{b}"),
+            "fleet_id": self.fleet.id,
+            "private_ips": self.private_ips,
+            "ssm_connect_command": first_instance.apply(
+                lambda i: f"aws ssm start-session --region {spec.region} --target {i or '<instance-id>'}"
+            ),
+            "nccl_env": nccl_env(plan, spec.instance_type),
+            "torchrun_rendezvous_endpoint": self.private_ips.apply(
+                lambda ips: f"{ips[0]}:{TORCHRUN_PORT}" if ips else f"<rank-0 private IP>:{TORCHRUN_PORT}"
+            ),
+            "price_per_hour_usd": _cluster_price(spec),
+            "zone_id": spec.zone,
+            "efa_interfaces_per_node": plan.efa_count,
+        }
+        self.register_outputs(self.outputs)
+
+    def exports(self) -> dict:
+        """Stack outputs (``pulumi stack output``)."""
+        return self.outputs
+
+
+def _cluster_price(spec: ClusterSpec) -> str | None:
+    if spec.price is None:
+        return None
+    from decimal import Decimal
+
+    per_node = spec.price.spot_price_per_hour_usd if spec.spot else spec.price.on_demand_price_per_hour_usd
+    return None if per_node is None else format(Decimal(per_node) * spec.nodes, "f")

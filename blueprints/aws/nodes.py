@@ -1,0 +1,147 @@
+"""GPU nodes: AMI, placement group, launch template (EFA NICs, IMDSv2, encrypted gp3 root,
+user data) and one EC2 Fleet of type ``instant`` for all nodes.
+
+One request for all nodes keeps the Pulumi resource count independent of the node count and
+gives all-or-nothing capacity (``min_target_capacity`` = nodes with a single instance type in
+a single AZ). Instances are not replaced by the fleet, so a node that ends itself (idle/TTL
+watchdog, instance-initiated shutdown = terminate) stays gone.
+Sources: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instant-fleet.html; cluster-facts.md
+section 6 rules 2, 5, 6; ParallelCluster queues_stack.py launch templates.
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pulumi
+import pulumi_aws as aws
+
+from blueprints.aws.network import Network
+from blueprints.aws.plan import AwsClusterPlan
+from blueprints.aws.userdata import render_user_data
+from blueprints.common.naming import child
+from blueprints.common.tags import aws_tags
+from gpuinfra.spec import ClusterSpec
+
+#: gp3 baseline IOPS and throughput (MiB/s), included in the gp3 price
+#: (docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type).
+GP3_IOPS = 3000
+GP3_THROUGHPUT_MIBPS = 125
+
+
+def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, network: Network, ami_id: str,
+                          instance_profile: aws.iam.InstanceProfile, bucket: aws.s3.Bucket,
+                          parent: pulumi.Resource) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
+    """Placement group (when planned) and the launch template of the nodes."""
+    opts = pulumi.ResourceOptions(parent=parent)
+    group = None
+    group_name: pulumi.Input[str] | None = plan.placement_group_name
+    if plan.placement_group:
+        group = aws.ec2.PlacementGroup(child(name, "pg"), strategy="cluster", tags=aws_tags(spec), opts=opts)
+        group_name = group.name
+    interfaces = [
+        aws.ec2.LaunchTemplateNetworkInterfaceArgs(
+            network_card_index=nic.network_card_index,
+            device_index=nic.device_index,
+            interface_type=nic.interface_type,
+            subnet_id=network.subnet_id,
+            security_groups=[network.security_group_id],
+            delete_on_termination="true",
+            associate_public_ip_address=(
+                None if nic.associate_public_ip_address is None else str(nic.associate_public_ip_address).lower()
+            ),
+        )
+        for nic in plan.interfaces
+    ]
+    user_data = bucket.bucket.apply(
+        lambda bucket_name: base64.b64encode(render_user_data(spec, plan, bucket_name).encode()).decode()
+    )
+    capacity = None
+    if spec.capacity_reservation_id:
+        capacity = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(
+            capacity_reservation_target=aws.ec2.LaunchTemplateCapacityReservationSpecificationCapacityReservationTargetArgs(
+                capacity_reservation_id=spec.capacity_reservation_id,
+            )
+        )
+    tags = aws_tags(spec)
+    template = aws.ec2.LaunchTemplate(
+        child(name, "lt"),
+        image_id=ami_id,
+        instance_type=spec.instance_type,
+        iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=instance_profile.arn),
+        network_interfaces=interfaces,
+        placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group_name) if group_name else None,
+        metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
+            http_endpoint="enabled",
+            http_tokens="required",          # IMDSv2 only
+            http_put_response_hop_limit=2,   # containers on the node can reach IMDS
+            instance_metadata_tags="enabled",  # the node agent reads gpuinfra:expires-at from IMDS
+        ),
+        block_device_mappings=[
+            aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
+                device_name=plan.root_device_name,
+                ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
+                    volume_size=spec.profile.root_disk_gib,
+                    volume_type="gp3",
+                    iops=GP3_IOPS,
+                    throughput=GP3_THROUGHPUT_MIBPS,
+                    encrypted="true",
+                    delete_on_termination="true",
+                ),
+            )
+        ],
+        instance_initiated_shutdown_behavior="terminate",
+        capacity_reservation_specification=capacity,
+        instance_market_options=(
+            aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block") if spec.capacity_block else None
+        ),
+        user_data=user_data,
+        tag_specifications=[
+            aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=kind, tags={**tags, "Name": child(name, "node")})
+            for kind in ("instance", "volume", "network-interface")
+        ],
+        update_default_version=True,
+        tags=tags,
+        opts=opts,
+    )
+    return template, group
+
+
+def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aws.ec2.LaunchTemplate,
+                parent: pulumi.Resource) -> aws.ec2.Fleet:
+    """One instant EC2 Fleet launching all nodes in one request (all or nothing)."""
+    single = {"single_instance_type": True, "single_availability_zone": True, "min_target_capacity": spec.nodes}
+    on_demand = None
+    spot = None
+    if plan.market == "spot":
+        spot = aws.ec2.FleetSpotOptionsArgs(
+            allocation_strategy="price-capacity-optimized", instance_interruption_behavior="terminate", **single
+        )
+    else:
+        on_demand = aws.ec2.FleetOnDemandOptionsArgs(
+            allocation_strategy="lowest-price",
+            capacity_reservation_options=(
+                aws.ec2.FleetOnDemandOptionsCapacityReservationOptionsArgs(usage_strategy="use-capacity-reservations-first")
+                if spec.capacity_reservation_id else None
+            ),
+            **single,
+        )
+    return aws.ec2.Fleet(
+        child(name, "fleet"),
+        type="instant",
+        launch_template_configs=[aws.ec2.FleetLaunchTemplateConfigArgs(
+            launch_template_specification=aws.ec2.FleetLaunchTemplateConfigLaunchTemplateSpecificationArgs(
+                launch_template_id=template.id,
+                version=template.latest_version.apply(str),
+            ),
+        )],
+        target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(
+            default_target_capacity_type=plan.market,
+            total_target_capacity=spec.nodes,
+        ),
+        on_demand_options=on_demand,
+        spot_options=spot,
+        terminate_instances=True,  # pulumi destroy terminates the nodes with the fleet
+        tags=aws_tags(spec),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

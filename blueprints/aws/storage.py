@@ -1,0 +1,76 @@
+"""The stack's S3 bucket: same region, all public access blocked, encrypted, scratch-prefix
+lifecycle, versioning per profile, kept on destroy unless the stack says otherwise.
+
+Sources: awsome-distributed-training 1.architectures/0.common/0.private-bucket.yaml (all four
+PublicAccessBlock flags); cluster-facts.md section 6 rule 11.
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pulumi_aws as aws
+
+from blueprints.common.naming import child, dns_safe
+from blueprints.common.tags import aws_tags
+from gpuinfra.spec import ClusterSpec
+
+INCOMPLETE_UPLOAD_DAYS = 7
+
+
+def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s3.Bucket:
+    """Create the bucket and its public-access block, encryption, versioning and lifecycle."""
+    keep = not spec.delete_bucket_on_destroy
+    opts = pulumi.ResourceOptions(parent=parent)
+    bucket = aws.s3.Bucket(
+        child(name, "bucket"),
+        bucket_prefix=f"gpuinfra-{dns_safe(spec.stack, 27)}-",  # S3 allows a 37-character prefix
+        force_destroy=spec.delete_bucket_on_destroy,
+        tags=aws_tags(spec),
+        opts=pulumi.ResourceOptions(parent=parent, retain_on_delete=keep),
+    )
+    aws.s3.BucketPublicAccessBlock(
+        child(name, "bucket-pab"),
+        bucket=bucket.id,
+        block_public_acls=True,
+        block_public_policy=True,
+        ignore_public_acls=True,
+        restrict_public_buckets=True,
+        opts=opts,
+    )
+    aws.s3.BucketServerSideEncryptionConfiguration(
+        child(name, "bucket-sse"),
+        bucket=bucket.id,
+        rules=[{
+            "apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"},
+            "bucket_key_enabled": True,
+        }],
+        opts=opts,
+    )
+    aws.s3.BucketVersioning(
+        child(name, "bucket-versioning"),
+        bucket=bucket.id,
+        versioning_configuration={"status": "Enabled" if spec.profile.bucket.versioning else "Suspended"},
+        opts=opts,
+    )
+    days = spec.profile.bucket.scratch_expiry_days
+    aws.s3.BucketLifecycleConfiguration(
+        child(name, "bucket-lifecycle"),
+        bucket=bucket.id,
+        rules=[
+            {
+                "id": "expire-scratch",
+                "status": "Enabled",
+                "filter": {"prefix": spec.profile.bucket.scratch_prefix},
+                "expiration": {"days": days},
+                "noncurrent_version_expiration": {"noncurrent_days": days},
+            },
+            {
+                "id": "abort-incomplete-uploads",
+                "status": "Enabled",
+                "filter": {"prefix": ""},
+                "abort_incomplete_multipart_upload": {"days_after_initiation": INCOMPLETE_UPLOAD_DAYS},
+            },
+        ],
+        opts=opts,
+    )
+    return bucket

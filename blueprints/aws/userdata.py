@@ -1,0 +1,80 @@
+"""User data (cloud-init) of AWS GPU nodes, rendered from ``templates/``.
+
+EC2 limits user data to 16 KB before base64 encoding
+(docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html); :func:`render_user_data`
+refuses anything larger.
+"""
+
+from __future__ import annotations
+
+from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
+from blueprints.common.tags import expires_at_text
+from gpuinfra.errors import SpecError
+from gpuinfra.spec import ClusterSpec
+from gpuinfra.templating import render
+
+USER_DATA_LIMIT_BYTES = 16 * 1024
+SCRATCH_MOUNT = "/scratch"
+#: EC2 instance-store NVMe disks under /dev/disk/by-id (amazon-eks-ami setup-local-disks;
+#: ParallelCluster setup-ephemeral-drives.sh).
+AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
+PEER_WAIT_SECONDS = 900
+
+
+def nccl_env(plan: AwsClusterPlan, instance_type: str) -> dict[str, str]:
+    """NCCL environment for the current DLAMI stack (libfabric >= 1.18, aws-ofi-nccl >= 1.7).
+
+    Source: aws-samples/awsome-distributed-training 1.architectures/efa-cheatsheet.md:
+    modern aws-ofi-nccl needs no FI_PROVIDER / NCCL_PROTO / FI_EFA_USE_DEVICE_RDMA;
+    ``FI_EFA_USE_HUGE_PAGE=0`` avoids fork() failures; ``NCCL_SOCKET_IFNAME=^docker,lo,veth``
+    keeps bootstrap traffic off container bridges; g5/g6 (no GPUDirect RDMA over EFA) take
+    ``NCCL_SHM_USE_CUDA_MEMCPY=1``. Never set ``RDMAV_*``.
+    """
+    env = {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
+    if plan.efa_count:
+        env["FI_EFA_USE_HUGE_PAGE"] = "0"
+        env["GPUINFRA_EFA_DEVICES"] = str(plan.efa_count)
+    if instance_type.startswith(("g5.", "g6.", "g6e.", "gr6.", "g4dn.")):
+        env["NCCL_SHM_USE_CUDA_MEMCPY"] = "1"
+    return env
+
+
+def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> str:
+    """The ``#cloud-config`` text for the nodes of ``spec``.
+
+    Args:
+        spec: the cluster spec.
+        plan: the AWS plan (NICs, EFA count).
+        bucket: the stack's S3 bucket name (known at deploy time).
+
+    Raises:
+        SpecError: the result exceeds EC2's 16 KB user-data limit.
+    """
+    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=AWS_NVME_GLOB)
+    cluster_env = render(
+        "aws-cluster-env.sh.j2",
+        stack=spec.stack,
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpu_count,
+        master_port=TORCHRUN_PORT,
+        wait_seconds=PEER_WAIT_SECONDS,
+    )
+    text = render(
+        "aws-cloud-init.yaml.j2",
+        stack=spec.stack,
+        instance_type=spec.instance_type,
+        profile=spec.profile.name,
+        scratch_script=scratch.rstrip("\n"),
+        cluster_env_script=cluster_env.rstrip("\n"),
+        mount_point=SCRATCH_MOUNT,
+        container_image=spec.profile.container_image,
+        nccl_env=nccl_env(plan, spec.instance_type),
+        bucket=bucket,
+        expires_at=expires_at_text(spec),
+        idle_timeout_minutes=spec.profile.idle_timeout_minutes,
+        idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,
+    )
+    size = len(text.encode())
+    if size > USER_DATA_LIMIT_BYTES:
+        raise SpecError(f"rendered user data is {size} bytes; EC2 allows {USER_DATA_LIMIT_BYTES}")
+    return text

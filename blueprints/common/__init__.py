@@ -1,0 +1,1 @@
+"""Helpers shared by the cloud blueprints (naming, tags/labels)."""

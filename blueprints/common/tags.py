@@ -1,0 +1,41 @@
+"""Standard tags (AWS) and labels (GCP) put on every taggable resource.
+
+Keys: ``gpuinfra:stack``, ``gpuinfra:profile``, ``gpuinfra:expires-at`` on AWS; GCP labels
+allow only ``[a-z0-9_-]`` in keys and values (cloud.google.com/compute/docs/labeling-resources
+#requirements), so they become ``gpuinfra-stack``, ``gpuinfra-profile`` and
+``gpuinfra-expires-at`` with the timestamp written as ``20261122t0100z``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpuinfra.spec import ClusterSpec
+
+
+def expires_at_text(spec: ClusterSpec) -> str:
+    """TTL end as ISO 8601 UTC with seconds, e.g. ``2026-11-25T01:11:05Z``."""
+    return spec.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
+    """AWS tags of every resource of the stack (plus ``Name`` etc. from ``extra``)."""
+    return {
+        "gpuinfra:stack": spec.stack,
+        "gpuinfra:profile": spec.profile.name,
+        "gpuinfra:expires-at": expires_at_text(spec),
+        **extra,
+    }
+
+
+def _label_value(text: str) -> str:
+    return re.sub(r"[^a-z0-9_-]", "-", text.lower())[:63]
+
+
+def gcp_labels(spec: ClusterSpec) -> dict[str, str]:
+    """GCP labels of every resource of the stack."""
+    return {
+        "gpuinfra-stack": _label_value(spec.stack),
+        "gpuinfra-profile": _label_value(spec.profile.name),
+        "gpuinfra-expires-at": spec.expires_at.strftime("%Y%m%dt%H%M%Sz"),
+    }

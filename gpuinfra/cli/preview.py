@@ -1,0 +1,79 @@
+"""``gpuinfra preview``: the stack's resources, offline, from the real program under Pulumi mocks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from gpuinfra.cli import options
+
+#: Inputs shown per resource type in the tree view (the JSON has all of them).
+KEY_INPUTS = {
+    "aws:ec2/vpc:Vpc": ["cidrBlock"],
+    "aws:ec2/subnet:Subnet": ["availabilityZoneId", "cidrBlock", "mapPublicIpOnLaunch"],
+    "aws:ec2/securityGroupRule:SecurityGroupRule": ["type", "protocol", "fromPort", "toPort", "self", "cidrBlocks"],
+    "aws:ec2/placementGroup:PlacementGroup": ["strategy"],
+    "aws:ec2/vpcEndpoint:VpcEndpoint": ["serviceName", "vpcEndpointType"],
+    "aws:ec2/fleet:Fleet": ["type", "targetCapacitySpecification"],
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": ["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"],
+    "aws:s3/bucket:Bucket": ["bucketPrefix", "forceDestroy"],
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ["policyArn"],
+}
+
+
+def _launch_template_summary(inputs: dict) -> str:
+    nics = inputs.get("networkInterfaces", [])
+    kinds: dict[str, int] = {}
+    for nic in nics:
+        kinds[nic.get("interfaceType", "interface")] = kinds.get(nic.get("interfaceType", "interface"), 0) + 1
+    cards = sorted(n.get("networkCardIndex", 0) for n in nics)
+    root = (inputs.get("blockDeviceMappings") or [{}])[0].get("ebs", {})
+    return (
+        f"instanceType={inputs.get('instanceType')} imageId={inputs.get('imageId')} "
+        f"NICs={len(nics)} ({', '.join(f'{v} {k}' for k, v in kinds.items())}; cards {cards[0]}..{cards[-1]}) "
+        f"IMDS httpTokens={inputs.get('metadataOptions', {}).get('httpTokens')} "
+        f"root={root.get('volumeSize')} GiB {root.get('volumeType')} encrypted={root.get('encrypted')} "
+        f"shutdown={inputs.get('instanceInitiatedShutdownBehavior')}"
+    )
+
+
+def _summary(record) -> str:
+    if record.type == "aws:ec2/launchTemplate:LaunchTemplate":
+        return _launch_template_summary(record.inputs)
+    keys = KEY_INPUTS.get(record.type, [])
+    return " ".join(f"{k}={record.inputs[k]}" for k in keys if k in record.inputs)
+
+
+def preview(
+    stack: str = typer.Argument(..., help="Stack name (stacks/Pulumi.<stack>.yaml)."),
+    project_dir: Path = options.ProjectDir,
+    as_json: bool = options.Json,
+) -> None:
+    """Show every resource the stack would create, offline (no Pulumi CLI, no credentials)."""
+    from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.preview import run_preview
+    from gpuinfra.stackfile import provider_config, read_stack_spec
+
+    spec = read_stack_spec(project_dir, stack)
+    result = run_preview(spec, provider_config(spec))
+    if as_json:
+        print_json(result.to_json())
+        return
+    from rich.tree import Tree
+
+    out = stdout_console()
+    roots = [r for r in result.resources if r.parent is None]
+    tree = Tree(f"[bold]{stack}[/bold]: {len(result.resources)} resources (offline preview of {spec.nodes} x {spec.instance_type})")
+    for root in roots:
+        branch = tree.add(f"{root.type} [bold]{root.name}[/bold]")
+        for child in (r for r in result.resources if r.parent == root.name):
+            summary = _summary(child)
+            branch.add(f"{child.type} {child.name}" + (f"  [dim]{summary}[/dim]" if summary else ""))
+    out.print(tree)
+    for note in result.notes:
+        out.print(f"note: {note}")
+    price = result.outputs.get("price_per_hour_usd")
+    if price:
+        out.print(f"price: ${float(price):,.2f}/h for the cluster (catalog {spec.price.catalog_date if spec.price else '?'})")
+    out.print(f"next: pulumi up -s {stack}")

@@ -1,0 +1,247 @@
+"""Offline preview: run the real Pulumi program in-process under Pulumi's mocks.
+
+No Pulumi CLI, no plugins, no credentials: :func:`run_preview` sets
+``pulumi.runtime.set_mocks`` with a monitor that records every resource registration (type
+token, name, parent, inputs exactly as the SDK serializes them, camelCase), runs
+``blueprints.program.build`` for the stack's spec, and returns the records. This is what
+``gpuinfra preview`` prints and what the cost preview prices. It is a model of
+``pulumi preview``, not the engine itself: values the clouds compute at deploy time (AMI ids
+from SSM, instance ids, private IPs) are placeholders, listed in :attr:`PreviewResult.notes`.
+
+Each run happens in a fresh :mod:`contextvars` context so runs do not share Pulumi's root
+stack or config.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuinfra.spec import ClusterSpec
+
+#: Deep Learning AMI types whose SSM parameters exist
+#: (/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id), from
+#: docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html and public code cited in
+#: cluster-facts.md section 3.7. The offline preview resolves only these; a deploy asks SSM.
+KNOWN_DLAMI_TYPES = frozenset(
+    {
+        "base-oss-nvidia-driver-gpu-ubuntu-22.04",
+        "base-oss-nvidia-driver-gpu-ubuntu-24.04",
+        "base-oss-nvidia-driver-gpu-amazon-linux-2023",
+        "oss-nvidia-driver-gpu-pytorch-2.7-ubuntu-22.04",
+    }
+)
+_DLAMI_PARAM = re.compile(r"^/aws/service/deeplearning/ami/(x86_64|arm64)/(?P<type>[a-z0-9.-]+)/latest/ami-id$")
+PREVIEW_AMI_ID = "ami-0000000000preview"
+PREVIEW_ACCOUNT = "123456789012"
+
+
+class CallFailure(Exception):
+    """A provider function call that the cloud would answer with an error (e.g. SSM
+    ParameterNotFound). Reported to the program as an invoke failure it can catch."""
+
+    def __init__(self, prop: str, reason: str):
+        super().__init__(reason)
+        self.prop = prop
+        self.reason = reason
+
+
+@dataclass
+class ResourceRecord:
+    """One registered resource: Pulumi type token, logical name, parent name, inputs."""
+
+    type: str
+    name: str
+    parent: str | None
+    custom: bool
+    inputs: dict[str, Any]
+    retain_on_delete: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"type", "name", "parent", "inputs", "retainOnDelete"}`` as in the preview JSON."""
+        return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs,
+                "retainOnDelete": self.retain_on_delete}
+
+
+@dataclass
+class PreviewResult:
+    """Outcome of one offline preview."""
+
+    stack: str
+    resources: list[ResourceRecord]
+    outputs: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def of_type(self, token: str) -> list[ResourceRecord]:
+        """Resources whose type token is ``token`` (e.g. ``aws:ec2/subnet:Subnet``)."""
+        return [r for r in self.resources if r.type == token]
+
+    def to_json(self) -> dict[str, Any]:
+        """The documented preview JSON: ``{"stack", "resources": [...], "outputs", "notes"}``."""
+        return {
+            "stack": self.stack,
+            "resources": [r.to_json() for r in self.resources],
+            "outputs": self.outputs,
+            "notes": self.notes,
+        }
+
+
+class PreviewMocks:
+    """Answers provider calls and fills computed outputs the way the clouds would, offline.
+
+    Subclass and override :meth:`call_result` in tests to simulate other cloud answers (an
+    existing subnet in another AZ, an SSM parameter that does not exist ...).
+    """
+
+    def __init__(self, spec: ClusterSpec):
+        self.spec = spec
+        self.notes: list[str] = []
+
+    def call_result(self, token: str, args: dict) -> dict:
+        """Result of a provider function (data source) call.
+
+        Raises:
+            CallFailure: for calls the clouds would reject (unknown SSM parameter).
+            Exception: for calls the offline preview cannot model (a bug to fix here).
+        """
+        spec = self.spec
+        if token == "aws:ssm/getParameter:getParameter":
+            match = _DLAMI_PARAM.match(args.get("name", ""))
+            if not match or match.group("type") not in KNOWN_DLAMI_TYPES:
+                raise CallFailure("name", f"ParameterNotFound: {args.get('name')} (offline preview knows "
+                                          f"the DLAMI types {', '.join(sorted(KNOWN_DLAMI_TYPES))})")
+            self._note(f"AMI: {PREVIEW_AMI_ID} stands for the value of SSM {args['name']} at deploy time")
+            return {"name": args["name"], "value": PREVIEW_AMI_ID, "insecureValue": PREVIEW_AMI_ID,
+                    "type": "String", "version": 1, "arn": f"arn:aws:ssm:{spec.region}::parameter{args['name']}",
+                    "id": args["name"], "withDecryption": True}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            self._note(f"existing subnet {args.get('id')}: AZ not verifiable offline, assumed {spec.zone}")
+            return {"id": args.get("id"), "availabilityZoneId": spec.zone, "vpcId": spec.network.vpc_id or "",
+                    "cidrBlock": "", "tags": {}}
+        if token == "aws:ec2/getInstances:getInstances":
+            self._note("instance ids and private IPs are known only after deploy")
+            return {"ids": [], "privateIps": [], "publicIps": [], "ipv6Addresses": [], "id": "preview"}
+        raise Exception(f"offline preview cannot answer provider call {token}")
+
+    def new_resource_state(self, typ: str, name: str, inputs: dict) -> tuple[str, dict]:
+        """(id, state) of a newly registered resource: inputs plus typical computed outputs."""
+        state = dict(inputs)
+        rid = f"{name}-id"
+        if typ == "aws:s3/bucket:Bucket":
+            bucket = f"{inputs.get('bucketPrefix', name + '-')}0000preview"
+            rid = bucket
+            state.update(bucket=bucket, arn=f"arn:aws:s3:::{bucket}")
+        elif typ.startswith("aws:iam/"):
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:iam::{PREVIEW_ACCOUNT}:{typ.split(':')[-1].lower()}/{name}"
+        elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
+            state.update(latestVersion=1, defaultVersion=1)
+        elif typ == "aws:ec2/placementGroup:PlacementGroup":
+            state.setdefault("name", name)
+        elif typ == "aws:ec2/fleet:Fleet":
+            state.setdefault("fleetInstanceSets", [])
+        state.setdefault("arn", f"arn:preview:{typ}:{name}")
+        return rid, state
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+
+def _make_runtime_mocks(preview_mocks: PreviewMocks):
+    import pulumi
+
+    class _Mocks(pulumi.runtime.Mocks):
+        def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+            return preview_mocks.new_resource_state(args.typ, args.name, args.inputs)
+
+        def call(self, args: pulumi.runtime.MockCallArgs):
+            try:
+                return preview_mocks.call_result(args.token, args.args)
+            except CallFailure as failure:
+                return {}, [(failure.prop, failure.reason)]
+
+    return _Mocks()
+
+
+def _make_monitor(mocks, records: list[ResourceRecord], outputs: dict):
+    from pulumi.runtime import rpc
+    from pulumi.runtime.mocks import MockMonitor
+
+    class _RecordingMonitor(MockMonitor):
+        def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
+            response = super().RegisterResource(request)
+            if request.type != "pulumi:pulumi:Stack":
+                parent = request.parent.split("::")[-1] if request.parent else None
+                if request.parent and request.parent.split("::")[2].endswith("pulumi:pulumi:Stack"):
+                    parent = None
+                records.append(
+                    ResourceRecord(
+                        type=request.type,
+                        name=request.name,
+                        parent=parent,
+                        custom=bool(request.custom),
+                        inputs=_plain(rpc.deserialize_properties(request.object)),
+                        retain_on_delete=bool(getattr(request, "retainOnDelete", False)),
+                    )
+                )
+            return response
+
+        def RegisterResourceOutputs(self, request):  # noqa: N802
+            if "gpuinfra:" in request.urn.split("::")[2]:
+                outputs.update(_plain(rpc.deserialize_properties(request.outputs)))
+            return super().RegisterResourceOutputs(request)
+
+    return _RecordingMonitor(mocks)
+
+
+def _plain(value: Any) -> Any:
+    """Deserialized properties as plain JSON-able values (sorted dict keys for stable output)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in sorted(value.items()) if not str(k).startswith("__")}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)  # the wire format carries every number as a double
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _run(spec: ClusterSpec, provider_config: dict[str, str], mocks: PreviewMocks) -> PreviewResult:
+    import pulumi
+    from pulumi.runtime.settings import SETTINGS
+    from pulumi.runtime.stack import run_pulumi_func
+    from pulumi.runtime.sync_await import _sync_await
+
+    from blueprints.program import build
+
+    records: list[ResourceRecord] = []
+    outputs: dict[str, Any] = {}
+    runtime_mocks = _make_runtime_mocks(mocks)
+    monitor = _make_monitor(runtime_mocks, records, outputs)
+    pulumi.runtime.set_mocks(runtime_mocks, project="gpuinfra", stack=spec.stack, preview=True, monitor=monitor)
+    pulumi.runtime.set_all_config({"gpuinfra:cluster": json.dumps(spec.to_config()), **provider_config})
+    SETTINGS.rpc_manager.clear()
+    SETTINGS.outputs.clear()
+    _sync_await(run_pulumi_func(lambda: build(spec)))
+    return PreviewResult(stack=spec.stack, resources=records, outputs=outputs, notes=list(mocks.notes))
+
+
+def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None,
+                mocks: PreviewMocks | None = None) -> PreviewResult:
+    """Run the stack's program offline and return every resource it registers.
+
+    Args:
+        spec: the cluster spec (from the stack file).
+        provider_config: provider settings such as ``{"aws:region": "us-east-1"}``.
+        mocks: answers for provider calls (default :class:`PreviewMocks`).
+
+    Raises:
+        gpuinfra.errors.SpecError: the blueprint rejected the spec (before any resource).
+    """
+    mocks = mocks or PreviewMocks(spec)
+    return contextvars.Context().run(_run, spec, provider_config or {}, mocks)

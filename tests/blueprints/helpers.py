@@ -1,0 +1,68 @@
+"""Build specs for blueprint tests through the real planner, and run the offline preview."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.planner import PlanRequest, plan_cluster
+from gpuinfra.preview import run_preview
+from gpuinfra.profiles import get_profile
+from gpuinfra.stackfile import provider_config
+
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+
+
+def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune", cloud: str = "aws", **overrides):
+    """The spec `gpuinfra new --instance-type T --nodes N --profile P` would write."""
+    spot = overrides.pop("spot", False)
+    resolved = get_profile(profile)
+    profile_updates = overrides.pop("profile_updates", None)
+    if profile_updates:
+        resolved = type(resolved).model_validate({**resolved.model_dump(), **profile_updates})
+    plan = plan_cluster(
+        load_catalog(),
+        PlanRequest(gpus=None, instance_type=instance_type, nodes=nodes, cloud=cloud, spot=spot, name=f"t-{nodes}"),
+        resolved,
+        NOW,
+    )
+    spec = plan.spec
+    if overrides:
+        spec = type(spec).model_validate({**spec.model_dump(), **overrides})
+    return spec
+
+
+def preview(spec, mocks=None):
+    return run_preview(spec, provider_config(spec), mocks)
+
+
+def need_tool(name: str) -> str:
+    """Path of a Debian tool; in CI (CI=true) a missing tool fails the test, locally it skips."""
+    path = shutil.which(name)
+    if path is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{name} is not installed (.ci/run installs it)")
+        pytest.skip(f"{name} not installed")
+    return path
+
+
+def shellcheck_cloud_config(text: str, tmp_path) -> None:
+    """Validate a cloud-config with `cloud-init schema` and every script in it with shellcheck."""
+    config = tmp_path / "user-data.yaml"
+    config.write_text(text)
+    result = subprocess.run([need_tool("cloud-init"), "schema", "--config-file", str(config)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    scripts = [f for f in yaml.safe_load(text)["write_files"] if f["content"].startswith("#!")]
+    assert scripts, "no shell scripts found in the cloud-config"
+    for index, script in enumerate(scripts):
+        path = tmp_path / f"script{index}.sh"
+        path.write_text(script["content"])
+        result = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
+        assert result.returncode == 0, f"{script['path']}:\n{result.stdout}"

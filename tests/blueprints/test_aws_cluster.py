@@ -1,0 +1,267 @@
+"""AwsGpuCluster under Pulumi mocks: exact resources and inputs per instance type."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from gpuinfra.errors import SpecError
+from gpuinfra.preview import PreviewMocks
+from tests.blueprints.helpers import make_spec, preview, shellcheck_cloud_config
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+FLEET = "aws:ec2/fleet:Fleet"
+SUBNET = "aws:ec2/subnet:Subnet"
+SG_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+PG = "aws:ec2/placementGroup:PlacementGroup"
+GPUINFRA_TAGS = {"gpuinfra:stack", "gpuinfra:profile", "gpuinfra:expires-at"}
+
+
+def _one(result, token):
+    found = result.of_type(token)
+    assert len(found) == 1, f"{token}: {len(found)}"
+    return found[0].inputs
+
+
+@pytest.mark.parametrize(
+    ("itype", "nics", "types", "public_ip"),
+    [
+        ("g5.xlarge", 1, ["interface"], "true"),
+        ("g6e.48xlarge", 4, ["efa"] + ["efa-only"] * 3, None),
+        ("p4d.24xlarge", 4, ["efa"] + ["efa-only"] * 3, None),
+        ("p5.48xlarge", 32, ["efa"] + ["efa-only"] * 31, None),
+        ("p5en.48xlarge", 16, ["efa"] + ["efa-only"] * 15, None),
+    ],
+)
+def test_network_interfaces_follow_the_efa_rules(itype, nics, types, public_ip):
+    profile = "dev" if itype == "g5.xlarge" else "llm-finetune"
+    result = preview(make_spec(itype, nodes=2, profile=profile))
+    interfaces = _one(result, LT)["networkInterfaces"]
+    assert len(interfaces) == nics
+    assert [i["networkCardIndex"] for i in interfaces] == list(range(nics))  # each card once, 0..N-1
+    assert [i["deviceIndex"] for i in interfaces] == [0] * nics
+    assert [i["interfaceType"] for i in interfaces] == types
+    assert interfaces[0]["interfaceType"] != "efa-only"  # never EFA-only as the primary
+    assert [i.get("associatePublicIpAddress") for i in interfaces] == [public_ip] + [None] * (nics - 1)
+    node_subnet = next(r for r in result.of_type(SUBNET) if r.name.endswith("-nodes"))
+    assert {i["subnetId"] for i in interfaces} == {f"{node_subnet.name}-id"}
+
+
+def test_two_node_p5_must_show():
+    spec = make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain")
+    result = preview(spec)
+    interfaces = _one(result, LT)["networkInterfaces"]
+    efa = [i for i in interfaces if i["interfaceType"] in ("efa", "efa-only")]
+    assert len(efa) == 32 and sorted(i["networkCardIndex"] for i in efa) == list(range(32))
+    assert _one(result, PG)["strategy"] == "cluster"
+    assert _one(result, LT)["placement"]["groupName"] == result.of_type(PG)[0].name
+    rules = {(r.inputs["type"], r.inputs["protocol"], r.inputs.get("self", False)) for r in result.of_type(SG_RULE)}
+    assert ("ingress", "-1", True) in rules and ("egress", "-1", True) in rules
+    node_subnets = [r for r in result.of_type(SUBNET) if r.name.endswith("-nodes")]
+    assert len(node_subnets) == 1 and node_subnets[0].inputs["availabilityZoneId"] == spec.zone
+    assert all(r.inputs["availabilityZoneId"] == spec.zone for r in result.of_type(SUBNET))
+    pab = _one(result, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    assert all(pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+
+
+def test_security_group_rules_exactly():
+    result = preview(make_spec("p4d.24xlarge", nodes=2))
+    rules = sorted((r.inputs["type"], r.inputs["protocol"], r.inputs["fromPort"], r.inputs["toPort"],
+                    r.inputs.get("self", False), tuple(r.inputs.get("cidrBlocks", []))) for r in result.of_type(SG_RULE))
+    assert rules == [("egress", "-1", 0, 0, False, ("0.0.0.0/0",)), ("egress", "-1", 0, 0, True, ()),
+                     ("ingress", "-1", 0, 0, True, ())]  # no SSH by default
+    with_ssh = preview(make_spec("p4d.24xlarge", nodes=2, network={"ssh_cidr": "203.0.113.7/32"}))
+    ssh = [r.inputs for r in with_ssh.of_type(SG_RULE) if r.inputs.get("fromPort") == 22]
+    assert ssh == [{**ssh[0], "cidrBlocks": ["203.0.113.7/32"], "protocol": "tcp", "type": "ingress"}]
+
+
+def test_single_interface_types_use_one_public_subnet_multi_card_types_a_nat():
+    g5 = preview(make_spec("g5.xlarge", profile="dev"))
+    assert [r.name for r in g5.of_type(SUBNET)] == ["t-1-nodes"]
+    assert g5.of_type("aws:ec2/natGateway:NatGateway") == []
+    p5 = preview(make_spec("p5.48xlarge", nodes=2))
+    assert sorted(r.name for r in p5.of_type(SUBNET)) == ["t-2-nat", "t-2-nodes"]
+    assert len(p5.of_type("aws:ec2/natGateway:NatGateway")) == 1
+    default_routes = {r.name: r.inputs for r in p5.of_type("aws:ec2/route:Route")}
+    assert default_routes["t-2-nodes-default"]["natGatewayId"] == "t-2-nat-gw-id"
+    endpoint = _one(p5, "aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert endpoint["serviceName"] == "com.amazonaws.us-east-1.s3" and endpoint["vpcEndpointType"] == "Gateway"
+
+
+def test_launch_template_imdsv2_root_disk_shutdown_and_tags():
+    spec = make_spec("p4d.24xlarge", nodes=2)
+    lt = _one(preview(spec), LT)
+    assert lt["metadataOptions"]["httpTokens"] == "required"
+    assert lt["metadataOptions"]["instanceMetadataTags"] == "enabled"
+    assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/sda1", "ebs": {
+        "deleteOnTermination": "true", "encrypted": "true", "iops": 3000, "throughput": 125,
+        "volumeSize": spec.profile.root_disk_gib, "volumeType": "gp3"}}]
+    assert lt["instanceInitiatedShutdownBehavior"] == "terminate"
+    assert lt["imageId"] == "ami-0000000000preview"
+    assert {t["resourceType"] for t in lt["tagSpecifications"]} == {"instance", "volume", "network-interface"}
+    assert all(GPUINFRA_TAGS <= set(t["tags"]) for t in lt["tagSpecifications"])
+    assert "instanceMarketOptions" not in lt  # the fleet chooses the market
+
+
+def test_every_taggable_resource_carries_the_gpuinfra_tags():
+    spec = make_spec("p5.48xlarge", nodes=2)
+    result = preview(spec)
+    taggable = {"aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/internetGateway:InternetGateway",
+                "aws:ec2/routeTable:RouteTable", "aws:ec2/securityGroup:SecurityGroup", PG, LT, FLEET,
+                "aws:s3/bucket:Bucket", "aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile",
+                "aws:ec2/eip:Eip", "aws:ec2/natGateway:NatGateway", "aws:ec2/vpcEndpoint:VpcEndpoint"}
+    seen = set()
+    for record in result.resources:
+        if record.type in taggable:
+            seen.add(record.type)
+            tags = record.inputs["tags"]
+            assert tags["gpuinfra:stack"] == spec.stack and tags["gpuinfra:profile"] == "llm-finetune"
+            assert tags["gpuinfra:expires-at"] == "2026-11-25T01:00:00Z"  # created 2026-11-22T01:00Z + 72 h TTL
+    assert seen == taggable
+
+
+def test_bucket_settings():
+    spec = make_spec("p4d.24xlarge", nodes=1)
+    result = preview(spec)
+    bucket = result.of_type("aws:s3/bucket:Bucket")[0]
+    assert bucket.retain_on_delete is True and bucket.inputs["forceDestroy"] is False
+    assert bucket.inputs["bucketPrefix"] == "gpuinfra-t-1-"
+    sse = _one(result, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    assert sse["rules"][0]["applyServerSideEncryptionByDefault"]["sseAlgorithm"] == "AES256"
+    lifecycle = _one(result, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")["rules"]
+    scratch = next(r for r in lifecycle if r["id"] == "expire-scratch")
+    assert scratch["filter"]["prefix"] == "scratch/" and scratch["expiration"]["days"] == 7
+    assert _one(result, "aws:s3/bucketVersioning:BucketVersioning")["versioningConfiguration"]["status"] == "Enabled"
+    policy = json.loads(_one(result, "aws:iam/rolePolicy:RolePolicy")["policy"])
+    resources = [r for s in policy["Statement"] if s["Action"][0].startswith("s3:") for r in s["Resource"]]
+    assert resources == [f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview",
+                         f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview/*"]
+    deleting = preview(make_spec("p4d.24xlarge", delete_bucket_on_destroy=True)).of_type("aws:s3/bucket:Bucket")[0]
+    assert deleting.retain_on_delete is False and deleting.inputs["forceDestroy"] is True
+
+
+def test_spot_and_on_demand_fleets():
+    spot = _one(preview(make_spec("p4d.24xlarge", nodes=4, spot=True)), FLEET)
+    assert spot["type"] == "instant" and spot["terminateInstances"] is True
+    assert spot["targetCapacitySpecification"] == {"defaultTargetCapacityType": "spot", "totalTargetCapacity": 4}
+    assert spot["spotOptions"] == {"allocationStrategy": "price-capacity-optimized", "instanceInterruptionBehavior": "terminate",
+                                   "minTargetCapacity": 4, "singleAvailabilityZone": True, "singleInstanceType": True}
+    assert "onDemandOptions" not in spot
+    on_demand = _one(preview(make_spec("p4d.24xlarge", nodes=4)), FLEET)
+    assert on_demand["targetCapacitySpecification"]["defaultTargetCapacityType"] == "on-demand"
+    assert on_demand["onDemandOptions"]["minTargetCapacity"] == 4
+
+
+def test_capacity_block_has_no_placement_group():
+    spec = make_spec("p5.48xlarge", nodes=2, capacity_reservation_id="cr-0123456789abcdef0",
+                     capacity_reservation_instance_count=2, capacity_block=True)
+    result = preview(spec)
+    assert result.of_type(PG) == []
+    lt = _one(result, LT)
+    assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0123456789abcdef0"
+    assert _one(result, FLEET)["targetCapacitySpecification"]["defaultTargetCapacityType"] == "capacity-block"
+
+
+def test_targeted_reservation_uses_its_own_group():
+    spec = make_spec("p4d.24xlarge", nodes=2, capacity_reservation_id="cr-0123456789abcdef0",
+                     capacity_reservation_placement_group="odcr-pg")
+    result = preview(spec)
+    assert result.of_type(PG) == []
+    assert _one(result, LT)["placement"] == {"groupName": "odcr-pg"}
+
+
+@pytest.mark.parametrize("itype", ["g5.xlarge", "g6e.48xlarge", "p4d.24xlarge", "p5.48xlarge", "p5en.48xlarge"])
+def test_resource_count_does_not_grow_with_nodes(itype):
+    # placement required, so 1 node gets the placement group too; g5.xlarge has 232 GiB NVMe only
+    updates = {"scratch": {"required": True, "min_gib": 200}}
+    results = {n: preview(make_spec(itype, nodes=n, profile_updates=updates)) for n in (1, 8, 64)}
+    counts = {n: len(r.resources) for n, r in results.items()}
+    assert len(set(counts.values())) == 1, counts
+    assert [r.of_type(FLEET)[0].inputs["targetCapacitySpecification"]["totalTargetCapacity"] for r in results.values()] == [1, 8, 64]
+
+
+def test_single_node_without_placement_requirement_has_no_group():
+    assert preview(make_spec("g5.xlarge", profile="dev")).of_type(PG) == []
+    assert len(preview(make_spec("g5.xlarge", nodes=2, profile="dev")).of_type(PG)) == 1
+
+
+class _Recording(PreviewMocks):
+    def __init__(self, spec, subnet_zone=None):
+        super().__init__(spec)
+        self.subnet_zone = subnet_zone
+
+    def call_result(self, token, args):
+        if token == "aws:ec2/getSubnet:getSubnet":
+            return {"id": args["id"], "availabilityZoneId": self.subnet_zone, "vpcId": "vpc-0abc"}
+        return super().call_result(token, args)
+
+
+@pytest.mark.parametrize(
+    ("spec_kwargs", "mocks", "message"),
+    [
+        (dict(itype="g5.xlarge", profile="llm-pretrain"), None, "requires EFA, but g5.xlarge has no EFA"),
+        (dict(itype="p4d.24xlarge", nodes=4, capacity_reservation_id="cr-0123456789abcdef0",
+              capacity_reservation_instance_count=2), None, "nodes=4 but capacity reservation cr-0123456789abcdef0 holds 2"),
+        (dict(itype="p4d.24xlarge", network={"vpc_id": "vpc-0abc", "subnet_id": "subnet-0abc"}), "use1-az9",
+         "subnet subnet-0abc is in use1-az9, but the cluster's zone is"),
+        (dict(itype="p4d.24xlarge", ami_type="no-such-dlami"), None, "does not resolve in us-east-1"),
+    ],
+)
+def test_bad_input_fails_before_any_resource(spec_kwargs, mocks, message):
+    kwargs = dict(spec_kwargs)
+    itype = kwargs.pop("itype")
+    nodes = kwargs.pop("nodes", 1)
+    profile = kwargs.pop("profile", "llm-finetune")
+    ami_type = kwargs.pop("ami_type", None)
+    if profile == "llm-pretrain":
+        spec = make_spec("p4d.24xlarge", nodes=nodes, profile=profile).model_copy(update={"instance_type": itype})
+    else:
+        spec = make_spec(itype, nodes=nodes, profile=profile, **kwargs)
+    if ami_type:
+        profile_obj = spec.profile.model_copy(update={"image": spec.profile.image.model_copy(update={"aws_dlami_type": ami_type})})
+        spec = spec.model_copy(update={"profile": profile_obj})
+    recorder = _Recording(spec, subnet_zone=mocks) if mocks else PreviewMocks(spec)
+    with pytest.raises(SpecError) as info:
+        preview(spec, recorder)
+    assert message in str(info.value)
+
+
+def test_bad_input_registers_nothing(monkeypatch):
+    from gpuinfra import preview as preview_module
+
+    seen = []
+    original = preview_module._make_monitor
+
+    def spy(mocks, records, outputs):
+        seen.append(records)
+        return original(mocks, records, outputs)
+
+    monkeypatch.setattr(preview_module, "_make_monitor", spy)
+    spec = make_spec("p4d.24xlarge", nodes=2).model_copy(update={"instance_type": "g5.xlarge"})
+    spec = spec.model_copy(update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})})
+    with pytest.raises(SpecError):
+        preview(spec)
+    assert seen and seen[0] == []
+
+
+def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
+    result = preview(make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain"))
+    text = base64.b64decode(_one(result, LT)["userData"]).decode()
+    assert text.startswith("#cloud-config\n") and len(text.encode()) < 16 * 1024
+    assert "/dev/disk/by-id/ -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
+    assert "Before=docker.service containerd.service" in text
+    assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
+    assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
+    assert "NNODES=2" in text and "GPUINFRA_BUCKET=gpuinfra-t-2-0000preview" in text
+    shellcheck_cloud_config(text, tmp_path)
+
+
+def test_user_data_without_container_image_or_efa(tmp_path):
+    spec = make_spec("g5.xlarge", profile="dev")
+    spec = spec.model_copy(update={"profile": spec.profile.model_copy(update={"container_image": ""})})
+    text = base64.b64decode(_one(preview(spec), LT)["userData"]).decode()
+    assert "docker pull" not in text and "FI_EFA" not in text
+    shellcheck_cloud_config(text, tmp_path)

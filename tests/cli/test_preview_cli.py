@@ -1,0 +1,53 @@
+"""`gpuinfra preview` on stack files written by `gpuinfra new`."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+
+def test_preview_json_of_a_two_node_p5_stack(run_cli, tmp_path):
+    assert run_cli("new", "--gpus", "8xH100", "--nodes", "2", "--cloud", "aws", "--profile", "llm-pretrain",
+                   "--name", "p5x2", "--project-dir", str(tmp_path)).exit_code == 0
+    result = run_cli("preview", "p5x2", "--project-dir", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["stack"] == "p5x2"
+    assert all(set(r) >= {"type", "name", "parent", "inputs"} for r in doc["resources"])
+    component = [r for r in doc["resources"] if r["type"] == "gpuinfra:aws:GpuCluster"]
+    assert len(component) == 1 and component[0]["parent"] is None
+    assert all(r["parent"] == "p5x2" for r in doc["resources"] if r["type"] != "gpuinfra:aws:GpuCluster")
+    lt = next(r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]
+    assert sorted(n["networkCardIndex"] for n in lt["networkInterfaces"]) == list(range(32))
+    assert doc["outputs"]["efa_interfaces_per_node"] == 32
+    assert doc["outputs"]["price_per_hour_usd"] == "110.08"  # 2 x 55.04 us-east-1 on-demand, catalog 2026-11-22
+
+
+def test_preview_tree_names_key_inputs(run_cli, tmp_path):
+    run_cli("new", "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "p4", "--project-dir", str(tmp_path))
+    out = run_cli("preview", "p4", "--project-dir", str(tmp_path)).stdout
+    assert "gpuinfra:aws:GpuCluster p4" in out
+    assert "NICs=4 (1 efa, 3 efa-only; cards 0..3)" in out and "httpTokens=required" in out
+    assert "strategy=cluster" in out and "next: pulumi up -s p4" in out
+
+
+def test_preview_of_an_unknown_stack(run_cli, tmp_path):
+    result = run_cli("preview", "nope", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2 and result.stderr.startswith("error: no stack 'nope':")
+
+
+def test_preview_rejects_an_edited_invalid_spec(run_cli, tmp_path):
+    run_cli("new", "--instance-type", "g5.xlarge", "--profile", "dev", "--name", "g5", "--project-dir", str(tmp_path))
+    path = tmp_path / "stacks" / "Pulumi.g5.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["profile"]["high_bandwidth_networking"] = "required"
+    path.write_text(yaml.safe_dump(doc))
+    result = run_cli("preview", "g5", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr == "error: profile 'dev' requires EFA, but g5.xlarge has no EFA (EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)\n"
+    doc["config"]["gpuinfra:cluster"]["nodes"] = 0
+    path.write_text(yaml.safe_dump(doc))
+    result = run_cli("preview", "g5", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: gpuinfra:cluster.nodes: Input should be greater than or equal to 1")
