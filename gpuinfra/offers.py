@@ -267,8 +267,13 @@ def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_typ
     """The GPU request implied by an instance type (its GPU model and count).
 
     Raises:
-        CatalogError: unknown type.
+        CatalogError: unknown type, or a host that takes several GPU shapes (GCP N1: give --gpus).
     """
     validate_location(catalog, OfferQuery(request=GpuRequest("T4", 1), cloud=cloud, instance_type=instance_type))
-    offer = next(o for o in catalog.offers if o.instance_type == instance_type and cloud in (None, o.cloud))
-    return GpuRequest(gpu=offer.gpu, gpu_count=offer.gpu_count, nodes=nodes)
+    shapes = sorted({(o.gpu_count, o.gpu) for o in catalog.offers
+                     if o.instance_type == instance_type and cloud in (None, o.cloud)})
+    if len(shapes) > 1:
+        listed = ", ".join(f"{count}x{gpu}" for count, gpu in shapes)
+        raise CatalogError(f"{instance_type} takes attached GPUs; give --gpus with one of: {listed}")
+    count, gpu = shapes[0]
+    return GpuRequest(gpu=gpu, gpu_count=count, nodes=nodes)

@@ -14,6 +14,7 @@ stack or config.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import json
 import re
@@ -143,6 +144,25 @@ class PreviewMocks:
             state.setdefault("name", name)
         elif typ == "aws:ec2/fleet:Fleet":
             state.setdefault("fleetInstanceSets", [])
+        if typ.startswith("gcp:"):
+            project = inputs.get("project", "gpuinfra-preview")
+            kind = typ.split(":")[-1][0].lower() + typ.split(":")[-1][1:]
+            kind = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
+            resource_name = inputs.get("name") or (inputs.get("namePrefix", name) + "preview") if typ.endswith(
+                ":InstanceTemplate") else inputs.get("name", name)
+            state["name"] = resource_name
+            link = f"https://www.googleapis.com/compute/v1/projects/{project}/{kind}/{resource_name}"
+            state.update(selfLink=link, selfLinkUnique=f"{link}?uniqueId=1")
+            if typ == "gcp:serviceaccount/account:Account":
+                state["email"] = f"{inputs.get('accountId')}@{project}.iam.gserviceaccount.com"
+                state["member"] = f"serviceAccount:{state['email']}"
+            if typ == "gcp:storage/bucket:Bucket":
+                rid = state["name"] = f"{name}-0000preview"
+                state["url"] = f"gs://{rid}"
+            if typ == "gcp:compute/instanceFromTemplate:InstanceFromTemplate":
+                self._note("GCP VM internal IPs are known only after deploy")
+                state["networkInterfaces"] = []
+            return rid, state
         state.setdefault("arn", f"arn:preview:{typ}:{name}")
         return rid, state
 
@@ -219,6 +239,8 @@ def _run(spec: ClusterSpec, provider_config: dict[str, str], mocks: PreviewMocks
 
     from blueprints.program import build
 
+    loop = asyncio.new_event_loop()  # one loop per run, closed after it: no loop leaks between runs
+    asyncio.set_event_loop(loop)
     records: list[ResourceRecord] = []
     outputs: dict[str, Any] = {}
     runtime_mocks = _make_runtime_mocks(mocks)
@@ -227,7 +249,12 @@ def _run(spec: ClusterSpec, provider_config: dict[str, str], mocks: PreviewMocks
     pulumi.runtime.set_all_config({"gpuinfra:cluster": json.dumps(spec.to_config()), **provider_config})
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
-    _sync_await(run_pulumi_func(lambda: build(spec)))
+    try:
+        _sync_await(run_pulumi_func(lambda: build(spec)))
+    finally:
+        loop.run_until_complete(loop.shutdown_default_executor())
+        loop.close()
+        asyncio.set_event_loop(None)
     return PreviewResult(stack=spec.stack, resources=records, outputs=outputs, notes=list(mocks.notes))
 
 

@@ -46,8 +46,10 @@ class NetworkSettings(BaseModel):
     Attributes:
         vpc_id: reuse an existing AWS VPC (with ``subnet_id``) instead of creating one.
         subnet_id: existing AWS subnet; must be in the spec's AZ (checked by the blueprint).
-        ssh_cidr: allow inbound SSH (TCP 22) from this CIDR only; None (default) = no SSH,
-            access through SSM Session Manager (AWS) / OS Login + IAP (GCP).
+        ssh_cidr: AWS: allow inbound SSH (TCP 22) from this CIDR only; None (default) = no
+            SSH, access through SSM Session Manager.
+        iap_ssh: GCP: allow SSH from Identity-Aware Proxy's range 35.235.240.0/20 only
+            (OS Login decides who); default off.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -55,6 +57,7 @@ class NetworkSettings(BaseModel):
     vpc_id: str | None = None
     subnet_id: str | None = None
     ssh_cidr: str | None = None
+    iap_ssh: bool = False
 
     @field_validator("ssh_cidr")
     @classmethod
@@ -109,6 +112,9 @@ class ClusterSpec(BaseModel):
         run_hours: expected training time, for cost estimates.
         created_at: when the stack file was written (UTC); TTL counts from here.
         gcp_project: GCP project id (GCP only; may also come from ``gcp:project``).
+        gcp_reservation: consume this GCP reservation (specific reservation affinity).
+        gcp_reservation_accepts_placement: the reservation is a dense/block reservation that
+            takes an external compact placement policy (vanilla reservations do not).
         network: networking overrides.
         ami_id: AWS AMI override (else the DLAMI SSM parameter of the profile).
         gcp_image: GCP image override (else the DLVM family of the profile).
@@ -136,6 +142,8 @@ class ClusterSpec(BaseModel):
     run_hours: float = Field(gt=0, le=8760)
     created_at: datetime
     gcp_project: str | None = None
+    gcp_reservation: str | None = None
+    gcp_reservation_accepts_placement: bool = False
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     ami_id: str | None = None
     gcp_image: str | None = None
@@ -168,8 +176,10 @@ class ClusterSpec(BaseModel):
             raise ValueError("spot and capacity_reservation_id exclude each other")
         if self.spot and self.profile.spot.policy == "forbidden":
             raise ValueError(f"profile {self.profile.name!r} forbids spot capacity")
-        if self.cloud == "gcp" and (self.network.vpc_id or self.ami_id):
-            raise ValueError("network.vpc_id/subnet_id and ami_id are AWS settings")
+        if self.cloud == "gcp" and (self.network.vpc_id or self.ami_id or self.network.ssh_cidr or self.capacity_reservation_id):
+            raise ValueError("network.vpc_id/subnet_id/ssh_cidr, ami_id and capacity_reservation_id are AWS settings")
+        if self.cloud == "aws" and (self.gcp_reservation or self.network.iap_ssh):
+            raise ValueError("gcp_reservation and network.iap_ssh are GCP settings")
         if self.cloud == "aws" and self.gcp_image:
             raise ValueError("gcp_image is a GCP setting")
         return self

@@ -22,13 +22,14 @@ NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
 def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune", cloud: str = "aws", **overrides):
     """The spec `gpuinfra new --instance-type T --nodes N --profile P` would write."""
     spot = overrides.pop("spot", False)
+    gpus = overrides.pop("gpus", None)
     resolved = get_profile(profile)
     profile_updates = overrides.pop("profile_updates", None)
     if profile_updates:
         resolved = type(resolved).model_validate({**resolved.model_dump(), **profile_updates})
     plan = plan_cluster(
         load_catalog(),
-        PlanRequest(gpus=None, instance_type=instance_type, nodes=nodes, cloud=cloud, spot=spot, name=f"t-{nodes}"),
+        PlanRequest(gpus=gpus, instance_type=instance_type, nodes=nodes, cloud=cloud, spot=spot, name=f"t-{nodes}"),
         resolved,
         NOW,
     )

@@ -1,0 +1,78 @@
+"""``GcpGpuCluster``: the GCP GPU training cluster as one Pulumi ComponentResource."""
+
+from __future__ import annotations
+
+import pulumi
+
+from blueprints.gcp.network import build_networks
+from blueprints.gcp.nodes import build_placement_policy, build_template, build_vms
+from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
+from blueprints.gcp.startup import node_prefix
+from blueprints.gcp.storage import build_bucket, build_service_account
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.spec import ClusterSpec
+
+TYPE_TOKEN = "gpuinfra:gcp:GpuCluster"
+PREVIEW_PROJECT = "gpuinfra-preview"
+
+
+def project_id(spec: ClusterSpec) -> str:
+    """``spec.gcp_project``, else the stack's ``gcp:project`` config."""
+    return spec.gcp_project or pulumi.Config("gcp").get("project") or PREVIEW_PROJECT
+
+
+class GcpGpuCluster(pulumi.ComponentResource):
+    """GPU VMs in one zone with compact placement, gVNIC / GPUDirect NICs, local SSD scratch,
+    a GCS bucket and a Deep Learning VM image.
+
+    Args:
+        name: component name (the stack name); children are named ``<name>-<role>``.
+        spec: the validated cluster spec (``cloud == "gcp"``).
+        opts: Pulumi resource options.
+
+    Raises:
+        SpecError: see :func:`blueprints.gcp.plan.plan_gcp_cluster` -- before any resource.
+    """
+
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
+        plan = plan_gcp_cluster(spec, load_catalog())
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        project = project_id(spec)
+        self.plan = plan
+        networks = build_networks(name, spec, plan, project, self)
+        self.bucket = build_bucket(name, spec, project, self)
+        account = build_service_account(name, spec, self.bucket, project, self)
+        policy = build_placement_policy(name, spec, plan, project, self)
+        template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self)
+        self.vms = build_vms(name, spec, template, project, self)
+        internal_ips = pulumi.Output.all(*[vm.network_interfaces for vm in self.vms]).apply(
+            lambda nics_per_vm: [(nics or [{}])[0].network_ip if nics and hasattr(nics[0], "network_ip") else None
+                                 for nics in nics_per_vm]
+        )
+        prefix = node_prefix(spec)
+        self.outputs = {
+            "bucket_name": self.bucket.name,
+            "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),
+            "instance_names": [f"{prefix}-{i}" for i in range(spec.nodes)],
+            "private_ips": internal_ips,
+            "ssh_command": f"gcloud compute ssh {prefix}-0 --zone {spec.zone} --tunnel-through-iap",
+            "nccl_env": nccl_env(plan.nic_layout),
+            "torchrun_rendezvous_endpoint": f"{prefix}-0:{TORCHRUN_PORT}",
+            "price_per_hour_usd": _cluster_price(spec),
+            "nics_per_node": plan.nic_count,
+            "local_ssd_per_node": plan.local_ssd_count,
+        }
+        self.register_outputs(self.outputs)
+
+    def exports(self) -> dict:
+        """Stack outputs (``pulumi stack output``)."""
+        return self.outputs
+
+
+def _cluster_price(spec: ClusterSpec) -> str | None:
+    from decimal import Decimal
+
+    if spec.price is None:
+        return None
+    per_node = spec.price.spot_price_per_hour_usd if spec.spot else spec.price.on_demand_price_per_hour_usd
+    return None if per_node is None else format(Decimal(per_node) * spec.nodes, "f")

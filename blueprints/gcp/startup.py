@@ -1,0 +1,59 @@
+"""Startup script of GCP GPU nodes, rendered from ``templates/gcp-startup.sh.j2``.
+
+GCE runs ``startup-script`` metadata on every boot
+(cloud.google.com/compute/docs/instances/startup-scripts/linux), which is what local SSD scratch
+needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/metadata/overview).
+"""
+
+from __future__ import annotations
+
+from blueprints.common.tags import expires_at_text
+from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
+from gpuinfra.errors import SpecError
+from gpuinfra.spec import ClusterSpec
+from gpuinfra.templating import render
+
+METADATA_VALUE_LIMIT_BYTES = 256 * 1024
+SCRATCH_MOUNT = "/scratch"
+#: Local NVMe SSDs under /dev/disk/by-id (cluster-toolkit startup-script setup-raid.yml).
+GCP_NVME_GLOB = "google-local-nvme-ssd-*"
+
+
+def node_prefix(spec: ClusterSpec) -> str:
+    """VM names are ``<prefix>-<i>``; the rank is ``i``."""
+    from blueprints.common.naming import dns_safe
+
+    return f"{dns_safe(spec.stack, 40)}-node"
+
+
+def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> str:
+    """The startup script text for ``spec``.
+
+    Raises:
+        SpecError: the script exceeds the metadata value limit.
+    """
+    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=GCP_NVME_GLOB)
+    prefix = node_prefix(spec)
+    text = render(
+        "gcp-startup.sh.j2",
+        stack=spec.stack,
+        machine_type=spec.instance_type,
+        profile=spec.profile.name,
+        mount_point=SCRATCH_MOUNT,
+        nic_layout=plan.nic_layout,
+        scratch_script=scratch.rstrip("\n"),
+        nccl_env=nccl_env(plan.nic_layout),
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpu_count,
+        node_prefix=prefix,
+        master_host=f"{prefix}-0",
+        master_port=TORCHRUN_PORT,
+        bucket=bucket,
+        expires_at=expires_at_text(spec),
+        idle_timeout_minutes=spec.profile.idle_timeout_minutes,
+        idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,
+        container_image=spec.profile.container_image,
+    )
+    if len(text.encode()) > METADATA_VALUE_LIMIT_BYTES:
+        raise SpecError(f"startup script is {len(text.encode())} bytes; GCE metadata allows {METADATA_VALUE_LIMIT_BYTES}")
+    return text
