@@ -159,9 +159,9 @@ class PreviewMocks:
             if typ == "gcp:storage/bucket:Bucket":
                 rid = state["name"] = f"{name}-0000preview"
                 state["url"] = f"gs://{rid}"
-            if typ == "gcp:compute/instanceFromTemplate:InstanceFromTemplate":
-                self._note("GCP VM internal IPs are known only after deploy")
-                state["networkInterfaces"] = []
+            if typ == "gcp:compute/instanceGroupManager:InstanceGroupManager":
+                self._note("GCP VM names and internal IPs are known only after deploy")
+                state["instanceGroup"] = f"{link.replace('instanceGroupManagers', 'instanceGroups')}"
             return rid, state
         state.setdefault("arn", f"arn:preview:{typ}:{name}")
         return rid, state

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pulumi
 
 from blueprints.gcp.network import build_networks
-from blueprints.gcp.nodes import build_placement_policy, build_template, build_vms
+from blueprints.gcp.nodes import build_group, build_placement_policy, build_template
 from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
 from blueprints.gcp.startup import node_prefix
-from blueprints.gcp.storage import build_bucket, build_service_account
+from blueprints.gcp.storage import build_bucket, build_peer_discovery_role, build_service_account
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.spec import ClusterSpec
 
@@ -44,20 +44,17 @@ class GcpGpuCluster(pulumi.ComponentResource):
         account = build_service_account(name, spec, self.bucket, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
         template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self)
-        self.vms = build_vms(name, spec, template, project, self)
-        internal_ips = pulumi.Output.all(*[vm.network_interfaces for vm in self.vms]).apply(
-            lambda nics_per_vm: [(nics or [{}])[0].network_ip if nics and hasattr(nics[0], "network_ip") else None
-                                 for nics in nics_per_vm]
-        )
+        self.group = build_group(name, spec, template, project, self)
+        build_peer_discovery_role(name, account, project, self)
         prefix = node_prefix(spec)
         self.outputs = {
             "bucket_name": self.bucket.name,
             "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),
-            "instance_names": [f"{prefix}-{i}" for i in range(spec.nodes)],
-            "private_ips": internal_ips,
-            "ssh_command": f"gcloud compute ssh {prefix}-0 --zone {spec.zone} --tunnel-through-iap",
+            "instance_group": self.group.instance_group,
+            "list_nodes_command": f"gcloud compute instance-groups managed list-instances {prefix} --zone {spec.zone}",
+            "ssh_command": f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap",
             "nccl_env": nccl_env(plan.nic_layout),
-            "torchrun_rendezvous_endpoint": f"{prefix}-0:{TORCHRUN_PORT}",
+            "torchrun_rendezvous_endpoint": f"<lowest node IP, /etc/gpuinfra/cluster.env>:{TORCHRUN_PORT}",
             "price_per_hour_usd": _cluster_price(spec),
             "nics_per_node": plan.nic_count,
             "local_ssd_per_node": plan.local_ssd_count,

@@ -1,11 +1,11 @@
-"""GPU VMs: compact placement policy, one instance template, and the VMs made from it.
+"""GPU VMs: compact placement policy, one instance template, one zonal managed instance group.
 
-The VMs are created from the template one resource per node, not through a managed instance
-group: the TTL deletes each VM when its ``max_run_duration`` ends and the idle watchdog deletes
-idle VMs, and a MIG would recreate them to keep its target size (restarting the bill). So the
-resource count is fixed + 1 per node; the per-VM resources carry only the name and the template
-link (benchmarks/bench_preview.py --cloud gcp prints the counts). VM names ``<stack>-node-<i>``
-also give each node its torchrun rank without any API call.
+All nodes come from one template through one zonal MIG, so the resource count does not grow
+with the node count. The template's ``max_run_duration`` (the TTL) works inside a MIG: "When a
+VM reaches its time limit, the MIG automatically terminates (deletes) that VM"
+(cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs). Failed VMs are not
+repaired (``default_action_on_failure = DO_NOTHING``) and template edits never replace running
+training nodes (``update_policy`` OPPORTUNISTIC with minimal action NONE).
 """
 
 from __future__ import annotations
@@ -97,19 +97,24 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
     )
 
 
-def build_vms(name: str, spec: ClusterSpec, template: gcp.compute.InstanceTemplate, project: str,
-              parent: pulumi.Resource) -> list[gcp.compute.InstanceFromTemplate]:
-    """One VM per node from the template, all in the spec's zone (see module docstring)."""
-    prefix = node_prefix(spec)
-    return [
-        gcp.compute.InstanceFromTemplate(
-            child(name, f"node-{i}"),
-            name=f"{prefix}-{i}",
-            zone=spec.zone,
-            source_instance_template=template.self_link_unique,
-            labels=gcp_labels(spec),
-            project=project,
-            opts=pulumi.ResourceOptions(parent=parent),
-        )
-        for i in range(spec.nodes)
-    ]
+def build_group(name: str, spec: ClusterSpec, template: gcp.compute.InstanceTemplate, project: str,
+                parent: pulumi.Resource) -> gcp.compute.InstanceGroupManager:
+    """The zonal MIG holding every node, created all at once from the template."""
+    return gcp.compute.InstanceGroupManager(
+        child(name, "nodes"),
+        zone=spec.zone,
+        base_instance_name=node_prefix(spec),
+        versions=[gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")],
+        target_size=spec.nodes,
+        update_policy=gcp.compute.InstanceGroupManagerUpdatePolicyArgs(
+            type="OPPORTUNISTIC", minimal_action="NONE", replacement_method="RECREATE",
+            max_surge_fixed=0, max_unavailable_fixed=1,
+        ),
+        instance_lifecycle_policy=gcp.compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
+            default_action_on_failure="DO_NOTHING", force_update_on_repair="NO",
+        ),
+        wait_for_instances=True,
+        wait_for_instances_status="STABLE",
+        project=project,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

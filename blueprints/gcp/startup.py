@@ -7,7 +7,7 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
-from blueprints.common.tags import expires_at_text
+from blueprints.common.tags import expires_at_text, gcp_labels
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
@@ -17,10 +17,11 @@ METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 SCRATCH_MOUNT = "/scratch"
 #: Local NVMe SSDs under /dev/disk/by-id (cluster-toolkit startup-script setup-raid.yml).
 GCP_NVME_GLOB = "google-local-nvme-ssd-*"
+PEER_WAIT_SECONDS = 900
 
 
 def node_prefix(spec: ClusterSpec) -> str:
-    """VM names are ``<prefix>-<i>``; the rank is ``i``."""
+    """Base instance name of the MIG: VMs are ``<prefix>-<random suffix>``."""
     from blueprints.common.naming import dns_safe
 
     return f"{dns_safe(spec.stack, 40)}-node"
@@ -33,7 +34,6 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         SpecError: the script exceeds the metadata value limit.
     """
     scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=GCP_NVME_GLOB)
-    prefix = node_prefix(spec)
     text = render(
         "gcp-startup.sh.j2",
         stack=spec.stack,
@@ -45,8 +45,8 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         nccl_env=nccl_env(plan.nic_layout),
         nodes=spec.nodes,
         gpus_per_node=spec.gpu_count,
-        node_prefix=prefix,
-        master_host=f"{prefix}-0",
+        stack_label=gcp_labels(spec)["gpuinfra-stack"],
+        wait_seconds=PEER_WAIT_SECONDS,
         master_port=TORCHRUN_PORT,
         bucket=bucket,
         expires_at=expires_at_text(spec),

@@ -63,3 +63,16 @@ def build_service_account(name: str, spec: ClusterSpec, bucket: gcp.storage.Buck
         opts=opts,
     )
     return account
+
+
+def build_peer_discovery_role(name: str, account: gcp.serviceaccount.Account, project: str,
+                              parent: pulumi.Resource) -> gcp.projects.IAMMember:
+    """``roles/compute.viewer`` (read-only) so a node can list its peers for the torchrun host
+    file -- the GCP counterpart of ``ec2:DescribeInstances`` on AWS."""
+    return gcp.projects.IAMMember(
+        child(name, "nodes-peer-discovery"),
+        project=project,
+        role="roles/compute.viewer",
+        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

@@ -14,7 +14,7 @@ NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
-VM = "gcp:compute/instanceFromTemplate:InstanceFromTemplate"
+MIG = "gcp:compute/instanceGroupManager:InstanceGroupManager"
 LABELS = {"gpuinfra-stack", "gpuinfra-profile", "gpuinfra-expires-at"}
 
 
@@ -88,10 +88,12 @@ def test_a3_mega_two_nodes_must_show():
     assert t["resourcePolicies"].endswith(f"/resourcePolicies/{policy[0].name}")
     assert len([d for d in t["disks"] if d.get("type") == "SCRATCH"]) == 16
     assert t["scheduling"]["onHostMaintenance"] == "TERMINATE" and t["scheduling"]["automaticRestart"] is False
-    vms = result.of_type(VM)
-    assert [v.inputs["name"] for v in vms] == ["t-2-node-0", "t-2-node-1"]
-    assert {v.inputs["zone"] for v in vms} == {spec.zone}
-    assert {v.inputs["sourceInstanceTemplate"] for v in vms} == {f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1"}
+    group = result.of_type(MIG)
+    assert len(group) == 1
+    assert group[0].inputs["targetSize"] == 2 and group[0].inputs["zone"] == spec.zone
+    assert group[0].inputs["versions"][0]["instanceTemplate"] == (
+        f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1")
+    assert group[0].inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "DO_NOTHING"
     firewalls = result.of_type(FIREWALL)
     assert len(firewalls) == 9 and all(f.inputs["direction"] == "INGRESS" for f in firewalls)
     assert not any("22" in a.get("ports", []) for f in firewalls for a in f.inputs["allows"] if a["protocol"] == "tcp" and a.get("ports") != ["0-65535"])
@@ -131,12 +133,15 @@ def test_bucket_and_service_account_scope():
     assert member["role"] == "roles/storage.objectAdmin"
     assert member["member"] == "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
     assert template(result)["serviceAccount"]["email"] == "gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
+    project_roles = [r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")]
+    assert project_roles == [{"member": "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com",
+                              "project": "gpuinfra-preview", "role": "roles/compute.viewer"}]  # read-only peer discovery
 
 
 def test_labels_on_every_labelable_resource():
     spec = gcp_spec("a3-highgpu-8g")
     result = preview(spec)
-    labelable = {TEMPLATE, VM, "gcp:storage/bucket:Bucket"}
+    labelable = {TEMPLATE, "gcp:storage/bucket:Bucket"}
     for record in result.resources:
         if record.type in labelable:
             assert set(record.inputs["labels"]) == LABELS
@@ -155,11 +160,11 @@ def test_private_google_access_nat_and_optional_iap_ssh():
     assert iap and iap[0]["allows"] == [{"ports": ["22"], "protocol": "tcp"}]
 
 
-def test_vm_count_grows_but_everything_else_is_fixed():
-    counts = {n: preview(gcp_spec("a3-megagpu-8g", nodes=n)) for n in (2, 8, 64)}
-    fixed = {n: len([r for r in res.resources if r.type != VM]) for n, res in counts.items()}
-    assert len(set(fixed.values())) == 1
-    assert {n: len(res.of_type(VM)) for n, res in counts.items()} == {2: 2, 8: 8, 64: 64}
+def test_resource_count_does_not_grow_with_nodes():
+    results = {n: preview(gcp_spec("a3-megagpu-8g", nodes=n)) for n in (2, 8, 64)}
+    assert len({len(res.resources) for res in results.values()}) == 1
+    assert {n: res.of_type(MIG)[0].inputs["targetSize"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
+    assert {n: res.of_type(POLICY)[0].inputs["groupPlacementPolicy"]["vmCount"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
 
 
 @pytest.mark.parametrize(
@@ -190,8 +195,14 @@ def test_startup_script_passes_shellcheck(tmp_path):
     script = template(result)["metadata"]["startup-script"]
     assert script.startswith("#!/bin/bash")
     assert "NCCL_FASTRAK_IFNAME=enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0" in script
-    assert "-name 'google-local-nvme-ssd-*'" in script and "MASTER_ADDR=t-2-node-0" in script
-    path = tmp_path / "startup.sh"
-    path.write_text(script)
-    check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout
+    assert "-name 'google-local-nvme-ssd-*'" in script
+    assert "labels.gpuinfra-stack=t-2 AND status=(RUNNING STAGING PROVISIONING)" in script
+    assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script
+    # the startup script and the two scripts it writes
+    peers = script.split("<<'GPUINFRA_PEERS'\n", 1)[1].split("\nGPUINFRA_PEERS\n", 1)[0]
+    scratch = script.split("<<'GPUINFRA_SCRATCH'\n", 1)[1].split("\nGPUINFRA_SCRATCH\n", 1)[0]
+    for index, text in enumerate((script, peers, scratch)):
+        path = tmp_path / f"script{index}.sh"
+        path.write_text(text)
+        check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout
