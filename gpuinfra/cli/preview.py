@@ -57,8 +57,9 @@ def preview(
 
     spec = read_stack_spec(project_dir, stack)
     result = run_preview(spec, provider_config(spec))
+    summary = _cost_summary(spec, result)
     if as_json:
-        print_json(result.to_json())
+        print_json({**result.to_json(), "cost": summary})
         return
     from rich.tree import Tree
 
@@ -68,12 +69,29 @@ def preview(
     for root in roots:
         branch = tree.add(f"{root.type} [bold]{root.name}[/bold]")
         for child in (r for r in result.resources if r.parent == root.name):
-            summary = _summary(child)
-            branch.add(f"{child.type} {child.name}" + (f"  [dim]{summary}[/dim]" if summary else ""))
+            key_inputs = _summary(child)
+            branch.add(f"{child.type} {child.name}" + (f"  [dim]{key_inputs}[/dim]" if key_inputs else ""))
     out.print(tree)
     for note in result.notes:
         out.print(f"note: {note}")
-    price = result.outputs.get("price_per_hour_usd")
-    if price:
-        out.print(f"price: ${float(price):,.2f}/h for the cluster (catalog {spec.price.catalog_date if spec.price else '?'})")
+    out.print(
+        f"cost: ${float(summary['hourly_usd']):,.2f}/h, ${float(summary['run_usd']):,.2f} for {summary['hours']} h "
+        f"({summary['pricing']}, catalog {summary['catalog_date']}); breakdown: gpuinfra cost {stack}"
+    )
     out.print(f"next: pulumi up -s {stack}")
+
+
+def _cost_summary(spec, result) -> dict:
+    """Totals of the cost preview for the resources just previewed."""
+    from decimal import Decimal
+
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.cost.estimate import estimate
+    from gpuinfra.cost.prices import usage_for
+    from gpuinfra.cost.report import to_json
+
+    hours = Decimal(str(spec.run_hours))
+    catalog = load_catalog()
+    est = estimate(result.resources, catalog, spec.region, usage_for(spec.profile.name), hours)
+    doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
+    return {k: doc[k] for k in ("hourly_usd", "run_usd", "hours", "pricing", "catalog_date", "price_not_found")}

@@ -1,0 +1,301 @@
+"""Price the resources of a plan through cost components.
+
+Input is the resource list of a plan -- the offline preview's records or the steps of a real
+``pulumi preview --json`` -- plus the provider config (region). Each priced resource yields one
+or more :class:`CostLine` (component, unit, quantity per hour, unit price, source, date).
+Compute comes from the instance catalog (GCP: host + GPU parts); disks, IPs, NAT, storage and
+transfer from :mod:`gpuinfra.cost.prices`. A line whose price is not found keeps
+``unit_price_usd = None`` and is counted, never priced at $0. Resources with no charge of their
+own are listed as free; unknown resource types as not priced.
+
+Model notes: instance hours = nodes per hour; EBS/PD GB-months per hour = size x nodes / 730;
+storage for the run = usage GB / 730 per hour; per-run transfer (egress, NAT processing) is
+spread over the run hours. Bundled local SSDs (A2 Ultra, A3) are part of the machine price;
+attached local SSDs are billed per GB-month.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from gpuinfra.catalog.store import Catalog, load_gpu_models
+from gpuinfra.cost.prices import HOURS_PER_MONTH, Price, price, price_cap
+
+FREE_TYPES = frozenset({
+    "gpuinfra:aws:GpuCluster", "gpuinfra:gcp:GpuCluster",
+    "aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/internetGateway:InternetGateway",
+    "aws:ec2/routeTable:RouteTable", "aws:ec2/route:Route", "aws:ec2/routeTableAssociation:RouteTableAssociation",
+    "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/securityGroupRule:SecurityGroupRule",
+    "aws:ec2/placementGroup:PlacementGroup", "aws:ec2/launchTemplate:LaunchTemplate",
+    "aws:ec2/vpcEndpoint:VpcEndpoint", "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy",
+    "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/instanceProfile:InstanceProfile",
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+    "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+    "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
+    "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",
+    "gcp:compute/instanceTemplate:InstanceTemplate", "gcp:serviceaccount/account:Account",
+    "gcp:storage/bucketIAMMember:BucketIAMMember", "gcp:projects/iAMMember:IAMMember",
+})
+GP3_FREE_IOPS = 3000
+GP3_FREE_THROUGHPUT = 125
+CATALOG_SOURCE = "gpuinfra instance catalog"
+
+
+@dataclass
+class CostLine:
+    """One cost component of one resource.
+
+    Attributes:
+        resource: logical name of the resource.
+        resource_type: Pulumi type token.
+        component: what is charged (``Instance usage (on-demand, p5.48xlarge)``).
+        unit: unit of ``hourly_quantity`` (``instance-hours``, ``GB-months``, ``GB`` ...).
+        hourly_quantity: units consumed per hour of the run.
+        unit_price_usd: USD per unit; None = price not found.
+        source: where the unit price comes from; price_date: its date.
+        usage_based: quantity comes from the usage estimate (profile defaults / --usage file).
+        note: a remark shown next to the line.
+    """
+
+    resource: str
+    resource_type: str
+    component: str
+    unit: str
+    hourly_quantity: Decimal
+    unit_price_usd: Decimal | None
+    source: str
+    price_date: str
+    usage_based: bool = False
+    note: str = ""
+
+    @property
+    def hourly_usd(self) -> Decimal | None:
+        """USD per hour of the run (None when the price was not found)."""
+        return None if self.unit_price_usd is None else self.hourly_quantity * self.unit_price_usd
+
+
+@dataclass
+class ClusterFacts:
+    """What the resources say about the cluster (read once from the plan)."""
+
+    cloud: str
+    region: str
+    zone: str | None = None
+    instance_type: str | None = None
+    nodes: int = 0
+    market: str = "on-demand"
+    profile: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+
+
+@dataclass
+class Estimate:
+    """Priced lines plus what was free or could not be priced."""
+
+    facts: ClusterFacts
+    lines: list[CostLine]
+    free: list[str] = field(default_factory=list)
+    not_priced: list[tuple[str, str, str]] = field(default_factory=list)
+    alternative_compute_hourly_usd: Decimal | None = None  # the other market (spot <-> on-demand)
+
+
+def _line(resource, rtype, component, unit, qty, p: Price | None, usage_based=False, note="", missing_source="") -> CostLine:
+    return CostLine(
+        resource=resource, resource_type=rtype, component=component, unit=unit, hourly_quantity=Decimal(qty),
+        unit_price_usd=None if p is None else p.usd, source=missing_source if p is None else p.source,
+        price_date="" if p is None else p.date, usage_based=usage_based, note=note,
+    )
+
+
+def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
+    """Cluster shape from the plan's resources (see module docstring)."""
+    cloud = "gcp" if any(r.type.startswith("gcp:") for r in resources) else "aws"
+    facts = ClusterFacts(cloud=cloud, region=region or "")
+    for r in resources:
+        tags = r.inputs.get("tags") or r.inputs.get("labels") or {}
+        facts.profile = facts.profile or tags.get("gpuinfra:profile") or tags.get("gpuinfra-profile")
+        if r.type == "aws:ec2/launchTemplate:LaunchTemplate":
+            facts.instance_type = r.inputs.get("instanceType")
+        elif r.type == "aws:ec2/fleet:Fleet":
+            spec = r.inputs.get("targetCapacitySpecification", {})
+            facts.nodes = int(spec.get("totalTargetCapacity", 0))
+            facts.market = spec.get("defaultTargetCapacityType", "on-demand")
+        elif r.type == "aws:ec2/subnet:Subnet" and facts.zone is None:
+            facts.zone = r.inputs.get("availabilityZoneId")
+        elif r.type == "gcp:compute/instanceTemplate:InstanceTemplate":
+            facts.instance_type = r.inputs.get("machineType")
+            facts.region = facts.region or r.inputs.get("region", "")
+            sched = r.inputs.get("scheduling", {})
+            facts.market = "spot" if sched.get("provisioningModel") == "SPOT" else "on-demand"
+            accelerators = r.inputs.get("guestAccelerators") or []
+            if accelerators:
+                by_type = {g.gcp_accelerator_type: g.name for g in load_gpu_models() if g.gcp_accelerator_type}
+                facts.gpu = by_type.get(accelerators[0]["type"])
+                facts.gpu_count = int(accelerators[0]["count"])
+        elif r.type == "gcp:compute/instanceGroupManager:InstanceGroupManager":
+            facts.nodes = int(r.inputs.get("targetSize", 0))
+            facts.zone = r.inputs.get("zone")
+    if cloud == "gcp" and facts.zone and not facts.region:
+        facts.region = facts.zone.rsplit("-", 1)[0]
+    return facts
+
+
+def _find_offer(catalog: Catalog, facts: ClusterFacts):
+    for offer in catalog.offers:
+        if (offer.cloud == facts.cloud and offer.instance_type == facts.instance_type and offer.zone == facts.zone
+                and (facts.gpu is None or (offer.gpu == facts.gpu and offer.gpu_count == facts.gpu_count))):
+            return offer
+    return None
+
+
+def _compute_lines(catalog: Catalog, facts: ClusterFacts, resource: str, rtype: str, market: str) -> tuple[list[CostLine], Decimal | None]:
+    offer = _find_offer(catalog, facts)
+    date = catalog.date_for(facts.cloud)
+    spot = market == "spot"
+    label = "spot" if spot else market
+    source = f"{CATALOG_SOURCE} ({facts.cloud} {facts.zone})"
+    if offer is None or market == "capacity-block":
+        reason = "Capacity Block prices are set per reservation" if market == "capacity-block" else \
+            f"no catalog offer for {facts.instance_type} in {facts.zone}"
+        return [CostLine(resource, rtype, f"Instance usage ({label}, {facts.instance_type})", "instance-hours",
+                         Decimal(facts.nodes), None, reason, date)], None
+    other = offer.price_per_hour_usd(not spot)
+    alternative = None if other is None else other * facts.nodes
+    if facts.cloud == "gcp":
+        host = offer.host_spot_price_per_hour_usd if spot else offer.host_on_demand_price_per_hour_usd
+        gpus = offer.accelerator_spot_price_per_hour_usd if spot else offer.accelerator_on_demand_price_per_hour_usd
+        lines = [
+            CostLine(resource, rtype, f"Machine ({label}, {offer.instance_type} host)", "instance-hours",
+                     Decimal(facts.nodes), host, source, date),
+            CostLine(resource, rtype, f"GPUs ({label}, {offer.gpu_count}x {offer.gpu})", "instance-hours",
+                     Decimal(facts.nodes), gpus, source, date),
+        ]
+        return lines, alternative
+    return [CostLine(resource, rtype, f"Instance usage ({label}, {offer.instance_type})", "instance-hours",
+                     Decimal(facts.nodes), offer.price_per_hour_usd(spot), source, date)], alternative
+
+
+def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[str, Decimal],
+             hours: Decimal, market: str | None = None) -> Estimate:
+    """Price ``resources`` (objects with ``type``, ``name``, ``inputs``).
+
+    Args:
+        resources: the plan's resources.
+        catalog: instance catalog for compute prices.
+        region: the provider region (``aws:region`` / ``gcp:region``).
+        usage: run usage (``bucket_storage_gb``, ``internet_egress_gb``, ``nat_processed_gb``).
+        hours: run length in hours (per-run transfer is spread over it).
+        market: price compute as ``spot`` / ``on-demand`` instead of what the plan says.
+    """
+    facts = read_cluster_facts(resources, region)
+    chosen = market or facts.market
+    cloud, reg = facts.cloud, facts.region
+    result = Estimate(facts=facts, lines=[])
+    lines = result.lines
+    for r in resources:
+        t, name, inputs = r.type, r.name, r.inputs
+        if t in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
+            compute, alternative = _compute_lines(catalog, facts, name, t, chosen)
+            lines += compute
+            result.alternative_compute_hourly_usd = alternative
+        if t == "aws:ec2/launchTemplate:LaunchTemplate":
+            lines += _aws_launch_template(name, t, inputs, facts)
+        elif t == "aws:ec2/natGateway:NatGateway":
+            lines.append(_line(name, t, "NAT gateway", "hours", 1, price("aws", "nat_gateway_per_hour", reg),
+                               missing_source=f"no NAT gateway price for {reg}"))
+            lines.append(_line(name, t, "NAT data processed", "GB", usage["nat_processed_gb"] / hours,
+                               price("aws", "nat_gateway_per_gb", reg), usage_based=True,
+                               missing_source=f"no NAT gateway price for {reg}"))
+        elif t == "aws:ec2/eip:Eip":
+            lines.append(_line(name, t, "Public IPv4 address", "hours", 1, price("aws", "public_ipv4_per_hour", reg)))
+        elif t == "aws:s3/bucket:Bucket":
+            lines += _storage_lines(name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage")
+        elif t == "gcp:storage/bucket:Bucket":
+            lines += _storage_lines(name, t, cloud, reg, usage, hours, "gcs_standard_per_gb_month", "GCS Standard storage")
+        elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
+            lines += _gcp_template_disks(name, t, inputs, facts)
+        elif t == "gcp:compute/routerNat:RouterNat":
+            per_vm = price("gcp", "cloud_nat_per_vm_hour", reg)
+            cap = price_cap("gcp", "cloud_nat_per_vm_hour")
+            vms = Decimal(facts.nodes)
+            if per_vm is not None and cap is not None and vms * per_vm.usd > cap:
+                per_vm = Price(cap / vms, per_vm.source + " (capped)", per_vm.date)
+            lines.append(_line(name, t, "Cloud NAT gateway (per VM)", "VM-hours", vms, per_vm))
+            lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
+                               price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
+        elif t in FREE_TYPES or t in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
+            if t not in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
+                result.free.append(name)
+        else:
+            result.not_priced.append((name, t, "no cost model for this resource type"))
+    key = "aws_per_gb" if cloud == "aws" else "gcp_per_gb"
+    lines.append(_line("cluster", "network", "Inter-zone data transfer", "GB", 0, price("inter_zone", key, reg),
+                       note="0 by design: every node is in one zone"))
+    return result
+
+
+def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -> list[CostLine]:
+    lines = []
+    reg, nodes = facts.region, Decimal(facts.nodes)
+    for mapping in inputs.get("blockDeviceMappings") or []:
+        ebs = mapping.get("ebs") or {}
+        size = Decimal(str(ebs.get("volumeSize", 8)))
+        vtype = ebs.get("volumeType", "gp3")
+        if vtype != "gp3":
+            lines.append(_line(name, t, f"EBS {vtype} storage", "GB-months", size * nodes / HOURS_PER_MONTH, None,
+                               missing_source=f"no {vtype} price table"))
+            continue
+        lines.append(_line(name, t, f"EBS gp3 root volume ({size} GiB x {facts.nodes} nodes)", "GB-months",
+                           size * nodes / HOURS_PER_MONTH, price("aws", "ebs_gp3_per_gb_month", reg),
+                           missing_source=f"no gp3 price for {reg}"))
+        extra_iops = max(0, int(ebs.get("iops", GP3_FREE_IOPS)) - GP3_FREE_IOPS)
+        extra_tput = max(0, int(ebs.get("throughput", GP3_FREE_THROUGHPUT)) - GP3_FREE_THROUGHPUT)
+        if extra_iops:
+            lines.append(_line(name, t, "EBS gp3 provisioned IOPS", "IOPS-months", Decimal(extra_iops) * nodes / HOURS_PER_MONTH,
+                               price("aws", "ebs_gp3_iops_per_month", reg)))
+        if extra_tput:
+            lines.append(_line(name, t, "EBS gp3 provisioned throughput", "MiBps-months",
+                               Decimal(extra_tput) * nodes / HOURS_PER_MONTH, price("aws", "ebs_gp3_throughput_per_mibps_month", reg)))
+    public = [n for n in inputs.get("networkInterfaces") or [] if n.get("associatePublicIpAddress") in ("true", True)]
+    if public:
+        lines.append(_line(name, t, "Public IPv4 address (per node)", "hours", nodes * len(public),
+                           price("aws", "public_ipv4_per_hour", reg)))
+    return lines
+
+
+def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts) -> list[CostLine]:
+    lines = []
+    reg, nodes = facts.region, Decimal(facts.nodes)
+    bundled = (facts.instance_type or "").startswith(("a2-ultragpu-", "a3-", "a4-"))
+    scratch = 0
+    for disk in inputs.get("disks") or []:
+        if disk.get("type") == "SCRATCH":
+            scratch += 1
+            continue
+        size = Decimal(str(disk.get("diskSizeGb", 10)))
+        dtype = disk.get("diskType", "pd-balanced")
+        key = {"pd-balanced": "pd_balanced_per_gb_month", "hyperdisk-balanced": "hyperdisk_balanced_per_gb_month"}.get(dtype)
+        lines.append(_line(name, t, f"{dtype} boot disk ({size} GiB x {facts.nodes} nodes)", "GB-months",
+                           size * nodes / HOURS_PER_MONTH, price("gcp", key, reg) if key else None,
+                           missing_source=f"no {dtype} price for {reg}"))
+    if scratch and not bundled:
+        lines.append(_line(name, t, f"Local SSD ({scratch} x 375 GiB x {facts.nodes} nodes)", "GB-months",
+                           Decimal(scratch * 375) * nodes / HOURS_PER_MONTH, price("gcp", "local_ssd_per_gb_month", reg),
+                           missing_source=f"no local SSD price for {reg}"))
+    elif scratch:
+        lines.append(CostLine(name, t, f"Local SSD ({scratch} x 375 GiB bundled)", "GB-months", Decimal(0), Decimal(0),
+                              "bundled with the machine type (in the machine price)", "", note="included in machine price"))
+    return lines
+
+
+def _storage_lines(name, t, cloud, reg, usage, hours, key, label) -> list[CostLine]:
+    gb = usage["bucket_storage_gb"]
+    return [
+        _line(name, t, f"{label} ({gb} GB)", "GB-months", gb / HOURS_PER_MONTH, price(cloud, key, reg), usage_based=True,
+              missing_source=f"no storage price for {reg}"),
+        _line(name, t, "Internet egress", "GB", usage["internet_egress_gb"] / hours, price(cloud, "internet_egress_per_gb", reg),
+              usage_based=True, missing_source=f"no egress price for {reg}"),
+    ]

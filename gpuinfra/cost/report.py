@@ -1,0 +1,128 @@
+"""Totals, the versioned JSON schema, the text table and the diff of two estimates.
+
+JSON schema (``schema_version`` "1"): money as decimal strings with 6 places,
+``{"schema_version", "stack", "currency", "catalog_date", "pricing", "hours", "hourly_usd",
+"run_usd", "monthly_usd_if_left_running", "spot_savings_percent", "lines": [{"resource",
+"resource_type", "component", "unit", "quantity", "unit_price_usd", "hourly_usd", "run_usd",
+"usage_based", "price_source", "price_date", "note"}], "price_not_found", "not_priced",
+"free_resources"}``. ``quantity`` is units per hour; lines whose price is not found carry null
+prices and are listed in ``price_not_found``; ``hourly_usd`` is the sum of the priced lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import ROUND_HALF_EVEN, Decimal
+
+from gpuinfra.cost.estimate import CostLine, Estimate
+
+SCHEMA_VERSION = "1"
+LEFT_RUNNING_HOURS = Decimal(720)  # 30 days
+_Q = Decimal("0.000001")
+
+
+def money(value: Decimal | None) -> str | None:
+    """Decimal string with 6 places (None stays None)."""
+    return None if value is None else str(value.quantize(_Q, rounding=ROUND_HALF_EVEN))
+
+
+def compute_hourly(est: Estimate) -> Decimal:
+    """$/h of the compute lines (instances, GCP host + GPUs)."""
+    return sum((line.hourly_usd or Decimal(0)) for line in est.lines
+               if line.component.startswith(("Instance usage", "Machine (", "GPUs (")))
+
+
+def spot_savings_percent(est: Estimate, market: str) -> Decimal | None:
+    """How much cheaper spot compute is than on-demand for this plan, in percent."""
+    current, other = compute_hourly(est), est.alternative_compute_hourly_usd
+    if other is None or current == 0:
+        return None
+    spot, on_demand = (current, other) if market == "spot" else (other, current)
+    if on_demand == 0:
+        return None
+    return ((on_demand - spot) / on_demand * 100).quantize(Decimal("0.1"))
+
+
+def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market: str) -> dict:
+    """The versioned JSON document (see module docstring).
+
+    Totals are the sums of the lines as written (each rounded to 6 places), so a reader that
+    adds up ``lines`` gets exactly ``hourly_usd`` and ``run_usd``.
+    """
+    lines = [_line_json(line, hours) for line in est.lines]
+    hourly = sum((Decimal(line["hourly_usd"]) for line in lines if line["hourly_usd"] is not None), Decimal(0))
+    run = sum((Decimal(line["run_usd"]) for line in lines if line["run_usd"] is not None), Decimal(0))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "stack": stack,
+        "currency": "USD",
+        "catalog_date": catalog_date,
+        "pricing": market,
+        "hours": format(hours.normalize(), "f"),
+        "hourly_usd": money(hourly),
+        "run_usd": money(run),
+        "monthly_usd_if_left_running": money(hourly * LEFT_RUNNING_HOURS),
+        "spot_savings_percent": None if (s := spot_savings_percent(est, market)) is None else str(s),
+        "lines": lines,
+        "price_not_found": [f"{line.resource}: {line.component} ({line.source})" for line in est.lines if line.unit_price_usd is None],
+        "not_priced": [{"resource": n, "resource_type": t_, "reason": why} for n, t_, why in est.not_priced],
+        "free_resources": est.free,
+    }
+
+
+def _line_json(line: CostLine, hours: Decimal) -> dict:
+    hourly = line.hourly_usd
+    return {
+        "resource": line.resource,
+        "resource_type": line.resource_type,
+        "component": line.component,
+        "unit": line.unit,
+        "quantity": str(line.hourly_quantity.quantize(_Q)),
+        "unit_price_usd": money(line.unit_price_usd),
+        "hourly_usd": money(hourly),
+        "run_usd": money(None if hourly is None else hourly * hours),
+        "usage_based": line.usage_based,
+        "price_source": line.source,
+        "price_date": line.price_date,
+        "note": line.note,
+    }
+
+
+@dataclass
+class DiffRow:
+    """One resource component in a diff: '+' added, '-' removed, '~' changed."""
+
+    symbol: str
+    resource: str
+    component: str
+    before_hourly: Decimal | None
+    after_hourly: Decimal | None
+
+
+def _key(line: dict) -> tuple[str, str]:
+    component = line["component"].split(" (")[0]
+    return line["resource"].split("-", 1)[-1] if "-" in line["resource"] else line["resource"], component
+
+
+def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
+    """Compare two cost JSON documents by (resource role, component).
+
+    Resource names are matched without their stack prefix (``a-lt`` vs ``b-lt`` are the same
+    role). Returns the rows and the changes in $/h and run total.
+    """
+    old = {_key(l): l for l in before["lines"]}
+    new = {_key(l): l for l in after["lines"]}
+    rows = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        ah = None if a is None or a["hourly_usd"] is None else Decimal(a["hourly_usd"])
+        bh = None if b is None or b["hourly_usd"] is None else Decimal(b["hourly_usd"])
+        if a is None:
+            rows.append(DiffRow("+", key[0], b["component"], None, bh))
+        elif b is None:
+            rows.append(DiffRow("-", key[0], a["component"], ah, None))
+        elif ah != bh or a["component"] != b["component"]:
+            rows.append(DiffRow("~", key[0], f"{a['component']} -> {b['component']}" if a["component"] != b["component"] else b["component"], ah, bh))
+    hourly_change = Decimal(after["hourly_usd"]) - Decimal(before["hourly_usd"])
+    run_change = Decimal(after["run_usd"]) - Decimal(before["run_usd"])
+    return rows, hourly_change, run_change

@@ -1,0 +1,149 @@
+"""`gpuinfra cost`: priced lines of the offline plan, totals, budget gate, diff, --from-preview."""
+
+from __future__ import annotations
+
+import csv
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import SNAPSHOT_DIR
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _new(run_cli, tmp_path, *args):
+    result = run_cli("new", *args, "--project-dir", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)["stack"]
+
+
+def _cost(run_cli, tmp_path, *args):
+    result = run_cli("cost", *args, "--project-dir", str(tmp_path), "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _component(doc, prefix):
+    lines = [line for line in doc["lines"] if line["component"].startswith(prefix)]
+    assert len(lines) == 1, [line["component"] for line in doc["lines"]]
+    return lines[0]
+
+
+def test_gcp_4xa100_compute_equals_host_plus_gpu_rows(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--gpus", "4xA100", "--cloud", "gcp", "--region", "us-central1", "--profile", "dev")
+    doc = _cost(run_cli, tmp_path, stack)
+    with open(SNAPSHOT_DIR / "gcp_vms.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    host = next(r for r in rows if r["InstanceType"] == "a2-highgpu-4g" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(r for r in rows if not r["InstanceType"] and r["AcceleratorName"] == "A100"
+               and r["AcceleratorCount"] == "4" and r["AvailabilityZone"] == "us-central1-a")
+    machine, gpus = _component(doc, "Machine ("), _component(doc, "GPUs (")
+    assert Decimal(machine["unit_price_usd"]) == Decimal(host["Price"]) and machine["quantity"] == "1.000000"
+    assert Decimal(gpus["unit_price_usd"]) == Decimal(gpu["Price"])
+    assert Decimal(machine["hourly_usd"]) + Decimal(gpus["hourly_usd"]) == Decimal("14.69354")
+
+
+def test_two_node_p4d_doubles_compute(run_cli, tmp_path):
+    one = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "one"))
+    two = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "two"))
+    a, b = _component(one, "Instance usage"), _component(two, "Instance usage")
+    assert a["unit_price_usd"] == b["unit_price_usd"] == "21.957640"
+    assert Decimal(b["hourly_usd"]) == 2 * Decimal(a["hourly_usd"])
+
+
+def test_gp3_root_disk_price_per_hour(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "disk")
+    path = tmp_path / "stacks" / "Pulumi.disk.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["profile"]["root_disk_gib"] = 100   # explicit config wins
+    path.write_text(yaml.safe_dump(doc))
+    line = _component(_cost(run_cli, tmp_path, stack), "EBS gp3 root volume")
+    assert Decimal(line["hourly_usd"]) == (Decimal(100) * Decimal("0.08") / 730).quantize(Decimal("0.000001"))
+    assert line["price_source"].startswith("https://aws.amazon.com/ebs/pricing/") and line["price_date"] == "2026-11-22"
+
+
+def test_json_totals_are_the_sum_of_lines_and_schema(run_cli, tmp_path):
+    doc = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--gpus", "8xH100", "--nodes", "2", "--cloud", "aws"))
+    assert doc["schema_version"] == "1" and doc["currency"] == "USD" and doc["catalog_date"] == "2026-11-22"
+    for key in ("hourly_usd", "run_usd", "hours", "lines"):
+        assert key in doc
+    priced = [line for line in doc["lines"] if line["hourly_usd"] is not None]
+    assert Decimal(doc["hourly_usd"]) == sum(Decimal(line["hourly_usd"]) for line in priced)
+    assert Decimal(doc["run_usd"]) == sum(Decimal(line["run_usd"]) for line in priced)
+    assert abs(Decimal(doc["run_usd"]) - Decimal(doc["hourly_usd"]) * Decimal(doc["hours"])) < Decimal("0.001")
+    assert all({"resource", "component", "unit", "quantity", "unit_price_usd", "hourly_usd"} <= set(line) for line in doc["lines"])
+    assert all(isinstance(line["hourly_usd"], (str, type(None))) for line in doc["lines"])  # money as decimal strings
+    inter_zone = _component(doc, "Inter-zone data transfer")
+    assert inter_zone["quantity"] == "0.000000" and "one zone" in inter_zone["note"]
+
+
+def test_budget_gate_exits_3(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--gpus", "1xL4", "--profile", "dev")
+    result = run_cli("cost", stack, "--budget", "1", "--project-dir", str(tmp_path))
+    assert result.exit_code == 3 and result.stderr.startswith("error: run total $")
+    assert run_cli("cost", stack, "--budget", "100000", "--project-dir", str(tmp_path)).exit_code == 0
+
+
+def test_hours_spot_and_usage_override(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--gpus", "8xH100", "--cloud", "gcp", "--name", "h")
+    base = _cost(run_cli, tmp_path, stack, "--hours", "10")
+    assert base["hours"] == "10" and abs(Decimal(base["run_usd"]) - Decimal(base["hourly_usd"]) * 10) < Decimal("0.0001")
+    spot = _cost(run_cli, tmp_path, stack, "--spot")
+    assert spot["pricing"] == "spot" and Decimal(spot["hourly_usd"]) < Decimal(base["hourly_usd"])
+    assert Decimal(spot["spot_savings_percent"]) > 0
+    usage = tmp_path / "usage.yaml"
+    usage.write_text("bucket_storage_gb: 0\ninternet_egress_gb: 0\nnat_processed_gb: 0\n")
+    zero = _cost(run_cli, tmp_path, stack, "--usage", str(usage))
+    assert all(line["hourly_usd"] in ("0.000000", None) for line in zero["lines"] if line["usage_based"])
+    usage.write_text("gpu_hours: 3\n")
+    bad = run_cli("cost", stack, "--usage", str(usage), "--project-dir", str(tmp_path))
+    assert bad.exit_code == 2 and "unknown usage key 'gpu_hours'" in bad.stderr
+
+
+def test_price_not_found_is_counted_not_zero(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "cb")
+    path = tmp_path / "stacks" / "Pulumi.cb.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"].update(capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True,
+                                             capacity_reservation_instance_count=2)
+    path.write_text(yaml.safe_dump(doc))
+    cost = _cost(run_cli, tmp_path, stack)
+    compute = _component(cost, "Instance usage")
+    assert compute["unit_price_usd"] is None and compute["hourly_usd"] is None
+    assert len(cost["price_not_found"]) == 1 and "Capacity Block" in cost["price_not_found"][0]
+    table = run_cli("cost", stack, "--project-dir", str(tmp_path)).stdout
+    assert "1 line(s) with no price (not counted in the total)" in table and "not found" in table
+
+
+def test_cost_diff(run_cli, tmp_path):
+    a = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "a")
+    b = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--nodes", "3", "--name", "b")
+    doc = json.loads(run_cli("cost", "diff", a, b, "--project-dir", str(tmp_path), "--json").stdout)
+    changed = {(r["change"], r["component"].split(" (")[0]) for r in doc["rows"]}
+    assert ("~", "Instance usage") in changed and ("~", "EBS gp3 root volume") in changed
+    assert Decimal(doc["hourly_usd_change"]) > 2 * Decimal("21.95764")
+    text = run_cli("cost", "diff", a, b, "--project-dir", str(tmp_path)).stdout
+    assert "cost diff a -> b" in text and " ~ fleet: Instance usage (on-demand, p4d.24xlarge)" in text
+
+
+def test_from_preview_prices_a_pulumi_preview_document(run_cli, tmp_path):
+    doc = _cost(run_cli, tmp_path, "p4d-team", "--from-preview", str(FIXTURES / "pulumi_preview_p4d.json"), "--hours", "24")
+    assert doc["stack"] == "p4d-team" and doc["hours"] == "24"
+    compute = _component(doc, "Instance usage")
+    assert compute["quantity"] == "2.000000" and compute["unit_price_usd"] == "21.957640"  # use1-az4 on-demand
+    disk = _component(doc, "EBS gp3 root volume")
+    assert Decimal(disk["hourly_usd"]) == (Decimal(100) * 2 * Decimal("0.08") / 730).quantize(Decimal("0.000001"))
+    assert _component(doc, "NAT gateway")["unit_price_usd"] == "0.045000"
+    assert doc["not_priced"] == [{"resource": "p4d-team-extra", "resource_type": "aws:sagemaker/domain:Domain",
+                                  "reason": "no cost model for this resource type"}]
+    assert "p4d-team-old-eip" not in json.dumps(doc)  # deleted resources are not priced
+
+
+def test_bad_preview_file(run_cli, tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    result = run_cli("cost", "x", "--from-preview", str(bad), "--project-dir", str(tmp_path))
+    assert result.exit_code == 2 and "has no 'steps' list" in result.stderr
