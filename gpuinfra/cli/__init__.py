@@ -22,13 +22,14 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from gpuinfra.cli import catalog, cost, new, offers, preview, profiles  # noqa: F401  (thin command modules)
+    from gpuinfra.cli import catalog, cost, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)
     app.command("preview")(preview.preview)
     app.command("cost")(cost.cost)
     app.command("profiles")(profiles.profiles)
+    app.command("size")(size.size)
     app.add_typer(catalog.app, name="catalog")
 
 

@@ -17,7 +17,10 @@ def new(
     zone: Optional[str] = options.Zone,
     instance_type: Optional[str] = typer.Option(None, "--instance-type", help="Use this type (then --gpus is optional).", show_default=False),
     nodes: int = options.Nodes,
-    profile: str = typer.Option("llm-finetune", "--profile", help="Workload profile (see `gpuinfra profiles`)."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Workload profile (see `gpuinfra profiles`; default llm-finetune, or the one for --method).", show_default=False),
+    model: Optional[str] = typer.Option(None, "--model", help="Size the cluster for this model (with --method) instead of --gpus.", show_default=False),
+    params: Optional[str] = typer.Option(None, "--params", help="Size for a parameter count (7B) instead of --gpus.", show_default=False),
+    method: Optional[str] = typer.Option(None, "--method", help="With --model/--params: pretrain | full | lora | qlora | inference.", show_default=False),
     spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Capacity type (default: the profile's spot policy).", show_default=False),
     hours: Optional[float] = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
     name: Optional[str] = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
@@ -37,7 +40,26 @@ def new(
     from gpuinfra.profiles import get_profile
     from gpuinfra.stackfile import write_stack
 
-    resolved = get_profile(profile, profiles_dir)
+    from gpuinfra.errors import RequestError
+    from gpuinfra.profiles import DEFAULT_PROFILE
+
+    sized = None
+    if model or params:
+        if gpus or instance_type:
+            raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type, not both")
+        from gpuinfra.cli.size import build_request, size_document
+        from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD
+
+        method = method or "full"
+        sized = size_document(build_request(model, params, method, 2048, 1, "bf16", None, None, None), None, 1)
+        if not sized.get("recommendation"):
+            raise RequestError(f"no GPU configuration in the catalog fits {sized['model']['name']} ({method}); "
+                               "try --method lora or qlora")
+        gpus, nodes = sized["recommendation"]["gpus"], sized["recommendation"]["nodes"]
+        profile = profile or PROFILE_FOR_METHOD[method]
+    elif method:
+        raise RequestError("--method goes with --model or --params")
+    resolved = get_profile(profile or DEFAULT_PROFILE, profiles_dir)
     catalog = load_catalog()
     plan = plan_cluster(
         catalog,
@@ -66,9 +88,13 @@ def new(
             "catalog_date": plan.catalog_date,
             "expires_at": spec.expires_at.isoformat(),
             "next": f"pulumi up -s {spec.stack}",
+            "sizing": None if sized is None else {k: sized[k] for k in ("memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method")},
         })
         return
     out = stdout_console()
+    if sized is not None:
+        out.print(f"sized {sized['model']['name']} ({sized['method']}): {sized['memory_per_gpu_gib']:.1f} GiB per GPU "
+                  f"-> --gpus {gpus} --nodes {nodes}")
     out.print(
         f"[bold]{spec.stack}[/bold]: {spec.nodes} x {spec.instance_type} "
         f"({spec.gpu_count}x{spec.gpu} per node) in {spec.zone} ({spec.cloud} {spec.region}), "

@@ -1,0 +1,175 @@
+"""Turn a model and a training method into a GPU request: per-GPU memory, the cheapest fitting
+configurations from the catalog, and training time and cost from tokens.
+
+Fit rule: memory per GPU x 1.10 <= GPU memory (at least 10% headroom for fragmentation and
+allocator caches; sizing-formulas.md section 1.9). Time: FLOPs = 6*P*D, or 8*P*D with full
+recompute (Kaplan et al. 2020; Chinchilla), at an assumed MFU per method
+(``data/gpu_compute.yaml``); hours = FLOPs / (GPUs x peak x MFU x 3600).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from gpuinfra.catalog.store import Catalog
+from gpuinfra.sizing.memory import GIB, METHODS, RECOMPUTE, STRATEGIES, Breakdown, memory_per_gpu
+from gpuinfra.sizing.models import ModelShape, SizingError
+
+HEADROOM = 1.10
+NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+COMPUTE = Path(__file__).parent / "data" / "gpu_compute.yaml"
+DEFAULT_STRATEGY = {"pretrain": "fsdp", "full": "fsdp", "lora": "ddp", "qlora": "ddp", "inference": "ddp"}
+DEFAULT_RECOMPUTE = {"pretrain": "selective", "full": "selective", "lora": "full", "qlora": "full", "inference": "none"}
+PROFILE_FOR_METHOD = {"pretrain": "llm-pretrain", "full": "llm-finetune", "lora": "lora-finetune",
+                      "qlora": "qlora-finetune", "inference": "inference"}
+
+
+@lru_cache(maxsize=1)
+def gpu_compute() -> dict:
+    """Peak TFLOP/s, bf16 and FlashAttention support per GPU, and MFU per method."""
+    return yaml.safe_load(COMPUTE.read_text())
+
+
+@dataclass(frozen=True)
+class SizingRequest:
+    """Typed ``gpuinfra size`` input."""
+
+    shape: ModelShape
+    method: str = "full"
+    precision: str = "bf16"
+    strategy: str | None = None
+    recompute: str | None = None
+    seq: int = 2048
+    batch: int = 1
+    tokens: float | None = None
+
+    def resolved(self) -> "SizingRequest":
+        """Defaults filled in per method; validated.
+
+        Raises:
+            SizingError: an unknown method/strategy/recompute/precision or a bad number.
+        """
+        if self.method not in METHODS:
+            raise SizingError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        if self.precision not in ("fp32", "bf16", "fp16", "int8", "int4"):
+            raise SizingError(f"--precision must be one of fp32, bf16, fp16, int8, int4, got {self.precision!r}")
+        if self.method in ("pretrain", "full") and self.precision in ("int8", "int4"):
+            raise SizingError(f"--precision {self.precision} is for inference or the frozen base of lora/qlora")
+        strategy = self.strategy or DEFAULT_STRATEGY[self.method]
+        recompute = self.recompute or DEFAULT_RECOMPUTE[self.method]
+        if strategy not in STRATEGIES:
+            raise SizingError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        if recompute not in RECOMPUTE:
+            raise SizingError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+        if not 1 <= self.seq <= 1_048_576 or not 1 <= self.batch <= 4096:
+            raise SizingError("--seq must be 1..1048576 and --batch 1..4096")
+        return SizingRequest(self.shape, self.method, self.precision, strategy, recompute, self.seq, self.batch, self.tokens)
+
+
+@dataclass
+class Candidate:
+    """One GPU configuration with its memory and (when priced) its cheapest offer."""
+
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    gpu_memory_gib: float
+    breakdown: Breakdown
+    price_per_hour_usd: float | None = None
+    offer: dict = field(default_factory=dict)
+    hours: float | None = None
+
+    @property
+    def memory_per_gpu_gib(self) -> float:
+        """Per-GPU need in GiB."""
+        return self.breakdown.total / GIB
+
+    @property
+    def fits(self) -> bool:
+        """Fits with 10% headroom."""
+        return self.memory_per_gpu_gib * HEADROOM <= self.gpu_memory_gib
+
+    @property
+    def spec(self) -> str:
+        """``--gpus`` string."""
+        return f"{self.gpus_per_node}x{self.gpu}"
+
+    @property
+    def run_cost_usd(self) -> float | None:
+        """Price x hours when both are known."""
+        if self.hours is None or self.price_per_hour_usd is None:
+            return None
+        return self.price_per_hour_usd * self.hours
+
+
+def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node: int, nodes: int) -> Candidate:
+    """Memory of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``."""
+    facts = gpu_compute().get(gpu, {})
+    flash = bool(facts.get("flash_attention", True))
+    breakdown = memory_per_gpu(req.shape, req.method, req.precision, req.strategy, req.recompute, req.seq,
+                               req.batch, gpus_per_node * nodes, gpus_per_node, flash)
+    candidate = Candidate(gpu, gpus_per_node, nodes, gpu_memory_gib, breakdown)
+    candidate.hours = training_hours(req, gpu, gpus_per_node * nodes)
+    return candidate
+
+
+def training_hours(req: SizingRequest, gpu: str, total_gpus: int) -> float | None:
+    """Hours to train ``req.tokens`` tokens (None without tokens, for inference, or unknown peak)."""
+    if not req.tokens or req.method == "inference":
+        return None
+    facts = gpu_compute().get(gpu)
+    if not facts:
+        return None
+    factor = 8 if req.recompute == "full" else 6
+    flops = factor * req.shape.params * req.tokens
+    mfu = gpu_compute()["mfu"][req.method]
+    return flops / (total_gpus * facts["tflops"] * 1e12 * mfu * 3600)
+
+
+def _cheapest_offers(catalog: Catalog) -> dict[tuple[str, int], dict]:
+    best: dict[tuple[str, int], dict] = {}
+    for o in catalog.offers:
+        price = o.on_demand_price_per_hour_usd
+        if price is None or o.local_zone:
+            continue
+        key = (o.gpu, o.gpu_count)
+        if key not in best or price < best[key]["price"]:
+            best[key] = {"price": price, "cloud": o.cloud, "region": o.region, "zone": o.zone,
+                         "instance_type": o.instance_type, "gpu_memory_gib": o.gpu_memory_gib}
+    return best
+
+
+def candidates(req: SizingRequest, catalog: Catalog) -> list[Candidate]:
+    """Every fitting configuration the catalog can rent, cheapest (or cheapest run) first."""
+    multi_node = req.method in ("pretrain", "full") and req.strategy != "ddp"
+    out = []
+    for (gpu, count), offer in _cheapest_offers(catalog).items():
+        if gpu not in gpu_compute() or (req.precision == "bf16" and not gpu_compute()[gpu]["bf16"] and req.method != "inference"):
+            continue
+        for nodes in NODE_COUNTS if multi_node else (1,):
+            c = evaluate(req, gpu, offer["gpu_memory_gib"], count, nodes)
+            if c.fits:
+                c.price_per_hour_usd = float(offer["price"]) * nodes
+                c.offer = {k: offer[k] for k in ("cloud", "region", "zone", "instance_type")}
+                out.append(c)
+                break  # more nodes of the same shape only cost more
+    out.sort(key=lambda c: (c.run_cost_usd if c.run_cost_usd is not None else c.price_per_hour_usd,
+                            c.nodes, c.gpus_per_node))
+    return out
+
+
+def candidate_json(c: Candidate) -> dict:
+    """JSON view of a candidate."""
+    return {
+        "gpus": c.spec, "nodes": c.nodes, "total_gpus": c.gpus_per_node * c.nodes,
+        "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2), "gpu_memory_gib": c.gpu_memory_gib,
+        "fits": c.fits, "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib, 2),
+        "price_per_hour_usd": None if c.price_per_hour_usd is None else round(c.price_per_hour_usd, 5),
+        "training_hours": None if c.hours is None else round(c.hours, 2),
+        "run_cost_usd": None if c.run_cost_usd is None else round(c.run_cost_usd, 2),
+        **c.offer,
+    }
