@@ -53,3 +53,9 @@ def render(template: str, **context: object) -> str:
         jinja2.UndefinedError: a variable the template uses was not given.
     """
     return environment().get_template(template).render(**context)
+
+
+def agent_source() -> str:
+    """Source of the standalone node agent (``gpuinfra/agent/node.py``) that the user data
+    writes to ``/usr/local/lib/gpuinfra/gpuinfra_agent.py``."""
+    return (Path(__file__).parent / "agent" / "node.py").read_text().rstrip("\n")

@@ -11,14 +11,12 @@ section 6 rules 2, 5, 6; ParallelCluster queues_stack.py launch templates.
 
 from __future__ import annotations
 
-import base64
-
 import pulumi
 import pulumi_aws as aws
 
 from blueprints.aws.network import Network
 from blueprints.aws.plan import AwsClusterPlan
-from blueprints.aws.userdata import render_user_data
+from blueprints.aws.userdata import encode_user_data, render_user_data
 from blueprints.common.naming import child
 from blueprints.common.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
@@ -53,9 +51,7 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         )
         for nic in plan.interfaces
     ]
-    user_data = bucket.bucket.apply(
-        lambda bucket_name: base64.b64encode(render_user_data(spec, plan, bucket_name).encode()).decode()
-    )
+    user_data = bucket.bucket.apply(lambda bucket_name: encode_user_data(render_user_data(spec, plan, bucket_name)))
     capacity = None
     if spec.capacity_reservation_id:
         capacity = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(

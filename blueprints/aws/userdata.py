@@ -1,17 +1,21 @@
 """User data (cloud-init) of AWS GPU nodes, rendered from ``templates/``.
 
 EC2 limits user data to 16 KB before base64 encoding
-(docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html); :func:`render_user_data`
-refuses anything larger.
+(docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html). The cloud-config is sent gzip-
+compressed (it carries the node agent's source); :func:`render_user_data` refuses anything whose
+compressed size is over the limit.
 """
 
 from __future__ import annotations
+
+import base64
+import gzip
 
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
 from blueprints.common.tags import expires_at_text
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
-from gpuinfra.templating import render
+from gpuinfra.templating import agent_source, render
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
 SCRATCH_MOUNT = "/scratch"
@@ -65,6 +69,7 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         instance_type=spec.instance_type,
         profile=spec.profile.name,
         scratch_script=scratch.rstrip("\n"),
+        agent_source=agent_source(),
         cluster_env_script=cluster_env.rstrip("\n"),
         mount_point=SCRATCH_MOUNT,
         container_image=spec.profile.container_image,
@@ -74,7 +79,13 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         idle_timeout_minutes=spec.profile.idle_timeout_minutes,
         idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,
     )
-    size = len(text.encode())
+    size = len(gzip.compress(text.encode(), mtime=0))
     if size > USER_DATA_LIMIT_BYTES:
-        raise SpecError(f"rendered user data is {size} bytes; EC2 allows {USER_DATA_LIMIT_BYTES}")
+        raise SpecError(f"compressed user data is {size} bytes; EC2 allows {USER_DATA_LIMIT_BYTES}")
     return text
+
+
+def encode_user_data(text: str) -> str:
+    """gzip + base64 for the launch template (cloud-init detects and unpacks gzip user data:
+    cloudinit.readthedocs.io/en/latest/explanation/format.html)."""
+    return base64.b64encode(gzip.compress(text.encode(), mtime=0)).decode()

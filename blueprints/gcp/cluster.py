@@ -8,7 +8,12 @@ from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template
 from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
 from blueprints.gcp.startup import node_prefix
-from blueprints.gcp.storage import build_bucket, build_peer_discovery_role, build_service_account
+from blueprints.gcp.storage import (
+    build_bucket,
+    build_peer_discovery_role,
+    build_self_delete_role,
+    build_service_account,
+)
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.spec import ClusterSpec
 
@@ -47,6 +52,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
         self.group = build_group(name, spec, template, project, self)
         build_peer_discovery_role(name, account, project, self)
         prefix = node_prefix(spec)
+        build_self_delete_role(name, spec, account, project, prefix, self)
         self.outputs = {
             "bucket_name": self.bucket.name,
             "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),

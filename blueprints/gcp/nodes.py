@@ -102,6 +102,7 @@ def build_group(name: str, spec: ClusterSpec, template: gcp.compute.InstanceTemp
     """The zonal MIG holding every node, created all at once from the template."""
     return gcp.compute.InstanceGroupManager(
         child(name, "nodes"),
+        name=node_prefix(spec),  # = base instance name: the agent finds its group from its VM name
         zone=spec.zone,
         base_instance_name=node_prefix(spec),
         versions=[gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")],

@@ -11,7 +11,7 @@ from blueprints.common.tags import expires_at_text, gcp_labels
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
-from gpuinfra.templating import render
+from gpuinfra.templating import agent_source, render
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 SCRATCH_MOUNT = "/scratch"
@@ -42,6 +42,7 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         mount_point=SCRATCH_MOUNT,
         nic_layout=plan.nic_layout,
         scratch_script=scratch.rstrip("\n"),
+        agent_source=agent_source(),
         nccl_env=nccl_env(plan.nic_layout),
         nodes=spec.nodes,
         gpus_per_node=spec.gpu_count,

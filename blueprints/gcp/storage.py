@@ -76,3 +76,26 @@ def build_peer_discovery_role(name: str, account: gcp.serviceaccount.Account, pr
         member=account.email.apply(lambda email: f"serviceAccount:{email}"),
         opts=pulumi.ResourceOptions(parent=parent),
     )
+
+
+def build_self_delete_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str,
+                           group_name: str, parent: pulumi.Resource) -> gcp.projects.IAMMember:
+    """Let a node delete itself from its managed instance group (idle/TTL watchdog): Compute
+    Instance Admin, conditioned on this group and its VMs only (IAM conditions on
+    ``resource.name``: cloud.google.com/iam/docs/conditions-resource-attributes#resource-name)."""
+    zone_path = f"projects/{project}/zones/{spec.zone}"
+    expression = (
+        f'resource.name.startsWith("{zone_path}/instanceGroupManagers/{group_name}") || '
+        f'resource.name.startsWith("{zone_path}/instances/{group_name}-")'
+    )
+    return gcp.projects.IAMMember(
+        child(name, "nodes-self-delete"),
+        project=project,
+        role="roles/compute.instanceAdmin.v1",
+        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+        condition=gcp.projects.IAMMemberConditionArgs(
+            title="gpuinfra-own-group-only", expression=expression,
+            description="nodes may only remove themselves from their own managed instance group",
+        ),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

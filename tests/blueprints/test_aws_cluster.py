@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 
 import pytest
@@ -249,8 +250,8 @@ def test_bad_input_registers_nothing(monkeypatch):
 
 def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     result = preview(make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain"))
-    text = base64.b64decode(_one(result, LT)["userData"]).decode()
-    assert text.startswith("#cloud-config\n") and len(text.encode()) < 16 * 1024
+    text = gzip.decompress(base64.b64decode(_one(result, LT)["userData"])).decode()
+    assert text.startswith("#cloud-config\n") and len(base64.b64decode(_one(result, LT)["userData"])) < 16 * 1024
     assert "/dev/disk/by-id/ -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
     assert "Before=docker.service containerd.service" in text
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
@@ -262,6 +263,6 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
 def test_user_data_without_container_image_or_efa(tmp_path):
     spec = make_spec("g5.xlarge", profile="dev")
     spec = spec.model_copy(update={"profile": spec.profile.model_copy(update={"container_image": ""})})
-    text = base64.b64decode(_one(preview(spec), LT)["userData"]).decode()
+    text = gzip.decompress(base64.b64decode(_one(preview(spec), LT)["userData"])).decode()
     assert "docker pull" not in text and "FI_EFA" not in text
     shellcheck_cloud_config(text, tmp_path)

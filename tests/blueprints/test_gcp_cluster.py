@@ -133,9 +133,13 @@ def test_bucket_and_service_account_scope():
     assert member["role"] == "roles/storage.objectAdmin"
     assert member["member"] == "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
     assert template(result)["serviceAccount"]["email"] == "gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
-    project_roles = [r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")]
-    assert project_roles == [{"member": "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com",
-                              "project": "gpuinfra-preview", "role": "roles/compute.viewer"}]  # read-only peer discovery
+    roles = {r.inputs["role"]: r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")}
+    assert set(roles) == {"roles/compute.viewer", "roles/compute.instanceAdmin.v1"}
+    assert "condition" not in roles["roles/compute.viewer"]  # read-only peer discovery
+    condition = roles["roles/compute.instanceAdmin.v1"]["condition"]["expression"]
+    zone = f"projects/gpuinfra-preview/zones/{spec.zone}"
+    assert condition == (f'resource.name.startsWith("{zone}/instanceGroupManagers/t-2-node") || '
+                         f'resource.name.startsWith("{zone}/instances/t-2-node-")')
 
 
 def test_labels_on_every_labelable_resource():

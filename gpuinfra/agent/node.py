@@ -1,0 +1,365 @@
+"""gpuinfra node agent: end idle or expired nodes, save checkpoints on spot interruption.
+
+Runs under systemd on every node (unit ``gpuinfra-agent.service`` written by the user data).
+Standalone on purpose: only the standard library, plus ``pynvml`` (nvidia-ml-py) and ``boto3``
+when present, so the user data can ship this one file.
+
+Every ``--poll-seconds`` it:
+
+* reads GPU utilization through NVML (falls back to ``nvidia-smi``); the node is idle when every
+  GPU stays under ``GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT`` for ``GPUINFRA_IDLE_TIMEOUT_MINUTES``;
+* checks the TTL: ``gpuinfra:expires-at`` from the instance tags in IMDS (AWS), else
+  ``GPUINFRA_EXPIRES_AT`` from /etc/gpuinfra/node.env;
+* checks for a spot interruption: AWS IMDSv2 ``/latest/meta-data/spot/instance-action``
+  (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html, 2 min
+  notice), GCP ``instance/preempted`` (cloud.google.com/compute/docs/instances/spot, 30 s).
+
+On a spot notice it syncs the checkpoint folder to the bucket within the notice window. On idle
+or expiry it syncs, then ends the node: AWS ``shutdown -h now`` (the launch template's
+instance-initiated shutdown behaviour is *terminate*); GCP deletes its own VM from the managed
+instance group (the group shrinks, nothing is recreated). ``--dry-run`` logs instead of acting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Protocol
+
+LOG = logging.getLogger("gpuinfra-agent")
+AWS_IMDS = "http://169.254.169.254"
+GCP_METADATA = "http://metadata.google.internal/computeMetadata/v1"
+NOTICE_SECONDS = {"aws": 120, "gcp": 30}
+
+
+class GpuMonitor(Protocol):
+    """Narrow interface to the GPUs (NVML on nodes, a fake in tests)."""
+
+    def utilizations(self) -> list[int]:
+        """Utilization percent of every GPU (empty: no GPU visible)."""
+
+
+class NvmlGpus:
+    """GPU utilization through NVML (nvidia-ml-py), or ``nvidia-smi`` when pynvml is missing."""
+
+    def __init__(self) -> None:
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nvml = pynvml
+        except Exception:  # no pynvml, or no driver: fall back to nvidia-smi
+            self._nvml = None
+
+    def utilizations(self) -> list[int]:
+        if self._nvml is not None:
+            n = self._nvml
+            return [int(n.nvmlDeviceGetUtilizationRates(n.nvmlDeviceGetHandleByIndex(i)).gpu)
+                    for i in range(n.nvmlDeviceGetCount())]
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
+        except (OSError, subprocess.SubprocessError):
+            return []
+        return [int(line.strip()) for line in out.splitlines() if line.strip().isdigit()]
+
+
+def _http(url: str, method: str = "GET", headers: dict | None = None, timeout: float = 2.0) -> tuple[int, str]:
+    request = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+
+
+class AwsMetadata:
+    """IMDSv2: session token, spot instance-action, instance tags."""
+
+    def __init__(self, base: str = AWS_IMDS) -> None:
+        self.base = base.rstrip("/")
+
+    def _get(self, path: str) -> tuple[int, str]:
+        status, token = _http(f"{self.base}/latest/api/token", "PUT",
+                              {"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+        if status != 200:
+            raise OSError(f"IMDSv2 token request failed with HTTP {status}")
+        return _http(f"{self.base}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token})
+
+    def interruption(self) -> dict | None:
+        """The spot instance-action notice (``{"action": "terminate", "time": ...}``) or None."""
+        status, body = self._get("spot/instance-action")
+        return json.loads(body) if status == 200 and body else None
+
+    def expires_at(self) -> str | None:
+        """The ``gpuinfra:expires-at`` tag (needs instance metadata tags enabled), or None."""
+        status, body = self._get("tags/instance/gpuinfra:expires-at")
+        return body.strip() if status == 200 and body.strip() else None
+
+    def instance_id(self) -> str:
+        """This instance's id."""
+        return self._get("instance-id")[1]
+
+
+class GcpMetadata:
+    """GCE metadata server: preemption flag and instance identity."""
+
+    def __init__(self, base: str = GCP_METADATA) -> None:
+        self.base = base.rstrip("/")
+
+    def _get(self, path: str) -> tuple[int, str]:
+        return _http(f"{self.base}/{path}", headers={"Metadata-Flavor": "Google"})
+
+    def interruption(self) -> dict | None:
+        """``{"action": "preempted"}`` once GCE has preempted this spot VM, else None."""
+        status, body = self._get("instance/preempted")
+        return {"action": "preempted"} if status == 200 and body.strip().upper() == "TRUE" else None
+
+    def expires_at(self) -> str | None:
+        """GCP labels are not in the metadata server: the TTL comes from node.env."""
+        return None
+
+    def instance(self) -> tuple[str, str]:
+        """(instance name, zone)."""
+        name = self._get("instance/name")[1].strip()
+        zone = self._get("instance/zone")[1].strip().rsplit("/", 1)[-1]
+        return name, zone
+
+
+class S3Sync:
+    """Upload new or changed files of a folder to ``s3://bucket/prefix`` (boto3, else the AWS CLI
+    that the Deep Learning AMI ships)."""
+
+    def __init__(self, bucket: str, prefix: str, client=None) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if client is None:
+            try:
+                import boto3
+
+                client = boto3.client("s3")
+            except ImportError:
+                client = None
+        self.client = client
+        self.uploaded: dict[str, tuple[int, float]] = {}
+
+    def key(self, root: Path, path: Path) -> str:
+        rel = path.relative_to(root).as_posix()
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+    def upload(self, root: Path, path: Path) -> None:
+        if self.client is None:
+            subprocess.run(["aws", "s3", "cp", str(path), f"s3://{self.bucket}/{self.key(root, path)}"], check=True)
+        else:
+            self.client.upload_file(str(path), self.bucket, self.key(root, path))
+
+
+def sync_folder(root: Path, syncer: S3Sync, deadline: float, clock: Callable[[], float] = time.monotonic,
+                on_upload: Callable[[Path], None] | None = None) -> list[str]:
+    """Upload every file of ``root`` that is new or changed since it was last uploaded, and
+    repeat until a full pass finds nothing new (files written during the sync are caught by the
+    next pass) or ``deadline`` passes.
+
+    Returns:
+        Keys uploaded, in order.
+    """
+    done: list[str] = []
+    if not root.is_dir():
+        return done
+    while clock() < deadline:
+        changed = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            stat = path.stat()
+            signature = (stat.st_size, stat.st_mtime)
+            if syncer.uploaded.get(str(path)) != signature:
+                changed.append((path, signature))
+        if not changed:
+            break
+        for path, signature in changed:
+            if clock() >= deadline:
+                break
+            syncer.upload(root, path)
+            syncer.uploaded[str(path)] = signature
+            done.append(syncer.key(root, path))
+            if on_upload is not None:
+                on_upload(path)
+    return done
+
+
+@dataclass
+class AgentConfig:
+    """Settings from /etc/gpuinfra/node.env (see the user data templates)."""
+
+    cloud: str
+    stack: str
+    bucket: str
+    expires_at: datetime | None
+    idle_timeout_seconds: float
+    idle_utilization_percent: int
+    checkpoint_dir: Path
+    dry_run: bool = False
+
+    @classmethod
+    def from_env_file(cls, path: Path, dry_run: bool = False) -> "AgentConfig":
+        """Parse ``KEY=VALUE`` lines.
+
+        Raises:
+            ValueError: a required key is missing or a number does not parse.
+        """
+        env = {}
+        for line in Path(path).read_text().splitlines():
+            if "=" in line and not line.lstrip().startswith("#"):
+                key, value = line.split("=", 1)
+                env[key.strip()] = value.strip()
+        try:
+            expires = env.get("GPUINFRA_EXPIRES_AT")
+            return cls(
+                cloud=env["GPUINFRA_CLOUD"],
+                stack=env["GPUINFRA_STACK"],
+                bucket=env["GPUINFRA_BUCKET"],
+                expires_at=parse_time(expires) if expires else None,
+                idle_timeout_seconds=float(env["GPUINFRA_IDLE_TIMEOUT_MINUTES"]) * 60,
+                idle_utilization_percent=int(env["GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT"]),
+                checkpoint_dir=Path(env.get("GPUINFRA_CHECKPOINT_DIR", env.get("GPUINFRA_SCRATCH", "/scratch") + "/checkpoints")),
+                dry_run=dry_run or env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
+            )
+        except KeyError as exc:
+            raise ValueError(f"{path}: missing {exc.args[0]}") from None
+
+
+def parse_time(text: str) -> datetime:
+    """ISO 8601 UTC (``2026-11-25T01:00:00Z``)."""
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(timezone.utc)
+
+
+@dataclass
+class Agent:
+    """The decision loop (pure apart from the injected GPUs, metadata, syncer and actions)."""
+
+    config: AgentConfig
+    gpus: GpuMonitor
+    metadata: AwsMetadata | GcpMetadata
+    syncer: S3Sync | None
+    end_node: Callable[[str], None]
+    clock: Callable[[], float] = time.monotonic
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
+    idle_since: float | None = None
+    events: list[str] = field(default_factory=list)
+    interrupted: bool = False
+
+    def _log(self, message: str) -> None:
+        self.events.append(message)
+        LOG.info(message)
+
+    def expiry(self) -> datetime | None:
+        """TTL end: the instance tag when readable, else node.env."""
+        try:
+            tagged = self.metadata.expires_at()
+        except OSError:
+            tagged = None
+        return parse_time(tagged) if tagged else self.config.expires_at
+
+    def save_checkpoints(self, seconds: float) -> list[str]:
+        """Sync the checkpoint folder within ``seconds``."""
+        if self.syncer is None:
+            return []
+        uploaded = sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock)
+        self._log(f"synced {len(uploaded)} checkpoint file(s) to {self.config.bucket}")
+        return uploaded
+
+    def step(self) -> str:
+        """One poll. Returns ``running`` | ``idle`` | ``expired`` | ``interrupted``."""
+        notice = None if self.interrupted else self.metadata.interruption()
+        if notice:
+            self.interrupted = True
+            self._log(f"spot interruption notice {notice}: saving checkpoints")
+            self.save_checkpoints(NOTICE_SECONDS[self.config.cloud] * 0.75)
+            return "interrupted"
+        expires = self.expiry()
+        if expires is not None and self.now() >= expires:
+            return self._finish("expired", f"TTL reached ({expires.isoformat()})")
+        utilization = self.gpus.utilizations()
+        busy = any(u >= self.config.idle_utilization_percent for u in utilization)
+        if busy or not utilization:
+            self.idle_since = None
+            return "running"
+        self.idle_since = self.idle_since if self.idle_since is not None else self.clock()
+        idle_for = self.clock() - self.idle_since
+        if idle_for >= self.config.idle_timeout_seconds:
+            return self._finish("idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min")
+        return "running"
+
+    def _finish(self, reason: str, why: str) -> str:
+        self._log(f"ending node: {why}")
+        self.save_checkpoints(300)
+        if self.config.dry_run:
+            self._log("dry run: not ending the node")
+        else:
+            self.end_node(reason)
+        return reason
+
+
+def end_aws_node(reason: str) -> None:
+    """Instance-initiated shutdown; the launch template makes it terminate the instance."""
+    subprocess.run(["shutdown", "-h", "now", f"gpuinfra agent: {reason}"], check=False)
+
+
+def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
+    """Delete this VM from its managed instance group (the group shrinks instead of replacing it)."""
+    name, zone = (metadata or GcpMetadata()).instance()
+    group = name.rsplit("-", 1)[0]
+    LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
+    subprocess.run(["gcloud", "compute", "instance-groups", "managed", "delete-instances", group,
+                    f"--instances={name}", f"--zone={zone}", "--quiet"], check=False)
+
+
+def build_agent(config: AgentConfig) -> Agent:
+    """The agent with real NVML, metadata, sync and actions for ``config.cloud``."""
+    if config.cloud == "aws":
+        metadata = AwsMetadata()
+        syncer = S3Sync(config.bucket, f"checkpoints/{config.stack}")
+        return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node)
+    metadata = GcpMetadata()
+    return Agent(config, NvmlGpus(), metadata, GcsCliSync(config.bucket, f"checkpoints/{config.stack}"),
+                 lambda reason: end_gcp_node(reason, metadata))
+
+
+class GcsCliSync(S3Sync):
+    """Upload to ``gs://bucket/prefix`` with ``gcloud storage cp`` (present on DLVM images)."""
+
+    def __init__(self, bucket: str, prefix: str) -> None:
+        self.bucket, self.prefix, self.uploaded, self.client = bucket, prefix.strip("/"), {}, None
+
+    def upload(self, root: Path, path: Path) -> None:
+        subprocess.run(["gcloud", "storage", "cp", str(path), f"gs://{self.bucket}/{self.key(root, path)}"], check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``gpuinfra_agent.py [--config /etc/gpuinfra/node.env] [--poll-seconds 60] [--dry-run] [--once]``."""
+    parser = argparse.ArgumentParser(description="gpuinfra node agent")
+    parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
+    parser.add_argument("--poll-seconds", type=float, default=60.0)
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--once", action="store_true", help="one poll, then exit")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuinfra-agent %(message)s", stream=sys.stdout)
+    agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run))
+    while True:
+        state = agent.step()
+        if args.once or state in ("idle", "expired"):
+            return 0
+        time.sleep(5 if state == "interrupted" else args.poll_seconds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
