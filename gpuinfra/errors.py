@@ -12,7 +12,8 @@ Exit codes (stable, documented in README.md):
 * 3 -- budget exceeded (``gpuinfra cost --budget``)
 * 4 -- no offer in the catalog fits the request
 * 5 -- refusing to overwrite an existing file (use ``--force``)
-* 6 -- a required external tool or credential is missing (Pulumi CLI, cloud credentials)
+* 6 -- a required external tool or credential is missing or expired (Pulumi CLI, cloud credentials)
+* 7 -- a Pulumi operation failed or could not start (stack locked by another update, engine error)
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class ExitCode(IntEnum):
     NO_OFFER = 4
     FILE_EXISTS = 5
     MISSING_DEPENDENCY = 6
+    OPERATION_FAILED = 7
 
 
 class GpuinfraError(Exception):
@@ -70,3 +72,9 @@ class MissingDependencyError(GpuinfraError):
     """An external tool or credential needed for the command is not available."""
 
     exit_code = ExitCode.MISSING_DEPENDENCY
+
+
+class OperationError(GpuinfraError):
+    """A Pulumi operation failed (stack locked, engine or provider error)."""
+
+    exit_code = ExitCode.OPERATION_FAILED

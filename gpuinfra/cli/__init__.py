@@ -22,7 +22,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from gpuinfra.cli import catalog, cost, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
+    from gpuinfra.cli import catalog, cost, lifecycle, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)
@@ -30,6 +30,10 @@ def _register() -> None:
     app.command("cost")(cost.cost)
     app.command("profiles")(profiles.profiles)
     app.command("size")(size.size)
+    app.command("up")(lifecycle.up)
+    app.command("down")(lifecycle.down)
+    app.command("ls")(lifecycle.ls)
+    app.command("reap")(lifecycle.reap)
     app.add_typer(catalog.app, name="catalog")
 
 

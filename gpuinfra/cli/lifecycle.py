@@ -1,0 +1,147 @@
+"""``gpuinfra up`` / ``down`` / ``ls`` / ``reap``: stack lifecycle with live progress."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from gpuinfra.cli import options
+
+
+def _progress():
+    """An Automation API event printer: one line per resource step, diagnostics, summary."""
+    from gpuinfra.cli.console import stdout_console
+
+    out = stdout_console()
+
+    def on_event(event) -> None:
+        pre = getattr(event, "resource_pre_event", None)
+        done = getattr(event, "res_outputs_event", None)
+        diag = getattr(event, "diagnostic_event", None)
+        if pre is not None and pre.metadata.op != "same":
+            out.print(f"  {pre.metadata.op:>8} {pre.metadata.type} {pre.metadata.urn.split('::')[-1]} ...")
+        elif done is not None and done.metadata.op != "same":
+            out.print(f"  {done.metadata.op:>8} {done.metadata.type} {done.metadata.urn.split('::')[-1]} done")
+        elif diag is not None and diag.severity in ("error", "warning"):
+            out.print(f"  {diag.severity}: {diag.message.strip()}")
+
+    return on_event
+
+
+def _backend():
+    from gpuinfra import lifecycle
+
+    return lifecycle.make_backend()
+
+
+def up(stack: str = typer.Argument(..., help="Stack name."), project_dir: Path = options.ProjectDir) -> None:
+    """Create or update the stack's cluster (`pulumi up` through the Automation API)."""
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.lifecycle import check_credentials
+    from gpuinfra.stackfile import read_stack_spec
+
+    backend = _backend()
+    spec = read_stack_spec(project_dir, stack)
+    check_credentials(spec.cloud)
+    out = stdout_console()
+    out.print(f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)")
+    changes = backend.up(Path(project_dir), stack, _progress())
+    out.print(f"done: {changes}")
+
+
+def down(
+    stack: str = typer.Argument(..., help="Stack name."),
+    delete_data: bool = typer.Option(False, "--delete-data", help="Also delete the bucket and everything in it."),
+    yes: bool = typer.Option(False, "--yes", help="Do not ask before deleting a non-empty bucket."),
+    project_dir: Path = options.ProjectDir,
+) -> None:
+    """Destroy the cluster; the bucket and its data are kept unless --delete-data."""
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.errors import RequestError
+    from gpuinfra.lifecycle import check_credentials, count_bucket_objects, mark_delete_data
+    from gpuinfra.stackfile import read_stack_spec
+
+    backend = _backend()
+    spec = read_stack_spec(project_dir, stack)
+    check_credentials(spec.cloud)
+    out = stdout_console()
+    if delete_data:
+        bucket = backend.outputs(Path(project_dir), stack).get("bucket_name")
+        objects = count_bucket_objects(spec.cloud, bucket) if bucket else 0
+        if objects and not yes:
+            if not sys.stdin.isatty() or not typer.confirm(f"bucket {bucket} holds {objects} objects; delete them all?"):
+                raise RequestError(
+                    f"bucket {bucket} is not empty ({objects} objects); nothing was destroyed. "
+                    f"Pass --yes to delete the data with the cluster, or drop --delete-data to keep it"
+                )
+        mark_delete_data(Path(project_dir), stack)
+        out.print(f"down {stack}: bucket {bucket} will be deleted with {objects} object(s)")
+        backend.up(Path(project_dir), stack, _progress())  # apply force_destroy / retain_on_delete=false
+    else:
+        out.print(f"down {stack}: destroying the cluster; the bucket and its data are kept")
+    changes = backend.destroy(Path(project_dir), stack, _progress())
+    out.print(f"done: {changes}")
+
+
+def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
+    """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far."""
+    from gpuinfra.cli.console import note, print_json, stdout_console, usd
+    from gpuinfra.errors import MissingDependencyError
+    from gpuinfra.lifecycle import list_rows
+
+    try:
+        backend = _backend()
+    except MissingDependencyError as exc:
+        backend = None
+        note(f"note: {exc}; deployment status unknown")
+    rows = list_rows(Path(project_dir), backend)
+    if as_json:
+        print_json([{
+            "stack": r.spec.stack, "cloud": r.spec.cloud, "gpus": f"{r.spec.gpu_count}x{r.spec.gpu}", "nodes": r.spec.nodes,
+            "instance_type": r.spec.instance_type, "zone": r.spec.zone, "created_at": r.spec.created_at.isoformat(),
+            "age_hours": round((r.now - r.spec.created_at).total_seconds() / 3600, 2),
+            "expires_at": r.spec.expires_at.isoformat(), "expired": r.expired, "deployed": r.deployed,
+            "price_per_hour_usd": None if r.price_per_hour_usd is None else str(r.price_per_hour_usd),
+            "cost_so_far_usd": None if r.cost_so_far_usd is None else str(r.cost_so_far_usd),
+        } for r in rows])
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} stacks in {Path(project_dir).resolve() / 'stacks'}", title_justify="left")
+    for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "$/h", "so far"):
+        table.add_column(header)
+    for r in rows:
+        age = (r.now - r.spec.created_at).total_seconds() / 3600
+        table.add_row(r.spec.stack, r.spec.cloud, f"{r.spec.gpu_count}x{r.spec.gpu}", str(r.spec.nodes), f"{age:.1f} h",
+                      ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
+                      {True: "yes", False: "no", None: "?"}[r.deployed], usd(r.price_per_hour_usd), usd(r.cost_so_far_usd))
+    stdout_console().print(table)
+
+
+def reap(
+    expired: bool = typer.Option(False, "--expired", help="Destroy every deployed stack whose TTL has passed."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be destroyed."),
+    project_dir: Path = options.ProjectDir,
+) -> None:
+    """Destroy expired stacks (data kept), e.g. from cron: `gpuinfra reap --expired`."""
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.errors import RequestError
+    from gpuinfra.lifecycle import check_credentials, list_rows
+
+    if not expired:
+        raise RequestError("reap needs --expired (the only selection so far); add --dry-run to see the list first")
+    backend = _backend()
+    out = stdout_console()
+    victims = [r for r in list_rows(Path(project_dir), backend) if r.expired and r.deployed]
+    if not victims:
+        out.print("no deployed stack has expired")
+        return
+    for r in victims:
+        if dry_run:
+            out.print(f"would destroy {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC)")
+            continue
+        check_credentials(r.spec.cloud)
+        out.print(f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept")
+        backend.destroy(Path(project_dir), r.spec.stack, _progress())

@@ -1,0 +1,183 @@
+"""`up` / `down` / `ls` / `reap` with the Automation API replaced at its boundary (recording fake),
+buckets checked against moto S3 on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+
+from gpuinfra import lifecycle
+from gpuinfra.errors import MissingDependencyError, OperationError
+from gpuinfra.lifecycle import StackStatus
+
+
+class FakeBackend:
+    """Records every call; answers like a Pulumi backend would."""
+
+    def __init__(self, deployed=(), outputs=None, fail=None):
+        self.calls = []
+        self.deployed = set(deployed)
+        self._outputs = outputs or {}
+        self.fail = fail
+
+    def list_stacks(self, project_dir):
+        self.calls.append(("list_stacks", Path(project_dir).name))
+        return [StackStatus(n, False, datetime.now(timezone.utc) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
+
+    def up(self, project_dir, stack, on_event):
+        self.calls.append(("up", stack))
+        if self.fail:
+            raise self.fail
+        self.deployed.add(stack)
+        return {"create": 30}
+
+    def destroy(self, project_dir, stack, on_event):
+        self.calls.append(("destroy", stack))
+        self.deployed.discard(stack)
+        return {"delete": 30}
+
+    def outputs(self, project_dir, stack):
+        self.calls.append(("outputs", stack))
+        return self._outputs
+
+
+@pytest.fixture
+def project(run_cli, tmp_path, monkeypatch):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    assert run_cli("new", "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "train",
+                   "--project-dir", str(tmp_path)).exit_code == 0
+    return tmp_path
+
+
+def _use(monkeypatch, backend):
+    monkeypatch.setattr(lifecycle, "make_backend", lambda: backend)
+
+
+def test_without_pulumi_cli_every_command_says_what_to_install(run_cli, project, monkeypatch):
+    monkeypatch.setenv("PATH", str(project))  # no `pulumi` anywhere
+    for args in (["down", "train"], ["up", "train"], ["reap", "--expired"]):
+        result = run_cli(*args, "--project-dir", str(project))
+        assert result.exit_code == 6
+        assert result.stderr == f"error: {lifecycle.PULUMI_INSTALL_HINT}\n"
+    listing = run_cli("ls", "--project-dir", str(project), "--json")
+    assert listing.exit_code == 0 and json.loads(listing.stdout)[0]["deployed"] is None
+
+
+def test_up_calls_the_backend_once(run_cli, project, monkeypatch):
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == [("up", "train")]
+
+
+def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
+    backend = FakeBackend(deployed={"train"})
+    _use(monkeypatch, backend)
+    result = run_cli("down", "train", "--project-dir", str(project))
+    assert result.exit_code == 0 and backend.calls == [("destroy", "train")]
+    assert "the bucket and its data are kept" in result.stdout
+    spec = yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
+    assert spec["delete_bucket_on_destroy"] is False
+
+
+@pytest.fixture
+def moto_s3(monkeypatch):
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{host}:{port}")
+    client = boto3.client("s3", region_name="us-east-1", endpoint_url=f"http://{host}:{port}")
+    yield client
+    server.stop()
+
+
+def test_delete_data_refuses_a_non_empty_bucket_without_yes(run_cli, project, monkeypatch, moto_s3):
+    moto_s3.create_bucket(Bucket="gpuinfra-train-abc")
+    moto_s3.put_object(Bucket="gpuinfra-train-abc", Key="checkpoints/step-1.pt", Body=b"w")
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": "gpuinfra-train-abc"})
+    _use(monkeypatch, backend)
+    result = run_cli("down", "train", "--delete-data", "--project-dir", str(project))
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: bucket gpuinfra-train-abc is not empty (1 objects); nothing was destroyed.")
+    assert backend.calls == [("outputs", "train")]  # nothing destroyed by surprise
+    result = run_cli("down", "train", "--delete-data", "--yes", "--project-dir", str(project))
+    assert result.exit_code == 0
+    assert backend.calls[1:] == [("outputs", "train"), ("up", "train"), ("destroy", "train")]
+    spec = yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
+    assert spec["delete_bucket_on_destroy"] is True
+
+
+def test_delete_data_with_an_empty_bucket_needs_no_confirmation(run_cli, project, monkeypatch, moto_s3):
+    moto_s3.create_bucket(Bucket="gpuinfra-train-empty")
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": "gpuinfra-train-empty"})
+    _use(monkeypatch, backend)
+    assert run_cli("down", "train", "--delete-data", "--project-dir", str(project)).exit_code == 0
+    assert backend.calls == [("outputs", "train"), ("up", "train"), ("destroy", "train")]
+
+
+def test_unknown_stack(run_cli, project, monkeypatch):
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    result = run_cli("down", "nope", "--project-dir", str(project))
+    assert result.exit_code == 2 and result.stderr.startswith("error: no stack 'nope':") and backend.calls == []
+
+
+def test_locked_stack_and_expired_credentials_map_to_clear_errors():
+    from pulumi import automation as auto
+    from pulumi.automation._cmd import CommandResult
+
+    locked = auto.ConcurrentUpdateError(CommandResult("", "error: the stack is currently locked by 1 lock(s)", 255))
+    with pytest.raises(OperationError, match="stack 'train' is locked by another update in progress"):
+        lifecycle._run(lambda: (_ for _ in ()).throw(locked), "train")
+    expired = auto.CommandError(CommandResult("", "error: ExpiredToken: The security token included in the request is expired", 255))
+    with pytest.raises(MissingDependencyError, match="cloud credentials for stack 'train' are expired"):
+        lifecycle._run(lambda: (_ for _ in ()).throw(expired), "train")
+
+
+def test_locked_stack_through_the_cli(run_cli, project, monkeypatch):
+    backend = FakeBackend(fail=OperationError("stack 'train' is locked by another update in progress"))
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 7 and "locked" in result.stderr
+
+
+def test_missing_credentials(run_cli, project, monkeypatch):
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 6 and result.stderr.startswith("error: no AWS credentials found") and backend.calls == []
+
+
+def test_ls_and_reap_expired(run_cli, project, monkeypatch):
+    assert run_cli("new", "--instance-type", "g5.xlarge", "--profile", "dev", "--name", "old",
+                   "--project-dir", str(project)).exit_code == 0
+    path = project / "stacks" / "Pulumi.old.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["created_at"] = "2026-01-01T00:00:00Z"  # TTL 12 h: long expired
+    path.write_text(yaml.safe_dump(doc))
+    backend = FakeBackend(deployed={"old", "train"})
+    _use(monkeypatch, backend)
+    rows = {r["stack"]: r for r in json.loads(run_cli("ls", "--project-dir", str(project), "--json").stdout)}
+    assert rows["old"]["expired"] is True and rows["train"]["expired"] is False
+    assert rows["train"]["deployed"] is True and rows["train"]["price_per_hour_usd"] == "43.91528"
+    assert 87 < float(rows["train"]["cost_so_far_usd"]) < 88  # 2 h x $43.92/h
+    dry = run_cli("reap", "--expired", "--dry-run", "--project-dir", str(project))
+    assert "would destroy old" in dry.stdout and not [c for c in backend.calls if c[0] == "destroy"]
+    assert run_cli("reap", "--expired", "--project-dir", str(project)).exit_code == 0
+    assert [c for c in backend.calls if c[0] == "destroy"] == [("destroy", "old")]
+    assert run_cli("reap", "--project-dir", str(project)).exit_code == 2
