@@ -194,9 +194,7 @@ class StackRow:
     @property
     def price_per_hour_usd(self) -> Decimal | None:
         """Cluster $/h recorded in the stack file."""
-        price = self.spec.price
-        per_node = None if price is None else (price.spot_price_per_hour_usd if self.spec.spot else price.on_demand_price_per_hour_usd)
-        return None if per_node is None else Decimal(per_node) * self.spec.nodes
+        return self.spec.price_per_hour_usd
 
     @property
     def deployed(self) -> bool | None:

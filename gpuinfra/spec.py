@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -188,6 +189,15 @@ class ClusterSpec(BaseModel):
     def expires_at(self) -> datetime:
         """created_at + profile TTL (UTC): the node agent and ``reap`` end the cluster then."""
         return self.created_at + timedelta(hours=self.profile.ttl_hours)
+
+    @property
+    def price_per_hour_usd(self) -> Decimal | None:
+        """Cluster $/h recorded when the stack was written (spot or on-demand as planned), or
+        None when unknown."""
+        if self.price is None:
+            return None
+        per_node = self.price.spot_price_per_hour_usd if self.spot else self.price.on_demand_price_per_hour_usd
+        return None if per_node is None else Decimal(per_node) * self.nodes
 
     @property
     def total_gpus(self) -> int:

@@ -28,6 +28,18 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     store._load.cache_clear()
 
 
+@pytest.fixture(scope="session")
+def moto_url():
+    """A moto server on 127.0.0.1 (random port) for the whole test session."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
 class CliResult:
     """Outcome of one in-process CLI run."""
 

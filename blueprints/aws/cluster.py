@@ -106,7 +106,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             "torchrun_rendezvous_endpoint": self.private_ips.apply(
                 lambda ips: f"{ips[0]}:{TORCHRUN_PORT}" if ips else f"<rank-0 private IP>:{TORCHRUN_PORT}"
             ),
-            "price_per_hour_usd": _cluster_price(spec),
+            "price_per_hour_usd": None if spec.price_per_hour_usd is None else format(spec.price_per_hour_usd, "f"),
             "zone_id": spec.zone,
             "efa_interfaces_per_node": plan.efa_count,
         }
@@ -116,11 +116,3 @@ class AwsGpuCluster(pulumi.ComponentResource):
         """Stack outputs (``pulumi stack output``)."""
         return self.outputs
 
-
-def _cluster_price(spec: ClusterSpec) -> str | None:
-    if spec.price is None:
-        return None
-    from decimal import Decimal
-
-    per_node = spec.price.spot_price_per_hour_usd if spec.spot else spec.price.on_demand_price_per_hour_usd
-    return None if per_node is None else format(Decimal(per_node) * spec.nodes, "f")

@@ -61,7 +61,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
             "ssh_command": f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap",
             "nccl_env": nccl_env(plan.nic_layout),
             "torchrun_rendezvous_endpoint": f"<lowest node IP, /etc/gpuinfra/cluster.env>:{TORCHRUN_PORT}",
-            "price_per_hour_usd": _cluster_price(spec),
+            "price_per_hour_usd": None if spec.price_per_hour_usd is None else format(spec.price_per_hour_usd, "f"),
             "nics_per_node": plan.nic_count,
             "local_ssd_per_node": plan.local_ssd_count,
         }
@@ -71,11 +71,3 @@ class GcpGpuCluster(pulumi.ComponentResource):
         """Stack outputs (``pulumi stack output``)."""
         return self.outputs
 
-
-def _cluster_price(spec: ClusterSpec) -> str | None:
-    from decimal import Decimal
-
-    if spec.price is None:
-        return None
-    per_node = spec.price.spot_price_per_hour_usd if spec.spot else spec.price.on_demand_price_per_hour_usd
-    return None if per_node is None else format(Decimal(per_node) * spec.nodes, "f")

@@ -86,22 +86,11 @@ def metadata():
     server.close()
 
 
-@pytest.fixture(scope="module")
-def s3_url():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
-
-
 @pytest.fixture
-def s3(s3_url, monkeypatch):
+def s3(moto_url, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=s3_url)
+    client = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url)
     name = f"ckpt-{datetime.now().timestamp():.0f}-{id(client)}"
     client.create_bucket(Bucket=name)
     return client, name

@@ -26,15 +26,9 @@ def _fixture(name):
     return data
 
 
-@pytest.fixture(scope="module")
-def moto_server():
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield f"http://{host}:{port}"
-    server.stop()
+@pytest.fixture
+def moto_server(moto_url):
+    return moto_url
 
 
 @pytest.fixture

@@ -89,16 +89,9 @@ def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
 
 
 @pytest.fixture
-def moto_s3(monkeypatch):
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", f"http://{host}:{port}")
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=f"http://{host}:{port}")
-    yield client
-    server.stop()
+def moto_s3(moto_url, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_url)
+    return boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url)
 
 
 def test_delete_data_refuses_a_non_empty_bucket_without_yes(run_cli, project, monkeypatch, moto_s3):
