@@ -25,7 +25,7 @@ from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
 from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, request_from_instance_type
 from gpuinfra.profiles import Profile
-from gpuinfra.requests import GpuRequest, parse_gpu_spec
+from gpuinfra.requests import parse_gpu_spec
 from pydantic import ValidationError
 
 from gpuinfra.spec import ClusterSpec, PriceSnapshot, check_stack_name, format_validation_error

@@ -27,7 +27,6 @@ import csv
 import json
 import re
 from collections.abc import Iterable, Mapping
-from decimal import Decimal
 from pathlib import Path
 
 from gpuinfra.catalog.facts import aws_facts_from_describe, gcp_facts
