@@ -161,15 +161,14 @@ def validate_location(catalog: Catalog, query: OfferQuery) -> None:
 
 
 def _matches_location(offer: Offer, query: OfferQuery) -> bool:
-    if query.cloud is not None and offer.cloud != query.cloud:
-        return False
-    if query.region is not None and offer.region != query.region:
-        return False
-    if query.zone is not None:
-        return offer.zone == query.zone
-    if query.instance_type is not None and offer.instance_type != query.instance_type:
-        return False
-    return query.include_local_zones or not offer.local_zone
+    """Cloud, region, zone and type filters; a named zone is taken even when it is a Local Zone."""
+    return (
+        query.cloud in (None, offer.cloud)
+        and query.region in (None, offer.region)
+        and query.zone in (None, offer.zone)
+        and query.instance_type in (None, offer.instance_type)
+        and (query.include_local_zones or query.zone is not None or not offer.local_zone)
+    )
 
 
 def fits(offer: Offer, request: GpuRequest) -> bool:
@@ -197,8 +196,6 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     validate_location(catalog, query)
     request = query.request
     located = [o for o in catalog.offers if _matches_location(o, query)]
-    if query.instance_type is not None:
-        located = [o for o in located if o.instance_type == query.instance_type]
     ranked = [
         RankedOffer(offer=o, nodes=request.nodes, spot=query.spot, requested_gpu_count=request.gpu_count)
         for o in located
