@@ -192,14 +192,12 @@ def normalize_gcp(
     return sorted(offers, key=lambda o: (o.instance_type, o.gpu, o.gpu_count, o.region, o.zone))
 
 
-def build_facts(aws_describe: Iterable[Mapping], aws_source: str, gcp_types: Iterable[str],
+def build_facts(aws_describe: Iterable[tuple[Mapping, str]], gcp_types: Iterable[str],
                 curated: Mapping) -> list[InstanceFacts]:
-    """Instance facts for every AWS type described and every GCP machine type offered."""
-    facts = [aws_facts_from_describe(it, aws_source) for it in aws_describe]
-    for machine_type in sorted(set(gcp_types)):
-        fact = gcp_facts(machine_type, curated)
-        if fact is not None:
-            facts.append(fact)
+    """Instance facts for every AWS type described (item, source) and every GCP machine type
+    offered, sorted by (cloud, type)."""
+    facts = [aws_facts_from_describe(it, source) for it, source in aws_describe]
+    facts += [f for f in (gcp_facts(t, curated) for t in sorted(set(gcp_types))) if f is not None]
     return sorted(facts, key=lambda f: (f.cloud, f.instance_type))
 
 
@@ -240,10 +238,9 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
 
     gpu_types = {g.name: g.gcp_accelerator_type or "" for g in load_gpu_models()}
     offers = normalize_aws(aws_rows) + normalize_gcp(gcp_rows, curated, gpu_types)
-    facts = [aws_facts_from_describe(it, describe["_source"]) for it in describe["InstanceTypes"]]
-    facts += [aws_facts_from_describe(it, extra["_about"]) for it in extra["InstanceTypes"]]
-    facts += [f for f in build_facts([], "", {o.instance_type for o in offers if o.cloud == "gcp"}, curated)]
-    facts.sort(key=lambda f: (f.cloud, f.instance_type))
+    described = [(it, describe["_source"]) for it in describe["InstanceTypes"]]
+    described += [(it, extra["_about"]) for it in extra["InstanceTypes"]]
+    facts = build_facts(described, {o.instance_type for o in offers if o.cloud == "gcp"}, curated)
     meta = {
         "schema_version": 1,
         "catalog_date": SNAPSHOT_DATE,

@@ -209,9 +209,9 @@ class InstanceFacts:
         cloud: ``"aws"`` or ``"gcp"``.
         instance_type: type name.
         network_cards: AWS network cards (``NetworkInfo.MaximumNetworkCards``); 1 on GCP.
-        max_interfaces_per_network_card: AWS ENIs allowed per card (min over cards); decides
-            the device index of secondary EFA interfaces (ParallelCluster queues_stack.py:
-            device 0 if a card allows one ENI, else 1).
+        max_interfaces_per_network_card: AWS: ENIs allowed per card (min over cards). GCP
+            (one virtual card): the vNICs of the machine's layout (gVNIC 1, A3 High 5, A3 Mega 9,
+            A3 Ultra / A4 10).
         max_efa_interfaces: AWS ``EfaInfo.MaximumEfaInterfaces`` (0 = no EFA).
         gpu_nic_count: high-bandwidth NICs dedicated to GPU traffic: AWS EFA interfaces,
             GCP GPU NICs (A3 High 4, A3 Mega 8, A3 Ultra/A4 8 MRDMA); 0 otherwise.
