@@ -27,7 +27,7 @@ FREE_TYPES = frozenset({
     "aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/internetGateway:InternetGateway",
     "aws:ec2/routeTable:RouteTable", "aws:ec2/route:Route", "aws:ec2/routeTableAssociation:RouteTableAssociation",
     "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/securityGroupRule:SecurityGroupRule",
-    "aws:ec2/placementGroup:PlacementGroup", "aws:ec2/launchTemplate:LaunchTemplate",
+    "aws:ec2/placementGroup:PlacementGroup",
     "aws:ec2/vpcEndpoint:VpcEndpoint", "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy",
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/instanceProfile:InstanceProfile",
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
@@ -35,7 +35,7 @@ FREE_TYPES = frozenset({
     "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
     "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
     "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",
-    "gcp:compute/instanceTemplate:InstanceTemplate", "gcp:serviceaccount/account:Account",
+    "gcp:serviceaccount/account:Account",
     "gcp:storage/bucketIAMMember:BucketIAMMember", "gcp:projects/iAMMember:IAMMember",
 })
 GP3_FREE_IOPS = 3000
@@ -198,10 +198,9 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
     for r in resources:
         t, name, inputs = r.type, r.name, r.inputs
         if t in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
-            compute, alternative = _compute_lines(catalog, facts, name, t, chosen)
+            compute, result.alternative_compute_hourly_usd = _compute_lines(catalog, facts, name, t, chosen)
             lines += compute
-            result.alternative_compute_hourly_usd = alternative
-        if t == "aws:ec2/launchTemplate:LaunchTemplate":
+        elif t == "aws:ec2/launchTemplate:LaunchTemplate":
             lines += _aws_launch_template(name, t, inputs, facts)
         elif t == "aws:ec2/natGateway:NatGateway":
             lines.append(_line(name, t, "NAT gateway", "hours", 1, price("aws", "nat_gateway_per_hour", reg),
@@ -226,9 +225,8 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
             lines.append(_line(name, t, "Cloud NAT gateway (per VM)", "VM-hours", vms, per_vm))
             lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
                                price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
-        elif t in FREE_TYPES or t in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
-            if t not in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
-                result.free.append(name)
+        elif t in FREE_TYPES:
+            result.free.append(name)
         else:
             result.not_priced.append((name, t, "no cost model for this resource type"))
     key = "aws_per_gb" if cloud == "aws" else "gcp_per_gb"
