@@ -70,6 +70,14 @@ def new(
         resolved,
         datetime.now(timezone.utc),
     )
+    # The real program runs offline before anything is written: a spec the blueprint rejects
+    # never reaches the disk, and the summary below prices every resource, not just compute.
+    from gpuinfra.cost.report import cost_summary
+    from gpuinfra.preview import run_preview
+    from gpuinfra.stackfile import provider_config
+
+    previewed = run_preview(plan.spec, provider_config(plan.spec))
+    summary = cost_summary(plan.spec, previewed.resources)
     written = write_stack(plan, project_dir, force=force)
     spec, offer = plan.spec, plan.offer
     pricing = "spot" if spec.spot else "on-demand"
@@ -88,6 +96,8 @@ def new(
             "catalog_date": plan.catalog_date,
             "expires_at": spec.expires_at.isoformat(),
             "next": f"pulumi up -s {spec.stack}",
+            "resources": len(previewed.resources),
+            "cost": summary,
             "sizing": None if sized is None else {k: sized[k] for k in ("memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method")},
         })
         return
@@ -104,12 +114,15 @@ def new(
         out.print(f"  note: {offer.round_up_note}")
     if plan.spot_from_profile:
         out.print(f"  note: spot chosen because profile {spec.profile.name} prefers it (--on-demand to change)")
+    from decimal import Decimal
+
     out.print(
-        f"  cost: {usd(offer.price_per_hour_usd)}/h for the cluster "
-        f"({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h); {spec.run_hours:g} h run = {usd(plan.run_cost_usd)} "
-        f"(catalog {plan.catalog_date})"
+        f"  compute: {usd(offer.price_per_hour_usd)}/h ({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h); "
+        f"all {len(previewed.resources)} resources: {usd(Decimal(summary['hourly_usd']))}/h, "
+        f"{usd(Decimal(summary['run_usd']))} for a {spec.run_hours:g} h run (catalog {plan.catalog_date}; "
+        f"breakdown: gpuinfra cost {spec.stack})"
     )
-    out.print(f"  30 days left running would cost {usd(offer.price_per_hour_usd * 720)}; "
+    out.print(f"  30 days left running would cost {usd(Decimal(summary['monthly_usd_if_left_running']))}; "
               f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
               f"{spec.expires_at:%Y-%m-%d %H:%M} UTC")
     for path in written.scaffolded:

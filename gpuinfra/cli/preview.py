@@ -52,12 +52,13 @@ def preview(
 ) -> None:
     """Show every resource the stack would create, offline (no Pulumi CLI, no credentials)."""
     from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.cost.report import cost_summary
     from gpuinfra.preview import run_preview
     from gpuinfra.stackfile import provider_config, read_stack_spec
 
     spec = read_stack_spec(project_dir, stack)
     result = run_preview(spec, provider_config(spec))
-    summary = _cost_summary(spec, result)
+    summary = cost_summary(spec, result.resources)
     if as_json:
         print_json({**result.to_json(), "cost": summary})
         return
@@ -80,18 +81,3 @@ def preview(
     )
     out.print(f"next: pulumi up -s {stack}")
 
-
-def _cost_summary(spec, result) -> dict:
-    """Totals of the cost preview for the resources just previewed."""
-    from decimal import Decimal
-
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
-    from gpuinfra.cost.report import to_json
-
-    hours = Decimal(str(spec.run_hours))
-    catalog = load_catalog()
-    est = estimate(result.resources, catalog, spec.region, usage_for(spec.profile.name), hours)
-    doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
-    return {k: doc[k] for k in ("hourly_usd", "run_usd", "hours", "pricing", "catalog_date", "price_not_found")}

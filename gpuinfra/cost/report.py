@@ -126,3 +126,18 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
     hourly_change = Decimal(after["hourly_usd"]) - Decimal(before["hourly_usd"])
     run_change = Decimal(after["run_usd"]) - Decimal(before["run_usd"])
     return rows, hourly_change, run_change
+
+
+def cost_summary(spec, resources: list) -> dict:
+    """Totals of the cost preview of ``resources`` planned for ``spec`` (a ClusterSpec):
+    ``hourly_usd``, ``run_usd``, ``hours``, ``pricing``, ``catalog_date``, ``price_not_found``."""
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.cost.estimate import estimate
+    from gpuinfra.cost.prices import usage_for
+
+    hours = Decimal(str(spec.run_hours))
+    catalog = load_catalog()
+    est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours)
+    doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
+    return {k: doc[k] for k in ("hourly_usd", "run_usd", "hours", "pricing", "catalog_date", "price_not_found",
+                                "monthly_usd_if_left_running")}

@@ -31,7 +31,7 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
                                 "catalog_date": "2026-11-22"}
     spec = read_stack_spec(tmp_path, "gcp-4xa100")
     assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
-    assert "$9.71/h for the cluster" in result.stdout and "24 h run = $233.06" in result.stdout
+    assert "compute: $9.71/h ($2.428/GPU-h); all 13 resources: $10.13/h, $243.22 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
     assert "catalog 2026-11-22" in stack.read_text()
 
@@ -51,6 +51,7 @@ def test_new_never_overwrites_without_force(run_cli, tmp_path):
 def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     result = run_cli("new", "--gpus", "4xA100", "--cloud", "aws", "--project-dir", str(tmp_path), "--json")
     data = json.loads(result.stdout)
+    assert data["resources"] == 30 and float(data["cost"]["hourly_usd"]) > data["price_per_hour_usd"]
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
     assert doc["config"]["aws:region"] == "us-east-1"
@@ -106,3 +107,16 @@ def test_readme_main_command_as_a_whole_process(tmp_path):
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "stacks" / "Pulumi.gcp-4xa100.yaml").is_file()
+
+
+def test_a_spec_the_blueprint_rejects_is_never_written(run_cli, tmp_path, monkeypatch):
+    from gpuinfra.profiles import load_profiles
+
+    broken = {**load_profiles()["dev"].model_dump(), "image": {"aws_dlami_type": "no-such-dlami",
+                                                                "gcp_image_family": "x-family"}}
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "p.yaml").write_text(yaml.safe_dump({"dev": {k: v for k, v in broken.items() if k != "name"}}))
+    result = run_cli("new", "--instance-type", "g5.xlarge", "--profile", "dev", "--profiles-dir", str(tmp_path / "profiles"),
+                     "--project-dir", str(tmp_path / "proj"))
+    assert result.exit_code == 2 and "DLAMI parameter /aws/service/deeplearning/ami/x86_64/no-such-dlami" in result.stderr
+    assert not (tmp_path / "proj").exists()
