@@ -3,7 +3,7 @@
 Target (issue 3): under 2 s median at 512 nodes on a 2-core machine, and a flat resource count.
 Prints two figures per size: the in-process time of ``run_preview`` (program under Pulumi mocks,
 SDKs already imported) and the whole ``gpuinfra preview --json`` process (Python start, SDK
-imports, program). Usage: uv run python benchmarks/bench_preview.py [--runs N] [--cloud aws|gcp]
+imports, program; GPUINFRA_NO_CACHE=1, so no cached preview is used). Usage: uv run python benchmarks/bench_preview.py [--runs N] [--cloud aws|gcp]
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import statistics
 import subprocess
 import sys
@@ -53,7 +54,8 @@ def main() -> None:
             whole = []
             for _ in range(args.runs):
                 start = time.perf_counter()
-                subprocess.run([exe, "preview", stack, "--project-dir", tmp, "--json"], check=True, capture_output=True)
+                subprocess.run([exe, "preview", stack, "--project-dir", tmp, "--json"], check=True, capture_output=True,
+                               env={**os.environ, "GPUINFRA_NO_CACHE": "1"})
                 whole.append(time.perf_counter() - start)
             print(f"{nodes:>6} {count:>9} {statistics.median(warm):>20.3f} {statistics.median(whole):>23.3f}")
 

@@ -272,3 +272,76 @@ def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None
     """
     mocks = mocks or PreviewMocks(spec)
     return contextvars.Context().run(_run, spec, provider_config or {}, mocks)
+
+
+def _record_from_json(data: dict) -> ResourceRecord:
+    return ResourceRecord(type=data["type"], name=data["name"], parent=data["parent"], custom=True,
+                          inputs=data["inputs"], retain_on_delete=data.get("retainOnDelete", False))
+
+
+def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> str:
+    """SHA-256 of everything the offline preview depends on: the spec and provider config, the
+    program (blueprints/, templates, node agent, preview engine), the catalog files, and the
+    installed Pulumi SDK versions."""
+    import hashlib
+    from importlib import metadata
+    from pathlib import Path
+
+    import blueprints
+    from gpuinfra import __version__
+    from gpuinfra.catalog.store import PACKAGE_DATA_DIR, catalog_dir
+    from gpuinfra.templating import templates_dir
+
+    digest = hashlib.sha256()
+    digest.update(json.dumps([spec.to_config(), provider_config, __version__], sort_keys=True, default=str).encode())
+    for package in ("pulumi", "pulumi-aws", "pulumi-gcp"):
+        digest.update(f"{package}={metadata.version(package)}".encode())
+    here = Path(__file__).parent
+    files = sorted(Path(blueprints.__file__).parent.rglob("*.py")) + sorted(templates_dir().glob("*.j2")) + [
+        Path(__file__), here / "agent" / "node.py", here / "templating.py", here / "spec.py",
+        catalog_dir() / "offers.csv", catalog_dir() / "instance_types.json", PACKAGE_DATA_DIR / "gcp_machine_facts.json",
+    ]
+    for path in files:
+        digest.update(str(path.name).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_dir():
+    """``$XDG_CACHE_HOME/gpuinfra/preview`` (default ``~/.cache/gpuinfra/preview``)."""
+    import os
+    from pathlib import Path
+
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpuinfra" / "preview"
+
+
+def run_preview_cached(spec: ClusterSpec, provider_config: dict[str, str] | None = None) -> PreviewResult:
+    """:func:`run_preview`, remembered on disk by :func:`preview_fingerprint`.
+
+    The program is deterministic for a given fingerprint, so a cached result is the result; the
+    cache only saves the ~2 s of Pulumi SDK imports on repeated ``preview`` / ``cost`` runs.
+    ``GPUINFRA_NO_CACHE=1`` turns it off.
+    """
+    import os
+
+    from gpuinfra.fsutil import atomic_write_text
+
+    config = provider_config or {}
+    if os.environ.get("GPUINFRA_NO_CACHE") == "1":
+        return run_preview(spec, config)
+    path = cache_dir() / f"{preview_fingerprint(spec, config)}.json"
+    if path.is_file():
+        try:
+            doc = json.loads(path.read_text())
+            return PreviewResult(stack=doc["stack"], resources=[_record_from_json(r) for r in doc["resources"]],
+                                 outputs=doc["outputs"], notes=doc["notes"])
+        except (ValueError, KeyError):
+            pass  # unreadable entry: recompute and overwrite
+    result = run_preview(spec, config)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(result.to_json()))
+    except OSError:
+        pass  # a read-only cache folder only costs speed
+    return result

@@ -35,11 +35,11 @@ def cost_document(stack: str | None, project_dir: Path, hours: float | None, mar
             if probe.facts.profile else Decimal(24)
         profile = probe.facts.profile
     else:
-        from gpuinfra.preview import run_preview
+        from gpuinfra.preview import run_preview_cached
         from gpuinfra.stackfile import provider_config, read_stack_spec
 
         spec = read_stack_spec(project_dir, stack)
-        result = run_preview(spec, provider_config(spec))
+        result = run_preview_cached(spec, provider_config(spec))
         resources = result.resources
         region = spec.region
         run_hours = Decimal(str(hours if hours is not None else spec.run_hours))

@@ -73,10 +73,10 @@ def new(
     # The real program runs offline before anything is written: a spec the blueprint rejects
     # never reaches the disk, and the summary below prices every resource, not just compute.
     from gpuinfra.cost.report import cost_summary
-    from gpuinfra.preview import run_preview
+    from gpuinfra.preview import run_preview_cached
     from gpuinfra.stackfile import provider_config
 
-    previewed = run_preview(plan.spec, provider_config(plan.spec))
+    previewed = run_preview_cached(plan.spec, provider_config(plan.spec))
     summary = cost_summary(plan.spec, previewed.resources)
     written = write_stack(plan, project_dir, force=force)
     spec, offer = plan.spec, plan.offer

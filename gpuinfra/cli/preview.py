@@ -53,11 +53,11 @@ def preview(
     """Show every resource the stack would create, offline (no Pulumi CLI, no credentials)."""
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.cost.report import cost_summary
-    from gpuinfra.preview import run_preview
+    from gpuinfra.preview import run_preview_cached
     from gpuinfra.stackfile import provider_config, read_stack_spec
 
     spec = read_stack_spec(project_dir, stack)
-    result = run_preview(spec, provider_config(spec))
+    result = run_preview_cached(spec, provider_config(spec))
     summary = cost_summary(spec, result.resources)
     if as_json:
         print_json({**result.to_json(), "cost": summary})

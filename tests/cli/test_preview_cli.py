@@ -51,3 +51,25 @@ def test_preview_rejects_an_edited_invalid_spec(run_cli, tmp_path):
     result = run_cli("preview", "g5", "--project-dir", str(tmp_path))
     assert result.exit_code == 2
     assert result.stderr.startswith("error: gpuinfra:cluster.nodes: Input should be greater than or equal to 1")
+
+
+def test_preview_cache_is_reused_and_invalidated(run_cli, tmp_path, monkeypatch):
+    from gpuinfra import preview as preview_module
+
+    run_cli("new", "--instance-type", "p4d.24xlarge", "--name", "c", "--project-dir", str(tmp_path))
+    first = run_cli("cost", "c", "--project-dir", str(tmp_path), "--json").stdout
+    assert len(list(preview_module.cache_dir().glob("*.json"))) == 1  # written by `new`, reused by `cost`
+
+    def no_program(*args):
+        raise AssertionError("the program ran although the cache holds this stack")
+
+    monkeypatch.setattr(preview_module, "_run", no_program)
+    assert run_cli("cost", "c", "--project-dir", str(tmp_path), "--json").stdout == first
+    path = tmp_path / "stacks" / "Pulumi.c.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["nodes"] = 3
+    path.write_text(yaml.safe_dump(doc))
+    result = run_cli("cost", "c", "--project-dir", str(tmp_path), "--json")  # changed spec: must run again
+    assert result.exit_code == 1 and "the program ran although the cache holds this stack" in result.stderr
+    monkeypatch.setenv("GPUINFRA_NO_CACHE", "1")
+    assert run_cli("preview", "c", "--project-dir", str(tmp_path)).exit_code == 1  # cache off: runs the program
