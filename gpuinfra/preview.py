@@ -122,6 +122,11 @@ class PreviewMocks:
             self._note(f"existing subnet {args.get('id')}: AZ not verifiable offline, assumed {spec.zone}")
             return {"id": args.get("id"), "availabilityZoneId": spec.zone, "vpcId": spec.network.vpc_id or "",
                     "cidrBlock": "", "tags": {}}
+        if token == "aws:index/getAvailabilityZone:getAvailabilityZone":
+            self._note(f"AZ name of {args.get('zoneId')} is account-specific: resolved at deploy time")
+            return {"zoneId": args.get("zoneId"), "name": f"<name of {args.get('zoneId')}>", "region": spec.region,
+                    "state": "available", "id": args.get("zoneId"), "zoneType": "availability-zone",
+                    "groupName": spec.region, "networkBorderGroup": spec.region, "nameSuffix": "", "optInStatus": ""}
         if token == "aws:ec2/getInstances:getInstances":
             self._note("instance ids and private IPs are known only after deploy")
             return {"ids": [], "privateIps": [], "publicIps": [], "ipv6Addresses": [], "id": "preview"}

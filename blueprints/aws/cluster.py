@@ -108,6 +108,8 @@ class AwsGpuCluster(pulumi.ComponentResource):
             ),
             "price_per_hour_usd": None if spec.price_per_hour_usd is None else format(spec.price_per_hour_usd, "f"),
             "zone_id": spec.zone,
+            # AZ names differ per account: resolve the ID with the provider's data source
+            "availability_zone": aws.get_availability_zone_output(zone_id=spec.zone).name,
             "efa_interfaces_per_node": plan.efa_count,
         }
         self.register_outputs(self.outputs)
