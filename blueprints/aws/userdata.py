@@ -23,6 +23,9 @@ SCRATCH_MOUNT = "/scratch"
 #: ParallelCluster setup-ephemeral-drives.sh).
 AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
 PEER_WAIT_SECONDS = 900
+#: Where the Deep Learning AMI mounts the instance store itself (DLAMI release notes,
+#: "nvme_location: /opt/dlami/nvme"; cluster-facts.md section 3.6).
+DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
 
 
 def nccl_env(plan: AwsClusterPlan, instance_type: str) -> dict[str, str]:
@@ -54,7 +57,8 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
     Raises:
         SpecError: the result exceeds EC2's 16 KB user-data limit.
     """
-    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=AWS_NVME_GLOB)
+    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=AWS_NVME_GLOB,
+                     existing_mount=DLAMI_NVME_MOUNT)
     cluster_env = render(
         "aws-cluster-env.sh.j2",
         stack=spec.stack,

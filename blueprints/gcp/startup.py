@@ -33,7 +33,7 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
     Raises:
         SpecError: the script exceeds the metadata value limit.
     """
-    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=GCP_NVME_GLOB)
+    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=GCP_NVME_GLOB, existing_mount="")
     text = render(
         "gcp-startup.sh.j2",
         stack=spec.stack,

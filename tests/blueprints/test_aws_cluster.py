@@ -254,6 +254,7 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     assert text.startswith("#cloud-config\n") and len(base64.b64decode(_one(result, LT)["userData"])) < 16 * 1024
     assert "/dev/disk/by-id/ -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
     assert "Before=docker.service containerd.service" in text
+    assert 'mount --bind "/opt/dlami/nvme" "$MOUNT_POINT"' in text  # reuse the DLAMI's own instance-store mount
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
     assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
     assert "NNODES=2" in text and "GPUINFRA_BUCKET=gpuinfra-t-2-0000preview" in text
