@@ -105,18 +105,20 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
             "expires_at": r.spec.expires_at.isoformat(), "expired": r.expired, "deployed": r.deployed,
             "price_per_hour_usd": None if r.price_per_hour_usd is None else str(r.price_per_hour_usd),
             "cost_so_far_usd": None if r.cost_so_far_usd is None else str(r.cost_so_far_usd),
+            "catalog_date": None if r.spec.price is None else r.spec.price.catalog_date,
         } for r in rows])
         return
     from rich.table import Table
 
     table = Table(title=f"{len(rows)} stacks in {Path(project_dir).resolve() / 'stacks'}", title_justify="left")
-    for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "$/h", "so far"):
+    for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "$/h", "so far", "catalog"):
         table.add_column(header)
     for r in rows:
         age = (r.now - r.spec.created_at).total_seconds() / 3600
         table.add_row(r.spec.stack, r.spec.cloud, f"{r.spec.gpu_count}x{r.spec.gpu}", str(r.spec.nodes), f"{age:.1f} h",
                       ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
-                      {True: "yes", False: "no", None: "?"}[r.deployed], usd(r.price_per_hour_usd), usd(r.cost_so_far_usd))
+                      {True: "yes", False: "no", None: "?"}[r.deployed], usd(r.price_per_hour_usd), usd(r.cost_so_far_usd),
+                      "-" if r.spec.price is None else r.spec.price.catalog_date)
     stdout_console().print(table)
 
 
