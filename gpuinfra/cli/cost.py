@@ -15,7 +15,7 @@ def cost_document(stack: str | None, project_dir: Path, hours: float | None, mar
                   usage_file: Path | None, from_preview: Path | None) -> dict:
     """Run the estimate for a stack (offline preview) or a `pulumi preview --json` file."""
     from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.cost.estimate import estimate
+    from gpuinfra.cost.estimate import estimate, read_cluster_facts
     from gpuinfra.cost.prices import usage_for
     from gpuinfra.cost.report import to_json
     from gpuinfra.errors import RequestError
@@ -30,10 +30,11 @@ def cost_document(stack: str | None, project_dir: Path, hours: float | None, mar
         resources, config, name = read_pulumi_preview(from_preview)
         region = config.get("aws:region") or config.get("gcp:region")
         stack = stack or name
-        probe = estimate(resources, catalog, region, usage_for(None), Decimal(1))
-        run_hours = Decimal(str(hours)) if hours else Decimal(str(get_profile(probe.facts.profile).default_run_hours)) \
-            if probe.facts.profile else Decimal(24)
-        profile = probe.facts.profile
+        profile = read_cluster_facts(resources, region).profile
+        if hours:
+            run_hours = Decimal(str(hours))
+        else:
+            run_hours = Decimal(str(get_profile(profile).default_run_hours)) if profile else Decimal(24)
     else:
         from gpuinfra.preview import run_preview_cached
         from gpuinfra.stackfile import provider_config, read_stack_spec
