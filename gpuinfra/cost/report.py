@@ -99,9 +99,9 @@ class DiffRow:
     after_hourly: Decimal | None
 
 
-def _key(line: dict) -> tuple[str, str]:
-    component = line["component"].split(" (")[0]
-    return line["resource"].split("-", 1)[-1] if "-" in line["resource"] else line["resource"], component
+def _key(line: dict, stack: str) -> tuple[str, str]:
+    """(resource role, component kind): the resource name without its ``<stack>-`` prefix."""
+    return line["resource"].removeprefix(f"{stack}-"), line["component"].split(" (")[0]
 
 
 def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
@@ -110,8 +110,8 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
     Resource names are matched without their stack prefix (``a-lt`` vs ``b-lt`` are the same
     role). Returns the rows and the changes in $/h and run total.
     """
-    old = {_key(l): l for l in before["lines"]}
-    new = {_key(l): l for l in after["lines"]}
+    old = {_key(l, before["stack"]): l for l in before["lines"]}
+    new = {_key(l, after["stack"]): l for l in after["lines"]}
     rows = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)

@@ -147,3 +147,11 @@ def test_bad_preview_file(run_cli, tmp_path):
     bad.write_text("{}")
     result = run_cli("cost", "x", "--from-preview", str(bad), "--project-dir", str(tmp_path))
     assert result.exit_code == 2 and "has no 'steps' list" in result.stderr
+
+
+def test_cost_diff_matches_roles_of_hyphenated_stack_names(run_cli, tmp_path):
+    a = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "run-a")
+    b = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "my-run-b")
+    doc = json.loads(run_cli("cost", "diff", a, b, "--project-dir", str(tmp_path), "--json").stdout)
+    assert {r["change"] for r in doc["rows"]} == {"~"}  # same roles on both sides: nothing added or removed
+    assert {r["resource"] for r in doc["rows"]} >= {"fleet", "lt"}
