@@ -255,7 +255,7 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
             f"(a round-up above {MAX_ROUND_UP_FACTOR}x is not a fit).{advice}"
         ).replace("  ", " ").replace("offer  fits", "offer fits")
     return (
-        f"no {pricing} price for {request.gpu_count}x{request.gpu} {where}: {listing}."
+        f"price-known: no {pricing} price for {request.gpu_count}x{request.gpu} {where}: {listing}."
         + (" Try without --spot." if query.spot else " Try --spot.")
     ).replace("  ", " ")
 

@@ -11,7 +11,12 @@ This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
   profile with ``high_bandwidth_networking: required`` only takes types with EFA or GPU NICs
   (items 5, 8), whatever the node count (the blueprints refuse such a type as well).
 * ``scratch.required`` only takes types whose local NVMe can hold ``scratch.min_gib``: AWS
-  instance store; GCP bundled local SSD, or families where local SSDs can be attached.
+  instance store; GCP bundled local SSD, or an allowed attach count that is large enough
+  (:class:`~gpuinfra.catalog.facts_model.LocalSsdFacts`).
+* The type must be sold the way the cluster is bought: on-demand or spot
+  (``InstanceFacts.provisioning_models``); e.g. a3-highgpu-1g/2g/4g are Spot/Flex-start only.
+
+All decisions read :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, never a name prefix.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
-from gpuinfra.catalog.model import InstanceFacts
+from gpuinfra.catalog.gpus import gpu_model
+from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
 from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, request_from_instance_type
@@ -28,12 +34,7 @@ from gpuinfra.profiles import Profile
 from gpuinfra.requests import parse_gpu_spec
 from pydantic import ValidationError
 
-from gpuinfra.spec import ClusterSpec, PriceSnapshot, check_stack_name, format_validation_error
-
-#: GCP machine families with no bundled local SSD that accept attached local SSDs
-#: (cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds).
-GCP_ATTACHABLE_LOCAL_SSD_PREFIXES = ("a2-highgpu-", "a2-megagpu-", "g2-standard-", "n1-")
-
+from gpuinfra.spec import ClusterSpec, NetworkSettings, PriceSnapshot, check_stack_name, format_validation_error
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -82,26 +83,33 @@ def scratch_capable(fact: InstanceFacts | None, min_gib: int) -> bool:
     """True when the type can give ``min_gib`` of local NVMe scratch (see module docstring)."""
     if fact is None:
         return False
-    if fact.local_nvme_total_gib >= min_gib:
-        return True
-    return fact.cloud == "gcp" and fact.local_nvme_count == 0 and fact.instance_type.startswith(
-        GCP_ATTACHABLE_LOCAL_SSD_PREFIXES
-    )
+    if fact.local_ssd.bundled_count:
+        return fact.local_ssd.total_gib >= min_gib
+    return fact.local_ssd.smallest_attach_count(min_gib) is not None
 
 
 def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int) -> tuple[list[RankedOffer], list[str]]:
     reasons = []
-    kept = offers
+    kept = [r for r in offers if catalog.fact(r.offer.cloud, r.offer.instance_type) is not None]
+    if len(kept) < len(offers):
+        reasons.append("known hardware facts (rule nic-layout-matches-facts)")
+    before = len(kept)
+    kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).offers_model(
+        "spot" if r.spot else "on-demand")]
+    if len(kept) < before:
+        reasons.append("a type sold " + ("as spot" if offers and offers[0].spot else "on demand")
+                       + " (rule provisioning-model-offered)")
     if nodes > 1 and profile.placement == "required":
         before = len(kept)
-        kept = [r for r in kept if (f := catalog.fact(r.offer.cloud, r.offer.instance_type)) and f.cluster_placement]
+        kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).placement.any]
         if len(kept) < before:
-            reasons.append("cluster/compact placement (N1 hosts have none)")
+            reasons.append("cluster/compact placement or a workload policy (rule gcp-placement-supported / "
+                           "aws-placement-group; N1 hosts have none)")
     if profile.high_bandwidth_networking == "required":
         before = len(kept)
-        kept = [r for r in kept if (f := catalog.fact(r.offer.cloud, r.offer.instance_type)) and f.gpu_nic_count > 0]
+        kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).gpu_nic_count > 0]
         if len(kept) < before:
-            reasons.append("EFA or GPUDirect NICs")
+            reasons.append("EFA or GPUDirect NICs (rule high-bandwidth-nics)")
     if profile.scratch.required:
         before = len(kept)
         kept = [
@@ -109,7 +117,7 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
             if scratch_capable(catalog.fact(r.offer.cloud, r.offer.instance_type), profile.scratch.min_gib)
         ]
         if len(kept) < before:
-            reasons.append(f"at least {profile.scratch.min_gib} GiB local NVMe scratch")
+            reasons.append(f"at least {profile.scratch.min_gib} GiB local NVMe scratch (rule scratch-capacity)")
     return kept, reasons
 
 
@@ -147,7 +155,8 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
     else:
         raise RequestError("give --gpus (e.g. 4xA100) or --instance-type (e.g. p4d.24xlarge)")
     if request.spot and profile.spot.policy == "forbidden":
-        raise RequestError(f"profile {profile.name!r} forbids spot capacity; drop --spot or pick another --profile")
+        raise RequestError(f"profile-spot-policy: profile {profile.name!r} forbids spot capacity; "
+                           "drop --spot or pick another --profile")
     spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
     attempts = [True, False] if spot_from_profile else [bool(request.spot)]
     last_error: NoOfferError | None = None
@@ -202,6 +211,11 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         run_hours=request.hours if request.hours is not None else profile.default_run_hours,
         created_at=now.replace(microsecond=0),
         gcp_project=request.gcp_project if offer.cloud == "gcp" else None,
+        # GCP nodes have no public IP: SSH goes through IAP TCP forwarding (OS Login decides who),
+        # the counterpart of SSM Session Manager on AWS (review G8).
+        network=NetworkSettings(iap_ssh=offer.cloud == "gcp"),
+        facts=catalog.fact(offer.cloud, offer.instance_type),
+        gpu_facts=gpu_model(offer.gpu),
         price=PriceSnapshot(
             on_demand_price_per_hour_usd=_money(offer.on_demand_price_per_hour_usd),
             spot_price_per_hour_usd=_money(offer.spot_price_per_hour_usd),

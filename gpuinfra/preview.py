@@ -118,6 +118,12 @@ class PreviewMocks:
             return {"name": args["name"], "value": PREVIEW_AMI_ID, "insecureValue": PREVIEW_AMI_ID,
                     "type": "String", "version": 1, "arn": f"arn:aws:ssm:{spec.region}::parameter{args['name']}",
                     "id": args["name"], "withDecryption": True}
+        if token == "aws:ec2/getAmi:getAmi":
+            ami = (args.get("filters") or [{}])[0].get("values", [""])[0]
+            root = "/dev/xvda" if "amazon-linux" in spec.profile.image.aws_dlami_type and not spec.ami_id else "/dev/sda1"
+            self._note(f"root device {root} of {ami} is assumed offline (DLAMI family); a deploy reads it from EC2")
+            return {"id": ami, "imageId": ami, "rootDeviceName": root, "rootDeviceType": "ebs",
+                    "architecture": "x86_64", "blockDeviceMappings": [], "name": "preview", "ownerId": PREVIEW_ACCOUNT}
         if token == "aws:ec2/getSubnet:getSubnet":
             self._note(f"existing subnet {args.get('id')}: AZ not verifiable offline, assumed {spec.zone}")
             return {"id": args.get("id"), "availabilityZoneId": spec.zone, "vpcId": spec.network.vpc_id or "",

@@ -19,16 +19,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.gpus import GpuModel
 from gpuinfra.errors import SpecError
 from gpuinfra.profiles import Profile
 
-SCHEMA_VERSION = 1
+#: 2: the spec carries the facts it was planned from (``facts``, ``gpu_facts``).
+SCHEMA_VERSION = 2
 
 #: Pulumi stack names: "alphanumeric characters, hyphens, underscores, or periods"
 #: (pulumi.com/learn/building-with-pulumi/understanding-stacks), at most 100 characters
 #: (pulumi/pulumi sdk/go/common/tokens: ValidateStackName).
 STACK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _AWS_ZONE_ID_RE = re.compile(r"^[a-z]{2,}\d+-[a-z0-9-]+$")
+_GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
+_GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
 
 
 def check_stack_name(name: str) -> str:
@@ -50,7 +55,8 @@ class NetworkSettings(BaseModel):
         ssh_cidr: AWS: allow inbound SSH (TCP 22) from this CIDR only; None (default) = no
             SSH, access through SSM Session Manager.
         iap_ssh: GCP: allow SSH from Identity-Aware Proxy's range 35.235.240.0/20 only
-            (OS Login decides who); default off.
+            (OS Login decides who). ``gpuinfra new`` turns it on for GCP stacks: the nodes have
+            no public IP, so IAP is the only way in (as SSM is on AWS).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -94,7 +100,7 @@ class ClusterSpec(BaseModel):
     """A GPU cluster as one validated object (stored as ``gpuinfra:cluster``).
 
     Attributes:
-        schema_version: 1.
+        schema_version: 2.
         stack: Pulumi stack name.
         cloud: ``aws`` | ``gcp``.
         region: region name.
@@ -108,12 +114,17 @@ class ClusterSpec(BaseModel):
             (``aws ec2 describe-capacity-reservations``); nodes may not exceed it.
         capacity_reservation_placement_group: the reservation's cluster placement group, if it
             has one (a targeted reservation uses its own group or none).
+        capacity_reservation_zone: AZ ID of the reservation (``aws ec2
+            describe-capacity-reservations``: ``AvailabilityZoneId``); must equal ``zone``.
+        capacity_reservation_instance_type: instance type it reserves; must equal ``instance_type``.
         capacity_block: the reservation is an EC2 Capacity Block for ML.
         profile: the resolved workload profile.
         run_hours: expected training time, for cost estimates.
         created_at: when the stack file was written (UTC); TTL counts from here.
         gcp_project: GCP project id (GCP only; may also come from ``gcp:project``).
-        gcp_reservation: consume this GCP reservation (specific reservation affinity).
+        gcp_reservation: consume this GCP reservation (specific reservation affinity): its name,
+            or ``projects/OWNER_PROJECT/reservations/NAME`` for a shared reservation. On types not
+            sold on demand (A3 Ultra, A4) the VMs are ``RESERVATION_BOUND``.
         gcp_reservation_accepts_placement: the reservation is a dense/block reservation that
             takes an external compact placement policy (vanilla reservations do not).
         network: networking overrides.
@@ -121,11 +132,14 @@ class ClusterSpec(BaseModel):
         gcp_image: GCP image override (else the DLVM family of the profile).
         delete_bucket_on_destroy: destroy the bucket with the stack (default: keep data).
         price: prices when the stack was written.
+        facts: the hardware facts of ``instance_type`` the plan was built from (copied from the
+            catalog by ``gpuinfra new``); the blueprints read these, never the catalog.
+        gpu_facts: the GPU model's facts (memory, GCP accelerator type).
     """
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     stack: str
     cloud: Literal["aws", "gcp"]
     region: str = Field(min_length=1)
@@ -138,6 +152,8 @@ class ClusterSpec(BaseModel):
     capacity_reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
     capacity_reservation_instance_count: int | None = Field(default=None, ge=1)
     capacity_reservation_placement_group: str | None = None
+    capacity_reservation_zone: str | None = None
+    capacity_reservation_instance_type: str | None = None
     capacity_block: bool = False
     profile: Profile
     run_hours: float = Field(gt=0, le=8760)
@@ -150,6 +166,25 @@ class ClusterSpec(BaseModel):
     gcp_image: str | None = None
     delete_bucket_on_destroy: bool = False
     price: PriceSnapshot | None = None
+    facts: InstanceFacts
+    gpu_facts: GpuModel
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _version(cls, value: Any) -> Any:
+        if value == 1:
+            raise ValueError("this stack file was written by gpuinfra 0.1 (schema 1, without the facts the plan "
+                             "was built from); write it again with `gpuinfra new ... --force`")
+        return value
+
+    @field_validator("gcp_reservation")
+    @classmethod
+    def _reservation(cls, value: str | None) -> str | None:
+        # A reservation of this project is named by its name; a shared one by
+        # projects/OWNER_PROJECT/reservations/NAME (cloud.google.com/compute/docs/instances/reservations-consume)
+        if value is not None and not _GCP_RESERVATION_RE.match(value):
+            raise ValueError(f"{value!r} is neither a reservation name nor projects/OWNER_PROJECT/reservations/NAME")
+        return value
 
     @field_validator("stack")
     @classmethod
@@ -171,8 +206,10 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
-        if (self.capacity_reservation_instance_count or self.capacity_reservation_placement_group) and not self.capacity_reservation_id:
-            raise ValueError("capacity_reservation_instance_count/placement_group need capacity_reservation_id")
+        if (self.capacity_reservation_instance_count or self.capacity_reservation_placement_group
+                or self.capacity_reservation_zone or self.capacity_reservation_instance_type) and not self.capacity_reservation_id:
+            raise ValueError("capacity_reservation_instance_count/placement_group/zone/instance_type need "
+                             "capacity_reservation_id")
         if self.spot and self.capacity_reservation_id:
             raise ValueError("spot and capacity_reservation_id exclude each other")
         if self.spot and self.profile.spot.policy == "forbidden":
@@ -183,6 +220,16 @@ class ClusterSpec(BaseModel):
             raise ValueError("gcp_reservation and network.iap_ssh are GCP settings")
         if self.cloud == "aws" and self.gcp_image:
             raise ValueError("gcp_image is a GCP setting")
+        if (self.facts.cloud, self.facts.instance_type) != (self.cloud, self.instance_type):
+            raise ValueError(f"facts describe {self.facts.cloud} {self.facts.instance_type}, not "
+                             f"{self.cloud} {self.instance_type}; write the stack again with `gpuinfra new`")
+        if not self.facts.guest_accelerators and (self.facts.gpu, self.facts.gpu_count) != (self.gpu, self.gpu_count):
+            raise ValueError(f"{self.instance_type} carries {self.facts.gpu_count}x{self.facts.gpu}, "
+                             f"not {self.gpu_count}x{self.gpu}")
+        if self.gpu_facts.name != self.gpu:
+            raise ValueError(f"gpu_facts describe {self.gpu_facts.name}, not {self.gpu}")
+        if self.facts.guest_accelerators and not self.gpu_facts.gcp_accelerator_type:
+            raise ValueError(f"{self.gpu} cannot be attached to {self.instance_type} (no GCP accelerator type)")
         return self
 
     @property

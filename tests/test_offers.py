@@ -15,7 +15,7 @@ from gpuinfra.requests import parse_gpu_spec
 
 
 def _offer(itype, gpu, count, price, zone="z1", spot=None, cloud="aws", region="r1", local=False):
-    return Offer(cloud=cloud, instance_type=itype, gpu=gpu, gpu_count=count, gpu_memory_gib=40, vcpus=8,
+    return Offer(cloud=cloud, instance_type=itype, gpu=gpu, gpu_count=count, vcpus=8,
                  memory_gib=64, region=region, zone=zone, on_demand_price_per_hour_usd=Decimal(price),
                  spot_price_per_hour_usd=None if spot is None else Decimal(spot), local_zone=local)
 

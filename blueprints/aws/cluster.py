@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pulumi
 import pulumi_aws as aws
 
@@ -11,29 +13,37 @@ from blueprints.aws.nodes import build_fleet, build_launch_template
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
 from blueprints.aws.storage import build_bucket
 from blueprints.aws.userdata import nccl_env
-from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:aws:GpuCluster"
 
 
-def resolve_ami(spec: ClusterSpec, plan: AwsClusterPlan) -> str:
-    """The AMI id: ``spec.ami_id``, else the DLAMI SSM parameter resolved now.
+def resolve_ami(spec: ClusterSpec, plan: AwsClusterPlan) -> tuple[str, str]:
+    """The AMI id (``spec.ami_id``, else the DLAMI SSM parameter resolved now) and its root
+    device name as EC2 describes the image (``RootDeviceName``; review A10: a hard-coded
+    ``/dev/sda1`` adds a second volume on AMIs whose root is ``/dev/xvda``).
 
     Raises:
-        SpecError: the parameter does not resolve in the region (before any resource exists).
+        SpecError: the parameter or the image does not resolve in the region (before any
+            resource exists).
     """
-    if spec.ami_id:
-        return spec.ami_id
+    ami_id = spec.ami_id
+    if not ami_id:
+        try:
+            ami_id = aws.ssm.get_parameter(name=plan.ami_parameter).value
+        except Exception as exc:  # the provider raises a plain Exception on invoke failure
+            raise SpecError(
+                f"DLAMI parameter {plan.ami_parameter} does not resolve in {spec.region} ({exc}); "
+                "fix profile.image.aws_dlami_type (see docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html) "
+                "or set ami_id"
+            ) from None
     try:
-        return aws.ssm.get_parameter(name=plan.ami_parameter).value
-    except Exception as exc:  # the provider raises a plain Exception on invoke failure
-        raise SpecError(
-            f"DLAMI parameter {plan.ami_parameter} does not resolve in {spec.region} ({exc}); "
-            "fix profile.image.aws_dlami_type (see docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html) "
-            "or set ami_id"
-        ) from None
+        image = aws.ec2.get_ami(filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])],
+                                include_deprecated=True)
+    except Exception as exc:
+        raise SpecError(f"AMI {ami_id} cannot be described in {spec.region} ({exc}); check ami_id") from None
+    return ami_id, image.root_device_name
 
 
 def check_existing_subnet(spec: ClusterSpec) -> None:
@@ -72,9 +82,9 @@ class AwsGpuCluster(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
-        plan = plan_aws_cluster(spec, load_catalog().fact("aws", spec.instance_type))
+        plan = plan_aws_cluster(spec)
         check_existing_subnet(spec)
-        ami_id = resolve_ami(spec, plan)
+        ami_id, root_device_name = resolve_ami(spec, plan)
         super().__init__(TYPE_TOKEN, name, None, opts)
         self.spec = spec
         self.plan = plan
@@ -82,7 +92,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
         self.bucket = build_bucket(name, spec, self)
         profile = build_instance_profile(name, spec, self.bucket, self)
         self.launch_template, self.placement_group = build_launch_template(
-            name, spec, plan, network, ami_id, profile, self.bucket, self
+            name, spec, plan, network, ami_id, root_device_name, profile, self.bucket, self
         )
         self.fleet = build_fleet(name, spec, plan, self.launch_template, self)
         instances = aws.ec2.get_instances_output(
@@ -90,7 +100,8 @@ class AwsGpuCluster(pulumi.ComponentResource):
             instance_state_names=["pending", "running"],
             opts=pulumi.InvokeOutputOptions(depends_on=[self.fleet]),
         )
-        self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or []))
+        # numeric order, as the nodes sort (sort -t . -k1,1n ...): 10.0.0.20 before 10.0.0.100 (review A7)
+        self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or [], key=ipaddress.ip_address))
         first_instance = self.fleet.fleet_instance_sets.apply(
             lambda sets: next((i for s in (sets or []) for i in (s.instance_ids or [])), None)
         )

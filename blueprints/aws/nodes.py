@@ -28,7 +28,7 @@ GP3_THROUGHPUT_MIBPS = 125
 
 
 def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, network: Network, ami_id: str,
-                          instance_profile: aws.iam.InstanceProfile, bucket: aws.s3.Bucket,
+                          root_device_name: str, instance_profile: aws.iam.InstanceProfile, bucket: aws.s3.Bucket,
                           parent: pulumi.Resource) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
     """Placement group (when planned) and the launch template of the nodes."""
     opts = pulumi.ResourceOptions(parent=parent)
@@ -75,7 +75,7 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         ),
         block_device_mappings=[
             aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
-                device_name=plan.root_device_name,
+                device_name=root_device_name,
                 ebs=aws.ec2.LaunchTemplateBlockDeviceMappingEbsArgs(
                     volume_size=spec.profile.root_disk_gib,
                     volume_type="gp3",
@@ -115,10 +115,15 @@ def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aw
         )
     else:
         on_demand = aws.ec2.FleetOnDemandOptionsArgs(
-            allocation_strategy="lowest-price",
+            # the provider's spelling, not the EC2 API's "lowest-price" (pulumi_aws ec2/_inputs.py
+            # FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`, `prioritized`"; review A1)
+            allocation_strategy="lowestPrice",
+            # an ODCR is used first; a Capacity Block is targeted by the launch template alone
+            # (EC2 rejects CapacityReservationOptions with capacity-block: docs.aws.amazon.com/AWSEC2/
+            # latest/UserGuide/ec2-fleet-launch-instances-capacity-blocks-walkthrough.html)
             capacity_reservation_options=(
                 aws.ec2.FleetOnDemandOptionsCapacityReservationOptionsArgs(usage_strategy="use-capacity-reservations-first")
-                if spec.capacity_reservation_id else None
+                if spec.capacity_reservation_id and not spec.capacity_block else None
             ),
             **single,
         )

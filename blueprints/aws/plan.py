@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuinfra.catalog.model import InstanceFacts
+from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.rules.spec_rules import rule_error
 from gpuinfra.spec import ClusterSpec
 
 VPC_CIDR = "10.0.0.0/16"
@@ -57,8 +58,11 @@ class AwsClusterPlan:
         market: EC2 Fleet target capacity type.
         egress: ``public-ip`` (single interface gets a public IPv4) or ``nat``.
         ami_parameter: SSM parameter of the DLAMI, or None when ``ami_id`` is set.
-        root_device_name: root block device of the AMI family.
         local_nvme_count: instance-store NVMe disks that the RAID0 scratch uses.
+
+    The root device name is not planned: it is the AMI's own ``RootDeviceName``, read from
+    EC2 when the AMI is resolved (``/dev/sda1`` on Ubuntu DLAMIs, ``/dev/xvda`` on Amazon
+    Linux; a wrong name adds a second volume instead of sizing the root one).
     """
 
     interfaces: tuple[NetworkInterfacePlan, ...]
@@ -68,7 +72,6 @@ class AwsClusterPlan:
     market: str
     egress: str
     ami_parameter: str | None
-    root_device_name: str
     local_nvme_count: int
 
 
@@ -83,46 +86,68 @@ def efa_interfaces(facts: InstanceFacts, use_efa: bool) -> tuple[NetworkInterfac
     return (first, *rest)
 
 
-def plan_aws_cluster(spec: ClusterSpec, facts: InstanceFacts | None) -> AwsClusterPlan:
-    """Decide and validate the AWS layout for ``spec``.
+#: EC2 Fleet ``DefaultTargetCapacityType`` -> gpuinfra provisioning model.
+PROVISIONING_MODEL_NAMES = {"on-demand": "on-demand", "spot": "spot", "capacity-block": "capacity-block"}
+
+
+def check_capacity_reservation(spec: ClusterSpec) -> None:
+    """A targeted capacity reservation / Capacity Block must be of the node type, in the
+    node AZ and hold every node (ParallelCluster CapacityReservationValidator;
+    docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-launch.html: "the subnet must
+    be in the Availability Zone of the Capacity Block").
+
+    Raises:
+        RuleViolationError: ``aws-capacity-reservation``.
+    """
+    if not spec.capacity_reservation_id:
+        return
+    rid = spec.capacity_reservation_id
+    if spec.capacity_reservation_instance_type and spec.capacity_reservation_instance_type != spec.instance_type:
+        raise rule_error("aws-capacity-reservation", "",
+                         f"{rid} reserves {spec.capacity_reservation_instance_type}, but the nodes are {spec.instance_type}")
+    if spec.capacity_reservation_zone and spec.capacity_reservation_zone != spec.zone:
+        raise rule_error("aws-capacity-reservation", "",
+                         f"{rid} is in {spec.capacity_reservation_zone}, but the nodes' subnet is in {spec.zone}")
+    if spec.capacity_reservation_instance_count is not None and spec.nodes > spec.capacity_reservation_instance_count:
+        raise rule_error("aws-capacity-reservation", "",
+                         f"nodes={spec.nodes} but {rid} holds {spec.capacity_reservation_instance_count} instances")
+
+
+def plan_aws_cluster(spec: ClusterSpec) -> AwsClusterPlan:
+    """Decide and validate the AWS layout for ``spec`` from the facts the spec carries.
 
     Args:
         spec: the cluster spec (cloud must be ``aws``).
-        facts: instance facts of ``spec.instance_type`` from the catalog.
 
     Raises:
-        SpecError: unknown type, a profile that requires EFA on a type without it, more nodes
-            than the capacity reservation holds, or a spec that is not AWS.
+        SpecError: a spec that is not AWS.
+        RuleViolationError: the spec breaks a cloud rule (named in the message): a profile that
+            requires EFA on a type without it, a market the type is not sold in, a capacity
+            reservation that does not fit the nodes.
     """
     if spec.cloud != "aws":
         raise SpecError(f"AwsGpuCluster needs cloud aws, got {spec.cloud!r}")
-    if facts is None:
-        raise SpecError(
-            f"no instance facts for {spec.instance_type!r}; it is not a GPU type in the catalog "
-            "(`gpuinfra catalog show`, or `gpuinfra catalog refresh --cloud aws`)"
-        )
+    facts = spec.facts
     hbn = spec.profile.high_bandwidth_networking
     if hbn == "required" and facts.max_efa_interfaces == 0:
-        raise SpecError(
-            f"profile {spec.profile.name!r} requires EFA, but {spec.instance_type} has no EFA "
-            "(EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)"
-        )
-    if spec.capacity_reservation_instance_count is not None and spec.nodes > spec.capacity_reservation_instance_count:
-        raise SpecError(
-            f"nodes={spec.nodes} but capacity reservation {spec.capacity_reservation_id} holds "
-            f"{spec.capacity_reservation_instance_count} instances"
-        )
+        raise rule_error("high-bandwidth-nics", "",
+                         f"profile {spec.profile.name!r} requires EFA, but {spec.instance_type} has no EFA "
+                         "(EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)")
+    market = "capacity-block" if spec.capacity_block else ("spot" if spec.spot else "on-demand")
+    if not facts.offers_model(PROVISIONING_MODEL_NAMES[market]):
+        raise rule_error("provisioning-model-offered", "",
+                         f"{spec.instance_type} is not sold as {market}; EC2 sells it as "
+                         f"{', '.join(facts.provisioning_models)}")
+    check_capacity_reservation(spec)
     use_efa = hbn != "off" and facts.max_efa_interfaces > 0
     interfaces = efa_interfaces(facts, use_efa)
-    wants_group = (spec.nodes > 1 or spec.profile.placement == "required") and facts.cluster_placement
+    wants_group = (spec.nodes > 1 or spec.profile.placement == "required") and facts.placement.cluster_placement_group
     group_name = None
     if spec.capacity_block:
         wants_group = False  # Capacity Blocks are placed together by EC2; a group risks ICE
     elif spec.capacity_reservation_id:
         group_name = spec.capacity_reservation_placement_group
         wants_group = False
-    market = "capacity-block" if spec.capacity_block else ("spot" if spec.spot else "on-demand")
-    ami_type = spec.profile.image.aws_dlami_type
     return AwsClusterPlan(
         interfaces=interfaces,
         efa_count=sum(1 for i in interfaces if i.interface_type in ("efa", "efa-only")),
@@ -130,7 +155,6 @@ def plan_aws_cluster(spec: ClusterSpec, facts: InstanceFacts | None) -> AwsClust
         placement_group_name=group_name,
         market=market,
         egress="nat" if len(interfaces) > 1 else "public-ip",
-        ami_parameter=None if spec.ami_id else DLAMI_PARAMETER.format(ami_type=ami_type),
-        root_device_name="/dev/xvda" if "amazon-linux" in ami_type and not spec.ami_id else "/dev/sda1",
-        local_nvme_count=facts.local_nvme_count,
+        ami_parameter=None if spec.ami_id else DLAMI_PARAMETER.format(ami_type=spec.profile.image.aws_dlami_type),
+        local_nvme_count=facts.local_ssd.bundled_count,
     )

@@ -2,10 +2,14 @@
 lifecycle, versioning per profile, kept on destroy unless the stack says otherwise.
 
 Sources: awsome-distributed-training 1.architectures/0.common/0.private-bucket.yaml (all four
-PublicAccessBlock flags); cluster-facts.md section 6 rule 11.
+PublicAccessBlock flags); cluster-facts.md section 6 rule 11; the deny-non-TLS bucket policy of
+docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html ("Enforce encryption
+of data in transit": Deny ``s3:*`` when ``aws:SecureTransport`` is false).
 """
 
 from __future__ import annotations
+
+import json
 
 import pulumi
 import pulumi_aws as aws
@@ -15,6 +19,22 @@ from blueprints.common.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 INCOMPLETE_UPLOAD_DAYS = 7
+
+
+def deny_insecure_transport_policy(bucket_arn: str) -> str:
+    """Bucket policy JSON denying every S3 action over plain HTTP (``aws:SecureTransport`` false)
+    on the bucket and its objects."""
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [{
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [bucket_arn, f"{bucket_arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }],
+    })
 
 
 def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s3.Bucket:
@@ -35,6 +55,12 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
         block_public_policy=True,
         ignore_public_acls=True,
         restrict_public_buckets=True,
+        opts=opts,
+    )
+    aws.s3.BucketPolicy(
+        child(name, "bucket-tls-only"),
+        bucket=bucket.id,
+        policy=bucket.arn.apply(deny_insecure_transport_policy),
         opts=opts,
     )
     aws.s3.BucketServerSideEncryptionConfiguration(

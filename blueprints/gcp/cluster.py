@@ -5,16 +5,10 @@ from __future__ import annotations
 import pulumi
 
 from blueprints.gcp.network import build_networks
-from blueprints.gcp.nodes import build_group, build_placement_policy, build_template
+from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
 from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
 from blueprints.gcp.startup import node_prefix
-from blueprints.gcp.storage import (
-    build_bucket,
-    build_peer_discovery_role,
-    build_self_delete_role,
-    build_service_account,
-)
-from gpuinfra.catalog.store import load_catalog
+from blueprints.gcp.storage import build_bucket, build_node_role, build_service_account
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:gcp:GpuCluster"
@@ -40,7 +34,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
     """
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
-        plan = plan_gcp_cluster(spec, load_catalog())
+        plan = plan_gcp_cluster(spec)
         super().__init__(TYPE_TOKEN, name, None, opts)
         project = project_id(spec)
         self.plan = plan
@@ -49,16 +43,19 @@ class GcpGpuCluster(pulumi.ComponentResource):
         account = build_service_account(name, spec, self.bucket, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
         template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self)
-        self.group = build_group(name, spec, template, project, self)
-        build_peer_discovery_role(name, account, project, self)
+        workload = build_workload_policy(name, spec, plan, project, self)
+        self.group = build_group(name, spec, plan, template, workload, project, self)
         prefix = node_prefix(spec)
-        build_self_delete_role(name, spec, account, project, prefix, self)
+        build_node_role(name, spec, account, project, prefix, self)
         self.outputs = {
             "bucket_name": self.bucket.name,
             "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),
             "instance_group": self.group.instance_group,
             "list_nodes_command": f"gcloud compute instance-groups managed list-instances {prefix} --zone {spec.zone}",
-            "ssh_command": f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap",
+            "ssh_command": (
+                f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap" if spec.network.iap_ssh
+                else "no SSH path: set network.iap_ssh: true in the stack file (IAP + OS Login)"
+            ),
             "nccl_env": nccl_env(plan.nic_layout),
             "torchrun_rendezvous_endpoint": f"<lowest node IP, /etc/gpuinfra/cluster.env>:{TORCHRUN_PORT}",
             "price_per_hour_usd": None if spec.price_per_hour_usd is None else format(spec.price_per_hour_usd, "f"),

@@ -20,9 +20,25 @@ from blueprints.gcp.startup import node_prefix, render_startup_script
 from gpuinfra.spec import ClusterSpec
 
 
+def build_workload_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str,
+                          parent: pulumi.Resource) -> gcp.compute.ResourcePolicy | None:
+    """HIGH_THROUGHPUT workload policy for the MIG (A3 High 8g, A3 Mega, A3 Ultra, A4): the MIG
+    places its VMs close together (cloud.google.com/compute/docs/instance-groups/about-workload-policies)."""
+    if not plan.workload_policy:
+        return None
+    return gcp.compute.ResourcePolicy(
+        child(name, "workload"),
+        region=spec.region,
+        workload_policy=gcp.compute.ResourcePolicyWorkloadPolicyArgs(type="HIGH_THROUGHPUT"),
+        project=project,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+
+
 def build_placement_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str,
                            parent: pulumi.Resource) -> gcp.compute.ResourcePolicy | None:
-    """COLLOCATED group placement policy with ``vm_count`` = nodes (multi-node clusters)."""
+    """COLLOCATED group placement policy with ``vm_count`` = nodes (multi-node clusters of
+    machines that take a compact policy in the template)."""
     if not plan.compact_placement:
         return None
     return gcp.compute.ResourcePolicy(
@@ -50,15 +66,15 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
         disk_size_gb=spec.profile.root_disk_gib, labels=gcp_labels(spec),
     )]
     disks += [
-        gcp.compute.InstanceTemplateDiskArgs(type="SCRATCH", disk_type="local-ssd", interface="NVME",
-                                             disk_size_gb=375, auto_delete=True)
-        for _ in range(plan.local_ssd_count)
+        gcp.compute.InstanceTemplateDiskArgs(type="SCRATCH", disk_type="local-ssd", interface=plan.local_ssd_interface,
+                                             disk_size_gb=plan.local_ssd_size_gib, auto_delete=True)
+        for _ in range(plan.local_ssd_listed)
     ]
     scheduling = gcp.compute.InstanceTemplateSchedulingArgs(
         on_host_maintenance="TERMINATE",
         automatic_restart=False,
-        provisioning_model="SPOT" if spec.spot else "STANDARD",
-        preemptible=spec.spot,
+        provisioning_model=plan.provisioning_model,
+        preemptible=plan.provisioning_model == "SPOT",
         instance_termination_action="DELETE",
         max_run_duration=gcp.compute.InstanceTemplateSchedulingMaxRunDurationArgs(
             seconds=plan.max_run_duration_seconds
@@ -97,9 +113,12 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
     )
 
 
-def build_group(name: str, spec: ClusterSpec, template: gcp.compute.InstanceTemplate, project: str,
+def build_group(name: str, spec: ClusterSpec, plan: GcpClusterPlan, template: gcp.compute.InstanceTemplate,
+                workload_policy: gcp.compute.ResourcePolicy | None, project: str,
                 parent: pulumi.Resource) -> gcp.compute.InstanceGroupManager:
-    """The zonal MIG holding every node, created all at once from the template."""
+    """The zonal MIG holding every node. Multi-node groups are all-or-nothing
+    (``targetSizePolicy.mode = BULK``: the MIG creates all VMs at once or none,
+    cloud.google.com/compute/docs/instance-groups/about-target-size-policy)."""
     return gcp.compute.InstanceGroupManager(
         child(name, "nodes"),
         name=node_prefix(spec),  # = base instance name: the agent finds its group from its VM name
@@ -107,6 +126,13 @@ def build_group(name: str, spec: ClusterSpec, template: gcp.compute.InstanceTemp
         base_instance_name=node_prefix(spec),
         versions=[gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")],
         target_size=spec.nodes,
+        target_size_policies=(
+            [gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode="BULK")] if plan.all_or_nothing else None
+        ),
+        resource_policies=(
+            gcp.compute.InstanceGroupManagerResourcePoliciesArgs(workload_policy=workload_policy.self_link)
+            if workload_policy is not None else None
+        ),
         update_policy=gcp.compute.InstanceGroupManagerUpdatePolicyArgs(
             type="OPPORTUNISTIC", minimal_action="NONE", replacement_method="RECREATE",
             max_surge_fixed=0, max_unavailable_fixed=1,

@@ -8,11 +8,16 @@ Sources (cluster-facts.md sections 2 and 6):
   MTU 8244 (cluster-toolkit a3high/a3mega blueprints, GKE gpu_direct.tf); A3 Ultra / A4 2 gVNIC
   VPCs (MTU 8896) + 8 MRDMA NICs on one RoCE VPC (network profile ``<zone>-vpc-roce``) with
   8 subnets and **no firewall rules** (modules/network/gpu-rdma-vpc, vpc/main.tf L191-198).
-* Compact placement: ``collocation = COLLOCATED``, ``vm_count`` = number of VMs, at most 1500
-  VMs per policy, not for N1/E2/M (slurm-gcp resume.py L50, L693-702); requires
-  ``on_host_maintenance = TERMINATE`` and ``automatic_restart = false``; not with a reservation
-  that does not accept external policies (resume.py L127-144). ``max_distance`` is left unset
-  (A3 rejects 1).
+* Placement (``InstanceFacts.placement``): A2, G2 and A3 High 1g-4g take a compact
+  ``groupPlacementPolicy`` (``collocation = COLLOCATED``, ``vm_count`` = number of VMs, at most
+  ``max_vms``) in the instance template; MIGs of A3 High 8g, A3 Mega, A3 Ultra and A4 use a
+  ``workloadPolicy`` HIGH_THROUGHPUT referenced by the MIG's ``resourcePolicies``
+  (cloud.google.com/compute/docs/instance-groups/about-workload-policies); N1 has neither.
+  Requires ``on_host_maintenance = TERMINATE`` and ``automatic_restart = false``; not with a
+  reservation that does not accept external policies (slurm-gcp resume.py L127-144).
+* Local SSD (``InstanceFacts.local_ssd``): bundled disks come with the machine (listed in the
+  template only where the facts say so); attachable ones take only the counts the machine
+  allows (cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds).
 * Scheduling: GPUs force ``TERMINATE`` on host maintenance; spot is ``provisioning_model=SPOT``;
   the TTL becomes ``max_run_duration`` with ``instance_termination_action = DELETE``
   (cloud.google.com/compute/docs/instances/limit-vm-runtime).
@@ -20,19 +25,26 @@ Sources (cluster-facts.md sections 2 and 6):
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from gpuinfra.catalog.model import InstanceFacts
-from gpuinfra.catalog.store import Catalog
+from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.rules.spec_rules import rule_error
 from gpuinfra.spec import ClusterSpec
 
-MAX_VMS_PER_COMPACT_POLICY = 1500
-NO_COMPACT_PLACEMENT_PREFIXES = ("n1-", "e2-", "t2d-", "t2a-", "m1-", "m2-", "m3-")
 SYSTEM_CIDR = "10.128.0.0/20"
+#: MTU of a VPC created without one (cloud.google.com/vpc/docs/mtu).
+DEFAULT_VPC_MTU = 1460
 IAP_SSH_RANGE = "35.235.240.0/20"  # cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
-LOCAL_SSD_GIB = 375
+#: Compute Engine provisioning model -> gpuinfra provisioning model (facts vocabulary).
+PROVISIONING_MODEL_NAMES = {"STANDARD": "on-demand", "SPOT": "spot", "RESERVATION_BOUND": "reservation-bound",
+                            "FLEX_START": "flex-start"}
+#: Bulk mode (``targetSizePolicy.mode = BULK``: the MIG creates all VMs or none) "is only
+#: supported with instance templates that specify either a reservation-bound or flex-start
+#: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
+BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
+#: Boot disk preference: the first of these that the machine allows.
+BOOT_DISK_PREFERENCE = ("pd-balanced", "hyperdisk-balanced")
 DLVM_PROJECT = "deeplearning-platform-release"
 TORCHRUN_PORT = 29500
 
@@ -60,36 +72,57 @@ class NetworkPlan:
 
 @dataclass(frozen=True)
 class GcpClusterPlan:
-    """Decisions for one GCP cluster."""
+    """Decisions for one GCP cluster.
+
+    Attributes:
+        networks: VPCs in NIC order; nic_count: NICs per VM.
+        compact_placement: COLLOCATED group placement policy in the template (A2, G2, A3 1g-4g).
+        workload_policy: HIGH_THROUGHPUT workload policy on the MIG (A3 High 8g and later).
+        local_ssd_count: local SSDs per VM (bundled or attached); local_ssd_listed: how many the
+            template lists (0 when Compute Engine attaches bundled ones by itself).
+        provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND``.
+        all_or_nothing: the MIG creates its VMs all at once (``targetSizePolicy.mode`` BULK);
+            only for reservation-bound / flex-start templates. STANDARD and SPOT MIGs cannot use
+            bulk mode: there the nodes release the whole group (resize to 0) when the cluster has
+            not formed within the peer wait (``templates/gcp-startup.sh.j2``), so a stockout bills
+            a partial cluster for at most that long.
+    """
 
     networks: tuple[NetworkPlan, ...]
     nic_count: int
     compact_placement: bool
     local_ssd_count: int
-    local_ssd_bundled: bool
     boot_disk_type: str
     image: str
     guest_accelerator: tuple[str, int] | None
     max_run_duration_seconds: int
     nic_layout: str
+    provisioning_model: str
+    workload_policy: bool
+    all_or_nothing: bool
+    local_ssd_listed: int
+    local_ssd_interface: str
+    local_ssd_size_gib: int
 
 
-def network_layout(facts: InstanceFacts) -> tuple[NetworkPlan, ...]:
-    """VPCs for the machine's NIC layout (see module docstring)."""
-    layout = facts.nic_layout
-    if layout in ("tcpx", "tcpxo"):
-        gpu = tuple(
-            NetworkPlan(f"gpu-{i}", 8244, (f"10.{i + 1}.0.0/20",), "GVNIC", True) for i in range(facts.gpu_nic_count)
-        )
-        return (NetworkPlan("system", 8244, (SYSTEM_CIDR,), "GVNIC", True), *gpu)
-    if layout == "gib":
-        roce_subnets = tuple(f"10.200.{i}.0/24" for i in range(facts.gpu_nic_count))
-        return (
-            NetworkPlan("system", 8896, (SYSTEM_CIDR,), "GVNIC", True),
-            NetworkPlan("net-1", 8896, ("10.129.0.0/20",), "GVNIC", True),
-            NetworkPlan("roce", 8896, roce_subnets, "MRDMA", False, roce=True),
-        )
-    return (NetworkPlan("system", 1460, (SYSTEM_CIDR,), "GVNIC", True),)
+def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
+    """VPCs for the machine's NIC networks (see module docstring); ``None``: the system VPC
+    only (high-bandwidth networking off). MTUs come from the facts."""
+    if facts is None:
+        return (NetworkPlan("system", DEFAULT_VPC_MTU, (SYSTEM_CIDR,), "GVNIC", True),)
+    plans: list[NetworkPlan] = []
+    for net in facts.networks:
+        if net.role == "system":
+            plans.append(NetworkPlan("system", net.mtu, (SYSTEM_CIDR,), net.nic_type, True))
+        elif net.role == "host":
+            plans.append(NetworkPlan("net-1", net.mtu, ("10.129.0.0/20",), net.nic_type, True))
+        elif net.role == "gpu":
+            plans += [NetworkPlan(f"gpu-{i}", net.mtu, (f"10.{i + 1}.0.0/20",), net.nic_type, True)
+                      for i in range(net.count)]
+        else:
+            plans.append(NetworkPlan("roce", net.mtu, tuple(f"10.200.{i}.0/24" for i in range(net.count)),
+                                     net.nic_type, False, roce=True))
+    return tuple(plans)
 
 
 def nccl_env(layout: str) -> dict[str, str]:
@@ -144,77 +177,100 @@ def nccl_env(layout: str) -> dict[str, str]:
     return {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
 
 
-def _boot_disk_type(machine_type: str) -> str:
-    # A3 Ultra and A4 take Hyperdisk only (cloud.google.com/compute/docs/accelerator-optimized-machines
-    # #supported-disk-types); the others take Persistent Disk.
-    return "hyperdisk-balanced" if machine_type.startswith(("a3-ultragpu-", "a4-")) else "pd-balanced"
+def boot_disk_type(facts: InstanceFacts) -> str:
+    """The first of :data:`BOOT_DISK_PREFERENCE` that the machine allows (A3 Ultra / A4 take
+    Hyperdisk only), else the first type the facts list."""
+    return next((t for t in BOOT_DISK_PREFERENCE if t in facts.boot_disk_types), facts.boot_disk_types[0])
 
 
-def _attached_local_ssds(machine_type: str, min_gib: int) -> int:
-    if min_gib <= 0:
-        return 0
-    count = math.ceil(min_gib / LOCAL_SSD_GIB)
-    # counts Compute Engine accepts for attached local SSD: powers of two up to 8
-    # (cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds)
-    return min(8, 1 << (count - 1).bit_length())
+def provisioning_model(spec: ClusterSpec) -> str:
+    """Compute Engine provisioning model for the spec: ``SPOT`` for spot; ``RESERVATION_BOUND``
+    for a reservation on a type that is not sold on demand (A3 Ultra / A4 consume their
+    reservations bound, cloud.google.com/compute/docs/instances/reservations-consume); else
+    ``STANDARD`` (on-demand, or an ordinary reservation)."""
+    if spec.spot:
+        return "SPOT"
+    if spec.gcp_reservation and not spec.facts.offers_model("on-demand"):
+        return "RESERVATION_BOUND"
+    return "STANDARD"
 
 
-def plan_gcp_cluster(spec: ClusterSpec, catalog: Catalog) -> GcpClusterPlan:
-    """Decide and validate the GCP layout for ``spec``.
+def attached_local_ssd_count(spec: ClusterSpec) -> int:
+    """Local SSDs to attach for the profile's scratch on a type without bundled ones.
 
     Raises:
-        SpecError: the machine type does not carry the requested GPU, compact placement on a
-            family without it, too many VMs for one compact policy, a spec that is not GCP.
+        RuleViolationError: ``gcp-local-ssd-count``: no allowed count gives ``scratch.min_gib``.
+    """
+    lssd = spec.facts.local_ssd
+    scratch = spec.profile.scratch
+    if lssd.bundled_count or not scratch.required or scratch.min_gib <= 0:
+        return 0
+    count = lssd.smallest_attach_count(scratch.min_gib)
+    if count is None:
+        allowed = ", ".join(str(n) for n in lssd.attach_counts) or "none"
+        raise rule_error("gcp-local-ssd-count", "",
+                         f"profile scratch needs {scratch.min_gib} GiB, but {spec.instance_type} takes local SSD "
+                         f"counts {allowed} of {lssd.size_gib:g} GiB")
+    return count
+
+
+def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
+    """Decide and validate the GCP layout for ``spec`` from the facts the spec carries.
+
+    Raises:
+        SpecError: a spec that is not GCP.
+        RuleViolationError: the spec breaks a cloud rule (rule named in the message): GPUDirect
+            required on a machine without GPU NICs, placement on a machine without it, more
+            VMs than one placement policy holds, a provisioning model the machine is not sold
+            with, a local SSD count it does not take.
     """
     if spec.cloud != "gcp":
         raise SpecError(f"GcpGpuCluster needs cloud gcp, got {spec.cloud!r}")
-    facts = catalog.fact("gcp", spec.instance_type)
-    if facts is None:
-        raise SpecError(f"{spec.instance_type!r} is not a GCP GPU machine type in the catalog")
-    shapes = {(o.gpu, o.gpu_count, o.accelerator_type) for o in catalog.offers
-              if o.cloud == "gcp" and o.instance_type == spec.instance_type}
-    match = next((s for s in shapes if s[0] == spec.gpu and s[1] == spec.gpu_count), None)
-    if match is None:
-        carried = ", ".join(sorted(f"{c}x{g}" for g, c, _ in shapes)) or "no GPU"
-        raise SpecError(
-            f"{spec.instance_type} does not carry {spec.gpu_count}x{spec.gpu}; it carries: {carried}"
-        )
+    facts = spec.facts
     hbn = spec.profile.high_bandwidth_networking
     if hbn == "required" and facts.gpu_nic_count == 0:
-        raise SpecError(
-            f"profile {spec.profile.name!r} requires GPUDirect NICs, but {spec.instance_type} has none "
-            "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g have them)"
-        )
-    wants_compact = spec.nodes > 1 and spec.profile.placement == "required"
-    if wants_compact and spec.instance_type.startswith(NO_COMPACT_PLACEMENT_PREFIXES):
-        raise SpecError(
-            f"compact placement is not supported on {spec.instance_type.split('-')[0].upper()} machines; "
-            "use A2/A3/G2 machines or a profile with placement: none"
-        )
-    if wants_compact and spec.nodes > MAX_VMS_PER_COMPACT_POLICY:
-        raise SpecError(
-            f"vm_count {spec.nodes} is over the compact placement limit of {MAX_VMS_PER_COMPACT_POLICY} VMs per policy"
-        )
+        raise rule_error("high-bandwidth-nics", "",
+                         f"profile {spec.profile.name!r} requires GPUDirect NICs, but {spec.instance_type} has none "
+                         "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g have them)")
+    model = provisioning_model(spec)
+    wanted = PROVISIONING_MODEL_NAMES[model]
+    if not facts.offers_model(wanted):
+        raise rule_error("provisioning-model-offered", "",
+                         f"{spec.instance_type} is not sold as {wanted}; it is sold as "
+                         f"{', '.join(facts.provisioning_models)}"
+                         + (" (set gcp_reservation to a reservation of it, or use --spot)" if wanted == "on-demand" else ""))
+    placeable = facts.placement.compact_policy or facts.placement.workload_policy
+    if spec.nodes > 1 and spec.profile.placement == "required" and not placeable:
+        raise rule_error("gcp-placement-supported", "",
+                         f"{spec.instance_type} supports neither a compact placement policy nor a workload policy, "
+                         "and the profile requires placement for multi-node clusters; use A2/A3/A4/G2 machines, "
+                         "nodes: 1, or a profile with placement: none")
+    # every multi-node cluster is placed close together where the machine allows it (as on AWS)
+    wants_placement = spec.nodes > 1 and placeable
+    if wants_placement and facts.placement.max_vms is not None and spec.nodes > facts.placement.max_vms:
+        raise rule_error("gcp-placement-max-vms", "",
+                         f"{spec.nodes} VMs are over the limit of {facts.placement.max_vms} VMs per placement policy")
     if spec.gcp_reservation and not spec.gcp_reservation_accepts_placement:
-        wants_compact = False  # vanilla reservations don't take external placement policies
-    bundled = facts.local_nvme_count
-    attached = 0 if bundled else (
-        _attached_local_ssds(spec.instance_type, spec.profile.scratch.min_gib) if spec.profile.scratch.required else 0
-    )
-    networks = network_layout(facts) if hbn != "off" else network_layout(
-        type(facts)(**{**facts.to_dict(), "nic_layout": "gvnic", "gpu_nic_count": 0, "sources": facts.sources})
-    )
+        wants_placement = False  # vanilla reservations don't take external placement policies
+    networks = network_layout(facts) if hbn != "off" else network_layout(None)
     image = spec.gcp_image or f"projects/{DLVM_PROJECT}/global/images/family/{spec.profile.image.gcp_image_family}"
-    guest = (match[2], spec.gpu_count) if spec.instance_type.startswith("n1-") else None
+    guest = (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count) if facts.guest_accelerators else None
+    attached = attached_local_ssd_count(spec)
+    bundled = facts.local_ssd.bundled_count
     return GcpClusterPlan(
         networks=networks,
         nic_count=sum(len(n.subnets) if n.roce else 1 for n in networks),
-        compact_placement=wants_compact,
+        compact_placement=wants_placement and facts.placement.compact_policy and not facts.placement.workload_policy,
+        workload_policy=wants_placement and facts.placement.workload_policy,
         local_ssd_count=bundled or attached,
-        local_ssd_bundled=bool(bundled),
-        boot_disk_type=_boot_disk_type(spec.instance_type),
+        local_ssd_listed=(bundled or attached) if (attached or facts.local_ssd.list_in_template) else 0,
+        local_ssd_interface=facts.local_ssd.interface or "NVME",
+        local_ssd_size_gib=int(facts.local_ssd.size_gib),
+        boot_disk_type=boot_disk_type(facts),
         image=image,
         guest_accelerator=guest,
         max_run_duration_seconds=spec.profile.ttl_hours * 3600,
         nic_layout=facts.nic_layout if hbn != "off" else "gvnic",
+        provisioning_model=model,
+        all_or_nothing=spec.nodes > 1 and model in BULK_PROVISIONING_MODELS,
     )

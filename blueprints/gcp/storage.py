@@ -65,37 +65,48 @@ def build_service_account(name: str, spec: ClusterSpec, bucket: gcp.storage.Buck
     return account
 
 
-def build_peer_discovery_role(name: str, account: gcp.serviceaccount.Account, project: str,
-                              parent: pulumi.Resource) -> gcp.projects.IAMMember:
-    """``roles/compute.viewer`` (read-only) so a node can list its peers for the torchrun host
-    file -- the GCP counterpart of ``ec2:DescribeInstances`` on AWS."""
-    return gcp.projects.IAMMember(
-        child(name, "nodes-peer-discovery"),
+#: What a node may do in its project, and nothing else: list its own MIG's VMs and read their
+#: IPs (peer discovery), and delete itself from its MIG (idle/TTL watchdog). Permissions from
+#: cloud.google.com/compute/docs/access/iam-permissions (instanceGroupManagers.get covers
+#: listManagedInstances; deleteInstances needs instanceGroupManagers.update and instances.delete).
+NODE_ROLE_PERMISSIONS = (
+    "compute.instanceGroupManagers.get",
+    "compute.instanceGroupManagers.update",
+    "compute.instances.get",
+    "compute.instances.delete",
+)
+
+
+def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str,
+                    group_name: str, parent: pulumi.Resource) -> gcp.projects.IAMMember:
+    """A custom role with :data:`NODE_ROLE_PERMISSIONS`, granted to the node service account on
+    this stack's MIG and its VMs only (IAM condition on ``resource.name``,
+    cloud.google.com/iam/docs/conditions-resource-attributes#resource-name). Replaces the
+    project-wide ``compute.viewer`` (every VM's metadata) and ``compute.instanceAdmin.v1``
+    (set metadata on peers) of gpuinfra 0.1."""
+    opts = pulumi.ResourceOptions(parent=parent)
+    role = gcp.projects.IAMCustomRole(
+        child(name, "node-role"),
+        role_id=("gpuinfra_" + dns_safe(spec.stack, 50).replace("-", "_"))[:64],
+        title=f"gpuinfra nodes of {spec.stack}"[:100],
+        description="list own MIG VMs, read their IPs, delete self from the MIG",
+        permissions=list(NODE_ROLE_PERMISSIONS),
         project=project,
-        role="roles/compute.viewer",
-        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=opts,
     )
-
-
-def build_self_delete_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str,
-                           group_name: str, parent: pulumi.Resource) -> gcp.projects.IAMMember:
-    """Let a node delete itself from its managed instance group (idle/TTL watchdog): Compute
-    Instance Admin, conditioned on this group and its VMs only (IAM conditions on
-    ``resource.name``: cloud.google.com/iam/docs/conditions-resource-attributes#resource-name)."""
     zone_path = f"projects/{project}/zones/{spec.zone}"
     expression = (
         f'resource.name.startsWith("{zone_path}/instanceGroupManagers/{group_name}") || '
         f'resource.name.startsWith("{zone_path}/instances/{group_name}-")'
     )
     return gcp.projects.IAMMember(
-        child(name, "nodes-self-delete"),
+        child(name, "node-role-binding"),
         project=project,
-        role="roles/compute.instanceAdmin.v1",
+        role=role.name,
         member=account.email.apply(lambda email: f"serviceAccount:{email}"),
         condition=gcp.projects.IAMMemberConditionArgs(
             title="gpuinfra-own-group-only", expression=expression,
-            description="nodes may only remove themselves from their own managed instance group",
+            description="nodes may only see and remove VMs of their own managed instance group",
         ),
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=opts,
     )

@@ -29,8 +29,9 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from gpuinfra.catalog.facts import aws_facts_from_describe, gcp_facts
-from gpuinfra.catalog.model import InstanceFacts, Offer, add_prices, parse_price
+from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.model import CATALOG_SCHEMA_VERSION, Offer, add_prices, parse_price
 
 #: A regular AZ ID: ``use1-az4``. Local Zones (``usw2-lax1-az1``) and Wavelength zones
 #: (``use1-wl1-bos-wlz1``) have more dash-separated parts.
@@ -46,17 +47,9 @@ SNAPSHOT_SOURCE = (
 #: (snapshot README: "treat the snapshot as late 2026").
 SNAPSHOT_DATE = "2026-11-22"
 
-_AWS_GPU_NAME_BY_MEMORY = {("A100", 81920): "A100-80GB", ("V100", 32768): "V100-32GB"}
-
-
 def is_local_zone(zone_id: str) -> bool:
     """True for AWS Local Zone / Wavelength zone IDs (``usw2-lax1-az1``), False for ``use1-az1``."""
     return not _REGULAR_AZ_ID.match(zone_id)
-
-
-def aws_gpu_name(name: str, memory_mib: int) -> str:
-    """Canonical GPU model for an EC2 GPU (EC2 names the 80 GB A100 just ``A100``)."""
-    return _AWS_GPU_NAME_BY_MEMORY.get((name, memory_mib), name)
 
 
 def _gpu_memory_mib(gpu_info: str) -> int:
@@ -90,7 +83,6 @@ def normalize_aws(rows: Iterable[Mapping[str, str]]) -> list[Offer]:
                 instance_type=row["InstanceType"],
                 gpu=aws_gpu_name(row["AcceleratorName"], memory_mib),
                 gpu_count=int(float(row["AcceleratorCount"])),
-                gpu_memory_gib=round(memory_mib / 1024, 2),
                 vcpus=float(row["vCPUs"]),
                 memory_gib=float(row["MemoryGiB"]),
                 region=row["Region"],
@@ -134,7 +126,8 @@ def normalize_gcp(
         if row["InstanceType"]:
             hosts[(row["InstanceType"], row["AvailabilityZone"])] = row
     limits = curated["n1_accelerator_limits"]
-    n1_hosts = sorted({t for t, _ in hosts if t.startswith("n1-")})
+    # hosts that take attached GPUs (N1), as the curated facts say
+    n1_hosts = sorted({t for t, _ in hosts if (f := gcp_facts(t, curated)) is not None and f.guest_accelerators})
     offers = []
     for row in rows:
         if row["InstanceType"]:
@@ -175,7 +168,6 @@ def normalize_gcp(
                     instance_type=machine_type,
                     gpu=gpu,
                     gpu_count=count,
-                    gpu_memory_gib=round(_gpu_memory_mib(row["GpuInfo"]) / 1024, 2),
                     vcpus=float(host["vCPUs"]),
                     memory_gib=float(host["MemoryGiB"]),
                     region=row["Region"],
@@ -217,7 +209,7 @@ def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts]
     writer.writeheader()
     for offer in offers:
         writer.writerow(offer.to_row())
-    facts_doc = {"schema_version": 1, "instance_types": [f.to_dict() for f in facts]}
+    facts_doc = {"schema_version": CATALOG_SCHEMA_VERSION, "instance_types": [f.to_dict() for f in facts]}
     atomic_write_text(out_dir / "offers.csv", buf.getvalue())
     atomic_write_text(out_dir / "instance_types.json", json.dumps(facts_doc, indent=1) + "\n")
     atomic_write_text(out_dir / "catalog.json", json.dumps(meta, indent=2) + "\n")
@@ -242,7 +234,7 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
     described += [(it, extra["_about"]) for it in extra["InstanceTypes"]]
     facts = build_facts(described, {o.instance_type for o in offers if o.cloud == "gcp"}, curated)
     meta = {
-        "schema_version": 1,
+        "schema_version": CATALOG_SCHEMA_VERSION,
         "catalog_date": SNAPSHOT_DATE,
         "sources": {
             "aws": {"prices": SNAPSHOT_SOURCE, "date": SNAPSHOT_DATE, "facts": describe["_source"]},

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpuinfra.catalog.model import InstanceFacts
+from gpuinfra.catalog.facts_model import InstanceFacts, LocalSsdFacts, NicNetwork, PlacementFacts
 
 #: Instance types whose GPUs sit on NVSwitch, so NVIDIA fabric manager must run.
 #: Source: aws-parallelcluster-cookbook resources/fabric_manager/partial/_fabric_manager_common.rb
@@ -29,6 +29,17 @@ AWS_NVSWITCH_TYPES = frozenset(
 
 #: EC2 VPC jumbo-frame MTU (docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html).
 AWS_VPC_MTU = 9001
+
+#: EBS volume types a root volume may use on any EC2 GPU instance (st1/sc1 cannot boot)
+#: (docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html).
+AWS_BOOT_DISK_TYPES = ("gp3", "gp2", "io2", "io1")
+
+#: EC2 ``SupportedUsageClasses`` -> gpuinfra provisioning model
+#: (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_InstanceTypeInfo.html).
+_AWS_USAGE_CLASSES = {"on-demand": "on-demand", "spot": "spot", "capacity-block": "capacity-block"}
+
+#: EC2 names the 80 GB A100 and the 32 GB V100 like the smaller ones; memory tells them apart.
+_AWS_GPU_NAME_BY_MEMORY = {("A100", 81920): "A100-80GB", ("V100", 32768): "V100-32GB"}
 
 _GB_TO_GIB = 1e9 / 2**30
 _BANDWIDTH_RE = re.compile(r"(?:(\d+)x\s*)?(\d+(?:\.\d+)?)\s*Gigabit", re.IGNORECASE)
@@ -50,18 +61,29 @@ def parse_network_performance_gbps(text: str) -> float | None:
     return multiplier * float(match.group(2))
 
 
+def aws_gpu_name(name: str, memory_mib: int) -> str:
+    """Canonical GPU model for an EC2 GPU (EC2 names the 80 GB A100 just ``A100``)."""
+    return _AWS_GPU_NAME_BY_MEMORY.get((name, memory_mib), name)
+
+
 def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFacts:
     """Build :class:`InstanceFacts` from one ``DescribeInstanceTypes`` ``InstanceTypes`` item.
 
     Args:
-        instance_type: the item as boto3 returns it (keys ``InstanceType``, ``NetworkInfo``,
-            ``InstanceStorageInfo``, ``PlacementGroupInfo`` ...).
+        instance_type: the item as boto3 returns it (keys ``InstanceType``, ``GpuInfo``,
+            ``NetworkInfo``, ``InstanceStorageInfo``, ``PlacementGroupInfo``,
+            ``SupportedUsageClasses``).
         source: provenance written into ``sources``.
 
     Rules (cluster-facts.md section 6, items 5-6): the number of EFA interfaces is
     ``NetworkInfo.EfaInfo.MaximumEfaInterfaces`` (0 when ``EfaSupported`` is false); network
     cards are ``NetworkInfo.MaximumNetworkCards``; cluster placement is supported when
-    ``PlacementGroupInfo.SupportedStrategies`` contains ``cluster``.
+    ``PlacementGroupInfo.SupportedStrategies`` contains ``cluster``; provisioning models are
+    ``SupportedUsageClasses`` (``on-demand``, ``spot``, ``capacity-block``). The VPC MTU is
+    9001 (jumbo frames).
+
+    Raises:
+        pydantic.ValidationError: the item describes an impossible combination.
     """
     network = instance_type.get("NetworkInfo", {})
     cards = network.get("NetworkCards") or []
@@ -77,25 +99,48 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
     else:
         bandwidth = parse_network_performance_gbps(network.get("NetworkPerformance", ""))
     strategies = (instance_type.get("PlacementGroupInfo") or {}).get("SupportedStrategies", [])
+    gpus = (instance_type.get("GpuInfo") or {}).get("Gpus") or []
+    gpu = aws_gpu_name(gpus[0]["Name"], int(gpus[0].get("MemoryInfo", {}).get("SizeInMiB", 0))) if gpus else None
+    usage = instance_type.get("SupportedUsageClasses") or ["on-demand"]
     name = instance_type["InstanceType"]
     return InstanceFacts(
         cloud="aws",
         instance_type=name,
+        gpu=gpu,
+        gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
         network_cards=int(network.get("MaximumNetworkCards", max(len(cards), 1))),
         max_interfaces_per_network_card=min(
             (int(c.get("MaximumNetworkInterfaces", 1)) for c in cards), default=1
         ),
         max_efa_interfaces=max_efa,
-        gpu_nic_count=max_efa,
         nic_layout="efa" if max_efa else "ena",
-        mtu=AWS_VPC_MTU,
-        local_nvme_count=nvme_count,
-        local_nvme_size_gib=nvme_size_gib,
+        networks=(NicNetwork(role="system", nic_type="EFA" if max_efa else "ENA", count=max(max_efa, 1),
+                             mtu=AWS_VPC_MTU),),
+        local_ssd=LocalSsdFacts(bundled_count=nvme_count, size_gib=nvme_size_gib,
+                                interface="NVME" if nvme_count else ""),
+        boot_disk_types=AWS_BOOT_DISK_TYPES,
         nvswitch=name in AWS_NVSWITCH_TYPES,
-        cluster_placement="cluster" in strategies,
+        placement=PlacementFacts(cluster_placement_group="cluster" in strategies),
+        provisioning_models=tuple(_AWS_USAGE_CLASSES[u] for u in usage if u in _AWS_USAGE_CLASSES),
         network_bandwidth_gbps=bandwidth,
-        sources=(source,),
+        sources={
+            "describe": source,
+            "mtu": "docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html (9001 in a VPC)",
+            "boot_disk_types": "docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html",
+            "nvswitch": "aws-parallelcluster-cookbook fabric_manager/partial/_fabric_manager_common.rb L33-62",
+        },
     )
+
+
+def _gcp_gpu(machine_type: str, curated: Mapping) -> tuple[str | None, int]:
+    """(GPU model, count) built into a GCP machine type, from the curated ``host_gpu_map``."""
+    for gpu, by_count in curated["host_gpu_map"].items():
+        if gpu.startswith("_"):
+            continue
+        for count, hosts in by_count.items():
+            if machine_type in ([hosts] if isinstance(hosts, str) else hosts):
+                return ("H100" if gpu == "H100-MEGA" else gpu), int(count)
+    return None, 0
 
 
 def gcp_facts(machine_type: str, curated: Mapping) -> InstanceFacts | None:
@@ -108,25 +153,42 @@ def gcp_facts(machine_type: str, curated: Mapping) -> InstanceFacts | None:
     Returns:
         The facts, or None when no family in the table matches (the type is then left out of
         the catalog: gpuinfra does not guess NIC layouts).
+
+    Raises:
+        pydantic.ValidationError: the curated entry is inconsistent.
     """
     for family in curated["families"]:
-        if re.match(family["match"], machine_type):
-            local_ssd = int(family.get("local_ssd_bundled", {}).get(machine_type, 0))
-            gpu_nics = int(family["gpu_nic_count"])
-            return InstanceFacts(
-                cloud="gcp",
-                instance_type=machine_type,
-                network_cards=1,
-                max_interfaces_per_network_card=1 + gpu_nics + (1 if family["nic_layout"] == "gib" else 0),
-                max_efa_interfaces=0,
-                gpu_nic_count=gpu_nics,
-                nic_layout=family["nic_layout"],
-                mtu=int(family["mtu"]),
-                local_nvme_count=local_ssd,
-                local_nvme_size_gib=float(curated["local_ssd_disk_size_gib"]) if local_ssd else 0.0,
-                nvswitch=machine_type in family.get("nvswitch_types", []),
-                cluster_placement=bool(family["compact_placement"]),
-                network_bandwidth_gbps=None,
-                sources=tuple(family["sources"]),
-            )
+        if not re.match(family["match"], machine_type):
+            continue
+        lssd = family["local_ssd"]
+        bundled = int(lssd["bundled"].get(machine_type, 0))
+        attach = lssd["attach_counts"].get(machine_type, lssd["attach_counts"].get("*", []))
+        gpu, gpu_count = _gcp_gpu(machine_type, curated)
+        networks = tuple(NicNetwork(**n) for n in family["networks"])
+        provisioning = family.get("provisioning_models_by_type", {}).get(machine_type, family["provisioning_models"])
+        return InstanceFacts(
+            cloud="gcp",
+            instance_type=machine_type,
+            gpu=gpu,
+            gpu_count=gpu_count,
+            guest_accelerators=family["gpu"] is None,
+            network_cards=1,
+            max_interfaces_per_network_card=sum(n.count for n in networks),
+            max_efa_interfaces=0,
+            nic_layout=family["nic_layout"],
+            networks=networks,
+            local_ssd=LocalSsdFacts(
+                bundled_count=bundled,
+                attach_counts=tuple(attach),
+                size_gib=float(curated["local_ssd"]["size_gib"]) if (bundled or attach) else 0.0,
+                interface=lssd["interface"] if (bundled or attach) else "",
+                list_in_template=bool(lssd["list_in_template"]),
+            ),
+            boot_disk_types=tuple(family["boot_disk_types"]),
+            nvswitch=machine_type in family.get("nvswitch_types", []),
+            placement=PlacementFacts(**family["placement"]),
+            provisioning_models=tuple(provisioning),
+            network_bandwidth_gbps=None,
+            sources={**family["sources"], "local_ssd_size": curated["local_ssd"]["_source"]},
+        )
     return None

@@ -1,8 +1,8 @@
 """Typed rows of the gpuinfra catalog: offers (priced placements) and instance facts.
 
 An *offer* is one instance/machine type in one zone with its on-demand and spot price per
-node-hour. An *instance fact* record describes the hardware of a type (GPUs, NICs, local
-NVMe, NVSwitch, placement support) independent of where it runs.
+node-hour. The hardware facts of a type (GPUs, NICs, local SSD, placement, provisioning
+models) are :class:`gpuinfra.catalog.facts_model.InstanceFacts`.
 
 Prices are :class:`decimal.Decimal` in USD per hour per node, rounded half-even to 1e-5 USD
 (the snapshot carries float noise such as ``21.957642`` vs ``21.95764`` for one price;
@@ -12,18 +12,21 @@ model" -- never zero.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 PRICE_QUANTUM = Decimal("0.00001")
 
-#: Column order of the normalized offers CSV (schema version 1).
+#: Version of the catalog folder layout: 2 = typed facts (networks, local SSD, placement,
+#: provisioning models) and no per-row GPU memory (one value per GPU model in ``gpus.json``).
+CATALOG_SCHEMA_VERSION = 2
+
+#: Column order of the normalized offers CSV.
 OFFER_COLUMNS: tuple[str, ...] = (
     "cloud",
     "instance_type",
     "gpu",
     "gpu_count",
-    "gpu_memory_gib",
     "vcpus",
     "memory_gib",
     "region",
@@ -87,7 +90,6 @@ class Offer:
             ``a2-highgpu-4g``, ``n1-standard-8``).
         gpu: canonical GPU model name from ``gpus.json`` (``A100``, ``A100-80GB``, ``H100``).
         gpu_count: GPUs per node.
-        gpu_memory_gib: memory of one GPU in GiB.
         vcpus: vCPUs per node.
         memory_gib: host RAM per node in GiB.
         region: cloud region (``us-east-1``, ``us-central1``).
@@ -108,7 +110,6 @@ class Offer:
     instance_type: str
     gpu: str
     gpu_count: int
-    gpu_memory_gib: float
     vcpus: float
     memory_gib: float
     region: str
@@ -139,6 +140,13 @@ class Offer:
             for spot, on_demand in pairs
         )
 
+    @property
+    def gpu_memory_gib(self) -> float:
+        """Memory of one GPU in GiB: the GPU model's one value (``gpus.json``)."""
+        from gpuinfra.catalog.gpus import gpu_model
+
+        return gpu_model(self.gpu).memory_gib
+
     def price_per_hour_usd(self, spot: bool) -> Decimal | None:
         """Per-node price for the pricing model asked for (None: not offered that way)."""
         return self.spot_price_per_hour_usd if spot else self.on_demand_price_per_hour_usd
@@ -150,7 +158,6 @@ class Offer:
             "instance_type": self.instance_type,
             "gpu": self.gpu,
             "gpu_count": str(self.gpu_count),
-            "gpu_memory_gib": _fmt_float(self.gpu_memory_gib),
             "vcpus": _fmt_float(self.vcpus),
             "memory_gib": _fmt_float(self.memory_gib),
             "region": self.region,
@@ -181,7 +188,6 @@ class Offer:
             instance_type=row["instance_type"],
             gpu=row["gpu"],
             gpu_count=int(row["gpu_count"]),
-            gpu_memory_gib=float(row["gpu_memory_gib"]),
             vcpus=float(row["vcpus"]),
             memory_gib=float(row["memory_gib"]),
             region=row["region"],
@@ -199,81 +205,6 @@ class Offer:
             accelerator_type=row["accelerator_type"],
             local_zone=row["local_zone"] == "1",
         )
-
-
-@dataclass(frozen=True, slots=True)
-class InstanceFacts:
-    """Hardware facts of one instance/machine type, the same in every zone.
-
-    Attributes:
-        cloud: ``"aws"`` or ``"gcp"``.
-        instance_type: type name.
-        network_cards: AWS network cards (``NetworkInfo.MaximumNetworkCards``); 1 on GCP.
-        max_interfaces_per_network_card: AWS: ENIs allowed per card (min over cards). GCP
-            (one virtual card): the vNICs of the machine's layout (gVNIC 1, A3 High 5, A3 Mega 9,
-            A3 Ultra / A4 10).
-        max_efa_interfaces: AWS ``EfaInfo.MaximumEfaInterfaces`` (0 = no EFA).
-        gpu_nic_count: high-bandwidth NICs dedicated to GPU traffic: AWS EFA interfaces,
-            GCP GPU NICs (A3 High 4, A3 Mega 8, A3 Ultra/A4 8 MRDMA); 0 otherwise.
-        nic_layout: ``efa`` | ``ena`` (AWS without EFA) | ``tcpx`` | ``tcpxo`` | ``gib`` |
-            ``gvnic`` (GCP single gVNIC).
-        mtu: MTU of the cluster network (AWS 9001 jumbo frames in a VPC; GCP per layout).
-        local_nvme_count: local NVMe disks (AWS instance store; GCP bundled local SSD).
-        local_nvme_size_gib: size of one such disk in GiB (AWS reports decimal GB; converted).
-        nvswitch: GPUs are connected through NVSwitch (fabric manager must run).
-        cluster_placement: supports AWS ``cluster`` placement / GCP compact placement.
-        network_bandwidth_gbps: advertised bandwidth (sum over cards) or None if unknown.
-        sources: where each fact comes from.
-    """
-
-    cloud: str
-    instance_type: str
-    network_cards: int
-    max_interfaces_per_network_card: int
-    max_efa_interfaces: int
-    gpu_nic_count: int
-    nic_layout: str
-    mtu: int
-    local_nvme_count: int
-    local_nvme_size_gib: float
-    nvswitch: bool
-    cluster_placement: bool
-    network_bandwidth_gbps: float | None
-    sources: tuple[str, ...] = field(default=())
-
-    @property
-    def efa_supported(self) -> bool:
-        """True when the type takes at least one EFA interface (AWS only)."""
-        return self.max_efa_interfaces > 0
-
-    @property
-    def local_nvme_total_gib(self) -> float:
-        """Total local NVMe capacity in GiB (0 when none)."""
-        return self.local_nvme_count * self.local_nvme_size_gib
-
-    def to_dict(self) -> dict:
-        """JSON-serializable form (used for ``instance_types.json``)."""
-        return {
-            "cloud": self.cloud,
-            "instance_type": self.instance_type,
-            "network_cards": self.network_cards,
-            "max_interfaces_per_network_card": self.max_interfaces_per_network_card,
-            "max_efa_interfaces": self.max_efa_interfaces,
-            "gpu_nic_count": self.gpu_nic_count,
-            "nic_layout": self.nic_layout,
-            "mtu": self.mtu,
-            "local_nvme_count": self.local_nvme_count,
-            "local_nvme_size_gib": self.local_nvme_size_gib,
-            "nvswitch": self.nvswitch,
-            "cluster_placement": self.cluster_placement,
-            "network_bandwidth_gbps": self.network_bandwidth_gbps,
-            "sources": list(self.sources),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict) -> InstanceFacts:
-        """Inverse of :meth:`to_dict`."""
-        return cls(**{**data, "sources": tuple(data.get("sources", ()))})
 
 
 def _fmt_float(value: float) -> str:

@@ -13,7 +13,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from gpuinfra.catalog.build import write_catalog
-from gpuinfra.catalog.model import InstanceFacts, Offer
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.model import Offer
 from gpuinfra.catalog.store import load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
 from gpuinfra.errors import CatalogError, MissingDependencyError
 

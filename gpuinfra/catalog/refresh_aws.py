@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 from decimal import Decimal
 
-from gpuinfra.catalog.build import aws_gpu_name
+from gpuinfra.catalog.facts import aws_gpu_name
 from gpuinfra.catalog.facts import aws_facts_from_describe
-from gpuinfra.catalog.model import InstanceFacts, Offer, parse_price
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.model import Offer, parse_price
 
 PRICING_REGION = "us-east-1"
 _SOURCE = "EC2 DescribeInstanceTypes via gpuinfra catalog refresh"
@@ -155,7 +156,6 @@ def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
                     instance_type=itype,
                     gpu=aws_gpu_name(gpu["Name"], memory_mib),
                     gpu_count=int(gpu["Count"]),
-                    gpu_memory_gib=round(memory_mib / 1024, 2),
                     vcpus=float(it["VCpuInfo"]["DefaultVCpus"]),
                     memory_gib=round(it["MemoryInfo"]["SizeInMiB"] / 1024, 3),
                     region=region,

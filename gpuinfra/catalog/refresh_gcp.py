@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from gpuinfra.catalog.facts import gcp_facts
-from gpuinfra.catalog.model import PRICE_QUANTUM, InstanceFacts, Offer
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.model import PRICE_QUANTUM, Offer
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 
@@ -138,7 +139,6 @@ def build_gcp_offers(
     prices: SkuPrices,
     curated: Mapping,
     gpu_by_accelerator: Mapping[str, str],
-    gpu_memory_gib: Mapping[str, float],
 ) -> tuple[list[Offer], list[InstanceFacts], GcpRefreshReport]:
     """Offers from machine types (per zone), accelerator availability and SKU prices.
 
@@ -148,7 +148,6 @@ def build_gcp_offers(
         prices: parsed SKU prices.
         curated: ``gcp_machine_facts.json`` (families, N1 limits).
         gpu_by_accelerator: accelerator type -> canonical GPU model.
-        gpu_memory_gib: canonical GPU model -> memory per GPU.
     """
     report = GcpRefreshReport()
     offers: list[Offer] = []
@@ -195,7 +194,6 @@ def build_gcp_offers(
                         instance_type=mt.name,
                         gpu=gpu,
                         gpu_count=count,
-                        gpu_memory_gib=gpu_memory_gib.get(gpu, 0.0),
                         vcpus=float(mt.guest_cpus),
                         memory_gib=memory_gib,
                         region=region,
@@ -241,5 +239,4 @@ def fetch_gcp(billing_client, machine_types_client, accelerator_types_client, pr
             accelerator_zones.setdefault(acc.name, set()).add(scope.removeprefix("zones/"))
     gpu_by_accelerator = {g.gcp_accelerator_type: g.name for g in gpu_models if g.gcp_accelerator_type}
     gpu_by_accelerator["nvidia-h100-mega-80gb"] = "H100"
-    memory = {g.name: g.memory_gib for g in gpu_models}
-    return build_gcp_offers(machine_types_by_zone, accelerator_zones, prices, curated, gpu_by_accelerator, memory)
+    return build_gcp_offers(machine_types_by_zone, accelerator_zones, prices, curated, gpu_by_accelerator)

@@ -7,8 +7,8 @@ Where the catalog comes from, first match wins:
    ``gpuinfra catalog refresh`` has written one there;
 3. the snapshot shipped inside the package (``gpuinfra/catalog/data``).
 
-Loading reads two small files with the standard library only (no pandas, no pydantic), so
-``gpuinfra offers`` stays well under a second as a whole process.
+Loading reads two small files (offers with the standard library; facts through the pydantic
+model), so ``gpuinfra offers`` stays well under a second as a whole process.
 """
 
 from __future__ import annotations
@@ -20,42 +20,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from gpuinfra.catalog.model import InstanceFacts, Offer
+from gpuinfra.catalog.gpus import GpuModel, load_gpu_models  # noqa: F401  (re-export)
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.model import CATALOG_SCHEMA_VERSION, Offer
 from gpuinfra.errors import CatalogError
 
 PACKAGE_DATA_DIR = Path(__file__).parent / "data"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuModel:
-    """A GPU model known to gpuinfra (``gpus.json``).
-
-    Attributes:
-        name: canonical name (``A100-80GB``).
-        memory_gib: memory per GPU in GiB as the clouds report it.
-        aliases: other spellings accepted by the request grammar (upper case).
-        gcp_accelerator_type: Compute Engine accelerator type, or None when GCP lacks it.
-    """
-
-    name: str
-    memory_gib: float
-    aliases: tuple[str, ...]
-    gcp_accelerator_type: str | None
-
-
-@lru_cache(maxsize=1)
-def load_gpu_models() -> tuple[GpuModel, ...]:
-    """The GPU models shipped with the package, largest memory first."""
-    doc = json.loads((PACKAGE_DATA_DIR / "gpus.json").read_text())
-    return tuple(
-        GpuModel(
-            name=g["name"],
-            memory_gib=float(g["memory_gib"]),
-            aliases=tuple(a.upper() for a in g["aliases"]),
-            gcp_accelerator_type=g["gcp_accelerator_type"],
-        )
-        for g in doc["gpus"]
-    )
 
 
 @lru_cache(maxsize=1)
@@ -147,10 +117,10 @@ def _load(path: Path) -> Catalog:
         ) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise CatalogError(f"catalog folder {path} is corrupt: {exc}") from None
-    if meta.get("schema_version") != 1:
+    if meta.get("schema_version") != CATALOG_SCHEMA_VERSION:
         raise CatalogError(
             f"catalog folder {path} has schema version {meta.get('schema_version')!r}; "
-            "this gpuinfra reads version 1"
+            f"this gpuinfra reads version {CATALOG_SCHEMA_VERSION} (run `gpuinfra catalog refresh` again)"
         )
     return Catalog(offers=offers, facts=facts, meta=meta, path=path)
 

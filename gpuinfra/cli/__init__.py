@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     except GpuinfraError as exc:
         if os.environ.get("GPUINFRA_DEBUG") == "1":
             raise
-        sys.stderr.write(f"error: {exc}\n")
+        sys.stderr.write("".join(f"error: {line}\n" for line in str(exc).splitlines() or [""]))
         sys.exit(int(exc.exit_code))
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -76,7 +76,10 @@ def new(
     from gpuinfra.preview import run_preview_cached
     from gpuinfra.stackfile import provider_config
 
+    from gpuinfra.rules import verify_stack
+
     previewed = run_preview_cached(plan.spec, provider_config(plan.spec))
+    verify_stack(plan.spec, previewed.resources, catalog)  # refuses before anything is written
     summary = cost_summary(plan.spec, previewed.resources)
     written = write_stack(plan, project_dir, force=force)
     spec, offer = plan.spec, plan.offer

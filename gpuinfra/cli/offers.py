@@ -40,8 +40,10 @@ def offer_to_json(ranked, catalog) -> dict:
         ),
         "efa_interfaces": fact.max_efa_interfaces if fact else None,
         "gpu_nics": fact.gpu_nic_count if fact else None,
-        "local_nvme_count": fact.local_nvme_count if fact else None,
-        "local_nvme_size_gib": fact.local_nvme_size_gib if fact else None,
+        "local_nvme_count": fact.local_ssd.bundled_count if fact else None,
+        "local_nvme_size_gib": fact.local_ssd.size_gib if fact else None,
+        "local_ssd_attach_counts": list(fact.local_ssd.attach_counts) if fact else None,
+        "provisioning_models": list(fact.provisioning_models) if fact else None,
         "local_zone": offer.local_zone,
         "catalog_date": catalog.date_for(offer.cloud),
     }
@@ -56,15 +58,19 @@ def _network_cell(fact) -> str:
         return "?"
     if fact.cloud == "aws":
         return f"{fact.max_efa_interfaces} EFA" if fact.max_efa_interfaces else "-"
-    return {"tcpx": "4 GPU NICs (TCPX)", "tcpxo": "8 GPU NICs (TCPXO)", "gib": "8 RDMA NICs (gIB)"}.get(
-        fact.nic_layout, "gVNIC"
-    )
+    label = {"tcpx": "TCPX", "tcpxo": "TCPXO", "gib": "gIB RDMA"}.get(fact.nic_layout)
+    return f"{fact.gpu_nic_count} GPU NICs ({label})" if label else "gVNIC"
 
 
 def _nvme_cell(fact) -> str:
-    if fact is None or fact.local_nvme_count == 0:
+    if fact is None:
         return "-"
-    return f"{fact.local_nvme_count}x{fact.local_nvme_size_gib:.0f} GiB"
+    lssd = fact.local_ssd
+    if lssd.bundled_count:
+        return f"{lssd.bundled_count}x{lssd.size_gib:.0f} GiB"
+    if lssd.attach_counts:
+        return f"{'/'.join(map(str, lssd.attach_counts[:4]))}{'...' if len(lssd.attach_counts) > 4 else ''}x{lssd.size_gib:.0f} GiB"
+    return "-"
 
 
 def offers(

@@ -56,11 +56,15 @@ def preview(
     from gpuinfra.preview import run_preview_cached
     from gpuinfra.stackfile import provider_config, read_stack_spec
 
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.rules import verify_stack
+
     spec = read_stack_spec(project_dir, stack)
     result = run_preview_cached(spec, provider_config(spec))
+    verify_stack(spec, result.resources, load_catalog())
     summary = cost_summary(spec, result.resources)
     if as_json:
-        print_json({**result.to_json(), "cost": summary})
+        print_json({**result.to_json(), "cost": summary, "violations": []})
         return
     from rich.tree import Tree
 
@@ -79,5 +83,9 @@ def preview(
         f"cost: ${float(summary['hourly_usd']):,.2f}/h, ${float(summary['run_usd']):,.2f} for {summary['hours']} h "
         f"({summary['pricing']}, catalog {summary['catalog_date']}); breakdown: gpuinfra cost {stack}"
     )
+    from gpuinfra.rules import RULES
+
+    out.print(f"conformance: {len(RULES)} rules checked offline, no violation "
+              "(capacity and quotas are known only to the cloud)")
     out.print(f"next: pulumi up -s {stack}")
 

@@ -26,7 +26,8 @@ def build_request(model: str | None, params: str | None, method: str, seq: int, 
 
 def size_document(req, gpus: str | None, nodes: int) -> dict:
     """The ``gpuinfra size --json`` document."""
-    from gpuinfra.catalog.store import load_catalog, load_gpu_models
+    from gpuinfra.catalog.gpus import gpu_model
+    from gpuinfra.catalog.store import load_catalog
     from gpuinfra.requests import parse_gpu_spec
     from gpuinfra.sizing.recommend import candidate_json, candidates, evaluate, gpu_compute
 
@@ -44,8 +45,7 @@ def size_document(req, gpus: str | None, nodes: int) -> dict:
     }
     if gpus:
         request = parse_gpu_spec(gpus, nodes)
-        memory = next((o.gpu_memory_gib for o in catalog.offers if o.gpu == request.gpu),
-                      next(g.memory_gib for g in load_gpu_models() if g.name == request.gpu))
+        memory = gpu_model(request.gpu).memory_gib
         chosen = evaluate(req, request.gpu, memory, request.gpu_count, nodes)
         priced = next((c for c in ranked if c.gpu == request.gpu and c.gpus_per_node == request.gpu_count), None)
         if priced is not None:

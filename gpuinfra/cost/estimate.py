@@ -33,10 +33,12 @@ FREE_TYPES = frozenset({
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
     "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+    "aws:s3/bucketPolicy:BucketPolicy",
     "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
     "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",
     "gcp:serviceaccount/account:Account",
     "gcp:storage/bucketIAMMember:BucketIAMMember", "gcp:projects/iAMMember:IAMMember",
+    "gcp:projects/iAMCustomRole:IAMCustomRole",
 })
 GP3_FREE_IOPS = 3000
 GP3_FREE_THROUGHPUT = 125
@@ -215,7 +217,7 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
         elif t == "gcp:storage/bucket:Bucket":
             lines += _storage_lines(name, t, cloud, reg, usage, hours, "gcs_standard_per_gb_month", "GCS Standard storage")
         elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
-            lines += _gcp_template_disks(name, t, inputs, facts)
+            lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""))
         elif t == "gcp:compute/routerNat:RouterNat":
             per_vm = price("gcp", "cloud_nat_per_vm_hour", reg)
             cap = price_cap("gcp", "cloud_nat_per_vm_hour")
@@ -264,14 +266,17 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
     return lines
 
 
-def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts) -> list[CostLine]:
+def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine) -> list[CostLine]:
+    """Boot disk and local SSD lines; local SSDs that come with the machine type
+    (``InstanceFacts.local_ssd.bundled_count``) are in the machine price."""
     lines = []
     reg, nodes = facts.region, Decimal(facts.nodes)
-    bundled = (facts.instance_type or "").startswith(("a2-ultragpu-", "a3-", "a4-"))
-    scratch = 0
+    bundled = machine is not None and machine.local_ssd.bundled_count > 0
+    scratch, scratch_gib = 0, Decimal(0)
     for disk in inputs.get("disks") or []:
         if disk.get("type") == "SCRATCH":
             scratch += 1
+            scratch_gib = Decimal(str(disk.get("diskSizeGb") or (machine.local_ssd.size_gib if machine else 0)))
             continue
         size = Decimal(str(disk.get("diskSizeGb", 10)))
         dtype = disk.get("diskType", "pd-balanced")
@@ -280,11 +285,11 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts) ->
                            size * nodes / HOURS_PER_MONTH, price("gcp", key, reg) if key else None,
                            missing_source=f"no {dtype} price for {reg}"))
     if scratch and not bundled:
-        lines.append(_line(name, t, f"Local SSD ({scratch} x 375 GiB x {facts.nodes} nodes)", "GB-months",
-                           Decimal(scratch * 375) * nodes / HOURS_PER_MONTH, price("gcp", "local_ssd_per_gb_month", reg),
+        lines.append(_line(name, t, f"Local SSD ({scratch} x {scratch_gib:g} GiB x {facts.nodes} nodes)", "GB-months",
+                           scratch * scratch_gib * nodes / HOURS_PER_MONTH, price("gcp", "local_ssd_per_gb_month", reg),
                            missing_source=f"no local SSD price for {reg}"))
     elif scratch:
-        lines.append(CostLine(name, t, f"Local SSD ({scratch} x 375 GiB bundled)", "GB-months", Decimal(0), Decimal(0),
+        lines.append(CostLine(name, t, f"Local SSD ({scratch} x {scratch_gib:g} GiB bundled)", "GB-months", Decimal(0), Decimal(0),
                               "bundled with the machine type (in the machine price)", "", note="included in machine price"))
     return lines
 

@@ -66,8 +66,10 @@ class Profile(_Strict):
     Attributes:
         name: profile name (``llm-finetune``).
         description: one line.
-        placement: ``required`` -> cluster/compact placement for multi-node clusters;
-            ``none`` -> no placement group (single-node work).
+        placement: ``required`` -> multi-node clusters only take types that can be placed
+            close together (AWS cluster placement group, GCP compact or workload policy);
+            ``none`` -> any type. Either way a multi-node cluster is placed close together
+            wherever its type allows it.
         high_bandwidth_networking: ``required`` -> multi-node offers must have EFA / GPU NICs
             and the blueprint fails if the type lacks them; ``preferred`` -> used when the type
             has them; ``off`` -> plain networking.

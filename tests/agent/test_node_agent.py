@@ -234,12 +234,11 @@ def test_config_from_node_env_and_main_once(tmp_path, monkeypatch):
 def test_user_data_embeds_this_agent_verbatim():
     from blueprints.aws.plan import plan_aws_cluster
     from blueprints.aws.userdata import render_user_data
-    from gpuinfra.catalog.store import load_catalog
     from tests.blueprints.helpers import make_spec
     import yaml
 
     spec = make_spec("p4d.24xlarge", nodes=2)
-    text = render_user_data(spec, plan_aws_cluster(spec, load_catalog().fact("aws", "p4d.24xlarge")), "b")
+    text = render_user_data(spec, plan_aws_cluster(spec), "b")
     files = {f["path"]: f for f in yaml.safe_load(text)["write_files"]}
     source = files["/usr/local/lib/gpuinfra/gpuinfra_agent.py"]["content"]
     assert source.rstrip("\n") == (Path(__file__).resolve().parents[2] / "gpuinfra/agent/node.py").read_text().rstrip("\n")
@@ -252,11 +251,10 @@ def test_user_data_embeds_this_agent_verbatim():
 def test_gcp_startup_script_installs_and_enables_the_agent():
     from blueprints.gcp.plan import plan_gcp_cluster
     from blueprints.gcp.startup import render_startup_script
-    from gpuinfra.catalog.store import load_catalog
     from tests.blueprints.helpers import make_spec
 
     spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
-    script = render_startup_script(spec, plan_gcp_cluster(spec, load_catalog()), "b")
+    script = render_startup_script(spec, plan_gcp_cluster(spec), "b")
     source = script.split("<<'GPUINFRA_AGENT'\n", 1)[1].split("\nGPUINFRA_AGENT\n", 1)[0]
     compile(source, "gpuinfra_agent.py", "exec")
     assert "systemctl enable --now --no-block gpuinfra-agent.service" in script

@@ -139,6 +139,11 @@ def test_bucket_settings():
     resources = [r for s in policy["Statement"] if s["Action"][0].startswith("s3:") for r in s["Resource"]]
     assert resources == [f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview",
                          f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview/*"]
+    # Deny s3:* without TLS (docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html)
+    tls = json.loads(_one(result, "aws:s3/bucketPolicy:BucketPolicy")["policy"])
+    arn = f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview"
+    assert tls["Statement"] == [{"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+                                 "Resource": [arn, f"{arn}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
     deleting = preview(make_spec("p4d.24xlarge", delete_bucket_on_destroy=True)).of_type("aws:s3/bucket:Bucket")[0]
     assert deleting.retain_on_delete is False and deleting.inputs["forceDestroy"] is True
 
@@ -152,7 +157,10 @@ def test_spot_and_on_demand_fleets():
     assert "onDemandOptions" not in spot
     on_demand = _one(preview(make_spec("p4d.24xlarge", nodes=4)), FLEET)
     assert on_demand["targetCapacitySpecification"]["defaultTargetCapacityType"] == "on-demand"
-    assert on_demand["onDemandOptions"]["minTargetCapacity"] == 4
+    # the provider's spelling (pulumi_aws FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`,
+    # `prioritized`"); the EC2 API's "lowest-price" fails provider validation (review A1)
+    assert on_demand["onDemandOptions"] == {"allocationStrategy": "lowestPrice", "minTargetCapacity": 4,
+                                            "singleAvailabilityZone": True, "singleInstanceType": True}
 
 
 def test_capacity_block_has_no_placement_group():
@@ -203,9 +211,16 @@ class _Recording(PreviewMocks):
 @pytest.mark.parametrize(
     ("spec_kwargs", "mocks", "message"),
     [
-        (dict(itype="g5.xlarge", profile="llm-pretrain"), None, "requires EFA, but g5.xlarge has no EFA"),
+        (dict(itype="g5.xlarge", profile="dev", hbn="required"), None,
+         "high-bandwidth-nics: profile 'dev' requires EFA, but g5.xlarge has no EFA"),
         (dict(itype="p4d.24xlarge", nodes=4, capacity_reservation_id="cr-0123456789abcdef0",
-              capacity_reservation_instance_count=2), None, "nodes=4 but capacity reservation cr-0123456789abcdef0 holds 2"),
+              capacity_reservation_instance_count=2), None,
+         "aws-capacity-reservation: nodes=4 but cr-0123456789abcdef0 holds 2 instances"),
+        (dict(itype="p4d.24xlarge", nodes=2, capacity_reservation_id="cr-0123456789abcdef0",
+              capacity_reservation_instance_type="p5.48xlarge"), None,
+         "aws-capacity-reservation: cr-0123456789abcdef0 reserves p5.48xlarge, but the nodes are p4d.24xlarge"),
+        (dict(itype="g5.xlarge", profile="dev", capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True),
+         None, "provisioning-model-offered: g5.xlarge is not sold as capacity-block"),
         (dict(itype="p4d.24xlarge", network={"vpc_id": "vpc-0abc", "subnet_id": "subnet-0abc"}), "use1-az9",
          "subnet subnet-0abc is in use1-az9, but the cluster's zone is"),
         (dict(itype="p4d.24xlarge", ami_type="no-such-dlami"), None, "does not resolve in us-east-1"),
@@ -217,10 +232,11 @@ def test_bad_input_fails_before_any_resource(spec_kwargs, mocks, message):
     nodes = kwargs.pop("nodes", 1)
     profile = kwargs.pop("profile", "llm-finetune")
     ami_type = kwargs.pop("ami_type", None)
-    if profile == "llm-pretrain":
-        spec = make_spec("p4d.24xlarge", nodes=nodes, profile=profile).model_copy(update={"instance_type": itype})
-    else:
-        spec = make_spec(itype, nodes=nodes, profile=profile, **kwargs)
+    hbn = kwargs.pop("hbn", None)
+    spec = make_spec(itype, nodes=nodes, profile=profile, **kwargs)
+    if hbn:  # hand-edited stack file
+        spec = type(spec).model_validate({**spec.model_dump(), "profile": {
+            **spec.profile.model_dump(), "high_bandwidth_networking": hbn}})
     if ami_type:
         profile_obj = spec.profile.model_copy(update={"image": spec.profile.image.model_copy(update={"aws_dlami_type": ami_type})})
         spec = spec.model_copy(update={"profile": profile_obj})
@@ -228,6 +244,28 @@ def test_bad_input_fails_before_any_resource(spec_kwargs, mocks, message):
     with pytest.raises(SpecError) as info:
         preview(spec, recorder)
     assert message in str(info.value)
+
+
+class _AmiMocks(PreviewMocks):
+    """EC2 describing an Amazon Linux AMI, whose root device is /dev/xvda."""
+
+    asked: list = []
+
+    def call_result(self, token, args):
+        if token == "aws:ec2/getAmi:getAmi":
+            self.asked.append(args)
+            return {**super().call_result(token, args), "rootDeviceName": "/dev/xvda"}
+        return super().call_result(token, args)
+
+
+def test_root_volume_uses_the_amis_own_root_device():
+    # review A10: an ami_id override whose root is /dev/xvda must not get a /dev/sda1 mapping
+    spec = make_spec("p4d.24xlarge", nodes=2, ami_id="ami-0123456789abcdef0")
+    mocks = _AmiMocks(spec)
+    lt = _one(preview(spec, mocks), LT)
+    assert lt["imageId"] == "ami-0123456789abcdef0"
+    assert [m["deviceName"] for m in lt["blockDeviceMappings"]] == ["/dev/xvda"]
+    assert mocks.asked[-1]["filters"] == [{"name": "image-id", "values": ["ami-0123456789abcdef0"]}]
 
 
 def test_bad_input_registers_nothing(monkeypatch):
@@ -241,7 +279,7 @@ def test_bad_input_registers_nothing(monkeypatch):
         return original(mocks, records, outputs)
 
     monkeypatch.setattr(preview_module, "_make_monitor", spy)
-    spec = make_spec("p4d.24xlarge", nodes=2).model_copy(update={"instance_type": "g5.xlarge"})
+    spec = make_spec("g5.xlarge", nodes=2, profile="dev")
     spec = spec.model_copy(update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})})
     with pytest.raises(SpecError):
         preview(spec)
@@ -267,3 +305,19 @@ def test_user_data_without_container_image_or_efa(tmp_path):
     text = gzip.decompress(base64.b64decode(_one(preview(spec), LT)["userData"])).decode()
     assert "docker pull" not in text and "FI_EFA" not in text
     shellcheck_cloud_config(text, tmp_path)
+
+
+class _Peers(PreviewMocks):
+    def call_result(self, token, args):
+        if token == "aws:ec2/getInstances:getInstances":
+            return {"ids": ["i-1", "i-2", "i-3"], "privateIps": ["10.0.0.100", "10.0.0.20", "10.0.1.5"],
+                    "publicIps": [], "ipv6Addresses": [], "id": "peers"}
+        return super().call_result(token, args)
+
+
+def test_rendezvous_endpoint_is_the_numerically_lowest_ip():
+    # review A7: the nodes sort IPs numerically (sort -t . -k1,1n ...), so must the output
+    spec = make_spec("p4d.24xlarge", nodes=3)
+    result = preview(spec, _Peers(spec))
+    assert result.outputs["private_ips"] == ["10.0.0.20", "10.0.0.100", "10.0.1.5"]
+    assert result.outputs["torchrun_rendezvous_endpoint"] == "10.0.0.20:29500"

@@ -37,18 +37,23 @@ def _networks_by_subnet(result):
 @pytest.mark.parametrize(
     ("itype", "gpus", "nics", "mtus", "lssd", "boot"),
     [
-        ("a2-highgpu-4g", None, ["GVNIC"], [1460], 2, "pd-balanced"),            # 500 GiB scratch -> 2 attached
-        ("a2-ultragpu-8g", None, ["GVNIC"], [1460], 8, "pd-balanced"),           # 8 bundled
-        ("a3-highgpu-8g", None, ["GVNIC"] * 5, [8244] * 5, 16, "pd-balanced"),   # 1 system + 4 GPU
-        ("a3-megagpu-8g", None, ["GVNIC"] * 9, [8244] * 9, 16, "pd-balanced"),   # 1 system + 8 GPU
-        ("a3-ultragpu-8g", None, ["GVNIC", "GVNIC"] + ["MRDMA"] * 8, [8896] * 10, 32, "hyperdisk-balanced"),
-        ("g2-standard-4", None, ["GVNIC"], [1460], 1, "pd-balanced"),            # 200 GiB -> 1 attached
+        # local SSD: cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds --
+        # a2-highgpu-4g takes 4 or 8 (500 GiB scratch -> 4); A2 Ultra / A3 / A4 come with theirs,
+        # which the template leaves out; g2-standard-4 takes 1; N1 1-8 or 16
+        ("a2-highgpu-4g", None, ["GVNIC"], [1460], 4, "pd-balanced"),
+        ("a2-ultragpu-8g", None, ["GVNIC"], [1460], 0, "pd-balanced"),
+        ("a3-highgpu-8g", None, ["GVNIC"] * 5, [8244] * 5, 0, "pd-balanced"),   # 1 system + 4 GPU
+        ("a3-megagpu-8g", None, ["GVNIC"] * 9, [8244] * 9, 0, "pd-balanced"),   # 1 system + 8 GPU
+        ("a3-ultragpu-8g", None, ["GVNIC", "GVNIC"] + ["MRDMA"] * 8, [8896] * 10, 0, "hyperdisk-balanced"),
+        ("g2-standard-4", None, ["GVNIC"], [1460], 1, "pd-balanced"),
         ("n1-standard-8", "1xT4", ["GVNIC"], [1460], 1, "pd-balanced"),
     ],
 )
 def test_nics_networks_disks(itype, gpus, nics, mtus, lssd, boot):
     profile = "lora-finetune" if itype.startswith(("n1-", "g2-")) else "llm-finetune"
     kwargs = {"gpus": gpus} if gpus else {}
+    if itype == "a3-ultragpu-8g":
+        kwargs["spot"] = True  # not sold on demand
     result = preview(gcp_spec(itype, profile=profile, **kwargs))
     t = template(result)
     assert [n["nicType"] for n in t["networkInterfaces"]] == nics
@@ -67,14 +72,14 @@ def test_nics_networks_disks(itype, gpus, nics, mtus, lssd, boot):
 
 
 def test_a3_ultra_roce_network_has_eight_subnets_and_no_firewall():
-    spec = gcp_spec("a3-ultragpu-8g")
+    spec = gcp_spec("a3-ultragpu-8g", spot=True)
     result = preview(spec)
     roce = next(r for r in result.of_type(NETWORK) if r.name.endswith("-roce"))
     assert roce.inputs["networkProfile"].endswith(f"/networkProfiles/{spec.zone}-vpc-roce")
     roce_subnets = [r for r in result.of_type(SUBNET) if r.inputs["network"] == f"{roce.name}-id"]
     assert len(roce_subnets) == 8
     assert [r for r in result.of_type(FIREWALL) if r.inputs["network"] == f"{roce.name}-id"] == []
-    assert len(result.of_type(FIREWALL)) == 2  # system + net-1 allow-internal only
+    assert len(result.of_type(FIREWALL)) == 3  # system + net-1 allow-internal, IAP SSH
 
 
 def test_a3_mega_two_nodes_must_show():
@@ -82,11 +87,13 @@ def test_a3_mega_two_nodes_must_show():
     result = preview(spec)
     t = template(result)
     assert len(t["networkInterfaces"]) == 9 and {n["nicType"] for n in t["networkInterfaces"]} == {"GVNIC"}
+    # MIGs of A3 Mega use a workload policy, not a compact policy in the template
+    # (cloud.google.com/compute/docs/instance-groups/about-workload-policies)
     policy = result.of_type(POLICY)
     assert len(policy) == 1
-    assert policy[0].inputs["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
-    assert t["resourcePolicies"].endswith(f"/resourcePolicies/{policy[0].name}")
-    assert len([d for d in t["disks"] if d.get("type") == "SCRATCH"]) == 16
+    assert policy[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"}
+    assert "resourcePolicies" not in t
+    assert len([d for d in t["disks"] if d.get("type") == "SCRATCH"]) == 0  # 16 come with the machine
     assert t["scheduling"]["onHostMaintenance"] == "TERMINATE" and t["scheduling"]["automaticRestart"] is False
     group = result.of_type(MIG)
     assert len(group) == 1
@@ -94,9 +101,15 @@ def test_a3_mega_two_nodes_must_show():
     assert group[0].inputs["versions"][0]["instanceTemplate"] == (
         f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1")
     assert group[0].inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "DO_NOTHING"
+    assert group[0].inputs["resourcePolicies"]["workloadPolicy"].endswith(f"/resourcePolicies/{policy[0].name}")
+    # STANDARD VMs cannot use bulk mode (about-bulk-mode#limitations): the nodes' formation
+    # watchdog releases the group instead
+    assert "targetSizePolicies" not in group[0].inputs
+    assert "gpuinfra-formation-deadline" in t["metadata"]["startup-script"]
     firewalls = result.of_type(FIREWALL)
-    assert len(firewalls) == 9 and all(f.inputs["direction"] == "INGRESS" for f in firewalls)
-    assert not any("22" in a.get("ports", []) for f in firewalls for a in f.inputs["allows"] if a["protocol"] == "tcp" and a.get("ports") != ["0-65535"])
+    assert len(firewalls) == 10 and all(f.inputs["direction"] == "INGRESS" for f in firewalls)
+    ssh = [f.inputs for f in firewalls for a in f.inputs["allows"] if a["protocol"] == "tcp" and a.get("ports") == ["22"]]
+    assert [f["sourceRanges"] for f in ssh] == [["35.235.240.0/20"]]  # IAP only
 
 
 def test_one_node_4xa100_uses_a2_highgpu_4g_and_a_locked_bucket(run_cli, tmp_path):
@@ -133,10 +146,14 @@ def test_bucket_and_service_account_scope():
     assert member["role"] == "roles/storage.objectAdmin"
     assert member["member"] == "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
     assert template(result)["serviceAccount"]["email"] == "gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
-    roles = {r.inputs["role"]: r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")}
-    assert set(roles) == {"roles/compute.viewer", "roles/compute.instanceAdmin.v1"}
-    assert "condition" not in roles["roles/compute.viewer"]  # read-only peer discovery
-    condition = roles["roles/compute.instanceAdmin.v1"]["condition"]["expression"]
+    # a custom role with four permissions instead of project-wide compute.viewer and
+    # instanceAdmin.v1 (review G9), bound to this stack's MIG and its VMs only
+    (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
+    assert sorted(role.inputs["permissions"]) == ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
+                                                  "compute.instances.delete", "compute.instances.get"]
+    (binding,) = [r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")]
+    assert binding["role"] == role.inputs.get("name", binding["role"])
+    condition = binding["condition"]["expression"]
     zone = f"projects/gpuinfra-preview/zones/{spec.zone}"
     assert condition == (f'resource.name.startsWith("{zone}/instanceGroupManagers/t-2-node") || '
                          f'resource.name.startsWith("{zone}/instances/t-2-node-")')
@@ -153,37 +170,67 @@ def test_labels_on_every_labelable_resource():
     assert all(set(d["labels"]) == LABELS for d in template(result)["disks"] if d.get("boot"))
 
 
-def test_private_google_access_nat_and_optional_iap_ssh():
+def test_private_google_access_nat_and_iap_ssh_by_default():
     result = preview(gcp_spec("a2-highgpu-8g"))
     system_subnet = next(r for r in result.of_type(SUBNET) if r.name.endswith("system-subnet"))
     assert system_subnet.inputs["privateIpGoogleAccess"] is True
     assert len(result.of_type("gcp:compute/routerNat:RouterNat")) == 1
-    assert all("35.235.240.0/20" not in f.inputs["sourceRanges"] for f in result.of_type(FIREWALL))
-    with_iap = preview(gcp_spec("a2-highgpu-8g", network={"iap_ssh": True}))
-    iap = [f.inputs for f in with_iap.of_type(FIREWALL) if f.inputs["sourceRanges"] == ["35.235.240.0/20"]]
+    # no public IP, so IAP TCP forwarding (35.235.240.0/20, cloud.google.com/iap/docs/using-tcp-forwarding)
+    # is the way in, on by default (review G8)
+    iap = [f.inputs for f in result.of_type(FIREWALL) if f.inputs["sourceRanges"] == ["35.235.240.0/20"]]
     assert iap and iap[0]["allows"] == [{"ports": ["22"], "protocol": "tcp"}]
+    assert "--tunnel-through-iap" in result.outputs["ssh_command"]
+    without = preview(gcp_spec("a2-highgpu-8g", network={"iap_ssh": False}))
+    assert all("35.235.240.0/20" not in f.inputs["sourceRanges"] for f in without.of_type(FIREWALL))
+    assert without.outputs["ssh_command"].startswith("no SSH path")
 
 
 def test_resource_count_does_not_grow_with_nodes():
     results = {n: preview(gcp_spec("a3-megagpu-8g", nodes=n)) for n in (2, 8, 64)}
     assert len({len(res.resources) for res in results.values()}) == 1
     assert {n: res.of_type(MIG)[0].inputs["targetSize"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
-    assert {n: res.of_type(POLICY)[0].inputs["groupPlacementPolicy"]["vmCount"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
+    assert all(res.of_type(POLICY)[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"} for res in results.values())
+    g2 = {n: preview(gcp_spec("g2-standard-48", nodes=n, profile="llm-finetune")) for n in (2, 8)}
+    assert {n: res.of_type(POLICY)[0].inputs["groupPlacementPolicy"] for n, res in g2.items()} == {
+        2: {"collocation": "COLLOCATED", "vmCount": 2}, 8: {"collocation": "COLLOCATED", "vmCount": 8}}
+
+
+def test_reservation_bound_group_is_all_or_nothing():
+    spec = gcp_spec("a3-ultragpu-8g", spot=True)
+    spec = type(spec).model_validate({**spec.model_dump(), "spot": False,
+                                      "gcp_reservation": "projects/owner-project/reservations/h200-block"})
+    result = preview(spec)
+    t = template(result)
+    assert t["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
+    assert t["reservationAffinity"] == {"specificReservation": {
+        "key": "compute.googleapis.com/reservation-name", "values": ["projects/owner-project/reservations/h200-block"]},
+        "type": "SPECIFIC_RESERVATION"}
+    assert result.of_type(MIG)[0].inputs["targetSizePolicies"] == [{"mode": "BULK"}]
+
+
+def _edited(spec, **changes):
+    return type(spec).model_validate({**spec.model_dump(), **changes})
 
 
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: gcp_spec("a2-highgpu-4g").model_copy(update={"gpu": "H100"}), "a2-highgpu-4g does not carry 4xH100; it carries: 4xA100"),
-        (lambda: gcp_spec("n1-standard-8", gpus="1xT4", profile="lora-finetune").model_copy(
-            update={"profile": get_profile("llm-finetune")}),  # hand-edited: placement required
-         "compact placement is not supported on N1 machines"),
-        (lambda: gcp_spec("a3-megagpu-8g").model_copy(update={"nodes": 1501}), "vm_count 1501 is over the compact placement limit of 1500"),
+        (lambda: _edited(gcp_spec("n1-standard-8", gpus="1xT4", profile="lora-finetune"),
+                         profile=get_profile("llm-finetune").model_dump()),  # hand-edited: placement required
+         "gcp-placement-supported: n1-standard-8 supports neither a compact placement policy nor a workload policy"),
+        (lambda: _edited(gcp_spec("a3-megagpu-8g"), nodes=1501), "gcp-placement-max-vms: 1501 VMs are over the limit of 1500"),
+        (lambda: _edited(gcp_spec("a3-ultragpu-8g", spot=True), spot=False),
+         "provisioning-model-offered: a3-ultragpu-8g is not sold as on-demand"),
     ],
 )
 def test_bad_input_before_any_resource(build, message):
     with pytest.raises(SpecError, match=message):
         preview(build())
+
+
+def test_spec_refuses_a_gpu_the_machine_does_not_carry():
+    with pytest.raises(ValidationError, match="a2-highgpu-4g carries 4xA100, not 4xH100"):
+        _edited(gcp_spec("a2-highgpu-4g"), gpu="H100")
 
 
 def test_zone_outside_region_is_rejected_by_the_spec():
@@ -200,7 +247,8 @@ def test_startup_script_passes_shellcheck(tmp_path):
     assert script.startswith("#!/bin/bash")
     assert "NCCL_FASTRAK_IFNAME=enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0" in script
     assert "-name 'google-local-nvme-ssd-*'" in script
-    assert "labels.gpuinfra-stack=t-2 AND status=(RUNNING STAGING PROVISIONING)" in script
+    assert "gcloud compute instance-groups managed list-instances t-2-node --zone" in script
+    assert "systemctl daemon-reexec" in script  # the DefaultLimitMEMLOCK drop-in takes effect now
     assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script
     # the startup script and the two scripts it writes
     peers = script.split("<<'GPUINFRA_PEERS'\n", 1)[1].split("\nGPUINFRA_PEERS\n", 1)[0]

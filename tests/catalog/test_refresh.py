@@ -74,8 +74,8 @@ def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path)
     shipped = load_catalog()
     for itype in ("p4d.24xlarge", "p5.48xlarge", "g5.xlarge", "p5en.48xlarge"):
         fresh, old = catalog.fact("aws", itype), shipped.fact("aws", itype)
-        assert (fresh.max_efa_interfaces, fresh.network_cards, fresh.local_nvme_count) == (
-            old.max_efa_interfaces, old.network_cards, old.local_nvme_count)
+        assert (fresh.max_efa_interfaces, fresh.network_cards, fresh.local_ssd.bundled_count) == (
+            old.max_efa_interfaces, old.network_cards, old.local_ssd.bundled_count)
     # the GCP part of the shipped catalog is kept, with its own date
     assert sum(o.cloud == "gcp" for o in catalog.offers) == sum(o.cloud == "gcp" for o in shipped.offers)
     assert catalog.date_for("aws") == "2026-11-22" and catalog.meta["sources"]["gcp"]["date"] == "2026-11-22"
@@ -88,7 +88,9 @@ def test_refreshed_catalog_is_used_by_offers(moto_server, aws_env, tmp_path, mon
         refresh_catalog(["aws"], out_dir=tmp_path, regions=["us-east-1"],
                         aws_factory=_factory(moto_server, price_list.url), now=NOW)
     monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
-    offers = json.loads(run_cli("offers", "--gpus", "8xH100", "--cloud", "aws", "--spot", "--json").stdout)
+    result = run_cli("offers", "--gpus", "8xH100", "--cloud", "aws", "--spot", "--json")
+    assert result.exit_code == 0, result.stderr
+    offers = json.loads(result.stdout)
     assert {o["region"] for o in offers} == {"us-east-1"}
     assert offers[0]["spot_price_per_hour_usd"] == 0.00001
 

@@ -31,7 +31,9 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
                                 "catalog_date": "2026-11-22"}
     spec = read_stack_spec(tmp_path, "gcp-4xa100")
     assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
-    assert "compute: $9.71/h ($2.428/GPU-h); all 13 resources: $10.13/h, $243.22 for a 24 h run" in result.stdout
+    # 4 local SSDs (a2-highgpu-4g takes 4 or 8: cloud.google.com/compute/docs/disks/local-ssd
+    # #choose_number_local_ssds) at $0.088/GB-month: 1500 GiB / 730 h x 0.088 = $0.1808/h
+    assert "compute: $9.71/h ($2.428/GPU-h); all 14 resources: $10.22/h, $245.39 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
     assert "catalog 2026-11-22" in stack.read_text()
 
@@ -51,7 +53,7 @@ def test_new_never_overwrites_without_force(run_cli, tmp_path):
 def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     result = run_cli("new", "--gpus", "4xA100", "--cloud", "aws", "--project-dir", str(tmp_path), "--json")
     data = json.loads(result.stdout)
-    assert data["resources"] == 30 and float(data["cost"]["hourly_usd"]) > data["price_per_hour_usd"]
+    assert data["resources"] == 31 and float(data["cost"]["hourly_usd"]) > data["price_per_hour_usd"]
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
     assert doc["config"]["aws:region"] == "us-east-1"
@@ -73,7 +75,7 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
         (["--gpus", "A100:-1"], 2, "error: GPU count in 'A100:-1'"),
         (["--gpus", "4xA100", "--name", "bad/name"], 2, "error: invalid stack name 'bad/name'"),
         (["--gpus", "4xA100", "--profile", "nope"], 2, "error: unknown profile 'nope'; known profiles: cv-train, dev"),
-        (["--gpus", "8xH100", "--profile", "inference", "--spot"], 2, "error: profile 'inference' forbids spot"),
+        (["--gpus", "8xH100", "--profile", "inference", "--spot"], 2, "error: profile-spot-policy: profile 'inference' forbids spot"),
         (["--gpus", "4xA100", "--hours", "0"], 2, "error: --hours must be more than 0"),
     ],
 )

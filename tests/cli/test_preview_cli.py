@@ -45,7 +45,10 @@ def test_preview_rejects_an_edited_invalid_spec(run_cli, tmp_path):
     path.write_text(yaml.safe_dump(doc))
     result = run_cli("preview", "g5", "--project-dir", str(tmp_path))
     assert result.exit_code == 2
-    assert result.stderr == "error: profile 'dev' requires EFA, but g5.xlarge has no EFA (EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)\n"
+    assert result.stderr == (
+        "error: high-bandwidth-nics: profile 'dev' requires EFA, but g5.xlarge has no EFA (EFA types include "
+        "p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger) (source: "
+        "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html; cloud.google.com/compute/docs/gpus/gpudirect)\n")
     doc["config"]["gpuinfra:cluster"]["nodes"] = 0
     path.write_text(yaml.safe_dump(doc))
     result = run_cli("preview", "g5", "--project-dir", str(tmp_path))
@@ -73,3 +76,33 @@ def test_preview_cache_is_reused_and_invalidated(run_cli, tmp_path, monkeypatch)
     assert result.exit_code == 1 and "the program ran although the cache holds this stack" in result.stderr
     monkeypatch.setenv("GPUINFRA_NO_CACHE", "1")
     assert run_cli("preview", "c", "--project-dir", str(tmp_path)).exit_code == 1  # cache off: runs the program
+
+
+def _edit(path, change):
+    doc = yaml.safe_load(path.read_text())
+    change(doc["config"]["gpuinfra:cluster"])
+    path.write_text(yaml.safe_dump(doc))
+
+
+def test_preview_refuses_hand_edited_rule_violations_by_rule_name(run_cli, tmp_path):
+    assert run_cli("new", "--instance-type", "n1-standard-8", "--gpus", "1xT4", "--profile", "lora-finetune",
+                   "--name", "n1", "--project-dir", str(tmp_path)).exit_code == 0
+    n1 = tmp_path / "stacks" / "Pulumi.n1.yaml"
+    _edit(n1, lambda c: (c.update(nodes=2), c["profile"].update(placement="required")))
+    result = run_cli("preview", "n1", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: gcp-placement-supported: ")
+    assert result.stderr.count("\n") == 1
+
+    assert run_cli("new", "--gpus", "4xA100", "--cloud", "gcp", "--name", "a2", "--project-dir", str(tmp_path)).exit_code == 0
+    a2 = tmp_path / "stacks" / "Pulumi.a2.yaml"
+    original = a2.read_text()
+    _edit(a2, lambda c: c["profile"]["scratch"].update(min_gib=4000))  # a2-highgpu-4g takes 4 or 8 x 375 GiB
+    result = run_cli("preview", "a2", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2 and result.stderr.startswith("error: gcp-local-ssd-count: ")
+    assert "takes local SSD counts 4, 8 of 375 GiB" in result.stderr
+    a2.write_text(original)
+    _edit(a2, lambda c: c["facts"]["local_ssd"].update(attach_counts=[2, 4, 8]))  # facts edited by hand
+    result = run_cli("preview", "a2", "--project-dir", str(tmp_path), "--json")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("error: facts-current: the stack's facts of a2-highgpu-4g differ") and "local_ssd" in result.stderr

@@ -1,0 +1,106 @@
+"""Cloud-rule conformance: named rules with sources, checked over an offline preview.
+
+* :mod:`gpuinfra.rules.spec_rules` -- the one registry of rule names and source pages, and the
+  error that refuses a spec (exit 2, one line per violation).
+* :mod:`gpuinfra.rules.aws`, :mod:`gpuinfra.rules.gcp` -- checks over a preview's resources.
+* :mod:`gpuinfra.rules.provider_values` -- every documented enum input holds one of the
+  provider SDK's valid values (read from the installed pulumi-aws / pulumi-gcp).
+
+``gpuinfra preview`` and ``gpuinfra new`` run :func:`check_preview` and refuse on any
+violation; the CrossGuard policy pack in ``policy/`` runs :func:`check_graph` on
+``pulumi preview``'s resources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.rules.model import ResourceGraph, Violation
+from gpuinfra.rules.spec_rules import RULES, RuleViolationError, violation
+
+__all__ = ["RULES", "RuleViolationError", "Violation", "ResourceGraph", "check_graph", "check_preview",
+           "check_offered_in_zone", "verify_stack"]
+
+
+def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True) -> list[Violation]:
+    """All rules of the graph's cloud(s) over ``graph``.
+
+    Args:
+        graph: the stack's resources (provider wire format, camelCase inputs).
+        facts: instance / machine type -> facts (the spec's own, or the catalog's).
+        provider_values: also check documented enum values against the installed SDKs.
+
+    Returns:
+        Violations, sorted by rule and resource; empty when the stack conforms.
+    """
+    from gpuinfra.rules import aws, gcp
+
+    clouds = {r.type.split(":", 1)[0] for r in graph}
+    found: list[Violation] = []
+    if "aws" in clouds:
+        for check in aws.CHECKS:
+            found += check(graph, facts)
+    if "gcp" in clouds:
+        for check in gcp.CHECKS:
+            found += check(graph, facts)
+    if provider_values:
+        from gpuinfra.rules.provider_values import check_provider_values
+
+        found += check_provider_values(graph)
+    return sorted(set(found), key=lambda v: (v.rule, v.resource, v.message))
+
+
+def check_preview(spec: Any, resources: Iterable[Any], provider_values: bool = True) -> list[Violation]:
+    """Rules over an offline preview of ``spec``, with the facts the spec carries.
+
+    Args:
+        spec: the :class:`~gpuinfra.spec.ClusterSpec` the preview ran.
+        resources: the preview's :class:`~gpuinfra.preview.ResourceRecord` list.
+        provider_values: see :func:`check_graph`.
+    """
+    return check_graph(ResourceGraph.from_records(resources), {spec.instance_type: spec.facts}, provider_values)
+
+
+def check_offered_in_zone(spec: Any, catalog: Any) -> list[Violation]:
+    """``offered-in-zone``: the catalog has an offer of the spec's type in its zone (skipped
+    when the catalog does not know the type at all, e.g. a newer type than the catalog)."""
+    zones = {o.zone for o in catalog.offers if o.cloud == spec.cloud and o.instance_type == spec.instance_type}
+    if zones and spec.zone not in zones:
+        near = sorted(z for z in zones if z.startswith(spec.region) or spec.cloud == "aws")[:6]
+        return [violation("offered-in-zone", "", f"{spec.instance_type} is not offered in {spec.zone}; "
+                          f"it is in {', '.join(near) or 'other regions'}")]
+    return []
+
+
+def check_facts_current(spec: Any, catalog: Any) -> list[Violation]:
+    """``facts-current``: the facts in the stack file equal the catalog's facts of the type
+    (skipped when the catalog does not know the type)."""
+    current = catalog.fact(spec.cloud, spec.instance_type)
+    if current is None or current == spec.facts:
+        return []
+    recorded, now = spec.facts.to_dict(), current.to_dict()
+    fields = sorted(k for k in now if now[k] != recorded.get(k) and k != "sources")
+    if not fields:
+        return []
+    return [violation("facts-current", "", f"the stack's facts of {spec.instance_type} differ from the catalog's "
+                      f"in {', '.join(fields)}; write the stack again (`gpuinfra new ... --force`)")]
+
+
+def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None) -> None:
+    """Refuse a previewed stack that breaks any rule (what ``preview`` and ``new`` run).
+
+    Args:
+        spec: the stack's :class:`~gpuinfra.spec.ClusterSpec`.
+        resources: its offline preview's resource records.
+        catalog: the loaded catalog for ``offered-in-zone`` (skipped when None).
+
+    Raises:
+        RuleViolationError: one line per violation, each naming its rule and source (exit 2).
+    """
+    found = check_preview(spec, resources)
+    if catalog is not None:
+        found = check_facts_current(spec, catalog) + check_offered_in_zone(spec, catalog) + found
+    if found:
+        raise RuleViolationError(found)
