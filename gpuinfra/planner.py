@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from gpuinfra.capacity import CapacityReservation
 from gpuinfra.catalog.gpus import gpu_model
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.store import Catalog
@@ -49,6 +50,9 @@ class PlanRequest:
         name: stack name (None = derived from the offer).
         gcp_project: GCP project id for ``gcp:project`` (optional).
         include_local_zones: allow AWS Local Zones.
+        capacity_reservation: an EC2 capacity reservation / Capacity Block read from EC2
+            (:func:`gpuinfra.capacity.describe_capacity_reservation`): the plan takes its type,
+            AZ and region, and at most its available instances.
     """
 
     gpus: str | None
@@ -62,6 +66,7 @@ class PlanRequest:
     name: str | None = None
     gcp_project: str | None = None
     include_local_zones: bool = False
+    capacity_reservation: CapacityReservation | None = None
 
 
 @dataclass(frozen=True)
@@ -145,6 +150,8 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
     """
     if request.name is not None:
         check_stack_name(request.name)
+    if request.capacity_reservation is not None:
+        request = _with_reservation(request)
     if request.hours is not None and not 0 < request.hours <= 8760:
         raise RequestError(f"--hours must be more than 0 and at most 8760, got {request.hours}")
     if request.gpus:
@@ -186,6 +193,32 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
     raise last_error
 
 
+def _with_reservation(request: PlanRequest) -> PlanRequest:
+    """The request narrowed to what the capacity reservation holds.
+
+    Raises:
+        RequestError: a flag that contradicts the reservation (another cloud, type, zone,
+            region, or spot).
+        RuleViolationError: ``aws-capacity-reservation``: more nodes than it has available.
+    """
+    from dataclasses import replace
+
+    from gpuinfra.rules.spec_rules import rule_error
+
+    cr = request.capacity_reservation
+    for flag, given, reserved in (("--cloud", request.cloud, "aws"), ("--instance-type", request.instance_type, cr.instance_type),
+                                  ("--zone", request.zone, cr.zone_id), ("--region", request.region, cr.region)):
+        if given not in (None, reserved):
+            raise RequestError(f"{flag} {given} contradicts capacity reservation {cr.reservation_id} ({reserved})")
+    if request.spot:
+        raise RequestError(f"capacity reservation {cr.reservation_id} is not spot capacity; drop --spot")
+    if request.nodes > cr.available_instance_count:
+        raise rule_error("aws-capacity-reservation", "",
+                         f"nodes={request.nodes} but {cr.reservation_id} has {cr.available_instance_count} of "
+                         f"{cr.total_instance_count} instances available")
+    return replace(request, cloud="aws", region=cr.region, zone=cr.zone_id, instance_type=cr.instance_type, spot=False)
+
+
 def _build_plan(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime, spot_from_profile: bool) -> Plan:
     offer = best.offer
     try:
@@ -215,6 +248,7 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         # the counterpart of SSM Session Manager on AWS (review G8).
         network=NetworkSettings(iap_ssh=offer.cloud == "gcp"),
         facts=catalog.fact(offer.cloud, offer.instance_type),
+        **_reservation_fields(request.capacity_reservation),
         gpu_facts=gpu_model(offer.gpu),
         price=PriceSnapshot(
             on_demand_price_per_hour_usd=_money(offer.on_demand_price_per_hour_usd),
@@ -222,6 +256,19 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
             catalog_date=catalog.date_for(offer.cloud),
         ),
     )
+
+
+def _reservation_fields(cr: CapacityReservation | None) -> dict:
+    if cr is None:
+        return {}
+    return {
+        "capacity_reservation_id": cr.reservation_id,
+        "capacity_reservation_instance_type": cr.instance_type,
+        "capacity_reservation_zone": cr.zone_id,
+        "capacity_reservation_instance_count": cr.available_instance_count,
+        "capacity_reservation_placement_group": cr.placement_group,
+        "capacity_block": cr.capacity_block,
+    }
 
 
 def _money(value: Decimal | None) -> str | None:

@@ -60,11 +60,15 @@ class ResourceRecord:
     custom: bool
     inputs: dict[str, Any]
     retain_on_delete: bool = False
+    replace_on_changes: tuple[str, ...] = ()
+    delete_before_replace: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        """``{"type", "name", "parent", "inputs", "retainOnDelete"}`` as in the preview JSON."""
+        """``{"type", "name", "parent", "inputs", "retainOnDelete", "replaceOnChanges",
+        "deleteBeforeReplace"}`` as in the preview JSON."""
         return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs,
-                "retainOnDelete": self.retain_on_delete}
+                "retainOnDelete": self.retain_on_delete, "replaceOnChanges": list(self.replace_on_changes),
+                "deleteBeforeReplace": self.delete_before_replace}
 
 
 @dataclass
@@ -217,6 +221,8 @@ def _make_monitor(mocks, records: list[ResourceRecord], outputs: dict):
                         custom=bool(request.custom),
                         inputs=_plain(rpc.deserialize_properties(request.object)),
                         retain_on_delete=bool(getattr(request, "retainOnDelete", False)),
+                        replace_on_changes=tuple(getattr(request, "replaceOnChanges", ()) or ()),
+                        delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
                     )
                 )
             return response
@@ -287,7 +293,9 @@ def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None
 
 def _record_from_json(data: dict) -> ResourceRecord:
     return ResourceRecord(type=data["type"], name=data["name"], parent=data["parent"], custom=True,
-                          inputs=data["inputs"], retain_on_delete=data.get("retainOnDelete", False))
+                          inputs=data["inputs"], retain_on_delete=data.get("retainOnDelete", False),
+                          replace_on_changes=tuple(data.get("replaceOnChanges", ())),
+                          delete_before_replace=data.get("deleteBeforeReplace", False))
 
 
 def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> str:

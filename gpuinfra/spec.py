@@ -127,6 +127,9 @@ class ClusterSpec(BaseModel):
             sold on demand (A3 Ultra, A4) the VMs are ``RESERVATION_BOUND``.
         gcp_reservation_accepts_placement: the reservation is a dense/block reservation that
             takes an external compact placement policy (vanilla reservations do not).
+        gcp_reservation_bound: the reservation is a calendar-mode / future reservation whose VMs
+            are ``RESERVATION_BOUND`` (cloud.google.com/compute/docs/instances/about-reservation-bound-vms);
+            None (default): bound exactly when the type is not sold on demand (A3 Ultra, A4).
         network: networking overrides.
         ami_id: AWS AMI override (else the DLAMI SSM parameter of the profile).
         gcp_image: GCP image override (else the DLVM family of the profile).
@@ -161,6 +164,7 @@ class ClusterSpec(BaseModel):
     gcp_project: str | None = None
     gcp_reservation: str | None = None
     gcp_reservation_accepts_placement: bool = False
+    gcp_reservation_bound: bool | None = None
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     ami_id: str | None = None
     gcp_image: str | None = None
@@ -216,6 +220,8 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"profile {self.profile.name!r} forbids spot capacity")
         if self.cloud == "gcp" and (self.network.vpc_id or self.ami_id or self.network.ssh_cidr or self.capacity_reservation_id):
             raise ValueError("network.vpc_id/subnet_id/ssh_cidr, ami_id and capacity_reservation_id are AWS settings")
+        if self.gcp_reservation_bound and not self.gcp_reservation:
+            raise ValueError("gcp_reservation_bound needs gcp_reservation (the reservation the VMs are bound to)")
         if self.cloud == "aws" and (self.gcp_reservation or self.network.iap_ssh):
             raise ValueError("gcp_reservation and network.iap_ssh are GCP settings")
         if self.cloud == "aws" and self.gcp_image:

@@ -75,3 +75,13 @@ def gpuinfra_exe() -> list[str]:
 
 
 os.environ.setdefault("PULUMI_CONFIG_PASSPHRASE", "")
+
+
+#: Lines tests want shown after the run even without ``-s`` (e.g. the conformance matrix counts).
+SUMMARY_LINES: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print :data:`SUMMARY_LINES` in pytest's closing summary."""
+    for line in SUMMARY_LINES:
+        terminalreporter.write_line(line)

@@ -2,7 +2,8 @@
 
 Used to run the real boto3 / google-cloud clients against responses in the APIs' documented
 formats (the clouds themselves are unreachable here). Each route maps (method, path prefix,
-optional X-Amz-Target) to a JSON body; every request is recorded for assertions.
+optional X-Amz-Target) to a JSON body, an XML text (EC2's query API answers in XML), or a
+``(status, XML text)`` pair for an error; every request is recorded for assertions.
 """
 
 from __future__ import annotations
@@ -28,9 +29,14 @@ class ReplayServer:
                 server.requests.append((method, self.path, target, body))
                 for m, prefix, amz, response in server.routes:
                     if m == method and self.path.startswith(prefix) and (amz is None or amz == target):
-                        payload = json.dumps(response).encode()
-                        self.send_response(200)
-                        self.send_header("Content-Type", "application/json" if amz is None else "application/x-amz-json-1.1")
+                        status, response = response if isinstance(response, tuple) else (200, response)
+                        if isinstance(response, str):
+                            payload, kind = response.encode(), "text/xml;charset=UTF-8"
+                        else:
+                            payload = json.dumps(response).encode()
+                            kind = "application/json" if amz is None else "application/x-amz-json-1.1"
+                        self.send_response(status)
+                        self.send_header("Content-Type", kind)
                         self.send_header("Content-Length", str(len(payload)))
                         self.end_headers()
                         self.wfile.write(payload)

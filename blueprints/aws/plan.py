@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.spec_rules import rule_error
 from gpuinfra.spec import ClusterSpec
@@ -86,10 +86,6 @@ def efa_interfaces(facts: InstanceFacts, use_efa: bool) -> tuple[NetworkInterfac
     return (first, *rest)
 
 
-#: EC2 Fleet ``DefaultTargetCapacityType`` -> gpuinfra provisioning model.
-PROVISIONING_MODEL_NAMES = {"on-demand": "on-demand", "spot": "spot", "capacity-block": "capacity-block"}
-
-
 def check_capacity_reservation(spec: ClusterSpec) -> None:
     """A targeted capacity reservation / Capacity Block must be of the node type, in the
     node AZ and hold every node (ParallelCluster CapacityReservationValidator;
@@ -134,7 +130,7 @@ def plan_aws_cluster(spec: ClusterSpec) -> AwsClusterPlan:
                          f"profile {spec.profile.name!r} requires EFA, but {spec.instance_type} has no EFA "
                          "(EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)")
     market = "capacity-block" if spec.capacity_block else ("spot" if spec.spot else "on-demand")
-    if not facts.offers_model(PROVISIONING_MODEL_NAMES[market]):
+    if not facts.offers_model(AWS_CAPACITY_TYPES[market]):
         raise rule_error("provisioning-model-offered", "",
                          f"{spec.instance_type} is not sold as {market}; EC2 sells it as "
                          f"{', '.join(facts.provisioning_models)}")

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
 from gpuinfra.rules.spec_rules import rule_error
 from gpuinfra.spec import ClusterSpec
 
@@ -36,13 +37,6 @@ SYSTEM_CIDR = "10.128.0.0/20"
 #: MTU of a VPC created without one (cloud.google.com/vpc/docs/mtu).
 DEFAULT_VPC_MTU = 1460
 IAP_SSH_RANGE = "35.235.240.0/20"  # cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule
-#: Compute Engine provisioning model -> gpuinfra provisioning model (facts vocabulary).
-PROVISIONING_MODEL_NAMES = {"STANDARD": "on-demand", "SPOT": "spot", "RESERVATION_BOUND": "reservation-bound",
-                            "FLEX_START": "flex-start"}
-#: Bulk mode (``targetSizePolicy.mode = BULK``: the MIG creates all VMs or none) "is only
-#: supported with instance templates that specify either a reservation-bound or flex-start
-#: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
-BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
 #: Boot disk preference: the first of these that the machine allows.
 BOOT_DISK_PREFERENCE = ("pd-balanced", "hyperdisk-balanced")
 DLVM_PROJECT = "deeplearning-platform-release"
@@ -82,7 +76,8 @@ class GcpClusterPlan:
             template lists (0 when Compute Engine attaches bundled ones by itself).
         provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND``.
         all_or_nothing: the MIG creates its VMs all at once (``targetSizePolicy.mode`` BULK);
-            only for reservation-bound / flex-start templates. STANDARD and SPOT MIGs cannot use
+            only for reservation-bound / flex-start templates, set whatever the size because the
+            mode cannot be changed on an existing MIG (about-bulk-mode#limitations). STANDARD and SPOT MIGs cannot use
             bulk mode: there the nodes release the whole group (resize to 0) when the cluster has
             not formed within the peer wait (``templates/gcp-startup.sh.j2``), so a stockout bills
             a partial cluster for at most that long.
@@ -185,14 +180,15 @@ def boot_disk_type(facts: InstanceFacts) -> str:
 
 def provisioning_model(spec: ClusterSpec) -> str:
     """Compute Engine provisioning model for the spec: ``SPOT`` for spot; ``RESERVATION_BOUND``
-    for a reservation on a type that is not sold on demand (A3 Ultra / A4 consume their
-    reservations bound, cloud.google.com/compute/docs/instances/reservations-consume); else
-    ``STANDARD`` (on-demand, or an ordinary reservation)."""
+    for a calendar-mode / future reservation (``gcp_reservation_bound``; by default exactly when
+    the type is not sold on demand, as A3 Ultra / A4: cloud.google.com/compute/docs/instances/
+    about-reservation-bound-vms); else ``STANDARD`` (on-demand, or an ordinary reservation)."""
     if spec.spot:
         return "SPOT"
-    if spec.gcp_reservation and not spec.facts.offers_model("on-demand"):
-        return "RESERVATION_BOUND"
-    return "STANDARD"
+    bound = spec.gcp_reservation_bound
+    if bound is None:
+        bound = bool(spec.gcp_reservation) and not spec.facts.offers_model("on-demand")
+    return "RESERVATION_BOUND" if bound else "STANDARD"
 
 
 def attached_local_ssd_count(spec: ClusterSpec) -> int:
@@ -233,7 +229,7 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
                          f"profile {spec.profile.name!r} requires GPUDirect NICs, but {spec.instance_type} has none "
                          "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g have them)")
     model = provisioning_model(spec)
-    wanted = PROVISIONING_MODEL_NAMES[model]
+    wanted = GCP_PROVISIONING_MODELS[model]
     if not facts.offers_model(wanted):
         raise rule_error("provisioning-model-offered", "",
                          f"{spec.instance_type} is not sold as {wanted}; it is sold as "
@@ -272,5 +268,5 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         max_run_duration_seconds=spec.profile.ttl_hours * 3600,
         nic_layout=facts.nic_layout if hbn != "off" else "gvnic",
         provisioning_model=model,
-        all_or_nothing=spec.nodes > 1 and model in BULK_PROVISIONING_MODELS,
+        all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later
     )

@@ -53,6 +53,7 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         wait_seconds=PEER_WAIT_SECONDS,
         master_port=TORCHRUN_PORT,
         bucket=bucket,
+        peers_prefix=f"{spec.profile.bucket.scratch_prefix.rstrip('/')}/.gpuinfra-peers/{node_prefix(spec)}",
         expires_at=expires_at_text(spec),
         idle_timeout_minutes=spec.profile.idle_timeout_minutes,
         idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,

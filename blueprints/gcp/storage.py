@@ -83,7 +83,9 @@ def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Ac
     this stack's MIG and its VMs only (IAM condition on ``resource.name``,
     cloud.google.com/iam/docs/conditions-resource-attributes#resource-name). Replaces the
     project-wide ``compute.viewer`` (every VM's metadata) and ``compute.instanceAdmin.v1``
-    (set metadata on peers) of gpuinfra 0.1."""
+    (set metadata on peers) of gpuinfra 0.1. ``instanceGroupManagers.update`` (needed to delete
+    itself, and to release the group when the cluster never formed) also lets a node resize or
+    re-template its own group -- its own cluster only."""
     opts = pulumi.ResourceOptions(parent=parent)
     role = gcp.projects.IAMCustomRole(
         child(name, "node-role"),

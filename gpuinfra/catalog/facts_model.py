@@ -29,6 +29,14 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 ProvisioningModel = Literal["on-demand", "spot", "flex-start", "reservation-bound", "capacity-block"]
 PROVISIONING_MODELS: tuple[str, ...] = ("on-demand", "spot", "flex-start", "reservation-bound", "capacity-block")
 
+#: Compute Engine ``scheduling.provisioningModel`` -> provisioning model (pulumi-gcp
+#: InstanceTemplateSchedulingArgs: STANDARD, SPOT, FLEX_START, RESERVATION_BOUND).
+GCP_PROVISIONING_MODELS = {"STANDARD": "on-demand", "SPOT": "spot", "FLEX_START": "flex-start",
+                           "RESERVATION_BOUND": "reservation-bound"}
+#: EC2 Fleet ``DefaultTargetCapacityType`` -> provisioning model
+#: (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_TargetCapacitySpecificationRequest.html).
+AWS_CAPACITY_TYPES = {"on-demand": "on-demand", "spot": "spot", "capacity-block": "capacity-block"}
+
 NicLayout = Literal["efa", "ena", "gvnic", "tcpx", "tcpxo", "gib"]
 
 

@@ -24,6 +24,7 @@ def new(
     spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Capacity type (default: the profile's spot policy).", show_default=False),
     hours: Optional[float] = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
     name: Optional[str] = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
+    capacity_reservation: Optional[str] = typer.Option(None, "--capacity-reservation", help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).", show_default=False),
     gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
     include_local_zones: bool = options.LocalZones,
     project_dir: Path = options.ProjectDir,
@@ -61,11 +62,19 @@ def new(
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, profiles_dir)
     catalog = load_catalog()
+    reservation = None
+    if capacity_reservation:
+        from gpuinfra.capacity import describe_capacity_reservation
+
+        if not region:
+            raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
+        reservation = describe_capacity_reservation(capacity_reservation, region)
     plan = plan_cluster(
         catalog,
         PlanRequest(
             gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
             spot=spot, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
+            capacity_reservation=reservation,
         ),
         resolved,
         datetime.now(timezone.utc),

@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.rules.model import Resource, ResourceGraph, Violation
+from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
+from gpuinfra.rules.model import UNKNOWN, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import violation
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -28,8 +28,6 @@ BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
 
 Facts = Mapping[str, InstanceFacts]
 
-#: EC2 Fleet ``DefaultTargetCapacityType`` -> gpuinfra provisioning model.
-_MARKETS = {"on-demand": "on-demand", "spot": "spot", "capacity-block": "capacity-block"}
 
 
 def _node_facts(lt: Resource, facts: Facts) -> InstanceFacts | None:
@@ -164,7 +162,8 @@ def check_fleet(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             out.append(violation("aws-fleet-all-or-nothing", fleet.name,
                                  f"{market} options need singleInstanceType, singleAvailabilityZone and "
                                  f"minTargetCapacity = {total} (got {options.get('minTargetCapacity')})"))
-        if fact is not None and market in _MARKETS and not fact.offers_model(_MARKETS[market]):
+        sold_as = AWS_CAPACITY_TYPES.get(market)
+        if fact is not None and sold_as is not None and not fact.offers_model(sold_as):
             out.append(violation("provisioning-model-offered", fleet.name,
                                  f"{fact.instance_type} is not sold as {market}; EC2 sells it as "
                                  f"{', '.join(fact.provisioning_models)}"))
@@ -200,8 +199,10 @@ def check_bucket(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 
 
 def _denies_insecure_transport(policy: object) -> bool:
+    if policy == UNKNOWN:
+        return True  # built from the bucket ARN, unknown before the bucket exists: judged at `up`
     if not isinstance(policy, str):
-        return policy is not None  # unknown during `pulumi preview`: judged after deploy
+        return False
     try:
         statements = json.loads(policy).get("Statement", [])
     except (ValueError, AttributeError):

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.rules.model import Resource, ResourceGraph, Violation
+from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
+from gpuinfra.rules.model import UNKNOWN, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import violation
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
@@ -24,8 +24,6 @@ BUCKET = "gcp:storage/bucket:Bucket"
 
 Facts = Mapping[str, InstanceFacts]
 
-#: Compute Engine provisioning model -> gpuinfra provisioning model.
-_MODELS = {"STANDARD": "on-demand", "SPOT": "spot", "FLEX_START": "flex-start", "RESERVATION_BOUND": "reservation-bound"}
 
 
 def _template_facts(template: Resource, facts: Facts) -> InstanceFacts | None:
@@ -38,10 +36,13 @@ def _mig_size(graph: ResourceGraph) -> int:
     return int(size) if isinstance(size, (int, float)) else 1
 
 
-def _policies_of(template: Resource, graph: ResourceGraph) -> list[Resource]:
+def _policy_links(template: Resource) -> list:
     links = template.inputs.get("resourcePolicies")
-    links = links if isinstance(links, list) else [links] if links else []
-    found = [graph.referenced(link, POLICY) for link in links]
+    return links if isinstance(links, list) else [links] if links else []
+
+
+def _policies_of(template: Resource, graph: ResourceGraph) -> list[Resource]:
+    found = [graph.referenced(link, POLICY) for link in _policy_links(template)]
     return [p for p in found if p is not None]
 
 
@@ -104,15 +105,18 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             if policy is not None and policy.get("workloadPolicy.type") != "HIGH_THROUGHPUT":
                 out.append(violation("gcp-placement-supported", policy.name,
                                      "a GPU cluster's workload policy is HIGH_THROUGHPUT"))
-        if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not compact \
+        attached = bool(compact) or any(link == UNKNOWN for link in _policy_links(template))  # unknown: judged at `up`
+        if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not attached \
                 and not reserved:
             out.append(violation("gcp-placement-supported", template.name,
                                  f"{nodes} {fact.instance_type} VMs without a compact placement policy"))
     return out
 
 
-#: Provisioning models whose templates take bulk mode (about-bulk-mode#limitations).
-_BULK_MODELS = ("RESERVATION_BOUND", "FLEX_START")
+#: Bulk mode (``targetSizePolicy.mode = BULK``: the MIG creates all VMs or none) "is only
+#: supported with instance templates that specify either a reservation-bound or flex-start
+#: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
+BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
 #: Marker of the node-side formation watchdog in the startup script (templates/gcp-startup.sh.j2).
 FORMATION_MARKER = "gpuinfra-formation-deadline"
 
@@ -128,17 +132,18 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     for mig in graph.of_type(MIG):
         size = mig.inputs.get("targetSize")
         modes = [p.get("mode") for p in (mig.inputs.get("targetSizePolicies") or [])]
-        if "BULK" in modes and model not in _BULK_MODELS:
+        if "BULK" in modes and model not in BULK_PROVISIONING_MODELS:
             out.append(violation("gcp-mig-all-or-nothing", mig.name,
                                  f"bulk mode with a {model} template; Compute Engine takes it only with "
                                  "RESERVATION_BOUND or FLEX_START templates"))
+        if model in BULK_PROVISIONING_MODELS and modes != ["BULK"]:
+            out.append(violation("gcp-mig-all-or-nothing", mig.name,
+                                 f"{model} VMs without targetSizePolicy BULK (set at creation; the mode cannot be "
+                                 "changed later): a stockout bills part of the cluster"))
         if not (isinstance(size, (int, float)) and size > 1):
             continue
-        if model in _BULK_MODELS and modes != ["BULK"]:
-            out.append(violation("gcp-mig-all-or-nothing", mig.name,
-                                 f"target size {size} of {model} VMs without targetSizePolicy BULK: a stockout "
-                                 "bills part of the cluster"))
-        if model not in _BULK_MODELS and isinstance(script, str) and FORMATION_MARKER not in script:
+        if model not in BULK_PROVISIONING_MODELS and isinstance(script, str) and script != UNKNOWN \
+                and FORMATION_MARKER not in script:
             out.append(violation("gcp-mig-all-or-nothing", mig.name,
                                  f"target size {size} of {model} VMs and no formation watchdog in the startup "
                                  "script: a stockout bills part of the cluster"))
@@ -155,9 +160,10 @@ def check_scheduling(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             out.append(violation("gcp-host-maintenance", template.name,
                                  "GPU VMs need onHostMaintenance TERMINATE and automaticRestart false"))
         model = scheduling.get("provisioningModel", "STANDARD")
-        if fact is not None and model in _MODELS and not fact.offers_model(_MODELS[model]):
+        sold_as = GCP_PROVISIONING_MODELS.get(model)
+        if fact is not None and sold_as is not None and not fact.offers_model(sold_as):
             out.append(violation("provisioning-model-offered", template.name,
-                                 f"{fact.instance_type} is not sold as {_MODELS[model]} ({model}); it is sold as "
+                                 f"{fact.instance_type} is not sold as {sold_as} ({model}); it is sold as "
                                  f"{', '.join(fact.provisioning_models)}"))
         if model == "RESERVATION_BOUND" and template.get("reservationAffinity.type") != "SPECIFIC_RESERVATION":
             out.append(violation("gcp-reservation-bound", template.name,

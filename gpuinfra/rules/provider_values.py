@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from gpuinfra.rules.model import Resource, ResourceGraph, Violation
+from gpuinfra.rules.model import UNKNOWN, Resource, ResourceGraph, Violation
 
 RULE_NAME = "provider-valid-values"
 
@@ -400,7 +400,7 @@ class Compared:
 def _comparable(value: str, field: Field) -> bool:
     """Whether a string input is compared: the field has a list, the value is known and not
     empty, and it is not a boolean written as a string against a list without booleans."""
-    if field.allowed is None or value in ("", _UNKNOWN):
+    if field.allowed is None or value in ("", _UNKNOWN, UNKNOWN):
         return False
     return value.lower() not in _BOOLEANS or bool({v.lower() for v in field.allowed} & _BOOLEANS)
 

@@ -205,7 +205,12 @@ def test_reservation_bound_group_is_all_or_nothing():
     assert t["reservationAffinity"] == {"specificReservation": {
         "key": "compute.googleapis.com/reservation-name", "values": ["projects/owner-project/reservations/h200-block"]},
         "type": "SPECIFIC_RESERVATION"}
-    assert result.of_type(MIG)[0].inputs["targetSizePolicies"] == [{"mode": "BULK"}]
+    (group,) = result.of_type(MIG)
+    assert group.inputs["targetSizePolicies"] == [{"mode": "BULK"}]
+    # bulk mode is fixed at creation and the group grows only from 0: a new size replaces it
+    assert group.replace_on_changes == ("targetSize",) and group.delete_before_replace is True
+    one = preview(_edited(spec, nodes=1))
+    assert one.of_type(MIG)[0].inputs["targetSizePolicies"] == [{"mode": "BULK"}]  # also for one node
 
 
 def _edited(spec, **changes):
@@ -249,6 +254,10 @@ def test_startup_script_passes_shellcheck(tmp_path):
     assert "-name 'google-local-nvme-ssd-*'" in script
     assert "gcloud compute instance-groups managed list-instances t-2-node --zone" in script
     assert "systemctl daemon-reexec" in script  # the DefaultLimitMEMLOCK drop-in takes effect now
+    assert "LimitMEMLOCK=infinity" in script and "systemctl try-restart docker.service" in script
+    # peers publish their IPs under the expiring scratch prefix; the watchdog never fires once formed
+    assert 'PEERS="gs://t-2-bucket-0000preview/scratch/.gpuinfra-peers/t-2-node"' in script
+    assert 'if [ ! -e "$FORMED" ] && [ "$LISTED" = 1 ]' in script
     assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script
     # the startup script and the two scripts it writes
     peers = script.split("<<'GPUINFRA_PEERS'\n", 1)[1].split("\nGPUINFRA_PEERS\n", 1)[0]
@@ -258,3 +267,19 @@ def test_startup_script_passes_shellcheck(tmp_path):
         path.write_text(text)
         check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout
+
+
+def test_blueprints_deploy_from_the_spec_alone(monkeypatch):
+    # the spec is the whole contract: the program never reads the (deploying machine's) catalog
+    from gpuinfra.catalog import store
+
+    specs = [gcp_spec("a3-megagpu-8g"), make_spec("p5.48xlarge", nodes=2)]
+
+    def no_catalog(*args, **kwargs):
+        raise AssertionError("the Pulumi program loaded the catalog")
+
+    no_catalog.cache_clear = lambda: None  # stands in for the lru_cache'd loader
+    monkeypatch.setattr(store, "load_catalog", no_catalog)
+    monkeypatch.setattr(store, "_load", no_catalog)  # also catches a `from ... import load_catalog` made earlier
+    for spec in specs:
+        assert preview(spec).resources

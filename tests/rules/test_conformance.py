@@ -202,9 +202,40 @@ def test_stack_level_rules(previews):
     assert check_facts_current(spec, catalog) == [] and check_offered_in_zone(spec, catalog) == []
 
 
+def _no_spot_price_offer():
+    from gpuinfra.catalog.store import load_catalog
+
+    return next(o for o in load_catalog().offers if o.spot_price_per_hour_usd is None and not o.local_zone
+                and o.on_demand_price_per_hour_usd is not None and o.cloud == "aws")
+
+
+# Rules the planner applies at `new`, before any stack exists: (rule, request, profile)
+PLANNER_REFUSALS = [
+    ("price-known", lambda: dict(instance_type=_no_spot_price_offer().instance_type, zone=_no_spot_price_offer().zone,
+                                 cloud="aws", spot=True), "llm-finetune"),
+    ("scratch-capacity", lambda: dict(instance_type="g5.xlarge", cloud="aws"), "llm-finetune"),  # 232 GiB < 500 GiB
+    ("profile-spot-policy", lambda: dict(instance_type="g5.xlarge", cloud="aws", spot=True), "inference"),
+    ("high-bandwidth-nics", lambda: dict(instance_type="g5.xlarge", cloud="aws", nodes=2), "llm-pretrain"),
+    ("provisioning-model-offered", lambda: dict(instance_type="a3-highgpu-1g", cloud="gcp", spot=False), "dev"),
+]
+
+
+@pytest.mark.parametrize(("rule", "request_args", "profile"), PLANNER_REFUSALS, ids=[r for r, _, _ in PLANNER_REFUSALS])
+def test_new_refuses_naming_the_rule(rule, request_args, profile):
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.errors import GpuinfraError
+    from gpuinfra.planner import PlanRequest, plan_cluster
+    from gpuinfra.profiles import get_profile
+    from tests.blueprints.helpers import NOW
+
+    with pytest.raises(GpuinfraError) as info:
+        plan_cluster(load_catalog(), PlanRequest(gpus=None, **request_args()), get_profile(profile), NOW)
+    assert rule in str(info.value) and len(str(info.value).splitlines()) == 1
+
+
 def test_every_rule_has_a_mutation_test():
     covered = {r for r, _, _ in MUTATIONS} | {r for r, _ in SPEC_MUTATIONS} | {"offered-in-zone", "facts-current"}
-    covered |= {"price-known", "scratch-capacity", "profile-spot-policy"}  # refused by the planner: test_matrix.py
+    covered |= {r for r, _, _ in PLANNER_REFUSALS}
     assert covered == set(RULES)
 
 

@@ -15,6 +15,7 @@ from gpuinfra.preview import run_preview
 from gpuinfra.profiles import load_profiles
 from gpuinfra.rules import RULES, check_facts_current, check_offered_in_zone, check_preview
 from gpuinfra.stackfile import provider_config
+from tests.conftest import SUMMARY_LINES
 
 NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
 NODES = (1, 2, 64)
@@ -59,11 +60,14 @@ def test_every_type_profile_market_and_size_conforms_or_is_refused_by_rule():
                         check_facts_current(spec, catalog)
                     if found:
                         failures.append(f"{case}: " + "; ".join(v.line() for v in found))
-                    outcomes["previewed"] += 1
+                    outcomes["with violations" if found else "previewed"] += 1
     total = len(types) * len(profiles) * 2 * len(NODES)
-    print(f"\nconformance matrix: {len(types)} types x {len(profiles)} profiles x 2 markets x {len(NODES)} sizes "
-          f"= {total} cases; {outcomes['previewed']} previewed with 0 violations, {outcomes['refused']} refused "
-          f"at new ({', '.join(f'{r} {n}' for r, n in refusals.most_common())})")
+    summary = (f"conformance matrix: {len(types)} types x {len(profiles)} profiles x 2 markets x {len(NODES)} sizes "
+               f"= {total} cases; {outcomes['previewed']} previewed with 0 violations, "
+               f"{outcomes['with violations']} with violations, {outcomes['refused']} refused at new "
+               f"({', '.join(f'{r} {n}' for r, n in refusals.most_common())})")
+    print(summary)
+    SUMMARY_LINES.append(summary)
     assert not failures, "\n".join(failures[:30])
-    assert outcomes["previewed"] + outcomes["refused"] == total
+    assert outcomes["previewed"] + outcomes["refused"] == total  # every case is one or the other
     assert outcomes["previewed"] > total // 4  # the matrix is not vacuous

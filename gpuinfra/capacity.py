@@ -1,0 +1,105 @@
+"""EC2 capacity reservations (On-Demand Capacity Reservations and Capacity Blocks for ML).
+
+``gpuinfra new --capacity-reservation cr-...`` reads the reservation with EC2
+``DescribeCapacityReservations`` (docs.aws.amazon.com/AWSEC2/latest/APIReference/
+API_DescribeCapacityReservations.html) and plans the cluster from what it says, so the nodes are
+of the reserved type, in the reserved AZ and no more than it holds (review A15; ParallelCluster
+``CapacityReservationValidator``; docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+capacity-blocks-launch.html: "the subnet must be in the Availability Zone of the Capacity Block").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpuinfra.errors import MissingDependencyError, RequestError
+
+#: States in which instances can be launched into a reservation; a Capacity Block is
+#: ``scheduled`` until its start time (API_CapacityReservation ``State``).
+LAUNCHABLE_STATES = ("active", "scheduled")
+
+
+@dataclass(frozen=True)
+class CapacityReservation:
+    """What EC2 says of one capacity reservation.
+
+    Attributes:
+        reservation_id: ``cr-...``.
+        instance_type: the reserved instance type.
+        zone_id: AZ ID of the reservation (``use1-az4``).
+        region: the region it was read in.
+        total_instance_count / available_instance_count: instances reserved / still free.
+        placement_group: name of the cluster placement group the reservation is in, or None.
+        capacity_block: ``ReservationType`` is ``capacity-block``.
+        state: ``active`` | ``scheduled`` | ...
+    """
+
+    reservation_id: str
+    instance_type: str
+    zone_id: str
+    region: str
+    total_instance_count: int
+    available_instance_count: int
+    placement_group: str | None
+    capacity_block: bool
+    state: str
+
+
+def describe_capacity_reservation(reservation_id: str, region: str,
+                                  client_factory: Callable[[str, str], object] | None = None) -> CapacityReservation:
+    """Read ``reservation_id`` in ``region``.
+
+    Args:
+        reservation_id: ``cr-`` followed by 8 or 17 hex digits.
+        region: the AWS region (DescribeCapacityReservations is regional).
+        client_factory: ``(service, region) -> boto3 client`` (default: the credential chain).
+
+    Raises:
+        RequestError: a malformed id, a reservation EC2 does not know in ``region``, or one
+            that cannot take launches (expired, cancelled, ...).
+        MissingDependencyError: no AWS credentials, or EC2 refused them.
+    """
+    import re
+
+    from botocore.exceptions import ClientError, NoCredentialsError
+
+    if not re.fullmatch(r"cr-(?:[0-9a-f]{8}|[0-9a-f]{17})", reservation_id or ""):
+        raise RequestError(f"--capacity-reservation: {reservation_id!r} is not a reservation id (cr- and 8 or 17 hex digits)")
+    if client_factory is None:
+        from gpuinfra.catalog.refresh import aws_client_factory
+
+        client_factory = aws_client_factory()
+    ec2 = client_factory("ec2", region)
+    try:
+        answer = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
+    except NoCredentialsError:
+        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
+                                     "AWS_SECRET_ACCESS_KEY (see `aws configure`)") from None
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
+            raise RequestError(f"capacity reservation {reservation_id} does not exist in {region} ({code})") from None
+        if code in ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired"):
+            raise MissingDependencyError(f"EC2 refused the credentials ({code}): {exc}") from None
+        raise
+    found = answer.get("CapacityReservations") or []
+    if not found:
+        raise RequestError(f"capacity reservation {reservation_id} does not exist in {region}")
+    item = found[0]
+    state = item.get("State", "")
+    if state not in LAUNCHABLE_STATES:
+        raise RequestError(f"capacity reservation {reservation_id} is {state}; only {' or '.join(LAUNCHABLE_STATES)} "
+                           "reservations take instances")
+    group_arn = item.get("PlacementGroupArn") or ""
+    return CapacityReservation(
+        reservation_id=reservation_id,
+        instance_type=item["InstanceType"],
+        zone_id=item["AvailabilityZoneId"],
+        region=region,
+        total_instance_count=int(item.get("TotalInstanceCount", 0)),
+        available_instance_count=int(item.get("AvailableInstanceCount", 0)),
+        placement_group=group_arn.rsplit("/", 1)[-1] if group_arn else None,
+        capacity_block=item.get("ReservationType") == "capacity-block",
+        state=state,
+    )
