@@ -245,3 +245,16 @@ def test_rule_lines_are_one_line_with_source(previews):
     (found,) = check_graph(graph, facts)
     assert "\n" not in found.line() and "configuring-IMDS-new-instances" in found.line()
     json.dumps(found.__dict__)
+
+
+@pytest.mark.parametrize("cloud", ["gcp", "aws"])
+def test_default_4xa100_stacks_pass_the_provider_values_check(run_cli, tmp_path, cloud):
+    from gpuinfra.rules.provider_values import check_provider_values, checked_inputs
+    from gpuinfra.stackfile import read_stack_spec
+
+    result = run_cli("new", "--gpus", "4xA100", "--cloud", cloud, "--name", f"d-{cloud}", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    spec = read_stack_spec(tmp_path, f"d-{cloud}")
+    graph = ResourceGraph.from_records(preview(spec).resources)
+    assert checked_inputs(graph) >= 10  # not vacuous: e.g. the fleet's allocation strategy, NIC types
+    assert check_provider_values(graph) == []
