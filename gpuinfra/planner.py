@@ -53,6 +53,8 @@ class PlanRequest:
         capacity_reservation: an EC2 capacity reservation / Capacity Block read from EC2
             (:func:`gpuinfra.capacity.describe_capacity_reservation`): the plan takes its type,
             AZ and region, and at most its available instances.
+        max_price_per_hour_usd: the stack's budget (``--max-price-per-hour``), recorded in the
+            spec; ``new`` refuses the stack when its priced $/h is over it.
     """
 
     gpus: str | None
@@ -67,6 +69,7 @@ class PlanRequest:
     gcp_project: str | None = None
     include_local_zones: bool = False
     capacity_reservation: CapacityReservation | None = None
+    max_price_per_hour_usd: float | None = None
 
 
 @dataclass(frozen=True)
@@ -249,6 +252,8 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         network=NetworkSettings(iap_ssh=offer.cloud == "gcp"),
         facts=catalog.fact(offer.cloud, offer.instance_type),
         **_reservation_fields(request.capacity_reservation),
+        max_price_per_hour_usd=(None if request.max_price_per_hour_usd is None
+                                else Decimal(str(request.max_price_per_hour_usd))),
         gpu_facts=gpu_model(offer.gpu),
         price=PriceSnapshot(
             on_demand_price_per_hour_usd=_money(offer.on_demand_price_per_hour_usd),

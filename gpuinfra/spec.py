@@ -32,6 +32,11 @@ SCHEMA_VERSION = 2
 #: (pulumi/pulumi sdk/go/common/tokens: ValidateStackName).
 STACK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _AWS_ZONE_ID_RE = re.compile(r"^[a-z]{2,}\d+-[a-z0-9-]+$")
+#: Where a stack's ``max_price_per_hour_usd`` travels with its resources for the CrossGuard
+#: budget policy: dollars in an AWS tag, whole cents in a GCP label (labels take no '.':
+#: cloud.google.com/compute/docs/labeling-resources#requirements).
+AWS_BUDGET_TAG = "gpuinfra:max-price-per-hour-usd"
+GCP_BUDGET_LABEL = "gpuinfra-max-price-cents-per-hour"
 _GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
 
@@ -135,6 +140,9 @@ class ClusterSpec(BaseModel):
         gcp_image: GCP image override (else the DLVM family of the profile).
         delete_bucket_on_destroy: destroy the bucket with the stack (default: keep data).
         price: prices when the stack was written.
+        max_price_per_hour_usd: the stack's budget: ``preview`` / ``new`` refuse a stack whose
+            priced $/h is over it or has an unpriced line (rule ``budget-max-price``), and the
+            nodes carry it as a tag / label for the CrossGuard budget policy.
         facts: the hardware facts of ``instance_type`` the plan was built from (copied from the
             catalog by ``gpuinfra new``); the blueprints read these, never the catalog.
         gpu_facts: the GPU model's facts (memory, GCP accelerator type).
@@ -170,6 +178,7 @@ class ClusterSpec(BaseModel):
     gcp_image: str | None = None
     delete_bucket_on_destroy: bool = False
     price: PriceSnapshot | None = None
+    max_price_per_hour_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
     facts: InstanceFacts
     gpu_facts: GpuModel
 

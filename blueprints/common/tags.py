@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from gpuinfra.spec import ClusterSpec
+from gpuinfra.spec import AWS_BUDGET_TAG, GCP_BUDGET_LABEL, ClusterSpec
 
 
 def expires_at_text(spec: ClusterSpec) -> str:
@@ -20,10 +20,12 @@ def expires_at_text(spec: ClusterSpec) -> str:
 
 def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
     """AWS tags of every resource of the stack (plus ``Name`` etc. from ``extra``)."""
+    budget = {AWS_BUDGET_TAG: format(spec.max_price_per_hour_usd, "f")} if spec.max_price_per_hour_usd else {}
     return {
         "gpuinfra:stack": spec.stack,
         "gpuinfra:profile": spec.profile.name,
         "gpuinfra:expires-at": expires_at_text(spec),
+        **budget,
         **extra,
     }
 
@@ -34,8 +36,11 @@ def _label_value(text: str) -> str:
 
 def gcp_labels(spec: ClusterSpec) -> dict[str, str]:
     """GCP labels of every resource of the stack."""
+    budget = ({GCP_BUDGET_LABEL: str(int(spec.max_price_per_hour_usd * 100))}
+              if spec.max_price_per_hour_usd else {})
     return {
         "gpuinfra-stack": _label_value(spec.stack),
         "gpuinfra-profile": _label_value(spec.profile.name),
         "gpuinfra-expires-at": spec.expires_at.strftime("%Y%m%dt%H%M%Sz"),
+        **budget,
     }

@@ -25,6 +25,7 @@ def new(
     hours: Optional[float] = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
     name: Optional[str] = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
     capacity_reservation: Optional[str] = typer.Option(None, "--capacity-reservation", help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).", show_default=False),
+    max_price_per_hour: Optional[float] = typer.Option(None, "--max-price-per-hour", help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).", show_default=False),
     gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
     include_local_zones: bool = options.LocalZones,
     project_dir: Path = options.ProjectDir,
@@ -74,7 +75,7 @@ def new(
         PlanRequest(
             gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
             spot=spot, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
-            capacity_reservation=reservation,
+            capacity_reservation=reservation, max_price_per_hour_usd=max_price_per_hour,
         ),
         resolved,
         datetime.now(timezone.utc),

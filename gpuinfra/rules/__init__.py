@@ -21,7 +21,7 @@ from gpuinfra.rules.model import ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import RULES, RuleViolationError, violation
 
 __all__ = ["RULES", "RuleViolationError", "Violation", "ResourceGraph", "check_graph", "check_preview",
-           "check_offered_in_zone", "verify_stack"]
+           "check_offered_in_zone", "check_budget", "verify_stack"]
 
 
 def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True) -> list[Violation]:
@@ -88,6 +88,27 @@ def check_facts_current(spec: Any, catalog: Any) -> list[Violation]:
                       f"in {', '.join(fields)}; write the stack again (`gpuinfra new ... --force`)")]
 
 
+def check_budget(spec: Any, resources: Iterable[Any]) -> list[Violation]:
+    """``budget-max-price``: with ``spec.max_price_per_hour_usd`` set, the cost preview's $/h is
+    within it and no line lacks a price (a missing price is never $0)."""
+    from decimal import Decimal
+
+    limit = getattr(spec, "max_price_per_hour_usd", None)
+    if limit is None:
+        return []
+    from gpuinfra.cost.report import cost_summary
+
+    summary = cost_summary(spec, list(resources))
+    if summary["price_not_found"]:
+        return [violation("budget-max-price", "", f"no price for {missing}; a missing price is never $0")
+                for missing in summary["price_not_found"]]
+    hourly = Decimal(summary["hourly_usd"])
+    if hourly > limit:
+        return [violation("budget-max-price", "", f"the stack costs ${hourly:.2f}/h, over its max_price_per_hour_usd "
+                          f"${limit:.2f}/h")]
+    return []
+
+
 def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None) -> None:
     """Refuse a previewed stack that breaks any rule (what ``preview`` and ``new`` run).
 
@@ -99,7 +120,8 @@ def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None
     Raises:
         RuleViolationError: one line per violation, each naming its rule and source (exit 2).
     """
-    found = check_preview(spec, resources)
+    resources = list(resources)
+    found = check_preview(spec, resources) + check_budget(spec, resources)
     if catalog is not None:
         found = check_facts_current(spec, catalog) + check_offered_in_zone(spec, catalog) + found
     if found:

@@ -109,10 +109,26 @@ def _region(args: Any, recs: list[_Record]) -> str | None:
     return None
 
 
+def _stack_budget(recs: list[_Record]) -> Decimal | None:
+    """The stack's own ``max_price_per_hour_usd``, from the tag / label the blueprints put on
+    its resources (blueprints/common/tags.py), or None."""
+    from gpuinfra.spec import AWS_BUDGET_TAG, GCP_BUDGET_LABEL
+
+    for rec in recs:
+        tags = rec.inputs.get("tags") or {}
+        labels = rec.inputs.get("labels") or {}
+        if isinstance(tags, dict) and tags.get(AWS_BUDGET_TAG) not in (None, UNKNOWN):
+            return Decimal(str(tags[AWS_BUDGET_TAG]))
+        if isinstance(labels, dict) and labels.get(GCP_BUDGET_LABEL) not in (None, UNKNOWN):
+            return Decimal(str(labels[GCP_BUDGET_LABEL])) / 100
+    return None
+
+
 def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     """Stack policy ``gpuinfra-budget``: the stack's priced $/h is at most the policy config's
-    ``maxPricePerHourUsd``; a resource without a price fails (money fails closed). Not
-    applicable (``args.not_applicable``) when no limit is configured.
+    ``maxPricePerHourUsd``, else the stack's own ``max_price_per_hour_usd`` (carried as a tag /
+    label); a resource without a price fails (money fails closed). Not applicable
+    (``args.not_applicable``) when neither is set.
 
     Args:
         args: ``pulumi_policy.StackValidationArgs`` (``resources``, ``get_config()``).
@@ -123,18 +139,21 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     from gpuinfra.cost.prices import usage_for
 
     config = args.get_config() or {}
-    if config.get("maxPricePerHourUsd") is None:
-        args.not_applicable("no maxPricePerHourUsd in the policy config (--policy-pack-config)")
+    recs = records(args.resources)
+    configured = config.get("maxPricePerHourUsd")
+    if configured is None:
+        configured = _stack_budget(recs)
+    if configured is None:
+        args.not_applicable("no maxPricePerHourUsd in the policy config and no max_price_per_hour_usd on the stack")
         return
     try:
-        limit = Decimal(str(config.get("maxPricePerHourUsd")))
+        limit = Decimal(str(configured))
     except InvalidOperation:
         report_violation("maxPricePerHourUsd is not set to a number in the policy config")
         return
     if not limit.is_finite() or limit <= 0:
         report_violation(f"maxPricePerHourUsd must be a positive number, got {config.get('maxPricePerHourUsd')!r}")
         return
-    recs = records(args.resources)
     result = estimate(recs, load_catalog(), _region(args, recs), usage_for(None), Decimal(1))
     missing = [line for line in result.lines if line.unit_price_usd is None and line.hourly_quantity]
     for line in missing:

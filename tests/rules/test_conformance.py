@@ -235,7 +235,7 @@ def test_new_refuses_naming_the_rule(rule, request_args, profile):
 
 def test_every_rule_has_a_mutation_test():
     covered = {r for r, _, _ in MUTATIONS} | {r for r, _ in SPEC_MUTATIONS} | {"offered-in-zone", "facts-current"}
-    covered |= {r for r, _, _ in PLANNER_REFUSALS}
+    covered |= {r for r, _, _ in PLANNER_REFUSALS} | {"budget-max-price"}  # test_budget_rule_with_the_stacks_own_max_price
     assert covered == set(RULES)
 
 
@@ -258,3 +258,32 @@ def test_default_4xa100_stacks_pass_the_provider_values_check(run_cli, tmp_path,
     graph = ResourceGraph.from_records(preview(spec).resources)
     assert checked_inputs(graph) >= 10  # not vacuous: e.g. the fleet's allocation strategy, NIC types
     assert check_provider_values(graph) == []
+
+
+def test_budget_rule_with_the_stacks_own_max_price(previews):
+    from gpuinfra.rules import check_budget
+
+    spec, records = previews["p5"]  # 2 x p5.48xlarge on demand: $110.08/h of compute alone
+    assert check_budget(spec, records) == []  # no budget set
+    within = type(spec).model_validate({**spec.model_dump(), "max_price_per_hour_usd": "1000"})
+    assert check_budget(within, records) == []
+    over = type(spec).model_validate({**spec.model_dump(), "max_price_per_hour_usd": "100"})
+    (found,) = check_budget(over, records)
+    assert found.rule == "budget-max-price" and "over its max_price_per_hour_usd $100.00/h" in found.message
+    moved = copy.deepcopy(records)
+    for record in moved:
+        if record.type == "aws:ec2/subnet:Subnet":
+            record.inputs["availabilityZoneId"] = "use1-az9"  # no p5 price in that AZ
+    found = check_budget(over, moved)
+    assert found and all("a missing price is never $0" in v.message for v in found)
+
+
+def test_new_refuses_a_stack_over_its_budget(run_cli, tmp_path):
+    over = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "10", "--project-dir", str(tmp_path))
+    assert over.exit_code == 2 and over.stderr.startswith("error: budget-max-price: the stack costs $")
+    assert not (tmp_path / "stacks").exists() or list((tmp_path / "stacks").iterdir()) == []
+    nan = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "nan", "--project-dir", str(tmp_path))
+    assert nan.exit_code == 2 and "max_price_per_hour_usd" in nan.stderr
+    ok = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "100", "--name", "ok",
+                 "--project-dir", str(tmp_path))
+    assert ok.exit_code == 0, ok.stderr

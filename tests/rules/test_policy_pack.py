@@ -128,3 +128,15 @@ def test_policy_pack_program_serves_these_policies():
     assert imported == {"policies"}
     assert "runtime:" in (ROOT / "policy" / "PulumiPolicy.yaml").read_text()
     assert "pulumi-policy" in (ROOT / "policy" / "requirements.txt").read_text()
+
+
+def test_budget_policy_reads_the_stacks_own_budget_tag():
+    spec = make_spec("p5.48xlarge", nodes=2, max_price_per_hour_usd="100")
+    records = preview(spec).resources
+    fleet = next(r for r in records if r.type == "aws:ec2/fleet:Fleet")
+    assert fleet.inputs["tags"]["gpuinfra:max-price-per-hour-usd"] == "100"
+    (over,) = _run("gpuinfra-budget", _as_policy_resources(records, unknown_ids=True))
+    assert "over maxPricePerHourUsd $100.00/h" in over[0]
+    gcp = preview(make_spec("a2-highgpu-4g", cloud="gcp", max_price_per_hour_usd="12.34")).resources
+    bucket = next(r for r in gcp if r.type == "gcp:storage/bucket:Bucket")
+    assert bucket.inputs["labels"]["gpuinfra-max-price-cents-per-hour"] == "1234"
