@@ -10,7 +10,7 @@ Exit codes (stable, documented in README.md):
 * 1 -- unexpected internal error (a bug: please report it)
 * 2 -- bad input: a flag, GPU spec, region, zone, stack name or config value is invalid
 * 3 -- budget exceeded (``gpuinfra cost --budget``)
-* 4 -- no offer in the catalog fits the request
+* 4 -- no offer in the catalog fits the request, or a price the total needs is missing
 * 5 -- refusing to overwrite an existing file (use ``--force``)
 * 6 -- a required external tool or credential is missing or expired (Pulumi CLI, cloud credentials)
 * 7 -- a Pulumi operation failed or could not start (stack locked by another update, engine error)
@@ -56,6 +56,20 @@ class NoOfferError(GpuinfraError):
     """No catalog offer satisfies the request and its filters."""
 
     exit_code = ExitCode.NO_OFFER
+
+
+class PriceMissingError(NoOfferError):
+    """A cost total would need a price the catalog or price table lacks (exit 4): money fails
+    closed, so an unpriced line is never counted as $0.
+
+    Args:
+        missing: one description per unpriced line (``resource: component (source)``).
+    """
+
+    def __init__(self, missing: list[str]):
+        self.missing = list(missing)
+        super().__init__(f"price-known: no price for {'; '.join(self.missing)}; the total would leave "
+                         "it out, so no total is given")
 
 
 class SpecError(GpuinfraError):

@@ -196,12 +196,20 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     validate_location(catalog, query)
     request = query.request
     located = [o for o in catalog.offers if _matches_location(o, query)]
+    market = "spot" if query.spot else "on-demand"
     ranked = [
         RankedOffer(offer=o, nodes=request.nodes, spot=query.spot, requested_gpu_count=request.gpu_count)
         for o in located
-        if fits(o, request) and o.price_per_hour_usd(query.spot) is not None
+        if fits(o, request) and o.price_per_hour_usd(query.spot) is not None and _sold_as(catalog, o, market)
     ]
     if not ranked:
+        unsold = sorted({o.instance_type for o in located if fits(o, request) and not _sold_as(catalog, o, market)})
+        if unsold:
+            raise NoOfferError(
+                f"provisioning-model-offered: {', '.join(unsold)} {'is' if len(unsold) == 1 else 'are'} not sold "
+                f"{'as spot' if query.spot else 'on demand'}; sold as "
+                + "; ".join(f"{t}: {', '.join(_models(catalog, located, t))}" for t in unsold)
+            )
         raise NoOfferError(_no_fit_message(catalog, query, located))
     ranked.sort(
         key=lambda r: (
@@ -214,6 +222,19 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
         )
     )
     return ranked
+
+
+def _sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
+    """The cloud sells the offer's type in ``market`` (``InstanceFacts.provisioning_models``;
+    a3-highgpu-1g/2g/4g, A3 Ultra and A4 are not sold on demand, whatever a price row says).
+    Types without facts are kept (the planner refuses them later)."""
+    fact = catalog.fact(offer.cloud, offer.instance_type)
+    return fact is None or fact.offers_model(market)
+
+
+def _models(catalog: Catalog, located: list[Offer], instance_type: str) -> tuple[str, ...]:
+    offer = next(o for o in located if o.instance_type == instance_type)
+    return catalog.fact(offer.cloud, instance_type).provisioning_models
 
 
 def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+import math
 from pathlib import Path
 from typing import Optional
 
@@ -109,7 +110,7 @@ def cost(
 ) -> None:
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget); `cost diff A B` compares two."""
     from gpuinfra.cli.console import print_json
-    from gpuinfra.errors import ExitCode, RequestError
+    from gpuinfra.errors import ExitCode, PriceMissingError, RequestError
 
     market = None if spot is None else ("spot" if spot else "on-demand")
     if args and args[0] == "diff":
@@ -119,13 +120,16 @@ def cost(
         return
     if len(args) != 1:
         raise RequestError("give one STACK (or: gpuinfra cost diff STACK_A STACK_B)")
-    if budget is not None and budget < 0:
-        raise RequestError(f"--budget must be >= 0, got {budget}")
+    if budget is not None and not (math.isfinite(budget) and budget >= 0):
+        raise RequestError(f"--budget must be a number >= 0 (USD), got {budget}")
     doc = cost_document(args[0], project_dir, hours, market, usage, from_preview)
     if as_json:
         print_json(doc)
     else:
         print_cost_table(doc)
+    if doc["price_not_found"]:
+        # money fails closed: an unpriced line is never $0, so the total is not a total
+        raise PriceMissingError(doc["price_not_found"])
     if budget is not None and Decimal(doc["run_usd"]) > Decimal(str(budget)):
         import sys
 

@@ -110,12 +110,33 @@ def test_price_not_found_is_counted_not_zero(run_cli, tmp_path):
     doc["config"]["gpuinfra:cluster"].update(capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True,
                                              capacity_reservation_instance_count=2)
     path.write_text(yaml.safe_dump(doc))
-    cost = _cost(run_cli, tmp_path, stack)
+    priced = run_cli("cost", stack, "--project-dir", str(tmp_path), "--json")
+    assert priced.exit_code == 4  # the JSON document is still printed, with the unpriced line
+    cost = json.loads(priced.stdout)
     compute = _component(cost, "Instance usage")
     assert compute["unit_price_usd"] is None and compute["hourly_usd"] is None
     assert len(cost["price_not_found"]) == 1 and "Capacity Block" in cost["price_not_found"][0]
-    table = run_cli("cost", stack, "--project-dir", str(tmp_path)).stdout
-    assert "1 line(s) with no price (not counted in the total)" in table and "not found" in table
+    result = run_cli("cost", stack, "--project-dir", str(tmp_path))
+    assert "1 line(s) with no price (not counted in the total)" in result.stdout and "not found" in result.stdout
+    # money fails closed: no total passes for one, and no budget passes it (review P3)
+    assert result.exit_code == 4
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: price-known: no price for cb-fleet")
+    budget = run_cli("cost", stack, "--budget", "100000", "--project-dir", str(tmp_path))
+    assert budget.exit_code == 4 and "Capacity Block prices are set per reservation" in budget.stderr
+
+
+def test_stack_moved_to_a_zone_without_a_price_fails_closed(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "moved")
+    path = tmp_path / "stacks" / "Pulumi.moved.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["zone"] = "use1-az9"  # no p4d offer in the catalog there
+    path.write_text(yaml.safe_dump(doc))
+    for extra in ([], ["--budget", "100000"], ["--json"]):
+        result = run_cli("cost", stack, *extra, "--project-dir", str(tmp_path))
+        assert result.exit_code == 4, (extra, result.stderr)
+        assert "price-known: no price for moved-fleet: Instance usage (on-demand, p4d.24xlarge)" in result.stderr
+    nan = run_cli("cost", stack, "--budget", "nan", "--project-dir", str(tmp_path))
+    assert nan.exit_code == 2 and "--budget must be a number" in nan.stderr
 
 
 def test_cost_diff(run_cli, tmp_path):
