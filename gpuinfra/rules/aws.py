@@ -10,10 +10,10 @@ format (camelCase), as ``pulumi preview`` and CrossGuard see them.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
-from gpuinfra.rules.model import UNKNOWN, Resource, ResourceGraph, Violation
+from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import violation
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
@@ -26,18 +26,13 @@ BUCKET = "aws:s3/bucket:Bucket"
 PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
 
-Facts = Mapping[str, InstanceFacts]
-
-
 
 def _node_facts(lt: Resource, facts: Facts) -> InstanceFacts | None:
     return facts.get(str(lt.inputs.get("instanceType", "")))
 
 
 def _fleet_nodes(graph: ResourceGraph) -> int:
-    fleet = graph.first(FLEET)
-    total = fleet.get("targetCapacitySpecification.totalTargetCapacity") if fleet else None
-    return int(total) if isinstance(total, (int, float)) else 1
+    return graph.whole_number(FLEET, "targetCapacitySpecification.totalTargetCapacity")
 
 
 def check_efa_interfaces(graph: ResourceGraph, facts: Facts) -> list[Violation]:

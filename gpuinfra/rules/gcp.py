@@ -8,10 +8,10 @@ type to :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, and returns
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
-from gpuinfra.rules.model import UNKNOWN, Resource, ResourceGraph, Violation
+from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import violation
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
@@ -22,18 +22,13 @@ SUBNET = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 
-Facts = Mapping[str, InstanceFacts]
-
-
 
 def _template_facts(template: Resource, facts: Facts) -> InstanceFacts | None:
     return facts.get(str(template.inputs.get("machineType", "")))
 
 
 def _mig_size(graph: ResourceGraph) -> int:
-    mig = graph.first(MIG)
-    size = mig.inputs.get("targetSize") if mig else None
-    return int(size) if isinstance(size, (int, float)) else 1
+    return graph.whole_number(MIG, "targetSize")
 
 
 def _policy_links(template: Resource) -> list:

@@ -1,7 +1,7 @@
-"""Data types of the conformance rules: a rule, a violation, and a view of a preview's resources.
+"""Data types of the conformance rules: a violation, and a view of a preview's resources.
 
 A *rule* is one cloud constraint (EFA security group both ways, allowed local SSD count, ...)
-with the page that states it. A check reads a :class:`ResourceGraph` -- the resources a preview
+with the page that states it (registry: :mod:`gpuinfra.rules.spec_rules`). A check reads a :class:`ResourceGraph` -- the resources a preview
 registered, with their inputs exactly as the provider receives them (camelCase) -- and the
 :class:`~gpuinfra.catalog.model.InstanceFacts` of the node type, and yields
 :class:`Violation` objects. The same functions run in ``gpuinfra preview`` / ``gpuinfra new``
@@ -10,7 +10,7 @@ and in the CrossGuard policy pack (``policy/``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +81,13 @@ class ResourceGraph:
         found = self.of_type(token)
         return found[0] if found else None
 
+    def whole_number(self, token: str, path: str, default: int = 1) -> int:
+        """The number at ``path`` of the first resource of type ``token`` (a fleet's or a MIG's
+        node count), or ``default`` when there is none or it is not known yet."""
+        found = self.first(token)
+        value = found.get(path) if found else None
+        return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else default
+
     def referenced(self, value: Any, token: str) -> Resource | None:
         """The resource of type ``token`` that ``value`` (an id or self link input) points to.
 
@@ -100,25 +107,5 @@ class ResourceGraph:
         return iter(self.resources)
 
 
-@dataclass(frozen=True)
-class Rule:
-    """A named cloud rule with its source and its check.
-
-    Attributes:
-        name: kebab-case id shown in every violation.
-        cloud: ``aws`` | ``gcp`` | ``any``.
-        source: the page (URL or repo path) that states the rule.
-        summary: the rule in one sentence.
-        check: ``check(graph, facts) -> Iterable[Violation]``; ``facts`` maps an instance /
-            machine type to its :class:`~gpuinfra.catalog.model.InstanceFacts`.
-    """
-
-    name: str
-    cloud: str
-    source: str
-    summary: str
-    check: Callable[..., Iterable[Violation]]
-
-    def violation(self, resource: str, message: str) -> Violation:
-        """A :class:`Violation` of this rule."""
-        return Violation(self.name, resource, message, self.source)
+#: instance / machine type -> its facts, as the checks receive them.
+Facts = Mapping[str, Any]
