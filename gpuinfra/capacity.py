@@ -56,8 +56,11 @@ def describe_capacity_reservation(reservation_id: str, region: str,
         client_factory: ``(service, region) -> boto3 client`` (default: the credential chain).
 
     Raises:
-        RequestError: a malformed id, a reservation EC2 does not know in ``region``, or one
-            that cannot take launches (expired, cancelled, ...).
+        RequestError: a malformed id, a reservation EC2 does not know in ``region``, one that
+            cannot take launches (expired, cancelled, ...), or one for another platform or
+            tenancy than gpuinfra's Linux/UNIX default-tenancy nodes (a reservation matches only
+            instances of its type, platform, AZ and tenancy:
+            docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html).
         MissingDependencyError: no AWS credentials, or EC2 refused them.
     """
     import re
@@ -91,14 +94,21 @@ def describe_capacity_reservation(reservation_id: str, region: str,
     if state not in LAUNCHABLE_STATES:
         raise RequestError(f"capacity reservation {reservation_id} is {state}; only {' or '.join(LAUNCHABLE_STATES)} "
                            "reservations take instances")
+    platform, tenancy = item.get("InstancePlatform", "Linux/UNIX"), item.get("Tenancy", "default")
+    if not platform.startswith("Linux/UNIX") or tenancy != "default":
+        raise RequestError(f"capacity reservation {reservation_id} is for {platform} with {tenancy} tenancy; gpuinfra "
+                           "launches Linux/UNIX instances with default tenancy, which only such a reservation takes")
     group_arn = item.get("PlacementGroupArn") or ""
+    total = int(item.get("TotalInstanceCount", 0))
+    # a Capacity Block is "scheduled" until it starts, with nothing available yet: all of it will be
+    available = total if state == "scheduled" else int(item.get("AvailableInstanceCount", 0))
     return CapacityReservation(
         reservation_id=reservation_id,
         instance_type=item["InstanceType"],
         zone_id=item["AvailabilityZoneId"],
         region=region,
-        total_instance_count=int(item.get("TotalInstanceCount", 0)),
-        available_instance_count=int(item.get("AvailableInstanceCount", 0)),
+        total_instance_count=total,
+        available_instance_count=available,
         placement_group=group_arn.rsplit("/", 1)[-1] if group_arn else None,
         capacity_block=item.get("ReservationType") == "capacity-block",
         state=state,

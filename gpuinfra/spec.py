@@ -33,10 +33,13 @@ SCHEMA_VERSION = 2
 STACK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _AWS_ZONE_ID_RE = re.compile(r"^[a-z]{2,}\d+-[a-z0-9-]+$")
 #: Where a stack's ``max_price_per_hour_usd`` travels with its resources for the CrossGuard
-#: budget policy: dollars in an AWS tag, whole cents in a GCP label (labels take no '.':
+#: budget policy: an AWS tag ``12.5``, a GCP label ``12_5`` (label values take no '.':
 #: cloud.google.com/compute/docs/labeling-resources#requirements).
 AWS_BUDGET_TAG = "gpuinfra:max-price-per-hour-usd"
-GCP_BUDGET_LABEL = "gpuinfra-max-price-cents-per-hour"
+GCP_BUDGET_LABEL = "gpuinfra-max-price-per-hour-usd"
+#: With a budget, the run length travels too, so per-run transfer is spread as in ``preview``.
+AWS_RUN_HOURS_TAG = "gpuinfra:run-hours"
+GCP_RUN_HOURS_LABEL = "gpuinfra-run-hours"
 _GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
 
@@ -231,6 +234,8 @@ class ClusterSpec(BaseModel):
             raise ValueError("network.vpc_id/subnet_id/ssh_cidr, ami_id and capacity_reservation_id are AWS settings")
         if self.gcp_reservation_bound and not self.gcp_reservation:
             raise ValueError("gcp_reservation_bound needs gcp_reservation (the reservation the VMs are bound to)")
+        if self.spot and (self.gcp_reservation or self.gcp_reservation_bound):
+            raise ValueError("spot and gcp_reservation / gcp_reservation_bound exclude each other")
         if self.cloud == "aws" and (self.gcp_reservation or self.network.iap_ssh):
             raise ValueError("gcp_reservation and network.iap_ssh are GCP settings")
         if self.cloud == "aws" and self.gcp_image:

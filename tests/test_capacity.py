@@ -92,3 +92,15 @@ def test_new_with_a_capacity_reservation_writes_and_previews(run_cli, tmp_path, 
     assert cluster["capacity_block"] is True and cluster["zone"] == "use1-az6"
     missing_region = run_cli("new", "--capacity-reservation", "cr-0123456789abcdef0", "--project-dir", str(tmp_path))
     assert missing_region.exit_code == 2 and "needs --region" in missing_region.stderr
+
+
+def test_scheduled_block_counts_all_its_instances_and_windows_reservations_are_refused():
+    scheduled = BLOCK.replace("<state>active</state>", "<state>scheduled</state>").replace(
+        "<availableInstanceCount>4</availableInstanceCount>", "<availableInstanceCount>0</availableInstanceCount>")
+    with ReplayServer([("POST", "/", None, scheduled)]) as server:
+        cr = describe_capacity_reservation("cr-0123456789abcdef0", "us-east-1", _factory(server.url))
+    assert (cr.state, cr.available_instance_count) == ("scheduled", 4)
+    windows = BLOCK.replace("<instancePlatform>Linux/UNIX</instancePlatform>", "<instancePlatform>Windows</instancePlatform>")
+    with ReplayServer([("POST", "/", None, windows)]) as server:
+        with pytest.raises(RequestError, match="is for Windows with default tenancy"):
+            describe_capacity_reservation("cr-0123456789abcdef0", "us-east-1", _factory(server.url))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from gpuinfra.spec import AWS_BUDGET_TAG, GCP_BUDGET_LABEL, ClusterSpec
+from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL, ClusterSpec
 
 
 def expires_at_text(spec: ClusterSpec) -> str:
@@ -20,7 +20,8 @@ def expires_at_text(spec: ClusterSpec) -> str:
 
 def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
     """AWS tags of every resource of the stack (plus ``Name`` etc. from ``extra``)."""
-    budget = {AWS_BUDGET_TAG: format(spec.max_price_per_hour_usd, "f")} if spec.max_price_per_hour_usd else {}
+    budget = ({AWS_BUDGET_TAG: format(spec.max_price_per_hour_usd, "f"), AWS_RUN_HOURS_TAG: f"{spec.run_hours:g}"}
+              if spec.max_price_per_hour_usd else {})
     return {
         "gpuinfra:stack": spec.stack,
         "gpuinfra:profile": spec.profile.name,
@@ -36,7 +37,8 @@ def _label_value(text: str) -> str:
 
 def gcp_labels(spec: ClusterSpec) -> dict[str, str]:
     """GCP labels of every resource of the stack."""
-    budget = ({GCP_BUDGET_LABEL: str(int(spec.max_price_per_hour_usd * 100))}
+    budget = ({GCP_BUDGET_LABEL: format(spec.max_price_per_hour_usd, "f").replace(".", "_"),
+               GCP_RUN_HOURS_LABEL: f"{spec.run_hours:g}".replace(".", "_")}
               if spec.max_price_per_hour_usd else {})
     return {
         "gpuinfra-stack": _label_value(spec.stack),

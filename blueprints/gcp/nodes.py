@@ -143,11 +143,12 @@ def build_group(name: str, spec: ClusterSpec, plan: GcpClusterPlan, template: gc
         wait_for_instances=True,
         wait_for_instances_status="STABLE",
         project=project,
-        # a bulk-mode MIG grows only from size 0 (about-bulk-mode#limitations): a new node count
-        # replaces the group, the old one deleted first (its name is fixed)
+        # bulk mode is set at creation and a bulk-mode MIG grows only from size 0
+        # (about-bulk-mode#limitations): a change of mode, or of size in bulk mode, replaces the
+        # group, the old one deleted first (its name is fixed)
         opts=pulumi.ResourceOptions(
             parent=parent,
-            replace_on_changes=["targetSize"] if plan.all_or_nothing else None,
-            delete_before_replace=True if plan.all_or_nothing else None,
+            replace_on_changes=["targetSizePolicies", *(["targetSize"] if plan.all_or_nothing else [])],
+            delete_before_replace=True,
         ),
     )

@@ -18,6 +18,9 @@ SCRATCH_MOUNT = "/scratch"
 #: Local NVMe SSDs under /dev/disk/by-id (cluster-toolkit startup-script setup-raid.yml).
 GCP_NVME_GLOB = "google-local-nvme-ssd-*"
 PEER_WAIT_SECONDS = 900
+#: Bucket prefix where nodes publish their IPs (outside the expiring scratch prefix: a node
+#: re-created days later must still find its formed peers).
+PEERS_PREFIX = "gpuinfra-peers"
 
 
 def node_prefix(spec: ClusterSpec) -> str:
@@ -53,7 +56,7 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         wait_seconds=PEER_WAIT_SECONDS,
         master_port=TORCHRUN_PORT,
         bucket=bucket,
-        peers_prefix=f"{spec.profile.bucket.scratch_prefix.rstrip('/')}/.gpuinfra-peers/{node_prefix(spec)}",
+        peers_prefix=f"{PEERS_PREFIX}/{node_prefix(spec)}",
         expires_at=expires_at_text(spec),
         idle_timeout_minutes=spec.profile.idle_timeout_minutes,
         idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,

@@ -127,9 +127,10 @@ def cost(
         print_json(doc)
     else:
         print_cost_table(doc)
-    if doc["price_not_found"]:
+    unpriced = doc["price_not_found"] + [f"{r['resource']} ({r['resource_type']}: {r['reason']})" for r in doc["not_priced"]]
+    if unpriced:
         # money fails closed: an unpriced line is never $0, so the total is not a total
-        raise PriceMissingError(doc["price_not_found"])
+        raise PriceMissingError(unpriced)
     if budget is not None and Decimal(doc["run_usd"]) > Decimal(str(budget)):
         import sys
 

@@ -109,19 +109,23 @@ def _region(args: Any, recs: list[_Record]) -> str | None:
     return None
 
 
-def _stack_budget(recs: list[_Record]) -> Decimal | None:
-    """The stack's own ``max_price_per_hour_usd``, from the tag / label the blueprints put on
-    its resources (blueprints/common/tags.py), or None."""
+def _stack_tag(recs: list[_Record], aws_key: str, gcp_key: str) -> str | None:
+    """A gpuinfra tag (AWS) / label (GCP) the blueprints put on the stack's resources
+    (blueprints/common/tags.py), or None."""
+    for rec in recs:
+        for key, bag in ((aws_key, rec.inputs.get("tags")), (gcp_key, rec.inputs.get("labels"))):
+            if isinstance(bag, dict) and bag.get(key) not in (None, UNKNOWN):
+                return str(bag[key])
+    return None
+
+
+def _stack_budget(recs: list[_Record]) -> str | None:
+    """The stack's own ``max_price_per_hour_usd`` as written on its resources (GCP labels write
+    ``12_5`` for 12.5), or None."""
     from gpuinfra.spec import AWS_BUDGET_TAG, GCP_BUDGET_LABEL
 
-    for rec in recs:
-        tags = rec.inputs.get("tags") or {}
-        labels = rec.inputs.get("labels") or {}
-        if isinstance(tags, dict) and tags.get(AWS_BUDGET_TAG) not in (None, UNKNOWN):
-            return Decimal(str(tags[AWS_BUDGET_TAG]))
-        if isinstance(labels, dict) and labels.get(GCP_BUDGET_LABEL) not in (None, UNKNOWN):
-            return Decimal(str(labels[GCP_BUDGET_LABEL])) / 100
-    return None
+    value = _stack_tag(recs, AWS_BUDGET_TAG, GCP_BUDGET_LABEL)
+    return None if value is None else value.replace("_", ".")
 
 
 def validate_budget(args: Any, report_violation: ReportViolation) -> None:
@@ -149,17 +153,30 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     try:
         limit = Decimal(str(configured))
     except InvalidOperation:
-        report_violation("maxPricePerHourUsd is not set to a number in the policy config")
+        report_violation(f"the budget {configured!r} (policy config maxPricePerHourUsd or the stack's "
+                         "max_price_per_hour_usd) is not set to a number")
         return
     if not limit.is_finite() or limit <= 0:
-        report_violation(f"maxPricePerHourUsd must be a positive number, got {config.get('maxPricePerHourUsd')!r}")
+        report_violation(f"the budget must be a positive number, got {configured!r}")
         return
-    result = estimate(recs, load_catalog(), _region(args, recs), usage_for(None), Decimal(1))
+    from gpuinfra.spec import AWS_RUN_HOURS_TAG, GCP_RUN_HOURS_LABEL
+
+    # usage defaults and run length as `gpuinfra preview` uses them (per-run transfer is spread
+    # over the run); without a recorded run length, one hour (the strictest spread)
+    profile = _stack_tag(recs, "gpuinfra:profile", "gpuinfra-profile")
+    try:
+        hours = Decimal((_stack_tag(recs, AWS_RUN_HOURS_TAG, GCP_RUN_HOURS_LABEL) or "1").replace("_", "."))
+    except InvalidOperation:
+        hours = Decimal(1)
+    hours = hours if hours.is_finite() and hours > 0 else Decimal(1)
+    result = estimate(recs, load_catalog(), _region(args, recs), usage_for(profile), hours)
     missing = [line for line in result.lines if line.unit_price_usd is None and line.hourly_quantity]
+    for name, rtype, why in result.not_priced:
+        report_violation(f"no price for {rtype} ({why}); a missing price is never $0", _urn(args.resources, name))
     for line in missing:
         report_violation(f"no price for {line.component} ({line.source}); a missing price is never $0",
                          _urn(args.resources, line.resource))
-    if missing:
+    if missing or result.not_priced:
         return
     hourly = sum((line.hourly_usd or Decimal(0) for line in result.lines), Decimal(0))
     if hourly > limit:

@@ -208,7 +208,7 @@ def test_reservation_bound_group_is_all_or_nothing():
     (group,) = result.of_type(MIG)
     assert group.inputs["targetSizePolicies"] == [{"mode": "BULK"}]
     # bulk mode is fixed at creation and the group grows only from 0: a new size replaces it
-    assert group.replace_on_changes == ("targetSize",) and group.delete_before_replace is True
+    assert group.replace_on_changes == ("targetSizePolicies", "targetSize") and group.delete_before_replace is True
     one = preview(_edited(spec, nodes=1))
     assert one.of_type(MIG)[0].inputs["targetSizePolicies"] == [{"mode": "BULK"}]  # also for one node
 
@@ -256,8 +256,9 @@ def test_startup_script_passes_shellcheck(tmp_path):
     assert "systemctl daemon-reexec" in script  # the DefaultLimitMEMLOCK drop-in takes effect now
     assert "LimitMEMLOCK=infinity" in script and "systemctl try-restart docker.service" in script
     # peers publish their IPs under the expiring scratch prefix; the watchdog never fires once formed
-    assert 'PEERS="gs://t-2-bucket-0000preview/scratch/.gpuinfra-peers/t-2-node"' in script
-    assert 'if [ ! -e "$FORMED" ] && [ "$LISTED" = 1 ]' in script
+    assert 'PEERS="gs://t-2-bucket-0000preview/gpuinfra-peers/t-2-node"' in script
+    assert 'if [ ! -e "$FORMED" ] && [ "$GROUP_FORMED" = 0 ] && [ "$LISTED" = 1 ]' in script
+    assert 'gcloud storage rm "$PEERS/$MY_NAME/**"' in script  # stale entries of a re-created VM
     assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script
     # the startup script and the two scripts it writes
     peers = script.split("<<'GPUINFRA_PEERS'\n", 1)[1].split("\nGPUINFRA_PEERS\n", 1)[0]
@@ -283,3 +284,9 @@ def test_blueprints_deploy_from_the_spec_alone(monkeypatch):
     monkeypatch.setattr(store, "_load", no_catalog)  # also catches a `from ... import load_catalog` made earlier
     for spec in specs:
         assert preview(spec).resources
+
+
+def test_spot_and_a_reservation_exclude_each_other():
+    spec = gcp_spec("a3-ultragpu-8g", spot=True)
+    with pytest.raises(ValidationError, match="spot and gcp_reservation / gcp_reservation_bound exclude each other"):
+        _edited(spec, gcp_reservation="h200-block", gcp_reservation_bound=True)

@@ -137,6 +137,30 @@ def test_budget_policy_reads_the_stacks_own_budget_tag():
     assert fleet.inputs["tags"]["gpuinfra:max-price-per-hour-usd"] == "100"
     (over,) = _run("gpuinfra-budget", _as_policy_resources(records, unknown_ids=True))
     assert "over maxPricePerHourUsd $100.00/h" in over[0]
-    gcp = preview(make_spec("a2-highgpu-4g", cloud="gcp", max_price_per_hour_usd="12.34")).resources
+    gcp = preview(make_spec("a2-highgpu-4g", cloud="gcp", max_price_per_hour_usd="5.125")).resources
     bucket = next(r for r in gcp if r.type == "gcp:storage/bucket:Bucket")
-    assert bucket.inputs["labels"]["gpuinfra-max-price-cents-per-hour"] == "1234"
+    assert bucket.inputs["labels"]["gpuinfra-max-price-per-hour-usd"] == "5_125"  # labels take no '.'
+    assert bucket.inputs["labels"]["gpuinfra-run-hours"] == "24"
+    (over,) = _run("gpuinfra-budget", _as_policy_resources(gcp, unknown_ids=True))
+    assert "over maxPricePerHourUsd $5.12/h" in over[0] or "over maxPricePerHourUsd $5.13/h" in over[0]
+
+
+def test_budget_policy_and_preview_agree_on_the_price(p5_records):
+    from decimal import Decimal
+
+    from gpuinfra.cost.report import cost_summary
+
+    spec = make_spec("p5.48xlarge", nodes=2, max_price_per_hour_usd="1000")
+    records = preview(spec).resources
+    hourly = Decimal(cost_summary(spec, records)["hourly_usd"])
+    just_below = hourly - Decimal("0.01")
+    tagged = copy.deepcopy(records)
+    for record in tagged:
+        if "tags" in record.inputs and "gpuinfra:max-price-per-hour-usd" in record.inputs["tags"]:
+            record.inputs["tags"]["gpuinfra:max-price-per-hour-usd"] = str(just_below)
+    (over,) = _run("gpuinfra-budget", _as_policy_resources(tagged, unknown_ids=True))
+    assert f"the stack costs ${hourly:.2f}/h" in over[0]
+    for record in tagged:
+        if "tags" in record.inputs and "gpuinfra:max-price-per-hour-usd" in record.inputs["tags"]:
+            record.inputs["tags"]["gpuinfra:max-price-per-hour-usd"] = str(hourly + Decimal("0.01"))  # cents rounding
+    assert _run("gpuinfra-budget", _as_policy_resources(tagged, unknown_ids=True)) == []
