@@ -12,6 +12,7 @@ import base64
 import gzip
 
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
+from blueprints.common.node_files import NODE_FILES
 from blueprints.common.tags import expires_at_text
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
@@ -69,6 +70,7 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
     )
     text = render(
         "aws-cloud-init.yaml.j2",
+        node_files=NODE_FILES,
         stack=spec.stack,
         instance_type=spec.instance_type,
         profile=spec.profile.name,

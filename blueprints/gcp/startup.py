@@ -7,6 +7,7 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
+from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES
 from blueprints.common.tags import expires_at_text, gcp_labels
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
@@ -39,6 +40,8 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
     scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=GCP_NVME_GLOB, existing_mount="")
     text = render(
         "gcp-startup.sh.j2",
+        node_files=NODE_FILES,
+        docker_memlock_dropin=DOCKER_MEMLOCK_DROPIN,
         stack=spec.stack,
         machine_type=spec.instance_type,
         profile=spec.profile.name,

@@ -1,0 +1,32 @@
+"""System configuration files every GPU node gets, on both clouds: one copy of each setting,
+rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
+
+* ``limits.d`` and the systemd ``Default*`` limits: memlock unlimited and 1M open files for
+  every session and service (EFA/RDMA and NCCL pin memory; cluster-facts.md section 2.6,
+  cluster-toolkit a3high blueprint L321-329 ``99-unlimited.conf``). systemd reads ``Default*``
+  limits only when it re-executes (systemd-system.conf(5)): the nodes run ``daemon-reexec``.
+* The Docker drop-in: dockerd may already run with the old limits on the first boot, so it gets
+  ``LimitMEMLOCK=infinity`` itself and is restarted once.
+* No unattended upgrades on training nodes: a driver or kernel update in the middle of a run
+  breaks the GPU stack (cluster-facts.md section 6 rule 12); periodic apt off, as
+  aws-parallelcluster ``imagebuilder/parallelcluster.yaml`` InstallPrerequisite does it (the
+  apt-daily timers are disabled by the boot scripts).
+"""
+
+from __future__ import annotations
+
+DOCKER_MEMLOCK_DROPIN = "/etc/systemd/system/docker.service.d/99-gpuinfra-memlock.conf"
+
+#: path -> content (ends with a newline).
+NODE_FILES: dict[str, str] = {
+    "/etc/security/limits.d/99-gpuinfra.conf": (
+        "* soft memlock unlimited\n* hard memlock unlimited\n* soft nofile 1048576\n* hard nofile 1048576\n"
+    ),
+    "/etc/systemd/system.conf.d/99-gpuinfra.conf": (
+        "[Manager]\nDefaultLimitMEMLOCK=infinity\nDefaultLimitNOFILE=1048576\n"
+    ),
+    DOCKER_MEMLOCK_DROPIN: "[Service]\nLimitMEMLOCK=infinity\n",
+    "/etc/apt/apt.conf.d/99-gpuinfra-no-unattended-upgrades": (
+        'APT::Periodic::Update-Package-Lists "0";\nAPT::Periodic::Unattended-Upgrade "0";\n'
+    ),
+}
