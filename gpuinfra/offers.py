@@ -203,12 +203,13 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
         if fits(o, request) and o.price_per_hour_usd(query.spot) is not None and _sold_as(catalog, o, market)
     ]
     if not ranked:
-        unsold = sorted({o.instance_type for o in located if fits(o, request) and not _sold_as(catalog, o, market)})
+        unsold = {o.instance_type: catalog.fact(o.cloud, o.instance_type) for o in located
+                  if fits(o, request) and not _sold_as(catalog, o, market)}
         if unsold:
             raise NoOfferError(
-                f"provisioning-model-offered: {', '.join(unsold)} {'is' if len(unsold) == 1 else 'are'} not sold "
-                f"{'as spot' if query.spot else 'on demand'}; sold as "
-                + "; ".join(f"{t}: {', '.join(_models(catalog, located, t))}" for t in unsold)
+                f"provisioning-model-offered: {', '.join(sorted(unsold))} {'is' if len(unsold) == 1 else 'are'} not "
+                f"sold {'as spot' if query.spot else 'on demand'}; sold as "
+                + "; ".join(f"{t}: {', '.join(unsold[t].provisioning_models)}" for t in sorted(unsold))
             )
         raise NoOfferError(_no_fit_message(catalog, query, located))
     ranked.sort(
@@ -230,11 +231,6 @@ def _sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
     Types without facts are kept (the planner refuses them later)."""
     fact = catalog.fact(offer.cloud, offer.instance_type)
     return fact is None or fact.offers_model(market)
-
-
-def _models(catalog: Catalog, located: list[Offer], instance_type: str) -> tuple[str, ...]:
-    offer = next(o for o in located if o.instance_type == instance_type)
-    return catalog.fact(offer.cloud, instance_type).provisioning_models
 
 
 def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -> str:

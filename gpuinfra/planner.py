@@ -14,7 +14,8 @@ This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
   instance store; GCP bundled local SSD, or an allowed attach count that is large enough
   (:class:`~gpuinfra.catalog.facts_model.LocalSsdFacts`).
 * The type must be sold the way the cluster is bought: on-demand or spot
-  (``InstanceFacts.provisioning_models``); e.g. a3-highgpu-1g/2g/4g are Spot/Flex-start only.
+  (``InstanceFacts.provisioning_models``; e.g. a3-highgpu-1g/2g/4g are Spot/Flex-start only),
+  which :func:`gpuinfra.offers.find_offers` already enforces.
 
 All decisions read :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, never a name prefix.
 """
@@ -101,12 +102,6 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
     kept = [r for r in offers if catalog.fact(r.offer.cloud, r.offer.instance_type) is not None]
     if len(kept) < len(offers):
         reasons.append("known hardware facts (rule nic-layout-matches-facts)")
-    before = len(kept)
-    kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).offers_model(
-        "spot" if r.spot else "on-demand")]
-    if len(kept) < before:
-        reasons.append("a type sold " + ("as spot" if offers and offers[0].spot else "on demand")
-                       + " (rule provisioning-model-offered)")
     if nodes > 1 and profile.placement == "required":
         before = len(kept)
         kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).placement.any]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.errors import SpecError
-from gpuinfra.rules.spec_rules import rule_error
+from gpuinfra.rules.spec_rules import RuleViolationError, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
 
 VPC_CIDR = "10.0.0.0/16"
@@ -130,10 +130,8 @@ def plan_aws_cluster(spec: ClusterSpec) -> AwsClusterPlan:
                          f"profile {spec.profile.name!r} requires EFA, but {spec.instance_type} has no EFA "
                          "(EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)")
     market = "capacity-block" if spec.capacity_block else ("spot" if spec.spot else "on-demand")
-    if not facts.offers_model(AWS_CAPACITY_TYPES[market]):
-        raise rule_error("provisioning-model-offered", "",
-                         f"{spec.instance_type} is not sold as {market}; EC2 sells it as "
-                         f"{', '.join(facts.provisioning_models)}")
+    if unsold := not_sold("", facts, AWS_CAPACITY_TYPES[market]):
+        raise RuleViolationError([unsold])
     check_capacity_reservation(spec)
     use_efa = hbn != "off" and facts.max_efa_interfaces > 0
     interfaces = efa_interfaces(facts, use_efa)

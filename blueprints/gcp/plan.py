@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
-from gpuinfra.rules.spec_rules import rule_error
+from gpuinfra.rules.spec_rules import RuleViolationError, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
 
 SYSTEM_CIDR = "10.128.0.0/20"
@@ -230,11 +230,9 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
                          "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g have them)")
     model = provisioning_model(spec)
     wanted = GCP_PROVISIONING_MODELS[model]
-    if not facts.offers_model(wanted):
-        raise rule_error("provisioning-model-offered", "",
-                         f"{spec.instance_type} is not sold as {wanted}; it is sold as "
-                         f"{', '.join(facts.provisioning_models)}"
-                         + (" (set gcp_reservation to a reservation of it, or use --spot)" if wanted == "on-demand" else ""))
+    hint = " (set gcp_reservation to a reservation of it, or use --spot)" if wanted == "on-demand" else ""
+    if unsold := not_sold("", facts, wanted, hint):
+        raise RuleViolationError([unsold])
     placeable = facts.placement.compact_policy or facts.placement.workload_policy
     if spec.nodes > 1 and spec.profile.placement == "required" and not placeable:
         raise rule_error("gcp-placement-supported", "",

@@ -89,8 +89,8 @@ def new(
     from gpuinfra.rules import verify_stack
 
     previewed = run_preview_cached(plan.spec, provider_config(plan.spec))
-    verify_stack(plan.spec, previewed.resources, catalog)  # refuses before anything is written
     summary = cost_summary(plan.spec, previewed.resources)
+    verify_stack(plan.spec, previewed.resources, catalog, summary)  # refuses before anything is written
     written = write_stack(plan, project_dir, force=force)
     spec, offer = plan.spec, plan.offer
     pricing = "spot" if spec.spot else "on-demand"

@@ -61,8 +61,8 @@ def preview(
 
     spec = read_stack_spec(project_dir, stack)
     result = run_preview_cached(spec, provider_config(spec))
-    verify_stack(spec, result.resources, load_catalog())
     summary = cost_summary(spec, result.resources)
+    verify_stack(spec, result.resources, load_catalog(), summary)
     if as_json:
         print_json({**result.to_json(), "cost": summary, "violations": []})
         return

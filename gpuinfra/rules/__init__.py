@@ -88,17 +88,23 @@ def check_facts_current(spec: Any, catalog: Any) -> list[Violation]:
                       f"in {', '.join(fields)}; write the stack again (`gpuinfra new ... --force`)")]
 
 
-def check_budget(spec: Any, resources: Iterable[Any]) -> list[Violation]:
+def check_budget(spec: Any, resources: Iterable[Any], summary: dict | None = None) -> list[Violation]:
     """``budget-max-price``: with ``spec.max_price_per_hour_usd`` set, the cost preview's $/h is
-    within it and no line lacks a price (a missing price is never $0)."""
+    within it and no line lacks a price (a missing price is never $0).
+
+    Args:
+        summary: :func:`gpuinfra.cost.report.cost_summary` of ``resources`` when the caller has
+            it already (computed here otherwise).
+    """
     from decimal import Decimal
 
     limit = getattr(spec, "max_price_per_hour_usd", None)
     if limit is None:
         return []
-    from gpuinfra.cost.report import cost_summary
+    if summary is None:
+        from gpuinfra.cost.report import cost_summary
 
-    summary = cost_summary(spec, list(resources))
+        summary = cost_summary(spec, list(resources))
     if summary["price_not_found"]:
         return [violation("budget-max-price", "", f"no price for {missing}; a missing price is never $0")
                 for missing in summary["price_not_found"]]
@@ -109,19 +115,20 @@ def check_budget(spec: Any, resources: Iterable[Any]) -> list[Violation]:
     return []
 
 
-def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None) -> None:
+def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None, summary: dict | None = None) -> None:
     """Refuse a previewed stack that breaks any rule (what ``preview`` and ``new`` run).
 
     Args:
         spec: the stack's :class:`~gpuinfra.spec.ClusterSpec`.
         resources: its offline preview's resource records.
         catalog: the loaded catalog for ``offered-in-zone`` (skipped when None).
+        summary: the stack's cost summary, if the caller has it (see :func:`check_budget`).
 
     Raises:
         RuleViolationError: one line per violation, each naming its rule and source (exit 2).
     """
     resources = list(resources)
-    found = check_preview(spec, resources) + check_budget(spec, resources)
+    found = check_preview(spec, resources) + check_budget(spec, resources, summary)
     if catalog is not None:
         found = check_facts_current(spec, catalog) + check_offered_in_zone(spec, catalog) + found
     if found:

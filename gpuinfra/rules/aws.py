@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
-from gpuinfra.rules.spec_rules import violation
+from gpuinfra.rules.spec_rules import not_sold, violation
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 FLEET = "aws:ec2/fleet:Fleet"
@@ -158,10 +158,8 @@ def check_fleet(graph: ResourceGraph, facts: Facts) -> list[Violation]:
                                  f"{market} options need singleInstanceType, singleAvailabilityZone and "
                                  f"minTargetCapacity = {total} (got {options.get('minTargetCapacity')})"))
         sold_as = AWS_CAPACITY_TYPES.get(market)
-        if fact is not None and sold_as is not None and not fact.offers_model(sold_as):
-            out.append(violation("provisioning-model-offered", fleet.name,
-                                 f"{fact.instance_type} is not sold as {market}; EC2 sells it as "
-                                 f"{', '.join(fact.provisioning_models)}"))
+        if fact is not None and sold_as is not None and (unsold := not_sold(fleet.name, fact, sold_as)):
+            out.append(unsold)
     return out
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
-from gpuinfra.rules.spec_rules import violation
+from gpuinfra.rules.spec_rules import not_sold, violation
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 MIG = "gcp:compute/instanceGroupManager:InstanceGroupManager"
@@ -156,10 +156,8 @@ def check_scheduling(graph: ResourceGraph, facts: Facts) -> list[Violation]:
                                  "GPU VMs need onHostMaintenance TERMINATE and automaticRestart false"))
         model = scheduling.get("provisioningModel", "STANDARD")
         sold_as = GCP_PROVISIONING_MODELS.get(model)
-        if fact is not None and sold_as is not None and not fact.offers_model(sold_as):
-            out.append(violation("provisioning-model-offered", template.name,
-                                 f"{fact.instance_type} is not sold as {sold_as} ({model}); it is sold as "
-                                 f"{', '.join(fact.provisioning_models)}"))
+        if fact is not None and sold_as is not None and (unsold := not_sold(template.name, fact, sold_as)):
+            out.append(unsold)
         if model == "RESERVATION_BOUND" and template.get("reservationAffinity.type") != "SPECIFIC_RESERVATION":
             out.append(violation("gcp-reservation-bound", template.name,
                                  "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity"))

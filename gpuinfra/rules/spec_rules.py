@@ -9,6 +9,7 @@ same rule broken in a preview's resources; both name the rule the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.model import Violation
@@ -153,6 +154,23 @@ def violation(rule: str, resource: str, message: str) -> Violation:
         KeyError: ``rule`` is not in :data:`RULES` (a bug).
     """
     return Violation(rule, resource, message, RULES[rule].source)
+
+
+def not_sold(resource: str, facts: Any, model: str, hint: str = "") -> Violation | None:
+    """``provisioning-model-offered`` when the cloud does not sell ``facts``' type as ``model``
+    (on-demand, spot, reservation-bound, capacity-block ...), else None.
+
+    Args:
+        resource: the offending resource's name ("" for the spec).
+        facts: the type's :class:`~gpuinfra.catalog.facts_model.InstanceFacts`.
+        model: the provisioning model asked for.
+        hint: appended to the message (what to do instead).
+    """
+    if facts.offers_model(model):
+        return None
+    return violation("provisioning-model-offered", resource,
+                     f"{facts.instance_type} is not sold as {model}; it is sold as "
+                     f"{', '.join(facts.provisioning_models)}{hint}")
 
 
 def rule_error(rule: str, resource: str, message: str) -> RuleViolationError:
