@@ -7,9 +7,9 @@ Rules:
   is allowed (AWS has no 4xA100 machine, so 4xA100 on AWS is a p4d.24xlarge with 8) but a
   round-up that would leave more than half of the paid GPUs idle is not a fit: ask for the
   larger count explicitly (``--gpus 8xH100``).
-* Price is the total per hour for all ``nodes`` in the pricing model asked for (on-demand by
-  default, spot with ``spot=True``); offers without a price in that model are left out, never
-  priced at $0.
+* Price is the total per hour for all ``nodes`` in the market asked for (on-demand by
+  default, spot or flex-start); offers without a price in that market, or whose type the cloud
+  does not sell in it (``InstanceFacts.provisioning_models``), are left out, never priced at $0.
 * Order: total $/h ascending; at equal price, exact GPU counts first; then cloud, region,
   zone, type for a stable result.
 * AWS Local Zones are left out unless ``include_local_zones`` or the zone is named.
@@ -21,7 +21,7 @@ import difflib
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpuinfra.catalog.model import Offer
+from gpuinfra.catalog.model import MARKETS, Offer
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import CatalogError, NoOfferError
 from gpuinfra.requests import GpuRequest
@@ -40,7 +40,7 @@ class OfferQuery:
         region: region name or None.
         zone: AWS AZ ID (``use1-az4``) or GCP zone (``us-central1-a``) or None.
         instance_type: restrict to one type, or None.
-        spot: rank by spot price instead of on-demand.
+        market: ``on-demand``, ``spot`` or ``flex-start`` (:data:`MARKETS`).
         include_local_zones: keep AWS Local Zones / Wavelength zones.
     """
 
@@ -49,8 +49,13 @@ class OfferQuery:
     region: str | None = None
     zone: str | None = None
     instance_type: str | None = None
-    spot: bool = False
+    market: str = "on-demand"
     include_local_zones: bool = False
+
+    @property
+    def spot(self) -> bool:
+        """True when ranking by spot price."""
+        return self.market == "spot"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,21 +65,31 @@ class RankedOffer:
     Attributes:
         offer: the catalog row (per-node prices).
         nodes: node count.
-        spot: which pricing model ``price_per_hour_usd`` uses.
+        market: which market ``price_per_hour_usd`` uses (:data:`MARKETS`).
         requested_gpu_count: GPUs per node asked for (``offer.gpu_count`` may be larger).
     """
 
     offer: Offer
     nodes: int
-    spot: bool
+    market: str
     requested_gpu_count: int
 
     @property
+    def spot(self) -> bool:
+        """True when priced as spot."""
+        return self.market == "spot"
+
+    @property
     def price_per_hour_usd(self) -> Decimal:
-        """Total $/h for all nodes in the pricing model asked for."""
-        price = self.offer.price_per_hour_usd(self.spot)
+        """Total $/h for all nodes in the market asked for."""
+        price = self.offer.price_per_hour_usd(self.market)
         assert price is not None  # filtered in find_offers
         return price * self.nodes
+
+    def market_price_per_hour_usd(self, market: str) -> Decimal | None:
+        """Total $/h for all nodes in ``market`` (None: no price known there)."""
+        p = self.offer.price_per_hour_usd(market)
+        return None if p is None else p * self.nodes
 
     @property
     def on_demand_price_per_hour_usd(self) -> Decimal | None:
@@ -125,6 +140,8 @@ def validate_location(catalog: Catalog, query: OfferQuery) -> None:
     Raises:
         CatalogError: an unknown value, with the allowed values or the closest matches.
     """
+    if query.market not in MARKETS:
+        raise CatalogError(f"unknown market {query.market!r}; choose one of: {', '.join(MARKETS)}")
     if query.cloud is not None and query.cloud not in CLOUDS:
         raise CatalogError(f"unknown cloud {query.cloud!r}; choose one of: {', '.join(CLOUDS)}")
     if query.region is not None:
@@ -196,19 +213,20 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     validate_location(catalog, query)
     request = query.request
     located = [o for o in catalog.offers if _matches_location(o, query)]
-    market = "spot" if query.spot else "on-demand"
+    market = query.market
     ranked = [
-        RankedOffer(offer=o, nodes=request.nodes, spot=query.spot, requested_gpu_count=request.gpu_count)
+        RankedOffer(offer=o, nodes=request.nodes, market=market, requested_gpu_count=request.gpu_count)
         for o in located
-        if fits(o, request) and o.price_per_hour_usd(query.spot) is not None and _sold_as(catalog, o, market)
+        if fits(o, request) and o.price_per_hour_usd(market) is not None and _sold_as(catalog, o, market)
     ]
     if not ranked:
         unsold = {o.instance_type: catalog.fact(o.cloud, o.instance_type) for o in located
                   if fits(o, request) and not _sold_as(catalog, o, market)}
-        if unsold:
+        sold = [o for o in located if fits(o, request) and _sold_as(catalog, o, market)]
+        if unsold and not sold:  # nothing that fits is sold in this market at all
             raise NoOfferError(
                 f"provisioning-model-offered: {', '.join(sorted(unsold))} {'is' if len(unsold) == 1 else 'are'} not "
-                f"sold {'as spot' if query.spot else 'on demand'}; sold as "
+                f"sold {_AS[market]}; sold as "
                 + "; ".join(f"{t}: {', '.join(unsold[t].provisioning_models)}" for t in sorted(unsold))
             )
         raise NoOfferError(_no_fit_message(catalog, query, located))
@@ -223,6 +241,9 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
         )
     )
     return ranked
+
+
+_AS = {"on-demand": "on demand", "spot": "as spot", "flex-start": "as flex-start"}
 
 
 def _sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
@@ -259,7 +280,7 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
     for count, itype in shapes:
         by_count.setdefault(count, []).append(itype)
     listing = "; ".join(f"{c} per node: {', '.join(sorted(set(t)))}" for c, t in sorted(by_count.items()))
-    pricing = "spot" if query.spot else "on-demand"
+    pricing = query.market
     bigger = [c for c in by_count if c > request.gpu_count]
     if by_count and all(c < request.gpu_count or c > MAX_ROUND_UP_FACTOR * request.gpu_count for c in by_count):
         advice = (
@@ -271,9 +292,14 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
             f"no offer {where} fits {request.gpu_count}x{request.gpu} per node: {listing} "
             f"(a round-up above {MAX_ROUND_UP_FACTOR}x is not a fit).{advice}"
         ).replace("  ", " ").replace("offer  fits", "offer fits")
+    others = [m for m in MARKETS if m != pricing]
+    hint = {
+        "flex-start": " This catalog has no flex-start (DWS) price for it (the shipped snapshot has none); "
+                      "`gpuinfra catalog refresh --cloud gcp` reads them from the Cloud Billing Catalog.",
+    }.get(pricing, "")
     return (
         f"price-known: no {pricing} price for {request.gpu_count}x{request.gpu} {where}: {listing}."
-        + (" Try without --spot." if query.spot else " Try --spot.")
+        f"{hint} Other markets: {', '.join(others)} (`gpuinfra offers --market ...` lists them)."
     ).replace("  ", " ")
 
 

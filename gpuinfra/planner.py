@@ -36,7 +36,7 @@ from gpuinfra.profiles import Profile
 from gpuinfra.requests import parse_gpu_spec
 from pydantic import ValidationError
 
-from gpuinfra.spec import ClusterSpec, NetworkSettings, PriceSnapshot, check_stack_name, format_validation_error
+from gpuinfra.spec import ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_stack_name, format_validation_error
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -56,6 +56,9 @@ class PlanRequest:
             AZ and region, and at most its available instances.
         max_price_per_hour_usd: the stack's budget (``--max-price-per-hour``), recorded in the
             spec; ``new`` refuses the stack when its priced $/h is over it.
+        data: the training data set (:func:`gpuinfra.datasource.resolve_data_set`): offers are
+            then chosen by run cost (compute x run hours + moving the data once,
+            :mod:`gpuinfra.locality`) and the spec records it.
     """
 
     gpus: str | None
@@ -71,16 +74,23 @@ class PlanRequest:
     include_local_zones: bool = False
     capacity_reservation: CapacityReservation | None = None
     max_price_per_hour_usd: float | None = None
+    data: DataSource | None = None
 
 
 @dataclass(frozen=True)
 class Plan:
-    """The outcome: the spec to write, the chosen offer and what it costs."""
+    """The outcome: the spec to write, the chosen offer and what it costs.
+
+    Attributes:
+        locality_note: with a data set, a sentence when the cheapest GPU offer is not the
+            cheapest run (:func:`gpuinfra.locality.cheapest_gpu_note`), else "".
+    """
 
     spec: ClusterSpec
     offer: RankedOffer
     catalog_date: str
     spot_from_profile: bool
+    locality_note: str = ""
 
     @property
     def run_cost_usd(self) -> Decimal:
@@ -172,7 +182,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             region=request.region,
             zone=request.zone,
             instance_type=request.instance_type,
-            spot=spot,
+            market="spot" if spot else "on-demand",
             include_local_zones=request.include_local_zones,
         )
         try:
@@ -181,6 +191,9 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             last_error = exc
             continue
         kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes)
+        if kept and request.data is not None:
+            best, note = _best_run(kept, request, profile)
+            return _build_plan(catalog, request, profile, best, now, spot_from_profile and spot, note)
         if kept:
             return _build_plan(catalog, request, profile, kept[0], now, spot_from_profile and spot)
         last_error = NoOfferError(
@@ -189,6 +202,22 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         )
     assert last_error is not None
     raise last_error
+
+
+def _best_run(kept: list[RankedOffer], request: PlanRequest, profile: Profile) -> tuple[RankedOffer, str]:
+    """The offer with the cheapest run for the request's data set, and the locality note.
+
+    Raises:
+        NoOfferError: ``price-known``: no offer has a priced route for the data (never free).
+    """
+    from gpuinfra.locality import cheapest_gpu_note, rank_runs
+
+    hours = Decimal(str(request.hours if request.hours is not None else profile.default_run_hours))
+    runs = rank_runs(kept, request.data, hours)
+    if runs[0].run_usd is None:
+        raise NoOfferError(f"price-known: no transfer price for {request.data.describe()} to any of "
+                           f"{len(runs)} offers (first: {runs[0].transfer.route})")
+    return runs[0].ranked, cheapest_gpu_note(runs) or ""
 
 
 def _with_reservation(request: PlanRequest) -> PlanRequest:
@@ -217,13 +246,15 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
     return replace(request, cloud="aws", region=cr.region, zone=cr.zone_id, instance_type=cr.instance_type, spot=False)
 
 
-def _build_plan(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime, spot_from_profile: bool) -> Plan:
+def _build_plan(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime,
+                spot_from_profile: bool, locality_note: str = "") -> Plan:
     offer = best.offer
     try:
         spec = _make_spec(catalog, request, profile, best, now)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "gpuinfra:cluster")) from None
-    return Plan(spec=spec, offer=best, catalog_date=catalog.date_for(offer.cloud), spot_from_profile=spot_from_profile)
+    return Plan(spec=spec, offer=best, catalog_date=catalog.date_for(offer.cloud), spot_from_profile=spot_from_profile,
+                locality_note=locality_note)
 
 
 def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime) -> ClusterSpec:
@@ -250,6 +281,7 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         max_price_per_hour_usd=(None if request.max_price_per_hour_usd is None
                                 else Decimal(str(request.max_price_per_hour_usd))),
         gpu_facts=gpu_model(offer.gpu),
+        data=request.data,
         price=PriceSnapshot(
             on_demand_price_per_hour_usd=_money(offer.on_demand_price_per_hour_usd),
             spot_price_per_hour_usd=_money(offer.spot_price_per_hour_usd),

@@ -99,9 +99,39 @@ class PriceSnapshot(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    on_demand_price_per_hour_usd: str | None
-    spot_price_per_hour_usd: str | None
+    on_demand_price_per_hour_usd: str | None = None
+    spot_price_per_hour_usd: str | None = None
     catalog_date: str
+
+
+class DataSource(BaseModel):
+    """The training data set a stack was planned for (``--data`` / ``--data-region``).
+
+    Attributes:
+        cloud: ``aws`` | ``gcp``.
+        location: bucket region, or a Cloud Storage multi-/dual-region (``us``, ``nam4``).
+        size_gb: decimal GB (10^9 bytes), as transfer is priced.
+        uri: ``s3://`` / ``gs://`` URI, or "" when only a region was given.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    cloud: Literal["aws", "gcp"]
+    location: str = Field(min_length=1)
+    size_gb: Decimal = Field(gt=0, allow_inf_nan=False)
+    uri: str = ""
+
+    @property
+    def multi_region(self) -> bool:
+        """True for a Cloud Storage multi-region or dual-region bucket (``us``, ``nam4``)."""
+        from gpuinfra.datasource import GCS_MULTI_REGIONS
+
+        return self.cloud == "gcp" and self.location in GCS_MULTI_REGIONS
+
+    def describe(self) -> str:
+        """``2000 GB in s3://bucket/prefix (aws us-east-1)``."""
+        where = f"{self.uri} ({self.cloud} {self.location})" if self.uri else f"{self.cloud} {self.location}"
+        return f"{self.size_gb:f} GB in {where}"
 
 
 class ClusterSpec(BaseModel):
@@ -149,6 +179,7 @@ class ClusterSpec(BaseModel):
         facts: the hardware facts of ``instance_type`` the plan was built from (copied from the
             catalog by ``gpuinfra new``); the blueprints read these, never the catalog.
         gpu_facts: the GPU model's facts (memory, GCP accelerator type).
+        data: the data set the offer was chosen for; the cost preview prices moving it once.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -184,6 +215,7 @@ class ClusterSpec(BaseModel):
     max_price_per_hour_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
     facts: InstanceFacts
     gpu_facts: GpuModel
+    data: DataSource | None = None
 
     @field_validator("schema_version", mode="before")
     @classmethod

@@ -48,7 +48,7 @@ def test_nodes_multiply_price_and_spot_uses_spot_column():
     cat = _catalog(_offer("t", "A100", 4, "10", spot="3"), _offer("u", "A100", 4, "8"))
     on_demand = find_offers(cat, OfferQuery(parse_gpu_spec("4xA100", nodes=3)))
     assert [(r.offer.instance_type, r.price_per_hour_usd) for r in on_demand] == [("u", Decimal("24")), ("t", Decimal("30"))]
-    spot = find_offers(cat, OfferQuery(parse_gpu_spec("4xA100", nodes=3), spot=True))
+    spot = find_offers(cat, OfferQuery(parse_gpu_spec("4xA100", nodes=3), market="spot"))
     assert [(r.offer.instance_type, r.price_per_hour_usd) for r in spot] == [("t", Decimal("9"))]  # u has no spot price
     assert spot[0].price_per_gpu_hour_usd == Decimal("0.75")
 
@@ -73,20 +73,20 @@ def test_aws_4xa100_is_p4d_rounded_up_and_cheapest_first():
     assert first.price_per_hour_usd == Decimal("21.95764")  # us-east-1, after float-noise rounding
 
 
-def test_gcp_4xa100_prices_are_host_plus_gpu():
+def test_gcp_4xa100_is_priced_at_the_cited_on_demand_price():
     ranked = find_offers(load_catalog(), OfferQuery(parse_gpu_spec("4xA100"), cloud="gcp"))
     assert {r.offer.instance_type for r in ranked} == {"a2-highgpu-4g", "a2-highgpu-8g"}  # 8 <= 2 x 4
-    assert ranked[0].offer.instance_type == "a2-highgpu-4g" and not ranked[0].round_up
-    for r in ranked:
-        o = r.offer
-        assert r.price_per_hour_usd == o.host_on_demand_price_per_hour_usd + o.accelerator_on_demand_price_per_hour_usd
+    first = ranked[0]
+    assert (first.offer.instance_type, first.offer.region, first.price_per_hour_usd) == (
+        "a2-highgpu-4g", "us-central1", Decimal("14.69354"))  # 4 x 3.673385 (pricing.yml 2026-08-20)
+    assert not first.round_up
 
 
 def test_p5e_has_no_on_demand_offer_but_spot_ones():
     catalog = load_catalog()
     on_demand = find_offers(catalog, OfferQuery(parse_gpu_spec("8xH200"), cloud="aws"))
     assert {r.offer.instance_type for r in on_demand} == {"p5en.48xlarge"}
-    spot = find_offers(catalog, OfferQuery(parse_gpu_spec("8xH200"), cloud="aws", spot=True))
+    spot = find_offers(catalog, OfferQuery(parse_gpu_spec("8xH200"), cloud="aws", market="spot"))
     assert "p5e.48xlarge" in {r.offer.instance_type for r in spot}
 
 

@@ -1,20 +1,28 @@
-"""Build the normalized catalog from the public price snapshot (SkyPilot catalog v8 schema).
+"""Build the normalized catalog from the public price snapshot.
 
-Input: ``data/snapshot/`` in the repository (copied from ``shared/data/catalog`` with its
-README giving provenance and known defects) plus the instance-fact inputs beside it.
+Input: ``data/snapshot/`` in the repository (README there gives provenance per file and the
+known defects) plus the instance-fact inputs beside it:
+
+* ``aws_vms.csv`` -- SkyPilot catalog v8 rows (on-demand and spot per AZ ID);
+* ``gcp_vms.csv`` -- SkyPilot catalog v8 rows: which machine types and GPUs each zone offers,
+  and their **spot** prices (host row + GPU row). Its on-demand GPU prices are **not used**
+  except for the GPUs attached to N1 hosts: for A100, A100-80GB, H100, H100-Mega and H200
+  they are DWS / flex-start SKUs posing as on-demand (review P1);
+* ``gcp_on_demand.csv`` -- on-demand price per machine type and region, one cited source
+  per row (``source_ref``, ``source_date``): the whole machine as billed (vCPUs, memory,
+  GPUs, bundled Local SSD).
+
 Output: the package data in ``gpuinfra/catalog/data/`` (``offers.csv``,
-``instance_types.json``, ``catalog.json``).
+``instance_types.json``, ``catalog.json``), written only when every gate of
+:mod:`gpuinfra.catalog.gates` passes. Run ``python -m gpuinfra.catalog.build``; a test checks
+that the shipped files equal a fresh build byte for byte.
 
-Run ``python -m gpuinfra.catalog.build`` after changing the snapshot; a test checks that the
-shipped files equal a fresh build byte for byte.
+Defects handled on purpose, each counted in :class:`BuildReport` (printed by the build):
 
-Defects handled on purpose (snapshot README, "Known defects"):
-
-* a missing price means "not offered for that pricing model" and stays ``None``;
-* a4-highgpu-8g host rows priced ``0.0`` are a real component of a bundle whose GPU row
-  carries the whole price, so the GCP total (host + GPU) is right; a zero *total* would be
-  dropped;
-* spot not below on-demand is kept and flagged (:attr:`Offer.spot_not_discounted`);
+* a GCP on-demand price that no cited source gives is dropped (``None``), never guessed;
+* a spot price above on-demand is dropped (AWS: never paid by default; GCP: a wrong SKU);
+* GCP spot prices of machines with bundled Local SSD add the Local SSD spot price of the
+  region (``prices.yaml`` ``local_ssd_spot_per_gb_month``), else they are dropped;
 * AWS Local Zones / Wavelength zones are kept with ``local_zone=True`` and filtered at query
   time unless asked for;
 * float noise is removed by rounding to 1e-5 USD.
@@ -27,11 +35,21 @@ import csv
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.catalog.model import CATALOG_SCHEMA_VERSION, Offer, add_prices, parse_price
+from gpuinfra.catalog.model import (
+    CATALOG_SCHEMA_VERSION,
+    Offer,
+    add_prices,
+    parse_price,
+    price_source_keys,
+    quantize_price,
+)
+from gpuinfra.cost.prices import HOURS_PER_MONTH, region_prices
 
 #: A regular AZ ID: ``use1-az4``. Local Zones (``usw2-lax1-az1``) and Wavelength zones
 #: (``use1-wl1-bos-wlz1``) have more dash-separated parts.
@@ -39,13 +57,31 @@ from gpuinfra.catalog.model import CATALOG_SCHEMA_VERSION, Offer, add_prices, pa
 #: docs.aws.amazon.com/local-zones/latest/ug/available-local-zones.html.
 _REGULAR_AZ_ID = re.compile(r"^[a-z]{2,}\d+-az\d+$")
 
-SNAPSHOT_SOURCE = (
-    "skypilot-org/skypilot-catalog catalogs/v8 (aws/vms.csv @00148f2a, gcp/vms.csv @006059e0), "
-    "GPU rows transcribed into shared/data/catalog"
-)
-#: Date the snapshot was imported into gpuinfra. Upstream commit dates are unknown
-#: (snapshot README: "treat the snapshot as late 2026").
-SNAPSHOT_DATE = "2026-11-22"
+#: The day the SkyPilot rows were copied into gpuinfra (upstream commits are undated).
+IMPORT_DATE = "2026-11-22"
+
+#: Price sources of the shipped snapshot, by the key each offer's ``price_source`` names.
+#: Dates are the sources' own dates where known (snapshot README, "Source").
+PRICE_SOURCES: dict[str, dict[str, str]] = {
+    "skypilot-v8-aws": {
+        "what": "AWS on-demand and spot per AZ ID",
+        "source": "github.com/skypilot-org/skypilot-catalog catalogs/v8/aws/vms.csv @00148f2af3672e2229b4f7bf8157d5a3f36e3c35",
+        "date": f"undated upstream commit (content late 2026); imported {IMPORT_DATE}",
+    },
+    "skypilot-v8-gcp": {
+        "what": "GCP spot (host row + GPU row) per zone; on-demand of GPUs attached to N1 hosts",
+        "source": "github.com/skypilot-org/skypilot-catalog catalogs/v8/gcp/vms.csv @006059e0f18acb1341e22a27751e9f80df6ba92f",
+        "date": f"undated upstream commit (content late 2026); imported {IMPORT_DATE}",
+    },
+    "cyclenerd-2026-08-20": {
+        "what": "GCP on-demand per machine type and region (vCPU + memory + GPUs + bundled Local SSD), "
+                "built from the Cloud Billing Catalog 'running in' SKUs (no DWS, commitment or spot SKUs)",
+        "source": "github.com/Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml "
+                  "@dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (compute.instance.<type>.cost.<region>.hour)",
+        "date": "2026-08-20 (the file's own 'generated: Thu Aug 20 04:22:20 2026')",
+    },
+}
+
 
 def is_local_zone(zone_id: str) -> bool:
     """True for AWS Local Zone / Wavelength zone IDs (``usw2-lax1-az1``), False for ``use1-az1``."""
@@ -58,23 +94,51 @@ def _gpu_memory_mib(gpu_info: str) -> int:
     return int(gpus[0].get("MemoryInfo", {}).get("SizeInMiB", 0))
 
 
-def normalize_aws(rows: Iterable[Mapping[str, str]]) -> list[Offer]:
+@dataclass
+class BuildReport:
+    """Counts of what the build dropped on purpose (printed by ``python -m gpuinfra.catalog.build``).
+
+    Attributes:
+        dropped: reason -> number of offer prices (or offers) dropped.
+    """
+
+    dropped: dict[str, int] = field(default_factory=dict)
+
+    def count(self, reason: str) -> None:
+        """Add one to ``reason``."""
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+
+    def lines(self) -> list[str]:
+        """One line per reason, sorted."""
+        return [f"dropped {n}: {reason}" for reason, n in sorted(self.dropped.items())]
+
+
+def _sources(**by_market: str) -> str:
+    return ";".join(f"{market.replace('_', '-')}:{key}" for market, key in by_market.items())
+
+
+def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None = None) -> list[Offer]:
     """Turn SkyPilot-v8 AWS rows (one per type per AZ ID) into offers.
 
     Args:
         rows: dicts with the snapshot columns ``InstanceType, AcceleratorName,
             AcceleratorCount, vCPUs, MemoryGiB, GpuInfo, Price, SpotPrice, Region,
             AvailabilityZone``.
+        report: counts of dropped prices (spot above on-demand).
 
     Returns:
         Offers sorted by (instance type, region, zone); rows with neither an on-demand nor a
         spot price are dropped (nothing to rent).
     """
+    report = report if report is not None else BuildReport()
     offers = []
     for row in rows:
         memory_mib = _gpu_memory_mib(row["GpuInfo"])
         on_demand = parse_price(row["Price"]) or None  # 0 on AWS means "no price"
         spot = parse_price(row["SpotPrice"]) or None
+        if spot is not None and on_demand is not None and spot > on_demand:
+            report.count("aws spot price above on-demand (spot dropped)")
+            spot = None
         if on_demand is None and spot is None:
             continue
         offers.append(
@@ -89,6 +153,7 @@ def normalize_aws(rows: Iterable[Mapping[str, str]]) -> list[Offer]:
                 zone=row["AvailabilityZone"],
                 on_demand_price_per_hour_usd=on_demand,
                 spot_price_per_hour_usd=spot,
+                price_source="all:skypilot-v8-aws",
                 local_zone=is_local_zone(row["AvailabilityZone"]),
             )
         )
@@ -102,8 +167,36 @@ def _gcp_hosts_for(gpu: str, count: int, host_map: Mapping) -> list[str]:
     return [hosts] if isinstance(hosts, str) else list(hosts)
 
 
+def load_gcp_on_demand(path: Path) -> dict[tuple[str, str], Decimal]:
+    """Read ``gcp_on_demand.csv``: (machine type, region) -> on-demand USD per node-hour.
+
+    Every row must name its source (``source_ref``) and the source's date (``source_date``).
+
+    Raises:
+        ValueError: a row without a source or date, a price <= 0, or a duplicate key.
+    """
+    prices: dict[tuple[str, str], Decimal] = {}
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            key = (row["machine_type"], row["region"])
+            price = parse_price(row["price_per_hour_usd"])
+            if not row.get("source_ref") or not row.get("source_date"):
+                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
+            if price is None or price <= 0:
+                raise ValueError(f"{path.name} line {n}: price must be > 0, got {row['price_per_hour_usd']!r}")
+            if key in prices:
+                raise ValueError(f"{path.name} line {n}: duplicate {key}")
+            prices[key] = price
+    return prices
+
+
 def normalize_gcp(
-    rows: Iterable[Mapping[str, str]], curated: Mapping, gpu_types: Mapping[str, str]
+    rows: Iterable[Mapping[str, str]],
+    curated: Mapping,
+    gpu_types: Mapping[str, str],
+    on_demand: Mapping[tuple[str, str], Decimal],
+    local_ssd_spot_per_gib_month: Mapping[str, Decimal],
+    report: BuildReport | None = None,
 ) -> list[Offer]:
     """Combine GCP host rows and GPU rows of the same zone into machine offers.
 
@@ -113,13 +206,27 @@ def normalize_gcp(
         curated: parsed ``gcp_machine_facts.json`` (``host_gpu_map`` for bundled GPUs,
             ``n1_accelerator_limits`` for GPUs attached to N1 hosts).
         gpu_types: canonical GPU name -> Compute Engine accelerator type.
+        on_demand: cited on-demand prices, (machine type, region) -> USD per node-hour
+            (:func:`load_gcp_on_demand`).
+        local_ssd_spot_per_gib_month: region -> Local SSD price for Spot VMs, added to the
+            spot price of machines with bundled Local SSD.
+        report: counts of dropped prices.
 
     Returns:
-        One offer per (machine type, GPU, GPU count, zone) where both rows exist. The price
-        is host + GPU (snapshot README: "The price of a GPU machine is its host row plus the
-        GPU row for the same zone"). N1 hosts are paired with T4/V100/P100/P4 counts whose
-        vCPU and memory limits they satisfy (cloud.google.com/compute/docs/gpus#n1-gpus).
+        One offer per (machine type, GPU, GPU count, zone) the snapshot lists with a price in
+        some market:
+
+        * on-demand: ``on_demand[(type, region)]`` for machines with bundled GPUs; host row +
+          GPU row for N1 hosts with attached T4/V100/P100/P4 (those GPU SKUs have no DWS
+          variant: N1 has no flex-start, cloud.google.com/compute/docs/gpus#n1-gpus);
+        * spot: host row + GPU row (+ bundled Local SSD at the spot rate);
+        * flex-start: none (the snapshot has no flex-start price for the whole machine;
+          ``gpuinfra catalog refresh`` reads the DWS SKUs).
+
+        N1 hosts are paired with T4/V100/P100/P4 counts whose vCPU and memory limits they
+        satisfy (cloud.google.com/compute/docs/gpus#n1-gpus).
     """
+    report = report if report is not None else BuildReport()
     rows = list(rows)
     hosts: dict[tuple[str, str], Mapping[str, str]] = {}
     for row in rows:
@@ -135,7 +242,8 @@ def normalize_gcp(
         raw_gpu = row["AcceleratorName"]
         count = int(float(row["AcceleratorCount"]))
         gpu = "H100" if raw_gpu == "H100-MEGA" else raw_gpu
-        if raw_gpu in limits:
+        attached = raw_gpu in limits
+        if attached:
             limit = limits[raw_gpu].get(str(count))
             candidates = [
                 h for h in n1_hosts
@@ -152,15 +260,36 @@ def normalize_gcp(
             )
         for machine_type in candidates:
             host = hosts.get((machine_type, row["AvailabilityZone"]))
-            if host is None or gcp_facts(machine_type, curated) is None:
+            fact = gcp_facts(machine_type, curated)
+            if host is None or fact is None:
                 continue
-            gpu_od, gpu_spot = parse_price(row["Price"]), parse_price(row["SpotPrice"])
-            host_od, host_spot = parse_price(host["Price"]), parse_price(host["SpotPrice"])
-            on_demand = add_prices(host_od, gpu_od)
-            spot = add_prices(host_spot, gpu_spot)
-            on_demand = on_demand if on_demand else None  # a zero total is not a price
-            spot = spot if spot else None
-            if on_demand is None and spot is None:
+            region = row["Region"]
+            sources: dict[str, str] = {}
+            if attached:
+                od = add_prices(parse_price(host["Price"]), parse_price(row["Price"])) or None
+                if od is not None:
+                    sources["on_demand"] = "skypilot-v8-gcp"
+            else:
+                od = on_demand.get((machine_type, region))
+                if od is not None:
+                    sources["on_demand"] = "cyclenerd-2026-08-20"
+                elif parse_price(row["Price"]) or parse_price(host["Price"]):
+                    report.count("gcp on-demand price without a cited source (on-demand dropped)")
+            spot = add_prices(parse_price(host["SpotPrice"]), parse_price(row["SpotPrice"])) or None
+            bundled_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
+            if spot is not None and bundled_gib:
+                lssd = local_ssd_spot_per_gib_month.get(region)
+                if lssd is None:
+                    report.count("gcp spot price without a Local SSD spot price for the region (spot dropped)")
+                    spot = None
+                else:
+                    spot = quantize_price(spot + Decimal(str(bundled_gib)) * lssd / HOURS_PER_MONTH)
+            if spot is not None and od is not None and spot > od:
+                report.count("gcp spot price above on-demand (spot dropped)")
+                spot = None
+            if spot is not None:
+                sources["spot"] = "skypilot-v8-gcp"
+            if od is None and spot is None:
                 continue
             offers.append(
                 Offer(
@@ -170,14 +299,11 @@ def normalize_gcp(
                     gpu_count=count,
                     vcpus=float(host["vCPUs"]),
                     memory_gib=float(host["MemoryGiB"]),
-                    region=row["Region"],
+                    region=region,
                     zone=row["AvailabilityZone"],
-                    on_demand_price_per_hour_usd=on_demand,
+                    on_demand_price_per_hour_usd=od,
                     spot_price_per_hour_usd=spot,
-                    host_on_demand_price_per_hour_usd=host_od,
-                    host_spot_price_per_hour_usd=host_spot,
-                    accelerator_on_demand_price_per_hour_usd=gpu_od,
-                    accelerator_spot_price_per_hour_usd=gpu_spot,
+                    price_source=_sources(**sources),
                     accelerator_type=accelerator_type,
                 )
             )
@@ -193,16 +319,27 @@ def build_facts(aws_describe: Iterable[tuple[Mapping, str]], gcp_types: Iterable
     return sorted(facts, key=lambda f: (f.cloud, f.instance_type))
 
 
-def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts], meta: dict) -> None:
+def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts], meta: dict,
+                  reference: dict | None = None) -> None:
     """Write ``offers.csv``, ``instance_types.json`` and ``catalog.json`` into ``out_dir``.
 
-    Files are written to temporary names first and renamed, so a failure leaves the previous
-    catalog intact.
+    The offers must pass every gate of :mod:`gpuinfra.catalog.gates` first; files are written
+    to temporary names and renamed, so a failure leaves the previous catalog intact.
+
+    Args:
+        reference: us-central1 on-demand prices for the GCP gate when ``offers`` lack that
+            region (:func:`gpuinfra.catalog.gates.reference_prices`).
+
+    Raises:
+        CatalogGateError: a gate failed; nothing was written.
     """
-    from gpuinfra.catalog.model import OFFER_COLUMNS
-    from gpuinfra.fsutil import atomic_write_text
     import io
 
+    from gpuinfra.catalog.gates import check_offers
+    from gpuinfra.catalog.model import OFFER_COLUMNS
+    from gpuinfra.fsutil import atomic_write_text
+
+    check_offers(offers, reference)
     out_dir.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=OFFER_COLUMNS, lineterminator="\n")
@@ -215,9 +352,9 @@ def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts]
     atomic_write_text(out_dir / "catalog.json", json.dumps(meta, indent=2) + "\n")
 
 
-def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceFacts], dict]:
-    """Read the snapshot folder and return (offers, facts, metadata)."""
-    from gpuinfra.catalog.store import load_gcp_curated_facts
+def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceFacts], dict, BuildReport]:
+    """Read the snapshot folder and return (offers, facts, metadata, report of drops)."""
+    from gpuinfra.catalog.store import load_gcp_curated_facts, load_gpu_models
 
     with open(snapshot_dir / "aws_vms.csv", newline="") as f:
         aws_rows = list(csv.DictReader(f))
@@ -226,23 +363,31 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
     curated = load_gcp_curated_facts()
     describe = json.loads((snapshot_dir / "aws_describe_instance_types.json").read_text())
     extra = json.loads((snapshot_dir / "aws_extra_facts.json").read_text())
-    from gpuinfra.catalog.store import load_gpu_models
-
     gpu_types = {g.name: g.gcp_accelerator_type or "" for g in load_gpu_models()}
-    offers = normalize_aws(aws_rows) + normalize_gcp(gcp_rows, curated, gpu_types)
+    report = BuildReport()
+    on_demand = load_gcp_on_demand(snapshot_dir / "gcp_on_demand.csv")
+    offers = normalize_aws(aws_rows, report) + normalize_gcp(
+        gcp_rows, curated, gpu_types, on_demand, region_prices("gcp", "local_ssd_spot_per_gb_month"), report)
     described = [(it, describe["_source"]) for it in describe["InstanceTypes"]]
     described += [(it, extra["_about"]) for it in extra["InstanceTypes"]]
     facts = build_facts(described, {o.instance_type for o in offers if o.cloud == "gcp"}, curated)
+    used = set().union(*(price_source_keys(o.price_source) for o in offers))
     meta = {
         "schema_version": CATALOG_SCHEMA_VERSION,
-        "catalog_date": SNAPSHOT_DATE,
+        "catalog_date": IMPORT_DATE,
         "sources": {
-            "aws": {"prices": SNAPSHOT_SOURCE, "date": SNAPSHOT_DATE, "facts": describe["_source"]},
-            "gcp": {"prices": SNAPSHOT_SOURCE, "date": SNAPSHOT_DATE, "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)"},
+            "aws": {"prices": PRICE_SOURCES["skypilot-v8-aws"]["source"], "date": f"undated (imported {IMPORT_DATE})",
+                    "facts": describe["_source"]},
+            "gcp": {"prices": "on-demand: " + PRICE_SOURCES["cyclenerd-2026-08-20"]["source"]
+                              + "; spot: " + PRICE_SOURCES["skypilot-v8-gcp"]["source"],
+                    "date": "2026-08-20 (on-demand; spot undated)",
+                    "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)"},
         },
+        "price_sources": {k: v for k, v in PRICE_SOURCES.items() if k in used},
+        "dropped_on_build": report.dropped,
         "built_by": "python -m gpuinfra.catalog.build",
     }
-    return offers, facts, meta
+    return offers, facts, meta, report
 
 
 def main() -> None:  # pragma: no cover - developer entry point
@@ -253,9 +398,11 @@ def main() -> None:  # pragma: no cover - developer entry point
     parser.add_argument("--snapshot", type=Path, default=Path("data/snapshot"))
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "data")
     args = parser.parse_args()
-    offers, facts, meta = build_from_snapshot(args.snapshot)
+    offers, facts, meta, report = build_from_snapshot(args.snapshot)
     write_catalog(args.out, offers, facts, meta)
     print(f"wrote {len(offers)} offers and {len(facts)} instance types to {args.out}")
+    for line in report.lines():
+        print(f"  {line}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,13 +1,17 @@
 """Typed rows of the gpuinfra catalog: offers (priced placements) and instance facts.
 
-An *offer* is one instance/machine type in one zone with its on-demand and spot price per
-node-hour. The hardware facts of a type (GPUs, NICs, local SSD, placement, provisioning
-models) are :class:`gpuinfra.catalog.facts_model.InstanceFacts`.
+An *offer* is one instance/machine type in one zone with its price per node-hour in each
+market the cloud sells it in: on-demand, spot and flex-start (GCP's Dynamic Workload
+Scheduler, priced from its own SKUs). The hardware facts of a type (GPUs, NICs, local SSD,
+placement, provisioning models) are :class:`gpuinfra.catalog.facts_model.InstanceFacts`.
 
 Prices are :class:`decimal.Decimal` in USD per hour per node, rounded half-even to 1e-5 USD
 (the snapshot carries float noise such as ``21.957642`` vs ``21.95764`` for one price;
-data/snapshot/README.md, "Known defects"). ``None`` means "not offered for that pricing
-model" -- never zero.
+data/snapshot/README.md, "Known defects"). ``None`` means "no price known for that market"
+-- never zero. A GCP price is the whole machine as billed: vCPUs, memory, GPUs and any
+bundled Local SSD ("Google Cloud bills accelerator-optimized machine types for their attached
+GPUs, predefined vCPU, memory, and bundled Local SSD", cloud.google.com/compute/docs/
+accelerator-optimized-machines, "Pricing and consumption options").
 """
 
 from __future__ import annotations
@@ -17,9 +21,13 @@ from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
 PRICE_QUANTUM = Decimal("0.00001")
 
-#: Version of the catalog folder layout: 2 = typed facts (networks, local SSD, placement,
-#: provisioning models) and no per-row GPU memory (one value per GPU model in ``gpus.json``).
-CATALOG_SCHEMA_VERSION = 2
+#: Version of the catalog folder layout: 3 = one price per market (on-demand, spot,
+#: flex-start) with a price source per offer; no host/GPU split.
+CATALOG_SCHEMA_VERSION = 3
+
+#: Markets an offer can be priced in. ``flex-start`` is GCP's Dynamic Workload Scheduler
+#: (cloud.google.com/compute/docs/instances/about-flex-start-vms), priced separately.
+MARKETS: tuple[str, ...] = ("on-demand", "spot", "flex-start")
 
 #: Column order of the normalized offers CSV.
 OFFER_COLUMNS: tuple[str, ...] = (
@@ -33,10 +41,8 @@ OFFER_COLUMNS: tuple[str, ...] = (
     "zone",
     "on_demand_price_per_hour_usd",
     "spot_price_per_hour_usd",
-    "host_on_demand_price_per_hour_usd",
-    "host_spot_price_per_hour_usd",
-    "accelerator_on_demand_price_per_hour_usd",
-    "accelerator_spot_price_per_hour_usd",
+    "flex_start_price_per_hour_usd",
+    "price_source",
     "accelerator_type",
     "local_zone",
 )
@@ -50,7 +56,8 @@ def parse_price(text: str | None) -> Decimal | None:
 
     Returns:
         The price rounded half-even to 1e-5 USD, or ``None``. A literal ``0`` is kept as
-        ``Decimal(0)``; callers decide whether zero is meaningful for that column.
+        ``Decimal(0)``; callers decide whether zero is meaningful for that column (the
+        catalog gates refuse it in a shipped catalog).
 
     Raises:
         ValueError: the cell is not a number or is negative.
@@ -63,6 +70,11 @@ def parse_price(text: str | None) -> Decimal | None:
         raise ValueError(f"not a price: {text!r}") from exc
     if value < 0 or not value.is_finite():
         raise ValueError(f"price must be a finite number >= 0, got {text!r}")
+    return quantize_price(value)
+
+
+def quantize_price(value: Decimal) -> Decimal:
+    """Round a USD/hour amount half-even to the catalog's 1e-5 USD."""
     return value.quantize(PRICE_QUANTUM, rounding=ROUND_HALF_EVEN)
 
 
@@ -70,19 +82,47 @@ def format_price(value: Decimal | None) -> str:
     """Write a price for the CSV: ``""`` for None, else a plain decimal string."""
     if value is None:
         return ""
-    return format(value.quantize(PRICE_QUANTUM, rounding=ROUND_HALF_EVEN).normalize(), "f")
+    return format(quantize_price(value).normalize(), "f")
 
 
-def add_prices(a: Decimal | None, b: Decimal | None) -> Decimal | None:
-    """Sum two price components; ``None`` (not offered) if either is missing."""
-    if a is None or b is None:
+def add_prices(*parts: Decimal | None) -> Decimal | None:
+    """Sum price components; ``None`` (no price) if any is missing."""
+    if any(p is None for p in parts):
         return None
-    return a + b
+    return sum(parts, Decimal(0))
+
+
+def price_source_keys(price_source: str) -> set[str]:
+    """Source keys named by an offer's ``price_source`` (``"on-demand:a;spot:b"`` -> ``{a, b}``;
+    ``"all:a"`` names one source for every market)."""
+    return {part.split(":", 1)[1] for part in price_source.split(";") if ":" in part}
+
+
+#: Spellings accepted for a market on the command line: the field's short names and the
+#: catalog's market names.
+MARKET_ALIASES: dict[str, str] = {"on-demand": "on-demand", "ondemand": "on-demand", "spot": "spot",
+                                  "flex": "flex-start", "flex-start": "flex-start", "dws": "flex-start"}
+
+
+def parse_market(text: str) -> str | None:
+    """The market named by ``text`` (``flex`` -> ``flex-start``), None when unknown."""
+    return MARKET_ALIASES.get(text.strip().lower())
+
+
+def check_market(market: str) -> str:
+    """Return ``market`` when it is one of :data:`MARKETS`.
+
+    Raises:
+        ValueError: another value, naming the allowed ones.
+    """
+    if market not in MARKETS:
+        raise ValueError(f"unknown market {market!r}; choose one of: {', '.join(MARKETS)}")
+    return market
 
 
 @dataclass(frozen=True, slots=True)
 class Offer:
-    """One type in one zone, priced per node-hour.
+    """One type in one zone, priced per node-hour in each market.
 
     Attributes:
         cloud: ``"aws"`` or ``"gcp"``.
@@ -95,12 +135,12 @@ class Offer:
         region: cloud region (``us-east-1``, ``us-central1``).
         zone: AWS Availability Zone **ID** (``use1-az4``; names like ``us-east-1a`` differ per
             account) or GCP zone name (``us-central1-a``).
-        on_demand_price_per_hour_usd: per node; None when not sold on demand.
+        on_demand_price_per_hour_usd: per node; None when no on-demand price is known.
         spot_price_per_hour_usd: per node; None when no spot price is known.
-        host_on_demand_price_per_hour_usd, host_spot_price_per_hour_usd: GCP only, the
-            machine-type part of the price (None on AWS).
-        accelerator_on_demand_price_per_hour_usd, accelerator_spot_price_per_hour_usd: GCP
-            only, the GPU part of the price for all GPUs of one node.
+        flex_start_price_per_hour_usd: per node (GCP flex-start / DWS); None when unknown.
+        price_source: ``market:key`` pairs joined by ``;`` (``all:key`` for every market);
+            each key names a source in ``catalog.json`` ``price_sources`` (which table, which
+            date), so every price can be traced.
         accelerator_type: GCP accelerator type name (``nvidia-tesla-t4``) for guest
             accelerators attached to N1 hosts and bundled ones; "" on AWS.
         local_zone: AWS Local Zone / Wavelength zone (excluded from ranking unless asked).
@@ -116,29 +156,16 @@ class Offer:
     zone: str
     on_demand_price_per_hour_usd: Decimal | None
     spot_price_per_hour_usd: Decimal | None
-    host_on_demand_price_per_hour_usd: Decimal | None = None
-    host_spot_price_per_hour_usd: Decimal | None = None
-    accelerator_on_demand_price_per_hour_usd: Decimal | None = None
-    accelerator_spot_price_per_hour_usd: Decimal | None = None
+    flex_start_price_per_hour_usd: Decimal | None = None
+    price_source: str = ""
     accelerator_type: str = ""
     local_zone: bool = False
 
     @property
     def spot_not_discounted(self) -> bool:
-        """True when a spot price exists but is not below on-demand (a data defect to flag).
-
-        On GCP the host and GPU parts are checked separately: the snapshot has A100-80GB GPU
-        rows whose spot price is above on-demand even where the machine total is discounted.
-        """
-        pairs = (
-            (self.spot_price_per_hour_usd, self.on_demand_price_per_hour_usd),
-            (self.host_spot_price_per_hour_usd, self.host_on_demand_price_per_hour_usd),
-            (self.accelerator_spot_price_per_hour_usd, self.accelerator_on_demand_price_per_hour_usd),
-        )
-        return any(
-            spot is not None and on_demand is not None and on_demand > 0 and spot >= on_demand
-            for spot, on_demand in pairs
-        )
+        """True when a spot price exists but is not below on-demand (equal: no discount there)."""
+        spot, on_demand = self.spot_price_per_hour_usd, self.on_demand_price_per_hour_usd
+        return spot is not None and on_demand is not None and spot >= on_demand
 
     @property
     def gpu_memory_gib(self) -> float:
@@ -147,9 +174,17 @@ class Offer:
 
         return gpu_model(self.gpu).memory_gib
 
-    def price_per_hour_usd(self, spot: bool) -> Decimal | None:
-        """Per-node price for the pricing model asked for (None: not offered that way)."""
-        return self.spot_price_per_hour_usd if spot else self.on_demand_price_per_hour_usd
+    def price_per_hour_usd(self, market: str) -> Decimal | None:
+        """Per-node price in ``market`` (one of :data:`MARKETS`); None: no price known.
+
+        Raises:
+            ValueError: ``market`` is not one of :data:`MARKETS`.
+        """
+        return {
+            "on-demand": self.on_demand_price_per_hour_usd,
+            "spot": self.spot_price_per_hour_usd,
+            "flex-start": self.flex_start_price_per_hour_usd,
+        }[check_market(market)]
 
     def to_row(self) -> dict[str, str]:
         """Serialize to the normalized CSV row (see :data:`OFFER_COLUMNS`)."""
@@ -164,14 +199,8 @@ class Offer:
             "zone": self.zone,
             "on_demand_price_per_hour_usd": format_price(self.on_demand_price_per_hour_usd),
             "spot_price_per_hour_usd": format_price(self.spot_price_per_hour_usd),
-            "host_on_demand_price_per_hour_usd": format_price(self.host_on_demand_price_per_hour_usd),
-            "host_spot_price_per_hour_usd": format_price(self.host_spot_price_per_hour_usd),
-            "accelerator_on_demand_price_per_hour_usd": format_price(
-                self.accelerator_on_demand_price_per_hour_usd
-            ),
-            "accelerator_spot_price_per_hour_usd": format_price(
-                self.accelerator_spot_price_per_hour_usd
-            ),
+            "flex_start_price_per_hour_usd": format_price(self.flex_start_price_per_hour_usd),
+            "price_source": self.price_source,
             "accelerator_type": self.accelerator_type,
             "local_zone": "1" if self.local_zone else "0",
         }
@@ -194,14 +223,8 @@ class Offer:
             zone=row["zone"],
             on_demand_price_per_hour_usd=parse_price(row["on_demand_price_per_hour_usd"]),
             spot_price_per_hour_usd=parse_price(row["spot_price_per_hour_usd"]),
-            host_on_demand_price_per_hour_usd=parse_price(row["host_on_demand_price_per_hour_usd"]),
-            host_spot_price_per_hour_usd=parse_price(row["host_spot_price_per_hour_usd"]),
-            accelerator_on_demand_price_per_hour_usd=parse_price(
-                row["accelerator_on_demand_price_per_hour_usd"]
-            ),
-            accelerator_spot_price_per_hour_usd=parse_price(
-                row["accelerator_spot_price_per_hour_usd"]
-            ),
+            flex_start_price_per_hour_usd=parse_price(row["flex_start_price_per_hour_usd"]),
+            price_source=row["price_source"],
             accelerator_type=row["accelerator_type"],
             local_zone=row["local_zone"] == "1",
         )

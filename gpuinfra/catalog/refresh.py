@@ -14,8 +14,9 @@ from pathlib import Path
 
 from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.catalog.model import Offer
-from gpuinfra.catalog.store import load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
+from gpuinfra.catalog.gates import reference_prices
+from gpuinfra.catalog.model import Offer, price_source_keys
+from gpuinfra.catalog.store import PACKAGE_DATA_DIR, load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
 from gpuinfra.errors import CatalogError, MissingDependencyError
 
 
@@ -93,6 +94,7 @@ def refresh_catalog(
     aws_factory=None,
     gcp=None,
     now: datetime | None = None,
+    accept_price_cuts: bool = False,
 ) -> RefreshResult:
     """Fetch the clouds' catalogs and write a merged catalog folder.
 
@@ -104,9 +106,14 @@ def refresh_catalog(
         aws_factory: boto3 client factory (default: :func:`aws_client_factory`).
         gcp: (billing, machine types, accelerator types) clients (default: :func:`gcp_clients`).
         now: timestamp of the refresh (UTC).
+        accept_price_cuts: gate GCP on-demand prices against the fresh us-central1 prices only
+            (default: against the higher of those and the shipped catalog's, so a discounted
+            SKU cannot vouch for itself).
 
     Raises:
         CatalogError: unknown cloud, API failure, or an empty result.
+        CatalogGateError: the result fails a sanity gate (:mod:`gpuinfra.catalog.gates`);
+            nothing is written.
         MissingDependencyError: missing credentials or client libraries.
     """
     for cloud in clouds:
@@ -115,13 +122,21 @@ def refresh_catalog(
     if "gcp" in clouds and not gcp_project:
         raise CatalogError("GCP refresh needs --gcp-project (or GOOGLE_CLOUD_PROJECT) for the Compute API")
     now = now or datetime.now(timezone.utc)
-    current = load_catalog()
+    try:
+        current = load_catalog()
+    except CatalogError:  # an unreadable or older user catalog: start from the shipped one
+        current = load_catalog(PACKAGE_DATA_DIR)
     offers: dict[str, list[Offer]] = {c: [o for o in current.offers if o.cloud == c] for c in ("aws", "gcp")}
     facts: dict[str, list[InstanceFacts]] = {
         c: [f for f in current.facts.values() if f.cloud == c] for c in ("aws", "gcp")
     }
     meta = dict(current.meta)
     sources = dict(meta.get("sources", {}))
+    price_sources = dict(meta.get("price_sources", {}))
+    # the GCP gate compares with us-central1: the higher of the shipped (cited, gated) catalog's
+    # price and the fresh one, so a refresh limited to other regions is checked too, and a fresh
+    # us-central1 price from a discounted SKU cannot vouch for itself
+    previous = {} if accept_price_cuts else reference_prices(load_catalog(PACKAGE_DATA_DIR).offers)
     result = RefreshResult(out_dir=Path(out_dir) if out_dir else user_catalog_dir())
     date = now.strftime("%Y-%m-%d")
     if "aws" in clouds:
@@ -139,6 +154,9 @@ def refresh_catalog(
             "date": date,
             "facts": "EC2 DescribeInstanceTypes",
         }
+        price_sources["aws-price-list-and-spot-history"] = {
+            "what": "AWS on-demand (Price List GetProducts) and latest spot price per AZ (DescribeSpotPriceHistory)",
+            "source": "AWS APIs, gpuinfra catalog refresh", "date": date}
     if "gcp" in clouds:
         from google.api_core.exceptions import GoogleAPIError
 
@@ -159,14 +177,21 @@ def refresh_catalog(
             "date": date,
             "facts": "Compute machineTypes.aggregatedList + gcp_machine_facts.json",
         }
+        price_sources["gcp-billing-catalog"] = {
+            "what": "GCP on-demand, spot and flex-start (DWS) per machine: core + RAM + GPU + bundled Local SSD SKUs",
+            "source": "Cloud Billing Catalog services/6F81-5844-456A/skus, gpuinfra catalog refresh", "date": date}
     for cloud in clouds:
         if not offers[cloud]:
             raise CatalogError(f"{cloud} refresh returned no GPU offers; the catalog was not changed")
-    meta.update(catalog_date=max(s["date"] for s in sources.values()), sources=sources,
-                built_by="gpuinfra catalog refresh")
     all_offers = offers["aws"] + offers["gcp"]
+    used = set().union(*(price_source_keys(o.price_source) for o in all_offers))
+    meta.update(catalog_date=date, sources=sources, built_by="gpuinfra catalog refresh",
+                price_sources={k: v for k, v in price_sources.items() if k in used})
+    meta.pop("dropped_on_build", None)
     all_facts = sorted(facts["aws"] + facts["gcp"], key=lambda f: (f.cloud, f.instance_type))
-    write_catalog(result.out_dir, all_offers, all_facts, meta)
+    fresh = reference_prices(all_offers)
+    reference = {k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()}
+    write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
     return result

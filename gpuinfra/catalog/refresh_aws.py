@@ -148,6 +148,8 @@ def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
             gpu = it["GpuInfo"]["Gpus"][0]
             memory_mib = int(gpu.get("MemoryInfo", {}).get("SizeInMiB", 0))
             od, sp = on_demand.get(itype), spot.get((itype, zone_id))
+            if od is not None and sp is not None and sp > od:
+                sp = None  # never paid by a default spot request (gate aws-spot-not-above-on-demand)
             if od is None and sp is None:
                 continue
             offers.append(
@@ -162,6 +164,7 @@ def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
                     zone=zone_id,
                     on_demand_price_per_hour_usd=od,
                     spot_price_per_hour_usd=sp,
+                    price_source="all:aws-price-list-and-spot-history",
                     local_zone=zone_type_by_id.get(zone_id, "availability-zone") != "availability-zone",
                 )
             )

@@ -3,18 +3,34 @@
 Calls (google-cloud-billing and google-cloud-compute clients, install extra ``gcp-refresh``):
 
 * Cloud Billing Catalog ``services/6F81-5844-456A/skus`` (Compute Engine): per region the
-  on-demand and spot ("Spot Preemptible") prices of vCPU cores, RAM (GiB-hour) and GPUs
-  (cloud.google.com/billing/docs/reference/rest/v1/services.skus/list). SKU descriptions
-  look like ``A2 Instance Core running in Americas``, ``N1 Predefined Instance Ram running in
-  Americas``, ``Nvidia Tesla T4 GPU running in Americas`` and ``Nvidia Tesla T4 GPU attached
-  to Spot Preemptible VMs running in Warsaw``.
+  price of vCPU cores, RAM (GiB-hour), GPUs and Local SSD (GiB-month) in each market
+  (cloud.google.com/billing/docs/reference/rest/v1/services.skus/list). SKU descriptions:
+
+  - on-demand: ``A2 Instance Core running in Americas``, ``N1 Predefined Instance Ram
+    running in Americas``, ``Nvidia Tesla A100 GPU running in Americas``,
+    ``Nvidia B200 (1 gpu slice) running in Americas``, ``SSD backed Local Storage``;
+  - spot (usage type ``Preemptible``): ``Spot Preemptible A2 Instance Core running in ...``,
+    ``Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Warsaw``,
+    ``SSD backed Local Storage attached to Spot Preemptible VMs``;
+  - flex-start / DWS (usage type ``OnDemand``!): ``Nvidia Tesla A100 GPU attached to DWS
+    Defined Duration VMs running in ...`` and the matching core/RAM SKUs. These are **never**
+    on-demand prices (review P1): they price the ``flex-start`` market only. Flex-start gets
+    vCPUs, memory and GPUs at the DWS price; Local SSD stays at the on-demand price
+    (cloud.google.com/compute/docs/instances/about-flex-start-vms: "For A4, A3, A2 ... you
+    obtain vCPUs, memory, and any attached GPUs at a discounted price");
+  - commitments, reservations, sole tenancy, custom and extended memory are skipped.
+
+  H100 Mega GPUs are described in three ways across regions (``H100 80GB Mega GPU``,
+  ``H100 Mega 80GB GPU``, ``H100 80GB Plus GPU``; skypilot-org/skypilot
+  sky/catalog/data_fetchers/fetch_gcp.py, ``get_gpu_price``); B200 as ``B200 (1 gpu slice)``.
 * Compute ``machineTypes.aggregatedList``: vCPUs, memory and bundled accelerators of each
   machine type per zone.
 * Compute ``acceleratorTypes.aggregatedList``: which zones offer the GPUs that attach to N1.
 
-Price of a machine = vCPUs x core price + memory GiB x RAM price (the host) + GPUs x GPU price,
-like the snapshot's host row + GPU row. A machine family whose core/RAM or GPU SKUs are not
-found is left out and reported (never priced at $0).
+Price of a machine in a market = vCPUs x core price + memory GiB x RAM price + GPUs x GPU
+price + bundled Local SSD GiB x Local SSD price / 730 (GCP bills bundled Local SSD with the
+machine type). A part whose SKU is not found leaves that market unpriced (never $0) and is
+reported.
 """
 
 from __future__ import annotations
@@ -26,11 +42,13 @@ from decimal import Decimal
 
 from gpuinfra.catalog.facts import gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.catalog.model import PRICE_QUANTUM, Offer
+from gpuinfra.catalog.model import MARKETS, Offer, add_prices, quantize_price
+from gpuinfra.cost.prices import HOURS_PER_MONTH
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 
-#: Accelerator type -> regular expression on the lower-cased SKU description.
+#: Accelerator type -> regular expression on the normalized SKU description (see
+#: :func:`classify_sku`: market phrases removed, ``(1 gpu slice)`` read as ``gpu``).
 GPU_SKU_PATTERNS: dict[str, str] = {
     "nvidia-tesla-t4": r"\bt4 gpu\b",
     "nvidia-tesla-v100": r"\bv100 gpu\b",
@@ -40,12 +58,15 @@ GPU_SKU_PATTERNS: dict[str, str] = {
     "nvidia-a100-80gb": r"\ba100 80gb gpu\b",
     "nvidia-l4": r"\bl4 gpu\b",
     "nvidia-h100-80gb": r"\bh100 80gb gpu\b",
-    "nvidia-h100-mega-80gb": r"\bh100 80gb mega gpu\b",
+    "nvidia-h100-mega-80gb": r"\bh100 (?:80gb mega|mega 80gb|80gb plus) gpu\b",
     "nvidia-h200-141gb": r"\bh200 141gb gpu\b",
     "nvidia-b200": r"\bb200 gpu\b",
 }
-_HOST_SKU = re.compile(r"^(?:spot preemptible )?(?P<family>.+?) (?:predefined )?instance (?P<part>core|ram) running in")
-_SKIP = re.compile(r"commit|reserv|sole tenan|custom|dws|flex|calendar|premium|extended")
+_HOST_SKU = re.compile(r"^(?P<family>.+?) (?:predefined )?instance (?P<part>core|ram) running in")
+_LOCAL_SSD_SKU = re.compile(r"^ssd backed local storage\b")
+_SKIP = re.compile(r"commit|reserv|sole tenan|custom|calendar|premium|extended|confidential")
+_FLEX = re.compile(r"\s*(?:attached to )?dws defined duration(?: vms)?\s*")
+_SPOT = re.compile(r"\s*(?:attached to )?spot preemptible(?: vms)?\s*")
 _FAMILY_BY_PREFIX = (
     ("a3-megagpu-", "a3mega"),
     ("a3-ultragpu-", "a3ultra"),
@@ -69,60 +90,102 @@ def _money(unit_price) -> Decimal:
     return Decimal(int(unit_price.units or 0)) + Decimal(int(unit_price.nanos or 0)) / Decimal(10**9)
 
 
+def classify_sku(description: str, usage_type: str) -> tuple[str, str] | None:
+    """(market, normalized description) of one SKU, or None when it prices no market here.
+
+    Args:
+        description: the SKU's ``description``.
+        usage_type: ``category.usageType`` (``OnDemand``, ``Preemptible``, ``Commit1Yr`` ...).
+
+    Returns:
+        ``("flex-start", ...)`` for DWS SKUs (whatever their usage type says),
+        ``("spot", ...)`` for Spot Preemptible ones, ``("on-demand", ...)`` for the rest of
+        the OnDemand SKUs; the text keeps what names the resource (``a2 instance core running
+        in americas``, ``nvidia tesla a100 gpu running in americas``).
+    """
+    text = description.lower().replace("(1 gpu slice)", "gpu")
+    if _SKIP.search(text) or usage_type not in ("OnDemand", "Preemptible"):
+        return None
+    if _FLEX.search(text):
+        return "flex-start", re.sub(r"\s+", " ", _FLEX.sub(" ", text)).strip()
+    if usage_type == "Preemptible" or _SPOT.search(text):
+        return "spot", re.sub(r"\s+", " ", _SPOT.sub(" ", text)).strip()
+    if "flex" in text or "dws" in text:  # a flex-start SKU worded another way: never on-demand
+        return None
+    return "on-demand", re.sub(r"\s+", " ", text).strip()
+
+
 @dataclass
 class SkuPrices:
-    """Prices per region from the billing catalog.
+    """Prices per market and region from the billing catalog.
 
     Attributes:
-        host: (family, part 'core'|'ram', spot, region) -> USD per vCPU-hour or GiB-hour.
-        gpu: (accelerator type, spot, region) -> USD per GPU-hour.
+        host: (family, part 'core'|'ram', market, region) -> USD per vCPU-hour or GiB-hour.
+        gpu: (accelerator type, market, region) -> USD per GPU-hour.
+        local_ssd: (market, region) -> USD per GiB-month.
     """
 
-    host: dict[tuple[str, str, bool, str], Decimal] = field(default_factory=dict)
-    gpu: dict[tuple[str, bool, str], Decimal] = field(default_factory=dict)
+    host: dict[tuple[str, str, str, str], Decimal] = field(default_factory=dict)
+    gpu: dict[tuple[str, str, str], Decimal] = field(default_factory=dict)
+    local_ssd: dict[tuple[str, str], Decimal] = field(default_factory=dict)
 
 
 def parse_skus(skus: Iterable) -> SkuPrices:
-    """Collect core/RAM/GPU prices from ``list_skus`` results (google.cloud.billing_v1.Sku)."""
+    """Collect core/RAM/GPU/Local SSD prices from ``list_skus`` results (``billing_v1.Sku``)."""
     prices = SkuPrices()
     for sku in skus:
         category = sku.category
-        if category.resource_family != "Compute" or category.usage_type not in ("OnDemand", "Preemptible"):
+        if category.resource_family not in ("Compute", "Storage") or not sku.pricing_info:
             continue
-        description = sku.description.lower()
-        if _SKIP.search(description) or not sku.pricing_info:
+        classified = classify_sku(sku.description, category.usage_type)
+        if classified is None:
             continue
-        rates = sku.pricing_info[0].pricing_expression.tiered_rates
-        if not rates:
+        market, text = classified
+        paid = [_money(r.unit_price) for r in sku.pricing_info[0].pricing_expression.tiered_rates]
+        paid = [p for p in paid if p > 0]
+        if not paid:
             continue
-        price = _money(rates[0].unit_price)
-        spot = category.usage_type == "Preemptible"
+        price = paid[0]  # the first paid tier (a first tier may be free)
+        regions = list(sku.service_regions)
         if category.resource_group == "GPU":
             for accelerator, pattern in GPU_SKU_PATTERNS.items():
-                if re.search(pattern, description):
-                    for region in sku.service_regions:
-                        prices.gpu[(accelerator, spot, region)] = price
+                if re.search(pattern, text):
+                    for region in regions:
+                        prices.gpu[(accelerator, market, region)] = price
                     break
             continue
-        match = _HOST_SKU.match(description)
-        if match:
-            family = re.sub(r"[^a-z0-9]", "", match.group("family").removeprefix("spot preemptible "))
-            for region in sku.service_regions:
-                prices.host[(family, match.group("part"), spot, region)] = price
+        if category.resource_group == "LocalSSD" and _LOCAL_SSD_SKU.match(text):
+            for region in regions:
+                prices.local_ssd[(market, region)] = price
+            continue
+        match = _HOST_SKU.match(text)
+        if match and category.resource_family == "Compute":
+            family = re.sub(r"[^a-z0-9]", "", match.group("family"))
+            for region in regions:
+                prices.host[(family, match.group("part"), market, region)] = price
     return prices
 
 
-def _host_price(prices: SkuPrices, family: str, spot: bool, region: str, vcpus: float, memory_gib: float) -> Decimal | None:
-    core = prices.host.get((family, "core", spot, region))
-    ram = prices.host.get((family, "ram", spot, region))
-    if core is None or ram is None:
-        return None
-    return (core * Decimal(str(vcpus)) + ram * Decimal(str(memory_gib))).quantize(PRICE_QUANTUM)
+def machine_price(prices: SkuPrices, family: str, market: str, region: str, vcpus: float, memory_gib: float,
+                  accelerator: str, gpu_count: int, local_ssd_gib: float) -> Decimal | None:
+    """Per node-hour price of a machine in ``market``; None when any part has no SKU.
 
-
-def _gpu_price(prices: SkuPrices, accelerator: str, spot: bool, region: str, count: int) -> Decimal | None:
-    each = prices.gpu.get((accelerator, spot, region))
-    return None if each is None else (each * count).quantize(PRICE_QUANTUM)
+    Local SSD is priced at the spot rate for spot and at the on-demand rate otherwise (DWS
+    discounts vCPUs, memory and GPUs only).
+    """
+    core = prices.host.get((family, "core", market, region))
+    ram = prices.host.get((family, "ram", market, region))
+    gpu = prices.gpu.get((accelerator, market, region))
+    parts = [
+        None if core is None else core * Decimal(str(vcpus)),
+        None if ram is None else ram * Decimal(str(memory_gib)),
+        None if gpu is None else gpu * gpu_count,
+    ]
+    if local_ssd_gib:
+        lssd = prices.local_ssd.get(("spot" if market == "spot" else "on-demand", region))
+        parts.append(None if lssd is None else lssd * Decimal(str(local_ssd_gib)) / HOURS_PER_MONTH)
+    total = add_prices(*parts)
+    return None if total is None else quantize_price(total)
 
 
 @dataclass
@@ -148,6 +211,11 @@ def build_gcp_offers(
         prices: parsed SKU prices.
         curated: ``gcp_machine_facts.json`` (families, N1 limits).
         gpu_by_accelerator: accelerator type -> canonical GPU model.
+
+    Returns:
+        (offers, facts of the types offered, report of parts without a SKU). An offer is
+        kept when some market is priced; the markets a type is not sold in are priced anyway
+        (the ranking filters them by ``InstanceFacts.provisioning_models``).
     """
     report = GcpRefreshReport()
     offers: list[Offer] = []
@@ -170,23 +238,19 @@ def build_gcp_offers(
                     for count_text, (max_vcpus, max_mem) in limits.get(gpu, {}).items():
                         if zone in accelerator_zones.get(accelerator, set()) and mt.guest_cpus <= max_vcpus and memory_gib <= max_mem:
                             combos.append((accelerator, int(count_text)))
+            lssd_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
             for accelerator, count in combos:
                 gpu = gpu_by_accelerator.get(accelerator)
                 if gpu is None:
                     continue
-                parts = {}
-                for spot in (False, True):
-                    parts[spot] = (
-                        _host_price(prices, family, spot, region, mt.guest_cpus, memory_gib),
-                        _gpu_price(prices, accelerator, spot, region, count),
-                    )
-                if parts[False][0] is None and parts[True][0] is None:
-                    report.missing_host_skus.add(f"{family} ({region})")
+                by_market = {m: machine_price(prices, family, m, region, mt.guest_cpus, memory_gib, accelerator, count, lssd_gib)
+                             for m in MARKETS}
+                if all(v is None for v in by_market.values()):
+                    if not any((family, "core", m, region) in prices.host for m in MARKETS):
+                        report.missing_host_skus.add(f"{family} ({region})")
+                    else:
+                        report.missing_gpu_skus.add(f"{accelerator} ({region})")
                     continue
-                if parts[False][1] is None and parts[True][1] is None:
-                    report.missing_gpu_skus.add(f"{accelerator} ({region})")
-                    continue
-                totals = {s: (h + g if h is not None and g is not None else None) for s, (h, g) in parts.items()}
                 facts.setdefault(mt.name, fact)
                 offers.append(
                     Offer(
@@ -198,12 +262,10 @@ def build_gcp_offers(
                         memory_gib=memory_gib,
                         region=region,
                         zone=zone,
-                        on_demand_price_per_hour_usd=totals[False],
-                        spot_price_per_hour_usd=totals[True],
-                        host_on_demand_price_per_hour_usd=parts[False][0],
-                        host_spot_price_per_hour_usd=parts[True][0],
-                        accelerator_on_demand_price_per_hour_usd=parts[False][1],
-                        accelerator_spot_price_per_hour_usd=parts[True][1],
+                        on_demand_price_per_hour_usd=by_market["on-demand"],
+                        spot_price_per_hour_usd=by_market["spot"],
+                        flex_start_price_per_hour_usd=by_market["flex-start"],
+                        price_source="all:gcp-billing-catalog",
                         accelerator_type=accelerator,
                     )
                 )

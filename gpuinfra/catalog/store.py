@@ -103,6 +103,12 @@ class Catalog:
 def _load(path: Path) -> Catalog:
     try:
         meta = json.loads((path / "catalog.json").read_text())
+        if meta.get("schema_version") != CATALOG_SCHEMA_VERSION:
+            raise CatalogError(
+                f"catalog folder {path} has schema version {meta.get('schema_version')!r}; this gpuinfra reads "
+                f"version {CATALOG_SCHEMA_VERSION}: run `gpuinfra catalog refresh` again (it starts from the "
+                "catalog shipped with gpuinfra) or delete that folder"
+            )
         with open(path / "offers.csv", newline="") as f:
             offers = tuple(Offer.from_row(row) for row in csv.DictReader(f))
         facts_doc = json.loads((path / "instance_types.json").read_text())
@@ -117,11 +123,6 @@ def _load(path: Path) -> Catalog:
         ) from None
     except (ValueError, KeyError, TypeError) as exc:
         raise CatalogError(f"catalog folder {path} is corrupt: {exc}") from None
-    if meta.get("schema_version") != CATALOG_SCHEMA_VERSION:
-        raise CatalogError(
-            f"catalog folder {path} has schema version {meta.get('schema_version')!r}; "
-            f"this gpuinfra reads version {CATALOG_SCHEMA_VERSION} (run `gpuinfra catalog refresh` again)"
-        )
     return Catalog(offers=offers, facts=facts, meta=meta, path=path)
 
 

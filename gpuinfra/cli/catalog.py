@@ -45,6 +45,7 @@ def refresh(
     out_dir: Optional[Path] = typer.Option(None, "--out", help="Catalog folder to write (default: the user catalog folder).", show_default=False),
     regions: Optional[str] = typer.Option(None, "--regions", help="Comma-separated regions (default: all enabled).", show_default=False),
     gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="Project for the Compute machine-types call.", show_default=False),
+    accept_price_cuts: bool = typer.Option(False, "--accept-price-cuts", help="Compare GCP on-demand prices with the fresh us-central1 prices only, not with the shipped catalog's (after a real price cut of more than 20%)."),
 ) -> None:
     """Rebuild the catalog from the clouds' own APIs (needs credentials)."""
     from gpuinfra.catalog.refresh import refresh_catalog
@@ -55,6 +56,7 @@ def refresh(
         out_dir=out_dir,
         regions=[r.strip() for r in regions.split(",")] if regions else None,
         gcp_project=gcp_project,
+        accept_price_cuts=accept_price_cuts,
     )
     out = stdout_console()
     for line in result.summary_lines():

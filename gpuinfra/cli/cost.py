@@ -24,6 +24,7 @@ def cost_document(stack: str | None, project_dir: Path, hours: float | None, mar
     if hours is not None and not 0 < hours <= 87600:
         raise RequestError(f"--hours must be more than 0 and at most 87600, got {hours}")
     catalog = load_catalog()
+    data = None
     if from_preview is not None:
         from gpuinfra.cost.pulumi_preview import read_pulumi_preview
         from gpuinfra.profiles import get_profile
@@ -46,7 +47,8 @@ def cost_document(stack: str | None, project_dir: Path, hours: float | None, mar
         region = spec.region
         run_hours = Decimal(str(hours if hours is not None else spec.run_hours))
         profile = spec.profile.name
-    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market)
+        data = spec.data
+    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
     chosen = market or est.facts.market
     return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), chosen)
 

@@ -28,6 +28,9 @@ def new(
     max_price_per_hour: Optional[float] = typer.Option(None, "--max-price-per-hour", help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).", show_default=False),
     gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
     include_local_zones: bool = options.LocalZones,
+    data: Optional[str] = options.Data,
+    data_region: Optional[str] = options.DataRegion,
+    data_size: Optional[str] = options.DataSize,
     project_dir: Path = options.ProjectDir,
     profiles_dir: Optional[Path] = options.ProfilesDir,
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
@@ -70,12 +73,15 @@ def new(
         if not region:
             raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
         reservation = describe_capacity_reservation(capacity_reservation, region)
+    from gpuinfra.datasource import resolve_data_set
+
+    data_set = resolve_data_set(data, data_region, data_size)
     plan = plan_cluster(
         catalog,
         PlanRequest(
             gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
             spot=spot, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
-            capacity_reservation=reservation, max_price_per_hour_usd=max_price_per_hour,
+            capacity_reservation=reservation, max_price_per_hour_usd=max_price_per_hour, data=data_set,
         ),
         resolved,
         datetime.now(timezone.utc),
@@ -111,6 +117,8 @@ def new(
             "next": f"pulumi up -s {spec.stack}",
             "resources": len(previewed.resources),
             "cost": summary,
+            "data": None if spec.data is None else spec.data.model_dump(mode="json"),
+            "locality_note": plan.locality_note or None,
             "sizing": None if sized is None else {k: sized[k] for k in ("memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method")},
         })
         return
@@ -127,6 +135,11 @@ def new(
         out.print(f"  note: {offer.round_up_note}")
     if plan.spot_from_profile:
         out.print(f"  note: spot chosen because profile {spec.profile.name} prefers it (--on-demand to change)")
+    if spec.data is not None:
+        out.print(f"  data: {spec.data.size_gb:f} GB in {spec.data.uri or spec.data.location} ({spec.data.cloud} "
+                  f"{spec.data.location}); the cost below moves it once")
+    if plan.locality_note:
+        out.print(f"  note: {plan.locality_note}")
     from decimal import Decimal
 
     out.print(
@@ -141,6 +154,10 @@ def new(
     for path in written.scaffolded:
         out.print(f"  scaffolded {path}")
     out.print(f"  wrote {written.stack_file}")
+    missing = summary["price_not_found"]
+    if missing:
+        note(f"warning: the totals above leave out {len(missing)} line(s) with no price, so `gpuinfra cost "
+             f"{spec.stack}` exits 4: {'; '.join(missing)}")
     if spec.cloud == "gcp" and not spec.gcp_project:
         note(f"warning: no GCP project set; before `pulumi up` run: pulumi config set gcp:project <id> -s {spec.stack}")
     out.print(f"next: gpuinfra preview {spec.stack}   then   pulumi up -s {spec.stack}")

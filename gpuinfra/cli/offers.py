@@ -26,18 +26,14 @@ def offer_to_json(ranked, catalog) -> dict:
         "vcpus": offer.vcpus,
         "memory_gib": offer.memory_gib,
         "nodes": ranked.nodes,
-        "pricing": "spot" if ranked.spot else "on-demand",
+        "market": ranked.market,
         "price_per_hour_usd": ranked.price_per_hour_usd,
         "price_per_gpu_hour_usd": round(ranked.price_per_gpu_hour_usd, 5),
-        "on_demand_price_per_hour_usd": ranked.on_demand_price_per_hour_usd,
-        "spot_price_per_hour_usd": ranked.spot_price_per_hour_usd,
+        "on_demand_price_per_hour_usd": ranked.market_price_per_hour_usd("on-demand"),
+        "spot_price_per_hour_usd": ranked.market_price_per_hour_usd("spot"),
+        "flex_start_price_per_hour_usd": ranked.market_price_per_hour_usd("flex-start"),
         "spot_not_discounted": offer.spot_not_discounted,
-        "host_price_per_hour_usd": (
-            None if offer.cloud != "gcp" else _times(offer.host_on_demand_price_per_hour_usd if not ranked.spot else offer.host_spot_price_per_hour_usd, ranked.nodes)
-        ),
-        "accelerator_price_per_hour_usd": (
-            None if offer.cloud != "gcp" else _times(offer.accelerator_on_demand_price_per_hour_usd if not ranked.spot else offer.accelerator_spot_price_per_hour_usd, ranked.nodes)
-        ),
+        "price_source": offer.price_source,
         "efa_interfaces": fact.max_efa_interfaces if fact else None,
         "gpu_nics": fact.gpu_nic_count if fact else None,
         "local_nvme_count": fact.local_ssd.bundled_count if fact else None,
@@ -47,10 +43,6 @@ def offer_to_json(ranked, catalog) -> dict:
         "local_zone": offer.local_zone,
         "catalog_date": catalog.date_for(offer.cloud),
     }
-
-
-def _times(value, nodes):
-    return None if value is None else value * nodes
 
 
 def _network_cell(fact) -> str:
@@ -79,13 +71,18 @@ def offers(
     region: Optional[str] = options.Region,
     zone: Optional[str] = options.Zone,
     instance_type: Optional[str] = options.InstanceType,
-    spot: bool = typer.Option(False, "--spot", help="Rank by spot price (offers without one are left out)."),
+    market: str = typer.Option("on-demand", "--market", help="Market to rank by: on-demand, spot or flex (GCP flex-start / DWS). Offers without a price there, or of types the cloud does not sell there, are left out."),
+    spot: bool = typer.Option(False, "--spot", help="Same as --market spot."),
     nodes: int = options.Nodes,
     include_local_zones: bool = options.LocalZones,
     limit: Optional[int] = typer.Option(None, "--limit", help="Show at most N offers (table default 20; 0 = all).", show_default=False),
+    data: Optional[str] = options.Data,
+    data_region: Optional[str] = options.DataRegion,
+    data_size: Optional[str] = options.DataSize,
+    hours: Optional[float] = typer.Option(None, "--hours", help="Run length in hours (needed with --data: it decides whether moving the data pays).", show_default=False),
     as_json: bool = options.Json,
 ) -> None:
-    """Rank every offer that fits the GPU request, cheapest total $/h first."""
+    """Rank every offer that fits the GPU request, cheapest total $/h first (with --data: cheapest run)."""
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.errors import RequestError
     from gpuinfra.offers import OfferQuery, find_offers, request_from_instance_type
@@ -101,28 +98,112 @@ def offers(
         raise RequestError("give --gpus (e.g. 4xA100) or --instance-type")
     if limit is not None and limit < 0:
         raise RequestError(f"--limit must be 0 (all) or more, got {limit}")
+    chosen = market_option(market, spot)
     query = OfferQuery(
         request=request, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-        spot=spot, include_local_zones=include_local_zones,
+        market=chosen, include_local_zones=include_local_zones,
     )
+    from gpuinfra.datasource import resolve_data_set
+
+    data_set = resolve_data_set(data, data_region, data_size)
+    if data_set is None and hours is not None:
+        raise RequestError("--hours goes with --data or --data-region (it sets the run length for the data transfer)")
+    if data_set is not None and (hours is None or not 0 < hours <= 8760):
+        raise RequestError("--data needs --hours, more than 0 and at most 8760: the run length decides "
+                           "whether moving the data pays")
     ranked = find_offers(catalog, query)
+    if data_set is not None:
+        _print_runs(ranked, catalog, request, chosen, data_set, hours, limit, as_json)
+        return
     if as_json:
         from gpuinfra.cli.console import print_json
 
         shown = ranked if not limit else ranked[:limit]
         print_json([offer_to_json(r, catalog) for r in shown])
         return
-    _print_table(ranked, catalog, request, spot, 20 if limit is None else limit)
+    _print_table(ranked, catalog, request, chosen, 20 if limit is None else limit)
 
 
-def _print_table(ranked, catalog, request, spot: bool, limit: int) -> None:
+def _print_runs(ranked, catalog, request, market, data_set, hours, limit, as_json) -> None:
+    from decimal import Decimal
+
+    from rich import box
+    from rich.table import Table
+
+    from gpuinfra.cli.console import print_json, stdout_console, usd
+    from gpuinfra.locality import cheapest_gpu_note, rank_runs
+
+    runs = rank_runs(ranked, data_set, Decimal(str(hours)))
+    shown = runs if not limit else runs[:limit]
+    if limit is None and not as_json:
+        shown = runs[:20]
+    note = cheapest_gpu_note(runs)
+    if as_json:
+        print_json([{**offer_to_json(r.ranked, catalog), "hours": float(r.hours),
+                     "compute_usd": r.compute_usd, "data_transfer_usd": r.transfer.usd,
+                     "data_transfer_route": r.transfer.route,
+                     "data_transfer_price_per_gb_usd": None if r.transfer.price_per_gb is None else r.transfer.price_per_gb.usd,
+                     "data_transfer_price_source": None if r.transfer.price_per_gb is None else r.transfer.price_per_gb.source,
+                     "run_usd": r.run_usd} for r in shown])
+        return
+    table = Table(box=box.SIMPLE_HEAD, title_justify="left",
+                  title=f"{len(runs)} offers for {request} ({market}), {hours:g} h run with {data_set.describe()}")
+    for header, justify in [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
+                            ("GPUs", "right"), ("$/h", "right"), ("compute $", "right"), ("data $", "right"),
+                            ("run $", "right"), ("data route", "left")]:
+        table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
+    for r in shown:
+        o = r.ranked.offer
+        table.add_row(o.cloud, o.region, o.zone, o.instance_type, f"{o.gpu_count}x{o.gpu}",
+                      usd(r.ranked.price_per_hour_usd), usd(r.compute_usd),
+                      "?" if r.transfer.usd is None else usd(r.transfer.usd),
+                      "?" if r.run_usd is None else usd(r.run_usd), r.transfer.route)
+    console = stdout_console()
+    console.print(table)
+    if note:
+        console.print(f"note: {note}")
+    unknown = [r for r in runs if r.run_usd is None]
+    if unknown:
+        console.print(f"? {len(unknown)} offers have no transfer price for their route: ranked last, never as free")
+
+
+def market_option(market: str, spot: bool) -> str:
+    """The catalog market named by ``--market`` (and ``--spot``).
+
+    Raises:
+        RequestError: an unknown market, or ``--spot`` with another ``--market``.
+    """
+    from gpuinfra.catalog.model import parse_market
+    from gpuinfra.errors import RequestError
+
+    chosen = parse_market(market)
+    if chosen is None:
+        raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex")
+    if spot and chosen not in ("spot", "on-demand"):
+        raise RequestError(f"--spot contradicts --market {market}")
+    return "spot" if spot else chosen
+
+
+def _other_markets_cell(r) -> str:
+    from gpuinfra.cli.console import usd
+
+    cells = []
+    for m, label in (("on-demand", "od"), ("spot", "spot"), ("flex-start", "flex")):
+        if m == r.market:
+            continue
+        p = r.market_price_per_hour_usd(m)
+        cells.append(f"{label} {usd(p) if p is not None else '-'}" + (" !" if m == "spot" and r.offer.spot_not_discounted else ""))
+    return "  ".join(cells)
+
+
+def _print_table(ranked, catalog, request, market: str, limit: int) -> None:
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console, usd
 
     shown = ranked if limit == 0 else ranked[:limit]
     dates = sorted({catalog.date_for(r.offer.cloud) for r in shown})
-    pricing = "spot" if spot else "on-demand"
+    pricing = market
     from rich import box
 
     table = Table(
@@ -132,8 +213,8 @@ def _print_table(ranked, catalog, request, spot: bool, limit: int) -> None:
     )
     for header, justify in [
         ("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
-        ("GPUs", "right"), ("vCPU", "right"), ("RAM GiB", "right"), ("$/h", "right"),
-        ("$/GPU-h", "right"), ("spot $/h", "right"), ("EFA/NICs", "left"), ("NVMe", "left"),
+        ("GPUs", "right"), ("vCPU", "right"), ("RAM GiB", "right"), ("market", "left"), ("$/h", "right"),
+        ("$/GPU-h", "right"), ("other markets $/h", "left"), ("EFA/NICs", "left"), ("NVMe", "left"),
     ]:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     notes = []
@@ -141,10 +222,9 @@ def _print_table(ranked, catalog, request, spot: bool, limit: int) -> None:
         o = r.offer
         fact = catalog.fact(o.cloud, o.instance_type)
         gpus_cell = f"{o.gpu_count}x{o.gpu}" + (" *" if r.round_up else "")
-        spot_cell = usd(r.spot_price_per_hour_usd) + (" !" if o.spot_not_discounted else "")
         table.add_row(
             o.cloud, o.region, o.zone, o.instance_type, gpus_cell, f"{o.vcpus:g}", f"{o.memory_gib:g}",
-            usd(r.price_per_hour_usd), usd(r.price_per_gpu_hour_usd, 3), spot_cell,
+            r.market, usd(r.price_per_hour_usd), usd(r.price_per_gpu_hour_usd, 3), _other_markets_cell(r),
             _network_cell(fact), _nvme_cell(fact),
         )
         if r.round_up and r.round_up_note not in notes:

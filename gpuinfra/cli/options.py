@@ -22,3 +22,10 @@ ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folde
 ProfilesDir: Optional[Path] = typer.Option(
     None, "--profiles-dir", help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).", show_default=False
 )
+Data = typer.Option(
+    None, "--data",
+    help="Training data location, s3://bucket/prefix or gs://bucket/prefix: offers are ranked by compute for the run "
+         "plus moving the data there (the bucket's region and size are looked up).", show_default=False,
+)
+DataRegion = typer.Option(None, "--data-region", help="Region the data lives in (us-east-1, us-central1) instead of a lookup.", show_default=False)
+DataSize = typer.Option(None, "--data-size", help="Size of the data set (2TB, 500GiB; GB without a unit) instead of listing the bucket.", show_default=False)

@@ -3,20 +3,21 @@
 Input is the resource list of a plan -- the offline preview's records or the steps of a real
 ``pulumi preview --json`` -- plus the provider config (region). Each priced resource yields one
 or more :class:`CostLine` (component, unit, quantity per hour, unit price, source, date).
-Compute comes from the instance catalog (GCP: host + GPU parts); disks, IPs, NAT, storage and
+Compute comes from the instance catalog (one price per node-hour for the market); disks, IPs, NAT, storage and
 transfer from :mod:`gpuinfra.cost.prices`. A line whose price is not found keeps
 ``unit_price_usd = None`` and is counted, never priced at $0. Resources with no charge of their
 own are listed as free; unknown resource types as not priced.
 
 Model notes: instance hours = nodes per hour; EBS/PD GB-months per hour = size x nodes / 730;
 storage for the run = usage GB / 730 per hour; per-run transfer (egress, NAT processing) is
-spread over the run hours. Bundled local SSDs (A2 Ultra, A3) are part of the machine price;
-attached local SSDs are billed per GB-month.
+spread over the run hours. Bundled local SSDs (A2 Ultra, A3, A4) are part of the catalog's
+machine price (GCP bills them with the machine type); attached local SSDs are billed per GB-month
+at the on-demand or Spot VM rate.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from gpuinfra.catalog.store import Catalog, load_gpu_models
@@ -59,6 +60,8 @@ class CostLine:
         source: where the unit price comes from; price_date: its date.
         usage_based: quantity comes from the usage estimate (profile defaults / --usage file).
         note: a remark shown next to the line.
+        one_time: a charge paid once per run (moving the data set), spread over the run's
+            hours like the per-run usage; the "left running" figure counts it once.
     """
 
     resource: str
@@ -71,6 +74,7 @@ class CostLine:
     price_date: str
     usage_based: bool = False
     note: str = ""
+    one_time: bool = False
 
     @property
     def hourly_usd(self) -> Decimal | None:
@@ -164,24 +168,22 @@ def _compute_lines(catalog: Catalog, facts: ClusterFacts, resource: str, rtype: 
             f"no catalog offer for {facts.instance_type} in {facts.zone}"
         return [CostLine(resource, rtype, f"Instance usage ({label}, {facts.instance_type})", "instance-hours",
                          Decimal(facts.nodes), None, reason, date)], None
-    other = offer.price_per_hour_usd(not spot)
+    other = offer.price_per_hour_usd("on-demand" if spot else "spot")
     alternative = None if other is None else other * facts.nodes
+    what = offer.instance_type
     if facts.cloud == "gcp":
-        host = offer.host_spot_price_per_hour_usd if spot else offer.host_on_demand_price_per_hour_usd
-        gpus = offer.accelerator_spot_price_per_hour_usd if spot else offer.accelerator_on_demand_price_per_hour_usd
-        lines = [
-            CostLine(resource, rtype, f"Machine ({label}, {offer.instance_type} host)", "instance-hours",
-                     Decimal(facts.nodes), host, source, date),
-            CostLine(resource, rtype, f"GPUs ({label}, {offer.gpu_count}x {offer.gpu})", "instance-hours",
-                     Decimal(facts.nodes), gpus, source, date),
-        ]
-        return lines, alternative
-    return [CostLine(resource, rtype, f"Instance usage ({label}, {offer.instance_type})", "instance-hours",
-                     Decimal(facts.nodes), offer.price_per_hour_usd(spot), source, date)], alternative
+        fact = catalog.fact("gcp", offer.instance_type)
+        bundled = fact.local_ssd.bundled_count if fact else 0
+        what += f": {offer.gpu_count}x {offer.gpu}, {offer.vcpus:g} vCPU, {offer.memory_gib:g} GiB" + (
+            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if bundled else "")
+    price = offer.price_per_hour_usd("spot" if spot else "on-demand")
+    reason = source if price is not None else f"no {label} price for {offer.instance_type} in {facts.zone}"
+    return [CostLine(resource, rtype, f"Instance usage ({label}, {what})", "instance-hours",
+                     Decimal(facts.nodes), price, reason, date)], alternative
 
 
 def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[str, Decimal],
-             hours: Decimal, market: str | None = None) -> Estimate:
+             hours: Decimal, market: str | None = None, data=None) -> Estimate:
     """Price ``resources`` (objects with ``type``, ``name``, ``inputs``).
 
     Args:
@@ -191,6 +193,8 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
         usage: run usage (``bucket_storage_gb``, ``internet_egress_gb``, ``nat_processed_gb``).
         hours: run length in hours (per-run transfer is spread over it).
         market: price compute as ``spot`` / ``on-demand`` instead of what the plan says.
+        data: the stack's data set (:class:`gpuinfra.spec.DataSource`): moving it to the
+            cluster once is a line spread over the run (:mod:`gpuinfra.locality`).
     """
     facts = read_cluster_facts(resources, region)
     chosen = market or facts.market
@@ -225,16 +229,49 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
             if per_vm is not None and cap is not None and vms * per_vm.usd > cap:
                 per_vm = Price(cap / vms, per_vm.source + " (capped)", per_vm.date)
             lines.append(_line(name, t, "Cloud NAT gateway (per VM)", "VM-hours", vms, per_vm))
+            ips = _nat_ip_count(facts.nodes, inputs)
+            lines.append(_line(name, t, f"Cloud NAT IP address ({ips}, auto-allocated)", "IP-hours", Decimal(ips),
+                               price("gcp", "external_ip_per_hour", reg),
+                               missing_source=f"no external IP price for {reg}"))
             lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
                                price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
         elif t in FREE_TYPES:
             result.free.append(name)
         else:
             result.not_priced.append((name, t, "no cost model for this resource type"))
+    if data is not None and cloud:
+        lines.append(_data_line(data, cloud, reg or "", hours))
     key = "aws_per_gb" if cloud == "aws" else "gcp_per_gb"
     lines.append(_line("cluster", "network", "Inter-zone data transfer", "GB", 0, price("inter_zone", key, reg),
                        note="0 by design: every node is in one zone"))
     return result
+
+
+def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
+    """Moving the data set once, spread over the run (free, priced, or not found)."""
+    from gpuinfra.locality import quote_transfer
+
+    moved = quote_transfer(data, cloud, region)
+    component = f"Data set transfer ({moved.gb:f} GB, {moved.route})"
+    if moved.free:
+        return CostLine("cluster", "data", component, "GB", moved.gb / hours, Decimal(0),
+                        "same cloud and region: no transfer charge", "", note="free", one_time=True)
+    line = _line("cluster", "data", component, moved.unit, moved.quantity / hours, moved.price_per_gb,
+                 missing_source=f"no transfer price for {moved.route}", note="once per run")
+    return replace(line, one_time=True)
+
+
+#: Ports per NAT IP address and the default minimum ports per VM
+#: (cloud.google.com/nat/docs/ports-and-addresses: "Each NAT IP address ... 64,512 ports";
+#: "the default minimum number of ports per VM is 64").
+NAT_PORTS_PER_IP = 64512
+NAT_DEFAULT_MIN_PORTS_PER_VM = 64
+
+
+def _nat_ip_count(nodes: int, inputs: dict) -> int:
+    """NAT IPs an AUTO_ONLY Cloud NAT allocates for ``nodes`` VMs: ceil(VMs x min ports / 64,512), at least 1."""
+    ports = int(inputs.get("minPortsPerVm") or NAT_DEFAULT_MIN_PORTS_PER_VM)
+    return max(1, -(-max(nodes, 1) * ports // NAT_PORTS_PER_IP))
 
 
 def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -> list[CostLine]:
@@ -268,7 +305,9 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
 
 def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine) -> list[CostLine]:
     """Boot disk and local SSD lines; local SSDs that come with the machine type
-    (``InstanceFacts.local_ssd.bundled_count``) are in the machine price."""
+    (``InstanceFacts.local_ssd.bundled_count``) are in the machine price. Attached local SSDs
+    of Spot VMs are priced at the Spot rate (cloud.google.com/compute/disks-image-pricing,
+    "Local SSD pricing")."""
     lines = []
     reg, nodes = facts.region, Decimal(facts.nodes)
     bundled = machine is not None and machine.local_ssd.bundled_count > 0
@@ -280,13 +319,16 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             continue
         size = Decimal(str(disk.get("diskSizeGb", 10)))
         dtype = disk.get("diskType", "pd-balanced")
-        key = {"pd-balanced": "pd_balanced_per_gb_month", "hyperdisk-balanced": "hyperdisk_balanced_per_gb_month"}.get(dtype)
+        # Hyperdisk Balanced has no price from a source read for gpuinfra (prices.yaml): its
+        # line stays unpriced, so the cost exits 4 instead of guessing
+        key = {"pd-balanced": "pd_balanced_per_gb_month"}.get(dtype)
         lines.append(_line(name, t, f"{dtype} boot disk ({size} GiB x {facts.nodes} nodes)", "GB-months",
                            size * nodes / HOURS_PER_MONTH, price("gcp", key, reg) if key else None,
                            missing_source=f"no {dtype} price for {reg}"))
     if scratch and not bundled:
+        key = "local_ssd_spot_per_gb_month" if facts.market == "spot" else "local_ssd_per_gb_month"
         lines.append(_line(name, t, f"Local SSD ({scratch} x {scratch_gib:g} GiB x {facts.nodes} nodes)", "GB-months",
-                           scratch * scratch_gib * nodes / HOURS_PER_MONTH, price("gcp", "local_ssd_per_gb_month", reg),
+                           scratch * scratch_gib * nodes / HOURS_PER_MONTH, price("gcp", key, reg),
                            missing_source=f"no local SSD price for {reg}"))
     elif scratch:
         lines.append(CostLine(name, t, f"Local SSD ({scratch} x {scratch_gib:g} GiB bundled)", "GB-months", Decimal(0), Decimal(0),

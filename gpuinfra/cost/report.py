@@ -61,13 +61,20 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
         "hours": format(hours.normalize(), "f"),
         "hourly_usd": money(hourly),
         "run_usd": money(run),
-        "monthly_usd_if_left_running": money(hourly * LEFT_RUNNING_HOURS),
+        "monthly_usd_if_left_running": money(_left_running(est, hours)),
         "spot_savings_percent": None if (s := spot_savings_percent(est, market)) is None else str(s),
         "lines": lines,
         "price_not_found": [f"{line.resource}: {line.component} ({line.source})" for line in est.lines if line.unit_price_usd is None],
         "not_priced": [{"resource": n, "resource_type": t_, "reason": why} for n, t_, why in est.not_priced],
         "free_resources": est.free,
     }
+
+
+def _left_running(est: Estimate, hours: Decimal) -> Decimal:
+    """30 days of the recurring lines plus the one-time lines once."""
+    recurring = sum((line.hourly_usd or Decimal(0)) for line in est.lines if not line.one_time)
+    once = sum((line.hourly_usd or Decimal(0)) * hours for line in est.lines if line.one_time)
+    return recurring * LEFT_RUNNING_HOURS + once
 
 
 def _line_json(line: CostLine, hours: Decimal) -> dict:
@@ -137,7 +144,7 @@ def cost_summary(spec, resources: list) -> dict:
 
     hours = Decimal(str(spec.run_hours))
     catalog = load_catalog()
-    est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours)
+    est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)
     doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
     return {k: doc[k] for k in ("hourly_usd", "run_usd", "hours", "pricing", "catalog_date", "price_not_found",
                                 "monthly_usd_if_left_running")}

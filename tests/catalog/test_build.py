@@ -1,5 +1,5 @@
 """The shipped catalog is exactly what the build makes from the snapshot, and the build handles
-the snapshot's known defects on purpose."""
+the snapshot's known defects on purpose (review 2026-11, P1/P4)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from decimal import Decimal
 import pytest
 
 from gpuinfra.catalog.build import build_from_snapshot, is_local_zone, write_catalog
+from gpuinfra.catalog.gates import MIN_FRACTION_OF_REFERENCE, reference_prices
 from gpuinfra.catalog.model import parse_price
 from gpuinfra.catalog.store import PACKAGE_DATA_DIR, load_catalog
 from tests.conftest import SNAPSHOT_DIR
+
+CYCLENERD = "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@dac31281"
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +23,7 @@ def built():
 
 
 def test_shipped_catalog_equals_a_fresh_build(built, tmp_path):
-    offers, facts, meta = built
+    offers, facts, meta, _ = built
     write_catalog(tmp_path, offers, facts, meta)
     for name in ("offers.csv", "instance_types.json", "catalog.json"):
         assert (tmp_path / name).read_text() == (PACKAGE_DATA_DIR / name).read_text(), name
@@ -31,18 +34,81 @@ def _snapshot_rows(name):
         return list(csv.DictReader(f))
 
 
-def test_gcp_machine_price_is_host_row_plus_gpu_row_of_the_same_zone():
+def _gcp(itype, zone):
+    return next(o for o in load_catalog().offers if o.instance_type == itype and o.zone == zone)
+
+
+def test_every_gcp_on_demand_row_cites_its_source_and_date():
+    rows = _snapshot_rows("gcp_on_demand.csv")
+    assert len(rows) == 844  # 524 A2/A3 rows + 320 G2 rows of pricing.yml generated 2026-08-20
+    assert all(r["source_ref"].startswith(CYCLENERD + " compute.instance." + r["machine_type"] + ".cost." + r["region"])
+               and r["source_date"] == "2026-08-20" for r in rows)
+
+
+def test_gcp_on_demand_is_the_billed_machine_price_not_a_dws_sku():
+    # a2-highgpu-4g us-central1: 4 x 3.673385 (A2 on-demand, cloud.google.com/compute/vm-instance-pricing)
+    assert _gcp("a2-highgpu-4g", "us-central1-a").on_demand_price_per_hour_usd == Decimal("14.69354")
+    # europe-west4: the review's real on-demand ($3.747972 per a2-highgpu-1g); the snapshot's
+    # DWS GPU row (1.61365 per GPU-hour) made it $9.71 for 4 GPUs
+    assert _gcp("a2-highgpu-1g", "europe-west4-a").on_demand_price_per_hour_usd == Decimal("3.74797")
+    assert _gcp("a2-highgpu-4g", "europe-west4-a").on_demand_price_per_hour_usd == Decimal("14.99189")
+    # a3-highgpu-8g us-central1: 88.49 = vCPU + memory + 8 H100 (87.8325) + 16 x 375 GiB of
+    # bundled Local SSD at $0.08/GiB-month / 730 h (GCP bills bundled Local SSD with the machine)
+    a3 = _gcp("a3-highgpu-8g", "us-central1-a").on_demand_price_per_hour_usd
+    assert a3 == Decimal("88.49000")
+    assert (a3 - Decimal(6000) * Decimal("0.08") / 730).quantize(Decimal("0.0001")) == Decimal("87.8325")
+
+
+def test_no_gcp_on_demand_offer_below_0_8x_its_us_central1_price(built):
+    catalog = load_catalog()
+    ref = reference_prices(catalog.offers)
+    gcp = [o for o in catalog.offers if o.cloud == "gcp" and o.on_demand_price_per_hour_usd is not None]
+    checked = [o for o in gcp if (o.instance_type, o.gpu, o.gpu_count) in ref]
+    assert len(checked) > 500
+    low = [o for o in checked if o.on_demand_price_per_hour_usd < MIN_FRACTION_OF_REFERENCE * ref[(o.instance_type, o.gpu, o.gpu_count)]]
+    assert low == []
+    dropped = built[3].dropped["gcp on-demand price without a cited source (on-demand dropped)"]
+    print(f"GCP on-demand prices dropped for want of a cited source: {dropped}")
+    assert dropped == catalog.meta["dropped_on_build"]["gcp on-demand price without a cited source (on-demand dropped)"] == 25
+
+
+def test_machines_without_a_cited_on_demand_price_have_none():
+    catalog = load_catalog()
+    for itype in ("a3-ultragpu-8g", "a4-highgpu-8g"):  # sold as spot / flex-start / reservation only
+        offers = [o for o in catalog.offers if o.instance_type == itype]
+        assert offers and all(o.on_demand_price_per_hour_usd is None for o in offers)
+        assert all(o.spot_price_per_hour_usd is not None for o in offers)
+    # pricing.yml of 2026-08-20 lists a3-megagpu-8g in 9 regions, not us-central1
+    assert _gcp("a3-megagpu-8g", "us-central1-a").on_demand_price_per_hour_usd is None
+    assert _gcp("a3-megagpu-8g", "us-east4-a").on_demand_price_per_hour_usd is not None
+
+
+def test_gcp_spot_adds_bundled_local_ssd_at_the_spot_rate():
     gcp = _snapshot_rows("gcp_vms.csv")
-    host = {r["AvailabilityZone"]: r for r in gcp if r["InstanceType"] == "a2-highgpu-4g"}
-    gpu = {r["AvailabilityZone"]: r for r in gcp if r["AcceleratorName"] == "A100" and r["AcceleratorCount"] == "4" and not r["InstanceType"]}
-    offers = [o for o in load_catalog().offers if o.instance_type == "a2-highgpu-4g"]
-    assert len(offers) == len(set(host) & set(gpu)) == 19
-    for o in offers:
-        assert o.on_demand_price_per_hour_usd == Decimal(host[o.zone]["Price"]) + Decimal(gpu[o.zone]["Price"])
-        assert o.host_on_demand_price_per_hour_usd == Decimal(host[o.zone]["Price"])
-        assert o.accelerator_on_demand_price_per_hour_usd == Decimal(gpu[o.zone]["Price"])
-    central = next(o for o in offers if o.zone == "us-central1-a")
-    assert central.on_demand_price_per_hour_usd == Decimal("14.69354")  # 2.95791 + 11.73563
+    host = next(r for r in gcp if r["InstanceType"] == "a3-highgpu-8g" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(r for r in gcp if not r["InstanceType"] and r["AcceleratorName"] == "H100"
+               and r["AcceleratorCount"] == "8" and r["AvailabilityZone"] == "us-central1-a")
+    # 16 x 375 GiB at $0.048/GiB-month for Spot VMs in us-central1 (pricing.yml local month_spot)
+    expected = Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"]) + Decimal(6000) * Decimal("0.048") / 730
+    assert _gcp("a3-highgpu-8g", "us-central1-a").spot_price_per_hour_usd == expected.quantize(Decimal("0.00001"))
+    # no bundled SSD: host + GPU spot rows only
+    a2 = _gcp("a2-highgpu-4g", "us-central1-a")
+    host = next(r for r in gcp if r["InstanceType"] == "a2-highgpu-4g" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(r for r in gcp if not r["InstanceType"] and r["AcceleratorName"] == "A100"
+               and r["AcceleratorCount"] == "4" and r["AvailabilityZone"] == "us-central1-a")
+    assert a2.spot_price_per_hour_usd == Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"])
+
+
+def test_n1_gpu_on_demand_is_host_row_plus_gpu_row():
+    gcp = _snapshot_rows("gcp_vms.csv")
+    host = next(r for r in gcp if r["InstanceType"] == "n1-standard-8" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(r for r in gcp if not r["InstanceType"] and r["AcceleratorName"] == "T4"
+               and r["AcceleratorCount"] == "1" and r["AvailabilityZone"] == "us-central1-a")
+    t4 = next(o for o in load_catalog().offers if o.instance_type == "n1-standard-8" and o.gpu == "T4"
+              and o.gpu_count == 1 and o.zone == "us-central1-a")
+    assert t4.on_demand_price_per_hour_usd == Decimal(host["Price"]) + Decimal(gpu["Price"])
+    assert Decimal(gpu["Price"]) == Decimal("0.35")  # T4 on-demand per GPU-hour, us-central1
+    assert t4.price_source == "on-demand:skypilot-v8-gcp;spot:skypilot-v8-gcp"
 
 
 def test_missing_price_is_not_offered_never_zero():
@@ -53,29 +119,29 @@ def test_missing_price_is_not_offered_never_zero():
     no_spot_rows = [r for r in _snapshot_rows("aws_vms.csv") if not r["SpotPrice"]]
     neither = [r for r in no_spot_rows if not r["Price"]]
     assert (len(no_spot_rows), len(neither)) == (43, 5)  # 5 p5e rows carry no price at all
+    above = [r for r in _snapshot_rows("aws_vms.csv")
+             if r["SpotPrice"] and r["Price"] and Decimal(r["SpotPrice"]) > Decimal(r["Price"]) > 0]
+    assert len(above) == 16  # spot above on-demand: the spot price is dropped
     catalog_no_spot = [o for o in load_catalog().offers if o.cloud == "aws" and o.spot_price_per_hour_usd is None]
-    assert len(catalog_no_spot) == 38  # nothing to rent in the 5 price-less rows: dropped, not $0
+    assert len(catalog_no_spot) == 38 + 16  # nothing to rent in the 5 price-less rows: dropped, not $0
     assert all(o.on_demand_price_per_hour_usd > 0 for o in catalog_no_spot)
 
 
-def test_a4_bundle_with_zero_host_price_is_priced_by_its_gpu_row():
-    a4 = [o for o in load_catalog().offers if o.instance_type == "a4-highgpu-8g"]
-    assert a4
-    for o in a4:
-        assert o.host_on_demand_price_per_hour_usd == 0
-        assert o.on_demand_price_per_hour_usd == o.accelerator_on_demand_price_per_hour_usd > 0
+def test_spot_equal_to_on_demand_is_flagged_and_never_above():
+    offers = load_catalog().offers
+    flagged = [o for o in offers if o.spot_not_discounted]
+    assert flagged and all(o.spot_price_per_hour_usd == o.on_demand_price_per_hour_usd for o in flagged)
+    assert not any(o.spot_price_per_hour_usd > o.on_demand_price_per_hour_usd for o in offers
+                   if o.spot_price_per_hour_usd is not None and o.on_demand_price_per_hour_usd is not None)
 
 
-def test_spot_not_below_on_demand_is_flagged():
-    flagged = [o for o in load_catalog().offers if o.spot_not_discounted]
-    assert flagged
-    # GCP A100-80GB GPU rows with spot above on-demand flag their a2-ultragpu offers even
-    # though the host part makes the machine total look discounted
-    ultra = [o for o in flagged if o.instance_type.startswith("a2-ultragpu")]
-    assert {(o.gpu_count, o.zone) for o in ultra} >= {(1, "us-central1-a"), (2, "europe-west4-a")}
-    assert all(o.accelerator_spot_price_per_hour_usd >= o.accelerator_on_demand_price_per_hour_usd for o in ultra)
-    aws_flagged = [o for o in flagged if o.cloud == "aws"]
-    assert aws_flagged and all(o.spot_price_per_hour_usd >= o.on_demand_price_per_hour_usd for o in aws_flagged)
+def test_every_offer_names_sources_that_the_catalog_describes():
+    catalog = load_catalog()
+    described = catalog.meta["price_sources"]
+    assert set(described) == {"skypilot-v8-aws", "skypilot-v8-gcp", "cyclenerd-2026-08-20"}
+    assert described["cyclenerd-2026-08-20"]["date"].startswith("2026-08-20")
+    from gpuinfra.catalog.model import price_source_keys
+    assert all(price_source_keys(o.price_source) <= set(described) and o.price_source for o in catalog.offers)
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,10 @@ def test_catalog_show_reports_source_and_date(run_cli):
     info = json.loads(result.stdout)
     assert info["catalog_date"] == "2026-11-22"
     assert info["path"].endswith("gpuinfra/catalog/data")
-    assert info["offers"]["aws"] == 1457 and info["offers"]["gcp"] == 2434
+    assert info["offers"]["aws"] == 1457 and info["offers"]["gcp"] == 2432
     assert "skypilot-catalog" in info["sources"]["aws"]["prices"]
+    assert info["sources"]["gcp"]["date"] == "2026-08-20 (on-demand; spot undated)"
+    assert "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml" in info["sources"]["gcp"]["prices"]
 
 
 def test_catalog_dir_env_with_missing_files_is_a_clear_error(run_cli, tmp_path, monkeypatch):

@@ -25,17 +25,18 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     cluster = doc["config"]["gpuinfra:cluster"]
     assert (cluster["cloud"], cluster["instance_type"], cluster["gpu"], cluster["gpu_count"], cluster["nodes"]) == (
         "gcp", "a2-highgpu-4g", "A100", 4, 1)
-    assert doc["config"]["gcp:zone"] == cluster["zone"] == "europe-west4-a"
+    # the cheapest real on-demand 4xA100 (review P1: not europe-west4 at a DWS price)
+    assert doc["config"]["gcp:zone"] == cluster["zone"] == "us-central1-a"
     assert cluster["profile"]["name"] == "llm-finetune" and cluster["profile"]["ttl_hours"] == 72
-    assert cluster["price"] == {"on_demand_price_per_hour_usd": "9.71086", "spot_price_per_hour_usd": "5.94936",
-                                "catalog_date": "2026-11-22"}
+    assert cluster["price"] == {"on_demand_price_per_hour_usd": "14.69354", "spot_price_per_hour_usd": "7.2154",
+                                "catalog_date": "2026-08-20 (on-demand; spot undated)"}
     spec = read_stack_spec(tmp_path, "gcp-4xa100")
     assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
     # 4 local SSDs (a2-highgpu-4g takes 4 or 8: cloud.google.com/compute/docs/disks/local-ssd
-    # #choose_number_local_ssds) at $0.088/GB-month: 1500 GiB / 730 h x 0.088 = $0.1808/h
-    assert "compute: $9.71/h ($2.428/GPU-h); all 14 resources: $10.22/h, $245.39 for a 24 h run" in result.stdout
+    # #choose_number_local_ssds) at $0.08/GiB-month in us-central1: 1500 GiB / 730 h x 0.08 = $0.1644/h
+    assert "compute: $14.69/h ($3.673/GPU-h); all 14 resources: $15.19/h, $364.63 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
-    assert "catalog 2026-11-22" in stack.read_text()
+    assert "catalog 2026-08-20 (on-demand; spot undated)" in stack.read_text()
 
 
 def test_new_never_overwrites_without_force(run_cli, tmp_path):

@@ -14,27 +14,27 @@ REQUIRED_KEYS = {"cloud", "region", "zone", "instance_type", "gpu", "gpu_count",
                  "on_demand_price_per_hour_usd", "spot_price_per_hour_usd"}
 
 
-def _snapshot_price(instance_type, gpu, count, zone, column="Price"):
-    with open(SNAPSHOT_DIR / "gcp_vms.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    host = next(r for r in rows if r["InstanceType"] == instance_type and r["AvailabilityZone"] == zone)
-    acc = next(r for r in rows if not r["InstanceType"] and r["AcceleratorName"] == gpu
-               and r["AcceleratorCount"] == str(count) and r["AvailabilityZone"] == zone)
-    return Decimal(host[column]) + Decimal(acc[column])
+def _cited_on_demand(machine_type, region):
+    with open(SNAPSHOT_DIR / "gcp_on_demand.csv", newline="") as f:
+        row = next(r for r in csv.DictReader(f) if r["machine_type"] == machine_type and r["region"] == region)
+    return Decimal(row["price_per_hour_usd"]).quantize(Decimal("0.00001"))
 
 
-def test_json_gcp_a2_prices_equal_host_plus_gpu_rows(run_cli):
-    result = run_cli("offers", "--gpus", "4xA100", "--json")
+def test_gcp_4xa100_first_offer_is_the_real_on_demand_price(run_cli):
+    result = run_cli("offers", "--gpus", "4xA100", "--cloud", "gcp", "--json", "--limit", "0")
     assert result.exit_code == 0, result.stderr
     offers = json.loads(result.stdout)
     assert all(REQUIRED_KEYS <= set(o) for o in offers)
+    first = offers[0]
+    assert (first["instance_type"], first["region"], first["price_per_hour_usd"]) == ("a2-highgpu-4g", "us-central1", 14.69354)
+    assert first["market"] == "on-demand" and first["catalog_date"] == "2026-08-20 (on-demand; spot undated)"
+    assert first["price_source"] == "on-demand:cyclenerd-2026-08-20;spot:skypilot-v8-gcp"
     a2 = [o for o in offers if o["instance_type"] == "a2-highgpu-4g"]
     assert len(a2) == 19
     for o in a2:
-        expected = _snapshot_price("a2-highgpu-4g", "A100", 4, o["zone"])
-        assert Decimal(str(o["price_per_hour_usd"])) == expected
-        assert Decimal(str(o["host_price_per_hour_usd"])) + Decimal(str(o["accelerator_price_per_hour_usd"])) == expected
-        assert o["nodes"] == 1 and o["pricing"] == "on-demand" and o["catalog_date"] == "2026-11-22"
+        assert Decimal(str(o["price_per_hour_usd"])) == _cited_on_demand("a2-highgpu-4g", o["region"])
+    # no A100 offer below the real on-demand price: the old snapshot's DWS-priced europe-west4 at $9.71 is gone
+    assert min(o["price_per_hour_usd"] for o in offers) == 14.69354
     prices = [o["price_per_hour_usd"] for o in offers]
     assert prices == sorted(prices)
 
@@ -58,7 +58,7 @@ def test_aws_table_puts_p4d_first_with_round_up_note(run_cli):
     result = run_cli("offers", "--gpus", "4xA100", "--cloud", "aws")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert "offers for 4xA100 (on-demand, prices from catalog 2026-11-22)" in lines[0]
+    assert "offers for 4xA100 (on-demand, prices from catalog undated (imported 2026-11-22))" in result.stdout
     first_row = next(line for line in lines if "p4d.24xlarge" in line)
     assert "8xA100 *" in first_row and "4 EFA" in first_row and "8x931 GiB" in first_row
     assert "* round-up: p4d.24xlarge has 8xA100 per node; you asked for 4 (rounded up)" in result.stdout
@@ -94,4 +94,52 @@ def test_instance_type_alone_implies_its_gpus(run_cli):
 def test_limit_and_spot(run_cli):
     offers = json.loads(run_cli("offers", "--gpus", "8xH100", "--spot", "--limit", "3", "--json").stdout)
     assert len(offers) == 3
-    assert all(o["pricing"] == "spot" and o["price_per_hour_usd"] == o["spot_price_per_hour_usd"] for o in offers)
+    assert all(o["market"] == "spot" and o["price_per_hour_usd"] == o["spot_price_per_hour_usd"] for o in offers)
+    same = json.loads(run_cli("offers", "--gpus", "8xH100", "--market", "spot", "--limit", "3", "--json").stdout)
+    assert same == offers
+
+
+def test_market_column_and_other_markets(run_cli):
+    result = run_cli("offers", "--gpus", "4xA100", "--cloud", "gcp", "--market", "spot", "--limit", "3")
+    assert result.exit_code == 0, result.stderr
+    assert "(spot, prices from catalog" in result.stdout
+    row = next(line for line in result.stdout.splitlines() if "a2-highgpu-4g" in line)
+    assert " spot " in row and "od $" in row and "flex -" in row
+
+
+def test_flex_market_without_prices_exits_4_naming_why(run_cli):
+    result = run_cli("offers", "--gpus", "8xH100", "--cloud", "gcp", "--market", "flex")
+    assert result.exit_code == 4
+    assert result.stderr.startswith("error: price-known: no flex-start price for 8xH100 on gcp")
+    assert "catalog refresh --cloud gcp" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_types_not_sold_on_demand_are_not_offered_on_demand(run_cli):
+    result = run_cli("offers", "--gpus", "8xH200", "--cloud", "gcp")
+    assert result.exit_code == 4
+    assert "provisioning-model-offered: a3-ultragpu-8g is not sold on demand" in result.stderr
+    spot = json.loads(run_cli("offers", "--gpus", "8xH200", "--cloud", "gcp", "--market", "spot", "--json").stdout)
+    assert {o["instance_type"] for o in spot} == {"a3-ultragpu-8g"}
+    one = run_cli("offers", "--gpus", "1xH100", "--cloud", "gcp")
+    assert one.exit_code == 4 and "a3-highgpu-1g, a3-highgpu-2g are not sold on demand" in one.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--market", "reserved"], "error: unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
+    (["--market", "flex", "--spot"], "error: --spot contradicts --market flex"),
+])
+def test_bad_market_is_exit_2(run_cli, args, message):
+    result = run_cli("offers", "--gpus", "4xA100", *args)
+    assert result.exit_code == 2 and result.stderr.strip() == message
+
+
+def test_flex_market_on_both_clouds_names_the_missing_price_not_aws(run_cli):
+    result = run_cli("offers", "--gpus", "8xH100", "--market", "flex")
+    assert result.exit_code == 4
+    assert result.stderr.startswith("error: price-known: no flex-start price for 8xH100")
+    assert "p5.48xlarge" in result.stderr  # listed among the shapes, not blamed as "not sold"
+
+
+def test_hours_without_data_is_refused(run_cli):
+    result = run_cli("offers", "--gpus", "4xA100", "--hours", "24")
+    assert result.exit_code == 2 and "--hours goes with --data" in result.stderr
