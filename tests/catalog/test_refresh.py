@@ -105,12 +105,17 @@ def _gcp_clients(url):
     return gcp_clients(credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=url), transport="rest")
 
 
-def test_gcp_refresh_against_billing_and_compute_fixtures(tmp_path):
-    routes = [
-        ("GET", "/v1/services/6F81-5844-456A/skus", None, _fixture("gcp_billing_skus.json")),
+def _gcp_routes(skus=None):
+    """Billing Catalog and Compute routes of the GCP fixtures (``skus``: a modified SKU list)."""
+    return [
+        ("GET", "/v1/services/6F81-5844-456A/skus", None, skus or _fixture("gcp_billing_skus.json")),
         ("GET", "/compute/v1/projects/demo-project/aggregated/machineTypes", None, _fixture("gcp_machine_types.json")),
         ("GET", "/compute/v1/projects/demo-project/aggregated/acceleratorTypes", None, _fixture("gcp_accelerator_types.json")),
     ]
+
+
+def test_gcp_refresh_against_billing_and_compute_fixtures(tmp_path):
+    routes = _gcp_routes()
     with ReplayServer(routes) as server:
         result = refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
         paths = sorted(p.split("?")[0] for _, p, _, _ in server.requests)
@@ -196,11 +201,7 @@ def test_refresh_that_fails_a_gate_writes_nothing(tmp_path):
         if sku["description"] == "Nvidia Tesla A100 GPU running in Americas":
             sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {
                 "currencyCode": "USD", "units": "1", "nanos": 349700000}
-    routes = [
-        ("GET", "/v1/services/6F81-5844-456A/skus", None, skus),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/machineTypes", None, _fixture("gcp_machine_types.json")),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/acceleratorTypes", None, _fixture("gcp_accelerator_types.json")),
-    ]
+    routes = _gcp_routes(skus)
     with ReplayServer(routes) as server:
         with pytest.raises(CatalogError, match="gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 us-central1-a"):
             refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
@@ -234,11 +235,7 @@ def test_accept_price_cuts_gates_against_the_fresh_prices_only(tmp_path):
         if sku["description"] == "Nvidia Tesla A100 GPU running in Americas":
             sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {
                 "currencyCode": "USD", "units": "1", "nanos": 349700000}
-    routes = [
-        ("GET", "/v1/services/6F81-5844-456A/skus", None, skus),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/machineTypes", None, _fixture("gcp_machine_types.json")),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/acceleratorTypes", None, _fixture("gcp_accelerator_types.json")),
-    ]
+    routes = _gcp_routes(skus)
     with ReplayServer(routes) as server:
         refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW,
                         accept_price_cuts=True)
@@ -252,11 +249,7 @@ def test_an_older_user_catalog_is_a_clear_error_and_refresh_starts_over(tmp_path
     monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
     result = run_cli("offers", "--gpus", "4xA100")
     assert result.exit_code == 2 and "has schema version 2; this gpuinfra reads version 3" in result.stderr
-    routes = [
-        ("GET", "/v1/services/6F81-5844-456A/skus", None, _fixture("gcp_billing_skus.json")),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/machineTypes", None, _fixture("gcp_machine_types.json")),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/acceleratorTypes", None, _fixture("gcp_accelerator_types.json")),
-    ]
+    routes = _gcp_routes()
     out = tmp_path / "new"
     with ReplayServer(routes) as server:
         refresh_catalog(["gcp"], out_dir=out, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
