@@ -255,30 +255,78 @@ class Agent:
     idle_since: float | None = None
     events: list[str] = field(default_factory=list)
     interrupted: bool = False
+    state_dir: Path | None = None
+
+    def _idle_file(self) -> Path | None:
+        return None if self.state_dir is None else self.state_dir / "idle_since"
+
+    def _restore_idle_start(self) -> None:
+        """Take the idle start a previous agent process wrote (wall clock, epoch seconds), so a
+        restart by systemd does not start the idle clock again (``state_dir`` is under /run:
+        a reboot clears it, and a rebooted node is busy again anyway)."""
+        path = self._idle_file()
+        if self.idle_since is not None or path is None:
+            return
+        try:
+            started = float(path.read_text())
+        except (OSError, ValueError):
+            return
+        self.idle_since = self.clock() - max(0.0, self.now().timestamp() - started)
+
+    def _record_idle_start(self, idle: bool) -> None:
+        path = self._idle_file()
+        if path is None:
+            return
+        try:
+            if idle:
+                if not path.exists():
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(f"{self.now().timestamp() - (self.clock() - self.idle_since):.3f}\n")
+            else:
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            self._log(f"cannot record the idle start in {path}: {exc}")
 
     def _log(self, message: str) -> None:
         self.events.append(message)
         LOG.info(message)
 
     def expiry(self) -> datetime | None:
-        """TTL end: the instance tag when readable, else node.env."""
+        """TTL end: the instance tag when readable and valid, else node.env."""
         try:
             tagged = self.metadata.expires_at()
-        except OSError:
-            tagged = None
-        return parse_time(tagged) if tagged else self.config.expires_at
+            return parse_time(tagged) if tagged else self.config.expires_at
+        except Exception as exc:  # noqa: BLE001 - unreachable metadata or a malformed tag
+            self._log(f"cannot read the expiry tag, using node.env: {exc!r}")
+            return self.config.expires_at
 
     def save_checkpoints(self, seconds: float) -> list[str]:
-        """Sync the checkpoint folder within ``seconds``."""
+        """Sync the checkpoint folder within ``seconds``; a failure is logged, never raised
+        (ending the node must not depend on the upload)."""
         if self.syncer is None:
             return []
-        uploaded = sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock)
+        try:
+            uploaded = sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock)
+        except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
+            self._log(f"checkpoint sync failed, going on: {exc!r}")
+            return []
         self._log(f"synced {len(uploaded)} checkpoint file(s) to {self.config.bucket}")
         return uploaded
 
     def step(self) -> str:
-        """One poll. Returns ``running`` | ``idle`` | ``expired`` | ``interrupted``."""
-        notice = None if self.interrupted else self.metadata.interruption()
+        """One poll. Returns ``running`` | ``idle`` | ``expired`` | ``interrupted``.
+
+        An error reading the metadata service or the GPUs is logged and the poll goes on: the
+        TTL and idle checks still run (a crash would let systemd restart the agent and, before
+        the idle start was kept under /run, start the idle clock again).
+        """
+        self._restore_idle_start()
+        notice = None
+        if not self.interrupted:
+            try:
+                notice = self.metadata.interruption()
+            except Exception as exc:  # noqa: BLE001 - metadata errors must not stop the poll
+                self._log(f"cannot read the interruption notice: {exc!r}")
         if notice:
             self.interrupted = True
             self._log(f"spot interruption notice {notice}: saving checkpoints")
@@ -287,12 +335,18 @@ class Agent:
         expires = self.expiry()
         if expires is not None and self.now() >= expires:
             return self._finish("expired", f"TTL reached ({expires.isoformat()})")
-        utilization = self.gpus.utilizations()
+        try:
+            utilization = self.gpus.utilizations()
+        except Exception as exc:  # noqa: BLE001 - unknown utilization counts as busy
+            self._log(f"cannot read GPU utilization: {exc!r}")
+            utilization = []
         busy = any(u >= self.config.idle_utilization_percent for u in utilization)
         if busy or not utilization:
             self.idle_since = None
+            self._record_idle_start(False)
             return "running"
         self.idle_since = self.idle_since if self.idle_since is not None else self.clock()
+        self._record_idle_start(True)
         idle_for = self.clock() - self.idle_since
         if idle_for >= self.config.idle_timeout_seconds:
             return self._finish("idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min")
@@ -347,17 +401,24 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: ``gpuinfra_agent.py [--config /etc/gpuinfra/node.env] [--poll-seconds 60] [--dry-run] [--once]``."""
     parser = argparse.ArgumentParser(description="gpuinfra node agent")
     parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
-    parser.add_argument("--poll-seconds", type=float, default=60.0)
+    # 5 s: spot / preemption notices come 120 s (AWS) and 30 s (GCP) before the end
+    parser.add_argument("--poll-seconds", type=float, default=5.0)
+    parser.add_argument("--state-dir", type=Path, default=Path("/run/gpuinfra"))
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--once", action="store_true", help="one poll, then exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuinfra-agent %(message)s", stream=sys.stdout)
     agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run))
+    agent.state_dir = args.state_dir
     while True:
-        state = agent.step()
+        try:
+            state = agent.step()
+        except Exception as exc:  # noqa: BLE001 - a poll never stops the agent
+            LOG.exception("poll failed, going on: %r", exc)
+            state = "error"
         if args.once or state in ("idle", "expired"):
             return 0
-        time.sleep(5 if state == "interrupted" else args.poll_seconds)
+        time.sleep(min(5.0, args.poll_seconds) if state == "interrupted" else args.poll_seconds)
 
 
 if __name__ == "__main__":

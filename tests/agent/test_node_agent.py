@@ -268,3 +268,72 @@ def test_real_nvml_on_a_gpu_machine():
         pytest.skip("no NVIDIA driver / GPU on this machine")
     utilizations = NvmlGpus().utilizations()
     assert utilizations and all(0 <= u <= 100 for u in utilizations)
+
+
+class FailingSync(S3Sync):
+    def __init__(self):
+        super().__init__("b", "checkpoints/t", client=object())
+
+    def upload(self, root, path):
+        raise OSError("network unreachable")
+
+
+def test_a_failed_checkpoint_upload_never_keeps_the_node_running(tmp_path, metadata):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
+    clock, ended = Clock(), []
+    agent = Agent(_config(tmp_path), FakeGpus(0), AwsMetadata(metadata.url), FailingSync(), ended.append,
+                  clock=clock, now=lambda: NOW)
+    agent.step()
+    clock.t += 1800
+    assert agent.step() == "idle" and ended == ["idle"]
+    assert any("checkpoint sync failed, going on" in e for e in agent.events)
+
+
+def test_unreachable_metadata_is_logged_and_the_poll_goes_on(tmp_path):
+    ended = []
+    # nothing listens on this port: every metadata call fails
+    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1)), FakeGpus(90),
+                  AwsMetadata("http://127.0.0.1:9"), None, ended.append, now=lambda: NOW)
+    assert agent.step() == "expired" and ended == ["expired"]  # node.env's TTL still ends it
+    assert any("cannot read the interruption notice" in e for e in agent.events)
+
+
+def test_the_idle_start_survives_an_agent_restart(tmp_path, metadata):
+    state, clock, wall, ended = tmp_path / "run", Clock(), [NOW], []
+
+    def make():
+        return Agent(_config(tmp_path), FakeGpus(0), AwsMetadata(metadata.url), None, ended.append,
+                     clock=clock, now=lambda: wall[0], state_dir=state)
+
+    first = make()
+    assert first.step() == "running" and (state / "idle_since").is_file()
+    clock.t += 1000
+    wall[0] = NOW + timedelta(seconds=1000)
+    second = make()  # systemd restarted the agent after 1000 s of idle GPUs
+    assert second.step() == "running"
+    clock.t += 800
+    wall[0] = NOW + timedelta(seconds=1800)
+    assert second.step() == "idle" and ended == ["idle"]  # 30 min after the first idle poll, not 46
+
+
+def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
+    from gpuinfra.agent import node
+
+    calls = []
+
+    class Flaky:
+        state_dir = None
+
+        def step(self):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("boom")
+            return "expired"
+
+    monkeypatch.setattr(node, "build_agent", lambda config: Flaky())
+    monkeypatch.setattr(node.time, "sleep", lambda s: None)
+    env = tmp_path / "node.env"
+    env.write_text("GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
+                   "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\n")
+    assert node.main(["--config", str(env), "--state-dir", str(tmp_path / "run")]) == 0 and len(calls) == 2
