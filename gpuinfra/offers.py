@@ -52,11 +52,6 @@ class OfferQuery:
     market: str = "on-demand"
     include_local_zones: bool = False
 
-    @property
-    def spot(self) -> bool:
-        """True when ranking by spot price."""
-        return self.market == "spot"
-
 
 @dataclass(frozen=True, slots=True)
 class RankedOffer:
@@ -89,18 +84,6 @@ class RankedOffer:
     def market_price_per_hour_usd(self, market: str) -> Decimal | None:
         """Total $/h for all nodes in ``market`` (None: no price known there)."""
         p = self.offer.price_per_hour_usd(market)
-        return None if p is None else p * self.nodes
-
-    @property
-    def on_demand_price_per_hour_usd(self) -> Decimal | None:
-        """Total on-demand $/h for all nodes (None: not sold on demand)."""
-        p = self.offer.on_demand_price_per_hour_usd
-        return None if p is None else p * self.nodes
-
-    @property
-    def spot_price_per_hour_usd(self) -> Decimal | None:
-        """Total spot $/h for all nodes (None: no spot price)."""
-        p = self.offer.spot_price_per_hour_usd
         return None if p is None else p * self.nodes
 
     @property

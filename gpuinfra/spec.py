@@ -121,13 +121,6 @@ class DataSource(BaseModel):
     size_gb: Decimal = Field(gt=0, allow_inf_nan=False)
     uri: str = ""
 
-    @property
-    def multi_region(self) -> bool:
-        """True for a Cloud Storage multi-region or dual-region bucket (``us``, ``nam4``)."""
-        from gpuinfra.datasource import GCS_MULTI_REGIONS
-
-        return self.cloud == "gcp" and self.location in GCS_MULTI_REGIONS
-
     def describe(self) -> str:
         """``2000 GB in s3://bucket/prefix (aws us-east-1)``."""
         where = f"{self.uri} ({self.cloud} {self.location})" if self.uri else f"{self.cloud} {self.location}"

@@ -260,7 +260,7 @@ class Agent:
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
 
-    def _restore_idle_start(self) -> None:
+    def __post_init__(self) -> None:
         """Take the idle start a previous agent process wrote (wall clock, epoch seconds), so a
         restart by systemd does not start the idle clock again (``state_dir`` is under /run:
         a reboot clears it, and a rebooted node is busy again anyway)."""
@@ -274,14 +274,14 @@ class Agent:
         self.idle_since = self.clock() - max(0.0, self.now().timestamp() - started)
 
     def _record_idle_start(self, idle: bool) -> None:
+        """Write (idle) or remove (busy) the idle start; called when the state changes."""
         path = self._idle_file()
         if path is None:
             return
         try:
             if idle:
-                if not path.exists():
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    path.write_text(f"{self.now().timestamp() - (self.clock() - self.idle_since):.3f}\n")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(f"{self.now().timestamp():.3f}\n")
             else:
                 path.unlink(missing_ok=True)
         except OSError as exc:
@@ -320,7 +320,6 @@ class Agent:
         TTL and idle checks still run (a crash would let systemd restart the agent and, before
         the idle start was kept under /run, start the idle clock again).
         """
-        self._restore_idle_start()
         notice = None
         if not self.interrupted:
             try:
@@ -342,11 +341,13 @@ class Agent:
             utilization = []
         busy = any(u >= self.config.idle_utilization_percent for u in utilization)
         if busy or not utilization:
-            self.idle_since = None
-            self._record_idle_start(False)
+            if self.idle_since is not None:
+                self.idle_since = None
+                self._record_idle_start(False)
             return "running"
-        self.idle_since = self.idle_since if self.idle_since is not None else self.clock()
-        self._record_idle_start(True)
+        if self.idle_since is None:
+            self.idle_since = self.clock()
+            self._record_idle_start(True)
         idle_for = self.clock() - self.idle_since
         if idle_for >= self.config.idle_timeout_seconds:
             return self._finish("idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min")
@@ -376,15 +377,16 @@ def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
                     f"--instances={name}", f"--zone={zone}", "--quiet"], check=False)
 
 
-def build_agent(config: AgentConfig) -> Agent:
-    """The agent with real NVML, metadata, sync and actions for ``config.cloud``."""
+def build_agent(config: AgentConfig, state_dir: Path | None = None) -> Agent:
+    """The agent with real NVML, metadata, sync and actions for ``config.cloud``; ``state_dir``
+    keeps the idle start across restarts."""
     if config.cloud == "aws":
         metadata = AwsMetadata()
         syncer = S3Sync(config.bucket, f"checkpoints/{config.stack}")
-        return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node)
+        return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node, state_dir=state_dir)
     metadata = GcpMetadata()
     return Agent(config, NvmlGpus(), metadata, GcsCliSync(config.bucket, f"checkpoints/{config.stack}"),
-                 lambda reason: end_gcp_node(reason, metadata))
+                 lambda reason: end_gcp_node(reason, metadata), state_dir=state_dir)
 
 
 class GcsCliSync(S3Sync):
@@ -408,8 +410,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="one poll, then exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuinfra-agent %(message)s", stream=sys.stdout)
-    agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run))
-    agent.state_dir = args.state_dir
+    agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run), args.state_dir)
     while True:
         try:
             state = agent.step()

@@ -118,10 +118,16 @@ def offers(
     if as_json:
         from gpuinfra.cli.console import print_json
 
-        shown = ranked if not limit else ranked[:limit]
-        print_json([offer_to_json(r, catalog) for r in shown])
+        print_json([offer_to_json(r, catalog) for r in _shown(ranked, limit, as_json)])
         return
-    _print_table(ranked, catalog, request, chosen, 20 if limit is None else limit)
+    _print_table(ranked, catalog, request, chosen, limit)
+
+
+def _shown(items: list, limit: int | None, as_json: bool) -> list:
+    """What ``--limit`` shows: 0 = all; unset = all in JSON, 20 in the table."""
+    if limit == 0 or (limit is None and as_json):
+        return items
+    return items[: 20 if limit is None else limit]
 
 
 def _print_runs(ranked, catalog, request, market, data_set, hours, limit, as_json) -> None:
@@ -134,9 +140,7 @@ def _print_runs(ranked, catalog, request, market, data_set, hours, limit, as_jso
     from gpuinfra.locality import cheapest_gpu_note, rank_runs
 
     runs = rank_runs(ranked, data_set, Decimal(str(hours)))
-    shown = runs if not limit else runs[:limit]
-    if limit is None and not as_json:
-        shown = runs[:20]
+    shown = _shown(runs, limit, as_json)
     note = cheapest_gpu_note(runs)
     if as_json:
         print_json([{**offer_to_json(r.ranked, catalog), "hours": float(r.hours),
@@ -196,12 +200,12 @@ def _other_markets_cell(r) -> str:
     return "  ".join(cells)
 
 
-def _print_table(ranked, catalog, request, market: str, limit: int) -> None:
+def _print_table(ranked, catalog, request, market: str, limit: int | None) -> None:
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console, usd
 
-    shown = ranked if limit == 0 else ranked[:limit]
+    shown = _shown(ranked, limit, as_json=False)
     dates = sorted({catalog.date_for(r.offer.cloud) for r in shown})
     pricing = market
     from rich import box

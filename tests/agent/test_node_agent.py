@@ -323,15 +323,13 @@ def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
     calls = []
 
     class Flaky:
-        state_dir = None
-
         def step(self):
             calls.append(1)
             if len(calls) == 1:
                 raise RuntimeError("boom")
             return "expired"
 
-    monkeypatch.setattr(node, "build_agent", lambda config: Flaky())
+    monkeypatch.setattr(node, "build_agent", lambda config, state_dir: Flaky())
     monkeypatch.setattr(node.time, "sleep", lambda s: None)
     env = tmp_path / "node.env"
     env.write_text("GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
