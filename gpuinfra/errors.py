@@ -8,7 +8,8 @@ Exit codes (stable, documented in README.md):
 
 * 0 -- success
 * 1 -- unexpected internal error (a bug: please report it)
-* 2 -- bad input: a flag, GPU spec, region, zone, stack name or config value is invalid
+* 2 -- bad input: a flag, GPU spec, region, zone, stack name or config value is invalid, or the
+  ``--project-dir`` folder cannot be written (nothing is written then)
 * 3 -- budget exceeded (``gpuinfra cost --budget``)
 * 4 -- no offer in the catalog fits the request, or a price the total needs is missing
 * 5 -- refusing to overwrite an existing file (use ``--force``)
@@ -76,6 +77,11 @@ class SpecError(GpuinfraError):
     """A cluster spec (stack config ``gpuinfra:cluster``) is invalid."""
 
 
+class ProjectDirError(GpuinfraError):
+    """``--project-dir`` is not a folder gpuinfra can write (not a folder, no permission, a
+    read-only file system); whatever the command had begun to write is removed again (exit 2)."""
+
+
 class FileExistsGpuinfraError(GpuinfraError):
     """A file would be overwritten without ``--force``."""
 
@@ -92,3 +98,13 @@ class OperationError(GpuinfraError):
     """A Pulumi operation failed (stack locked, engine or provider error)."""
 
     exit_code = ExitCode.OPERATION_FAILED
+
+
+#: Marker the AWS program puts in front of a capacity failure; ``gpuinfra up`` finds it in
+#: Pulumi's output (the program's exception text) and cleans up (:mod:`gpuinfra.lifecycle`).
+CAPACITY_ERROR_MARKER = "gpuinfra-capacity:"
+
+
+class CapacityError(OperationError):
+    """The cloud launched fewer nodes than the cluster needs (an instant EC2 Fleet that found no
+    capacity for all of them); exit 7."""

@@ -1,7 +1,9 @@
-"""Small file-system helpers: atomic writes so nothing half-written is ever left on disk."""
+"""Small file-system helpers: atomic writes, and several files written all or nothing, so
+nothing half-written is ever left on disk."""
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -38,3 +40,78 @@ def atomic_write_text(path: Path, text: str, *, exclusive: bool = False) -> None
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be used as an existing folder ("does not exist", "is a file, not a
+    folder"), or None when it is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        return None
+    return "is a file, not a folder" if path.exists() else "does not exist"
+
+
+class NewFiles:
+    """Write several files all or nothing: on any error inside the ``with`` block, the files
+    and folders it created are removed again (files it replaced keep their new content, so
+    write the file that may replace one last).
+
+    Example::
+
+        with NewFiles() as files:
+            files.write(project / "Pulumi.yaml", text)
+            files.write(project / "stacks" / "Pulumi.a.yaml", stack, exclusive=True)
+    """
+
+    def __init__(self) -> None:
+        self._created: list[Path] = []
+
+    def __enter__(self) -> NewFiles:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.rollback()
+
+    def write(self, path: Path, text: str, *, exclusive: bool = False) -> None:
+        """Create the missing parent folders, then :func:`atomic_write_text` ``path``.
+
+        Raises:
+            NotADirectoryError: a parent path exists and is not a folder.
+            FileExistsError: ``exclusive`` and ``path`` exists.
+            OSError: a folder or the file cannot be written.
+        """
+        path = Path(path)
+        self._make_folders(path.parent)
+        existed = path.exists()
+        try:
+            atomic_write_text(path, text, exclusive=exclusive)
+        except FileExistsError:
+            raise
+        except OSError as exc:  # name the file, not its temporary sibling
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        if not existed:
+            self._created.append(path)
+
+    def _make_folders(self, folder: Path) -> None:
+        missing = []
+        while not folder.is_dir():
+            if folder.exists():
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder))
+            missing.append(folder)
+            folder = folder.parent
+        for path in reversed(missing):
+            path.mkdir()
+            self._created.append(path)
+
+    def rollback(self) -> None:
+        """Remove what this object created, newest first (best effort)."""
+        for path in reversed(self._created):
+            try:
+                if path.is_dir():
+                    path.rmdir()
+                else:
+                    path.unlink()
+            except OSError:
+                pass
+        self._created.clear()

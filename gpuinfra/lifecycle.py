@@ -10,8 +10,15 @@ fake. Rules:
   ``--delete-data`` it first counts the bucket's objects and refuses a non-empty bucket unless
   confirmed (``--yes`` or an interactive yes), then marks the stack ``delete_bucket_on_destroy``,
   applies that (``up``) and destroys;
+* ``up`` that fails because the cloud launched fewer nodes than the cluster needs (the program
+  raises :class:`~gpuinfra.errors.CapacityError`) destroys what it created, bucket kept, so a
+  cluster that never formed bills nothing (:func:`deploy`); running ``up`` again starts afresh;
 * ``reap --expired`` destroys (keeping data) every stack whose TTL has passed; ``--dry-run``
-  only lists them.
+  only lists them. One failed destroy never stops the others: every result is reported at
+  the end, and any failure exits 7 (:func:`reap_error`);
+* ``ls`` and ``reap`` list a stack file they cannot read as invalid, with the reason, instead of
+  hiding it (:class:`InvalidStack`); ``reap`` then cannot know its expiry and exits 2 once the
+  others are done.
 """
 
 from __future__ import annotations
@@ -22,11 +29,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import yaml
 
-from gpuinfra.errors import MissingDependencyError, OperationError, SpecError
+from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError, OperationError,
+                             SpecError)
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
@@ -120,6 +128,9 @@ def _run(operation, stack: str) -> dict:
         ) from None
     except auto.CommandError as exc:
         text = str(exc)
+        capacity = next((line for line in text.splitlines() if CAPACITY_ERROR_MARKER in line), None)
+        if capacity is not None:
+            raise CapacityError(capacity[capacity.index(CAPACITY_ERROR_MARKER) + len(CAPACITY_ERROR_MARKER):].strip()) from None
         if any(marker in text for marker in ("ExpiredToken", "token included in the request is expired",
                                              "invalid_grant", "Reauthentication")):
             raise MissingDependencyError(f"cloud credentials for stack {stack!r} are expired: log in again "
@@ -128,6 +139,29 @@ def _run(operation, stack: str) -> dict:
         raise OperationError(f"pulumi failed on stack {stack!r}: {last[0].strip()}") from None
     summary = getattr(result, "summary", None)
     return dict(getattr(summary, "resource_changes", None) or {})
+
+
+def deploy(backend: Backend, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
+    """``up``; when the cloud launched fewer nodes than the cluster needs, destroy what the update
+    created (the bucket is ``retain_on_delete``, so it and its data stay) and report both.
+
+    Returns:
+        The change summary of the ``up``.
+
+    Raises:
+        CapacityError: not all nodes launched; the stack was destroyed again (exit 7).
+        OperationError: any other failure, or the clean-up failed too (then says to run ``down``).
+    """
+    try:
+        return backend.up(project_dir, stack, on_event)
+    except CapacityError as exc:
+        try:
+            backend.destroy(project_dir, stack, on_event)
+        except OperationError as cleanup:
+            raise OperationError(f"{exc}; removing the half-created stack failed too ({cleanup}): run "
+                                 f"`gpuinfra down {stack}` so nothing keeps billing") from None
+        raise CapacityError(f"{exc}. Everything `up` created was destroyed again (the bucket and its data are "
+                            f"kept), so nothing bills; run `gpuinfra up {stack}` to try again") from None
 
 
 def check_credentials(cloud: str) -> None:
@@ -217,19 +251,98 @@ class StackRow:
         return self.now >= self.spec.expires_at
 
 
-def list_rows(project_dir: Path, backend: Backend | None, now: datetime | None = None) -> list[StackRow]:
-    """Rows for ``ls`` from the stack files, joined with the backend's view when available."""
+@dataclass(frozen=True)
+class InvalidStack:
+    """A stack file ``ls`` / ``reap`` cannot read.
+
+    Attributes:
+        name: the stack name from the file name.
+        reason: why, one line (the :class:`~gpuinfra.errors.SpecError` message).
+    """
+
+    name: str
+    reason: str
+
+
+@dataclass
+class StackListing:
+    """The stacks of a project: rows of the readable ones, and the invalid ones."""
+
+    rows: list[StackRow]
+    invalid: list[InvalidStack]
+
+    @property
+    def expired_deployed(self) -> list[StackRow]:
+        """Rows ``reap --expired`` destroys: TTL passed and deployed."""
+        return [r for r in self.rows if r.expired and r.deployed]
+
+
+def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None = None) -> StackListing:
+    """Every stack file of the project, joined with the backend's view when available; a file
+    that cannot be read is listed as invalid with the reason."""
     now = now or datetime.now(timezone.utc)
     statuses = {s.name: s for s in backend.list_stacks(project_dir)} if backend is not None else {}
-    rows = []
+    listing = StackListing([], [])
     for name in stack_names(project_dir):
         try:
             spec = read_stack_spec(project_dir, name)
-        except SpecError:
-            continue  # not a gpuinfra stack file
+        except SpecError as exc:
+            listing.invalid.append(InvalidStack(name, str(exc).replace("\n", "; ")))
+            continue
         status = statuses.get(name, StackStatus(name, False, None, 0)) if backend is not None else None
-        rows.append(StackRow(spec, status, now))
-    return rows
+        listing.rows.append(StackRow(spec, status, now))
+    return listing
+
+
+@dataclass(frozen=True)
+class ReapResult:
+    """What ``reap`` did with one expired stack: destroyed (``error`` None) or not, and why."""
+
+    stack: str
+    error: str | None = None
+
+
+def reap_expired(project_dir: Path, backend: Backend, rows: Iterable[StackRow], on_event: Callable[[object], None],
+                 on_start: Callable[[StackRow], None] = lambda row: None) -> list[ReapResult]:
+    """Destroy (keeping data) each stack of ``rows``; a failure is recorded and the next stack
+    is destroyed all the same (a stack left running costs money every hour).
+
+    Args:
+        on_event: the Automation API event printer.
+        on_start: called before each stack is destroyed (progress).
+    """
+    results = []
+    for row in rows:
+        on_start(row)
+        try:
+            check_credentials(row.spec.cloud)
+            backend.destroy(Path(project_dir), row.spec.stack, on_event)
+        except GpuinfraError as exc:
+            results.append(ReapResult(row.spec.stack, str(exc).replace("\n", "; ")))
+        except Exception as exc:  # noqa: BLE001 -- a bug in one destroy must not keep the others running
+            results.append(ReapResult(row.spec.stack, f"internal error: {type(exc).__name__}: {exc}"))
+        else:
+            results.append(ReapResult(row.spec.stack))
+    return results
+
+
+def reap_error(results: list[ReapResult], invalid: list[InvalidStack]) -> GpuinfraError | None:
+    """The one error ``reap`` ends with, or None when every expired stack was destroyed and
+    every stack file could be read.
+
+    Returns:
+        :class:`OperationError` (exit 7) when a destroy failed, naming each failed stack and
+        reason (and the unreadable files); else :class:`SpecError` (exit 2) naming the stack
+        files whose expiry could not be read; else None.
+    """
+    failed = [r for r in results if r.error]
+    unread = "; ".join(f"{i.name} ({i.reason})" for i in invalid)
+    unread = f"{len(invalid)} stack file(s) could not be read, so their expiry is unknown: {unread}" if invalid else ""
+    if failed:
+        detail = "; ".join(f"{r.stack} ({r.error})" for r in failed)
+        return OperationError("; ".join(filter(None, [
+            f"{len(failed)} of {len(results)} expired stacks were not destroyed: {detail}", unread])))
+    return SpecError(unread) if invalid else None
 
 
 def make_backend() -> Backend:

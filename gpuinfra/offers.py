@@ -13,6 +13,9 @@ Rules:
 * Order: total $/h ascending; at equal price, exact GPU counts first; then cloud, region,
   zone, type for a stable result.
 * AWS Local Zones are left out unless ``include_local_zones`` or the zone is named.
+* A cluster never has more nodes than one request on its cloud may start (:func:`node_limit`):
+  offers over the limit are left out, and a request that only such offers fit is refused
+  naming the limit and its source.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import difflib
 from dataclasses import dataclass
 from decimal import Decimal
 
+from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer
 from gpuinfra.catalog.store import Catalog
-from gpuinfra.errors import CatalogError, NoOfferError
-from gpuinfra.requests import GpuRequest
+from gpuinfra.errors import CatalogError, NoOfferError, RequestError
+from gpuinfra.requests import CLOUD_NODE_LIMITS, GpuRequest, NodeLimit
 
 CLOUDS = ("aws", "gcp")
 MAX_ROUND_UP_FACTOR = 2
@@ -130,26 +134,12 @@ def validate_location(catalog: Catalog, query: OfferQuery) -> None:
     if query.region is not None:
         regions = catalog.regions(query.cloud)
         if query.region not in regions:
-            where = f" for {query.cloud}" if query.cloud else ""
-            raise CatalogError(
-                f"unknown region {query.region!r}{where}.{_did_you_mean(query.region, regions)}"
-                f" Known regions: {', '.join(regions)}."
-            )
+            raise CatalogError(_other_cloud("region", query.region, query.cloud, catalog.regions)
+                               or _unknown_region(query.region, query.cloud, regions))
     if query.zone is not None:
         zones = catalog.zones(query.cloud, query.region)
         if query.zone not in zones:
-            if query.zone[-1:].isalpha() and query.zone[:-1] in catalog.regions("aws"):
-                raise CatalogError(
-                    f"{query.zone!r} is an AWS AZ *name*, which maps to a different zone in each "
-                    "account; give the AZ ID instead (e.g. use1-az4; `aws ec2 "
-                    "describe-availability-zones` shows both). AZ IDs in "
-                    f"{query.zone[:-1]}: {', '.join(catalog.zones('aws', query.zone[:-1]))}."
-                )
-            scope = f" in {query.region}" if query.region else ""
-            raise CatalogError(
-                f"unknown zone {query.zone!r}{scope}.{_did_you_mean(query.zone, zones)}"
-                + (f" Zones{scope}: {', '.join(zones)}." if query.region else "")
-            )
+            raise CatalogError(_zone_problem(catalog, query, zones))
     if query.instance_type is not None:
         types = catalog.instance_types(query.cloud)
         if query.instance_type not in types:
@@ -158,6 +148,66 @@ def validate_location(catalog: Catalog, query: OfferQuery) -> None:
                 f"{' on ' + query.cloud if query.cloud else ''}."
                 f"{_did_you_mean(query.instance_type, types)}"
             )
+
+
+_NAMES = {"aws": "AWS", "gcp": "GCP"}
+_ZONE_FORMS = {"aws": "AZ IDs such as use1-az4", "gcp": "named <region>-<letter>, such as us-central1-a"}
+
+
+def _article(word: str) -> str:
+    return f"an {word}" if word[0] in "AEIOU" else f"a {word}"
+
+
+def _unknown_region(region: str, cloud: str | None, regions: list[str]) -> str:
+    where = f" for {cloud}" if cloud else ""
+    return f"unknown region {region!r}{where}.{_did_you_mean(region, regions)} Known regions: {', '.join(regions)}."
+
+
+def _other_cloud(kind: str, value: str, cloud: str | None, known) -> str | None:
+    """"'us-central1-a' is a gcp zone, not an aws one ..." when ``value`` belongs to the other
+    cloud; None otherwise. ``known(cloud)`` lists the regions or zones of a cloud."""
+    if cloud is None:
+        return None
+    other = next((c for c in CLOUDS if c != cloud and value in known(c)), None)
+    if other is None:
+        return None
+    hint = f"; {_NAMES[cloud]} zones are {_ZONE_FORMS[cloud]}" if kind == "zone" else ""
+    return f"{value!r} is {_article(_NAMES[other])} {kind}, not {_article(_NAMES[cloud])} one: use --cloud {other} (or drop --cloud){hint}"
+
+
+def _zone_problem(catalog: Catalog, query: OfferQuery, zones: list[str]) -> str:
+    """Why ``query.zone`` is not among ``zones`` (the zones of the query's cloud and region):
+    another cloud's zone, a zone of another region, an AWS AZ name, or unknown."""
+    zone = query.zone
+    other = _other_cloud("zone", zone, query.cloud, catalog.zones)
+    if other:
+        return other
+    home = sorted({o.region for o in catalog.offers if o.zone == zone and query.cloud in (None, o.cloud)})
+    if query.region and home:
+        return (f"zone {zone!r} is in {home[0]}, not {query.region}: use --region {home[0]} or drop --region. "
+                f"Zones in {query.region}: {', '.join(zones)}.")
+    if zone[-1:].isalpha() and zone[:-1] in catalog.regions("aws"):
+        return (f"{zone!r} is an AWS AZ *name*, which maps to a different zone in each account; give the AZ ID "
+                "instead (e.g. use1-az4; `aws ec2 describe-availability-zones` shows both). AZ IDs in "
+                f"{zone[:-1]}: {', '.join(catalog.zones('aws', zone[:-1]))}.")
+    scope = f" in {query.region}" if query.region else ""
+    if query.region:
+        listing = f" Zones{scope}: {', '.join(zones)}."
+    else:
+        listing = f" {_NAMES[query.cloud]} zones are {_ZONE_FORMS[query.cloud]}." if query.cloud in _NAMES else ""
+    return f"unknown zone {zone!r}{scope}.{_did_you_mean(zone, zones)}{listing}"
+
+
+def node_limit(cloud: str, fact: InstanceFacts | None) -> NodeLimit:
+    """The most nodes one cluster of a type may have: the cloud's per-request limit
+    (:data:`gpuinfra.requests.CLOUD_NODE_LIMITS`), or the type's placement-policy limit
+    (``PlacementFacts.max_vms``) when that is lower."""
+    limit = CLOUD_NODE_LIMITS[cloud]
+    placed = fact.placement.max_vms if fact is not None else None
+    if placed is not None and placed < limit.nodes:
+        return NodeLimit(placed, "VMs in one compact placement policy",
+                         "cloud.google.com/compute/docs/instances/placement-policies-overview")
+    return limit
 
 
 def _matches_location(offer: Offer, query: OfferQuery) -> bool:
@@ -190,18 +240,23 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
         A non-empty list of :class:`RankedOffer`.
 
     Raises:
-        CatalogError: an unknown cloud, region, zone or instance type.
+        CatalogError: an unknown cloud, region, zone or instance type, or one of another cloud
+            or region than the query's (the message says which).
         NoOfferError: nothing fits; the message says what GPU counts exist for that model.
+        RequestError: offers fit, but none takes ``request.nodes`` nodes (:func:`node_limit`).
     """
     validate_location(catalog, query)
     request = query.request
     located = [o for o in catalog.offers if _matches_location(o, query)]
     market = query.market
-    ranked = [
+    priced = [
         RankedOffer(offer=o, nodes=request.nodes, market=market, requested_gpu_count=request.gpu_count)
         for o in located
         if fits(o, request) and o.price_per_hour_usd(market) is not None and _sold_as(catalog, o, market)
     ]
+    ranked = [r for r in priced if request.nodes <= _limit_of(catalog, r.offer).nodes]
+    if priced and not ranked:
+        raise _over_node_limit(catalog, request, priced)
     if not ranked:
         unsold = {o.instance_type: catalog.fact(o.cloud, o.instance_type) for o in located
                   if fits(o, request) and not _sold_as(catalog, o, market)}
@@ -227,6 +282,22 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
 
 
 _AS = {"on-demand": "on demand", "spot": "as spot", "flex-start": "as flex-start"}
+
+
+def _limit_of(catalog: Catalog, offer: Offer) -> NodeLimit:
+    return node_limit(offer.cloud, catalog.fact(offer.cloud, offer.instance_type))
+
+
+def _over_node_limit(catalog: Catalog, request: GpuRequest, offers: list[RankedOffer]) -> RequestError:
+    """Every offer that fits is over its node limit: name the highest limit and its source, and
+    the other cloud when it sells the GPU and takes that many nodes."""
+    cloud, limit = max(((r.offer.cloud, _limit_of(catalog, r.offer)) for r in offers), key=lambda c: c[1].nodes)
+    others = [c for c in CLOUDS if c not in {r.offer.cloud for r in offers}
+              and request.nodes <= CLOUD_NODE_LIMITS[c].nodes
+              and any(o.cloud == c and o.gpu == request.gpu for o in catalog.offers)]
+    hint = f", or --cloud {others[0]}" if others else ""
+    return RequestError(f"--nodes {request.nodes} is over the {_NAMES[cloud]} limit of {limit.nodes} {limit.what} "
+                        f"(source: {limit.source}); ask for at most {limit.nodes} nodes{hint}")
 
 
 def _sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:

@@ -16,15 +16,25 @@ This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
 * The type must be sold the way the cluster is bought: on-demand or spot
   (``InstanceFacts.provisioning_models``; e.g. a3-highgpu-1g/2g/4g are Spot/Flex-start only),
   which :func:`gpuinfra.offers.find_offers` already enforces.
+* An instance type the user names (``--instance-type``, or a capacity reservation's type) wins
+  over the profile: each profile setting it misses (:func:`profile_shortfalls`: placement,
+  scratch, EFA/GPU NICs required -- or preferred for several nodes) becomes one warning, and
+  the stack records a required setting relaxed to what the type can do (e.g. ``scratch.min_gib``
+  lowered to the type's local NVMe), so the blueprint builds it. With ``strict`` (the library
+  default) a missed *required* setting refuses the type instead (exit 4), as it refuses a type
+  the planner picks itself; ``gpuinfra new --strict`` also sets ``warnings_are_errors``, so any
+  missed setting, a preferred one included, refuses it. The clouds' own rules (sold in the
+  market, offered in the zone, node limits, NIC layout) are never waived.
 
 All decisions read :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, never a name prefix.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from gpuinfra.capacity import CapacityReservation
 from gpuinfra.catalog.gpus import gpu_model
@@ -36,7 +46,8 @@ from gpuinfra.profiles import Profile
 from gpuinfra.requests import parse_gpu_spec
 from pydantic import ValidationError
 
-from gpuinfra.spec import ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_stack_name, format_validation_error
+from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
+                           check_new_stack_name, format_validation_error)
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -59,6 +70,12 @@ class PlanRequest:
         data: the training data set (:func:`gpuinfra.datasource.resolve_data_set`): offers are
             then chosen by run cost (compute x run hours + moving the data once,
             :mod:`gpuinfra.locality`) and the spec records it.
+        strict: an explicit ``instance_type`` must meet every setting the profile requires, as
+            a type the planner picks does (refused otherwise); False (``gpuinfra new`` without
+            ``--strict``): it is kept, with one warning per unmet setting (module docstring).
+        warnings_are_errors: an explicit ``instance_type`` that misses any profile setting, one
+            it only prefers included, is refused (``gpuinfra new --strict``: every warning the
+            stack would be written with becomes a refusal).
     """
 
     gpus: str | None
@@ -75,6 +92,8 @@ class PlanRequest:
     capacity_reservation: CapacityReservation | None = None
     max_price_per_hour_usd: float | None = None
     data: DataSource | None = None
+    strict: bool = True
+    warnings_are_errors: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +103,8 @@ class Plan:
     Attributes:
         locality_note: with a data set, a sentence when the cheapest GPU offer is not the
             cheapest run (:func:`gpuinfra.locality.cheapest_gpu_note`), else "".
+        warnings: one line per profile setting an explicit instance type misses (the spec
+            records it relaxed); empty otherwise.
     """
 
     spec: ClusterSpec
@@ -91,6 +112,7 @@ class Plan:
     catalog_date: str
     spot_from_profile: bool
     locality_note: str = ""
+    warnings: tuple[str, ...] = ()
 
     @property
     def run_cost_usd(self) -> Decimal:
@@ -107,31 +129,125 @@ def scratch_capable(fact: InstanceFacts | None, min_gib: int) -> bool:
     return fact.local_ssd.smallest_attach_count(min_gib) is not None
 
 
+def max_scratch_gib(fact: InstanceFacts) -> float:
+    """The most local NVMe the type can give, in GiB (bundled, or the largest attach count)."""
+    lssd = fact.local_ssd
+    return lssd.total_gib if lssd.bundled_count else max(lssd.attach_counts, default=0) * lssd.size_gib
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """One profile setting an instance type does not meet.
+
+    Attributes:
+        need: what the profile asks for, with its rule ("at least 500 GiB local NVMe scratch
+            (rule scratch-capacity)").
+        has: what the type has instead ("g5.xlarge has 232 GiB").
+        required: the profile requires it (offers the planner picks must meet it); False: the
+            profile only prefers it.
+        relaxed: the profile fields a stack records instead when the type is kept anyway
+            (empty: nothing to change, the blueprint already does without).
+        recorded: the same in words, for the warning.
+    """
+
+    need: str
+    has: str
+    required: bool
+    relaxed: dict[str, Any] = field(default_factory=dict)
+    recorded: str = ""
+
+    def warning(self, profile: Profile) -> str:
+        """The ``warning:`` line (without the prefix) when an explicit type is kept."""
+        verb = "wants" if self.required else "prefers"
+        return f"profile {profile.name!r} {verb} {self.need}, but {self.has}; {self.recorded} (--strict refuses instead)"
+
+
+def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int) -> list[Shortfall]:
+    """The profile settings ``fact``'s type misses for a cluster of ``nodes`` (see the module
+    docstring; rules in :data:`gpuinfra.rules.RULES`)."""
+    itype = fact.instance_type
+    found = []
+    if nodes > 1 and profile.placement == "required" and not fact.placement.any:
+        found.append(Shortfall(
+            "cluster/compact placement or a workload policy (rule gcp-placement-supported / aws-placement-group)",
+            f"{itype} has none (N1 hosts never do)" if fact.guest_accelerators else f"{itype} has none", True,
+            {"placement": "none"}, f"the stack records placement: none and its {nodes} nodes are not placed close together"))
+    if fact.gpu_nic_count == 0 and profile.high_bandwidth_networking == "required":
+        found.append(Shortfall(
+            "EFA or GPUDirect NICs (rule high-bandwidth-nics)", f"{itype} has none", True,
+            {"high_bandwidth_networking": "preferred"},
+            "the stack records high_bandwidth_networking: preferred and the nodes use plain networking"))
+    elif fact.gpu_nic_count == 0 and profile.high_bandwidth_networking == "preferred" and nodes > 1:
+        found.append(Shortfall(
+            f"EFA or GPUDirect NICs between its {nodes} nodes (rule high-bandwidth-nics)", f"{itype} has none",
+            False, {}, "the nodes use plain networking"))
+    if profile.scratch.required and not scratch_capable(fact, profile.scratch.min_gib):
+        found.append(_scratch_shortfall(fact, profile))
+    return found
+
+
+def _scratch_shortfall(fact: InstanceFacts, profile: Profile) -> Shortfall:
+    """Too little local NVMe: the stack keeps all the type has (``scratch.min_gib`` lowered to
+    it, so GCP attaches the most local SSD it takes), or none (``scratch.required: false``)."""
+    has = int(max_scratch_gib(fact))
+    need = f"at least {profile.scratch.min_gib} GiB local NVMe scratch (rule scratch-capacity)"
+    if has:
+        return Shortfall(need, f"{fact.instance_type} has {has} GiB", True,
+                         {"scratch": profile.scratch.model_copy(update={"min_gib": has})},
+                         f"the stack records scratch.min_gib: {has} (all it has)")
+    return Shortfall(need, f"{fact.instance_type} has no local NVMe", True,
+                     {"scratch": profile.scratch.model_copy(update={"required": False})},
+                     "the stack records scratch.required: false")
+
+
+def relax_profile(profile: Profile, shortfalls: list[Shortfall]) -> Profile:
+    """``profile`` with each shortfall's setting relaxed to what the type can do."""
+    updates: dict[str, Any] = {}
+    for shortfall in shortfalls:
+        updates.update(shortfall.relaxed)
+    return profile.model_copy(update=updates) if updates else profile
+
+
 def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int) -> tuple[list[RankedOffer], list[str]]:
-    reasons = []
+    """The offers whose type meets every required profile setting, and the settings that
+    removed the others (in :func:`profile_shortfalls` order)."""
+    reasons: list[str] = []
     kept = [r for r in offers if catalog.fact(r.offer.cloud, r.offer.instance_type) is not None]
     if len(kept) < len(offers):
         reasons.append("known hardware facts (rule nic-layout-matches-facts)")
-    if nodes > 1 and profile.placement == "required":
-        before = len(kept)
-        kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).placement.any]
-        if len(kept) < before:
-            reasons.append("cluster/compact placement or a workload policy (rule gcp-placement-supported / "
-                           "aws-placement-group; N1 hosts have none)")
-    if profile.high_bandwidth_networking == "required":
-        before = len(kept)
-        kept = [r for r in kept if catalog.fact(r.offer.cloud, r.offer.instance_type).gpu_nic_count > 0]
-        if len(kept) < before:
-            reasons.append("EFA or GPUDirect NICs (rule high-bandwidth-nics)")
-    if profile.scratch.required:
-        before = len(kept)
-        kept = [
-            r for r in kept
-            if scratch_capable(catalog.fact(r.offer.cloud, r.offer.instance_type), profile.scratch.min_gib)
-        ]
-        if len(kept) < before:
-            reasons.append(f"at least {profile.scratch.min_gib} GiB local NVMe scratch (rule scratch-capacity)")
-    return kept, reasons
+    result = []
+    for r in kept:
+        missed = [s.need for s in profile_shortfalls(catalog.fact(r.offer.cloud, r.offer.instance_type), profile, nodes)
+                  if s.required]
+        reasons += [need for need in missed if need not in reasons]
+        if not missed:
+            result.append(r)
+    return result, reasons
+
+
+def _keep_explicit_type(catalog: Catalog, ranked: list[RankedOffer], kept: list[RankedOffer], profile: Profile,
+                        nodes: int, strict: bool, warnings_are_errors: bool = False
+                        ) -> tuple[list[RankedOffer], Profile, tuple[str, ...]]:
+    """The offers of the one type the user named, the profile the stack records and the
+    warnings: every offer is kept and each missed setting relaxed and warned about, unless
+    ``strict`` (then a missed required setting refuses the type, as the planner would) or
+    ``warnings_are_errors`` (then any missed setting does).
+
+    Raises:
+        NoOfferError: the type misses a setting that refuses it (each named with its rule).
+    """
+    offer = ranked[0].offer
+    fact = catalog.fact(offer.cloud, offer.instance_type)
+    if fact is None:  # no facts, no blueprint: refused as the planner refuses it
+        return kept, profile, ()
+    shortfalls = profile_shortfalls(fact, profile, nodes)
+    refused = shortfalls if warnings_are_errors else [s for s in shortfalls if s.required and strict]
+    if refused:
+        missed = "; ".join(f"{s.need}, but {s.has}" for s in refused)
+        raise NoOfferError(f"{offer.instance_type} does not suit profile {profile.name!r}, which asks for {missed}; "
+                           "pick another --profile or type, or drop --strict to write the stack with warnings")
+    waived = [s for s in shortfalls if s not in refused]
+    return ranked, relax_profile(profile, waived), tuple(s.warning(profile) for s in waived)
 
 
 def default_stack_name(offer: RankedOffer) -> str:
@@ -151,13 +267,18 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
 
     Raises:
         RequestError: bad GPU spec, or neither ``gpus`` nor ``instance_type``, or spot
-            against a profile that forbids it.
+            against a profile that forbids it, or more nodes than one request on the cloud
+            starts (:func:`gpuinfra.offers.node_limit`).
         CatalogError: unknown cloud/region/zone/type.
-        NoOfferError: nothing fits (also after the profile's requirements).
-        SpecError: invalid stack name.
+        NoOfferError: nothing fits (also after the profile's requirements; with ``strict``, an
+            explicit type that misses one).
+        SpecError: a stack name cloud resources cannot carry, or a GCP project that is not a
+            project ID.
     """
     if request.name is not None:
-        check_stack_name(request.name)
+        check_new_stack_name(request.name)
+    if request.gcp_project is not None and request.cloud != "aws":
+        check_gcp_project_id(request.gcp_project)
     if request.capacity_reservation is not None:
         request = _with_reservation(request)
     if request.hours is not None and not 0 < request.hours <= 8760:
@@ -191,11 +312,13 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             last_error = exc
             continue
         kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes)
-        if kept and request.data is not None:
-            best, note = _best_run(kept, request, profile)
-            return _build_plan(catalog, request, profile, best, now, spot_from_profile and spot, note)
+        recorded, warnings = profile, ()
+        if request.instance_type:  # the user's choice: every offer is of this one type
+            kept, recorded, warnings = _keep_explicit_type(catalog, ranked, kept, profile, gpu_request.nodes,
+                                                           request.strict, request.warnings_are_errors)
         if kept:
-            return _build_plan(catalog, request, profile, kept[0], now, spot_from_profile and spot)
+            best, note = _best_run(kept, request, recorded) if request.data is not None else (kept[0], "")
+            return _build_plan(catalog, request, recorded, best, now, spot_from_profile and spot, note, warnings)
         last_error = NoOfferError(
             f"{len(ranked)} offers carry {gpu_request}, but profile {profile.name!r} needs "
             f"{' and '.join(reasons)} and none of them has it; pick another --profile or type"
@@ -247,14 +370,14 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
 
 
 def _build_plan(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime,
-                spot_from_profile: bool, locality_note: str = "") -> Plan:
+                spot_from_profile: bool, locality_note: str = "", warnings: tuple[str, ...] = ()) -> Plan:
     offer = best.offer
     try:
         spec = _make_spec(catalog, request, profile, best, now)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "gpuinfra:cluster")) from None
     return Plan(spec=spec, offer=best, catalog_date=catalog.date_for(offer.cloud), spot_from_profile=spot_from_profile,
-                locality_note=locality_note)
+                locality_note=locality_note, warnings=warnings)
 
 
 def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime) -> ClusterSpec:

@@ -62,13 +62,14 @@ class ResourceRecord:
     retain_on_delete: bool = False
     replace_on_changes: tuple[str, ...] = ()
     delete_before_replace: bool = False
+    ignore_changes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """``{"type", "name", "parent", "inputs", "retainOnDelete", "replaceOnChanges",
-        "deleteBeforeReplace"}`` as in the preview JSON."""
+        "deleteBeforeReplace", "ignoreChanges"}`` as in the preview JSON."""
         return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs,
                 "retainOnDelete": self.retain_on_delete, "replaceOnChanges": list(self.replace_on_changes),
-                "deleteBeforeReplace": self.delete_before_replace}
+                "deleteBeforeReplace": self.delete_before_replace, "ignoreChanges": list(self.ignore_changes)}
 
 
 @dataclass
@@ -137,6 +138,10 @@ class PreviewMocks:
             return {"zoneId": args.get("zoneId"), "name": f"<name of {args.get('zoneId')}>", "region": spec.region,
                     "state": "available", "id": args.get("zoneId"), "zoneType": "availability-zone",
                     "groupName": spec.region, "networkBorderGroup": spec.region, "nameSuffix": "", "optInStatus": ""}
+        if token == "aws:index/getCallerIdentity:getCallerIdentity":
+            self._note(f"AWS account id is resolved at deploy time (preview uses {PREVIEW_ACCOUNT})")
+            return {"accountId": PREVIEW_ACCOUNT, "arn": f"arn:aws:iam::{PREVIEW_ACCOUNT}:user/preview",
+                    "userId": "PREVIEW", "id": PREVIEW_ACCOUNT}
         if token == "aws:ec2/getInstances:getInstances":
             self._note("instance ids and private IPs are known only after deploy")
             return {"ids": [], "privateIps": [], "publicIps": [], "ipv6Addresses": [], "id": "preview"}
@@ -158,7 +163,13 @@ class PreviewMocks:
         elif typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", name)
         elif typ == "aws:ec2/fleet:Fleet":
-            state.setdefault("fleetInstanceSets", [])
+            self._note("instance ids are known only after deploy (the preview assumes the fleet launched every node)")
+            capacity = inputs.get("targetCapacitySpecification") or {}
+            nodes = int(capacity.get("totalTargetCapacity") or 0)
+            state.setdefault("fleetInstanceSets", [{
+                "instanceIds": [f"i-preview{n:04d}" for n in range(nodes)],
+                "lifecycle": capacity.get("defaultTargetCapacityType", "on-demand"),
+            }])
         if typ.startswith("gcp:"):
             project = inputs.get("project", "gpuinfra-preview")
             kind = typ.split(":")[-1][0].lower() + typ.split(":")[-1][1:]
@@ -223,6 +234,7 @@ def _make_monitor(mocks, records: list[ResourceRecord], outputs: dict):
                         retain_on_delete=bool(getattr(request, "retainOnDelete", False)),
                         replace_on_changes=tuple(getattr(request, "replaceOnChanges", ()) or ()),
                         delete_before_replace=bool(getattr(request, "deleteBeforeReplace", False)),
+                        ignore_changes=tuple(getattr(request, "ignoreChanges", ()) or ()),
                     )
                 )
             return response
@@ -295,7 +307,8 @@ def _record_from_json(data: dict) -> ResourceRecord:
     return ResourceRecord(type=data["type"], name=data["name"], parent=data["parent"], custom=True,
                           inputs=data["inputs"], retain_on_delete=data.get("retainOnDelete", False),
                           replace_on_changes=tuple(data.get("replaceOnChanges", ())),
-                          delete_before_replace=data.get("deleteBeforeReplace", False))
+                          delete_before_replace=data.get("deleteBeforeReplace", False),
+                          ignore_changes=tuple(data.get("ignoreChanges", ())))
 
 
 def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> str:

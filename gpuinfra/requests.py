@@ -21,7 +21,43 @@ from gpuinfra.catalog.store import GpuModel, load_gpu_models
 from gpuinfra.errors import RequestError
 
 MAX_GPUS_PER_NODE = 64
+#: gpuinfra's own cap on nodes: the node subnets hold one address per node (AWS 10.0.0.0/18,
+#: GCP 10.128.0.0/20 in ``blueprints/*/plan.py``).
 MAX_NODES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLimit:
+    """The most nodes one request for a cluster may have on a cloud, and why.
+
+    Attributes:
+        nodes: the limit.
+        what: what holds the nodes ("VMs in one zonal managed instance group").
+        source: the page that states the limit.
+    """
+
+    nodes: int
+    what: str
+    source: str
+
+
+#: Per-request node limits of each cloud: gpuinfra starts every node of a cluster in one request
+#: (one instant EC2 Fleet; one zonal MIG), so a cluster can have at most this many nodes. The
+#: per-type limit of a GCP compact placement policy is in the facts
+#: (``PlacementFacts.max_vms``, cluster-facts.md section 6 rule 3); see
+#: :func:`gpuinfra.offers.node_limit` for both together.
+CLOUD_NODE_LIMITS = {
+    # all nodes come from one instant fleet whose MinTargetCapacity is the node count (all or
+    # nothing): "MinTargetCapacity ... Constraints: Maximum value of 1000. Supported only for
+    # fleets of type instant." (lower than "The target capacity per EC2 Fleet: 10,000",
+    # docs.aws.amazon.com/AWSEC2/latest/UserGuide/fleet-quotas.html)
+    "aws": NodeLimit(1_000, "instances in one all-or-nothing instant EC2 Fleet (MinTargetCapacity)",
+                     "docs.aws.amazon.com/AWSEC2/latest/APIReference/API_OnDemandOptionsRequest.html"),
+    # "By default, you can create up to 1,000 VMs in a zonal MIG"; more needs the PAGINATED
+    # listManagedInstancesResults the blueprint does not set
+    "gcp": NodeLimit(1_000, "VMs in one zonal managed instance group",
+                     "cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances#limitations"),
+}
 
 _COUNT_FIRST = re.compile(r"^(?P<count>[+-]?\d+)\s*[x*]\s*(?P<model>[a-z0-9][a-z0-9_-]*)$", re.I | re.A)
 _MODEL_FIRST = re.compile(r"^(?P<model>[a-z0-9][a-z0-9_-]*?)\s*:\s*(?P<count>[+-]?\d+)$", re.I | re.A)
@@ -117,3 +153,21 @@ def parse_gpu_spec(spec: str, nodes: int = 1) -> GpuRequest:
             f"GPU count in {spec!r} must be from 1 to {MAX_GPUS_PER_NODE} per node, got {count}"
         )
     return GpuRequest(gpu=resolve_gpu_name(model_text), gpu_count=count, nodes=nodes)
+
+
+def spot_choice(spot: bool, on_demand: bool, default: str = "the profile's spot policy") -> bool | None:
+    """The capacity type asked for with ``--spot`` / ``--on-demand``.
+
+    Args:
+        spot, on_demand: the two flags.
+        default: what decides when neither is given, for the message.
+
+    Returns:
+        True for ``--spot``, False for ``--on-demand``, None for neither.
+
+    Raises:
+        RequestError: both flags were given.
+    """
+    if spot and on_demand:
+        raise RequestError(f"--spot and --on-demand exclude each other: give one of them, or neither for {default}")
+    return True if spot else (False if on_demand else None)

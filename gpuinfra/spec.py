@@ -44,6 +44,30 @@ _GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
 
 
+#: Names of new stacks (``gpuinfra new --name``). The name becomes part of cloud resource names,
+#: so it follows the stricter rules of both clouds, and is never silently rewritten:
+#:
+#: * GCP resource names match ``[a-z]([-a-z0-9]*[a-z0-9])?`` in at most 63 characters
+#:   (cloud.google.com/compute/docs/naming-resources#resource-name-format; the longest,
+#:   ``<stack>-system-allow-internal`` plus Pulumi's 8-character random suffix, stays within it),
+#:   and the nodes' service account ID ``gi-<stack>`` has 6 to 30 characters
+#:   (cloud.google.com/iam/docs/service-accounts-create): at most 27 for the stack;
+#: * AWS: the bucket prefix ``gpuinfra-<stack>-`` holds lowercase letters, digits and hyphens
+#:   (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html) in at most 37
+#:   characters (pulumi-aws ``Bucket.bucket_prefix``): at most 27 for the stack.
+#:
+#: (``blueprints/common/naming.py`` ``dns_safe`` would lower-case and cut longer names; refusing
+#: them keeps the resource names exactly the stack's.) Stack files read back only need
+#: :data:`STACK_NAME_RE`, so stacks written before this rule can still be previewed and destroyed.
+NEW_STACK_NAME_MAX = 27
+NEW_STACK_NAME_RE = re.compile(rf"^[a-z](?:[-a-z0-9]{{0,{NEW_STACK_NAME_MAX - 2}}}[a-z0-9])?$")
+#: GCP project IDs: "6 to 30 lowercase letters, digits, or hyphens. It must start with a letter.
+#: Trailing hyphens are prohibited." (cloud.google.com/resource-manager/docs/creating-managing-projects;
+#: Resource Manager API ``Project.projectId``). Restricted words (google, ssl ...) are checked by
+#: Google when the project is created, not here.
+GCP_PROJECT_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+
+
 def check_stack_name(name: str) -> str:
     """Return ``name`` if it is a valid Pulumi stack name, else raise :class:`SpecError`."""
     if not isinstance(name, str) or not STACK_NAME_RE.match(name):
@@ -52,6 +76,42 @@ def check_stack_name(name: str) -> str:
             "(Pulumi's stack-name rule)"
         )
     return name
+
+
+def check_new_stack_name(name: str) -> str:
+    """Return ``name`` if a new stack may take it (:data:`NEW_STACK_NAME_RE`), else raise.
+
+    Raises:
+        SpecError: the name says what is wrong and what is allowed.
+    """
+    check_stack_name(name)
+    if not NEW_STACK_NAME_RE.match(name):
+        size = f" ({len(name)} characters)" if len(name) > NEW_STACK_NAME_MAX else ""
+        raise SpecError(
+            f"invalid stack name {name!r}{size}: use 1-{NEW_STACK_NAME_MAX} lowercase letters, digits or '-', starting "
+            "with a letter and not ending with '-' (it becomes part of cloud resource names: GCE names and the "
+            "service account gi-<stack> on GCP, the S3 bucket prefix gpuinfra-<stack>- on AWS)"
+        )
+    return name
+
+
+def check_gcp_project_id(project: str, flag: str = "--gcp-project") -> str:
+    """Return ``project`` if it is a valid GCP project ID (:data:`GCP_PROJECT_ID_RE`), else raise.
+
+    Args:
+        project: the value given.
+        flag: what to call it in the message (``--gcp-project``, ``gcp_project``).
+
+    Raises:
+        SpecError: with the rule and where it comes from.
+    """
+    if not isinstance(project, str) or not GCP_PROJECT_ID_RE.match(project):
+        raise SpecError(
+            f"{flag} {project!r} is not a GCP project ID: use 6-30 lowercase letters, digits or '-', starting with "
+            "a letter and not ending with '-' (the project ID, not its display name: `gcloud projects list`; "
+            "cloud.google.com/resource-manager/docs/creating-managing-projects)"
+        )
+    return project
 
 
 class NetworkSettings(BaseModel):
@@ -102,6 +162,24 @@ class PriceSnapshot(BaseModel):
     on_demand_price_per_hour_usd: str | None = None
     spot_price_per_hour_usd: str | None = None
     catalog_date: str
+
+    @field_validator("on_demand_price_per_hour_usd", "spot_price_per_hour_usd", mode="before")
+    @classmethod
+    def _price(cls, value: Any) -> Any:
+        """A price is a decimal number of USD per node-hour above 0 (catalog gate ``price > 0``);
+        a YAML number is taken as its decimal text."""
+        if value is None:
+            return None
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            value = str(value)
+        try:
+            price = Decimal(value) if isinstance(value, str) else None
+        except ArithmeticError:
+            price = None
+        if price is None or not price.is_finite() or price <= 0:
+            raise ValueError(f"not a price: {value!r}; use a decimal number of USD per node-hour above 0, "
+                             "e.g. '14.69354' (or remove the line: prices here are informational)")
+        return value
 
 
 class DataSource(BaseModel):
@@ -225,6 +303,16 @@ class ClusterSpec(BaseModel):
         # projects/OWNER_PROJECT/reservations/NAME (cloud.google.com/compute/docs/instances/reservations-consume)
         if value is not None and not _GCP_RESERVATION_RE.match(value):
             raise ValueError(f"{value!r} is neither a reservation name nor projects/OWNER_PROJECT/reservations/NAME")
+        return value
+
+    @field_validator("gcp_project")
+    @classmethod
+    def _gcp_project(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                check_gcp_project_id(value, "")
+            except SpecError as exc:
+                raise ValueError(str(exc).strip()) from None
         return value
 
     @field_validator("stack")

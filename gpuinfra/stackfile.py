@@ -1,8 +1,9 @@
 """Write ``stacks/Pulumi.<stack>.yaml`` (and scaffold a Pulumi project when needed).
 
 Everything is rendered in memory first; files are then written atomically (temporary file +
-rename), so bad input or a failure never leaves a half-written stack behind. An existing stack
-file is never replaced without ``force``.
+rename) and all or nothing (:class:`~gpuinfra.fsutil.NewFiles`), so bad input, a folder that
+cannot be written or any other failure never leaves a half-written stack or scaffold behind.
+An existing stack file is never replaced without ``force``.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 import yaml
 
 from gpuinfra import __version__
-from gpuinfra.errors import FileExistsGpuinfraError, SpecError
-from gpuinfra.fsutil import atomic_write_text
+from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, SpecError
+from gpuinfra.fsutil import NewFiles, folder_problem
 from gpuinfra.planner import Plan
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
@@ -79,7 +80,8 @@ def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
     """Read ``gpuinfra:cluster`` back from a stack file.
 
     Raises:
-        SpecError: no such stack file, not YAML, or an invalid spec.
+        SpecError: no such stack file, not YAML, an invalid spec, or a spec whose ``stack`` is
+            not the name in the file name (Pulumi picks the file by the stack's name).
     """
     path = stack_file_path(project_dir, stack)
     if not path.is_file():
@@ -93,11 +95,19 @@ def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
     value = (doc.get("config") or {}).get("gpuinfra:cluster")
     if value is None:
         raise SpecError(f"{path} has no gpuinfra:cluster config (was it written by `gpuinfra new`?)")
-    return ClusterSpec.from_config(value)
+    spec = ClusterSpec.from_config(value)
+    if spec.stack != stack:
+        raise SpecError(f"{path} holds stack {spec.stack!r}, not {stack!r}: Pulumi reads stack {stack!r} from "
+                        f"Pulumi.{stack}.yaml, so gpuinfra:cluster.stack must be {stack!r} (or rename the file "
+                        f"to Pulumi.{spec.stack}.yaml)")
+    return spec
 
 
 def write_stack(plan: Plan, project_dir: Path, force: bool = False) -> WrittenFiles:
     """Render and write the stack file; scaffold ``Pulumi.yaml`` + ``program/`` if absent.
+
+    All or nothing: when any file cannot be written, the files and folders written so far are
+    removed again.
 
     Args:
         plan: the planned cluster.
@@ -106,24 +116,41 @@ def write_stack(plan: Plan, project_dir: Path, force: bool = False) -> WrittenFi
 
     Raises:
         FileExistsGpuinfraError: the stack file exists and ``force`` is False.
-        SpecError: ``project_dir`` exists but is not a folder.
+        ProjectDirError: ``project_dir`` exists but is not a folder, or a file or folder in it
+            cannot be written (no permission, read-only file system, disk full).
     """
     project_dir = Path(project_dir)
-    if project_dir.exists() and not project_dir.is_dir():
-        raise SpecError(f"--project-dir {project_dir} is not a folder")
+    if project_dir.exists() and folder_problem(project_dir):
+        raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
     target = stack_file_path(project_dir, plan.spec.stack)
     if target.exists() and not force:
-        raise FileExistsGpuinfraError(
-            f"stack file {target} already exists; pass --force to replace it or --name to pick another stack"
-        )
+        raise _exists(target)
     stack_text = render_stack(plan)
     scaffold: dict[Path, str] = {}
     if not (project_dir / "Pulumi.yaml").exists():
         scaffold[project_dir / "Pulumi.yaml"] = render("Pulumi.yaml.j2", project_name=PROJECT_NAME)
         scaffold[project_dir / "program" / "__main__.py"] = render("program_main.py.j2")
-    for path, text in scaffold.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, text)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(target, stack_text, exclusive=not force)
+    try:
+        with NewFiles() as files:
+            for path, text in scaffold.items():
+                files.write(path, text)
+            files.write(target, stack_text, exclusive=not force)  # last: the only file it may replace
+    except FileExistsError as exc:
+        if Path(exc.filename2 or "") == target:  # another process wrote it since the check above
+            raise _exists(target) from None
+        raise _not_writable(exc, project_dir) from None
+    except OSError as exc:
+        raise _not_writable(exc, project_dir) from None
     return WrittenFiles(stack_file=target, scaffolded=tuple(scaffold))
+
+
+def _exists(target: Path) -> FileExistsGpuinfraError:
+    return FileExistsGpuinfraError(
+        f"stack file {target} already exists; pass --force to replace it or --name to pick another stack"
+    )
+
+
+def _not_writable(exc: OSError, project_dir: Path) -> ProjectDirError:
+    where = exc.filename or project_dir
+    return ProjectDirError(f"cannot write {where}: {exc.strerror or exc}; --project-dir {project_dir} must be a "
+                           "folder you can write (nothing was written)")

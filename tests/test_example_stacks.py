@@ -1,4 +1,5 @@
-"""Every committed stack file in stacks/ loads, previews offline and prices (they cannot rot)."""
+"""Every committed stack file in stacks/ loads, previews offline, passes every rule that
+`gpuinfra preview` checks (facts still current included) and prices (they cannot rot)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from gpuinfra.catalog.store import load_catalog
 from gpuinfra.cost.estimate import estimate
 from gpuinfra.cost.prices import usage_for
 from gpuinfra.preview import run_preview
+from gpuinfra.rules import verify_stack
 from gpuinfra.stackfile import provider_config, read_stack_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,6 +28,7 @@ def test_example_stack_previews_and_prices(stack):
     spec = read_stack_spec(ROOT, stack)
     result = run_preview(spec, provider_config(spec))
     assert result.resources and result.resources[0].parent is None
+    verify_stack(spec, result.resources, load_catalog())
     est = estimate(result.resources, load_catalog(), spec.region, usage_for(spec.profile.name), Decimal(str(spec.run_hours)))
     compute = [line for line in est.lines if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))]
     assert compute and all(line.unit_price_usd is not None for line in compute)

@@ -85,3 +85,11 @@ def test_new_warns_when_its_totals_leave_out_an_unpriced_line(run_cli, tmp_path)
     assert result.exit_code == 0
     assert "warning: the totals above leave out 1 line(s) with no price" in result.stderr
     assert "hyperdisk-balanced boot disk" in result.stderr
+
+
+def test_the_aws_ttl_backstop_is_priced_once_per_run(run_cli, tmp_path):
+    lines, doc = _lines(run_cli, tmp_path, "bs", "--gpus", "8xH100", "--cloud", "aws", "--hours", "10")
+    line = lines["EventBridge Scheduler invocation"]
+    # $1.00 per million invocations above the 14 million free a month; one invocation per run
+    assert Decimal(line["unit_price_usd"]) == Decimal("1.00") and line["unit"] == "million invocations"
+    assert Decimal(line["run_usd"]) == Decimal("0.000001") and line["note"].startswith("once per run")

@@ -7,9 +7,10 @@ import ipaddress
 import pulumi
 import pulumi_aws as aws
 
+from blueprints.aws.backstop import build_ttl_backstop, schedule_expression
 from blueprints.aws.identity import build_instance_profile
 from blueprints.aws.network import build_network
-from blueprints.aws.nodes import build_fleet, build_launch_template
+from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
 from blueprints.aws.storage import build_bucket
 from blueprints.aws.userdata import nccl_env
@@ -102,13 +103,17 @@ class AwsGpuCluster(pulumi.ComponentResource):
         )
         # numeric order, as the nodes sort (sort -t . -k1,1n ...): 10.0.0.20 before 10.0.0.100 (review A7)
         self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or [], key=ipaddress.ip_address))
-        first_instance = self.fleet.fleet_instance_sets.apply(
-            lambda sets: next((i for s in (sets or []) for i in (s.instance_ids or [])), None)
-        )
+        # fails the update when the fleet launched fewer than `nodes` instances
+        self.instance_ids = self.fleet.fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec))
+        self.ttl_backstop = build_ttl_backstop(name, spec, self.instance_ids, self)
+        first_instance = self.instance_ids.apply(lambda ids: ids[0] if ids else None)
         self.outputs = {
             "bucket_name": self.bucket.bucket,
             "bucket_url": self.bucket.bucket.apply(lambda b: f"s3://{b}"),
             "fleet_id": self.fleet.id,
+            "instance_ids": self.instance_ids,
+            "ami_id": self.launch_template.image_id,
+            "ttl_backstop_at": schedule_expression(spec),
             "private_ips": self.private_ips,
             "ssm_connect_command": first_instance.apply(
                 lambda i: f"aws ssm start-session --region {spec.region} --target {i or '<instance-id>'}"

@@ -7,6 +7,18 @@ a single AZ). Instances are not replaced by the fleet, so a node that ends itsel
 watchdog, instance-initiated shutdown = terminate) stays gone.
 Sources: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instant-fleet.html; cluster-facts.md
 section 6 rules 2, 5, 6; ParallelCluster queues_stack.py launch templates.
+
+Lifecycle:
+
+* an instant fleet that launched fewer than ``nodes`` instances "succeeds" in the provider; the
+  program reads ``fleet_instance_sets`` and fails the update with :class:`CapacityError`
+  (``gpuinfra up`` then destroys what was created, keeping the bucket);
+* an instant fleet cannot be modified (ModifyFleet takes only ``maintain`` fleets:
+  docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyFleet.html), so any change replaces
+  it, the old one deleted first (its instances terminated) so two clusters never bill at once;
+* an AMI resolved from the DLAMI SSM parameter is kept after the first ``up``
+  (``ignore_changes`` on the launch template's image) so a new DLAMI release does not replace a
+  running cluster; an ``ami_id`` in the stack file is applied as written.
 """
 
 from __future__ import annotations
@@ -19,7 +31,41 @@ from blueprints.aws.plan import AwsClusterPlan
 from blueprints.aws.userdata import encode_user_data, render_user_data
 from blueprints.common.naming import child
 from blueprints.common.tags import aws_tags
+from gpuinfra.errors import CAPACITY_ERROR_MARKER, CapacityError
 from gpuinfra.spec import ClusterSpec
+
+def launched_instance_ids(fleet_instance_sets: list | None, spec: ClusterSpec) -> list[str]:
+    """Instance ids the instant fleet launched, when it launched all ``spec.nodes``.
+
+    Args:
+        fleet_instance_sets: the fleet's ``fleet_instance_sets`` output (objects or dicts with
+            ``instance_ids``).
+
+    Raises:
+        CapacityError: fewer than ``spec.nodes`` instances (with ``min_target_capacity`` =
+            nodes EC2 launches none when it cannot launch all).
+    """
+    ids = []
+    for item in fleet_instance_sets or []:
+        # the SDK's output type has an ``instance_ids`` getter; a plain dict (tests) is camelCase
+        found = item.instance_ids if hasattr(type(item), "instance_ids") else item.get("instanceIds")
+        ids += list(found or [])
+    if len(ids) < spec.nodes:
+        launched = ", ".join(ids) or "none"
+        raise CapacityError(
+            f"{CAPACITY_ERROR_MARKER} the EC2 Fleet launched {len(ids)} of {spec.nodes} {spec.instance_type} "
+            f"instances in {spec.zone} (launched: {launched}); EC2 had no capacity for all of them at once. "
+            f"Try later, another zone (`gpuinfra offers --instance-type {spec.instance_type}`), spot, or a "
+            "capacity reservation / Capacity Block"
+        )
+    return sorted(ids)
+
+
+#: Fleet inputs that terraform-provider-aws updates through ModifyFleet (not ForceNew:
+#: internal/service/ec2/ec2_fleet.go), which EC2 accepts only for ``maintain`` fleets; the other
+#: inputs (type, on-demand/spot options, capacity type) are ForceNew in the provider already.
+FLEET_REPLACE_ON_CHANGES = ("launchTemplateConfigs", "targetCapacitySpecification", "terminateInstances",
+                            "excessCapacityTerminationPolicy", "context")
 
 #: gp3 baseline IOPS and throughput (MiB/s), included in the gp3 price
 #: (docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type).
@@ -98,7 +144,8 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         ],
         update_default_version=True,
         tags=tags,
-        opts=opts,
+        # a DLAMI resolved at the first `up` stays; an explicit ami_id is applied as written
+        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=None if spec.ami_id else ["imageId"]),
     )
     return template, group
 
@@ -144,5 +191,9 @@ def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aw
         spot_options=spot,
         terminate_instances=True,  # pulumi destroy terminates the nodes with the fleet
         tags=aws_tags(spec),
-        opts=pulumi.ResourceOptions(parent=parent),
+        # an instant fleet cannot be modified: a change the provider would send to ModifyFleet
+        # replaces it instead, the old one (and its instances) deleted first so the cluster is
+        # never billed twice; tags are still updated in place (tagging API, not ModifyFleet)
+        opts=pulumi.ResourceOptions(parent=parent, replace_on_changes=list(FLEET_REPLACE_ON_CHANGES),
+                                    delete_before_replace=True),
     )

@@ -12,8 +12,7 @@ import base64
 import gzip
 
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
-from blueprints.common.node_files import NODE_FILES
-from blueprints.common.tags import expires_at_text
+from blueprints.common.node_files import NODE_FILES, node_env
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
@@ -80,10 +79,7 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         mount_point=SCRATCH_MOUNT,
         container_image=spec.profile.container_image,
         nccl_env=nccl_env(plan, spec.instance_type),
-        bucket=bucket,
-        expires_at=expires_at_text(spec),
-        idle_timeout_minutes=spec.profile.idle_timeout_minutes,
-        idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,
+        node_env=node_env(spec, "aws", bucket, SCRATCH_MOUNT),
     )
     size = len(gzip.compress(text.encode(), mtime=0))
     if size > USER_DATA_LIMIT_BYTES:

@@ -15,6 +15,10 @@ rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 
 from __future__ import annotations
 
+from blueprints.common.tags import expires_at_text
+from gpuinfra.agent.node import format_node_env
+from gpuinfra.spec import ClusterSpec
+
 DOCKER_MEMLOCK_DROPIN = "/etc/systemd/system/docker.service.d/99-gpuinfra-memlock.conf"
 
 #: path -> content (ends with a newline).
@@ -30,3 +34,22 @@ NODE_FILES: dict[str, str] = {
         'APT::Periodic::Update-Package-Lists "0";\nAPT::Periodic::Unattended-Upgrade "0";\n'
     ),
 }
+
+
+def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> str:
+    """``/etc/gpuinfra/node.env`` of the nodes of ``spec`` (the node agent's settings), with the
+    keys the agent defines (:data:`gpuinfra.agent.node.NODE_ENV_KEYS`).
+
+    Raises:
+        ValueError: a value would break the file (a newline) -- stack names are validated before.
+    """
+    return format_node_env({
+        "GPUINFRA_CLOUD": cloud,
+        "GPUINFRA_STACK": spec.stack,
+        "GPUINFRA_PROFILE": spec.profile.name,
+        "GPUINFRA_BUCKET": bucket,
+        "GPUINFRA_EXPIRES_AT": expires_at_text(spec),
+        "GPUINFRA_IDLE_TIMEOUT_MINUTES": spec.profile.idle_timeout_minutes,
+        "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": spec.profile.idle_gpu_utilization_percent,
+        "GPUINFRA_SCRATCH": scratch_mount,
+    })

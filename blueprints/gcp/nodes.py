@@ -1,11 +1,15 @@
 """GPU VMs: compact placement policy, one instance template, one zonal managed instance group.
 
 All nodes come from one template through one zonal MIG, so the resource count does not grow
-with the node count. The template's ``max_run_duration`` (the TTL) works inside a MIG: "When a
-VM reaches its time limit, the MIG automatically terminates (deletes) that VM"
-(cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs). Failed VMs are not
-repaired (``default_action_on_failure = DO_NOTHING``) and template edits never replace running
-training nodes (``update_policy`` OPPORTUNISTIC with minimal action NONE).
+with the node count. The template's ``max_run_duration`` (TTL + the backstop delay of
+:mod:`blueprints.common.backstop`) is the cloud-side backstop and works inside a MIG: "When a VM
+reaches its time limit, the MIG automatically terminates (deletes) that VM"
+(cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs), and since 2024 it is
+not recreated: "When a VM in a MIG reaches its time limit, the MIG deletes that VM instead of
+repairing it" (Compute Engine release notes, 2024-04-29, marked breaking). Failed VMs are not
+repaired either (``default_action_on_failure = DO_NOTHING``: "MIG does not repair a failed VM",
+pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``) and template edits never
+replace running training nodes (``update_policy`` OPPORTUNISTIC with minimal action NONE).
 """
 
 from __future__ import annotations

@@ -19,14 +19,16 @@ Sources (cluster-facts.md sections 2 and 6):
   template only where the facts say so); attachable ones take only the counts the machine
   allows (cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds).
 * Scheduling: GPUs force ``TERMINATE`` on host maintenance; spot is ``provisioning_model=SPOT``;
-  the TTL becomes ``max_run_duration`` with ``instance_termination_action = DELETE``
-  (cloud.google.com/compute/docs/instances/limit-vm-runtime).
+  the TTL plus the backstop delay becomes ``max_run_duration`` with
+  ``instance_termination_action = DELETE`` (cloud.google.com/compute/docs/instances/limit-vm-runtime;
+  :mod:`blueprints.common.backstop` says why it fires after the node agent).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from blueprints.common.backstop import max_run_duration_seconds
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
@@ -263,7 +265,7 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         boot_disk_type=boot_disk_type(facts),
         image=image,
         guest_accelerator=guest,
-        max_run_duration_seconds=spec.profile.ttl_hours * 3600,
+        max_run_duration_seconds=max_run_duration_seconds(spec),
         nic_layout=facts.nic_layout if hbn != "off" else "gvnic",
         provisioning_model=model,
         all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later

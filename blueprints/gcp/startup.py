@@ -7,8 +7,7 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
-from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES
-from blueprints.common.tags import expires_at_text, gcp_labels
+from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
@@ -55,14 +54,11 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         group=node_prefix(spec),
         zone=spec.zone,
         gpus_per_node=spec.gpu_count,
-        stack_label=gcp_labels(spec)["gpuinfra-stack"],
         wait_seconds=PEER_WAIT_SECONDS,
         master_port=TORCHRUN_PORT,
         bucket=bucket,
         peers_prefix=f"{PEERS_PREFIX}/{node_prefix(spec)}",
-        expires_at=expires_at_text(spec),
-        idle_timeout_minutes=spec.profile.idle_timeout_minutes,
-        idle_gpu_utilization_percent=spec.profile.idle_gpu_utilization_percent,
+        node_env=node_env(spec, "gcp", bucket, SCRATCH_MOUNT),
         container_image=spec.profile.container_image,
     )
     if len(text.encode()) > METADATA_VALUE_LIMIT_BYTES:

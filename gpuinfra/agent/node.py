@@ -12,12 +12,21 @@ Every ``--poll-seconds`` it:
   ``GPUINFRA_EXPIRES_AT`` from /etc/gpuinfra/node.env;
 * checks for a spot interruption: AWS IMDSv2 ``/latest/meta-data/spot/instance-action``
   (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html, 2 min
-  notice), GCP ``instance/preempted`` (cloud.google.com/compute/docs/instances/spot, 30 s).
+  notice, "we recommend that you check for these warnings every 5 seconds"), GCP
+  ``instance/preempted`` read with ``wait_for_change`` (a hanging GET that answers as soon as the
+  value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
+  cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice).
 
-On a spot notice it syncs the checkpoint folder to the bucket within the notice window. On idle
-or expiry it syncs, then ends the node: AWS ``shutdown -h now`` (the launch template's
+On a spot notice it syncs the checkpoint folder to ``<bucket>/checkpoints/<stack>/<node>/`` (one
+prefix per node, so ranks that write files of the same name never overwrite each other) within
+the notice window. On idle or expiry it syncs for at most :data:`END_SYNC_BOUND_SECONDS`, then
+ends the node whatever the sync did: AWS ``shutdown -h now`` (the launch template's
 instance-initiated shutdown behaviour is *terminate*); GCP deletes its own VM from the managed
 instance group (the group shrinks, nothing is recreated). ``--dry-run`` logs instead of acting.
+
+The keys of ``/etc/gpuinfra/node.env`` are defined once, in :data:`NODE_ENV_KEYS`; the boot
+templates of both clouds write the file with :func:`format_node_env` and the agent reads it with
+:func:`parse_node_env`.
 """
 
 from __future__ import annotations
@@ -25,20 +34,70 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Mapping, Protocol
 
 LOG = logging.getLogger("gpuinfra-agent")
 AWS_IMDS = "http://169.254.169.254"
 GCP_METADATA = "http://metadata.google.internal/computeMetadata/v1"
 NOTICE_SECONDS = {"aws": 120, "gcp": 30}
+#: Seconds the checkpoint sync may take before an idle or expired node is ended anyway. The
+#: cloud-side backstops (AWS EventBridge Scheduler, GCP ``max_run_duration``) fire after the TTL
+#: plus this bound and a margin, so the agent ends the node first, with its checkpoints saved.
+END_SYNC_BOUND_SECONDS = 300
+#: Share of a spot notice spent syncing checkpoints (the rest is left for the upload to finish).
+NOTICE_SYNC_SHARE = 0.75
+
+#: ``/etc/gpuinfra/node.env``: key -> (required, meaning). The one definition of the file's keys.
+NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
+    "GPUINFRA_CLOUD": (True, "aws | gcp"),
+    "GPUINFRA_STACK": (True, "stack name"),
+    "GPUINFRA_PROFILE": (True, "workload profile name"),
+    "GPUINFRA_BUCKET": (True, "the stack's bucket (checkpoints are synced to it)"),
+    "GPUINFRA_EXPIRES_AT": (False, "TTL end, ISO 8601 UTC; empty = no TTL"),
+    "GPUINFRA_IDLE_TIMEOUT_MINUTES": (True, "minutes every GPU must stay under the threshold"),
+    "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": (True, "idle threshold, GPU utilization percent"),
+    "GPUINFRA_SCRATCH": (True, "scratch mount point; checkpoints are read from <scratch>/checkpoints"),
+}
+
+
+def format_node_env(values: Mapping[str, object]) -> str:
+    """``KEY=VALUE`` lines of node.env, in :data:`NODE_ENV_KEYS` order (None -> empty value).
+
+    Raises:
+        ValueError: a key is unknown, a required key is missing, or a value holds a newline.
+    """
+    unknown = sorted(set(values) - set(NODE_ENV_KEYS))
+    missing = [k for k, (required, _) in NODE_ENV_KEYS.items() if required and values.get(k) in (None, "")]
+    if unknown or missing:
+        raise ValueError(f"node.env: unknown keys {unknown}, missing keys {missing}")
+    lines = []
+    for key in NODE_ENV_KEYS:
+        text = "" if values.get(key) is None else str(values[key])
+        if "\n" in text or "\r" in text:
+            raise ValueError(f"node.env: {key} holds a newline")
+        lines.append(f"{key}={text}")
+    return "\n".join(lines) + "\n"
+
+
+def parse_node_env(text: str) -> dict[str, str]:
+    """The ``KEY=VALUE`` lines of node.env (comments and blank lines skipped)."""
+    env = {}
+    for line in text.splitlines():
+        if "=" in line and not line.lstrip().startswith("#"):
+            key, value = line.split("=", 1)
+            env[key.strip()] = value.strip()
+    return env
 
 
 class GpuMonitor(Protocol):
@@ -73,10 +132,14 @@ class NvmlGpus:
         return [int(line.strip()) for line in out.splitlines() if line.strip().isdigit()]
 
 
-def _http(url: str, method: str = "GET", headers: dict | None = None, timeout: float = 2.0) -> tuple[int, str]:
+def _http(url: str, method: str = "GET", headers: dict | None = None, timeout: float = 2.0,
+          response_headers: dict | None = None) -> tuple[int, str]:
+    """(HTTP status, body); ``response_headers`` (when given) receives the response's headers."""
     request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
+            if response_headers is not None:
+                response_headers.update(response.headers.items())
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, ""
@@ -109,19 +172,45 @@ class AwsMetadata:
         """This instance's id."""
         return self._get("instance-id")[1]
 
+    def node_name(self) -> str:
+        """This instance's id (``i-...``)."""
+        return self.instance_id().strip()
+
 
 class GcpMetadata:
-    """GCE metadata server: preemption flag and instance identity."""
+    """GCE metadata server: preemption flag (read with ``wait_for_change``) and instance identity.
 
-    def __init__(self, base: str = GCP_METADATA) -> None:
+    Args:
+        base: metadata server URL.
+        wait_seconds: longest a preemption read hangs waiting for a change; the poll loop does
+            not sleep on top of it, so a preemption is seen as soon as GCE flags it.
+    """
+
+    def __init__(self, base: str = GCP_METADATA, wait_seconds: float = 5.0) -> None:
         self.base = base.rstrip("/")
+        self.wait_seconds = wait_seconds
+        self._etag: str | None = None
 
-    def _get(self, path: str) -> tuple[int, str]:
-        return _http(f"{self.base}/{path}", headers={"Metadata-Flavor": "Google"})
+    def _get(self, path: str, timeout: float = 2.0, headers: dict | None = None) -> tuple[int, str]:
+        return _http(f"{self.base}/{path}", headers={"Metadata-Flavor": "Google"}, timeout=timeout,
+                     response_headers=headers)
 
     def interruption(self) -> dict | None:
-        """``{"action": "preempted"}`` once GCE has preempted this spot VM, else None."""
-        status, body = self._get("instance/preempted")
+        """``{"action": "preempted"}`` once GCE has preempted this spot VM, else None.
+
+        The first read returns the value at once and keeps its ETag; later reads hang until the
+        value differs from that ETag or ``wait_seconds`` pass (``timeout_sec``).
+        """
+        path = "instance/preempted"
+        timeout = 2.0
+        if self._etag is not None:
+            query = {"wait_for_change": "true", "timeout_sec": max(1, int(self.wait_seconds)), "last_etag": self._etag}
+            path += "?" + urllib.parse.urlencode(query)
+            timeout += self.wait_seconds
+        headers: dict = {}
+        status, body = self._get(path, timeout, headers)
+        etag = {k.lower(): v for k, v in headers.items()}.get("etag")
+        self._etag = etag if status == 200 and etag else None
         return {"action": "preempted"} if status == 200 and body.strip().upper() == "TRUE" else None
 
     def expires_at(self) -> str | None:
@@ -134,10 +223,15 @@ class GcpMetadata:
         zone = self._get("instance/zone")[1].strip().rsplit("/", 1)[-1]
         return name, zone
 
+    def node_name(self) -> str:
+        """This VM's name."""
+        return self.instance()[0]
+
 
 class S3Sync:
     """Upload new or changed files of a folder to ``s3://bucket/prefix`` (boto3, else the AWS CLI
-    that the Deep Learning AMI ships)."""
+    that the Deep Learning AMI ships). boto3 gets short connect/read timeouts and 3 attempts, so
+    one unreachable endpoint cannot hold an upload for the SDK's default minutes."""
 
     def __init__(self, bucket: str, prefix: str, client=None) -> None:
         self.bucket = bucket
@@ -145,8 +239,10 @@ class S3Sync:
         if client is None:
             try:
                 import boto3
+                from botocore.config import Config
 
-                client = boto3.client("s3")
+                client = boto3.client("s3", config=Config(connect_timeout=5, read_timeout=60,
+                                                          retries={"max_attempts": 3, "mode": "standard"}))
             except ImportError:
                 client = None
         self.client = client
@@ -158,7 +254,8 @@ class S3Sync:
 
     def upload(self, root: Path, path: Path) -> None:
         if self.client is None:
-            subprocess.run(["aws", "s3", "cp", str(path), f"s3://{self.bucket}/{self.key(root, path)}"], check=True)
+            subprocess.run(["aws", "s3", "cp", str(path), f"s3://{self.bucket}/{self.key(root, path)}"], check=True,
+                           timeout=END_SYNC_BOUND_SECONDS)
         else:
             self.client.upload_file(str(path), self.bucket, self.key(root, path))
 
@@ -215,11 +312,7 @@ class AgentConfig:
         Raises:
             ValueError: a required key is missing or a number does not parse.
         """
-        env = {}
-        for line in Path(path).read_text().splitlines():
-            if "=" in line and not line.lstrip().startswith("#"):
-                key, value = line.split("=", 1)
-                env[key.strip()] = value.strip()
+        env = parse_node_env(Path(path).read_text())
         try:
             expires = env.get("GPUINFRA_EXPIRES_AT")
             return cls(
@@ -256,6 +349,7 @@ class Agent:
     events: list[str] = field(default_factory=list)
     interrupted: bool = False
     state_dir: Path | None = None
+    end_sync_seconds: float = END_SYNC_BOUND_SECONDS
 
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
@@ -301,17 +395,37 @@ class Agent:
             return self.config.expires_at
 
     def save_checkpoints(self, seconds: float) -> list[str]:
-        """Sync the checkpoint folder within ``seconds``; a failure is logged, never raised
-        (ending the node must not depend on the upload)."""
+        """Sync the checkpoint folder for at most ``seconds`` of wall time.
+
+        The sync runs in a daemon thread that is abandoned when the bound passes (an upload
+        hanging on an unreachable endpoint cannot hold the caller); a failure is logged, never
+        raised: ending the node must not depend on the upload.
+
+        Returns:
+            Keys uploaded before the bound (all of them when the sync finished).
+        """
         if self.syncer is None:
             return []
-        try:
-            uploaded = sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock)
-        except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
-            self._log(f"checkpoint sync failed, going on: {exc!r}")
-            return []
-        self._log(f"synced {len(uploaded)} checkpoint file(s) to {self.config.bucket}")
-        return uploaded
+        uploaded: list[str] = []
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock,
+                            on_upload=lambda path: uploaded.append(self.syncer.key(self.config.checkpoint_dir, path)))
+            except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
+                failure.append(exc)
+
+        worker = threading.Thread(target=run, name="gpuinfra-checkpoint-sync", daemon=True)
+        worker.start()
+        worker.join(seconds)
+        if worker.is_alive():
+            self._log(f"checkpoint sync did not finish within {seconds:.0f} s ({len(uploaded)} file(s) uploaded), going on")
+        elif failure:
+            self._log(f"checkpoint sync failed, going on: {failure[0]!r}")
+        else:
+            self._log(f"synced {len(uploaded)} checkpoint file(s) to {self.config.bucket}")
+        return list(uploaded)
 
     def step(self) -> str:
         """One poll. Returns ``running`` | ``idle`` | ``expired`` | ``interrupted``.
@@ -329,7 +443,7 @@ class Agent:
         if notice:
             self.interrupted = True
             self._log(f"spot interruption notice {notice}: saving checkpoints")
-            self.save_checkpoints(NOTICE_SECONDS[self.config.cloud] * 0.75)
+            self.save_checkpoints(NOTICE_SECONDS[self.config.cloud] * NOTICE_SYNC_SHARE)
             return "interrupted"
         expires = self.expiry()
         if expires is not None and self.now() >= expires:
@@ -355,7 +469,7 @@ class Agent:
 
     def _finish(self, reason: str, why: str) -> str:
         self._log(f"ending node: {why}")
-        self.save_checkpoints(300)
+        self.save_checkpoints(self.end_sync_seconds)
         if self.config.dry_run:
             self._log("dry run: not ending the node")
         else:
@@ -377,16 +491,32 @@ def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
                     f"--instances={name}", f"--zone={zone}", "--quiet"], check=False)
 
 
+def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
+    """This node's id for its checkpoint prefix: the instance id (AWS) or VM name (GCP), else
+    the host name when the metadata service cannot be read."""
+    try:
+        name = metadata.node_name()
+    except Exception as exc:  # noqa: BLE001 - fall back to the host name
+        LOG.info("cannot read the node name from metadata (%r); using the host name", exc)
+        name = ""
+    return name or socket.gethostname()
+
+
+def checkpoint_prefix(config: AgentConfig, node: str) -> str:
+    """``checkpoints/<stack>/<node>``: one prefix per node (review A9)."""
+    return f"checkpoints/{config.stack}/{node}"
+
+
 def build_agent(config: AgentConfig, state_dir: Path | None = None) -> Agent:
     """The agent with real NVML, metadata, sync and actions for ``config.cloud``; ``state_dir``
     keeps the idle start across restarts."""
     if config.cloud == "aws":
         metadata = AwsMetadata()
-        syncer = S3Sync(config.bucket, f"checkpoints/{config.stack}")
+        syncer = S3Sync(config.bucket, checkpoint_prefix(config, node_name(metadata)))
         return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node, state_dir=state_dir)
-    metadata = GcpMetadata()
-    return Agent(config, NvmlGpus(), metadata, GcsCliSync(config.bucket, f"checkpoints/{config.stack}"),
-                 lambda reason: end_gcp_node(reason, metadata), state_dir=state_dir)
+    gcp = GcpMetadata()
+    return Agent(config, NvmlGpus(), gcp, GcsCliSync(config.bucket, checkpoint_prefix(config, node_name(gcp))),
+                 lambda reason: end_gcp_node(reason, gcp), state_dir=state_dir)
 
 
 class GcsCliSync(S3Sync):
@@ -396,11 +526,12 @@ class GcsCliSync(S3Sync):
         self.bucket, self.prefix, self.uploaded, self.client = bucket, prefix.strip("/"), {}, None
 
     def upload(self, root: Path, path: Path) -> None:
-        subprocess.run(["gcloud", "storage", "cp", str(path), f"gs://{self.bucket}/{self.key(root, path)}"], check=True)
+        subprocess.run(["gcloud", "storage", "cp", str(path), f"gs://{self.bucket}/{self.key(root, path)}"], check=True,
+                       timeout=END_SYNC_BOUND_SECONDS)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``gpuinfra_agent.py [--config /etc/gpuinfra/node.env] [--poll-seconds 60] [--dry-run] [--once]``."""
+    """Entry point: ``gpuinfra_agent.py [--config /etc/gpuinfra/node.env] [--poll-seconds 5] [--state-dir /run/gpuinfra] [--dry-run] [--once]``."""
     parser = argparse.ArgumentParser(description="gpuinfra node agent")
     parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
     # 5 s: spot / preemption notices come 120 s (AWS) and 30 s (GCP) before the end
@@ -412,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuinfra-agent %(message)s", stream=sys.stdout)
     agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run), args.state_dir)
     while True:
+        started = time.monotonic()
         try:
             state = agent.step()
         except Exception as exc:  # noqa: BLE001 - a poll never stops the agent
@@ -419,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
             state = "error"
         if args.once or state in ("idle", "expired"):
             return 0
-        time.sleep(min(5.0, args.poll_seconds) if state == "interrupted" else args.poll_seconds)
+        # a poll that waited on the metadata server (GCP wait_for_change) counts toward the period
+        time.sleep(max(0.0, args.poll_seconds - (time.monotonic() - started)))
 
 
 if __name__ == "__main__":

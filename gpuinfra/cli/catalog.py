@@ -51,8 +51,13 @@ def refresh(
     from gpuinfra.catalog.refresh import refresh_catalog
     from gpuinfra.cli.console import stdout_console
 
+    clouds = [cloud] if cloud else ["aws", "gcp"]
+    if gcp_project is not None and "gcp" in clouds:
+        from gpuinfra.spec import check_gcp_project_id
+
+        check_gcp_project_id(gcp_project)
     result = refresh_catalog(
-        clouds=[cloud] if cloud else ["aws", "gcp"],
+        clouds=clouds,
         out_dir=out_dir,
         regions=[r.strip() for r in regions.split(",")] if regions else None,
         gcp_project=gcp_project,

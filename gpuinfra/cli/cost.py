@@ -103,7 +103,8 @@ def _num(text: str) -> str:
 def cost(
     args: list[str] = typer.Argument(..., help="STACK, or: diff STACK_A STACK_B", show_default=False),
     hours: Optional[float] = typer.Option(None, "--hours", help="Run hours (default: the stack's run_hours).", show_default=False),
-    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Price compute as spot or on-demand (default: as planned).", show_default=False),
+    spot: bool = typer.Option(False, "--spot", help="Price compute as spot (default: as planned)."),
+    on_demand: bool = typer.Option(False, "--on-demand", help="Price compute as on-demand (default: as planned)."),
     usage: Optional[Path] = typer.Option(None, "--usage", help="Usage YAML: bucket_storage_gb, internet_egress_gb, nat_processed_gb.", show_default=False),
     from_preview: Optional[Path] = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
     budget: Optional[float] = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
@@ -113,8 +114,10 @@ def cost(
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget); `cost diff A B` compares two."""
     from gpuinfra.cli.console import print_json
     from gpuinfra.errors import ExitCode, PriceMissingError, RequestError
+    from gpuinfra.requests import spot_choice
 
-    market = None if spot is None else ("spot" if spot else "on-demand")
+    chosen = spot_choice(spot, on_demand, default="the stack's own pricing")
+    market = None if chosen is None else ("spot" if chosen else "on-demand")
     if args and args[0] == "diff":
         if len(args) != 3:
             raise RequestError("usage: gpuinfra cost diff STACK_A STACK_B")

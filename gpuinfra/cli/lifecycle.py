@@ -39,7 +39,7 @@ def _backend():
 def up(stack: str = typer.Argument(..., help="Stack name."), project_dir: Path = options.ProjectDir) -> None:
     """Create or update the stack's cluster (`pulumi up` through the Automation API)."""
     from gpuinfra.cli.console import stdout_console
-    from gpuinfra.lifecycle import check_credentials
+    from gpuinfra.lifecycle import check_credentials, deploy
     from gpuinfra.stackfile import read_stack_spec
 
     backend = _backend()
@@ -47,7 +47,7 @@ def up(stack: str = typer.Argument(..., help="Stack name."), project_dir: Path =
     check_credentials(spec.cloud)
     out = stdout_console()
     out.print(f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)")
-    changes = backend.up(Path(project_dir), stack, _progress())
+    changes = deploy(backend, Path(project_dir), stack, _progress())
     out.print(f"done: {changes}")
 
 
@@ -85,18 +85,23 @@ def down(
     out.print(f"done: {changes}")
 
 
+_ROW_KEYS = ("cloud", "gpus", "nodes", "instance_type", "zone", "created_at", "age_hours", "expires_at", "expired",
+             "deployed", "price_per_hour_usd", "cost_so_far_usd", "catalog_date")
+
+
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
-    """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far."""
+    """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far; unreadable stack files as invalid."""
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
     from gpuinfra.errors import MissingDependencyError
-    from gpuinfra.lifecycle import list_rows
+    from gpuinfra.lifecycle import list_stacks
 
     try:
         backend = _backend()
     except MissingDependencyError as exc:
         backend = None
         note(f"note: {exc}; deployment status unknown")
-    rows = list_rows(Path(project_dir), backend)
+    listing = list_stacks(Path(project_dir), backend)
+    rows = listing.rows
     if as_json:
         print_json([{
             "stack": r.spec.stack, "cloud": r.spec.cloud, "gpus": f"{r.spec.gpu_count}x{r.spec.gpu}", "nodes": r.spec.nodes,
@@ -106,11 +111,15 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
             "price_per_hour_usd": None if r.price_per_hour_usd is None else str(r.price_per_hour_usd),
             "cost_so_far_usd": None if r.cost_so_far_usd is None else str(r.cost_so_far_usd),
             "catalog_date": None if r.spec.price is None else r.spec.price.catalog_date,
-        } for r in rows])
+            "invalid": None,
+        } for r in rows] + [{"stack": bad.name, **dict.fromkeys(_ROW_KEYS), "invalid": bad.reason}
+                            for bad in listing.invalid])
         return
     from rich.table import Table
 
-    table = Table(title=f"{len(rows)} stacks in {Path(project_dir).resolve() / 'stacks'}", title_justify="left")
+    invalid = f" ({len(listing.invalid)} invalid)" if listing.invalid else ""
+    table = Table(title=f"{len(rows) + len(listing.invalid)} stacks{invalid} in {Path(project_dir).resolve() / 'stacks'}",
+                  title_justify="left")
     for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "$/h", "so far", "catalog"):
         table.add_column(header)
     for r in rows:
@@ -119,7 +128,12 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
                       ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
                       {True: "yes", False: "no", None: "?"}[r.deployed], usd(r.price_per_hour_usd), usd(r.cost_so_far_usd),
                       "-" if r.spec.price is None else r.spec.price.catalog_date)
-    stdout_console().print(table)
+    for bad in listing.invalid:
+        table.add_row(bad.name, "INVALID", *["-"] * 8)
+    out = stdout_console()
+    out.print(table)
+    for bad in listing.invalid:
+        out.print(f"INVALID {bad.name}: {bad.reason}", soft_wrap=True, markup=False)
 
 
 def reap(
@@ -127,23 +141,34 @@ def reap(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be destroyed."),
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Destroy expired stacks (data kept), e.g. from cron: `gpuinfra reap --expired`."""
+    """Destroy expired stacks (data kept), e.g. from cron: `gpuinfra reap --expired`.
+
+    Every expired stack is tried, then the results are listed; exit 7 when a destroy failed,
+    2 when a stack file could not be read (its expiry is unknown).
+    """
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.errors import RequestError
-    from gpuinfra.lifecycle import check_credentials, list_rows
+    from gpuinfra.lifecycle import list_stacks, reap_error, reap_expired
 
     if not expired:
         raise RequestError("reap needs --expired (the only selection so far); add --dry-run to see the list first")
     backend = _backend()
     out = stdout_console()
-    victims = [r for r in list_rows(Path(project_dir), backend) if r.expired and r.deployed]
+    listing = list_stacks(Path(project_dir), backend)
+    victims = listing.expired_deployed
     if not victims:
         out.print("no deployed stack has expired")
-        return
-    for r in victims:
-        if dry_run:
+    elif dry_run:
+        for r in victims:
             out.print(f"would destroy {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC)")
-            continue
-        check_credentials(r.spec.cloud)
-        out.print(f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept")
-        backend.destroy(Path(project_dir), r.spec.stack, _progress())
+    results = [] if dry_run else reap_expired(
+        Path(project_dir), backend, victims, _progress(),
+        on_start=lambda r: out.print(f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept"))
+    for result in results:
+        out.print(f"destroyed {result.stack}" if result.error is None else f"FAILED {result.stack}: {result.error}",
+                  soft_wrap=True, markup=False)
+    for bad in listing.invalid:
+        out.print(f"INVALID {bad.name}: not checked ({bad.reason})", soft_wrap=True, markup=False)
+    error = reap_error(results, listing.invalid)
+    if error is not None:
+        raise error

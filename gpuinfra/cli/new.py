@@ -21,7 +21,8 @@ def new(
     model: Optional[str] = typer.Option(None, "--model", help="Size the cluster for this model (with --method) instead of --gpus.", show_default=False),
     params: Optional[str] = typer.Option(None, "--params", help="Size for a parameter count (7B) instead of --gpus.", show_default=False),
     method: Optional[str] = typer.Option(None, "--method", help="With --model/--params: pretrain | full | lora | qlora | inference.", show_default=False),
-    spot: Optional[bool] = typer.Option(None, "--spot/--on-demand", help="Capacity type (default: the profile's spot policy).", show_default=False),
+    spot: bool = typer.Option(False, "--spot", help="Spot capacity (default: the profile's spot policy)."),
+    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity (default: the profile's spot policy)."),
     hours: Optional[float] = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
     name: Optional[str] = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
     capacity_reservation: Optional[str] = typer.Option(None, "--capacity-reservation", help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).", show_default=False),
@@ -34,6 +35,7 @@ def new(
     project_dir: Path = options.ProjectDir,
     profiles_dir: Optional[Path] = options.ProfilesDir,
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse an --instance-type that misses any setting of the profile (scratch, placement, EFA/GPU NICs) instead of writing the stack with one warning per missed setting."),
     as_json: bool = options.Json,
 ) -> None:
     """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
@@ -47,19 +49,21 @@ def new(
 
     from gpuinfra.errors import RequestError
     from gpuinfra.profiles import DEFAULT_PROFILE
+    from gpuinfra.requests import spot_choice
 
+    capacity = spot_choice(spot, on_demand)
     sized = None
     if model or params:
         if gpus or instance_type:
             raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type, not both")
         from gpuinfra.cli.size import build_request, size_document
-        from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD
+        from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, nothing_fits
 
         method = method or "full"
-        sized = size_document(build_request(model, params, method, 2048, 1, "bf16", None, None, None), None, 1)
+        sizing = build_request(model, params, method, 2048, 1, "bf16", None, None, None)
+        sized = size_document(sizing, None, 1)
         if not sized.get("recommendation"):
-            raise RequestError(f"no GPU configuration in the catalog fits {sized['model']['name']} ({method}); "
-                               "try --method lora or qlora")
+            raise nothing_fits(sizing)
         gpus, nodes = sized["recommendation"]["gpus"], sized["recommendation"]["nodes"]
         profile = profile or PROFILE_FOR_METHOD[method]
     elif method:
@@ -80,8 +84,8 @@ def new(
         catalog,
         PlanRequest(
             gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-            spot=spot, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
-            capacity_reservation=reservation, max_price_per_hour_usd=max_price_per_hour, data=data_set,
+            spot=capacity, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
+            capacity_reservation=reservation, max_price_per_hour_usd=max_price_per_hour, data=data_set, strict=strict, warnings_are_errors=strict,
         ),
         resolved,
         datetime.now(timezone.utc),
@@ -98,6 +102,8 @@ def new(
     summary = cost_summary(plan.spec, previewed.resources)
     verify_stack(plan.spec, previewed.resources, catalog, summary)  # refuses before anything is written
     written = write_stack(plan, project_dir, force=force)
+    for warning in plan.warnings:
+        note(f"warning: {warning}")
     spec, offer = plan.spec, plan.offer
     pricing = "spot" if spec.spot else "on-demand"
     if as_json:
@@ -119,6 +125,7 @@ def new(
             "cost": summary,
             "data": None if spec.data is None else spec.data.model_dump(mode="json"),
             "locality_note": plan.locality_note or None,
+            "warnings": list(plan.warnings),
             "sizing": None if sized is None else {k: sized[k] for k in ("memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method")},
         })
         return

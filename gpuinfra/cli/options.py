@@ -19,8 +19,22 @@ Nodes = typer.Option(1, "--nodes", help="Number of nodes; --gpus counts GPUs per
 LocalZones = typer.Option(False, "--include-local-zones", help="Also consider AWS Local Zones.")
 Json = typer.Option(False, "--json", help="Print JSON on stdout instead of a table.")
 ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folder (stacks/ lives here).")
+def _profiles_folder(value: Optional[Path]) -> Optional[Path]:
+    """``--profiles-dir`` (or ``$GPUINFRA_PROFILES_DIR``) must be an existing folder."""
+    from gpuinfra.fsutil import folder_problem
+    from gpuinfra.profiles import ProfileError, profiles_dir
+
+    folder = profiles_dir(value)
+    if folder is not None and folder_problem(folder):
+        source = "--profiles-dir" if value is not None else "$GPUINFRA_PROFILES_DIR"
+        raise ProfileError(f"profiles folder {folder} ({source}) {folder_problem(folder)}; give a folder of "
+                           "profile YAML files")
+    return value
+
+
 ProfilesDir: Optional[Path] = typer.Option(
-    None, "--profiles-dir", help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).", show_default=False
+    None, "--profiles-dir", help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).", show_default=False,
+    callback=_profiles_folder,
 )
 Data = typer.Option(
     None, "--data",

@@ -19,6 +19,7 @@ KEY_INPUTS = {
     "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": ["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"],
     "aws:s3/bucket:Bucket": ["bucketPrefix", "forceDestroy"],
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ["policyArn"],
+    "aws:scheduler/schedule:Schedule": ["scheduleExpression", "scheduleExpressionTimezone"],
 }
 
 

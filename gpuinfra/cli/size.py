@@ -86,13 +86,17 @@ def size(
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B.", show_default=False),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Estimate memory per GPU and recommend the cheapest GPUs that fit (10% headroom)."""
+    """Estimate memory per GPU and recommend the cheapest GPUs that fit (10% headroom); exit 4 when none does."""
     from gpuinfra.cli.console import print_json, stdout_console
+
+    from gpuinfra.sizing.recommend import nothing_fits
 
     req = build_request(model, params, method, seq, batch, precision, strategy, recompute, tokens)
     doc = size_document(req, gpus, nodes)
     if as_json:
         print_json(doc)
+        if not doc["candidates"]:
+            raise nothing_fits(req)
         return
     out = stdout_console()
     out.print(f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
@@ -109,8 +113,8 @@ def size(
             extra = f", {c['training_hours']:.1f} h, ${c['run_cost_usd']:,.0f}" if c["training_hours"] is not None else ""
             out.print(f"  --gpus {c['gpus']} --nodes {c['nodes']}: {c['memory_per_gpu_gib']:.1f}/{c['gpu_memory_gib']:.0f} GiB, "
                       f"${c['price_per_hour_usd']:,.2f}/h ({c['cloud']} {c['instance_type']}){extra}")
-    else:
-        out.print("no configuration in the catalog fits; try lora/qlora, more recompute, or a shorter --seq")
     if doc.get("recommendation"):
         r = doc["recommendation"]
         out.print(f"next: gpuinfra new --gpus {r['gpus']} --nodes {r['nodes']}")
+    if not doc["candidates"]:
+        raise nothing_fits(req)  # exit 4 after the breakdown above

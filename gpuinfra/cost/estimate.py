@@ -41,6 +41,8 @@ FREE_TYPES = frozenset({
     "gcp:storage/bucketIAMMember:BucketIAMMember", "gcp:projects/iAMMember:IAMMember",
     "gcp:projects/iAMCustomRole:IAMCustomRole",
 })
+#: The backstop schedule fires once per run: one invocation, in the price's unit (millions).
+SCHEDULER_INVOCATIONS_PER_RUN = Decimal("0.000001")
 GP3_FREE_IOPS = 3000
 GP3_FREE_THROUGHPUT = 125
 CATALOG_SOURCE = "gpuinfra instance catalog"
@@ -216,6 +218,11 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
                                missing_source=f"no NAT gateway price for {reg}"))
         elif t == "aws:ec2/eip:Eip":
             lines.append(_line(name, t, "Public IPv4 address", "hours", 1, price("aws", "public_ipv4_per_hour", reg)))
+        elif t == "aws:scheduler/schedule:Schedule":
+            lines.append(_one_time(_line(name, t, "EventBridge Scheduler invocation (TTL backstop)", "million invocations",
+                                         SCHEDULER_INVOCATIONS_PER_RUN / hours,
+                                         price("aws", "scheduler_per_million_invocations", reg),
+                                         note="once per run; the first 14 million a month are free")))
         elif t == "aws:s3/bucket:Bucket":
             lines += _storage_lines(name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage")
         elif t == "gcp:storage/bucket:Bucket":
@@ -258,6 +265,11 @@ def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
                         "same cloud and region: no transfer charge", "", note="free", one_time=True)
     line = _line("cluster", "data", component, moved.unit, moved.quantity / hours, moved.price_per_gb,
                  missing_source=f"no transfer price for {moved.route}", note="once per run")
+    return _one_time(line)
+
+
+def _one_time(line: CostLine) -> CostLine:
+    """``line`` as a once-per-run charge (spread over the run's hours, counted once if left running)."""
     return replace(line, one_time=True)
 
 

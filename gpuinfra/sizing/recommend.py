@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from gpuinfra.catalog.store import Catalog
+from gpuinfra.errors import NoOfferError
 from gpuinfra.sizing.memory import GIB, METHODS, RECOMPUTE, STRATEGIES, Breakdown, memory_per_gpu
 from gpuinfra.sizing.models import ModelShape, SizingError
 
@@ -173,3 +174,22 @@ def candidate_json(c: Candidate) -> dict:
         "run_cost_usd": None if c.run_cost_usd is None else round(c.run_cost_usd, 2),
         **c.offer,
     }
+
+
+def nothing_fits(req: SizingRequest) -> NoOfferError:
+    """The error when :func:`candidates` is empty: no GPU the catalog rents holds ``req`` with
+    10% headroom, on one node or (sharded methods) up to ``NODE_COUNTS[-1]`` nodes; exit 4 as for
+    any request no offer fits, naming the settings that lower memory per GPU."""
+    sharded = req.method in ("pretrain", "full") and req.strategy != "ddp"
+    where = f"on up to {NODE_COUNTS[-1]} nodes" if sharded else "on one node"
+    hints = {"pretrain": ["--method lora or qlora"], "full": ["--method lora or qlora"],
+             "lora": ["--method qlora"]}.get(req.method, [])
+    if req.method == "inference" and req.precision != "int4":
+        hints.append("--precision int4")
+    if req.recompute != "full" and req.method != "inference":
+        hints.append("--recompute full")
+    if req.batch > 1:
+        hints.append("a smaller --batch")
+    hints.append("a shorter --seq")
+    return NoOfferError(f"no configuration in the catalog fits {req.shape.name} ({req.method}, {req.precision}) "
+                        f"with 10% memory headroom {where}; try {', '.join(hints)}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,6 +20,8 @@ from gpuinfra.agent.node import (
     GcpMetadata,
     NvmlGpus,
     S3Sync,
+    checkpoint_prefix,
+    node_name,
     sync_folder,
 )
 
@@ -31,6 +35,8 @@ class MetadataServer:
         self.spot_action = None
         self.preempted = False
         self.expires_tag = None
+        self.fail_status = None  # every request answered with this HTTP status (403, 500)
+        self.changed = threading.Condition()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -42,11 +48,15 @@ class MetadataServer:
                 self.wfile.write(data)
 
             def do_PUT(self):  # noqa: N802
+                if server.fail_status:
+                    return self._send(server.fail_status)
                 if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
                     return self._send(200, "token-123")
                 return self._send(400)
 
             def do_GET(self):  # noqa: N802
+                if server.fail_status:
+                    return self._send(server.fail_status)
                 if self.path.startswith("/latest/"):
                     if self.headers.get("X-aws-ec2-metadata-token") != "token-123":
                         return self._send(401)
@@ -59,13 +69,32 @@ class MetadataServer:
                     return self._send(404)
                 if self.headers.get("Metadata-Flavor") != "Google":
                     return self._send(403)
-                if self.path == "/computeMetadata/v1/instance/preempted":
-                    return self._send(200, "TRUE" if server.preempted else "FALSE")
+                if self.path.startswith("/computeMetadata/v1/instance/preempted"):
+                    return self._preempted()
                 if self.path == "/computeMetadata/v1/instance/name":
                     return self._send(200, "t-2-node-x7q2")
                 if self.path == "/computeMetadata/v1/instance/zone":
                     return self._send(200, "projects/123/zones/us-central1-a")
                 return self._send(404)
+
+            def _preempted(self):
+                # querying-metadata#waitforchange: with wait_for_change and a last_etag equal to
+                # the current ETag, hang until the value changes or timeout_sec passes
+                from urllib.parse import parse_qs, urlparse
+
+                query = parse_qs(urlparse(self.path).query)
+                with server.changed:
+                    if query.get("wait_for_change") == ["true"] and query.get("last_etag") == [server.etag()]:
+                        server.changed.wait_for(lambda: query["last_etag"] != [server.etag()],
+                                                timeout=float(query.get("timeout_sec", ["60"])[0]))
+                    value = "TRUE" if server.preempted else "FALSE"
+                    etag = server.etag()
+                data = value.encode()
+                self.send_response(200)
+                self.send_header("ETag", etag)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def log_message(self, *args):
                 pass
@@ -73,6 +102,14 @@ class MetadataServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def etag(self):
+        return "etag-preempted" if self.preempted else "etag-running"
+
+    def preempt(self):
+        with self.changed:
+            self.preempted = True
+            self.changed.notify_all()
 
     def close(self):
         self.httpd.shutdown()
@@ -335,3 +372,125 @@ def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
     env.write_text("GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
                    "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\n")
     assert node.main(["--config", str(env), "--state-dir", str(tmp_path / "run")]) == 0 and len(calls) == 2
+
+
+class BlackHole:
+    """A TCP endpoint on 127.0.0.1 that accepts connections and never answers (an S3 endpoint
+    behind a broken network path): every upload hangs until the client's read timeout."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self):
+        self.sock.close()
+
+
+def _checkpoints(tmp_path):
+    root = tmp_path / "ckpt"
+    (root / "step-100").mkdir(parents=True)
+    (root / "step-100" / "model.pt").write_bytes(b"w" * 1024)
+    return root
+
+
+@pytest.mark.parametrize("imds_status", [403, 500])
+@pytest.mark.parametrize("s3_failure", ["no-such-bucket", "hangs"])
+def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_s3_fail(tmp_path, metadata, moto_url, monkeypatch,
+                                                                      imds_status, s3_failure):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    from botocore.config import Config
+
+    _checkpoints(tmp_path)
+    metadata.fail_status = imds_status
+    hole = BlackHole()
+    endpoint = moto_url if s3_failure == "no-such-bucket" else hole.url
+    client = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint,
+                          config=Config(connect_timeout=1, read_timeout=30, retries={"max_attempts": 1}))
+    ended = []
+    bound = 1.5
+    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1)), FakeGpus(90), AwsMetadata(metadata.url),
+                  S3Sync("bucket-that-does-not-exist", "checkpoints/t/i-0abc", client=client), ended.append,
+                  now=lambda: NOW, end_sync_seconds=bound)
+    started = time.monotonic()
+    state = agent.step()
+    elapsed = time.monotonic() - started
+    hole.close()
+    assert state == "expired" and ended == ["expired"]  # TTL from node.env: IMDS answers only errors
+    assert elapsed < bound + 1.0
+    assert any("cannot read the interruption notice" in e for e in agent.events)
+    expected = "checkpoint sync failed, going on" if s3_failure == "no-such-bucket" else "did not finish within 2 s"
+    assert any(expected in e for e in agent.events), agent.events
+
+
+def test_gcp_preemption_is_seen_while_the_metadata_read_waits_for_a_change(metadata):
+    gcp = GcpMetadata(metadata.url + "/computeMetadata/v1", wait_seconds=10)
+    assert gcp.interruption() is None  # first read: the value now, and its ETag
+    threading.Timer(0.3, metadata.preempt).start()
+    started = time.monotonic()
+    assert gcp.interruption() == {"action": "preempted"}  # the hanging read answers on the change
+    assert 0.2 < time.monotonic() - started < 5
+
+
+def test_gcp_metadata_wait_times_out_when_nothing_changes(metadata):
+    gcp = GcpMetadata(metadata.url + "/computeMetadata/v1", wait_seconds=1)
+    assert gcp.interruption() is None
+    started = time.monotonic()
+    assert gcp.interruption() is None
+    assert 0.9 < time.monotonic() - started < 3
+
+
+def test_each_node_syncs_under_its_own_prefix(tmp_path, s3, metadata):
+    client, bucket = s3
+    _checkpoints(tmp_path)
+    config = _config(tmp_path, stack="t2", bucket=bucket)
+    aws_node = node_name(AwsMetadata(metadata.url))
+    gcp_node = node_name(GcpMetadata(metadata.url + "/computeMetadata/v1"))
+    assert (aws_node, gcp_node) == ("i-0abc", "t-2-node-x7q2")
+    for node in (aws_node, "i-0def"):
+        agent = Agent(config, FakeGpus(0), AwsMetadata(metadata.url), S3Sync(bucket, checkpoint_prefix(config, node),
+                      client=client), lambda r: None, now=lambda: NOW)
+        agent.save_checkpoints(10)
+    assert _listing(client, bucket, "checkpoints/") == [
+        "checkpoints/t2/i-0abc/step-100/model.pt", "checkpoints/t2/i-0def/step-100/model.pt"]
+
+
+def test_node_name_falls_back_to_the_host_name_without_metadata():
+    assert node_name(AwsMetadata("http://127.0.0.1:9")) == socket.gethostname()
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_both_boot_templates_write_a_node_env_the_agent_parses(tmp_path, cloud):
+    import yaml
+
+    from blueprints.aws.plan import plan_aws_cluster
+    from blueprints.aws.userdata import render_user_data
+    from blueprints.gcp.plan import plan_gcp_cluster
+    from blueprints.gcp.startup import render_startup_script
+    from tests.blueprints.helpers import make_spec
+
+    if cloud == "aws":
+        spec = make_spec("p4d.24xlarge", nodes=2)
+        files = {f["path"]: f["content"] for f in yaml.safe_load(render_user_data(spec, plan_aws_cluster(spec), "bkt"))["write_files"]}
+        text = files["/etc/gpuinfra/node.env"]
+    else:
+        spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
+        script = render_startup_script(spec, plan_gcp_cluster(spec), "bkt")
+        text = script.split("cat > /etc/gpuinfra/node.env <<'GPUINFRA_NODE'\n", 1)[1].split("GPUINFRA_NODE\n", 1)[0]
+    env = tmp_path / "node.env"
+    env.write_text(text)
+    config = AgentConfig.from_env_file(env)
+    assert (config.cloud, config.stack, config.bucket) == (cloud, spec.stack, "bkt")
+    assert config.expires_at == spec.expires_at.replace(microsecond=0)
+    assert config.idle_timeout_seconds == spec.profile.idle_timeout_minutes * 60
+    assert config.idle_utilization_percent == spec.profile.idle_gpu_utilization_percent
+    assert config.checkpoint_dir == Path("/scratch/checkpoints")
+
+
+def test_node_env_keys_are_checked_when_written():
+    from gpuinfra.agent.node import format_node_env
+
+    with pytest.raises(ValueError, match=r"unknown keys \['GPUINFRA_TYPO'\], missing keys \['GPUINFRA_CLOUD'"):
+        format_node_env({"GPUINFRA_TYPO": "1"})

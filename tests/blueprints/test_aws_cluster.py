@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+from datetime import timedelta
 
 import pytest
 
@@ -135,7 +136,8 @@ def test_bucket_settings():
     scratch = next(r for r in lifecycle if r["id"] == "expire-scratch")
     assert scratch["filter"]["prefix"] == "scratch/" and scratch["expiration"]["days"] == 7
     assert _one(result, "aws:s3/bucketVersioning:BucketVersioning")["versioningConfiguration"]["status"] == "Enabled"
-    policy = json.loads(_one(result, "aws:iam/rolePolicy:RolePolicy")["policy"])
+    node_policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == "t-1-node-bucket")
+    policy = json.loads(node_policy.inputs["policy"])
     resources = [r for s in policy["Statement"] if s["Action"][0].startswith("s3:") for r in s["Resource"]]
     assert resources == [f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview",
                          f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview/*"]
@@ -321,3 +323,70 @@ def test_rendezvous_endpoint_is_the_numerically_lowest_ip():
     result = preview(spec, _Peers(spec))
     assert result.outputs["private_ips"] == ["10.0.0.20", "10.0.0.100", "10.0.1.5"]
     assert result.outputs["torchrun_rendezvous_endpoint"] == "10.0.0.20:29500"
+
+
+SCHEDULE = "aws:scheduler/schedule:Schedule"
+
+
+def test_ttl_backstop_terminates_exactly_the_fleets_instances_after_the_agent():
+    spec = make_spec("p5.48xlarge", nodes=2)
+    result = preview(spec)
+    schedule = _one(result, SCHEDULE)
+    # TTL + 600 s: the agent's 300 s checkpoint-sync bound + a 300 s margin (blueprints/common/backstop.py)
+    at = (spec.expires_at + timedelta(seconds=600)).strftime("%Y-%m-%dT%H:%M:%S")
+    assert schedule["scheduleExpression"] == f"at({at})" and schedule["scheduleExpressionTimezone"] == "UTC"
+    assert schedule["flexibleTimeWindow"] == {"mode": "OFF"} and schedule["actionAfterCompletion"] == "NONE"
+    target = schedule["target"]
+    # universal target (docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-universal.html)
+    assert target["arn"] == "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
+    assert json.loads(target["input"]) == {"InstanceIds": ["i-preview0000", "i-preview0001"]}
+    assert target["retryPolicy"] == {"maximumEventAgeInSeconds": 86400, "maximumRetryAttempts": 185}
+    role = next(r for r in result.of_type("aws:iam/role:Role") if r.name == f"{spec.stack}-backstop-role")
+    assert target["roleArn"] == f"arn:aws:iam::123456789012:role/{spec.stack}-backstop-role"
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"] == [{
+        "Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"}, "Action": "sts:AssumeRole",
+        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"}}}]
+    policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{spec.stack}-backstop-terminate")
+    assert json.loads(policy.inputs["policy"])["Statement"] == [{
+        "Sid": "TerminateThisStacksNodes", "Effect": "Allow", "Action": "ec2:TerminateInstances",
+        "Resource": f"arn:aws:ec2:{spec.region}:123456789012:instance/*",
+        "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}}}]
+    assert result.outputs["instance_ids"] == ["i-preview0000", "i-preview0001"]
+    assert result.outputs["ttl_backstop_at"] == f"at({at})"
+
+
+def test_fleet_is_replaced_delete_first_and_a_resolved_ami_does_not_drift():
+    result = preview(make_spec("p4d.24xlarge", nodes=2))
+    fleet = result.of_type(FLEET)[0]
+    # every input the provider would send to ModifyFleet (EC2 takes it only for `maintain` fleets:
+    # docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyFleet.html) replaces the fleet, old one first
+    assert set(fleet.replace_on_changes) == {"launchTemplateConfigs", "targetCapacitySpecification", "terminateInstances",
+                                            "excessCapacityTerminationPolicy", "context"}
+    assert fleet.delete_before_replace is True
+    assert result.of_type(LT)[0].ignore_changes == ("imageId",)
+    pinned = preview(make_spec("p4d.24xlarge", nodes=2, ami_id="ami-0123456789abcdef0")).of_type(LT)[0]
+    assert pinned.ignore_changes == () and pinned.inputs["imageId"] == "ami-0123456789abcdef0"
+
+
+class _ShortFleet(PreviewMocks):
+    """The provider's answer when EC2 found no capacity: an instant fleet with no instances."""
+
+    def new_resource_state(self, typ, name, inputs):
+        rid, state = super().new_resource_state(typ, name, inputs)
+        if typ == FLEET:
+            state["fleetInstanceSets"] = [{"instanceIds": ["i-0aaa"], "lifecycle": "on-demand"}] if self.one else []
+        return rid, state
+
+
+@pytest.mark.parametrize("launched", [0, 1])
+def test_update_fails_when_the_fleet_launched_fewer_than_the_nodes(launched):
+    from gpuinfra.errors import CapacityError
+    from gpuinfra.preview import run_preview
+    from gpuinfra.stackfile import provider_config
+
+    spec = make_spec("p5.48xlarge", nodes=2)
+    mocks = _ShortFleet(spec)
+    mocks.one = bool(launched)
+    with pytest.raises(CapacityError, match=rf"gpuinfra-capacity: the EC2 Fleet launched {launched} of 2 "
+                                                 r"p5.48xlarge instances in use1-az1"):
+        run_preview(spec, provider_config(spec), mocks)

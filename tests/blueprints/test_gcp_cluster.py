@@ -130,7 +130,8 @@ def test_scheduling_spot_and_max_run_duration():
     spec = gcp_spec("a2-highgpu-8g", nodes=2, spot=True)
     sched = template(preview(spec))["scheduling"]
     assert sched == {"automaticRestart": False, "instanceTerminationAction": "DELETE",
-                     "maxRunDuration": {"seconds": spec.profile.ttl_hours * 3600}, "onHostMaintenance": "TERMINATE",
+                     # TTL + 600 s: the agent's 300 s checkpoint sync bound + 300 s margin (blueprints/common/backstop.py)
+                     "maxRunDuration": {"seconds": spec.profile.ttl_hours * 3600 + 600}, "onHostMaintenance": "TERMINATE",
                      "preemptible": True, "provisioningModel": "SPOT"}
 
 

@@ -175,3 +175,57 @@ def test_ls_and_reap_expired(run_cli, project, monkeypatch):
     assert run_cli("reap", "--expired", "--project-dir", str(project)).exit_code == 0
     assert [c for c in backend.calls if c[0] == "destroy"] == [("destroy", "old")]
     assert run_cli("reap", "--project-dir", str(project)).exit_code == 2
+
+
+# What `pulumi up` prints when the program raises (the engine's report of an unhandled exception).
+_CAPACITY_STDERR = """error: Program failed with an unhandled exception:
+Traceback (most recent call last):
+  File "/project/program/__main__.py", line 4, in <module>
+    build(spec)
+gpuinfra.errors.CapacityError: gpuinfra-capacity: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1 (launched: none); EC2 had no capacity for all of them at once.
+error: update failed
+"""
+
+
+def test_the_automation_boundary_turns_a_capacity_failure_into_its_own_error():
+    from pulumi.automation._cmd import CommandResult
+    from pulumi.automation.errors import CommandError
+
+    from gpuinfra.errors import CapacityError
+
+    def failing():
+        raise CommandError(CommandResult("Updating (train)", _CAPACITY_STDERR, 255))
+
+    with pytest.raises(CapacityError) as raised:
+        lifecycle._run(failing, "train")
+    assert str(raised.value) == ("the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1 (launched: none); "
+                                 "EC2 had no capacity for all of them at once.")
+    assert raised.value.exit_code == 7
+
+
+def test_up_without_capacity_destroys_what_it_created_and_keeps_the_bucket(run_cli, project, monkeypatch):
+    from gpuinfra.errors import CapacityError
+
+    backend = FakeBackend(fail=CapacityError("the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1"))
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 7
+    assert backend.calls == [("up", "train"), ("destroy", "train")]
+    assert result.stderr.count("\n") == 1 and result.stderr.startswith(
+        "error: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1. Everything `up` created was destroyed "
+        "again (the bucket and its data are kept), so nothing bills")
+
+
+def test_up_says_to_run_down_when_the_clean_up_fails_too(run_cli, project, monkeypatch):
+    from gpuinfra.errors import CapacityError
+
+    class Stuck(FakeBackend):
+        def destroy(self, project_dir, stack, on_event):
+            self.calls.append(("destroy", stack))
+            raise OperationError("pulumi failed on stack 'train': DependencyViolation")
+
+    backend = Stuck(fail=CapacityError("launched 0 of 2"))
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 7 and backend.calls == [("up", "train"), ("destroy", "train")]
+    assert "run `gpuinfra down train` so nothing keeps billing" in result.stderr and result.stderr.count("\n") == 1
