@@ -7,7 +7,7 @@
 ``EU``, ``NAM4``) and sums ``objects.list`` sizes. ``--data-region R`` names the region
 directly (its cloud is read from the name: AWS ``us-east-1`` vs GCP ``us-east1``).
 
-Errors are :class:`DataSourceError` (exit 2) or, for missing credentials or client libraries,
+Errors are :class:`~gpuinfra.errors.DataSourceError` (exit 2) or, for missing credentials or client libraries,
 :class:`~gpuinfra.errors.MissingDependencyError` (exit 6).
 """
 
@@ -17,7 +17,7 @@ import os
 import re
 from decimal import Decimal, InvalidOperation
 
-from gpuinfra.errors import GpuinfraError, MissingDependencyError
+from gpuinfra.errors import DataSourceError, MissingDependencyError
 from gpuinfra.spec import DataSource
 
 #: AWS region names: ``us-east-1``, ``ap-southeast-2``, ``us-gov-west-1``
@@ -35,10 +35,6 @@ _UNITS_GB = {"B": Decimal("1e-9"), "KB": Decimal("1e-6"), "MB": Decimal("1e-3"),
              "PB": Decimal(10**6), "KIB": Decimal(1024) / Decimal(10**9), "MIB": Decimal(1024**2) / Decimal(10**9),
              "GIB": Decimal(1024**3) / Decimal(10**9), "TIB": Decimal(1024**4) / Decimal(10**9),
              "PIB": Decimal(1024**5) / Decimal(10**9)}
-
-
-class DataSourceError(GpuinfraError):
-    """A ``--data`` / ``--data-region`` / ``--data-size`` value is malformed or cannot be resolved."""
 
 
 def parse_size_gb(text: str) -> Decimal:

@@ -1,4 +1,4 @@
-"""Error types and the CLI's documented exit codes.
+"""Error types and the CLI's documented exit codes: every error class of gpuinfra lives here.
 
 Every expected failure in gpuinfra raises a subclass of :class:`GpuinfraError`. The CLI
 catches it, prints ``error: <message>`` on one line to stderr and exits with the error's
@@ -15,11 +15,44 @@ Exit codes (stable, documented in README.md):
 * 5 -- refusing to overwrite an existing file (use ``--force``)
 * 6 -- a required external tool or credential is missing or expired (Pulumi CLI, cloud credentials)
 * 7 -- a Pulumi operation failed or could not start (stack locked by another update, engine error)
+* 8 -- a node failed its boot health gate, or its result is unreadable or missing (``gpuinfra check``)
+
+Classes and their exit codes (a subclass keeps its base's code unless listed):
+
+==========================  ====  =========================================================
+class                       exit  raised for
+==========================  ====  =========================================================
+GpuinfraError               2     base class (bad input unless a subclass says otherwise)
+RequestError                2     a malformed GPU request or flag value
+CatalogError                2     missing/corrupt catalog; unknown region, zone or type
+CatalogGateError            2     a built or refreshed catalog fails a sanity gate
+DataSourceError             2     ``--data`` / ``--data-region`` / ``--data-size``
+ProfileError                2     unknown profile, invalid profile file or folder
+SizingError                 2     ``gpuinfra size`` / ``new --model`` input
+SpecError                   2     an invalid stack spec (``gpuinfra:cluster``)
+RuleViolationError          2     a spec or preview breaks a cloud rule (one line each)
+PreviewFileError            2     ``cost --from-preview`` file is not preview JSON
+UsageError                  2     ``cost --usage`` file
+ProjectDirError             2     ``--project-dir`` cannot be written
+BudgetExceededError         3     ``cost --budget``: the run total is over the budget
+NoOfferError                4     no catalog offer fits the request
+PriceMissingError           4     a total would need a price nobody has
+FileExistsGpuinfraError     5     a file would be overwritten without ``--force``
+MissingDependencyError      6     Pulumi CLI, client library or credentials missing
+OperationError              7     a Pulumi operation failed
+CapacityError               7     the cloud launched fewer nodes than the cluster needs
+HealthGateError             8     a node failed its boot health gate (``gpuinfra check``)
+==========================  ====  =========================================================
+
+This module imports nothing from the rest of gpuinfra, so any module can import it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from decimal import Decimal
 from enum import IntEnum
+from typing import Protocol
 
 
 class ExitCode(IntEnum):
@@ -33,6 +66,7 @@ class ExitCode(IntEnum):
     FILE_EXISTS = 5
     MISSING_DEPENDENCY = 6
     OPERATION_FAILED = 7
+    HEALTH_FAILED = 8
 
 
 class GpuinfraError(Exception):
@@ -51,6 +85,43 @@ class RequestError(GpuinfraError):
 
 class CatalogError(GpuinfraError):
     """The catalog is missing, corrupt, or a region/zone/instance type is unknown to it."""
+
+
+class CatalogGateError(CatalogError):
+    """A catalog failed a sanity gate (:mod:`gpuinfra.catalog.gates`); it was not written (exit 2).
+
+    Args:
+        failures: one line per failing offer and gate; the message shows the first five.
+
+    Attributes:
+        failures: every failure line.
+    """
+
+    def __init__(self, failures: list[str]):
+        self.failures = list(failures)
+        shown = "; ".join(self.failures[:5])
+        more = f" (and {len(self.failures) - 5} more)" if len(self.failures) > 5 else ""
+        super().__init__(f"catalog failed {len(self.failures)} sanity gate check(s), nothing written: {shown}{more}")
+
+
+class DataSourceError(GpuinfraError):
+    """A ``--data`` / ``--data-region`` / ``--data-size`` value is malformed or cannot be resolved (exit 2)."""
+
+
+class ProfileError(GpuinfraError):
+    """A profile name is unknown or a profile file is invalid (exit 2)."""
+
+
+class SizingError(GpuinfraError):
+    """Bad sizing input (unknown model, malformed parameter count, impossible setting; exit 2)."""
+
+
+class PreviewFileError(GpuinfraError):
+    """The ``cost --from-preview`` file is not a `pulumi preview --json` document (exit 2)."""
+
+
+class UsageError(GpuinfraError):
+    """A usage file is unreadable or has unknown keys / negative values (exit 2)."""
 
 
 class NoOfferError(GpuinfraError):
@@ -77,9 +148,49 @@ class SpecError(GpuinfraError):
     """A cluster spec (stack config ``gpuinfra:cluster``) is invalid."""
 
 
+class _Broken(Protocol):
+    """What :class:`RuleViolationError` needs of a violation (:class:`gpuinfra.rules.model.Violation`)."""
+
+    def line(self) -> str:
+        """``<rule>: <resource>: <what> (source: <page>)``."""
+        ...
+
+
+class RuleViolationError(SpecError):
+    """A spec or a preview breaks cloud rules; the message has one line per violation (exit 2).
+
+    Args:
+        violations: what broke, with rule names and sources
+            (:class:`gpuinfra.rules.model.Violation` objects; anything with a ``line()`` method).
+
+    Attributes:
+        violations: the violations, in the order given.
+    """
+
+    def __init__(self, violations: Iterable[_Broken]):
+        self.violations = list(violations)
+        super().__init__("\n".join(v.line() for v in self.violations))
+
+
 class ProjectDirError(GpuinfraError):
     """``--project-dir`` is not a folder gpuinfra can write (not a folder, no permission, a
     read-only file system); whatever the command had begun to write is removed again (exit 2)."""
+
+
+class BudgetExceededError(GpuinfraError):
+    """A run total is over the budget the user gave (``gpuinfra cost --budget``; exit 3).
+
+    Args:
+        run_usd: the stack's run total in USD.
+        budget_usd: the budget in USD.
+    """
+
+    exit_code = ExitCode.BUDGET_EXCEEDED
+
+    def __init__(self, run_usd: Decimal, budget_usd: Decimal):
+        self.run_usd = run_usd
+        self.budget_usd = budget_usd
+        super().__init__(f"run total ${run_usd:,.2f} exceeds the budget ${budget_usd:,.2f}")
 
 
 class FileExistsGpuinfraError(GpuinfraError):
@@ -108,3 +219,9 @@ CAPACITY_ERROR_MARKER = "gpuinfra-capacity:"
 class CapacityError(OperationError):
     """The cloud launched fewer nodes than the cluster needs (an instant EC2 Fleet that found no
     capacity for all of them); exit 7."""
+
+
+class HealthGateError(GpuinfraError):
+    """A node failed its boot health gate, a result is unreadable, or none exists yet (exit 8)."""
+
+    exit_code = ExitCode.HEALTH_FAILED

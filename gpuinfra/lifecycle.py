@@ -26,16 +26,17 @@ from __future__ import annotations
 import os
 import shutil
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 import yaml
 
 from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError, OperationError,
-                             SpecError)
+                             RequestError, SpecError)
 from gpuinfra.fsutil import atomic_write_text
+from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
 
@@ -63,6 +64,9 @@ class Backend(Protocol):
 
     def up(self, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
         """Create or update the stack; return the change summary."""
+
+    def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
+        """``(type token, logical name)`` of every resource a ``pulumi preview`` would replace."""
 
     def destroy(self, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
         """Destroy the stack's resources; return the change summary."""
@@ -109,6 +113,17 @@ class PulumiAutomation:
     def up(self, project_dir: Path, stack: str, on_event) -> dict:
         return _run(lambda: self._stack(project_dir, stack).up(on_event=on_event, color="never"), stack)
 
+    def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+
+        def collect(event) -> None:
+            pre = getattr(event, "resource_pre_event", None)
+            if pre is not None and pre.metadata.op in REPLACE_OPS:
+                found.append((pre.metadata.type, pre.metadata.urn.split("::")[-1]))
+
+        _run(lambda: self._stack(project_dir, stack).preview(on_event=collect, color="never"), stack)
+        return sorted(set(found))
+
     def destroy(self, project_dir: Path, stack: str, on_event) -> dict:
         return _run(lambda: self._stack(project_dir, stack).destroy(on_event=on_event, color="never"), stack)
 
@@ -141,27 +156,73 @@ def _run(operation, stack: str) -> dict:
     return dict(getattr(summary, "resource_changes", None) or {})
 
 
-def deploy(backend: Backend, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
-    """``up``; when the cloud launched fewer nodes than the cluster needs, destroy what the update
-    created (the bucket is ``retain_on_delete``, so it and its data stay) and report both.
+#: Engine step ops of a replacement (pulumi.automation.events.OpType).
+REPLACE_OPS = frozenset({"replace", "create-replacement", "delete-replaced"})
+#: Resources whose replacement ends the running nodes: an instant fleet cannot be modified, so
+#: any change that reaches it replaces it (blueprints/aws/nodes.py); a GCP group in bulk mode is
+#: replaced when its size changes (blueprints/gcp/nodes.py).
+NODE_RESOURCE_TYPES = frozenset({"aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"})
+#: ``up`` refuses a stack with less TTL left than this: the nodes would end (and the AWS
+#: backstop schedule would be set in the past) before a cluster is of any use.
+MIN_TTL_LEFT = timedelta(minutes=30)
+
+
+def deploy(backend: Backend, project_dir: Path, spec: ClusterSpec, on_event: Callable[[object], None],
+           replace_nodes: bool = False, now: datetime | None = None) -> dict:
+    """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
+    deployed stack that would replace its running nodes unless ``replace_nodes``. When the cloud
+    launched fewer nodes than the cluster needs, a stack that did not exist before is destroyed
+    again (its new, empty bucket is ``retain_on_delete`` and stays); a deployed stack is left as
+    it is, with the fix in the message.
+
+    Args:
+        backend: the Automation API boundary.
+        project_dir: the Pulumi project folder.
+        spec: the stack's spec (``stack``, ``expires_at``).
+        on_event: engine event callback (progress).
+        replace_nodes: allow an update that replaces the running nodes.
+        now: the current time (UTC; tests).
 
     Returns:
         The change summary of the ``up``.
 
     Raises:
-        CapacityError: not all nodes launched; the stack was destroyed again (exit 7).
+        SpecError: less than :data:`MIN_TTL_LEFT` of the TTL is left (exit 2).
+        RequestError: the update would replace running nodes and ``replace_nodes`` is False (exit 2).
+        CapacityError: not all nodes launched (exit 7).
         OperationError: any other failure, or the clean-up failed too (then says to run ``down``).
     """
+    stack = spec.stack
+    now = now or datetime.now(timezone.utc)
+    if spec.expires_at - now < MIN_TTL_LEFT:
+        raise SpecError(
+            f"stack {stack!r} ends at {spec.expires_at:%Y-%m-%d %H:%M} UTC (its TTL counts from when it was written), "
+            f"less than {int(MIN_TTL_LEFT.total_seconds() // 60)} min from now: raise gpuinfra:cluster.profile.ttl_hours "
+            f"in the stack file, or write it again with `gpuinfra new ... --name {stack} --force`"
+        )
+    status = next((s for s in backend.list_stacks(project_dir) if s.name == stack), None)
+    deployed = bool(status and status.resource_count)
+    if deployed and not replace_nodes:
+        nodes = [name for rtype, name in backend.replacements(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
+        if nodes:
+            raise RequestError(
+                f"this update of stack {stack!r} would replace its running nodes ({', '.join(nodes)}: the change "
+                "reaches the fleet / group, which cannot be updated in place), ending any training on them; "
+                f"run `gpuinfra up {stack} --replace-nodes` to do it, or undo the change in the stack file"
+            )
     try:
         return backend.up(project_dir, stack, on_event)
     except CapacityError as exc:
+        if deployed:
+            raise CapacityError(f"{exc}. The stack's other resources are unchanged; run `gpuinfra up {stack}` to try "
+                                f"again, or `gpuinfra down {stack}` so nothing keeps billing") from None
         try:
             backend.destroy(project_dir, stack, on_event)
         except OperationError as cleanup:
             raise OperationError(f"{exc}; removing the half-created stack failed too ({cleanup}): run "
                                  f"`gpuinfra down {stack}` so nothing keeps billing") from None
-        raise CapacityError(f"{exc}. Everything `up` created was destroyed again (the bucket and its data are "
-                            f"kept), so nothing bills; run `gpuinfra up {stack}` to try again") from None
+        raise CapacityError(f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
+                            f"is empty and kept); run `gpuinfra up {stack}` to try again") from None
 
 
 def check_credentials(cloud: str) -> None:
@@ -243,12 +304,32 @@ class StackRow:
         if not self.deployed or self.status.last_update is None or self.price_per_hour_usd is None:
             return None
         hours = Decimal(str(max(0.0, (self.now - self.status.last_update).total_seconds() / 3600)))
-        return (self.price_per_hour_usd * hours).quantize(Decimal("0.01"))
+        return self.price_per_hour_usd * hours
 
     @property
     def expired(self) -> bool:
         """TTL passed."""
         return self.now >= self.spec.expires_at
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``gpuinfra ls --json`` row (keys :data:`LS_ROW_KEYS` plus ``stack`` and
+        ``invalid``: null; USD as :func:`gpuinfra.money.usd_json` strings)."""
+        spec = self.spec
+        return {
+            "stack": spec.stack, "cloud": spec.cloud, "gpus": f"{spec.gpu_count}x{spec.gpu}", "nodes": spec.nodes,
+            "instance_type": spec.instance_type, "zone": spec.zone, "created_at": spec.created_at.isoformat(),
+            "age_hours": round((self.now - spec.created_at).total_seconds() / 3600, 2),
+            "expires_at": spec.expires_at.isoformat(), "expired": self.expired, "deployed": self.deployed,
+            "price_per_hour_usd": usd_json(self.price_per_hour_usd),
+            "cost_so_far_usd": usd_json(self.cost_so_far_usd),
+            "catalog_date": None if spec.price is None else spec.price.catalog_date,
+            "invalid": None,
+        }
+
+
+#: Keys of an ``ls --json`` row besides ``stack`` and ``invalid`` (null for an invalid stack).
+LS_ROW_KEYS = ("cloud", "gpus", "nodes", "instance_type", "zone", "created_at", "age_hours", "expires_at", "expired",
+               "deployed", "price_per_hour_usd", "cost_so_far_usd", "catalog_date")
 
 
 @dataclass(frozen=True)
@@ -262,6 +343,10 @@ class InvalidStack:
 
     name: str
     reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``gpuinfra ls --json`` row of an unreadable stack: every :data:`LS_ROW_KEYS` null."""
+        return {"stack": self.name, **dict.fromkeys(LS_ROW_KEYS), "invalid": self.reason}
 
 
 @dataclass

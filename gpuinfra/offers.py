@@ -28,7 +28,7 @@ from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import CatalogError, NoOfferError, RequestError
-from gpuinfra.requests import CLOUD_NODE_LIMITS, GpuRequest, NodeLimit
+from gpuinfra.requests import CLOUD_NODE_LIMITS, GpuRequest, NodeLimit, parse_gpu_spec
 
 CLOUDS = ("aws", "gcp")
 MAX_ROUND_UP_FACTOR = 2
@@ -371,3 +371,26 @@ def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_typ
         raise CatalogError(f"{instance_type} takes attached GPUs; give --gpus with one of: {listed}")
     count, gpu = shapes[0]
     return GpuRequest(gpu=gpu, gpu_count=count, nodes=nodes)
+
+
+def gpu_request(catalog: Catalog, gpus: str | None, instance_type: str | None, cloud: str | None,
+                nodes: int) -> GpuRequest:
+    """The GPU request of ``--gpus`` or, without it, the one ``--instance-type`` implies.
+
+    Args:
+        gpus: GPUs per node (``4xA100``), or None.
+        instance_type: a type whose GPUs make the request when ``gpus`` is None.
+        cloud: the cloud to look ``instance_type`` up in (None: both).
+        nodes: node count.
+
+    Raises:
+        RequestError: neither given, a malformed spec, or a bad node count.
+        CatalogError: an unknown type (:func:`request_from_instance_type`).
+    """
+    if gpus:
+        return parse_gpu_spec(gpus, nodes)
+    if instance_type:
+        request = request_from_instance_type(catalog, cloud, instance_type, nodes)
+        parse_gpu_spec(f"{request.gpu_count}x{request.gpu}", nodes)  # validates nodes
+        return request
+    raise RequestError("give --gpus (e.g. 4xA100) or --instance-type (e.g. p4d.24xlarge)")

@@ -41,9 +41,8 @@ from gpuinfra.catalog.gpus import gpu_model
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
-from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, request_from_instance_type
+from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
-from gpuinfra.requests import parse_gpu_spec
 from pydantic import ValidationError
 
 from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
@@ -283,13 +282,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         request = _with_reservation(request)
     if request.hours is not None and not 0 < request.hours <= 8760:
         raise RequestError(f"--hours must be more than 0 and at most 8760, got {request.hours}")
-    if request.gpus:
-        gpu_request = parse_gpu_spec(request.gpus, request.nodes)
-    elif request.instance_type:
-        gpu_request = request_from_instance_type(catalog, request.cloud, request.instance_type, request.nodes)
-        parse_gpu_spec(f"{gpu_request.gpu_count}x{gpu_request.gpu}", request.nodes)  # validates nodes
-    else:
-        raise RequestError("give --gpus (e.g. 4xA100) or --instance-type (e.g. p4d.24xlarge)")
+    gpu_request = offer_gpu_request(catalog, request.gpus, request.instance_type, request.cloud, request.nodes)
     if request.spot and profile.spot.policy == "forbidden":
         raise RequestError(f"profile-spot-policy: profile {profile.name!r} forbids spot capacity; "
                            "drop --spot or pick another --profile")

@@ -164,6 +164,8 @@ class PreviewMocks:
             state.setdefault("name", name)
         elif typ == "aws:ec2/fleet:Fleet":
             self._note("instance ids are known only after deploy (the preview assumes the fleet launched every node)")
+            rid = f"fleet-{name}-preview"
+            state["arn"] = f"arn:aws:ec2:{self.spec.region}:{PREVIEW_ACCOUNT}:fleet/{rid}"
             capacity = inputs.get("targetCapacitySpecification") or {}
             nodes = int(capacity.get("totalTargetCapacity") or 0)
             state.setdefault("fleetInstanceSets", [{

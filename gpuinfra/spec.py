@@ -66,6 +66,9 @@ NEW_STACK_NAME_RE = re.compile(rf"^[a-z](?:[-a-z0-9]{{0,{NEW_STACK_NAME_MAX - 2}
 #: Resource Manager API ``Project.projectId``). Restricted words (google, ssl ...) are checked by
 #: Google when the project is created, not here.
 GCP_PROJECT_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+#: Names a new stack may not take: sub-commands of a command whose first argument is otherwise
+#: a stack name (``gpuinfra cost diff STACK_A STACK_B`` vs ``gpuinfra cost STACK``).
+RESERVED_STACK_NAMES = frozenset({"diff"})
 
 
 def check_stack_name(name: str) -> str:
@@ -79,7 +82,8 @@ def check_stack_name(name: str) -> str:
 
 
 def check_new_stack_name(name: str) -> str:
-    """Return ``name`` if a new stack may take it (:data:`NEW_STACK_NAME_RE`), else raise.
+    """Return ``name`` if a new stack may take it (:data:`NEW_STACK_NAME_RE`, not one of
+    :data:`RESERVED_STACK_NAMES`), else raise.
 
     Raises:
         SpecError: the name says what is wrong and what is allowed.
@@ -92,6 +96,8 @@ def check_new_stack_name(name: str) -> str:
             "with a letter and not ending with '-' (it becomes part of cloud resource names: GCE names and the "
             "service account gi-<stack> on GCP, the S3 bucket prefix gpuinfra-<stack>- on AWS)"
         )
+    if name in RESERVED_STACK_NAMES:
+        raise SpecError(f"stack name {name!r} is reserved (`gpuinfra cost {name}` is a sub-command); choose another --name")
     return name
 
 

@@ -12,10 +12,9 @@ import yaml
 
 from gpuinfra.capacity import describe_capacity_reservation
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.errors import MissingDependencyError, RequestError
+from gpuinfra.errors import MissingDependencyError, RequestError, RuleViolationError
 from gpuinfra.planner import PlanRequest, plan_cluster
 from gpuinfra.profiles import get_profile
-from gpuinfra.rules.spec_rules import RuleViolationError
 from tests.replay_server import ReplayServer
 
 FIXTURES = Path(__file__).parent / "fixtures"

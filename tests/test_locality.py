@@ -9,7 +9,8 @@ from decimal import Decimal
 import boto3
 import pytest
 
-from gpuinfra.datasource import DataSourceError, parse_size_gb, resolve_data_set
+from gpuinfra.datasource import parse_size_gb, resolve_data_set
+from gpuinfra.errors import DataSourceError
 from gpuinfra.locality import quote_transfer
 from gpuinfra.spec import DataSource as DataSet
 from tests.replay_server import ReplayServer
@@ -95,15 +96,15 @@ def test_offers_with_data_say_when_the_cheapest_gpu_is_not_the_cheapest_run(run_
     runs = json.loads(result.stdout)
     first = runs[0]
     assert (first["cloud"], first["region"], first["instance_type"]) == ("aws", "us-east-1", "p4d.24xlarge")
-    assert first["data_transfer_usd"] == 0 and first["run_usd"] == first["compute_usd"] == pytest.approx(24 * 21.95764)
+    assert first["data_transfer_usd"] == "0.000000" and first["run_usd"] == first["compute_usd"] == "526.983360"  # 24 x 21.95764
     gcp = next(r for r in runs if r["cloud"] == "gcp" and r["region"] == "us-central1")
-    assert gcp["data_transfer_usd"] == 4500.0 and gcp["run_usd"] == pytest.approx(24 * 14.69354 + 4500)
+    assert gcp["data_transfer_usd"] == "4500.000000" and gcp["run_usd"] == "4852.644960"  # 24 x 14.69354 + 4500
     table = run_cli("offers", "--gpus", "4xA100", "--data-region", "us-east-1", "--data-size", "50TB", "--hours", "24")
     assert "is not the cheapest run" in table.stdout and "a2-highgpu-4g" in table.stdout
     # a small data set moves cheaply: the cheapest GPU is the cheapest run again
     small = json.loads(run_cli("offers", "--gpus", "4xA100", "--data-region", "us-east-1", "--data-size", "100GB",
                                "--hours", "24", "--json").stdout)
-    assert small[0]["instance_type"] == "a2-highgpu-4g" and small[0]["data_transfer_usd"] == 9.0
+    assert small[0]["instance_type"] == "a2-highgpu-4g" and small[0]["data_transfer_usd"] == "9.000000"
 
 
 def test_offers_with_data_needs_hours(run_cli):

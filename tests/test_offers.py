@@ -9,8 +9,8 @@ import pytest
 
 from gpuinfra.catalog.model import Offer
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.errors import CatalogError, NoOfferError
-from gpuinfra.offers import OfferQuery, find_offers
+from gpuinfra.errors import CatalogError, NoOfferError, RequestError
+from gpuinfra.offers import OfferQuery, find_offers, gpu_request
 from gpuinfra.requests import parse_gpu_spec
 
 
@@ -109,3 +109,13 @@ def test_unknown_locations(query, message):
 def test_instance_type_with_other_gpu_explains():
     with pytest.raises(NoOfferError, match="p4d.24xlarge carries 8xA100, not H100"):
         find_offers(load_catalog(), OfferQuery(parse_gpu_spec("8xH100"), instance_type="p4d.24xlarge"))
+
+
+def test_gpu_request_from_gpus_or_instance_type():
+    cat = _catalog(_offer("p4d.24xlarge", "A100", 8, "21.95764"))
+    assert gpu_request(cat, "4xA100", None, None, 2) == parse_gpu_spec("4xA100", 2)
+    assert gpu_request(cat, None, "p4d.24xlarge", None, 3) == parse_gpu_spec("8xA100", 3)
+    with pytest.raises(RequestError, match=r"^give --gpus \(e.g. 4xA100\) or --instance-type \(e.g. p4d.24xlarge\)$"):
+        gpu_request(cat, None, None, None, 1)
+    with pytest.raises(RequestError, match="--nodes must be a whole number from 1 to 4096, got 0"):
+        gpu_request(cat, None, "p4d.24xlarge", None, 0)

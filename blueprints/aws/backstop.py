@@ -1,5 +1,6 @@
-"""Cloud-side TTL backstop on AWS: an EventBridge Scheduler one-time schedule that terminates the
-fleet's instances, with an execution role that may terminate only this stack's instances.
+"""Cloud-side TTL backstop on AWS: an EventBridge Scheduler one-time schedule that deletes the
+stack's instant EC2 Fleet -- EC2 then terminates every instance the fleet still has -- with an
+execution role that may delete only that fleet and terminate only this stack's instances.
 
 Why: AWS has no instance run-time limit; the node agent ends a node at its TTL, but a node whose
 agent died (or whose OS hangs) would run until someone notices. The schedule fires at
@@ -14,13 +15,20 @@ Facts and sources:
   ``scheduler.Schedule``: ``flexible_time_window.mode`` "One of: OFF, FLEXIBLE",
   ``action_after_completion`` "Valid values are NONE and DELETE" -- NONE keeps the schedule in
   the stack's state until ``down``;
-* universal target ``arn:aws:scheduler:::aws-sdk:ec2:terminateInstances`` with the API's request
-  as JSON input (docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-universal.html);
+* universal target ``arn:aws:scheduler:::aws-sdk:ec2:deleteFleets`` with the API's request as
+  JSON input (docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-universal.html).
+  DeleteFleets, not TerminateInstances: "When you delete an instant fleet, Amazon EC2
+  automatically terminates all its instances" (EC2 API reference, DeleteFleets), whichever are
+  left, while a TerminateInstances call naming a node that already ended itself fails for all:
+  "If you specify multiple instances and the request fails (for example, because of a single
+  incorrect instance ID), none of the instances are terminated" (TerminateInstances);
+  ``TerminateInstances: true`` is the only value an instant fleet takes;
 * execution role trusted by ``scheduler.amazonaws.com`` with ``aws:SourceAccount`` against the
   confused deputy (docs.aws.amazon.com/scheduler/latest/UserGuide/setting-up.html
-  #setting-up-execution-role); ``ec2:TerminateInstances`` on instances tagged with this stack
-  (``aws:ResourceTag/${TagKey}``: docs.aws.amazon.com/service-authorization/latest/reference/
-  list_amazonec2.html);
+  #setting-up-execution-role); ``ec2:DeleteFleets`` on this fleet's ARN and
+  ``ec2:TerminateInstances`` on instances tagged with this stack (``aws:ResourceTag/${TagKey}``:
+  docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html; EC2 user
+  guide ExamplePolicies_EC2 "terminate only instances ... with the resource tag");
 * retry policy: ``maximum_event_age_in_seconds`` 60..86400, ``maximum_retry_attempts`` 0..185
   (pulumi_aws ``ScheduleTargetRetryPolicyArgs``): a throttled call is retried for a day.
 """
@@ -37,7 +45,7 @@ from blueprints.common.naming import child
 from blueprints.common.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
-TERMINATE_INSTANCES_TARGET = "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
+DELETE_FLEETS_TARGET = "arn:aws:scheduler:::aws-sdk:ec2:deleteFleets"
 SCHEDULER_PRINCIPAL = "scheduler.amazonaws.com"
 RETRY_MAX_EVENT_AGE_SECONDS = 86400
 RETRY_MAX_ATTEMPTS = 185
@@ -61,27 +69,29 @@ def trust_policy_document(account_id: str) -> str:
     })
 
 
-def terminate_policy_document(spec: ClusterSpec, account_id: str) -> str:
-    """Inline policy: ``ec2:TerminateInstances`` on this region's instances tagged with the stack."""
+def terminate_policy_document(spec: ClusterSpec, account_id: str, fleet_arn: str) -> str:
+    """Inline policy: delete this fleet; terminate this region's instances tagged with the stack."""
     return json.dumps({
         "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "TerminateThisStacksNodes",
-            "Effect": "Allow",
-            "Action": "ec2:TerminateInstances",
-            "Resource": f"arn:aws:ec2:{spec.region}:{account_id}:instance/*",
-            "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}},
-        }],
+        "Statement": [
+            {"Sid": "DeleteThisStacksFleet", "Effect": "Allow", "Action": "ec2:DeleteFleets", "Resource": fleet_arn},
+            {"Sid": "TerminateThisStacksNodes", "Effect": "Allow", "Action": "ec2:TerminateInstances",
+             "Resource": f"arn:aws:ec2:{spec.region}:{account_id}:instance/*",
+             "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}}},
+        ],
     })
 
 
-def terminate_input(instance_ids: list[str]) -> str:
-    """The TerminateInstances request body the schedule sends."""
-    return json.dumps({"InstanceIds": list(instance_ids)})
+def delete_fleet_input(fleet_id: str) -> str:
+    """The DeleteFleets request body the schedule sends (an instant fleet takes only ``true``)."""
+    return json.dumps({"FleetIds": [fleet_id], "TerminateInstances": True})
 
 
-def build_ttl_backstop(name: str, spec: ClusterSpec, instance_ids: pulumi.Output, parent: pulumi.Resource) -> aws.scheduler.Schedule:
-    """Execution role, its scoped policy and the one-time schedule terminating ``instance_ids``."""
+def build_ttl_backstop(name: str, spec: ClusterSpec, fleet: aws.ec2.Fleet, instance_ids: pulumi.Output,
+                       parent: pulumi.Resource) -> aws.scheduler.Schedule:
+    """Execution role, its scoped policy and the one-time schedule deleting ``fleet``; the schedule
+    waits for ``instance_ids`` (the capacity check), so a fleet that launched too few nodes fails
+    the update before the schedule exists."""
     opts = pulumi.ResourceOptions(parent=parent)
     account_id = aws.get_caller_identity_output().account_id
     role = aws.iam.Role(
@@ -93,20 +103,20 @@ def build_ttl_backstop(name: str, spec: ClusterSpec, instance_ids: pulumi.Output
     policy = aws.iam.RolePolicy(
         child(name, "backstop-terminate"),
         role=role.id,
-        policy=account_id.apply(lambda account: terminate_policy_document(spec, account)),
+        policy=pulumi.Output.all(account_id, fleet.arn).apply(lambda args: terminate_policy_document(spec, *args)),
         opts=opts,
     )
     return aws.scheduler.Schedule(
         child(name, "ttl-backstop"),
-        description=f"gpuinfra: terminate the nodes of stack {spec.stack} after its TTL if they are still running",
+        description=f"gpuinfra: delete the fleet of stack {spec.stack} (terminating its nodes) after its TTL",
         schedule_expression=schedule_expression(spec),
         schedule_expression_timezone="UTC",
         flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
         action_after_completion="NONE",
         target=aws.scheduler.ScheduleTargetArgs(
-            arn=TERMINATE_INSTANCES_TARGET,
+            arn=DELETE_FLEETS_TARGET,
             role_arn=role.arn,
-            input=instance_ids.apply(terminate_input),
+            input=pulumi.Output.all(fleet.id, instance_ids).apply(lambda args: delete_fleet_input(args[0])),
             retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(
                 maximum_event_age_in_seconds=RETRY_MAX_EVENT_AGE_SECONDS,
                 maximum_retry_attempts=RETRY_MAX_ATTEMPTS,

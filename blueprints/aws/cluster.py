@@ -15,6 +15,7 @@ from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
 from blueprints.aws.storage import build_bucket
 from blueprints.aws.userdata import nccl_env
 from gpuinfra.errors import SpecError
+from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:aws:GpuCluster"
@@ -105,7 +106,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
         self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or [], key=ipaddress.ip_address))
         # fails the update when the fleet launched fewer than `nodes` instances
         self.instance_ids = self.fleet.fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec))
-        self.ttl_backstop = build_ttl_backstop(name, spec, self.instance_ids, self)
+        self.ttl_backstop = build_ttl_backstop(name, spec, self.fleet, self.instance_ids, self)
         first_instance = self.instance_ids.apply(lambda ids: ids[0] if ids else None)
         self.outputs = {
             "bucket_name": self.bucket.bucket,
@@ -122,7 +123,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             "torchrun_rendezvous_endpoint": self.private_ips.apply(
                 lambda ips: f"{ips[0]}:{TORCHRUN_PORT}" if ips else f"<rank-0 private IP>:{TORCHRUN_PORT}"
             ),
-            "price_per_hour_usd": None if spec.price_per_hour_usd is None else format(spec.price_per_hour_usd, "f"),
+            "price_per_hour_usd": usd_json(spec.price_per_hour_usd),
             "zone_id": spec.zone,
             # AZ names differ per account: resolve the ID with the provider's data source
             "availability_zone": aws.get_availability_zone_output(zone_id=spec.zone).name,

@@ -9,6 +9,7 @@ from blueprints.gcp.nodes import build_group, build_placement_policy, build_temp
 from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
 from blueprints.gcp.startup import node_prefix
 from blueprints.gcp.storage import build_bucket, build_node_role, build_service_account
+from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:gcp:GpuCluster"
@@ -58,7 +59,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
             ),
             "nccl_env": nccl_env(plan.nic_layout),
             "torchrun_rendezvous_endpoint": f"<lowest node IP, /etc/gpuinfra/cluster.env>:{TORCHRUN_PORT}",
-            "price_per_hour_usd": None if spec.price_per_hour_usd is None else format(spec.price_per_hour_usd, "f"),
+            "price_per_hour_usd": usd_json(spec.price_per_hour_usd),
             "nics_per_node": plan.nic_count,
             "local_ssd_per_node": plan.local_ssd_count,
         }

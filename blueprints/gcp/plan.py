@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blueprints.common.backstop import max_run_duration_seconds
+from blueprints.common.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
@@ -43,6 +43,11 @@ IAP_SSH_RANGE = "35.235.240.0/20"  # cloud.google.com/iap/docs/using-tcp-forward
 BOOT_DISK_PREFERENCE = ("pd-balanced", "hyperdisk-balanced")
 DLVM_PROJECT = "deeplearning-platform-release"
 TORCHRUN_PORT = 29500
+
+
+#: Longest ``max_run_duration`` Compute Engine takes: "between 30 seconds and 120 days"
+#: (cloud.google.com/compute/docs/instances/limit-vm-runtime).
+MAX_RUN_DURATION_LIMIT_SECONDS = 120 * 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -224,6 +229,12 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     """
     if spec.cloud != "gcp":
         raise SpecError(f"GcpGpuCluster needs cloud gcp, got {spec.cloud!r}")
+    if max_run_duration_seconds(spec) > MAX_RUN_DURATION_LIMIT_SECONDS:
+        raise SpecError(
+            f"profile ttl_hours {spec.profile.ttl_hours} is too long for GCP: the VMs' max_run_duration (TTL + "
+            f"{BACKSTOP_DELAY_SECONDS} s) may be at most 120 days (cloud.google.com/compute/docs/instances/"
+            f"limit-vm-runtime); use ttl_hours <= {(MAX_RUN_DURATION_LIMIT_SECONDS - BACKSTOP_DELAY_SECONDS) // 3600}"
+        )
     facts = spec.facts
     hbn = spec.profile.high_bandwidth_networking
     if hbn == "required" and facts.gpu_nic_count == 0:

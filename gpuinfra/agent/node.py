@@ -68,6 +68,8 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_IDLE_TIMEOUT_MINUTES": (True, "minutes every GPU must stay under the threshold"),
     "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": (True, "idle threshold, GPU utilization percent"),
     "GPUINFRA_SCRATCH": (True, "scratch mount point; checkpoints are read from <scratch>/checkpoints"),
+    "GPUINFRA_CHECKPOINT_DIR": (False, "checkpoint folder to sync instead of <scratch>/checkpoints"),
+    "GPUINFRA_AGENT_DRY_RUN": (False, "1: log instead of ending the node"),
 }
 
 
@@ -182,8 +184,9 @@ class GcpMetadata:
 
     Args:
         base: metadata server URL.
-        wait_seconds: longest a preemption read hangs waiting for a change; the poll loop does
-            not sleep on top of it, so a preemption is seen as soon as GCE flags it.
+        wait_seconds: longest a preemption read hangs waiting for a change (the agent passes its
+            poll period; the poll loop does not sleep on top of it), so a preemption is seen as
+            soon as GCE flags it.
     """
 
     def __init__(self, base: str = GCP_METADATA, wait_seconds: float = 5.0) -> None:
@@ -322,7 +325,7 @@ class AgentConfig:
                 expires_at=parse_time(expires) if expires else None,
                 idle_timeout_seconds=float(env["GPUINFRA_IDLE_TIMEOUT_MINUTES"]) * 60,
                 idle_utilization_percent=int(env["GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT"]),
-                checkpoint_dir=Path(env.get("GPUINFRA_CHECKPOINT_DIR", env.get("GPUINFRA_SCRATCH", "/scratch") + "/checkpoints")),
+                checkpoint_dir=Path(env.get("GPUINFRA_CHECKPOINT_DIR") or env.get("GPUINFRA_SCRATCH", "/scratch") + "/checkpoints"),
                 dry_run=dry_run or env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
             )
         except KeyError as exc:
@@ -350,6 +353,7 @@ class Agent:
     interrupted: bool = False
     state_dir: Path | None = None
     end_sync_seconds: float = END_SYNC_BOUND_SECONDS
+    synced_before_end: bool = False
 
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
@@ -469,7 +473,9 @@ class Agent:
 
     def _finish(self, reason: str, why: str) -> str:
         self._log(f"ending node: {why}")
-        self.save_checkpoints(self.end_sync_seconds)
+        if not self.synced_before_end:  # one bounded sync; a retry of a failed end does not sync again
+            self.synced_before_end = True
+            self.save_checkpoints(self.end_sync_seconds)
         if self.config.dry_run:
             self._log("dry run: not ending the node")
         else:
@@ -507,14 +513,15 @@ def checkpoint_prefix(config: AgentConfig, node: str) -> str:
     return f"checkpoints/{config.stack}/{node}"
 
 
-def build_agent(config: AgentConfig, state_dir: Path | None = None) -> Agent:
+def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds: float = 5.0) -> Agent:
     """The agent with real NVML, metadata, sync and actions for ``config.cloud``; ``state_dir``
-    keeps the idle start across restarts."""
+    keeps the idle start across restarts; on GCP the preemption read waits up to ``poll_seconds``
+    for a change (so the poll period is spent waiting on the flag, not sleeping)."""
     if config.cloud == "aws":
         metadata = AwsMetadata()
         syncer = S3Sync(config.bucket, checkpoint_prefix(config, node_name(metadata)))
         return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node, state_dir=state_dir)
-    gcp = GcpMetadata()
+    gcp = GcpMetadata(wait_seconds=poll_seconds)
     return Agent(config, NvmlGpus(), gcp, GcsCliSync(config.bucket, checkpoint_prefix(config, node_name(gcp))),
                  lambda reason: end_gcp_node(reason, gcp), state_dir=state_dir)
 
@@ -541,7 +548,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--once", action="store_true", help="one poll, then exit")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuinfra-agent %(message)s", stream=sys.stdout)
-    agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run), args.state_dir)
+    agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run), args.state_dir, args.poll_seconds)
     while True:
         started = time.monotonic()
         try:

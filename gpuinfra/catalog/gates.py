@@ -28,24 +28,10 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from gpuinfra.catalog.model import MARKETS, Offer
-from gpuinfra.errors import CatalogError
+from gpuinfra.errors import CatalogGateError
 
 REFERENCE_REGION = "us-central1"
 MIN_FRACTION_OF_REFERENCE = Decimal("0.8")
-
-
-class CatalogGateError(CatalogError):
-    """A catalog failed a sanity gate; it was not written.
-
-    Attributes:
-        failures: one line per failing offer and gate.
-    """
-
-    def __init__(self, failures: list[str]):
-        self.failures = list(failures)
-        shown = "; ".join(self.failures[:5])
-        more = f" (and {len(self.failures) - 5} more)" if len(self.failures) > 5 else ""
-        super().__init__(f"catalog failed {len(self.failures)} sanity gate check(s), nothing written: {shown}{more}")
 
 
 def _key(offer: Offer) -> tuple[str, str, int]:

@@ -102,7 +102,7 @@ def refresh_catalog(
         clouds: subset of ``["aws", "gcp"]``.
         out_dir: destination (default: :func:`user_catalog_dir`).
         regions: restrict to these regions (default: all).
-        gcp_project: project for the Compute calls (required for GCP).
+        gcp_project: project ID for the Compute calls (required for GCP).
         aws_factory: boto3 client factory (default: :func:`aws_client_factory`).
         gcp: (billing, machine types, accelerator types) clients (default: :func:`gcp_clients`).
         now: timestamp of the refresh (UTC).
@@ -112,6 +112,7 @@ def refresh_catalog(
 
     Raises:
         CatalogError: unknown cloud, API failure, or an empty result.
+        SpecError: ``gcp_project`` is not a GCP project ID.
         CatalogGateError: the result fails a sanity gate (:mod:`gpuinfra.catalog.gates`);
             nothing is written.
         MissingDependencyError: missing credentials or client libraries.
@@ -121,6 +122,10 @@ def refresh_catalog(
             raise CatalogError(f"unknown cloud {cloud!r}; choose aws or gcp")
     if "gcp" in clouds and not gcp_project:
         raise CatalogError("GCP refresh needs --gcp-project (or GOOGLE_CLOUD_PROJECT) for the Compute API")
+    if "gcp" in clouds:
+        from gpuinfra.spec import check_gcp_project_id
+
+        check_gcp_project_id(gcp_project)
     now = now or datetime.now(timezone.utc)
     try:
         current = load_catalog()

@@ -98,6 +98,22 @@ class Catalog:
         """Sorted instance/machine types with at least one offer."""
         return sorted({o.instance_type for o in self.offers if cloud in (None, o.cloud)})
 
+    def summary(self) -> dict:
+        """What ``gpuinfra catalog show --json`` prints: ``{"path", "catalog_date", "sources"
+        (per cloud: prices, date ...), "offers" (count per cloud), "instance_types" (count per
+        cloud), "gpus" (sorted GPU names)}``."""
+        from collections import Counter
+
+        counts = Counter(o.cloud for o in self.offers)
+        return {
+            "path": str(self.path),
+            "catalog_date": self.catalog_date,
+            "sources": self.meta.get("sources", {}),
+            "offers": dict(counts),
+            "instance_types": {c: len(self.instance_types(c)) for c in sorted(counts)},
+            "gpus": sorted({o.gpu for o in self.offers}),
+        }
+
 
 @lru_cache(maxsize=4)
 def _load(path: Path) -> Catalog:

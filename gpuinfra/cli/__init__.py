@@ -22,18 +22,19 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from gpuinfra.cli import catalog, cost, lifecycle, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
+    from gpuinfra.cli import catalog, check, cost, lifecycle, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)
     app.command("preview")(preview.preview)
-    app.command("cost")(cost.cost)
     app.command("profiles")(profiles.profiles)
     app.command("size")(size.size)
     app.command("up")(lifecycle.up)
     app.command("down")(lifecycle.down)
     app.command("ls")(lifecycle.ls)
     app.command("reap")(lifecycle.reap)
+    app.command("check")(check.check)
+    app.add_typer(cost.app, name="cost")
     app.add_typer(catalog.app, name="catalog")
 
 

@@ -13,28 +13,17 @@ app = typer.Typer(help="Inspect or rebuild the instance/price catalog.", no_args
 @app.command("show")
 def show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Print the catalog in use: folder, snapshot date per cloud, sources, counts."""
-    from collections import Counter
-
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli.console import print_json, stdout_console
 
-    catalog = load_catalog()
-    counts = Counter(o.cloud for o in catalog.offers)
-    info = {
-        "path": str(catalog.path),
-        "catalog_date": catalog.catalog_date,
-        "sources": catalog.meta.get("sources", {}),
-        "offers": dict(counts),
-        "instance_types": {c: len(catalog.instance_types(c)) for c in sorted(counts)},
-        "gpus": sorted({o.gpu for o in catalog.offers}),
-    }
+    info = load_catalog().summary()
     if as_json:
         print_json(info)
         return
     out = stdout_console()
     out.print(f"catalog: {info['path']}")
     for cloud, source in info["sources"].items():
-        out.print(f"  {cloud}: {counts.get(cloud, 0)} offers, {info['instance_types'].get(cloud, 0)} types, "
+        out.print(f"  {cloud}: {info['offers'].get(cloud, 0)} offers, {info['instance_types'].get(cloud, 0)} types, "
                   f"prices of {source.get('date')} from {source.get('prices')}")
     out.print(f"  GPUs: {', '.join(info['gpus'])}")
 
@@ -51,13 +40,8 @@ def refresh(
     from gpuinfra.catalog.refresh import refresh_catalog
     from gpuinfra.cli.console import stdout_console
 
-    clouds = [cloud] if cloud else ["aws", "gcp"]
-    if gcp_project is not None and "gcp" in clouds:
-        from gpuinfra.spec import check_gcp_project_id
-
-        check_gcp_project_id(gcp_project)
     result = refresh_catalog(
-        clouds=clouds,
+        clouds=[cloud] if cloud else ["aws", "gcp"],
         out_dir=out_dir,
         regions=[r.strip() for r in regions.split(",")] if regions else None,
         gcp_project=gcp_project,

@@ -30,15 +30,14 @@ def stderr_console():
     return Console(stderr=True, highlight=False)
 
 
-def _default(value: Any) -> Any:
-    if isinstance(value, Decimal):
-        return float(value)
-    raise TypeError(f"not JSON serializable: {type(value).__name__}")
-
-
 def print_json(data: Any) -> None:
-    """Print ``data`` as indented JSON on stdout (Decimals as numbers)."""
-    sys.stdout.write(json.dumps(data, indent=2, default=_default) + "\n")
+    """Print ``data`` as indented JSON on stdout.
+
+    ``data`` holds JSON types only: USD amounts arrive as :func:`gpuinfra.money.usd_json`
+    strings, so a Decimal here (which would otherwise become a float) is a bug and raises
+    TypeError.
+    """
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
 
 def note(message: str) -> None:

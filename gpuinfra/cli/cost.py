@@ -1,56 +1,38 @@
-"""``gpuinfra cost``: priced resource breakdown of a stack before `pulumi up`; ``cost diff``."""
+"""``gpuinfra cost STACK``: priced resource breakdown of a stack before `pulumi up`;
+``gpuinfra cost diff STACK_A STACK_B``: what changes between two stacks.
+
+One Typer group (:class:`~gpuinfra.cli.groups.DefaultCommandGroup`): ``diff`` is a sub-command,
+anything else is a stack name for the hidden default command ``stack``. The documents come from
+:mod:`gpuinfra.cost.document`; this module parses options and renders.
+"""
 
 from __future__ import annotations
 
 from decimal import Decimal
-import math
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.cli.groups import DefaultCommand, DefaultCommandGroup
 
 
-def cost_document(stack: str | None, project_dir: Path, hours: float | None, market: str | None,
-                  usage_file: Path | None, from_preview: Path | None) -> dict:
-    """Run the estimate for a stack (offline preview) or a `pulumi preview --json` file."""
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.cost.estimate import estimate, read_cluster_facts
-    from gpuinfra.cost.prices import usage_for
-    from gpuinfra.cost.report import to_json
-    from gpuinfra.errors import RequestError
+class _CostGroup(DefaultCommandGroup):
+    default_command = "stack"
 
-    if hours is not None and not 0 < hours <= 87600:
-        raise RequestError(f"--hours must be more than 0 and at most 87600, got {hours}")
-    catalog = load_catalog()
-    data = None
-    if from_preview is not None:
-        from gpuinfra.cost.pulumi_preview import read_pulumi_preview
-        from gpuinfra.profiles import get_profile
 
-        resources, config, name = read_pulumi_preview(from_preview)
-        region = config.get("aws:region") or config.get("gcp:region")
-        stack = stack or name
-        profile = read_cluster_facts(resources, region).profile
-        if hours:
-            run_hours = Decimal(str(hours))
-        else:
-            run_hours = Decimal(str(get_profile(profile).default_run_hours)) if profile else Decimal(24)
-    else:
-        from gpuinfra.preview import run_preview_cached
-        from gpuinfra.stackfile import provider_config, read_stack_spec
+app = typer.Typer(
+    cls=_CostGroup,
+    help="Price every resource of STACK before `pulumi up` (exit 3 over --budget, 4 when a price is "
+         "missing); `gpuinfra cost diff STACK_A STACK_B` compares two stacks.",
+    no_args_is_help=True,
+)
 
-        spec = read_stack_spec(project_dir, stack)
-        result = run_preview_cached(spec, provider_config(spec))
-        resources = result.resources
-        region = spec.region
-        run_hours = Decimal(str(hours if hours is not None else spec.run_hours))
-        profile = spec.profile.name
-        data = spec.data
-    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
-    chosen = market or est.facts.market
-    return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), chosen)
+Hours = typer.Option(None, "--hours", help="Run hours (default: the stack's run_hours).", show_default=False)
+Spot = typer.Option(False, "--spot", help="Price compute as spot (default: as planned).")
+OnDemand = typer.Option(False, "--on-demand", help="Price compute as on-demand (default: as planned).")
+Usage = typer.Option(None, "--usage", help="Usage YAML: bucket_storage_gb, internet_egress_gb, nat_processed_gb.", show_default=False)
 
 
 def print_cost_table(doc: dict) -> None:
@@ -82,7 +64,7 @@ def print_cost_table(doc: dict) -> None:
     out.print(table)
     out.print(f"total: ${Decimal(doc['hourly_usd']):,.2f}/h, ${Decimal(doc['run_usd']):,.2f} for {doc['hours']} h "
               f"(* usage-based: profile defaults or --usage)")
-    out.print(f"warning: left running for 30 days this costs ${Decimal(doc['monthly_usd_if_left_running']):,.2f}")
+    out.print(f"warning: left running for 30 days this costs ${Decimal(doc['monthly_if_left_running_usd']):,.2f}")
     if doc["spot_savings_percent"] is not None:
         verb = "saves" if doc["pricing"] == "spot" else "would save"
         out.print(f"spot {verb} {doc['spot_savings_percent']}% on compute; spot nodes can be interrupted "
@@ -100,71 +82,62 @@ def _num(text: str) -> str:
     return f"{value:.4f}".rstrip("0").rstrip(".") if value else "0"
 
 
+@app.command("stack", hidden=True, cls=DefaultCommand)
 def cost(
-    args: list[str] = typer.Argument(..., help="STACK, or: diff STACK_A STACK_B", show_default=False),
-    hours: Optional[float] = typer.Option(None, "--hours", help="Run hours (default: the stack's run_hours).", show_default=False),
-    spot: bool = typer.Option(False, "--spot", help="Price compute as spot (default: as planned)."),
-    on_demand: bool = typer.Option(False, "--on-demand", help="Price compute as on-demand (default: as planned)."),
-    usage: Optional[Path] = typer.Option(None, "--usage", help="Usage YAML: bucket_storage_gb, internet_egress_gb, nat_processed_gb.", show_default=False),
+    stack: str = typer.Argument(..., metavar="STACK", help="Stack name (stacks/Pulumi.<stack>.yaml).", show_default=False),
+    hours: Optional[float] = Hours,
+    spot: bool = Spot,
+    on_demand: bool = OnDemand,
+    usage: Optional[Path] = Usage,
     from_preview: Optional[Path] = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
     budget: Optional[float] = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:
-    """Price every resource of a stack before `pulumi up` (exit 3 over --budget); `cost diff A B` compares two."""
+    """Price every resource of a stack before `pulumi up` (exit 3 over --budget)."""
     from gpuinfra.cli.console import print_json
-    from gpuinfra.errors import ExitCode, PriceMissingError, RequestError
-    from gpuinfra.requests import spot_choice
+    from gpuinfra.cost.document import (check_budget, check_totals, preview_file_cost_document, pricing_market,
+                                        stack_cost_document)
 
-    chosen = spot_choice(spot, on_demand, default="the stack's own pricing")
-    market = None if chosen is None else ("spot" if chosen else "on-demand")
-    if args and args[0] == "diff":
-        if len(args) != 3:
-            raise RequestError("usage: gpuinfra cost diff STACK_A STACK_B")
-        _diff(args[1], args[2], project_dir, hours, market, usage, as_json)
-        return
-    if len(args) != 1:
-        raise RequestError("give one STACK (or: gpuinfra cost diff STACK_A STACK_B)")
-    if budget is not None and not (math.isfinite(budget) and budget >= 0):
-        raise RequestError(f"--budget must be a number >= 0 (USD), got {budget}")
-    doc = cost_document(args[0], project_dir, hours, market, usage, from_preview)
+    market = pricing_market(spot, on_demand)
+    budget_usd = check_budget(budget)
+    if from_preview is not None:
+        doc = preview_file_cost_document(from_preview, stack, hours, market, usage)
+    else:
+        doc = stack_cost_document(stack, project_dir, hours, market, usage)
     if as_json:
         print_json(doc)
     else:
         print_cost_table(doc)
-    unpriced = doc["price_not_found"] + [f"{r['resource']} ({r['resource_type']}: {r['reason']})" for r in doc["not_priced"]]
-    if unpriced:
-        # money fails closed: an unpriced line is never $0, so the total is not a total
-        raise PriceMissingError(unpriced)
-    if budget is not None and Decimal(doc["run_usd"]) > Decimal(str(budget)):
-        import sys
-
-        sys.stderr.write(f"error: run total ${Decimal(doc['run_usd']):,.2f} exceeds the budget ${budget:,.2f}\n")
-        raise typer.Exit(int(ExitCode.BUDGET_EXCEEDED))
+    check_totals(doc, budget_usd)  # after the document: its unpriced lines are what the error names
 
 
-def _diff(a: str, b: str, project_dir: Path, hours, market, usage, as_json: bool) -> None:
+@app.command("diff")
+def diff(
+    before: str = typer.Argument(..., metavar="STACK_A", help="Stack before the change.", show_default=False),
+    after: str = typer.Argument(..., metavar="STACK_B", help="Stack after the change.", show_default=False),
+    hours: Optional[float] = Hours,
+    spot: bool = Spot,
+    on_demand: bool = OnDemand,
+    usage: Optional[Path] = Usage,
+    project_dir: Path = options.ProjectDir,
+    as_json: bool = options.Json,
+) -> None:
+    """Compare two stacks: + / ~ / - per resource, and the change in $/h and run total."""
     from gpuinfra.cli.console import print_json, stdout_console
-    from gpuinfra.cost.report import diff
+    from gpuinfra.cost.document import cost_diff_document, pricing_market
 
-    before = cost_document(a, project_dir, hours, market, usage, None)
-    after = cost_document(b, project_dir, hours, market, usage, None)
-    rows, hourly_change, run_change = diff(before, after)
+    doc = cost_diff_document(before, after, project_dir, hours, pricing_market(spot, on_demand), usage)
     if as_json:
-        print_json({
-            "schema_version": "1", "before": a, "after": b,
-            "hourly_usd_change": str(hourly_change), "run_usd_change": str(run_change),
-            "rows": [{"change": r.symbol, "resource": r.resource, "component": r.component,
-                      "before_hourly_usd": None if r.before_hourly is None else str(r.before_hourly),
-                      "after_hourly_usd": None if r.after_hourly is None else str(r.after_hourly)} for r in rows],
-        })
+        print_json(doc)
         return
     out = stdout_console()
-    out.print(f"cost diff {a} -> {b}   (+ added, ~ changed, - removed)")
-    for r in rows:
-        before_text = "-" if r.before_hourly is None else f"${r.before_hourly:,.4f}/h"
-        after_text = "-" if r.after_hourly is None else f"${r.after_hourly:,.4f}/h"
-        out.print(f" {r.symbol} {r.resource}: {r.component}  {before_text} -> {after_text}")
+    out.print(f"cost diff {before} -> {after}   (+ added, ~ changed, - removed)")
+    for r in doc["rows"]:
+        before_text = "-" if r["before_hourly_usd"] is None else f"${Decimal(r['before_hourly_usd']):,.4f}/h"
+        after_text = "-" if r["after_hourly_usd"] is None else f"${Decimal(r['after_hourly_usd']):,.4f}/h"
+        out.print(f" {r['change']} {r['resource']}: {r['component']}  {before_text} -> {after_text}")
+    hourly_change, run_change = Decimal(doc["hourly_change_usd"]), Decimal(doc["run_change_usd"])
     out.print(f"change: {'+' if hourly_change >= 0 else '-'}${abs(hourly_change):,.2f}/h "
-              f"(${Decimal(before['hourly_usd']):,.2f} -> ${Decimal(after['hourly_usd']):,.2f}); "
+              f"(${Decimal(doc['before_hourly_usd']):,.2f} -> ${Decimal(doc['after_hourly_usd']):,.2f}); "
               f"run total {'+' if run_change >= 0 else '-'}${abs(run_change):,.2f}")

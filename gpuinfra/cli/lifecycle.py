@@ -36,7 +36,11 @@ def _backend():
     return lifecycle.make_backend()
 
 
-def up(stack: str = typer.Argument(..., help="Stack name."), project_dir: Path = options.ProjectDir) -> None:
+def up(
+    stack: str = typer.Argument(..., help="Stack name."),
+    replace_nodes: bool = typer.Option(False, "--replace-nodes", help="Allow an update that replaces the running nodes (ends training on them)."),
+    project_dir: Path = options.ProjectDir,
+) -> None:
     """Create or update the stack's cluster (`pulumi up` through the Automation API)."""
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.lifecycle import check_credentials, deploy
@@ -47,7 +51,7 @@ def up(stack: str = typer.Argument(..., help="Stack name."), project_dir: Path =
     check_credentials(spec.cloud)
     out = stdout_console()
     out.print(f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)")
-    changes = deploy(backend, Path(project_dir), stack, _progress())
+    changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes)
     out.print(f"done: {changes}")
 
 
@@ -85,10 +89,6 @@ def down(
     out.print(f"done: {changes}")
 
 
-_ROW_KEYS = ("cloud", "gpus", "nodes", "instance_type", "zone", "created_at", "age_hours", "expires_at", "expired",
-             "deployed", "price_per_hour_usd", "cost_so_far_usd", "catalog_date")
-
-
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
     """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far; unreadable stack files as invalid."""
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
@@ -103,17 +103,7 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     listing = list_stacks(Path(project_dir), backend)
     rows = listing.rows
     if as_json:
-        print_json([{
-            "stack": r.spec.stack, "cloud": r.spec.cloud, "gpus": f"{r.spec.gpu_count}x{r.spec.gpu}", "nodes": r.spec.nodes,
-            "instance_type": r.spec.instance_type, "zone": r.spec.zone, "created_at": r.spec.created_at.isoformat(),
-            "age_hours": round((r.now - r.spec.created_at).total_seconds() / 3600, 2),
-            "expires_at": r.spec.expires_at.isoformat(), "expired": r.expired, "deployed": r.deployed,
-            "price_per_hour_usd": None if r.price_per_hour_usd is None else str(r.price_per_hour_usd),
-            "cost_so_far_usd": None if r.cost_so_far_usd is None else str(r.cost_so_far_usd),
-            "catalog_date": None if r.spec.price is None else r.spec.price.catalog_date,
-            "invalid": None,
-        } for r in rows] + [{"stack": bad.name, **dict.fromkeys(_ROW_KEYS), "invalid": bad.reason}
-                            for bad in listing.invalid])
+        print_json([r.to_json() for r in rows] + [bad.to_json() for bad in listing.invalid])
         return
     from rich.table import Table
 

@@ -1,4 +1,5 @@
-"""``gpuinfra new``: pick the best offer and write ``stacks/Pulumi.<stack>.yaml``."""
+"""``gpuinfra new``: pick the best offer and write ``stacks/Pulumi.<stack>.yaml``
+(:func:`gpuinfra.newstack.create_stack` does the work; this module parses and prints)."""
 
 from __future__ import annotations
 
@@ -39,104 +40,39 @@ def new(
     as_json: bool = options.Json,
 ) -> None:
     """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
-    from datetime import datetime, timezone
+    from decimal import Decimal
 
-    from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
-    from gpuinfra.planner import PlanRequest, plan_cluster
-    from gpuinfra.profiles import get_profile
-    from gpuinfra.stackfile import write_stack
-
-    from gpuinfra.errors import RequestError
-    from gpuinfra.profiles import DEFAULT_PROFILE
+    from gpuinfra.newstack import NewStackRequest, create_stack
+    from gpuinfra.planner import PlanRequest
     from gpuinfra.requests import spot_choice
 
-    capacity = spot_choice(spot, on_demand)
-    sized = None
-    if model or params:
-        if gpus or instance_type:
-            raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type, not both")
-        from gpuinfra.cli.size import build_request, size_document
-        from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, nothing_fits
-
-        method = method or "full"
-        sizing = build_request(model, params, method, 2048, 1, "bf16", None, None, None)
-        sized = size_document(sizing, None, 1)
-        if not sized.get("recommendation"):
-            raise nothing_fits(sizing)
-        gpus, nodes = sized["recommendation"]["gpus"], sized["recommendation"]["nodes"]
-        profile = profile or PROFILE_FOR_METHOD[method]
-    elif method:
-        raise RequestError("--method goes with --model or --params")
-    resolved = get_profile(profile or DEFAULT_PROFILE, profiles_dir)
-    catalog = load_catalog()
-    reservation = None
-    if capacity_reservation:
-        from gpuinfra.capacity import describe_capacity_reservation
-
-        if not region:
-            raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
-        reservation = describe_capacity_reservation(capacity_reservation, region)
-    from gpuinfra.datasource import resolve_data_set
-
-    data_set = resolve_data_set(data, data_region, data_size)
-    plan = plan_cluster(
-        catalog,
-        PlanRequest(
-            gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-            spot=capacity, hours=hours, name=name, gcp_project=gcp_project, include_local_zones=include_local_zones,
-            capacity_reservation=reservation, max_price_per_hour_usd=max_price_per_hour, data=data_set, strict=strict, warnings_are_errors=strict,
-        ),
-        resolved,
-        datetime.now(timezone.utc),
+    planned = PlanRequest(
+        gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
+        spot=spot_choice(spot, on_demand), hours=hours, name=name, gcp_project=gcp_project,
+        include_local_zones=include_local_zones, max_price_per_hour_usd=max_price_per_hour, strict=strict,
+        warnings_are_errors=strict,
     )
-    # The real program runs offline before anything is written: a spec the blueprint rejects
-    # never reaches the disk, and the summary below prices every resource, not just compute.
-    from gpuinfra.cost.report import cost_summary
-    from gpuinfra.preview import run_preview_cached
-    from gpuinfra.stackfile import provider_config
-
-    from gpuinfra.rules import verify_stack
-
-    previewed = run_preview_cached(plan.spec, provider_config(plan.spec))
-    summary = cost_summary(plan.spec, previewed.resources)
-    verify_stack(plan.spec, previewed.resources, catalog, summary)  # refuses before anything is written
-    written = write_stack(plan, project_dir, force=force)
+    result = create_stack(NewStackRequest(
+        planned, profile=profile, model=model, params=params, method=method, capacity_reservation=capacity_reservation,
+        data=data, data_region=data_region, data_size=data_size, profiles_dir=profiles_dir,
+    ), project_dir, force=force)
+    plan, written, summary, sized = result.plan, result.written, result.verified.cost, result.sizing
     for warning in plan.warnings:
         note(f"warning: {warning}")
-    spec, offer = plan.spec, plan.offer
-    pricing = "spot" if spec.spot else "on-demand"
     if as_json:
-        print_json({
-            "stack": spec.stack,
-            "stack_file": str(written.stack_file),
-            "scaffolded": [str(p) for p in written.scaffolded],
-            "cloud": spec.cloud, "region": spec.region, "zone": spec.zone,
-            "instance_type": spec.instance_type, "gpu": spec.gpu, "gpu_count": spec.gpu_count,
-            "nodes": spec.nodes, "pricing": pricing, "profile": spec.profile.name,
-            "round_up": offer.round_up,
-            "price_per_hour_usd": offer.price_per_hour_usd,
-            "run_hours": spec.run_hours,
-            "run_cost_usd": plan.run_cost_usd,
-            "catalog_date": plan.catalog_date,
-            "expires_at": spec.expires_at.isoformat(),
-            "next": f"pulumi up -s {spec.stack}",
-            "resources": len(previewed.resources),
-            "cost": summary,
-            "data": None if spec.data is None else spec.data.model_dump(mode="json"),
-            "locality_note": plan.locality_note or None,
-            "warnings": list(plan.warnings),
-            "sizing": None if sized is None else {k: sized[k] for k in ("memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method")},
-        })
+        print_json(result.to_json())
         return
+    spec, offer = plan.spec, plan.offer
     out = stdout_console()
     if sized is not None:
-        out.print(f"sized {sized['model']['name']} ({sized['method']}): {sized['memory_per_gpu_gib']:.1f} GiB per GPU "
-                  f"-> --gpus {gpus} --nodes {nodes}")
+        doc = sized.document
+        out.print(f"sized {doc['model']['name']} ({doc['method']}): {doc['memory_per_gpu_gib']:.1f} GiB per GPU "
+                  f"-> --gpus {sized.gpus} --nodes {sized.nodes}")
     out.print(
         f"[bold]{spec.stack}[/bold]: {spec.nodes} x {spec.instance_type} "
         f"({spec.gpu_count}x{spec.gpu} per node) in {spec.zone} ({spec.cloud} {spec.region}), "
-        f"{pricing}, profile {spec.profile.name}"
+        f"{result.pricing}, profile {spec.profile.name}"
     )
     if offer.round_up:
         out.print(f"  note: {offer.round_up_note}")
@@ -147,15 +83,13 @@ def new(
                   f"{spec.data.location}); the cost below moves it once")
     if plan.locality_note:
         out.print(f"  note: {plan.locality_note}")
-    from decimal import Decimal
-
     out.print(
         f"  compute: {usd(offer.price_per_hour_usd)}/h ({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h); "
-        f"all {len(previewed.resources)} resources: {usd(Decimal(summary['hourly_usd']))}/h, "
+        f"all {len(result.verified.preview.resources)} resources: {usd(Decimal(summary['hourly_usd']))}/h, "
         f"{usd(Decimal(summary['run_usd']))} for a {spec.run_hours:g} h run (catalog {plan.catalog_date}; "
         f"breakdown: gpuinfra cost {spec.stack})"
     )
-    out.print(f"  30 days left running would cost {usd(Decimal(summary['monthly_usd_if_left_running']))}; "
+    out.print(f"  30 days left running would cost {usd(Decimal(summary['monthly_if_left_running_usd']))}; "
               f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
               f"{spec.expires_at:%Y-%m-%d %H:%M} UTC")
     for path in written.scaffolded:

@@ -1,4 +1,5 @@
-"""``gpuinfra offers``: every offer that fits a GPU request, cheapest first."""
+"""``gpuinfra offers``: every offer that fits a GPU request, cheapest first
+(:func:`gpuinfra.offer_search.search_offers` ranks; this module parses and renders)."""
 
 from __future__ import annotations
 
@@ -7,42 +8,6 @@ from typing import Optional
 import typer
 
 from gpuinfra.cli import options
-
-
-def offer_to_json(ranked, catalog) -> dict:
-    """The JSON object of one ranked offer (stable keys, documented in README.md)."""
-    offer = ranked.offer
-    fact = catalog.fact(offer.cloud, offer.instance_type)
-    return {
-        "cloud": offer.cloud,
-        "region": offer.region,
-        "zone": offer.zone,
-        "instance_type": offer.instance_type,
-        "gpu": offer.gpu,
-        "gpu_count": offer.gpu_count,
-        "requested_gpu_count": ranked.requested_gpu_count,
-        "round_up": ranked.round_up,
-        "gpu_memory_gib": offer.gpu_memory_gib,
-        "vcpus": offer.vcpus,
-        "memory_gib": offer.memory_gib,
-        "nodes": ranked.nodes,
-        "market": ranked.market,
-        "price_per_hour_usd": ranked.price_per_hour_usd,
-        "price_per_gpu_hour_usd": round(ranked.price_per_gpu_hour_usd, 5),
-        "on_demand_price_per_hour_usd": ranked.market_price_per_hour_usd("on-demand"),
-        "spot_price_per_hour_usd": ranked.market_price_per_hour_usd("spot"),
-        "flex_start_price_per_hour_usd": ranked.market_price_per_hour_usd("flex-start"),
-        "spot_not_discounted": offer.spot_not_discounted,
-        "price_source": offer.price_source,
-        "efa_interfaces": fact.max_efa_interfaces if fact else None,
-        "gpu_nics": fact.gpu_nic_count if fact else None,
-        "local_nvme_count": fact.local_ssd.bundled_count if fact else None,
-        "local_nvme_size_gib": fact.local_ssd.size_gib if fact else None,
-        "local_ssd_attach_counts": list(fact.local_ssd.attach_counts) if fact else None,
-        "provisioning_models": list(fact.provisioning_models) if fact else None,
-        "local_zone": offer.local_zone,
-        "catalog_date": catalog.date_for(offer.cloud),
-    }
 
 
 def _network_cell(fact) -> str:
@@ -84,43 +49,28 @@ def offers(
 ) -> None:
     """Rank every offer that fits the GPU request, cheapest total $/h first (with --data: cheapest run)."""
     from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.cli.console import print_json
     from gpuinfra.errors import RequestError
-    from gpuinfra.offers import OfferQuery, find_offers, request_from_instance_type
-    from gpuinfra.requests import parse_gpu_spec
+    from gpuinfra.offer_search import offer_json, run_json, search_offers
 
-    catalog = load_catalog()
-    if gpus:
-        request = parse_gpu_spec(gpus, nodes)
-    elif instance_type:
-        request = request_from_instance_type(catalog, cloud, instance_type, nodes)
-        parse_gpu_spec(f"{request.gpu_count}x{request.gpu}", nodes)
-    else:
-        raise RequestError("give --gpus (e.g. 4xA100) or --instance-type")
     if limit is not None and limit < 0:
         raise RequestError(f"--limit must be 0 (all) or more, got {limit}")
-    chosen = market_option(market, spot)
-    query = OfferQuery(
-        request=request, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-        market=chosen, include_local_zones=include_local_zones,
+    catalog = load_catalog()
+    found = search_offers(
+        catalog, gpus=gpus, instance_type=instance_type, nodes=nodes, cloud=cloud, region=region, zone=zone,
+        market=market, spot=spot, include_local_zones=include_local_zones, data=data, data_region=data_region,
+        data_size=data_size, hours=hours,
     )
-    from gpuinfra.datasource import resolve_data_set
-
-    data_set = resolve_data_set(data, data_region, data_size)
-    if data_set is None and hours is not None:
-        raise RequestError("--hours goes with --data or --data-region (it sets the run length for the data transfer)")
-    if data_set is not None and (hours is None or not 0 < hours <= 8760):
-        raise RequestError("--data needs --hours, more than 0 and at most 8760: the run length decides "
-                           "whether moving the data pays")
-    ranked = find_offers(catalog, query)
-    if data_set is not None:
-        _print_runs(ranked, catalog, request, chosen, data_set, hours, limit, as_json)
-        return
     if as_json:
-        from gpuinfra.cli.console import print_json
-
-        print_json([offer_to_json(r, catalog) for r in _shown(ranked, limit, as_json)])
+        if found.runs is not None:
+            print_json([run_json(r, catalog) for r in _shown(found.runs, limit, as_json)])
+        else:
+            print_json([offer_json(r, catalog) for r in _shown(found.ranked, limit, as_json)])
         return
-    _print_table(ranked, catalog, request, chosen, limit)
+    if found.runs is not None:
+        _print_runs(found, limit)
+    else:
+        _print_table(found.ranked, catalog, found.query.request, found.query.market, limit)
 
 
 def _shown(items: list, limit: int | None, as_json: bool) -> list:
@@ -130,28 +80,18 @@ def _shown(items: list, limit: int | None, as_json: bool) -> list:
     return items[: 20 if limit is None else limit]
 
 
-def _print_runs(ranked, catalog, request, market, data_set, hours, limit, as_json) -> None:
-    from decimal import Decimal
-
+def _print_runs(found, limit: int | None) -> None:
     from rich import box
     from rich.table import Table
 
-    from gpuinfra.cli.console import print_json, stdout_console, usd
-    from gpuinfra.locality import cheapest_gpu_note, rank_runs
+    from gpuinfra.cli.console import stdout_console, usd
+    from gpuinfra.locality import cheapest_gpu_note
 
-    runs = rank_runs(ranked, data_set, Decimal(str(hours)))
-    shown = _shown(runs, limit, as_json)
+    runs, request, market, data_set, hours = found.runs, found.query.request, found.query.market, found.data, found.hours
+    shown = _shown(runs, limit, as_json=False)
     note = cheapest_gpu_note(runs)
-    if as_json:
-        print_json([{**offer_to_json(r.ranked, catalog), "hours": float(r.hours),
-                     "compute_usd": r.compute_usd, "data_transfer_usd": r.transfer.usd,
-                     "data_transfer_route": r.transfer.route,
-                     "data_transfer_price_per_gb_usd": None if r.transfer.price_per_gb is None else r.transfer.price_per_gb.usd,
-                     "data_transfer_price_source": None if r.transfer.price_per_gb is None else r.transfer.price_per_gb.source,
-                     "run_usd": r.run_usd} for r in shown])
-        return
     table = Table(box=box.SIMPLE_HEAD, title_justify="left",
-                  title=f"{len(runs)} offers for {request} ({market}), {hours:g} h run with {data_set.describe()}")
+                  title=f"{len(runs)} offers for {request} ({market}), {float(hours):g} h run with {data_set.describe()}")
     for header, justify in [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
                             ("GPUs", "right"), ("$/h", "right"), ("compute $", "right"), ("data $", "right"),
                             ("run $", "right"), ("data route", "left")]:
@@ -169,23 +109,6 @@ def _print_runs(ranked, catalog, request, market, data_set, hours, limit, as_jso
     unknown = [r for r in runs if r.run_usd is None]
     if unknown:
         console.print(f"? {len(unknown)} offers have no transfer price for their route: ranked last, never as free")
-
-
-def market_option(market: str, spot: bool) -> str:
-    """The catalog market named by ``--market`` (and ``--spot``).
-
-    Raises:
-        RequestError: an unknown market, or ``--spot`` with another ``--market``.
-    """
-    from gpuinfra.catalog.model import parse_market
-    from gpuinfra.errors import RequestError
-
-    chosen = parse_market(market)
-    if chosen is None:
-        raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex")
-    if spot and chosen not in ("spot", "on-demand"):
-        raise RequestError(f"--spot contradicts --market {market}")
-    return "spot" if spot else chosen
 
 
 def _other_markets_cell(r) -> str:

@@ -19,17 +19,13 @@ Nodes = typer.Option(1, "--nodes", help="Number of nodes; --gpus counts GPUs per
 LocalZones = typer.Option(False, "--include-local-zones", help="Also consider AWS Local Zones.")
 Json = typer.Option(False, "--json", help="Print JSON on stdout instead of a table.")
 ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folder (stacks/ lives here).")
+
+
 def _profiles_folder(value: Optional[Path]) -> Optional[Path]:
     """``--profiles-dir`` (or ``$GPUINFRA_PROFILES_DIR``) must be an existing folder."""
-    from gpuinfra.fsutil import folder_problem
-    from gpuinfra.profiles import ProfileError, profiles_dir
+    from gpuinfra.profiles import check_profiles_folder
 
-    folder = profiles_dir(value)
-    if folder is not None and folder_problem(folder):
-        source = "--profiles-dir" if value is not None else "$GPUINFRA_PROFILES_DIR"
-        raise ProfileError(f"profiles folder {folder} ({source}) {folder_problem(folder)}; give a folder of "
-                           "profile YAML files")
-    return value
+    return check_profiles_folder(value)
 
 
 ProfilesDir: Optional[Path] = typer.Option(

@@ -53,22 +53,19 @@ def preview(
 ) -> None:
     """Show every resource the stack would create, offline (no Pulumi CLI, no credentials)."""
     from gpuinfra.cli.console import print_json, stdout_console
-    from gpuinfra.cost.report import cost_summary
-    from gpuinfra.preview import run_preview_cached
-    from gpuinfra.stackfile import provider_config, read_stack_spec
+    from gpuinfra.verify import verify_stack_file
 
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.rules import verify_stack
-
-    spec = read_stack_spec(project_dir, stack)
-    result = run_preview_cached(spec, provider_config(spec))
-    summary = cost_summary(spec, result.resources)
-    verify_stack(spec, result.resources, load_catalog(), summary)
+    verified = verify_stack_file(project_dir, stack)
     if as_json:
-        print_json({**result.to_json(), "cost": summary, "violations": []})
+        print_json(verified.to_json())
         return
+    from decimal import Decimal
+
     from rich.tree import Tree
 
+    from gpuinfra.rules import RULES
+
+    spec, result, summary = verified.spec, verified.preview, verified.cost
     out = stdout_console()
     roots = [r for r in result.resources if r.parent is None]
     tree = Tree(f"[bold]{stack}[/bold]: {len(result.resources)} resources (offline preview of {spec.nodes} x {spec.instance_type})")
@@ -81,12 +78,9 @@ def preview(
     for note in result.notes:
         out.print(f"note: {note}")
     out.print(
-        f"cost: ${float(summary['hourly_usd']):,.2f}/h, ${float(summary['run_usd']):,.2f} for {summary['hours']} h "
+        f"cost: ${Decimal(summary['hourly_usd']):,.2f}/h, ${Decimal(summary['run_usd']):,.2f} for {summary['hours']} h "
         f"({summary['pricing']}, catalog {summary['catalog_date']}); breakdown: gpuinfra cost {stack}"
     )
-    from gpuinfra.rules import RULES
-
     out.print(f"conformance: {len(RULES)} rules checked offline, no violation "
               "(capacity and quotas are known only to the cloud)")
     out.print(f"next: pulumi up -s {stack}")
-

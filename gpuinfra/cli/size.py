@@ -1,75 +1,12 @@
-"""``gpuinfra size``: memory per GPU for a model and method, and the cheapest GPUs that fit."""
+"""``gpuinfra size``: memory per GPU for a model and method, and the cheapest GPUs that fit
+(the document is :func:`gpuinfra.sizing.report.size_document`)."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Optional
 
 import typer
-
-
-def build_request(model: str | None, params: str | None, method: str, seq: int, batch: int, precision: str,
-                  strategy: str | None, recompute: str | None, tokens: str | None):
-    """Typed, validated sizing request from CLI values.
-
-    Raises:
-        SizingError: neither or both of --model/--params, or a bad value.
-    """
-    from gpuinfra.sizing.models import SizingError, get_model, parse_count, shape_from_params
-    from gpuinfra.sizing.recommend import SizingRequest
-
-    if (model is None) == (params is None):
-        raise SizingError("give exactly one of --model NAME or --params COUNT (e.g. --params 7B)")
-    shape = get_model(model) if model else shape_from_params(parse_count(params))
-    return SizingRequest(shape, method, precision, strategy, recompute, seq, batch,
-                         parse_count(tokens, "--tokens") if tokens else None).resolved()
-
-
-def size_document(req, gpus: str | None, nodes: int) -> dict:
-    """The ``gpuinfra size --json`` document."""
-    from gpuinfra.catalog.gpus import gpu_model
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.requests import parse_gpu_spec
-    from gpuinfra.sizing.recommend import candidate_json, candidates, evaluate, gpu_compute
-
-    catalog = load_catalog()
-    ranked = candidates(req, catalog)
-    doc = {
-        "model": {"name": req.shape.name, "params": req.shape.params, "layers": req.shape.layers,
-                  "hidden": req.shape.hidden, "heads": req.shape.heads, "kv_heads": req.shape.kv_heads,
-                  "vocab": req.shape.vocab, "source": req.shape.source},
-        "method": req.method, "precision": req.precision, "strategy": req.strategy, "recompute": req.recompute,
-        "seq": req.seq, "batch": req.batch,
-        "tokens": req.tokens, "mfu": gpu_compute()["mfu"].get(req.method) if req.tokens else None,
-        "catalog_date": catalog.catalog_date,
-        "candidates": [candidate_json(c) for c in ranked[:5]],
-    }
-    if gpus:
-        request = parse_gpu_spec(gpus, nodes)
-        memory = gpu_model(request.gpu).memory_gib
-        chosen = evaluate(req, request.gpu, memory, request.gpu_count, nodes)
-        priced = next((c for c in ranked if c.gpu == request.gpu and c.gpus_per_node == request.gpu_count), None)
-        if priced is not None:
-            chosen.price_per_hour_usd = priced.price_per_hour_usd / priced.nodes * nodes
-            chosen.offer = priced.offer
-    elif ranked:
-        chosen = ranked[0]
-    else:
-        chosen = None
-    if chosen is None:
-        doc.update(fits=False, recommendation=None, memory_per_gpu_gib=None, gpu_memory_gib=None, breakdown=None)
-        return doc
-    view = candidate_json(chosen)
-    best = chosen if chosen.fits else (ranked[0] if ranked else None)
-    doc.update(
-        gpus=view["gpus"], nodes=view["nodes"], total_gpus=view["total_gpus"],
-        memory_per_gpu_gib=view["memory_per_gpu_gib"], gpu_memory_gib=view["gpu_memory_gib"],
-        fits=chosen.fits, margin_gib=view["margin_gib"], breakdown=chosen.breakdown.gib(),
-        training_hours=view["training_hours"], run_cost_usd=view["run_cost_usd"],
-        price_per_hour_usd=view["price_per_hour_usd"],
-        recommendation=None if best is None else {"gpus": best.spec, "nodes": best.nodes, **best.offer,
-                                                   "price_per_hour_usd": candidate_json(best)["price_per_hour_usd"]},
-    )
-    return doc
 
 
 def size(
@@ -88,10 +25,10 @@ def size(
 ) -> None:
     """Estimate memory per GPU and recommend the cheapest GPUs that fit (10% headroom); exit 4 when none does."""
     from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.sizing.recommend import nothing_fits, sizing_request
+    from gpuinfra.sizing.report import size_document
 
-    from gpuinfra.sizing.recommend import nothing_fits
-
-    req = build_request(model, params, method, seq, batch, precision, strategy, recompute, tokens)
+    req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens)
     doc = size_document(req, gpus, nodes)
     if as_json:
         print_json(doc)
@@ -110,9 +47,9 @@ def size(
     if doc["candidates"]:
         out.print(f"cheapest configurations that fit (catalog {doc['catalog_date']}):")
         for c in doc["candidates"]:
-            extra = f", {c['training_hours']:.1f} h, ${c['run_cost_usd']:,.0f}" if c["training_hours"] is not None else ""
+            extra = f", {c['training_hours']:.1f} h, ${Decimal(c['run_cost_usd']):,.0f}" if c["training_hours"] is not None else ""
             out.print(f"  --gpus {c['gpus']} --nodes {c['nodes']}: {c['memory_per_gpu_gib']:.1f}/{c['gpu_memory_gib']:.0f} GiB, "
-                      f"${c['price_per_hour_usd']:,.2f}/h ({c['cloud']} {c['instance_type']}){extra}")
+                      f"${Decimal(c['price_per_hour_usd']):,.2f}/h ({c['cloud']} {c['instance_type']}){extra}")
     if doc.get("recommendation"):
         r = doc["recommendation"]
         out.print(f"next: gpuinfra new --gpus {r['gpus']} --nodes {r['nodes']}")

@@ -222,7 +222,8 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
             lines.append(_one_time(_line(name, t, "EventBridge Scheduler invocation (TTL backstop)", "million invocations",
                                          SCHEDULER_INVOCATIONS_PER_RUN / hours,
                                          price("aws", "scheduler_per_million_invocations", reg),
-                                         note="once per run; the first 14 million a month are free")))
+                                         note="once per run; the first 14 million a month are free",
+                                         missing_source=f"no EventBridge Scheduler price for {reg}")))
         elif t == "aws:s3/bucket:Bucket":
             lines += _storage_lines(name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage")
         elif t == "gcp:storage/bucket:Bucket":

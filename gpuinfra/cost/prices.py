@@ -17,7 +17,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from gpuinfra.errors import GpuinfraError
+from gpuinfra.errors import UsageError
 
 DATA_DIR = Path(__file__).parent / "data"
 #: Infracost/AWS/GCP convention: a month is 730 hours.
@@ -146,10 +146,6 @@ def region_prices(cloud: str, key: str) -> dict[str, Decimal]:
 def price_cap(cloud: str, key: str) -> Decimal | None:
     """An hourly cap on a price (Cloud NAT per-VM charge), if the table has one."""
     return _table(cloud, key).cap_per_hour
-
-
-class UsageError(GpuinfraError):
-    """A usage file is unreadable or has unknown keys / negative values."""
 
 
 @lru_cache(maxsize=1)

@@ -13,13 +13,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuinfra.errors import GpuinfraError
+from gpuinfra.errors import PreviewFileError
 
 _DELETING = {"delete", "discard", "delete-replaced", "discard-replaced", "remove-pending-replace"}
-
-
-class PreviewFileError(GpuinfraError):
-    """The file is not a `pulumi preview --json` document."""
 
 
 @dataclass

@@ -1,29 +1,34 @@
 """Totals, the versioned JSON schema, the text table and the diff of two estimates.
 
-JSON schema (``schema_version`` "1"): money as decimal strings with 6 places,
+JSON schema (``schema_version`` "2"): money as :func:`gpuinfra.money.usd_json` strings (6 places),
 ``{"schema_version", "stack", "currency", "catalog_date", "pricing", "hours", "hourly_usd",
-"run_usd", "monthly_usd_if_left_running", "spot_savings_percent", "lines": [{"resource",
+"run_usd", "monthly_if_left_running_usd", "spot_savings_percent", "lines": [{"resource",
 "resource_type", "component", "unit", "quantity", "unit_price_usd", "hourly_usd", "run_usd",
 "usage_based", "price_source", "price_date", "note"}], "price_not_found", "not_priced",
 "free_resources"}``. ``quantity`` is units per hour; lines whose price is not found carry null
 prices and are listed in ``price_not_found``; ``hourly_usd`` is the sum of the priced lines.
+Version 2 (was 1): ``monthly_usd_if_left_running`` became ``monthly_if_left_running_usd`` (every
+money key ends in ``_usd``).
+
+Diff schema (``schema_version`` "2", :func:`diff_json`): ``{"schema_version", "before", "after",
+"before_hourly_usd", "after_hourly_usd", "before_run_usd", "after_run_usd", "hourly_change_usd",
+"run_change_usd", "rows": [{"change", "resource", "component", "before_hourly_usd",
+"after_hourly_usd"}]}``. Version 2 (was 1): ``hourly_usd_change`` / ``run_usd_change`` became
+``hourly_change_usd`` / ``run_change_usd``; the four totals were added.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import Decimal
 
 from gpuinfra.cost.estimate import CostLine, Estimate
+from gpuinfra.money import usd_json
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+DIFF_SCHEMA_VERSION = "2"
 LEFT_RUNNING_HOURS = Decimal(720)  # 30 days
 _Q = Decimal("0.000001")
-
-
-def money(value: Decimal | None) -> str | None:
-    """Decimal string with 6 places (None stays None)."""
-    return None if value is None else str(value.quantize(_Q, rounding=ROUND_HALF_EVEN))
 
 
 def compute_hourly(est: Estimate) -> Decimal:
@@ -59,9 +64,9 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
         "catalog_date": catalog_date,
         "pricing": market,
         "hours": format(hours.normalize(), "f"),
-        "hourly_usd": money(hourly),
-        "run_usd": money(run),
-        "monthly_usd_if_left_running": money(_left_running(est, hours)),
+        "hourly_usd": usd_json(hourly),
+        "run_usd": usd_json(run),
+        "monthly_if_left_running_usd": usd_json(_left_running(est, hours)),
         "spot_savings_percent": None if (s := spot_savings_percent(est, market)) is None else str(s),
         "lines": lines,
         "price_not_found": [f"{line.resource}: {line.component} ({line.source})" for line in est.lines if line.unit_price_usd is None],
@@ -85,9 +90,9 @@ def _line_json(line: CostLine, hours: Decimal) -> dict:
         "component": line.component,
         "unit": line.unit,
         "quantity": str(line.hourly_quantity.quantize(_Q)),
-        "unit_price_usd": money(line.unit_price_usd),
-        "hourly_usd": money(hourly),
-        "run_usd": money(None if hourly is None else hourly * hours),
+        "unit_price_usd": usd_json(line.unit_price_usd),
+        "hourly_usd": usd_json(hourly),
+        "run_usd": usd_json(None if hourly is None else hourly * hours),
         "usage_based": line.usage_based,
         "price_source": line.source,
         "price_date": line.price_date,
@@ -135,9 +140,30 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
     return rows, hourly_change, run_change
 
 
+def diff_json(before: dict, after: dict) -> dict:
+    """The versioned ``cost diff`` JSON document of two cost documents (module docstring).
+
+    Args:
+        before, after: :func:`to_json` documents; ``stack`` names each side.
+    """
+    rows, hourly_change, run_change = diff(before, after)
+    return {
+        "schema_version": DIFF_SCHEMA_VERSION,
+        "before": before["stack"], "after": after["stack"],
+        "before_hourly_usd": before["hourly_usd"], "after_hourly_usd": after["hourly_usd"],
+        "before_run_usd": before["run_usd"], "after_run_usd": after["run_usd"],
+        "hourly_change_usd": usd_json(hourly_change), "run_change_usd": usd_json(run_change),
+        "rows": [{"change": r.symbol, "resource": r.resource, "component": r.component,
+                  "before_hourly_usd": usd_json(r.before_hourly), "after_hourly_usd": usd_json(r.after_hourly)}
+                 for r in rows],
+    }
+
+
 def cost_summary(spec, resources: list) -> dict:
-    """Totals of the cost preview of ``resources`` planned for ``spec`` (a ClusterSpec):
-    ``hourly_usd``, ``run_usd``, ``hours``, ``pricing``, ``catalog_date``, ``price_not_found``."""
+    """Totals of the cost preview of ``resources`` planned for ``spec`` (a ClusterSpec), for the
+    stack's own run hours and pricing: ``hourly_usd``, ``run_usd``, ``monthly_if_left_running_usd``
+    (:func:`gpuinfra.money.usd_json` strings), ``hours``, ``pricing``, ``catalog_date``,
+    ``price_not_found`` (as in :func:`to_json`)."""
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cost.estimate import estimate
     from gpuinfra.cost.prices import usage_for
@@ -147,4 +173,4 @@ def cost_summary(spec, resources: list) -> dict:
     est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)
     doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
     return {k: doc[k] for k in ("hourly_usd", "run_usd", "hours", "pricing", "catalog_date", "price_not_found",
-                                "monthly_usd_if_left_running")}
+                                "monthly_if_left_running_usd")}

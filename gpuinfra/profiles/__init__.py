@@ -17,14 +17,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuinfra.errors import GpuinfraError
+from gpuinfra.errors import ProfileError
 
 BUILTIN_PROFILES_FILE = Path(__file__).parent / "data" / "profiles.yaml"
 DEFAULT_PROFILE = "llm-finetune"
-
-
-class ProfileError(GpuinfraError):
-    """A profile name is unknown or a profile file is invalid."""
 
 
 class _Strict(BaseModel):
@@ -129,6 +125,23 @@ def profiles_dir(explicit: Path | None = None) -> Path | None:
         return Path(explicit)
     env = os.environ.get("GPUINFRA_PROFILES_DIR")
     return Path(env) if env else None
+
+
+def check_profiles_folder(user_dir: Path | None) -> Path | None:
+    """Return ``user_dir`` (``--profiles-dir``) if it, or else ``$GPUINFRA_PROFILES_DIR``, is a
+    folder gpuinfra can read profiles from (or neither is set); else raise.
+
+    Raises:
+        ProfileError: the folder is missing or not a folder (the message names where it came from).
+    """
+    from gpuinfra.fsutil import folder_problem
+
+    folder = profiles_dir(user_dir)
+    problem = folder_problem(folder) if folder is not None else None
+    if problem:
+        source = "--profiles-dir" if user_dir is not None else "$GPUINFRA_PROFILES_DIR"
+        raise ProfileError(f"profiles folder {folder} ({source}) {problem}; give a folder of profile YAML files")
+    return user_dir
 
 
 @lru_cache(maxsize=1)

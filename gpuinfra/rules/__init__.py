@@ -18,7 +18,8 @@ from typing import Any
 
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.rules.model import ResourceGraph, Violation
-from gpuinfra.rules.spec_rules import RULES, RuleViolationError, violation
+from gpuinfra.errors import RuleViolationError
+from gpuinfra.rules.spec_rules import RULES, violation
 
 __all__ = ["RULES", "RuleViolationError", "Violation", "ResourceGraph", "check_graph", "check_preview",
            "check_offered_in_zone", "check_budget", "verify_stack"]

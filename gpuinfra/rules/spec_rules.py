@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from gpuinfra.errors import SpecError
+from gpuinfra.errors import RuleViolationError
 from gpuinfra.rules.model import Violation
 
 
@@ -133,18 +133,6 @@ RULES: dict[str, RuleInfo] = {r.name: r for r in (
              "the installed pulumi-aws / pulumi-gcp SDK docstrings ('Valid values: ...')",
              "every documented enum input holds one of the provider's valid values"),
 )}
-
-
-class RuleViolationError(SpecError):
-    """A spec or a preview breaks cloud rules; the message has one line per violation.
-
-    Args:
-        violations: what broke, with rule names and sources.
-    """
-
-    def __init__(self, violations: list[Violation]):
-        self.violations = list(violations)
-        super().__init__("\n".join(v.line() for v in self.violations))
 
 
 def violation(rule: str, resource: str, message: str) -> Violation:

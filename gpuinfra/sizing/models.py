@@ -18,16 +18,12 @@ from pathlib import Path
 
 import yaml
 
-from gpuinfra.errors import GpuinfraError
+from gpuinfra.errors import SizingError
 
 DATA = Path(__file__).parent / "data" / "models.yaml"
 HEAD_DIM = 128
 ASPECT = 128
 DEFAULT_VOCAB = 32000
-
-
-class SizingError(GpuinfraError):
-    """Bad sizing input (unknown model, malformed parameter count, impossible setting)."""
 
 
 @dataclass(frozen=True)

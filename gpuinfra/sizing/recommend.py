@@ -10,15 +10,17 @@ recompute (Kaplan et al. 2020; Chinchilla), at an assumed MFU per method
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
 
 from gpuinfra.catalog.store import Catalog
-from gpuinfra.errors import NoOfferError
+from gpuinfra.errors import NoOfferError, SizingError
+from gpuinfra.money import usd_json
 from gpuinfra.sizing.memory import GIB, METHODS, RECOMPUTE, STRATEGIES, Breakdown, memory_per_gpu
-from gpuinfra.sizing.models import ModelShape, SizingError
+from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
 
 HEADROOM = 1.10
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -71,16 +73,48 @@ class SizingRequest:
         return SizingRequest(self.shape, self.method, self.precision, strategy, recompute, self.seq, self.batch, self.tokens)
 
 
+def sizing_request(model: str | None = None, params: str | None = None, method: str = "full", seq: int = 2048,
+                   batch: int = 1, precision: str = "bf16", strategy: str | None = None,
+                   recompute: str | None = None, tokens: str | None = None) -> SizingRequest:
+    """A validated :class:`SizingRequest` with the method's defaults filled in.
+
+    Args:
+        model: a known model name (``llama-3.1-8b``); exactly one of ``model`` / ``params``.
+        params: a parameter count (``7B``, ``350M``) for a derived shape.
+        method, precision, strategy, recompute: as in :class:`SizingRequest`.
+        seq: sequence length in tokens; batch: micro-batch per GPU.
+        tokens: training tokens (``2T``, ``500B``) for time and cost, or None.
+
+    Raises:
+        SizingError: neither or both of ``model`` / ``params``, an unknown model, or a bad value.
+    """
+    if (model is None) == (params is None):
+        raise SizingError("give exactly one of --model NAME or --params COUNT (e.g. --params 7B)")
+    shape = get_model(model) if model else shape_from_params(parse_count(params))
+    return SizingRequest(shape, method, precision, strategy, recompute, seq, batch,
+                         parse_count(tokens, "--tokens") if tokens else None).resolved()
+
+
 @dataclass
 class Candidate:
-    """One GPU configuration with its memory and (when priced) its cheapest offer."""
+    """One GPU configuration with its memory and (when priced) its cheapest offer.
+
+    Attributes:
+        gpu, gpus_per_node, nodes: the configuration (``nodes`` x ``gpus_per_node`` GPUs).
+        gpu_memory_gib: memory of one GPU.
+        breakdown: memory per GPU by kind.
+        price_per_hour_usd: on-demand USD per hour for all nodes of the cheapest offer; None
+            when not priced.
+        offer: where that offer is (``cloud``, ``region``, ``zone``, ``instance_type``).
+        hours: training hours for the request's tokens (None without tokens).
+    """
 
     gpu: str
     gpus_per_node: int
     nodes: int
     gpu_memory_gib: float
     breakdown: Breakdown
-    price_per_hour_usd: float | None = None
+    price_per_hour_usd: Decimal | None = None
     offer: dict = field(default_factory=dict)
     hours: float | None = None
 
@@ -100,11 +134,11 @@ class Candidate:
         return f"{self.gpus_per_node}x{self.gpu}"
 
     @property
-    def run_cost_usd(self) -> float | None:
-        """Price x hours when both are known."""
+    def run_cost_usd(self) -> Decimal | None:
+        """USD for the training run: price x hours when both are known."""
         if self.hours is None or self.price_per_hour_usd is None:
             return None
-        return self.price_per_hour_usd * self.hours
+        return self.price_per_hour_usd * Decimal(str(self.hours))
 
 
 def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node: int, nodes: int) -> Candidate:
@@ -154,7 +188,7 @@ def candidates(req: SizingRequest, catalog: Catalog) -> list[Candidate]:
         for nodes in NODE_COUNTS if multi_node else (1,):
             c = evaluate(req, gpu, offer["gpu_memory_gib"], count, nodes)
             if c.fits:
-                c.price_per_hour_usd = float(offer["price"]) * nodes
+                c.price_per_hour_usd = offer["price"] * nodes
                 c.offer = {k: offer[k] for k in ("cloud", "region", "zone", "instance_type")}
                 out.append(c)
                 break  # more nodes of the same shape only cost more
@@ -164,14 +198,14 @@ def candidates(req: SizingRequest, catalog: Catalog) -> list[Candidate]:
 
 
 def candidate_json(c: Candidate) -> dict:
-    """JSON view of a candidate."""
+    """JSON view of a candidate (USD as :func:`gpuinfra.money.usd_json` strings)."""
     return {
         "gpus": c.spec, "nodes": c.nodes, "total_gpus": c.gpus_per_node * c.nodes,
         "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2), "gpu_memory_gib": c.gpu_memory_gib,
         "fits": c.fits, "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib, 2),
-        "price_per_hour_usd": None if c.price_per_hour_usd is None else round(c.price_per_hour_usd, 5),
+        "price_per_hour_usd": usd_json(c.price_per_hour_usd),
         "training_hours": None if c.hours is None else round(c.hours, 2),
-        "run_cost_usd": None if c.run_cost_usd is None else round(c.run_cost_usd, 2),
+        "run_cost_usd": usd_json(c.run_cost_usd),
         **c.offer,
     }
 

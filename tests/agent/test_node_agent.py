@@ -366,7 +366,7 @@ def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
                 raise RuntimeError("boom")
             return "expired"
 
-    monkeypatch.setattr(node, "build_agent", lambda config, state_dir: Flaky())
+    monkeypatch.setattr(node, "build_agent", lambda config, state_dir, poll_seconds: Flaky())
     monkeypatch.setattr(node.time, "sleep", lambda s: None)
     env = tmp_path / "node.env"
     env.write_text("GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
@@ -494,3 +494,25 @@ def test_node_env_keys_are_checked_when_written():
 
     with pytest.raises(ValueError, match=r"unknown keys \['GPUINFRA_TYPO'\], missing keys \['GPUINFRA_CLOUD'"):
         format_node_env({"GPUINFRA_TYPO": "1"})
+
+
+def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
+    attempts, syncs = [], []
+
+    class CountingSync(FailingSync):
+        def upload(self, root, path):
+            syncs.append(path)
+            raise OSError("network unreachable")
+
+    def end_node(reason):
+        attempts.append(reason)
+        if len(attempts) == 1:
+            raise RuntimeError("gcloud: metadata server unreachable")
+
+    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1)), FakeGpus(90), AwsMetadata(metadata.url),
+                  CountingSync(), end_node, now=lambda: NOW)
+    with pytest.raises(RuntimeError):
+        agent.step()  # main() logs this and polls again
+    assert agent.step() == "expired" and attempts == ["expired", "expired"] and len(syncs) == 1

@@ -292,7 +292,8 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     result = preview(make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain"))
     text = gzip.decompress(base64.b64decode(_one(result, LT)["userData"])).decode()
     assert text.startswith("#cloud-config\n") and len(base64.b64decode(_one(result, LT)["userData"])) < 16 * 1024
-    assert "/dev/disk/by-id/ -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
+    assert "/dev/disk/by-id/\" -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
+    assert "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text  # review A5
     assert "Before=docker.service containerd.service" in text
     assert 'mount --bind "/opt/dlami/nvme" "$MOUNT_POINT"' in text  # reuse the DLAMI's own instance-store mount
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
@@ -328,7 +329,7 @@ def test_rendezvous_endpoint_is_the_numerically_lowest_ip():
 SCHEDULE = "aws:scheduler/schedule:Schedule"
 
 
-def test_ttl_backstop_terminates_exactly_the_fleets_instances_after_the_agent():
+def test_ttl_backstop_deletes_the_fleet_after_the_agent_had_its_turn():
     spec = make_spec("p5.48xlarge", nodes=2)
     result = preview(spec)
     schedule = _one(result, SCHEDULE)
@@ -337,9 +338,11 @@ def test_ttl_backstop_terminates_exactly_the_fleets_instances_after_the_agent():
     assert schedule["scheduleExpression"] == f"at({at})" and schedule["scheduleExpressionTimezone"] == "UTC"
     assert schedule["flexibleTimeWindow"] == {"mode": "OFF"} and schedule["actionAfterCompletion"] == "NONE"
     target = schedule["target"]
-    # universal target (docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-universal.html)
-    assert target["arn"] == "arn:aws:scheduler:::aws-sdk:ec2:terminateInstances"
-    assert json.loads(target["input"]) == {"InstanceIds": ["i-preview0000", "i-preview0001"]}
+    # universal target (docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-universal.html);
+    # DeleteFleets on an instant fleet terminates whatever instances it still has (EC2 API DeleteFleets)
+    assert target["arn"] == "arn:aws:scheduler:::aws-sdk:ec2:deleteFleets"
+    fleet_id = f"fleet-{spec.stack}-fleet-preview"
+    assert json.loads(target["input"]) == {"FleetIds": [fleet_id], "TerminateInstances": True}
     assert target["retryPolicy"] == {"maximumEventAgeInSeconds": 86400, "maximumRetryAttempts": 185}
     role = next(r for r in result.of_type("aws:iam/role:Role") if r.name == f"{spec.stack}-backstop-role")
     assert target["roleArn"] == f"arn:aws:iam::123456789012:role/{spec.stack}-backstop-role"
@@ -347,10 +350,12 @@ def test_ttl_backstop_terminates_exactly_the_fleets_instances_after_the_agent():
         "Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"}, "Action": "sts:AssumeRole",
         "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"}}}]
     policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{spec.stack}-backstop-terminate")
-    assert json.loads(policy.inputs["policy"])["Statement"] == [{
-        "Sid": "TerminateThisStacksNodes", "Effect": "Allow", "Action": "ec2:TerminateInstances",
-        "Resource": f"arn:aws:ec2:{spec.region}:123456789012:instance/*",
-        "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}}}]
+    assert json.loads(policy.inputs["policy"])["Statement"] == [
+        {"Sid": "DeleteThisStacksFleet", "Effect": "Allow", "Action": "ec2:DeleteFleets",
+         "Resource": f"arn:aws:ec2:{spec.region}:123456789012:fleet/{fleet_id}"},
+        {"Sid": "TerminateThisStacksNodes", "Effect": "Allow", "Action": "ec2:TerminateInstances",
+         "Resource": f"arn:aws:ec2:{spec.region}:123456789012:instance/*",
+         "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}}}]
     assert result.outputs["instance_ids"] == ["i-preview0000", "i-preview0001"]
     assert result.outputs["ttl_backstop_at"] == f"at({at})"
 
@@ -359,7 +364,12 @@ def test_fleet_is_replaced_delete_first_and_a_resolved_ami_does_not_drift():
     result = preview(make_spec("p4d.24xlarge", nodes=2))
     fleet = result.of_type(FLEET)[0]
     # every input the provider would send to ModifyFleet (EC2 takes it only for `maintain` fleets:
-    # docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyFleet.html) replaces the fleet, old one first
+    # docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyFleet.html) replaces the fleet, old one first;
+    # the names must be real Fleet inputs as the engine sees them (camelCase), or the option does nothing
+    from pulumi import _types
+    from pulumi_aws.ec2 import FleetArgs
+
+    assert set(fleet.replace_on_changes) <= set(_types.input_type_py_to_pulumi_names(FleetArgs).values())
     assert set(fleet.replace_on_changes) == {"launchTemplateConfigs", "targetCapacitySpecification", "terminateInstances",
                                             "excessCapacityTerminationPolicy", "context"}
     assert fleet.delete_before_replace is True

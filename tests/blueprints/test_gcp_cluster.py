@@ -291,3 +291,14 @@ def test_spot_and_a_reservation_exclude_each_other():
     spec = gcp_spec("a3-ultragpu-8g", spot=True)
     with pytest.raises(ValidationError, match="spot and gcp_reservation / gcp_reservation_bound exclude each other"):
         _edited(spec, gcp_reservation="h200-block", gcp_reservation_bound=True)
+
+
+def test_a_ttl_longer_than_gce_allows_for_max_run_duration_is_refused():
+    from blueprints.gcp.plan import plan_gcp_cluster
+
+    spec = gcp_spec("a2-highgpu-8g")
+    ok = spec.model_copy(update={"profile": spec.profile.model_copy(update={"ttl_hours": 2879})})
+    assert plan_gcp_cluster(ok).max_run_duration_seconds == 2879 * 3600 + 600  # 120 days = 2880 h
+    long = spec.model_copy(update={"profile": spec.profile.model_copy(update={"ttl_hours": 2880})})
+    with pytest.raises(SpecError, match=r"may be at most 120 days .* use ttl_hours <= 2879"):
+        plan_gcp_cluster(long)

@@ -8,9 +8,10 @@ from decimal import Decimal
 import pytest
 
 from gpuinfra.catalog.build import write_catalog
-from gpuinfra.catalog.gates import CatalogGateError, gate_failures
+from gpuinfra.catalog.gates import gate_failures
 from gpuinfra.catalog.model import Offer
 from gpuinfra.catalog.store import load_catalog
+from gpuinfra.errors import CatalogGateError
 
 
 def _offer(cloud="gcp", itype="a2-highgpu-4g", region="us-central1", od="14.69354", spot="7.22", zone=None):

@@ -93,7 +93,7 @@ def test_refreshed_catalog_is_used_by_offers(moto_server, aws_env, tmp_path, mon
     assert result.exit_code == 0, result.stderr
     offers = json.loads(result.stdout)
     assert {o["region"] for o in offers} == {"us-east-1"}
-    assert offers[0]["spot_price_per_hour_usd"] == 0.00001
+    assert offers[0]["spot_price_per_hour_usd"] == "0.000010"  # the moto spot price, USD as a 6-place string
 
 
 def _gcp_clients(url):

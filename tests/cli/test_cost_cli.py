@@ -61,7 +61,7 @@ def test_gp3_root_disk_price_per_hour(run_cli, tmp_path):
 
 def test_json_totals_are_the_sum_of_lines_and_schema(run_cli, tmp_path):
     doc = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--gpus", "8xH100", "--nodes", "2", "--cloud", "aws"))
-    assert doc["schema_version"] == "1" and doc["currency"] == "USD" and doc["catalog_date"] == "undated (imported 2026-11-22)"
+    assert doc["schema_version"] == "2" and doc["currency"] == "USD" and doc["catalog_date"] == "undated (imported 2026-11-22)"
     for key in ("hourly_usd", "run_usd", "hours", "lines"):
         assert key in doc
     priced = [line for line in doc["lines"] if line["hourly_usd"] is not None]
@@ -139,7 +139,10 @@ def test_cost_diff(run_cli, tmp_path):
     doc = json.loads(run_cli("cost", "diff", a, b, "--project-dir", str(tmp_path), "--json").stdout)
     changed = {(r["change"], r["component"].split(" (")[0]) for r in doc["rows"]}
     assert ("~", "Instance usage") in changed and ("~", "EBS gp3 root volume") in changed
-    assert Decimal(doc["hourly_usd_change"]) > 2 * Decimal("21.95764")
+    assert doc["schema_version"] == "2" and (doc["before"], doc["after"]) == ("a", "b")
+    assert Decimal(doc["hourly_change_usd"]) > 2 * Decimal("21.95764")
+    assert Decimal(doc["hourly_change_usd"]) == Decimal(doc["after_hourly_usd"]) - Decimal(doc["before_hourly_usd"])
+    assert Decimal(doc["run_change_usd"]) == Decimal(doc["after_run_usd"]) - Decimal(doc["before_run_usd"])
     text = run_cli("cost", "diff", a, b, "--project-dir", str(tmp_path)).stdout
     assert "cost diff a -> b" in text and " ~ fleet: Instance usage (on-demand, p4d.24xlarge)" in text
 
@@ -189,3 +192,31 @@ def test_gcp_stack_moved_to_a_zone_without_an_on_demand_price_fails_closed(run_c
         assert result.exit_code == 4, (extra, result.stderr)
         assert result.stderr.count("\n") == 1
         assert "no on-demand price for a3-megagpu-8g in us-central1-a" in result.stderr
+
+
+def test_cost_help_shows_the_stack_options_and_the_diff_sub_command(run_cli):
+    top = run_cli("cost", "--help")
+    assert top.exit_code == 0
+    assert "Usage: gpuinfra cost [OPTIONS] {STACK} | COMMAND [ARGS]..." in top.stdout
+    assert "--from-preview" in top.stdout and "--budget" in top.stdout and "diff" in top.stdout
+    sub = run_cli("cost", "diff", "--help")
+    assert sub.exit_code == 0 and "Usage: gpuinfra cost diff [OPTIONS] {STACK_A} {STACK_B}" in sub.stdout
+    assert "--budget" not in sub.stdout
+    stack = run_cli("cost", "somestack", "--help")
+    assert stack.exit_code == 0 and "Usage: gpuinfra cost [OPTIONS] {STACK}" in stack.stdout
+
+
+def test_cost_options_may_come_before_the_stack_and_a_stack_may_be_called_stack(run_cli, tmp_path):
+    _new(run_cli, tmp_path, "--gpus", "1xL4", "--profile", "dev", "--name", "stack")
+    result = run_cli("cost", "--json", "--project-dir", str(tmp_path), "stack")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["stack"] == "stack"
+
+
+def test_cost_diff_needs_two_stacks_and_diff_is_no_stack_name(run_cli, tmp_path):
+    result = run_cli("cost", "diff", "a", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2 and "Missing argument 'STACK_B'" in result.stderr
+    refused = run_cli("new", "--gpus", "1xL4", "--name", "diff", "--project-dir", str(tmp_path))
+    assert refused.exit_code == 2
+    assert refused.stderr == ("error: stack name 'diff' is reserved (`gpuinfra cost diff` is a sub-command); "
+                              "choose another --name\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 import boto3
@@ -19,11 +20,12 @@ from gpuinfra.lifecycle import StackStatus
 class FakeBackend:
     """Records every call; answers like a Pulumi backend would."""
 
-    def __init__(self, deployed=(), outputs=None, fail=None):
+    def __init__(self, deployed=(), outputs=None, fail=None, replaced=()):
         self.calls = []
         self.deployed = set(deployed)
         self._outputs = outputs or {}
         self.fail = fail
+        self.replaced = list(replaced)  # what a preview would replace: (type token, name)
 
     def list_stacks(self, project_dir):
         self.calls.append(("list_stacks", Path(project_dir).name))
@@ -35,6 +37,10 @@ class FakeBackend:
             raise self.fail
         self.deployed.add(stack)
         return {"create": 30}
+
+    def replacements(self, project_dir, stack):
+        self.calls.append(("replacements", stack))
+        return self.replaced
 
     def destroy(self, project_dir, stack, on_event):
         self.calls.append(("destroy", stack))
@@ -75,7 +81,7 @@ def test_up_calls_the_backend_once(run_cli, project, monkeypatch):
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
     assert result.exit_code == 0, result.stderr
-    assert backend.calls == [("up", "train")]
+    assert backend.calls == [("list_stacks", project.name), ("up", "train")]  # not deployed: no preview needed
 
 
 def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
@@ -167,8 +173,8 @@ def test_ls_and_reap_expired(run_cli, project, monkeypatch):
     _use(monkeypatch, backend)
     rows = {r["stack"]: r for r in json.loads(run_cli("ls", "--project-dir", str(project), "--json").stdout)}
     assert rows["old"]["expired"] is True and rows["train"]["expired"] is False
-    assert rows["train"]["deployed"] is True and rows["train"]["price_per_hour_usd"] == "43.91528"
-    assert 87 < float(rows["train"]["cost_so_far_usd"]) < 88  # 2 h x $43.92/h
+    assert rows["train"]["deployed"] is True and rows["train"]["price_per_hour_usd"] == "43.915280"
+    assert 87 < Decimal(rows["train"]["cost_so_far_usd"]) < 88  # 2 h x $43.92/h
     assert rows["train"]["catalog_date"] == "undated (imported 2026-11-22)"
     dry = run_cli("reap", "--expired", "--dry-run", "--project-dir", str(project))
     assert "would destroy old" in dry.stdout and not [c for c in backend.calls if c[0] == "destroy"]
@@ -210,10 +216,10 @@ def test_up_without_capacity_destroys_what_it_created_and_keeps_the_bucket(run_c
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
     assert result.exit_code == 7
-    assert backend.calls == [("up", "train"), ("destroy", "train")]
-    assert result.stderr.count("\n") == 1 and result.stderr.startswith(
+    assert backend.calls == [("list_stacks", project.name), ("up", "train"), ("destroy", "train")]
+    assert result.stderr == (
         "error: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1. Everything `up` created was destroyed "
-        "again (the bucket and its data are kept), so nothing bills")
+        "again, so nothing bills (its new bucket is empty and kept); run `gpuinfra up train` to try again\n")
 
 
 def test_up_says_to_run_down_when_the_clean_up_fails_too(run_cli, project, monkeypatch):
@@ -227,5 +233,44 @@ def test_up_says_to_run_down_when_the_clean_up_fails_too(run_cli, project, monke
     backend = Stuck(fail=CapacityError("launched 0 of 2"))
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
-    assert result.exit_code == 7 and backend.calls == [("up", "train"), ("destroy", "train")]
+    assert result.exit_code == 7 and backend.calls == [("list_stacks", project.name), ("up", "train"), ("destroy", "train")]
     assert "run `gpuinfra down train` so nothing keeps billing" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_a_deployed_stack_is_never_destroyed_after_a_capacity_failure(run_cli, project, monkeypatch):
+    from gpuinfra.errors import CapacityError
+
+    backend = FakeBackend(deployed=["train"], fail=CapacityError("the EC2 Fleet launched 0 of 2 p4d.24xlarge instances"))
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 7 and ("destroy", "train") not in backend.calls  # its bucket and data stay in the stack
+    assert result.stderr == ("error: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances. The stack's other resources "
+                             "are unchanged; run `gpuinfra up train` to try again, or `gpuinfra down train` so nothing "
+                             "keeps billing\n")
+
+
+def test_up_refuses_to_replace_running_nodes_unless_asked(run_cli, project, monkeypatch):
+    backend = FakeBackend(deployed=["train"], replaced=[("aws:ec2/launchTemplate:LaunchTemplate", "train-lt"),
+                                                        ("aws:ec2/fleet:Fleet", "train-fleet")])
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 2 and ("up", "train") not in backend.calls
+    assert result.stderr == (
+        "error: this update of stack 'train' would replace its running nodes (train-fleet: the change reaches the "
+        "fleet / group, which cannot be updated in place), ending any training on them; run `gpuinfra up train "
+        "--replace-nodes` to do it, or undo the change in the stack file\n")
+    again = run_cli("up", "train", "--replace-nodes", "--project-dir", str(project))
+    assert again.exit_code == 0 and backend.calls[-1] == ("up", "train")
+
+
+def test_up_refuses_a_stack_whose_ttl_is_over(run_cli, project, monkeypatch):
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    path = project / "stacks" / "Pulumi.train.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["created_at"] = "2026-01-01T00:00:00Z"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 2 and backend.calls == [] and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: stack 'train' ends at 2026-01-0")
+    assert "raise gpuinfra:cluster.profile.ttl_hours in the stack file" in result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -54,14 +55,16 @@ def test_new_never_overwrites_without_force(run_cli, tmp_path):
 def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     result = run_cli("new", "--gpus", "4xA100", "--cloud", "aws", "--project-dir", str(tmp_path), "--json")
     data = json.loads(result.stdout)
-    assert data["resources"] == 34 and float(data["cost"]["hourly_usd"]) > data["price_per_hour_usd"]  # 31 + the TTL backstop: scheduler role, its policy, the schedule
+    assert data["resources"] == 34  # 31 + the TTL backstop: scheduler role, its policy, the schedule
+    assert data["price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal("21.957640")
+    assert data["run_cost_usd"] == "526.983360"  # 24 h of the llm-finetune profile x $21.95764/h
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
     assert doc["config"]["aws:region"] == "us-east-1"
     by_type = json.loads(run_cli("new", "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "p5x2",
                                  "--project-dir", str(tmp_path), "--json").stdout)
     assert (by_type["gpu"], by_type["gpu_count"], by_type["nodes"]) == ("H100", 8, 2)
-    assert by_type["price_per_hour_usd"] == pytest.approx(2 * 55.04)
+    assert by_type["price_per_hour_usd"] == "110.080000"  # 2 x $55.04/h, USD as a 6-place decimal string
 
 
 @pytest.mark.parametrize(

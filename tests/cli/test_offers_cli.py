@@ -26,16 +26,17 @@ def test_gcp_4xa100_first_offer_is_the_real_on_demand_price(run_cli):
     offers = json.loads(result.stdout)
     assert all(REQUIRED_KEYS <= set(o) for o in offers)
     first = offers[0]
-    assert (first["instance_type"], first["region"], first["price_per_hour_usd"]) == ("a2-highgpu-4g", "us-central1", 14.69354)
+    assert (first["instance_type"], first["region"], first["price_per_hour_usd"]) == ("a2-highgpu-4g", "us-central1", "14.693540")
+    assert first["price_per_gpu_hour_usd"] == "3.673385"  # 14.69354 / 4 GPUs, USD as a 6-place decimal string
     assert first["market"] == "on-demand" and first["catalog_date"] == "2026-08-20 (on-demand; spot undated)"
     assert first["price_source"] == "on-demand:cyclenerd-2026-08-20;spot:skypilot-v8-gcp"
     a2 = [o for o in offers if o["instance_type"] == "a2-highgpu-4g"]
     assert len(a2) == 19
     for o in a2:
-        assert Decimal(str(o["price_per_hour_usd"])) == _cited_on_demand("a2-highgpu-4g", o["region"])
+        assert Decimal(o["price_per_hour_usd"]) == _cited_on_demand("a2-highgpu-4g", o["region"])
     # no A100 offer below the real on-demand price: the old snapshot's DWS-priced europe-west4 at $9.71 is gone
-    assert min(o["price_per_hour_usd"] for o in offers) == 14.69354
-    prices = [o["price_per_hour_usd"] for o in offers]
+    prices = [Decimal(o["price_per_hour_usd"]) for o in offers]
+    assert min(prices) == Decimal("14.69354")
     assert prices == sorted(prices)
 
 
@@ -43,7 +44,7 @@ def test_json_totals_are_for_all_nodes(run_cli):
     one = json.loads(run_cli("offers", "--gpus", "8xH100", "--cloud", "aws", "--json").stdout)[0]
     two = json.loads(run_cli("offers", "--gpus", "8xH100", "--cloud", "aws", "--nodes", "2", "--json").stdout)[0]
     assert two["instance_type"] == one["instance_type"] == "p5.48xlarge"
-    assert Decimal(str(two["price_per_hour_usd"])) == 2 * Decimal(str(one["price_per_hour_usd"]))
+    assert Decimal(two["price_per_hour_usd"]) == 2 * Decimal(one["price_per_hour_usd"])
     assert two["nodes"] == 2 and two["efa_interfaces"] == 32
 
 
@@ -51,7 +52,7 @@ def test_json_spot_price_null_when_none(run_cli):
     offers = json.loads(run_cli("offers", "--instance-type", "p5.4xlarge", "--json").stdout)
     no_spot = [o for o in offers if o["spot_price_per_hour_usd"] is None]
     assert len(no_spot) == 17  # the snapshot has 17 p5.4xlarge rows without a spot price
-    assert all(o["on_demand_price_per_hour_usd"] > 0 for o in no_spot)
+    assert all(Decimal(o["on_demand_price_per_hour_usd"]) > 0 for o in no_spot)
 
 
 def test_aws_table_puts_p4d_first_with_round_up_note(run_cli):

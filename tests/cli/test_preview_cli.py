@@ -21,7 +21,7 @@ def test_preview_json_of_a_two_node_p5_stack(run_cli, tmp_path):
     lt = next(r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]
     assert sorted(n["networkCardIndex"] for n in lt["networkInterfaces"]) == list(range(32))
     assert doc["outputs"]["efa_interfaces_per_node"] == 32
-    assert doc["outputs"]["price_per_hour_usd"] == "110.08"  # 2 x 55.04 us-east-1 on-demand, catalog 2026-11-22
+    assert doc["outputs"]["price_per_hour_usd"] == "110.080000"  # 2 x 55.04 us-east-1 on-demand, catalog 2026-11-22; 6 places (README "JSON output")
 
 
 def test_preview_tree_names_key_inputs(run_cli, tmp_path):

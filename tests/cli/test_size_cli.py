@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 
 def _size(run_cli, *args):
@@ -19,7 +20,7 @@ def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
     assert abs(sum(doc["breakdown"].values()) - doc["memory_per_gpu_gib"]) < 0.02
     rec = doc["recommendation"]
     assert rec["gpus"] == doc["gpus"] and rec["nodes"] == doc["nodes"]
-    prices = [c["price_per_hour_usd"] for c in doc["candidates"]]
+    prices = [Decimal(c["price_per_hour_usd"]) for c in doc["candidates"]]
     assert prices == sorted(prices) and all(c["fits"] for c in doc["candidates"])
     new = run_cli("offers", "--gpus", rec["gpus"], "--nodes", str(rec["nodes"]), "--json")
     assert new.exit_code == 0  # the recommendation is a valid --gpus request
@@ -38,7 +39,7 @@ def test_tokens_give_hours_and_cost(run_cli):
     # 6*P*D with selective recompute, MFU 0.40, 989 TFLOP/s: 6*1.3e9*26e9 / (8*989e12*0.4*3600)
     expected = 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.40 * 3600)
     assert abs(doc["training_hours"] - round(expected, 2)) < 0.011 and doc["mfu"] == 0.4
-    assert abs(doc["run_cost_usd"] - doc["price_per_hour_usd"] * expected) < 0.01
+    assert abs(Decimal(doc["run_cost_usd"]) - Decimal(doc["price_per_hour_usd"]) * Decimal(expected)) < Decimal("0.01")
 
 
 def test_inference_has_kv_cache_and_no_gradients(run_cli):

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from gpuinfra.errors import SpecError
+from gpuinfra.errors import RuleViolationError, SpecError
 from gpuinfra.rules import RULES, check_facts_current, check_graph, check_offered_in_zone, check_preview
 from gpuinfra.rules.model import ResourceGraph
-from gpuinfra.rules.spec_rules import RuleViolationError
 from tests.blueprints.helpers import make_spec, preview
 
 SHAPES = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuinfra.errors import SizingError
 from gpuinfra.sizing.memory import (
     GIB,
     activation_bytes,
@@ -14,7 +15,7 @@ from gpuinfra.sizing.memory import (
     memory_per_gpu,
     zero_model_states,
 )
-from gpuinfra.sizing.models import SizingError, get_model, parse_count, shape_from_params
+from gpuinfra.sizing.models import get_model, parse_count, shape_from_params
 
 
 @pytest.mark.parametrize(("strategy", "gb"), [("ddp", 120.0), ("zero1", 31.4), ("zero2", 16.6), ("zero3", 1.9)])

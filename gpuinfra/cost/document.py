@@ -1,0 +1,184 @@
+"""The ``gpuinfra cost`` service: the priced cost document of a stack (or of a
+``pulumi preview --json`` file), the run hours it is priced for, the diff of two stacks, and the
+checks that fail a total closed.
+
+The documents are :mod:`gpuinfra.cost.report`'s (``to_json`` / ``diff_json``): USD amounts as
+:func:`gpuinfra.money.usd_json` strings. Nothing here prints; the CLI renders the documents.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+from pathlib import Path
+
+from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
+
+#: Longest run ``--hours`` may price: ten years.
+MAX_HOURS = 87600
+#: Run hours of a preview file whose workload profile is unknown (no ``gpuinfra:profile`` tag).
+FALLBACK_RUN_HOURS = Decimal(24)
+
+
+def check_hours(hours: float | None) -> Decimal | None:
+    """``--hours`` as a Decimal (None stays None: the stack's or profile's own run hours).
+
+    Raises:
+        RequestError: not more than 0 and at most :data:`MAX_HOURS`.
+    """
+    if hours is None:
+        return None
+    if not 0 < hours <= MAX_HOURS:
+        raise RequestError(f"--hours must be more than 0 and at most {MAX_HOURS}, got {hours}")
+    return Decimal(str(hours))
+
+
+def check_budget(budget: float | None) -> Decimal | None:
+    """``--budget`` (USD for the whole run) as a Decimal; None when not given.
+
+    Raises:
+        RequestError: not a finite number >= 0.
+    """
+    if budget is None:
+        return None
+    if not (math.isfinite(budget) and budget >= 0):
+        raise RequestError(f"--budget must be a number >= 0 (USD), got {budget}")
+    return Decimal(str(budget))
+
+
+def pricing_market(spot: bool, on_demand: bool) -> str | None:
+    """The market ``--spot`` / ``--on-demand`` ask to price compute in: ``"spot"``,
+    ``"on-demand"``, or None for the stack's own pricing.
+
+    Raises:
+        RequestError: both flags given.
+    """
+    from gpuinfra.requests import spot_choice
+
+    chosen = spot_choice(spot, on_demand, default="the stack's own pricing")
+    return None if chosen is None else ("spot" if chosen else "on-demand")
+
+
+def profile_run_hours(profile: str | None, hours: Decimal | None = None) -> Decimal:
+    """Run hours of a cost estimate without a stack file: ``hours`` when given, else the
+    profile's ``default_run_hours``, else :data:`FALLBACK_RUN_HOURS` (no profile known).
+
+    Raises:
+        ProfileError: ``profile`` names no known profile.
+    """
+    if hours is not None:
+        return hours
+    if not profile:
+        return FALLBACK_RUN_HOURS
+    from gpuinfra.profiles import get_profile
+
+    return Decimal(str(get_profile(profile).default_run_hours))
+
+
+def stack_cost_document(stack: str, project_dir: Path, hours: float | None = None, market: str | None = None,
+                        usage_file: Path | None = None, catalog: Catalog | None = None) -> dict:
+    """The cost document of ``stacks/Pulumi.<stack>.yaml``, priced over its offline preview.
+
+    Args:
+        stack: stack name.
+        project_dir: the Pulumi project folder (``stacks/`` lives there).
+        hours: run hours (default: the stack's ``run_hours``).
+        market: ``"spot"`` / ``"on-demand"`` to price compute in that market (default: the
+            stack's own pricing).
+        usage_file: usage YAML overriding the profile's usage defaults (bucket GB, egress GB ...).
+        catalog: the catalog to price compute from (default: the one in use).
+
+    Raises:
+        RequestError: bad ``hours``.
+        SpecError: no such stack, or its file is invalid.
+        UsageError: a bad usage file.
+    """
+    from gpuinfra.preview import run_preview_cached
+    from gpuinfra.stackfile import provider_config, read_stack_spec
+
+    run_hours = check_hours(hours)
+    spec = read_stack_spec(project_dir, stack)
+    result = run_preview_cached(spec, provider_config(spec))
+    return _document(result.resources, stack, spec.region, spec.profile.name,
+                     run_hours if run_hours is not None else Decimal(str(spec.run_hours)),
+                     market, usage_file, spec.data, catalog)
+
+
+def preview_file_cost_document(path: Path, stack: str | None = None, hours: float | None = None,
+                               market: str | None = None, usage_file: Path | None = None,
+                               catalog: Catalog | None = None) -> dict:
+    """The cost document of a ``pulumi preview --json`` file (what Pulumi itself plans).
+
+    Args:
+        path: the preview file.
+        stack: the name to put in the document (default: the stack the file names).
+        hours: run hours (default: :func:`profile_run_hours` of the cluster's profile tag).
+        market, usage_file, catalog: as in :func:`stack_cost_document`.
+
+    Raises:
+        RequestError: bad ``hours``.
+        PreviewFileError: the file is not preview JSON.
+        UsageError: a bad usage file.
+    """
+    from gpuinfra.cost.estimate import read_cluster_facts
+    from gpuinfra.cost.pulumi_preview import read_pulumi_preview
+
+    run_hours = check_hours(hours)
+    resources, config, name = read_pulumi_preview(path)
+    region = config.get("aws:region") or config.get("gcp:region")
+    profile = read_cluster_facts(resources, region).profile
+    return _document(resources, stack or name, region, profile, profile_run_hours(profile, run_hours),
+                     market, usage_file, None, catalog)
+
+
+def _document(resources: list, stack: str, region: str | None, profile: str | None, run_hours: Decimal,
+              market: str | None, usage_file: Path | None, data, catalog: Catalog | None) -> dict:
+    from gpuinfra.cost.estimate import estimate
+    from gpuinfra.cost.prices import usage_for
+    from gpuinfra.cost.report import to_json
+
+    catalog = catalog or load_catalog()
+    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
+    return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), market or est.facts.market)
+
+
+def check_totals(doc: dict, budget_usd: Decimal | None = None) -> None:
+    """Refuse a cost document whose total is not a total, or is over the budget.
+
+    Args:
+        doc: a cost document (:func:`stack_cost_document`).
+        budget_usd: the run's budget in USD (:func:`check_budget`), or None.
+
+    Raises:
+        PriceMissingError: a line has no price or a resource has no cost model (exit 4): money
+            fails closed, so an unpriced line is never $0 and no budget passes it.
+        BudgetExceededError: ``run_usd`` is over ``budget_usd`` (exit 3).
+    """
+    unpriced = doc["price_not_found"] + [f"{r['resource']} ({r['resource_type']}: {r['reason']})"
+                                         for r in doc["not_priced"]]
+    if unpriced:
+        raise PriceMissingError(unpriced)
+    if budget_usd is not None and Decimal(doc["run_usd"]) > budget_usd:
+        raise BudgetExceededError(Decimal(doc["run_usd"]), budget_usd)
+
+
+def cost_diff_document(before: str, after: str, project_dir: Path, hours: float | None = None,
+                       market: str | None = None, usage_file: Path | None = None) -> dict:
+    """Price two stacks alike and compare them (``gpuinfra cost diff``).
+
+    Args:
+        before, after: stack names.
+        project_dir, hours, market, usage_file: as in :func:`stack_cost_document`, for both.
+
+    Returns:
+        The :func:`gpuinfra.cost.report.diff_json` document.
+
+    Raises:
+        as :func:`stack_cost_document`.
+    """
+    from gpuinfra.cost.report import diff_json
+
+    catalog = load_catalog()
+    return diff_json(stack_cost_document(before, project_dir, hours, market, usage_file, catalog),
+                     stack_cost_document(after, project_dir, hours, market, usage_file, catalog))

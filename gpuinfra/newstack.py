@@ -1,0 +1,159 @@
+"""The ``gpuinfra new`` service: a GPU request (or a model to size for) becomes a verified,
+written stack file.
+
+Steps of :func:`create_stack`: size the model into a GPU request (``--model``/``--params``),
+resolve the workload profile, read a capacity reservation and locate the data set when asked,
+plan the cheapest fitting offer (:func:`gpuinfra.planner.plan_cluster`), run the real program
+offline over the spec as validation (:func:`gpuinfra.verify.verify_spec`: previewed, priced,
+every cloud rule checked) and only then write ``stacks/Pulumi.<stack>.yaml``. Nothing is
+written when any step refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from gpuinfra.errors import RequestError
+from gpuinfra.money import usd_json
+from gpuinfra.planner import Plan, PlanRequest
+from gpuinfra.sizing.report import StackSizing
+from gpuinfra.stackfile import WrittenFiles
+from gpuinfra.verify import VerifiedPreview
+
+
+@dataclass(frozen=True)
+class NewStackRequest:
+    """What ``gpuinfra new`` was asked for (its options, typed; None = not given).
+
+    Attributes:
+        plan: the planner's part (:class:`gpuinfra.planner.PlanRequest`: ``gpus``, ``nodes``,
+            filters, ``spot``, ``hours``, ``name``, ``max_price_per_hour_usd``, ``gcp_project``,
+            ``strict``). Its ``gpus`` / ``nodes`` are replaced by the sizing when ``model`` or
+            ``params`` is given; its ``capacity_reservation`` and ``data`` are filled from the
+            fields below.
+        profile: workload profile name (default: the method's with ``model``/``params``, else
+            :data:`gpuinfra.profiles.DEFAULT_PROFILE`).
+        model, params, method: size the cluster for a model (``llama-3.1-8b``) or a parameter
+            count (``7B``) and a method (``pretrain``/``full``/``lora``/``qlora``/``inference``;
+            default ``full``) instead of ``plan.gpus``.
+        capacity_reservation: AWS ``cr-...`` id, read from EC2 in ``plan.region`` (needs credentials).
+        data, data_region, data_size: the training data set (``s3://``/``gs://`` URI, region,
+            size such as ``2TB``); offers are then ranked by run cost with moving the data.
+        profiles_dir: folder of user profile YAML files.
+    """
+
+    plan: PlanRequest
+    profile: str | None = None
+    model: str | None = None
+    params: str | None = None
+    method: str | None = None
+    capacity_reservation: str | None = None
+    data: str | None = None
+    data_region: str | None = None
+    data_size: str | None = None
+    profiles_dir: Path | None = None
+
+
+@dataclass(frozen=True)
+class NewStackResult:
+    """A written stack: its plan, files, verified preview and (with a model) its sizing.
+
+    Attributes:
+        plan: the spec, the chosen offer, warnings and notes.
+        written: the stack file and any scaffolded project files.
+        verified: the offline preview that passed every rule, with its cost summary.
+        sizing: how a model was sized into the GPU request; None for ``gpus``/``instance_type``.
+    """
+
+    plan: Plan
+    written: WrittenFiles
+    verified: VerifiedPreview
+    sizing: StackSizing | None = None
+
+    @property
+    def pricing(self) -> str:
+        """``spot`` or ``on-demand``."""
+        return "spot" if self.plan.spec.spot else "on-demand"
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``gpuinfra new --json`` document (USD as :func:`gpuinfra.money.usd_json` strings;
+        ``cost`` is the verified preview's cost summary)."""
+        spec, offer = self.plan.spec, self.plan.offer
+        return {
+            "stack": spec.stack,
+            "stack_file": str(self.written.stack_file),
+            "scaffolded": [str(p) for p in self.written.scaffolded],
+            "cloud": spec.cloud, "region": spec.region, "zone": spec.zone,
+            "instance_type": spec.instance_type, "gpu": spec.gpu, "gpu_count": spec.gpu_count,
+            "nodes": spec.nodes, "pricing": self.pricing, "profile": spec.profile.name,
+            "round_up": offer.round_up,
+            "price_per_hour_usd": usd_json(offer.price_per_hour_usd),
+            "run_hours": spec.run_hours,
+            "run_cost_usd": usd_json(self.plan.run_cost_usd),
+            "catalog_date": self.plan.catalog_date,
+            "expires_at": spec.expires_at.isoformat(),
+            "next": f"pulumi up -s {spec.stack}",
+            "resources": len(self.verified.preview.resources),
+            "cost": self.verified.cost,
+            "data": None if spec.data is None else spec.data.model_dump(mode="json"),
+            "locality_note": self.plan.locality_note or None,
+            "warnings": list(self.plan.warnings),
+            "sizing": None if self.sizing is None else self.sizing.to_json(),
+        }
+
+
+def create_stack(request: NewStackRequest, project_dir: Path, force: bool = False,
+                 now: datetime | None = None) -> NewStackResult:
+    """Plan, verify and write the stack for ``request`` (module docstring).
+
+    Args:
+        request: the options.
+        project_dir: the Pulumi project folder; ``stacks/`` is created, and ``Pulumi.yaml`` +
+            ``program/`` are scaffolded when it has no project yet.
+        force: replace an existing stack file.
+        now: creation time, UTC (the start of the TTL; default: now).
+
+    Raises:
+        RequestError: contradicting options (``--model`` with ``--gpus``, ``--method`` alone,
+            ``--capacity-reservation`` without ``--region``) or a bad value.
+        SizingError, ProfileError, DataSourceError, CatalogError, SpecError: bad input (exit 2).
+        RuleViolationError: the verified preview breaks a cloud rule (exit 2).
+        NoOfferError: nothing fits (exit 4).
+        MissingDependencyError: a lookup (reservation, bucket) needs credentials (exit 6).
+        FileExistsGpuinfraError: the stack file exists and not ``force`` (exit 5).
+        ProjectDirError: ``project_dir`` cannot be written (exit 2).
+    """
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.datasource import resolve_data_set
+    from gpuinfra.planner import plan_cluster
+    from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
+    from gpuinfra.stackfile import write_stack
+    from gpuinfra.verify import verify_spec
+
+    planned, profile, sizing = request.plan, request.profile, None
+    if request.model or request.params:
+        if planned.gpus or planned.instance_type:
+            raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type, not both")
+        from gpuinfra.sizing.report import size_for_stack
+
+        sizing = size_for_stack(request.model, request.params, request.method)
+        planned, profile = replace(planned, gpus=sizing.gpus, nodes=sizing.nodes), profile or sizing.profile
+    elif request.method:
+        raise RequestError("--method goes with --model or --params")
+    resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)
+    catalog = load_catalog()
+    if request.capacity_reservation:
+        from gpuinfra.capacity import describe_capacity_reservation
+
+        if not planned.region:
+            raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
+        planned = replace(planned, capacity_reservation=describe_capacity_reservation(request.capacity_reservation,
+                                                                                        planned.region))
+    planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
+    plan = plan_cluster(catalog, planned, resolved, now or datetime.now(timezone.utc))
+    verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
+    written = write_stack(plan, project_dir, force=force)
+    return NewStackResult(plan, written, verified, sizing)

@@ -1,0 +1,156 @@
+"""The ``gpuinfra offers`` service: the options become a catalog query, offers are ranked (by
+run cost when a data set is given), and each ranked offer has one JSON view.
+
+JSON (``gpuinfra offers --json``, a list; USD as :func:`gpuinfra.money.usd_json` strings): one
+:func:`offer_json` object per offer; with a data set, :func:`run_json` objects, which add the
+run's ``hours``, ``compute_usd``, ``data_transfer_usd``, ``data_transfer_route``,
+``data_transfer_price_per_gb_usd``, ``data_transfer_price_source`` and ``run_usd``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from gpuinfra.catalog.store import Catalog
+from gpuinfra.errors import RequestError
+from gpuinfra.locality import RunCost
+from gpuinfra.money import usd_json
+from gpuinfra.offers import OfferQuery, RankedOffer
+from gpuinfra.spec import DataSource
+
+#: Longest run ``offers --hours`` prices the data transfer against (one year).
+MAX_RUN_HOURS = 8760
+
+
+def market_option(market: str, spot: bool) -> str:
+    """The catalog market named by ``--market`` (and ``--spot``).
+
+    Args:
+        market: ``on-demand``, ``spot`` or ``flex`` (and the aliases :func:`parse_market` takes).
+        spot: ``--spot``, the same as ``--market spot``.
+
+    Raises:
+        RequestError: an unknown market, or ``--spot`` with another ``--market``.
+    """
+    from gpuinfra.catalog.model import parse_market
+
+    chosen = parse_market(market)
+    if chosen is None:
+        raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex")
+    if spot and chosen not in ("spot", "on-demand"):
+        raise RequestError(f"--spot contradicts --market {market}")
+    return "spot" if spot else chosen
+
+
+@dataclass(frozen=True)
+class OfferSearch:
+    """Ranked offers for a request.
+
+    Attributes:
+        query: what was asked of the catalog (request, filters, market).
+        ranked: every fitting offer, cheapest $/h for all nodes first.
+        data: the training data set, when one was given.
+        hours: run length in hours (with ``data`` only).
+        runs: with ``data``: the offers ranked by run cost (compute x hours + moving the data
+            once; unknown transfer prices last), else None.
+    """
+
+    query: OfferQuery
+    ranked: list[RankedOffer]
+    data: DataSource | None = None
+    hours: Decimal | None = None
+    runs: list[RunCost] | None = None
+
+
+def search_offers(catalog: Catalog, *, gpus: str | None = None, instance_type: str | None = None, nodes: int = 1,
+                  cloud: str | None = None, region: str | None = None, zone: str | None = None,
+                  market: str = "on-demand", spot: bool = False, include_local_zones: bool = False,
+                  data: str | None = None, data_region: str | None = None, data_size: str | None = None,
+                  hours: float | None = None) -> OfferSearch:
+    """Rank every offer that fits ``gpus`` (or the GPUs of ``instance_type``) on ``nodes`` nodes.
+
+    Args:
+        catalog: the loaded catalog.
+        gpus: GPUs per node (``4xA100``); or ``instance_type`` alone.
+        instance_type: restrict to this type (and, without ``gpus``, take its GPUs).
+        nodes: node count; prices are totals for all nodes.
+        cloud, region, zone: filters (AWS zones are AZ IDs).
+        market, spot: the market to rank by (:func:`market_option`).
+        include_local_zones: also AWS Local Zones.
+        data, data_region, data_size: the training data set (:func:`gpuinfra.datasource.resolve_data_set`).
+        hours: run length in hours; needed with a data set (more than 0, at most 8760), refused without.
+
+    Raises:
+        RequestError: bad or contradicting options.
+        CatalogError: unknown cloud, region, zone or type.
+        DataSourceError, MissingDependencyError: the data set cannot be resolved.
+        NoOfferError: nothing fits (exit 4).
+    """
+    from gpuinfra.datasource import resolve_data_set
+    from gpuinfra.locality import rank_runs
+    from gpuinfra.offers import find_offers, gpu_request
+
+    request = gpu_request(catalog, gpus, instance_type, cloud, nodes)
+    query = OfferQuery(request=request, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
+                       market=market_option(market, spot), include_local_zones=include_local_zones)
+    data_set = resolve_data_set(data, data_region, data_size)
+    if data_set is None and hours is not None:
+        raise RequestError("--hours goes with --data or --data-region (it sets the run length for the data transfer)")
+    if data_set is not None and (hours is None or not 0 < hours <= MAX_RUN_HOURS):
+        raise RequestError(f"--data needs --hours, more than 0 and at most {MAX_RUN_HOURS}: the run length decides "
+                           "whether moving the data pays")
+    ranked = find_offers(catalog, query)
+    if data_set is None:
+        return OfferSearch(query, ranked)
+    run_hours = Decimal(str(hours))
+    return OfferSearch(query, ranked, data_set, run_hours, rank_runs(ranked, data_set, run_hours))
+
+
+def offer_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any]:
+    """The JSON object of one ranked offer (stable keys, documented in README.md; prices are
+    totals for all nodes, null where the catalog has none)."""
+    offer = ranked.offer
+    fact = catalog.fact(offer.cloud, offer.instance_type)
+    return {
+        "cloud": offer.cloud,
+        "region": offer.region,
+        "zone": offer.zone,
+        "instance_type": offer.instance_type,
+        "gpu": offer.gpu,
+        "gpu_count": offer.gpu_count,
+        "requested_gpu_count": ranked.requested_gpu_count,
+        "round_up": ranked.round_up,
+        "gpu_memory_gib": offer.gpu_memory_gib,
+        "vcpus": offer.vcpus,
+        "memory_gib": offer.memory_gib,
+        "nodes": ranked.nodes,
+        "market": ranked.market,
+        "price_per_hour_usd": usd_json(ranked.price_per_hour_usd),
+        "price_per_gpu_hour_usd": usd_json(ranked.price_per_gpu_hour_usd),
+        "on_demand_price_per_hour_usd": usd_json(ranked.market_price_per_hour_usd("on-demand")),
+        "spot_price_per_hour_usd": usd_json(ranked.market_price_per_hour_usd("spot")),
+        "flex_start_price_per_hour_usd": usd_json(ranked.market_price_per_hour_usd("flex-start")),
+        "spot_not_discounted": offer.spot_not_discounted,
+        "price_source": offer.price_source,
+        "efa_interfaces": fact.max_efa_interfaces if fact else None,
+        "gpu_nics": fact.gpu_nic_count if fact else None,
+        "local_nvme_count": fact.local_ssd.bundled_count if fact else None,
+        "local_nvme_size_gib": fact.local_ssd.size_gib if fact else None,
+        "local_ssd_attach_counts": list(fact.local_ssd.attach_counts) if fact else None,
+        "provisioning_models": list(fact.provisioning_models) if fact else None,
+        "local_zone": offer.local_zone,
+        "catalog_date": catalog.date_for(offer.cloud),
+    }
+
+
+def run_json(run: RunCost, catalog: Catalog) -> dict[str, Any]:
+    """:func:`offer_json` of the run's offer plus the run's cost with its data (module docstring)."""
+    per_gb = run.transfer.price_per_gb
+    return {**offer_json(run.ranked, catalog), "hours": float(run.hours),
+            "compute_usd": usd_json(run.compute_usd), "data_transfer_usd": usd_json(run.transfer.usd),
+            "data_transfer_route": run.transfer.route,
+            "data_transfer_price_per_gb_usd": None if per_gb is None else usd_json(per_gb.usd),
+            "data_transfer_price_source": None if per_gb is None else per_gb.source,
+            "run_usd": usd_json(run.run_usd)}

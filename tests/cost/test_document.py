@@ -1,0 +1,112 @@
+"""gpuinfra.cost.document: the service under `gpuinfra cost` and `gpuinfra cost diff`."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.cost.document import (check_budget, check_hours, check_totals, cost_diff_document,
+                                    preview_file_cost_document, pricing_market, profile_run_hours, stack_cost_document)
+from gpuinfra.cost.report import diff_json
+from gpuinfra.errors import BudgetExceededError, PriceMissingError, ProfileError, RequestError
+from gpuinfra.newstack import NewStackRequest, create_stack
+from gpuinfra.planner import PlanRequest
+
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture
+def p4d_project(tmp_path):
+    """Stacks `one` (1 x p4d.24xlarge) and `two` (2 x) in us-east-1, profile llm-finetune (24 h)."""
+    create_stack(NewStackRequest(PlanRequest(None, instance_type="p4d.24xlarge", name="one")), tmp_path, now=NOW)
+    create_stack(NewStackRequest(PlanRequest(None, nodes=2, instance_type="p4d.24xlarge", name="two")), tmp_path,
+                 now=NOW)
+    return tmp_path
+
+
+def test_hours_and_budget_checks():
+    assert check_hours(None) is None and check_hours(10.0) == Decimal("10.0") and check_hours(87600) == Decimal(87600)
+    for bad in (0, -1, 87600.5):
+        with pytest.raises(RequestError, match=f"--hours must be more than 0 and at most 87600, got {bad}"):
+            check_hours(bad)
+    assert check_budget(None) is None and check_budget(0) == Decimal(0) and check_budget(12.5) == Decimal("12.5")
+    for bad in (float("nan"), float("inf"), -0.01):
+        with pytest.raises(RequestError, match="--budget must be a number >= 0"):
+            check_budget(bad)
+
+
+def test_pricing_market():
+    assert [pricing_market(False, False), pricing_market(True, False), pricing_market(False, True)] == [
+        None, "spot", "on-demand"]
+    with pytest.raises(RequestError, match="--spot and --on-demand exclude each other"):
+        pricing_market(True, True)
+
+
+def test_profile_run_hours():
+    assert profile_run_hours("llm-pretrain") == Decimal(168)
+    assert profile_run_hours("dev") == Decimal(4)
+    assert profile_run_hours(None) == Decimal(24)  # no profile tag: the fallback
+    assert profile_run_hours("dev", Decimal(7)) == Decimal(7)  # given hours win
+    with pytest.raises(ProfileError, match="unknown profile 'nope'"):
+        profile_run_hours("nope")
+
+
+def test_stack_cost_document_exact_totals(p4d_project):
+    doc = stack_cost_document("one", p4d_project)
+    assert (doc["schema_version"], doc["stack"], doc["pricing"], doc["hours"]) == ("2", "one", "on-demand", "24")
+    assert (doc["hourly_usd"], doc["run_usd"], doc["monthly_if_left_running_usd"]) == (
+        "22.307811", "535.387470", "16061.624089")
+    spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
+    assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == ("spot", "10", "3.183171", "31.831713")
+    check_totals(doc, Decimal(536))  # every line priced, under budget: passes
+    with pytest.raises(BudgetExceededError, match=r"^run total \$535.39 exceeds the budget \$535.00$"):
+        check_totals(doc, Decimal(535))
+
+
+def test_check_totals_fails_closed_before_the_budget():
+    doc = {"price_not_found": ["x-fleet: Instance usage (capacity block)"], "run_usd": "1.000000",
+           "not_priced": [{"resource": "x-extra", "resource_type": "aws:sagemaker/domain:Domain", "reason": "no model"}]}
+    with pytest.raises(PriceMissingError) as info:
+        check_totals(doc, Decimal(1000))
+    assert info.value.missing == ["x-fleet: Instance usage (capacity block)",
+                                  "x-extra (aws:sagemaker/domain:Domain: no model)"]
+
+
+def test_preview_file_document_takes_the_files_stack_and_hours():
+    doc = preview_file_cost_document(FIXTURES / "pulumi_preview_p4d.json", hours=24)
+    assert (doc["stack"], doc["hours"]) == ("p4d-team", "24")
+    compute = next(line for line in doc["lines"] if line["component"].startswith("Instance usage"))
+    assert (compute["quantity"], compute["unit_price_usd"]) == ("2.000000", "21.957640")
+    assert preview_file_cost_document(FIXTURES / "pulumi_preview_p4d.json", stack="mine")["stack"] == "mine"
+
+
+def test_cost_diff_document(p4d_project):
+    doc = cost_diff_document("one", "two", p4d_project)
+    assert {k: v for k, v in doc.items() if k != "rows"} == {
+        "schema_version": "2", "before": "one", "after": "two",
+        "before_hourly_usd": "22.307811", "after_hourly_usd": "44.287369",
+        "before_run_usd": "535.387470", "after_run_usd": "1062.896858",
+        "hourly_change_usd": "21.979558", "run_change_usd": "527.509388",
+    }
+    assert doc["rows"][0] == {"change": "~", "resource": "fleet", "component": "Instance usage (on-demand, p4d.24xlarge)",
+                              "before_hourly_usd": "21.957640", "after_hourly_usd": "43.915280"}
+
+
+def _doc(stack, hourly, *lines):
+    return {"stack": stack, "hourly_usd": hourly, "run_usd": str(Decimal(hourly) * 10),
+            "lines": [{"resource": f"{stack}-{r}", "component": c, "hourly_usd": h} for r, c, h in lines]}
+
+
+def test_diff_json_of_small_documents():
+    before = _doc("a", "3.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("ip", "Public IPv4", "1.000000"))
+    after = _doc("b", "2.500000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("nat", "NAT gateway", "0.500000"))
+    doc = diff_json(before, after)
+    assert (doc["hourly_change_usd"], doc["run_change_usd"]) == ("-0.500000", "-5.000000")
+    assert doc["rows"] == [
+        {"change": "-", "resource": "ip", "component": "Public IPv4", "before_hourly_usd": "1.000000", "after_hourly_usd": None},
+        {"change": "+", "resource": "nat", "component": "NAT gateway", "before_hourly_usd": None, "after_hourly_usd": "0.500000"},
+    ]

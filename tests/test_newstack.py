@@ -1,0 +1,62 @@
+"""gpuinfra.newstack.create_stack, called directly (the service under `gpuinfra new`)."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+import pytest
+
+from gpuinfra.errors import RequestError, RuleViolationError, SpecError
+from gpuinfra.newstack import NewStackRequest, create_stack
+from gpuinfra.planner import PlanRequest
+from gpuinfra.stackfile import read_stack_spec
+
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+
+
+def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
+    result = create_stack(NewStackRequest(PlanRequest("4xA100", cloud="gcp", region="us-central1"), profile="dev"),
+                          tmp_path, now=NOW)
+    doc = result.to_json()
+    assert (doc["stack"], doc["instance_type"], doc["zone"], doc["pricing"]) == (
+        "gcp-4xa100", "a2-highgpu-4g", "us-central1-a", "on-demand")
+    # 14.69354 $/h (Cyclenerd pricing.yml 2026-08-20) x the dev profile's 4 h
+    assert (doc["price_per_hour_usd"], doc["run_hours"], doc["run_cost_usd"]) == ("14.693540", 4.0, "58.774160")
+    assert doc["resources"] == 14 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
+    assert doc["cost"] == {"hourly_usd": "15.096036", "run_usd": "60.384144", "hours": "4", "pricing": "on-demand",
+                           "catalog_date": "2026-08-20 (on-demand; spot undated)", "price_not_found": [],
+                           "monthly_if_left_running_usd": "10869.145841"}
+    assert doc["sizing"] is None and doc["warnings"] == [] and doc["stack_file"] == str(result.written.stack_file)
+    assert read_stack_spec(tmp_path, "gcp-4xa100").instance_type == "a2-highgpu-4g"
+
+
+def test_model_is_sized_into_a_gpu_request_and_the_methods_profile(tmp_path):
+    result = create_stack(NewStackRequest(PlanRequest(None, name="q"), model="llama-3.1-8b", method="qlora"), tmp_path, now=NOW)
+    assert (result.sizing.gpus, result.sizing.nodes, result.sizing.profile) == ("1xL4", 1, "qlora-finetune")
+    assert result.plan.spec.profile.name == "qlora-finetune" and result.plan.spec.gpu == "L4"
+    assert result.to_json()["sizing"]["method"] == "qlora"
+
+
+@pytest.mark.parametrize(("request_", "message"), [
+    (NewStackRequest(PlanRequest("1xL4"), model="llama-3.1-8b"), "give either --model/--params (sized for you) or --gpus"),
+    (NewStackRequest(PlanRequest("1xL4"), method="lora"), "--method goes with --model or --params"),
+    (NewStackRequest(PlanRequest(None, instance_type="p5.48xlarge"), capacity_reservation="cr-0123456789abcdef0"),
+     "--capacity-reservation needs --region"),
+])
+def test_contradicting_options_write_nothing(tmp_path, request_, message):
+    with pytest.raises(RequestError, match=re.escape(message)):
+        create_stack(request_, tmp_path, now=NOW)
+    assert not (tmp_path / "stacks").exists()
+
+
+def test_a_stack_over_its_budget_is_refused_before_it_is_written(tmp_path):
+    with pytest.raises(RuleViolationError, match="^budget-max-price: the stack costs \\$15.10/h"):
+        create_stack(NewStackRequest(PlanRequest("4xA100", cloud="gcp", region="us-central1", max_price_per_hour_usd=15.0),
+                                     profile="dev"), tmp_path, now=NOW)
+    assert not (tmp_path / "stacks").exists()
+
+
+def test_diff_is_a_reserved_stack_name(tmp_path):
+    with pytest.raises(SpecError, match="stack name 'diff' is reserved \\(`gpuinfra cost diff` is a sub-command\\)"):
+        create_stack(NewStackRequest(PlanRequest("1xL4", name="diff")), tmp_path, now=NOW)
