@@ -101,7 +101,8 @@ class TransferQuote:
         """Total USD for the transfer; None when the price is unknown."""
         if self.free:
             return Decimal(0)
-        return None if self.price_per_gb is None else (self.quantity * self.price_per_gb.usd).quantize(Decimal("0.01"))
+        # not rounded here: amounts are rounded once, when written (gpuinfra/money.py)
+        return None if self.price_per_gb is None else self.quantity * self.price_per_gb.usd
 
 
 def quote_transfer(data: DataSource, cloud: str, region: str) -> TransferQuote:

@@ -151,6 +151,8 @@ def run_json(run: RunCost, catalog: Catalog) -> dict[str, Any]:
     return {**offer_json(run.ranked, catalog), "hours": float(run.hours),
             "compute_usd": usd_json(run.compute_usd), "data_transfer_usd": usd_json(run.transfer.usd),
             "data_transfer_route": run.transfer.route,
-            "data_transfer_price_per_gb_usd": None if per_gb is None else usd_json(per_gb.usd),
+            # free (same region): 0, not null -- null means the price is unknown
+            "data_transfer_price_per_gb_usd": (usd_json(Decimal(0)) if run.transfer.free
+                                               else None if per_gb is None else usd_json(per_gb.usd)),
             "data_transfer_price_source": None if per_gb is None else per_gb.source,
             "run_usd": usd_json(run.run_usd)}

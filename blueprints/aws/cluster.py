@@ -14,6 +14,7 @@ from blueprints.aws.nodes import build_fleet, build_launch_template, launched_in
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
 from blueprints.aws.storage import build_bucket
 from blueprints.aws.userdata import nccl_env
+from blueprints.common.fabric import aws_run_command
 from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
@@ -120,6 +121,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
                 lambda i: f"aws ssm start-session --region {spec.region} --target {i or '<instance-id>'}"
             ),
             "nccl_env": nccl_env(plan, spec.instance_type),
+            "run_command": aws_run_command(spec.region, spec.stack),
             "torchrun_rendezvous_endpoint": self.private_ips.apply(
                 lambda ips: f"{ips[0]}:{TORCHRUN_PORT}" if ips else f"<rank-0 private IP>:{TORCHRUN_PORT}"
             ),

@@ -12,7 +12,8 @@ import base64
 import gzip
 
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
-from blueprints.common.node_files import NODE_FILES, node_env
+from blueprints.common.fabric import RUN_SCRIPT_PATH, aws_fabric, render_run_script
+from blueprints.common.node_files import NODE_FILES, node_env, scratch_script
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
@@ -57,8 +58,7 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
     Raises:
         SpecError: the result exceeds EC2's 16 KB user-data limit.
     """
-    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=AWS_NVME_GLOB,
-                     existing_mount=DLAMI_NVME_MOUNT)
+    scratch = scratch_script(SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count, DLAMI_NVME_MOUNT)
     cluster_env = render(
         "aws-cluster-env.sh.j2",
         stack=spec.stack,
@@ -67,6 +67,8 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         master_port=TORCHRUN_PORT,
         wait_seconds=PEER_WAIT_SECONDS,
     )
+    run_script = render_run_script(aws_fabric(plan.efa_count), image=spec.profile.container_image,
+                                   instance_type=spec.instance_type, scratch=SCRATCH_MOUNT)
     text = render(
         "aws-cloud-init.yaml.j2",
         node_files=NODE_FILES,
@@ -76,6 +78,8 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         scratch_script=scratch.rstrip("\n"),
         agent_source=agent_source(),
         cluster_env_script=cluster_env.rstrip("\n"),
+        run_script_path=RUN_SCRIPT_PATH,
+        run_script=run_script.rstrip("\n"),
         mount_point=SCRATCH_MOUNT,
         container_image=spec.profile.container_image,
         nccl_env=nccl_env(plan, spec.instance_type),

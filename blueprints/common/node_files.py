@@ -18,6 +18,10 @@ from __future__ import annotations
 from blueprints.common.tags import expires_at_text
 from gpuinfra.agent.node import format_node_env
 from gpuinfra.spec import ClusterSpec
+from gpuinfra.templating import render
+
+#: Seconds the scratch unit waits at boot for udev to link every local NVMe disk.
+SCRATCH_DEVICE_WAIT_SECONDS = 120
 
 DOCKER_MEMLOCK_DROPIN = "/etc/systemd/system/docker.service.d/99-gpuinfra-memlock.conf"
 
@@ -53,3 +57,11 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
         "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": spec.profile.idle_gpu_utilization_percent,
         "GPUINFRA_SCRATCH": scratch_mount,
     })
+
+
+def scratch_script(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
+    """The scratch unit's script (``templates/scratch-raid0.sh.j2``) for a machine with
+    ``expected_disks`` local NVMe disks named ``/dev/disk/by-id/<device_glob>``; ``existing_mount``
+    is where the image mounts them itself (the DLAMI's ``/opt/dlami/nvme``), or empty."""
+    return render("scratch-raid0.sh.j2", mount_point=mount_point, device_glob=device_glob, existing_mount=existing_mount,
+                  expected_disks=expected_disks, device_wait_seconds=SCRATCH_DEVICE_WAIT_SECONDS).rstrip("\n")

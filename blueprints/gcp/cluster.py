@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pulumi
 
+from blueprints.common.fabric import gcp_run_command
 from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
 from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
@@ -58,6 +59,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
                 else "no SSH path: set network.iap_ssh: true in the stack file (IAP + OS Login)"
             ),
             "nccl_env": nccl_env(plan.nic_layout),
+            "run_command": gcp_run_command(spec.zone, prefix, spec.network.iap_ssh),
             "torchrun_rendezvous_endpoint": f"<lowest node IP, /etc/gpuinfra/cluster.env>:{TORCHRUN_PORT}",
             "price_per_hour_usd": usd_json(spec.price_per_hour_usd),
             "nics_per_node": plan.nic_count,

@@ -7,7 +7,8 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
-from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env
+from blueprints.common.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
+from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
@@ -36,7 +37,10 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
     Raises:
         SpecError: the script exceeds the metadata value limit.
     """
-    scratch = render("scratch-raid0.sh.j2", mount_point=SCRATCH_MOUNT, device_glob=GCP_NVME_GLOB, existing_mount="")
+    scratch = scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count)
+    fabric = gcp_fabric(plan.nic_layout, spec.facts, nccl_env(plan.nic_layout))
+    run_script = render_run_script(fabric, image=spec.profile.container_image, instance_type=spec.instance_type,
+                                   scratch=SCRATCH_MOUNT)
     text = render(
         "gcp-startup.sh.j2",
         node_files=NODE_FILES,
@@ -48,6 +52,8 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         nic_layout=plan.nic_layout,
         scratch_script=scratch.rstrip("\n"),
         agent_source=agent_source(),
+        run_script_path=RUN_SCRIPT_PATH,
+        run_script=run_script.rstrip("\n"),
         nccl_env=nccl_env(plan.nic_layout),
         nodes=spec.nodes,
         nic_count=plan.nic_count,

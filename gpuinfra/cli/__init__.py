@@ -42,19 +42,30 @@ _register()
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: run the app, turning expected errors into one stderr line.
+    """Console entry point: run the app, turning expected errors -- gpuinfra's and the command
+    line's own (an unknown option, a missing argument) -- into one ``error:`` line on stderr.
 
     Args:
         argv: arguments without the program name (default ``sys.argv[1:]``).
     """
     try:
-        app(args=argv, prog_name="gpuinfra")
+        code = app(args=argv, prog_name="gpuinfra", standalone_mode=False)
     except GpuinfraError as exc:
         if os.environ.get("GPUINFRA_DEBUG") == "1":
             raise
         sys.stderr.write("".join(f"error: {line}\n" for line in str(exc).splitlines() or [""]))
         sys.exit(int(exc.exit_code))
-    except KeyboardInterrupt:
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.TyperException as exc:  # the command line itself: unknown option, missing argument ...
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            sys.stderr.write(ctx.get_help() + "\n")  # a bare group: its help, as before
+        else:
+            where = ctx.command_path if ctx is not None else "gpuinfra"
+            sys.stderr.write(f"error: {exc.format_message()} (see `{where} --help`)\n")
+        sys.exit(int(ExitCode.BAD_INPUT))
+    except (KeyboardInterrupt, typer.Abort):
         sys.stderr.write("interrupted\n")
         sys.exit(130)
     except Exception as exc:  # a bug: short message unless debugging
@@ -64,3 +75,4 @@ def main(argv: list[str] | None = None) -> None:
             f"internal error: {type(exc).__name__}: {exc} (set GPUINFRA_DEBUG=1 for a traceback)\n"
         )
         sys.exit(int(ExitCode.INTERNAL))
+    sys.exit(code if isinstance(code, int) else 0)

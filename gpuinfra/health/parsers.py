@@ -17,9 +17,12 @@ not what the command prints. Formats, with where they are defined:
   ``efa-direct``), so devices are the distinct domain names without that suffix.
   ``fi_getinfo: -61`` (-FI_ENODATA) means no EFA device (libfabric fi_getinfo(3)).
 * ``all_reduce_perf`` (NVIDIA/nccl-tests ``src/util.cu`` ``writeResultHeader`` /
-  ``writeBenchmarkLineBody`` / footer): the ``# size count type redop root time algbw busbw
-  #wrong time algbw busbw #wrong`` table (out-of-place then in-place; ``#wrong`` is ``N/A`` when
-  not validated), then ``# Out of bounds values : N OK|FAILED`` and ``# Avg bus bandwidth : X``.
+  ``writeBenchmarkLineBody`` / footer): ``# nThread T nGpus G minBytes B maxBytes M step:
+  S(factor|bytes) ...``, the ``# Using devices`` list (``#  Rank  r Group  g Pid p on <host>
+  device d [bus] <model>``, one line per rank), the ``# size count type redop root time algbw
+  busbw #wrong time algbw busbw #wrong`` table (out-of-place then in-place; ``#wrong`` is ``N/A``
+  when not validated), then, once the last size is done, ``# Out of bounds values : N
+  OK|FAILED`` and ``# Avg bus bandwidth : X``.
   Lines may carry a launcher prefix (``0: `` from srun, ``[1,0]<stdout>:`` from mpirun
   ``--tag-output``); the prefix is taken from the header line.
 * NCCL ``NCCL_DEBUG=INFO`` lines: ``NCCL INFO Using network <name>`` (NCCL core),
@@ -276,7 +279,13 @@ class AllReduceResult:
         rows: the table rows in output order.
         out_of_bounds: the ``# Out of bounds values`` count, None when the footer is missing.
         avg_busbw_gbps: ``# Avg bus bandwidth``, None when missing.
-        ranks: ``# Using devices`` rank lines (None when not printed).
+        ranks: distinct ranks of the ``# Using devices`` list (``#  Rank  3 Group  0 Pid ... on
+            <host> device ...``), None when the list is not in the output.
+        hosts: distinct host names of that list, in order.
+        max_bytes, step, step_kind: from the ``# nThread 1 nGpus 1 minBytes B maxBytes M step:
+            S(factor|bytes)`` line (None when not in the output): the sizes the run was set up
+            to go through.
+        warnings: every ``NCCL WARN`` line of the output (any rank, any prefix), stripped.
         validated: ``#wrong`` was reported (``-c 1``) for at least one row.
     """
 
@@ -284,6 +293,11 @@ class AllReduceResult:
     out_of_bounds: int | None
     avg_busbw_gbps: float | None
     ranks: int | None
+    hosts: tuple[str, ...] = ()
+    max_bytes: int | None = None
+    step: int | None = None
+    step_kind: str | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def validated(self) -> bool:
@@ -300,6 +314,22 @@ class AllReduceResult:
         """The row with the largest message (the last one at that size)."""
         return max(reversed(self.rows), key=lambda r: r.size_bytes)
 
+    @property
+    def has_footer(self) -> bool:
+        """Both footer lines are there: nccl-tests prints them only after the last size."""
+        return self.out_of_bounds is not None and self.avg_busbw_gbps is not None
+
+    @property
+    def sizes_done(self) -> bool | None:
+        """The table reached the end of the planned sizes: the step after the largest row would
+        pass ``maxBytes`` (nccl-tests' size loop, src/common.cu). None when the output has no
+        ``# nThread ... maxBytes`` line to compare with."""
+        if self.max_bytes is None or self.step is None:
+            return None
+        last = self.largest.size_bytes
+        following = last * self.step if self.step_kind == "factor" else last + self.step
+        return following > self.max_bytes or following <= last
+
     def at_size(self, size_bytes: int) -> AllReduceRow | None:
         """The row for exactly ``size_bytes`` (the last one when several), else None."""
         found = [r for r in self.rows if r.size_bytes == size_bytes]
@@ -309,7 +339,8 @@ class AllReduceResult:
 _HEADER = re.compile(r"#\s*size\s+count\s+type\s+redop\b")
 _OUT_OF_BOUNDS = re.compile(r"#\s*Out of bounds values\s*:\s*(\d+)")
 _AVG_BUSBW = re.compile(r"#\s*Avg bus bandwidth\s*:\s*([0-9.eE+-]+)")
-_RANK_LINE = re.compile(r"#\s*Rank\s+\d+\s")
+_RANK_LINE = re.compile(r"#\s*Rank\s+(\d+)\s(?:.*?\son\s+(\S+)\s+device\b)?")
+_RUN_SETUP = re.compile(r"maxBytes\s+(\d+)\s+step:\s*(\d+)\((factor|bytes)\)")
 
 
 def _number(token: str, what: str, row: str) -> float:
@@ -347,7 +378,11 @@ def parse_all_reduce(text: str) -> AllReduceResult:
     times = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
     width = max(busbw + wrong + algbw + times) + 1
     rows, out_of_bounds, avg = [], None, None
-    ranks = sum(1 for line in lines[:start] if _RANK_LINE.search(line)) or None
+    rank_lines = [m for line in lines[:start] if (m := _RANK_LINE.search(line))]
+    ranks = len({m.group(1) for m in rank_lines}) or None
+    hosts = _unique([m.group(2) for m in rank_lines if m.group(2)])
+    setup = next((m for line in lines[:start] if (m := _RUN_SETUP.search(line))), None)
+    warnings = tuple(line.strip() for line in lines if "NCCL WARN" in line)
     for line in lines[start + 1:]:
         if prefix and not line.startswith(prefix):
             continue  # another rank's or tool's line interleaved
@@ -375,7 +410,9 @@ def parse_all_reduce(text: str) -> AllReduceResult:
         ))
     if not rows:
         raise ValueError("all_reduce_perf printed its header but no result row (the test did not complete)")
-    return AllReduceResult(tuple(rows), out_of_bounds, avg, ranks)
+    return AllReduceResult(tuple(rows), out_of_bounds, avg, ranks, hosts,
+                           int(setup.group(1)) if setup else None, int(setup.group(2)) if setup else None,
+                           setup.group(3) if setup else None, warnings)
 
 
 # ------------------------------------------------------------------------ NCCL network plugin
@@ -406,6 +443,12 @@ def _unique(values: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(values))
 
 
+#: NCCL found no network plugin: "No plugin found" (older NCCL, NVIDIA/nccl-tests#131) or, from
+#: NCCL 2.2x, "NET/Plugin: Could not find: libnccl-net.so" (NCCL 2.28.9 on an H100,
+#: tests/fixtures/health/nccl_info_socket_h100_gpuinfra_device.txt).
+_NO_NET_PLUGIN = re.compile(r"No plugin found|NET/Plugin: Could not find: libnccl-net")
+
+
 def parse_nccl_net(text: str) -> NcclNetInfo:
     """Which network transport NCCL chose, from its ``NCCL INFO`` lines.
 
@@ -419,7 +462,7 @@ def parse_nccl_net(text: str) -> NcclNetInfo:
     plugins = [m.group(1).strip() for line in info if (m := _LOADED_PLUGIN.search(line))]
     transports = [m.group(1) for line in info if (m := _TRANSPORT.search(line))]
     return NcclNetInfo(_unique(networks), _unique(plugins), _unique(transports),
-                       any("No plugin found" in line for line in info))
+                       any(_NO_NET_PLUGIN.search(line) for line in info))
 
 
 # ---------------------------------------------------------------------------- fabric manager

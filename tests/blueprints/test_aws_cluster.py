@@ -295,7 +295,8 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     assert "/dev/disk/by-id/\" -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
     assert "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text  # review A5
     assert "Before=docker.service containerd.service" in text
-    assert 'mount --bind "/opt/dlami/nvme" "$MOUNT_POINT"' in text  # reuse the DLAMI's own instance-store mount
+    assert 'bind_existing "/opt/dlami/nvme"' in text  # reuse the DLAMI's own instance-store mount
+    assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (cluster-facts.md 3.6)
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
     assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
     assert "NNODES=2" in text and "GPUINFRA_BUCKET=gpuinfra-t-2-0000preview" in text

@@ -16,7 +16,7 @@ import pytest
 from gpuinfra.templating import render
 
 TOOLS = ["bash", "find", "readlink", "sort", "basename", "dirname", "grep", "cut", "ls", "mkdir", "chmod", "rm",
-         "cat", "env", "touch", "echo"]
+         "cat", "env", "touch", "echo", "sleep", "head"]
 STUB = """#!/bin/bash
 echo "$(basename "$0") $*" >> "$STUB_CALLS"
 case "$(basename "$0")" in
@@ -24,7 +24,7 @@ case "$(basename "$0")" in
   mdadm)
     if [ "$1" = --assemble ]; then exit 1; fi
     if [ "$1" = --create ]; then touch "$2"; fi ;;
-  blkid) exit 2 ;;
+  blkid) [ -n "${STUB_BLKID_OK:-}" ] || exit 2 ;;
 esac
 """
 
@@ -60,14 +60,15 @@ class Node:
             (self.root / "dev" / "disk" / "by-id" / link).symlink_to(device)
         return str(device)
 
-    def run(self, existing_mount: str = "") -> subprocess.CompletedProcess:
+    def run(self, existing_mount: str = "", expected: int | None = None, **env_extra: str) -> subprocess.CompletedProcess:
         glob = "*NVMe_Instance_Storage*"
+        expected = len(list((self.root / "sys" / "class" / "block").glob("*"))) if expected is None else expected
         script = render("scratch-raid0.sh.j2", mount_point=str(self.mount_point), device_glob=glob,
-                        existing_mount=existing_mount)
+                        existing_mount=existing_mount, expected_disks=expected, device_wait_seconds=1)
         path = self.root.parent / "scratch.sh"
         path.write_text(script)
         env = {"PATH": str(self.bin), "GPUINFRA_SCRATCH_SYSROOT": str(self.root), "STUB_CALLS": str(self.calls),
-               "STUB_MOUNTED": str(self.mounted), "HOME": str(self.root)}
+               "STUB_MOUNTED": str(self.mounted), "HOME": str(self.root), **env_extra}
         return subprocess.run([str(self.bin / "bash"), str(path)], env=env, capture_output=True, text=True, timeout=60)
 
     def called(self, tool: str) -> list[str]:
@@ -121,8 +122,9 @@ def test_nvme_that_cannot_be_used_fails_loudly_instead_of_using_the_root_disk(no
             "held-by-lvm": f"{first} is in use by dm-0",
             "split-arrays": "the local NVMe disks belong to different arrays (md126, md127)"}[case] in reason
     assert f"ERROR: {reason}" in result.stdout
-    assert node.called("mount") == [] and node.called("mkfs.ext4") == []
-    assert stat.S_IMODE(node.mount_point.stat().st_mode) == 0o555  # nothing lands on the root disk
+    assert node.called("mkfs.ext4") == []
+    # chmod does not stop root: a read-only tmpfs covers the mount point instead
+    assert node.called("mount") == [f"mount -t tmpfs -o ro,size=4k,mode=0555 gpuinfra-scratch-failed {node.mount_point}"]
 
 
 def test_mdadm_missing_and_not_installable_fails_loudly(tmp_path):
@@ -134,11 +136,41 @@ def test_mdadm_missing_and_not_installable_fails_loudly(tmp_path):
     assert "mdadm is missing and could not be installed" in (node.root / "run" / "gpuinfra" / "scratch-failed").read_text()
 
 
-def test_without_local_nvme_scratch_is_a_folder(node):
-    result = node.run()
+def test_a_machine_without_local_nvme_gets_a_folder(node):
+    result = node.run(expected=0)
     assert result.returncode == 0 and node.mount_point.is_dir()
     assert node.called("mdadm") == [] and node.called("mount") == []
-    assert "no local NVMe disks" in result.stdout
+    assert "this machine has no local NVMe" in result.stdout
+
+
+@pytest.mark.parametrize("present", [0, 2])
+def test_missing_disks_fail_instead_of_a_partial_array_or_the_root_disk(node, present):
+    for i in range(1, present + 1):
+        node.disk(f"nvme{i}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}")
+    result = node.run(expected=4)
+    assert result.returncode == 1 and node.called("mdadm") == [] and node.called("mkfs.ext4") == []
+    assert (node.root / "run" / "gpuinfra" / "scratch-failed").read_text().startswith(
+        f"found {present} of the 4 local NVMe disks (*NVMe_Instance_Storage*) after 1 s")
+
+
+def test_a_reboot_keeps_the_data_on_an_existing_filesystem(node):
+    for i in (1, 2):
+        node.disk(f"nvme{i}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}", holder="md127")
+    result = node.run(STUB_BLKID_OK="1")
+    assert result.returncode == 0 and node.called("mkfs.ext4") == [] and node.called("mdadm") == []
+    assert node.called("mount") == [f"mount -o defaults,noatime {node.root}/dev/md127 {node.mount_point}"]
+
+
+@pytest.mark.parametrize("mounted", [True, False])
+def test_the_dlamis_own_lvm_volume_is_waited_for_and_reused(node, mounted):
+    # the DLAMI's dlami-nvme.service puts the instance store in an LVM volume (disk held by dm-0)
+    node.disk("nvme1n1", "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1", holder="dm-0")
+    node.mounted.write_text("/opt/dlami/nvme\n" if mounted else "")
+    result = node.run(existing_mount="/opt/dlami/nvme")
+    if mounted:  # already mounted when the unit runs
+        assert result.returncode == 0 and node.called("mount") == [f"mount --bind /opt/dlami/nvme {node.mount_point}"]
+    else:
+        assert result.returncode == 1 and "and /opt/dlami/nvme was not mounted after 1 s" in result.stdout
 
 
 def test_the_dlami_nvme_mount_is_reused(node):

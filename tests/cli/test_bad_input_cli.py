@@ -263,3 +263,13 @@ def test_profiles_dir_that_is_a_file(run_cli, tmp_path):
 def test_profiles_dir_from_the_environment_that_does_not_exist(run_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("GPUINFRA_PROFILES_DIR", str(tmp_path / "none"))
     _refused(run_cli("profiles"), 2, f"profiles folder {tmp_path / 'none'} ($GPUINFRA_PROFILES_DIR) does not exist")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["offers", "--bogus"], "error: No such option: --bogus"),
+    (["cost", "a", "b"], "error: Got unexpected extra argument(s) (b) (see `gpuinfra cost --help`)"),
+    (["cost", "diff", "a"], "error: Missing argument 'STACK_B'."),
+    (["new", "--nodes", "two"], "error: Invalid value for '--nodes'"),
+])
+def test_command_line_mistakes_are_one_line_too(run_cli, args, message):
+    _refused(run_cli(*args), 2, message)

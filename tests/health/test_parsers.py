@@ -17,7 +17,8 @@ def test_every_fixture_names_its_source():
             note = path.with_name(path.name + ".source")
             assert note.is_file(), f"{path.name} has no .source file"
             text = note.read_text()
-            assert "https://" in text or "DERIVED from" in text
+            # a public page, a derivation of one, or a capture on this project's GPU machine
+            assert "https://" in text or "DERIVED from" in text or "captured by benchmarks/capture_node_health.py" in text
             assert ("DERIVED" in text) == ("_derived" in path.name)
 
 
@@ -46,10 +47,43 @@ def test_all_reduce_tables(name, rows, size_2g_busbw, largest, largest_busbw, oo
 def test_all_reduce_row_fields_and_rank_count():
     run = p.parse_all_reduce(fixture_text("all_reduce_a3mega_2node_ztan.txt"))
     assert run.ranks == 16 and run.validated
+    assert run.hosts == ("ztan-mig-235z", "ztan-mig-gq73")
+    assert (run.max_bytes, run.step, run.step_kind, run.has_footer, run.sizes_done) == (8589934592, 2, "factor", True,
+                                                                                        True)
     first = run.rows[0]
     assert (first.size_bytes, first.count, first.dtype, first.redop) == (8, 2, "float", "sum")
     assert (first.oop_time_us, first.oop_algbw_gbps, first.oop_busbw_gbps, first.oop_wrong) == (135.8, 0.0, 0.0, 0)
     assert (first.ip_time_us, first.ip_busbw_gbps, first.ip_wrong) == (123.5, 0.0, 0)
+
+
+def test_all_reduce_full_log_of_a_real_efa_run():
+    """2 x g4dn.metal, one GPU each (aws-ia/terraform-aws-eks-blueprints): rank list, NCCL INFO lines
+    of both ranks interleaved with the table, zero-byte rows, footer."""
+    run = p.parse_all_reduce(fixture_text("all_reduce_g4dnmetal_2node_1gpu_eksblueprints.txt"))
+    assert (run.ranks, run.hosts) == (2, ("test-nccl-efa-worker-0", "test-nccl-efa-worker-1"))
+    assert (len(run.rows), run.rows[0].size_bytes, run.largest.size_bytes) == (31, 0, 1073741824)
+    assert (run.out_of_bounds, run.avg_busbw_gbps, run.warnings) == (0, 1.15327, ())
+    assert (run.max_bytes, run.sizes_done, run.has_footer) == (1073741824, True, True)
+    net = p.parse_nccl_net(fixture_text("all_reduce_g4dnmetal_2node_1gpu_eksblueprints.txt"))
+    assert net.networks == ("AWS Libfabric",) and "OFI" in net.transports
+
+
+def test_all_reduce_truncated_run():  # derived: the ztan run cut after the 1 GiB row
+    run = p.parse_all_reduce(fixture_text("all_reduce_a3mega_2node_truncated_derived.txt"))
+    assert (run.largest.size_bytes, run.has_footer, run.sizes_done, run.ranks) == (1073741824, False, False, 16)
+    assert run.at_size(2147483648) is None
+
+
+def test_all_reduce_excerpt_without_setup_line_and_warnings():
+    run = p.parse_all_reduce(fixture_text("all_reduce_p5_2node_batch_ranks_derived.txt"))
+    assert (run.ranks, run.max_bytes, run.sizes_done, run.has_footer) == (16, None, None, True)
+    warned = p.parse_all_reduce("h:1:2 [3] NCCL WARN NET/OFI Request 0x1 completed with error\n"
+                                + fixture_text("all_reduce_a3mega_2node_ztan.txt"))
+    assert warned.warnings == ("h:1:2 [3] NCCL WARN NET/OFI Request 0x1 completed with error",)
+    # the older rank line format (no Group column) is counted too
+    old = p.parse_all_reduce("#   Rank  0 Pid     25 on nccl-tests-efa-16-worker-0 device  0 [0x10] A100-SXM4-40GB\n"
+                             + fixture_text("all_reduce_p5_2node_awsome_batch.txt"))
+    assert (old.ranks, old.hosts) == (1, ("nccl-tests-efa-16-worker-0",))
 
 
 def test_all_reduce_without_validation_reports_wrong_as_none():
@@ -93,6 +127,13 @@ def test_nvidia_smi_query_8xh100():
     assert {g.name for g in gpus} == {"NVIDIA H100 80GB HBM3"}
     assert {g.ecc_uncorrected_volatile for g in gpus} == {0} and {g.ecc_corrected_volatile for g in gpus} == {0}
     assert gpus[0].uuid is None  # not queried in that recording
+
+
+def test_nvidia_smi_query_of_a_real_h100():  # captured on the lent GPU machine, driver 580.159.04
+    gpus = p.parse_nvidia_smi_query(fixture_text("nvidia_smi_query_gpu_1xH100_gpuinfra_device.csv"))
+    assert [(g.index, g.name, g.uuid, g.ecc_corrected_volatile, g.ecc_uncorrected_volatile) for g in gpus] == [
+        (0, "NVIDIA H100 80GB HBM3", "GPU-9aa03655-fa81-3c7d-b494-58ee97d11735", 0, 0)]
+    assert p.has_ecc_column(fixture_text("nvidia_smi_query_gpu_1xH100_gpuinfra_device.csv"))
 
 
 def test_nvidia_smi_query_ecc_errors():  # derived: GPU 3 has 2 uncorrectable errors
@@ -175,6 +216,9 @@ def test_fi_info_no_device_and_garbage():
     ("nccl_info_efa_awsdocs.txt", (), (), ("OFI",), False),
     ("nccl_info_tcpx_skypilot.txt", (), (), ("GPUDirectTCPX",), False),
     ("nccl_info_no_plugin_nccltests131.txt", ("Socket",), (), ("Plugin", "Socket"), True),
+    ("nccl_info_efa_p4d_awsefaeks.txt", ("AWS Libfabric",), (), ("OFI", "Plugin"), False),
+    # NCCL 2.28.9 on one H100 without a net plugin (captured on the lent GPU machine, 2026-11-23)
+    ("nccl_info_socket_h100_gpuinfra_device.txt", ("Socket",), (), ("Plugin", "IB", "Socket"), True),
 ])
 def test_nccl_network_lines(name, networks, plugins, transports, no_plugin):
     net = p.parse_nccl_net(fixture_text(name))

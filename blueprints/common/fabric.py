@@ -1,0 +1,332 @@
+"""What the GPU fabric needs inside the training container, per node family, and the
+``gpuinfra-run`` script that starts that container (``templates/gpuinfra-run.sh.j2``).
+
+Pure Python, no Pulumi imports. Everything is derived from the plan, which is derived from the
+instance facts (:class:`gpuinfra.catalog.facts_model.InstanceFacts`): the EFA count on AWS, the
+NIC layout and GPU NIC counts on GCP -- never from a name prefix. The NCCL variables come from
+the one place that defines them, the ``/etc/gpuinfra/nccl.env`` the boot scripts write
+(:func:`blueprints.aws.userdata.nccl_env`, :func:`blueprints.gcp.plan.nccl_env`, passed in, so
+this module imports neither cloud package); a runtime adds only what the container needs on top
+(devices, mounts, the plugin's library path, settings the host scripts do not carry).
+
+Every container gets ``--gpus all --network host --ipc host --ulimit memlock=-1
+--ulimit stack=67108864`` (awsome-distributed-training@7217859f
+``1.architectures/3.aws-batch/0.aws-batch-distributed-training-p5.yaml`` L475-480: memlock -1,
+stack 67108864; ``3.test_cases/pytorch/mosaicml-composer/stable-diffusion/README.md`` L112:
+``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``). Families with a GPU fabric also get
+``--cap-add IPC_LOCK`` (skypilot@46817b72 ``sky/provision/gcp/constants.py``
+``GPU_DIRECT_TCPX_SPECIFIC_OPTIONS``; container-engine-accelerators@992db812
+``gpudirect-tcpx/nccl-test-latest.yaml`` nccl-test container).
+
+Families and sources:
+
+* **AWS EFA** (``efa_count > 0``; p4d 4, p5 32, g6e.48xlarge 4, g5.48xlarge 1): one
+  ``--device /dev/infiniband/uverbsN`` per EFA interface, N = 0..count-1 (awsome
+  ``0.aws-batch-distributed-training-p5.yaml`` L487-674: ``/dev/infiniband/uverbs0`` ..
+  ``uverbs31`` for p5; ``2.ami_and_containers/1.amazon_machine_image/Makefile`` L7:
+  ``docker run --device=/dev/infiniband/uverbs0 ...``). No extra variables: libfabric >= 1.18 /
+  aws-ofi-nccl >= 1.7 need none beyond ``nccl.env`` (``1.architectures/efa-cheatsheet.md``
+  L11-25). The EFA user space (libfabric, aws-ofi-nccl) must be in the image
+  (``efa_installer.sh --skip-kmod``: awsome ``2.ami_and_containers/2.docker``): the NGC images
+  do not carry it (review A2), so the script checks the image for ``libfabric``. Types that take
+  EFA without GPUDirect RDMA (g5, g6) still pass their EFA device: aws-ofi-nccl uses it through
+  host memory, and ``NCCL_SHM_USE_CUDA_MEMCPY=1`` comes from ``nccl.env``.
+* **GCP A3 High, GPUDirect-TCPX** (``nic_layout`` ``tcpx``, 4 GPU NICs): the plugin directory
+  ``/var/lib/tcpx/lib64`` mounted at the same path and put first on ``LD_LIBRARY_PATH``, the
+  RxDM socket directory ``/run/tcpx`` mounted and named in
+  ``NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX``, flow-steering wait and TX/RX CPU bindings per NIC
+  (cluster-toolkit@10470803 ``examples/machine-learning/a3-highgpu-8g/nccl-tests/run-nccl-tests.sh``
+  L35, L63-67, L90; skypilot ``GPU_DIRECT_TCPX_SPECIFIC_OPTIONS`` ``--volume /run/tcpx:/run/tcpx``).
+  Host side: RxDM ``us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12`` and
+  the plugin installer ``nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0`` (slurm-gcp@13fd92b6
+  ``tools/prologs-epilogs/receive-data-path-manager`` L31-32), the ``linux-gcp-tcpx`` kernel
+  (cluster-toolkit ``a3high-slurm-blueprint.yaml`` L91-146).
+* **GCP A3 Mega, GPUDirect-TCPXO** (``tcpxo``, 8 GPU NICs): ``/var/lib/tcpxo/lib64`` mounted and
+  first on ``LD_LIBRARY_PATH``, ``/dev/aperture_devices`` mounted (cluster-toolkit
+  ``a3-megagpu-8g/nccl-tests/run-nccl-tests.sh`` L34, L54, L65; container-engine-accelerators
+  ``gpudirect-tcpxo/nccl-test-latest.yaml`` aperture-devices volume), the plugin's
+  ``nccl-env-profile.sh`` read with ``NCCL_LIB_DIR`` set and then overridden by ``nccl.env``
+  (interface names), as run-nccl-tests.sh L34-38 does. Host side: RxDM
+  ``.../gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23``, installer
+  ``nccl-plugin-gpudirecttcpx-dev:v1.0.17``, the ``dmabuf-import-helper`` module
+  (slurm-gcp ``receive-data-path-manager-mega`` L28-32, L70-73) and the aperture udev rule
+  (cluster-toolkit ``a3mega-slurm-blueprint.yaml`` L396-412).
+* **GCP A3 Ultra / A4, gIB** (``gib``, 8 MRDMA NICs): ``/dev/infiniband/uverbs0..7`` (one per
+  MRDMA NIC), ``/usr/local/gib`` mounted and ``/usr/local/gib/lib64`` first on
+  ``LD_LIBRARY_PATH``, ``/usr/local/gib/scripts/set_nccl_env.sh`` read, ``NCCL_NET=gIB`` and
+  ``NCCL_SOCKET_IFNAME=enp0s19,enp192s20`` (cluster-toolkit
+  ``a3-ultragpu-8g/nccl-tests/run-nccl-tests.sh`` L34-36, L46, L56;
+  ``a4-highgpu-8g/system_benchmarks/run-nccl-tests-via-ramble.sh`` L134). Host side: the
+  ``nccl-gib`` apt package (``a3ultra-slurm-blueprint.yaml`` L520-531).
+* **Sockets** (AWS without EFA, GCP A2 / G2 / N1 / A3 1g-4g, or high-bandwidth networking off):
+  no devices, no plugin; NCCL uses TCP on the primary NIC, which is all the node has.
+
+Where a fabric's host stack is missing, ``gpuinfra-run`` fails with one line naming what is
+missing instead of letting NCCL fall back to TCP sockets.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Literal
+
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.templating import render
+
+RUN_SCRIPT_PATH = "/usr/local/bin/gpuinfra-run"
+#: systemd unit that runs the GPUDirect receive-datapath manager (RxDM) on A3 High / A3 Mega
+#: nodes. gpuinfra's boot scripts do not install it yet (issue 13 item 1).
+RXDM_UNIT = "gpuinfra-rxdm.service"
+#: Seconds gpuinfra-run waits for ``/etc/gpuinfra/cluster.env`` by default (the peer wait of the
+#: boot scripts is 900 s, after which systemd keeps retrying).
+CLUSTER_ENV_WAIT_SECONDS = 900
+#: How a user starts a job (stack output ``run_command``).
+EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
+#: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
+STACK_LIMIT_BYTES = 67108864
+
+#: Host-side images for the host install (issue 13 item 1): slurm-gcp@13fd92b6
+#: tools/prologs-epilogs/receive-data-path-manager L31-32 and receive-data-path-manager-mega L31-32.
+_GCE_AI_INFRA = "us-docker.pkg.dev/gce-ai-infra"
+TCPX_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
+TCPX_PLUGIN_INSTALLER_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0"
+TCPXO_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23"
+TCPXO_PLUGIN_INSTALLER_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17"
+
+#: A3 High CPU ranges per NUMA node for TX and RX threads of the GPU NICs (cluster-toolkit
+#: a3-highgpu-8g run-nccl-tests.sh L64-65: NICs 1-2 on NUMA 0, NICs 3-4 on NUMA 1).
+_TCPX_TX_CPUS = ("8-21,112-125", "60-73,164-177")
+_TCPX_RX_CPUS = ("22-35,126-139", "74-87,178-191")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """Something the node must have before the container starts.
+
+    Attributes:
+        kind: ``path`` (exists), ``dir`` (a non-empty directory), ``nic`` (a network interface
+            whose /sys/class/net/NAME/operstate is ``up``), ``unit`` (an active systemd unit), ``image`` (a shell glob that
+            matches in the container image).
+        target: the path, interface, unit or glob.
+        what: what it is, for the error line.
+    """
+
+    kind: Literal["path", "dir", "nic", "unit", "image"]
+    target: str
+    what: str
+
+
+@dataclass(frozen=True)
+class FabricRuntime:
+    """What ``gpuinfra-run`` passes to ``docker run`` for one node family (module docstring).
+
+    Attributes:
+        fabric: ``efa`` | ``tcpx`` | ``tcpxo`` | ``gib`` | ``sockets``.
+        label: name for messages (``EFA``, ``GPUDirect-TCPXO`` ...).
+        devices: host device nodes passed with ``--device`` (same path in the container).
+        mounts: ``HOST:CONTAINER[:ro]`` volumes beyond scratch, checkpoints and the work folder.
+        env: variables added after ``nccl.env`` (a later value wins).
+        library_path: folder put first on the container's ``LD_LIBRARY_PATH`` ("" for none);
+            prepended inside the container so the image's own entries stay.
+        env_script: host script whose ``NCCL_*`` settings go into the env before ``nccl.env``
+            ("" for none); env_script_lib_dir: ``NCCL_LIB_DIR`` it is read with.
+        requirements: what the node must have (:class:`Requirement`).
+        gpu_nics: GPU NIC interface names (TCPX / TCPXO), from ``nccl.env``.
+        rxdm_unit / rxdm_image / plugin_installer_image: host-side pieces for the host install
+            (issue 13 item 1), "" where the fabric has none.
+        hint: what to do when a requirement is missing.
+    """
+
+    fabric: str
+    label: str
+    devices: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    library_path: str = ""
+    env_script: str = ""
+    env_script_lib_dir: str = ""
+    requirements: tuple[Requirement, ...] = ()
+    gpu_nics: tuple[str, ...] = ()
+    rxdm_unit: str = ""
+    rxdm_image: str = ""
+    plugin_installer_image: str = ""
+    hint: str = ""
+
+    @property
+    def capabilities(self) -> tuple[str, ...]:
+        """``--cap-add`` values: IPC_LOCK where a fabric registers memory (module docstring)."""
+        return () if self.fabric == "sockets" else ("IPC_LOCK",)
+
+
+SOCKETS = FabricRuntime("sockets", "TCP sockets")
+
+
+def uverbs_devices(count: int) -> tuple[str, ...]:
+    """``/dev/infiniband/uverbs0`` .. ``uverbs<count-1>``."""
+    return tuple(f"/dev/infiniband/uverbs{i}" for i in range(count))
+
+
+def aws_fabric(efa_count: int) -> FabricRuntime:
+    """Runtime of an AWS node with ``efa_count`` EFA interfaces (``AwsClusterPlan.efa_count``,
+    from ``EfaInfo.MaximumEfaInterfaces``); sockets without EFA."""
+    if efa_count <= 0:
+        return SOCKETS
+    return FabricRuntime(
+        "efa", "EFA",
+        devices=uverbs_devices(efa_count),
+        requirements=(Requirement("image", "/opt/amazon/efa/lib*/libfabric.so*", "EFA user space (libfabric)"),),
+        hint="devices: check the EFA driver (fi_info -p efa); image: build one with the EFA user space "
+             "(efa_installer.sh -y --skip-kmod, awsome-distributed-training 2.ami_and_containers/2.docker) "
+             "and pass --image",
+    )
+
+
+def _nics(env: dict[str, str], key: str, expected: int, layout: str) -> tuple[str, ...]:
+    nics = tuple(env[key].split(","))
+    if len(nics) != expected:
+        raise ValueError(f"{layout}: {key} names {len(nics)} NICs, the facts say {expected} GPU NICs")
+    return nics
+
+
+_HOST_STACK_HINT = ("gpuinfra does not install the {label} host stack at boot yet (README: gpuinfra-run); "
+                    "install it, or use a profile with high_bandwidth_networking: off")
+
+
+def _gpudirect_tcp(fabric: str, label: str, nics: tuple[str, ...], requirements: tuple[Requirement, ...],
+                   **fields) -> FabricRuntime:
+    """A GPUDirect-TCPX(O) runtime: its own ``requirements``, then the RxDM unit and every GPU
+    NIC up (RxDM serves the GPU NICs; ``gpu_nics`` come from ``nccl.env``)."""
+    return FabricRuntime(
+        fabric, label,
+        requirements=(*requirements, Requirement("unit", RXDM_UNIT, "RxDM (receive-datapath-manager)"),
+                      *(Requirement("nic", n, "GPU NIC") for n in nics)),
+        gpu_nics=nics,
+        rxdm_unit=RXDM_UNIT,
+        hint=_HOST_STACK_HINT.format(label=label),
+        **fields,
+    )
+
+
+def gcp_fabric(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> FabricRuntime:
+    """Runtime of a GCP node.
+
+    Args:
+        nic_layout: ``GcpClusterPlan.nic_layout`` (the facts' layout; ``gvnic`` when
+            high-bandwidth networking is off).
+        facts: the machine's facts (GPU NIC counts).
+        env: the node's ``nccl.env`` settings (:func:`blueprints.gcp.plan.nccl_env` of the
+            layout): plugin folder, env profile and GPU NIC names are read from it.
+
+    Raises:
+        ValueError: the NCCL settings name another number of GPU NICs than the facts.
+    """
+    if nic_layout == "tcpx":
+        plugin = env["GPUINFRA_NCCL_PLUGIN_DIR"]
+        nics = _nics(env, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", facts.gpu_nic_count, nic_layout)
+        numa = [0 if i < len(nics) // 2 else 1 for i in range(len(nics))]
+        return _gpudirect_tcp(
+            "tcpx", "GPUDirect-TCPX", nics,
+            (Requirement("path", f"{plugin}/libnccl-net.so", "TCPX NCCL plugin"),
+             Requirement("path", "/run/tcpx", "RxDM socket directory")),
+            rxdm_image=TCPX_RXDM_IMAGE,
+            plugin_installer_image=TCPX_PLUGIN_INSTALLER_IMAGE,
+            mounts=(f"{plugin}:{plugin}:ro", "/run/tcpx:/run/tcpx"),
+            env={
+                "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx",
+                "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000",
+                "NCCL_GPUDIRECTTCPX_TX_BINDINGS": ";".join(f"{n}:{_TCPX_TX_CPUS[numa[i]]}" for i, n in enumerate(nics)),
+                "NCCL_GPUDIRECTTCPX_RX_BINDINGS": ";".join(f"{n}:{_TCPX_RX_CPUS[numa[i]]}" for i, n in enumerate(nics)),
+            },
+            library_path=plugin,
+        )
+    if nic_layout == "tcpxo":
+        plugin = env["GPUINFRA_NCCL_PLUGIN_DIR"]
+        aperture = env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"]
+        return _gpudirect_tcp(
+            "tcpxo", "GPUDirect-TCPXO", _nics(env, "NCCL_FASTRAK_IFNAME", facts.gpu_nic_count, nic_layout),
+            (Requirement("path", env["GPUINFRA_NCCL_ENV_PROFILE"], "TCPXO NCCL plugin"),
+             Requirement("dir", aperture, "aperture devices")),
+            rxdm_image=TCPXO_RXDM_IMAGE,
+            plugin_installer_image=TCPXO_PLUGIN_INSTALLER_IMAGE,
+            mounts=(f"{plugin}:{plugin}:ro", f"{aperture}:{aperture}"),
+            library_path=plugin,
+            env_script=env["GPUINFRA_NCCL_ENV_PROFILE"],
+            env_script_lib_dir=plugin,
+        )
+    if nic_layout == "gib":
+        lib = env["GPUINFRA_NCCL_PLUGIN_DIR"]
+        root = str(PurePosixPath(lib).parent)
+        label = "RDMA (gIB)"
+        return FabricRuntime(
+            "gib", label,
+            devices=uverbs_devices(facts.gpu_nic_count),
+            mounts=(f"{root}:{root}:ro",),
+            env={"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20"},
+            library_path=lib,
+            env_script=f"{root}/scripts/set_nccl_env.sh",
+            requirements=(
+                Requirement("dir", lib, "gIB NCCL plugin (nccl-gib)"),
+                Requirement("path", f"{root}/scripts/set_nccl_env.sh", "gIB NCCL settings"),
+            ),
+            hint=_HOST_STACK_HINT.format(label="NCCL gIB"),
+        )
+    return SOCKETS
+
+
+def _quote(word: str) -> str:
+    """shlex.quote, also for words with a comma (shellcheck SC2054 reads a bare comma in an array
+    as a mistaken separator)."""
+    quoted = shlex.quote(word)
+    return quoted if quoted != word or "," not in word else f"'{word}'"
+
+
+def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str, scratch: str) -> str:
+    """The ``gpuinfra-run`` script for nodes of ``instance_type`` (``templates/gpuinfra-run.sh.j2``).
+
+    Args:
+        runtime: the node family's runtime (:func:`aws_fabric`, :func:`gcp_fabric`).
+        image: default container image (the profile's ``container_image``; "" = ``--image``
+            required).
+        instance_type: for the script's header and messages.
+        scratch: scratch mount point (checkpoints default to ``<scratch>/checkpoints``, as the node
+            agent reads them).
+    """
+    words = " ".join  # a bash array's elements, each quoted
+    quoted = {
+        "image": shlex.quote(image),
+        "scratch": shlex.quote(scratch),
+        "label": shlex.quote(runtime.label),
+        # /dev/infiniband/uverbs{0..31}: bash brace expansion keeps the user data small
+        "devices": (f"/dev/infiniband/uverbs{{0..{len(runtime.devices) - 1}}}"
+                    if len(runtime.devices) > 1 and runtime.devices == uverbs_devices(len(runtime.devices))
+                    else words(map(shlex.quote, runtime.devices))),
+        "mounts": words(map(shlex.quote, runtime.mounts)),
+        "caps": words(map(shlex.quote, runtime.capabilities)),
+        "env": words(_quote(f"{key}={value}") for key, value in runtime.env.items()),
+        "needs": words(_quote(f"{r.kind}|{r.target}|{r.what}") for r in runtime.requirements),
+        "library_path": shlex.quote(runtime.library_path),
+        "env_script": shlex.quote(runtime.env_script),
+        "env_script_lib_dir": shlex.quote(runtime.env_script_lib_dir),
+        "hint": shlex.quote(runtime.hint),
+    }
+    return render("gpuinfra-run.sh.j2", rt=runtime, sh=quoted, instance_type=instance_type,
+                  wait_seconds=CLUSTER_ENV_WAIT_SECONDS, stack_limit=STACK_LIMIT_BYTES)
+
+
+def aws_run_command(region: str, stack: str) -> str:
+    """Stack output: start :data:`EXAMPLE_COMMAND` on every node of the stack through SSM Run
+    Command (nodes carry the ``gpuinfra:stack`` tag; ``AWS-RunShellScript`` runs as root)."""
+    params = shlex.quote(f'workingDirectory=["/scratch"],commands=["{EXAMPLE_COMMAND}"]')
+    return (f"aws ssm send-command --region {region} --document-name AWS-RunShellScript "
+            f"--targets Key=tag:gpuinfra:stack,Values={stack} --parameters {params}")
+
+
+def gcp_run_command(zone: str, group: str, iap_ssh: bool) -> str:
+    """Stack output: start :data:`EXAMPLE_COMMAND` on every VM of the MIG ``group`` over IAP SSH."""
+    if not iap_ssh:
+        return f"on every node: sudo {EXAMPLE_COMMAND} (no SSH path: set network.iap_ssh: true in the stack file)"
+    return (f"for vm in $(gcloud compute instance-groups managed list-instances {group} --zone {zone} "
+            f"--format='value(instance.basename())'); do gcloud compute ssh \"$vm\" --zone {zone} --tunnel-through-iap "
+            f"--command 'cd /scratch && sudo {EXAMPLE_COMMAND}' & done; wait")
