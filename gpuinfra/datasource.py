@@ -17,8 +17,12 @@ import os
 import re
 from decimal import Decimal, InvalidOperation
 
-from gpuinfra.errors import DataSourceError, MissingDependencyError
+from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials, no_aws_credentials
+from gpuinfra.errors import DataSourceError
 from gpuinfra.spec import DataSource
+
+#: How the credentials errors of a bucket lookup read (gpuinfra.credentials).
+LOOKUP, LOOKUP_ALTERNATIVE = " to look up the bucket", ", or give --data-region and --data-size"
 
 #: AWS region names: ``us-east-1``, ``ap-southeast-2``, ``us-gov-west-1``
 #: (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html).
@@ -121,14 +125,7 @@ def _s3_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: b
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     if client is None:
-        import boto3
-
-        session = boto3.Session()
-        if session.get_credentials() is None:
-            raise MissingDependencyError(
-                "no AWS credentials found to look up the bucket: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-                "AWS_SECRET_ACCESS_KEY, or give --data-region and --data-size")
-        client = session.client("s3")
+        client = aws_session(LOOKUP, LOOKUP_ALTERNATIVE).client("s3")
     try:
         region = None
         if need_region:
@@ -140,7 +137,7 @@ def _s3_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: b
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
                 total += sum(obj["Size"] for obj in page.get("Contents", []))
     except NoCredentialsError:
-        raise MissingDependencyError("no AWS credentials found to look up the bucket; give --data-region and --data-size") from None
+        raise no_aws_credentials(LOOKUP, LOOKUP_ALTERNATIVE) from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         raise DataSourceError(f"s3://{bucket}: {code or exc} (does the bucket exist and may you read it?)") from None
@@ -150,24 +147,14 @@ def _s3_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: b
 
 
 def _gcs_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: bool) -> tuple[str | None, Decimal | None]:
-    try:
-        from google.api_core.exceptions import GoogleAPIError, NotFound
-        from google.cloud import storage
-    except ImportError:
-        raise MissingDependencyError("gs:// data needs the Cloud Storage client: pip install 'gpuinfra[gcp-data]'") from None
+    storage = cloud_storage("gs:// data")
+    from google.api_core.exceptions import GoogleAPIError, NotFound
+
     if client is None and os.environ.get("STORAGE_EMULATOR_HOST"):
         # the client library's own switch for a local Cloud Storage server (fake-gcs-server)
         client = storage.Client(project=os.environ.get("GOOGLE_CLOUD_PROJECT", "gpuinfra"))
     if client is None:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            credentials, project = google.auth.default()
-        except DefaultCredentialsError:
-            raise MissingDependencyError(
-                "no GCP credentials found to look up the bucket: run `gcloud auth application-default login`, "
-                "or give --data-region and --data-size") from None
+        credentials, project = gcp_credentials(LOOKUP, LOOKUP_ALTERNATIVE)
         client = storage.Client(credentials=credentials, project=project)
     try:
         location = client.get_bucket(bucket).location.lower() if need_region else None

@@ -23,7 +23,6 @@ fake. Rules:
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -33,6 +32,7 @@ from typing import Any, Callable, Iterable, Protocol
 
 import yaml
 
+from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, cloud_storage
 from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError, OperationError,
                              RequestError, SpecError)
 from gpuinfra.fsutil import atomic_write_text
@@ -232,18 +232,9 @@ def check_credentials(cloud: str) -> None:
         MissingDependencyError: none found.
     """
     if cloud == "aws":
-        import boto3
-
-        if boto3.Session().get_credentials() is None:
-            raise MissingDependencyError(
-                "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (`aws configure`)"
-            )
-        return
-    adc = Path(os.environ.get("CLOUDSDK_CONFIG", Path.home() / ".config" / "gcloud")) / "application_default_credentials.json"
-    if not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") and not adc.is_file():
-        raise MissingDependencyError(
-            "no GCP credentials found: run `gcloud auth application-default login` or set GOOGLE_APPLICATION_CREDENTIALS"
-        )
+        aws_session()
+    else:
+        check_gcp_credentials_configured()
 
 
 def count_bucket_objects(cloud: str, bucket: str, client=None) -> int:
@@ -257,11 +248,8 @@ def count_bucket_objects(cloud: str, bucket: str, client=None) -> int:
 
         client = client or boto3.client("s3")
         return sum(page.get("KeyCount", 0) for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket))
-    try:
-        from google.cloud import storage
-    except ImportError:
-        raise MissingDependencyError("checking a GCS bucket needs google-cloud-storage: pip install google-cloud-storage") from None
-    return sum(1 for _ in (client or storage.Client()).list_blobs(bucket))
+    client = client or cloud_storage("checking a GCS bucket").Client()
+    return sum(1 for _ in client.list_blobs(bucket))
 
 
 def mark_delete_data(project_dir: Path, stack: str) -> None:

@@ -17,6 +17,7 @@ from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
 from gpuinfra.catalog.store import PACKAGE_DATA_DIR, load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
+from gpuinfra.credentials import aws_session, gcp_credentials
 from gpuinfra.errors import CatalogError, MissingDependencyError
 
 
@@ -42,14 +43,7 @@ def aws_client_factory(endpoint_url: str | None = None):
     Raises:
         MissingDependencyError: no AWS credentials are configured.
     """
-    import boto3
-
-    session = boto3.Session()
-    if session.get_credentials() is None:
-        raise MissingDependencyError(
-            "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
-            "(see `aws configure`)"
-        )
+    session = aws_session()
     return lambda service, region: session.client(service, region_name=region, endpoint_url=endpoint_url)
 
 
@@ -66,16 +60,7 @@ def gcp_clients(credentials=None, client_options=None, transport: str | None = N
             "GCP refresh needs the google-cloud clients: pip install 'gpuinfra[gcp-refresh]'"
         ) from None
     if credentials is None:
-        import google.auth
-        from google.auth.exceptions import DefaultCredentialsError
-
-        try:
-            credentials, _ = google.auth.default()
-        except DefaultCredentialsError:
-            raise MissingDependencyError(
-                "no GCP credentials found: run `gcloud auth application-default login` "
-                "or set GOOGLE_APPLICATION_CREDENTIALS"
-            ) from None
+        credentials, _ = gcp_credentials()
     kwargs = {"credentials": credentials, "client_options": client_options}
     if transport:
         kwargs["transport"] = transport

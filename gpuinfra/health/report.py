@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError, SpecError
 from gpuinfra.health.baselines import find_baseline
 from gpuinfra.health.gate import (BUSBW_PASS_FRACTION, HEALTH_PREFIX, SCHEMA_VERSION, Expectations, GateOutputs,
@@ -317,8 +318,7 @@ def _s3_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
                 for o in page.get("Contents", []) if o["Key"].endswith(".json")]
         return [(key, client.get_object(Bucket=bucket, Key=key)["Body"].read()) for key in sorted(keys)]
     except NoCredentialsError:
-        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-                                     "AWS_SECRET_ACCESS_KEY (`aws configure`)") from None
+        raise no_aws_credentials() from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code == "NoSuchBucket":
@@ -330,11 +330,7 @@ def _s3_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
 
 
 def _gcs_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
-    try:
-        from google.cloud import storage
-    except ImportError:
-        raise MissingDependencyError("reading a GCS bucket needs google-cloud-storage: pip install "
-                                     "google-cloud-storage") from None
+    storage = cloud_storage("reading a GCS bucket")
     from google.api_core import exceptions as gexc
     from google.auth.exceptions import DefaultCredentialsError
 
@@ -344,8 +340,7 @@ def _gcs_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
                        key=lambda b: b.name)
         return [(b.name, b.download_as_bytes()) for b in blobs]
     except DefaultCredentialsError:
-        raise MissingDependencyError("no GCP credentials found: run `gcloud auth application-default login` or set "
-                                     "GOOGLE_APPLICATION_CREDENTIALS") from None
+        raise no_gcp_credentials() from None
     except gexc.NotFound:
         raise SpecError(f"bucket {bucket} does not exist (is the stack up? give the right --bucket)") from None
     except gexc.Forbidden as exc:
