@@ -38,18 +38,14 @@ def launched_instance_ids(fleet_instance_sets: list | None, spec: ClusterSpec) -
     """Instance ids the instant fleet launched, when it launched all ``spec.nodes``.
 
     Args:
-        fleet_instance_sets: the fleet's ``fleet_instance_sets`` output (objects or dicts with
+        fleet_instance_sets: the fleet's ``fleet_instance_sets`` output (SDK objects with
             ``instance_ids``).
 
     Raises:
         CapacityError: fewer than ``spec.nodes`` instances (with ``min_target_capacity`` =
             nodes EC2 launches none when it cannot launch all).
     """
-    ids = []
-    for item in fleet_instance_sets or []:
-        # the SDK's output type has an ``instance_ids`` getter; a plain dict (tests) is camelCase
-        found = item.instance_ids if hasattr(type(item), "instance_ids") else item.get("instanceIds")
-        ids += list(found or [])
+    ids = [i for item in fleet_instance_sets or [] for i in (item.instance_ids or [])]
     if len(ids) < spec.nodes:
         launched = ", ".join(ids) or "none"
         raise CapacityError(
