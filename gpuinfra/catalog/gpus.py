@@ -27,6 +27,9 @@ class GpuModel(BaseModel):
         gcp_accelerator_type: Compute Engine accelerator type
             (cloud.google.com/compute/docs/gpus), or None when GCP lacks the model.
         source: where ``memory_gib`` comes from.
+        device_memory_gib: total memory the driver reports to PyTorch
+            (``torch.cuda.mem_get_info()[1]``), GiB; None when no report is cited.
+        device_memory_source: where ``device_memory_gib`` comes from.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -36,6 +39,21 @@ class GpuModel(BaseModel):
     aliases: tuple[str, ...] = ()
     gcp_accelerator_type: str | None = None
     source: str = Field(min_length=1)
+    device_memory_gib: float | None = Field(default=None, gt=0)
+    device_memory_source: str | None = None
+
+    @property
+    def device_reported_gib(self) -> float:
+        """Memory a process can see on this GPU, GiB: the cited device report, else
+        ``memory_gib`` x :data:`DEVICE_FRACTION_FALLBACK` (derived, errs low)."""
+        if self.device_memory_gib is not None:
+            return self.device_memory_gib
+        return round(self.memory_gib * DEVICE_FRACTION_FALLBACK, 2)
+
+
+#: Smallest device-reported / nominal ratio among the cited reports in gpus.json (T4:
+#: 14.75 / 16 GiB): used for GPUs without a cited report, so their usable memory errs low.
+DEVICE_FRACTION_FALLBACK = 0.9219
 
 
 @lru_cache(maxsize=1)

@@ -1,4 +1,4 @@
-"""``gpuinfra size``: memory per GPU for a model and method, and the cheapest GPUs that fit
+"""``gpuinfra size``: memory per GPU for a model and method, and the GPUs that fit
 (the document is :func:`gpuinfra.sizing.report.size_document`)."""
 
 from __future__ import annotations
@@ -8,48 +8,81 @@ from typing import Optional
 
 import typer
 
+from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR
+from gpuinfra.sizing.recommend import DEFAULT_HEADROOM_FRACTION
+
 
 def size(
     model: Optional[str] = typer.Option(None, "--model", help="Model name (llama-3.1-8b, mistral-7b ...).", show_default=False),
     params: Optional[str] = typer.Option(None, "--params", help="Parameter count instead of a model: 7B, 1.3B, 350M.", show_default=False),
     method: str = typer.Option("full", "--method", help="pretrain | full | lora | qlora | inference."),
-    seq: int = typer.Option(2048, "--seq", help="Sequence length in tokens."),
+    seq: int = typer.Option(2048, "--seq", help="Sequence length in tokens (inference: prompt + output)."),
     batch: int = typer.Option(1, "--batch", help="Micro-batch per GPU (inference: concurrent sequences)."),
-    precision: str = typer.Option("bf16", "--precision", help="fp32 | bf16 | fp16 | int8 | int4."),
+    precision: str = typer.Option("bf16", "--precision", help="Training: compute precision bf16 | fp16 | fp32. Inference: weights fp32 | bf16 | fp16 | int8 | int4."),
+    base_precision: Optional[str] = typer.Option(None, "--base-precision", help="Frozen base storage: lora bf16 | fp16 | fp32 | int8; qlora nf4 | nf4-dq.", show_default=False),
     strategy: Optional[str] = typer.Option(None, "--strategy", help="ddp | fsdp | zero1 | zero2 | zero3 (default per method).", show_default=False),
     recompute: Optional[str] = typer.Option(None, "--recompute", help="none | selective | full (default per method).", show_default=False),
+    offload: str = typer.Option("none", "--offload", help="CPU offload: none | optimizer (ZeRO) | params (ZeRO-3, FSDP)."),
+    attention: Optional[str] = typer.Option(None, "--attention", help="sdpa | eager (default: sdpa where FlashAttention runs).", show_default=False),
     gpus: Optional[str] = typer.Option(None, "--gpus", help="Check this configuration (GPUs per node), e.g. 8xA100-80GB.", show_default=False),
     nodes: int = typer.Option(1, "--nodes", help="Nodes for --gpus; sharding spans all GPUs of all nodes."),
-    tokens: Optional[str] = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B.", show_default=False),
+    tokens: Optional[str] = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).", show_default=False),
+    headroom: float = typer.Option(DEFAULT_HEADROOM_FRACTION, "--headroom", help="Free GPU memory to keep, fraction of the need."),
+    allow_slow_interconnect: bool = typer.Option(False, "--allow-slow-interconnect", help="Also propose multi-node sharded training on types without EFA/GPUDirect."),
+    spot: bool = typer.Option(False, "--spot", help="Add the spot checkpoint plan (size, upload time, notice, interval)."),
+    interruption_rate: float = typer.Option(DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, "--interruption-rate", help="Spot interruptions per node-hour (checkpoint interval)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
-    """Estimate memory per GPU and recommend the cheapest GPUs that fit (10% headroom); exit 4 when none does."""
+    """Estimate memory per GPU and recommend GPUs that fit with headroom; exit 4 when none does."""
     from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.errors import SizingError
     from gpuinfra.sizing.recommend import nothing_fits, sizing_request
     from gpuinfra.sizing.report import size_document
 
-    req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens)
-    doc = size_document(req, gpus, nodes)
+    if nodes < 1 or interruption_rate <= 0:
+        raise SizingError(f"--nodes must be >= 1 and --interruption-rate > 0, got {nodes} and {interruption_rate}")
+    req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens, base_precision,
+                         offload, attention, headroom, allow_slow_interconnect)
+    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate)
     if as_json:
         print_json(doc)
         if not doc["candidates"]:
             raise nothing_fits(req)
         return
     out = stdout_console()
+    base = f", base {req.base_precision}" if req.base_precision else ""
     out.print(f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
-              f"{req.precision}, {req.strategy}, recompute {req.recompute}, seq {req.seq}, micro-batch {req.batch}")
+              f"{req.precision}{base}, {req.strategy}, recompute {req.recompute}, offload {req.offload}, "
+              f"seq {req.seq}, micro-batch {req.batch}")
     if doc.get("breakdown"):
         b = doc["breakdown"]
         verdict = "fits" if doc["fits"] else "does NOT fit"
         out.print(f"{doc['gpus']} x {doc['nodes']} node(s): {doc['memory_per_gpu_gib']:.1f} GiB per GPU of "
-                  f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB, needs 10% headroom)")
+                  f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB after "
+                  f"{req.headroom:.0%} headroom)")
         out.print("  " + ", ".join(f"{k.removesuffix('_gib')} {v:.2f}" for k, v in b.items()) + " (GiB)")
+        if doc.get("cpu_memory_per_node_gib"):
+            out.print(f"  CPU memory per node for offload: {doc['cpu_memory_per_node_gib']:.1f} GiB")
+    if doc.get("interconnect_note"):
+        out.print(f"note: {doc['interconnect_note']}")
     if doc["candidates"]:
-        out.print(f"cheapest configurations that fit (catalog {doc['catalog_date']}):")
+        ranked = "cost to finish" if doc["ranked_by"] == "run_cost_usd" else "$/h (give --tokens to rank by cost to finish)"
+        out.print(f"configurations that fit, ranked by {ranked} (catalog {doc['catalog_date']}):")
         for c in doc["candidates"]:
-            extra = f", {c['training_hours']:.1f} h, ${Decimal(c['run_cost_usd']):,.0f}" if c["training_hours"] is not None else ""
-            out.print(f"  --gpus {c['gpus']} --nodes {c['nodes']}: {c['memory_per_gpu_gib']:.1f}/{c['gpu_memory_gib']:.0f} GiB, "
+            extra = ""
+            if c["training_hours"] is not None:
+                extra = (f", {c['training_hours']:.1f} h (comm {c['communication_hours']:.1f} h, MFU {c['mfu']:.2f}), "
+                         f"${Decimal(c['run_cost_usd']):,.0f}")
+            out.print(f"  --gpus {c['gpus']} --nodes {c['nodes']}: {c['memory_per_gpu_gib']:.1f}/{c['gpu_memory_gib']:.1f} GiB, "
                       f"${Decimal(c['price_per_hour_usd']):,.2f}/h ({c['cloud']} {c['instance_type']}){extra}")
+    plan = doc.get("checkpoint_plan")
+    if plan:
+        upload = "unknown" if plan["upload_seconds"] is None else f"{plan['upload_seconds']:.0f} s"
+        fits = {True: "fits", False: "does NOT fit", None: "unknown vs"}[plan["fits_notice"]]
+        interval = "unknown" if plan["interval_minutes"] is None else f"every {plan['interval_minutes']:.0f} min"
+        out.print(f"spot checkpoint: {plan['checkpoint_gib_per_node']:.1f} GiB per node, upload {upload} -> {fits} the "
+                  f"{plan['notice_seconds']} s notice; checkpoint {interval} (Young/Daly, "
+                  f"{plan['interruptions_per_node_hour']} interruptions per node-hour)")
     if doc.get("recommendation"):
         r = doc["recommendation"]
         out.print(f"next: gpuinfra new --gpus {r['gpus']} --nodes {r['nodes']}")

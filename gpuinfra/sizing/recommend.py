@@ -1,45 +1,53 @@
-"""Turn a model and a training method into a GPU request: per-GPU memory, the cheapest fitting
-configurations from the catalog, and training time and cost from tokens.
+"""Turn a model and a training method into a GPU request: per-GPU memory, the fitting
+configurations from the catalog ranked by cost to finish (with ``--tokens``) or by $/h, and
+training time with communication.
 
-Fit rule: memory per GPU x 1.10 <= GPU memory (at least 10% headroom for fragmentation and
-allocator caches; sizing-formulas.md section 1.9). Time: FLOPs = 6*P*D, or 8*P*D with full
-recompute (Kaplan et al. 2020; Chinchilla), at an assumed MFU per method
-(``data/gpu_compute.yaml``); hours = FLOPs / (GPUs x peak x MFU x 3600).
+Fit rule: memory per GPU (reserved + CUDA context, :mod:`gpuinfra.sizing.memory`) x
+(1 + headroom) <= the memory the device reports (``gpus.json`` ``device_memory_gib``);
+headroom is :data:`DEFAULT_HEADROOM_FRACTION` unless the request names another. Offload also
+needs its CPU memory per node within the instance's host memory.
+
+Interconnect: sharded training over several nodes is only proposed on instance types with a
+high-bandwidth GPU network -- AWS EFA (``EfaInfo``), GCP GPUDirect-TCPX/TCPXO or RDMA NIC
+layouts -- unless the request allows slow interconnects (``--allow-slow-interconnect``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
-from functools import lru_cache
-from pathlib import Path
-
-import yaml
 
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
-from gpuinfra.sizing.memory import GIB, METHODS, RECOMPUTE, STRATEGIES, Breakdown, memory_per_gpu
+from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES,
+                                    RECOMPUTE, STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
+from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
 
-HEADROOM = 1.10
+#: Memory kept free on every GPU, as a fraction of what the model needs (model error, allocator
+#: growth between steps). A named setting: ``gpuinfra size --headroom``.
+DEFAULT_HEADROOM_FRACTION = 0.10
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
-COMPUTE = Path(__file__).parent / "data" / "gpu_compute.yaml"
 DEFAULT_STRATEGY = {"pretrain": "fsdp", "full": "fsdp", "lora": "ddp", "qlora": "ddp", "inference": "ddp"}
 DEFAULT_RECOMPUTE = {"pretrain": "selective", "full": "selective", "lora": "full", "qlora": "full", "inference": "none"}
 PROFILE_FOR_METHOD = {"pretrain": "llm-pretrain", "full": "llm-finetune", "lora": "lora-finetune",
                       "qlora": "qlora-finetune", "inference": "inference"}
-
-
-@lru_cache(maxsize=1)
-def gpu_compute() -> dict:
-    """Peak TFLOP/s, bf16 and FlashAttention support per GPU, and MFU per method."""
-    return yaml.safe_load(COMPUTE.read_text())
+INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8", "int4")
+BASE_PRECISIONS = {"lora": ("bf16", "fp16", "fp32", "int8"), "qlora": ("nf4", "nf4-dq")}
+FAST_GCP_LAYOUTS = ("tcpx", "tcpxo", "gib")
+MAX_SEQ, MAX_BATCH = 1_048_576, 4096
 
 
 @dataclass(frozen=True)
 class SizingRequest:
-    """Typed ``gpuinfra size`` input."""
+    """Typed ``gpuinfra size`` input.
+
+    ``precision`` is the compute precision for training (bf16 | fp16 | fp32) and the weight
+    storage for inference (fp32 | bf16 | fp16 | int8 | int4); ``base_precision`` is the storage
+    of the frozen base for lora (bf16 | fp16 | fp32 | int8; default = ``precision``) and qlora
+    (nf4 | nf4-dq; default nf4-dq, as in the QLoRA paper).
+    """
 
     shape: ModelShape
     method: str = "full"
@@ -49,41 +57,95 @@ class SizingRequest:
     seq: int = 2048
     batch: int = 1
     tokens: float | None = None
+    base_precision: str | None = None
+    offload: str = "none"
+    attention: str | None = None
+    headroom: float = DEFAULT_HEADROOM_FRACTION
+    allow_slow_interconnect: bool = False
 
     def resolved(self) -> "SizingRequest":
         """Defaults filled in per method; validated.
 
         Raises:
-            SizingError: an unknown method/strategy/recompute/precision or a bad number.
+            SizingError: an unknown or inconsistent value (one line naming what is allowed).
         """
-        if self.method not in METHODS:
-            raise SizingError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
-        if self.precision not in ("fp32", "bf16", "fp16", "int8", "int4"):
-            raise SizingError(f"--precision must be one of fp32, bf16, fp16, int8, int4, got {self.precision!r}")
-        if self.method in ("pretrain", "full") and self.precision in ("int8", "int4"):
-            raise SizingError(f"--precision {self.precision} is for inference or the frozen base of lora/qlora")
-        strategy = self.strategy or DEFAULT_STRATEGY[self.method]
-        recompute = self.recompute or DEFAULT_RECOMPUTE[self.method]
+        m = self.method
+        if m not in METHODS:
+            raise SizingError(f"--method must be one of {', '.join(METHODS)}, got {m!r}")
+        allowed = INFERENCE_PRECISIONS if m == "inference" else COMPUTE_PRECISIONS
+        if self.precision not in allowed:
+            hint = " (the frozen base's storage is --base-precision)" if m in BASE_PRECISIONS else ""
+            raise SizingError(f"--precision for --method {m} must be one of {', '.join(allowed)}{hint}, "
+                              f"got {self.precision!r}")
+        base = self.base_precision
+        if m in BASE_PRECISIONS:
+            base = base or ("nf4-dq" if m == "qlora" else self.precision)
+            if base not in BASE_PRECISIONS[m]:
+                raise SizingError(f"--base-precision for --method {m} must be one of {', '.join(BASE_PRECISIONS[m])}, "
+                                  f"got {base!r}")
+        elif base is not None:
+            raise SizingError("--base-precision applies to --method lora or qlora only")
+        strategy = self.strategy or DEFAULT_STRATEGY[m]
+        recompute = self.recompute or DEFAULT_RECOMPUTE[m]
         if strategy not in STRATEGIES:
             raise SizingError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         if recompute not in RECOMPUTE:
             raise SizingError(f"--recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
-        if not 1 <= self.seq <= 1_048_576 or not 1 <= self.batch <= 4096:
-            raise SizingError("--seq must be 1..1048576 and --batch 1..4096")
-        return SizingRequest(self.shape, self.method, self.precision, strategy, recompute, self.seq, self.batch, self.tokens)
+        if self.attention is not None and self.attention not in ATTENTION:
+            raise SizingError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
+        _check_offload(self.offload, m, strategy)
+        if not 1 <= self.seq <= MAX_SEQ or not 1 <= self.batch <= MAX_BATCH:
+            raise SizingError(f"--seq must be 1..{MAX_SEQ} and --batch 1..{MAX_BATCH}, got {self.seq} and {self.batch}")
+        if not 0 <= self.headroom <= 1:
+            raise SizingError(f"--headroom must be a fraction 0..1, got {self.headroom}")
+        return replace(self, strategy=strategy, recompute=recompute, base_precision=base)
+
+    @property
+    def storage(self) -> str:
+        """Weight storage of the workload (:class:`gpuinfra.sizing.memory.Workload`)."""
+        if self.method == "inference":
+            return self.precision
+        return self.base_precision or "fp32"
+
+    @property
+    def trained_params(self) -> float:
+        """Parameters whose gradients and optimizer states exist (adapters for LoRA/QLoRA)."""
+        if self.method in ("lora", "qlora"):
+            return lora_params(self.shape)
+        return 0.0 if self.method == "inference" else self.shape.params
+
+    @property
+    def sharded(self) -> bool:
+        """Full training sharded over all GPUs of all nodes (ZeRO / FSDP)."""
+        return self.method in ("pretrain", "full") and self.strategy != "ddp"
+
+
+def _check_offload(offload: str, method: str, strategy: str) -> None:
+    if offload not in OFFLOAD:
+        raise SizingError(f"--offload must be one of {', '.join(OFFLOAD)}, got {offload!r}")
+    if offload == "none":
+        return
+    if method not in ("pretrain", "full"):
+        raise SizingError(f"--offload {offload} has no meaning for --method {method}: CPU offload is for "
+                          "--method full or pretrain with --strategy zero1/zero2/zero3 (optimizer) or zero3/fsdp (params)")
+    if strategy not in OFFLOAD_STRATEGIES[offload]:
+        raise SizingError(f"--offload {offload} needs --strategy {' or '.join(OFFLOAD_STRATEGIES[offload])} "
+                          f"(DeepSpeed ZeRO offload_optimizer / offload_param; FSDP CPUOffload offloads parameters "
+                          f"and optimizer together), got {strategy}")
 
 
 def sizing_request(model: str | None = None, params: str | None = None, method: str = "full", seq: int = 2048,
                    batch: int = 1, precision: str = "bf16", strategy: str | None = None,
-                   recompute: str | None = None, tokens: str | None = None) -> SizingRequest:
+                   recompute: str | None = None, tokens: str | None = None, base_precision: str | None = None,
+                   offload: str = "none", attention: str | None = None, headroom: float = DEFAULT_HEADROOM_FRACTION,
+                   allow_slow_interconnect: bool = False) -> SizingRequest:
     """A validated :class:`SizingRequest` with the method's defaults filled in.
 
     Args:
         model: a known model name (``llama-3.1-8b``); exactly one of ``model`` / ``params``.
-        params: a parameter count (``7B``, ``350M``) for a derived shape.
-        method, precision, strategy, recompute: as in :class:`SizingRequest`.
-        seq: sequence length in tokens; batch: micro-batch per GPU.
+        params: a parameter count (``7B``, ``350M``; at most 1000T) for a derived shape.
         tokens: training tokens (``2T``, ``500B``) for time and cost, or None.
+        Others: as in :class:`SizingRequest`.
 
     Raises:
         SizingError: neither or both of ``model`` / ``params``, an unknown model, or a bad value.
@@ -92,21 +154,25 @@ def sizing_request(model: str | None = None, params: str | None = None, method: 
         raise SizingError("give exactly one of --model NAME or --params COUNT (e.g. --params 7B)")
     shape = get_model(model) if model else shape_from_params(parse_count(params))
     return SizingRequest(shape, method, precision, strategy, recompute, seq, batch,
-                         parse_count(tokens, "--tokens") if tokens else None).resolved()
+                         parse_count(tokens, "--tokens") if tokens else None, base_precision, offload, attention,
+                         headroom, allow_slow_interconnect).resolved()
 
 
 @dataclass
 class Candidate:
-    """One GPU configuration with its memory and (when priced) its cheapest offer.
+    """One GPU configuration with its memory, time and (when priced) its cheapest offer.
 
     Attributes:
         gpu, gpus_per_node, nodes: the configuration (``nodes`` x ``gpus_per_node`` GPUs).
-        gpu_memory_gib: memory of one GPU.
+        gpu_memory_gib: memory the device reports (fit target).
         breakdown: memory per GPU by kind.
-        price_per_hour_usd: on-demand USD per hour for all nodes of the cheapest offer; None
-            when not priced.
+        headroom: headroom fraction of the fit rule.
+        price_per_hour_usd: on-demand USD per hour for all nodes; None when not priced.
         offer: where that offer is (``cloud``, ``region``, ``zone``, ``instance_type``).
-        hours: training hours for the request's tokens (None without tokens).
+        time: training time (None without tokens).
+        host_memory_gib: host RAM of one node (CPU offload check); None when unknown.
+        network_bandwidth_gbps: node network bandwidth; None when unknown.
+        storage_bandwidth_gbps: bandwidth of the primary network card (object storage).
     """
 
     gpu: str
@@ -114,24 +180,40 @@ class Candidate:
     nodes: int
     gpu_memory_gib: float
     breakdown: Breakdown
+    headroom: float = DEFAULT_HEADROOM_FRACTION
     price_per_hour_usd: Decimal | None = None
     offer: dict = field(default_factory=dict)
-    hours: float | None = None
+    time: TrainingTime | None = None
+    host_memory_gib: float | None = None
+    network_bandwidth_gbps: float | None = None
+    storage_bandwidth_gbps: float | None = None
 
     @property
     def memory_per_gpu_gib(self) -> float:
-        """Per-GPU need in GiB."""
+        """Per-GPU need in GiB (as nvidia-smi would show it)."""
         return self.breakdown.total / GIB
 
     @property
+    def cpu_memory_gib(self) -> float:
+        """CPU memory per node for offload, GiB."""
+        return self.breakdown.cpu_per_node / GIB
+
+    @property
     def fits(self) -> bool:
-        """Fits with 10% headroom."""
-        return self.memory_per_gpu_gib * HEADROOM <= self.gpu_memory_gib
+        """Fits with the headroom (and, with offload, in the host memory)."""
+        if self.memory_per_gpu_gib * (1 + self.headroom) > self.gpu_memory_gib:
+            return False
+        return not (self.cpu_memory_gib and self.host_memory_gib is not None and self.cpu_memory_gib > self.host_memory_gib)
 
     @property
     def spec(self) -> str:
         """``--gpus`` string."""
         return f"{self.gpus_per_node}x{self.gpu}"
+
+    @property
+    def hours(self) -> float | None:
+        """Training hours with communication (None without tokens or bandwidth)."""
+        return None if self.time is None else self.time.hours
 
     @property
     def run_cost_usd(self) -> Decimal | None:
@@ -141,81 +223,128 @@ class Candidate:
         return self.price_per_hour_usd * Decimal(str(self.hours))
 
 
-def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node: int, nodes: int) -> Candidate:
-    """Memory of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``."""
-    facts = gpu_compute().get(gpu, {})
-    flash = bool(facts.get("flash_attention", True))
-    breakdown = memory_per_gpu(req.shape, req.method, req.precision, req.strategy, req.recompute, req.seq,
-                               req.batch, gpus_per_node * nodes, gpus_per_node, flash)
-    candidate = Candidate(gpu, gpus_per_node, nodes, gpu_memory_gib, breakdown)
-    candidate.hours = training_hours(req, gpu, gpus_per_node * nodes)
-    return candidate
+def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Workload:
+    """The :class:`Workload` of ``req`` on a configuration (eager attention on GPUs without FlashAttention)."""
+    flash = bool(gpu_compute().get(gpu, {}).get("flash_attention", True))
+    attention = req.attention or ("sdpa" if flash else "eager")
+    compute = req.precision if req.method != "inference" else ("fp32" if req.precision == "fp32" else "bf16")
+    return Workload(req.shape, req.method, compute, req.storage, req.strategy, req.recompute, req.seq, req.batch,
+                    gpus_per_node * nodes, gpus_per_node, attention, req.offload)
 
 
-def training_hours(req: SizingRequest, gpu: str, total_gpus: int) -> float | None:
-    """Hours to train ``req.tokens`` tokens (None without tokens, for inference, or unknown peak)."""
-    if not req.tokens or req.method == "inference":
-        return None
-    facts = gpu_compute().get(gpu)
-    if not facts:
-        return None
-    factor = 8 if req.recompute == "full" else 6
-    flops = factor * req.shape.params * req.tokens
-    mfu = gpu_compute()["mfu"][req.method]
-    return flops / (total_gpus * facts["tflops"] * 1e12 * mfu * 3600)
+def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node: int, nodes: int,
+             network_bandwidth_gbps: float | None = None) -> Candidate:
+    """Memory and time of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``."""
+    breakdown = memory_per_gpu(workload(req, gpu, gpus_per_node, nodes))
+    time = None
+    if req.tokens and req.method != "inference":
+        time = training_time(req.shape.params, req.trained_params, req.tokens, req.method, req.recompute,
+                             req.strategy, gpu, gpus_per_node, nodes, req.seq, req.batch, network_bandwidth_gbps)
+    return Candidate(gpu, gpus_per_node, nodes, gpu_memory_gib, breakdown, req.headroom, time=time,
+                     network_bandwidth_gbps=network_bandwidth_gbps)
 
 
-def _cheapest_offers(catalog: Catalog) -> dict[tuple[str, int], dict]:
+def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str) -> bool:
+    """True when the type has a GPU network for multi-node training: AWS EFA, GCP GPUDirect
+    (TCPX / TCPXO) or RDMA (``gib``) NIC layouts (catalog facts)."""
+    facts = catalog.fact(cloud, instance_type)
+    if facts is None:
+        return False
+    return facts.efa_supported if cloud == "aws" else facts.nic_layout in FAST_GCP_LAYOUTS
+
+
+def _cheapest_offers(catalog: Catalog, fast_only: bool) -> dict[tuple[str, int], dict]:
     best: dict[tuple[str, int], dict] = {}
     for o in catalog.offers:
         price = o.on_demand_price_per_hour_usd
         if price is None or o.local_zone:
             continue
+        if fast_only and not high_bandwidth_network(catalog, o.cloud, o.instance_type):
+            continue
         key = (o.gpu, o.gpu_count)
         if key not in best or price < best[key]["price"]:
+            facts = catalog.fact(o.cloud, o.instance_type)
             best[key] = {"price": price, "cloud": o.cloud, "region": o.region, "zone": o.zone,
-                         "instance_type": o.instance_type, "gpu_memory_gib": o.gpu_memory_gib}
+                         "instance_type": o.instance_type, "host_memory_gib": o.memory_gib,
+                         "network_bandwidth_gbps": None if facts is None else facts.network_bandwidth_gbps,
+                         "storage_bandwidth_gbps": _primary_card_gbps(facts)}
     return best
 
 
+def _primary_card_gbps(facts) -> float | None:
+    """Bandwidth of one network card (total / cards): object-storage traffic leaves through the
+    primary (ENA / gVNIC) interface, not the EFA or GPU NICs; None when unknown."""
+    if facts is None or not facts.network_bandwidth_gbps:
+        return None
+    return facts.network_bandwidth_gbps / max(1, facts.network_cards)
+
+
+def _device_memory_gib(gpu: str) -> float:
+    from gpuinfra.catalog.gpus import gpu_model
+
+    return gpu_model(gpu).device_reported_gib
+
+
 def candidates(req: SizingRequest, catalog: Catalog) -> list[Candidate]:
-    """Every fitting configuration the catalog can rent, cheapest (or cheapest run) first."""
-    multi_node = req.method in ("pretrain", "full") and req.strategy != "ddp"
+    """Every fitting configuration the catalog can rent: one node of every (GPU, count) offer,
+    and for sharded training the fewest nodes of a high-bandwidth type (any type with
+    ``allow_slow_interconnect``). Ranked by cost to finish with tokens, by $/h without."""
     out = []
-    for (gpu, count), offer in _cheapest_offers(catalog).items():
-        if gpu not in gpu_compute() or (req.precision == "bf16" and not gpu_compute()[gpu]["bf16"] and req.method != "inference"):
-            continue
-        for nodes in NODE_COUNTS if multi_node else (1,):
-            c = evaluate(req, gpu, offer["gpu_memory_gib"], count, nodes)
-            if c.fits:
-                c.price_per_hour_usd = offer["price"] * nodes
-                c.offer = {k: offer[k] for k in ("cloud", "region", "zone", "instance_type")}
-                out.append(c)
-                break  # more nodes of the same shape only cost more
-    out.sort(key=lambda c: (c.run_cost_usd if c.run_cost_usd is not None else c.price_per_hour_usd,
-                            c.nodes, c.gpus_per_node))
-    return out
+    tables = [(_cheapest_offers(catalog, False), (1,))]
+    if req.sharded:
+        tables.append((_cheapest_offers(catalog, not req.allow_slow_interconnect), NODE_COUNTS[1:]))
+    seen: set[tuple[str, int]] = set()
+    for offers, node_counts in tables:
+        for (gpu, count), offer in offers.items():
+            facts = gpu_compute().get(gpu)
+            if (gpu, count) in seen or facts is None:
+                continue
+            if req.method != "inference" and req.precision == "bf16" and not facts["bf16"]:
+                continue
+            for nodes in node_counts:
+                c = evaluate(req, gpu, _device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"])
+                c.host_memory_gib = offer["host_memory_gib"]
+                c.storage_bandwidth_gbps = offer["storage_bandwidth_gbps"]
+                if c.fits:
+                    c.price_per_hour_usd = offer["price"] * nodes
+                    c.offer = {k: offer[k] for k in ("cloud", "region", "zone", "instance_type")}
+                    out.append(c)
+                    seen.add((gpu, count))
+                    break  # more nodes of the same shape only cost more
+    return sorted(out, key=lambda c: ranking_key(req, c))
+
+
+def ranking_key(req: SizingRequest, c: Candidate) -> tuple:
+    """Cost to finish (unknown last) with tokens; $/h without."""
+    if req.tokens and req.method != "inference":
+        cost = c.run_cost_usd
+        return (cost is None, cost if cost is not None else Decimal(0), c.price_per_hour_usd, c.nodes)
+    return (False, c.price_per_hour_usd, c.nodes, c.gpus_per_node)
 
 
 def candidate_json(c: Candidate) -> dict:
     """JSON view of a candidate (USD as :func:`gpuinfra.money.usd_json` strings)."""
+    t = c.time
     return {
         "gpus": c.spec, "nodes": c.nodes, "total_gpus": c.gpus_per_node * c.nodes,
         "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2), "gpu_memory_gib": c.gpu_memory_gib,
-        "fits": c.fits, "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib, 2),
+        "cpu_memory_per_node_gib": round(c.cpu_memory_gib, 2),
+        "fits": c.fits, "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib * (1 + c.headroom), 2),
         "price_per_hour_usd": usd_json(c.price_per_hour_usd),
         "training_hours": None if c.hours is None else round(c.hours, 2),
+        "compute_hours": None if t is None else round(t.compute_hours, 2),
+        "communication_hours": None if t is None or t.communication_hours is None else round(t.communication_hours, 2),
+        "mfu": None if t is None else t.mfu, "mfu_source": None if t is None else t.mfu_source,
+        "network_bandwidth_gbps": c.network_bandwidth_gbps,
         "run_cost_usd": usd_json(c.run_cost_usd),
         **c.offer,
     }
 
 
 def nothing_fits(req: SizingRequest) -> NoOfferError:
-    """The error when :func:`candidates` is empty: no GPU the catalog rents holds ``req`` with
-    10% headroom, on one node or (sharded methods) up to ``NODE_COUNTS[-1]`` nodes; exit 4 as for
-    any request no offer fits, naming the settings that lower memory per GPU."""
-    sharded = req.method in ("pretrain", "full") and req.strategy != "ddp"
-    where = f"on up to {NODE_COUNTS[-1]} nodes" if sharded else "on one node"
+    """The error when :func:`candidates` is empty (exit 4), naming the settings that lower
+    memory per GPU."""
+    where = f"on up to {NODE_COUNTS[-1]} nodes" if req.sharded else "on one node"
     hints = {"pretrain": ["--method lora or qlora"], "full": ["--method lora or qlora"],
              "lora": ["--method qlora"]}.get(req.method, [])
     if req.method == "inference" and req.precision != "int4":
@@ -226,4 +355,4 @@ def nothing_fits(req: SizingRequest) -> NoOfferError:
         hints.append("a smaller --batch")
     hints.append("a shorter --seq")
     return NoOfferError(f"no configuration in the catalog fits {req.shape.name} ({req.method}, {req.precision}) "
-                        f"with 10% memory headroom {where}; try {', '.join(hints)}")
+                        f"with {req.headroom:.0%} memory headroom {where}; try {', '.join(hints)}")

@@ -214,7 +214,7 @@ def test_size_where_nothing_fits_prints_the_breakdown_and_exits_4(run_cli):
     result = run_cli("size", "--params", "900B", "--gpus", "1xT4")
     _refused(result, 4, "no configuration in the catalog fits 900B params (full, bf16) with 10% memory headroom on up "
                         "to 64 nodes; try --method lora or qlora, --recompute full, a shorter --seq")
-    assert "1xT4 x 1 node(s): 13661.9 GiB per GPU of 16.0 GiB -> does NOT fit" in result.stdout
+    assert "1xT4 x 1 node(s): 18465.0 GiB per GPU of 14.8 GiB -> does NOT fit" in result.stdout
     assert "optimizer 10058.28" in result.stdout
 
 

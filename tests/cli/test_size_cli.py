@@ -15,8 +15,9 @@ def _size(run_cli, *args):
 def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
     doc = _size(run_cli, "--params", "7B", "--method", "full", "--strategy", "fsdp")
     assert doc["fits"] is True and doc["strategy"] == "fsdp"
-    assert set(doc["breakdown"]) == {"weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "kv_cache_gib", "overhead_gib"}
-    assert doc["memory_per_gpu_gib"] * 1.1 <= doc["gpu_memory_gib"]
+    assert set(doc["breakdown"]) == {"weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "kv_cache_gib",
+                                     "workspace_gib", "allocator_reserve_gib", "cuda_context_gib"}
+    assert doc["memory_per_gpu_gib"] * 1.1 <= doc["gpu_memory_gib"] and doc["ranked_by"] == "price_per_hour_usd"
     assert abs(sum(doc["breakdown"].values()) - doc["memory_per_gpu_gib"]) < 0.02
     rec = doc["recommendation"]
     assert rec["gpus"] == doc["gpus"] and rec["nodes"] == doc["nodes"]
@@ -27,7 +28,11 @@ def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
 
 
 def test_checking_a_given_configuration_with_margin(run_cli):
-    doc = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8")
+    # without recompute the activations of 80 layers x 2048 tokens (~58 GiB in HF Llama) do not fit
+    no_recompute = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8")
+    assert no_recompute["fits"] is False and no_recompute["breakdown"]["activations_gib"] > 55
+    doc = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--recompute", "full", "--gpus", "8xA100-80GB",
+                "--nodes", "8")
     assert doc["total_gpus"] == 64 and doc["fits"] is True and doc["margin_gib"] > 0
     small = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "1xA100-80GB")
     assert small["fits"] is False and small["margin_gib"] < 0
@@ -36,9 +41,9 @@ def test_checking_a_given_configuration_with_margin(run_cli):
 
 def test_tokens_give_hours_and_cost(run_cli):
     doc = _size(run_cli, "--params", "1.3B", "--method", "pretrain", "--tokens", "26B", "--gpus", "8xH100")
-    # 6*P*D with selective recompute, MFU 0.40, 989 TFLOP/s: 6*1.3e9*26e9 / (8*989e12*0.4*3600)
-    expected = 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.40 * 3600)
-    assert abs(doc["training_hours"] - round(expected, 2)) < 0.011 and doc["mfu"] == 0.4
+    # 6*P*D with selective recompute, MFU 0.38 on H100 (Llama 3 paper), 989 TFLOP/s
+    expected = 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.38 * 3600)
+    assert abs(doc["training_hours"] - round(expected, 2)) < 0.011 and doc["mfu"] == 0.38
     assert abs(Decimal(doc["run_cost_usd"]) - Decimal(doc["price_per_hour_usd"]) * Decimal(expected)) < Decimal("0.01")
 
 
@@ -46,6 +51,7 @@ def test_inference_has_kv_cache_and_no_gradients(run_cli):
     doc = _size(run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--seq", "16384", "--batch", "4", "--gpus", "1xH100")
     assert doc["breakdown"]["gradients_gib"] == 0 and doc["breakdown"]["optimizer_gib"] == 0
     assert abs(doc["breakdown"]["kv_cache_gib"] - 4 * 2.0) < 0.01  # 2 GiB per 16k-token sequence (HF llama31 table)
+    assert doc["gpu_memory_gib"] == 79.11  # what an H100 80GB reports to PyTorch, not 80
 
 
 def test_bad_sizing_input(run_cli):
@@ -55,9 +61,16 @@ def test_bad_sizing_input(run_cli):
         (["--params", "7B", "--strategy", "zero4"], "--strategy must be one of ddp, fsdp, zero1, zero2, zero3"),
         (["--params", "7X"], "--params must look like 7B"),
         (["--model", "gpt5"], "unknown model 'gpt5'"),
+        (["--params", "10000T"], "--params must be at most 1000T, got '10000T'"),
+        (["--params", "7B", "--seq", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
+        (["--params", "7B", "--method", "lora", "--offload", "optimizer"], "--offload optimizer has no meaning for --method lora"),
+        (["--params", "7B", "--method", "inference", "--offload", "params"], "--offload params has no meaning for --method inference"),
+        (["--params", "7B", "--strategy", "fsdp", "--offload", "optimizer"], "--offload optimizer needs --strategy zero1 or zero2 or zero3"),
+        (["--params", "7B", "--headroom", "2"], "--headroom must be a fraction 0..1"),
     ]:
         result = run_cli("size", *args)
-        assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr
+        assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr, args
+        assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
 
 
 def test_new_with_model_and_method(run_cli, tmp_path):
@@ -65,3 +78,31 @@ def test_new_with_model_and_method(run_cli, tmp_path):
     data = json.loads(result.stdout)
     assert data["profile"] == "qlora-finetune" and data["sizing"]["method"] == "qlora"
     assert data["sizing"]["memory_per_gpu_gib"] * 1.1 <= data["sizing"]["gpu_memory_gib"]
+
+
+def test_issue_cases_on_one_h100(run_cli):
+    # the two cases of issue 15; the measured comparison is tests/sizing/test_fixtures.py (needs the
+    # harness's H100 fixture). Here: the breakdown holds what the model must count.
+    lora = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--seq", "2048", "--batch", "2",
+                 "--recompute", "full", "--gpus", "1xH100")
+    assert lora["fits"] and lora["breakdown"]["weights_gib"] > 14.9  # bf16 base of 8.03B
+    assert lora["breakdown"]["activations_gib"] > 6.8  # fp32 logits of 4096 tokens x 128k vocabulary alone
+    infer = _size(run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--batch", "32", "--gpus", "1xH100")
+    assert infer["breakdown"]["kv_cache_gib"] == 8.0  # 32 x 2048 tokens x 128 KiB (8 KV heads)
+    assert infer["breakdown"]["workspace_gib"] > 5  # prefill of 65,536 prompt tokens
+
+
+def test_headroom_is_a_setting(run_cli):
+    tight = _size(run_cli, "--model", "llama-3.1-8b", "--method", "qlora", "--headroom", "0")
+    assert tight["headroom"] == 0 and tight["candidates"][0]["memory_per_gpu_gib"] <= tight["candidates"][0]["gpu_memory_gib"]
+
+
+def test_offload_reports_cpu_memory(run_cli):
+    doc = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--strategy", "zero3", "--offload", "params",
+                "--gpus", "8xA100-80GB")
+    assert doc["cpu_memory_per_node_gib"] == round(18 * 70.6e9 * 1.5 / 2**30, 2)  # DeepSpeed ZeRO-3 estimator
+
+
+def test_spot_plan_in_text_output(run_cli):
+    result = run_cli("size", "--model", "llama-3.1-8b", "--method", "full", "--strategy", "zero3", "--gpus", "8xH100", "--spot")
+    assert result.exit_code == 0 and "spot checkpoint: 104.7 GiB per node" in result.stdout and "120 s notice" in result.stdout

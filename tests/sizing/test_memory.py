@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 
 from gpuinfra.errors import SizingError
+from gpuinfra.sizing.activations import layer_bytes_per_token, training_activation_bytes
 from gpuinfra.sizing.memory import (
     GIB,
-    activation_bytes,
+    Workload,
     deepspeed_zero2_estimate,
     deepspeed_zero3_estimate,
     kv_cache_bytes,
@@ -57,12 +58,36 @@ def test_deepspeed_zero3_cpu_and_t5_large():
     assert mib == [3291, 125, 477]
 
 
-def test_activation_example_llama_7b():
-    # sizing-formulas.md 1.6 [derived]: LLaMA-7B, b = 4, s = 512, eager attention -> 14.5 GB (layers only)
+def test_activation_formula_reduces_to_korthikanti_for_gpt_layers():
+    # Korthikanti et al. (arXiv:2205.05198) 4.1: 34*s*b*h + 5*a*s^2*b bytes per layer with 16-bit
+    # activations. For a GPT-2 layer our count differs only by what the HF implementation adds on
+    # top: the fp32 LayerNorm inputs (+2 x 2h), the fp32 softmax kept next to its 16-bit cast
+    # (+4as - 2as... per token) and q/k/v stored separately (as in the paper).
+    gpt2 = get_model("gpt2")
+    s, h, a = 1024, gpt2.hidden, gpt2.heads
+    ours = layer_bytes_per_token(gpt2, 2, s, "eager", frozen=False)
+    paper = 34 * h + 5 * a * s
+    assert ours - paper == 4 * h + 2 * a * s  # fp32 norm inputs, fp32 softmax output
+
+
+def test_flash_attention_and_recompute_lower_activations():
     shape = get_model("llama-2-7b")
-    per_layers = activation_bytes(shape, 512, 4, "none", flash=False) - 4 * 512 * 4 * 4096 * (1 + 32000 / 4096)
-    assert round(per_layers / 1e9, 1) == 14.5
-    assert activation_bytes(shape, 512, 4, "full", flash=False) < activation_bytes(shape, 512, 4, "selective", flash=False)
+    eager = training_activation_bytes(shape, 4096, 1, 2, "eager", "none", False)
+    sdpa = training_activation_bytes(shape, 4096, 1, 2, "sdpa", "none", False)
+    full = training_activation_bytes(shape, 4096, 1, 2, "sdpa", "full", False)
+    assert full < sdpa < eager
+    # eager keeps the fp32 softmax and its bf16 cast (6*a*s B per token and layer) but not SDPA's
+    # saved output (2h B): 32 layers x 4096 tokens x (6*32*4096 - 2*4096)
+    assert eager - sdpa == 32 * 4096 * (6 * 32 * 4096 - 2 * 4096)
+
+
+def test_fp32_logits_of_a_128k_vocabulary():
+    # transformers' loss upcasts logits to fp32: (2 + 12) * 128256 bytes per token for Llama 3
+    shape = get_model("llama-3.1-8b")
+    base = training_activation_bytes(shape, 2048, 2, 2, "sdpa", "full", True, fp32_loss=False)
+    fp32 = training_activation_bytes(shape, 2048, 2, 2, "sdpa", "full", True, fp32_loss=True)
+    assert fp32 - base == pytest.approx(4096 * (14 - 8) * 128256)
+    assert fp32 / GIB > 6.8  # the loss alone is ~6.9 GiB at 4096 tokens
 
 
 def test_kv_cache_matches_hf_llama31_table():
@@ -72,22 +97,35 @@ def test_kv_cache_matches_hf_llama31_table():
     assert round(kv_cache_bytes(get_model("llama-3.1-70b"), 1024, 1) / GIB, 3) == 0.312
 
 
-def test_qlora_base_is_nf4_and_smaller_than_lora():
+def test_quantized_weights_keep_embeddings_and_head_16_bit():
     shape = get_model("llama-3.1-8b")
-    q = memory_per_gpu(shape, "qlora", "bf16", "ddp", "full", 2048, 1, 1, 1, True)
-    lo = memory_per_gpu(shape, "lora", "bf16", "ddp", "full", 2048, 1, 1, 1, True)
+    q = memory_per_gpu(Workload(shape, "qlora", storage="nf4-dq", recompute="full"))
+    lo = memory_per_gpu(Workload(shape, "lora", storage="bf16", recompute="full"))
     adapters = lora_params(shape)
-    assert round(q.weights - 4 * adapters) == round(8.03e9 * 4.127 / 8)
-    assert round(lo.weights - 4 * adapters) == round(8.03e9 * 2)
+    embed_and_head = 2 * 128256 * 4096
+    assert q.weights - 6 * adapters == pytest.approx((8.03e9 - embed_and_head) * 4.127 / 8 + 2 * embed_and_head)
+    assert lo.weights - 6 * adapters == pytest.approx(8.03e9 * 2)
     assert q.gradients == lo.gradients == 4 * adapters and q.optimizer == 8 * adapters
-    # HF llama31 blog estimates: QLoRA 8B ~6 GB, LoRA 8B ~16 GB
-    assert 5 < q.total / 1e9 < 9 and 16 < lo.total / 1e9 < 22
+    infer = memory_per_gpu(Workload(shape, "inference", storage="int4", seq=100))
+    # bitsandbytes 4-bit: 4 bits + fp32 absmax per 64 = 4.5 bits; the 128k embeddings and head stay bf16
+    assert infer.weights == pytest.approx((8.03e9 - embed_and_head) * 4.5 / 8 + 2 * embed_and_head)
+
+
+def test_offload_moves_model_states_to_cpu():
+    shape = get_model("llama-3.1-8b")
+    none = memory_per_gpu(Workload(shape, "full", strategy="zero3", gpus=8, gpus_per_node=8))
+    opt = memory_per_gpu(Workload(shape, "full", strategy="zero3", gpus=8, gpus_per_node=8, offload="optimizer"))
+    par = memory_per_gpu(Workload(shape, "full", strategy="zero3", gpus=8, gpus_per_node=8, offload="params"))
+    assert par.weights + par.optimizer < opt.weights + opt.optimizer < none.weights + none.optimizer
+    # DeepSpeed's ZeRO-3 estimator, one node, zero_init: CPU = 18P * 1.5 (both) / 16P * 1.5 (optimizer)
+    assert par.cpu_per_node == pytest.approx(18 * 8.03e9 * 1.5) and opt.cpu_per_node == pytest.approx(16 * 8.03e9 * 1.5)
+    assert none.cpu_per_node == 0
 
 
 def test_sharding_spans_all_gpus_of_all_nodes():
     shape = get_model("llama-3.1-70b")
-    one_node = memory_per_gpu(shape, "full", "bf16", "fsdp", "selective", 2048, 1, 8, 8, True)
-    eight_nodes = memory_per_gpu(shape, "full", "bf16", "fsdp", "selective", 2048, 1, 64, 8, True)
+    one_node = memory_per_gpu(Workload(shape, "full", strategy="fsdp", recompute="selective", gpus=8, gpus_per_node=8))
+    eight_nodes = memory_per_gpu(Workload(shape, "full", strategy="fsdp", recompute="selective", gpus=64, gpus_per_node=8))
     assert eight_nodes.optimizer == pytest.approx(one_node.optimizer / 8)
 
 
@@ -102,9 +140,16 @@ def test_parse_count_rejects(text):
         parse_count(text)
 
 
+def test_params_above_1000t_is_refused():
+    with pytest.raises(SizingError, match="--params must be at most 1000T, got '10000T'"):
+        parse_count("10000T")
+
+
 def test_params_heuristic_is_llama_like():
     shape = shape_from_params(7e9)
-    assert (shape.layers, shape.hidden, shape.heads) == (33, 4224, 33)
+    assert (shape.layers, shape.hidden, shape.heads, shape.kv_heads) == (33, 4224, 33, 8)
+    assert (shape.mlp, shape.vocab) == ("swiglu", 128256)
+    assert shape_from_params(70e9).kv_dim == 8 * 128  # as Llama-3.1-70B (8 KV heads of 128)
     assert abs(12 * shape.layers * shape.hidden**2 - 7e9) / 7e9 < 0.05
 
 

@@ -28,10 +28,13 @@ def test_sizing_request_refuses(kwargs, message):
 
 
 def test_size_document_prices_a_given_configuration():
-    # 1.3B pretrain on 26B tokens: 6*P*D / (8 x 989 TFLOP/s x MFU 0.40) = 17.80 h on p5.48xlarge at $55.04/h
+    # 1.3B pretrain on 26B tokens: 6*P*D / (8 x 989 TFLOP/s x MFU 0.38 (Llama 3 paper Table 4, H100))
+    # = 18.74 h on p5.48xlarge at $55.04/h; one node: no inter-node communication
     doc = size_document(sizing_request(params="1.3B", method="pretrain", tokens="26B"), gpus="8xH100")
-    assert (doc["gpus"], doc["nodes"], doc["fits"], doc["training_hours"]) == ("8xH100", 1, True, 17.8)
-    assert (doc["price_per_hour_usd"], doc["run_cost_usd"]) == ("55.040000", "979.710145")
+    assert (doc["gpus"], doc["nodes"], doc["fits"], doc["training_hours"]) == ("8xH100", 1, True, 18.74)
+    assert (doc["mfu"], doc["communication_hours"], doc["ranked_by"]) == (0.38, 0.0, "run_cost_usd")
+    assert doc["price_per_hour_usd"] == "55.040000"
+    assert abs(float(doc["run_cost_usd"]) - 55.04 * 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.38 * 3600)) < 0.01
     assert doc["recommendation"] == {"gpus": "8xH100", "nodes": 1, "cloud": "aws", "region": "us-east-1",
                                      "zone": "use1-az1", "instance_type": "p5.48xlarge", "price_per_hour_usd": "55.040000"}
     cheapest = doc["candidates"][0]
@@ -42,10 +45,66 @@ def test_size_document_prices_a_given_configuration():
 def test_size_for_stack_picks_the_cheapest_fit_and_the_methods_profile():
     sized = size_for_stack("llama-3.1-8b", None, "qlora")
     assert (sized.gpus, sized.nodes, sized.profile) == ("1xL4", 1, "qlora-finetune")
-    assert sized.to_json() == {"memory_per_gpu_gib": 7.07, "gpu_memory_gib": 22.35, "method": "qlora",
-                               "breakdown": {"weights_gib": 3.909, "gradients_gib": 0.051, "optimizer_gib": 0.102,
-                                             "activations_gib": 1.51, "kv_cache_gib": 0.0, "overhead_gib": 1.5}}
+    data = sized.to_json()
+    # an L4 reports 22.03 GiB to PyTorch (gpus.json device_memory_gib), not EC2's 22.35
+    assert (data["gpu_memory_gib"], data["method"], data["checkpoint_plan"]) == (22.03, "qlora", None)
+    # NF4 + double quantization for the 6.98B block weights, bf16 for the 1.05B embedding + head,
+    # fp32 LoRA adapters with their bf16 autocast copies
+    assert data["breakdown"]["weights_gib"] == 5.386 and data["breakdown"]["cuda_context_gib"] == 1.5
+    assert data["memory_per_gpu_gib"] * 1.1 <= 22.03
     assert size_for_stack(None, "7B").profile == "llm-finetune"  # method full by default
+
+
+def test_precision_is_split_into_compute_and_base_storage():
+    req = sizing_request(model="llama-3.1-8b", method="lora")
+    assert (req.precision, req.base_precision, req.storage) == ("bf16", "bf16", "bf16")
+    assert sizing_request(model="llama-3.1-8b", method="qlora").base_precision == "nf4-dq"
+    assert sizing_request(model="llama-3.1-8b", method="lora", base_precision="int8").storage == "int8"
+    with pytest.raises(SizingError, match="--precision for --method lora must be one of bf16, fp16, fp32 "
+                                          r"\(the frozen base's storage is --base-precision\), got 'int8'"):
+        sizing_request(model="llama-3.1-8b", method="lora", precision="int8")
+    with pytest.raises(SizingError, match="--base-precision applies to --method lora or qlora only"):
+        sizing_request(model="llama-3.1-8b", method="full", base_precision="int8")
+
+
+def test_sharded_multi_node_only_on_high_bandwidth_networks():
+    # ZeRO-3 on 7.5B: without the flag, no multi-node candidate on a type without EFA/GPUDirect
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.sizing.recommend import high_bandwidth_network
+
+    catalog = load_catalog()
+    for allow in (False, True):
+        doc = size_document(sizing_request(params="7.5B", method="full", strategy="zero3",
+                                           allow_slow_interconnect=allow), catalog=catalog)
+        multi = [c for c in doc["candidates"] if c["nodes"] > 1]
+        slow = [c for c in multi if not high_bandwidth_network(catalog, c["cloud"], c["instance_type"])]
+        assert bool(slow) == allow, (allow, multi)
+    assert not high_bandwidth_network(catalog, "aws", "g6e.xlarge")  # EfaInfo absent
+    assert high_bandwidth_network(catalog, "aws", "p5.48xlarge") and high_bandwidth_network(catalog, "gcp", "a3-megagpu-8g")
+
+
+def test_communication_time_over_the_node_network():
+    # 70B ZeRO-3 on 2 x p5.48xlarge (3200 Gbit/s, 8 GPUs): per step each GPU moves 3 x 2P x 15/16 bytes
+    # at 3200e9/8/8 B/s; steps = tokens / (seq x batch x 16)
+    doc = size_document(sizing_request(params="70B", method="full", strategy="zero3", tokens="10B"),
+                        gpus="8xH100", nodes=2)
+    steps = 10e9 / (2048 * 16)
+    expected = steps * 3 * 2 * 70e9 * 15 / 16 / (3200e9 / 8 / 8) / 3600
+    assert abs(doc["communication_hours"] - round(expected, 2)) < 0.011
+    assert doc["training_hours"] == round(doc["compute_hours"] + doc["communication_hours"], 2) or \
+        abs(doc["training_hours"] - doc["compute_hours"] - doc["communication_hours"]) < 0.011
+
+
+def test_spot_checkpoint_plan():
+    # 8B full fine-tune on one p5.48xlarge: 14 B x 8.03e9 per node; primary card 3200/32 = 100 Gbit/s
+    doc = size_document(sizing_request(model="llama-3.1-8b", method="full", strategy="zero3"), gpus="8xH100",
+                        spot=True, interruptions_per_node_hour=0.1)
+    plan = doc["checkpoint_plan"]
+    upload = 14 * 8.03e9 / (100e9 / 8)
+    assert plan["checkpoint_gib_per_node"] == round(14 * 8.03e9 / 2**30, 2)
+    assert plan["upload_seconds"] == round(upload, 1) and plan["notice_seconds"] == 120 and plan["fits_notice"] is True
+    mtbi = 3600 / 0.1
+    assert plan["interval_minutes"] == round(((2 * upload * mtbi) ** 0.5 - upload) / 60, 1)
 
 
 def test_size_for_stack_when_nothing_fits():
