@@ -39,6 +39,36 @@ def build(spec: ClusterSpec):
     return cluster
 
 
+def build_bake(spec):
+    """Create the image bake component of a bake stack (``gpuinfra:bake``, issue 14) and export
+    its outputs.
+
+    Args:
+        spec: a :class:`gpuinfra.bake.model.BakeSpec`.
+
+    Returns:
+        The component resource.
+    """
+    if spec.cloud == "aws":
+        from blueprints.aws.bake import AwsImageBake
+
+        bake = AwsImageBake(spec.stack, spec)
+    else:
+        from blueprints.gcp.bake import GcpImageBake
+
+        bake = GcpImageBake(spec.stack, spec)
+    for key, value in bake.exports().items():
+        pulumi.export(key, value)
+    return bake
+
+
 def main() -> None:
-    """Program entry: load the spec of the selected stack and build it."""
+    """Program entry: load the spec of the selected stack (a cluster, or an image bake when the
+    stack has ``gpuinfra:bake``) and build it."""
+    bake = pulumi.Config("gpuinfra").get_object("bake")
+    if bake is not None:
+        from gpuinfra.bake.model import BakeSpec
+
+        build_bake(BakeSpec.from_config(bake))
+        return
     build(load_spec())

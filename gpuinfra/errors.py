@@ -29,6 +29,7 @@ CatalogGateError            2     a built or refreshed catalog fails a sanity ga
 DataSourceError             2     ``--data`` / ``--data-region`` / ``--data-size``
 ProfileError                2     unknown profile, invalid profile file or folder
 SizingError                 2     ``gpuinfra size`` / ``new --model`` input
+BakeError                   2     ``gpuinfra image bake`` / ``image record`` / ``new --image`` input
 SpecError                   2     an invalid stack spec (``gpuinfra:cluster``)
 RuleViolationError          2     a spec or preview breaks a cloud rule (one line each)
 PreviewFileError            2     ``cost --from-preview`` file is not preview JSON
@@ -114,6 +115,10 @@ class ProfileError(GpuinfraError):
 
 class SizingError(GpuinfraError):
     """Bad sizing input (unknown model, malformed parameter count, impossible setting; exit 2)."""
+
+
+class BakeError(GpuinfraError):
+    """Bad ``gpuinfra image bake`` / ``image record`` / ``new --image`` input (exit 2)."""
 
 
 class PreviewFileError(GpuinfraError):

@@ -351,12 +351,18 @@ class StackListing:
 
 
 def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None = None) -> StackListing:
-    """Every stack file of the project, joined with the backend's view when available; a file
-    that cannot be read is listed as invalid with the reason."""
+    """Every cluster stack file of the project, joined with the backend's view when available; a
+    file that cannot be read is listed as invalid with the reason. Bake stacks (``gpuinfra image
+    ls`` lists them) are left out: they have no nodes, TTL or price per hour."""
+    from gpuinfra.bake.stack import list_bakes
+
     now = now or datetime.now(timezone.utc)
     statuses = {s.name: s for s in backend.list_stacks(project_dir)} if backend is not None else {}
     listing = StackListing([], [])
+    bakes = {b.stack for b in list_bakes(project_dir)}
     for name in stack_names(project_dir):
+        if name in bakes:
+            continue
         try:
             spec = read_stack_spec(project_dir, name)
         except SpecError as exc:

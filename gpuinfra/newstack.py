@@ -43,6 +43,8 @@ class NewStackRequest:
         data, data_region, data_size: the training data set (``s3://``/``gs://`` URI, region,
             size such as ``2TB``); offers are then ranked by run cost with moving the data.
         profiles_dir: folder of user profile YAML files.
+        image: ``baked:<name>``: boot a bake's image (:func:`gpuinfra.bake.stack.baked_image`);
+            the stack records its id and manifest.
     """
 
     plan: PlanRequest
@@ -55,6 +57,7 @@ class NewStackRequest:
     data_region: str | None = None
     data_size: str | None = None
     profiles_dir: Path | None = None
+    image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -139,11 +142,17 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
             raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type, not both")
         from gpuinfra.sizing.report import size_for_stack
 
-        sizing = size_for_stack(request.model, request.params, request.method)
+        sizing = size_for_stack(request.model, request.params, request.method, spot=bool(planned.spot))
         planned, profile = replace(planned, gpus=sizing.gpus, nodes=sizing.nodes), profile or sizing.profile
     elif request.method:
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)
+    if request.image:  # a baked image decides the cloud, and the type when it was baked for one
+        from gpuinfra.bake.stack import baked_image_targets
+
+        cloud, types = baked_image_targets(project_dir, request.image)
+        planned = replace(planned, cloud=planned.cloud or cloud,
+                          instance_type=planned.instance_type or (types[0] if len(types) == 1 else None))
     catalog = load_catalog()
     if request.capacity_reservation:
         from gpuinfra.capacity import describe_capacity_reservation
@@ -154,6 +163,18 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
                                                                                         planned.region))
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
     plan = plan_cluster(catalog, planned, resolved, now or datetime.now(timezone.utc))
+    image_config = None
+    if request.image:  # a baked image: its id goes into the spec, its manifest next to it
+        from gpuinfra.bake.stack import apply_baked_image
+
+        plan, image_config = apply_baked_image(plan, project_dir, request.image)
+    checkpoint = None
+    if sizing is not None and plan.spec.spot:  # spot: the checkpoint plan goes into the stack file
+        from gpuinfra.sizing.report import size_for_stack
+
+        if sizing.document.get("checkpoint_plan") is None:
+            sizing = size_for_stack(request.model, request.params, request.method, spot=True)
+        checkpoint = sizing.document.get("checkpoint_plan")
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
-    written = write_stack(plan, project_dir, force=force)
+    written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
     return NewStackResult(plan, written, verified, sizing)

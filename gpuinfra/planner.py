@@ -43,6 +43,7 @@ from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
 from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
+from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from pydantic import ValidationError
 
 from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
@@ -171,14 +172,18 @@ def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int) -> lis
             "cluster/compact placement or a workload policy (rule gcp-placement-supported / aws-placement-group)",
             f"{itype} has none (N1 hosts never do)" if fact.guest_accelerators else f"{itype} has none", True,
             {"placement": "none"}, f"the stack records placement: none and its {nodes} nodes are not placed close together"))
-    if fact.gpu_nic_count == 0 and profile.high_bandwidth_networking == "required":
+    # a fabric that cannot be installed at boot (A3 High's TCPX) is no usable fabric on gpuinfra's images
+    blocked = fact.gpu_nic_count and fabric_boot_blocker(fact.cloud, fact.nic_layout)
+    has = (f"{itype}'s {fact.nic_layout} fabric cannot be installed at boot (rule fabric-installable-at-boot)"
+           if blocked else f"{itype} has none")
+    if (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "required":
         found.append(Shortfall(
-            "EFA or GPUDirect NICs (rule high-bandwidth-nics)", f"{itype} has none", True,
+            "EFA or GPUDirect NICs (rule high-bandwidth-nics)", has, True,
             {"high_bandwidth_networking": "preferred"},
             "the stack records high_bandwidth_networking: preferred and the nodes use plain networking"))
-    elif fact.gpu_nic_count == 0 and profile.high_bandwidth_networking == "preferred" and nodes > 1:
+    elif (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "preferred" and nodes > 1:
         found.append(Shortfall(
-            f"EFA or GPUDirect NICs between its {nodes} nodes (rule high-bandwidth-nics)", f"{itype} has none",
+            f"EFA or GPUDirect NICs between its {nodes} nodes (rule high-bandwidth-nics)", has,
             False, {}, "the nodes use plain networking"))
     if profile.scratch.required and not scratch_capable(fact, profile.scratch.min_gib):
         found.append(_scratch_shortfall(fact, profile))

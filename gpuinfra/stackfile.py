@@ -48,8 +48,12 @@ def provider_config(spec: ClusterSpec) -> dict[str, str]:
     return config
 
 
-def render_stack(plan: Plan, generated_at: datetime | None = None) -> str:
-    """The stack file's text for ``plan``."""
+def render_stack(plan: Plan, generated_at: datetime | None = None, image_config: dict | None = None,
+                 checkpoint_plan: dict | None = None) -> str:
+    """The stack file's text for ``plan``; with ``image_config`` (a baked image's manifest and id,
+    :meth:`gpuinfra.bake.stack.BakedImage.config`) also ``gpuinfra:image``; with
+    ``checkpoint_plan`` (a spot stack sized from a model: :func:`gpuinfra.sizing.checkpoint.checkpoint_plan`)
+    also ``gpuinfra:checkpoint_plan``, for the reader (the program does not read it)."""
     spec = plan.spec
     offer = plan.offer
     generated_at = generated_at or datetime.now(timezone.utc)
@@ -62,7 +66,7 @@ def render_stack(plan: Plan, generated_at: datetime | None = None) -> str:
         f"${offer.price_per_hour_usd:.2f}/h {pricing} for the cluster, "
         f"${plan.run_cost_usd:.2f} for {spec.run_hours:g} h"
     )
-    return render(
+    text = render(
         "stack.yaml.j2",
         spec=spec,
         spec_config=spec.to_config(),
@@ -74,6 +78,15 @@ def render_stack(plan: Plan, generated_at: datetime | None = None) -> str:
         catalog_date=plan.catalog_date,
         expires_at=spec.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
     )
+    extra = {}
+    if image_config:  # the baked image the cluster uses, recorded once (gpuinfra/bake/stack.py)
+        extra["gpuinfra:image"] = image_config
+    if checkpoint_plan:  # spot: how often to checkpoint and whether a save fits the notice
+        extra["gpuinfra:checkpoint_plan"] = checkpoint_plan
+    if extra:
+        block = yaml.safe_dump(extra, sort_keys=False, width=100)
+        text = text.rstrip("\n") + "\n" + "".join(f"  {line}\n" for line in block.splitlines())
+    return text
 
 
 def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
@@ -103,7 +116,8 @@ def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
     return spec
 
 
-def write_stack(plan: Plan, project_dir: Path, force: bool = False) -> WrittenFiles:
+def write_stack(plan: Plan, project_dir: Path, force: bool = False, image_config: dict | None = None,
+                checkpoint_plan: dict | None = None) -> WrittenFiles:
     """Render and write the stack file; scaffold ``Pulumi.yaml`` + ``program/`` if absent.
 
     All or nothing: when any file cannot be written, the files and folders written so far are
@@ -113,6 +127,8 @@ def write_stack(plan: Plan, project_dir: Path, force: bool = False) -> WrittenFi
         plan: the planned cluster.
         project_dir: folder of the Pulumi project (created if missing).
         force: replace an existing stack file.
+        image_config: ``gpuinfra:image`` of a baked image (see :func:`render_stack`).
+        checkpoint_plan: ``gpuinfra:checkpoint_plan`` of a spot stack sized from a model.
 
     Raises:
         FileExistsGpuinfraError: the stack file exists and ``force`` is False.
@@ -125,7 +141,7 @@ def write_stack(plan: Plan, project_dir: Path, force: bool = False) -> WrittenFi
     target = stack_file_path(project_dir, plan.spec.stack)
     if target.exists() and not force:
         raise _exists(target)
-    stack_text = render_stack(plan)
+    stack_text = render_stack(plan, image_config=image_config, checkpoint_plan=checkpoint_plan)
     scaffold: dict[Path, str] = {}
     if not (project_dir / "Pulumi.yaml").exists():
         scaffold[project_dir / "Pulumi.yaml"] = render("Pulumi.yaml.j2", project_name=PROJECT_NAME)

@@ -23,10 +23,12 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
         "gcp-4xa100", "a2-highgpu-4g", "us-central1-a", "on-demand")
     # 14.69354 $/h (Cyclenerd pricing.yml 2026-08-20) x the dev profile's 4 h
     assert (doc["price_per_hour_usd"], doc["run_hours"], doc["run_cost_usd"]) == ("14.693540", 4.0, "58.774160")
-    assert doc["resources"] == 14 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
-    assert doc["cost"] == {"hourly_usd": "15.096036", "run_usd": "60.384144", "hours": "4", "pricing": "on-demand",
+    # 14 + the node bundle object + GPU monitoring (component, dashboard, alert policy, metricWriter binding)
+    assert doc["resources"] == 19 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
+    # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
+    assert doc["cost"] == {"hourly_usd": "15.101086", "run_usd": "60.404341", "hours": "4", "pricing": "on-demand",
                            "catalog_date": "2026-08-20 (on-demand; spot undated)", "price_not_found": [],
-                           "monthly_if_left_running_usd": "10869.145841"}
+                           "monthly_if_left_running_usd": "10872.781388"}
     assert doc["sizing"] is None and doc["warnings"] == [] and doc["stack_file"] == str(result.written.stack_file)
     assert read_stack_spec(tmp_path, "gcp-4xa100").instance_type == "a2-highgpu-4g"
 
@@ -60,3 +62,19 @@ def test_a_stack_over_its_budget_is_refused_before_it_is_written(tmp_path):
 def test_diff_is_a_reserved_stack_name(tmp_path):
     with pytest.raises(SpecError, match="stack name 'diff' is reserved \\(`gpuinfra cost diff` is a sub-command\\)"):
         create_stack(NewStackRequest(PlanRequest("1xL4", name="diff")), tmp_path, now=NOW)
+
+
+def test_a_spot_stack_sized_from_a_model_records_its_checkpoint_plan(tmp_path):
+    """Issue 15 item 5: a spot stack carries the checkpoint plan of `size --spot` (AWS notice 120 s);
+    an on-demand one does not."""
+    import yaml
+
+    spot = create_stack(NewStackRequest(PlanRequest(None, name="sp", spot=True), model="llama-3.1-8b", method="lora"),
+                        tmp_path, now=NOW)
+    doc = yaml.safe_load(spot.written.stack_file.read_text())["config"]
+    plan = doc["gpuinfra:checkpoint_plan"]
+    assert plan == spot.sizing.document["checkpoint_plan"] and plan["notice_seconds"] in (120, 30)
+    assert plan["fits_notice"] is True and plan["interruptions_per_node_hour"] == 0.05
+    on_demand = create_stack(NewStackRequest(PlanRequest(None, name="od"), model="llama-3.1-8b", method="full"),
+                             tmp_path, now=NOW)
+    assert "gpuinfra:checkpoint_plan" not in yaml.safe_load(on_demand.written.stack_file.read_text())["config"]

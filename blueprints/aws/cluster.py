@@ -9,11 +9,12 @@ import pulumi_aws as aws
 
 from blueprints.aws.backstop import build_ttl_backstop, schedule_expression
 from blueprints.aws.identity import build_instance_profile
+from blueprints.aws.monitoring import build_monitoring
 from blueprints.aws.network import build_network
 from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
-from blueprints.aws.storage import build_bucket
-from blueprints.aws.userdata import nccl_env
+from blueprints.aws.storage import build_bucket, build_bundle_object
+from blueprints.aws.userdata import aws_node_bundle, nccl_env
 from blueprints.common.fabric import aws_run_command
 from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json
@@ -86,6 +87,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
         plan = plan_aws_cluster(spec)
+        bundle = aws_node_bundle(spec, plan)
         check_existing_subnet(spec)
         ami_id, root_device_name = resolve_ami(spec, plan)
         super().__init__(TYPE_TOKEN, name, None, opts)
@@ -94,8 +96,10 @@ class AwsGpuCluster(pulumi.ComponentResource):
         network = build_network(name, spec, plan, self)
         self.bucket = build_bucket(name, spec, self)
         profile = build_instance_profile(name, spec, self.bucket, self)
+        self.node_bundle = build_bundle_object(name, spec, self.bucket, bundle.to_json(), self)
         self.launch_template, self.placement_group = build_launch_template(
-            name, spec, plan, network, ami_id, root_device_name, profile, self.bucket, self
+            name, spec, plan, network, ami_id, root_device_name, profile, self.bucket, self,
+            depends_on=[self.node_bundle],
         )
         self.fleet = build_fleet(name, spec, plan, self.launch_template, self)
         instances = aws.ec2.get_instances_output(
@@ -131,6 +135,10 @@ class AwsGpuCluster(pulumi.ComponentResource):
             "availability_zone": aws.get_availability_zone_output(zone_id=spec.zone).name,
             "efa_interfaces_per_node": plan.efa_count,
         }
+        # GPU monitoring (issue 16): agent config, dashboard, idle alarm; its outputs feed `gpuinfra status`
+        self.monitoring = build_monitoring(name, spec, self)
+        if self.monitoring is not None:
+            self.outputs.update(self.monitoring.outputs)
         self.register_outputs(self.outputs)
 
     def exports(self) -> dict:

@@ -1,4 +1,5 @@
-"""IAM of the nodes: SSM Session Manager access and the stack bucket, nothing else.
+"""IAM of the nodes: SSM Session Manager access, the stack bucket and (when monitoring is on)
+the CloudWatch agent's metrics and configuration, nothing else.
 
 Sources: AmazonSSMManagedInstanceCore for Session Manager
 (docs.aws.amazon.com/systems-manager/latest/userguide/setup-instance-permissions.html);
@@ -14,6 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from blueprints.common.naming import child
+from blueprints.common.node_bundle import BUNDLE_PREFIX
 from blueprints.common.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -33,8 +35,33 @@ def bucket_policy_document(bucket_arn: str) -> str:
                         "s3:ListMultipartUploadParts"],
              "Resource": [f"{bucket_arn}/*"]},
             {"Sid": "FindClusterPeers", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"},
+            # the node bundle (gpuinfra/...) is what every node runs as root at boot: Pulumi
+            # writes it, the nodes only read it (an explicit Deny wins over the Allow above)
+            {"Sid": "NodeBundleReadOnly", "Effect": "Deny", "Action": ["s3:PutObject", "s3:DeleteObject"],
+             "Resource": [f"{bucket_arn}/{BUNDLE_PREFIX}*"]},
         ],
     })
+
+
+# --- GPU monitoring (issue 16): the CloudWatch agent's permissions, nothing more -------------
+def monitoring_policy_document(stack: str) -> str:
+    """Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
+    into the stack's namespace (condition key ``cloudwatch:namespace``: docs.aws.amazon.com/
+    AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html; the action has no
+    resource-level scope, so ``Resource: *``). Reading the agent's configuration parameter
+    (``fetch-config -c ssm:``) needs ``ssm:GetParameter``, which the attached
+    AmazonSSMManagedInstanceCore already grants on every parameter (``"Resource": "*"``), so no
+    statement here could narrow it: none is added. No logs, no tags."""
+    from gpuinfra.monitoring.metrics import aws_namespace
+
+    return json.dumps({
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Sid": "PutStackMetrics", "Effect": "Allow", "Action": ["cloudwatch:PutMetricData"], "Resource": "*",
+             "Condition": {"StringEquals": {"cloudwatch:namespace": aws_namespace(stack)}}},
+        ],
+    })
+# --- end GPU monitoring --------------------------------------------------------------------
 
 
 def build_instance_profile(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, parent: pulumi.Resource) -> aws.iam.InstanceProfile:
@@ -53,4 +80,7 @@ def build_instance_profile(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, 
     aws.iam.RolePolicy(
         child(name, "node-bucket"), role=role.id, policy=bucket.arn.apply(bucket_policy_document), opts=opts
     )
+    if spec.profile.monitoring.enabled:  # GPU monitoring (issue 16)
+        aws.iam.RolePolicy(child(name, "node-monitoring"), role=role.id,
+                           policy=monitoring_policy_document(spec.stack), opts=opts)
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)

@@ -71,8 +71,10 @@ GP3_THROUGHPUT_MIBPS = 125
 
 def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, network: Network, ami_id: str,
                           root_device_name: str, instance_profile: aws.iam.InstanceProfile, bucket: aws.s3.Bucket,
-                          parent: pulumi.Resource) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
-    """Placement group (when planned) and the launch template of the nodes."""
+                          parent: pulumi.Resource, depends_on: list[pulumi.Resource] | None = None,
+                          ) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
+    """Placement group (when planned) and the launch template of the nodes; the template waits
+    for ``depends_on`` (the node bundle object: no node boots before its bundle exists)."""
     opts = pulumi.ResourceOptions(parent=parent)
     group = None
     group_name: pulumi.Input[str] | None = plan.placement_group_name
@@ -141,7 +143,8 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         update_default_version=True,
         tags=tags,
         # a DLAMI resolved at the first `up` stays; an explicit ami_id is applied as written
-        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=None if spec.ami_id else ["imageId"]),
+        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=None if spec.ami_id else ["imageId"],
+                                    depends_on=depends_on),
     )
     return template, group
 

@@ -100,3 +100,20 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
         opts=opts,
     )
     return bucket
+
+
+def build_bundle_object(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, body: str,
+                        parent: pulumi.Resource) -> aws.s3.BucketObjectv2:
+    """The node bundle (:mod:`blueprints.common.node_bundle`) as ``gpuinfra/node-bundle.json``
+    in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
+    from blueprints.common.node_bundle import BUNDLE_KEY
+
+    return aws.s3.BucketObjectv2(
+        child(name, "node-bundle"),
+        bucket=bucket.id,
+        key=BUNDLE_KEY,
+        content=body,
+        content_type="application/json",
+        tags=aws_tags(spec),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

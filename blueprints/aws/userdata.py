@@ -3,7 +3,8 @@
 EC2 limits user data to 16 KB before base64 encoding
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html). The cloud-config is sent gzip-
 compressed (it carries the node agent's source); :func:`render_user_data` refuses anything whose
-compressed size is over the limit.
+compressed size is over the limit. What does not have to run before the bucket can be read is
+in the node bundle (:func:`aws_node_bundle`, :mod:`blueprints.common.node_bundle`).
 """
 
 from __future__ import annotations
@@ -12,13 +13,19 @@ import base64
 import gzip
 
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
-from blueprints.common.fabric import RUN_SCRIPT_PATH, aws_fabric, render_run_script
+from blueprints.common.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build, image_build_unit,
+                                     render_run_script)
+from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, IMAGE_UNIT, NodeBundle, add_health_gate,
+                                           add_monitoring, fetch_script, fetch_unit, health_template_vars)
 from blueprints.common.node_files import NODE_FILES, node_env, scratch_script
+from gpuinfra.health.report import expectations_for
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
+#: The unit that pre-pulls the profile's image on nodes without EFA (templates/aws-cloud-init.yaml.j2).
+PREPULL_UNIT = "gpuinfra-prepull.service"
 SCRATCH_MOUNT = "/scratch"
 #: EC2 instance-store NVMe disks under /dev/disk/by-id (amazon-eks-ami setup-local-disks;
 #: ParallelCluster setup-ephemeral-drives.sh).
@@ -47,6 +54,33 @@ def nccl_env(plan: AwsClusterPlan, instance_type: str) -> dict[str, str]:
     return env
 
 
+def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
+    """The AWS node bundle: ``gpuinfra-run``; on EFA nodes with a container image, the
+    EFA-enabled training image built at boot (which ``gpuinfra-run`` then runs by default); the
+    monitoring agent; the health gate.
+
+    Raises:
+        SpecError / RuleViolationError: the plan refuses the spec (expectations).
+    """
+    bundle = NodeBundle()
+    runtime = aws_fabric(plan.efa_count)
+    image = spec.profile.container_image
+    after: tuple[str, ...] = ()
+    if plan.efa_count and image:
+        build = efa_image_build(image)
+        bundle.add(f"{IMAGE_BUILD_DIR}/Dockerfile", build.dockerfile)
+        bundle.add(f"/etc/systemd/system/{IMAGE_UNIT}", image_build_unit(build))
+        bundle.units.append(IMAGE_UNIT)
+        image, after = build.tag, (IMAGE_UNIT,)
+    elif image:
+        after = (PREPULL_UNIT,)  # the gate's all-reduce runs in the pre-pulled image
+    bundle.add(RUN_SCRIPT_PATH, render_run_script(runtime, image=image, instance_type=spec.instance_type,
+                                                  scratch=SCRATCH_MOUNT), "0755")
+    add_monitoring(bundle, spec, "aws")
+    add_health_gate(bundle, spec, expectations_for(spec), after)
+    return bundle
+
+
 def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> str:
     """The ``#cloud-config`` text for the nodes of ``spec``.
 
@@ -66,9 +100,11 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         gpus_per_node=spec.gpu_count,
         master_port=TORCHRUN_PORT,
         wait_seconds=PEER_WAIT_SECONDS,
+        **health_template_vars(spec),
     )
-    run_script = render_run_script(aws_fabric(plan.efa_count), image=spec.profile.container_image,
-                                   instance_type=spec.instance_type, scratch=SCRATCH_MOUNT)
+    # EFA nodes build the training image from the profile's image at boot (the bundle's
+    # gpuinfra-image.service pulls it): no separate pre-pull
+    prepull = "" if plan.efa_count else spec.profile.container_image
     text = render(
         "aws-cloud-init.yaml.j2",
         node_files=NODE_FILES,
@@ -78,10 +114,13 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         scratch_script=scratch.rstrip("\n"),
         agent_source=agent_source(),
         cluster_env_script=cluster_env.rstrip("\n"),
-        run_script_path=RUN_SCRIPT_PATH,
-        run_script=run_script.rstrip("\n"),
+        bundle_fetch_path=BUNDLE_FETCH_PATH,
+        bundle_fetch_script=fetch_script("aws", bucket),
+        bundle_unit=BUNDLE_UNIT,
+        bundle_unit_text=fetch_unit().rstrip("\n"),
         mount_point=SCRATCH_MOUNT,
-        container_image=spec.profile.container_image,
+        container_image=prepull,
+        prepull_unit=PREPULL_UNIT,
         nccl_env=nccl_env(plan, spec.instance_type),
         node_env=node_env(spec, "aws", bucket, SCRATCH_MOUNT),
     )

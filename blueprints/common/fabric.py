@@ -62,7 +62,9 @@ Families and sources:
   no devices, no plugin; NCCL uses TCP on the primary NIC, which is all the node has.
 
 Where a fabric's host stack is missing, ``gpuinfra-run`` fails with one line naming what is
-missing instead of letting NCCL fall back to TCP sockets.
+missing instead of letting NCCL fall back to TCP sockets. The host stacks are installed at boot
+by :mod:`blueprints.common.fabric_host` (GCP) and, on AWS, the EFA user space is built into the
+training image (:func:`efa_image_build`).
 """
 
 from __future__ import annotations
@@ -73,15 +75,17 @@ from pathlib import PurePosixPath
 from typing import Literal
 
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.health import node as health_node
 from gpuinfra.templating import render
 
-RUN_SCRIPT_PATH = "/usr/local/bin/gpuinfra-run"
+RUN_SCRIPT_PATH = health_node.RUN_SCRIPT  # the health gate runs its all-reduce through it
 #: systemd unit that runs the GPUDirect receive-datapath manager (RxDM) on A3 High / A3 Mega
-#: nodes. gpuinfra's boot scripts do not install it yet (issue 13 item 1).
+#: nodes, installed and enabled by the host install script (blueprints/common/fabric_host.py).
 RXDM_UNIT = "gpuinfra-rxdm.service"
-#: Seconds gpuinfra-run waits for ``/etc/gpuinfra/cluster.env`` by default (the peer wait of the
-#: boot scripts is 900 s, after which systemd keeps retrying).
-CLUSTER_ENV_WAIT_SECONDS = 900
+#: Seconds gpuinfra-run waits by default for ``/etc/gpuinfra/cluster.env`` and then the health
+#: gate's verdict: a first boot of an EFA node builds the image, then the gate waits for every
+#: peer's result (:data:`gpuinfra.health.node.PEER_WAIT_SECONDS`) and runs the all-reduce.
+CLUSTER_ENV_WAIT_SECONDS = 3600
 #: How a user starts a job (stack output ``run_command``).
 EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
 #: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
@@ -94,6 +98,20 @@ TCPX_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
 TCPX_PLUGIN_INSTALLER_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0"
 TCPXO_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23"
 TCPXO_PLUGIN_INSTALLER_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17"
+
+#: EFA user space built into the training image on EFA nodes (templates/fabric/aws-efa-container.Dockerfile.j2):
+#: the versions of aws-samples/awsome-distributed-training@0162aacd
+#: micro-benchmarks/nccl-tests/nccl-tests.Dockerfile L7-8 (EFA_INSTALLER_VERSION=1.43.2,
+#: AWS_OFI_NCCL_VERSION=v1.16.3).
+EFA_INSTALLER_VERSION = "1.43.2"
+AWS_OFI_NCCL_VERSION = "1.16.3"
+OFI_NCCL_PREFIX = "/opt/amazon/ofi-nccl"
+#: What an image with the EFA user space has (the requirements gpuinfra-run checks, below).
+EFA_LIBFABRIC_GLOB = "/opt/amazon/efa/lib*/libfabric.so*"
+EFA_PLUGIN_PATH = f"{OFI_NCCL_PREFIX}/lib/libnccl-net.so"
+EFA_USER_SPACE_GLOBS = f"{EFA_LIBFABRIC_GLOB} {EFA_PLUGIN_PATH}"
+#: Build context of the boot-time image build (gpuinfra-image.service).
+IMAGE_BUILD_DIR = "/etc/gpuinfra/image"
 
 #: A3 High CPU ranges per NUMA node for TX and RX threads of the GPU NICs (cluster-toolkit
 #: a3-highgpu-8g run-nccl-tests.sh L64-65: NICs 1-2 on NUMA 0, NICs 3-4 on NUMA 1).
@@ -176,10 +194,70 @@ def aws_fabric(efa_count: int) -> FabricRuntime:
     return FabricRuntime(
         "efa", "EFA",
         devices=uverbs_devices(efa_count),
-        requirements=(Requirement("image", "/opt/amazon/efa/lib*/libfabric.so*", "EFA user space (libfabric)"),),
-        hint="devices: check the EFA driver (fi_info -p efa); image: build one with the EFA user space "
-             "(efa_installer.sh -y --skip-kmod, awsome-distributed-training 2.ami_and_containers/2.docker) "
-             "and pass --image",
+        requirements=(Requirement("image", EFA_LIBFABRIC_GLOB, "EFA user space (libfabric)"),
+                      Requirement("image", EFA_PLUGIN_PATH, "aws-ofi-nccl NCCL plugin")),
+        hint="devices: check the EFA driver (fi_info -p efa); image: the node builds one at boot "
+             "(journalctl -u gpuinfra-image), or pass --image with one built from "
+             "templates/fabric/aws-efa-container.Dockerfile.j2",
+    )
+
+
+@dataclass(frozen=True)
+class ImageBuild:
+    """The training image a node builds at boot: ``dockerfile`` text and the local ``tag``
+    (``gpuinfra/train:efa-<first 12 hex of the Dockerfile's SHA-256>``, so a changed recipe is a
+    new tag and an unchanged one is reused after a reboot)."""
+
+    dockerfile: str
+    tag: str
+    base_image: str
+
+
+def efa_image_build(base_image: str) -> ImageBuild:
+    """The EFA-enabled training image on top of ``base_image`` (the profile's container image)
+    for EFA nodes (``templates/fabric/aws-efa-container.Dockerfile.j2``).
+
+    Raises:
+        ValueError: no base image (the profile has no container image).
+    """
+    import hashlib
+
+    if not base_image:
+        raise ValueError("an EFA training image needs a base image (the profile's container_image)")
+    text = render("fabric/aws-efa-container.Dockerfile.j2", base_image=base_image,
+                  efa_installer_version=EFA_INSTALLER_VERSION, aws_ofi_nccl_version=AWS_OFI_NCCL_VERSION,
+                  ofi_nccl_prefix=OFI_NCCL_PREFIX)
+    return ImageBuild(text, f"gpuinfra/train:efa-{hashlib.sha256(text.encode()).hexdigest()[:12]}", base_image)
+
+
+def image_build_unit(build: ImageBuild) -> str:
+    """``gpuinfra-image.service``: ``docker build`` of ``build`` once Docker and scratch are up
+    (or ``docker tag`` of the base when it already has the EFA user space);
+    retried on failure (a registry or download hiccup) at most 5 times an hour, then left failed
+    so the health gate goes on (its all-reduce then fails on this node); skipped when the tag
+    exists."""
+    return (
+        "[Unit]\n"
+        f"Description=gpuinfra: build the training image {build.tag} (EFA user space on {build.base_image})\n"
+        "Wants=network-online.target\n"
+        "After=network-online.target docker.service gpuinfra-scratch.service\n"
+        "Requires=docker.service\n"
+        "StartLimitIntervalSec=3600\n"
+        "StartLimitBurst=5\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        "TimeoutStartSec=3600\n"
+        f"ExecCondition=/bin/sh -c '! docker image inspect {build.tag} >/dev/null 2>&1'\n"
+        # an image that already carries the EFA user space (a baked container, issue 14) is used
+        # as it is: tagged, not rebuilt
+        f"ExecStart=/bin/sh -c 'if docker run --rm --entrypoint /bin/sh {build.base_image} -c "
+        f"\"ls {EFA_USER_SPACE_GLOBS}\" >/dev/null 2>&1; then docker tag {build.base_image} {build.tag}; "
+        f"else docker build --tag {build.tag} {IMAGE_BUILD_DIR}; fi'\n"
+        "Restart=on-failure\n"
+        "RestartSec=60\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
     )
 
 
@@ -190,8 +268,9 @@ def _nics(env: dict[str, str], key: str, expected: int, layout: str) -> tuple[st
     return nics
 
 
-_HOST_STACK_HINT = ("gpuinfra does not install the {label} host stack at boot yet (README: gpuinfra-run); "
-                    "install it, or use a profile with high_bandwidth_networking: off")
+_HOST_STACK_HINT = ("the {label} host stack is not ready: see journalctl -u gpuinfra-fabric-host -u gpuinfra-rxdm, "
+                    "or run sudo /usr/local/sbin/gpuinfra-fabric-host; or use a profile with "
+                    "high_bandwidth_networking: off")
 
 
 def _gpudirect_tcp(fabric: str, label: str, nics: tuple[str, ...], requirements: tuple[Requirement, ...],
@@ -312,7 +391,9 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
         "hint": shlex.quote(runtime.hint),
     }
     return render("gpuinfra-run.sh.j2", rt=runtime, sh=quoted, instance_type=instance_type,
-                  wait_seconds=CLUSTER_ENV_WAIT_SECONDS, stack_limit=STACK_LIMIT_BYTES)
+                  wait_seconds=CLUSTER_ENV_WAIT_SECONDS, stack_limit=STACK_LIMIT_BYTES,
+                  state_dir=str(health_node.STATE_DIR), passed_mark=health_node.PASSED_MARK,
+                  failed_mark=health_node.FAILED_MARK, excluded_mark=health_node.EXCLUDED_MARK)
 
 
 def aws_run_command(region: str, stack: str) -> str:

@@ -8,8 +8,10 @@ from blueprints.common.fabric import gcp_run_command
 from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
 from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
-from blueprints.gcp.startup import node_prefix
-from blueprints.gcp.storage import build_bucket, build_node_role, build_service_account
+from blueprints.gcp.startup import gcp_node_bundle, node_prefix
+from blueprints.gcp.monitoring import build_monitoring
+from blueprints.gcp.storage import build_bucket, build_bundle_object, build_node_role, build_service_account
+from blueprints.gcp.storage import build_monitoring_role
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
 
@@ -37,6 +39,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
         plan = plan_gcp_cluster(spec)
+        bundle = gcp_node_bundle(spec, plan)
         super().__init__(TYPE_TOKEN, name, None, opts)
         project = project_id(spec)
         self.plan = plan
@@ -44,7 +47,9 @@ class GcpGpuCluster(pulumi.ComponentResource):
         self.bucket = build_bucket(name, spec, project, self)
         account = build_service_account(name, spec, self.bucket, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
-        template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self)
+        self.node_bundle = build_bundle_object(name, self.bucket, bundle.to_json(), self)
+        template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self,
+                                  depends_on=[self.node_bundle])
         workload = build_workload_policy(name, spec, plan, project, self)
         self.group = build_group(name, spec, plan, template, workload, project, self)
         prefix = node_prefix(spec)
@@ -65,6 +70,11 @@ class GcpGpuCluster(pulumi.ComponentResource):
             "nics_per_node": plan.nic_count,
             "local_ssd_per_node": plan.local_ssd_count,
         }
+        # GPU monitoring (issue 16): metric writer role, dashboard, idle alert; outputs feed `gpuinfra status`
+        build_monitoring_role(name, spec, account, project, self)
+        self.monitoring = build_monitoring(name, spec, project, self)
+        if self.monitoring is not None:
+            self.outputs.update(self.monitoring.outputs)
         self.register_outputs(self.outputs)
 
     def exports(self) -> dict:

@@ -57,8 +57,10 @@ def build_placement_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, p
 
 
 def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks, account, bucket,
-                   policy, project: str, parent: pulumi.Resource) -> gcp.compute.InstanceTemplate:
-    """The instance template: machine, GPUs, gVNIC/MRDMA NICs, disks, scheduling, metadata."""
+                   policy, project: str, parent: pulumi.Resource,
+                   depends_on: list[pulumi.Resource] | None = None) -> gcp.compute.InstanceTemplate:
+    """The instance template: machine, GPUs, gVNIC/MRDMA NICs, disks, scheduling, metadata;
+    created after ``depends_on`` (the node bundle object: no VM boots before its bundle exists)."""
     interfaces = []
     for nic_type, subnets in networks:
         for subnet in subnets:
@@ -113,7 +115,7 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
         ),
         labels=gcp_labels(spec),
         project=project,
-        opts=pulumi.ResourceOptions(parent=parent),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on),
     )
 
 

@@ -32,7 +32,7 @@ from blueprints.common.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
-from gpuinfra.rules.spec_rules import RuleViolationError, not_sold, rule_error
+from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
 
 SYSTEM_CIDR = "10.128.0.0/20"
@@ -237,6 +237,15 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         )
     facts = spec.facts
     hbn = spec.profile.high_bandwidth_networking
+    # a fabric gpuinfra cannot install at boot (A3 High's TCPX) works only from a baked image
+    blocked = None if spec.gcp_image else fabric_boot_blocker("gcp", facts.nic_layout)
+    if hbn == "required" and blocked:
+        raise rule_error("fabric-installable-at-boot", "",
+                         f"profile {spec.profile.name!r} requires GPUDirect, but {spec.instance_type}'s "
+                         f"{facts.nic_layout} fabric cannot be installed at boot: {blocked}; set gcp_image to such "
+                         "an image, or use high_bandwidth_networking: preferred (plain networking)")
+    if blocked:
+        hbn = "off"  # preferred: plain networking, not GPU NICs that nothing on the node serves
     if hbn == "required" and facts.gpu_nic_count == 0:
         raise rule_error("high-bandwidth-nics", "",
                          f"profile {spec.profile.name!r} requires GPUDirect NICs, but {spec.instance_type} has none "

@@ -8,9 +8,13 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 from __future__ import annotations
 
 from blueprints.common.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
+from blueprints.common.fabric_host import FABRIC_HOST_UNIT, fabric_host_unit, gcp_host_stack
+from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, NodeBundle, add_health_gate, add_monitoring,
+                                           fetch_script, fetch_unit, health_template_vars)
 from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
+from gpuinfra.health.report import expectations_for
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
 
@@ -31,6 +35,27 @@ def node_prefix(spec: ClusterSpec) -> str:
     return f"{dns_safe(spec.stack, 40)}-node"
 
 
+def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
+    """The GCP node bundle (:mod:`blueprints.common.node_bundle`): ``gpuinfra-run``, the GPU
+    fabric's host stack where it can be installed at boot (:mod:`blueprints.common.fabric_host`:
+    TCPXO on A3 Mega, gIB on A3 Ultra / A4), the monitoring agent and the health gate."""
+    bundle = NodeBundle()
+    env = nccl_env(plan.nic_layout)
+    fabric = gcp_fabric(plan.nic_layout, spec.facts, env)
+    bundle.add(RUN_SCRIPT_PATH, render_run_script(fabric, image=spec.profile.container_image,
+                                                  instance_type=spec.instance_type, scratch=SCRATCH_MOUNT), "0755")
+    host = gcp_host_stack(plan.nic_layout, spec.facts, env)
+    after: tuple[str, ...] = ()
+    if host.boot_command and host.boot_ok:
+        bundle.add_files(host.files)
+        bundle.add(f"/etc/systemd/system/{FABRIC_HOST_UNIT}", fabric_host_unit(host))
+        bundle.units.append(FABRIC_HOST_UNIT)
+        after = (FABRIC_HOST_UNIT,)
+    add_monitoring(bundle, spec, "gcp")
+    add_health_gate(bundle, spec, expectations_for(spec), after)
+    return bundle
+
+
 def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> str:
     """The startup script text for ``spec``.
 
@@ -38,9 +63,6 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         SpecError: the script exceeds the metadata value limit.
     """
     scratch = scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count)
-    fabric = gcp_fabric(plan.nic_layout, spec.facts, nccl_env(plan.nic_layout))
-    run_script = render_run_script(fabric, image=spec.profile.container_image, instance_type=spec.instance_type,
-                                   scratch=SCRATCH_MOUNT)
     text = render(
         "gcp-startup.sh.j2",
         node_files=NODE_FILES,
@@ -52,8 +74,11 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         nic_layout=plan.nic_layout,
         scratch_script=scratch.rstrip("\n"),
         agent_source=agent_source(),
-        run_script_path=RUN_SCRIPT_PATH,
-        run_script=run_script.rstrip("\n"),
+        bundle_fetch_path=BUNDLE_FETCH_PATH,
+        bundle_fetch_script=fetch_script("gcp", bucket),
+        bundle_unit=BUNDLE_UNIT,
+        bundle_unit_text=fetch_unit().rstrip("\n"),
+        **health_template_vars(spec),
         nccl_env=nccl_env(plan.nic_layout),
         nodes=spec.nodes,
         nic_count=plan.nic_count,

@@ -112,3 +112,41 @@ def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Ac
         ),
         opts=opts,
     )
+
+
+# --- GPU monitoring (issue 16) ---------------------------------------------------------------
+#: What the Ops Agent needs to write its metrics (defined once in
+#: :data:`gpuinfra.monitoring.metrics.METRIC_WRITER_ROLE`, which the cost estimate also reads);
+#: no ``logging.logWriter``: the agent's logging pipeline is off
+#: (:func:`gpuinfra.monitoring.metrics.gcp_ops_agent_config`).
+from gpuinfra.monitoring.metrics import METRIC_WRITER_ROLE as MONITORING_ROLE  # noqa: E402
+
+
+def build_monitoring_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str,
+                          parent: pulumi.Resource) -> gcp.projects.IAMMember | None:
+    """Grant the node service account :data:`MONITORING_ROLE` on the project (metric writes
+    are project-level: the role cannot be scoped to resources); None when monitoring is off."""
+    if not spec.profile.monitoring.enabled:
+        return None
+    return gcp.projects.IAMMember(
+        child(name, "nodes-metric-writer"), project=project, role=MONITORING_ROLE,
+        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
+# --- end GPU monitoring ----------------------------------------------------------------------
+
+
+def build_bundle_object(name: str, bucket: gcp.storage.Bucket, body: str,
+                        parent: pulumi.Resource) -> gcp.storage.BucketObject:
+    """The node bundle (:mod:`blueprints.common.node_bundle`) as ``gpuinfra/node-bundle.json``
+    in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
+    from blueprints.common.node_bundle import BUNDLE_KEY
+
+    return gcp.storage.BucketObject(
+        child(name, "node-bundle"),
+        bucket=bucket.name,
+        name=BUNDLE_KEY,
+        content=body,
+        content_type="application/json",
+        opts=pulumi.ResourceOptions(parent=parent),
+    )

@@ -70,6 +70,7 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_SCRATCH": (True, "scratch mount point; checkpoints are read from <scratch>/checkpoints"),
     "GPUINFRA_CHECKPOINT_DIR": (False, "checkpoint folder to sync instead of <scratch>/checkpoints"),
     "GPUINFRA_AGENT_DRY_RUN": (False, "1: log instead of ending the node"),
+    "GPUINFRA_HEALTH_GATE": (False, "enforce | report | off (profile health_gate); empty = off"),
 }
 
 
@@ -178,6 +179,10 @@ class AwsMetadata:
         """This instance's id (``i-...``)."""
         return self.instance_id().strip()
 
+    def address(self) -> str:
+        """This instance's primary private IPv4 address."""
+        return self._get("local-ipv4")[1].strip()
+
 
 class GcpMetadata:
     """GCE metadata server: preemption flag (read with ``wait_for_change``) and instance identity.
@@ -229,6 +234,10 @@ class GcpMetadata:
     def node_name(self) -> str:
         """This VM's name."""
         return self.instance()[0]
+
+    def address(self) -> str:
+        """The first NIC's internal IPv4 address."""
+        return self._get("instance/network-interfaces/0/ip")[1].strip()
 
 
 class S3Sync:
@@ -307,6 +316,7 @@ class AgentConfig:
     idle_utilization_percent: int
     checkpoint_dir: Path
     dry_run: bool = False
+    health_gate: str = "off"
 
     @classmethod
     def from_env_file(cls, path: Path, dry_run: bool = False) -> "AgentConfig":
@@ -327,6 +337,7 @@ class AgentConfig:
                 idle_utilization_percent=int(env["GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT"]),
                 checkpoint_dir=Path(env.get("GPUINFRA_CHECKPOINT_DIR") or env.get("GPUINFRA_SCRATCH", "/scratch") + "/checkpoints"),
                 dry_run=dry_run or env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
+                health_gate=env.get("GPUINFRA_HEALTH_GATE") or "off",
             )
         except KeyError as exc:
             raise ValueError(f"{path}: missing {exc.args[0]}") from None
@@ -431,8 +442,18 @@ class Agent:
             self._log(f"synced {len(uploaded)} checkpoint file(s) to {self.config.bucket}")
         return list(uploaded)
 
+    def ready(self) -> bool:
+        """The node can be idle: the boot health gate has a verdict (``health-passed`` or
+        ``health-failed`` in ``state_dir``, written by ``gpuinfra-health.service``) or is off.
+        Before that the GPUs wait for the image build, the peers and the all-reduce, which is not
+        idleness: the TTL still ends a node whose gate never finishes."""
+        if self.config.health_gate in ("", "off") or self.state_dir is None:
+            return True
+        return any((self.state_dir / mark).exists() for mark in ("health-passed", "health-failed"))
+
     def step(self) -> str:
-        """One poll. Returns ``running`` | ``idle`` | ``expired`` | ``interrupted``.
+        """One poll. Returns ``running`` | ``starting`` | ``idle`` | ``expired`` | ``interrupted``
+        (``starting``: the health gate has no verdict yet, see :meth:`ready`).
 
         An error reading the metadata service or the GPUs is logged and the poll goes on: the
         TTL and idle checks still run (a crash would let systemd restart the agent and, before
@@ -452,6 +473,11 @@ class Agent:
         expires = self.expiry()
         if expires is not None and self.now() >= expires:
             return self._finish("expired", f"TTL reached ({expires.isoformat()})")
+        if not self.ready():
+            if self.idle_since is not None:
+                self.idle_since = None
+                self._record_idle_start(False)
+            return "starting"
         try:
             utilization = self.gpus.utilizations()
         except Exception as exc:  # noqa: BLE001 - unknown utilization counts as busy

@@ -23,6 +23,7 @@ app = typer.Typer(
 
 def _register() -> None:
     from gpuinfra.cli import catalog, check, cost, lifecycle, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
+    from gpuinfra.cli import image, status  # noqa: F401  (issue 14 image bakes, issue 16 status)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)
@@ -34,8 +35,10 @@ def _register() -> None:
     app.command("ls")(lifecycle.ls)
     app.command("reap")(lifecycle.reap)
     app.command("check")(check.check)
+    app.command("status")(status.status)
     app.add_typer(cost.app, name="cost")
     app.add_typer(catalog.app, name="catalog")
+    app.add_typer(image.app, name="image")
 
 
 _register()

@@ -64,11 +64,14 @@ def _print_table(report) -> None:
         for node in report.nodes:
             marks = [_MARK[c.passed] if (c := node.check(key)) else "?" for key in _COLUMNS]
             table.add_row(node.node, node.instance_type, node.checked_at, *marks, _busbw(node),
-                          "PASS" if node.passed else "FAIL")
+                          node.verdict)
         out.print(table)
     for node in report.nodes:
         for result in node.failed:
             out.print(f"FAIL {node.node} {result.name}: {result.detail}", soft_wrap=True, markup=False)
+    for node in report.pending:
+        out.print(f"PENDING {node.node}: local checks passed; the cluster all-reduce has not run yet", soft_wrap=True,
+                  markup=False)
     for bad in report.invalid:
         out.print(f"INVALID {bad.key}: {bad.reason}", soft_wrap=True, markup=False)
     for old in report.stale:
@@ -77,7 +80,8 @@ def _print_table(report) -> None:
     if report.missing:
         out.print(f"MISSING {report.missing} of {loc.expected_nodes} nodes have no current result", markup=False)
     unreadable = f"; {len(report.invalid)} result(s) unreadable" if report.invalid else ""
-    out.print(f"{sum(n.passed for n in report.nodes)} of {loc.expected_nodes} nodes passed{unreadable}", markup=False)
+    passed = sum(n.verdict == "PASS" for n in report.nodes)
+    out.print(f"{passed} of {loc.expected_nodes} nodes passed{unreadable}", markup=False)
 
 
 def check(

@@ -35,6 +35,7 @@ def new(
     data_size: Optional[str] = options.DataSize,
     project_dir: Path = options.ProjectDir,
     profiles_dir: Optional[Path] = options.ProfilesDir,
+    image: Optional[str] = typer.Option(None, "--image", help="Boot a baked image: baked:<bake name> (`gpuinfra image bake`); the stack records its id and manifest.", show_default=False),
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
     strict: bool = typer.Option(False, "--strict", help="Refuse an --instance-type that misses any setting of the profile (scratch, placement, EFA/GPU NICs) instead of writing the stack with one warning per missed setting."),
     as_json: bool = options.Json,
@@ -55,7 +56,7 @@ def new(
     )
     result = create_stack(NewStackRequest(
         planned, profile=profile, model=model, params=params, method=method, capacity_reservation=capacity_reservation,
-        data=data, data_region=data_region, data_size=data_size, profiles_dir=profiles_dir,
+        data=data, data_region=data_region, data_size=data_size, profiles_dir=profiles_dir, image=image,
     ), project_dir, force=force)
     plan, written, summary, sized = result.plan, result.written, result.verified.cost, result.sizing
     for warning in plan.warnings:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from gpuinfra.catalog.store import Catalog, load_gpu_models
+from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
 from gpuinfra.cost.prices import HOURS_PER_MONTH, Price, price, price_cap
 
 FREE_TYPES = frozenset({
@@ -35,6 +36,9 @@ FREE_TYPES = frozenset({
     "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
     "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
     "aws:s3/bucketPolicy:BucketPolicy",
+    # the node bundle, one object of ~0.1 MB in the stack bucket: its storage is in the bucket's
+    # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (blueprints/common/node_bundle.py)
+    "aws:s3/bucketObjectv2:BucketObjectv2", "gcp:storage/bucketObject:BucketObject",
     "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
     "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",
     "gcp:serviceaccount/account:Account",
@@ -243,6 +247,11 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
                                missing_source=f"no external IP price for {reg}"))
             lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
                                price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
+        elif t in MONITORING_TYPES:  # GPU monitoring (issue 16): gpuinfra/cost/monitoring.py
+            priced = monitoring_lines(name, t, facts, catalog, inputs)
+            lines += priced
+            if not priced:
+                result.free.append(name)
         elif t in FREE_TYPES:
             result.free.append(name)
         else:

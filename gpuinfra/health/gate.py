@@ -40,9 +40,15 @@ from datetime import datetime, timezone
 from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline
 
-#: "2": allreduce_ranks and allreduce_complete were added; a "1" document lacks them and is
-#: not read (it would pass without them).
-SCHEMA_VERSION = "2"
+#: "3": ``stage`` and ``address`` were added ("2" added allreduce_ranks and allreduce_complete);
+#: an older document is not read (it would pass without them).
+SCHEMA_VERSION = "3"
+#: ``local``: the checks a node runs on itself before ranks are assigned (the all-reduce checks
+#: are pending); ``cluster``: every check, after the cluster all-reduce over the healthy nodes.
+STAGES = ("local", "cluster")
+#: Checks that need the cluster all-reduce (pending in the ``local`` stage).
+ALL_REDUCE_CHECKS = ("gpudirect_plugin", "allreduce_ranks", "allreduce_complete", "allreduce_correct",
+                     "allreduce_busbw")
 HEALTH_PREFIX = "health"
 #: Share of the baseline busbw a node must reach. The baselines come from other clusters and
 #: software versions, so the margin is wider than nccl-tests' own ``--check_avg_bw`` (which
@@ -51,7 +57,7 @@ HEALTH_PREFIX = "health"
 BUSBW_PASS_FRACTION = 0.8
 CHECKS = ("gpu_count", "ecc", "nvlink", "fabric_manager", "efa_devices", "gpudirect_plugin",
           "allreduce_ranks", "allreduce_complete", "allreduce_correct", "allreduce_busbw")
-ALL_REDUCE_COMMAND = "all_reduce_perf (nccl-tests) with NCCL_DEBUG=INFO"
+ALL_REDUCE_COMMAND = "all-reduce in the nccl-tests table layout (gpuinfra-allreduce or all_reduce_perf), NCCL_DEBUG=INFO"
 
 
 @dataclass(frozen=True)
@@ -204,6 +210,9 @@ class NodeHealth:
         cloud, instance_type, nodes: what was expected of it.
         checked_at: ISO 8601 UTC time of the decision.
         checks: results in :data:`CHECKS` order.
+        stage: ``local`` | ``cluster`` (:data:`STAGES`).
+        address: the node's private IP address (peers match results to the addresses they
+            rank by), "" when unknown.
         passed: no check failed.
     """
 
@@ -214,11 +223,21 @@ class NodeHealth:
     nodes: int
     checked_at: str
     checks: tuple[CheckResult, ...]
+    stage: str = "cluster"
+    address: str = ""
     schema_version: str = SCHEMA_VERSION
     passed: bool = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passed", all(c.passed is not False for c in self.checks))
+
+    @property
+    def verdict(self) -> str:
+        """``FAIL`` (a check failed), ``PENDING`` (local checks passed, no cluster all-reduce
+        yet) or ``PASS``."""
+        if not self.passed:
+            return "FAIL"
+        return "PENDING" if self.stage == "local" else "PASS"
 
     @property
     def failed(self) -> tuple[CheckResult, ...]:
@@ -233,7 +252,8 @@ class NodeHealth:
         """JSON form, keys in a fixed order."""
         return {"schema_version": self.schema_version, "stack": self.stack, "node": self.node, "cloud": self.cloud,
                 "instance_type": self.instance_type, "nodes": self.nodes, "checked_at": self.checked_at,
-                "checks": [c.to_dict() for c in self.checks], "passed": self.passed}
+                "stage": self.stage, "address": self.address, "checks": [c.to_dict() for c in self.checks],
+                "passed": self.passed}
 
     def to_json(self) -> str:
         """The document as uploaded."""
@@ -255,9 +275,11 @@ class NodeHealth:
             checks = tuple(CheckResult(str(c["name"]), c["passed"], c["measured"], c["expected"], str(c["detail"]),
                                        str(c["source"])) for c in data["checks"])
             health = cls(str(data["stack"]), str(data["node"]), str(data["cloud"]), str(data["instance_type"]),
-                         int(data["nodes"]), str(data["checked_at"]), checks)
+                         int(data["nodes"]), str(data["checked_at"]), checks, str(data["stage"]), str(data["address"]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"missing or invalid field: {exc!r}") from None
+        if health.stage not in STAGES:
+            raise ValueError(f"stage {health.stage!r} is not one of {', '.join(STAGES)}")
         if any(c.passed not in (True, False, None) for c in checks):
             raise ValueError("a check's passed is not true, false or null")
         if tuple(c.name for c in checks) != CHECKS:
@@ -493,8 +515,13 @@ def _allreduce_busbw(exp: Expectations, run: p.AllReduceResult | str, ranks: Che
     return _result(name, measured >= threshold, measured, base.busbw_gbps, detail, base.source)
 
 
+def _pending(check: CheckResult) -> CheckResult:
+    return _result(check.name, None, None, check.expected,
+                   "pending: the cluster all-reduce runs once every node has passed its local checks", check.source)
+
+
 def decide(expectations: Expectations, outputs: GateOutputs, *, stack: str, node: str,
-           checked_at: datetime | None = None) -> NodeHealth:
+           checked_at: datetime | None = None, stage: str = "cluster", address: str = "") -> NodeHealth:
     """Run every check on what the node collected.
 
     Args:
@@ -502,6 +529,12 @@ def decide(expectations: Expectations, outputs: GateOutputs, *, stack: str, node
         outputs: the raw command outputs; a missing one fails the checks that need it.
         stack, node: written into the document.
         checked_at: decision time (default: now, UTC).
+        stage: ``local`` -> the :data:`ALL_REDUCE_CHECKS` are pending (not checked), whatever
+            ``outputs`` holds; ``cluster`` -> every check.
+        address: the node's private IP, written into the document.
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`STAGES`.
 
     Returns:
         The node's result; ``passed`` is False when any check failed. Unparseable output fails
@@ -512,5 +545,10 @@ def decide(expectations: Expectations, outputs: GateOutputs, *, stack: str, node
     checks = (_gpu_count(expectations, outputs), _ecc(expectations, outputs), _nvlink(expectations, outputs),
               _fabric_manager(expectations, outputs), _efa(expectations, outputs), _gpudirect(expectations, outputs),
               ranks, _allreduce_complete(run), _allreduce_correct(run), _allreduce_busbw(expectations, run, ranks))
+    if stage not in STAGES:
+        raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
+    if stage == "local":
+        checks = tuple(_pending(c) if c.name in ALL_REDUCE_CHECKS else c for c in checks)
     when = (checked_at or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="seconds")
-    return NodeHealth(stack, node, expectations.cloud, expectations.instance_type, expectations.nodes, when, checks)
+    return NodeHealth(stack, node, expectations.cloud, expectations.instance_type, expectations.nodes, when, checks,
+                      stage, address)

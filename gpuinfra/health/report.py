@@ -259,9 +259,15 @@ class HealthReport:
         return tuple(n for n in self.nodes if not n.passed)
 
     @property
+    def pending(self) -> tuple[NodeHealth, ...]:
+        """Current results that passed their local checks but have no cluster all-reduce yet."""
+        return tuple(n for n in self.nodes if n.passed and n.stage == "local")
+
+    @property
     def passed(self) -> bool:
-        """Every expected node has a current result, every result is readable and passed."""
-        return not self.missing and not self.invalid and not self.failed
+        """Every expected node has a current result of the ``cluster`` stage, every result is
+        readable and passed."""
+        return not self.missing and not self.invalid and not self.failed and not self.pending
 
     def verdict(self) -> Verdict:
         """Passed, or the one-line reason (``gpuinfra check`` exits 8 with it)."""
@@ -275,6 +281,9 @@ class HealthReport:
         if bad:
             reasons.append(f"{len(bad)} of {len(self.nodes) + len(self.invalid)} nodes failed the health gate or have "
                            f"an unreadable result: {', '.join(bad)}")
+        if self.pending:
+            reasons.append(f"{len(self.pending)} node(s) passed their local checks but the cluster all-reduce has not "
+                           f"run yet: {', '.join(n.node for n in self.pending)}")
         if self.missing:
             stale = (f" ({len(self.stale)} stale result(s) from before {self.location.since_iso} ignored)"
                      if self.stale else "")

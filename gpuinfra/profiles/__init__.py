@@ -56,6 +56,26 @@ class ImageSettings(_Strict):
     gcp_image_family: str = Field(pattern=r"^[a-z0-9][a-z0-9-]+$")
 
 
+class MonitoringSettings(_Strict):
+    """GPU monitoring of the cluster (README "Monitoring"): the cloud's agent on every node
+    (CloudWatch agent / Ops Agent), a dashboard, and an idle alarm / alert policy that fires when
+    every GPU of the cluster stays under ``idle_gpu_utilization_percent`` for
+    ``idle_alarm_minutes``.
+
+    Attributes:
+        enabled: ``false`` -> no agent, dashboard, alarm, or their charges.
+        idle_alarm_minutes: how long every GPU must stay idle before the alarm fires (minutes,
+            5-1440; whole minutes: the alarm evaluates 1-minute periods).
+        alarm_email: address the alarm notifies (AWS: an SNS email subscription the owner must
+            confirm; GCP: an email notification channel); ``null`` -> no notification, the
+            alarm / incident still shows in the console.
+    """
+
+    enabled: bool = True
+    idle_alarm_minutes: int = Field(default=30, ge=5, le=1440)
+    alarm_email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+
+
 class Profile(_Strict):
     """A resolved workload profile.
 
@@ -79,6 +99,13 @@ class Profile(_Strict):
         image: machine images.
         container_image: training container pre-pulled on the nodes ("" for none).
         default_run_hours: run length assumed by cost estimates when none is given.
+        health_gate: what the nodes do with the boot-time health gate (README "Health gate"):
+            ``enforce`` -> a node that fails it gets no rank, is left out of the rendezvous and
+            is ended; ``report`` -> results are recorded (``gpuinfra check``) and the node still
+            trains; ``off`` -> the gate does not run.
+        monitoring: GPU utilization metrics, dashboard and idle alarm
+            (:class:`MonitoringSettings`; on by default, so stack files written before it
+            existed load with monitoring on).
     """
 
     name: str
@@ -95,6 +122,8 @@ class Profile(_Strict):
     image: ImageSettings
     container_image: str
     default_run_hours: float = Field(gt=0, le=8760)
+    health_gate: Literal["enforce", "report", "off"] = "enforce"
+    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
 
 
 def _read_profiles_file(path: Path) -> dict[str, Profile]:

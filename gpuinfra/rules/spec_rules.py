@@ -28,6 +28,30 @@ class RuleInfo:
 _EFA_TYPES = "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html"
 _LSSD = "cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds"
 
+#: (cloud, nic_layout) -> why that GPU fabric cannot be made to work at boot on gpuinfra's images
+#: (blueprints/common/fabric_host.py installs the others at boot). Only GCP A3 High's TCPX:
+_TCPX_BLOCKER = (
+    "GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which comes from a private Canonical PPA with "
+    "credentials from Google and takes a reboot (cluster-toolkit examples/machine-learning/a3-highgpu-8g/"
+    "README.md L8-13, a3high-slurm-blueprint.yaml L91-146), or Container-Optimized OS "
+    "(cloud.google.com/compute/docs/gpus/gpudirect); the Deep Learning VM image has neither, so it cannot "
+    "be set up at boot: bake an image with that kernel"
+)
+FABRIC_BOOT_BLOCKERS: dict[tuple[str, str], str] = {("gcp", "tcpx"): _TCPX_BLOCKER}
+
+
+def fabric_boot_blocker(cloud: str, nic_layout: str) -> str | None:
+    """Why the GPU fabric of ``nic_layout`` (``InstanceFacts.nic_layout``) cannot be made to work
+    at boot on gpuinfra's images (:data:`FABRIC_BOOT_BLOCKERS`), or None.
+
+    Raises:
+        ValueError: an unknown cloud.
+    """
+    if cloud not in ("aws", "gcp"):
+        raise ValueError(f"unknown cloud {cloud!r}; allowed: aws, gcp")
+    return FABRIC_BOOT_BLOCKERS.get((cloud, nic_layout))
+
+
 RULES: dict[str, RuleInfo] = {r.name: r for r in (
     RuleInfo("single-zone", "any",
              "docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html#placement-groups-cluster "
@@ -41,6 +65,11 @@ RULES: dict[str, RuleInfo] = {r.name: r for r in (
     RuleInfo("high-bandwidth-nics", "any",
              f"{_EFA_TYPES}; cloud.google.com/compute/docs/gpus/gpudirect",
              "a profile that requires EFA / GPUDirect gets a type that has it"),
+    RuleInfo("fabric-installable-at-boot", "gcp",
+             "cluster-toolkit examples/machine-learning/a3-highgpu-8g/README.md L8-13 and "
+             "a3high-slurm-blueprint.yaml L91-146 (TCPX kernel + reboot); cloud.google.com/compute/docs/gpus/gpudirect",
+             "high_bandwidth_networking: required is refused on a type whose GPU fabric cannot be installed at "
+             "boot (A3 High / TCPX) unless the stack names a baked image (gcp_image)"),
     RuleInfo("offered-in-zone", "any",
              "the catalog's offers (EC2 DescribeInstanceTypeOfferings / Compute machineTypes.list per zone)",
              "the type is offered in the chosen zone"),

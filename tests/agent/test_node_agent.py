@@ -516,3 +516,35 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
     with pytest.raises(RuntimeError):
         agent.step()  # main() logs this and polls again
     assert agent.step() == "expired" and attempts == ["expired", "expired"] and len(syncs) == 1
+
+
+def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
+    """While the gate waits for the image build, the peers and the all-reduce, idle GPUs are not
+    idleness (review of issue 13: a 30-min idle timeout would end nodes before any job could
+    start); the TTL still applies."""
+    clock, ended = Clock(), []
+    state = tmp_path / "run"
+    state.mkdir()
+    agent = Agent(_config(tmp_path, health_gate="enforce", idle_timeout_seconds=60), FakeGpus(0), _NoMetadata(),
+                  None, ended.append, clock=clock, now=lambda: NOW, state_dir=state)
+    assert agent.step() == "starting"
+    clock.t += 3600
+    assert agent.step() == "starting" and not ended
+    (state / "health-passed").write_text("2026-11-22T12:00:00+00:00\n")
+    assert agent.step() == "running"  # the idle clock starts now
+    clock.t += 61
+    assert agent.step() == "idle" and len(ended) == 1
+    # gate off: idle from the first poll
+    off = Agent(_config(tmp_path, health_gate="off", idle_timeout_seconds=60), FakeGpus(0), _NoMetadata(), None,
+                ended.append, clock=clock, now=lambda: NOW, state_dir=tmp_path / "other")
+    assert off.step() == "running"
+
+
+class _NoMetadata:
+    """No spot notice, no TTL tag."""
+
+    def interruption(self):
+        return None
+
+    def expires_at(self):
+        return None

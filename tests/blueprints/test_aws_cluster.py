@@ -138,7 +138,8 @@ def test_bucket_settings():
     assert _one(result, "aws:s3/bucketVersioning:BucketVersioning")["versioningConfiguration"]["status"] == "Enabled"
     node_policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == "t-1-node-bucket")
     policy = json.loads(node_policy.inputs["policy"])
-    resources = [r for s in policy["Statement"] if s["Action"][0].startswith("s3:") for r in s["Resource"]]
+    resources = [r for s in policy["Statement"] if s["Effect"] == "Allow" and s["Action"][0].startswith("s3:")
+                 for r in s["Resource"]]
     assert resources == [f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview",
                          f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview/*"]
     # Deny s3:* without TLS (docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html)
@@ -298,9 +299,18 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     assert 'bind_existing "/opt/dlami/nvme"' in text  # reuse the DLAMI's own instance-store mount
     assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (cluster-facts.md 3.6)
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
-    assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
+    # an EFA node builds its training image from the profile's image (node bundle): no plain pre-pull
+    assert "docker pull" not in text and "gpuinfra-run" not in text.split("write_files:", 1)[1].split("runcmd:")[0]
+    assert "aws s3 cp --only-show-errors --region \"$REGION\" \"$URL\"" in text
+    assert "URL=s3://gpuinfra-t-2-0000preview/gpuinfra/node-bundle.json" in text
     assert "NNODES=2" in text and "GPUINFRA_BUCKET=gpuinfra-t-2-0000preview" in text
+    assert "GPUINFRA_HEALTH_GATE=enforce" in text
     shellcheck_cloud_config(text, tmp_path)
+
+
+def test_user_data_pre_pulls_the_image_on_nodes_without_efa(tmp_path):
+    text = gzip.decompress(base64.b64decode(_one(preview(make_spec("g5.xlarge", profile="dev")), LT)["userData"])).decode()
+    assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
 
 
 def test_user_data_without_container_image_or_efa(tmp_path):

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from blueprints.gcp.plan import plan_gcp_cluster
 from gpuinfra.errors import SpecError
+from gpuinfra.rules.spec_rules import RuleViolationError
 from gpuinfra.profiles import get_profile
 from tests.blueprints.helpers import make_spec, preview, need_tool
 
@@ -42,7 +44,8 @@ def _networks_by_subnet(result):
         # which the template leaves out; g2-standard-4 takes 1; N1 1-8 or 16
         ("a2-highgpu-4g", None, ["GVNIC"], [1460], 4, "pd-balanced"),
         ("a2-ultragpu-8g", None, ["GVNIC"], [1460], 0, "pd-balanced"),
-        ("a3-highgpu-8g", None, ["GVNIC"] * 5, [8244] * 5, 0, "pd-balanced"),   # 1 system + 4 GPU
+        # A3 High's TCPX cannot be installed at boot: with `preferred` and no baked image, plain networking
+        ("a3-highgpu-8g", None, ["GVNIC"], [1460], 0, "pd-balanced"),
         ("a3-megagpu-8g", None, ["GVNIC"] * 9, [8244] * 9, 0, "pd-balanced"),   # 1 system + 8 GPU
         ("a3-ultragpu-8g", None, ["GVNIC", "GVNIC"] + ["MRDMA"] * 8, [8896] * 10, 0, "hyperdisk-balanced"),
         ("g2-standard-4", None, ["GVNIC"], [1460], 1, "pd-balanced"),
@@ -152,7 +155,8 @@ def test_bucket_and_service_account_scope():
     (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
     assert sorted(role.inputs["permissions"]) == ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
                                                   "compute.instances.delete", "compute.instances.get"]
-    (binding,) = [r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")]
+    (binding,) = [r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")
+                  if r.inputs["role"] != "roles/monitoring.metricWriter"]  # monitoring: tests/monitoring
     assert binding["role"] == role.inputs.get("name", binding["role"])
     condition = binding["condition"]["expression"]
     zone = f"projects/gpuinfra-preview/zones/{spec.zone}"
@@ -302,3 +306,18 @@ def test_a_ttl_longer_than_gce_allows_for_max_run_duration_is_refused():
     long = spec.model_copy(update={"profile": spec.profile.model_copy(update={"ttl_hours": 2880})})
     with pytest.raises(SpecError, match=r"may be at most 120 days .* use ttl_hours <= 2879"):
         plan_gcp_cluster(long)
+
+
+BAKED_TCPX_IMAGE = "projects/my-project/global/images/a3-high-tcpx-baked"  # an image with the TCPX kernel
+
+
+def test_a3_high_gets_its_gpu_nics_only_from_a_baked_image():
+    """TCPX needs a kernel the DLVM image lacks (rule fabric-installable-at-boot): the GPU NICs
+    come with a baked image; `required` without one is refused before any resource."""
+    baked = template(preview(gcp_spec("a3-highgpu-8g", gcp_image=BAKED_TCPX_IMAGE)))
+    assert [n["nicType"] for n in baked["networkInterfaces"]] == ["GVNIC"] * 5  # 1 system + 4 GPU NICs
+    assert baked["disks"][0]["sourceImage"] == BAKED_TCPX_IMAGE
+    spec = gcp_spec("a3-highgpu-8g")
+    required = spec.model_copy(update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})})
+    with pytest.raises(RuleViolationError, match="fabric-installable-at-boot.*linux-gcp-tcpx kernel"):
+        plan_gcp_cluster(required)

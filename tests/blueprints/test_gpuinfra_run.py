@@ -16,10 +16,10 @@ import pytest
 import yaml
 
 from blueprints.aws.plan import plan_aws_cluster
-from blueprints.aws.userdata import USER_DATA_LIMIT_BYTES, render_user_data
-from blueprints.common.fabric import RUN_SCRIPT_PATH, aws_run_command, gcp_fabric, gcp_run_command
+from blueprints.aws.userdata import USER_DATA_LIMIT_BYTES, aws_node_bundle, render_user_data
+from blueprints.common.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_build, gcp_fabric, gcp_run_command
 from blueprints.gcp.plan import nccl_env, plan_gcp_cluster
-from blueprints.gcp.startup import render_startup_script
+from blueprints.gcp.startup import gcp_node_bundle, render_startup_script
 from tests.blueprints.helpers import make_spec, need_tool, preview, shellcheck_cloud_config
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
@@ -46,11 +46,13 @@ def uverbs(count):
     return [f"/dev/infiniband/uverbs{i}" for i in range(count)]
 
 
-def aws_files(instance_type, nodes=2, profile="llm-pretrain"):
-    """path -> content of the cloud-config's write_files (what the node gets)."""
-    spec = make_spec(instance_type, nodes=nodes, profile=profile)
-    text = render_user_data(spec, plan_aws_cluster(spec), "bucket-x")
-    return {f["path"]: f["content"] for f in yaml.safe_load(text)["write_files"]}
+def aws_files(instance_type, nodes=2, profile="llm-pretrain", spec=None):
+    """path -> content of what the node gets: the cloud-config's write_files and the node bundle."""
+    spec = spec or make_spec(instance_type, nodes=nodes, profile=profile)
+    plan = plan_aws_cluster(spec)
+    text = render_user_data(spec, plan, "bucket-x")
+    files = {f["path"]: f["content"] for f in yaml.safe_load(text)["write_files"]}
+    return {**files, **{f.path: f.content for f in aws_node_bundle(spec, plan).files}}
 
 
 def heredoc(script, tag):
@@ -62,9 +64,11 @@ def gcp_script(machine_type, nodes=2, profile="llm-finetune", **kw):
     return render_startup_script(spec, plan_gcp_cluster(spec), "bucket-x")
 
 
-def gcp_files(machine_type, **kw):
-    script = gcp_script(machine_type, **kw)
-    return {RUN_SCRIPT_PATH: heredoc(script, "GPUINFRA_RUN") + "\n",
+def gcp_files(machine_type, nodes=2, profile="llm-finetune", **kw):
+    spec = make_spec(machine_type, nodes=nodes, profile=profile, cloud="gcp", **kw)
+    plan = plan_gcp_cluster(spec)
+    script = render_startup_script(spec, plan, "bucket-x")
+    return {RUN_SCRIPT_PATH: gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).content,
             "/etc/gpuinfra/nccl.env": heredoc(script + "\n", "GPUINFRA_NCCL") + "\n"}
 
 
@@ -121,9 +125,9 @@ class Node:
         assert env_file == f"{self.root}/run/gpuinfra/run.env"
         return argv, parse_env(Path(env_file).read_text())
 
-    def expected_tail(self, *, wrapper=False):
+    def expected_tail(self, *, wrapper=False, image=IMAGE):
         work = str(self.work)
-        return (["-v", f"{work}:{work}", "-w", work, "--env-file", f"{self.root}/run/gpuinfra/run.env", IMAGE]
+        return (["-v", f"{work}:{work}", "-w", work, "--env-file", f"{self.root}/run/gpuinfra/run.env", image]
                 + (LD_WRAPPER if wrapper else []) + TORCHRUN + ["python", "train.py"])
 
 
@@ -156,12 +160,17 @@ def test_aws_efa_families_pass_every_uverbs_device(node_for, instance_type, prof
     node = node_for(aws_files(instance_type, profile=profile))
     node.devices(uverbs(efa))
     argv, env = node.dry_run()
+    # the default image is the one the node built at boot: the profile's image + the EFA user space
+    built = efa_image_build(IMAGE).tag
+    assert built.startswith("gpuinfra/train:efa-")
     assert argv == [*DOCKER, "--cap-add", "IPC_LOCK", *sum((["--device", d] for d in uverbs(efa)), []),
-                    "-v", "/scratch:/scratch", *node.expected_tail()]
+                    "-v", "/scratch:/scratch", *node.expected_tail(image=built)]
     assert env == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN", "FI_EFA_USE_HUGE_PAGE": "0",
                    "GPUINFRA_EFA_DEVICES": str(efa), **extra_env, **CLUSTER_ENV, **SCRATCH_ENV}
-    # the image was checked for the EFA user space
-    assert f"docker run --rm --entrypoint /bin/sh {IMAGE} -c ls /opt/amazon/efa/lib*/libfabric.so*" in node.calls.read_text()
+    # the image was checked for the EFA user space and the aws-ofi-nccl plugin
+    calls = node.calls.read_text()
+    assert f"docker run --rm --entrypoint /bin/sh {built} -c ls /opt/amazon/efa/lib*/libfabric.so*" in calls
+    assert f"docker run --rm --entrypoint /bin/sh {built} -c ls /opt/amazon/ofi-nccl/lib/libnccl-net.so" in calls
 
 
 def test_aws_without_efa_runs_over_sockets(node_for):
@@ -187,21 +196,24 @@ def test_p5_with_a_missing_efa_device_stops_with_one_line(node_for):
 def test_an_image_without_efa_user_space_is_refused(node_for):
     node = node_for(aws_files("p4d.24xlarge"))
     node.devices(uverbs(4))
-    result = node.run("--dry-run", "--", "python", "train.py", STUB_IMAGE_RC="2")
+    result = node.run("--dry-run", "--image", IMAGE, "--", "python", "train.py", STUB_IMAGE_RC="2")
     assert result.returncode == 1
-    assert (f"missing: EFA user space (libfabric) in {IMAGE} (/opt/amazon/efa/lib*/libfabric.so*). "
+    assert (f"missing: EFA user space (libfabric) in {IMAGE} (/opt/amazon/efa/lib*/libfabric.so*); "
+            f"aws-ofi-nccl NCCL plugin in {IMAGE} (/opt/amazon/ofi-nccl/lib/libnccl-net.so). "
             "NCCL would fall back to TCP sockets") in result.stderr
-    assert "efa_installer.sh -y --skip-kmod" in result.stderr and "--image" in result.stderr
+    assert "journalctl -u gpuinfra-image" in result.stderr and "--image" in result.stderr
 
 
 # --------------------------------------------------------------------------------- GCP families
 
+#: A3 High's TCPX needs a baked image (rule fabric-installable-at-boot): these tests name one
+BAKED_TCPX_IMAGE = "projects/my-project/global/images/a3-high-tcpx-baked"
 TCPX_NICS = ["enp6s0", "enp12s0", "enp134s0", "enp140s0"]
 TCPXO_NICS = ["enp6s0", "enp7s0", "enp13s0", "enp14s0", "enp134s0", "enp135s0", "enp141s0", "enp142s0"]
 
 
 def test_a3_high_tcpx_mounts_the_plugin_and_rxdm_sockets(node_for):
-    node = node_for(gcp_files("a3-highgpu-8g"))
+    node = node_for(gcp_files("a3-highgpu-8g", gcp_image=BAKED_TCPX_IMAGE))
     node.write("/var/lib/tcpx/lib64/libnccl-net.so")
     (node.root / "run" / "tcpx").mkdir(parents=True)
     node.nics(TCPX_NICS)
@@ -273,8 +285,9 @@ def test_a3_mega_without_its_host_stack_names_everything_missing_in_one_line(nod
         "aperture devices (/dev/aperture_devices empty or absent); "
         "RxDM (receive-datapath-manager) (gpuinfra-rxdm.service not active); "
         "GPU NIC enp141s0 (absent or down); GPU NIC enp142s0 (absent or down). "
-        "NCCL would fall back to TCP sockets; gpuinfra does not install the GPUDirect-TCPXO host stack at boot "
-        "yet (README: gpuinfra-run); install it, or use a profile with high_bandwidth_networking: off\n")
+        "NCCL would fall back to TCP sockets; the GPUDirect-TCPXO host stack is not ready: see journalctl -u "
+        "gpuinfra-fabric-host -u gpuinfra-rxdm, or run sudo /usr/local/sbin/gpuinfra-fabric-host; or use a profile "
+        "with high_bandwidth_networking: off\n")
 
 
 def test_a3_ultra_gib_passes_eight_rdma_devices_and_the_gib_tree(node_for):
@@ -313,7 +326,7 @@ def test_gcp_families_without_gpu_nics_run_over_sockets(node_for, machine_type, 
 
 
 def test_gcp_fabric_is_read_from_the_facts():
-    spec = make_spec("a3-highgpu-8g", cloud="gcp")
+    spec = make_spec("a3-highgpu-8g", cloud="gcp", gcp_image=BAKED_TCPX_IMAGE)
     layout = plan_gcp_cluster(spec).nic_layout
     assert gcp_fabric(layout, spec.facts, nccl_env(layout)).gpu_nics == tuple(TCPX_NICS)
     # high-bandwidth networking off: the plan's layout is gvnic, so sockets
@@ -350,7 +363,7 @@ def test_options_image_no_torchrun_and_checkpoints_outside_scratch(node_for):
 def test_an_image_that_cannot_be_pulled_is_named(node_for):
     node = node_for(aws_files("p4d.24xlarge"))
     node.devices(uverbs(4))
-    result = node.run("--dry-run", "--", "python", "train.py", STUB_IMAGE_RC="125")
+    result = node.run("--dry-run", "--image", IMAGE, "--", "python", "train.py", STUB_IMAGE_RC="125")
     assert result.returncode == 1 and result.stderr == f"gpuinfra-run: docker cannot pull or start {IMAGE}\n"
 
 
@@ -368,8 +381,7 @@ def test_usage_errors(node_for, args, message):
 def test_a_profile_without_image_needs_image(node_for):
     spec = make_spec("g5.xlarge", profile="dev")
     spec = spec.model_copy(update={"profile": spec.profile.model_copy(update={"container_image": ""})})
-    text = render_user_data(spec, plan_aws_cluster(spec), "bucket-x")
-    node = node_for({f["path"]: f["content"] for f in yaml.safe_load(text)["write_files"]})
+    node = node_for(aws_files("g5.xlarge", spec=spec))
     result = node.run("--dry-run", "--", "python", "train.py")
     assert result.returncode == 1
     assert result.stderr == "gpuinfra-run: the profile has no container image; pass --image IMAGE\n"
@@ -378,7 +390,7 @@ def test_a_profile_without_image_needs_image(node_for):
 @pytest.mark.parametrize("files", [
     pytest.param(lambda: aws_files("p5.48xlarge"), id="p5"),
     pytest.param(lambda: aws_files("g5.xlarge", nodes=1, profile="dev"), id="g5-sockets"),
-    pytest.param(lambda: gcp_files("a3-highgpu-8g"), id="a3-high"),
+    pytest.param(lambda: gcp_files("a3-highgpu-8g", gcp_image=BAKED_TCPX_IMAGE), id="a3-high"),
     pytest.param(lambda: gcp_files("a3-megagpu-8g", profile="llm-pretrain"), id="a3-mega"),
     pytest.param(lambda: gcp_files("a3-ultragpu-8g", spot=True), id="a3-ultra"),
     pytest.param(lambda: gcp_files("g2-standard-48"), id="g2"),
@@ -390,20 +402,24 @@ def test_rendered_script_passes_shellcheck(files, tmp_path):
     assert check.returncode == 0, check.stdout
 
 
-def test_p5_user_data_installs_gpuinfra_run_within_the_ec2_limit(tmp_path):
+def test_p5_node_bundle_installs_gpuinfra_run_and_user_data_stays_within_the_ec2_limit(tmp_path):
     spec = make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain")
-    text = render_user_data(spec, plan_aws_cluster(spec), "bucket-x")
+    plan = plan_aws_cluster(spec)
+    text = render_user_data(spec, plan, "bucket-x")
     size = len(gzip.compress(text.encode(), mtime=0))
-    assert size <= USER_DATA_LIMIT_BYTES, size
-    entry = next(f for f in yaml.safe_load(text)["write_files"] if f["path"] == RUN_SCRIPT_PATH)
-    assert entry["permissions"] == "0755" and "DEVICES=(/dev/infiniband/uverbs{0..31})" in entry["content"]
-    shellcheck_cloud_config(text, tmp_path)  # cloud-init schema + shellcheck of every script, this one included
+    # EC2's 16 KB, with 1 KB to spare: gpuinfra-run and the rest moved to the bundle
+    assert USER_DATA_LIMIT_BYTES == 16 * 1024 and size <= USER_DATA_LIMIT_BYTES - 1024, size
+    entry = aws_node_bundle(spec, plan).file(RUN_SCRIPT_PATH)
+    assert entry.mode == "0755" and "DEVICES=(/dev/infiniband/uverbs{0..31})" in entry.content
+    shellcheck_cloud_config(text, tmp_path)
 
 
-def test_gcp_startup_script_installs_gpuinfra_run(tmp_path):
-    script = gcp_script("a3-megagpu-8g", profile="llm-pretrain")
-    assert f"cat > {RUN_SCRIPT_PATH} <<'GPUINFRA_RUN'\n#!/bin/bash\n" in script
-    assert f"chmod 0755 {RUN_SCRIPT_PATH}" in script
+def test_gcp_startup_script_fetches_the_bundle_with_gpuinfra_run(tmp_path):
+    spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
+    plan = plan_gcp_cluster(spec)
+    script = render_startup_script(spec, plan, "bucket-x")
+    assert "URL=gs://bucket-x/gpuinfra/node-bundle.json" in script and "gcloud storage cp \"$URL\"" in script
+    assert gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).mode == "0755"
     path = tmp_path / "startup.sh"
     path.write_text(script)
     check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
@@ -424,3 +440,35 @@ def test_run_command_outputs():
     assert out == gcp_run_command(gcp.zone, "t-2-node", gcp.network.iap_ssh)
     assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2-node --zone ")
     assert "--tunnel-through-iap --command 'cd /scratch && sudo gpuinfra-run -- python train.py' & done; wait" in out
+
+
+# --------------------------------------------------------------------------------- health gate
+
+def test_enforce_refuses_a_node_that_failed_the_health_gate(node_for):
+    node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
+    node.write("/etc/gpuinfra/node.env", "GPUINFRA_HEALTH_GATE=enforce\n")
+    node.write("/run/gpuinfra/health-failed", "ecc: 2 uncorrectable volatile ECC errors on GPU 3\n")
+    result = node.run("--dry-run", "--", "python", "train.py")
+    assert result.returncode == 1 and result.stderr == (
+        "gpuinfra-run: this node failed the health gate: ecc: 2 uncorrectable volatile ECC errors on GPU 3 "
+        "(gpuinfra check STACK; --skip-health-gate to run anyway)\n")
+    assert node.run("--dry-run", "--skip-health-gate", "--", "python", "train.py").returncode == 0
+    # no verdict yet: waits, then gives up with the unit to look at
+    (node.root / "run/gpuinfra/health-failed").unlink()
+    waited = node.run("--wait", "0", "--dry-run", "--", "python", "train.py")
+    assert waited.returncode == 1 and "the health gate has not passed after 0 s (journalctl -u gpuinfra-health" in waited.stderr
+    node.write("/run/gpuinfra/health-passed", "2026-11-23T08:00:00+00:00\n")
+    assert node.run("--dry-run", "--", "python", "train.py").returncode == 0
+
+
+def test_report_warns_and_runs_and_extra_env_comes_last(node_for):
+    node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
+    node.write("/etc/gpuinfra/node.env", "GPUINFRA_HEALTH_GATE=report\n")
+    node.write("/run/gpuinfra/health-failed", "allreduce_busbw: 3.10 GB/s\n")
+    result = node.run("--dry-run", "-e", "NCCL_DEBUG=INFO", "--", "python", "train.py")
+    assert result.returncode == 0
+    assert result.stderr.startswith("gpuinfra-run: warning: the health gate failed (allreduce_busbw: 3.10 GB/s")
+    env = parse_env((node.root / "run/gpuinfra/run.env").read_text())
+    assert env["NCCL_DEBUG"] == "INFO"  # nccl.env says WARN; -e wins
+    bad = node.run("--dry-run", "-e", "not-a-var", "--", "python", "train.py")
+    assert bad.returncode == 1 and bad.stderr == "gpuinfra-run: -e takes KEY=VALUE, got 'not-a-var'\n"

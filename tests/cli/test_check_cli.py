@@ -11,8 +11,8 @@ import boto3
 import pytest
 
 from gpuinfra import lifecycle
-from gpuinfra.health.gate import health_key
-from gpuinfra.health.report import evaluate
+from gpuinfra.health.gate import decide, health_key
+from gpuinfra.health.report import evaluate, expectations_for
 from gpuinfra.lifecycle import StackStatus
 from tests.health.conftest import fixture_text, spec_for
 from tests.health.test_gate import _p4d_outputs
@@ -112,7 +112,7 @@ def test_unreadable_result_is_listed_and_fails(run_cli, s3):
     result = run_cli("check", "train", "--bucket", url, *FLAGS)
     assert result.exit_code == 8
     lines = result.stdout.splitlines()
-    assert "INVALID health/train/i-0z.json: schema_version '9', this gpuinfra reads '2'" in lines
+    assert "INVALID health/train/i-0z.json: schema_version '9', this gpuinfra reads '3'" in lines
     assert lines[-1] == "1 of 2 nodes passed; 1 result(s) unreadable"
     assert result.stderr == ("error: 1 of 2 nodes failed the health gate or have an unreadable result: "
                              "health/train/i-0z.json; 1 of 2 nodes have no current result\n")
@@ -134,7 +134,7 @@ def test_json_output(run_cli, s3):
     assert list(doc) == ["schema_version", "stack", "results", "expected_nodes", "since", "since_source", "passed",
                          "missing", "nodes", "stale", "invalid"]
     assert (doc["schema_version"], doc["stack"], doc["results"], doc["passed"]) == (
-        "2", "train", "s3://check-json/health/train/", False)
+        "3", "train", "s3://check-json/health/train/", False)
     assert (doc["expected_nodes"], doc["since"], doc["since_source"], doc["missing"]) == (
         2, "2026-11-30T11:00:00+00:00", "--since", 0)
     assert [(n["node"], n["passed"]) for n in doc["nodes"]] == [("i-0a", True), ("i-0b", False)]
@@ -243,3 +243,16 @@ def test_without_pulumi_cli_and_without_bucket(run_cli, project, monkeypatch):
     assert result.exit_code == 6
     assert result.stderr == (f"error: {lifecycle.PULUMI_INSTALL_HINT}; or give --since TIME (the stack's deployment "
                              "time) so that results of earlier deployments are not counted\n")
+
+
+def test_local_checks_only_are_pending_and_exit_8(run_cli, s3):
+    """A node that passed its own checks but whose cluster all-reduce has not run is not healthy yet."""
+    local = decide(expectations_for(spec_for("p4d.24xlarge")), _p4d_outputs(all_reduce=None), stack="train",
+                   node="i-0b", checked_at=NOW, stage="local", address="10.0.0.8")
+    url = _bucket(s3, "check-pending", {"i-0a": node_doc("i-0a"), "i-0b": local.to_json()})
+    result = run_cli("check", "train", "--bucket", url, *FLAGS)
+    assert result.exit_code == 8
+    lines = result.stdout.splitlines()
+    assert "PENDING i-0b: local checks passed; the cluster all-reduce has not run yet" in lines
+    assert lines[-1] == "1 of 2 nodes passed"
+    assert result.stderr == "error: 1 node(s) passed their local checks but the cluster all-reduce has not run yet: i-0b\n"

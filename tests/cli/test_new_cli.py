@@ -35,7 +35,8 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
     # 4 local SSDs (a2-highgpu-4g takes 4 or 8: cloud.google.com/compute/docs/disks/local-ssd
     # #choose_number_local_ssds) at $0.08/GiB-month in us-central1: 1500 GiB / 730 h x 0.08 = $0.1644/h
-    assert "compute: $14.69/h ($3.673/GPU-h); all 14 resources: $15.19/h, $364.63 for a 24 h run" in result.stdout
+    # + GPU monitoring (one alert condition at $1.50/month and the agent's series: tests/monitoring)
+    assert "compute: $14.69/h ($3.673/GPU-h); all 19 resources: $15.20/h, $364.75 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
     assert "catalog 2026-08-20 (on-demand; spot undated)" in stack.read_text()
 
@@ -55,7 +56,9 @@ def test_new_never_overwrites_without_force(run_cli, tmp_path):
 def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     result = run_cli("new", "--gpus", "4xA100", "--cloud", "aws", "--project-dir", str(tmp_path), "--json")
     data = json.loads(result.stdout)
-    assert data["resources"] == 34  # 31 + the TTL backstop: scheduler role, its policy, the schedule
+    # 31 + the TTL backstop (scheduler role, its policy, the schedule) + the node bundle object + GPU monitoring
+    # (component, agent config parameter, dashboard, idle alarm, SNS topic, the nodes' PutMetricData policy)
+    assert data["resources"] == 41
     assert data["price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal("21.957640")
     assert data["run_cost_usd"] == "526.983360"  # 24 h of the llm-finetune profile x $21.95764/h
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8

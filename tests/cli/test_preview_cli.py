@@ -17,7 +17,10 @@ def test_preview_json_of_a_two_node_p5_stack(run_cli, tmp_path):
     assert all(set(r) >= {"type", "name", "parent", "inputs"} for r in doc["resources"])
     component = [r for r in doc["resources"] if r["type"] == "gpuinfra:aws:GpuCluster"]
     assert len(component) == 1 and component[0]["parent"] is None
-    assert all(r["parent"] == "p5x2" for r in doc["resources"] if r["type"] != "gpuinfra:aws:GpuCluster")
+    # children of the cluster, or of its monitoring component (itself a child of the cluster)
+    assert all(r["parent"] in ("p5x2", "p5x2-monitoring") for r in doc["resources"]
+               if r["type"] != "gpuinfra:aws:GpuCluster")
+    assert next(r for r in doc["resources"] if r["type"] == "gpuinfra:aws:Monitoring")["parent"] == "p5x2"
     lt = next(r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]
     assert sorted(n["networkCardIndex"] for n in lt["networkInterfaces"]) == list(range(32))
     assert doc["outputs"]["efa_interfaces_per_node"] == 32

@@ -22,6 +22,11 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 RUN_2X8 = "all_reduce_p5_2node_batch_ranks_derived.txt"
 
 
+def _baked(spec):
+    """``spec`` with a baked image carrying the TCPX kernel (A3 High gets its GPU NICs only then)."""
+    return spec.model_copy(update={"gcp_image": "projects/my-project/global/images/a3-high-tcpx-baked"})
+
+
 def _p4d_outputs(**changes) -> GateOutputs:
     """A healthy p4d-like node from recordings: 8 GPUs (the nvidia-smi recording is of 8 x H100;
     the gate counts GPUs and ECC errors, it does not compare models), NVLink of 8 A100 GPUs
@@ -231,7 +236,9 @@ def test_healthy_p5_without_high_bandwidth_networking_passes():
 
 
 def test_gcp_network_comes_from_the_plan_too():
-    assert expectations_for(spec_for("a3-highgpu-8g")).nic_layout == "tcpx"
+    # A3 High's TCPX: from a baked image only (rule fabric-installable-at-boot), else plain networking
+    assert expectations_for(_baked(spec_for("a3-highgpu-8g"))).nic_layout == "tcpx"
+    assert expectations_for(spec_for("a3-highgpu-8g")).nic_layout == "gvnic"
     off = expectations_for(spec_for("a3-highgpu-8g", 2, "qlora-finetune"))
     assert (off.nic_layout, off.efa_count, off.baseline) == ("gvnic", 0, None)
 
@@ -291,7 +298,7 @@ def test_gcp_tcpx_node_with_googles_example_run():
     outputs = GateOutputs(nvidia_smi=t("nvidia_smi_query_gpu_8xH100_virtualclient.csv"),
                           nvlink_status=t("nvlink_status_p4de_8gpu_derived.txt"), fabric_manager="active",
                           all_reduce=t("all_reduce_a3high_2node_gcp_tcpx.txt"), nccl_log=t("nccl_info_tcpx_skypilot.txt"))
-    exp = expectations_for(spec_for("a3-highgpu-8g"))
+    exp = expectations_for(_baked(spec_for("a3-highgpu-8g")))
     health = decide(exp, outputs, stack="train", node="vm-1", checked_at=NOW)
     checks = _by_name(health)
     assert checks["efa_devices"].passed is None
@@ -324,14 +331,16 @@ def test_expectations_round_trip():
 def test_node_health_round_trip_and_refusals():
     health = evaluate(spec_for("p4d.24xlarge"), _p4d_outputs(fabric_manager="failed"), node="i-0a", checked_at=NOW)
     doc = json.loads(health.to_json())
-    assert doc["schema_version"] == "2" and doc["passed"] is False
-    assert list(doc) == ["schema_version", "stack", "node", "cloud", "instance_type", "nodes", "checked_at", "checks",
-                         "passed"]
+    assert doc["schema_version"] == "3" and doc["passed"] is False
+    assert list(doc) == ["schema_version", "stack", "node", "cloud", "instance_type", "nodes", "checked_at", "stage",
+                         "address", "checks", "passed"]
     assert list(doc["checks"][0]) == ["name", "passed", "measured", "expected", "detail", "source"]
     assert NodeHealth.from_dict(doc) == health
     assert health_key("train", "i-0a") == "health/train/i-0a.json"
-    with pytest.raises(ValueError, match="schema_version '1'"):  # written before the rank and completeness checks
-        NodeHealth.from_dict({**doc, "schema_version": "1"})
+    with pytest.raises(ValueError, match="schema_version '2'"):  # written before the stages
+        NodeHealth.from_dict({**doc, "schema_version": "2"})
+    with pytest.raises(ValueError, match="stage 'boot' is not one of local, cluster"):
+        NodeHealth.from_dict({**doc, "stage": "boot"})
     with pytest.raises(ValueError, match="passed is True but the checks say False"):
         NodeHealth.from_dict({**doc, "passed": True})
     with pytest.raises(ValueError, match="missing or invalid field"):
@@ -374,3 +383,22 @@ def test_baseline_entry_rules_are_enforced():
         Baseline.from_dict({**entry, "message_size_bytes": None})
     with pytest.raises(ValueError, match="nodes 1 needs scope intra_node"):
         Baseline.from_dict({**entry, "nodes": 1})
+
+
+def test_local_stage_leaves_the_all_reduce_checks_pending():
+    """Before ranks: the node's own checks decide; the all-reduce checks are pending, not failed
+    (no all-reduce output was given, which the cluster stage fails)."""
+    outputs = replace(_p4d_outputs(), all_reduce=None)
+    local = decide(expectations_for(spec_for("p4d.24xlarge")), outputs, stack="train", node="i-0a", checked_at=NOW,
+                   stage="local", address="10.0.0.7")
+    assert local.passed and (local.stage, local.address) == ("local", "10.0.0.7")
+    pending = [c.name for c in local.checks if c.passed is None and c.detail.startswith("pending:")]
+    assert pending == ["gpudirect_plugin", "allreduce_ranks", "allreduce_complete", "allreduce_correct",
+                       "allreduce_busbw"]
+    cluster = decide(expectations_for(spec_for("p4d.24xlarge")), outputs, stack="train", node="i-0a", checked_at=NOW)
+    assert not cluster.passed and cluster.check("allreduce_complete").passed is False
+    broken = decide(expectations_for(spec_for("p4d.24xlarge")), replace(outputs, fabric_manager="failed"),
+                    stack="train", node="i-0a", checked_at=NOW, stage="local")
+    assert [c.name for c in broken.failed] == ["fabric_manager"]
+    with pytest.raises(ValueError, match="stage 'boot'"):
+        decide(expectations_for(spec_for("p4d.24xlarge")), outputs, stack="train", node="i-0a", stage="boot")

@@ -151,6 +151,8 @@ def test_each_rule_catches_its_mutation(previews, rule, key, mutate):
 SPEC_MUTATIONS = [
     ("high-bandwidth-nics", dict(instance_type="g5.xlarge", nodes=1, cloud="aws", profile="dev",
                                  hbn="required")),
+    # A3 High's TCPX needs a kernel the DLVM image lacks: `required` (hand-edited) without a baked image
+    ("fabric-installable-at-boot", dict(instance_type="a3-highgpu-8g", nodes=2, cloud="gcp", hbn="required")),
     ("provisioning-model-offered", dict(instance_type="a3-ultragpu-8g", nodes=1, cloud="gcp", spot=True, spot_off=True)),
     ("gcp-placement-supported", dict(instance_type="n1-standard-8", gpus="1xT4", nodes=1, cloud="gcp", profile="dev",
                                      set_nodes=2, profile_updates={"placement": "required"})),

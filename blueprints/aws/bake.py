@@ -1,0 +1,182 @@
+"""``gpuinfra:aws:ImageBake``: an EC2 Image Builder bake of one node family (issue 14).
+
+Children (``<name>-<role>``), all declared with ``pulumi_aws.imagebuilder`` / ``ecr`` / ``iam``:
+
+* ``build-role``, ``build-core`` / ``build-ssm`` (managed policies), ``build-ecr`` (inline),
+  ``build-profile``: the build instance's role. Image Builder's documented minimum is
+  ``EC2InstanceProfileForImageBuilder`` + ``AmazonSSMManagedInstanceCore``
+  (docs.aws.amazon.com/imagebuilder/latest/userguide/image-builder-setting-up.html, "Prerequisites":
+  IAM role); container builds add ECR access, scoped here to the bake's one repository instead
+  of the account-wide ``EC2InstanceProfileForImageBuilderECRContainerBuilds``
+  (docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html: push needs
+  ``ecr:GetAuthorizationToken`` on ``*`` and the layer actions on the repository).
+* ``repository``: ECR ``gpuinfra/<stack>``, tags ``IMMUTABLE`` and scan on push
+  (pulumi-aws ``ecr.Repository.image_tag_mutability``: MUTABLE, IMMUTABLE, ...).
+* ``container-component`` + ``container-recipe`` + ``container-image``: the training container,
+  built from the boot path's Dockerfile (:func:`gpuinfra.bake.render.container_dockerfile`) on the
+  pinned NGC base, pushed to the repository.
+* ``host-component`` + ``image-recipe`` (pinned base AMI, gp3 root volume) +
+  ``infrastructure`` (CPU build instance, IMDSv2, terminate on failure) + ``distribution``
+  (AMI name and manifest tags) + ``image``: the AMI, with the container pulled onto it.
+
+Image Builder components and recipes are immutable per name and version, so their names carry
+the manifest's SHA-256 (a changed manifest is a new name) and they are replaced delete-first.
+Argument names and valid values: pulumi-aws 7 ``imagebuilder`` Args (checked in
+tests/bake/test_aws_bake.py and by the ``provider-valid-values`` rule).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+
+from blueprints.common.naming import child
+from gpuinfra.bake.model import BakeSpec
+from gpuinfra.bake.render import (CONTAINER_PARAMETER, aws_host_phases, component_document, container_dockerfile,
+                                  container_phases)
+
+TYPE_TOKEN = "gpuinfra:aws:ImageBake"
+IMAGE_BUILDER_POLICY = "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder"
+SSM_MANAGED_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+#: Recipe and component version (semantic ``major.minor.patch``; Image Builder adds the build).
+RECIPE_VERSION = "1.0.0"
+#: Root device of the Ubuntu DLAMIs (the preview's ``getAmi`` answer; EC2 describe-images).
+ROOT_DEVICE = "/dev/sda1"
+#: ECR actions to push and pull one repository (docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html).
+ECR_REPOSITORY_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:CompleteLayerUpload",
+                          "ecr:GetDownloadUrlForLayer", "ecr:InitiateLayerUpload", "ecr:PutImage",
+                          "ecr:UploadLayerPart"]
+
+
+def ecr_policy_document(repository_arn: str) -> str:
+    """Inline policy JSON: an ECR token (not scopable) and push/pull on one repository."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Sid": "EcrToken", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
+        {"Sid": "BakeRepository", "Effect": "Allow", "Action": ECR_REPOSITORY_ACTIONS, "Resource": [repository_arn]},
+    ]})
+
+
+def _first(resources, kind: str, field: str) -> str:
+    """``output_resources[0].<kind>[0].<field>`` of an Image Builder image, "" before it exists."""
+    for resource in resources or []:
+        for item in getattr(resource, kind, None) or []:
+            value = getattr(item, field, None)
+            if isinstance(value, list):
+                value = value[0] if value else None
+            if value:
+                return value
+    return ""
+
+
+class AwsImageBake(pulumi.ComponentResource):
+    """The EC2 Image Builder bake of ``spec`` (module docstring lists the children).
+
+    Args:
+        name: component name (the stack name).
+        spec: the bake spec (cloud ``aws``).
+        opts: Pulumi options.
+
+    Raises:
+        ValueError: a non-AWS spec.
+    """
+
+    def __init__(self, name: str, spec: BakeSpec, opts: pulumi.ResourceOptions | None = None):
+        if spec.cloud != "aws":
+            raise ValueError(f"AwsImageBake needs an aws bake, got {spec.cloud!r}")
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        m = spec.manifest
+        tags = {"gpuinfra:stack": spec.stack, "gpuinfra:kind": "bake", **m.aws_tags()}
+        suffix = m.sha256[:12]
+        kids = pulumi.ResourceOptions(parent=self)
+        immutable = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
+
+        role = aws.iam.Role(child(name, "build-role"), assume_role_policy=json.dumps({
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
+        }), tags=tags, opts=kids)
+        aws.iam.RolePolicyAttachment(child(name, "build-core"), role=role.name, policy_arn=IMAGE_BUILDER_POLICY, opts=kids)
+        aws.iam.RolePolicyAttachment(child(name, "build-ssm"), role=role.name, policy_arn=SSM_MANAGED_POLICY, opts=kids)
+        self.repository = aws.ecr.Repository(
+            child(name, "repository"), name=f"gpuinfra/{spec.stack}", image_tag_mutability="IMMUTABLE",
+            image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
+            tags=tags, opts=kids)
+        aws.iam.RolePolicy(child(name, "build-ecr"), role=role.id,
+                           policy=self.repository.arn.apply(ecr_policy_document), opts=kids)
+        profile = aws.iam.InstanceProfile(child(name, "build-profile"), role=role.name, tags=tags, opts=kids)
+        infrastructure = aws.imagebuilder.InfrastructureConfiguration(
+            child(name, "infrastructure"), name=f"gpuinfra-{spec.stack}",
+            description=f"gpuinfra bake {spec.stack}: CPU build instance",
+            instance_profile_name=profile.name, instance_types=[spec.build_instance_type],
+            terminate_instance_on_failure=True,
+            # hop limit 2: the container build reads instance credentials from inside Docker
+            instance_metadata_options=aws.imagebuilder.InfrastructureConfigurationInstanceMetadataOptionsArgs(
+                http_tokens="required", http_put_response_hop_limit=2),
+            resource_tags=tags, tags=tags, opts=kids)
+
+        container_component = aws.imagebuilder.Component(
+            child(name, "container-component"), name=f"gpuinfra-{spec.stack}-container-{suffix}",
+            platform="Linux", version=RECIPE_VERSION,
+            data=component_document(f"gpuinfra-{spec.stack}-container", "gpuinfra: manifest and fabric checks "
+                                    "in the training container", container_phases(spec)),
+            tags=tags, opts=immutable)
+        container_recipe = aws.imagebuilder.ContainerRecipe(
+            child(name, "container-recipe"), name=f"gpuinfra-{spec.stack}-{suffix}", version=RECIPE_VERSION,
+            container_type="DOCKER", parent_image=m.container_base,
+            target_repository=aws.imagebuilder.ContainerRecipeTargetRepositoryArgs(
+                repository_name=self.repository.name, service="ECR"),
+            components=[aws.imagebuilder.ContainerRecipeComponentArgs(component_arn=container_component.arn)],
+            dockerfile_template_data=container_dockerfile(spec), working_directory="/tmp",
+            tags=tags, opts=immutable)
+        self.container_image = aws.imagebuilder.Image(
+            child(name, "container-image"), container_recipe_arn=container_recipe.arn,
+            infrastructure_configuration_arn=infrastructure.arn,
+            image_tests_configuration=aws.imagebuilder.ImageImageTestsConfigurationArgs(image_tests_enabled=True),
+            tags=tags, opts=kids)
+        container_uri = self.container_image.output_resources.apply(lambda r: _first(r, "containers", "image_uris"))
+
+        host_component = aws.imagebuilder.Component(
+            child(name, "host-component"), name=f"gpuinfra-{spec.stack}-host-{suffix}",
+            platform="Linux", version=RECIPE_VERSION,
+            data=component_document(f"gpuinfra-{spec.stack}-host", "gpuinfra: fabric host stack, training "
+                                    "container and manifest on the AMI", aws_host_phases(spec),
+                                    {CONTAINER_PARAMETER: "URI of the training container built by this bake"}),
+            tags=tags, opts=immutable)
+        recipe = aws.imagebuilder.ImageRecipe(
+            child(name, "image-recipe"), name=f"gpuinfra-{spec.stack}-{suffix}", version=RECIPE_VERSION,
+            parent_image=m.base_image,
+            components=[aws.imagebuilder.ImageRecipeComponentArgs(
+                component_arn=host_component.arn,
+                parameters=[aws.imagebuilder.ImageRecipeComponentParameterArgs(name=CONTAINER_PARAMETER,
+                                                                               value=container_uri)])],
+            block_device_mappings=[aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
+                device_name=ROOT_DEVICE, ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
+                    volume_size=spec.build_volume_size_gib, volume_type="gp3", delete_on_termination="true",
+                    encrypted="true"))],
+            working_directory="/tmp", tags=tags, opts=immutable)
+        distribution = aws.imagebuilder.DistributionConfiguration(
+            child(name, "distribution"), name=f"gpuinfra-{spec.stack}",
+            distributions=[aws.imagebuilder.DistributionConfigurationDistributionArgs(
+                region=spec.region,
+                ami_distribution_configuration=aws.imagebuilder.DistributionConfigurationDistributionAmiDistributionConfigurationArgs(
+                    name=f"gpuinfra-{spec.stack}-{{{{ imagebuilder:buildDate }}}}",
+                    description=f"gpuinfra bake {spec.stack} (manifest sha256 {m.sha256})",
+                    ami_tags=tags))],
+            tags=tags, opts=kids)
+        self.image = aws.imagebuilder.Image(
+            child(name, "image"), image_recipe_arn=recipe.arn, infrastructure_configuration_arn=infrastructure.arn,
+            distribution_configuration_arn=distribution.arn,
+            image_tests_configuration=aws.imagebuilder.ImageImageTestsConfigurationArgs(image_tests_enabled=True),
+            tags=tags, opts=kids)
+        self.image_id = self.image.output_resources.apply(lambda r: _first(r, "amis", "image"))
+        self.container_uri = container_uri
+        self.stack_name = spec.stack
+        self.register_outputs({"image_id": self.image_id, "container_image": self.container_uri,
+                               "manifest_sha256": m.sha256})
+
+    def exports(self) -> dict[str, object]:
+        """Stack outputs: ``image_id`` (the AMI), ``container_image`` (ECR URI), ``manifest_sha256``,
+        and the command that records them for ``gpuinfra new --image baked:<name>``."""
+        return {"image_id": self.image_id, "container_image": self.container_uri,
+                "record_command": self.image_id.apply(lambda i: f"gpuinfra image record {self.stack_name} --image-id {i or '<ami-id>'}")}

@@ -1,0 +1,98 @@
+"""``AwsMonitoring``: the CloudWatch side of GPU monitoring for one stack.
+
+Children: the CloudWatch agent configuration as an SSM parameter (Standard tier: free, up to
+4 KB; docs.aws.amazon.com/systems-manager/latest/userguide/parameter-store-advanced-parameters.html),
+a CloudWatch dashboard, an SNS topic (plus an email subscription when the profile names an
+address) and the idle alarm: ``Maximum`` of ``nvidia_smi_utilization_gpu`` over every GPU
+(the metric without dimensions, :mod:`gpuinfra.monitoring.metrics`) below the profile's
+``idle_gpu_utilization_percent`` for ``monitoring.idle_alarm_minutes`` 1-minute periods.
+Missing data (no node publishing) keeps the alarm's state (``treat_missing_data = missing``:
+docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html
+#alarms-and-missing-data). The nodes' IAM permissions are in :mod:`blueprints.aws.identity`.
+
+Values checked against pulumi_aws 7 (``aws.cloudwatch.MetricAlarm`` comparison_operator
+``LessThanThreshold``, statistic ``Maximum``, treat_missing_data ``missing``; ``aws.ssm.Parameter``
+type ``String``, tier ``Standard``; ``aws.sns.TopicSubscription`` protocol ``email``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pulumi_aws as aws
+
+from blueprints.common.naming import child
+from blueprints.common.tags import aws_tags
+from gpuinfra.monitoring import metrics as m
+from gpuinfra.monitoring.dashboards import ALARM_PERIOD_SECONDS, alarm_periods, aws_dashboard_body
+from gpuinfra.spec import ClusterSpec
+
+TYPE_TOKEN = "gpuinfra:aws:Monitoring"
+
+
+def dashboard_url(region: str, name: str) -> str:
+    """Console address of a CloudWatch dashboard."""
+    return f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#dashboards:name={name}"
+
+
+class AwsMonitoring(pulumi.ComponentResource):
+    """Agent configuration, dashboard, alarm topic and idle alarm of one stack.
+
+    Args:
+        name: the cluster component's name; children are ``<name>-<role>``.
+        spec: the cluster spec (``profile.monitoring.enabled`` true).
+        opts: Pulumi resource options (parent: the cluster).
+
+    Attributes:
+        outputs: stack outputs it adds (``monitoring_*``), read by ``gpuinfra status``.
+    """
+
+    def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(TYPE_TOKEN, f"{name}-monitoring", None, opts)
+        settings = spec.profile.monitoring
+        own = pulumi.ResourceOptions(parent=self)
+        tags = aws_tags(spec)
+        stack = spec.stack
+        self.parameter = aws.ssm.Parameter(
+            child(name, "cw-agent-config"), name=m.aws_agent_parameter_name(stack), type="String", tier="Standard",
+            insecure_value=json.dumps(m.aws_agent_config(stack), sort_keys=True),  # not secret: shown in previews
+            description=f"CloudWatch agent configuration of the gpuinfra stack {stack}", tags=tags, opts=own,
+        )
+        dashboard_name = m.aws_resource_name(stack)
+        self.dashboard = aws.cloudwatch.Dashboard(
+            child(name, "gpu-dashboard"), dashboard_name=dashboard_name,
+            dashboard_body=aws_dashboard_body(stack, spec.region, spec.profile.idle_gpu_utilization_percent), opts=own,
+        )
+        self.topic = aws.sns.Topic(child(name, "alarms"), name=m.aws_resource_name(stack, "alarms"), tags=tags, opts=own)
+        if settings.alarm_email:
+            aws.sns.TopicSubscription(child(name, "alarm-email"), topic=self.topic.arn, protocol="email",
+                                      endpoint=settings.alarm_email, opts=own)
+        periods = alarm_periods(settings.idle_alarm_minutes)
+        threshold = spec.profile.idle_gpu_utilization_percent
+        alarm_name = m.aws_resource_name(stack, "gpus-idle")
+        self.alarm = aws.cloudwatch.MetricAlarm(
+            child(name, "gpus-idle"), name=alarm_name, namespace=m.aws_namespace(stack),
+            metric_name=m.AWS_UTILIZATION_METRIC, statistic="Maximum", period=ALARM_PERIOD_SECONDS,
+            evaluation_periods=periods, datapoints_to_alarm=periods, threshold=threshold,
+            comparison_operator="LessThanThreshold", treat_missing_data="missing",
+            alarm_description=(f"every GPU of stack {stack} under {threshold}% utilization for "
+                               f"{settings.idle_alarm_minutes} min: you are paying for idle GPUs"),
+            alarm_actions=[self.topic.arn], tags=tags, opts=own,
+        )
+        self.outputs = {
+            "monitoring_namespace": m.aws_namespace(stack),
+            "monitoring_dashboard": dashboard_name,
+            "monitoring_dashboard_url": dashboard_url(spec.region, dashboard_name),
+            "monitoring_idle_alarm": alarm_name,
+            "monitoring_alarm_topic_arn": self.topic.arn,
+            "monitoring_agent_parameter": m.aws_agent_parameter_name(stack),
+        }
+        self.register_outputs(self.outputs)
+
+
+def build_monitoring(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> AwsMonitoring | None:
+    """:class:`AwsMonitoring` under ``parent``, or None when the profile turns monitoring off."""
+    if not spec.profile.monitoring.enabled:
+        return None
+    return AwsMonitoring(name, spec, pulumi.ResourceOptions(parent=parent))

@@ -1,0 +1,198 @@
+"""The node bundle: what every GPU node installs at boot beyond its boot script, as one JSON
+object in the stack bucket (:data:`BUNDLE_KEY`).
+
+Why an object: EC2 user data is limited to 16 KB gzip'd
+(docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html) and the boot script already holds
+the node agent and the scratch script, which must run even when the bucket cannot be read (a
+node must still end itself). Everything else -- ``gpuinfra-run``, the health gate, the training
+image build, the fabric host stacks and the monitoring agents -- is listed here, fetched by
+``gpuinfra-bundle.service`` (``templates/node-bundle-fetch.sh.j2``) on every boot, written to
+disk and its units started. Pulumi creates the object before the nodes (their launch template /
+instance template depends on it), so a node never boots before its bundle exists.
+
+The document (:meth:`NodeBundle.to_json`)::
+
+    {"schema_version": "1", "files": [{"path": ..., "mode": "0755", "content": ...}, ...],
+     "units": ["gpuinfra-health.service", ...]}
+
+Pure Python, no Pulumi imports.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpuinfra.health import node as health_node
+from gpuinfra.health.baselines import find_baseline
+from gpuinfra.health.gate import Expectations
+from gpuinfra.spec import ClusterSpec
+from gpuinfra.templating import render
+
+#: Object key; its prefix is write-protected from the nodes (blueprints/aws/identity.py).
+BUNDLE_PREFIX = "gpuinfra/"
+BUNDLE_KEY = f"{BUNDLE_PREFIX}node-bundle.json"
+BUNDLE_SCHEMA_VERSION = "1"
+BUNDLE_UNIT = "gpuinfra-bundle.service"
+BUNDLE_FETCH_PATH = "/usr/local/sbin/gpuinfra-bundle"
+#: Where the node's copy of gpuinfra's standard-library modules lives (PYTHONPATH of the units).
+NODE_LIB = health_node.NODE_LIB
+HEALTH_UNIT = "gpuinfra-health.service"
+IMAGE_UNIT = "gpuinfra-image.service"
+EXPECTATIONS_PATH = str(health_node.EXPECTATIONS_PATH)
+ALLREDUCE_PATH = f"{health_node.ALLREDUCE_DIR}/{health_node.ALLREDUCE_SCRIPT}"
+#: gpuinfra's modules the nodes run (standard library only: gpuinfra/health/__init__.py says so).
+NODE_MODULES = ("__init__.py", "agent/__init__.py", "agent/node.py", "health/__init__.py", "health/parsers.py",
+                "health/baselines.py", "health/gate.py", "health/node.py")
+_PACKAGE = Path(__file__).resolve().parents[2] / "gpuinfra"
+
+
+@dataclass(frozen=True)
+class NodeFile:
+    """One file: absolute ``path``, octal ``mode`` text, ``content`` (ends with a newline)."""
+
+    path: str
+    content: str
+    mode: str = "0644"
+
+
+@dataclass
+class NodeBundle:
+    """Files and the systemd units to enable and start (``--no-block``), in order."""
+
+    files: list[NodeFile] = field(default_factory=list)
+    units: list[str] = field(default_factory=list)
+
+    def add(self, path: str, content: str, mode: str = "0644") -> None:
+        """Add a file (content gets a final newline).
+
+        Raises:
+            ValueError: the path is not absolute or is already in the bundle.
+        """
+        if not path.startswith("/"):
+            raise ValueError(f"node bundle path {path!r} is not absolute")
+        if any(f.path == path for f in self.files):
+            raise ValueError(f"node bundle already has {path}")
+        self.files.append(NodeFile(path, content if content.endswith("\n") else content + "\n", mode))
+
+    def add_files(self, files: dict[str, str], units: tuple[str, ...] | list[str] = (), mode: str = "0644") -> None:
+        """Add ``path -> content`` files (``.sh`` and ``/bin/`` / ``/sbin/`` paths executable) and units."""
+        for path, content in files.items():
+            executable = path.endswith(".sh") or "/bin/" in path or "/sbin/" in path
+            self.add(path, content, "0755" if executable else mode)
+        self.units.extend(u for u in units if u not in self.units)
+
+    def file(self, path: str) -> NodeFile:
+        """The file at ``path``.
+
+        Raises:
+            KeyError: no such file.
+        """
+        for f in self.files:
+            if f.path == path:
+                return f
+        raise KeyError(path)
+
+    def to_json(self) -> str:
+        """The object's body: files sorted by path, so the same bundle gives the same bytes."""
+        return json.dumps({
+            "schema_version": BUNDLE_SCHEMA_VERSION,
+            "files": [{"path": f.path, "mode": f.mode, "content": f.content}
+                      for f in sorted(self.files, key=lambda f: f.path)],
+            "units": self.units,
+        }, indent=1, sort_keys=False) + "\n"
+
+
+def node_modules() -> dict[str, str]:
+    """gpuinfra's node-side modules at their node paths (``/usr/local/lib/gpuinfra/gpuinfra/...``)."""
+    return {f"{NODE_LIB}/gpuinfra/{rel}": (_PACKAGE / rel).read_text() for rel in NODE_MODULES}
+
+
+def health_unit(after: tuple[str, ...]) -> str:
+    """``gpuinfra-health.service``: the gate once per boot, after Docker, scratch and ``after``."""
+    order = " ".join(("network-online.target", "docker.service", "gpuinfra-scratch.service", *after))
+    return (
+        "[Unit]\n"
+        "Description=gpuinfra: boot health gate (local checks, then the cluster all-reduce)\n"
+        "Wants=network-online.target\n"
+        f"After={order}\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        "TimeoutStartSec=infinity\n"
+        f"Environment=PYTHONPATH={NODE_LIB}\n"
+        "ExecStart=/usr/bin/python3 -m gpuinfra.health.node run\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )
+
+
+def expectations_document(spec: ClusterSpec, expectations: Expectations) -> dict:
+    """The node's expectations file: :meth:`Expectations.to_dict`, plus ``world_baselines``
+    (node count -> baseline, for a cluster the gate shrinks; counts without one are left out)
+    and ``results_not_before`` (the stack file's ``created_at``: older results are from an
+    earlier deployment)."""
+    worlds = {}
+    for nodes in range(1, spec.nodes):
+        base = find_baseline(spec.cloud, spec.instance_type, nodes, expectations.nic_layout)
+        if base is not None:
+            worlds[str(nodes)] = base.to_dict()
+    return {**expectations.to_dict(), "world_baselines": worlds, "results_not_before": spec.created_at.isoformat()}
+
+
+def add_health_gate(bundle: NodeBundle, spec: ClusterSpec, expectations: Expectations,
+                    after: tuple[str, ...] = ()) -> None:
+    """The health gate's files: gpuinfra's node modules, the all-reduce script, the
+    expectations (:func:`expectations_document`) and, unless the profile turns the gate off,
+    its unit."""
+    bundle.add_files(node_modules())
+    bundle.add(ALLREDUCE_PATH, (_PACKAGE / "health" / "allreduce.py").read_text(), "0755")
+    bundle.add(EXPECTATIONS_PATH, json.dumps(expectations_document(spec, expectations), indent=1))
+    if spec.profile.health_gate != "off":
+        bundle.add(f"/etc/systemd/system/{HEALTH_UNIT}", health_unit(after))
+        bundle.units.append(HEALTH_UNIT)
+
+
+def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:
+    """The monitoring agent's files and unit (:mod:`blueprints.common.monitoring_node`); nothing
+    when the profile turns monitoring off."""
+    from blueprints.common.monitoring_node import MONITORING_UNITS, monitoring_node_files
+
+    files = monitoring_node_files(spec, cloud)
+    if files:
+        bundle.add_files(files, MONITORING_UNITS)
+
+
+def health_template_vars(spec: ClusterSpec) -> dict[str, object]:
+    """What ``templates/cluster-env-health.sh.j2`` (included by both clouds' cluster-env
+    scripts) needs: the gate's mode and the node runner's paths, exit code and marks."""
+    return {"health_gate": spec.profile.health_gate, "node_lib": NODE_LIB,
+            "exit_excluded": health_node.EXIT_EXCLUDED, "state_dir": str(health_node.STATE_DIR),
+            "ranks_decided_mark": health_node.RANKS_DECIDED_MARK}
+
+
+def fetch_script(cloud: str, bucket: str) -> str:
+    """The boot script part that fetches and installs the bundle (``templates/node-bundle-fetch.sh.j2``)."""
+    scheme = "s3" if cloud == "aws" else "gs"
+    return render("node-bundle-fetch.sh.j2", cloud=cloud, url=f"{scheme}://{bucket}/{BUNDLE_KEY}",
+                  schema_version=BUNDLE_SCHEMA_VERSION).rstrip("\n")
+
+
+def fetch_unit() -> str:
+    """``gpuinfra-bundle.service``: fetch on every boot, retried until the bucket answers."""
+    return (
+        "[Unit]\n"
+        "Description=gpuinfra: fetch and install the node bundle from the stack bucket\n"
+        "Wants=network-online.target\n"
+        "After=network-online.target\n"
+        "StartLimitIntervalSec=0\n"
+        "[Service]\n"
+        "Type=oneshot\n"
+        "RemainAfterExit=yes\n"
+        f"ExecStart={BUNDLE_FETCH_PATH}\n"
+        "Restart=on-failure\n"
+        "RestartSec=20\n"
+        "[Install]\n"
+        "WantedBy=multi-user.target\n"
+    )

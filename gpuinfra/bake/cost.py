@@ -1,0 +1,115 @@
+"""What a bake costs: build instance hours once, image and registry storage per month.
+
+Unit prices come from ``gpuinfra/cost/data/prices.yaml`` (each with its source and date);
+quantities are estimates stated here, since no cloud is reachable to measure a bake. Money fails
+closed: a line whose price the table lacks keeps ``unit_price_usd = None``, is listed in
+``price_not_found``, and no total is given (:class:`gpuinfra.errors.PriceMissingError` when a
+total is demanded).
+
+Quantity estimates (per bake; measure your own with the commands named):
+
+* AWS build instance hours :data:`AWS_BUILD_INSTANCE_HOURS` = 2.5: one instance builds the
+  container (NGC base pull ~20 GB + aws-ofi-nccl compile), one builds the AMI (EFA installer,
+  reboot, container pull, snapshot) and one tests it (``image_tests_enabled``);
+  ``aws imagebuilder get-image`` shows the real times.
+* AWS AMI snapshot :data:`IMAGE_STORED_GB` = 100: EBS snapshots bill the blocks written, not the
+  200 GiB volume (repost.aws/knowledge-center/ebs-snapshot-billing); the DLAMI's own data plus
+  the unpacked container. ``aws ebs list-snapshot-blocks`` counts them.
+* Registry :data:`CONTAINER_STORED_GB` = 15: the compressed NGC PyTorch layers plus the EFA
+  layers (ECR bills compressed layer storage); ``aws ecr describe-images`` shows
+  ``imageSizeInBytes``.
+* GCP Packer VM hours :data:`GCP_BUILD_VM_HOURS` = 1.0 and Cloud Build minutes
+  :data:`GCP_BUILD_MINUTES` = 75 (the build waits for Packer; the container mirror is a pull and
+  a push). The 2,500 free build-minutes a month are not deducted (worst case).
+* GCP image storage and Artifact Registry storage: no sourced price in the table yet, so those
+  lines are "price not found" and the GCP bake has no total (see the README's leftovers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from gpuinfra.bake.model import BakeSpec
+from gpuinfra.cost.prices import price
+
+AWS_BUILD_INSTANCE_HOURS = Decimal("2.5")
+IMAGE_STORED_GB = Decimal(100)
+CONTAINER_STORED_GB = Decimal(15)
+GCP_BUILD_VM_HOURS = Decimal("1.0")
+GCP_BUILD_MINUTES = Decimal(75)
+
+#: Price-table key of each build instance / machine type (prices.yaml).
+BUILD_PRICE_KEYS = {"m7i.large": "ec2_m7i_large_per_hour", "m7g.large": "ec2_m7g_large_per_hour",
+                    "n1-standard-8": "gce_n1_standard_8_per_hour"}
+
+
+@dataclass(frozen=True)
+class BakeCostLine:
+    """One priced component: ``quantity`` of ``unit`` at ``unit_price_usd`` (None = not found).
+
+    Attributes:
+        when: ``once`` (per bake) or ``monthly`` (while the image is kept).
+    """
+
+    component: str
+    when: str
+    unit: str
+    quantity: Decimal
+    unit_price_usd: Decimal | None
+    source: str
+    date: str
+
+    @property
+    def usd(self) -> Decimal | None:
+        """quantity x unit price, or None when unpriced."""
+        return None if self.unit_price_usd is None else self.quantity * self.unit_price_usd
+
+
+def _line(cloud: str, key: str | None, region: str, component: str, when: str, unit: str, qty: Decimal) -> BakeCostLine:
+    found = price(cloud, key, region) if key else None
+    if found is None:
+        return BakeCostLine(component, when, unit, qty, None, f"no {cloud} price for {key or component} in {region}", "")
+    return BakeCostLine(component, when, unit, qty, found.usd, found.source, found.date)
+
+
+def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
+    """The cost lines of ``spec`` (module docstring gives the quantities)."""
+    region, build = spec.region, spec.build_instance_type
+    if spec.cloud == "aws":
+        return [
+            _line("aws", BUILD_PRICE_KEYS.get(build), region, f"build instances ({build})", "once", "instance-hours",
+                  AWS_BUILD_INSTANCE_HOURS),
+            _line("aws", "ebs_snapshot_standard_per_gb_month", region, "AMI snapshot", "monthly", "GB-months",
+                  IMAGE_STORED_GB),
+            _line("aws", "ecr_storage_per_gb_month", region, "ECR container", "monthly", "GB-months", CONTAINER_STORED_GB),
+        ]
+    return [
+        _line("gcp", BUILD_PRICE_KEYS.get(build), region, f"Packer build VM ({build})", "once", "instance-hours",
+              GCP_BUILD_VM_HOURS),
+        _line("gcp", "cloud_build_e2_standard_2_per_minute", region, "Cloud Build", "once", "build-minutes",
+              GCP_BUILD_MINUTES),
+        _line("gcp", None, region, "custom image storage", "monthly", "GB-months", IMAGE_STORED_GB),
+        _line("gcp", None, region, "Artifact Registry container", "monthly", "GB-months", CONTAINER_STORED_GB),
+    ]
+
+
+def bake_cost(spec: BakeSpec) -> dict:
+    """The cost document of a bake: ``lines`` (component, when, quantity, unit, unit price,
+    USD, source, date; prices as strings), ``once_usd`` and ``monthly_usd`` (strings; None when
+    a line of that kind is unpriced) and ``price_not_found`` (one description per unpriced line).
+    """
+    lines = bake_cost_lines(spec)
+    doc_lines, missing = [], []
+    for ln in lines:
+        doc_lines.append({"component": ln.component, "when": ln.when, "quantity": str(ln.quantity), "unit": ln.unit,
+                          "unit_price_usd": None if ln.unit_price_usd is None else str(ln.unit_price_usd),
+                          "usd": None if ln.usd is None else f"{ln.usd:.2f}", "source": ln.source, "date": ln.date})
+        if ln.usd is None:
+            missing.append(f"{ln.component}: {ln.source}")
+
+    def total(when: str) -> str | None:
+        values = [ln.usd for ln in lines if ln.when == when]
+        return None if any(v is None for v in values) else f"{sum(values, Decimal(0)):.2f}"
+
+    return {"lines": doc_lines, "once_usd": total("once"), "monthly_usd": total("monthly"), "price_not_found": missing}

@@ -1,0 +1,256 @@
+"""Bake stack files: write one (``gpuinfra image bake``), record its result (``gpuinfra image
+record``), and hand a finished bake to a cluster (``gpuinfra new --image baked:<name>``).
+
+A bake lives in ``stacks/Pulumi.<name>.yaml`` of the same Pulumi project, config
+``gpuinfra:bake``. A cluster made from it copies the bake's image id into its own spec
+(``ami_id`` / ``gcp_image``) and the manifest into ``gpuinfra:image``; the cluster's program
+reads only its own stack file, so re-baking never changes an existing cluster (a new cluster
+stack, or ``gpuinfra new --force``, picks up the new image).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import yaml
+
+from gpuinfra import __version__
+from gpuinfra.bake import BAKE_CONFIG_KEY
+from gpuinfra.bake.model import DIGEST_RE, BakeResult, BakeSpec, SoftwareManifest
+from gpuinfra.errors import BakeError
+from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, SpecError
+from gpuinfra.fsutil import NewFiles, atomic_write_text, folder_problem
+from gpuinfra.stackfile import stack_file_path
+
+#: ``gpuinfra new --image`` value naming a bake.
+BAKED_PREFIX = "baked:"
+
+
+def render_bake_stack(spec: BakeSpec, generated_at: datetime | None = None) -> str:
+    """The bake stack file's text (provider config + ``gpuinfra:bake``)."""
+    from gpuinfra.bake.preview import bake_provider_config
+
+    stamp = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    m = spec.manifest
+    header = (
+        f"# Pulumi stack \"{spec.stack}\" of the gpuinfra project: an image bake, written by gpuinfra {__version__} on {stamp}.\n"
+        f"# {m.cloud} {m.family} ({m.fabric}) on base {m.base_image}, container base {m.container_base}.\n"
+        f"#\n# Review:  gpuinfra image preview {spec.stack}   (offline)\n"
+        f"# Build:   pulumi up -s {spec.stack}   then   gpuinfra image record {spec.stack} --image-id <image_id output>\n"
+        f"# Use:     gpuinfra new ... --image baked:{spec.stack}\n"
+    )
+    config = {**bake_provider_config(spec), f"gpuinfra:{BAKE_CONFIG_KEY}": spec.to_config()}
+    return header + yaml.safe_dump({"config": config}, sort_keys=False, width=100)
+
+
+def write_bake_stack(spec: BakeSpec, project_dir: Path, force: bool = False) -> Path:
+    """Write ``stacks/Pulumi.<name>.yaml`` for ``spec`` (all or nothing).
+
+    Raises:
+        FileExistsGpuinfraError: the file exists and not ``force`` (exit 5).
+        ProjectDirError: ``project_dir`` cannot be written (exit 2).
+    """
+    project_dir = Path(project_dir)
+    if project_dir.exists() and folder_problem(project_dir):
+        raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
+    target = stack_file_path(project_dir, spec.stack)
+    if target.exists() and not force:
+        raise FileExistsGpuinfraError(f"stack file {target} already exists; pass --force to replace it or --name "
+                                      "to pick another bake")
+    text = render_bake_stack(spec)
+    try:
+        with NewFiles() as files:
+            files.write(target, text, exclusive=not force)
+    except OSError as exc:
+        raise ProjectDirError(f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)") from None
+    return target
+
+
+def read_bake(project_dir: Path, name: str) -> BakeSpec:
+    """The bake spec of ``stacks/Pulumi.<name>.yaml``.
+
+    Raises:
+        BakeError: no such file, or it is not a bake stack (exit 2).
+        SpecError: an invalid ``gpuinfra:bake``.
+    """
+    path = stack_file_path(project_dir, name)
+    if not path.is_file():
+        raise BakeError(f"no bake {name!r}: {path} does not exist (create it with `gpuinfra image bake`)")
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path} is not valid YAML: {exc}") from None
+    value = (doc.get("config") or {}).get(f"gpuinfra:{BAKE_CONFIG_KEY}")
+    if value is None:
+        raise BakeError(f"{path} is not a bake stack (no gpuinfra:{BAKE_CONFIG_KEY})")
+    return BakeSpec.from_config(value)
+
+
+def record_result(project_dir: Path, name: str, image_id: str, container_image: str = "") -> BakeSpec:
+    """Store a finished bake's outputs in its stack file (replacing an earlier result).
+
+    Raises:
+        BakeError: no such bake, an image id of the other cloud, or a container without a
+            digest for a bake that pins its container.
+        SpecError: a malformed image id.
+    """
+    spec = read_bake(project_dir, name)
+    if (spec.cloud == "aws") != image_id.startswith("ami-"):
+        raise BakeError(f"--image-id {image_id!r} is not a {spec.cloud} image id "
+                        f"({'ami-...' if spec.cloud == 'aws' else 'projects/P/global/images/NAME'})")
+    if container_image and spec.manifest.container_pinned and not DIGEST_RE.match(container_image):
+        raise BakeError(f"--container-image {container_image!r} has no digest and bake {name!r} pins its container; "
+                        "give repo@sha256:<64 hex> (`aws ecr describe-images --repository-name gpuinfra/"
+                        f"{name} --query 'imageDetails[0].imageDigest'` / `gcloud artifacts docker images list`)")
+    try:
+        result = BakeResult(image_id=image_id, container_image=container_image)
+    except ValueError as exc:
+        raise SpecError(f"--image-id {image_id!r}: {exc.errors()[0]['msg']}") from None  # type: ignore[attr-defined]
+    recorded = spec.model_copy(update={"result": result})
+    atomic_write_text(stack_file_path(project_dir, name), render_bake_stack(recorded))
+    return recorded
+
+
+@dataclass(frozen=True)
+class BakedImage:
+    """A finished bake as a cluster uses it: the image id and the manifest to record."""
+
+    image_id: str
+    container_image: str
+    manifest: SoftwareManifest
+
+    def config(self) -> dict:
+        """``gpuinfra:image`` of the cluster's stack file: the manifest, the image id, the
+        container and the manifest's SHA-256."""
+        return {"image_id": self.image_id, "container_image": self.container_image,
+                "manifest_sha256": self.manifest.sha256, "manifest": self.manifest.to_config()}
+
+
+def _bake_name(value: str) -> str:
+    if not value.startswith(BAKED_PREFIX) or not value[len(BAKED_PREFIX):]:
+        raise BakeError(f"--image {value!r}: use baked:<bake name> (see `gpuinfra image ls`)")
+    return value[len(BAKED_PREFIX):]
+
+
+def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, ...]]:
+    """``(cloud, instance_types)`` of the bake ``--image baked:<name>`` names: ``new`` plans on
+    that cloud when no ``--cloud`` is given, and on its type when it was baked for one type and
+    no ``--instance-type`` is given.
+
+    Raises:
+        BakeError: not ``baked:<name>``, or no such bake.
+    """
+    spec = read_bake(project_dir, _bake_name(value))
+    return spec.cloud, spec.manifest.instance_types
+
+
+def list_bakes(project_dir: Path) -> list[BakeSpec]:
+    """Every bake stack of the project (files with ``gpuinfra:bake``), by name; cluster stacks
+    and unreadable files are skipped."""
+    found = []
+    for path in sorted((Path(project_dir) / "stacks").glob("Pulumi.*.yaml")):
+        try:
+            found.append(read_bake(project_dir, path.name[len("Pulumi."):-len(".yaml")]))
+        except (BakeError, SpecError):
+            continue
+    return found
+
+
+def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str) -> BakedImage:
+    """Resolve ``--image baked:<name>`` for a cluster of ``cloud`` / ``instance_type``.
+
+    Raises:
+        BakeError: not ``baked:<name>``, no such bake, another cloud or family, or no image id
+            recorded yet (exit 2).
+    """
+    name = _bake_name(value)
+    spec = read_bake(project_dir, name)
+    m = spec.manifest
+    if m.cloud != cloud:
+        raise BakeError(f"bake {name!r} is a {m.cloud} image; this cluster is on {cloud}")
+    if instance_type not in m.instance_types:
+        raise BakeError(f"bake {name!r} was baked for {m.family} ({', '.join(m.instance_types)}), not {instance_type}; "
+                        f"pass --instance-type {m.instance_types[0]}")
+    if spec.result is None:
+        raise BakeError(f"bake {name!r} has no image id yet: run `pulumi up -s {name}`, then "
+                        f"`gpuinfra image record {name} --image-id <image_id output>`")
+    return BakedImage(spec.result.image_id, spec.result.container_image, m)
+
+
+def apply_baked_image(plan, project_dir: Path, value: str):
+    """``plan`` with the bake's image: ``ami_id`` (AWS) or ``gcp_image`` (GCP) set, and the
+    profile's ``container_image`` the bake's container when it recorded one.
+
+    Args:
+        plan: the :class:`gpuinfra.planner.Plan` of ``gpuinfra new``.
+        project_dir: the Pulumi project holding the bake's stack file.
+        value: ``baked:<name>``.
+
+    Returns:
+        ``(plan, image_config)``: the new plan and ``gpuinfra:image`` for the stack file.
+
+    Raises:
+        BakeError: see :func:`baked_image`.
+    """
+    from dataclasses import replace
+
+    spec = plan.spec
+    image = baked_image(project_dir, value, spec.cloud, spec.instance_type)
+    updates: dict = {"ami_id": image.image_id} if spec.cloud == "aws" else {"gcp_image": image.image_id}
+    if image.container_image:
+        updates["profile"] = spec.profile.model_copy(update={"container_image": image.container_image})
+    new_spec = type(spec).model_validate({**spec.model_dump(), **updates})
+    return replace(plan, spec=new_spec), image.config()
+
+
+@dataclass(frozen=True)
+class CreatedBake:
+    """A written bake stack: its spec, file, offline preview (resources, notes) and cost
+    document (:func:`gpuinfra.bake.cost.bake_cost`)."""
+
+    spec: BakeSpec
+    stack_file: Path
+    resources: list
+    notes: list
+    cost: dict
+
+
+def create_bake(request, project_dir: Path, profile: str | None = None, profiles_dir: Path | None = None,
+                force: bool = False) -> CreatedBake:
+    """Plan, preview offline, check every rule, price, and only then write a bake stack.
+
+    Args:
+        request: a :class:`gpuinfra.bake.plan.BakeRequest`; its ``container_base`` "" means
+            the profile's ``container_image``.
+        project_dir: the Pulumi project folder.
+        profile: workload profile (default :data:`gpuinfra.profiles.DEFAULT_PROFILE`).
+        profiles_dir: folder of user profiles.
+        force: replace an existing bake stack file.
+
+    Raises:
+        BakeError, SpecError, ProfileError: bad input (exit 2).
+        RuleViolationError: the preview breaks a rule (exit 2).
+        FileExistsGpuinfraError: the file exists without ``force`` (exit 5).
+    """
+    from dataclasses import replace
+
+    from gpuinfra.bake.cost import bake_cost
+    from gpuinfra.bake.plan import plan_bake
+    from gpuinfra.bake.preview import check_bake, run_bake_preview
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.errors import RuleViolationError
+    from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
+
+    resolved = get_profile(profile or DEFAULT_PROFILE, profiles_dir)
+    if not request.container_base:
+        request = replace(request, container_base=resolved.container_image)
+    spec = plan_bake(request, load_catalog().facts, resolved.image.gcp_image_family)
+    preview = run_bake_preview(spec)
+    violations = check_bake(preview.resources)
+    if violations:
+        raise RuleViolationError(violations)
+    cost = bake_cost(spec)
+    path = write_bake_stack(spec, project_dir, force=force)
+    return CreatedBake(spec, path, preview.resources, preview.notes, cost)

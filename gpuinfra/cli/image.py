@@ -1,0 +1,156 @@
+"""``gpuinfra image bake|record|preview``: prebaked machine images and training containers
+(:mod:`gpuinfra.bake` does the work; this module parses and prints)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from gpuinfra.cli import options
+
+app = typer.Typer(help="Bake a node family's machine image and training container (a Pulumi stack of its own), "
+                       "record the result, use it with `gpuinfra new --image baked:<name>`.",
+                  no_args_is_help=True)
+
+_DEFAULT_REGION = {"aws": "us-east-1", "gcp": "us-central1"}
+
+
+@app.command("bake")
+def bake(
+    cloud: str = typer.Option(..., "--cloud", help="aws or gcp."),
+    family: str = typer.Option(..., "--family", help="Node family: AWS p5 (or p5.48xlarge), GCP a3-megagpu-8g."),
+    base_image: Optional[str] = typer.Option(None, "--base-image", help="Pinned base image: ami-... or projects/P/global/images/NAME.", show_default=False),
+    base_arch: Optional[str] = typer.Option(None, "--base-arch", help="Architecture of --base-image: x86_64 or arm64 (AWS default x86_64; GCP: from the image name).", show_default=False),
+    container_base: Optional[str] = typer.Option(None, "--container-base", help="Training container base, repo:tag@sha256:... (default: the profile's container_image).", show_default=False),
+    require_digest: bool = typer.Option(True, "--require-digest/--no-require-digest", help="Refuse a container base without a digest."),
+    driver_branch: Optional[str] = typer.Option(None, "--driver-branch", help="NVIDIA driver branch the base carries (default: AWS 580, the DLAMI's; GCP: from the image name, e.g. nvidia-570).", show_default=False),
+    region: Optional[str] = typer.Option(None, "--region", help="Build and image region (default us-east-1 / us-central1).", show_default=False),
+    zone: Optional[str] = typer.Option(None, "--zone", help="GCP build zone (default <region>-a).", show_default=False),
+    gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project of the image.", show_default=False),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Workload profile (container image and driver branch defaults).", show_default=False),
+    name: Optional[str] = typer.Option(None, "--name", help="Bake (stack) name (default bake-<family>).", show_default=False),
+    project_dir: Path = options.ProjectDir,
+    profiles_dir: Optional[Path] = options.ProfilesDir,
+    force: bool = typer.Option(False, "--force", help="Replace an existing bake stack file."),
+    as_json: bool = options.Json,
+) -> None:
+    """Write the bake stack of a node family (previewed and checked offline first; nothing is built)."""
+    from gpuinfra.bake.plan import BakeRequest
+    from gpuinfra.bake.stack import create_bake
+    from gpuinfra.cli.console import print_json, stdout_console
+
+    request = BakeRequest(cloud=cloud, family=family, region=region or _DEFAULT_REGION.get(cloud, ""),
+                          base_image=base_image, container_base=container_base or "", zone=zone,
+                          base_architecture=base_arch, require_digest=require_digest, driver_branch=driver_branch,
+                          name=name, gcp_project=gcp_project)
+    made = create_bake(request, project_dir, profile=profile, profiles_dir=profiles_dir, force=force)
+    m = made.spec.manifest
+    if as_json:
+        print_json({"stack": made.spec.stack, "stack_file": str(made.stack_file), "manifest": m.to_config(),
+                    "manifest_sha256": m.sha256, "resources": [{"type": r.type, "name": r.name} for r in made.resources],
+                    "cost": made.cost, "notes": made.notes})
+        return
+    out = stdout_console()
+    out.print(f"[bold]{made.spec.stack}[/bold]: {m.cloud} {m.family} ({m.fabric}) on {m.base_image}, container base "
+              f"{m.container_base}; {len(made.resources)} resources, manifest sha256 {m.sha256[:12]}")
+    _print_cost(out, made.cost)
+    for note in made.notes:
+        out.print(f"  note: {note}")
+    out.print(f"  wrote {made.stack_file}")
+    out.print(f"next: pulumi up -s {made.spec.stack}   then   gpuinfra image record {made.spec.stack} --image-id <image_id>")
+
+
+def _print_cost(out, cost: dict) -> None:
+    """One line per cost component, then the totals (or why there is none)."""
+    for line in cost["lines"]:
+        usd = f"${line['usd']}" if line["usd"] is not None else "price not found"
+        out.print(f"  cost {line['when']}: {line['component']}: {line['quantity']} {line['unit']} -> {usd}")
+    once = f"${cost['once_usd']}" if cost["once_usd"] is not None else "no total (a price is missing)"
+    monthly = f"${cost['monthly_usd']}" if cost["monthly_usd"] is not None else "no total (a price is missing)"
+    out.print(f"  cost: {once} per bake, {monthly} per month while the image is kept")
+
+
+@app.command("cost")
+def cost(
+    name: str = typer.Argument(..., help="Bake name."),
+    project_dir: Path = options.ProjectDir,
+    as_json: bool = options.Json,
+) -> None:
+    """Price a bake: build hours once, image and registry storage per month (exit 4 when a price is missing)."""
+    from gpuinfra.bake.cost import bake_cost
+    from gpuinfra.bake.stack import read_bake
+    from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.errors import PriceMissingError
+
+    doc = bake_cost(read_bake(project_dir, name))
+    if as_json:
+        print_json(doc)
+    else:
+        _print_cost(stdout_console(), doc)
+    if doc["price_not_found"]:
+        raise PriceMissingError(doc["price_not_found"])
+
+
+@app.command("ls")
+def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
+    """List the project's bakes: cloud, family, fabric, recorded image id."""
+    from gpuinfra.bake.stack import list_bakes
+    from gpuinfra.cli.console import print_json, stdout_console
+
+    bakes = list_bakes(project_dir)
+    rows = [{"name": b.stack, "cloud": b.cloud, "family": b.manifest.family, "fabric": b.manifest.fabric,
+             "image_id": b.result.image_id if b.result else None, "manifest_sha256": b.manifest.sha256}
+            for b in bakes]
+    if as_json:
+        print_json(rows)
+        return
+    out = stdout_console()
+    for row in rows:
+        out.print(f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
+                  f"{row['image_id'] or 'not built yet (pulumi up, then gpuinfra image record)'}")
+    if not rows:
+        out.print(f"no bakes in {project_dir / 'stacks'} (gpuinfra image bake ...)")
+
+
+@app.command("record")
+def record(
+    name: str = typer.Argument(..., help="Bake name."),
+    image_id: str = typer.Option(..., "--image-id", help="The bake's image_id output: ami-... or projects/P/global/images/NAME."),
+    container_image: str = typer.Option("", "--container-image", help="The bake's container_image output (repo@sha256:...)."),
+    project_dir: Path = options.ProjectDir,
+) -> None:
+    """Record a finished bake's image id in its stack file (then `gpuinfra new --image baked:NAME`)."""
+    from gpuinfra.bake.stack import record_result
+    from gpuinfra.cli.console import stdout_console
+
+    spec = record_result(project_dir, name, image_id, container_image)
+    stdout_console().print(f"{name}: image {spec.result.image_id} recorded; use: gpuinfra new ... --image baked:{name}")
+
+
+@app.command("preview")
+def preview(
+    name: str = typer.Argument(..., help="Bake name."),
+    project_dir: Path = options.ProjectDir,
+    as_json: bool = options.Json,
+) -> None:
+    """Preview a bake stack offline: every resource, checked against the conformance rules."""
+    from gpuinfra.bake.preview import check_bake, run_bake_preview
+    from gpuinfra.bake.stack import read_bake
+    from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.errors import RuleViolationError
+
+    spec = read_bake(project_dir, name)
+    result = run_bake_preview(spec)
+    violations = check_bake(result.resources)
+    if violations:
+        raise RuleViolationError(violations)
+    if as_json:
+        print_json(result.to_json())
+        return
+    out = stdout_console()
+    for r in result.resources:
+        out.print(f"{r.type}  {r.name}")
+    for note in result.notes:
+        out.print(f"note: {note}")

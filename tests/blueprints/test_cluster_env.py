@@ -1,0 +1,70 @@
+"""``gpuinfra-cluster-env`` (AWS) run for real with stand-ins for curl, aws and the health gate's
+``peers`` command: ranks go only to the nodes that passed the health gate (issue 13 item 3)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from blueprints.aws.plan import TORCHRUN_PORT
+from blueprints.common.node_bundle import health_template_vars
+from gpuinfra.templating import render
+from tests.blueprints.helpers import make_spec
+
+PEERS = "10.0.0.20\n10.0.0.7\n10.0.1.5"
+
+
+def run_cluster_env(tmp_path, *, my_ip: str, ranked: str | None, peers_rc: int = 0, gate: str = "enforce"):
+    if os.name != "posix":
+        pytest.skip("bash only")
+    etc = tmp_path / "etc"
+    etc.mkdir(parents=True)
+    spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
+    script = render("aws-cluster-env.sh.j2", stack="train", nodes=3, gpus_per_node=8, master_port=TORCHRUN_PORT,
+                    wait_seconds=5, **health_template_vars(spec))
+    script = script.replace("/etc/gpuinfra", str(etc)).replace("/run/gpuinfra", str(tmp_path / "run"))
+    (tmp_path / "env.sh").write_text(script)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    stubs = {
+        "curl": f'case "$*" in *api/token*) echo t ;; *placement/region*) echo us-east-1 ;; *local-ipv4*) echo {my_ip} ;; esac',
+        "aws": "printf '10.0.0.7\\t10.0.1.5\\t10.0.0.20\\n'",
+        "python3": (f'echo "$*" > "{tmp_path}/peers-args"; printf "%s\\n" "$RANKED"; exit {peers_rc}'),
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RANKED": ranked or ""}
+    result = subprocess.run(["bash", str(tmp_path / "env.sh")], env=env, capture_output=True, text=True, timeout=60)
+    cluster_env = etc / "cluster.env"
+    return result, (dict(line.split("=", 1) for line in cluster_env.read_text().splitlines()) if cluster_env.exists()
+                    else None)
+
+
+def test_a_node_left_out_by_the_gate_shrinks_the_world(tmp_path):
+    result, env = run_cluster_env(tmp_path, my_ip="10.0.1.5", ranked="10.0.0.7\n10.0.1.5")
+    assert result.returncode == 0, result.stderr
+    # the gate was asked about every node, in numeric order
+    assert (tmp_path / "peers-args").read_text().split() == ["-m", "gpuinfra.health.node", "peers",
+                                                             "10.0.0.7", "10.0.0.20", "10.0.1.5"]
+    assert env == {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.7",
+                   "MASTER_PORT": "29500"}
+    assert "left out after the health gate: 10.0.0.20" in result.stderr
+    assert (tmp_path / "run" / "ranks-decided").exists()  # the excluded node may end itself now
+
+
+def test_the_failed_node_itself_gets_no_rank(tmp_path):
+    result, env = run_cluster_env(tmp_path, my_ip="10.0.0.20", ranked="10.0.0.7\n10.0.1.5", peers_rc=3)
+    assert result.returncode == 0 and env is None
+    assert "this node failed the health gate and takes no rank" in result.stderr
+    assert (tmp_path / "run" / "ranks-decided").exists()
+
+
+def test_unreadable_results_retry_and_gate_off_ranks_everyone(tmp_path):
+    result, env = run_cluster_env(tmp_path / "a", my_ip="10.0.0.7", ranked="", peers_rc=1)
+    assert result.returncode == 75 and env is None  # systemd tries again
+    result, env = run_cluster_env(tmp_path / "b", my_ip="10.0.0.7", ranked=None, gate="off")
+    assert result.returncode == 0 and env["NNODES"] == "3" and env["NODE_RANK"] == "0"
+    assert not (tmp_path / "b" / "peers-args").exists()

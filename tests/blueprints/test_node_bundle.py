@@ -1,0 +1,209 @@
+"""The node bundle (blueprints/common/node_bundle.py): what each family's nodes install from the
+stack bucket, the object Pulumi creates before the nodes, the fetch script run for real, and the
+EFA training image recipe (issue 13 items 1-3)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from blueprints.aws.plan import plan_aws_cluster
+from blueprints.aws.userdata import aws_node_bundle
+from blueprints.common.fabric import (AWS_OFI_NCCL_VERSION, EFA_INSTALLER_VERSION, RUN_SCRIPT_PATH, efa_image_build)
+from blueprints.common.fabric_host import HOST_SCRIPT_PATH
+from blueprints.common.node_bundle import (ALLREDUCE_PATH, BUNDLE_KEY, EXPECTATIONS_PATH, NODE_MODULES, NodeBundle,
+                                           fetch_script)
+from blueprints.gcp.plan import plan_gcp_cluster
+from blueprints.gcp.startup import gcp_node_bundle
+from gpuinfra.health.report import expectations_for
+from tests.blueprints.helpers import make_spec, need_tool, preview
+
+REPO = Path(__file__).resolve().parents[2]
+IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+MODULE_PATHS = sorted(f"/usr/local/lib/gpuinfra/gpuinfra/{m}" for m in NODE_MODULES)
+
+
+def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
+    spec = make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain")
+    bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
+    assert bundle.units == ["gpuinfra-image.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"]
+    assert sorted(f.path for f in bundle.files) == sorted([
+        "/etc/gpuinfra/image/Dockerfile", "/etc/systemd/system/gpuinfra-image.service", RUN_SCRIPT_PATH,
+        "/etc/systemd/system/gpuinfra-monitoring.service", "/usr/local/sbin/gpuinfra-monitoring",
+        *MODULE_PATHS, ALLREDUCE_PATH, EXPECTATIONS_PATH, "/etc/systemd/system/gpuinfra-health.service"])
+    assert bundle.file("/usr/local/sbin/gpuinfra-monitoring").mode == "0755"
+    build = efa_image_build(IMAGE)
+    image_unit = bundle.file("/etc/systemd/system/gpuinfra-image.service").content
+    # built from the recipe, unless the base already has the EFA user space (a baked container): tagged then
+    assert (f"ExecStart=/bin/sh -c 'if docker run --rm --entrypoint /bin/sh {IMAGE} -c \"ls "
+            "/opt/amazon/efa/lib*/libfabric.so* /opt/amazon/ofi-nccl/lib/libnccl-net.so\" >/dev/null 2>&1; "
+            f"then docker tag {IMAGE} {build.tag}; else docker build --tag {build.tag} /etc/gpuinfra/image; fi'\n"
+            in image_unit)
+    assert f"ExecCondition=/bin/sh -c '! docker image inspect {build.tag} >/dev/null 2>&1'\n" in image_unit
+    health_unit = bundle.file("/etc/systemd/system/gpuinfra-health.service").content
+    assert ("After=network-online.target docker.service gpuinfra-scratch.service gpuinfra-image.service\n"
+            in health_unit)
+    assert "ExecStart=/usr/bin/python3 -m gpuinfra.health.node run\n" in health_unit
+    assert "Environment=PYTHONPATH=/usr/local/lib/gpuinfra\n" in health_unit
+    # gpuinfra-run runs the built image by default
+    assert f"IMAGE={build.tag}\n" in bundle.file(RUN_SCRIPT_PATH).content
+    expected = json.loads(bundle.file(EXPECTATIONS_PATH).content)
+    # the stack's expectations, the stack file's time (older results are another deployment's) and
+    # the baseline for a smaller world (none is cited for 1 x p5 over EFA: empty)
+    assert expected == {**expectations_for(spec).to_dict(), "results_not_before": "2026-11-22T01:00:00+00:00",
+                        "world_baselines": {}}
+    # the node's modules are the repository's, byte for byte
+    for path in MODULE_PATHS:
+        rel = path.removeprefix("/usr/local/lib/gpuinfra/")
+        assert bundle.file(path).content == (REPO / rel).read_text()
+
+
+def test_efa_image_recipe_pins_the_efa_user_space():
+    build = efa_image_build(IMAGE)
+    text = build.dockerfile
+    # awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/nccl-tests.Dockerfile L7-8
+    assert (EFA_INSTALLER_VERSION, AWS_OFI_NCCL_VERSION) == ("1.43.2", "1.16.3")
+    assert text.splitlines()[9] == f"FROM {IMAGE}"
+    assert "ARG EFA_INSTALLER_VERSION=1.43.2\nARG AWS_OFI_NCCL_VERSION=1.16.3\n" in text
+    assert "./efa_installer.sh -y -g -d --skip-kmod --skip-limit-conf --no-verify" in text
+    assert "--with-libfabric=/opt/amazon/efa --with-cuda=/usr/local/cuda" in text and "--enable-platform-aws" in text
+    assert "rm -rf /opt/hpcx/ompi /usr/local/mpi /opt/hpcx/nccl_rdma_sharp_plugin" in text
+    assert "ENV LD_LIBRARY_PATH=/opt/amazon/ofi-nccl/lib:/opt/amazon/efa/lib:${LD_LIBRARY_PATH}" in text
+    assert re.fullmatch(r"gpuinfra/train:efa-[0-9a-f]{12}", build.tag)
+    assert efa_image_build("nvcr.io/nvidia/pytorch:25.02-py3").tag != build.tag
+    with pytest.raises(ValueError, match="needs a base image"):
+        efa_image_build("")
+
+
+def test_every_run_step_of_the_efa_recipe_passes_shellcheck(tmp_path):
+    text = efa_image_build(IMAGE).dockerfile.replace("\\\n", " ")
+    steps = [line[len("RUN "):] for line in text.splitlines() if line.startswith("RUN ")]
+    assert len(steps) == 6
+    for index, step in enumerate(steps):
+        path = tmp_path / f"step{index}.sh"
+        # docker runs RUN lines with /bin/sh -c; the ARG values are in the environment
+        path.write_text(f"#!/bin/sh\nEFA_INSTALLER_VERSION=1\nAWS_OFI_NCCL_VERSION=1\n{step}\n")
+        check = subprocess.run([need_tool("shellcheck"), "--severity=style", "-e", "SC2034", str(path)],
+                               capture_output=True, text=True)
+        assert check.returncode == 0, f"RUN {step}\n{check.stdout}"
+
+
+def test_nodes_without_efa_or_image_build_nothing():
+    spec = make_spec("g5.xlarge", profile="dev")
+    bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
+    assert bundle.units == ["gpuinfra-monitoring.service", "gpuinfra-health.service"]
+    assert f"IMAGE={IMAGE}\n" in bundle.file(RUN_SCRIPT_PATH).content
+    off = spec.profile.model_copy(update={"health_gate": "off",
+                                          "monitoring": spec.profile.monitoring.model_copy(update={"enabled": False})})
+    bundle = aws_node_bundle(spec.model_copy(update={"profile": off}), plan_aws_cluster(spec))
+    assert bundle.units == [] and ALLREDUCE_PATH in [f.path for f in bundle.files]
+
+
+@pytest.mark.parametrize(("machine", "profile", "units"), [
+    # A3 Mega: TCPXO host stack installed at boot, the gate after it
+    ("a3-megagpu-8g", "llm-pretrain", ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service",
+                                       "gpuinfra-health.service"]),
+    ("a3-ultragpu-8g", "llm-pretrain", ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service",
+                                        "gpuinfra-health.service"]),
+    # A3 High without a baked image: plain networking, nothing to install
+    ("a3-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
+    ("a2-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
+])
+def test_gcp_bundles_install_the_fabric_host_stack_where_it_can_be(machine, profile, units):
+    spec = make_spec(machine, nodes=2, profile=profile, cloud="gcp", spot=machine == "a3-ultragpu-8g")
+    bundle = gcp_node_bundle(spec, plan_gcp_cluster(spec))
+    assert bundle.units == units
+    paths = [f.path for f in bundle.files]
+    assert (HOST_SCRIPT_PATH in paths) == ("gpuinfra-fabric-host.service" in units)
+    if "gpuinfra-fabric-host.service" in units:
+        assert bundle.file(HOST_SCRIPT_PATH).mode == "0755"
+        assert "After=network-online.target docker.service gpuinfra-scratch.service gpuinfra-fabric-host.service\n" in \
+            bundle.file("/etc/systemd/system/gpuinfra-health.service").content
+
+
+def test_bundle_document_is_deterministic_and_refuses_bad_paths():
+    bundle = NodeBundle()
+    bundle.add("/b", "two")
+    bundle.add("/a", "one\n", "0755")
+    doc = json.loads(bundle.to_json())
+    assert doc == {"schema_version": "1", "units": [],
+                   "files": [{"path": "/a", "mode": "0755", "content": "one\n"},
+                             {"path": "/b", "mode": "0644", "content": "two\n"}]}
+    with pytest.raises(ValueError, match="already has /a"):
+        bundle.add("/a", "x")
+    with pytest.raises(ValueError, match="'rel' is not absolute"):
+        bundle.add("rel", "x")
+
+
+def test_preview_creates_the_bundle_object_before_the_nodes():
+    spec = make_spec("p4d.24xlarge", nodes=2, profile="llm-pretrain")
+    result = preview(spec)
+    (obj,) = result.of_type("aws:s3/bucketObjectv2:BucketObjectv2")
+    assert obj.inputs["key"] == BUNDLE_KEY == "gpuinfra/node-bundle.json"
+    assert obj.inputs["contentType"] == "application/json"
+    assert obj.inputs["content"] == aws_node_bundle(spec, plan_aws_cluster(spec)).to_json()
+    gspec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
+    (gobj,) = preview(gspec).of_type("gcp:storage/bucketObject:BucketObject")
+    assert gobj.inputs["name"] == BUNDLE_KEY
+    content = gobj.inputs["content"]  # the provider marks a GCS object's content secret
+    assert isinstance(content, dict) and content["value"] == gcp_node_bundle(gspec, plan_gcp_cluster(gspec)).to_json()
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_fetch_script_installs_the_files_and_starts_the_units(tmp_path, cloud):
+    if os.name != "posix":
+        pytest.skip("bash only")
+    root = tmp_path / "root"
+    bundle = NodeBundle()
+    bundle.add(f"{root}/usr/local/bin/tool", "#!/bin/sh\necho hi", "0755")
+    bundle.add(f"{root}/etc/gpuinfra/x.json", "{}")
+    bundle.units += ["gpuinfra-health.service", "gpuinfra-image.service"]
+    (tmp_path / "bundle.json").write_text(bundle.to_json())
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "calls.log"
+    stubs = {
+        # the CLIs copy the local bundle to the destination (last argument)
+        "aws": 'echo "aws $*" >> "$CALLS"; for a; do dest="$a"; done; cp "$BUNDLE" "$dest"',
+        "gcloud": 'echo "gcloud $*" >> "$CALLS"; for a; do dest="$a"; done; cp "$BUNDLE" "$dest"',
+        "curl": 'case "$*" in *api/token*) echo token ;; *placement/region*) echo us-east-1 ;; esac',
+        "systemctl": 'echo "systemctl $*" >> "$CALLS"',
+    }
+    for name, body in stubs.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    script = tmp_path / "fetch.sh"
+    script.write_text(fetch_script(cloud, "bkt").replace("/run/gpuinfra", str(tmp_path / "run")))
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "BUNDLE": str(tmp_path / "bundle.json")}
+    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    fetched = ("aws s3 cp --only-show-errors --region us-east-1 s3://bkt/gpuinfra/node-bundle.json" if cloud == "aws"
+               else "gcloud storage cp gs://bkt/gpuinfra/node-bundle.json")
+    assert calls.read_text().splitlines() == [
+        f"{fetched} {tmp_path}/run/node-bundle.json.tmp", "systemctl daemon-reload",
+        "systemctl enable --now --no-block gpuinfra-health.service",
+        "systemctl enable --now --no-block gpuinfra-image.service"]
+    tool = root / "usr/local/bin/tool"
+    assert tool.read_text() == "#!/bin/sh\necho hi\n" and oct(tool.stat().st_mode & 0o777) == "0o755"
+    assert oct((root / "etc/gpuinfra/x.json").stat().st_mode & 0o777) == "0o644"
+    check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(script)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+
+
+def test_nodes_cannot_rewrite_the_bundle_they_run():
+    """Every node runs the bundle as root: the node role may read it, never write or delete it
+    (an explicit Deny beats the bucket-wide Allow; IAM policy evaluation logic)."""
+    from blueprints.aws.identity import bucket_policy_document
+
+    doc = json.loads(bucket_policy_document("arn:aws:s3:::b"))
+    (deny,) = [st for st in doc["Statement"] if st["Effect"] == "Deny"]
+    assert deny == {"Sid": "NodeBundleReadOnly", "Effect": "Deny", "Action": ["s3:PutObject", "s3:DeleteObject"],
+                    "Resource": ["arn:aws:s3:::b/gpuinfra/*"]}
+    assert BUNDLE_KEY.startswith("gpuinfra/")
+    allow = next(st for st in doc["Statement"] if st["Sid"] == "ReadWriteStackBucket")
+    assert "s3:GetObject" in allow["Action"]  # health results, checkpoints and the bundle are read
