@@ -112,6 +112,8 @@ EFA_PLUGIN_PATH = f"{OFI_NCCL_PREFIX}/lib/libnccl-net.so"
 EFA_USER_SPACE_GLOBS = f"{EFA_LIBFABRIC_GLOB} {EFA_PLUGIN_PATH}"
 #: Build context of the boot-time image build (gpuinfra-image.service).
 IMAGE_BUILD_DIR = "/etc/gpuinfra/image"
+#: Tries of the boot-time image build, 60 s apart, within one start of the unit.
+IMAGE_BUILD_ATTEMPTS = 3
 
 #: A3 High CPU ranges per NUMA node for TX and RX threads of the GPU NICs (cluster-toolkit
 #: a3-highgpu-8g run-nccl-tests.sh L64-65: NICs 1-2 on NUMA 0, NICs 3-4 on NUMA 1).
@@ -232,30 +234,29 @@ def efa_image_build(base_image: str) -> ImageBuild:
 
 def image_build_unit(build: ImageBuild) -> str:
     """``gpuinfra-image.service``: ``docker build`` of ``build`` once Docker and scratch are up
-    (or ``docker tag`` of the base when it already has the EFA user space);
-    retried on failure (a registry or download hiccup) at most 5 times an hour, then left failed
-    so the health gate goes on (its all-reduce then fails on this node); skipped when the tag
-    exists."""
+    (or ``docker tag`` of the base when it already has the EFA user space); skipped when the tag
+    exists. A registry or download hiccup is retried inside the one start
+    (:data:`IMAGE_BUILD_ATTEMPTS` tries, 60 s apart): with ``Restart=`` the start job would end
+    at the first failure and release the units ordered after it (systemd#32017), so the health
+    gate would test an image that is still being built. After the last try the unit stays failed
+    and the gate goes on (its all-reduce then fails on this node)."""
     return (
         "[Unit]\n"
         f"Description=gpuinfra: build the training image {build.tag} (EFA user space on {build.base_image})\n"
         "Wants=network-online.target\n"
         "After=network-online.target docker.service gpuinfra-scratch.service\n"
         "Requires=docker.service\n"
-        "StartLimitIntervalSec=3600\n"
-        "StartLimitBurst=5\n"
         "[Service]\n"
         "Type=oneshot\n"
         "RemainAfterExit=yes\n"
-        "TimeoutStartSec=3600\n"
+        "TimeoutStartSec=5400\n"
         f"ExecCondition=/bin/sh -c '! docker image inspect {build.tag} >/dev/null 2>&1'\n"
         # an image that already carries the EFA user space (a baked container, issue 14) is used
         # as it is: tagged, not rebuilt
-        f"ExecStart=/bin/sh -c 'if docker run --rm --entrypoint /bin/sh {build.base_image} -c "
-        f"\"ls {EFA_USER_SPACE_GLOBS}\" >/dev/null 2>&1; then docker tag {build.base_image} {build.tag}; "
-        f"else docker build --tag {build.tag} {IMAGE_BUILD_DIR}; fi'\n"
-        "Restart=on-failure\n"
-        "RestartSec=60\n"
+        f"ExecStart=/bin/sh -c 'for _ in {' '.join(str(i) for i in range(1, IMAGE_BUILD_ATTEMPTS + 1))}; do "
+        f"if docker run --rm --entrypoint /bin/sh {build.base_image} -c "
+        f"\"ls {EFA_USER_SPACE_GLOBS}\" >/dev/null 2>&1; then docker tag {build.base_image} {build.tag} && exit 0; "
+        f"else docker build --tag {build.tag} {IMAGE_BUILD_DIR} && exit 0; fi; sleep 60; done; exit 1'\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )

@@ -253,26 +253,23 @@ FABRIC_HOST_UNIT = "gpuinfra-fabric-host.service"
 def fabric_host_unit(host: HostStack) -> str:
     """``gpuinfra-fabric-host.service``: :data:`HOST_SCRIPT_PATH` once per boot after Docker
     (an A3 Mega first boot builds a kernel module and waits up to 120 s for NICs and 120 s for
-    RxDM); retried on failure (each step is skipped once done) at most 5 times an hour, never
-    after exit 2 or 6."""
+    RxDM). A failure is retried inside the one start (3 tries, 60 s apart; each step is skipped
+    once done), never after exit 2 or 6 (a bad argument, a kernel or Docker it cannot install):
+    with ``Restart=`` the start job would end at the first failure and release the health gate
+    ordered after it (systemd#32017)."""
     return (
         "[Unit]\n"
         f"Description=gpuinfra: {host.fabric} GPU fabric host stack\n"
         "Wants=network-online.target\n"
         "After=network-online.target docker.service\n"
         "Requires=docker.service\n"
-        "StartLimitIntervalSec=3600\n"
-        "StartLimitBurst=5\n"
         "[Service]\n"
         "Type=oneshot\n"
         "RemainAfterExit=yes\n"
-        "TimeoutStartSec=1800\n"
-        f"ExecStart={host.boot_command}\n"
-        "Restart=on-failure\n"
-        "RestartSec=60\n"
-        # 2: bad argument, 6: a prerequisite the script cannot install (kernel, docker): retrying
-        # cannot help; the health gate then goes on and fails this node's all-reduce
-        "RestartPreventExitStatus=2 6\n"
+        "TimeoutStartSec=3600\n"
+        # "$$" is a literal "$" for systemd (systemd.service(5), Command lines)
+        f"ExecStart=/bin/sh -c 'for _ in 1 2 3; do {host.boot_command} && exit 0; rc=$$?; "
+        "case $$rc in 2|6) exit \"$$rc\" ;; esac; sleep 60; done; exit \"$$rc\"'\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
     )

@@ -111,7 +111,7 @@ def node_modules() -> dict[str, str]:
 
 def health_unit(after: tuple[str, ...]) -> str:
     """``gpuinfra-health.service``: the gate once per boot, after Docker, scratch and ``after``."""
-    order = " ".join(("network-online.target", "docker.service", "gpuinfra-scratch.service", *after))
+    order = " ".join(("network-online.target", BUNDLE_UNIT, "docker.service", "gpuinfra-scratch.service", *after))
     return (
         "[Unit]\n"
         "Description=gpuinfra: boot health gate (local checks, then the cluster all-reduce)\n"
@@ -169,7 +169,7 @@ def health_template_vars(spec: ClusterSpec) -> dict[str, object]:
     scripts) needs: the gate's mode and the node runner's paths, exit code and marks."""
     return {"health_gate": spec.profile.health_gate, "node_lib": NODE_LIB,
             "exit_excluded": health_node.EXIT_EXCLUDED, "state_dir": str(health_node.STATE_DIR),
-            "ranks_decided_mark": health_node.RANKS_DECIDED_MARK}
+            "ranks_decided_mark": health_node.RANKS_DECIDED_MARK, "kept_ranks_path": str(health_node.KEPT_RANKS_PATH)}
 
 
 def fetch_script(cloud: str, bucket: str) -> str:

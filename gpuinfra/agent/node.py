@@ -449,6 +449,8 @@ class Agent:
         idleness: the TTL still ends a node whose gate never finishes."""
         if self.config.health_gate in ("", "off") or self.state_dir is None:
             return True
+        if (self.state_dir / "health-excluded").exists():
+            return False  # the gate ends this node itself once the peers have decided the ranks
         return any((self.state_dir / mark).exists() for mark in ("health-passed", "health-failed"))
 
     def step(self) -> str:

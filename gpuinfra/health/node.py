@@ -72,6 +72,9 @@ EXCLUDED_MARK = "health-excluded"
 RANKS_DECIDED_MARK = "ranks-decided"
 #: This node's last passed cluster-stage result, kept across reboots (boot disk).
 KEPT_RESULT_PATH = Path("/var/lib/gpuinfra/health-cluster.json")
+#: The ranking gpuinfra-cluster-env decided with the gate (boot disk): reused while its nodes are
+#: listed, so a reboot or retry of a cluster the gate shrank gets the same ranks again.
+KEPT_RANKS_PATH = Path("/var/lib/gpuinfra/ranked-hostfile")
 EXPECTATIONS_PATH = Path("/etc/gpuinfra/health-expectations.json")
 NODE_ENV_PATH = Path("/etc/gpuinfra/node.env")
 CLUSTER_ENV_PATH = Path("/etc/gpuinfra/cluster.env")
@@ -257,17 +260,17 @@ class HealthNode:
                       address=self.address)
 
     def local(self) -> NodeHealth:
-        """The ``local`` stage: checks, upload; on failure the verdict and, with ``enforce``, the
-        exclusion mark (the node is ended by :meth:`end_when_ranks_decided`)."""
+        """The ``local`` stage: checks, upload; with ``enforce`` a failure is the verdict and the
+        exclusion mark (the node is ended by :meth:`end_when_ranks_decided`); with ``report``
+        the verdict waits for the cluster stage (the node still takes a rank)."""
         for mark in (PASSED_MARK, FAILED_MARK, EXCLUDED_MARK):
             (self.state_dir / mark).unlink(missing_ok=True)
         health = self._decide(collect_local(self.expectations, self.runner), "local")
         self.publish(health)
-        if not health.passed:
+        if not health.passed and self.config.mode == "enforce":  # final: no rank, the node ends
             reason = _reasons(health)
             self._mark(FAILED_MARK, reason + "\n")
-            if self.config.mode == "enforce":
-                self._mark(EXCLUDED_MARK, reason + "\n")
+            self._mark(EXCLUDED_MARK, reason + "\n")
         return health
 
     def end_when_ranks_decided(self, health: NodeHealth, wait_seconds: float = PEER_WAIT_SECONDS + 600,
@@ -307,7 +310,7 @@ class HealthNode:
     def cluster(self, nnodes: int | None = None) -> NodeHealth:
         """The ``cluster`` stage over ``nnodes`` nodes (default: the stack's): the all-reduce
         through gpuinfra-run (named container, removed on timeout), every check, upload, mark;
-        a passed result is kept for reboots."""
+        :meth:`keep` stores a passed result for reboots once the verdict is collective."""
         self.runner(["docker", "rm", "-f", ALLREDUCE_CONTAINER], 60)
         rc, text = self.runner([RUN_SCRIPT, "--skip-health-gate", "--wait", "60", "--name", ALLREDUCE_CONTAINER,
                                 "--entrypoint", "env", "-e", "NCCL_DEBUG=INFO", "-e", "NCCL_DEBUG_SUBSYS=INIT,NET",
@@ -322,8 +325,6 @@ class HealthNode:
         self.publish(health)
         if health.passed:
             self._mark(PASSED_MARK, health.checked_at + "\n")
-            self.kept_result.parent.mkdir(parents=True, exist_ok=True)
-            self.kept_result.write_text(health.to_json())
         else:
             self._mark(FAILED_MARK, _reasons(health) + "\n")
         return health
@@ -340,7 +341,8 @@ class HealthNode:
         deadline = self.clock() + wait_seconds
         while True:
             results = {a: r for a, r in current_results(self.bucket.read_prefix(prefix), self.config.stack,
-                                                        since).items() if r.stage == "cluster"}
+                                                        since).items()
+                       if r.stage == "cluster" and r.nodes == health.nodes}
             missing = [a for a in addresses if a not in results]
             if not missing or self.clock() >= deadline:
                 break
@@ -349,7 +351,14 @@ class HealthNode:
         problems = [f"peer {f} failed" for f in failed] + [f"no cluster result from {a}" for a in missing]
         if problems:
             self._mark(FAILED_MARK, "; ".join(problems) + "\n")
+        else:
+            self.keep(health)
         return health
+
+    def keep(self, health: NodeHealth) -> None:
+        """Store a passed cluster result on the boot disk for :meth:`rejoin` after a reboot."""
+        self.kept_result.parent.mkdir(parents=True, exist_ok=True)
+        self.kept_result.write_text(health.to_json())
 
     def rejoin(self, local: NodeHealth) -> NodeHealth | None:
         """After a reboot: this node's kept cluster result with the fresh local checks, or None
@@ -360,6 +369,8 @@ class HealthNode:
             return None
         if (kept.stack, kept.node, kept.stage) != (self.config.stack, self.node, "cluster") or not kept.passed:
             return None
+        if self.results_not_before and datetime.fromisoformat(kept.checked_at) < self.results_not_before:
+            return None  # another deployment's
         fresh = {c.name: c for c in local.checks}
         checks = tuple(fresh[c.name] if c.name not in ALL_REDUCE_CHECKS else
                        replace(c, detail=f"{c.detail} (cluster all-reduce of {kept.checked_at}, before a reboot)")
@@ -438,22 +449,33 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node
     if config.mode == "off":
         print("gpuinfra-health: the profile turns the health gate off", file=sys.stderr)
         return 0
+    try:
+        return _run(config, args)
+    except Exception as exc:  # noqa: BLE001 - a crash must still leave a verdict (agent, gpuinfra-run)
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        (STATE_DIR / FAILED_MARK).write_text(f"the health gate crashed: {exc!r}\n")
+        print(f"gpuinfra-health: crashed: {exc!r}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+def _run(config: NodeConfig, args) -> int:  # pragma: no cover - on a node
     node = _build(config, args.expectations)
     local = node.local()
-    if not local.passed:
-        if config.mode == "enforce":
-            node.end_when_ranks_decided(local)
-            return EXIT_FAILED
-        if args.command == "local":
-            return 0
+    if not local.passed and config.mode == "enforce":
+        node.end_when_ranks_decided(local)
+        return EXIT_FAILED
     if args.command == "local":
         return 0
     if args.command == "run" and (rejoined := node.rejoin(local)) is not None:
         return 0 if rejoined.passed or config.mode == "report" else EXIT_FAILED
     deadline = time.monotonic() + PEER_WAIT_SECONDS + 600
     while (nnodes := cluster_size()) is None:
-        if (STATE_DIR / EXCLUDED_MARK).exists() or time.monotonic() > deadline:
-            print("gpuinfra-health: no rank for this node; the cluster all-reduce did not run", file=sys.stderr)
+        decided = (STATE_DIR / RANKS_DECIDED_MARK).exists()
+        if (STATE_DIR / EXCLUDED_MARK).exists() or decided or time.monotonic() > deadline:
+            # ranks were decided without this node, or never: no job can run here
+            why = "the peers decided the ranks without this node" if decided else "no ranks after the peer wait"
+            node._mark(FAILED_MARK, why + "\n")
+            print(f"gpuinfra-health: {why}; the cluster all-reduce did not run", file=sys.stderr)
             return EXIT_EXCLUDED
         time.sleep(10)
     started = datetime.now(timezone.utc)

@@ -534,6 +534,10 @@ def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     assert agent.step() == "running"  # the idle clock starts now
     clock.t += 61
     assert agent.step() == "idle" and len(ended) == 1
+    # an excluded node is ended by the gate once ranks are decided, not by the idle clock
+    (state / "health-excluded").write_text("ecc: ...\n")
+    assert agent.step() == "starting"
+    (state / "health-excluded").unlink()
     # gate off: idle from the first poll
     off = Agent(_config(tmp_path, health_gate="off", idle_timeout_seconds=60), FakeGpus(0), _NoMetadata(), None,
                 ended.append, clock=clock, now=lambda: NOW, state_dir=tmp_path / "other")

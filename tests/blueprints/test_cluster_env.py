@@ -16,21 +16,23 @@ from tests.blueprints.helpers import make_spec
 PEERS = "10.0.0.20\n10.0.0.7\n10.0.1.5"
 
 
-def run_cluster_env(tmp_path, *, my_ip: str, ranked: str | None, peers_rc: int = 0, gate: str = "enforce"):
+def run_cluster_env(tmp_path, *, my_ip: str, ranked: str | None, peers_rc: int = 0, gate: str = "enforce",
+                    listed: str = "10.0.0.7\t10.0.1.5\t10.0.0.20"):
     if os.name != "posix":
         pytest.skip("bash only")
     etc = tmp_path / "etc"
-    etc.mkdir(parents=True)
+    etc.mkdir(parents=True, exist_ok=True)
     spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
     script = render("aws-cluster-env.sh.j2", stack="train", nodes=3, gpus_per_node=8, master_port=TORCHRUN_PORT,
                     wait_seconds=5, **health_template_vars(spec))
-    script = script.replace("/etc/gpuinfra", str(etc)).replace("/run/gpuinfra", str(tmp_path / "run"))
+    script = (script.replace("/etc/gpuinfra", str(etc)).replace("/run/gpuinfra", str(tmp_path / "run"))
+              .replace("/var/lib/gpuinfra", str(tmp_path / "var")))
     (tmp_path / "env.sh").write_text(script)
     bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     stubs = {
         "curl": f'case "$*" in *api/token*) echo t ;; *placement/region*) echo us-east-1 ;; *local-ipv4*) echo {my_ip} ;; esac',
-        "aws": "printf '10.0.0.7\\t10.0.1.5\\t10.0.0.20\\n'",
+        "aws": f"printf '{listed}\\n'",
         "python3": (f'echo "$*" > "{tmp_path}/peers-args"; printf "%s\\n" "$RANKED"; exit {peers_rc}'),
     }
     for name, body in stubs.items():
@@ -68,3 +70,18 @@ def test_unreadable_results_retry_and_gate_off_ranks_everyone(tmp_path):
     result, env = run_cluster_env(tmp_path / "b", my_ip="10.0.0.7", ranked=None, gate="off")
     assert result.returncode == 0 and env["NNODES"] == "3" and env["NODE_RANK"] == "0"
     assert not (tmp_path / "b" / "peers-args").exists()
+
+
+def test_a_shrunk_cluster_gets_the_same_ranks_after_a_reboot(tmp_path):
+    """The gate left 10.0.0.20 out and it ended: 2 of the stack's 3 nodes remain listed. A later
+    run (reboot, retry) reuses the kept ranking instead of waiting for a third node forever."""
+    first, env = run_cluster_env(tmp_path, my_ip="10.0.1.5", ranked="10.0.0.7\n10.0.1.5")
+    assert first.returncode == 0 and env["NNODES"] == "2"
+    assert (tmp_path / "var" / "ranked-hostfile").read_text() == "10.0.0.7\n10.0.1.5\n"
+    (tmp_path / "etc" / "cluster.env").unlink()  # ExecStartPre removes it at boot
+    (tmp_path / "peers-args").unlink()
+    again, env = run_cluster_env(tmp_path, my_ip="10.0.1.5", ranked=None, peers_rc=1, listed="10.0.0.7\t10.0.1.5")
+    assert again.returncode == 0, again.stderr
+    assert env == {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.7",
+                   "MASTER_PORT": "29500"}
+    assert not (tmp_path / "peers-args").exists()  # ranks kept: the gate was not asked again

@@ -39,15 +39,17 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
     assert bundle.file("/usr/local/sbin/gpuinfra-monitoring").mode == "0755"
     build = efa_image_build(IMAGE)
     image_unit = bundle.file("/etc/systemd/system/gpuinfra-image.service").content
-    # built from the recipe, unless the base already has the EFA user space (a baked container): tagged then
-    assert (f"ExecStart=/bin/sh -c 'if docker run --rm --entrypoint /bin/sh {IMAGE} -c \"ls "
+    # built from the recipe, unless the base already has the EFA user space (a baked container):
+    # tagged then; 3 tries inside one start (a Restart= would release the gate at the first failure)
+    assert (f"ExecStart=/bin/sh -c 'for _ in 1 2 3; do if docker run --rm --entrypoint /bin/sh {IMAGE} -c \"ls "
             "/opt/amazon/efa/lib*/libfabric.so* /opt/amazon/ofi-nccl/lib/libnccl-net.so\" >/dev/null 2>&1; "
-            f"then docker tag {IMAGE} {build.tag}; else docker build --tag {build.tag} /etc/gpuinfra/image; fi'\n"
-            in image_unit)
+            f"then docker tag {IMAGE} {build.tag} && exit 0; else docker build --tag {build.tag} /etc/gpuinfra/image "
+            "&& exit 0; fi; sleep 60; done; exit 1'\n" in image_unit)
+    assert "Restart=" not in image_unit
     assert f"ExecCondition=/bin/sh -c '! docker image inspect {build.tag} >/dev/null 2>&1'\n" in image_unit
     health_unit = bundle.file("/etc/systemd/system/gpuinfra-health.service").content
-    assert ("After=network-online.target docker.service gpuinfra-scratch.service gpuinfra-image.service\n"
-            in health_unit)
+    assert ("After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
+            "gpuinfra-image.service\n" in health_unit)
     assert "ExecStart=/usr/bin/python3 -m gpuinfra.health.node run\n" in health_unit
     assert "Environment=PYTHONPATH=/usr/local/lib/gpuinfra\n" in health_unit
     # gpuinfra-run runs the built image by default
@@ -83,7 +85,7 @@ def test_efa_image_recipe_pins_the_efa_user_space():
 def test_every_run_step_of_the_efa_recipe_passes_shellcheck(tmp_path):
     text = efa_image_build(IMAGE).dockerfile.replace("\\\n", " ")
     steps = [line[len("RUN "):] for line in text.splitlines() if line.startswith("RUN ")]
-    assert len(steps) == 6
+    assert len(steps) == 4
     for index, step in enumerate(steps):
         path = tmp_path / f"step{index}.sh"
         # docker runs RUN lines with /bin/sh -c; the ARG values are in the environment
@@ -122,8 +124,8 @@ def test_gcp_bundles_install_the_fabric_host_stack_where_it_can_be(machine, prof
     assert (HOST_SCRIPT_PATH in paths) == ("gpuinfra-fabric-host.service" in units)
     if "gpuinfra-fabric-host.service" in units:
         assert bundle.file(HOST_SCRIPT_PATH).mode == "0755"
-        assert "After=network-online.target docker.service gpuinfra-scratch.service gpuinfra-fabric-host.service\n" in \
-            bundle.file("/etc/systemd/system/gpuinfra-health.service").content
+        assert ("After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
+                "gpuinfra-fabric-host.service\n") in bundle.file("/etc/systemd/system/gpuinfra-health.service").content
 
 
 def test_bundle_document_is_deterministic_and_refuses_bad_paths():
@@ -207,3 +209,28 @@ def test_nodes_cannot_rewrite_the_bundle_they_run():
     assert BUNDLE_KEY.startswith("gpuinfra/")
     allow = next(st for st in doc["Statement"] if st["Sid"] == "ReadWriteStackBucket")
     assert "s3:GetObject" in allow["Action"]  # health results, checkpoints and the bundle are read
+
+
+@pytest.mark.parametrize("unit", ["image", "fabric-host"])
+def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
+    """The retry loops of gpuinfra-image / gpuinfra-fabric-host run as `sh -c '...'`; systemd
+    turns "$$" into "$" (systemd.service(5)), then the body must be valid sh."""
+    import shlex
+
+    from blueprints.common.fabric import image_build_unit
+    from blueprints.common.fabric_host import fabric_host_unit, gcp_host_stack
+    from blueprints.gcp.plan import nccl_env
+
+    if unit == "image":
+        text = image_build_unit(efa_image_build(IMAGE))
+    else:
+        spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
+        text = fabric_host_unit(gcp_host_stack("tcpxo", spec.facts, nccl_env("tcpxo")))
+        assert "rc=$$?" in text and "exit \"$$rc\"" in text
+    line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+    argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
+    assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3
+    path = tmp_path / "body.sh"
+    path.write_text("#!/bin/sh\n" + argv[2] + "\n")
+    check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout

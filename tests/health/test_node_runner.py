@@ -106,6 +106,9 @@ def test_a_failing_node_is_excluded_and_ended_once_ranks_are_decided(tmp_path):
     # report: recorded, the node trains on
     node, ended = make_node(tmp_path / "report", p4d_runner(fabric_manager="failed\n"), mode="report")
     assert not node.local().passed and not ended and not (tmp_path / "report" / "state" / EXCLUDED_MARK).exists()
+    # no verdict yet: the node takes a rank and the verdict comes from the cluster stage (a verdict
+    # now would start the agent's idle clock and let gpuinfra-run start beside the gate's all-reduce)
+    assert not (tmp_path / "report" / "state" / FAILED_MARK).exists()
 
 
 def _doc(node, address, passed=True, checked_at=None, stage="local"):
@@ -250,7 +253,9 @@ def test_after_a_reboot_the_kept_all_reduce_counts_with_fresh_local_checks(tmp_p
     node, _ = make_node(tmp_path, p4d_runner(all_reduce=NCCL_EFA + _table(baseline.busbw_gbps)))
     assert node.rejoin(node.local()) is None  # first boot: nothing kept, the cluster stage runs
     first = node.cluster()
-    assert first.passed and node.kept_result.exists()
+    assert first.passed and not node.kept_result.exists()  # kept only once the verdict is collective
+    node.await_peers(first, ["10.0.0.7"], datetime.now(timezone.utc) - timedelta(minutes=1), wait_seconds=0)
+    assert node.kept_result.exists()
     # the reboot: /run is empty again, the peers do not run the all-reduce again
     rebooted, _ = make_node(tmp_path, p4d_runner(all_reduce="should not run"))
     again = rebooted.rejoin(rebooted.local())
@@ -280,6 +285,7 @@ def test_a_peer_that_failed_the_cluster_stage_fails_this_node_too(tmp_path):
     node.await_peers(mine, ["10.0.0.7", "10.0.0.20"], since, wait_seconds=0)
     verdict = (tmp_path / "state" / FAILED_MARK).read_text()
     assert verdict.startswith("peer 10.0.0.20 (gpudirect_plugin: ") and not (tmp_path / "state" / PASSED_MARK).exists()
+    assert not node.kept_result.exists()  # a reboot must not bring this "pass" back
     # a peer that never reports
     lone, _ = make_node(tmp_path / "lone", p4d_runner(all_reduce=NCCL_EFA + _table(baseline.busbw_gbps)))
     lone.local()
