@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuinfra.health import node as health_node
-from gpuinfra.health.baselines import find_baseline
+from gpuinfra.health.baselines import baseline_nodes, find_baseline
 from gpuinfra.health.gate import Expectations
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
@@ -134,9 +134,9 @@ def expectations_document(spec: ClusterSpec, expectations: Expectations) -> dict
     and ``results_not_before`` (the stack file's ``created_at``: older results are from an
     earlier deployment)."""
     worlds = {}
-    for nodes in range(1, spec.nodes):
+    for nodes in baseline_nodes(spec.cloud, spec.instance_type):  # the counts the table has, not 1..N
         base = find_baseline(spec.cloud, spec.instance_type, nodes, expectations.nic_layout)
-        if base is not None:
+        if nodes < spec.nodes and base is not None:
             worlds[str(nodes)] = base.to_dict()
     return {**expectations.to_dict(), "world_baselines": worlds, "results_not_before": spec.created_at.isoformat()}
 

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR
-from gpuinfra.sizing.recommend import DEFAULT_HEADROOM_FRACTION
+from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
 
 
 def size(

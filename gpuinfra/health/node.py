@@ -398,12 +398,6 @@ def cluster_size(path: Path = CLUSTER_ENV_PATH) -> int | None:
     return None
 
 
-def boot_time(proc_uptime: Path = Path("/proc/uptime")) -> datetime:
-    """When this node booted (now - uptime), UTC."""
-    seconds = float(proc_uptime.read_text().split()[0])
-    return datetime.now(timezone.utc) - timedelta(seconds=seconds)
-
-
 def _build(config: NodeConfig, expectations_path: Path) -> HealthNode:  # pragma: no cover - on a node
     from gpuinfra.agent.node import AwsMetadata, GcpMetadata, end_aws_node, end_gcp_node
 

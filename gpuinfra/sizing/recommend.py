@@ -22,12 +22,10 @@ from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES,
                                     RECOMPUTE, STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
+from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
 from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
 
-#: Memory kept free on every GPU, as a fraction of what the model needs (model error, allocator
-#: growth between steps). A named setting: ``gpuinfra size --headroom``.
-DEFAULT_HEADROOM_FRACTION = 0.10
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_STRATEGY = {"pretrain": "fsdp", "full": "fsdp", "lora": "ddp", "qlora": "ddp", "inference": "ddp"}
 DEFAULT_RECOMPUTE = {"pretrain": "selective", "full": "selective", "lora": "full", "qlora": "full", "inference": "none"}
