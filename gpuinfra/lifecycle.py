@@ -18,7 +18,10 @@ fake. Rules:
   the end, and any failure exits 7 (:func:`reap_error`);
 * ``ls`` and ``reap`` list a stack file they cannot read as invalid, with the reason, instead of
   hiding it (:class:`InvalidStack`); ``reap`` then cannot know its expiry and exits 2 once the
-  others are done.
+  others are done;
+* an image bake (``gpuinfra:bake``) is no cluster: ``up`` / ``down`` of one go through
+  :mod:`gpuinfra.bake.deploy` (none of the cluster guards apply), and ``ls`` / ``reap`` leave
+  bakes out, so ``reap`` never destroys one (a bake has no TTL, and clusters boot its image).
 """
 
 from __future__ import annotations
@@ -87,9 +90,15 @@ class PulumiAutomation:
             raise MissingDependencyError(PULUMI_INSTALL_HINT)
 
     @staticmethod
-    def _stack(project_dir: Path, stack: str):
+    def _stack(project_dir: Path, stack: str, create: bool = False):
+        """The Automation API stack; ``create``: make its Pulumi state on the first ``up``
+        (``select_stack`` "returns an error if the given Stack does not exist";
+        ``create_or_select_stack`` creates it: pulumi.automation ``Stack.select`` /
+        ``create_or_select_stack``)."""
         from pulumi import automation as auto
 
+        if create:
+            return auto.create_or_select_stack(stack_name=stack, work_dir=str(project_dir))
         try:
             return auto.select_stack(stack_name=stack, work_dir=str(project_dir))
         except auto.StackNotFoundError:
@@ -111,7 +120,7 @@ class PulumiAutomation:
         return result
 
     def up(self, project_dir: Path, stack: str, on_event) -> dict:
-        return _run(lambda: self._stack(project_dir, stack).up(on_event=on_event, color="never"), stack)
+        return _run(lambda: self._stack(project_dir, stack, create=True).up(on_event=on_event, color="never"), stack)
 
     def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []

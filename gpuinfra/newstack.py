@@ -150,8 +150,8 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
     if request.image:  # a baked image decides the cloud, and the type when it was baked for one
         from gpuinfra.bake.stack import baked_image_targets
 
-        cloud, types = baked_image_targets(project_dir, request.image)
-        planned = replace(planned, cloud=planned.cloud or cloud,
+        cloud, types, fabric = baked_image_targets(project_dir, request.image)
+        planned = replace(planned, cloud=planned.cloud or cloud, image_fabric=fabric,
                           instance_type=planned.instance_type or (types[0] if len(types) == 1 else None))
     catalog = load_catalog()
     if request.capacity_reservation:

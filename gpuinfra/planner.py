@@ -76,6 +76,10 @@ class PlanRequest:
         warnings_are_errors: an explicit ``instance_type`` that misses any profile setting, one
             it only prefers included, is refused (``gpuinfra new --strict``: every warning the
             stack would be written with becomes a refusal).
+        image_fabric: the GPU fabric the node image already carries (a bake's manifest
+            ``fabric``, ``gpuinfra new --image baked:<name>``), e.g. ``tcpx``: a type whose fabric
+            cannot be installed at boot (rule fabric-installable-at-boot) has it working when it
+            equals the type's ``nic_layout``. None: the public DLAMI / DLVM.
     """
 
     gpus: str | None
@@ -94,6 +98,7 @@ class PlanRequest:
     data: DataSource | None = None
     strict: bool = True
     warnings_are_errors: bool = False
+    image_fabric: str | None = None
 
 
 @dataclass(frozen=True)
@@ -162,9 +167,11 @@ class Shortfall:
         return f"profile {profile.name!r} {verb} {self.need}, but {self.has}; {self.recorded} (--strict refuses instead)"
 
 
-def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int) -> list[Shortfall]:
+def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int,
+                       image_fabric: str | None = None) -> list[Shortfall]:
     """The profile settings ``fact``'s type misses for a cluster of ``nodes`` (see the module
-    docstring; rules in :data:`gpuinfra.rules.RULES`)."""
+    docstring; rules in :data:`gpuinfra.rules.RULES`); ``image_fabric``: the fabric the node
+    image carries (:attr:`PlanRequest.image_fabric`)."""
     itype = fact.instance_type
     found = []
     if nodes > 1 and profile.placement == "required" and not fact.placement.any:
@@ -172,8 +179,10 @@ def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int) -> lis
             "cluster/compact placement or a workload policy (rule gcp-placement-supported / aws-placement-group)",
             f"{itype} has none (N1 hosts never do)" if fact.guest_accelerators else f"{itype} has none", True,
             {"placement": "none"}, f"the stack records placement: none and its {nodes} nodes are not placed close together"))
-    # a fabric that cannot be installed at boot (A3 High's TCPX) is no usable fabric on gpuinfra's images
-    blocked = fact.gpu_nic_count and fabric_boot_blocker(fact.cloud, fact.nic_layout)
+    # a fabric that cannot be installed at boot (A3 High's TCPX) is no usable fabric on gpuinfra's
+    # images, unless a baked image already carries it
+    blocked = (fact.gpu_nic_count and image_fabric != fact.nic_layout
+               and fabric_boot_blocker(fact.cloud, fact.nic_layout))
     has = (f"{itype}'s {fact.nic_layout} fabric cannot be installed at boot (rule fabric-installable-at-boot)"
            if blocked else f"{itype} has none")
     if (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "required":
@@ -212,7 +221,8 @@ def relax_profile(profile: Profile, shortfalls: list[Shortfall]) -> Profile:
     return profile.model_copy(update=updates) if updates else profile
 
 
-def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int) -> tuple[list[RankedOffer], list[str]]:
+def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int,
+                    image_fabric: str | None = None) -> tuple[list[RankedOffer], list[str]]:
     """The offers whose type meets every required profile setting, and the settings that
     removed the others (in :func:`profile_shortfalls` order)."""
     reasons: list[str] = []
@@ -221,8 +231,8 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
         reasons.append("known hardware facts (rule nic-layout-matches-facts)")
     result = []
     for r in kept:
-        missed = [s.need for s in profile_shortfalls(catalog.fact(r.offer.cloud, r.offer.instance_type), profile, nodes)
-                  if s.required]
+        fact = catalog.fact(r.offer.cloud, r.offer.instance_type)
+        missed = [s.need for s in profile_shortfalls(fact, profile, nodes, image_fabric) if s.required]
         reasons += [need for need in missed if need not in reasons]
         if not missed:
             result.append(r)
@@ -230,7 +240,7 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
 
 
 def _keep_explicit_type(catalog: Catalog, ranked: list[RankedOffer], kept: list[RankedOffer], profile: Profile,
-                        nodes: int, strict: bool, warnings_are_errors: bool = False
+                        nodes: int, strict: bool, warnings_are_errors: bool = False, image_fabric: str | None = None
                         ) -> tuple[list[RankedOffer], Profile, tuple[str, ...]]:
     """The offers of the one type the user named, the profile the stack records and the
     warnings: every offer is kept and each missed setting relaxed and warned about, unless
@@ -244,7 +254,7 @@ def _keep_explicit_type(catalog: Catalog, ranked: list[RankedOffer], kept: list[
     fact = catalog.fact(offer.cloud, offer.instance_type)
     if fact is None:  # no facts, no blueprint: refused as the planner refuses it
         return kept, profile, ()
-    shortfalls = profile_shortfalls(fact, profile, nodes)
+    shortfalls = profile_shortfalls(fact, profile, nodes, image_fabric)
     refused = shortfalls if warnings_are_errors else [s for s in shortfalls if s.required and strict]
     if refused:
         missed = "; ".join(f"{s.need}, but {s.has}" for s in refused)
@@ -309,11 +319,12 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         except NoOfferError as exc:
             last_error = exc
             continue
-        kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes)
+        kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes, request.image_fabric)
         recorded, warnings = profile, ()
         if request.instance_type:  # the user's choice: every offer is of this one type
             kept, recorded, warnings = _keep_explicit_type(catalog, ranked, kept, profile, gpu_request.nodes,
-                                                           request.strict, request.warnings_are_errors)
+                                                           request.strict, request.warnings_are_errors,
+                                                           request.image_fabric)
         if kept:
             best, note = _best_run(kept, request, recorded) if request.data is not None else (kept[0], "")
             return _build_plan(catalog, request, recorded, best, now, spot_from_profile and spot, note, warnings)

@@ -158,6 +158,10 @@ class PreviewMocks:
         elif typ.startswith("aws:iam/"):
             state.setdefault("name", name)
             state["arn"] = f"arn:aws:iam::{PREVIEW_ACCOUNT}:{typ.split(':')[-1].lower()}/{name}"
+        elif typ == "aws:ecr/repository:Repository":  # repository_url: <account>.dkr.ecr.<region>.amazonaws.com/<name>
+            repo = inputs.get("name", name)
+            state.update(arn=f"arn:aws:ecr:{self.spec.region}:{PREVIEW_ACCOUNT}:repository/{repo}",
+                         repositoryUrl=f"{PREVIEW_ACCOUNT}.dkr.ecr.{self.spec.region}.amazonaws.com/{repo}")
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.update(latestVersion=1, defaultVersion=1)
         elif typ == "aws:ec2/placementGroup:PlacementGroup":

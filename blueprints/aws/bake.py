@@ -12,12 +12,13 @@ Children (``<name>-<role>``), all declared with ``pulumi_aws.imagebuilder`` / ``
   ``ecr:GetAuthorizationToken`` on ``*`` and the layer actions on the repository).
 * ``repository``: ECR ``gpuinfra/<stack>``, tags ``IMMUTABLE`` and scan on push
   (pulumi-aws ``ecr.Repository.image_tag_mutability``: MUTABLE, IMMUTABLE, ...).
-* ``container-component`` + ``container-recipe`` + ``container-image``: the training container,
-  built from the boot path's Dockerfile (:func:`gpuinfra.bake.render.container_dockerfile`) on the
-  pinned NGC base, pushed to the repository.
 * ``host-component`` + ``image-recipe`` (pinned base AMI, gp3 root volume) +
   ``infrastructure`` (CPU build instance, IMDSv2, terminate on failure) + ``distribution``
-  (AMI name and manifest tags) + ``image``: the AMI, with the container pulled onto it.
+  (AMI name and manifest tags) + ``image``: the AMI. Its build instance also builds the training
+  container from the boot path's Dockerfile (:func:`gpuinfra.bake.render.container_dockerfile`)
+  on the pinned NGC base, pushes it to the repository as ``<repository>:bake-<manifest sha256[:12]>``
+  and keeps it on the AMI (:func:`gpuinfra.bake.render.aws_host_phases` says why this is not an
+  Image Builder container recipe: those take no nvcr.io parent).
 
 Image Builder components and recipes are immutable per name and version, so their names carry
 the manifest's SHA-256 (a changed manifest is a new name) and they are replaced delete-first.
@@ -34,8 +35,7 @@ import pulumi_aws as aws
 
 from blueprints.common.naming import child
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.bake.render import (CONTAINER_PARAMETER, aws_host_phases, component_document, container_dockerfile,
-                                  container_phases)
+from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
 
 TYPE_TOKEN = "gpuinfra:aws:ImageBake"
 IMAGE_BUILDER_POLICY = "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder"
@@ -45,9 +45,10 @@ RECIPE_VERSION = "1.0.0"
 #: Root device of the Ubuntu DLAMIs (the preview's ``getAmi`` answer; EC2 describe-images).
 ROOT_DEVICE = "/dev/sda1"
 #: ECR actions to push and pull one repository (docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html).
+#: ``ecr:DescribeImages``: the build looks for the tag an earlier run of the bake pushed.
 ECR_REPOSITORY_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:CompleteLayerUpload",
-                          "ecr:GetDownloadUrlForLayer", "ecr:InitiateLayerUpload", "ecr:PutImage",
-                          "ecr:UploadLayerPart"]
+                          "ecr:DescribeImages", "ecr:GetDownloadUrlForLayer", "ecr:InitiateLayerUpload",
+                          "ecr:PutImage", "ecr:UploadLayerPart"]
 
 
 def ecr_policy_document(repository_arn: str) -> str:
@@ -56,6 +57,12 @@ def ecr_policy_document(repository_arn: str) -> str:
         {"Sid": "EcrToken", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
         {"Sid": "BakeRepository", "Effect": "Allow", "Action": ECR_REPOSITORY_ACTIONS, "Resource": [repository_arn]},
     ]})
+
+
+def container_tag(manifest_sha256: str) -> str:
+    """ECR tag of a bake's training container: ``bake-<manifest sha256[:12]>`` (one per manifest;
+    the repository's tags are immutable)."""
+    return f"bake-{manifest_sha256[:12]}"
 
 
 def _first(resources, kind: str, field: str) -> str:
@@ -101,7 +108,10 @@ class AwsImageBake(pulumi.ComponentResource):
         self.repository = aws.ecr.Repository(
             child(name, "repository"), name=f"gpuinfra/{spec.stack}", image_tag_mutability="IMMUTABLE",
             image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
-            tags=tags, opts=kids)
+            tags=tags,
+            # kept on destroy: clusters made from the bake pull repo@sha256 from it, and ECR refuses
+            # to delete a repository that holds images unless forced (API_DeleteRepository)
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
         aws.iam.RolePolicy(child(name, "build-ecr"), role=role.id,
                            policy=self.repository.arn.apply(ecr_policy_document), opts=kids)
         profile = aws.iam.InstanceProfile(child(name, "build-profile"), role=role.name, tags=tags, opts=kids)
@@ -110,31 +120,14 @@ class AwsImageBake(pulumi.ComponentResource):
             description=f"gpuinfra bake {spec.stack}: CPU build instance",
             instance_profile_name=profile.name, instance_types=[spec.build_instance_type],
             terminate_instance_on_failure=True,
-            # hop limit 2: the container build reads instance credentials from inside Docker
+            # hop limit 1: only the host's AWS CLI reads the instance role; the container build's RUN
+            # steps (in Docker's bridge network, one hop further) cannot (IMDSv2 hop limit:
+            # docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-IMDS-existing-instances.html)
             instance_metadata_options=aws.imagebuilder.InfrastructureConfigurationInstanceMetadataOptionsArgs(
-                http_tokens="required", http_put_response_hop_limit=2),
+                http_tokens="required", http_put_response_hop_limit=1),
             resource_tags=tags, tags=tags, opts=kids)
 
-        container_component = aws.imagebuilder.Component(
-            child(name, "container-component"), name=f"gpuinfra-{spec.stack}-container-{suffix}",
-            platform="Linux", version=RECIPE_VERSION,
-            data=component_document(f"gpuinfra-{spec.stack}-container", "gpuinfra: manifest and fabric checks "
-                                    "in the training container", container_phases(spec)),
-            tags=tags, opts=immutable)
-        container_recipe = aws.imagebuilder.ContainerRecipe(
-            child(name, "container-recipe"), name=f"gpuinfra-{spec.stack}-{suffix}", version=RECIPE_VERSION,
-            container_type="DOCKER", parent_image=m.container_base,
-            target_repository=aws.imagebuilder.ContainerRecipeTargetRepositoryArgs(
-                repository_name=self.repository.name, service="ECR"),
-            components=[aws.imagebuilder.ContainerRecipeComponentArgs(component_arn=container_component.arn)],
-            dockerfile_template_data=container_dockerfile(spec), working_directory="/tmp",
-            tags=tags, opts=immutable)
-        self.container_image = aws.imagebuilder.Image(
-            child(name, "container-image"), container_recipe_arn=container_recipe.arn,
-            infrastructure_configuration_arn=infrastructure.arn,
-            image_tests_configuration=aws.imagebuilder.ImageImageTestsConfigurationArgs(image_tests_enabled=True),
-            tags=tags, opts=kids)
-        container_uri = self.container_image.output_resources.apply(lambda r: _first(r, "containers", "image_uris"))
+        container_uri = self.repository.repository_url.apply(lambda url: f"{url}:{container_tag(m.sha256)}")
 
         host_component = aws.imagebuilder.Component(
             child(name, "host-component"), name=f"gpuinfra-{spec.stack}-host-{suffix}",
@@ -168,7 +161,9 @@ class AwsImageBake(pulumi.ComponentResource):
             child(name, "image"), image_recipe_arn=recipe.arn, infrastructure_configuration_arn=infrastructure.arn,
             distribution_configuration_arn=distribution.arn,
             image_tests_configuration=aws.imagebuilder.ImageImageTestsConfigurationArgs(image_tests_enabled=True),
-            tags=tags, opts=kids)
+            # the provider waits 60 min by default (terraform-provider-aws imagebuilder_image
+            # "Timeouts"); this build also builds and pushes the container (7,200 s step limit)
+            tags=tags, opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="4h")))
         self.image_id = self.image.output_resources.apply(lambda r: _first(r, "amis", "image"))
         self.container_uri = container_uri
         self.stack_name = spec.stack
@@ -179,4 +174,4 @@ class AwsImageBake(pulumi.ComponentResource):
         """Stack outputs: ``image_id`` (the AMI), ``container_image`` (ECR URI), ``manifest_sha256``,
         and the command that records them for ``gpuinfra new --image baked:<name>``."""
         return {"image_id": self.image_id, "container_image": self.container_uri,
-                "record_command": self.image_id.apply(lambda i: f"gpuinfra image record {self.stack_name} --image-id {i or '<ami-id>'}")}
+                "record_command": f"gpuinfra image record {self.stack_name} --from-outputs"}

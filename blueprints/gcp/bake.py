@@ -102,10 +102,10 @@ class GcpImageBake(pulumi.ComponentResource):
                                "manifest_sha256": m.sha256})
 
     def exports(self) -> dict[str, object]:
-        """Stack outputs: the image family the builds add to, the container tag, how to start a
-        bake and how to record it."""
+        """Stack outputs: the image family the builds add to, the container tag, the build's
+        Pub/Sub topic (``gpuinfra up`` publishes to it), how to start a bake by hand and how to
+        record it."""
         return {"image_family": self.image_family, "container_image": self.container,
+                "build_topic": self.topic.id,
                 "run_command": self.topic.name.apply(lambda t: f"gcloud pubsub topics publish {t} --message=bake"),
-                "record_command": f"gpuinfra image record {self._stack} --image-id projects/{self._project}/global/images/"
-                                  f"$(gcloud compute images describe-from-family gpuinfra-{self._stack} "
-                                  f"--project {self._project} --format='value(name)')"}
+                "record_command": f"gpuinfra image record {self._stack} --from-outputs"}

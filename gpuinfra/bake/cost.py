@@ -8,10 +8,10 @@ total is demanded).
 
 Quantity estimates (per bake; measure your own with the commands named):
 
-* AWS build instance hours :data:`AWS_BUILD_INSTANCE_HOURS` = 2.5: one instance builds the
-  container (NGC base pull ~20 GB + aws-ofi-nccl compile), one builds the AMI (EFA installer,
-  reboot, container pull, snapshot) and one tests it (``image_tests_enabled``);
-  ``aws imagebuilder get-image`` shows the real times.
+* AWS build instance hours :data:`AWS_BUILD_INSTANCE_HOURS` = 2.5: the build instance builds
+  the container (NGC base pull ~20 GB, EFA installer and aws-ofi-nccl compile on 2 vCPUs, push)
+  and the AMI (manifest, checks, snapshot), about 2 h; a second instance tests it
+  (``image_tests_enabled``), about 0.5 h. ``aws imagebuilder get-image`` shows the real times.
 * AWS AMI snapshot :data:`IMAGE_STORED_GB` = 100: EBS snapshots bill the blocks written, not the
   200 GiB volume (repost.aws/knowledge-center/ebs-snapshot-billing); the DLAMI's own data plus
   the unpacked container. ``aws ebs list-snapshot-blocks`` counts them.
@@ -21,8 +21,23 @@ Quantity estimates (per bake; measure your own with the commands named):
 * GCP Packer VM hours :data:`GCP_BUILD_VM_HOURS` = 1.0 and Cloud Build minutes
   :data:`GCP_BUILD_MINUTES` = 75 (the build waits for Packer; the container mirror is a pull and
   a push). The 2,500 free build-minutes a month are not deducted (worst case).
-* GCP image storage and Artifact Registry storage: no sourced price in the table yet, so those
-  lines are "price not found" and the GCP bake has no total (see the README's leftovers).
+* GCP custom image :data:`GCP_IMAGE_STORED_GIB` = 100, in GiB because Compute Engine counts
+  storage in JEDEC GB = GiB (cloud.google.com/compute/disks-image-pricing). It is the same rough
+  estimate as the AMI's (DLVM base plus the unpacked container), stated in GiB rather than
+  converted from the AWS GB figure: the ~7 % between the two units is below its precision. A
+  custom image is stored as a tar.gz archive; ``gcloud compute images describe IMAGE
+  --format="value(archiveSizeBytes,diskSizeGb)"`` shows the archive and disk sizes. Priced with
+  ``gce_custom_image_storage_per_gib_month``, which has a value for us-central1 only, looked up
+  by the bake's region: a bake in another region has no monthly total (exit 4). The Packer
+  template sets ``image_storage_locations`` to the bake's region, so the image is stored where it
+  is priced (Packer's default would be the nearest multi-region, "us" for us-* regions:
+  hashicorp/packer issue 8109, hashicorp/packer-plugin-googlecompute issue 184).
+* GCP Artifact Registry :data:`CONTAINER_STORED_GB` = 15, the mirrored NGC base (compressed
+  layers, as ECR). Priced with ``artifact_registry_storage_per_gb_month`` ($ per GB-month, the
+  same for every regional and multi-regional repository). The first 0.5 GB a month per billing
+  account are free; like Cloud Build's free minutes they are not deducted (worst case: other
+  repositories of the billing account may use them). ``gcloud artifacts repositories describe
+  REPO --location=REGION`` shows the repository size.
 """
 
 from __future__ import annotations
@@ -38,6 +53,7 @@ IMAGE_STORED_GB = Decimal(100)
 CONTAINER_STORED_GB = Decimal(15)
 GCP_BUILD_VM_HOURS = Decimal("1.0")
 GCP_BUILD_MINUTES = Decimal(75)
+GCP_IMAGE_STORED_GIB = Decimal(100)
 
 #: Price-table key of each build instance / machine type (prices.yaml).
 BUILD_PRICE_KEYS = {"m7i.large": "ec2_m7i_large_per_hour", "m7g.large": "ec2_m7g_large_per_hour",
@@ -89,8 +105,10 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
               GCP_BUILD_VM_HOURS),
         _line("gcp", "cloud_build_e2_standard_2_per_minute", region, "Cloud Build", "once", "build-minutes",
               GCP_BUILD_MINUTES),
-        _line("gcp", None, region, "custom image storage", "monthly", "GB-months", IMAGE_STORED_GB),
-        _line("gcp", None, region, "Artifact Registry container", "monthly", "GB-months", CONTAINER_STORED_GB),
+        _line("gcp", "gce_custom_image_storage_per_gib_month", region, "custom image storage", "monthly",
+              "GiB-months", GCP_IMAGE_STORED_GIB),
+        _line("gcp", "artifact_registry_storage_per_gb_month", region, "Artifact Registry container", "monthly",
+              "GB-months", CONTAINER_STORED_GB),
     ]
 
 

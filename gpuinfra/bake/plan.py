@@ -15,7 +15,10 @@ Checks, each one clear line and exit 2 (:class:`BakeError`), before anything is 
   tests/bake/test_bake_plan.py; GCP A2/A3/A4/G2/N1 are Intel/AMD machine series:
   cloud.google.com/compute/docs/accelerator-optimized-machines); a GCP image name that says
   ``arm64`` is arm64 (Ubuntu's ``ubuntu-accelerator-2404-arm64-...`` naming);
-* the container base carries a digest (``@sha256:<64 hex>``) unless pinning is turned off.
+* the container base carries a digest (``@sha256:<64 hex>``) unless pinning is turned off;
+* an A3 High (GPUDirect-TCPX) bake starts from the user's own image: the linux-gcp-tcpx kernel
+  it needs is in no public image (:data:`PUBLIC_IMAGE_PROJECTS`), and the bake's host script
+  fails without it (``templates/fabric/gcp-tcpx-host.sh.j2``).
 
 Fabric per family and the versions pinned come from :mod:`blueprints.common.fabric` (EFA,
 aws-ofi-nccl, TCPX/TCPXO images) and :mod:`blueprints.common.fabric_host` (nccl-gib,
@@ -54,6 +57,16 @@ DLAMI_DRIVER_BRANCH = "580"
 _AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 _GCP_IMAGE_RE = re.compile(r"^projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
 _DRIVER_RE = re.compile(r"nvidia-(\d{3})(?:\D|$)")
+#: Public GCP image projects (the DLVM, Ubuntu accelerator and plain Ubuntu images): none carries
+#: the linux-gcp-tcpx kernel A3 High's GPUDirect-TCPX needs (rule fabric-installable-at-boot).
+#: The list is Google's public image projects (cloud.google.com/compute/docs/images/os-details and
+#: .../images#os-compute-support); an image from any other project is the user's own.
+PUBLIC_IMAGE_PROJECTS = frozenset({
+    "deeplearning-platform-release", "ubuntu-os-accelerator-images", "ubuntu-os-cloud", "ubuntu-os-pro-cloud",
+    "debian-cloud", "cos-cloud", "rocky-linux-cloud", "rocky-linux-accelerator-cloud", "rhel-cloud",
+    "rhel-sap-cloud", "centos-cloud", "fedora-coreos-cloud", "opensuse-cloud", "suse-cloud", "suse-sap-cloud",
+    "oracle-linux-cloud", "almalinux-cloud", "windows-cloud", "windows-sql-cloud", "ml-images",
+})
 
 
 @dataclass(frozen=True)
@@ -171,6 +184,12 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
         check_gcp_project_id(request.gcp_project)
     name = check_new_stack_name(request.name or f"bake-{request.family.replace('.', '-')}")
     versions = _fabric_versions(request.cloud, lead, fabric, fabric_host)
+    base_project = _GCP_IMAGE_RE.match(request.base_image).group("project") if request.cloud == "gcp" else ""
+    if versions["fabric"] == "tcpx" and base_project in PUBLIC_IMAGE_PROJECTS:
+        raise BakeError(f"{request.family}'s GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which no public image "
+                        f"carries ({base_project} does not; Google gives access to it on request: cluster-toolkit "
+                        "examples/machine-learning/a3-highgpu-8g/README.md); bake from your own image that runs it "
+                        "(--base-image projects/YOUR_PROJECT/global/images/NAME)")
     manifest = SoftwareManifest(
         bake=name, cloud=request.cloud, family=request.family, instance_types=tuple(f.instance_type for f in types),
         architecture=arch, base_image=request.base_image, driver_branch=branch,

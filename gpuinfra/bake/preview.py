@@ -16,10 +16,10 @@ from gpuinfra.bake.model import BakeSpec
 from gpuinfra.preview import PreviewMocks, PreviewResult, ResourceRecord, _make_monitor, _make_runtime_mocks
 
 NOTES = {
-    "aws": "the AMI id and the container image URI are known only after Image Builder ran (`pulumi up` waits "
-           "for both); then run `gpuinfra image record`",
-    "gcp": "the image name is known only after the Cloud Build run (publish to the trigger's topic); then run "
-           "`gpuinfra image record`",
+    "aws": "the AMI id and the container digest are known only after Image Builder ran; `gpuinfra up` waits "
+           "for the build and records both",
+    "gcp": "the image name is known only after the Cloud Build run, which `gpuinfra up` starts; then run "
+           "`gpuinfra image record <name> --from-outputs`",
 }
 
 

@@ -1,4 +1,4 @@
-"""Text a bake runs: AWSTOE component documents, the Image Builder Dockerfile, the Packer
+"""Text a bake runs: AWSTOE component documents, the training container's Dockerfile, the Packer
 template and the Cloud Build steps (pure; ``templates/bake/``).
 
 Every install step is the one the boot path uses: the container Dockerfile is
@@ -12,10 +12,8 @@ Sources:
   (``schemaVersion`` 1.0; ``phases`` ``build`` / ``validate`` / ``test``; steps with ``name``,
   ``action``, ``onFailure``, ``maxAttempts``, ``timeoutSeconds``, ``inputs``) and
   toe-action-modules.html (``ExecuteBash`` ``inputs.commands``).
-* Container recipe Dockerfile template variables ``{{{ imagebuilder:parentImage }}}``,
-  ``{{{ imagebuilder:environments }}}``, ``{{{ imagebuilder:components }}}``: the pulumi-aws
-  ``imagebuilder.ContainerRecipe`` example (pulumi.com/registry/packages/aws/api-docs/imagebuilder/containerrecipe)
-  and docs.aws.amazon.com/imagebuilder/latest/userguide/create-container-recipes.html.
+* AWSTOE parameters (``{{ ContainerImage }}``):
+  docs.aws.amazon.com/imagebuilder/latest/userguide/toe-user-defined-variables.html.
 * Packer: Cluster Toolkit modules/packer/custom-image (commit in the template's header);
   Cloud Build runs ``hashicorp/packer`` (hub.docker.com/r/hashicorp/packer) as a build step
   (cloud.google.com/build/docs/building/build-vm-images-with-packer).
@@ -41,6 +39,9 @@ CLOUD_SDK_IMAGE = "gcr.io/google.com/cloudsdktool/cloud-sdk:499.0.0-slim"
 DOCKER_BUILDER_IMAGE = "gcr.io/cloud-builders/docker"
 #: Seconds per AWSTOE step (the EFA installer and a 20 GB pull each take minutes).
 STEP_TIMEOUT_SECONDS = 3600
+#: Seconds for the container build step: a ~20 GB NGC pull plus the aws-ofi-nccl compile on the
+#: 2-vCPU build instance (AWSTOE ``timeoutSeconds``; the image's own limit is Image Builder's).
+CONTAINER_BUILD_TIMEOUT_SECONDS = 7200
 
 
 @dataclass(frozen=True)
@@ -84,55 +85,67 @@ def component_document(name: str, description: str, phases: tuple[Phase, ...],
 
 
 def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ %s }}'" % CONTAINER_PARAMETER) -> tuple[Phase, ...]:
-    """Phases of the AMI component: the training container pulled from ECR and the manifest;
-    then checks: the driver branch, the base's EFA (EFA families; the DLAMI ships the EFA driver
-    and installer, so the host keeps its own and only the container's user space is pinned here),
-    the container on disk.
+    """Phases of the AMI component. Build: the training container (:func:`container_dockerfile`)
+    built on the build instance and pushed to the bake's ECR repository, or pulled when an
+    earlier run of the bake pushed it (tags are immutable); then the manifest. Validate: the
+    driver branch, the base's EFA (EFA families: the DLAMI ships the EFA driver and installer, so
+    the host keeps its own and only the container's user space is pinned), the container on
+    disk, and inside the container what ``gpuinfra-run`` requires.
+
+    Why the build instance builds the container and not a container recipe: an Image Builder
+    container recipe's parent image is a managed image, an ECR image or a Docker Hub image (the
+    console's three base image sources, docs.aws.amazon.com/imagebuilder/latest/userguide/create-container-recipes.html;
+    aws-games/cloud-game-development-toolkit#558 hit the same wall with ghcr.io), and ECR pull
+    through cache cannot front nvcr.io either (its upstreams: ECR Public, registry.k8s.io, Quay,
+    Docker Hub, Azure, GitHub, GitLab, Chainguard;
+    docs.aws.amazon.com/AmazonECR/latest/userguide/pull-through-cache.html). The profile's base
+    is NGC on nvcr.io, which the build instance's Docker pulls like any node does.
 
     Args:
         spec: the bake.
-        container_image: shell word of the built container (default: the quoted AWSTOE
-            parameter :data:`CONTAINER_PARAMETER`, which the recipe sets); "" for none.
+        container_image: shell word of the container's ECR URI with its tag (default: the
+            quoted AWSTOE parameter :data:`CONTAINER_PARAMETER`, which the recipe sets).
     """
     m = spec.manifest
-    build: list[Step] = []
-    if container_image:
-        build.append(Step("PullTrainingContainer", max_attempts=3, script=render(
-            "bake/aws-pull-container.sh.j2", bake=spec.stack, container_image=container_image,
-            region=shlex.quote(spec.region))))
-    build.append(Step("WriteManifest", script=manifest_script(spec)))
-    check = render("bake/check-host.sh.j2", bake=spec.stack, driver_branch=m.driver_branch, efa=m.fabric == "efa",
-                   container_image=container_image)
-    return Phase("build", tuple(build)), Phase("validate", (Step("CheckImage", script=check),))
+    efa = 1 if m.fabric == "efa" else 0
+    build = (
+        Step("BuildTrainingContainer", max_attempts=3, timeout_seconds=CONTAINER_BUILD_TIMEOUT_SECONDS, script=render(
+            "bake/aws-build-container.sh.j2", bake=spec.stack, container_image=container_image,
+            region=shlex.quote(spec.region), dockerfile=container_dockerfile(spec), context_manifest=CONTEXT_MANIFEST,
+            manifest_json=json.dumps(m.to_config(), indent=2, sort_keys=True))),
+        Step("WriteManifest", script=manifest_script(spec)),
+    )
+    check_host = render("bake/check-host.sh.j2", bake=spec.stack, driver_branch=m.driver_branch, efa=efa == 1,
+                        container_image=container_image)
+    check_container = render("bake/aws-check-container.sh.j2", bake=spec.stack, container_image=container_image,
+                             check=shlex.quote(container_check_script(spec, efa)))
+    return Phase("build", build), Phase("validate", (Step("CheckImage", script=check_host),
+                                                     Step("CheckContainer", script=check_container)))
 
 
-def container_phases(spec: BakeSpec) -> tuple[Phase, ...]:
-    """Phases of the container component: the manifest into the image; then what
-    ``gpuinfra-run`` requires inside it (:func:`blueprints.common.fabric.aws_fabric`)."""
+def container_check_script(spec: BakeSpec, efa: int) -> str:
+    """Bash run inside the built container: what ``gpuinfra-run`` requires there
+    (:func:`blueprints.common.fabric.aws_fabric`'s ``image`` requirements) and the manifest."""
     from blueprints.common.fabric import aws_fabric
 
-    efa = 1 if spec.manifest.fabric == "efa" else 0
     needs = [(shlex.quote(r.target), r.what) for r in aws_fabric(efa).requirements if r.kind == "image"]
-    check = render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=MANIFEST_PATH)
-    return (Phase("build", (Step("WriteManifest", script=manifest_script(spec)),)),
-            Phase("validate", (Step("CheckContainer", script=check),)))
+    return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=MANIFEST_PATH)
+
+
+#: File name of the manifest in the container's build context (copied to ``MANIFEST_PATH``).
+CONTEXT_MANIFEST = "gpuinfra-manifest.json"
 
 
 def container_dockerfile(spec: BakeSpec) -> str:
-    """The container recipe's Dockerfile template: on EFA families the boot path's own
-    Dockerfile (:func:`blueprints.common.fabric.efa_image_build`) with its ``FROM`` line made
-    Image Builder's parent image, the environments line after it and the components line (which
-    runs :func:`container_phases`, whose checks need the EFA user space) at the end; otherwise
-    just those three lines."""
+    """The training container's Dockerfile: on EFA families the boot path's own
+    (:func:`blueprints.common.fabric.efa_image_build`, same EFA installer and aws-ofi-nccl
+    steps on the pinned base), otherwise ``FROM`` the base; then the manifest copied to
+    :data:`~gpuinfra.bake.model.MANIFEST_PATH`."""
     from blueprints.common.fabric import efa_image_build
 
-    head = "FROM {{{ imagebuilder:parentImage }}}\n{{{ imagebuilder:environments }}}\n"
-    tail = "{{{ imagebuilder:components }}}\n"
-    if spec.manifest.fabric != "efa":
-        return head + tail
-    lines = efa_image_build(spec.manifest.container_base).dockerfile.splitlines(keepends=True)
-    index = next(i for i, line in enumerate(lines) if line.startswith("FROM "))
-    return "".join(lines[:index]) + head + "".join(lines[index + 1:]) + tail
+    m = spec.manifest
+    body = efa_image_build(m.container_base).dockerfile if m.fabric == "efa" else f"FROM {m.container_base}\n"
+    return body.rstrip("\n") + f"\nCOPY {CONTEXT_MANIFEST} {MANIFEST_PATH}\n"
 
 
 @dataclass(frozen=True)
@@ -186,7 +199,7 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
     template = render(
         "bake/gcp-image.pkr.hcl.j2", bake=spec.stack, packer_required_version=PACKER_REQUIRED_VERSION,
         googlecompute_version=GOOGLECOMPUTE_PLUGIN_VERSION, image_family=f"gpuinfra-{spec.stack}",
-        project=spec.gcp_project, zone=spec.zone, machine_type=spec.build_instance_type, source_image=image,
+        project=spec.gcp_project, zone=spec.zone, region=spec.region, machine_type=spec.build_instance_type, source_image=image,
         source_image_project=project, disk_size_gib=spec.build_volume_size_gib,
         image_description=f"gpuinfra bake {spec.stack}: manifest sha256 {m.sha256}",
         labels=m.gcp_labels(), service_account_email=service_account_email, uploads=uploads, scripts=scripts,

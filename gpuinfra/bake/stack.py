@@ -34,12 +34,17 @@ def render_bake_stack(spec: BakeSpec, generated_at: datetime | None = None) -> s
 
     stamp = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
     m = spec.manifest
+    build = (f"gpuinfra up {spec.stack}   (Image Builder builds the container and the AMI; `up` records both here)"
+             if spec.cloud == "aws" else
+             f"gpuinfra up {spec.stack}   (starts the Cloud Build run)   then   gpuinfra image record {spec.stack} "
+             "--from-outputs")
     header = (
         f"# Pulumi stack \"{spec.stack}\" of the gpuinfra project: an image bake, written by gpuinfra {__version__} on {stamp}.\n"
         f"# {m.cloud} {m.family} ({m.fabric}) on base {m.base_image}, container base {m.container_base}.\n"
         f"#\n# Review:  gpuinfra image preview {spec.stack}   (offline)\n"
-        f"# Build:   pulumi up -s {spec.stack}   then   gpuinfra image record {spec.stack} --image-id <image_id output>\n"
+        f"# Build:   {build}\n"
         f"# Use:     gpuinfra new ... --image baked:{spec.stack}\n"
+        f"# Remove:  gpuinfra down {spec.stack}   (the build resources; the image stays for the clusters that boot it)\n"
     )
     config = {**bake_provider_config(spec), f"gpuinfra:{BAKE_CONFIG_KEY}": spec.to_config()}
     return header + yaml.safe_dump({"config": config}, sort_keys=False, width=100)
@@ -102,8 +107,8 @@ def record_result(project_dir: Path, name: str, image_id: str, container_image: 
                         f"({'ami-...' if spec.cloud == 'aws' else 'projects/P/global/images/NAME'})")
     if container_image and spec.manifest.container_pinned and not DIGEST_RE.match(container_image):
         raise BakeError(f"--container-image {container_image!r} has no digest and bake {name!r} pins its container; "
-                        "give repo@sha256:<64 hex> (`aws ecr describe-images --repository-name gpuinfra/"
-                        f"{name} --query 'imageDetails[0].imageDigest'` / `gcloud artifacts docker images list`)")
+                        "give repo@sha256:<64 hex>, or let `gpuinfra image record "
+                        f"{name} --from-outputs` look the digest up")
     try:
         result = BakeResult(image_id=image_id, container_image=container_image)
     except ValueError as exc:
@@ -134,16 +139,17 @@ def _bake_name(value: str) -> str:
     return value[len(BAKED_PREFIX):]
 
 
-def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, ...]]:
-    """``(cloud, instance_types)`` of the bake ``--image baked:<name>`` names: ``new`` plans on
-    that cloud when no ``--cloud`` is given, and on its type when it was baked for one type and
-    no ``--instance-type`` is given.
+def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, ...], str]:
+    """``(cloud, instance_types, fabric)`` of the bake ``--image baked:<name>`` names: ``new``
+    plans on that cloud when no ``--cloud`` is given, on its type when it was baked for one type
+    and no ``--instance-type`` is given, and counts the fabric the image carries as installed
+    (:attr:`gpuinfra.planner.PlanRequest.image_fabric`).
 
     Raises:
         BakeError: not ``baked:<name>``, or no such bake.
     """
     spec = read_bake(project_dir, _bake_name(value))
-    return spec.cloud, spec.manifest.instance_types
+    return spec.cloud, spec.manifest.instance_types, spec.manifest.fabric
 
 
 def list_bakes(project_dir: Path) -> list[BakeSpec]:
@@ -174,8 +180,8 @@ def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str) -
         raise BakeError(f"bake {name!r} was baked for {m.family} ({', '.join(m.instance_types)}), not {instance_type}; "
                         f"pass --instance-type {m.instance_types[0]}")
     if spec.result is None:
-        raise BakeError(f"bake {name!r} has no image id yet: run `pulumi up -s {name}`, then "
-                        f"`gpuinfra image record {name} --image-id <image_id output>`")
+        then = "" if spec.cloud == "aws" else f", then `gpuinfra image record {name} --from-outputs` once its build finished"
+        raise BakeError(f"bake {name!r} has no image id yet: run `gpuinfra up {name}`{then}")
     return BakedImage(spec.result.image_id, spec.result.container_image, m)
 
 

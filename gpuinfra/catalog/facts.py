@@ -1,8 +1,8 @@
 """Instance facts from the clouds' own descriptions.
 
 AWS facts are read from EC2 ``DescribeInstanceTypes`` output (the same parser serves the
-shipped snapshot and ``gpuinfra catalog refresh``). GCP has no API field for GPU NIC layouts
-or bundled local SSDs, so those come from a curated table with sources
+shipped snapshot and ``gpuinfra catalog refresh``). GCP has no API field for GPU NIC layouts,
+bundled local SSDs or network bandwidth, so those come from a curated table with sources
 (``gpuinfra/catalog/data/gcp_machine_facts.json``).
 """
 
@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpuinfra.catalog.facts_model import InstanceFacts, LocalSsdFacts, NicNetwork, PlacementFacts
+from gpuinfra.catalog.facts_model import (InstanceFacts, LocalSsdFacts, NicNetwork, PlacementFacts,
+                                          aws_primary_card_gbps)
 
 #: Instance types whose GPUs sit on NVSwitch, so NVIDIA fabric manager must run.
 #: Source: aws-parallelcluster-cookbook resources/fabric_manager/partial/_fabric_manager_common.rb
@@ -103,12 +104,13 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
     gpu = aws_gpu_name(gpus[0]["Name"], int(gpus[0].get("MemoryInfo", {}).get("SizeInMiB", 0))) if gpus else None
     usage = instance_type.get("SupportedUsageClasses") or ["on-demand"]
     name = instance_type["InstanceType"]
+    card_count = int(network.get("MaximumNetworkCards", max(len(cards), 1)))
     return InstanceFacts(
         cloud="aws",
         instance_type=name,
         gpu=gpu,
         gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
-        network_cards=int(network.get("MaximumNetworkCards", max(len(cards), 1))),
+        network_cards=card_count,
         max_interfaces_per_network_card=min(
             (int(c.get("MaximumNetworkInterfaces", 1)) for c in cards), default=1
         ),
@@ -123,6 +125,7 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
         placement=PlacementFacts(cluster_placement_group="cluster" in strategies),
         provisioning_models=tuple(_AWS_USAGE_CLASSES[u] for u in usage if u in _AWS_USAGE_CLASSES),
         network_bandwidth_gbps=bandwidth,
+        host_nic_bandwidth_gbps=aws_primary_card_gbps(bandwidth, card_count),
         sources={
             "describe": source,
             "mtu": "docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html (9001 in a VPC)",
@@ -143,6 +146,39 @@ def _gcp_gpu(machine_type: str, curated: Mapping) -> tuple[str | None, int]:
     return None, 0
 
 
+def gcp_bandwidth_gbps(machine_type: str, family: Mapping, networks: tuple[NicNetwork, ...]
+                       ) -> tuple[float | None, float | None]:
+    """(GPU-traffic, host-NIC) bandwidth in Gbit/s of a GCP machine type from its family's
+    ``network_bandwidth`` table (sources in the family's ``sources.network_bandwidth``).
+
+    Args:
+        machine_type: e.g. ``a3-megagpu-8g``.
+        family: the curated family entry that matched ``machine_type``.
+        networks: the type's NIC networks (roles ``gpu`` / ``roce`` are GPU NICs).
+
+    Rules: a type with GPU NICs gives ``gpu_nics_gbps`` (all GPU NICs together: they carry
+    NCCL) and ``host_nics_gbps`` (all other gVNICs together: they reach Cloud Storage); a type
+    without GPU NICs has one gVNIC, so its ``vm_max_gbps`` serves both. A type missing from the
+    table, or a missing figure, is unknown (None): gpuinfra does not guess bandwidth.
+
+    Raises:
+        ValueError: the entry is inconsistent (GPU-NIC figures on a type without GPU NICs, or
+            GPU + host NICs above the VM's maximum egress).
+    """
+    entry = family.get("network_bandwidth", {}).get(machine_type)
+    if entry is None:
+        return None, None
+    vm, gpu, host = (entry.get(k) for k in ("vm_max_gbps", "gpu_nics_gbps", "host_nics_gbps"))
+    if not any(n.role in ("gpu", "roce") for n in networks):
+        if gpu is not None or host is not None:
+            raise ValueError(f"gcp_machine_facts.json: {machine_type} has no GPU NICs but lists GPU/host NIC bandwidth")
+        return (None, None) if vm is None else (float(vm), float(vm))
+    if vm is not None and gpu is not None and host is not None and gpu + host > vm:
+        raise ValueError(f"gcp_machine_facts.json: {machine_type} GPU NICs {gpu} + host NICs {host} Gbps exceed the "
+                         f"VM's {vm} Gbps")
+    return (None if gpu is None else float(gpu)), (None if host is None else float(host))
+
+
 def gcp_facts(machine_type: str, curated: Mapping) -> InstanceFacts | None:
     """Facts of a GCP machine type from the curated family table.
 
@@ -156,6 +192,7 @@ def gcp_facts(machine_type: str, curated: Mapping) -> InstanceFacts | None:
 
     Raises:
         pydantic.ValidationError: the curated entry is inconsistent.
+        ValueError: the curated bandwidth entry is inconsistent (:func:`gcp_bandwidth_gbps`).
     """
     for family in curated["families"]:
         if not re.match(family["match"], machine_type):
@@ -166,6 +203,7 @@ def gcp_facts(machine_type: str, curated: Mapping) -> InstanceFacts | None:
         gpu, gpu_count = _gcp_gpu(machine_type, curated)
         networks = tuple(NicNetwork(**n) for n in family["networks"])
         provisioning = family.get("provisioning_models_by_type", {}).get(machine_type, family["provisioning_models"])
+        gpu_traffic_gbps, host_nic_gbps = gcp_bandwidth_gbps(machine_type, family, networks)
         return InstanceFacts(
             cloud="gcp",
             instance_type=machine_type,
@@ -188,7 +226,8 @@ def gcp_facts(machine_type: str, curated: Mapping) -> InstanceFacts | None:
             nvswitch=machine_type in family.get("nvswitch_types", []),
             placement=PlacementFacts(**family["placement"]),
             provisioning_models=tuple(provisioning),
-            network_bandwidth_gbps=None,
+            network_bandwidth_gbps=gpu_traffic_gbps,
+            host_nic_bandwidth_gbps=host_nic_gbps,
             sources={**family["sources"], "local_ssd_size": curated["local_ssd"]["_source"]},
         )
     return None

@@ -40,6 +40,19 @@ AWS_CAPACITY_TYPES = {"on-demand": "on-demand", "spot": "spot", "capacity-block"
 NicLayout = Literal["efa", "ena", "gvnic", "tcpx", "tcpxo", "gib"]
 
 
+def aws_primary_card_gbps(total_gbps: float | None, network_cards: int) -> float | None:
+    """Bandwidth of one EC2 network card: the total over ``network_cards`` cards (Gbit/s).
+
+    Object-storage (IP) traffic leaves through the primary interface, card 0 / device 0
+    (cluster-facts.md section 6, item 6), not through the other cards' EFA interfaces. EC2
+    reports ``PeakBandwidthInGbps`` per card; every type in the shipped snapshot reports the
+    same figure on each of its cards, so this is card 0's. None when ``total_gbps`` is None or 0.
+    """
+    if not total_gbps:
+        return None
+    return total_gbps / max(1, network_cards)
+
+
 class NicNetwork(BaseModel):
     """One network the type's NICs attach to (GCP: one VPC per entry; AWS: the VPC).
 
@@ -148,7 +161,19 @@ class InstanceFacts(BaseModel):
         nvswitch: GPUs sit on NVSwitch (NVIDIA fabric manager must run).
         placement: see :class:`PlacementFacts`.
         provisioning_models: ways the cloud sells the type (see :data:`ProvisioningModel`).
-        network_bandwidth_gbps: advertised bandwidth summed over cards, or None if unknown.
+        network_bandwidth_gbps: bandwidth, Gbit/s, of the NICs that carry inter-node GPU (NCCL)
+            traffic. AWS: ``PeakBandwidthInGbps`` summed over the network cards (EFA rides on
+            every card), else the parsed ``NetworkPerformance``; GCP: all GPU NICs together
+            (GPUDirect-TCPX/TCPXO gVNICs, MRDMA NICs) where the type has them, else the VM's
+            documented maximum egress (``gcp_machine_facts.json`` ``network_bandwidth``, sources
+            per family). None when no citable figure exists (fail closed).
+        host_nic_bandwidth_gbps: bandwidth, Gbit/s, of the NIC(s) that carry host traffic --
+            object storage, so the checkpoint upload -- which never uses the EFA / GPU NICs.
+            AWS: the primary network card's share, ``network_bandwidth_gbps /
+            network_cards``; GCP: the documented bandwidth of the non-GPU gVNIC(s) together
+            (A3 Mega / High: the primary NIC, "up to 200 Gbps"; A3 Ultra / A4: "2 host NICs
+            providing a bandwidth of 400 Gbps"), the VM's maximum egress for single-NIC
+            types. None when unknown.
         sources: fact name -> the page or file it comes from.
     """
 
@@ -170,7 +195,19 @@ class InstanceFacts(BaseModel):
     placement: PlacementFacts
     provisioning_models: tuple[ProvisioningModel, ...] = Field(min_length=1)
     network_bandwidth_gbps: float | None = None
+    host_nic_bandwidth_gbps: float | None = Field(default=None, gt=0)
     sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _aws_host_nic_of_older_records(cls, data: object) -> object:
+        """AWS facts recorded before ``host_nic_bandwidth_gbps`` existed (stack files, refreshed
+        catalogs) get the same derivation as :func:`aws_primary_card_gbps`, so they stay equal
+        to the catalog's facts."""
+        if isinstance(data, dict) and data.get("cloud") == "aws" and "host_nic_bandwidth_gbps" not in data:
+            data = {**data, "host_nic_bandwidth_gbps": aws_primary_card_gbps(data.get("network_bandwidth_gbps"),
+                                                                          int(data.get("network_cards") or 1))}
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> InstanceFacts:

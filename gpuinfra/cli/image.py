@@ -10,8 +10,17 @@ import typer
 
 from gpuinfra.cli import options
 
-app = typer.Typer(help="Bake a node family's machine image and training container (a Pulumi stack of its own), "
-                       "record the result, use it with `gpuinfra new --image baked:<name>`.",
+
+def next_step(spec) -> str:
+    """The command after ``image bake`` (AWS: ``up`` builds and records; GCP: ``up`` starts the
+    build, ``record --from-outputs`` once it finished)."""
+    if spec.cloud == "aws":
+        return f"gpuinfra up {spec.stack}   (builds the container and the AMI and records them)"
+    return f"gpuinfra up {spec.stack}   (starts the build)   then   gpuinfra image record {spec.stack} --from-outputs"
+
+app = typer.Typer(help="Bake a node family's machine image and training container (a Pulumi stack of its own: "
+                       "`gpuinfra up <name>` builds it, `gpuinfra down <name>` removes the build resources and keeps "
+                       "the image), use it with `gpuinfra new --image baked:<name>`.",
                   no_args_is_help=True)
 
 _DEFAULT_REGION = {"aws": "us-east-1", "gcp": "us-central1"}
@@ -59,7 +68,7 @@ def bake(
     for note in made.notes:
         out.print(f"  note: {note}")
     out.print(f"  wrote {made.stack_file}")
-    out.print(f"next: pulumi up -s {made.spec.stack}   then   gpuinfra image record {made.spec.stack} --image-id <image_id>")
+    out.print(f"next: {next_step(made.spec)}", markup=False)
 
 
 def _print_cost(out, cost: dict) -> None:
@@ -109,7 +118,7 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     out = stdout_console()
     for row in rows:
         out.print(f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
-                  f"{row['image_id'] or 'not built yet (pulumi up, then gpuinfra image record)'}")
+                  f"{row['image_id'] or 'not built yet (gpuinfra up ' + row['name'] + ')'}", markup=False)
     if not rows:
         out.print(f"no bakes in {project_dir / 'stacks'} (gpuinfra image bake ...)")
 
@@ -117,16 +126,32 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
 @app.command("record")
 def record(
     name: str = typer.Argument(..., help="Bake name."),
-    image_id: str = typer.Option(..., "--image-id", help="The bake's image_id output: ami-... or projects/P/global/images/NAME."),
-    container_image: str = typer.Option("", "--container-image", help="The bake's container_image output (repo@sha256:...)."),
+    image_id: Optional[str] = typer.Option(None, "--image-id", help="The bake's image: ami-... or projects/P/global/images/NAME.", show_default=False),
+    container_image: str = typer.Option("", "--container-image", help="The bake's container (repo@sha256:...)."),
+    from_outputs: bool = typer.Option(False, "--from-outputs", help="Take them from the deployed bake stack (AWS: outputs, container digest from ECR; GCP: newest image of the bake's family)."),
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Record a finished bake's image id in its stack file (then `gpuinfra new --image baked:NAME`)."""
+    """Record a finished bake's image in its stack file (then `gpuinfra new --image baked:NAME`); `gpuinfra up` does this on AWS."""
     from gpuinfra.bake.stack import record_result
     from gpuinfra.cli.console import stdout_console
+    from gpuinfra.errors import RequestError
 
-    spec = record_result(project_dir, name, image_id, container_image)
-    stdout_console().print(f"{name}: image {spec.result.image_id} recorded; use: gpuinfra new ... --image baked:{name}")
+    if from_outputs == (image_id is not None) or (from_outputs and container_image):
+        raise RequestError("give either --from-outputs, or --image-id (and --container-image)")
+    if from_outputs:
+        from gpuinfra.bake.deploy import record_from_outputs
+        from gpuinfra.bake.stack import read_bake
+        from gpuinfra.lifecycle import check_credentials, make_backend
+
+        spec = read_bake(project_dir, name)
+        backend = make_backend()
+        check_credentials(spec.cloud)
+        spec = record_from_outputs(Path(project_dir), spec, backend.outputs(Path(project_dir), name))
+    else:
+        spec = record_result(project_dir, name, image_id, container_image)
+    container = f", container {spec.result.container_image}" if spec.result.container_image else ""
+    stdout_console().print(f"{name}: image {spec.result.image_id}{container} recorded; use: gpuinfra new ... "
+                           f"--image baked:{name}", markup=False, soft_wrap=True)
 
 
 @app.command("preview")

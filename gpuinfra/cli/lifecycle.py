@@ -37,15 +37,19 @@ def _backend():
 
 
 def up(
-    stack: str = typer.Argument(..., help="Stack name."),
+    stack: str = typer.Argument(..., help="Stack name (a cluster, or an image bake from `gpuinfra image bake`)."),
     replace_nodes: bool = typer.Option(False, "--replace-nodes", help="Allow an update that replaces the running nodes (ends training on them)."),
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Create or update the stack's cluster (`pulumi up` through the Automation API)."""
+    """Create or update the stack (`pulumi up` through the Automation API); a bake stack builds and records its image."""
+    from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.lifecycle import check_credentials, deploy
     from gpuinfra.stackfile import read_stack_spec
 
+    if is_bake_stack(Path(project_dir), stack):
+        _up_bake(stack, replace_nodes, Path(project_dir))
+        return
     backend = _backend()
     spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
@@ -55,18 +59,47 @@ def up(
     out.print(f"done: {changes}")
 
 
+def _up_bake(stack: str, replace_nodes: bool, project_dir: Path) -> None:
+    """``up`` of an image bake (:func:`gpuinfra.bake.deploy.deploy_bake`)."""
+    from gpuinfra.bake.deploy import deploy_bake
+    from gpuinfra.bake.stack import read_bake
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.errors import RequestError
+    from gpuinfra.lifecycle import check_credentials
+
+    if replace_nodes:
+        raise RequestError(f"--replace-nodes is for cluster stacks; {stack!r} is an image bake (no nodes): "
+                           f"run `gpuinfra up {stack}`")
+    backend = _backend()
+    spec = read_bake(project_dir, stack)
+    check_credentials(spec.cloud)
+    m = spec.manifest
+    work = ("Image Builder's build instance builds the container, then the AMI; this waits for both" if spec.cloud == "aws"
+            else "creates the Cloud Build trigger, then starts a build")
+    out = stdout_console()
+    out.print(f"up {stack}: image bake of {m.cloud} {m.family} ({m.fabric}) in {spec.region}; {work}", markup=False)
+    result = deploy_bake(backend, project_dir, spec, _progress())
+    out.print(f"done: {result.changes}")
+    for line in result.lines:
+        out.print(line, soft_wrap=True, markup=False)
+
+
 def down(
     stack: str = typer.Argument(..., help="Stack name."),
     delete_data: bool = typer.Option(False, "--delete-data", help="Also delete the bucket and everything in it."),
     yes: bool = typer.Option(False, "--yes", help="Do not ask before deleting a non-empty bucket."),
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Destroy the cluster; the bucket and its data are kept unless --delete-data."""
+    """Destroy the cluster; the bucket and its data are kept unless --delete-data. A bake stack keeps its image."""
+    from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.errors import RequestError
     from gpuinfra.lifecycle import check_credentials, count_bucket_objects, mark_delete_data
     from gpuinfra.stackfile import read_stack_spec
 
+    if is_bake_stack(Path(project_dir), stack):
+        _down_bake(stack, delete_data, Path(project_dir))
+        return
     backend = _backend()
     spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
@@ -87,6 +120,28 @@ def down(
         out.print(f"down {stack}: destroying the cluster; the bucket and its data are kept")
     changes = backend.destroy(Path(project_dir), stack, _progress())
     out.print(f"done: {changes}")
+
+
+def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
+    """``down`` of an image bake (:func:`gpuinfra.bake.deploy.destroy_bake`)."""
+    from gpuinfra.bake.deploy import destroy_bake
+    from gpuinfra.bake.stack import read_bake
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.errors import RequestError
+    from gpuinfra.lifecycle import check_credentials
+
+    if delete_data:
+        raise RequestError(f"--delete-data is for cluster stacks (their data bucket); {stack!r} is an image bake, which "
+                           f"has none; nothing was destroyed: run `gpuinfra down {stack}`")
+    backend = _backend()
+    spec = read_bake(project_dir, stack)
+    check_credentials(spec.cloud)
+    out = stdout_console()
+    out.print(f"down {stack}: destroying the bake's build resources; its image is kept", markup=False)
+    result = destroy_bake(backend, project_dir, spec, _progress())
+    out.print(f"done: {result.changes}")
+    for line in result.lines:
+        out.print(line, soft_wrap=True, markup=False)
 
 
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:

@@ -5,12 +5,15 @@ the interruption notice, and how often to checkpoint.
   (4 B) and Adam moments (8 B) per trained parameter (ZeRO paper arXiv:1910.02054 section 3;
   DeepSpeed and FSDP save these states), divided over the nodes (each node writes its shard).
   LoRA/QLoRA save the adapters with their optimizer state (the frozen base is not saved).
-* Upload: at the bandwidth of the node's primary network card (catalog facts: total
-  bandwidth / network cards; object-storage traffic does not use the EFA / GPU NICs). AWS: "each connection to Amazon S3
-  has a maximum transfer rate of 5Gbps", parallel connections reach the instance's network
-  bandwidth (repost.aws/articles/AR1Jqz-WmjRzCgVGa-uVSdLQ "Maximizing Amazon S3 transfer
-  throughput to Amazon EC2 instances"). GCP: no per-VM Cloud Storage figure in the catalog
-  facts yet: the upload time is then unknown.
+* Upload: at the bandwidth of the node's host NIC(s) (catalog facts ``host_nic_bandwidth_gbps``;
+  object-storage traffic does not use the EFA / GPU NICs). AWS: the primary network card,
+  total bandwidth / network cards; "each connection to Amazon S3 has a maximum transfer rate
+  of 5Gbps", parallel connections reach the instance's network bandwidth
+  (repost.aws/articles/AR1Jqz-WmjRzCgVGa-uVSdLQ "Maximizing Amazon S3 transfer throughput to
+  Amazon EC2 instances"). GCP: the host gVNIC(s) of ``gcp_machine_facts.json`` (A3 Mega / High
+  "up to 200 Gbps bandwidth on the primary NIC"; A3 Ultra / A4 "2 host NICs providing a
+  bandwidth of 400 Gbps", both gVNICs together; single-NIC types their VM maximum egress);
+  unknown (N1) leaves the upload time unknown.
 * Notice: AWS gives a two-minute (120 s) Spot interruption notice
   (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html); GCP
   Spot VMs get 30 s between ACPI G2 Soft Off and G3 Mechanical Off (Compute Engine API
@@ -68,18 +71,19 @@ def young_daly_interval_seconds(write_seconds: float, mtbi_seconds: float) -> fl
     return math.sqrt(2 * write_seconds * mtbi_seconds) - write_seconds
 
 
-def checkpoint_plan(trained_params: float, nodes: int, cloud: str, network_bandwidth_gbps: float | None,
+def checkpoint_plan(trained_params: float, nodes: int, cloud: str, host_nic_bandwidth_gbps: float | None,
                     interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR) -> CheckpointPlan:
     """The plan for ``nodes`` spot nodes of one instance type on ``cloud``.
 
     Args:
         trained_params: parameters whose optimizer state is saved (all for full training,
             the adapters for LoRA/QLoRA).
-        network_bandwidth_gbps: the node's network bandwidth, Gbit/s (None: unknown).
+        host_nic_bandwidth_gbps: the bandwidth of the node's host NIC(s), the object-storage
+            path, Gbit/s (catalog facts ``host_nic_bandwidth_gbps``; None: unknown).
         interruptions_per_node_hour: expected interruptions per node and hour (> 0).
     """
     per_node = checkpoint_bytes(trained_params) / max(1, nodes)
-    upload = None if not network_bandwidth_gbps else per_node / (network_bandwidth_gbps * 1e9 / 8)
+    upload = None if not host_nic_bandwidth_gbps else per_node / (host_nic_bandwidth_gbps * 1e9 / 8)
     notice = NOTICE_SECONDS[cloud]
     mtbi = 3600 / (interruptions_per_node_hour * max(1, nodes))
     interval = None if upload is None else young_daly_interval_seconds(upload, mtbi) / 60

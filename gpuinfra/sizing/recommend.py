@@ -169,8 +169,11 @@ class Candidate:
         offer: where that offer is (``cloud``, ``region``, ``zone``, ``instance_type``).
         time: training time (None without tokens).
         host_memory_gib: host RAM of one node (CPU offload check); None when unknown.
-        network_bandwidth_gbps: node network bandwidth; None when unknown.
-        storage_bandwidth_gbps: bandwidth of the primary network card (object storage).
+        network_bandwidth_gbps: bandwidth of the node's NICs for inter-node GPU traffic, Gbit/s
+            (catalog facts ``network_bandwidth_gbps``); None when unknown.
+        storage_bandwidth_gbps: bandwidth of the node's host NIC(s), the object-storage path,
+            Gbit/s (catalog facts ``host_nic_bandwidth_gbps``: AWS the primary card, GCP the
+            host gVNICs); None when unknown.
     """
 
     gpu: str
@@ -243,12 +246,28 @@ def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node:
 
 
 def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str) -> bool:
-    """True when the type has a GPU network for multi-node training: AWS EFA, GCP GPUDirect
-    (TCPX / TCPXO) or RDMA (``gib``) NIC layouts (catalog facts)."""
+    """True when the type has a GPU network for multi-node training that gpuinfra's nodes use:
+    AWS EFA, GCP GPUDirect (TCPXO) or RDMA (``gib``) NIC layouts (catalog facts). A3 High's TCPX
+    is left out: it cannot be installed at boot (rule fabric-installable-at-boot), so its nodes
+    use the primary NIC unless the stack boots a baked image."""
     facts = catalog.fact(cloud, instance_type)
-    if facts is None:
+    if facts is None or _fabric_blocked(facts):
         return False
     return facts.efa_supported if cloud == "aws" else facts.nic_layout in FAST_GCP_LAYOUTS
+
+
+def _fabric_blocked(facts) -> bool:
+    from gpuinfra.rules.spec_rules import fabric_boot_blocker
+
+    return bool(facts.gpu_nic_count and fabric_boot_blocker(facts.cloud, facts.nic_layout))
+
+
+def _inter_node_gbps(facts) -> float | None:
+    """Bandwidth between nodes as gpuinfra deploys the type: the GPU NICs' total, or the host
+    NIC(s) when the GPU fabric cannot be installed at boot (:func:`high_bandwidth_network`)."""
+    if facts is None:
+        return None
+    return facts.host_nic_bandwidth_gbps if _fabric_blocked(facts) else facts.network_bandwidth_gbps
 
 
 def _cheapest_offers(catalog: Catalog, fast_only: bool) -> dict[tuple[str, int], dict]:
@@ -264,17 +283,9 @@ def _cheapest_offers(catalog: Catalog, fast_only: bool) -> dict[tuple[str, int],
             facts = catalog.fact(o.cloud, o.instance_type)
             best[key] = {"price": price, "cloud": o.cloud, "region": o.region, "zone": o.zone,
                          "instance_type": o.instance_type, "host_memory_gib": o.memory_gib,
-                         "network_bandwidth_gbps": None if facts is None else facts.network_bandwidth_gbps,
-                         "storage_bandwidth_gbps": _primary_card_gbps(facts)}
+                         "network_bandwidth_gbps": _inter_node_gbps(facts),
+                         "storage_bandwidth_gbps": None if facts is None else facts.host_nic_bandwidth_gbps}
     return best
-
-
-def _primary_card_gbps(facts) -> float | None:
-    """Bandwidth of one network card (total / cards): object-storage traffic leaves through the
-    primary (ENA / gVNIC) interface, not the EFA or GPU NICs; None when unknown."""
-    if facts is None or not facts.network_bandwidth_gbps:
-        return None
-    return facts.network_bandwidth_gbps / max(1, facts.network_cards)
 
 
 def _device_memory_gib(gpu: str) -> float:

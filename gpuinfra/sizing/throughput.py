@@ -8,7 +8,9 @@
   ZeRO-3 / FSDP all-gather parameters in forward and backward plus reduce-scatter gradients
   = 3 x 2P bytes; each scaled by (N-1)/N. LoRA/QLoRA exchange adapter gradients only. The
   volume crosses the node's network, shared by its GPUs: per-GPU bandwidth = node network
-  bandwidth (catalog facts ``network_bandwidth_gbps``) / GPUs per node. Inside one node
+  bandwidth (catalog facts ``network_bandwidth_gbps``: AWS all cards, GCP the GPU NICs where
+  the type has them, e.g. a3-megagpu-8g 8 x 200 Gbps, else the VM's maximum egress) / GPUs
+  per node. Inside one node
   (NVLink / PCIe) communication is not counted. No overlap with compute is assumed (errs
   high). Steps = tokens / (seq x micro-batch x GPUs).
 """

@@ -12,7 +12,7 @@ import yaml
 
 from blueprints.common.fabric import efa_image_build
 from gpuinfra.bake.preview import check_bake, run_bake_preview
-from gpuinfra.bake.render import aws_host_phases, component_document, container_dockerfile, container_phases
+from gpuinfra.bake.render import aws_host_phases, component_document, container_check_script, container_dockerfile
 from tests.bake.awstoe_schema import SCHEMA
 from tests.bake.conftest import AMI, NGC
 from tests.blueprints.helpers import need_tool
@@ -32,10 +32,9 @@ def test_exact_resources(preview):
     assert counts == {
         "gpuinfra:aws:ImageBake": 1, "aws:iam/role:Role": 1, "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 2,
         "aws:iam/rolePolicy:RolePolicy": 1, "aws:iam/instanceProfile:InstanceProfile": 1,
-        "aws:ecr/repository:Repository": 1, f"{IB}component:Component": 2,
-        f"{IB}containerRecipe:ContainerRecipe": 1, f"{IB}imageRecipe:ImageRecipe": 1,
+        "aws:ecr/repository:Repository": 1, f"{IB}component:Component": 1, f"{IB}imageRecipe:ImageRecipe": 1,
         f"{IB}infrastructureConfiguration:InfrastructureConfiguration": 1,
-        f"{IB}distributionConfiguration:DistributionConfiguration": 1, f"{IB}image:Image": 2,
+        f"{IB}distributionConfiguration:DistributionConfiguration": 1, f"{IB}image:Image": 1,
     }
 
 
@@ -47,12 +46,16 @@ def test_pinned_values(preview, p5_bake):
     recipe = preview.of_type(f"{IB}imageRecipe:ImageRecipe")[0].inputs
     assert recipe["parentImage"] == AMI
     assert recipe["blockDeviceMappings"][0]["ebs"]["volumeType"] == "gp3"
-    container = preview.of_type(f"{IB}containerRecipe:ContainerRecipe")[0].inputs
-    assert (container["containerType"], container["parentImage"]) == ("DOCKER", NGC)
-    assert container["targetRepository"]["service"] == "ECR"
-    assert "ARG EFA_INSTALLER_VERSION=1.43.2" in container["dockerfileTemplateData"]
+    # no container recipe: its parent may only be a managed, ECR or Docker Hub image, not nvcr.io
+    assert not preview.of_type(f"{IB}containerRecipe:ContainerRecipe")
+    parameter = recipe["components"][0]["parameters"][0]
+    assert parameter == {"name": "ContainerImage", "value": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:"
+                                                         f"bake-{p5_bake.manifest.sha256[:12]}"}
+    host = preview.of_type(f"{IB}component:Component")[0].inputs["data"]
+    assert "ARG EFA_INSTALLER_VERSION=1.43.2" in host and f"FROM {NGC}" in host
     infra = preview.of_type(f"{IB}infrastructureConfiguration:InfrastructureConfiguration")[0].inputs
-    assert infra["instanceTypes"] == ["m7i.large"] and infra["instanceMetadataOptions"]["httpTokens"] == "required"
+    assert infra["instanceTypes"] == ["m7i.large"]
+    assert infra["instanceMetadataOptions"] == {"httpTokens": "required", "httpPutResponseHopLimit": 1}
     assert infra["terminateInstanceOnFailure"] is True
     repo = preview.of_type("aws:ecr/repository:Repository")[0].inputs
     assert repo["imageTagMutability"] == "IMMUTABLE" and repo["name"] == "gpuinfra/bake-p5"
@@ -64,28 +67,30 @@ def test_pinned_values(preview, p5_bake):
                         "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
 
 
-def test_container_dockerfile_is_the_boot_paths(p5_bake):
+def test_container_dockerfile_is_the_boot_paths_plus_the_manifest(p5_bake):
     boot = efa_image_build(NGC).dockerfile
     baked = container_dockerfile(p5_bake)
-    assert baked.count("{{{ imagebuilder:parentImage }}}") == 1 and f"FROM {NGC}" not in baked
-    assert [line for line in boot.splitlines() if not line.startswith("FROM ")] == [
-        line for line in baked.splitlines() if "imagebuilder:" not in line]
-    assert baked.rstrip().endswith("{{{ imagebuilder:components }}}")  # checks run after the EFA user space
+    assert baked == boot.rstrip("\n") + "\nCOPY gpuinfra-manifest.json /etc/gpuinfra/bake-manifest.json\n"
+    assert "{{" not in baked  # AWSTOE would substitute it
 
 
 def _documents(spec):
-    return [component_document("host", "h", aws_host_phases(spec), {"ContainerImage": "uri"}),
-            component_document("container", "c", container_phases(spec))]
+    return [component_document("host", "h", aws_host_phases(spec), {"ContainerImage": "uri"})]
 
 
 def test_component_documents_match_the_documented_schema(p5_bake, preview):
     for text in _documents(p5_bake) + [r.inputs["data"] for r in preview.of_type(f"{IB}component:Component")]:
         jsonschema.validate(yaml.safe_load(text), SCHEMA)
     host = yaml.safe_load(_documents(p5_bake)[0])
-    assert [s["name"] for s in host["phases"][0]["steps"]] == ["PullTrainingContainer", "WriteManifest"]
-    assert [s["name"] for s in host["phases"][1]["steps"]] == ["CheckImage"]
+    assert [s["name"] for s in host["phases"][0]["steps"]] == ["BuildTrainingContainer", "WriteManifest"]
+    assert [s["name"] for s in host["phases"][1]["steps"]] == ["CheckImage", "CheckContainer"]
+    build = host["phases"][0]["steps"][0]
+    assert (build["maxAttempts"], build["timeoutSeconds"]) == (3, 7200)
     check = host["phases"][1]["steps"][0]["inputs"]["commands"][0]
     assert "branch=580" in check and "/opt/amazon/efa_installed_packages" in check
+    inside = host["phases"][1]["steps"][1]["inputs"]["commands"][0]
+    assert "docker run --rm --entrypoint /bin/bash '{{ ContainerImage }}' -c" in inside
+    assert "/opt/amazon/ofi-nccl" in inside and "/etc/gpuinfra/bake-manifest.json" in inside
 
 
 @pytest.mark.tools
@@ -93,9 +98,23 @@ def test_every_script_passes_shellcheck(p5_bake, tmp_path):
     shellcheck = need_tool("shellcheck")
     scripts = [cmd for text in _documents(p5_bake) for phase in yaml.safe_load(text)["phases"]
                for step in phase["steps"] if step["action"] == "ExecuteBash" for cmd in step["inputs"]["commands"]]
-    assert len(scripts) == 5
+    assert len(scripts) == 4
+    scripts.append(container_check_script(p5_bake, 1))  # run inside the container by CheckContainer
     for index, script in enumerate(scripts):
         path = tmp_path / f"s{index}.sh"
-        path.write_text(script.replace("{{ ContainerImage }}", "registry/repo@sha256:" + "c" * 64))
+        path.write_text(script.replace("{{ ContainerImage }}", "1.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:bake-0"))
         result = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, script + result.stdout
+
+
+@pytest.mark.parametrize("family", ["p5", "p4d", "g5", "g6e"])
+def test_every_component_fits_image_builders_inline_data_limit(family):
+    """CreateComponent ``data``: "Length Constraints: Minimum length of 1. Maximum length of
+    16000" (docs.aws.amazon.com/imagebuilder/latest/APIReference/API_CreateComponent.html)."""
+    from gpuinfra.bake.plan import plan_bake
+    from gpuinfra.catalog.store import load_catalog
+    from tests.bake.conftest import DLVM_FAMILY, aws_request
+
+    spec = plan_bake(aws_request(family=family), load_catalog().facts, DLVM_FAMILY)
+    [component] = run_bake_preview(spec).of_type(f"{IB}component:Component")
+    assert 0 < len(component.inputs["data"]) <= 16000

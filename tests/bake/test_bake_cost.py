@@ -1,4 +1,5 @@
-"""gpuinfra.bake.cost: a bake priced from sourced unit prices; an unpriced line fails closed."""
+"""gpuinfra.bake.cost: an AWS bake priced from sourced unit prices; an unpriced line fails closed
+(the GCP bake: tests/bake/test_gcp_bake_cost.py)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,3 @@ def test_region_without_prices_gives_no_total(p5_bake):
     assert doc["once_usd"] is None and doc["monthly_usd"] is None
     assert len(doc["price_not_found"]) == 3
 
-
-def test_gcp_bake_prices_build_and_fails_closed_on_storage(a3mega_bake):
-    doc = bake_cost(a3mega_bake)
-    # external facts: n1-standard-8 us-central1 $0.38/h (GCP billing catalog via SkyPilot v8);
-    # Cloud Build e2-standard-2 $0.006/build-minute (cloud.google.com/build/pricing)
-    assert doc["once_usd"] == "0.83"  # 1 h x $0.38 + 75 min x $0.006
-    assert doc["monthly_usd"] is None
-    assert [m.split(":")[0] for m in doc["price_not_found"]] == ["custom image storage", "Artifact Registry container"]

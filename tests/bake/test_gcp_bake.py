@@ -63,6 +63,7 @@ def test_packer_template_parses(build):
     assert source["source_image_project_id"] == ["deeplearning-platform-release"]
     assert source["machine_type"] == "n1-standard-8" and source["disk_size"] == 200
     assert source["on_host_maintenance"] == "MIGRATE"  # no GPU on the build VM (Cluster Toolkit's default)
+    assert source["image_storage_locations"] == ["us-central1"]  # where prices.yaml prices it
     assert source["image_labels"]["gpuinfra-bake-fabric"] == "tcpxo"
     scripts = [p["shell"]["script"] for p in doc["build"][0]["provisioner"] if "shell" in p]
     assert scripts == ["install-host.sh", "pull-container.sh", "write-manifest.sh", "check-image.sh"]

@@ -311,6 +311,10 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
 def test_user_data_pre_pulls_the_image_on_nodes_without_efa(tmp_path):
     text = gzip.decompress(base64.b64decode(_one(preview(make_spec("g5.xlarge", profile="dev")), LT)["userData"])).decode()
     assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
+    # a baked AMI already holds the image: the unit is skipped, not failed (systemd.service
+    # ExecCondition: exit 1-254 skips the remaining commands), and a baked ECR image is not pulled
+    # without registry credentials
+    assert ("ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect nvcr.io/nvidia/pytorch:25.01-py3" in text)
 
 
 def test_user_data_without_container_image_or_efa(tmp_path):

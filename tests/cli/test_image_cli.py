@@ -68,12 +68,13 @@ def test_image_of_another_cloud_is_refused(run_cli, tmp_path):
 
 def test_image_cost_exit_4_when_a_price_is_missing(run_cli, tmp_path):
     gcp = ("image", "bake", "--cloud", "gcp", "--family", "a3-megagpu-8g", "--gcp-project", "my-proj-123",
+           "--region", "europe-west4",
            "--base-image", "projects/deeplearning-platform-release/global/images/"
            "common-cu128-ubuntu-2204-nvidia-570-v20251020",
            "--container-base", NGC, "--project-dir", str(tmp_path))
     assert run_cli(*gcp).exit_code == 0
     result = run_cli("image", "cost", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
-    assert result.exit_code == 4 and "custom image storage" in result.stderr
+    assert result.exit_code == 4 and "gce_custom_image_storage_per_gib_month in europe-west4" in result.stderr
     assert _bake(run_cli, tmp_path).exit_code == 0
     assert run_cli("image", "cost", "bake-p5", "--project-dir", str(tmp_path)).exit_code == 0
 

@@ -274,3 +274,204 @@ def test_up_refuses_a_stack_whose_ttl_is_over(run_cli, project, monkeypatch):
     assert result.exit_code == 2 and backend.calls == [] and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: stack 'train' ends at 2026-01-0")
     assert "raise gpuinfra:cluster.profile.ttl_hours in the stack file" in result.stderr
+
+
+# ------------------------------------------------------------------------- image bakes
+NGC = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64
+BASE_AMI = "ami-0123456789abcdef0"
+BUILT_AMI = "ami-0fedcba9876543210"
+
+
+@pytest.fixture
+def bake_project(run_cli, project, moto_url, monkeypatch):
+    """The `train` cluster project plus the p5 bake, and moto ECR holding the bake's container."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    assert run_cli("image", "bake", "--cloud", "aws", "--family", "p5", "--base-image", BASE_AMI, "--container-base", NGC,
+                   "--project-dir", str(project)).exit_code == 0
+    ecr = boto3.client("ecr", region_name="us-east-1", endpoint_url=moto_url)
+    try:
+        ecr.delete_repository(repositoryName="gpuinfra/bake-p5", force=True)
+    except ecr.exceptions.RepositoryNotFoundException:
+        pass
+    uri = ecr.create_repository(repositoryName="gpuinfra/bake-p5")["repository"]["repositoryUri"]
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 10,
+                           "digest": "sha256:" + "c" * 64},
+                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 20,
+                            "digest": "sha256:" + "d" * 64}]}
+    ecr.put_image(repositoryName="gpuinfra/bake-p5", imageManifest=json.dumps(manifest), imageTag="bake-0123456789ab")
+    digest = ecr.describe_images(repositoryName="gpuinfra/bake-p5",
+                                 imageIds=[{"imageTag": "bake-0123456789ab"}])["imageDetails"][0]["imageDigest"]
+    return project, uri, digest
+
+
+def _bake_file(project: Path) -> dict:
+    return yaml.safe_load((project / "stacks" / "Pulumi.bake-p5.yaml").read_text())["config"]["gpuinfra:bake"]
+
+
+def test_up_of_an_aws_bake_builds_records_and_new_uses_it(run_cli, bake_project, monkeypatch):
+    project, uri, digest = bake_project
+    backend = FakeBackend(outputs={"image_id": BUILT_AMI, "container_image": f"{uri}:bake-0123456789ab"})
+    _use(monkeypatch, backend)
+    result = run_cli("up", "bake-p5", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == [("up", "bake-p5"), ("outputs", "bake-p5")]  # no TTL, no node-replacement preview
+    assert _bake_file(project)["result"] == {"image_id": BUILT_AMI, "container_image": f"{uri}@{digest}"}
+    assert result.stdout.splitlines()[0] == ("up bake-p5: image bake of aws p5 (efa) in us-east-1; Image Builder's build "
+                                             "instance builds the container, then the AMI; this waits for both")
+    assert "use: gpuinfra new ... --image baked:bake-p5" in result.stdout
+    made = run_cli("new", "--instance-type", "p5.48xlarge", "--image", "baked:bake-p5", "--name", "c1",
+                   "--project-dir", str(project))
+    assert made.exit_code == 0, made.stderr
+    config = yaml.safe_load((project / "stacks" / "Pulumi.c1.yaml").read_text())["config"]
+    assert config["gpuinfra:cluster"]["ami_id"] == BUILT_AMI
+    assert config["gpuinfra:cluster"]["profile"]["container_image"] == f"{uri}@{digest}"
+
+
+def test_up_of_a_bake_without_credentials_is_exit_6(run_cli, bake_project, monkeypatch):
+    project, _, _ = bake_project
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    result = run_cli("up", "bake-p5", "--project-dir", str(project))
+    assert result.exit_code == 6 and result.stderr.startswith("error: no AWS credentials found") and backend.calls == []
+
+
+def test_up_of_a_bake_whose_container_ecr_lacks_is_exit_7_and_records_nothing(run_cli, bake_project, monkeypatch):
+    project, uri, _ = bake_project
+    backend = FakeBackend(outputs={"image_id": BUILT_AMI, "container_image": f"{uri}:bake-ffffffffffff"})
+    _use(monkeypatch, backend)
+    result = run_cli("up", "bake-p5", "--project-dir", str(project))
+    assert result.exit_code == 7 and result.stderr.count("\n") == 1
+    assert result.stderr == (f"error: bake 'bake-p5' is built (image {BUILT_AMI}), but recording it failed: looking up "
+                             f"the digest of {uri}:bake-ffffffffffff failed: ImageNotFoundException; fix that, then run "
+                             "`gpuinfra image record bake-p5 --from-outputs`\n")
+    assert "result" not in _bake_file(project)
+
+
+def test_record_from_outputs_and_its_either_or(run_cli, bake_project, monkeypatch):
+    project, uri, digest = bake_project
+    _use(monkeypatch, FakeBackend(outputs={"image_id": BUILT_AMI, "container_image": f"{uri}:bake-0123456789ab"}))
+    both = run_cli("image", "record", "bake-p5", "--from-outputs", "--image-id", BUILT_AMI, "--project-dir", str(project))
+    neither = run_cli("image", "record", "bake-p5", "--project-dir", str(project))
+    assert both.exit_code == neither.exit_code == 2 and "give either --from-outputs, or --image-id" in neither.stderr
+    result = run_cli("image", "record", "bake-p5", "--from-outputs", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (f"bake-p5: image {BUILT_AMI}, container {uri}@{digest} recorded; use: gpuinfra new ... "
+                             "--image baked:bake-p5\n")
+
+
+def test_down_of_a_bake_destroys_it_keeps_the_image_and_says_what_stays(run_cli, bake_project, monkeypatch):
+    project, uri, digest = bake_project
+    assert run_cli("image", "record", "bake-p5", "--image-id", BUILT_AMI, "--container-image", f"{uri}@{digest}",
+                   "--project-dir", str(project)).exit_code == 0
+    assert run_cli("new", "--instance-type", "p5.48xlarge", "--image", "baked:bake-p5", "--name", "c1",
+                   "--project-dir", str(project)).exit_code == 0
+    backend = FakeBackend(deployed={"bake-p5"}, outputs={"image_id": BUILT_AMI, "container_image": "x"})
+    _use(monkeypatch, backend)
+    result = run_cli("down", "bake-p5", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == [("outputs", "bake-p5"), ("destroy", "bake-p5")]
+    assert result.stdout.splitlines() == [
+        "down bake-p5: destroying the bake's build resources; its image is kept",
+        "done: {'delete': 30}",
+        "kept (gpuinfra deletes no image; delete by hand once no cluster boots it):",
+        f"  AMI {BUILT_AMI} and its EBS snapshot(s) in us-east-1: deleting an Image Builder image does not deregister "
+        "the AMI it made",
+        f"    aws ec2 deregister-image --image-id {BUILT_AMI} --delete-associated-snapshots --region us-east-1",
+        "  ECR repository gpuinfra/bake-p5 and its container image(s): kept by the stack (retain on delete): cluster "
+        "stacks made from the bake record the container by its digest there. A later `gpuinfra up` of this bake fails "
+        "while it exists (ECR RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
+        "    aws ecr delete-repository --repository-name gpuinfra/bake-p5 --force --region us-east-1",
+        "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)"]
+    assert _bake_file(project)["result"]["image_id"] == BUILT_AMI  # the record stays: c1 and new clusters use it
+
+
+def test_cluster_flags_on_a_bake_are_exit_2_and_touch_nothing(run_cli, bake_project, monkeypatch):
+    project, _, _ = bake_project
+    backend = FakeBackend(deployed={"bake-p5"})
+    _use(monkeypatch, backend)
+    down = run_cli("down", "bake-p5", "--delete-data", "--yes", "--project-dir", str(project))
+    assert down.exit_code == 2 and backend.calls == [] and down.stderr.count("\n") == 1
+    assert down.stderr == ("error: --delete-data is for cluster stacks (their data bucket); 'bake-p5' is an image bake, "
+                           "which has none; nothing was destroyed: run `gpuinfra down bake-p5`\n")
+    up = run_cli("up", "bake-p5", "--replace-nodes", "--project-dir", str(project))
+    assert up.exit_code == 2 and backend.calls == [] and "--replace-nodes is for cluster stacks" in up.stderr
+
+
+def test_reap_and_ls_never_touch_a_bake(run_cli, bake_project, monkeypatch):
+    project, _, _ = bake_project
+    path = project / "stacks" / "Pulumi.train.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["created_at"] = "2026-01-01T00:00:00Z"  # expired long ago
+    path.write_text(yaml.safe_dump(doc))
+    backend = FakeBackend(deployed={"bake-p5", "train"})
+    _use(monkeypatch, backend)
+    assert [r["stack"] for r in json.loads(run_cli("ls", "--json", "--project-dir", str(project)).stdout)] == ["train"]
+    result = run_cli("reap", "--expired", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert [c for c in backend.calls if c[0] == "destroy"] == [("destroy", "train")]
+
+
+GCP_BAKE = ("image", "bake", "--cloud", "gcp", "--family", "a3-megagpu-8g", "--gcp-project", "my-proj-123",
+            "--base-image", "projects/deeplearning-platform-release/global/images/"
+            "common-cu128-ubuntu-2204-nvidia-570-v20251020", "--container-base", NGC)
+
+
+def test_up_of_a_gcp_bake_starts_its_build_and_says_how_to_record(run_cli, tmp_path, monkeypatch):
+    from google.auth.credentials import AnonymousCredentials
+    from google.auth.transport.requests import AuthorizedSession
+
+    from gpuinfra.bake import deploy
+    from tests.replay_server import ReplayServer
+
+    assert run_cli(*GCP_BAKE, "--project-dir", str(tmp_path)).exit_code == 0
+    backend = FakeBackend(outputs={"run_command": "gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --message=bake"})
+    _use(monkeypatch, backend)
+    without = run_cli("up", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
+    assert without.exit_code == 6 and without.stderr.startswith("error: no GCP credentials found") and backend.calls == []
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "adc.json"))
+    path = "/v1/projects/my-proj-123/topics/gpuinfra-bake-a3-megagpu-8g-run:publish"
+    with ReplayServer([("POST", path, None, {"messageIds": ["17"]})]) as server:
+        monkeypatch.setattr(deploy, "make_gcp_apis",
+                            lambda: deploy.GcpApis(AuthorizedSession(AnonymousCredentials()), server.url, server.url))
+        result = run_cli("up", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == [("up", "bake-a3-megagpu-8g"), ("outputs", "bake-a3-megagpu-8g")]
+    assert [(method, p) for method, p, _, _ in server.requests] == [("POST", path)]
+    assert result.stdout.splitlines()[-2:] == [
+        "started the Cloud Build bake (Pub/Sub message 17 on projects/my-proj-123/topics/gpuinfra-bake-a3-megagpu-8g-run); "
+        "follow it: gcloud builds list --project my-proj-123 --limit 3",
+        "when it has finished: gpuinfra image record bake-a3-megagpu-8g --from-outputs"]
+
+
+def test_the_first_up_creates_the_pulumi_stack_and_down_only_selects(monkeypatch, tmp_path):
+    """`select_stack` "returns an error if the given Stack does not exist" (pulumi.automation
+    Stack.select), so the first `up` must create the stack's state; destroy and outputs must not."""
+    import shutil
+
+    from pulumi import automation as auto
+
+    from gpuinfra.lifecycle import PulumiAutomation
+
+    calls = []
+
+    class _Stack:
+        def up(self, **kwargs):
+            calls.append("up")
+
+        def destroy(self, **kwargs):
+            calls.append("destroy")
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/pulumi")
+    monkeypatch.setattr(auto, "create_or_select_stack", lambda **kw: calls.append(("create_or_select", kw)) or _Stack())
+    monkeypatch.setattr(auto, "select_stack", lambda **kw: calls.append(("select", kw)) or _Stack())
+    backend = PulumiAutomation()
+    backend.up(tmp_path, "s1", lambda event: None)
+    backend.destroy(tmp_path, "s1", lambda event: None)
+    assert calls == [("create_or_select", {"stack_name": "s1", "work_dir": str(tmp_path)}), "up",
+                     ("select", {"stack_name": "s1", "work_dir": str(tmp_path)}), "destroy"]

@@ -1,0 +1,124 @@
+"""`gpuinfra size` on GCP: inter-node communication over the GPU NICs and the spot checkpoint
+upload over the host gVNIC, from the bandwidth Google documents (``gcp_machine_facts.json``);
+a type without a documented bandwidth still says unknown.
+
+Formulas (gpuinfra.sizing.throughput / checkpoint module docstrings): ZeRO-3 moves 3 x 2P x
+(N-1)/N bytes per GPU and step at (GPU-NIC Gbit/s x 1e9 / 8 / GPUs per node) B/s, steps =
+tokens / (seq x batch x N); the upload moves 14 B x P / nodes at host-NIC Gbit/s x 1e9 / 8.
+The catalog folder of each test holds only the named GCP offers (``GPUINFRA_CATALOG_DIR``), so
+the GCP type is the one priced; facts and metadata are the shipped ones.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+
+from gpuinfra.catalog.store import PACKAGE_DATA_DIR
+
+
+@pytest.fixture
+def gcp_catalog(tmp_path, monkeypatch):
+    """Point the CLI at a catalog folder with the shipped facts and only the GCP offers that
+    ``keep(instance_type)`` accepts."""
+
+    def _make(keep) -> None:
+        for name in ("catalog.json", "instance_types.json"):
+            shutil.copy(PACKAGE_DATA_DIR / name, tmp_path / name)
+        with open(PACKAGE_DATA_DIR / "offers.csv", newline="") as src, open(tmp_path / "offers.csv", "w", newline="") as dst:
+            reader = csv.DictReader(src)
+            writer = csv.DictWriter(dst, fieldnames=reader.fieldnames, lineterminator="\n")
+            writer.writeheader()
+            writer.writerows(r for r in reader if r["cloud"] == "gcp" and keep(r["instance_type"]))
+        monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
+
+    return _make
+
+
+def _size(run_cli, *args):
+    result = run_cli("size", *args, "--json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _zero3_comm_hours(params, tokens, gpus_per_node, nodes, gpu_nic_gbps, seq=2048, batch=1):
+    gpus = gpus_per_node * nodes
+    steps = tokens / (seq * batch * gpus)
+    return steps * 3 * 2 * params * (gpus - 1) / gpus / (gpu_nic_gbps * 1e9 / 8 / gpus_per_node) / 3600
+
+
+def _upload_seconds(params, nodes, host_nic_gbps):
+    return 14 * params / nodes / (host_nic_gbps * 1e9 / 8)
+
+
+def test_a3_mega_communicates_over_its_eight_gpu_nics_and_uploads_over_the_primary_nic(run_cli, gcp_catalog):
+    gcp_catalog(lambda t: t == "a3-megagpu-8g")
+    doc = _size(run_cli, "--params", "13B", "--method", "full", "--strategy", "zero3", "--tokens", "10B",
+                "--gpus", "8xH100", "--nodes", "2", "--spot")
+    assert doc["recommendation"]["instance_type"] == "a3-megagpu-8g" and doc["fits"] is True
+    # 8 GPU NICs x 200 Gbps (Vertex AI configure-compute, GPUDirect-TCPXO): 305,176 steps x
+    # 3 x 2 x 13e9 x 15/16 B / 25 GB/s = 247.96 h
+    comm = _zero3_comm_hours(13e9, 10e9, 8, 2, 8 * 200)
+    assert doc["communication_hours"] == round(comm, 2) == 247.96
+    assert doc["training_hours"] == round(doc["compute_hours"] + comm, 2)
+    plan = doc["checkpoint_plan"]
+    # "Up to 200 Gbps bandwidth on the primary NIC": 14 x 13e9 / 2 B / 25 GB/s = 3.64 s < the 30 s notice
+    assert plan["upload_seconds"] == round(_upload_seconds(13e9, 2, 200), 1) == 3.6
+    assert (plan["notice_seconds"], plan["fits_notice"]) == (30, True)
+    mtbi = 3600 / (0.05 * 2)
+    upload = _upload_seconds(13e9, 2, 200)
+    assert plan["interval_minutes"] == round(((2 * upload * mtbi) ** 0.5 - upload) / 60, 1)
+
+
+def test_ranked_multi_node_gcp_candidate_has_a_time_and_a_cost(run_cli, gcp_catalog):
+    gcp_catalog(lambda t: True)
+    doc = _size(run_cli, "--params", "30B", "--method", "full", "--strategy", "zero3", "--recompute", "full",
+                "--tokens", "10B", "--spot")
+    best = doc["candidates"][0]
+    # 30B ZeRO-3 does not fit one 8 x H100 node (81.9 GiB per GPU); two a3-megagpu-8g nodes do.
+    # A3 Mega: 8 GPU NICs x 200 Gbps for 8 GPUs (GKE gpu-bandwidth-gpudirect-tcpx). A3 High is not
+    # ranked: its TCPX cannot be installed at boot (rule fabric-installable-at-boot).
+    assert (best["gpus"], best["nodes"], best["instance_type"]) == ("8xH100", 2, "a3-megagpu-8g")
+    assert "a3-highgpu-8g" not in {c["instance_type"] for c in doc["candidates"] if c["nodes"] > 1}
+    assert best["network_bandwidth_gbps"] == 1600
+    assert best["communication_hours"] == round(_zero3_comm_hours(30e9, 10e9, 8, 2, 8 * 200), 2)
+    assert best["run_cost_usd"] is not None
+    # 14 x 30e9 / 2 B over the 200 Gbps primary NIC = 8.4 s
+    assert doc["checkpoint_plan"]["upload_seconds"] == round(_upload_seconds(30e9, 2, 200), 1) == 8.4
+
+
+def test_a3_high_with_a_slow_interconnect_is_timed_over_its_primary_nic(run_cli, gcp_catalog):
+    gcp_catalog(lambda t: t == "a3-highgpu-8g")
+    doc = _size(run_cli, "--params", "30B", "--method", "full", "--strategy", "zero3", "--recompute", "full",
+                "--tokens", "10B", "--gpus", "8xH100", "--nodes", "2", "--allow-slow-interconnect")
+    # without a baked image the 4 GPU NICs carry nothing: 200 Gbps primary NIC for 8 GPUs
+    assert doc["communication_hours"] == round(_zero3_comm_hours(30e9, 10e9, 8, 2, 200), 2)
+
+
+def test_single_nic_types_use_the_vms_maximum_egress(run_cli, gcp_catalog):
+    gcp_catalog(lambda t: t == "a2-highgpu-8g")
+    doc = _size(run_cli, "--params", "13B", "--method", "full", "--strategy", "zero3", "--tokens", "10B",
+                "--gpus", "8xA100", "--nodes", "4", "--allow-slow-interconnect", "--spot")
+    assert (doc["recommendation"]["instance_type"], doc["recommendation"]["nodes"], doc["fits"]) == ("a2-highgpu-8g", 4, True)
+    # accelerator-optimized-machines, A2 Standard: a2-highgpu-8g "Maximum egress bandwidth" 100 Gbps,
+    # one gVNIC for both: 152,588 steps x 3 x 2 x 13e9 x 31/32 B / 1.5625 GB/s = 2049.76 h
+    assert doc["communication_hours"] == round(_zero3_comm_hours(13e9, 10e9, 8, 4, 100), 2) == 2049.76
+    # 14 x 13e9 / 4 B / 12.5 GB/s = 3.64 s
+    assert doc["checkpoint_plan"]["upload_seconds"] == round(_upload_seconds(13e9, 4, 100), 1) == 3.6
+
+
+def test_a_type_without_a_documented_bandwidth_stays_unknown(run_cli, gcp_catalog):
+    gcp_catalog(lambda t: t.startswith("n1-"))
+    args = ("--params", "1B", "--method", "full", "--strategy", "zero3", "--precision", "fp16", "--tokens", "1B",
+            "--gpus", "4xT4", "--nodes", "2", "--allow-slow-interconnect", "--spot")
+    doc = _size(run_cli, *args)
+    assert doc["recommendation"]["instance_type"].startswith("n1-") and doc["fits"] is True
+    assert (doc["communication_hours"], doc["training_hours"], doc["run_cost_usd"]) == (None, None, None)
+    plan = doc["checkpoint_plan"]
+    assert (plan["upload_seconds"], plan["fits_notice"], plan["interval_minutes"]) == (None, None, None)
+    text = run_cli("size", *args)
+    assert text.exit_code == 0, text.stderr
+    assert "upload unknown -> unknown vs the 30 s notice; checkpoint unknown" in text.stdout
