@@ -94,11 +94,7 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
     disks = storage.get("Disks") or []
     nvme_count = sum(int(d.get("Count", 0)) for d in disks)
     nvme_size_gib = round(float(disks[0]["SizeInGB"]) * _GB_TO_GIB, 2) if disks else 0.0
-    peak = [c.get("PeakBandwidthInGbps") for c in cards]
-    if cards and all(p is not None for p in peak):
-        bandwidth = float(sum(peak))
-    else:
-        bandwidth = parse_network_performance_gbps(network.get("NetworkPerformance", ""))
+    bandwidth = aws_bandwidth_gbps(network)
     strategies = (instance_type.get("PlacementGroupInfo") or {}).get("SupportedStrategies", [])
     gpus = (instance_type.get("GpuInfo") or {}).get("Gpus") or []
     gpu = aws_gpu_name(gpus[0]["Name"], int(gpus[0].get("MemoryInfo", {}).get("SizeInMiB", 0))) if gpus else None
@@ -144,6 +140,27 @@ def _gcp_gpu(machine_type: str, curated: Mapping) -> tuple[str | None, int]:
             if machine_type in ([hosts] if isinstance(hosts, str) else hosts):
                 return ("H100" if gpu == "H100-MEGA" else gpu), int(count)
     return None, 0
+
+
+def aws_bandwidth_gbps(network: Mapping) -> float | None:
+    """The instance's network bandwidth (Gbit/s) from EC2 ``NetworkInfo``.
+
+    An explicit ``NetworkPerformance`` ("400 Gigabit", "3200 Gigabit") is AWS's published total
+    and wins; ``PeakBandwidthInGbps`` summed over ``NetworkCards`` serves the "Up to N Gigabit"
+    types and records without a figure. In the shipped snapshot the per-card peaks contradict
+    the published total for g6e.24xlarge (2 x 200 vs "200 Gigabit"), g6e.48xlarge (4 x 400 vs
+    "400 Gigabit") and p6-b200.48xlarge (8 x 200 vs "3200 Gigabit"). The totals agree with
+    AWS's EFA page for G6e ("up to 4 cards / 400 Gbps", docs.aws.amazon.com/AWSEC2/latest/UserGuide/p5-efa.html
+    as quoted in cluster-facts.md section 3.5) and with p5's 32 cards / 3,200 Gbps.
+    """
+    text = network.get("NetworkPerformance", "") or ""
+    advertised = parse_network_performance_gbps(text)
+    if advertised and not text.lower().startswith("up to"):
+        return advertised
+    peak = [c.get("PeakBandwidthInGbps") for c in network.get("NetworkCards") or []]
+    if peak and all(p is not None for p in peak):
+        return float(sum(peak))
+    return advertised
 
 
 def gcp_bandwidth_gbps(machine_type: str, family: Mapping, networks: tuple[NicNetwork, ...]

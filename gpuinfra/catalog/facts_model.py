@@ -44,9 +44,9 @@ def aws_primary_card_gbps(total_gbps: float | None, network_cards: int) -> float
     """Bandwidth of one EC2 network card: the total over ``network_cards`` cards (Gbit/s).
 
     Object-storage (IP) traffic leaves through the primary interface, card 0 / device 0
-    (cluster-facts.md section 6, item 6), not through the other cards' EFA interfaces. EC2
-    reports ``PeakBandwidthInGbps`` per card; every type in the shipped snapshot reports the
-    same figure on each of its cards, so this is card 0's. None when ``total_gbps`` is None or 0.
+    (cluster-facts.md section 6, item 6), not through the other cards' EFA interfaces. The
+    published total is split evenly over the cards (p5: 3,200 / 32 = 100; G6e: 400 / 4 = 100).
+    None when ``total_gbps`` is None or 0.
     """
     if not total_gbps:
         return None
@@ -162,8 +162,9 @@ class InstanceFacts(BaseModel):
         placement: see :class:`PlacementFacts`.
         provisioning_models: ways the cloud sells the type (see :data:`ProvisioningModel`).
         network_bandwidth_gbps: bandwidth, Gbit/s, of the NICs that carry inter-node GPU (NCCL)
-            traffic. AWS: ``PeakBandwidthInGbps`` summed over the network cards (EFA rides on
-            every card), else the parsed ``NetworkPerformance``; GCP: all GPU NICs together
+            traffic. AWS: the published ``NetworkPerformance`` total (EFA rides on every card),
+            or ``PeakBandwidthInGbps`` summed over the cards for "Up to" types
+            (:func:`gpuinfra.catalog.facts.aws_bandwidth_gbps`); GCP: all GPU NICs together
             (GPUDirect-TCPX/TCPXO gVNICs, MRDMA NICs) where the type has them, else the VM's
             documented maximum egress (``gcp_machine_facts.json`` ``network_bandwidth``, sources
             per family). None when no citable figure exists (fail closed).

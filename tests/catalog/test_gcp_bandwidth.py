@@ -69,9 +69,12 @@ def test_n1_bandwidth_stays_unknown():
 @pytest.mark.parametrize(
     ("itype", "total_gbps", "primary_card_gbps"),
     [
-        # DescribeInstanceTypes NetworkCards[].PeakBandwidthInGbps: p5 32 x 100, p4d 4 x 100,
-        # g6e.48xlarge 4 x 400, g5.xlarge 1 x 10
-        ("p5.48xlarge", 3200, 100), ("p4d.24xlarge", 400, 100), ("g6e.48xlarge", 1600, 400), ("g5.xlarge", 10, 10),
+        # DescribeInstanceTypes NetworkPerformance: p5 "3200 Gigabit" on 32 cards, p4d "4x 100
+        # Gigabit" on 4, g6e.48xlarge "400 Gigabit" on 4 (AWS EFA page: G6e "up to 4 cards / 400
+        # Gbps"; the snapshot's per-card peaks, 4 x 400, contradict it), p6-b200 "3200 Gigabit" on
+        # 8 (per-card peaks 8 x 200 contradict it); g5.xlarge "Up to 10 Gigabit": the card's peak
+        ("p5.48xlarge", 3200, 100), ("p4d.24xlarge", 400, 100), ("g6e.48xlarge", 400, 100),
+        ("g6e.24xlarge", 200, 100), ("p6-b200.48xlarge", 3200, 400), ("g5.xlarge", 10, 10),
     ],
 )
 def test_aws_host_nic_is_the_primary_network_card(itype, total_gbps, primary_card_gbps):
