@@ -19,6 +19,7 @@ import contextvars
 import json
 import re
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from gpuinfra.spec import ClusterSpec
@@ -266,13 +267,26 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _run(spec: ClusterSpec, provider_config: dict[str, str], mocks: PreviewMocks) -> PreviewResult:
+def run_program(stack: str, mocks: PreviewMocks, config: dict[str, str], program: Callable[[], Any]) -> PreviewResult:
+    """Run ``program`` (a Pulumi program function) offline under ``mocks`` with ``config`` as
+    the stack's configuration, in a fresh context and event loop, and return every resource it
+    registers. The cluster preview (:func:`run_preview`) and the bake preview
+    (:func:`gpuinfra.bake.preview.run_bake_preview`) both run through here.
+
+    Args:
+        stack: the stack name.
+        mocks: answers for provider calls; its notes become the result's notes.
+        config: stack configuration, key -> string value (``gpuinfra:cluster`` JSON, provider settings).
+        program: builds the resources (e.g. ``lambda: blueprints.program.build(spec)``).
+    """
+    return contextvars.Context().run(_run, stack, mocks, config, program)
+
+
+def _run(stack: str, mocks: PreviewMocks, config: dict[str, str], program: Callable[[], Any]) -> PreviewResult:
     import pulumi
     from pulumi.runtime.settings import SETTINGS
     from pulumi.runtime.stack import run_pulumi_func
     from pulumi.runtime.sync_await import _sync_await
-
-    from blueprints.program import build
 
     loop = asyncio.new_event_loop()  # one loop per run, closed after it: no loop leaks between runs
     asyncio.set_event_loop(loop)
@@ -280,17 +294,17 @@ def _run(spec: ClusterSpec, provider_config: dict[str, str], mocks: PreviewMocks
     outputs: dict[str, Any] = {}
     runtime_mocks = _make_runtime_mocks(mocks)
     monitor = _make_monitor(runtime_mocks, records, outputs)
-    pulumi.runtime.set_mocks(runtime_mocks, project="gpuinfra", stack=spec.stack, preview=True, monitor=monitor)
-    pulumi.runtime.set_all_config({"gpuinfra:cluster": json.dumps(spec.to_config()), **provider_config})
+    pulumi.runtime.set_mocks(runtime_mocks, project="gpuinfra", stack=stack, preview=True, monitor=monitor)
+    pulumi.runtime.set_all_config(config)
     SETTINGS.rpc_manager.clear()
     SETTINGS.outputs.clear()
     try:
-        _sync_await(run_pulumi_func(lambda: build(spec)))
+        _sync_await(run_pulumi_func(program))
     finally:
         loop.run_until_complete(loop.shutdown_default_executor())
         loop.close()
         asyncio.set_event_loop(None)
-    return PreviewResult(stack=spec.stack, resources=records, outputs=outputs, notes=list(mocks.notes))
+    return PreviewResult(stack=stack, resources=records, outputs=outputs, notes=list(mocks.notes))
 
 
 def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None,
@@ -305,8 +319,13 @@ def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None
     Raises:
         gpuinfra.errors.SpecError: the blueprint rejected the spec (before any resource).
     """
-    mocks = mocks or PreviewMocks(spec)
-    return contextvars.Context().run(_run, spec, provider_config or {}, mocks)
+    def program():
+        from blueprints.program import build
+
+        return build(spec)
+
+    config = {"gpuinfra:cluster": json.dumps(spec.to_config()), **(provider_config or {})}
+    return run_program(spec.stack, mocks or PreviewMocks(spec), config, program)
 
 
 def _record_from_json(data: dict) -> ResourceRecord:

@@ -8,12 +8,10 @@ the GCP image name) are unknown here; the preview notes say so.
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import json
 
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.preview import PreviewMocks, PreviewResult, ResourceRecord, _make_monitor, _make_runtime_mocks
+from gpuinfra.preview import PreviewMocks, PreviewResult, run_program
 
 NOTES = {
     "aws": "the AMI id and the container digest are known only after Image Builder ran; `gpuinfra up` waits "
@@ -30,38 +28,18 @@ def bake_provider_config(spec: BakeSpec) -> dict[str, str]:
     return {"gcp:project": spec.gcp_project or "", "gcp:region": spec.region, "gcp:zone": spec.zone}
 
 
-def _run(spec: BakeSpec) -> PreviewResult:
-    import pulumi
-    from pulumi.runtime.settings import SETTINGS
-    from pulumi.runtime.stack import run_pulumi_func
-    from pulumi.runtime.sync_await import _sync_await
-
-    from blueprints.program import build_bake
-
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    records: list[ResourceRecord] = []
-    outputs: dict = {}
-    mocks = PreviewMocks(spec)  # answers no call a bake makes; fills ARNs, names, links
-    runtime_mocks = _make_runtime_mocks(mocks)
-    pulumi.runtime.set_mocks(runtime_mocks, project="gpuinfra", stack=spec.stack, preview=True,
-                             monitor=_make_monitor(runtime_mocks, records, outputs))
-    pulumi.runtime.set_all_config({"gpuinfra:bake": json.dumps(spec.to_config()), **bake_provider_config(spec)})
-    SETTINGS.rpc_manager.clear()
-    SETTINGS.outputs.clear()
-    try:
-        _sync_await(run_pulumi_func(lambda: build_bake(spec)))
-    finally:
-        loop.run_until_complete(loop.shutdown_default_executor())
-        loop.close()
-        asyncio.set_event_loop(None)
-    return PreviewResult(stack=spec.stack, resources=records, outputs=outputs, notes=[*mocks.notes, NOTES[spec.cloud]])
-
-
 def run_bake_preview(spec: BakeSpec) -> PreviewResult:
-    """Every resource the bake stack registers, offline (in a fresh context, as
-    :func:`gpuinfra.preview.run_preview`)."""
-    return contextvars.Context().run(_run, spec)
+    """Every resource the bake stack registers, offline (:func:`gpuinfra.preview.run_program`,
+    as a cluster preview runs), with the note of what only the build itself knows."""
+    def program():
+        from blueprints.program import build_bake
+
+        return build_bake(spec)
+
+    config = {"gpuinfra:bake": json.dumps(spec.to_config()), **bake_provider_config(spec)}
+    result = run_program(spec.stack, PreviewMocks(spec), config, program)
+    result.notes.append(NOTES[spec.cloud])
+    return result
 
 
 def check_bake(resources) -> list:
