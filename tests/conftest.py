@@ -29,6 +29,17 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     store._load.cache_clear()
 
 
+def without_aws_credentials(monkeypatch, folder: Path) -> None:
+    """No AWS credentials anywhere botocore looks: the environment, the shared credentials and
+    config files (pointed at missing files under ``folder``) and instance metadata. Call it in
+    the test body, after fixtures that set test credentials."""
+    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(folder / "no-aws-credentials"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(folder / "no-aws-config"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+
+
 @pytest.fixture(scope="session")
 def moto_url():
     """A moto server on 127.0.0.1 (random port) for the whole test session."""

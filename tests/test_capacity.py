@@ -15,6 +15,7 @@ from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import MissingDependencyError, RequestError, RuleViolationError
 from gpuinfra.planner import PlanRequest, plan_cluster
 from gpuinfra.profiles import get_profile
+from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -45,12 +46,8 @@ def test_unknown_reservation_and_bad_ids_are_bad_input():
         describe_capacity_reservation("cr-nothex", "us-east-1", _factory("http://127.0.0.1:9"))
 
 
-def test_no_credentials_is_exit_6(monkeypatch):
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_PROFILE", "AWS_SESSION_TOKEN"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_no_credentials_is_exit_6(monkeypatch, tmp_path):
+    without_aws_credentials(monkeypatch, tmp_path)
     with pytest.raises(MissingDependencyError) as info:
         describe_capacity_reservation("cr-0123456789abcdef0", "us-east-1")
     assert info.value.exit_code == 6

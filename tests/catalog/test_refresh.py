@@ -14,6 +14,7 @@ import pytest
 from gpuinfra.catalog.refresh import refresh_catalog
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import CatalogError, MissingDependencyError
+from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -208,18 +209,14 @@ def test_refresh_that_fails_a_gate_writes_nothing(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_refresh_without_credentials_is_a_clear_error(monkeypatch):
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_refresh_without_credentials_is_a_clear_error(monkeypatch, tmp_path):
+    without_aws_credentials(monkeypatch, tmp_path)
     with pytest.raises(MissingDependencyError, match="no AWS credentials found"):
         refresh_catalog(["aws"])
 
 
-def test_refresh_cli_exit_code_without_credentials(monkeypatch, run_cli):
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+def test_refresh_cli_exit_code_without_credentials(monkeypatch, run_cli, tmp_path):
+    without_aws_credentials(monkeypatch, tmp_path)
     result = run_cli("catalog", "refresh", "--cloud", "aws")
     assert result.exit_code == 6 and result.stderr.startswith("error: no AWS credentials found")
 

@@ -14,6 +14,7 @@ from gpuinfra import lifecycle
 from gpuinfra.health.gate import decide, health_key
 from gpuinfra.health.report import evaluate, expectations_for
 from gpuinfra.lifecycle import StackStatus
+from tests.conftest import without_aws_credentials
 from tests.health.conftest import fixture_text, spec_for
 from tests.health.test_gate import _p4d_outputs
 
@@ -145,9 +146,7 @@ def test_json_output(run_cli, s3):
 
 
 def test_no_credentials_is_exit_6_in_one_line(run_cli, monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    without_aws_credentials(monkeypatch, tmp_path)
     result = run_cli("check", "train", "--bucket", "s3://check-nocreds", *FLAGS)
     assert result.exit_code == 6 and result.stdout == ""
     assert result.stderr == ("error: no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"

@@ -15,6 +15,7 @@ import yaml
 from gpuinfra import lifecycle
 from gpuinfra.errors import MissingDependencyError, OperationError
 from gpuinfra.lifecycle import StackStatus
+from tests.conftest import without_aws_credentials
 
 
 class FakeBackend:
@@ -151,11 +152,7 @@ def test_locked_stack_through_the_cli(run_cli, project, monkeypatch):
 
 
 def test_missing_credentials(run_cli, project, monkeypatch):
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, project)
     backend = FakeBackend()
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
@@ -330,11 +327,7 @@ def test_up_of_an_aws_bake_builds_records_and_new_uses_it(run_cli, bake_project,
 
 def test_up_of_a_bake_without_credentials_is_exit_6(run_cli, bake_project, monkeypatch):
     project, _, _ = bake_project
-    for var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    without_aws_credentials(monkeypatch, project)
     backend = FakeBackend()
     _use(monkeypatch, backend)
     result = run_cli("up", "bake-p5", "--project-dir", str(project))

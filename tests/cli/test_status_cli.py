@@ -15,6 +15,7 @@ import pytest
 from gpuinfra import lifecycle
 from gpuinfra.monitoring import sources
 from gpuinfra.stackfile import read_stack_spec
+from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer
 
 
@@ -126,9 +127,7 @@ def test_aws_idle_cluster_and_table_and_html(run_cli, aws_env, aws_project, monk
 
 
 def test_no_aws_credentials_is_exit_6_in_one_line(run_cli, aws_project, monkeypatch, tmp_path):
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    without_aws_credentials(monkeypatch, tmp_path)
     result = run_cli("status", "watch", "--project-dir", str(aws_project))
     assert (result.exit_code, result.stdout) == (6, "")
     assert result.stderr == ("error: no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
