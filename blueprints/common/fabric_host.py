@@ -135,16 +135,6 @@ class HostStack:
         return f"{HOST_SCRIPT_PATH} --bake" if self.files else ""
 
 
-def boot_blocker(cloud: str, nic_layout: str) -> str | None:
-    """Why the fabric of ``nic_layout`` cannot be made to work at boot, or None: the one table
-    is :data:`gpuinfra.rules.spec_rules.FABRIC_BOOT_BLOCKERS` (the planner reads it too).
-
-    Raises:
-        ValueError: an unknown cloud.
-    """
-    return fabric_boot_blocker(cloud, nic_layout)
-
-
 def _installer_probe(runtime: FabricRuntime) -> str:
     """The file ``gpuinfra-run`` requires inside the plugin folder: the installer must write it."""
     probe = next(r.target for r in runtime.requirements
@@ -183,7 +173,7 @@ def _tcpx(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
                     rxdm_image=shlex.quote(runtime.rxdm_image), rxdm_unit=RXDM_UNIT, unit_text=unit)
     return HostStack("tcpx", files={HOST_SCRIPT_PATH: script}, writes={f"/etc/systemd/system/{RXDM_UNIT}": unit},
                      units=(RXDM_UNIT,), images=(runtime.plugin_installer_image, runtime.rxdm_image),
-                     boot_blocker=boot_blocker("gcp", "tcpx"))
+                     boot_blocker=fabric_boot_blocker("gcp", "tcpx"))
 
 
 def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) -> HostStack:
@@ -208,14 +198,14 @@ def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) ->
     return HostStack("tcpxo", files={HOST_SCRIPT_PATH: script},
                      writes={f"/etc/systemd/system/{RXDM_UNIT}": unit, APERTURE_UDEV_RULE: rule},
                      units=(RXDM_UNIT,), images=(runtime.plugin_installer_image, runtime.rxdm_image),
-                     boot_blocker=boot_blocker("gcp", "tcpxo"))
+                     boot_blocker=fabric_boot_blocker("gcp", "tcpxo"))
 
 
 def _gib(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
     script = render("fabric/gcp-gib-host.sh.j2", **_common(runtime, facts.instance_type),
                     gib_version=NCCL_GIB_VERSION, gib_lib_dir=runtime.library_path,
                     gib_env_script=runtime.env_script, uverbs_count=len(runtime.devices))
-    return HostStack("gib", files={HOST_SCRIPT_PATH: script}, boot_blocker=boot_blocker("gcp", "gib"))
+    return HostStack("gib", files={HOST_SCRIPT_PATH: script}, boot_blocker=fabric_boot_blocker("gcp", "gib"))
 
 
 def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> HostStack:

@@ -17,9 +17,10 @@ from pathlib import Path
 import pytest
 
 from blueprints.common.fabric import RXDM_UNIT, gcp_fabric
-from blueprints.common.fabric_host import HOST_SCRIPT_PATH, HostStack, boot_blocker, gcp_host_stack
+from blueprints.common.fabric_host import HOST_SCRIPT_PATH, HostStack, gcp_host_stack
 from blueprints.gcp.plan import nccl_env
 from gpuinfra.catalog.store import load_catalog
+from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from tests.blueprints.helpers import need_tool
 
 AR = "us-docker.pkg.dev/gce-ai-infra"
@@ -154,7 +155,7 @@ def test_gvnic_families_install_nothing(machine_type):
     s = stack(machine_type)
     assert s == HostStack("sockets")
     assert (s.files, s.units, s.images, s.boot_command, s.bake_command) == ({}, (), (), "", "")
-    assert s.boot_ok and boot_blocker("gcp", "gvnic") is None
+    assert s.boot_ok and fabric_boot_blocker("gcp", "gvnic") is None
 
 
 def test_high_bandwidth_off_installs_nothing_on_a3_mega():
@@ -193,7 +194,7 @@ def test_a3_mega_stack():
 def test_a3_high_stack_is_blocked_at_boot():
     s = stack("a3-highgpu-8g")
     assert s.fabric == "tcpx" and not s.boot_ok
-    assert s.boot_blocker == boot_blocker("gcp", "tcpx")
+    assert s.boot_blocker == fabric_boot_blocker("gcp", "tcpx")
     assert "linux-gcp-tcpx" in s.boot_blocker and "reboot" in s.boot_blocker
     assert "a3-highgpu-8g/README.md" in s.boot_blocker
     assert s.units == ("gpuinfra-rxdm.service",) and s.images == (TCPX_INSTALLER, TCPX_RXDM)
@@ -221,11 +222,11 @@ def test_gib_stack(machine_type):
 
 
 def test_boot_blocker():
-    assert boot_blocker("gcp", "tcpx") is not None
-    assert [boot_blocker("gcp", layout) for layout in ("tcpxo", "gib", "gvnic")] == [None, None, None]
-    assert [boot_blocker("aws", layout) for layout in ("efa", "ena")] == [None, None]
+    assert fabric_boot_blocker("gcp", "tcpx") is not None
+    assert [fabric_boot_blocker("gcp", layout) for layout in ("tcpxo", "gib", "gvnic")] == [None, None, None]
+    assert [fabric_boot_blocker("aws", layout) for layout in ("efa", "ena")] == [None, None]
     with pytest.raises(ValueError, match="unknown cloud 'azure'; allowed: aws, gcp"):
-        boot_blocker("azure", "gib")
+        fabric_boot_blocker("azure", "gib")
 
 
 @pytest.mark.parametrize("machine_type", ["a3-highgpu-8g", "a3-megagpu-8g", "a3-ultragpu-8g", "a4-highgpu-8g"])
