@@ -43,7 +43,7 @@ from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
 from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
-from gpuinfra.rules.spec_rules import fabric_boot_blocker
+from gpuinfra.rules.spec_rules import type_fabric_blocker
 from pydantic import ValidationError
 
 from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
@@ -181,8 +181,7 @@ def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int,
             {"placement": "none"}, f"the stack records placement: none and its {nodes} nodes are not placed close together"))
     # a fabric that cannot be installed at boot (A3 High's TCPX) is no usable fabric on gpuinfra's
     # images, unless a baked image already carries it
-    blocked = (fact.gpu_nic_count and image_fabric != fact.nic_layout
-               and fabric_boot_blocker(fact.cloud, fact.nic_layout))
+    blocked = image_fabric != fact.nic_layout and type_fabric_blocker(fact)
     has = (f"{itype}'s {fact.nic_layout} fabric cannot be installed at boot (rule fabric-installable-at-boot)"
            if blocked else f"{itype} has none")
     if (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "required":

@@ -52,6 +52,13 @@ def fabric_boot_blocker(cloud: str, nic_layout: str) -> str | None:
     return FABRIC_BOOT_BLOCKERS.get((cloud, nic_layout))
 
 
+def type_fabric_blocker(facts) -> str | None:
+    """:func:`fabric_boot_blocker` of a type that has GPU NICs (``facts``: an
+    :class:`~gpuinfra.catalog.facts_model.InstanceFacts`); None for a type without them, whose
+    nodes use plain networking anyway."""
+    return fabric_boot_blocker(facts.cloud, facts.nic_layout) if facts.gpu_nic_count else None
+
+
 RULES: dict[str, RuleInfo] = {r.name: r for r in (
     RuleInfo("single-zone", "any",
              "docs.aws.amazon.com/AWSEC2/latest/UserGuide/placement-strategies.html#placement-groups-cluster "

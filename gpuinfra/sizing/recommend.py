@@ -257,9 +257,9 @@ def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str) -> 
 
 
 def _fabric_blocked(facts) -> bool:
-    from gpuinfra.rules.spec_rules import fabric_boot_blocker
+    from gpuinfra.rules.spec_rules import type_fabric_blocker
 
-    return bool(facts.gpu_nic_count and fabric_boot_blocker(facts.cloud, facts.nic_layout))
+    return type_fabric_blocker(facts) is not None
 
 
 def _inter_node_gbps(facts) -> float | None:
