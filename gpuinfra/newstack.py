@@ -1,9 +1,10 @@
 """The ``gpuinfra new`` service: a GPU request (or a model to size for) becomes a verified,
 written stack file.
 
-Steps of :func:`create_stack`: size the model into a GPU request (``--model``/``--params``),
-resolve the workload profile, read a capacity reservation and locate the data set when asked,
-plan the cheapest fitting offer (:func:`gpuinfra.planner.plan_cluster`), run the real program
+Steps of :func:`create_stack`: resolve the workload profile (with ``--model``/``--params``, the
+method's), read a capacity reservation and locate the data set when asked, plan the cheapest
+fitting offer (:func:`gpuinfra.planner.plan_cluster`; with a model, the configurations that hold
+it in the stack's cloud, region and markets, best first, until the planner accepts one), run the real program
 offline over the spec as validation (:func:`gpuinfra.verify.verify_spec`: previewed, priced,
 every cloud rule checked) and only then write ``stacks/Pulumi.<stack>.yaml``. Nothing is
 written when any step refuses.
@@ -16,9 +17,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gpuinfra.errors import RequestError
+from gpuinfra.catalog.store import Catalog
+from gpuinfra.errors import NoOfferError, RequestError
 from gpuinfra.money import usd_json
 from gpuinfra.planner import Plan, PlanRequest
+from gpuinfra.profiles import Profile
 from gpuinfra.sizing.report import StackSizing
 from gpuinfra.stackfile import WrittenFiles
 from gpuinfra.verify import VerifiedPreview
@@ -136,14 +139,15 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
     from gpuinfra.stackfile import write_stack
     from gpuinfra.verify import verify_spec
 
-    planned, profile, sizing = request.plan, request.profile, None
-    if request.model or request.params:
-        if planned.gpus or planned.instance_type:
-            raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type, not both")
-        from gpuinfra.sizing.report import size_for_stack
+    planned, profile = request.plan, request.profile
+    sized = bool(request.model or request.params)
+    if sized:
+        if planned.gpus or planned.instance_type or request.capacity_reservation:
+            raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type/"
+                               "--capacity-reservation, not both")
+        from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD
 
-        sizing = size_for_stack(request.model, request.params, request.method, spot=bool(planned.spot))
-        planned, profile = replace(planned, gpus=sizing.gpus, nodes=sizing.nodes), profile or sizing.profile
+        profile = profile or PROFILE_FOR_METHOD[request.method or "full"]
     elif request.method:
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)
@@ -162,19 +166,62 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
         planned = replace(planned, capacity_reservation=describe_capacity_reservation(request.capacity_reservation,
                                                                                         planned.region))
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
-    plan = plan_cluster(catalog, planned, resolved, now or datetime.now(timezone.utc))
+    now = now or datetime.now(timezone.utc)
+    sizing = None
+    if sized:
+        plan, sizing = _plan_sized(catalog, request, planned, resolved, now)
+    else:
+        plan = plan_cluster(catalog, planned, resolved, now)
     image_config = None
     if request.image:  # a baked image: its id goes into the spec, its manifest next to it
         from gpuinfra.bake.stack import apply_baked_image
 
         plan, image_config = apply_baked_image(plan, project_dir, request.image)
     checkpoint = None
-    if sizing is not None and plan.spec.spot:  # spot: the checkpoint plan goes into the stack file
-        from gpuinfra.sizing.report import size_for_stack
-
-        if sizing.document.get("checkpoint_plan") is None:
-            sizing = size_for_stack(request.model, request.params, request.method, spot=True)
-        checkpoint = sizing.document.get("checkpoint_plan")
+    if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
+        checkpoint = sizing.checkpoint_plan.to_json()
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
     written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
     return NewStackResult(plan, written, verified, sizing)
+
+
+def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest, profile: Profile,
+                now: datetime) -> tuple[Plan, StackSizing]:
+    """Size the model in the stack's scope (cloud, region, zone, type and the markets the
+    planner tries, :func:`gpuinfra.planner.markets_tried`), then plan the fitting configurations
+    best first; the first the planner accepts (profile needs, node limits ...) is the stack. A
+    configuration sharded over several nodes is planned only on types with a high-bandwidth GPU
+    network (:func:`gpuinfra.sizing.supply.fast_types`), with the profile's required settings
+    enforced (``strict``).
+
+    Raises:
+        NoOfferError: nothing in the scope fits, or the planner refused every configuration
+            that does (the best three are named with why).
+    """
+    from gpuinfra.offers import OfferScope
+    from gpuinfra.planner import markets_tried, plan_cluster
+    from gpuinfra.sizing.report import size_for_stack
+    from gpuinfra.sizing.supply import fast_types
+
+    scope = OfferScope(cloud=planned.cloud, region=planned.region, zone=planned.zone,
+                       instance_type=planned.instance_type, markets=markets_tried(planned.spot, profile),
+                       include_local_zones=planned.include_local_zones)
+    sizing = size_for_stack(request.model, request.params, request.method, catalog, scope)
+    refused: list[str] = []
+    for candidate in sizing.candidates:
+        sized = replace(planned, gpus=candidate.spec, nodes=candidate.nodes)
+        # sharded over nodes: only types with EFA / GPUDirect, each held to the profile as the planner holds it
+        types = (fast_types(catalog, candidate.gpu, candidate.gpus_per_node, scope)
+                 if sizing.request.sharded and candidate.nodes > 1 and not planned.instance_type else [None])
+        for instance_type in types:
+            try:
+                plan = plan_cluster(catalog, replace(sized, instance_type=instance_type, strict=True)
+                                    if instance_type else sized, profile, now)
+            except NoOfferError as exc:
+                refused.append(f"{candidate.spec} x {candidate.nodes} node(s){' as ' + instance_type if instance_type else ''}"
+                               f": {exc}")
+                continue
+            return plan, sizing.planned(candidate, tuple(refused), catalog, plan.spec.cloud, plan.spec.instance_type,
+                                        plan.spec.spot)
+    raise NoOfferError(f"{len(refused)} configuration(s) fit {sizing.request.shape.name} ({sizing.request.method}) "
+                       f"but none can be planned with profile {profile.name!r}: {'; '.join(refused[:3])}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Protocol
 
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer
@@ -55,6 +56,50 @@ class OfferQuery:
     instance_type: str | None = None
     market: str = "on-demand"
     include_local_zones: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OfferScope:
+    """Where, and in which markets, configurations are looked for when no GPU request exists
+    yet (``gpuinfra size`` and ``gpuinfra new --model``).
+
+    Attributes:
+        cloud, region, zone, instance_type, include_local_zones: as in :class:`OfferQuery`.
+        markets: the markets tried, in order (:data:`MARKETS`): an offer counts when the
+            cloud sells its type in one of them and the catalog prices it there; it is priced
+            in the first such market (the planner's order, :func:`gpuinfra.planner.markets_tried`).
+    """
+
+    cloud: str | None = None
+    region: str | None = None
+    zone: str | None = None
+    instance_type: str | None = None
+    markets: tuple[str, ...] = ("on-demand",)
+    include_local_zones: bool = False
+
+    def market_of(self, catalog: Catalog, offer: Offer) -> str | None:
+        """The first market of :attr:`markets` the offer is sold and priced in; None when
+        none is, or when the offer lies outside the scope."""
+        if not matches_location(offer, self):
+            return None
+        return next((m for m in self.markets
+                     if offer.price_per_hour_usd(m) is not None and sold_as(catalog, offer, m)), None)
+
+    def describe(self) -> str:
+        """``" on gcp in us-central1"`` ("" for the whole catalog)."""
+        parts = [f"on {self.cloud}" if self.cloud else "", f"in {self.zone or self.region}" if self.zone or self.region
+                 else "", f"as {self.instance_type}" if self.instance_type else ""]
+        return "".join(f" {p}" for p in parts if p)
+
+
+class Located(Protocol):
+    """The location filters of :class:`OfferQuery` and :class:`OfferScope`."""
+
+    cloud: str | None
+    region: str | None
+    zone: str | None
+    instance_type: str | None
+    include_local_zones: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +166,12 @@ def _did_you_mean(value: str, choices: list[str]) -> str:
     return f" Did you mean {', '.join(close)}?" if close else ""
 
 
-def validate_location(catalog: Catalog, query: OfferQuery) -> None:
+def validate_location(catalog: Catalog, query: Located) -> None:
     """Check cloud, region, zone and instance type against the catalog.
 
     Raises:
         CatalogError: an unknown value, with the allowed values or the closest matches.
     """
-    if query.market not in MARKETS:
-        raise CatalogError(f"unknown market {query.market!r}; choose one of: {', '.join(MARKETS)}")
     if query.cloud is not None and query.cloud not in CLOUDS:
         raise CatalogError(f"unknown cloud {query.cloud!r}; choose one of: {', '.join(CLOUDS)}")
     if query.region is not None:
@@ -175,7 +218,7 @@ def _other_cloud(kind: str, value: str, cloud: str | None, known) -> str | None:
     return f"{value!r} is {_article(_NAMES[other])} {kind}, not {_article(_NAMES[cloud])} one: use --cloud {other} (or drop --cloud){hint}"
 
 
-def _zone_problem(catalog: Catalog, query: OfferQuery, zones: list[str]) -> str:
+def _zone_problem(catalog: Catalog, query: Located, zones: list[str]) -> str:
     """Why ``query.zone`` is not among ``zones`` (the zones of the query's cloud and region):
     another cloud's zone, a zone of another region, an AWS AZ name, or unknown."""
     zone = query.zone
@@ -210,7 +253,7 @@ def node_limit(cloud: str, fact: InstanceFacts | None) -> NodeLimit:
     return limit
 
 
-def _matches_location(offer: Offer, query: OfferQuery) -> bool:
+def matches_location(offer: Offer, query: Located) -> bool:
     """Cloud, region, zone and type filters; a named zone is taken even when it is a Local Zone."""
     return (
         query.cloud in (None, offer.cloud)
@@ -245,22 +288,24 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
         NoOfferError: nothing fits; the message says what GPU counts exist for that model.
         RequestError: offers fit, but none takes ``request.nodes`` nodes (:func:`node_limit`).
     """
+    if query.market not in MARKETS:
+        raise CatalogError(f"unknown market {query.market!r}; choose one of: {', '.join(MARKETS)}")
     validate_location(catalog, query)
     request = query.request
-    located = [o for o in catalog.offers if _matches_location(o, query)]
+    located = [o for o in catalog.offers if matches_location(o, query)]
     market = query.market
     priced = [
         RankedOffer(offer=o, nodes=request.nodes, market=market, requested_gpu_count=request.gpu_count)
         for o in located
-        if fits(o, request) and o.price_per_hour_usd(market) is not None and _sold_as(catalog, o, market)
+        if fits(o, request) and o.price_per_hour_usd(market) is not None and sold_as(catalog, o, market)
     ]
     ranked = [r for r in priced if request.nodes <= _limit_of(catalog, r.offer).nodes]
     if priced and not ranked:
         raise _over_node_limit(catalog, request, priced)
     if not ranked:
         unsold = {o.instance_type: catalog.fact(o.cloud, o.instance_type) for o in located
-                  if fits(o, request) and not _sold_as(catalog, o, market)}
-        sold = [o for o in located if fits(o, request) and _sold_as(catalog, o, market)]
+                  if fits(o, request) and not sold_as(catalog, o, market)}
+        sold = [o for o in located if fits(o, request) and sold_as(catalog, o, market)]
         if unsold and not sold:  # nothing that fits is sold in this market at all
             raise NoOfferError(
                 f"provisioning-model-offered: {', '.join(sorted(unsold))} {'is' if len(unsold) == 1 else 'are'} not "
@@ -300,7 +345,7 @@ def _over_node_limit(catalog: Catalog, request: GpuRequest, offers: list[RankedO
                         f"(source: {limit.source}); ask for at most {limit.nodes} nodes{hint}")
 
 
-def _sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
+def sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
     """The cloud sells the offer's type in ``market`` (``InstanceFacts.provisioning_models``;
     a3-highgpu-1g/2g/4g, A3 Ultra and A4 are not sold on demand, whatever a price row says).
     Types without facts are kept (the planner refuses them later)."""
@@ -363,7 +408,7 @@ def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_typ
     Raises:
         CatalogError: unknown type, or a host that takes several GPU shapes (GCP N1: give --gpus).
     """
-    validate_location(catalog, OfferQuery(request=GpuRequest("T4", 1), cloud=cloud, instance_type=instance_type))
+    validate_location(catalog, OfferScope(cloud=cloud, instance_type=instance_type))
     shapes = sorted({(o.gpu_count, o.gpu) for o in catalog.offers
                      if o.instance_type == instance_type and cloud in (None, o.cloud)})
     if len(shapes) > 1:

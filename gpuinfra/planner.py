@@ -301,16 +301,16 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         raise RequestError(f"profile-spot-policy: profile {profile.name!r} forbids spot capacity; "
                            "drop --spot or pick another --profile")
     spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
-    attempts = [True, False] if spot_from_profile else [bool(request.spot)]
     last_error: NoOfferError | None = None
-    for spot in attempts:
+    for market in markets_tried(request.spot, profile):
+        spot = market == "spot"
         query = OfferQuery(
             request=gpu_request,
             cloud=request.cloud,
             region=request.region,
             zone=request.zone,
             instance_type=request.instance_type,
-            market="spot" if spot else "on-demand",
+            market=market,
             include_local_zones=request.include_local_zones,
         )
         try:
@@ -333,6 +333,15 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         )
     assert last_error is not None
     raise last_error
+
+
+def markets_tried(spot: bool | None, profile: Profile) -> tuple[str, ...]:
+    """The markets :func:`plan_cluster` tries, in order: ``--spot`` / ``--on-demand`` alone when
+    given (``spot`` True / False); otherwise spot then on-demand when the profile's spot policy
+    is ``preferred``, else on-demand."""
+    if spot is None and profile.spot.policy == "preferred":
+        return ("spot", "on-demand")
+    return ("spot",) if spot else ("on-demand",)
 
 
 def _best_run(kept: list[RankedOffer], request: PlanRequest, profile: Profile) -> tuple[RankedOffer, str]:

@@ -73,7 +73,7 @@ def test_a_spot_stack_sized_from_a_model_records_its_checkpoint_plan(tmp_path):
                         tmp_path, now=NOW)
     doc = yaml.safe_load(spot.written.stack_file.read_text())["config"]
     plan = doc["gpuinfra:checkpoint_plan"]
-    assert plan == spot.sizing.document["checkpoint_plan"] and plan["notice_seconds"] in (120, 30)
+    assert plan == spot.sizing.to_json()["checkpoint_plan"] and plan["notice_seconds"] in (120, 30)
     assert plan["fits_notice"] is True and plan["interruptions_per_node_hour"] == 0.05
     on_demand = create_stack(NewStackRequest(PlanRequest(None, name="od"), model="llama-3.1-8b", method="full"),
                              tmp_path, now=NOW)

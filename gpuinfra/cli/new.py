@@ -67,9 +67,13 @@ def new(
     spec, offer = plan.spec, plan.offer
     out = stdout_console()
     if sized is not None:
-        doc = sized.document
-        out.print(f"sized {doc['model']['name']} ({doc['method']}): {doc['memory_per_gpu_gib']:.1f} GiB per GPU "
-                  f"-> --gpus {sized.gpus} --nodes {sized.nodes}")
+        doc = sized.to_json()
+        out.print(f"sized {doc['model']} ({doc['method']}): {doc['memory_per_gpu_gib']:.1f} GiB per GPU "
+                  f"of {doc['gpu_memory_gib']:g} -> --gpus {sized.gpus} --nodes {sized.nodes}")
+        for refused in sized.passed_over[:3]:
+            out.print(f"  note: passed over {refused}")
+        if len(sized.passed_over) > 3:
+            out.print(f"  note: and {len(sized.passed_over) - 3} more configuration(s) (--json lists them)")
     out.print(
         f"[bold]{spec.stack}[/bold]: {spec.nodes} x {spec.instance_type} "
         f"({spec.gpu_count}x{spec.gpu} per node) in {spec.zone} ({spec.cloud} {spec.region}), "

@@ -29,13 +29,17 @@ def size(
     tokens: Optional[str] = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).", show_default=False),
     headroom: float = typer.Option(DEFAULT_HEADROOM_FRACTION, "--headroom", help="Free GPU memory to keep, fraction of the need."),
     allow_slow_interconnect: bool = typer.Option(False, "--allow-slow-interconnect", help="Also propose multi-node sharded training on types without EFA/GPUDirect."),
-    spot: bool = typer.Option(False, "--spot", help="Add the spot checkpoint plan (size, upload time, notice, interval)."),
+    cloud: Optional[str] = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
+    region: Optional[str] = typer.Option(None, "--region", help="Only offers in this region, e.g. us-east-1.", show_default=False),
+    spot: bool = typer.Option(False, "--spot", help="Spot capacity: price spot offers and add the checkpoint plan (size, upload time, notice, interval)."),
     interruption_rate: float = typer.Option(DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, "--interruption-rate", help="Spot interruptions per node-hour (checkpoint interval)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Estimate memory per GPU and recommend GPUs that fit with headroom; exit 4 when none does."""
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import SizingError
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.offers import OfferScope
     from gpuinfra.sizing.recommend import nothing_fits, sizing_request
     from gpuinfra.sizing.report import size_document
 
@@ -43,11 +47,12 @@ def size(
         raise SizingError(f"--nodes must be >= 1 and --interruption-rate > 0, got {nodes} and {interruption_rate}")
     req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens, base_precision,
                          offload, attention, headroom, allow_slow_interconnect)
-    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate)
+    scope = OfferScope(cloud=cloud, region=region, markets=("spot",) if spot else ("on-demand",))
+    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate, scope=scope)
     if as_json:
         print_json(doc)
         if not doc["candidates"]:
-            raise nothing_fits(req)
+            raise nothing_fits(req, scope, load_catalog())
         return
     out = stdout_console()
     base = f", base {req.base_precision}" if req.base_precision else ""
@@ -67,7 +72,8 @@ def size(
         out.print(f"note: {doc['interconnect_note']}")
     if doc["candidates"]:
         ranked = "cost to finish" if doc["ranked_by"] == "run_cost_usd" else "$/h (give --tokens to rank by cost to finish)"
-        out.print(f"configurations that fit, ranked by {ranked} (catalog {doc['catalog_date']}):")
+        out.print(f"configurations that fit, ranked by {ranked}, {' or '.join(scope.markets)} prices"
+                  f"{scope.describe()} (catalog {doc['catalog_date']}):")
         for c in doc["candidates"]:
             extra = ""
             if c["training_hours"] is not None:
@@ -83,8 +89,7 @@ def size(
         out.print(f"spot checkpoint: {plan['checkpoint_gib_per_node']:.1f} GiB per node, upload {upload} -> {fits} the "
                   f"{plan['notice_seconds']} s notice; checkpoint {interval} (Young/Daly, "
                   f"{plan['interruptions_per_node_hour']} interruptions per node-hour)")
-    if doc.get("recommendation"):
-        r = doc["recommendation"]
-        out.print(f"next: gpuinfra new --gpus {r['gpus']} --nodes {r['nodes']}")
+    if doc.get("next_command"):
+        out.print(f"next: {doc['next_command']}")
     if not doc["candidates"]:
-        raise nothing_fits(req)  # exit 4 after the breakdown above
+        raise nothing_fits(req, scope, load_catalog())  # exit 4 after the breakdown above

@@ -20,10 +20,12 @@ from decimal import Decimal
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
+from gpuinfra.offers import OfferScope
 from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES,
                                     RECOMPUTE, STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
+from gpuinfra.sizing.supply import OFFER_KEYS, cheapest_offers
 from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
@@ -33,7 +35,6 @@ PROFILE_FOR_METHOD = {"pretrain": "llm-pretrain", "full": "llm-finetune", "lora"
                       "qlora": "qlora-finetune", "inference": "inference"}
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8", "int4")
 BASE_PRECISIONS = {"lora": ("bf16", "fp16", "fp32", "int8"), "qlora": ("nf4", "nf4-dq")}
-FAST_GCP_LAYOUTS = ("tcpx", "tcpxo", "gib")
 MAX_SEQ, MAX_BATCH = 1_048_576, 4096
 
 
@@ -165,8 +166,9 @@ class Candidate:
         gpu_memory_gib: memory the device reports (fit target).
         breakdown: memory per GPU by kind.
         headroom: headroom fraction of the fit rule.
-        price_per_hour_usd: on-demand USD per hour for all nodes; None when not priced.
-        offer: where that offer is (``cloud``, ``region``, ``zone``, ``instance_type``).
+        price_per_hour_usd: USD per hour for all nodes in ``offer["market"]``; None when not priced.
+        offer: where that offer is and how it is bought (:data:`gpuinfra.sizing.supply.OFFER_KEYS`: ``cloud``,
+            ``region``, ``zone``, ``instance_type``, ``market``).
         time: training time (None without tokens).
         host_memory_gib: host RAM of one node (CPU offload check); None when unknown.
         network_bandwidth_gbps: bandwidth of the node's NICs for inter-node GPU traffic, Gbit/s
@@ -245,63 +247,33 @@ def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node:
                      network_bandwidth_gbps=network_bandwidth_gbps)
 
 
-def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str) -> bool:
-    """True when the type has a GPU network for multi-node training that gpuinfra's nodes use:
-    AWS EFA, GCP GPUDirect (TCPXO) or RDMA (``gib``) NIC layouts (catalog facts). A3 High's TCPX
-    is left out: it cannot be installed at boot (rule fabric-installable-at-boot), so its nodes
-    use the primary NIC unless the stack boots a baked image."""
-    facts = catalog.fact(cloud, instance_type)
-    if facts is None or _fabric_blocked(facts):
-        return False
-    return facts.efa_supported if cloud == "aws" else facts.nic_layout in FAST_GCP_LAYOUTS
+def priced(c: "Candidate", offer: dict, nodes: int) -> "Candidate":
+    """``c`` with ``offer``'s (:func:`gpuinfra.sizing.supply.cheapest_offers`) host facts, and its
+    price for ``nodes`` nodes."""
+    c.host_memory_gib = offer["host_memory_gib"]
+    c.storage_bandwidth_gbps = offer["storage_bandwidth_gbps"]
+    c.price_per_hour_usd = offer["price"] * nodes
+    c.offer = {k: offer[k] for k in OFFER_KEYS}
+    return c
 
 
-def _fabric_blocked(facts) -> bool:
-    from gpuinfra.rules.spec_rules import type_fabric_blocker
-
-    return type_fabric_blocker(facts) is not None
-
-
-def _inter_node_gbps(facts) -> float | None:
-    """Bandwidth between nodes as gpuinfra deploys the type: the GPU NICs' total, or the host
-    NIC(s) when the GPU fabric cannot be installed at boot (:func:`high_bandwidth_network`)."""
-    if facts is None:
-        return None
-    return facts.host_nic_bandwidth_gbps if _fabric_blocked(facts) else facts.network_bandwidth_gbps
-
-
-def _cheapest_offers(catalog: Catalog, fast_only: bool) -> dict[tuple[str, int], dict]:
-    best: dict[tuple[str, int], dict] = {}
-    for o in catalog.offers:
-        price = o.on_demand_price_per_hour_usd
-        if price is None or o.local_zone:
-            continue
-        if fast_only and not high_bandwidth_network(catalog, o.cloud, o.instance_type):
-            continue
-        key = (o.gpu, o.gpu_count)
-        if key not in best or price < best[key]["price"]:
-            facts = catalog.fact(o.cloud, o.instance_type)
-            best[key] = {"price": price, "cloud": o.cloud, "region": o.region, "zone": o.zone,
-                         "instance_type": o.instance_type, "host_memory_gib": o.memory_gib,
-                         "network_bandwidth_gbps": _inter_node_gbps(facts),
-                         "storage_bandwidth_gbps": None if facts is None else facts.host_nic_bandwidth_gbps}
-    return best
-
-
-def _device_memory_gib(gpu: str) -> float:
+def device_memory_gib(gpu: str) -> float:
+    """GiB of memory the device reports for GPU model ``gpu`` (``gpus.json``
+    ``device_memory_gib``, :attr:`gpuinfra.catalog.gpus.GpuModel.device_reported_gib`)."""
     from gpuinfra.catalog.gpus import gpu_model
 
     return gpu_model(gpu).device_reported_gib
 
 
-def candidates(req: SizingRequest, catalog: Catalog) -> list[Candidate]:
-    """Every fitting configuration the catalog can rent: one node of every (GPU, count) offer,
-    and for sharded training the fewest nodes of a high-bandwidth type (any type with
-    ``allow_slow_interconnect``). Ranked by cost to finish with tokens, by $/h without."""
+def candidates(req: SizingRequest, catalog: Catalog, scope: OfferScope = OfferScope()) -> list[Candidate]:
+    """Every fitting configuration the catalog can rent in ``scope``: one node of every (GPU,
+    count) offer, and for sharded training the fewest nodes (up to the type's node limit) of a
+    high-bandwidth type (any type with ``allow_slow_interconnect``). Ranked by cost to finish
+    with tokens, by $/h without (in the scope's markets, :func:`cheapest_offers`)."""
     out = []
-    tables = [(_cheapest_offers(catalog, False), (1,))]
+    tables = [(cheapest_offers(catalog, False, scope), (1,))]
     if req.sharded:
-        tables.append((_cheapest_offers(catalog, not req.allow_slow_interconnect), NODE_COUNTS[1:]))
+        tables.append((cheapest_offers(catalog, not req.allow_slow_interconnect, scope), NODE_COUNTS[1:]))
     seen: set[tuple[str, int]] = set()
     for offers, node_counts in tables:
         for (gpu, count), offer in offers.items():
@@ -310,13 +282,10 @@ def candidates(req: SizingRequest, catalog: Catalog) -> list[Candidate]:
                 continue
             if req.method != "inference" and req.precision == "bf16" and not facts["bf16"]:
                 continue
-            for nodes in node_counts:
-                c = evaluate(req, gpu, _device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"])
-                c.host_memory_gib = offer["host_memory_gib"]
-                c.storage_bandwidth_gbps = offer["storage_bandwidth_gbps"]
+            for nodes in (n for n in node_counts if n <= offer["max_nodes"]):
+                c = priced(evaluate(req, gpu, device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"]),
+                           offer, nodes)
                 if c.fits:
-                    c.price_per_hour_usd = offer["price"] * nodes
-                    c.offer = {k: offer[k] for k in ("cloud", "region", "zone", "instance_type")}
                     out.append(c)
                     seen.add((gpu, count))
                     break  # more nodes of the same shape only cost more
@@ -350,12 +319,16 @@ def candidate_json(c: Candidate) -> dict:
     }
 
 
-def nothing_fits(req: SizingRequest) -> NoOfferError:
-    """The error when :func:`candidates` is empty (exit 4), naming the settings that lower
-    memory per GPU."""
+def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: Catalog | None = None) -> NoOfferError:
+    """The error when :func:`candidates` is empty (exit 4), naming the scope searched and the
+    settings that lower memory per GPU; with ``catalog``, also a wider place or the spot market
+    when something fits there."""
     where = f"on up to {NODE_COUNTS[-1]} nodes" if req.sharded else "on one node"
+    markets = " or ".join(scope.markets)
     hints = {"pretrain": ["--method lora or qlora"], "full": ["--method lora or qlora"],
              "lora": ["--method qlora"]}.get(req.method, [])
+    if req.method in ("lora", "qlora") and req.strategy == "ddp":
+        hints.insert(0, "--strategy fsdp (shards the frozen base)")
     if req.method == "inference" and req.precision != "int4":
         hints.append("--precision int4")
     if req.recompute != "full" and req.method != "inference":
@@ -363,5 +336,13 @@ def nothing_fits(req: SizingRequest) -> NoOfferError:
     if req.batch > 1:
         hints.append("a smaller --batch")
     hints.append("a shorter --seq")
-    return NoOfferError(f"no configuration in the catalog fits {req.shape.name} ({req.method}, {req.precision}) "
-                        f"with {req.headroom:.0%} memory headroom {where}; try {', '.join(hints)}")
+    if catalog is not None:
+        narrowed = [flag for flag, value in (("--cloud", scope.cloud), ("--region", scope.region), ("--zone", scope.zone),
+                                             ("--instance-type", scope.instance_type)) if value]
+        if narrowed and candidates(req, catalog, OfferScope(markets=scope.markets)):
+            hints.append(f"without {'/'.join(narrowed)}")
+        if "spot" not in scope.markets and candidates(req, catalog, replace(scope, markets=(*scope.markets, "spot"))):
+            hints.append("--spot (some GPU types are sold only as spot)")
+    return NoOfferError(f"no configuration in the catalog{scope.describe()} sold {markets} fits {req.shape.name} "
+                        f"({req.method}, {req.precision}) with {req.headroom:.0%} memory headroom {where}; "
+                        f"try {', '.join(hints)}")

@@ -4,8 +4,10 @@ Document (``gpuinfra size --json``; USD as :func:`gpuinfra.money.usd_json` strin
 ``{"model": {"name", "params", "layers", "hidden", "heads", "kv_heads", "vocab", "source"},
 "method", "precision", "base_precision", "strategy", "recompute", "offload", "seq", "batch",
 "tokens", "headroom", "ranked_by" ("run_cost_usd" with tokens, else "price_per_hour_usd"),
-"catalog_date", "candidates": [candidate, ...] (at most 5, best first), "fits",
-"recommendation", "interconnect_note", "checkpoint_plan"}`` and, when a configuration was
+"scope": {"cloud", "region", "markets"} (where configurations were looked for, and the markets
+they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, best first), "fits",
+"recommendation", "next_command" (:func:`next_command`; None when nothing fits),
+"interconnect_note", "checkpoint_plan"}`` and, when a configuration was
 evaluated, ``"gpus", "nodes", "total_gpus", "memory_per_gpu_gib", "gpu_memory_gib",
 "cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...}, "training_hours",
 "compute_hours", "communication_hours", "mfu", "mfu_source", "run_cost_usd",
@@ -16,14 +18,15 @@ for training methods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, checkpoint_plan
-from gpuinfra.sizing.recommend import (PROFILE_FOR_METHOD, Candidate, SizingRequest, _cheapest_offers,
-                                       _device_memory_gib, candidate_json, candidates, evaluate, nothing_fits,
-                                       sizing_request)
+from gpuinfra.offers import OfferScope, validate_location
+from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
+from gpuinfra.sizing.recommend import (PROFILE_FOR_METHOD, Candidate, SizingRequest, candidate_json, candidates,
+                                       device_memory_gib, evaluate, nothing_fits, priced, sizing_request)
+from gpuinfra.sizing.supply import cheapest_offers
 
 #: Candidates listed in the document.
 SHOWN_CANDIDATES = 5
@@ -31,29 +34,36 @@ SHOWN_CANDIDATES = 5
 
 def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, catalog: Catalog | None = None,
                   spot: bool = False,
-                  interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR) -> dict[str, Any]:
+                  interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
+                  scope: OfferScope | None = None) -> dict[str, Any]:
     """Memory per GPU of ``req`` and the best configurations that fit (module docstring).
 
     Args:
         req: a resolved request (:func:`gpuinfra.sizing.recommend.sizing_request`).
         gpus: check this configuration (GPUs per node, ``8xA100-80GB``) instead of the best
-            fitting one; priced when the catalog has that configuration.
+            fitting one; priced when the scope has that configuration.
         nodes: nodes of ``gpus``.
         catalog: the catalog to price from (default: the one in use).
-        spot: add the spot checkpoint plan of the chosen configuration.
+        spot: spot capacity: priced as spot, with the spot checkpoint plan of the chosen
+            configuration.
         interruptions_per_node_hour: spot interruption rate for the checkpoint interval.
+        scope: where to look (cloud, region ...; default: the whole catalog) and in which
+            markets (default: spot with ``spot``, else on-demand).
 
     Returns:
-        The document; ``candidates`` is empty when nothing in the catalog fits (the caller
+        The document; ``candidates`` is empty when nothing in the scope fits (the caller
         raises :func:`gpuinfra.sizing.recommend.nothing_fits` after showing the breakdown).
 
     Raises:
         RequestError: a malformed ``gpus`` spec or unknown GPU.
+        CatalogError: an unknown cloud, region or zone in ``scope``.
     """
     from gpuinfra.requests import parse_gpu_spec
 
     catalog = catalog or load_catalog()
-    ranked = candidates(req, catalog)
+    scope = scope or OfferScope(markets=("spot",) if spot else ("on-demand",))
+    validate_location(catalog, scope)
+    ranked = candidates(req, catalog, scope)
     training = req.tokens and req.method != "inference"
     doc: dict[str, Any] = {
         "model": {"name": req.shape.name, "params": req.shape.params, "layers": req.shape.layers,
@@ -63,6 +73,7 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
         "strategy": req.strategy, "recompute": req.recompute, "offload": req.offload,
         "seq": req.seq, "batch": req.batch, "tokens": req.tokens, "headroom": req.headroom,
         "ranked_by": "run_cost_usd" if training else "price_per_hour_usd",
+        "scope": {"cloud": scope.cloud, "region": scope.region, "markets": list(scope.markets)},
         "catalog_date": catalog.catalog_date,
         "candidates": [candidate_json(c) for c in ranked[:SHOWN_CANDIDATES]],
         "interconnect_note": None, "checkpoint_plan": None,
@@ -71,19 +82,16 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
     if gpus:
         request = parse_gpu_spec(gpus, nodes)
         multi = req.sharded and nodes > 1
-        offers = _cheapest_offers(catalog, multi and not req.allow_slow_interconnect)
+        offers = cheapest_offers(catalog, multi and not req.allow_slow_interconnect, scope)
         offer = offers.get((request.gpu, request.gpu_count))
         if multi and offer is None and not req.allow_slow_interconnect:
             doc["interconnect_note"] = (f"no instance type with {request.gpu_count}x{request.gpu} has a high-bandwidth "
                                         "GPU network (EFA / GPUDirect); sharded training over nodes is not recommended "
                                         "(--allow-slow-interconnect to price it anyway)")
-        chosen = evaluate(req, request.gpu, _device_memory_gib(request.gpu), request.gpu_count, nodes,
+        chosen = evaluate(req, request.gpu, device_memory_gib(request.gpu), request.gpu_count, nodes,
                           None if offer is None else offer["network_bandwidth_gbps"])
         if offer is not None:
-            chosen.host_memory_gib = offer["host_memory_gib"]
-            chosen.storage_bandwidth_gbps = offer["storage_bandwidth_gbps"]
-            chosen.price_per_hour_usd = offer["price"] * nodes
-            chosen.offer = {k: offer[k] for k in ("cloud", "region", "zone", "instance_type")}
+            chosen = priced(chosen, offer, nodes)
     else:
         chosen = ranked[0] if ranked else None
     if chosen is None:
@@ -102,6 +110,7 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
         recommendation=None if best is None else {"gpus": best.spec, "nodes": best.nodes, **best.offer,
                                                    "price_per_hour_usd": candidate_json(best)["price_per_hour_usd"]},
     )
+    doc["next_command"] = None if best is None else next_command(req, best, scope)
     if spot and req.method != "inference" and best is not None and best.offer:
         plan = checkpoint_plan(req.trained_params, best.nodes, best.offer["cloud"], best.storage_bandwidth_gbps,
                                interruptions_per_node_hour)
@@ -109,41 +118,99 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
     return doc
 
 
+def next_command(req: SizingRequest, best: Candidate, scope: OfferScope) -> str:
+    """The ``gpuinfra new`` command that plans ``best`` in ``scope``: ``--gpus``/``--nodes``,
+    the scope's cloud and region, ``--spot`` when priced as spot, and for training sharded over
+    nodes ``--instance-type`` (the high-bandwidth type it was priced on, so the planner does not
+    take a cheaper type without EFA / GPUDirect for the same GPUs)."""
+    parts = ["gpuinfra new"]
+    if req.sharded and best.nodes > 1 and best.offer:
+        parts.append(f"--instance-type {best.offer['instance_type']}")
+    else:
+        parts.append(f"--gpus {best.spec}")
+    parts.append(f"--nodes {best.nodes}")
+    cloud = scope.cloud or (best.offer or {}).get("cloud")
+    if scope.cloud or (req.sharded and best.nodes > 1 and cloud):
+        parts.append(f"--cloud {cloud}")
+    if scope.region:
+        parts.append(f"--region {scope.region}")
+    if best.offer and best.offer.get("market") == "spot":
+        parts.append("--spot")
+    return " ".join(parts)
+
+
 @dataclass(frozen=True)
 class StackSizing:
-    """The GPU request ``gpuinfra new --model/--params`` plans for.
+    """How ``gpuinfra new --model/--params`` sized a model into a GPU request.
 
     Attributes:
-        gpus: GPUs per node (``--gpus`` form, ``1xL4``).
-        nodes: node count.
+        request: the resolved sizing request (sequence 2048, micro-batch 1, bf16, the
+            method's default strategy and recompute).
+        candidates: every configuration that fits in the stack's scope, best first
+            (:func:`gpuinfra.sizing.recommend.candidates`).
         profile: the workload profile of the method (``qlora`` -> ``qlora-finetune``).
-        document: the :func:`size_document` it was read from.
+        chosen: the configuration the planner accepted (None before planning).
+        passed_over: ``"<gpus> x <nodes> node(s): <why the planner refused it>"`` for each better
+            ranked configuration the planner refused (profile needs, node limits ...).
+        checkpoint_plan: the spot checkpoint plan of the planned instance type (None unless spot
+            and a training method).
     """
 
-    gpus: str
-    nodes: int
+    request: SizingRequest
+    candidates: tuple[Candidate, ...]
     profile: str
-    document: dict[str, Any]
+    chosen: Candidate | None = None
+    passed_over: tuple[str, ...] = ()
+    checkpoint_plan: CheckpointPlan | None = None
+
+    @property
+    def gpus(self) -> str:
+        """``--gpus`` of the chosen (else the best) configuration, e.g. ``1xL4``."""
+        return (self.chosen or self.candidates[0]).spec
+
+    @property
+    def nodes(self) -> int:
+        """Node count of the chosen (else the best) configuration."""
+        return (self.chosen or self.candidates[0]).nodes
+
+    def planned(self, chosen: Candidate, passed_over: tuple[str, ...], catalog: Catalog, cloud: str,
+                instance_type: str, spot: bool) -> "StackSizing":
+        """This sizing once the planner took ``chosen`` as ``instance_type`` on ``cloud``; the
+        checkpoint plan reads that type's host NIC bandwidth (catalog facts
+        ``host_nic_bandwidth_gbps``) when ``spot``."""
+        plan = None
+        if spot and self.request.method != "inference":
+            facts = catalog.fact(cloud, instance_type)
+            plan = checkpoint_plan(self.request.trained_params, chosen.nodes, cloud,
+                                   None if facts is None else facts.host_nic_bandwidth_gbps)
+        return replace(self, chosen=chosen, passed_over=passed_over, checkpoint_plan=plan)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method", "checkpoint_plan"}``
-        (``new --json`` ``sizing``; ``checkpoint_plan`` is None unless sized for spot)."""
-        return {k: self.document[k] for k in ("memory_per_gpu_gib", "gpu_memory_gib", "breakdown", "method",
-                                              "checkpoint_plan")}
+        """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
+        "breakdown", "passed_over", "checkpoint_plan"}`` (``new --json`` ``sizing``)."""
+        c = self.chosen or self.candidates[0]
+        return {"model": self.request.shape.name, "method": self.request.method, "gpus": c.spec, "nodes": c.nodes,
+                "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2), "gpu_memory_gib": c.gpu_memory_gib,
+                "breakdown": c.breakdown.gib(), "passed_over": list(self.passed_over),
+                "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json()}
 
 
 def size_for_stack(model: str | None, params: str | None, method: str | None = None,
-                   catalog: Catalog | None = None, spot: bool = False) -> StackSizing:
-    """The cheapest GPU configuration that holds a model for ``method`` (default ``full``), at
-    sequence length 2048, micro-batch 1, bf16 and the method's default strategy.
+                   catalog: Catalog | None = None, scope: OfferScope = OfferScope()) -> StackSizing:
+    """Every GPU configuration in ``scope`` that holds a model for ``method`` (default
+    ``full``), at sequence length 2048, micro-batch 1, bf16 and the method's default strategy,
+    best first; the caller plans them in order (:func:`gpuinfra.newstack.create_stack`).
 
     Raises:
         SizingError: neither or both of ``model`` / ``params``, or a bad value.
-        NoOfferError: no configuration in the catalog fits (exit 4).
+        CatalogError: an unknown cloud, region or zone in ``scope``.
+        NoOfferError: no configuration in the scope fits (exit 4).
     """
     method = method or "full"
     req = sizing_request(model, params, method)
-    doc = size_document(req, catalog=catalog, spot=spot)
-    if not doc.get("recommendation"):
-        raise nothing_fits(req)
-    return StackSizing(doc["recommendation"]["gpus"], doc["recommendation"]["nodes"], PROFILE_FOR_METHOD[method], doc)
+    catalog = catalog or load_catalog()
+    validate_location(catalog, scope)
+    ranked = candidates(req, catalog, scope)
+    if not ranked:
+        raise nothing_fits(req, scope, catalog)
+    return StackSizing(req, tuple(ranked), PROFILE_FOR_METHOD[method])

@@ -212,7 +212,7 @@ def test_a_stack_file_named_for_another_stack(run_cli, stack):
 
 def test_size_where_nothing_fits_prints_the_breakdown_and_exits_4(run_cli):
     result = run_cli("size", "--params", "900B", "--gpus", "1xT4")
-    _refused(result, 4, "no configuration in the catalog fits 900B params (full, bf16) with 10% memory headroom on up "
+    _refused(result, 4, "no configuration in the catalog sold on-demand fits 900B params (full, bf16) with 10% memory headroom on up "
                         "to 64 nodes; try --method lora or qlora, --recompute full, a shorter --seq")
     assert "1xT4 x 1 node(s): 18465.0 GiB per GPU of 14.8 GiB -> does NOT fit" in result.stdout
     assert "optimizer 10058.28" in result.stdout
@@ -220,7 +220,7 @@ def test_size_where_nothing_fits_prints_the_breakdown_and_exits_4(run_cli):
 
 def test_size_json_where_nothing_fits(run_cli):
     result = run_cli("size", "--params", "900B", "--gpus", "1xT4", "--json")
-    _refused(result, 4, "no configuration in the catalog fits 900B params")
+    _refused(result, 4, "no configuration in the catalog sold on-demand fits 900B params")
     doc = json.loads(result.stdout)
     assert doc["fits"] is False and doc["candidates"] == [] and doc["recommendation"] is None
     assert doc["breakdown"]["optimizer_gib"] > 10000
@@ -228,8 +228,8 @@ def test_size_json_where_nothing_fits(run_cli):
 
 def test_new_sized_for_a_model_nothing_fits(run_cli, tmp_path):
     result = run_cli("new", "--params", "90000B", "--method", "qlora", "--project-dir", str(tmp_path / "p"))
-    _refused(result, 4, "no configuration in the catalog fits 90000B params (qlora, bf16) with 10% memory headroom "
-                        "on one node")
+    _refused(result, 4, "no configuration in the catalog sold spot or on-demand fits 90000B params (qlora, bf16) "
+                        "with 10% memory headroom on one node")
     assert not (tmp_path / "p").exists()
 
 

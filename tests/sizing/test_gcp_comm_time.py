@@ -74,7 +74,7 @@ def test_a3_mega_communicates_over_its_eight_gpu_nics_and_uploads_over_the_prima
 
 
 def test_ranked_multi_node_gcp_candidate_has_a_time_and_a_cost(run_cli, gcp_catalog):
-    gcp_catalog(lambda t: True)
+    gcp_catalog(lambda t: t in ("a3-highgpu-8g", "a3-megagpu-8g"))  # the H100 types: B200 / H200 hold 30B on one node
     doc = _size(run_cli, "--params", "30B", "--method", "full", "--strategy", "zero3", "--recompute", "full",
                 "--tokens", "10B", "--spot")
     best = doc["candidates"][0]

@@ -36,7 +36,8 @@ def test_size_document_prices_a_given_configuration():
     assert doc["price_per_hour_usd"] == "55.040000"
     assert abs(float(doc["run_cost_usd"]) - 55.04 * 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.38 * 3600)) < 0.01
     assert doc["recommendation"] == {"gpus": "8xH100", "nodes": 1, "cloud": "aws", "region": "us-east-1",
-                                     "zone": "use1-az1", "instance_type": "p5.48xlarge", "price_per_hour_usd": "55.040000"}
+                                     "zone": "use1-az1", "instance_type": "p5.48xlarge", "market": "on-demand",
+                                     "price_per_hour_usd": "55.040000"}
     cheapest = doc["candidates"][0]
     assert (cheapest["gpus"], cheapest["instance_type"], cheapest["price_per_hour_usd"], cheapest["run_cost_usd"]) == (
         "1xL40S", "g6e.xlarge", "1.861000", "724.007827")
@@ -70,7 +71,7 @@ def test_precision_is_split_into_compute_and_base_storage():
 def test_sharded_multi_node_only_on_high_bandwidth_networks():
     # ZeRO-3 on 7.5B: without the flag, no multi-node candidate on a type without EFA/GPUDirect
     from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.sizing.recommend import high_bandwidth_network
+    from gpuinfra.sizing.supply import high_bandwidth_network
 
     catalog = load_catalog()
     for allow in (False, True):
@@ -108,5 +109,5 @@ def test_spot_checkpoint_plan():
 
 
 def test_size_for_stack_when_nothing_fits():
-    with pytest.raises(NoOfferError, match="no configuration in the catalog fits 900B params"):
+    with pytest.raises(NoOfferError, match="no configuration in the catalog sold on-demand fits 900B params"):
         size_for_stack(None, "900B", "inference")

@@ -1,0 +1,142 @@
+"""Sizing in a scope (cloud, region, market) and `gpuinfra new --model/--params` planning what it sized.
+
+Cloud facts the tests stand on:
+- A3 High with 1, 2 or 4 GPUs: "you must create instances by using Spot VMs or Flex-start VMs"
+  (cloud.google.com/compute/docs/accelerator-optimized-machines#a3-high-vms).
+- A3 Ultra and A4 are sold as Spot, Flex-start and reservations, not on demand
+  (cloud.google.com/ai-hypercomputer/docs/consumption-models).
+- A3 High 8g's GPUDirect-TCPX needs a kernel no public image has, so gpuinfra nodes cannot use it
+  without a bake (rule fabric-installable-at-boot); A3 Mega's GPUDirect-TCPXO installs at boot
+  (8 GPU NICs x 200 Gbps, cloud.google.com/compute/docs/gpus/gpudirect).
+Prices are the shipped catalog's (offers.csv: on-demand Cyclenerd pricing.yml 2026-08-20, spot
+SkyPilot v8 GCP catalog).
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.errors import CatalogError, NoOfferError
+from gpuinfra.newstack import NewStackRequest, create_stack
+from gpuinfra.offers import OfferScope
+from gpuinfra.planner import PlanRequest
+from gpuinfra.sizing.recommend import candidates, nothing_fits, sizing_request
+from gpuinfra.sizing.report import size_document
+from gpuinfra.sizing.supply import fast_types
+
+NOW = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)
+NOT_ON_DEMAND = {"a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-ultragpu-8g", "a4-highgpu-8g"}
+
+
+def test_on_demand_candidates_leave_out_types_google_sells_only_as_spot_or_flex_start():
+    # LoRA on a 70B base sharded with FSDP: 4 x H100 would hold it, but a3-highgpu-4g is spot/flex-start only
+    req = sizing_request(params="70B", method="lora", strategy="fsdp")
+    ranked = candidates(req, load_catalog(), OfferScope(cloud="gcp"))
+    types = {c.offer["instance_type"] for c in ranked}
+    assert types and not types & NOT_ON_DEMAND
+    assert {c.offer["market"] for c in ranked} == {"on-demand"}
+    spot = candidates(req, load_catalog(), OfferScope(cloud="gcp", markets=("spot",)))
+    assert "a3-highgpu-4g" in {c.offer["instance_type"] for c in spot}
+
+
+def test_spot_scope_prices_spot():
+    doc = size_document(sizing_request(model="llama-3.1-8b", method="lora"), spot=True,
+                        scope=OfferScope(region="us-central1", markets=("spot",)))
+    best = doc["candidates"][0]
+    # a2-highgpu-1g us-central1: $1.80385/h spot (SkyPilot v8 GCP catalog), $3.67338/h on demand (Cyclenerd)
+    assert (best["gpus"], best["instance_type"], best["market"], best["price_per_hour_usd"]) == (
+        "1xA100", "a2-highgpu-1g", "spot", "1.803850")
+    assert doc["scope"] == {"cloud": None, "region": "us-central1", "markets": ["spot"]}
+    assert doc["next_command"] == "gpuinfra new --gpus 1xA100 --nodes 1 --region us-central1 --spot"
+
+
+def test_sharded_multi_node_is_planned_on_a_gpudirect_type_only():
+    # 30B full fine-tuning on GCP on demand: 8 x H100 x 4 nodes; A3 Mega (TCPXO), never A3 High
+    # (TCPX not installable at boot) nor A3 Ultra / A4 (not sold on demand)
+    assert fast_types(load_catalog(), "H100", 8, OfferScope(cloud="gcp")) == ["a3-megagpu-8g"]
+    doc = size_document(sizing_request(params="30B", method="full"), scope=OfferScope(cloud="gcp"))
+    assert (doc["gpus"], doc["nodes"], doc["recommendation"]["instance_type"]) == ("8xH100", 4, "a3-megagpu-8g")
+    assert doc["next_command"] == "gpuinfra new --instance-type a3-megagpu-8g --nodes 4 --cloud gcp"
+
+
+def test_new_with_params_on_gcp_plans_what_was_sized(tmp_path):
+    """Before: `new --params 30B --method full --cloud gcp` sized an 8xH200 (A3 Ultra) and the
+    planner refused it (not sold on demand), exit 4."""
+    result = create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="g30"), params="30B", method="full"),
+                          tmp_path, now=NOW)
+    spec = result.plan.spec
+    assert (spec.cloud, spec.instance_type, spec.nodes, result.pricing) == ("gcp", "a3-megagpu-8g", 4, "on-demand")
+    assert result.to_json()["sizing"]["gpus"] == "8xH100" and result.sizing.passed_over == ()
+
+
+def test_new_passes_over_configurations_the_profile_refuses(tmp_path):
+    # llm-pretrain requires EFA/GPUDirect NICs: the cheaper single-GPU configurations that hold
+    # 1B are named with the rule, and the stack is the first one that has them
+    result = create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="p1"), params="1B", method="pretrain"),
+                          tmp_path, now=NOW)
+    assert result.plan.spec.instance_type == "a3-megagpu-8g"
+    first = result.sizing.passed_over[0]
+    assert first.startswith("2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in first
+
+
+def test_new_sized_on_aws_stays_on_aws(tmp_path):
+    """Before: a 30B LoRA sized to 1 x A100-80GB (a GCP shape) and `--cloud aws` then found no AWS
+    type with 1 or 2 of them, exit 4."""
+    result = create_stack(NewStackRequest(PlanRequest(None, cloud="aws", name="a30", spot=False), params="30B",
+                                          method="lora"), tmp_path, now=NOW)
+    assert result.plan.spec.cloud == "aws" and result.plan.spec.gpu in ("A100-80GB", "H100", "H200", "B200")
+
+
+def test_nothing_fits_names_the_wider_place_and_the_spot_market():
+    # 70B full fine-tuning on GCP on demand: A3 Mega x 64 is not enough (60.7 GiB of activations per
+    # H100 with selective recompute); A4 (B200) holds it but is spot only; AWS p6-b200 on demand holds it
+    req = sizing_request(params="70B", method="full")
+    scope = OfferScope(cloud="gcp")
+    assert candidates(req, load_catalog(), scope) == []
+    message = str(nothing_fits(req, scope, load_catalog()))
+    assert message.startswith("no configuration in the catalog on gcp sold on-demand fits 70B params (full, bf16)")
+    assert message.endswith("without --cloud, --spot (some GPU types are sold only as spot)")
+
+
+def test_size_cli_scope_options(run_cli):
+    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp")
+    assert result.exit_code == 4 and "--spot (some GPU types are sold only as spot)" in result.stderr
+    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp", "--spot", "--json")
+    doc = json.loads(result.stdout)
+    assert result.exit_code == 0 and doc["recommendation"]["market"] == "spot"
+    assert doc["recommendation"]["instance_type"] == "a4-highgpu-8g"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--cloud", "azure"), "unknown cloud 'azure'; choose one of: aws, gcp"),
+    (("--cloud", "aws", "--region", "us-central1"), "'us-central1' is a GCP region, not an AWS one"),
+])
+def test_size_refuses_an_unknown_scope(run_cli, args, message):
+    result = run_cli("size", "--params", "7B", *args)
+    assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_scope_is_validated_in_the_library():
+    with pytest.raises(CatalogError, match="unknown cloud"):
+        size_document(sizing_request(params="7B"), scope=OfferScope(cloud="azure"))
+
+
+def test_new_where_nothing_fits_in_the_scope_writes_nothing(tmp_path):
+    with pytest.raises(NoOfferError, match="^no configuration in the catalog on gcp sold on-demand fits 70B params"):
+        create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="70B", method="full"),
+                     tmp_path, now=NOW)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_new_cli_prints_what_it_passed_over(run_cli, tmp_path):
+    result = run_cli("new", "--params", "1B", "--method", "pretrain", "--cloud", "gcp", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "sized 1B params (pretrain): 12.2 GiB per GPU of 79.11 -> --gpus 8xH100 --nodes 1"
+    assert lines[1].startswith("  note: passed over 2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in lines[1]
+    assert any(line.startswith("  note: and ") and line.endswith("more configuration(s) (--json lists them)")
+               for line in lines)
