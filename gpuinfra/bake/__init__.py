@@ -10,7 +10,9 @@ Layers: :mod:`~gpuinfra.bake.model` (the spec and the pinned software manifest),
 :mod:`~gpuinfra.bake.plan` (request -> validated spec, pure), :mod:`~gpuinfra.bake.render`
 (component documents, Packer template, build steps, pure), :mod:`~gpuinfra.bake.stack` (stack
 files: write a bake, record its result, hand a baked image to ``gpuinfra new``),
-:mod:`~gpuinfra.bake.preview` (offline preview under Pulumi mocks). Every version comes from the one place that pins it for boot-time installs
+:mod:`~gpuinfra.bake.preview` (offline preview under Pulumi mocks), :mod:`~gpuinfra.bake.deploy`
+(``gpuinfra up`` / ``down`` / ``image record`` of a bake) with :mod:`~gpuinfra.bake.gcp_api` (its
+Pub/Sub and Compute REST calls). Every version comes from the one place that pins it for boot-time installs
 (:mod:`blueprints.common.fabric`, :mod:`blueprints.common.fabric_host`): a bake never carries its
 own copy of a version or an install step.
 """

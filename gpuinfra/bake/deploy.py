@@ -30,23 +30,20 @@ A bake stack (``gpuinfra:bake``) goes through the same :class:`~gpuinfra.lifecyc
 
 from __future__ import annotations
 
-import base64
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import yaml
 
-from gpuinfra.bake import BAKE_CONFIG_KEY, IMAGE_CONFIG_KEY
+from gpuinfra.bake import BAKE_CONFIG_KEY, IMAGE_CONFIG_KEY, gcp_api
+from gpuinfra.bake.gcp_api import GcpApis
 from gpuinfra.bake.model import GCP_LABEL_PREFIX, BakeSpec
-from gpuinfra.credentials import aws_session, gcp_credentials, no_aws_credentials, no_gcp_credentials
+from gpuinfra.credentials import aws_session, no_aws_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError
 from gpuinfra.stackfile import STACKS_DIRNAME, stack_file_path
 
-#: Pub/Sub and Compute REST roots (pubsub.googleapis.com/v1, compute.googleapis.com/compute/v1).
-PUBSUB_API = "https://pubsub.googleapis.com"
-COMPUTE_API = "https://compute.googleapis.com"
 #: ``<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:<tag>]`` (ECR registry URI format,
 #: docs.aws.amazon.com/AmazonECR/latest/userguide/Registries.html).
 ECR_URI_RE = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
@@ -66,75 +63,6 @@ def is_bake_stack(project_dir: Path, name: str) -> bool:
         return False
     config = doc.get("config") if isinstance(doc, dict) else None
     return isinstance(config, dict) and f"gpuinfra:{BAKE_CONFIG_KEY}" in config
-
-
-@dataclass(frozen=True)
-class GcpApis:
-    """An authorized HTTP session (``requests``-like: ``get``/``post``) and the REST roots."""
-
-    session: Any
-    pubsub: str = PUBSUB_API
-    compute: str = COMPUTE_API
-
-
-def make_gcp_apis() -> GcpApis:
-    """:class:`GcpApis` with Application Default Credentials (tests replace this function).
-
-    Raises:
-        MissingDependencyError: google-auth / requests missing, or no credentials (exit 6).
-    """
-    try:
-        from google.auth.transport.requests import AuthorizedSession
-    except ImportError:
-        raise MissingDependencyError("a GCP bake needs google-auth and requests: pip install 'gpuinfra[gcp-bake]'") from None
-    credentials, _ = gcp_credentials(" to start or record the bake")
-    return GcpApis(AuthorizedSession(credentials))
-
-
-def _gcp_call(apis: GcpApis, method: str, url: str, what: str, **kwargs) -> dict:
-    """One REST call; Google's JSON error (``{"error": {"code", "message", "status"}}``) as
-    :class:`OperationError` (exit 7), or :class:`MissingDependencyError` for 401/403 (exit 6)."""
-    import requests
-    from google.auth.exceptions import DefaultCredentialsError, RefreshError
-
-    try:
-        response = getattr(apis.session, method)(url, timeout=60, **kwargs)
-    except (DefaultCredentialsError, RefreshError):
-        raise no_gcp_credentials(f" to {what}") from None
-    except requests.RequestException as exc:
-        raise OperationError(f"{what} failed: {exc}") from None
-    if response.status_code < 400:
-        return response.json()
-    try:
-        error = response.json().get("error") or {}
-    except ValueError:
-        error = {}
-    detail = f"{response.status_code} {error.get('status', '')}: {error.get('message', response.reason)}".replace(" :", ":")
-    if response.status_code in (401, 403):
-        raise MissingDependencyError(f"{what} was refused ({detail}); check the GCP credentials and their permissions")
-    raise OperationError(f"{what} failed ({detail})")
-
-
-def publish_build(apis: GcpApis, topic: str) -> str:
-    """Start a bake: publish one message (data ``bake``) to ``topic``
-    (``projects/P/topics/T``) with ``POST {pubsub}/v1/{topic}:publish``
-    (cloud.google.com/pubsub/docs/reference/rest/v1/projects.topics/publish: body
-    ``{"messages": [{"data": <base64>}]}``, answer ``{"messageIds": [...]}``).
-
-    Returns:
-        The message id.
-    """
-    body = {"messages": [{"data": base64.b64encode(b"bake").decode()}]}
-    answer = _gcp_call(apis, "post", f"{apis.pubsub}/v1/{topic}:publish", f"publishing to {topic}", json=body)
-    return (answer.get("messageIds") or ["?"])[0]
-
-
-def newest_family_image(apis: GcpApis, project: str, family: str) -> dict:
-    """The Compute ``Image`` that ``GET {compute}/compute/v1/projects/{project}/global/images/family/{family}``
-    returns: "the latest image that is part of an image family and is not deprecated"
-    (cloud.google.com/compute/docs/reference/rest/v1/images/getFromFamily)."""
-    return _gcp_call(apis, "get", f"{apis.compute}/compute/v1/projects/{project}/global/images/family/{family}",
-                     f"looking up image family {family} in project {project}")
 
 
 def ecr_digest_reference(ecr, container_uri: str) -> str:
@@ -196,7 +124,7 @@ def record_from_outputs(project_dir: Path, spec: BakeSpec, outputs: dict, ecr=No
 
     Args:
         ecr: boto3 ECR client (default: one of the bake's region); gcp: REST session
-            (default: :func:`make_gcp_apis`).
+            (default: :func:`gpuinfra.bake.gcp_api.make_gcp_apis`).
 
     Raises:
         OperationError: an output missing, no such ECR image, no finished image of this manifest
@@ -216,7 +144,7 @@ def record_from_outputs(project_dir: Path, spec: BakeSpec, outputs: dict, ecr=No
         return record_result(project_dir, name, image_id, container)
     family = _output(outputs, "image_family", name).rsplit("/", 1)[-1]
     project = spec.gcp_project or ""
-    image = newest_family_image(gcp or make_gcp_apis(), project, family)
+    image = gcp_api.newest_family_image(gcp or gcp_api.make_gcp_apis(), project, family)
     label = f"{GCP_LABEL_PREFIX}sha256"
     want = spec.manifest.gcp_labels()[label]
     if image.get("status") != "READY":
@@ -269,7 +197,7 @@ def deploy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[
         project_dir: the Pulumi project folder.
         spec: the bake (:func:`gpuinfra.bake.stack.read_bake`).
         on_event: engine event callback (progress).
-        ecr, gcp: clients for :func:`record_from_outputs` / :func:`publish_build` (tests).
+        ecr, gcp: clients for :func:`record_from_outputs` / :func:`gpuinfra.bake.gcp_api.publish_build` (tests).
 
     Raises:
         OperationError: the update failed (exit 7); or it succeeded and recording failed, the
@@ -302,7 +230,7 @@ def deploy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[
             f"to bake again: gcloud pubsub topics publish {topic.rsplit('/', 1)[-1]} --project {project} --message=bake"
             f", then when it has finished: {again.strip('`')}"))
     try:
-        message = publish_build(gcp or make_gcp_apis(), topic)
+        message = gcp_api.publish_build(gcp or gcp_api.make_gcp_apis(), topic)
     except (OperationError, MissingDependencyError) as exc:
         raise type(exc)(f"bake {name!r} is deployed, but starting its build failed: {exc}; start it with `gcloud pubsub "
                         f"topics publish {topic.rsplit('/', 1)[-1]} --project {project} --message=bake`") from None

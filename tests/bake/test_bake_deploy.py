@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from gpuinfra.bake import deploy
-from gpuinfra.bake.deploy import GcpApis, deploy_bake, destroy_bake, record_from_outputs
+from gpuinfra.bake.deploy import deploy_bake, destroy_bake, record_from_outputs
+from gpuinfra.bake.gcp_api import GcpApis
 from gpuinfra.bake.render import packer_build
 from gpuinfra.bake.stack import read_bake, write_bake_stack
 from gpuinfra.errors import MissingDependencyError, OperationError

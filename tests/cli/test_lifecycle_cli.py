@@ -419,7 +419,7 @@ def test_up_of_a_gcp_bake_starts_its_build_and_says_how_to_record(run_cli, tmp_p
     from google.auth.credentials import AnonymousCredentials
     from google.auth.transport.requests import AuthorizedSession
 
-    from gpuinfra.bake import deploy
+    from gpuinfra.bake import gcp_api
     from tests.replay_server import ReplayServer
 
     assert run_cli(*GCP_BAKE, "--project-dir", str(tmp_path)).exit_code == 0
@@ -430,8 +430,8 @@ def test_up_of_a_gcp_bake_starts_its_build_and_says_how_to_record(run_cli, tmp_p
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "adc.json"))
     path = "/v1/projects/my-proj-123/topics/gpuinfra-bake-a3-megagpu-8g-run:publish"
     with ReplayServer([("POST", path, None, {"messageIds": ["17"]})]) as server:
-        monkeypatch.setattr(deploy, "make_gcp_apis",
-                            lambda: deploy.GcpApis(AuthorizedSession(AnonymousCredentials()), server.url, server.url))
+        monkeypatch.setattr(gcp_api, "make_gcp_apis",
+                            lambda: gcp_api.GcpApis(AuthorizedSession(AnonymousCredentials()), server.url, server.url))
         result = run_cli("up", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     assert backend.calls == [("up", "bake-a3-megagpu-8g"), ("outputs", "bake-a3-megagpu-8g")]
