@@ -24,7 +24,8 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
     # 14.69354 $/h (Cyclenerd pricing.yml 2026-08-20) x the dev profile's 4 h
     assert (doc["price_per_hour_usd"], doc["run_hours"], doc["run_cost_usd"]) == ("14.693540", 4.0, "58.774160")
     # 14 + the node bundle object + GPU monitoring (component, dashboard, alert policy, metricWriter binding)
-    assert doc["resources"] == 19 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
+    # + the nodes' read-only bucket binding (writes are a second, conditional binding: not to the bundle)
+    assert doc["resources"] == 20 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
     # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
     assert doc["cost"] == {"hourly_usd": "15.101086", "run_usd": "60.404341", "hours": "4", "pricing": "on-demand",
                            "catalog_date": "2026-08-20 (on-demand; spot undated)", "price_not_found": [],

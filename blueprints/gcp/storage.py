@@ -1,6 +1,6 @@
 """GCS bucket (same region, uniform bucket-level access, public access prevention enforced,
 scratch-prefix lifecycle, kept on destroy unless the stack says otherwise) and the node service
-account with a role on that bucket only.
+account with roles on that bucket only: read everything, write everything but the node bundle.
 
 Sources: cluster-toolkit modules/file-system/cloud-storage-bucket/main.tf (location = region,
 uniform_bucket_level_access, public_access_prevention); cluster-facts.md section 6 rule 11.
@@ -12,6 +12,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from blueprints.common.naming import child, dns_safe
+from blueprints.common.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
 from blueprints.common.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
@@ -44,9 +45,69 @@ def build_bucket(name: str, spec: ClusterSpec, project: str, parent: pulumi.Reso
     )
 
 
+#: The node service account's roles on the stack bucket. Read, unconditionally: every object,
+#: the node bundle included (``gpuinfra-bundle.service`` fetches it at boot). Write: under the
+#: condition :func:`bundle_write_exclusion`, i.e. everything but the node bundle, which every node
+#: runs as root: Pulumi (the deploy identity, with its own credentials) writes it, the nodes only
+#: read it -- the intent of ``NodeBundleReadOnly`` in :mod:`blueprints.aws.identity`. Permissions
+#: of the roles: cloud.google.com/iam/docs/roles-permissions/storage (objectViewer:
+#: storage.objects.get / list; objectAdmin: storage.objects.*, storage.multipartUploads.*, managed
+#: folders without their IAM policies).
+NODE_BUCKET_READ_ROLE = "roles/storage.objectViewer"
+NODE_BUCKET_WRITE_ROLE = "roles/storage.objectAdmin"
+NODE_BUNDLE_CONDITION_TITLE = "gpuinfra-node-bundle-read-only"
+NODE_BUNDLE_CONDITION_DESCRIPTION = (
+    f"nodes may create, overwrite and delete any object of the stack bucket except under {BUNDLE_PREFIX} "
+    "(the node bundle every node runs at boot; Pulumi writes it)"
+)
+#: IAM resource type of a Cloud Storage object
+#: (cloud.google.com/iam/docs/conditions-resource-attributes#resource-type).
+GCS_OBJECT_TYPE = "storage.googleapis.com/Object"
+
+
+def bundle_write_exclusion(bucket_name: str) -> str:
+    """The IAM condition (CEL) of the node service account's write role: true for every resource
+    of ``bucket_name`` except objects whose name starts with :data:`BUNDLE_PREFIX`.
+
+    Args:
+        bucket_name: the stack bucket's name (GCS names hold only ``a-z 0-9 - _ .``, so it needs
+            no quoting inside the CEL string literal: cloud.google.com/storage/docs/buckets#naming).
+
+    Returns:
+        ``resource.type != "storage.googleapis.com/Object" ||
+        !resource.name.startsWith("projects/_/buckets/<bucket>/objects/gpuinfra/")``.
+
+    Why this shape (sources):
+
+    * An object's ``resource.name`` is ``projects/_/buckets/<bucket>/objects/<object name>``
+      (cloud.google.com/iam/docs/conditions-resource-attributes#resource-name; Google's sample
+      ``storage_add_bucket_conditional_iam_binding``). The prefix keeps its trailing ``/``, so the
+      nodes' own ``gpuinfra-peers/`` objects stay writable.
+    * ``storage.objects.list`` (and every other bucket-level check) is evaluated against the
+      bucket, ``projects/_/buckets/<bucket>``, not an object (cloud.google.com/storage/docs/
+      access-control/iam-xml: ``GET bucket`` needs ``storage.objects.list``): the type guard keeps
+      them granted, so listing, which the health gate and peer discovery do, is never denied.
+    * Creating an object (simple, resumable, multipart, compose, copy / rewrite destination) needs
+      ``storage.objects.create`` on that object, and replacing an existing one also
+      ``storage.objects.delete`` (iam-xml and iam-json tables): both are checked against the
+      object's name, so no write path into the prefix is left. Metadata updates, restoring a
+      soft-deleted version and moves are object-level permissions too.
+    * IAM Conditions on a bucket's policy need uniform bucket-level access
+      (cloud.google.com/iam/docs/resource-types-with-conditional-roles, footnote 1):
+      :func:`build_bucket` turns it on.
+    """
+    prefix = f"projects/_/buckets/{bucket_name}/objects/{BUNDLE_PREFIX}"
+    return f'resource.type != "{GCS_OBJECT_TYPE}" || !resource.name.startsWith("{prefix}")'
+
+
 def build_service_account(name: str, spec: ClusterSpec, bucket: gcp.storage.Bucket, project: str,
                           parent: pulumi.Resource) -> gcp.serviceaccount.Account:
-    """Node service account; ``roles/storage.objectAdmin`` on the stack bucket only."""
+    """Node service account with two bindings on the stack bucket only:
+    :data:`NODE_BUCKET_READ_ROLE` (unconditional) and :data:`NODE_BUCKET_WRITE_ROLE` under the
+    condition :func:`bundle_write_exclusion` (``BucketIAMMemberConditionArgs`` title / expression /
+    description, pulumi_gcp 10.2.0). The provider identifies a binding by role and condition
+    contents, so a change of the condition replaces the write binding; on a stack deployed before
+    the condition existed, ``pulumi up`` swaps the unconditional ``objectAdmin`` binding for it."""
     opts = pulumi.ResourceOptions(parent=parent)
     account = gcp.serviceaccount.Account(
         child(name, "nodes-sa"),
@@ -55,11 +116,24 @@ def build_service_account(name: str, spec: ClusterSpec, bucket: gcp.storage.Buck
         project=project,
         opts=opts,
     )
+    member = account.email.apply(lambda email: f"serviceAccount:{email}")
+    gcp.storage.BucketIAMMember(
+        child(name, "nodes-bucket-read"),
+        bucket=bucket.name,
+        role=NODE_BUCKET_READ_ROLE,
+        member=member,
+        opts=opts,
+    )
     gcp.storage.BucketIAMMember(
         child(name, "nodes-bucket-access"),
         bucket=bucket.name,
-        role="roles/storage.objectAdmin",
-        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+        role=NODE_BUCKET_WRITE_ROLE,
+        member=member,
+        condition=gcp.storage.BucketIAMMemberConditionArgs(
+            title=NODE_BUNDLE_CONDITION_TITLE,
+            expression=bucket.name.apply(bundle_write_exclusion),
+            description=NODE_BUNDLE_CONDITION_DESCRIPTION,
+        ),
         opts=opts,
     )
     return account
@@ -139,9 +213,8 @@ def build_monitoring_role(name: str, spec: ClusterSpec, account: gcp.serviceacco
 def build_bundle_object(name: str, bucket: gcp.storage.Bucket, body: str,
                         parent: pulumi.Resource) -> gcp.storage.BucketObject:
     """The node bundle (:mod:`blueprints.common.node_bundle`) as ``gpuinfra/node-bundle.json``
-    in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
-    from blueprints.common.node_bundle import BUNDLE_KEY
-
+    in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot and cannot
+    rewrite it (:func:`bundle_write_exclusion`)."""
     return gcp.storage.BucketObject(
         child(name, "node-bundle"),
         bucket=bucket.name,

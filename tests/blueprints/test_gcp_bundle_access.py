@@ -1,0 +1,150 @@
+"""GCP nodes read the node bundle but cannot rewrite it; everything else in the stack bucket
+stays theirs to write (blueprints/gcp/storage.py ``build_service_account``).
+
+The bindings are pinned exactly under Pulumi mocks, then their effect is checked the way IAM
+decides it (a permission is granted when any binding of a role holding it applies: it has no
+condition, or its condition is true for the resource; cloud.google.com/iam/docs/conditions-overview)
+against the resources the nodes really touch: the bundle object they fetch, the bucket they list
+(``storage.objects.list`` is checked on the bucket: cloud.google.com/storage/docs/access-control/
+iam-xml), and the objects they write (health results, checkpoints, peer entries, scratch).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from blueprints.aws.identity import bucket_policy_document
+from blueprints.common.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.agent.node import AgentConfig, checkpoint_prefix
+from gpuinfra.health.gate import health_key
+from tests.blueprints.helpers import make_spec, preview
+
+MEMBER_TYPE = "gcp:storage/bucketIAMMember:BucketIAMMember"
+BUCKET = "t-2-bucket-0000preview"  # the offline preview's name for the auto-named bucket
+ACCOUNT = "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
+#: Cloud Storage IAM resource types and names (cloud.google.com/iam/docs/conditions-resource-attributes)
+OBJECT, BUCKET_TYPE = "storage.googleapis.com/Object", "storage.googleapis.com/Bucket"
+BUCKET_NAME = f"projects/_/buckets/{BUCKET}"
+#: Predefined roles that can create, overwrite or delete objects
+#: (cloud.google.com/iam/docs/roles-permissions/storage: storage.objects.create / delete).
+WRITE_ROLES = {"roles/storage.objectAdmin", "roles/storage.objectUser", "roles/storage.objectCreator",
+               "roles/storage.admin", "roles/storage.legacyBucketWriter", "roles/storage.legacyBucketOwner"}
+
+
+def object_name(key: str) -> str:
+    return f"{BUCKET_NAME}/objects/{key}"
+
+
+def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
+    """Evaluate an IAM condition with cel-python (a CEL implementation, github.com/cloud-custodian/
+    cel-python) over the two resource attributes IAM gives a Cloud Storage request."""
+    import celpy
+
+    env = celpy.Environment()
+    program = env.program(env.compile(expression))
+    return bool(program.evaluate({"resource": celpy.json_to_cel({"type": resource_type, "name": resource_name})}))
+
+
+def granted(bindings: list[dict], roles: set[str], resource_type: str, resource_name: str) -> bool:
+    """Whether any binding of one of ``roles`` applies to the resource."""
+    return any(b["role"] in roles and ("condition" not in b or cel_true(b["condition"]["expression"], resource_type,
+                                                                         resource_name))
+               for b in bindings)
+
+
+@pytest.fixture(scope="module")
+def result():
+    return preview(make_spec("a2-highgpu-8g", nodes=2, cloud="gcp"))
+
+
+@pytest.fixture(scope="module")
+def bindings(result):
+    return [r.inputs for r in result.of_type(MEMBER_TYPE)]
+
+
+def test_exact_bindings(result):
+    members = {r.name: r.inputs for r in result.of_type(MEMBER_TYPE)}
+    assert members == {
+        "t-2-nodes-bucket-read": {"bucket": BUCKET, "member": ACCOUNT, "role": "roles/storage.objectViewer"},
+        "t-2-nodes-bucket-access": {
+            "bucket": BUCKET, "member": ACCOUNT, "role": "roles/storage.objectAdmin",
+            "condition": {
+                "title": "gpuinfra-node-bundle-read-only",
+                "expression": 'resource.type != "storage.googleapis.com/Object" || '
+                              f'!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/gpuinfra/")',
+                "description": "nodes may create, overwrite and delete any object of the stack bucket except under "
+                               "gpuinfra/ (the node bundle every node runs at boot; Pulumi writes it)",
+            },
+        },
+    }
+    assert all(r.parent == "t-2" for r in result.of_type(MEMBER_TYPE))
+
+
+def test_no_unconditional_write_role(bindings):
+    assert [b["role"] for b in bindings if "condition" not in b] == ["roles/storage.objectViewer"]
+    assert all(b["role"] not in WRITE_ROLES for b in bindings if "condition" not in b)
+
+
+def test_conditions_need_uniform_bucket_level_access(result):
+    """IAM Conditions on a bucket's policy only with uniform bucket-level access
+    (cloud.google.com/iam/docs/resource-types-with-conditional-roles, footnote 1)."""
+    (bucket,) = result.of_type("gcp:storage/bucket:Bucket")
+    assert bucket.inputs["uniformBucketLevelAccess"] is True
+
+
+def test_bundle_object_is_under_the_protected_prefix(result):
+    (bundle,) = result.of_type("gcp:storage/bucketObject:BucketObject")
+    assert bundle.inputs["bucket"] == BUCKET
+    assert bundle.inputs["name"] == BUNDLE_KEY == "gpuinfra/node-bundle.json"
+    assert bundle.inputs["name"].startswith(BUNDLE_PREFIX)
+
+
+@pytest.mark.parametrize(("resource_type", "resource_name"), [
+    (OBJECT, object_name("gpuinfra/node-bundle.json")),  # overwrite / delete the bundle
+    (OBJECT, object_name("gpuinfra/extra-unit.json")),    # add a file next to it
+    (OBJECT, object_name("gpuinfra/")),                   # the "folder" placeholder itself
+])
+def test_nodes_read_but_cannot_write_the_bundle(bindings, resource_type, resource_name):
+    assert granted(bindings, {"roles/storage.objectViewer"}, resource_type, resource_name)  # get
+    assert not granted(bindings, WRITE_ROLES, resource_type, resource_name)  # create / delete / update
+
+
+def node_written_keys(result) -> list[str]:
+    """Object keys the nodes write: the health gate's result, the agent's checkpoint sync, the
+    scratch prefix of the profile, and every gs:// path of this bucket in the startup script
+    except the bundle URL the fetch unit reads."""
+    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp")
+    config = AgentConfig(cloud="gcp", stack=spec.stack, bucket=BUCKET, expires_at=None, idle_timeout_seconds=60,
+                         idle_utilization_percent=5, checkpoint_dir=Path("/scratch/checkpoints"))
+    (template,) = result.of_type("gcp:compute/instanceTemplate:InstanceTemplate")
+    script = template.inputs["metadata"]["startup-script"]
+    script_keys = set(re.findall(rf"gs://{re.escape(BUCKET)}/([^\s\"']+)", script)) - {BUNDLE_KEY, BUNDLE_KEY + "),"}
+    assert script_keys, "the startup script names no bucket path besides the bundle"
+    return sorted(script_keys) + [
+        health_key(spec.stack, "t-2-node-x1y2"),
+        f"{checkpoint_prefix(config, 't-2-node-x1y2')}/step-100/model.pt",
+        f"{spec.profile.bucket.scratch_prefix}dataset/shard-0",
+    ]
+
+
+def test_nodes_keep_writing_everything_else(result, bindings):
+    keys = node_written_keys(result)
+    assert any(k.startswith("gpuinfra-peers/") for k in keys)  # shares the stem, not the prefix
+    for key in keys:
+        assert not key.startswith(BUNDLE_PREFIX), key
+        assert granted(bindings, {"roles/storage.objectAdmin"}, OBJECT, object_name(key)), key
+        assert granted(bindings, {"roles/storage.objectAdmin"}, OBJECT, object_name(key + "/peer-entry")), key
+    # listing (health gate read_prefix, peer discovery `gcloud storage ls`) is checked on the bucket
+    assert granted(bindings, {"roles/storage.objectAdmin"}, BUCKET_TYPE, BUCKET_NAME)
+    assert granted(bindings, {"roles/storage.objectViewer"}, BUCKET_TYPE, BUCKET_NAME)
+
+
+def test_same_prefix_as_aws():
+    """Both clouds keep the nodes out of the same prefix (AWS: an explicit Deny)."""
+    doc = json.loads(bucket_policy_document("arn:aws:s3:::b"))
+    (deny,) = [s for s in doc["Statement"] if s["Effect"] == "Deny"]
+    assert deny["Resource"] == [f"arn:aws:s3:::b/{BUNDLE_PREFIX}*"]
