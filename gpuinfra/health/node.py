@@ -14,11 +14,14 @@ package's stdlib modules to ``/usr/local/lib/gpuinfra/gpuinfra/`` and the units 
     agent ends it (AWS instance-initiated shutdown = terminate; GCP leaves its managed instance
     group).
 ``peers ADDRESS...``
-    Used by ``gpuinfra-cluster-env`` once all nodes are listed: waits until every listed address
-    has a result (:data:`PEER_WAIT_SECONDS` at most) and prints the addresses that may take a
-    rank, one per line: with ``enforce`` those whose result passed (a node without a result by
-    then is left out too); with ``report`` all of them. Exit :data:`EXIT_EXCLUDED` when this
-    node is not among them (it gets no rank).
+    Used by ``gpuinfra-cluster-env`` once all nodes are listed: prints the addresses that may
+    take a rank, one per line. With ``report`` all of them. With ``enforce`` the cluster's one
+    rank decision (:mod:`gpuinfra.health.ranks`): the one stored in the bucket when a node
+    stored it; else, once every listed address has a result (:data:`PEER_WAIT_SECONDS` at
+    most), the addresses whose result passed (a node without a result by then is left out
+    too), stored create-only, or the decision another node stored first. Exit
+    :data:`EXIT_EXCLUDED` when this node is not among them (it gets no rank),
+    :data:`EXIT_UNDECIDED` (nothing printed) when no decision could be stored or read.
 ``cluster``
     Once ``/etc/gpuinfra/cluster.env`` exists: runs the cluster all-reduce
     (:mod:`gpuinfra.health.allreduce`) through ``gpuinfra-run`` with ``NCCL_DEBUG=INFO`` on
@@ -62,7 +65,9 @@ from typing import Callable
 
 from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline
-from gpuinfra.health.gate import ALL_REDUCE_CHECKS, Expectations, GateOutputs, NodeHealth, decide, health_key
+from gpuinfra.health.gate import (ALL_REDUCE_CHECKS, HEALTH_PREFIX, Expectations, GateOutputs, NodeHealth, decide,
+                                  health_key)
+from gpuinfra.health.ranks import DecisionScope, PreconditionFailed, settle
 
 STATE_DIR = Path("/run/gpuinfra")
 PASSED_MARK = "health-passed"
@@ -95,6 +100,8 @@ PEER_WAIT_SECONDS = 2700
 ALLREDUCE_TIMEOUT_SECONDS = 1200
 EXIT_EXCLUDED = 3
 EXIT_FAILED = 4
+#: ``peers``: no rank decision could be stored or read (gpuinfra-cluster-env tries again later).
+EXIT_UNDECIDED = 5
 MODES = ("enforce", "report", "off")
 #: fi_info from the EFA installer's prefix first (not on PATH of a systemd unit).
 FI_INFO = ("/opt/amazon/efa/bin/fi_info", "fi_info")
@@ -160,6 +167,33 @@ class Bucket:
         rc, out = self.runner(argv, 120)
         if rc:
             raise OSError(f"upload to {self.url(key)} failed ({rc}): {out.strip()[-300:]}")
+
+    def put_new(self, key: str, path: Path) -> None:
+        """Upload ``path`` to ``key`` only when no object has that key (create-only).
+
+        AWS: ``aws s3api put-object --if-none-match "*"``: S3 answers 412 PreconditionFailed when
+        the key exists (docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html;
+        option: awscli.amazonaws.com/v2/documentation/api/latest/reference/s3api/put-object.html,
+        added in AWS CLI 2.17.34 / 1.34.2 of 2024-08-20, aws/aws-cli .changes/2.17.34.json). A
+        concurrent write may get 409 ConditionalRequestConflict instead: an ordinary failure here.
+        GCP: ``gcloud storage cp --if-generation-match=0`` (cloud.google.com/sdk/gcloud/reference/
+        storage/cp): generation 0 = no live version, 412 otherwise
+        (cloud.google.com/storage/docs/request-preconditions); gcloud prints ``HTTPError 412``.
+
+        Raises:
+            PreconditionFailed: the key exists.
+            OSError: the CLI failed otherwise.
+        """
+        argv = (["aws", "s3api", "put-object", "--bucket", self.bucket, "--key", key, "--body", str(path),
+                 "--if-none-match", "*"] if self.cloud == "aws"
+                else ["gcloud", "storage", "cp", "--if-generation-match=0", str(path), self.url(key)])
+        rc, out = self.runner(argv, 120)
+        if not rc:
+            return
+        tail = out.strip()[-300:]
+        if "(PreconditionFailed)" in out or "HTTPError 412" in out:
+            raise PreconditionFailed(f"{self.url(key)} exists: {tail}")
+        raise OSError(f"create-only upload to {self.url(key)} failed ({rc}): {tail}")
 
     def read_prefix(self, prefix: str) -> dict[str, bytes]:
         """Every object under ``prefix`` (key -> body); {} when there is none.
@@ -286,17 +320,33 @@ class HealthNode:
 
     def peers(self, addresses: list[str], wait_seconds: float = PEER_WAIT_SECONDS,
               poll_seconds: float = 15.0) -> list[str]:
-        """Addresses that take a rank (:func:`ranked_addresses`): with ``enforce`` once every
-        address has a result, or after ``wait_seconds``; with ``report`` at once (all of them)."""
+        """Addresses that take a rank, in rank order; with ``report`` at once (all of them).
+        With ``enforce`` the cluster's one decision (:mod:`gpuinfra.health.ranks`): the stored
+        one as soon as there is one; else, once every address has a result or after
+        ``wait_seconds``, this node's :func:`ranked_addresses`, stored create-only (or the
+        decision another node stored first).
+
+        Raises:
+            OSError: the results could not be read; :class:`~gpuinfra.health.ranks.RankDecisionError`:
+                no decision could be stored or read back (this node's own is never used then).
+        """
         if self.config.mode != "enforce":
             return list(addresses)
-        prefix = f"health/{self.config.stack}/"
+        prefix = f"{HEALTH_PREFIX}/{self.config.stack}/"
         not_before = self.results_not_before or datetime.min.replace(tzinfo=timezone.utc)
+        scope = DecisionScope(self.config.stack, tuple(addresses), self.results_not_before)
         deadline = self.clock() + wait_seconds
         while True:
-            results = current_results(self.bucket.read_prefix(prefix), self.config.stack, not_before)
-            if all(a in results for a in addresses) or self.clock() >= deadline:
-                return ranked_addresses(addresses, results, self.config.mode)
+            docs = self.bucket.read_prefix(prefix)
+            if (stored := scope.stored(docs)) is not None:
+                return list(stored.ranked)
+            results = current_results(docs, self.config.stack, not_before)
+            complete = all(a in results for a in addresses)
+            if complete or self.clock() >= deadline:
+                proposal = scope.propose(ranked_addresses(addresses, results, self.config.mode), results, self.node,
+                                         self.address, "all-results" if complete else "deadline")
+                return list(settle(self.bucket, scope, proposal, lambda: self.bucket.read_prefix(prefix),
+                                   self.sleep).ranked)
             self.sleep(poll_seconds)
 
     def world(self, nnodes: int) -> Expectations:
@@ -387,6 +437,19 @@ def _reasons(health: NodeHealth) -> str:
     return "; ".join(f"{c.name}: {c.detail}" for c in health.failed)
 
 
+def peers_exit(node: HealthNode, addresses: list[str], out=None, err=None) -> int:
+    """``peers``: print the ranked addresses (``out``, default stdout) and return the exit code:
+    0 this node has a rank, :data:`EXIT_EXCLUDED` it has none, :data:`EXIT_UNDECIDED` no
+    decision could be stored or read (one line on ``err``, nothing on ``out``)."""
+    try:
+        ranked = node.peers(addresses)
+    except OSError as exc:  # RankDecisionError included
+        print(f"gpuinfra-health: no rank decision, this node takes no rank yet: {exc}", file=err or sys.stderr)
+        return EXIT_UNDECIDED
+    print("\n".join(ranked), file=out or sys.stdout)
+    return 0 if node.address in ranked else EXIT_EXCLUDED
+
+
 def cluster_size(path: Path = CLUSTER_ENV_PATH) -> int | None:
     """``NNODES`` of cluster.env, None when absent or unreadable."""
     try:
@@ -418,7 +481,8 @@ def _build(config: NodeConfig, expectations_path: Path) -> HealthNode:  # pragma
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node
     """``python3 -m gpuinfra.health.node run | local | cluster | peers ADDRESS...``; exit 0 passed
     (or gate off / report), :data:`EXIT_FAILED` failed with ``enforce``, :data:`EXIT_EXCLUDED`
-    this node takes no rank (``peers``), 2 bad settings."""
+    this node takes no rank (``peers``), :data:`EXIT_UNDECIDED` no rank decision yet
+    (``peers``), 2 bad settings."""
     from gpuinfra.agent.node import parse_node_env
 
     parser = argparse.ArgumentParser(description="gpuinfra boot health gate")
@@ -436,10 +500,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node
         if config.mode == "off":
             print("\n".join(args.addresses))
             return 0
-        node = _build(config, args.expectations)
-        ranked = node.peers(args.addresses)
-        print("\n".join(ranked))
-        return 0 if node.address in ranked else EXIT_EXCLUDED
+        return peers_exit(_build(config, args.expectations), args.addresses)
     if config.mode == "off":
         print("gpuinfra-health: the profile turns the health gate off", file=sys.stderr)
         return 0

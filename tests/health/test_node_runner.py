@@ -16,6 +16,7 @@ from gpuinfra.health.allreduce import SizeResult, bus_bandwidth_gbps, format_rep
 from gpuinfra.health.gate import NodeHealth
 from gpuinfra.health.node import (ALLREDUCE_CONTAINER, EXCLUDED_MARK, FAILED_MARK, PASSED_MARK, RANKS_DECIDED_MARK, Bucket,
                                   HealthNode, NodeConfig, cluster_size, collect_local, current_results, ranked_addresses)
+from gpuinfra.health.ranks import PreconditionFailed
 from gpuinfra.health.report import expectations_for
 from tests.health.conftest import fixture_text, spec_for
 
@@ -57,6 +58,12 @@ class MemoryBucket(Bucket):
 
     def put(self, key, path):
         self.objects[key] = Path(path).read_bytes()
+
+    def put_new(self, key, path):
+        """Create-only, as S3 If-None-Match: * / GCS ifGenerationMatch=0: 412 when the key exists."""
+        if key in self.objects:
+            raise PreconditionFailed(f"{self.url(key)} exists")
+        self.put(key, path)
 
     def read_prefix(self, prefix):
         return {k: v for k, v in self.objects.items() if k.startswith(prefix)}
@@ -217,6 +224,14 @@ def test_bucket_commands_use_the_clouds_clis(tmp_path):
                      ["gcloud", "storage", "cp", str(tmp_path / "h.json"), "gs://bkt/health/train/vm-1.json"]]
     with pytest.raises(OSError, match="upload to s3://bkt/x failed"):
         Bucket("aws", "bkt", lambda argv, timeout: (1, "AccessDenied")).put("x", tmp_path / "h.json")
+    # create-only: S3 If-None-Match: * (AWS CLI >= 2.17.34 / 1.34.2), GCS generation 0
+    calls.clear()
+    Bucket("aws", "bkt", runner).put_new("health/train/r.decision", tmp_path / "h.json")
+    Bucket("gcp", "bkt", runner).put_new("health/train/r.decision", tmp_path / "h.json")
+    assert calls == [["aws", "s3api", "put-object", "--bucket", "bkt", "--key", "health/train/r.decision", "--body",
+                      str(tmp_path / "h.json"), "--if-none-match", "*"],
+                     ["gcloud", "storage", "cp", "--if-generation-match=0", str(tmp_path / "h.json"),
+                      "gs://bkt/health/train/r.decision"]]
     assert Bucket("gcp", "bkt", lambda argv, timeout: (1, "ERROR: matched no objects")).read_prefix("health/t/") == {}
 
 
