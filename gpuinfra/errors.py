@@ -45,7 +45,16 @@ CapacityError               7     the cloud launched fewer nodes than the cluste
 HealthGateError             8     a node failed its boot health gate (``gpuinfra check``)
 ==========================  ====  =========================================================
 
-This module imports nothing from the rest of gpuinfra, so any module can import it.
+Node-side errors (the boot health gate on the nodes, never shown by the CLI; ``OSError``
+subclasses, as the bucket CLI failures they stand for):
+
+==========================  =========================================================
+PreconditionFailed          a create-only write found its key taken (S3 / GCS 412)
+RankDecisionError           no rank decision could be stored or read (``peers`` exits 5)
+==========================  =========================================================
+
+This module imports nothing from the rest of gpuinfra (standard library only), so any module
+can import it, the node modules shipped in the node bundle too.
 """
 
 from __future__ import annotations
@@ -230,3 +239,13 @@ class HealthGateError(GpuinfraError):
     """A node failed its boot health gate, a result is unreadable, or none exists yet (exit 8)."""
 
     exit_code = ExitCode.HEALTH_FAILED
+
+
+class PreconditionFailed(OSError):
+    """A create-only write found the key taken: S3 / GCS answered 412 Precondition Failed
+    (:meth:`gpuinfra.health.node.Bucket.put_new`)."""
+
+
+class RankDecisionError(OSError):
+    """No rank decision could be stored or read (:func:`gpuinfra.health.ranks.settle`); the node
+    must not rank with its own."""

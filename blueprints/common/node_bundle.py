@@ -43,8 +43,8 @@ IMAGE_UNIT = "gpuinfra-image.service"
 EXPECTATIONS_PATH = str(health_node.EXPECTATIONS_PATH)
 ALLREDUCE_PATH = f"{health_node.ALLREDUCE_DIR}/{health_node.ALLREDUCE_SCRIPT}"
 #: gpuinfra's modules the nodes run (standard library only: gpuinfra/health/__init__.py says so).
-NODE_MODULES = ("__init__.py", "agent/__init__.py", "agent/node.py", "health/__init__.py", "health/parsers.py",
-                "health/baselines.py", "health/gate.py", "health/node.py", "health/ranks.py")
+NODE_MODULES = ("__init__.py", "errors.py", "agent/__init__.py", "agent/node.py", "health/__init__.py",
+                "health/parsers.py", "health/baselines.py", "health/gate.py", "health/node.py", "health/ranks.py")
 _PACKAGE = Path(__file__).resolve().parents[2] / "gpuinfra"
 
 

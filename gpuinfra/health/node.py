@@ -67,7 +67,8 @@ from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline
 from gpuinfra.health.gate import (ALL_REDUCE_CHECKS, HEALTH_PREFIX, Expectations, GateOutputs, NodeHealth, decide,
                                   health_key)
-from gpuinfra.health.ranks import DecisionScope, PreconditionFailed, settle
+from gpuinfra.errors import PreconditionFailed
+from gpuinfra.health.ranks import DecisionScope, settle
 
 STATE_DIR = Path("/run/gpuinfra")
 PASSED_MARK = "health-passed"

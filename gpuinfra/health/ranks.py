@@ -43,6 +43,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Mapping, Protocol
 
+from gpuinfra.errors import PreconditionFailed, RankDecisionError
 from gpuinfra.health.gate import HEALTH_PREFIX, NodeHealth
 
 #: Version of the decision document (:meth:`RankDecision.to_dict`).
@@ -54,14 +55,6 @@ DECISION_SUFFIX = ".decision"
 WRITE_TRIES = 3
 #: Seconds between two tries.
 RETRY_SECONDS = 10.0
-
-
-class PreconditionFailed(OSError):
-    """A create-only write found the key taken: S3 / GCS answered 412 Precondition Failed."""
-
-
-class RankDecisionError(OSError):
-    """No rank decision could be stored or read; the node must not rank with its own."""
 
 
 class DecisionBucket(Protocol):

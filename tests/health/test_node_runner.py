@@ -11,12 +11,29 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.errors import PreconditionFailed
 from gpuinfra.health import parsers as p
-from gpuinfra.health.allreduce import SizeResult, bus_bandwidth_gbps, format_report, sizes
+from gpuinfra.health.allreduce import (
+    SizeResult,
+    bus_bandwidth_gbps,
+    format_report,
+    sizes,
+)
 from gpuinfra.health.gate import NodeHealth
-from gpuinfra.health.node import (ALLREDUCE_CONTAINER, EXCLUDED_MARK, FAILED_MARK, PASSED_MARK, RANKS_DECIDED_MARK, Bucket,
-                                  HealthNode, NodeConfig, cluster_size, collect_local, current_results, ranked_addresses)
-from gpuinfra.health.ranks import PreconditionFailed
+from gpuinfra.health.node import (
+    ALLREDUCE_CONTAINER,
+    EXCLUDED_MARK,
+    FAILED_MARK,
+    PASSED_MARK,
+    RANKS_DECIDED_MARK,
+    Bucket,
+    HealthNode,
+    NodeConfig,
+    cluster_size,
+    collect_local,
+    current_results,
+    ranked_addresses,
+)
 from gpuinfra.health.report import expectations_for
 from tests.health.conftest import fixture_text, spec_for
 

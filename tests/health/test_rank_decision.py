@@ -18,10 +18,22 @@ from pathlib import Path
 import boto3
 import pytest
 
+from gpuinfra.errors import PreconditionFailed, RankDecisionError
 from gpuinfra.health.gate import health_key
-from gpuinfra.health.node import EXIT_EXCLUDED, EXIT_UNDECIDED, Bucket, NodeConfig, peers_exit, run_command
-from gpuinfra.health.ranks import (RETRY_SECONDS, WRITE_TRIES, DecisionScope, PreconditionFailed, RankDecision,
-                                   RankDecisionError)
+from gpuinfra.health.node import (
+    EXIT_EXCLUDED,
+    EXIT_UNDECIDED,
+    Bucket,
+    NodeConfig,
+    peers_exit,
+    run_command,
+)
+from gpuinfra.health.ranks import (
+    RETRY_SECONDS,
+    WRITE_TRIES,
+    DecisionScope,
+    RankDecision,
+)
 from gpuinfra.health.report import ResultsLocation, read_health
 from tests.health.fake_gcs import FakeGcs
 from tests.health.test_node_runner import MemoryBucket, _doc, make_node, p4d_runner
