@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from gpuinfra.errors import NoOfferError, RequestError
 from gpuinfra.money import usd_json
 from gpuinfra.planner import Plan, PlanRequest
 from gpuinfra.profiles import Profile
+from gpuinfra.sizing.recommend import Candidate
 from gpuinfra.sizing.report import StackSizing
 from gpuinfra.stackfile import WrittenFiles
 from gpuinfra.verify import VerifiedPreview
@@ -187,16 +189,19 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
 
 def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest, profile: Profile,
                 now: datetime) -> tuple[Plan, StackSizing]:
-    """Size the model in the stack's scope (cloud, region, zone, type and the markets the
-    planner tries, :func:`gpuinfra.planner.markets_tried`), then plan the fitting configurations
-    best first; the first the planner accepts (profile needs, node limits ...) is the stack. A
-    configuration sharded over several nodes is planned only on types with a high-bandwidth GPU
-    network (:func:`gpuinfra.sizing.supply.fast_types`), with the profile's required settings
-    enforced (``strict``).
+    """Size the model in the stack's scope (cloud, region, zone, type, the baked image's fabric
+    and the markets the planner tries, :func:`gpuinfra.planner.markets_tried`), then plan the
+    fitting configurations best first and keep the cheapest plan: the planner may round a
+    configuration up or take another type of the same GPUs, so configurations are planned until
+    the next one's own price is no lower than the cheapest plan so far. A configuration the
+    planner refuses (profile needs, node limits ...) or whose compute price is over
+    ``--max-price-per-hour`` is passed over. A configuration sharded over several nodes is
+    planned only on types with a high-bandwidth GPU network
+    (:func:`gpuinfra.sizing.supply.fast_types`), with the profile's required settings enforced.
 
     Raises:
-        NoOfferError: nothing in the scope fits, or the planner refused every configuration
-            that does (the best three are named with why).
+        NoOfferError: nothing in the scope fits, or every configuration that does was passed
+            over (the first three are named with why).
     """
     from gpuinfra.offers import OfferScope
     from gpuinfra.planner import markets_tried, plan_cluster
@@ -205,23 +210,37 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
 
     scope = OfferScope(cloud=planned.cloud, region=planned.region, zone=planned.zone,
                        instance_type=planned.instance_type, markets=markets_tried(planned.spot, profile),
-                       include_local_zones=planned.include_local_zones)
-    sizing = size_for_stack(request.model, request.params, request.method, catalog, scope)
+                       include_local_zones=planned.include_local_zones, image_fabric=planned.image_fabric)
+    sizing = size_for_stack(request.model, request.params, request.method, catalog, scope, command="new")
+    budget = planned.max_price_per_hour_usd
     refused: list[str] = []
+    best: tuple[Plan, Candidate] | None = None
     for candidate in sizing.candidates:
+        if best is not None and candidate.price_per_hour_usd >= best[0].offer.price_per_hour_usd:
+            break  # every later configuration costs at least this much
         sized = replace(planned, gpus=candidate.spec, nodes=candidate.nodes)
         # sharded over nodes: only types with EFA / GPUDirect, each held to the profile as the planner holds it
         types = (fast_types(catalog, candidate.gpu, candidate.gpus_per_node, scope)
                  if sizing.request.sharded and candidate.nodes > 1 and not planned.instance_type else [None])
         for instance_type in types:
+            where = f"{candidate.spec} x {candidate.nodes} node(s){' as ' + instance_type if instance_type else ''}"
             try:
                 plan = plan_cluster(catalog, replace(sized, instance_type=instance_type, strict=True)
                                     if instance_type else sized, profile, now)
-            except NoOfferError as exc:
-                refused.append(f"{candidate.spec} x {candidate.nodes} node(s){' as ' + instance_type if instance_type else ''}"
-                               f": {exc}")
+            except NoOfferError as exc:  # the planner's advice (--strict, another type) is not the user's to take here
+                refused.append(f"{where}: {str(exc).split('; pick another')[0]}")
                 continue
-            return plan, sizing.planned(candidate, tuple(refused), catalog, plan.spec.cloud, plan.spec.instance_type,
-                                        plan.spec.spot)
-    raise NoOfferError(f"{len(refused)} configuration(s) fit {sizing.request.shape.name} ({sizing.request.method}) "
-                       f"but none can be planned with profile {profile.name!r}: {'; '.join(refused[:3])}")
+            price = plan.offer.price_per_hour_usd
+            if budget is not None and price > Decimal(str(budget)):
+                refused.append(f"{where}: {plan.offer.offer.instance_type} costs ${price:.2f}/h, over "
+                               f"--max-price-per-hour {budget:g}")
+            elif best is None or price < best[0].offer.price_per_hour_usd:
+                best = (plan, candidate)
+            break
+    if best is None:
+        raise NoOfferError(f"{len(refused)} configuration(s) fit {sizing.request.shape.name} ({sizing.request.method}) "
+                           f"but none can be planned with profile {profile.name!r}: {'; '.join(refused[:3])}")
+    plan, candidate = best
+    passed_over = tuple(r for r in refused if not r.startswith(f"{candidate.spec} x {candidate.nodes} node(s)"))
+    return plan, sizing.planned(candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type,
+                                plan.spec.spot)

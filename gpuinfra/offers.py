@@ -68,6 +68,9 @@ class OfferScope:
         markets: the markets tried, in order (:data:`MARKETS`): an offer counts when the
             cloud sells its type in one of them and the catalog prices it there; it is priced
             in the first such market (the planner's order, :func:`gpuinfra.planner.markets_tried`).
+        image_fabric: the GPU fabric the node image carries (a bake's, ``PlanRequest.image_fabric``),
+            which makes a type whose fabric cannot be installed at boot usable
+            (:func:`gpuinfra.rules.spec_rules.type_fabric_blocker`).
     """
 
     cloud: str | None = None
@@ -76,6 +79,7 @@ class OfferScope:
     instance_type: str | None = None
     markets: tuple[str, ...] = ("on-demand",)
     include_local_zones: bool = False
+    image_fabric: str | None = None
 
     def market_of(self, catalog: Catalog, offer: Offer) -> str | None:
         """The first market of :attr:`markets` the offer is sold and priced in; None when

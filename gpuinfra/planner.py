@@ -181,7 +181,7 @@ def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int,
             {"placement": "none"}, f"the stack records placement: none and its {nodes} nodes are not placed close together"))
     # a fabric that cannot be installed at boot (A3 High's TCPX) is no usable fabric on gpuinfra's
     # images, unless a baked image already carries it
-    blocked = image_fabric != fact.nic_layout and type_fabric_blocker(fact)
+    blocked = type_fabric_blocker(fact, image_fabric)
     has = (f"{itype}'s {fact.nic_layout} fabric cannot be installed at boot (rule fabric-installable-at-boot)"
            if blocked else f"{itype} has none")
     if (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "required":

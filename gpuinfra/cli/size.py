@@ -47,8 +47,9 @@ def size(
         raise SizingError(f"--nodes must be >= 1 and --interruption-rate > 0, got {nodes} and {interruption_rate}")
     req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens, base_precision,
                          offload, attention, headroom, allow_slow_interconnect)
-    scope = OfferScope(cloud=cloud, region=region, markets=("spot",) if spot else ("on-demand",))
-    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate, scope=scope)
+    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate,
+                        scope=OfferScope(cloud=cloud, region=region))
+    scope = OfferScope(cloud=cloud, region=region, markets=tuple(doc["scope"]["markets"]))
     if as_json:
         print_json(doc)
         if not doc["candidates"]:

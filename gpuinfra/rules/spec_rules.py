@@ -52,11 +52,14 @@ def fabric_boot_blocker(cloud: str, nic_layout: str) -> str | None:
     return FABRIC_BOOT_BLOCKERS.get((cloud, nic_layout))
 
 
-def type_fabric_blocker(facts) -> str | None:
+def type_fabric_blocker(facts, image_fabric: str | None = None) -> str | None:
     """:func:`fabric_boot_blocker` of a type that has GPU NICs (``facts``: an
     :class:`~gpuinfra.catalog.facts_model.InstanceFacts`); None for a type without them, whose
-    nodes use plain networking anyway."""
-    return fabric_boot_blocker(facts.cloud, facts.nic_layout) if facts.gpu_nic_count else None
+    nodes use plain networking anyway, and None when the node image already carries the type's
+    fabric (``image_fabric`` == ``facts.nic_layout``: a bake, ``PlanRequest.image_fabric``)."""
+    if not facts.gpu_nic_count or image_fabric == facts.nic_layout:
+        return None
+    return fabric_boot_blocker(facts.cloud, facts.nic_layout)
 
 
 RULES: dict[str, RuleInfo] = {r.name: r for r in (

@@ -319,30 +319,39 @@ def candidate_json(c: Candidate) -> dict:
     }
 
 
-def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: Catalog | None = None) -> NoOfferError:
+def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: Catalog | None = None,
+                 command: str = "size") -> NoOfferError:
     """The error when :func:`candidates` is empty (exit 4), naming the scope searched and the
-    settings that lower memory per GPU; with ``catalog``, also a wider place or the spot market
-    when something fits there."""
+    settings that lower memory per GPU; with ``catalog``, also ``--spot`` or a wider place when
+    something fits there. ``command`` (``size`` | ``new``) is the command that speaks: ``new``
+    has no ``--strategy`` / ``--recompute`` / ``--seq`` / ``--batch`` / ``--precision``, so
+    those are offered as a ``gpuinfra size`` run."""
     where = f"on up to {NODE_COUNTS[-1]} nodes" if req.sharded else "on one node"
     markets = " or ".join(scope.markets)
     hints = {"pretrain": ["--method lora or qlora"], "full": ["--method lora or qlora"],
              "lora": ["--method qlora"]}.get(req.method, [])
+    tuning = []
     if req.method in ("lora", "qlora") and req.strategy == "ddp":
-        hints.insert(0, "--strategy fsdp (shards the frozen base)")
+        tuning.append("--strategy fsdp (shards the frozen base)")
     if req.method == "inference" and req.precision != "int4":
-        hints.append("--precision int4")
+        tuning.append("--precision int4")
     if req.recompute != "full" and req.method != "inference":
-        hints.append("--recompute full")
+        tuning.append("--recompute full")
     if req.batch > 1:
-        hints.append("a smaller --batch")
-    hints.append("a shorter --seq")
+        tuning.append("a smaller --batch")
+    tuning.append("a shorter --seq")
     if catalog is not None:
         narrowed = [flag for flag, value in (("--cloud", scope.cloud), ("--region", scope.region), ("--zone", scope.zone),
                                              ("--instance-type", scope.instance_type)) if value]
-        if narrowed and candidates(req, catalog, OfferScope(markets=scope.markets)):
+        wider = replace(scope, cloud=None, region=None, zone=None, instance_type=None)
+        if narrowed and candidates(req, catalog, wider):
             hints.append(f"without {'/'.join(narrowed)}")
         if "spot" not in scope.markets and candidates(req, catalog, replace(scope, markets=(*scope.markets, "spot"))):
             hints.append("--spot (some GPU types are sold only as spot)")
+    if command == "new":
+        hints.append(f"`gpuinfra size` with {' or '.join(tuning)}")
+    else:
+        hints = hints[:1] + tuning + hints[1:]
     return NoOfferError(f"no configuration in the catalog{scope.describe()} sold {markets} fits {req.shape.name} "
                         f"({req.method}, {req.precision}) with {req.headroom:.0%} memory headroom {where}; "
                         f"try {', '.join(hints)}")

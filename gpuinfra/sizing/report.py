@@ -47,8 +47,8 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
         spot: spot capacity: priced as spot, with the spot checkpoint plan of the chosen
             configuration.
         interruptions_per_node_hour: spot interruption rate for the checkpoint interval.
-        scope: where to look (cloud, region ...; default: the whole catalog) and in which
-            markets (default: spot with ``spot``, else on-demand).
+        scope: where to look (cloud, region ...; default: the whole catalog); its markets are
+            set here: spot with ``spot``, else on-demand.
 
     Returns:
         The document; ``candidates`` is empty when nothing in the scope fits (the caller
@@ -61,7 +61,7 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
     from gpuinfra.requests import parse_gpu_spec
 
     catalog = catalog or load_catalog()
-    scope = scope or OfferScope(markets=("spot",) if spot else ("on-demand",))
+    scope = replace(scope or OfferScope(), markets=("spot",) if spot else ("on-demand",))
     validate_location(catalog, scope)
     ranked = candidates(req, catalog, scope)
     training = req.tokens and req.method != "inference"
@@ -85,9 +85,10 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
         offers = cheapest_offers(catalog, multi and not req.allow_slow_interconnect, scope)
         offer = offers.get((request.gpu, request.gpu_count))
         if multi and offer is None and not req.allow_slow_interconnect:
-            doc["interconnect_note"] = (f"no instance type with {request.gpu_count}x{request.gpu} has a high-bandwidth "
-                                        "GPU network (EFA / GPUDirect); sharded training over nodes is not recommended "
-                                        "(--allow-slow-interconnect to price it anyway)")
+            doc["interconnect_note"] = (f"no instance type with {request.gpu_count}x{request.gpu} and a high-bandwidth "
+                                        f"GPU network (EFA / GPUDirect) is sold {' or '.join(scope.markets)}"
+                                        f"{scope.describe()}; sharded training over nodes is not recommended (a wider "
+                                        "--cloud/--region, --spot, or --allow-slow-interconnect to price it anyway)")
         chosen = evaluate(req, request.gpu, device_memory_gib(request.gpu), request.gpu_count, nodes,
                           None if offer is None else offer["network_bandwidth_gbps"])
         if offer is not None:
@@ -119,11 +120,12 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
 
 
 def next_command(req: SizingRequest, best: Candidate, scope: OfferScope) -> str:
-    """The ``gpuinfra new`` command that plans ``best`` in ``scope``: ``--gpus``/``--nodes``,
+    """The ``gpuinfra new`` command that plans ``best`` in ``scope``: the method's profile,
+    ``--gpus``/``--nodes``,
     the scope's cloud and region, ``--spot`` when priced as spot, and for training sharded over
     nodes ``--instance-type`` (the high-bandwidth type it was priced on, so the planner does not
     take a cheaper type without EFA / GPUDirect for the same GPUs)."""
-    parts = ["gpuinfra new"]
+    parts = ["gpuinfra new", f"--profile {PROFILE_FOR_METHOD[req.method]}"]
     if req.sharded and best.nodes > 1 and best.offer:
         parts.append(f"--instance-type {best.offer['instance_type']}")
     else:
@@ -196,10 +198,14 @@ class StackSizing:
 
 
 def size_for_stack(model: str | None, params: str | None, method: str | None = None,
-                   catalog: Catalog | None = None, scope: OfferScope = OfferScope()) -> StackSizing:
+                   catalog: Catalog | None = None, scope: OfferScope = OfferScope(), command: str = "new") -> StackSizing:
     """Every GPU configuration in ``scope`` that holds a model for ``method`` (default
     ``full``), at sequence length 2048, micro-batch 1, bf16 and the method's default strategy,
     best first; the caller plans them in order (:func:`gpuinfra.newstack.create_stack`).
+
+    Args:
+        command: the command whose flags the "nothing fits" hints name
+            (:func:`gpuinfra.sizing.recommend.nothing_fits`).
 
     Raises:
         SizingError: neither or both of ``model`` / ``params``, or a bad value.
@@ -212,5 +218,5 @@ def size_for_stack(model: str | None, params: str | None, method: str | None = N
     validate_location(catalog, scope)
     ranked = candidates(req, catalog, scope)
     if not ranked:
-        raise nothing_fits(req, scope, catalog)
+        raise nothing_fits(req, scope, catalog, command)
     return StackSizing(req, tuple(ranked), PROFILE_FOR_METHOD[method])

@@ -16,29 +16,30 @@ from gpuinfra.offers import OfferScope, node_limit
 
 FAST_GCP_LAYOUTS = ("tcpx", "tcpxo", "gib")
 
-def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str) -> bool:
+
+def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str, image_fabric: str | None = None) -> bool:
     """True when the type has a GPU network for multi-node training that gpuinfra's nodes use:
     AWS EFA, GCP GPUDirect (TCPXO) or RDMA (``gib``) NIC layouts (catalog facts). A3 High's TCPX
-    is left out: it cannot be installed at boot (rule fabric-installable-at-boot), so its nodes
-    use the primary NIC unless the stack boots a baked image."""
+    counts only when the node image carries it (``image_fabric`` ``tcpx``, a bake): it cannot be
+    installed at boot (rule fabric-installable-at-boot), so its nodes otherwise use the primary NIC."""
     facts = catalog.fact(cloud, instance_type)
-    if facts is None or _fabric_blocked(facts):
+    if facts is None or _fabric_blocked(facts, image_fabric):
         return False
     return facts.efa_supported if cloud == "aws" else facts.nic_layout in FAST_GCP_LAYOUTS
 
 
-def _fabric_blocked(facts) -> bool:
+def _fabric_blocked(facts, image_fabric: str | None) -> bool:
     from gpuinfra.rules.spec_rules import type_fabric_blocker
 
-    return type_fabric_blocker(facts) is not None
+    return type_fabric_blocker(facts, image_fabric) is not None
 
 
-def _inter_node_gbps(facts) -> float | None:
+def _inter_node_gbps(facts, image_fabric: str | None) -> float | None:
     """Bandwidth between nodes as gpuinfra deploys the type: the GPU NICs' total, or the host
     NIC(s) when the GPU fabric cannot be installed at boot (:func:`high_bandwidth_network`)."""
     if facts is None:
         return None
-    return facts.host_nic_bandwidth_gbps if _fabric_blocked(facts) else facts.network_bandwidth_gbps
+    return facts.host_nic_bandwidth_gbps if _fabric_blocked(facts, image_fabric) else facts.network_bandwidth_gbps
 
 
 def cheapest_offers(catalog: Catalog, fast_only: bool, scope: OfferScope = OfferScope()) -> dict[tuple[str, int], dict]:
@@ -60,7 +61,7 @@ def cheapest_offers(catalog: Catalog, fast_only: bool, scope: OfferScope = Offer
         market = scope.market_of(catalog, o)
         if market is None:
             continue
-        if fast_only and not high_bandwidth_network(catalog, o.cloud, o.instance_type):
+        if fast_only and not high_bandwidth_network(catalog, o.cloud, o.instance_type, scope.image_fabric):
             continue
         price = o.price_per_hour_usd(market)
         key = (o.gpu, o.gpu_count)
@@ -69,7 +70,7 @@ def cheapest_offers(catalog: Catalog, fast_only: bool, scope: OfferScope = Offer
             best[key] = {"price": price, "market": market, "cloud": o.cloud, "region": o.region, "zone": o.zone,
                          "instance_type": o.instance_type, "max_nodes": node_limit(o.cloud, facts).nodes,
                          "host_memory_gib": o.memory_gib,
-                         "network_bandwidth_gbps": _inter_node_gbps(facts),
+                         "network_bandwidth_gbps": _inter_node_gbps(facts, scope.image_fabric),
                          "storage_bandwidth_gbps": None if facts is None else facts.host_nic_bandwidth_gbps}
     return best
 
@@ -80,7 +81,8 @@ def fast_types(catalog: Catalog, gpu: str, gpus_per_node: int, scope: OfferScope
     multi-node configuration may be planned on."""
     cheapest: dict[str, Decimal] = {}
     for o in catalog.offers:
-        if (o.gpu, o.gpu_count) != (gpu, gpus_per_node) or not high_bandwidth_network(catalog, o.cloud, o.instance_type):
+        if (o.gpu, o.gpu_count) != (gpu, gpus_per_node) or not high_bandwidth_network(catalog, o.cloud, o.instance_type,
+                                                                                          scope.image_fabric):
             continue
         market = scope.market_of(catalog, o)
         if market is not None:

@@ -51,7 +51,7 @@ def test_spot_scope_prices_spot():
     assert (best["gpus"], best["instance_type"], best["market"], best["price_per_hour_usd"]) == (
         "1xA100", "a2-highgpu-1g", "spot", "1.803850")
     assert doc["scope"] == {"cloud": None, "region": "us-central1", "markets": ["spot"]}
-    assert doc["next_command"] == "gpuinfra new --gpus 1xA100 --nodes 1 --region us-central1 --spot"
+    assert doc["next_command"] == "gpuinfra new --profile lora-finetune --gpus 1xA100 --nodes 1 --region us-central1 --spot"
 
 
 def test_sharded_multi_node_is_planned_on_a_gpudirect_type_only():
@@ -60,7 +60,7 @@ def test_sharded_multi_node_is_planned_on_a_gpudirect_type_only():
     assert fast_types(load_catalog(), "H100", 8, OfferScope(cloud="gcp")) == ["a3-megagpu-8g"]
     doc = size_document(sizing_request(params="30B", method="full"), scope=OfferScope(cloud="gcp"))
     assert (doc["gpus"], doc["nodes"], doc["recommendation"]["instance_type"]) == ("8xH100", 4, "a3-megagpu-8g")
-    assert doc["next_command"] == "gpuinfra new --instance-type a3-megagpu-8g --nodes 4 --cloud gcp"
+    assert doc["next_command"] == "gpuinfra new --profile llm-finetune --instance-type a3-megagpu-8g --nodes 4 --cloud gcp"
 
 
 def test_new_with_params_on_gcp_plans_what_was_sized(tmp_path):
@@ -99,7 +99,8 @@ def test_nothing_fits_names_the_wider_place_and_the_spot_market():
     assert candidates(req, load_catalog(), scope) == []
     message = str(nothing_fits(req, scope, load_catalog()))
     assert message.startswith("no configuration in the catalog on gcp sold on-demand fits 70B params (full, bf16)")
-    assert message.endswith("without --cloud, --spot (some GPU types are sold only as spot)")
+    assert message.endswith("try --method lora or qlora, --recompute full, a shorter --seq, without --cloud, "
+                            "--spot (some GPU types are sold only as spot)")
 
 
 def test_size_cli_scope_options(run_cli):
@@ -140,3 +141,58 @@ def test_new_cli_prints_what_it_passed_over(run_cli, tmp_path):
     assert lines[1].startswith("  note: passed over 2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in lines[1]
     assert any(line.startswith("  note: and ") and line.endswith("more configuration(s) (--json lists them)")
                for line in lines)
+
+
+def test_new_keeps_the_cheapest_plan_when_the_planner_rounds_up(tmp_path):
+    """7B pretraining: the cheapest fitting configuration (4 x A100-80GB, GCP a2-ultragpu-4g,
+    $20.28/h) has no EFA/GPUDirect, which llm-pretrain requires; the next, 4xA100-80GB on AWS,
+    is a p4de.24xlarge round-up to 8 GPUs at $27.45/h. Two g6e.12xlarge (4 x L40S, EFA) at
+    2 x $10.49264/h (SkyPilot v8 AWS catalog, us-east-1) are cheaper and are what the stack gets."""
+    result = create_stack(NewStackRequest(PlanRequest(None, name="p7"), params="7B", method="pretrain"), tmp_path,
+                          now=NOW)
+    spec = result.plan.spec
+    assert (spec.instance_type, spec.nodes, str(result.plan.offer.price_per_hour_usd)) == ("g6e.12xlarge", 2, "20.98528")
+    assert result.to_json()["sizing"]["gpus"] == "4xL40S"
+
+
+def test_new_passes_over_plans_over_the_budget(tmp_path):
+    result = create_stack(NewStackRequest(PlanRequest(None, name="b7", max_price_per_hour_usd=21.5), params="7B",
+                                          method="pretrain"), tmp_path, now=NOW)
+    assert result.plan.spec.instance_type == "g6e.12xlarge"
+    with pytest.raises(NoOfferError, match="over --max-price-per-hour 20"):
+        create_stack(NewStackRequest(PlanRequest(None, name="b8", max_price_per_hour_usd=20.0), params="7B",
+                                     method="pretrain"), tmp_path / "x", now=NOW)
+
+
+def test_new_names_why_no_configuration_could_be_planned(tmp_path):
+    # me-central2 sells only configurations without EFA/GPUDirect: llm-pretrain refuses them all
+    with pytest.raises(NoOfferError, match=r"^\d+ configuration\(s\) fit 1B params \(pretrain\) but none can be "
+                                           r"planned with profile 'llm-pretrain': .*rule high-bandwidth-nics"):
+        create_stack(NewStackRequest(PlanRequest(None, region="me-central2", name="m"), params="1B", method="pretrain"),
+                     tmp_path, now=NOW)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_passed_over_notes_carry_no_planner_advice(tmp_path):
+    result = create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="p1"), params="1B", method="pretrain"),
+                          tmp_path, now=NOW)
+    assert result.sizing.passed_over and not any("--strict" in r or "pick another" in r
+                                                 for r in result.sizing.passed_over)
+
+
+def test_a_baked_tcpx_image_makes_a3_high_a_fast_type_for_sizing():
+    """A3 High's GPUDirect-TCPX is usable when the node image carries it (a bake): sizing may
+    then shard over a3-highgpu-8g nodes, timed over its 4 x 200 Gbps GPU NICs."""
+    catalog = load_catalog()
+    assert fast_types(catalog, "H100", 8, OfferScope(cloud="gcp")) == ["a3-megagpu-8g"]
+    baked = OfferScope(cloud="gcp", instance_type="a3-highgpu-8g", image_fabric="tcpx")
+    assert fast_types(catalog, "H100", 8, baked) == ["a3-highgpu-8g"]
+    ranked = candidates(sizing_request(params="30B", method="full"), catalog, baked)
+    assert (ranked[0].spec, ranked[0].nodes, ranked[0].network_bandwidth_gbps) == ("8xH100", 4, 800.0)
+
+
+def test_new_hints_name_only_flags_new_has():
+    message = str(nothing_fits(sizing_request(params="70B", method="lora"), OfferScope(cloud="gcp"), load_catalog(),
+                               command="new"))
+    assert message.endswith("try --method qlora, `gpuinfra size` with --strategy fsdp (shards the frozen base) or "
+                            "a shorter --seq")
