@@ -111,6 +111,8 @@ def resolve_data_set(uri: str | None, region: str | None, size: str | None, s3_c
     cloud, bucket, prefix = split_uri(uri)
     if region is not None and cloud_of_region(region) != cloud:
         raise DataSourceError(f"--data-region {region} is not a {cloud} region, but {uri} is on {cloud}")
+    if region is not None and size_gb is not None:  # nothing to look up: no client, no credentials
+        return DataSource(cloud=cloud, location=region, size_gb=size_gb, uri=uri)
     if cloud == "aws":
         location, listed = _s3_lookup(s3_client, bucket, prefix, need_region=region is None, need_size=size_gb is None)
     else:

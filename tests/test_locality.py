@@ -66,6 +66,16 @@ def test_gcs_bucket_location_and_size_through_the_json_api(monkeypatch):
     assert any(p.startswith("/storage/v1/b/ds-bucket/o?") and "prefix=tok" in p for p in paths)
 
 
+def test_data_region_and_size_given_need_no_lookup_and_no_credentials(monkeypatch, tmp_path):
+    """--data with --data-region and --data-size: nothing to look up, so no client is made (before,
+    an S3 client was built anyway and the command exited 6 without credentials)."""
+    from tests.conftest import without_aws_credentials
+
+    without_aws_credentials(monkeypatch, tmp_path)
+    data = resolve_data_set("s3://my-bucket/data", "eu-west-1", "2TB")
+    assert (data.cloud, data.location, data.size_gb, data.uri) == ("aws", "eu-west-1", Decimal("2000"), "s3://my-bucket/data")
+
+
 def test_transfer_prices_by_route():
     two_tb_s3 = DataSet(cloud="aws", location="us-east-1", size_gb=Decimal(2000))
     assert quote_transfer(two_tb_s3, "aws", "us-east-1").usd == 0  # same region: free
