@@ -4,8 +4,8 @@ written stack file.
 Steps of :func:`create_stack`: resolve the workload profile (with ``--model``/``--params``, the
 method's), read a capacity reservation and locate the data set when asked, plan the cheapest
 fitting offer (:func:`gpuinfra.planner.plan_cluster`; with a model, the configurations that hold
-it in the stack's cloud, region and markets, best first, until the planner accepts one), run the real program
-offline over the spec as validation (:func:`gpuinfra.verify.verify_spec`: previewed, priced,
+it in the stack's cloud, region and markets, and the cheapest plan among them: :func:`_plan_sized`),
+run the real program offline over the spec as validation (:func:`gpuinfra.verify.verify_spec`: previewed, priced,
 every cloud rule checked) and only then write ``stacks/Pulumi.<stack>.yaml``. Nothing is
 written when any step refuses.
 """
