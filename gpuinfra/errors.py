@@ -139,9 +139,23 @@ class UsageError(GpuinfraError):
 
 
 class NoOfferError(GpuinfraError):
-    """No catalog offer satisfies the request and its filters."""
+    """No catalog offer satisfies the request and its filters.
+
+    Args:
+        reason: what fits nothing, and why.
+        advice: what the user can do about it ("" for nothing); the message is
+            ``<reason>; <advice>``.
+
+    Attributes:
+        reason, advice: as given (a caller that plans on the user's behalf, such as
+            ``gpuinfra new --model``, reports the reason without advice the user cannot take).
+    """
 
     exit_code = ExitCode.NO_OFFER
+
+    def __init__(self, reason: str, advice: str = ""):
+        self.reason, self.advice = reason, advice
+        super().__init__(f"{reason}; {advice}" if advice else reason)
 
 
 class PriceMissingError(NoOfferError):

@@ -213,7 +213,7 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
                        include_local_zones=planned.include_local_zones, image_fabric=planned.image_fabric)
     sizing = size_for_stack(request.model, request.params, request.method, catalog, scope, command="new")
     budget = planned.max_price_per_hour_usd
-    refused: list[str] = []
+    refused: list[tuple[Candidate, str]] = []
     best: tuple[Plan, Candidate] | None = None
     for candidate in sizing.candidates:
         if best is not None and candidate.price_per_hour_usd >= best[0].offer.price_per_hour_usd:
@@ -228,19 +228,20 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
                 plan = plan_cluster(catalog, replace(sized, instance_type=instance_type, strict=True)
                                     if instance_type else sized, profile, now)
             except NoOfferError as exc:  # the planner's advice (--strict, another type) is not the user's to take here
-                refused.append(f"{where}: {str(exc).split('; pick another')[0]}")
+                refused.append((candidate, f"{where}: {exc.reason}"))
                 continue
             price = plan.offer.price_per_hour_usd
             if budget is not None and price > Decimal(str(budget)):
-                refused.append(f"{where}: {plan.offer.offer.instance_type} costs ${price:.2f}/h, over "
-                               f"--max-price-per-hour {budget:g}")
+                refused.append((candidate, f"{where}: {plan.offer.offer.instance_type} costs ${price:.2f}/h, over "
+                                           f"--max-price-per-hour {budget:g}"))
             elif best is None or price < best[0].offer.price_per_hour_usd:
                 best = (plan, candidate)
             break
     if best is None:
         raise NoOfferError(f"{len(refused)} configuration(s) fit {sizing.request.shape.name} ({sizing.request.method}) "
-                           f"but none can be planned with profile {profile.name!r}: {'; '.join(refused[:3])}")
+                           f"but none can be planned with profile {profile.name!r}: "
+                           f"{'; '.join(why for _, why in refused[:3])}")
     plan, candidate = best
-    passed_over = tuple(r for r in refused if not r.startswith(f"{candidate.spec} x {candidate.nodes} node(s)"))
+    passed_over = tuple(why for refused_candidate, why in refused if refused_candidate is not candidate)
     return plan, sizing.planned(candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type,
                                 plan.spec.spot)

@@ -257,7 +257,7 @@ def _keep_explicit_type(catalog: Catalog, ranked: list[RankedOffer], kept: list[
     refused = shortfalls if warnings_are_errors else [s for s in shortfalls if s.required and strict]
     if refused:
         missed = "; ".join(f"{s.need}, but {s.has}" for s in refused)
-        raise NoOfferError(f"{offer.instance_type} does not suit profile {profile.name!r}, which asks for {missed}; "
+        raise NoOfferError(f"{offer.instance_type} does not suit profile {profile.name!r}, which asks for {missed}",
                            "pick another --profile or type, or drop --strict to write the stack with warnings")
     waived = [s for s in shortfalls if s not in refused]
     return ranked, relax_profile(profile, waived), tuple(s.warning(profile) for s in waived)
@@ -329,7 +329,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             return _build_plan(catalog, request, recorded, best, now, spot_from_profile and spot, note, warnings)
         last_error = NoOfferError(
             f"{len(ranked)} offers carry {gpu_request}, but profile {profile.name!r} needs "
-            f"{' and '.join(reasons)} and none of them has it; pick another --profile or type"
+            f"{' and '.join(reasons)} and none of them has it", "pick another --profile or type"
         )
     assert last_error is not None
     raise last_error
