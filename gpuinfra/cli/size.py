@@ -41,15 +41,14 @@ def size(
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.offers import OfferScope
     from gpuinfra.sizing.recommend import nothing_fits, sizing_request
-    from gpuinfra.sizing.report import size_document
+    from gpuinfra.sizing.report import size_document, size_markets
 
     if nodes < 1 or interruption_rate <= 0:
         raise SizingError(f"--nodes must be >= 1 and --interruption-rate > 0, got {nodes} and {interruption_rate}")
     req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens, base_precision,
                          offload, attention, headroom, allow_slow_interconnect)
-    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate,
-                        scope=OfferScope(cloud=cloud, region=region))
-    scope = OfferScope(cloud=cloud, region=region, markets=tuple(doc["scope"]["markets"]))
+    scope = OfferScope(cloud=cloud, region=region, markets=size_markets(spot))
+    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate, scope=scope)
     if as_json:
         print_json(doc)
         if not doc["candidates"]:

@@ -32,6 +32,11 @@ from gpuinfra.sizing.supply import cheapest_offers
 SHOWN_CANDIDATES = 5
 
 
+def size_markets(spot: bool) -> tuple[str, ...]:
+    """The markets ``gpuinfra size`` prices in: spot with ``--spot``, else on-demand."""
+    return ("spot",) if spot else ("on-demand",)
+
+
 def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, catalog: Catalog | None = None,
                   spot: bool = False,
                   interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
@@ -48,7 +53,7 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
             configuration.
         interruptions_per_node_hour: spot interruption rate for the checkpoint interval.
         scope: where to look (cloud, region ...; default: the whole catalog); its markets are
-            set here: spot with ``spot``, else on-demand.
+            set here (:func:`size_markets`).
 
     Returns:
         The document; ``candidates`` is empty when nothing in the scope fits (the caller
@@ -61,7 +66,7 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
     from gpuinfra.requests import parse_gpu_spec
 
     catalog = catalog or load_catalog()
-    scope = replace(scope or OfferScope(), markets=("spot",) if spot else ("on-demand",))
+    scope = replace(scope or OfferScope(), markets=size_markets(spot))
     validate_location(catalog, scope)
     ranked = candidates(req, catalog, scope)
     training = req.tokens and req.method != "inference"
