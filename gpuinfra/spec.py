@@ -15,7 +15,7 @@ import ipaddress
 import re
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -118,6 +118,10 @@ def check_gcp_project_id(project: str, flag: str = "--gcp-project") -> str:
             "cloud.google.com/resource-manager/docs/creating-managing-projects)"
         )
     return project
+
+
+#: A pydantic model validated from a stack-file config value (:func:`model_from_config`).
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 class NetworkSettings(BaseModel):
@@ -401,12 +405,26 @@ class ClusterSpec(BaseModel):
         Raises:
             SpecError: with the first invalid field's path and message.
         """
-        if not isinstance(value, dict):
-            raise SpecError("gpuinfra:cluster must be a mapping (see `gpuinfra new`)")
-        try:
-            return cls.model_validate(value)
-        except ValidationError as exc:
-            raise SpecError(format_validation_error(exc, "gpuinfra:cluster")) from None
+        return model_from_config(cls, value, "gpuinfra:cluster", "gpuinfra new")
+
+
+def model_from_config(model: type[ModelT], value: Any, key: str, written_by: str) -> ModelT:
+    """Validate the stack-file config value ``key`` (``gpuinfra:cluster``, ``gpuinfra:bake``) as
+    ``model``.
+
+    Args:
+        written_by: the command that writes the value (named in the error).
+
+    Raises:
+        SpecError: not a mapping, or the first invalid field with its path
+            (:func:`format_validation_error`).
+    """
+    if not isinstance(value, dict):
+        raise SpecError(f"{key} must be a mapping (see `{written_by}`)")
+    try:
+        return model.model_validate(value)
+    except ValidationError as exc:
+        raise SpecError(format_validation_error(exc, key)) from None
 
 
 def format_validation_error(exc: ValidationError, root: str) -> str:

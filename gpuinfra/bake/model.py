@@ -23,10 +23,9 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from gpuinfra.errors import SpecError
-from gpuinfra.spec import format_validation_error
+from gpuinfra.spec import model_from_config
 
 #: Where the bake writes the manifest on the image (and, for the container, in the image).
 MANIFEST_PATH = "/etc/gpuinfra/bake-manifest.json"
@@ -175,9 +174,4 @@ class BakeSpec(BaseModel):
         Raises:
             SpecError: not a mapping, or the first invalid field with its path.
         """
-        if not isinstance(value, dict):
-            raise SpecError("gpuinfra:bake must be a mapping (see `gpuinfra image bake`)")
-        try:
-            return cls.model_validate(value)
-        except ValidationError as exc:
-            raise SpecError(format_validation_error(exc, "gpuinfra:bake")) from None
+        return model_from_config(cls, value, "gpuinfra:bake", "gpuinfra image bake")
