@@ -124,7 +124,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             "ssm_connect_command": first_instance.apply(
                 lambda i: f"aws ssm start-session --region {spec.region} --target {i or '<instance-id>'}"
             ),
-            "nccl_env": nccl_env(plan, spec.instance_type),
+            "nccl_env": nccl_env(plan, spec.facts),
             "run_command": aws_run_command(spec.region, spec.stack),
             "torchrun_rendezvous_endpoint": self.private_ips.apply(
                 lambda ips: f"{ips[0]}:{TORCHRUN_PORT}" if ips else f"<rank-0 private IP>:{TORCHRUN_PORT}"

@@ -12,44 +12,49 @@ from __future__ import annotations
 import base64
 import gzip
 
+import yaml
+
 from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
-from blueprints.common.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build, image_build_unit,
-                                     render_run_script)
-from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, IMAGE_UNIT, NodeBundle, add_health_gate,
-                                           add_monitoring, fetch_script, fetch_unit, health_template_vars)
-from blueprints.common.node_files import NODE_FILES, node_env, scratch_script
-from gpuinfra.health.report import expectations_for
+from blueprints.common.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build,
+                                     image_build_systemd_unit, render_run_script)
+from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
+                                           fetch_script, fetch_systemd_unit, health_template_vars)
+from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
+from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.health.report import expectations_for
+from gpuinfra.plan.boot import (CLUSTER_FORM_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, CloudBoot, NodeBoot,
+                                node_boot, render_cluster_env)
 from gpuinfra.spec import ClusterSpec
-from gpuinfra.templating import agent_source, render
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
-#: The unit that pre-pulls the profile's image on nodes without EFA (templates/aws-cloud-init.yaml.j2).
-PREPULL_UNIT = "gpuinfra-prepull.service"
-SCRATCH_MOUNT = "/scratch"
 #: EC2 instance-store NVMe disks under /dev/disk/by-id (amazon-eks-ami setup-local-disks;
 #: ParallelCluster setup-ephemeral-drives.sh).
 AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
-PEER_WAIT_SECONDS = 900
+PEER_WAIT_SECONDS = CLUSTER_FORM_WAIT_SECONDS
 #: Where the Deep Learning AMI mounts the instance store itself (DLAMI release notes,
-#: "nvme_location: /opt/dlami/nvme"; cluster-facts.md section 3.6).
+#: "nvme_location: /opt/dlami/nvme").
 DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
+#: The Deep Learning AMI's unit that mounts the instance store at :data:`DLAMI_NVME_MOUNT`:
+#: scratch starts after it so both never format the same disks.
+DLAMI_NVME_UNIT = "dlami-nvme.service"
 
 
-def nccl_env(plan: AwsClusterPlan, instance_type: str) -> dict[str, str]:
+def nccl_env(plan: AwsClusterPlan, facts: InstanceFacts) -> dict[str, str]:
     """NCCL environment for the current DLAMI stack (libfabric >= 1.18, aws-ofi-nccl >= 1.7).
 
     Source: aws-samples/awsome-distributed-training 1.architectures/efa-cheatsheet.md:
     modern aws-ofi-nccl needs no FI_PROVIDER / NCCL_PROTO / FI_EFA_USE_DEVICE_RDMA;
     ``FI_EFA_USE_HUGE_PAGE=0`` avoids fork() failures; ``NCCL_SOCKET_IFNAME=^docker,lo,veth``
-    keeps bootstrap traffic off container bridges; g5/g6 (no GPUDirect RDMA over EFA) take
-    ``NCCL_SHM_USE_CUDA_MEMCPY=1``. Never set ``RDMAV_*``.
+    keeps bootstrap traffic off container bridges; types without GPUDirect RDMA over EFA
+    (:attr:`InstanceFacts.gpudirect_rdma`, a catalog fact with its source: g4dn, g5, g6, g6e, gr6,
+    p3) take ``NCCL_SHM_USE_CUDA_MEMCPY=1``. Never set ``RDMAV_*``.
     """
     env = {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
     if plan.efa_count:
         env["FI_EFA_USE_HUGE_PAGE"] = "0"
         env["GPUINFRA_EFA_DEVICES"] = str(plan.efa_count)
-    if instance_type.startswith(("g5.", "g6.", "g6e.", "gr6.", "g4dn.")):
+    if not facts.gpudirect_rdma:
         env["NCCL_SHM_USE_CUDA_MEMCPY"] = "1"
     return env
 
@@ -69,9 +74,9 @@ def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
     if plan.efa_count and image:
         build = efa_image_build(image)
         bundle.add(f"{IMAGE_BUILD_DIR}/Dockerfile", build.dockerfile)
-        bundle.add(f"/etc/systemd/system/{IMAGE_UNIT}", image_build_unit(build))
-        bundle.units.append(IMAGE_UNIT)
-        image, after = build.tag, (IMAGE_UNIT,)
+        unit = image_build_systemd_unit(build)
+        bundle.add_unit(unit)
+        image, after = build.tag, (unit.name,)
     elif image:
         after = (PREPULL_UNIT,)  # the gate's all-reduce runs in the pre-pulled image
     bundle.add(RUN_SCRIPT_PATH, render_run_script(runtime, image=image, instance_type=spec.instance_type,
@@ -81,8 +86,82 @@ def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
     return bundle
 
 
+def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeBoot:
+    """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the AWS nodes of ``spec``.
+
+    AWS specifics: scratch starts after the DLAMI's ``dlami-nvme.service``; peers are found
+    through EC2 (``templates/aws-cluster-env.sh.j2``); EFA nodes build their training image in
+    the bundle (``gpuinfra-image.service``) instead of pre-pulling the profile's image.
+
+    Raises:
+        SpecError: the profile's container image is not an OCI reference.
+    """
+    cluster_env = render_cluster_env(
+        "aws-cluster-env.sh.j2", stack=spec.stack, nodes=spec.nodes, gpus_per_node=spec.gpu_count,
+        master_port=TORCHRUN_PORT, wait_seconds=CLUSTER_FORM_WAIT_SECONDS, **health_template_vars(spec))
+    cloud = CloudBoot(
+        cloud="aws",
+        summary=(f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}).",
+                 "Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once."),
+        scratch_script=scratch_script(SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count,
+                                      DLAMI_NVME_MOUNT),
+        scratch_after=(DLAMI_NVME_UNIT,),
+        cluster_env_script=cluster_env,
+        nccl_env=nccl_env(plan, spec.facts),
+        node_env=node_env(spec, "aws", bucket, SCRATCH_MOUNT),
+        bundle_fetch_script=fetch_script("aws", bucket),
+        bundle_fetch_path=BUNDLE_FETCH_PATH,
+        bundle_unit=fetch_systemd_unit(),
+        # EFA nodes build the training image from the profile's image at boot (the bundle's
+        # gpuinfra-image.service pulls it): no separate pre-pull
+        prepull_image="" if plan.efa_count else spec.profile.container_image,
+        docker_dropin=DOCKER_MEMLOCK_DROPIN,
+        node_files=NODE_FILES,
+    )
+    return node_boot(spec, cloud)
+
+
+class _CloudConfigDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, writing multi-line strings as literal blocks (readable files)."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+class _Argv(list):
+    """A ``runcmd`` entry: written in flow style, ``[systemctl, daemon-reexec]``."""
+
+
+def _argv(dumper: yaml.SafeDumper, value: _Argv) -> yaml.SequenceNode:
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", value, flow_style=True)
+
+
+_CloudConfigDumper.add_representer(str, _str)
+_CloudConfigDumper.add_representer(_Argv, _argv)
+
+
+def cloud_config(boot: NodeBoot) -> str:
+    """``boot`` as ``#cloud-config`` text: ``write_files`` (every file and unit, with its
+    permissions) and ``runcmd`` (the steps as argument lists, which cloud-init runs without a
+    shell: cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd). Dumped by PyYAML's
+    safe dumper, so no value can add a key. cloud-init runs ``runcmd`` on the first boot only,
+    when every file is new: a step's ``when_changed`` always holds.
+    """
+    document = {
+        "write_files": [{"path": f.path, "permissions": f.mode, "content": f.content} for f in boot.all_files()],
+        "runcmd": [_Argv(step.argv) for step in boot.steps],
+    }
+    header = "".join(f"# {line}\n" for line in boot.summary)
+    body = yaml.dump(document, Dumper=_CloudConfigDumper, sort_keys=False, default_flow_style=False, width=4096,
+                     allow_unicode=True, indent=2)
+    return f"#cloud-config\n{header}{body}"
+
+
 def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> str:
-    """The ``#cloud-config`` text for the nodes of ``spec``.
+    """The ``#cloud-config`` text for the nodes of ``spec`` (:func:`aws_node_boot`,
+    :func:`cloud_config`).
 
     Args:
         spec: the cluster spec.
@@ -90,40 +169,10 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         bucket: the stack's S3 bucket name (known at deploy time).
 
     Raises:
-        SpecError: the result exceeds EC2's 16 KB user-data limit.
+        SpecError: the result exceeds EC2's 16 KB user-data limit, or the container image is
+            not an OCI reference.
     """
-    scratch = scratch_script(SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count, DLAMI_NVME_MOUNT)
-    cluster_env = render(
-        "aws-cluster-env.sh.j2",
-        stack=spec.stack,
-        nodes=spec.nodes,
-        gpus_per_node=spec.gpu_count,
-        master_port=TORCHRUN_PORT,
-        wait_seconds=PEER_WAIT_SECONDS,
-        **health_template_vars(spec),
-    )
-    # EFA nodes build the training image from the profile's image at boot (the bundle's
-    # gpuinfra-image.service pulls it): no separate pre-pull
-    prepull = "" if plan.efa_count else spec.profile.container_image
-    text = render(
-        "aws-cloud-init.yaml.j2",
-        node_files=NODE_FILES,
-        stack=spec.stack,
-        instance_type=spec.instance_type,
-        profile=spec.profile.name,
-        scratch_script=scratch.rstrip("\n"),
-        agent_source=agent_source(),
-        cluster_env_script=cluster_env.rstrip("\n"),
-        bundle_fetch_path=BUNDLE_FETCH_PATH,
-        bundle_fetch_script=fetch_script("aws", bucket),
-        bundle_unit=BUNDLE_UNIT,
-        bundle_unit_text=fetch_unit().rstrip("\n"),
-        mount_point=SCRATCH_MOUNT,
-        container_image=prepull,
-        prepull_unit=PREPULL_UNIT,
-        nccl_env=nccl_env(plan, spec.instance_type),
-        node_env=node_env(spec, "aws", bucket, SCRATCH_MOUNT),
-    )
+    text = cloud_config(aws_node_boot(spec, plan, bucket))
     size = len(gzip.compress(text.encode(), mtime=0))
     if size > USER_DATA_LIMIT_BYTES:
         raise SpecError(f"compressed user data is {size} bytes; EC2 allows {USER_DATA_LIMIT_BYTES}")

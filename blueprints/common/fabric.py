@@ -76,6 +76,7 @@ from typing import Literal
 
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.health import node as health_node
+from gpuinfra.plan.units import ETC_DIR, SystemdUnit, shell
 from gpuinfra.templating import render
 
 RUN_SCRIPT_PATH = health_node.RUN_SCRIPT  # the health gate runs its all-reduce through it
@@ -111,7 +112,7 @@ EFA_LIBFABRIC_GLOB = "/opt/amazon/efa/lib*/libfabric.so*"
 EFA_PLUGIN_PATH = f"{OFI_NCCL_PREFIX}/lib/libnccl-net.so"
 EFA_USER_SPACE_GLOBS = f"{EFA_LIBFABRIC_GLOB} {EFA_PLUGIN_PATH}"
 #: Build context of the boot-time image build (gpuinfra-image.service).
-IMAGE_BUILD_DIR = "/etc/gpuinfra/image"
+IMAGE_BUILD_DIR = f"{ETC_DIR}/image"
 #: Tries of the boot-time image build, 60 s apart, within one start of the unit.
 IMAGE_BUILD_ATTEMPTS = 3
 
@@ -232,33 +233,41 @@ def efa_image_build(base_image: str) -> ImageBuild:
     return ImageBuild(text, f"gpuinfra/train:efa-{hashlib.sha256(text.encode()).hexdigest()[:12]}", base_image)
 
 
+#: The unit that builds the EFA training image at boot (in the node bundle).
+IMAGE_UNIT = "gpuinfra-image.service"
+
+
 def image_build_unit(build: ImageBuild) -> str:
+    """:func:`image_build_systemd_unit` as unit-file text."""
+    return image_build_systemd_unit(build).render()
+
+
+def image_build_systemd_unit(build: ImageBuild) -> SystemdUnit:
     """``gpuinfra-image.service``: ``docker build`` of ``build`` once Docker and scratch are up
     (or ``docker tag`` of the base when it already has the EFA user space); skipped when the tag
     exists. A registry or download hiccup is retried inside the one start
     (:data:`IMAGE_BUILD_ATTEMPTS` tries, 60 s apart): with ``Restart=`` the start job would end
     at the first failure and release the units ordered after it (systemd#32017), so the health
     gate would test an image that is still being built. After the last try the unit stays failed
-    and the gate goes on (its all-reduce then fails on this node)."""
-    return (
-        "[Unit]\n"
-        f"Description=gpuinfra: build the training image {build.tag} (EFA user space on {build.base_image})\n"
-        "Wants=network-online.target\n"
-        "After=network-online.target docker.service gpuinfra-scratch.service\n"
-        "Requires=docker.service\n"
-        "[Service]\n"
-        "Type=oneshot\n"
-        "RemainAfterExit=yes\n"
-        "TimeoutStartSec=5400\n"
-        f"ExecCondition=/bin/sh -c '! docker image inspect {build.tag} >/dev/null 2>&1'\n"
-        # an image that already carries the EFA user space (a baked container, issue 14) is used
-        # as it is: tagged, not rebuilt
-        f"ExecStart=/bin/sh -c 'for _ in {' '.join(str(i) for i in range(1, IMAGE_BUILD_ATTEMPTS + 1))}; do "
-        f"if docker run --rm --entrypoint /bin/sh {build.base_image} -c "
-        f"\"ls {EFA_USER_SPACE_GLOBS}\" >/dev/null 2>&1; then docker tag {build.base_image} {build.tag} && exit 0; "
-        f"else docker build --tag {build.tag} {IMAGE_BUILD_DIR} && exit 0; fi; sleep 60; done; exit 1'\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
+    and the gate goes on (its all-reduce then fails on this node).
+
+    The base image, the tag and the build folder reach the shell as arguments (``$1``-``$3``),
+    never as script text. An image that already carries the EFA user space (a baked container)
+    is used as it is: tagged, not rebuilt.
+    """
+    tries = " ".join(str(i) for i in range(1, IMAGE_BUILD_ATTEMPTS + 1))
+    script = (f'for _ in {tries}; do '
+              f'if docker run --rm --entrypoint /bin/sh "$1" -c "ls {EFA_USER_SPACE_GLOBS}" >/dev/null 2>&1; '
+              'then docker tag "$1" "$2" && exit 0; '
+              'else docker build --tag "$2" "$3" && exit 0; fi; sleep 60; done; exit 1')
+    return SystemdUnit(
+        IMAGE_UNIT, f"gpuinfra: build the training image {build.tag} (EFA user space on {build.base_image})",
+        wants=("network-online.target",), requires=("docker.service",),
+        after=("network-online.target", "docker.service", "gpuinfra-scratch.service"),
+        type="oneshot", remain_after_exit=True, timeout_start_sec=5400,
+        exec_condition=(shell('! docker image inspect "$1" >/dev/null 2>&1', build.tag),),
+        exec_start=(shell(script, build.base_image, build.tag, IMAGE_BUILD_DIR),),
+        delivery="bundle",
     )
 
 

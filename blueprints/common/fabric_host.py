@@ -11,7 +11,7 @@ reads those and renders the host side from ``templates/fabric/``:
   what is done); ``--bake`` installs but starts nothing that needs GPUs or GPU NICs. Exit codes:
   2 bad argument, 6 a prerequisite it cannot install (kernel, docker), 7 a failed step; the last
   stderr line names the step.
-* ``gcp-rxdm.service.j2``: the :data:`~blueprints.common.fabric.RXDM_UNIT` systemd unit (the
+* :func:`rxdm_systemd_unit`: the :data:`~blueprints.common.fabric.RXDM_UNIT` systemd unit (the
   script writes and enables it); ``gcp-tcpxo-aperture.rules.j2``: the aperture udev rule.
 
 Sources (commits: cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 
 from blueprints.common.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.plan.units import SystemdUnit, command, shell
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from gpuinfra.templating import render
 
@@ -145,10 +146,40 @@ def _installer_probe(runtime: FabricRuntime) -> str:
     return probe
 
 
+def rxdm_systemd_unit(runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str],
+                      post: str) -> SystemdUnit:
+    """The RxDM unit (:data:`~blueprints.common.fabric.RXDM_UNIT`) of a GPUDirect-TCPX(O)
+    ``runtime``: wait until every GPU NIC is routable, remove a leftover container, run ``pre``,
+    then the RxDM container (``docker_args``, the image, ``rxdm_args``; each entry is split into
+    words as a shell would), ``post`` once it runs; restarted 10 s after a failure without a
+    rate limit. The host script writes it and starts it (``start="none"`` here).
+
+    Raises:
+        UnitValueError: a value with a newline.
+    """
+    wait = ("/usr/lib/systemd/systemd-networkd-wait-online", "-o", "routable", "--timeout=120",
+            *(w for nic in runtime.gpu_nics for w in ("-i", nic)))
+    docker = ("/usr/bin/docker", "run", "--rm", "--name", RXDM_CONTAINER,
+              *(w for a in docker_args for w in shlex.split(a)), runtime.rxdm_image,
+              *(w for a in rxdm_args for w in shlex.split(a)))
+    return SystemdUnit(
+        RXDM_UNIT, f"gpuinfra: {runtime.label} receive-datapath manager (RxDM)",
+        requires=("docker.service",), wants=("network-online.target",),
+        after=("docker.service", "network-online.target", "nvidia-persistenced.service"),
+        start_limit_interval_sec=0,
+        exec_start_pre=(command(*wait), command("/usr/bin/docker", "rm", "-f", RXDM_CONTAINER, ignore_failure=True),
+                        *(command(*shlex.split(c)) for c in pre)),
+        exec_start=(command(*docker),),
+        exec_start_post=(command(*shlex.split(post)),),
+        exec_stop=(command("/usr/bin/docker", "stop", RXDM_CONTAINER),),
+        restart="on-failure", restart_sec=10, timeout_start_sec=300,
+        start="none", delivery="bundle",
+    )
+
+
 def _unit(runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str],
           post: str) -> str:
-    return render("fabric/gcp-rxdm.service.j2", label=runtime.label, nics=runtime.gpu_nics, pre=pre,
-                  docker_args=docker_args, image=runtime.rxdm_image, rxdm_args=rxdm_args, post=post)
+    return rxdm_systemd_unit(runtime, pre=pre, docker_args=docker_args, rxdm_args=rxdm_args, post=post).render()
 
 
 def _common(runtime: FabricRuntime, machine: str, extra_modes: tuple[str, ...] = ()) -> dict[str, object]:
@@ -236,30 +267,30 @@ def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -
     return HostStack("sockets")
 
 
+#: The RxDM container's name (``docker logs gpuinfra-rxdm`` in the TCPXO host script).
+RXDM_CONTAINER = "gpuinfra-rxdm"
 #: The unit that runs the host install script at boot (the script enables RxDM itself).
 FABRIC_HOST_UNIT = "gpuinfra-fabric-host.service"
 
 
 def fabric_host_unit(host: HostStack) -> str:
+    """:func:`fabric_host_systemd_unit` as unit-file text."""
+    return fabric_host_systemd_unit(host).render()
+
+
+def fabric_host_systemd_unit(host: HostStack) -> SystemdUnit:
     """``gpuinfra-fabric-host.service``: :data:`HOST_SCRIPT_PATH` once per boot after Docker
     (an A3 Mega first boot builds a kernel module and waits up to 120 s for NICs and 120 s for
     RxDM). A failure is retried inside the one start (3 tries, 60 s apart; each step is skipped
     once done), never after exit 2 or 6 (a bad argument, a kernel or Docker it cannot install):
     with ``Restart=`` the start job would end at the first failure and release the health gate
     ordered after it (systemd#32017)."""
-    return (
-        "[Unit]\n"
-        f"Description=gpuinfra: {host.fabric} GPU fabric host stack\n"
-        "Wants=network-online.target\n"
-        "After=network-online.target docker.service\n"
-        "Requires=docker.service\n"
-        "[Service]\n"
-        "Type=oneshot\n"
-        "RemainAfterExit=yes\n"
-        "TimeoutStartSec=3600\n"
-        # "$$" is a literal "$" for systemd (systemd.service(5), Command lines)
-        f"ExecStart=/bin/sh -c 'for _ in 1 2 3; do {host.boot_command} && exit 0; rc=$$?; "
-        "case $$rc in 2|6) exit \"$$rc\" ;; esac; sleep 60; done; exit \"$$rc\"'\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
+    script = (f'for _ in 1 2 3; do {host.boot_command} && exit 0; rc=$?; '
+              'case $rc in 2|6) exit "$rc" ;; esac; sleep 60; done; exit "$rc"')
+    return SystemdUnit(
+        FABRIC_HOST_UNIT, f"gpuinfra: {host.fabric} GPU fabric host stack",
+        wants=("network-online.target",), requires=("docker.service",),
+        after=("network-online.target", "docker.service"),
+        type="oneshot", remain_after_exit=True, timeout_start_sec=3600,
+        exec_start=(shell(script),), delivery="bundle",
     )

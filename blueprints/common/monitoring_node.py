@@ -27,12 +27,13 @@ from __future__ import annotations
 import yaml
 
 from gpuinfra.monitoring.metrics import aws_agent_parameter_name, gcp_ops_agent_config
+from gpuinfra.plan.units import SystemdUnit, command
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
+MONITORING_UNIT = "gpuinfra-monitoring.service"
 #: Units the boot must enable (and start) on every node when monitoring is on.
-MONITORING_UNITS = ("gpuinfra-monitoring.service",)
-UNIT_PATH = "/etc/systemd/system/gpuinfra-monitoring.service"
+MONITORING_UNITS = (MONITORING_UNIT,)
 SCRIPT_PATH = "/usr/local/sbin/gpuinfra-monitoring"
 #: Where the Ops Agent reads its configuration; where gpuinfra ships it until the agent is in.
 GCP_AGENT_CONFIG_PATH = "/etc/google-cloud-ops-agent/config.yaml"
@@ -52,6 +53,25 @@ AWS_AGENT_PACKAGE_URL = (
 #: Ops Agent release (GoogleCloudPlatform/ops-agent VERSION file: ``2.41.0``).
 GCP_AGENT_VERSION = "2.41.0"
 GCP_AGENT_REPO_SCRIPT_URL = "https://dl.google.com/cloudagents/add-google-cloud-ops-agent-repo.sh"
+
+
+def monitoring_systemd_unit(agent_name: str) -> SystemdUnit:
+    """``gpuinfra-monitoring.service``: installs (if needed) and starts the monitoring agent
+    ``agent_name`` once per boot. Wanted by multi-user.target, required by nothing: a failed
+    agent never blocks training. A failing install is retried (60 s apart) at most
+    :data:`START_LIMIT_BURST` times in :data:`START_LIMIT_INTERVAL_SECONDS`, then left failed."""
+    return SystemdUnit(
+        MONITORING_UNIT, f"gpuinfra monitoring agent ({agent_name})",
+        wants=("network-online.target",), after=("network-online.target",),
+        start_limit_interval_sec=START_LIMIT_INTERVAL_SECONDS, start_limit_burst=START_LIMIT_BURST,
+        type="oneshot", remain_after_exit=True, timeout_start_sec=900,
+        exec_start=(command("/bin/bash", SCRIPT_PATH),), restart="on-failure", restart_sec=60,
+        delivery="bundle",
+    )
+
+
+#: Where :func:`monitoring_systemd_unit` goes.
+UNIT_PATH = monitoring_systemd_unit("agent").path
 
 
 def monitoring_node_files(spec: ClusterSpec, cloud: str) -> dict[str, str]:
@@ -82,9 +102,7 @@ def monitoring_node_files(spec: ClusterSpec, cloud: str) -> dict[str, str]:
     else:
         raise ValueError(f"unknown cloud {cloud!r}: use aws or gcp")
     files = {
-        UNIT_PATH: render("monitoring-agent.service.j2", agent_name=agent_name, script_path=SCRIPT_PATH,
-                          start_limit_interval_seconds=START_LIMIT_INTERVAL_SECONDS,
-                          start_limit_burst=START_LIMIT_BURST),
+        UNIT_PATH: monitoring_systemd_unit(agent_name).render(),
         SCRIPT_PATH: render("monitoring-agent.sh.j2", **values),
         **extra,
     }

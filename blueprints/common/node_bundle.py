@@ -27,6 +27,7 @@ from pathlib import Path
 from gpuinfra.health import node as health_node
 from gpuinfra.health.baselines import baseline_nodes, find_baseline
 from gpuinfra.health.gate import Expectations
+from gpuinfra.plan.units import RUN_DIR, NodeFile, SystemdUnit, command
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
@@ -39,22 +40,12 @@ BUNDLE_FETCH_PATH = "/usr/local/sbin/gpuinfra-bundle"
 #: Where the node's copy of gpuinfra's standard-library modules lives (PYTHONPATH of the units).
 NODE_LIB = health_node.NODE_LIB
 HEALTH_UNIT = "gpuinfra-health.service"
-IMAGE_UNIT = "gpuinfra-image.service"
 EXPECTATIONS_PATH = str(health_node.EXPECTATIONS_PATH)
 ALLREDUCE_PATH = f"{health_node.ALLREDUCE_DIR}/{health_node.ALLREDUCE_SCRIPT}"
 #: gpuinfra's modules the nodes run (standard library only: gpuinfra/health/__init__.py says so).
 NODE_MODULES = ("__init__.py", "errors.py", "agent/__init__.py", "agent/node.py", "health/__init__.py",
                 "health/parsers.py", "health/baselines.py", "health/gate.py", "health/node.py", "health/ranks.py")
 _PACKAGE = Path(__file__).resolve().parents[2] / "gpuinfra"
-
-
-@dataclass(frozen=True)
-class NodeFile:
-    """One file: absolute ``path``, octal ``mode`` text, ``content`` (ends with a newline)."""
-
-    path: str
-    content: str
-    mode: str = "0644"
 
 
 @dataclass
@@ -74,7 +65,18 @@ class NodeBundle:
             raise ValueError(f"node bundle path {path!r} is not absolute")
         if any(f.path == path for f in self.files):
             raise ValueError(f"node bundle already has {path}")
-        self.files.append(NodeFile(path, content if content.endswith("\n") else content + "\n", mode))
+        self.files.append(NodeFile(path, mode, content))
+
+    def add_unit(self, unit: SystemdUnit) -> None:
+        """Add ``unit``'s file (:meth:`SystemdUnit.render`) and, unless another unit starts it
+        (``start="none"``), its name to the units the fetch script starts.
+
+        Raises:
+            ValueError: the unit file is already in the bundle.
+        """
+        self.add(unit.path, unit.render())
+        if unit.start != "none" and unit.name not in self.units:
+            self.units.append(unit.name)
 
     def add_files(self, files: dict[str, str], units: tuple[str, ...] | list[str] = (), mode: str = "0644") -> None:
         """Add ``path -> content`` files (``.sh`` and ``/bin/`` / ``/sbin/`` paths executable) and units."""
@@ -110,21 +112,21 @@ def node_modules() -> dict[str, str]:
 
 
 def health_unit(after: tuple[str, ...]) -> str:
-    """``gpuinfra-health.service``: the gate once per boot, after Docker, scratch and ``after``."""
-    order = " ".join(("network-online.target", BUNDLE_UNIT, "docker.service", "gpuinfra-scratch.service", *after))
-    return (
-        "[Unit]\n"
-        "Description=gpuinfra: boot health gate (local checks, then the cluster all-reduce)\n"
-        "Wants=network-online.target\n"
-        f"After={order}\n"
-        "[Service]\n"
-        "Type=oneshot\n"
-        "RemainAfterExit=yes\n"
-        "TimeoutStartSec=infinity\n"
-        f"Environment=PYTHONPATH={NODE_LIB}\n"
-        "ExecStart=/usr/bin/python3 -m gpuinfra.health.node run\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
+    """``gpuinfra-health.service`` text (:func:`health_systemd_unit`)."""
+    return health_systemd_unit(after).render()
+
+
+def health_systemd_unit(after: tuple[str, ...]) -> SystemdUnit:
+    """``gpuinfra-health.service``: the gate once per boot, after Docker, scratch and ``after``
+    (the units that make the training image ready: pre-pull, image build, fabric host stack)."""
+    return SystemdUnit(
+        HEALTH_UNIT, "gpuinfra: boot health gate (local checks, then the cluster all-reduce)",
+        wants=("network-online.target",),
+        after=("network-online.target", BUNDLE_UNIT, "docker.service", "gpuinfra-scratch.service", *after),
+        type="oneshot", remain_after_exit=True, timeout_start_sec="infinity",
+        environment=(("PYTHONPATH", NODE_LIB),),
+        exec_start=(command("/usr/bin/python3", "-m", "gpuinfra.health.node", "run"),),
+        delivery="bundle",
     )
 
 
@@ -150,8 +152,7 @@ def add_health_gate(bundle: NodeBundle, spec: ClusterSpec, expectations: Expecta
     bundle.add(ALLREDUCE_PATH, (_PACKAGE / "health" / "allreduce.py").read_text(), "0755")
     bundle.add(EXPECTATIONS_PATH, json.dumps(expectations_document(spec, expectations), indent=1))
     if spec.profile.health_gate != "off":
-        bundle.add(f"/etc/systemd/system/{HEALTH_UNIT}", health_unit(after))
-        bundle.units.append(HEALTH_UNIT)
+        bundle.add_unit(health_systemd_unit(after))
 
 
 def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:
@@ -176,23 +177,20 @@ def fetch_script(cloud: str, bucket: str) -> str:
     """The boot script part that fetches and installs the bundle (``templates/node-bundle-fetch.sh.j2``)."""
     scheme = "s3" if cloud == "aws" else "gs"
     return render("node-bundle-fetch.sh.j2", cloud=cloud, url=f"{scheme}://{bucket}/{BUNDLE_KEY}",
-                  schema_version=BUNDLE_SCHEMA_VERSION).rstrip("\n")
+                  schema_version=BUNDLE_SCHEMA_VERSION, run_dir=RUN_DIR).rstrip("\n")
 
 
 def fetch_unit() -> str:
-    """``gpuinfra-bundle.service``: fetch on every boot, retried until the bucket answers."""
-    return (
-        "[Unit]\n"
-        "Description=gpuinfra: fetch and install the node bundle from the stack bucket\n"
-        "Wants=network-online.target\n"
-        "After=network-online.target\n"
-        "StartLimitIntervalSec=0\n"
-        "[Service]\n"
-        "Type=oneshot\n"
-        "RemainAfterExit=yes\n"
-        f"ExecStart={BUNDLE_FETCH_PATH}\n"
-        "Restart=on-failure\n"
-        "RestartSec=20\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
+    """``gpuinfra-bundle.service`` text (:func:`fetch_systemd_unit`)."""
+    return fetch_systemd_unit().render()
+
+
+def fetch_systemd_unit() -> SystemdUnit:
+    """``gpuinfra-bundle.service``: fetch on every boot, retried every 20 s until the bucket
+    answers (``StartLimitIntervalSec=0``: no limit on the retries)."""
+    return SystemdUnit(
+        BUNDLE_UNIT, "gpuinfra: fetch and install the node bundle from the stack bucket",
+        wants=("network-online.target",), after=("network-online.target",), start_limit_interval_sec=0,
+        type="oneshot", remain_after_exit=True, exec_start=(command(BUNDLE_FETCH_PATH),),
+        restart="on-failure", restart_sec=20,
     )

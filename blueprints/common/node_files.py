@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from blueprints.common.tags import expires_at_text
 from gpuinfra.agent.node import format_node_env
+from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
@@ -65,4 +66,5 @@ def scratch_script(mount_point: str, device_glob: str, expected_disks: int, exis
     ``expected_disks`` local NVMe disks named ``/dev/disk/by-id/<device_glob>``; ``existing_mount``
     is where the image mounts them itself (the DLAMI's ``/opt/dlami/nvme``), or empty."""
     return render("scratch-raid0.sh.j2", mount_point=mount_point, device_glob=device_glob, existing_mount=existing_mount,
-                  expected_disks=expected_disks, device_wait_seconds=SCRATCH_DEVICE_WAIT_SECONDS).rstrip("\n")
+                  expected_disks=expected_disks, device_wait_seconds=SCRATCH_DEVICE_WAIT_SECONDS,
+                  failed_file=SCRATCH_FAILED_PATH).rstrip("\n")

@@ -1,4 +1,4 @@
-"""Startup script of GCP GPU nodes, rendered from ``templates/gcp-startup.sh.j2``.
+"""Startup script of GCP GPU nodes: the node boot manifest (:mod:`gpuinfra.plan.boot`) as bash.
 
 GCE runs ``startup-script`` metadata on every boot
 (cloud.google.com/compute/docs/instances/startup-scripts/linux), which is what local SSD scratch
@@ -7,22 +7,25 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
+import shlex
+
 from blueprints.common.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
-from blueprints.common.fabric_host import FABRIC_HOST_UNIT, fabric_host_unit, gcp_host_stack
-from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, NodeBundle, add_health_gate, add_monitoring,
-                                           fetch_script, fetch_unit, health_template_vars)
+from blueprints.common.fabric_host import fabric_host_systemd_unit, gcp_host_stack
+from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
+                                           fetch_script, fetch_systemd_unit, health_template_vars)
 from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
 from gpuinfra.health.report import expectations_for
+from gpuinfra.plan.boot import (CLUSTER_FORM_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, BootStep, CloudBoot,
+                                NodeBoot, node_boot, render_cluster_env)
+from gpuinfra.plan.units import NodeFile
 from gpuinfra.spec import ClusterSpec
-from gpuinfra.templating import agent_source, render
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
-SCRATCH_MOUNT = "/scratch"
 #: Local NVMe SSDs under /dev/disk/by-id (cluster-toolkit startup-script setup-raid.yml).
 GCP_NVME_GLOB = "google-local-nvme-ssd-*"
-PEER_WAIT_SECONDS = 900
+PEER_WAIT_SECONDS = CLUSTER_FORM_WAIT_SECONDS
 #: Bucket prefix where nodes publish their IPs (outside the expiring scratch prefix: a node
 #: re-created days later must still find its formed peers).
 PEERS_PREFIX = "gpuinfra-peers"
@@ -38,7 +41,9 @@ def node_prefix(spec: ClusterSpec) -> str:
 def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
     """The GCP node bundle (:mod:`blueprints.common.node_bundle`): ``gpuinfra-run``, the GPU
     fabric's host stack where it can be installed at boot (:mod:`blueprints.common.fabric_host`:
-    TCPXO on A3 Mega, gIB on A3 Ultra / A4), the monitoring agent and the health gate."""
+    TCPXO on A3 Mega, gIB on A3 Ultra / A4), the monitoring agent and the health gate, which
+    starts after the host stack and after the boot's pre-pull of the profile's image (its
+    all-reduce runs in that image)."""
     bundle = NodeBundle()
     env = nccl_env(plan.nic_layout)
     fabric = gcp_fabric(plan.nic_layout, spec.facts, env)
@@ -48,50 +53,124 @@ def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
     after: tuple[str, ...] = ()
     if host.boot_command and host.boot_ok:
         bundle.add_files(host.files)
-        bundle.add(f"/etc/systemd/system/{FABRIC_HOST_UNIT}", fabric_host_unit(host))
-        bundle.units.append(FABRIC_HOST_UNIT)
-        after = (FABRIC_HOST_UNIT,)
+        unit = fabric_host_systemd_unit(host)
+        bundle.add_unit(unit)
+        after = (unit.name,)
+    if spec.profile.container_image:
+        after = (*after, PREPULL_UNIT)
     add_monitoring(bundle, spec, "gcp")
     add_health_gate(bundle, spec, expectations_for(spec), after)
     return bundle
 
 
-def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> str:
-    """The startup script text for ``spec``.
+def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeBoot:
+    """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the GCP nodes of ``spec``.
+
+    GCP specifics: peers are found through the managed instance group and the bucket
+    (``templates/gcp-cluster-env.sh.j2``); the profile's image is pre-pulled by
+    ``gpuinfra-prepull.service`` as on AWS.
 
     Raises:
-        SpecError: the script exceeds the metadata value limit.
+        SpecError: the profile's container image is not an OCI reference.
     """
-    scratch = scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count)
-    text = render(
-        "gcp-startup.sh.j2",
-        node_files=NODE_FILES,
-        docker_memlock_dropin=DOCKER_MEMLOCK_DROPIN,
-        stack=spec.stack,
-        machine_type=spec.instance_type,
-        profile=spec.profile.name,
-        mount_point=SCRATCH_MOUNT,
-        nic_layout=plan.nic_layout,
-        scratch_script=scratch.rstrip("\n"),
-        agent_source=agent_source(),
-        bundle_fetch_path=BUNDLE_FETCH_PATH,
-        bundle_fetch_script=fetch_script("gcp", bucket),
-        bundle_unit=BUNDLE_UNIT,
-        bundle_unit_text=fetch_unit().rstrip("\n"),
-        **health_template_vars(spec),
+    prefix = node_prefix(spec)
+    cluster_env = render_cluster_env(
+        "gcp-cluster-env.sh.j2", nodes=spec.nodes, nic_count=plan.nic_count, group=prefix, zone=spec.zone,
+        gpus_per_node=spec.gpu_count, wait_seconds=CLUSTER_FORM_WAIT_SECONDS, master_port=TORCHRUN_PORT,
+        bucket=bucket, peers_prefix=f"{PEERS_PREFIX}/{prefix}", **health_template_vars(spec))
+    cloud = CloudBoot(
+        cloud="gcp",
+        summary=(f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}, "
+                 f"NCCL layout {plan.nic_layout}).",
+                 "Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py). GCE runs it on every",
+                 "boot: files are rewritten only when they change; local SSD scratch is rebuilt."),
+        scratch_script=scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count),
+        scratch_after=(),
+        cluster_env_script=cluster_env,
         nccl_env=nccl_env(plan.nic_layout),
-        nodes=spec.nodes,
-        nic_count=plan.nic_count,
-        group=node_prefix(spec),
-        zone=spec.zone,
-        gpus_per_node=spec.gpu_count,
-        wait_seconds=PEER_WAIT_SECONDS,
-        master_port=TORCHRUN_PORT,
-        bucket=bucket,
-        peers_prefix=f"{PEERS_PREFIX}/{node_prefix(spec)}",
         node_env=node_env(spec, "gcp", bucket, SCRATCH_MOUNT),
-        container_image=spec.profile.container_image,
+        bundle_fetch_script=fetch_script("gcp", bucket),
+        bundle_fetch_path=BUNDLE_FETCH_PATH,
+        bundle_unit=fetch_systemd_unit(),
+        prepull_image=spec.profile.container_image,
+        docker_dropin=DOCKER_MEMLOCK_DROPIN,
+        node_files=NODE_FILES,
     )
+    return node_boot(spec, cloud)
+
+
+#: Defined once at the top of the script: writes stdin to a node file when its content changed
+#: (``install``-created folder, ``cmp`` against the old file, mode set either way) and notes the
+#: path in ``CHANGED``.
+_INSTALL_FUNCTION = """\
+CHANGED=""
+# gpuinfra_file PATH MODE < content: write PATH when its content changed; note it in CHANGED
+gpuinfra_file() {
+  local path="$1" mode="$2"
+  install -d -m 0755 "$(dirname "$path")"
+  cat > "$path.new"
+  chmod "$mode" "$path.new"
+  if cmp -s "$path.new" "$path"; then
+    rm -f "$path.new"
+    chmod "$mode" "$path"
+  else
+    mv -f "$path.new" "$path"
+    CHANGED="$CHANGED $path "
+  fi
+}
+"""
+
+
+def heredoc_delimiter(content: str) -> str:
+    """A heredoc delimiter that is not a line of ``content`` (``GPUINFRA_EOF``, numbered if it is)."""
+    lines = set(content.splitlines())
+    tag, n = "GPUINFRA_EOF", 0
+    while tag in lines:
+        n += 1
+        tag = f"GPUINFRA_EOF_{n}"
+    return tag
+
+
+def _file(f: NodeFile) -> str:
+    tag = heredoc_delimiter(f.content)
+    # quoted delimiter: the content is not expanded (bash(1), "Here Documents")
+    return f"gpuinfra_file {shlex.quote(f.path)} {f.mode} <<'{tag}'\n{f.content}{tag}\n"
+
+
+def _step(step: BootStep) -> str:
+    argv = " ".join(shlex.quote(w) for w in step.argv)
+    if step.status_file:
+        why = (f"$(cat {shlex.quote(step.status_file)} 2>/dev/null || echo "
+               f"{shlex.quote('see journalctl -u ' + step.unit)})")
+    else:
+        why = "see journalctl" + (f" -u {step.unit}" if step.unit else "")
+    line = f'if ! {argv}; then echo "gpuinfra: {argv} failed: {why}" >&2; fi'
+    if step.when_changed:
+        return f'case "$CHANGED" in *{shlex.quote(" " + step.when_changed + " ")}*) {line} ;; esac\n'
+    return line + "\n"
+
+
+def startup_script(boot: NodeBoot) -> str:
+    """``boot`` as a bash startup script: every file through ``gpuinfra_file`` (a heredoc with a
+    quoted delimiter, so nothing in it is expanded; ``cmp``: written only when changed), then the
+    steps, each failure reported on stderr without stopping the boot (``set -e`` would skip the
+    agent's start after a failed scratch). Paths and words are ``shlex.quote``-d."""
+    header = "".join(f"# {line}\n" for line in boot.summary)
+    parts = ["#!/bin/bash\n", header, "set -euo pipefail\n\n", _INSTALL_FUNCTION, "\n"]
+    parts += [_file(f) for f in boot.all_files()]
+    parts.append("\n")
+    parts += [_step(step) for step in boot.steps]
+    return "".join(parts)
+
+
+def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> str:
+    """The startup script text for ``spec`` (:func:`gcp_node_boot`, :func:`startup_script`).
+
+    Raises:
+        SpecError: the script exceeds the metadata value limit, or the container image is not
+            an OCI reference.
+    """
+    text = startup_script(gcp_node_boot(spec, plan, bucket))
     if len(text.encode()) > METADATA_VALUE_LIMIT_BYTES:
         raise SpecError(f"startup script is {len(text.encode())} bytes; GCE metadata allows {METADATA_VALUE_LIMIT_BYTES}")
     return text

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpuinfra.catalog.facts_model import (InstanceFacts, LocalSsdFacts, NicNetwork, PlacementFacts,
-                                          aws_primary_card_gbps)
+from gpuinfra.catalog.facts_model import (AWS_GPUDIRECT_RDMA_SOURCE, AWS_GPUDIRECT_RDMA_TYPES, InstanceFacts,
+                                          LocalSsdFacts, NicNetwork, PlacementFacts, aws_primary_card_gbps)
 
 #: Instance types whose GPUs sit on NVSwitch, so NVIDIA fabric manager must run.
 #: Source: aws-parallelcluster-cookbook resources/fabric_manager/partial/_fabric_manager_common.rb
@@ -111,6 +111,7 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
             (int(c.get("MaximumNetworkInterfaces", 1)) for c in cards), default=1
         ),
         max_efa_interfaces=max_efa,
+        gpudirect_rdma=bool(max_efa) and name in AWS_GPUDIRECT_RDMA_TYPES,
         nic_layout="efa" if max_efa else "ena",
         networks=(NicNetwork(role="system", nic_type="EFA" if max_efa else "ENA", count=max(max_efa, 1),
                              mtu=AWS_VPC_MTU),),
@@ -127,6 +128,7 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
             "mtu": "docs.aws.amazon.com/AWSEC2/latest/UserGuide/network_mtu.html (9001 in a VPC)",
             "boot_disk_types": "docs.aws.amazon.com/ebs/latest/userguide/ebs-volume-types.html",
             "nvswitch": "aws-parallelcluster-cookbook fabric_manager/partial/_fabric_manager_common.rb L33-62",
+            "gpudirect_rdma": AWS_GPUDIRECT_RDMA_SOURCE,
         },
     )
 

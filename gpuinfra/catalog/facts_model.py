@@ -139,6 +139,18 @@ class PlacementFacts(BaseModel):
         return self.cluster_placement_group or self.compact_policy or self.workload_policy
 
 
+#: AWS types whose GPUs take RDMA reads and writes over EFA straight into GPU memory
+#: (GPUDirect RDMA). Source: the EC2 user guide's EFA pages, "Supported instance types"
+#: (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types) and
+#: "Elastic Fabric Adapter for AI/ML" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html):
+#: the P4d, P4de, P5, P5e, P5en and P6-B200 8-GPU types. Other EFA types (g4dn, g5, g6, g6e,
+#: gr6, p3dn) move GPU data through host memory.
+AWS_GPUDIRECT_RDMA_TYPES = frozenset({"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge",
+                                      "p5en.48xlarge", "p6-b200.48xlarge"})
+AWS_GPUDIRECT_RDMA_SOURCE = ("https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types "
+                             "(GPUDirect RDMA: P4d, P4de, P5, P5e, P5en, P6-B200)")
+
+
 class InstanceFacts(BaseModel):
     """Hardware and capacity facts of one instance/machine type, the same in every zone.
 
@@ -153,6 +165,10 @@ class InstanceFacts(BaseModel):
         max_interfaces_per_network_card: AWS: ENIs allowed per card (minimum over cards);
             GCP: vNICs of the layout.
         max_efa_interfaces: AWS ``EfaInfo.MaximumEfaInterfaces`` (0 = no EFA); 0 on GCP.
+        gpudirect_rdma: AWS: the type does GPUDirect RDMA over EFA (:data:`AWS_GPUDIRECT_RDMA_TYPES`,
+            source in ``sources["gpudirect_rdma"]``); without it NCCL's intra-node shared-memory
+            transport copies with CUDA (``NCCL_SHM_USE_CUDA_MEMCPY=1``). False on GCP (its GPU
+            fabrics are :attr:`nic_layout`).
         nic_layout: ``efa`` | ``ena`` | ``gvnic`` | ``tcpx`` | ``tcpxo`` | ``gib``.
         networks: the NIC networks with their MTU (see :class:`NicNetwork`).
         local_ssd: local NVMe (see :class:`LocalSsdFacts`).
@@ -188,6 +204,7 @@ class InstanceFacts(BaseModel):
     network_cards: int = Field(ge=1)
     max_interfaces_per_network_card: int = Field(ge=1)
     max_efa_interfaces: int = Field(ge=0)
+    gpudirect_rdma: bool = False
     nic_layout: NicLayout
     networks: tuple[NicNetwork, ...] = Field(min_length=1)
     local_ssd: LocalSsdFacts
@@ -202,12 +219,15 @@ class InstanceFacts(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _aws_host_nic_of_older_records(cls, data: object) -> object:
-        """AWS facts recorded before ``host_nic_bandwidth_gbps`` existed (stack files, refreshed
+        """AWS facts recorded before ``host_nic_bandwidth_gbps`` or ``gpudirect_rdma`` existed (stack files, refreshed
         catalogs) get the same derivation as :func:`aws_primary_card_gbps`, so they stay equal
         to the catalog's facts."""
         if isinstance(data, dict) and data.get("cloud") == "aws" and "host_nic_bandwidth_gbps" not in data:
             data = {**data, "host_nic_bandwidth_gbps": aws_primary_card_gbps(data.get("network_bandwidth_gbps"),
                                                                           int(data.get("network_cards") or 1))}
+        if isinstance(data, dict) and data.get("cloud") == "aws" and "gpudirect_rdma" not in data:
+            # recorded before the fact existed: the same table the catalog build reads
+            data = {**data, "gpudirect_rdma": data.get("instance_type") in AWS_GPUDIRECT_RDMA_TYPES}
         return data
 
     @model_validator(mode="after")

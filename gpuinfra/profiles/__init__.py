@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from gpuinfra.errors import ProfileError
+from gpuinfra.errors import ProfileError, SpecError
+from gpuinfra.oci import check_image_reference
 
 BUILTIN_PROFILES_FILE = Path(__file__).parent / "data" / "profiles.yaml"
 DEFAULT_PROFILE = "llm-finetune"
@@ -124,6 +125,16 @@ class Profile(_Strict):
     default_run_hours: float = Field(gt=0, le=8760)
     health_gate: Literal["enforce", "report", "off"] = "enforce"
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+
+    @field_validator("container_image")
+    @classmethod
+    def _oci_reference(cls, value: str) -> str:
+        """The image reaches a unit file and a shell on the node: it must be an OCI reference
+        (:func:`gpuinfra.oci.check_image_reference`), or "" for none."""
+        try:
+            return check_image_reference(value, field="")
+        except SpecError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def _read_profiles_file(path: Path) -> dict[str, Profile]:

@@ -288,11 +288,11 @@ def test_user_data_embeds_this_agent_verbatim():
 def test_gcp_startup_script_installs_and_enables_the_agent():
     from blueprints.gcp.plan import plan_gcp_cluster
     from blueprints.gcp.startup import render_startup_script
-    from tests.blueprints.helpers import make_spec
+    from tests.blueprints.helpers import gcp_script_files, make_spec
 
     spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
     script = render_startup_script(spec, plan_gcp_cluster(spec), "b")
-    source = script.split("<<'GPUINFRA_AGENT'\n", 1)[1].split("\nGPUINFRA_AGENT\n", 1)[0]
+    source = gcp_script_files(script)["/usr/local/lib/gpuinfra/gpuinfra_agent.py"][1]
     compile(source, "gpuinfra_agent.py", "exec")
     assert "systemctl enable --now --no-block gpuinfra-agent.service" in script
 
@@ -469,7 +469,7 @@ def test_both_boot_templates_write_a_node_env_the_agent_parses(tmp_path, cloud):
     from blueprints.aws.userdata import render_user_data
     from blueprints.gcp.plan import plan_gcp_cluster
     from blueprints.gcp.startup import render_startup_script
-    from tests.blueprints.helpers import make_spec
+    from tests.blueprints.helpers import gcp_script_files, make_spec
 
     if cloud == "aws":
         spec = make_spec("p4d.24xlarge", nodes=2)
@@ -478,7 +478,7 @@ def test_both_boot_templates_write_a_node_env_the_agent_parses(tmp_path, cloud):
     else:
         spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
         script = render_startup_script(spec, plan_gcp_cluster(spec), "bkt")
-        text = script.split("cat > /etc/gpuinfra/node.env <<'GPUINFRA_NODE'\n", 1)[1].split("GPUINFRA_NODE\n", 1)[0]
+        text = gcp_script_files(script)["/etc/gpuinfra/node.env"][1]
     env = tmp_path / "node.env"
     env.write_text(text)
     config = AgentConfig.from_env_file(env)

@@ -67,3 +67,17 @@ def shellcheck_cloud_config(text: str, tmp_path) -> None:
         path.write_text(script["content"])
         result = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, f"{script['path']}:\n{result.stdout}"
+
+
+def gcp_script_files(script: str) -> dict[str, tuple[str, str]]:
+    """The files a GCP startup script writes: path -> (mode, content), read from its
+    ``gpuinfra_file PATH MODE <<'TAG'`` heredocs (a path written twice fails the test)."""
+    import re
+    import shlex
+
+    files: dict[str, tuple[str, str]] = {}
+    for match in re.finditer(r"^gpuinfra_file (\S+) (0[0-7]{3}) <<'([A-Z0-9_]+)'\n(.*?)^\3\n", script, re.M | re.S):
+        path = shlex.split(match.group(1))[0]
+        assert path not in files, f"{path} is written twice"
+        files[path] = (match.group(2), match.group(4))
+    return files

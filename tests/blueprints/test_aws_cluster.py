@@ -314,7 +314,8 @@ def test_user_data_pre_pulls_the_image_on_nodes_without_efa(tmp_path):
     # a baked AMI already holds the image: the unit is skipped, not failed (systemd.service
     # ExecCondition: exit 1-254 skips the remaining commands), and a baked ECR image is not pulled
     # without registry credentials
-    assert ("ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect nvcr.io/nvidia/pytorch:25.01-py3" in text)
+    assert ("ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect \"$$1\" >/dev/null 2>&1' sh "
+            "nvcr.io/nvidia/pytorch:25.01-py3\n" in text)
 
 
 def test_user_data_without_container_image_or_efa(tmp_path):

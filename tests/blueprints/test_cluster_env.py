@@ -10,7 +10,7 @@ import pytest
 
 from blueprints.aws.plan import TORCHRUN_PORT
 from blueprints.common.node_bundle import health_template_vars
-from gpuinfra.templating import render
+from gpuinfra.plan.boot import render_cluster_env
 from tests.blueprints.helpers import make_spec
 
 PEERS = "10.0.0.20\n10.0.0.7\n10.0.1.5"
@@ -23,7 +23,7 @@ def run_cluster_env(tmp_path, *, my_ip: str, ranked: str | None, peers_rc: int =
     etc = tmp_path / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
-    script = render("aws-cluster-env.sh.j2", stack="train", nodes=3, gpus_per_node=8, master_port=TORCHRUN_PORT,
+    script = render_cluster_env("aws-cluster-env.sh.j2", stack="train", nodes=3, gpus_per_node=8, master_port=TORCHRUN_PORT,
                     wait_seconds=5, **health_template_vars(spec))
     script = (script.replace("/etc/gpuinfra", str(etc)).replace("/run/gpuinfra", str(tmp_path / "run"))
               .replace("/var/lib/gpuinfra", str(tmp_path / "var")))

@@ -204,7 +204,7 @@ def test_a3_high_stack_is_blocked_at_boot():
             "--gpus all --volume /run/tcpx:/run/tcpx --env LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/run/tcpx:"
             "/usr/lib/lib32:/usr/lib/x86_64-linux-gnu/ --entrypoint /tcpgpudmarxd/build/app/tcpgpudmarxd "
             f"--ulimit memlock=-1 {TCPX_RXDM} --gpu_nic_preset a3vm --gpu_shmem_type fd --uds_path /run/tcpx "
-            '--setup_param "--verbose 128 2 0 "') in unit
+            "--setup_param '--verbose 128 2 0 '") in unit
     assert "ExecStartPre=/usr/bin/mkdir -p /run/tcpx" in unit
     assert ("ExecStartPre=/usr/lib/systemd/systemd-networkd-wait-online -o routable --timeout=120 "
             + " ".join(f"-i {n}" for n in TCPX_NICS)) in unit

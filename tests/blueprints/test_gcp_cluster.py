@@ -9,7 +9,7 @@ from blueprints.gcp.plan import plan_gcp_cluster
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.spec_rules import RuleViolationError
 from gpuinfra.profiles import get_profile
-from tests.blueprints.helpers import make_spec, preview, need_tool
+from tests.blueprints.helpers import gcp_script_files, make_spec, preview, need_tool
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 NETWORK = "gcp:compute/network:Network"
@@ -267,8 +267,9 @@ def test_startup_script_passes_shellcheck(tmp_path):
     assert 'gcloud storage rm "$PEERS/$MY_NAME/**"' in script  # stale entries of a re-created VM
     assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script
     # the startup script and the two scripts it writes
-    peers = script.split("<<'GPUINFRA_PEERS'\n", 1)[1].split("\nGPUINFRA_PEERS\n", 1)[0]
-    scratch = script.split("<<'GPUINFRA_SCRATCH'\n", 1)[1].split("\nGPUINFRA_SCRATCH\n", 1)[0]
+    files = gcp_script_files(script)
+    peers = files["/usr/local/sbin/gpuinfra-cluster-env"][1]
+    scratch = files["/usr/local/sbin/gpuinfra-scratch-raid0"][1]
     for index, text in enumerate((script, peers, scratch)):
         path = tmp_path / f"script{index}.sh"
         path.write_text(text)

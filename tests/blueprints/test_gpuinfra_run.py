@@ -20,7 +20,7 @@ from blueprints.aws.userdata import USER_DATA_LIMIT_BYTES, aws_node_bundle, rend
 from blueprints.common.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_build, gcp_fabric, gcp_run_command
 from blueprints.gcp.plan import nccl_env, plan_gcp_cluster
 from blueprints.gcp.startup import gcp_node_bundle, render_startup_script
-from tests.blueprints.helpers import make_spec, need_tool, preview, shellcheck_cloud_config
+from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool, preview, shellcheck_cloud_config
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 CLUSTER_ENV = {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.20", "MASTER_PORT": "29500"}
@@ -55,10 +55,6 @@ def aws_files(instance_type, nodes=2, profile="llm-pretrain", spec=None):
     return {**files, **{f.path: f.content for f in aws_node_bundle(spec, plan).files}}
 
 
-def heredoc(script, tag):
-    return script.split(f"<<'{tag}'\n", 1)[1].split(f"\n{tag}\n", 1)[0]
-
-
 def gcp_script(machine_type, nodes=2, profile="llm-finetune", **kw):
     spec = make_spec(machine_type, nodes=nodes, profile=profile, cloud="gcp", **kw)
     return render_startup_script(spec, plan_gcp_cluster(spec), "bucket-x")
@@ -69,7 +65,7 @@ def gcp_files(machine_type, nodes=2, profile="llm-finetune", **kw):
     plan = plan_gcp_cluster(spec)
     script = render_startup_script(spec, plan, "bucket-x")
     return {RUN_SCRIPT_PATH: gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).content,
-            "/etc/gpuinfra/nccl.env": heredoc(script + "\n", "GPUINFRA_NCCL") + "\n"}
+            "/etc/gpuinfra/nccl.env": gcp_script_files(script)["/etc/gpuinfra/nccl.env"][1]}
 
 
 def parse_env(text):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -41,12 +42,16 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
     image_unit = bundle.file("/etc/systemd/system/gpuinfra-image.service").content
     # built from the recipe, unless the base already has the EFA user space (a baked container):
     # tagged then; 3 tries inside one start (a Restart= would release the gate at the first failure)
-    assert (f"ExecStart=/bin/sh -c 'for _ in 1 2 3; do if docker run --rm --entrypoint /bin/sh {IMAGE} -c \"ls "
-            "/opt/amazon/efa/lib*/libfabric.so* /opt/amazon/ofi-nccl/lib/libnccl-net.so\" >/dev/null 2>&1; "
-            f"then docker tag {IMAGE} {build.tag} && exit 0; else docker build --tag {build.tag} /etc/gpuinfra/image "
-            "&& exit 0; fi; sleep 60; done; exit 1'\n" in image_unit)
+    # the base image, the tag and the build folder reach the shell as arguments, never as script text
+    start = next(line for line in image_unit.splitlines() if line.startswith("ExecStart="))
+    argv = shlex.split(start.removeprefix("ExecStart=").replace("$$", "$"))
+    assert argv[:2] == ["/bin/sh", "-c"] and argv[3:] == ["sh", IMAGE, build.tag, "/etc/gpuinfra/image"]
+    assert argv[2].startswith("for _ in 1 2 3; do if docker run --rm --entrypoint /bin/sh \"$1\" -c \"ls "
+                              "/opt/amazon/efa/lib*/libfabric.so* /opt/amazon/ofi-nccl/lib/libnccl-net.so\"")
+    assert 'then docker tag "$1" "$2" && exit 0; else docker build --tag "$2" "$3" && exit 0; fi' in argv[2]
     assert "Restart=" not in image_unit
-    assert f"ExecCondition=/bin/sh -c '! docker image inspect {build.tag} >/dev/null 2>&1'\n" in image_unit
+    assert (f"ExecCondition=/bin/sh -c '! docker image inspect \"$$1\" >/dev/null 2>&1' sh {build.tag}\n"
+            in image_unit)
     health_unit = bundle.file("/etc/systemd/system/gpuinfra-health.service").content
     assert ("After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
             "gpuinfra-image.service\n" in health_unit)
@@ -124,8 +129,9 @@ def test_gcp_bundles_install_the_fabric_host_stack_where_it_can_be(machine, prof
     assert (HOST_SCRIPT_PATH in paths) == ("gpuinfra-fabric-host.service" in units)
     if "gpuinfra-fabric-host.service" in units:
         assert bundle.file(HOST_SCRIPT_PATH).mode == "0755"
+        # after the host stack and after the boot's pre-pull of the image its all-reduce runs in
         assert ("After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
-                "gpuinfra-fabric-host.service\n") in bundle.file("/etc/systemd/system/gpuinfra-health.service").content
+                "gpuinfra-fabric-host.service gpuinfra-prepull.service\n") in bundle.file("/etc/systemd/system/gpuinfra-health.service").content
 
 
 def test_bundle_document_is_deterministic_and_refuses_bad_paths():
@@ -229,7 +235,7 @@ def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
         assert "rc=$$?" in text and "exit \"$$rc\"" in text
     line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
-    assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3
+    assert argv[:2] == ["/bin/sh", "-c"] and (len(argv) == 3 or argv[3] == "sh")
     path = tmp_path / "body.sh"
     path.write_text("#!/bin/sh\n" + argv[2] + "\n")
     check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)

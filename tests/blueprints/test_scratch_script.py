@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.templating import render
 
 TOOLS = ["bash", "find", "readlink", "sort", "basename", "dirname", "grep", "cut", "ls", "mkdir", "chmod", "rm",
@@ -64,7 +65,8 @@ class Node:
         glob = "*NVMe_Instance_Storage*"
         expected = len(list((self.root / "sys" / "class" / "block").glob("*"))) if expected is None else expected
         script = render("scratch-raid0.sh.j2", mount_point=str(self.mount_point), device_glob=glob,
-                        existing_mount=existing_mount, expected_disks=expected, device_wait_seconds=1)
+                        existing_mount=existing_mount, expected_disks=expected, device_wait_seconds=1,
+                        failed_file=SCRATCH_FAILED_PATH)
         path = self.root.parent / "scratch.sh"
         path.write_text(script)
         env = {"PATH": str(self.bin), "GPUINFRA_SCRATCH_SYSROOT": str(self.root), "STUB_CALLS": str(self.calls),

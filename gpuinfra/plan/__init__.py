@@ -1,0 +1,1 @@
+"""Pulumi-free planning: what to build, before Pulumi builds it."""
