@@ -1,4 +1,5 @@
-"""User data (cloud-init) of AWS GPU nodes, rendered from ``templates/``.
+"""User data (cloud-init) of AWS GPU nodes: the node boot manifest (:mod:`gpuinfra.plan.boot`)
+as ``#cloud-config``.
 
 EC2 limits user data to 16 KB before base64 encoding
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html). The cloud-config is sent gzip-
@@ -101,8 +102,7 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         master_port=TORCHRUN_PORT, wait_seconds=CLUSTER_FORM_WAIT_SECONDS, **health_template_vars(spec))
     cloud = CloudBoot(
         cloud="aws",
-        summary=(f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}).",
-                 "Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once."),
+        summary=("Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once.",),
         scratch_script=scratch_script(SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count,
                                       DLAMI_NVME_MOUNT),
         scratch_after=(DLAMI_NVME_UNIT,),
@@ -114,7 +114,7 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         bundle_unit=fetch_systemd_unit(),
         # EFA nodes build the training image from the profile's image at boot (the bundle's
         # gpuinfra-image.service pulls it): no separate pre-pull
-        prepull_image="" if plan.efa_count else spec.profile.container_image,
+        prepull=not plan.efa_count,
         docker_dropin=DOCKER_MEMLOCK_DROPIN,
         node_files=NODE_FILES,
     )

@@ -76,7 +76,7 @@ from typing import Literal
 
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.health import node as health_node
-from gpuinfra.plan.units import ETC_DIR, SystemdUnit, shell
+from gpuinfra.plan.units import CLUSTER_ENV_PATH, ETC_DIR, NCCL_ENV_PATH, NODE_ENV_PATH, SystemdUnit, shell
 from gpuinfra.templating import render
 
 RUN_SCRIPT_PATH = health_node.RUN_SCRIPT  # the health gate runs its all-reduce through it
@@ -403,7 +403,8 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
     return render("gpuinfra-run.sh.j2", rt=runtime, sh=quoted, instance_type=instance_type,
                   wait_seconds=CLUSTER_ENV_WAIT_SECONDS, stack_limit=STACK_LIMIT_BYTES,
                   state_dir=str(health_node.STATE_DIR), passed_mark=health_node.PASSED_MARK,
-                  failed_mark=health_node.FAILED_MARK, excluded_mark=health_node.EXCLUDED_MARK)
+                  failed_mark=health_node.FAILED_MARK, excluded_mark=health_node.EXCLUDED_MARK,
+                  nccl_env_path=NCCL_ENV_PATH, cluster_env_path=CLUSTER_ENV_PATH, node_env_path=NODE_ENV_PATH)
 
 
 def aws_run_command(region: str, stack: str) -> str:

@@ -86,7 +86,7 @@ class GcpClusterPlan:
             only for reservation-bound / flex-start templates, set whatever the size because the
             mode cannot be changed on an existing MIG (about-bulk-mode#limitations). STANDARD and SPOT MIGs cannot use
             bulk mode: there the nodes release the whole group (resize to 0) when the cluster has
-            not formed within the peer wait (``templates/gcp-startup.sh.j2``), so a stockout bills
+            not formed within the peer wait (``templates/gcp-cluster-env.sh.j2``), so a stockout bills
             a partial cluster for at most that long.
     """
 

@@ -80,10 +80,8 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
         bucket=bucket, peers_prefix=f"{PEERS_PREFIX}/{prefix}", **health_template_vars(spec))
     cloud = CloudBoot(
         cloud="gcp",
-        summary=(f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}, "
-                 f"NCCL layout {plan.nic_layout}).",
-                 "Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py). GCE runs it on every",
-                 "boot: files are rewritten only when they change; local SSD scratch is rebuilt."),
+        summary=(f"NCCL layout {plan.nic_layout}. Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py).",
+                 "GCE runs it on every boot: files are rewritten only when they change; local SSD scratch is rebuilt."),
         scratch_script=scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count),
         scratch_after=(),
         cluster_env_script=cluster_env,
@@ -92,7 +90,7 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
         bundle_fetch_script=fetch_script("gcp", bucket),
         bundle_fetch_path=BUNDLE_FETCH_PATH,
         bundle_unit=fetch_systemd_unit(),
-        prepull_image=spec.profile.container_image,
+        prepull=True,
         docker_dropin=DOCKER_MEMLOCK_DROPIN,
         node_files=NODE_FILES,
     )

@@ -141,7 +141,7 @@ class CloudBoot:
 
     Attributes:
         cloud: ``aws`` | ``gcp``.
-        summary: comment lines naming the stack, type, profile.
+        summary: comment lines after the one naming the stack, type and profile.
         scratch_script: the scratch unit's script (``templates/scratch-raid0.sh.j2``).
         scratch_after: extra units scratch starts after (``dlami-nvme.service`` on AWS, which
             mounts the instance store itself on the Deep Learning AMI).
@@ -149,7 +149,8 @@ class CloudBoot:
         nccl_env: ``/etc/gpuinfra/nccl.env`` settings.
         node_env: ``/etc/gpuinfra/node.env`` text.
         bundle_fetch_script: ``templates/node-bundle-fetch.sh.j2`` rendered for the bucket.
-        prepull_image: the image :data:`PREPULL_UNIT` pulls; empty for none.
+        prepull: the node pre-pulls the profile's container image with :data:`PREPULL_UNIT`
+            (False where the bundle builds the training image from it instead: AWS EFA nodes).
         docker_dropin: the Docker drop-in whose change restarts Docker.
         node_files: path -> content of the settings every node gets
             (:data:`blueprints.common.node_files.NODE_FILES`).
@@ -165,7 +166,7 @@ class CloudBoot:
     bundle_fetch_script: str
     bundle_fetch_path: str
     bundle_unit: SystemdUnit
-    prepull_image: str
+    prepull: bool
     docker_dropin: str
     node_files: dict[str, str]
 
@@ -235,8 +236,8 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         exec_start=(command(CLUSTER_ENV_SCRIPT_PATH),), restart="on-failure", restart_sec=30,
     )
     units = [agent, scratch, cloud.bundle_unit, cluster_env]
-    if cloud.prepull_image:
-        units.append(prepull_unit(cloud.prepull_image))
+    if cloud.prepull and spec.profile.container_image:
+        units.append(prepull_unit(spec.profile.container_image))
     files = (
         NodeFile(SCRATCH_SCRIPT_PATH, "0755", cloud.scratch_script),
         NodeFile(CLUSTER_ENV_SCRIPT_PATH, "0755", cloud.cluster_env_script),
@@ -263,7 +264,9 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         BootStep(("systemctl", "try-restart", "docker.service"), when_changed=cloud.docker_dropin),
         *(start_step(u) for u in units[2:]),
     )
-    return NodeBoot(cloud.cloud, cloud.summary, files, tuple(units), steps, cloud.node_env)
+    summary = (f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}).",
+               *cloud.summary)
+    return NodeBoot(cloud.cloud, summary, files, tuple(units), steps, cloud.node_env)
 
 
 def profile_script() -> str:

@@ -112,7 +112,7 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 #: supported with instance templates that specify either a reservation-bound or flex-start
 #: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
 BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
-#: Marker of the node-side formation watchdog in the startup script (templates/gcp-startup.sh.j2).
+#: Marker of the node-side formation watchdog in the startup script (templates/gcp-cluster-env.sh.j2).
 FORMATION_MARKER = "gpuinfra-formation-deadline"
 
 
