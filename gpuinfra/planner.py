@@ -7,7 +7,7 @@ This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
   ``preferred`` takes spot when a spot offer fits, else on-demand. A profile that forbids
   spot rejects ``--spot``.
 * Multi-node clusters (nodes > 1) under a profile with ``placement: required`` only take
-  types that support cluster/compact placement (cluster-facts.md section 6 items 1-3). A
+  types that support cluster/compact placement (docs/sources/cluster-facts.md section 6 items 1-3). A
   profile with ``high_bandwidth_networking: required`` only takes types with EFA or GPU NICs
   (items 5, 8), whatever the node count (the blueprints refuse such a type as well).
 * ``scratch.required`` only takes types whose local NVMe can hold ``scratch.min_gib``: AWS

@@ -27,7 +27,7 @@ from gpuinfra.spec import ClusterSpec
 #: Deep Learning AMI types whose SSM parameters exist
 #: (/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id), from
 #: docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html and public code cited in
-#: cluster-facts.md section 3.7. The offline preview resolves only these; a deploy asks SSM.
+#: docs/sources/cluster-facts.md section 3.7. The offline preview resolves only these; a deploy asks SSM.
 KNOWN_DLAMI_TYPES = frozenset(
     {
         "base-oss-nvidia-driver-gpu-ubuntu-22.04",

@@ -5,7 +5,7 @@ One request for all nodes keeps the Pulumi resource count independent of the nod
 gives all-or-nothing capacity (``min_target_capacity`` = nodes with a single instance type in
 a single AZ). Instances are not replaced by the fleet, so a node that ends itself (idle/TTL
 watchdog, instance-initiated shutdown = terminate) stays gone.
-Sources: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instant-fleet.html; cluster-facts.md
+Sources: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instant-fleet.html; docs/sources/cluster-facts.md
 section 6 rules 2, 5, 6; ParallelCluster queues_stack.py launch templates.
 
 Lifecycle:

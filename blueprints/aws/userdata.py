@@ -32,7 +32,7 @@ SCRATCH_MOUNT = "/scratch"
 AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
 PEER_WAIT_SECONDS = 900
 #: Where the Deep Learning AMI mounts the instance store itself (DLAMI release notes,
-#: "nvme_location: /opt/dlami/nvme"; cluster-facts.md section 3.6).
+#: "nvme_location: /opt/dlami/nvme"; docs/sources/cluster-facts.md section 3.6).
 DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
 
 

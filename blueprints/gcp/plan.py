@@ -2,7 +2,7 @@
 placement, disks, scheduling, image, NCCL environment -- decided and validated before any
 resource is registered.
 
-Sources (cluster-facts.md sections 2 and 6):
+Sources (docs/sources/cluster-facts.md sections 2 and 6):
 
 * NIC layouts: A3 High 1 system + 4 GPU gVNIC VPCs (GPUDirect-TCPX), A3 Mega 1 + 8 (TCPXO),
   MTU 8244 (cluster-toolkit a3high/a3mega blueprints, GKE gpu_direct.tf); A3 Ultra / A4 2 gVNIC
@@ -128,7 +128,7 @@ def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
 
 
 def nccl_env(layout: str) -> dict[str, str]:
-    """NCCL environment per GPU network stack (cluster-facts.md section 2.6).
+    """NCCL environment per GPU network stack (docs/sources/cluster-facts.md section 2.6).
 
     TCPX: cluster-toolkit a3-highgpu-8g run-nccl-tests.sh; TCPXO: a3-megagpu-8g
     run-nccl-tests.sh (plus ``nccl-env-profile.sh`` from the plugin); gIB: a4high-vm.yaml.

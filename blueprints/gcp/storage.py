@@ -3,7 +3,7 @@ scratch-prefix lifecycle, kept on destroy unless the stack says otherwise) and t
 account with roles on that bucket only: read everything, write everything but the node bundle.
 
 Sources: cluster-toolkit modules/file-system/cloud-storage-bucket/main.tf (location = region,
-uniform_bucket_level_access, public_access_prevention); cluster-facts.md section 6 rule 11.
+uniform_bucket_level_access, public_access_prevention); docs/sources/cluster-facts.md section 6 rule 11.
 """
 
 from __future__ import annotations

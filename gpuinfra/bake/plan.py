@@ -52,7 +52,7 @@ BUILD_VOLUME_SIZE_GIB = 200
 #: NVIDIA branch of the Deep Learning Base OSS Nvidia Driver GPU AMIs (the profiles' DLAMI type):
 #: driver 580.105.08 in the Ubuntu 22.04 release of 2026-01-02
 #: (docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2204-2026-01-02.md,
-#: quoted in /work/shared/reference/cluster-facts.md section 3.7). The bake's check fails on another branch.
+#: quoted in docs/sources/cluster-facts.md section 3.7). The bake's check fails on another branch.
 DLAMI_DRIVER_BRANCH = "580"
 _AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 _GCP_IMAGE_RE = re.compile(r"^projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")

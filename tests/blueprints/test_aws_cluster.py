@@ -297,7 +297,7 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     assert "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text  # review A5
     assert "Before=docker.service containerd.service" in text
     assert 'bind_existing "/opt/dlami/nvme"' in text  # reuse the DLAMI's own instance-store mount
-    assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (cluster-facts.md 3.6)
+    assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (docs/sources/cluster-facts.md 3.6)
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
     # an EFA node builds its training image from the profile's image (node bundle): no plain pre-pull
     assert "docker pull" not in text and "gpuinfra-run" not in text.split("write_files:", 1)[1].split("runcmd:")[0]
