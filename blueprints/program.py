@@ -40,7 +40,7 @@ def build(spec: ClusterSpec):
 
 
 def build_bake(spec):
-    """Create the image bake component of a bake stack (``gpuinfra:bake``, issue 14) and export
+    """Create the image bake component of a bake stack (``gpuinfra:bake``) and export
     its outputs.
 
     Args:

@@ -414,7 +414,7 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         created_at=now.replace(microsecond=0),
         gcp_project=request.gcp_project if offer.cloud == "gcp" else None,
         # GCP nodes have no public IP: SSH goes through IAP TCP forwarding (OS Login decides who),
-        # the counterpart of SSM Session Manager on AWS (review G8).
+        # the counterpart of SSM Session Manager on AWS; without it the default cluster is unreachable.
         network=NetworkSettings(iap_ssh=offer.cloud == "gcp"),
         facts=catalog.fact(offer.cloud, offer.instance_type),
         **_reservation_fields(request.capacity_reservation),

@@ -1,5 +1,5 @@
 """``new --capacity-reservation``: the real boto3 EC2 client against a local server answering
-DescribeCapacityReservations in EC2's documented XML (review A15)."""
+DescribeCapacityReservations in EC2's documented XML."""
 
 from __future__ import annotations
 

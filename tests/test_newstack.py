@@ -66,7 +66,7 @@ def test_diff_is_a_reserved_stack_name(tmp_path):
 
 
 def test_a_spot_stack_sized_from_a_model_records_its_checkpoint_plan(tmp_path):
-    """Issue 15 item 5: a spot stack carries the checkpoint plan of `size --spot` (AWS notice 120 s);
+    """A spot stack carries the checkpoint plan of `size --spot` (AWS notice 120 s);
     an on-demand one does not."""
     import yaml
 

@@ -162,7 +162,7 @@ def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aw
     else:
         on_demand = aws.ec2.FleetOnDemandOptionsArgs(
             # the provider's spelling, not the EC2 API's "lowest-price" (pulumi_aws ec2/_inputs.py
-            # FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`, `prioritized`"; review A1)
+            # FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`, `prioritized`")
             allocation_strategy="lowestPrice",
             # an ODCR is used first; a Capacity Block is targeted by the launch template alone
             # (EC2 rejects CapacityReservationOptions with capacity-block: docs.aws.amazon.com/AWSEC2/

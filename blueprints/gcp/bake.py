@@ -1,5 +1,5 @@
 """``gpuinfra:gcp:ImageBake``: a GCP image bake the way Cluster Toolkit builds images (Packer's
-``googlecompute`` builder), run by Cloud Build (issue 14).
+``googlecompute`` builder), run by Cloud Build.
 
 Children (``<name>-<role>``):
 

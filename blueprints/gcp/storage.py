@@ -188,7 +188,7 @@ def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Ac
     )
 
 
-# --- GPU monitoring (issue 16) ---------------------------------------------------------------
+# --- GPU monitoring --------------------------------------------------------------------------
 #: What the Ops Agent needs to write its metrics (defined once in
 #: :data:`gpuinfra.monitoring.metrics.METRIC_WRITER_ROLE`, which the cost estimate also reads);
 #: no ``logging.logWriter``: the agent's logging pipeline is off

@@ -537,7 +537,7 @@ def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
 
 
 def checkpoint_prefix(config: AgentConfig, node: str) -> str:
-    """``checkpoints/<stack>/<node>``: one prefix per node (review A9)."""
+    """``checkpoints/<stack>/<node>``: one prefix per node, so same-named files never overwrite."""
     return f"checkpoints/{config.stack}/{node}"
 
 

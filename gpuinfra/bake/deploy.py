@@ -1,4 +1,4 @@
-"""``gpuinfra up`` / ``down`` / ``image record --from-outputs`` of a bake stack (issue 14).
+"""``gpuinfra up`` / ``down`` / ``image record --from-outputs`` of a bake stack.
 
 A bake stack (``gpuinfra:bake``) goes through the same :class:`~gpuinfra.lifecycle.Backend`
 (Automation API), progress printer and error mapping as a cluster, without the cluster's guards

@@ -14,7 +14,7 @@ Calls (google-cloud-billing and google-cloud-compute clients, install extra ``gc
     ``SSD backed Local Storage attached to Spot Preemptible VMs``;
   - flex-start / DWS (usage type ``OnDemand``!): ``Nvidia Tesla A100 GPU attached to DWS
     Defined Duration VMs running in ...`` and the matching core/RAM SKUs. These are **never**
-    on-demand prices (review P1): they price the ``flex-start`` market only. Flex-start gets
+    on-demand prices: they price the ``flex-start`` market only. Flex-start gets
     vCPUs, memory and GPUs at the DWS price; Local SSD stays at the on-demand price
     (cloud.google.com/compute/docs/instances/about-flex-start-vms: "For A4, A3, A2 ... you
     obtain vCPUs, memory, and any attached GPUs at a discounted price");

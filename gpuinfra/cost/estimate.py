@@ -247,7 +247,7 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
                                missing_source=f"no external IP price for {reg}"))
             lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
                                price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
-        elif t in MONITORING_TYPES:  # GPU monitoring (issue 16): gpuinfra/cost/monitoring.py
+        elif t in MONITORING_TYPES:  # GPU monitoring: gpuinfra/cost/monitoring.py
             priced = monitoring_lines(name, t, facts, catalog, inputs)
             lines += priced
             if not priced:

@@ -520,7 +520,7 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
 
 def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     """While the gate waits for the image build, the peers and the all-reduce, idle GPUs are not
-    idleness (review of issue 13: a 30-min idle timeout would end nodes before any job could
+    idleness (a 30-min idle timeout would end nodes before any job could
     start); the TTL still applies."""
     clock, ended = Clock(), []
     state = tmp_path / "run"

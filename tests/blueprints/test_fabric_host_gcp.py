@@ -1,4 +1,4 @@
-"""GCP fabric host install (issue 13 item 1, :mod:`blueprints.common.fabric_host`): per family
+"""GCP fabric host install (:mod:`blueprints.common.fabric_host`): per family
 the exact units, images, paths and devices, shellcheck of every rendered script, and each script
 run for real (bash) on a fake node (GPUINFRA_HOST_SYSROOT) with stand-ins for docker, apt-get,
 dkms, modprobe, udevadm, systemctl ... that record their arguments: the exact commands of a

@@ -1,6 +1,6 @@
 """The node bundle (blueprints/common/node_bundle.py): what each family's nodes install from the
 stack bucket, the object Pulumi creates before the nodes, the fetch script run for real, and the
-EFA training image recipe (issue 13 items 1-3)."""
+EFA training image recipe."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`ls` and `reap` show stack files they cannot read instead of hiding them; `reap` goes on after a
-failed destroy and reports every result (issue 12, item 4.11). The Automation API is replaced at
+failed destroy and reports every result. The Automation API is replaced at
 its boundary (:class:`gpuinfra.lifecycle.Backend`) by a recording fake."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The health gate as a node runs it (gpuinfra/health/node.py) and the all-reduce table it reads
 (gpuinfra/health/allreduce.py): local checks from recorded outputs, the upload, exclusion and
 end of a failing node, which peers take a rank, and the cluster stage over a table in the
-nccl-tests layout (issue 13 item 3)."""
+nccl-tests layout."""
 
 from __future__ import annotations
 
