@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
@@ -335,7 +335,7 @@ class ClusterSpec(BaseModel):
     @field_validator("created_at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
     @model_validator(mode="after")
     def _cross_field(self) -> ClusterSpec:

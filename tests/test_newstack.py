@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -12,7 +12,7 @@ from gpuinfra.newstack import NewStackRequest, create_stack
 from gpuinfra.planner import PlanRequest
 from gpuinfra.stackfile import read_stack_spec
 
-NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 
 
 def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):

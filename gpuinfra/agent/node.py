@@ -45,7 +45,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
+from collections.abc import Callable, Mapping
 
 LOG = logging.getLogger("gpuinfra-agent")
 AWS_IMDS = "http://169.254.169.254"
@@ -319,7 +320,7 @@ class AgentConfig:
     health_gate: str = "off"
 
     @classmethod
-    def from_env_file(cls, path: Path, dry_run: bool = False) -> "AgentConfig":
+    def from_env_file(cls, path: Path, dry_run: bool = False) -> AgentConfig:
         """Parse ``KEY=VALUE`` lines.
 
         Raises:

@@ -84,7 +84,7 @@ def component_document(name: str, description: str, phases: tuple[Phase, ...],
                   parameters=parameters or {})
 
 
-def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ %s }}'" % CONTAINER_PARAMETER) -> tuple[Phase, ...]:
+def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PARAMETER + " }}'") -> tuple[Phase, ...]:
     """Phases of the AMI component. Build: the training container (:func:`container_dockerfile`)
     built on the build instance and pushed to the bake's ECR repository, or pulled when an
     earlier run of the bake pushed it (tags are immutable); then the manifest. Validate: the

@@ -9,7 +9,7 @@ shipped snapshot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from gpuinfra.catalog.build import write_catalog
@@ -111,7 +111,7 @@ def refresh_catalog(
         from gpuinfra.spec import check_gcp_project_id
 
         check_gcp_project_id(gcp_project)
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     try:
         current = load_catalog()
     except CatalogError:  # an unreadable or older user catalog: start from the shipped one

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from decimal import Decimal
 
 from gpuinfra.catalog.facts import aws_gpu_name
@@ -116,7 +116,7 @@ def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
     Raises:
         botocore.exceptions.BotoCoreError / ClientError: API failures (the caller reports them).
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if regions is None:
         regions = sorted(r["RegionName"] for r in client("ec2", PRICING_REGION).describe_regions()["Regions"])
     pricing = client("pricing", PRICING_REGION)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -85,12 +84,12 @@ def _num(text: str) -> str:
 @app.command("stack", hidden=True, cls=DefaultCommand)
 def cost(
     stack: str = typer.Argument(..., metavar="STACK", help="Stack name (stacks/Pulumi.<stack>.yaml).", show_default=False),
-    hours: Optional[float] = Hours,
+    hours: float | None = Hours,
     spot: bool = Spot,
     on_demand: bool = OnDemand,
-    usage: Optional[Path] = Usage,
-    from_preview: Optional[Path] = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
+    usage: Path | None = Usage,
+    from_preview: Path | None = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
+    budget: float | None = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:
@@ -116,10 +115,10 @@ def cost(
 def diff(
     before: str = typer.Argument(..., metavar="STACK_A", help="Stack before the change.", show_default=False),
     after: str = typer.Argument(..., metavar="STACK_B", help="Stack after the change.", show_default=False),
-    hours: Optional[float] = Hours,
+    hours: float | None = Hours,
     spot: bool = Spot,
     on_demand: bool = OnDemand,
-    usage: Optional[Path] = Usage,
+    usage: Path | None = Usage,
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:

@@ -122,8 +122,8 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
     Resource names are matched without their stack prefix (``a-lt`` vs ``b-lt`` are the same
     role). Returns the rows and the changes in $/h and run total.
     """
-    old = {_key(l, before["stack"]): l for l in before["lines"]}
-    new = {_key(l, after["stack"]): l for l in after["lines"]}
+    old = {_key(line, before["stack"]): line for line in before["lines"]}
+    new = {_key(line, after["stack"]): line for line in after["lines"]}
     rows = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)

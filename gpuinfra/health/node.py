@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline

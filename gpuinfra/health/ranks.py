@@ -41,7 +41,8 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
+from collections.abc import Callable, Mapping
 
 from gpuinfra.errors import PreconditionFailed, RankDecisionError
 from gpuinfra.health.gate import HEALTH_PREFIX, NodeHealth

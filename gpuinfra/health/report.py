@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
@@ -128,7 +128,7 @@ def parse_since(text: str) -> datetime:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise RequestError(f"--since {text!r}: give an ISO 8601 time such as 2026-11-30T12:00:00Z") from None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _bucket_flag(bucket: str) -> tuple[str | None, str]:
@@ -301,7 +301,7 @@ class HealthReport:
 
 
 def _iso(when: datetime | None) -> str | None:
-    return when.astimezone(timezone.utc).isoformat(timespec="seconds") if when else None
+    return when.astimezone(UTC).isoformat(timespec="seconds") if when else None
 
 
 def _parse(key: str, body: bytes, location: ResultsLocation) -> NodeHealth | InvalidResult:

@@ -62,7 +62,7 @@ class SizingRequest:
     headroom: float = DEFAULT_HEADROOM_FRACTION
     allow_slow_interconnect: bool = False
 
-    def resolved(self) -> "SizingRequest":
+    def resolved(self) -> SizingRequest:
         """Defaults filled in per method; validated.
 
         Raises:
@@ -247,7 +247,7 @@ def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node:
                      network_bandwidth_gbps=network_bandwidth_gbps)
 
 
-def priced(c: "Candidate", offer: dict, nodes: int) -> "Candidate":
+def priced(c: Candidate, offer: dict, nodes: int) -> Candidate:
     """``c`` with ``offer``'s (:func:`gpuinfra.sizing.supply.cheapest_offers`) host facts, and its
     price for ``nodes`` nodes."""
     c.host_memory_gib = offer["host_memory_gib"]

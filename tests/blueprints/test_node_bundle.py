@@ -227,7 +227,7 @@ def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
         spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
         text = fabric_host_unit(gcp_host_stack("tcpxo", spec.facts, nccl_env("tcpxo")))
         assert "rc=$$?" in text and "exit \"$$rc\"" in text
-    line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+    line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
     assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3
     path = tmp_path / "body.sh"

@@ -5,7 +5,7 @@ its boundary (:class:`gpuinfra.lifecycle.Backend`) by a recording fake."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ class FailingBackend:
         self.calls = []
 
     def list_stacks(self, project_dir):
-        return [StackStatus(n, False, datetime.now(timezone.utc) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
+        return [StackStatus(n, False, datetime.now(UTC) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
 
     def destroy(self, project_dir, stack, on_event):
         self.calls.append(("destroy", stack))
