@@ -29,7 +29,7 @@ def build(spec: ClusterSpec):
     if spec.cloud == "aws":
         from blueprints.aws import AwsGpuCluster
 
-        cluster = AwsGpuCluster(spec.stack, spec)
+        cluster: AwsGpuCluster | GcpGpuCluster = AwsGpuCluster(spec.stack, spec)
     else:
         from blueprints.gcp import GcpGpuCluster
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpuinfra.errors import MissingDependencyError, RequestError
 
@@ -47,7 +48,7 @@ class CapacityReservation:
 
 
 def describe_capacity_reservation(reservation_id: str, region: str,
-                                  client_factory: Callable[[str, str], object] | None = None) -> CapacityReservation:
+                                  client_factory: Callable[[str, str], Any] | None = None) -> CapacityReservation:
     """Read ``reservation_id`` in ``region``.
 
     Args:

@@ -299,7 +299,7 @@ class StackRow:
     @property
     def cost_so_far_usd(self) -> Decimal | None:
         """$/h x hours since the last update, for deployed stacks."""
-        if not self.deployed or self.status.last_update is None or self.price_per_hour_usd is None:
+        if not self.deployed or self.status is None or self.status.last_update is None or self.price_per_hour_usd is None:
             return None
         hours = Decimal(str(max(0.0, (self.now - self.status.last_update).total_seconds() / 3600)))
         return self.price_per_hour_usd * hours

@@ -216,7 +216,8 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
     refused: list[tuple[Candidate, str]] = []
     best: tuple[Plan, Candidate] | None = None
     for candidate in sizing.candidates:
-        if best is not None and candidate.price_per_hour_usd >= best[0].offer.price_per_hour_usd:
+        price = candidate.price_per_hour_usd
+        if best is not None and price is not None and price >= best[0].offer.price_per_hour_usd:
             break  # every later configuration costs at least this much
         sized = replace(planned, gpus=candidate.spec, nodes=candidate.nodes)
         # sharded over nodes: only types with EFA / GPUDirect, each held to the profile as the planner holds it

@@ -231,6 +231,7 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
     result = []
     for r in kept:
         fact = catalog.fact(r.offer.cloud, r.offer.instance_type)
+        assert fact is not None  # kept
         missed = [s.need for s in profile_shortfalls(fact, profile, nodes, image_fabric) if s.required]
         reasons += [need for need in missed if need not in reasons]
         if not missed:
@@ -319,7 +320,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             last_error = exc
             continue
         kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes, request.image_fabric)
-        recorded, warnings = profile, ()
+        recorded, warnings = profile, tuple[str, ...]()
         if request.instance_type:  # the user's choice: every offer is of this one type
             kept, recorded, warnings = _keep_explicit_type(catalog, ranked, kept, profile, gpu_request.nodes,
                                                            request.strict, request.warnings_are_errors,
@@ -353,6 +354,7 @@ def _best_run(kept: list[RankedOffer], request: PlanRequest, profile: Profile) -
     from gpuinfra.locality import cheapest_gpu_note, rank_runs
 
     hours = Decimal(str(request.hours if request.hours is not None else profile.default_run_hours))
+    assert request.data is not None  # called only for a request with a data set
     runs = rank_runs(kept, request.data, hours)
     if runs[0].run_usd is None:
         raise NoOfferError(f"price-known: no transfer price for {request.data.describe()} to any of "
@@ -373,6 +375,7 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
     from gpuinfra.rules.spec_rules import rule_error
 
     cr = request.capacity_reservation
+    assert cr is not None  # called only for a request with a reservation
     for flag, given, reserved in (("--cloud", request.cloud, "aws"), ("--instance-type", request.instance_type, cr.instance_type),
                                   ("--zone", request.zone, cr.zone_id), ("--region", request.region, cr.region)):
         if given not in (None, reserved):

@@ -25,7 +25,7 @@ from gpuinfra.errors import SpecError
 from gpuinfra.profiles import Profile
 
 #: 2: the spec carries the facts it was planned from (``facts``, ``gpu_facts``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Literal[2] = 2
 
 #: Pulumi stack names: "alphanumeric characters, hyphens, underscores, or periods"
 #: (pulumi.com/learn/building-with-pulumi/understanding-stacks), at most 100 characters

@@ -23,6 +23,9 @@ Lifecycle:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pulumi
 import pulumi_aws as aws
 
@@ -34,7 +37,7 @@ from blueprints.common.tags import aws_tags
 from gpuinfra.errors import CAPACITY_ERROR_MARKER, CapacityError
 from gpuinfra.spec import ClusterSpec
 
-def launched_instance_ids(fleet_instance_sets: list | None, spec: ClusterSpec) -> list[str]:
+def launched_instance_ids(fleet_instance_sets: Sequence | None, spec: ClusterSpec) -> list[str]:
     """Instance ids the instant fleet launched, when it launched all ``spec.nodes``.
 
     Args:
@@ -152,7 +155,7 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
 def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aws.ec2.LaunchTemplate,
                 parent: pulumi.Resource) -> aws.ec2.Fleet:
     """One instant EC2 Fleet launching all nodes in one request (all or nothing)."""
-    single = {"single_instance_type": True, "single_availability_zone": True, "min_target_capacity": spec.nodes}
+    single: dict[str, Any] = {"single_instance_type": True, "single_availability_zone": True, "min_target_capacity": spec.nodes}
     on_demand = None
     spot = None
     if plan.market == "spot":

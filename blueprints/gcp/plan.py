@@ -270,7 +270,7 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         wants_placement = False  # vanilla reservations don't take external placement policies
     networks = network_layout(facts) if hbn != "off" else network_layout(None)
     image = spec.gcp_image or f"projects/{DLVM_PROJECT}/global/images/family/{spec.profile.image.gcp_image_family}"
-    guest = (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count) if facts.guest_accelerators else None
+    guest = (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count) if facts.guest_accelerators and spec.gpu_facts.gcp_accelerator_type else None
     attached = attached_local_ssd_count(spec)
     bundled = facts.local_ssd.bundled_count
     return GcpClusterPlan(

@@ -422,13 +422,14 @@ class Agent:
         """
         if self.syncer is None:
             return []
+        syncer = self.syncer  # not None (checked above); the thread below sees this binding
         uploaded: list[str] = []
         failure: list[BaseException] = []
 
         def run() -> None:
             try:
-                sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock,
-                            on_upload=lambda path: uploaded.append(self.syncer.key(self.config.checkpoint_dir, path)))
+                sync_folder(self.config.checkpoint_dir, syncer, self.clock() + seconds, self.clock,
+                            on_upload=lambda path: uploaded.append(syncer.key(self.config.checkpoint_dir, path)))
             except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
                 failure.append(exc)
 

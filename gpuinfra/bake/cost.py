@@ -128,6 +128,7 @@ def bake_cost(spec: BakeSpec) -> dict:
 
     def total(when: str) -> str | None:
         values = [ln.usd for ln in lines if ln.when == when]
-        return None if any(v is None for v in values) else f"{sum(values, Decimal(0)):.2f}"
+        known = [v for v in values if v is not None]
+        return None if len(known) < len(values) else f"{sum(known, Decimal(0)):.2f}"
 
     return {"lines": doc_lines, "once_usd": total("once"), "monthly_usd": total("monthly"), "price_not_found": missing}

@@ -215,6 +215,7 @@ def deploy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[
             raise type(exc)(f"bake {name!r} is built (image {outputs.get('image_id') or '?'}), but recording it "
                             f"failed: {exc}; fix that, then run {again}") from None
         result = recorded.result
+        assert result is not None  # record_from_outputs sets it
         container = f", container {result.container_image}" if result.container_image else ""
         return BakeUp(recorded, changes, True, None, (
             f"recorded image {result.image_id}{container} in {stack_file_path(project_dir, name)}",

@@ -184,7 +184,8 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
         check_gcp_project_id(request.gcp_project)
     name = check_new_stack_name(request.name or f"bake-{request.family.replace('.', '-')}")
     versions = _fabric_versions(request.cloud, lead, fabric, fabric_host)
-    base_project = _GCP_IMAGE_RE.match(request.base_image).group("project") if request.cloud == "gcp" else ""
+    gcp_image = _GCP_IMAGE_RE.match(request.base_image) if request.cloud == "gcp" else None  # checked above
+    base_project = gcp_image.group("project") if gcp_image else ""
     if versions["fabric"] == "tcpx" and base_project in PUBLIC_IMAGE_PROJECTS:
         raise BakeError(f"{request.family}'s GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which no public image "
                         f"carries ({base_project} does not; Google gives access to it on request: cluster-toolkit "

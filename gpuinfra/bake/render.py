@@ -181,6 +181,7 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
     uploads: list[dict] = []
     if m.fabric != "sockets":
         facts = load_catalog().fact("gcp", m.instance_types[0])
+        assert facts is not None  # the bake's types come from the catalog (bake plan)
         host = gcp_host_stack(m.fabric, facts, nccl_env(m.fabric))
         files["gpuinfra-fabric-host"] = host.files[HOST_SCRIPT_PATH]
         uploads.append({"source": "gpuinfra-fabric-host", "destination": "/tmp/gpuinfra-fabric-host"})

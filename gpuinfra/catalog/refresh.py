@@ -110,6 +110,7 @@ def refresh_catalog(
     if "gcp" in clouds:
         from gpuinfra.spec import check_gcp_project_id
 
+        assert gcp_project is not None  # required above
         check_gcp_project_id(gcp_project)
     now = now or datetime.now(UTC)
     try:
@@ -153,6 +154,7 @@ def refresh_catalog(
         from gpuinfra.catalog.refresh_gcp import fetch_gcp
 
         billing, machine_types, accelerator_types = gcp or gcp_clients()
+        assert gcp_project is not None  # required above
         try:
             offers["gcp"], facts["gcp"], report = fetch_gcp(
                 billing, machine_types, accelerator_types, gcp_project, regions,

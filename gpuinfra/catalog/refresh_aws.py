@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
+from typing import Any
 from datetime import datetime, UTC
 from decimal import Decimal
 
@@ -31,7 +32,7 @@ PRICING_REGION = "us-east-1"
 _SOURCE = "EC2 DescribeInstanceTypes via gpuinfra catalog refresh"
 
 #: boto3 client factory: (service, region) -> client. Tests pass one that points at moto.
-ClientFactory = Callable[[str, str], object]
+ClientFactory = Callable[[str, str], Any]  # boto3 clients (untyped)
 
 
 def _gpu_types(ec2) -> list[dict]:

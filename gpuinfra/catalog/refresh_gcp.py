@@ -240,8 +240,8 @@ def build_gcp_offers(
                             combos.append((accelerator, int(count_text)))
             lssd_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
             for accelerator, count in combos:
-                gpu = gpu_by_accelerator.get(accelerator)
-                if gpu is None:
+                model = gpu_by_accelerator.get(accelerator)
+                if model is None:
                     continue
                 by_market = {m: machine_price(prices, family, m, region, mt.guest_cpus, memory_gib, accelerator, count, lssd_gib)
                              for m in MARKETS}
@@ -256,7 +256,7 @@ def build_gcp_offers(
                     Offer(
                         cloud="gcp",
                         instance_type=mt.name,
-                        gpu=gpu,
+                        gpu=model,
                         gpu_count=count,
                         vcpus=float(mt.guest_cpus),
                         memory_gib=memory_gib,

@@ -37,6 +37,7 @@ Usage = typer.Option(None, "--usage", help="Usage YAML: bucket_storage_gb, inter
 def print_cost_table(doc: dict) -> None:
     """Render a cost document as a table grouped by resource, then totals and warnings."""
     from rich import box
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console
@@ -44,8 +45,10 @@ def print_cost_table(doc: dict) -> None:
     out = stdout_console()
     table = Table(box=box.SIMPLE_HEAD, title=f"cost of {doc['stack']} ({doc['pricing']}, {doc['hours']} h run, "
                                              f"catalog {doc['catalog_date']})", title_justify="left")
-    for header, justify in [("resource / component", "left"), ("qty/h", "right"), ("unit", "left"),
-                            ("unit price", "right"), ("$/h", "right"), ("run $", "right"), ("price source, date", "left")]:
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("resource / component", "left"), ("qty/h", "right"), ("unit", "left"),
+        ("unit price", "right"), ("$/h", "right"), ("run $", "right"), ("price source, date", "left")]
+    for header, justify in columns:
         table.add_column(header, justify=justify)
     current = None
     for line in doc["lines"]:

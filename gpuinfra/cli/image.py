@@ -117,7 +117,7 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     out = stdout_console()
     for row in rows:
         out.print(f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
-                  f"{row['image_id'] or 'not built yet (gpuinfra up ' + row['name'] + ')'}", markup=False)
+                  f"{row['image_id'] or 'not built yet (gpuinfra up ' + str(row['name']) + ')'}", markup=False)
     if not rows:
         out.print(f"no bakes in {project_dir / 'stacks'} (gpuinfra image bake ...)")
 
@@ -147,9 +147,12 @@ def record(
         check_credentials(spec.cloud)
         spec = record_from_outputs(Path(project_dir), spec, backend.outputs(Path(project_dir), name))
     else:
+        assert image_id is not None  # --image-id without --from-outputs (checked above)
         spec = record_result(project_dir, name, image_id, container_image)
-    container = f", container {spec.result.container_image}" if spec.result.container_image else ""
-    stdout_console().print(f"{name}: image {spec.result.image_id}{container} recorded; use: gpuinfra new ... "
+    result = spec.result
+    assert result is not None  # recorded just above
+    container = f", container {result.container_image}" if result.container_image else ""
+    stdout_console().print(f"{name}: image {result.image_id}{container} recorded; use: gpuinfra new ... "
                            f"--image baked:{name}", markup=False, soft_wrap=True)
 
 

@@ -81,6 +81,7 @@ def _shown(items: list, limit: int | None, as_json: bool) -> list:
 
 def _print_runs(found, limit: int | None) -> None:
     from rich import box
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console, usd
@@ -91,9 +92,10 @@ def _print_runs(found, limit: int | None) -> None:
     note = cheapest_gpu_note(runs)
     table = Table(box=box.SIMPLE_HEAD, title_justify="left",
                   title=f"{len(runs)} offers for {request} ({market}), {float(hours):g} h run with {data_set.describe()}")
-    for header, justify in [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
+    columns: list[tuple[str, JustifyMethod]] = [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
                             ("GPUs", "right"), ("$/h", "right"), ("compute $", "right"), ("data $", "right"),
-                            ("run $", "right"), ("data route", "left")]:
+                            ("run $", "right"), ("data route", "left")]
+    for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     for r in shown:
         o = r.ranked.offer
@@ -123,6 +125,7 @@ def _other_markets_cell(r) -> str:
 
 
 def _print_table(ranked, catalog, request, market: str, limit: int | None) -> None:
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console, usd
@@ -137,11 +140,12 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
         title=f"{len(ranked)} offers for {request} ({pricing}, prices from catalog {', '.join(dates)})",
         title_justify="left",
     )
-    for header, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
         ("GPUs", "right"), ("vCPU", "right"), ("RAM GiB", "right"), ("market", "left"), ("$/h", "right"),
         ("$/GPU-h", "right"), ("other markets $/h", "left"), ("EFA/NICs", "left"), ("NVMe", "left"),
-    ]:
+    ]
+    for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     notes = []
     for r in shown:

@@ -181,7 +181,7 @@ def _compute_lines(catalog: Catalog, facts: ClusterFacts, resource: str, rtype: 
         fact = catalog.fact("gcp", offer.instance_type)
         bundled = fact.local_ssd.bundled_count if fact else 0
         what += f": {offer.gpu_count}x {offer.gpu}, {offer.vcpus:g} vCPU, {offer.memory_gib:g} GiB" + (
-            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if bundled else "")
+            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if fact and bundled else "")
     price = offer.price_per_hour_usd("spot" if spot else "on-demand")
     reason = source if price is not None else f"no {label} price for {offer.instance_type} in {facts.zone}"
     return [CostLine(resource, rtype, f"Instance usage ({label}, {what})", "instance-hours",

@@ -33,8 +33,8 @@ _Q = Decimal("0.000001")
 
 def compute_hourly(est: Estimate) -> Decimal:
     """$/h of the compute lines (instances, GCP host + GPUs)."""
-    return sum((line.hourly_usd or Decimal(0)) for line in est.lines
-               if line.component.startswith(("Instance usage", "Machine (", "GPUs (")))
+    return sum(((line.hourly_usd or Decimal(0)) for line in est.lines
+                if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))), Decimal(0))
 
 
 def spot_savings_percent(est: Estimate, market: str) -> Decimal | None:
@@ -130,6 +130,7 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
         ah = None if a is None or a["hourly_usd"] is None else Decimal(a["hourly_usd"])
         bh = None if b is None or b["hourly_usd"] is None else Decimal(b["hourly_usd"])
         if a is None:
+            assert b is not None  # the key is in old or new
             rows.append(DiffRow("+", key[0], b["component"], None, bh))
         elif b is None:
             rows.append(DiffRow("-", key[0], a["component"], ah, None))

@@ -175,6 +175,7 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
     project_dir = Path(project_dir)
     flag_cloud, name = _bucket_flag(bucket) if bucket else (None, None)
     when = parse_since(since) if since is not None else None
+    cloud: str
     if nodes is not None and nodes < 1:
         raise RequestError(f"--nodes {nodes}: give at least 1")
     if stack_file_path(project_dir, stack).is_file():
@@ -201,6 +202,7 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
             raise MissingDependencyError(f"{exc}; or give --since TIME (the stack's deployment time) so that results "
                                          "of earlier deployments are not counted") from None
     if name is None:
+        assert backend is not None  # made above
         name = backend.outputs(project_dir, stack).get("bucket_name")
         if not name:
             raise SpecError(f"stack {stack!r} has no bucket_name output (is it deployed? `gpuinfra up {stack}`); "
