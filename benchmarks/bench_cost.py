@@ -1,4 +1,4 @@
-"""Wall time of pricing a 64-node stack (issue 5 target: under 2 s on a 2-core machine).
+"""Wall time of pricing a 64-node stack (target: under 2 s on a 2-core machine).
 
 Prints the in-process time of the estimate alone (resources already planned), of offline
 preview + estimate, and the whole `gpuinfra cost STACK --json` process, cold (GPUINFRA_NO_CACHE=1:

@@ -1,6 +1,6 @@
 """Median wall time of `gpuinfra offers --gpus 8xH100 --json` as a whole process.
 
-Target (issue 2): under 1.0 s on a 2-core machine. Prints one line per run and a summary.
+Target: under 1.0 s on a 2-core machine. Prints one line per run and a summary.
 Usage: uv run python benchmarks/bench_offers_cli.py [--runs N]
 """
 

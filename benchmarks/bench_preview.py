@@ -1,6 +1,6 @@
 """Offline preview wall time and resource count for 1, 8, 64 and 512 nodes.
 
-Target (issue 3): under 2 s median at 512 nodes on a 2-core machine, and a flat resource count.
+Target: under 2 s median at 512 nodes on a 2-core machine, and a flat resource count.
 Prints two figures per size: the in-process time of ``run_preview`` (program under Pulumi mocks,
 SDKs already imported) and the whole ``gpuinfra preview --json`` process (Python start, SDK
 imports, program; GPUINFRA_NO_CACHE=1, so no cached preview is used). Usage: uv run python benchmarks/bench_preview.py [--runs N] [--cloud aws|gcp]

@@ -1,4 +1,4 @@
-"""Median wall time of `gpuinfra size` as a whole process (issue 6 target: under 1 s).
+"""Median wall time of `gpuinfra size` as a whole process (target: under 1 s).
 
 Usage: uv run python benchmarks/bench_size.py [--runs N]
 """

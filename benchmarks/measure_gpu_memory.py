@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "gpuinfra" / "sizing" / "data" / "models.yaml"
 EXIT_MISSING_DEPENDENCY = 6
 
-#: (model, method, seq, batch, recompute); ``issue`` are the two cases of issue 15.
+#: (model, method, seq, batch, recompute); ``issue`` are the two reference cases of tests/cli/test_size_cli.py.
 GRIDS = {
     "issue": [("llama-3.1-8b", "lora", 2048, 2, "full"), ("llama-3.1-8b", "inference", 2048, 32, "none")],
     "default": [

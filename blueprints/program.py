@@ -29,7 +29,7 @@ def build(spec: ClusterSpec):
     if spec.cloud == "aws":
         from blueprints.aws import AwsGpuCluster
 
-        cluster = AwsGpuCluster(spec.stack, spec)
+        cluster: AwsGpuCluster | GcpGpuCluster = AwsGpuCluster(spec.stack, spec)
     else:
         from blueprints.gcp import GcpGpuCluster
 
@@ -40,7 +40,7 @@ def build(spec: ClusterSpec):
 
 
 def build_bake(spec):
-    """Create the image bake component of a bake stack (``gpuinfra:bake``, issue 14) and export
+    """Create the image bake component of a bake stack (``gpuinfra:bake``) and export
     its outputs.
 
     Args:

@@ -3,7 +3,7 @@
 ``gpuinfra new --capacity-reservation cr-...`` reads the reservation with EC2
 ``DescribeCapacityReservations`` (docs.aws.amazon.com/AWSEC2/latest/APIReference/
 API_DescribeCapacityReservations.html) and plans the cluster from what it says, so the nodes are
-of the reserved type, in the reserved AZ and no more than it holds (review A15; ParallelCluster
+of the reserved type, in the reserved AZ and no more than it holds (ParallelCluster
 ``CapacityReservationValidator``; docs.aws.amazon.com/AWSEC2/latest/UserGuide/
 capacity-blocks-launch.html: "the subnet must be in the Availability Zone of the Capacity Block").
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gpuinfra.errors import MissingDependencyError, RequestError
 
@@ -47,7 +48,7 @@ class CapacityReservation:
 
 
 def describe_capacity_reservation(reservation_id: str, region: str,
-                                  client_factory: Callable[[str, str], object] | None = None) -> CapacityReservation:
+                                  client_factory: Callable[[str, str], Any] | None = None) -> CapacityReservation:
     """Read ``reservation_id`` in ``region``.
 
     Args:

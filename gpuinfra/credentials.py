@@ -82,7 +82,7 @@ def cloud_storage(purpose: str):
         MissingDependencyError: the client library is not installed (exit 6).
     """
     try:
-        from google.cloud import storage
+        import google.cloud.storage as storage  # (google-cloud-storage ships no type information)
     except ImportError:
         raise MissingDependencyError(f"{purpose} needs google-cloud-storage: pip install 'gpuinfra[gcp-data]'") from None
     return storage

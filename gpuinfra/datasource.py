@@ -107,6 +107,7 @@ def resolve_data_set(uri: str | None, region: str | None, size: str | None, s3_c
     if uri is None:
         if size_gb is None:
             raise DataSourceError("--data-region needs --data-size (e.g. --data-size 2TB)")
+        assert region is not None  # uri and region are not both None (above)
         return DataSource(cloud=cloud_of_region(region), location=region, size_gb=size_gb)
     cloud, bucket, prefix = split_uri(uri)
     if region is not None and cloud_of_region(region) != cloud:

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterable, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable, Iterable
 
 import yaml
 
@@ -202,7 +203,7 @@ def deploy(backend: Backend, project_dir: Path, spec: ClusterSpec, on_event: Cal
         OperationError: any other failure, or the clean-up failed too (then says to run ``down``).
     """
     stack = spec.stack
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if spec.expires_at - now < MIN_TTL_LEFT:
         raise SpecError(
             f"stack {stack!r} ends at {spec.expires_at:%Y-%m-%d %H:%M} UTC (its TTL counts from when it was written), "
@@ -298,7 +299,7 @@ class StackRow:
     @property
     def cost_so_far_usd(self) -> Decimal | None:
         """$/h x hours since the last update, for deployed stacks."""
-        if not self.deployed or self.status.last_update is None or self.price_per_hour_usd is None:
+        if not self.deployed or self.status is None or self.status.last_update is None or self.price_per_hour_usd is None:
             return None
         hours = Decimal(str(max(0.0, (self.now - self.status.last_update).total_seconds() / 3600)))
         return self.price_per_hour_usd * hours
@@ -365,7 +366,7 @@ def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None
     ls`` lists them) are left out: they have no nodes, TTL or price per hour."""
     from gpuinfra.bake.stack import list_bakes
 
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     statuses = {s.name: s for s in backend.list_stacks(project_dir)} if backend is not None else {}
     listing = StackListing([], [])
     bakes = {b.stack for b in list_bakes(project_dir)}

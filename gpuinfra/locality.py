@@ -182,7 +182,7 @@ def cheapest_gpu_note(runs: list[RunCost]) -> str | None:
         return None
     o, b = best_gpu.ranked.offer, best_run.ranked.offer
     gpu_run = best_gpu.run_usd
-    saving = "" if gpu_run is None else f"; it saves ${gpu_run - best_run.run_usd:,.2f} over {best_run.hours:g} h"
+    saving = "" if gpu_run is None or best_run.run_usd is None else f"; it saves ${gpu_run - best_run.run_usd:,.2f} over {best_run.hours:g} h"
     moved = best_gpu.transfer.usd
     return (
         f"the cheapest GPU offer ({o.cloud} {o.zone} {o.instance_type}, ${best_gpu.ranked.price_per_hour_usd:,.2f}/h) "

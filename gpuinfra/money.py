@@ -32,7 +32,7 @@ def usd_json(value: Decimal | int | None) -> str | None:
     """
     if value is None:
         return None
-    if isinstance(value, float) or isinstance(value, bool) or not isinstance(value, (Decimal, int)):
+    if isinstance(value, (float, bool)) or not isinstance(value, (Decimal, int)):
         raise TypeError(f"USD amounts must be Decimal or int, got {type(value).__name__} {value!r}")
     rounded = Decimal(value).quantize(_QUANTUM, rounding=ROUND_HALF_EVEN)
     return format(abs(rounded) if rounded == 0 else rounded, "f")  # never "-0.000000"

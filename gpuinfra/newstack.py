@@ -13,7 +13,7 @@ written when any step refuses.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -168,7 +168,7 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
         planned = replace(planned, capacity_reservation=describe_capacity_reservation(request.capacity_reservation,
                                                                                         planned.region))
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     sizing = None
     if sized:
         plan, sizing = _plan_sized(catalog, request, planned, resolved, now)
@@ -216,7 +216,8 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
     refused: list[tuple[Candidate, str]] = []
     best: tuple[Plan, Candidate] | None = None
     for candidate in sizing.candidates:
-        if best is not None and candidate.price_per_hour_usd >= best[0].offer.price_per_hour_usd:
+        price = candidate.price_per_hour_usd
+        if best is not None and price is not None and price >= best[0].offer.price_per_hour_usd:
             break  # every later configuration costs at least this much
         sized = replace(planned, gpus=candidate.spec, nodes=candidate.nodes)
         # sharded over nodes: only types with EFA / GPUDirect, each held to the profile as the planner holds it

@@ -99,11 +99,16 @@ class OfferScope:
 class Located(Protocol):
     """The location filters of :class:`OfferQuery` and :class:`OfferScope`."""
 
-    cloud: str | None
-    region: str | None
-    zone: str | None
-    instance_type: str | None
-    include_local_zones: bool
+    @property
+    def cloud(self) -> str | None: ...
+    @property
+    def region(self) -> str | None: ...
+    @property
+    def zone(self) -> str | None: ...
+    @property
+    def instance_type(self) -> str | None: ...
+    @property
+    def include_local_zones(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,6 +231,7 @@ def _zone_problem(catalog: Catalog, query: Located, zones: list[str]) -> str:
     """Why ``query.zone`` is not among ``zones`` (the zones of the query's cloud and region):
     another cloud's zone, a zone of another region, an AWS AZ name, or unknown."""
     zone = query.zone
+    assert zone is not None  # validate_location asks only about a zone it did not find
     other = _other_cloud("zone", zone, query.cloud, catalog.zones)
     if other:
         return other
@@ -307,8 +313,9 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     if priced and not ranked:
         raise _over_node_limit(catalog, request, priced)
     if not ranked:
-        unsold = {o.instance_type: catalog.fact(o.cloud, o.instance_type) for o in located
-                  if fits(o, request) and not sold_as(catalog, o, market)}
+        unsold = {o.instance_type: fact for o in located  # not sold_as: the type has facts
+                  if fits(o, request) and not sold_as(catalog, o, market)
+                  and (fact := catalog.fact(o.cloud, o.instance_type)) is not None}
         sold = [o for o in located if fits(o, request) and sold_as(catalog, o, market)]
         if unsold and not sold:  # nothing that fits is sold in this market at all
             raise NoOfferError(

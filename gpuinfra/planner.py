@@ -7,7 +7,7 @@ This is what ``gpuinfra new`` runs before it writes anything. Rules on top of
   ``preferred`` takes spot when a spot offer fits, else on-demand. A profile that forbids
   spot rejects ``--spot``.
 * Multi-node clusters (nodes > 1) under a profile with ``placement: required`` only take
-  types that support cluster/compact placement (cluster-facts.md section 6 items 1-3). A
+  types that support cluster/compact placement (docs/sources/cluster-facts.md section 6 items 1-3). A
   profile with ``high_bandwidth_networking: required`` only takes types with EFA or GPU NICs
   (items 5, 8), whatever the node count (the blueprints refuse such a type as well).
 * ``scratch.required`` only takes types whose local NVMe can hold ``scratch.min_gib``: AWS
@@ -231,6 +231,7 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
     result = []
     for r in kept:
         fact = catalog.fact(r.offer.cloud, r.offer.instance_type)
+        assert fact is not None  # kept
         missed = [s.need for s in profile_shortfalls(fact, profile, nodes, image_fabric) if s.required]
         reasons += [need for need in missed if need not in reasons]
         if not missed:
@@ -319,7 +320,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             last_error = exc
             continue
         kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes, request.image_fabric)
-        recorded, warnings = profile, ()
+        recorded, warnings = profile, tuple[str, ...]()
         if request.instance_type:  # the user's choice: every offer is of this one type
             kept, recorded, warnings = _keep_explicit_type(catalog, ranked, kept, profile, gpu_request.nodes,
                                                            request.strict, request.warnings_are_errors,
@@ -353,6 +354,7 @@ def _best_run(kept: list[RankedOffer], request: PlanRequest, profile: Profile) -
     from gpuinfra.locality import cheapest_gpu_note, rank_runs
 
     hours = Decimal(str(request.hours if request.hours is not None else profile.default_run_hours))
+    assert request.data is not None  # called only for a request with a data set
     runs = rank_runs(kept, request.data, hours)
     if runs[0].run_usd is None:
         raise NoOfferError(f"price-known: no transfer price for {request.data.describe()} to any of "
@@ -373,6 +375,7 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
     from gpuinfra.rules.spec_rules import rule_error
 
     cr = request.capacity_reservation
+    assert cr is not None  # called only for a request with a reservation
     for flag, given, reserved in (("--cloud", request.cloud, "aws"), ("--instance-type", request.instance_type, cr.instance_type),
                                   ("--zone", request.zone, cr.zone_id), ("--region", request.region, cr.region)):
         if given not in (None, reserved):
@@ -414,7 +417,7 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         created_at=now.replace(microsecond=0),
         gcp_project=request.gcp_project if offer.cloud == "gcp" else None,
         # GCP nodes have no public IP: SSH goes through IAP TCP forwarding (OS Login decides who),
-        # the counterpart of SSM Session Manager on AWS (review G8).
+        # the counterpart of SSM Session Manager on AWS; without it the default cluster is unreachable.
         network=NetworkSettings(iap_ssh=offer.cloud == "gcp"),
         facts=catalog.fact(offer.cloud, offer.instance_type),
         **_reservation_fields(request.capacity_reservation),

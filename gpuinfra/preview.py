@@ -20,14 +20,17 @@ import json
 import re
 from dataclasses import dataclass, field
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuinfra.spec import ClusterSpec
+
+if TYPE_CHECKING:
+    from gpuinfra.bake.model import BakeSpec
 
 #: Deep Learning AMI types whose SSM parameters exist
 #: (/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id), from
 #: docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html and public code cited in
-#: cluster-facts.md section 3.7. The offline preview resolves only these; a deploy asks SSM.
+#: docs/sources/cluster-facts.md section 3.7. The offline preview resolves only these; a deploy asks SSM.
 KNOWN_DLAMI_TYPES = frozenset(
     {
         "base-oss-nvidia-driver-gpu-ubuntu-22.04",
@@ -103,7 +106,7 @@ class PreviewMocks:
     existing subnet in another AZ, an SSM parameter that does not exist ...).
     """
 
-    def __init__(self, spec: ClusterSpec):
+    def __init__(self, spec: ClusterSpec | BakeSpec):
         self.spec = spec
         self.notes: list[str] = []
 
@@ -124,13 +127,13 @@ class PreviewMocks:
             return {"name": args["name"], "value": PREVIEW_AMI_ID, "insecureValue": PREVIEW_AMI_ID,
                     "type": "String", "version": 1, "arn": f"arn:aws:ssm:{spec.region}::parameter{args['name']}",
                     "id": args["name"], "withDecryption": True}
-        if token == "aws:ec2/getAmi:getAmi":
+        if token == "aws:ec2/getAmi:getAmi" and isinstance(spec, ClusterSpec):  # cluster programs only
             ami = (args.get("filters") or [{}])[0].get("values", [""])[0]
             root = "/dev/xvda" if "amazon-linux" in spec.profile.image.aws_dlami_type and not spec.ami_id else "/dev/sda1"
             self._note(f"root device {root} of {ami} is assumed offline (DLAMI family); a deploy reads it from EC2")
             return {"id": ami, "imageId": ami, "rootDeviceName": root, "rootDeviceType": "ebs",
                     "architecture": "x86_64", "blockDeviceMappings": [], "name": "preview", "ownerId": PREVIEW_ACCOUNT}
-        if token == "aws:ec2/getSubnet:getSubnet":
+        if token == "aws:ec2/getSubnet:getSubnet" and isinstance(spec, ClusterSpec):  # cluster programs only
             self._note(f"existing subnet {args.get('id')}: AZ not verifiable offline, assumed {spec.zone}")
             return {"id": args.get("id"), "availabilityZoneId": spec.zone, "vpcId": spec.network.vpc_id or "",
                     "cidrBlock": "", "tags": {}}

@@ -44,7 +44,7 @@ class NodeLimit:
 #: Per-request node limits of each cloud: gpuinfra starts every node of a cluster in one request
 #: (one instant EC2 Fleet; one zonal MIG), so a cluster can have at most this many nodes. The
 #: per-type limit of a GCP compact placement policy is in the facts
-#: (``PlacementFacts.max_vms``, cluster-facts.md section 6 rule 3); see
+#: (``PlacementFacts.max_vms``, docs/sources/cluster-facts.md section 6 rule 3); see
 #: :func:`gpuinfra.offers.node_limit` for both together.
 CLOUD_NODE_LIMITS = {
     # all nodes come from one instant fleet whose MinTargetCapacity is the node count (all or

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
@@ -27,7 +27,7 @@ from gpuinfra.oci import check_image_reference as check_container_image  # noqa:
 from gpuinfra.profiles import Profile
 
 #: 2: the spec carries the facts it was planned from (``facts``, ``gpu_facts``).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Literal[2] = 2
 
 #: Pulumi stack names: "alphanumeric characters, hyphens, underscores, or periods"
 #: (pulumi.com/learn/building-with-pulumi/understanding-stacks), at most 100 characters
@@ -337,7 +337,7 @@ class ClusterSpec(BaseModel):
     @field_validator("created_at")
     @classmethod
     def _utc(cls, value: datetime) -> datetime:
-        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
     @model_validator(mode="after")
     def _cross_field(self) -> ClusterSpec:

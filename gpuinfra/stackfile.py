@@ -9,7 +9,7 @@ An existing stack file is never replaced without ``force``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import yaml
@@ -56,7 +56,7 @@ def render_stack(plan: Plan, generated_at: datetime | None = None, image_config:
     also ``gpuinfra:checkpoint_plan``, for the reader (the program does not read it)."""
     spec = plan.spec
     offer = plan.offer
-    generated_at = generated_at or datetime.now(timezone.utc)
+    generated_at = generated_at or datetime.now(UTC)
     pricing = "spot" if spec.spot else "on-demand"
     summary = (
         f"{spec.nodes} x {spec.instance_type} ({spec.gpu_count}x{spec.gpu} each) in {spec.zone} "

@@ -1,9 +1,9 @@
 """``new --capacity-reservation``: the real boto3 EC2 client against a local server answering
-DescribeCapacityReservations in EC2's documented XML (review A15)."""
+DescribeCapacityReservations in EC2's documented XML."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import boto3
@@ -19,7 +19,7 @@ from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer
 
 FIXTURES = Path(__file__).parent / "fixtures"
-NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 BLOCK = (FIXTURES / "ec2_describe_capacity_reservations_block.xml").read_text()
 NOT_FOUND = (400, (FIXTURES / "ec2_error_capacity_reservation_not_found.xml").read_text())
 
@@ -39,9 +39,9 @@ def test_reads_the_reservation_with_the_real_client():
 
 
 def test_unknown_reservation_and_bad_ids_are_bad_input():
-    with ReplayServer([("POST", "/", None, NOT_FOUND)]) as server:
-        with pytest.raises(RequestError, match="cr-0000000000000000f does not exist in us-east-1"):
-            describe_capacity_reservation("cr-0000000000000000f", "us-east-1", _factory(server.url))
+    with ReplayServer([("POST", "/", None, NOT_FOUND)]) as server, \
+            pytest.raises(RequestError, match="cr-0000000000000000f does not exist in us-east-1"):
+        describe_capacity_reservation("cr-0000000000000000f", "us-east-1", _factory(server.url))
     with pytest.raises(RequestError, match="not a reservation id"):
         describe_capacity_reservation("cr-nothex", "us-east-1", _factory("http://127.0.0.1:9"))
 
@@ -97,6 +97,6 @@ def test_scheduled_block_counts_all_its_instances_and_windows_reservations_are_r
         cr = describe_capacity_reservation("cr-0123456789abcdef0", "us-east-1", _factory(server.url))
     assert (cr.state, cr.available_instance_count) == ("scheduled", 4)
     windows = BLOCK.replace("<instancePlatform>Linux/UNIX</instancePlatform>", "<instancePlatform>Windows</instancePlatform>")
-    with ReplayServer([("POST", "/", None, windows)]) as server:
-        with pytest.raises(RequestError, match="is for Windows with default tenancy"):
-            describe_capacity_reservation("cr-0123456789abcdef0", "us-east-1", _factory(server.url))
+    with ReplayServer([("POST", "/", None, windows)]) as server, \
+            pytest.raises(RequestError, match="is for Windows with default tenancy"):
+        describe_capacity_reservation("cr-0123456789abcdef0", "us-east-1", _factory(server.url))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -12,7 +12,7 @@ from gpuinfra.newstack import NewStackRequest, create_stack
 from gpuinfra.planner import PlanRequest
 from gpuinfra.stackfile import read_stack_spec
 
-NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 
 
 def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
@@ -66,7 +66,7 @@ def test_diff_is_a_reserved_stack_name(tmp_path):
 
 
 def test_a_spot_stack_sized_from_a_model_records_its_checkpoint_plan(tmp_path):
-    """Issue 15 item 5: a spot stack carries the checkpoint plan of `size --spot` (AWS notice 120 s);
+    """A spot stack carries the checkpoint plan of `size --spot` (AWS notice 120 s);
     an on-demand one does not."""
     import yaml
 

@@ -1,4 +1,4 @@
-"""prices.yaml is typed and every value is the cited one: the review's P2 corrections appear as
+"""prices.yaml is typed and every value is the cited one: the corrected values appear as
 cost lines equal to the source's value (Cyclenerd pricing.yml generated 2026-08-20)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_price_book_rejects_bad_groups(bad):
 
 
 @pytest.mark.parametrize(("key", "region", "value"), [
-    # review P2: values the old table had wrong, as pricing.yml (2026-08-20) gives them
+    # values the old table had wrong, as pricing.yml (2026-08-20) gives them
     ("pd_balanced_per_gb_month", "us-south1", "0.12"),
     ("pd_balanced_per_gb_month", "europe-west1", "0.1"),
     ("pd_balanced_per_gb_month", "asia-east1", "0.1"),

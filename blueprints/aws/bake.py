@@ -1,4 +1,4 @@
-"""``gpuinfra:aws:ImageBake``: an EC2 Image Builder bake of one node family (issue 14).
+"""``gpuinfra:aws:ImageBake``: an EC2 Image Builder bake of one node family.
 
 Children (``<name>-<role>``), all declared with ``pulumi_aws.imagebuilder`` / ``ecr`` / ``iam``:
 

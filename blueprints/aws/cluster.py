@@ -25,7 +25,7 @@ TYPE_TOKEN = "gpuinfra:aws:GpuCluster"
 
 def resolve_ami(spec: ClusterSpec, plan: AwsClusterPlan) -> tuple[str, str]:
     """The AMI id (``spec.ami_id``, else the DLAMI SSM parameter resolved now) and its root
-    device name as EC2 describes the image (``RootDeviceName``; review A10: a hard-coded
+    device name as EC2 describes the image (``RootDeviceName``: a hard-coded
     ``/dev/sda1`` adds a second volume on AMIs whose root is ``/dev/xvda``).
 
     Raises:
@@ -107,7 +107,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             instance_state_names=["pending", "running"],
             opts=pulumi.InvokeOutputOptions(depends_on=[self.fleet]),
         )
-        # numeric order, as the nodes sort (sort -t . -k1,1n ...): 10.0.0.20 before 10.0.0.100 (review A7)
+        # numeric order, as the nodes sort (sort -t . -k1,1n ...): 10.0.0.20 before 10.0.0.100, not as strings
         self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or [], key=ipaddress.ip_address))
         # fails the update when the fleet launched fewer than `nodes` instances
         self.instance_ids = self.fleet.fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec))
@@ -135,7 +135,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             "availability_zone": aws.get_availability_zone_output(zone_id=spec.zone).name,
             "efa_interfaces_per_node": plan.efa_count,
         }
-        # GPU monitoring (issue 16): agent config, dashboard, idle alarm; its outputs feed `gpuinfra status`
+        # GPU monitoring: agent config, dashboard, idle alarm; its outputs feed `gpuinfra status`
         self.monitoring = build_monitoring(name, spec, self)
         if self.monitoring is not None:
             self.outputs.update(self.monitoring.outputs)

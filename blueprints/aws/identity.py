@@ -43,7 +43,7 @@ def bucket_policy_document(bucket_arn: str) -> str:
     })
 
 
-# --- GPU monitoring (issue 16): the CloudWatch agent's permissions, nothing more -------------
+# --- GPU monitoring: the CloudWatch agent's permissions, nothing more ------------------------
 def monitoring_policy_document(stack: str) -> str:
     """Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
     into the stack's namespace (condition key ``cloudwatch:namespace``: docs.aws.amazon.com/
@@ -80,7 +80,7 @@ def build_instance_profile(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, 
     aws.iam.RolePolicy(
         child(name, "node-bucket"), role=role.id, policy=bucket.arn.apply(bucket_policy_document), opts=opts
     )
-    if spec.profile.monitoring.enabled:  # GPU monitoring (issue 16)
+    if spec.profile.monitoring.enabled:  # GPU monitoring
         aws.iam.RolePolicy(child(name, "node-monitoring"), role=role.id,
                            policy=monitoring_policy_document(spec.stack), opts=opts)
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)

@@ -33,7 +33,10 @@ class Network:
 def build_network(name: str, spec: ClusterSpec, plan: AwsClusterPlan, parent: pulumi.Resource) -> Network:
     """Create (or reuse) the VPC and subnet, egress, S3 endpoint and the cluster SG."""
     opts = pulumi.ResourceOptions(parent=parent)
+    vpc_id: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
     if spec.network.vpc_id:
+        assert spec.network.subnet_id is not None  # ClusterSpec: vpc_id comes with subnet_id
         vpc_id, subnet_id = spec.network.vpc_id, spec.network.subnet_id
     else:
         vpc = aws.ec2.Vpc(

@@ -5,7 +5,7 @@ One request for all nodes keeps the Pulumi resource count independent of the nod
 gives all-or-nothing capacity (``min_target_capacity`` = nodes with a single instance type in
 a single AZ). Instances are not replaced by the fleet, so a node that ends itself (idle/TTL
 watchdog, instance-initiated shutdown = terminate) stays gone.
-Sources: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instant-fleet.html; cluster-facts.md
+Sources: docs.aws.amazon.com/AWSEC2/latest/UserGuide/instant-fleet.html; docs/sources/cluster-facts.md
 section 6 rules 2, 5, 6; ParallelCluster queues_stack.py launch templates.
 
 Lifecycle:
@@ -23,6 +23,9 @@ Lifecycle:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pulumi
 import pulumi_aws as aws
 
@@ -34,7 +37,7 @@ from blueprints.common.tags import aws_tags
 from gpuinfra.errors import CAPACITY_ERROR_MARKER, CapacityError
 from gpuinfra.spec import ClusterSpec
 
-def launched_instance_ids(fleet_instance_sets: list | None, spec: ClusterSpec) -> list[str]:
+def launched_instance_ids(fleet_instance_sets: Sequence | None, spec: ClusterSpec) -> list[str]:
     """Instance ids the instant fleet launched, when it launched all ``spec.nodes``.
 
     Args:
@@ -152,7 +155,7 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
 def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aws.ec2.LaunchTemplate,
                 parent: pulumi.Resource) -> aws.ec2.Fleet:
     """One instant EC2 Fleet launching all nodes in one request (all or nothing)."""
-    single = {"single_instance_type": True, "single_availability_zone": True, "min_target_capacity": spec.nodes}
+    single: dict[str, Any] = {"single_instance_type": True, "single_availability_zone": True, "min_target_capacity": spec.nodes}
     on_demand = None
     spot = None
     if plan.market == "spot":
@@ -162,7 +165,7 @@ def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aw
     else:
         on_demand = aws.ec2.FleetOnDemandOptionsArgs(
             # the provider's spelling, not the EC2 API's "lowest-price" (pulumi_aws ec2/_inputs.py
-            # FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`, `prioritized`"; review A1)
+            # FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`, `prioritized`")
             allocation_strategy="lowestPrice",
             # an ODCR is used first; a Capacity Block is targeted by the launch template alone
             # (EC2 rejects CapacityReservationOptions with capacity-block: docs.aws.amazon.com/AWSEC2/

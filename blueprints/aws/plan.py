@@ -1,7 +1,7 @@
 """Pure planning of an AWS GPU cluster: what the component will build, decided and validated
 before any Pulumi resource is registered. No Pulumi imports here.
 
-Rules and sources (cluster-facts.md):
+Rules and sources (docs/sources/cluster-facts.md):
 
 * EFA: one interface per network card, ``N = EfaInfo.MaximumEfaInterfaces`` (section 6 rule 5);
   card 0 / device 0 is the primary interface and is ``efa`` (EFA with ENA, carries the node's

@@ -2,7 +2,7 @@
 lifecycle, versioning per profile, kept on destroy unless the stack says otherwise.
 
 Sources: awsome-distributed-training 1.architectures/0.common/0.private-bucket.yaml (all four
-PublicAccessBlock flags); cluster-facts.md section 6 rule 11; the deny-non-TLS bucket policy of
+PublicAccessBlock flags); docs/sources/cluster-facts.md section 6 rule 11; the deny-non-TLS bucket policy of
 docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html ("Enforce encryption
 of data in transit": Deny ``s3:*`` when ``aws:SecureTransport`` is false).
 """

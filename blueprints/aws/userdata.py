@@ -34,7 +34,7 @@ USER_DATA_LIMIT_BYTES = 16 * 1024
 AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
 PEER_WAIT_SECONDS = CLUSTER_FORM_WAIT_SECONDS
 #: Where the Deep Learning AMI mounts the instance store itself (DLAMI release notes,
-#: "nvme_location: /opt/dlami/nvme").
+#: "nvme_location: /opt/dlami/nvme"; docs/sources/cluster-facts.md section 3.6).
 DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
 #: The Deep Learning AMI's unit that mounts the instance store at :data:`DLAMI_NVME_MOUNT`:
 #: scratch starts after it so both never format the same disks.

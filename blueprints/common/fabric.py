@@ -28,7 +28,7 @@ Families and sources:
   aws-ofi-nccl >= 1.7 need none beyond ``nccl.env`` (``1.architectures/efa-cheatsheet.md``
   L11-25). The EFA user space (libfabric, aws-ofi-nccl) must be in the image
   (``efa_installer.sh --skip-kmod``: awsome ``2.ami_and_containers/2.docker``): the NGC images
-  do not carry it (review A2), so the script checks the image for ``libfabric``. Types that take
+  do not carry it, so the script checks the image for ``libfabric``. Types that take
   EFA without GPUDirect RDMA (g5, g6) still pass their EFA device: aws-ofi-nccl uses it through
   host memory, and ``NCCL_SHM_USE_CUDA_MEMCPY=1`` comes from ``nccl.env``.
 * **GCP A3 High, GPUDirect-TCPX** (``nic_layout`` ``tcpx``, 4 GPU NICs): the plugin directory
@@ -92,7 +92,7 @@ EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
 #: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
 STACK_LIMIT_BYTES = 67108864
 
-#: Host-side images for the host install (issue 13 item 1): slurm-gcp@13fd92b6
+#: Host-side images for the GCP host install (fabric_host): slurm-gcp@13fd92b6
 #: tools/prologs-epilogs/receive-data-path-manager L31-32 and receive-data-path-manager-mega L31-32.
 _GCE_AI_INFRA = "us-docker.pkg.dev/gce-ai-infra"
 TCPX_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
@@ -156,7 +156,7 @@ class FabricRuntime:
         requirements: what the node must have (:class:`Requirement`).
         gpu_nics: GPU NIC interface names (TCPX / TCPXO), from ``nccl.env``.
         rxdm_unit / rxdm_image / plugin_installer_image: host-side pieces for the host install
-            (issue 13 item 1), "" where the fabric has none.
+            on GCP, "" where the fabric has none.
         hint: what to do when a requirement is missing.
     """
 

@@ -1,4 +1,4 @@
-"""What a GCP node must install and run on the host for its GPU fabric (issue 13 item 1), as
+"""What a GCP node must install and run on the host for its GPU fabric, as
 one script per fabric that serves both the boot-time startup script and the image bake.
 
 Pure Python, no Pulumi imports. Everything the container side needs is defined once in

@@ -2,13 +2,13 @@
 rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 
 * ``limits.d`` and the systemd ``Default*`` limits: memlock unlimited and 1M open files for
-  every session and service (EFA/RDMA and NCCL pin memory; cluster-facts.md section 2.6,
+  every session and service (EFA/RDMA and NCCL pin memory; docs/sources/cluster-facts.md section 2.6,
   cluster-toolkit a3high blueprint L321-329 ``99-unlimited.conf``). systemd reads ``Default*``
   limits only when it re-executes (systemd-system.conf(5)): the nodes run ``daemon-reexec``.
 * The Docker drop-in: dockerd may already run with the old limits on the first boot, so it gets
   ``LimitMEMLOCK=infinity`` itself and is restarted once.
 * No unattended upgrades on training nodes: a driver or kernel update in the middle of a run
-  breaks the GPU stack (cluster-facts.md section 6 rule 12); periodic apt off, as
+  breaks the GPU stack (docs/sources/cluster-facts.md section 6 rule 12); periodic apt off, as
   aws-parallelcluster ``imagebuilder/parallelcluster.yaml`` InstallPrerequisite does it (the
   apt-daily timers are disabled by the boot scripts).
 """

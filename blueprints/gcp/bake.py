@@ -1,5 +1,5 @@
 """``gpuinfra:gcp:ImageBake``: a GCP image bake the way Cluster Toolkit builds images (Packer's
-``googlecompute`` builder), run by Cloud Build (issue 14).
+``googlecompute`` builder), run by Cloud Build.
 
 Children (``<name>-<role>``):
 
@@ -22,18 +22,26 @@ Argument names and valid values: pulumi-gcp 10 Args (``provider-valid-values`` r
 
 from __future__ import annotations
 
+import functools
+
 import pulumi
 import pulumi_gcp as gcp
 
 from blueprints.common.naming import child
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.bake.render import cloud_build_steps, packer_build
+from gpuinfra.bake.render import PackerBuild, cloud_build_steps, packer_build
 
 TYPE_TOKEN = "gpuinfra:gcp:ImageBake"
 PROJECT_ROLES = ("roles/compute.instanceAdmin.v1", "roles/iam.serviceAccountUser", "roles/logging.logWriter")
 #: Longest a bake may run (Cloud Build ``timeout``; an A3 Mega DKMS build plus a 20 GB pull).
 BUILD_TIMEOUT = "7200s"
 _PREFIX = "bake"
+
+
+
+def _build_file(build: PackerBuild, file: str) -> str:
+    """One file of the Packer build: ``image.pkr.hcl`` is its template, the rest its scripts."""
+    return build.template if file == "image.pkr.hcl" else build.files[file]
 
 
 class GcpImageBake(pulumi.ComponentResource):
@@ -78,7 +86,7 @@ class GcpImageBake(pulumi.ComponentResource):
         for file in names:
             gcp.storage.BucketObject(
                 child(name, file.replace(".", "-")), bucket=bucket.name, name=f"{_PREFIX}/{file}",
-                content=files.apply(lambda b, f=file: b.template if f == "image.pkr.hcl" else b.files[f]), opts=kids)
+                content=files.apply(functools.partial(_build_file, file=file)), opts=kids)
         topic = gcp.pubsub.Topic(child(name, "run"), name=f"gpuinfra-{spec.stack}-run", project=project,
                                  labels=labels, opts=kids)
         self.trigger = gcp.cloudbuild.Trigger(

@@ -70,7 +70,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
             "nics_per_node": plan.nic_count,
             "local_ssd_per_node": plan.local_ssd_count,
         }
-        # GPU monitoring (issue 16): metric writer role, dashboard, idle alert; outputs feed `gpuinfra status`
+        # GPU monitoring: metric writer role, dashboard, idle alert; outputs feed `gpuinfra status`
         build_monitoring_role(name, spec, account, project, self)
         self.monitoring = build_monitoring(name, spec, project, self)
         if self.monitoring is not None:

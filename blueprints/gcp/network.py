@@ -1,7 +1,7 @@
 """VPCs of a GCP GPU cluster: the system network (Private Google Access, Cloud NAT egress, no
 inbound except internal and optional IAP SSH) plus the GPU NIC networks of the machine's layout.
 
-Sources: cluster-facts.md sections 2.3 and 6 rule 8; cluster-toolkit modules/network/vpc
+Sources: docs/sources/cluster-facts.md sections 2.3 and 6 rule 8; cluster-toolkit modules/network/vpc
 (allow-internal tcp/udp/icmp on non-RoCE VPCs; RoCE VPCs take no firewall rules) and
 modules/network/gpu-rdma-vpc (network profile ``<zone>-vpc-roce``).
 """

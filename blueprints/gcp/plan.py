@@ -2,7 +2,7 @@
 placement, disks, scheduling, image, NCCL environment -- decided and validated before any
 resource is registered.
 
-Sources (cluster-facts.md sections 2 and 6):
+Sources (docs/sources/cluster-facts.md sections 2 and 6):
 
 * NIC layouts: A3 High 1 system + 4 GPU gVNIC VPCs (GPUDirect-TCPX), A3 Mega 1 + 8 (TCPXO),
   MTU 8244 (cluster-toolkit a3high/a3mega blueprints, GKE gpu_direct.tf); A3 Ultra / A4 2 gVNIC
@@ -128,7 +128,7 @@ def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
 
 
 def nccl_env(layout: str) -> dict[str, str]:
-    """NCCL environment per GPU network stack (cluster-facts.md section 2.6).
+    """NCCL environment per GPU network stack (docs/sources/cluster-facts.md section 2.6).
 
     TCPX: cluster-toolkit a3-highgpu-8g run-nccl-tests.sh; TCPXO: a3-megagpu-8g
     run-nccl-tests.sh (plus ``nccl-env-profile.sh`` from the plugin); gIB: a4high-vm.yaml.
@@ -270,7 +270,7 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         wants_placement = False  # vanilla reservations don't take external placement policies
     networks = network_layout(facts) if hbn != "off" else network_layout(None)
     image = spec.gcp_image or f"projects/{DLVM_PROJECT}/global/images/family/{spec.profile.image.gcp_image_family}"
-    guest = (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count) if facts.guest_accelerators else None
+    guest = (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count) if facts.guest_accelerators and spec.gpu_facts.gcp_accelerator_type else None
     attached = attached_local_ssd_count(spec)
     bundled = facts.local_ssd.bundled_count
     return GcpClusterPlan(

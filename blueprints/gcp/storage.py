@@ -3,7 +3,7 @@ scratch-prefix lifecycle, kept on destroy unless the stack says otherwise) and t
 account with roles on that bucket only: read everything, write everything but the node bundle.
 
 Sources: cluster-toolkit modules/file-system/cloud-storage-bucket/main.tf (location = region,
-uniform_bucket_level_access, public_access_prevention); cluster-facts.md section 6 rule 11.
+uniform_bucket_level_access, public_access_prevention); docs/sources/cluster-facts.md section 6 rule 11.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Ac
     )
 
 
-# --- GPU monitoring (issue 16) ---------------------------------------------------------------
+# --- GPU monitoring --------------------------------------------------------------------------
 #: What the Ops Agent needs to write its metrics (defined once in
 #: :data:`gpuinfra.monitoring.metrics.METRIC_WRITER_ROLE`, which the cost estimate also reads);
 #: no ``logging.logWriter``: the agent's logging pipeline is off

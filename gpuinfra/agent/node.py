@@ -45,7 +45,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
+from collections.abc import Callable, Mapping
 
 LOG = logging.getLogger("gpuinfra-agent")
 AWS_IMDS = "http://169.254.169.254"
@@ -319,7 +320,7 @@ class AgentConfig:
     health_gate: str = "off"
 
     @classmethod
-    def from_env_file(cls, path: Path, dry_run: bool = False) -> "AgentConfig":
+    def from_env_file(cls, path: Path, dry_run: bool = False) -> AgentConfig:
         """Parse ``KEY=VALUE`` lines.
 
         Raises:
@@ -421,13 +422,14 @@ class Agent:
         """
         if self.syncer is None:
             return []
+        syncer = self.syncer  # not None (checked above); the thread below sees this binding
         uploaded: list[str] = []
         failure: list[BaseException] = []
 
         def run() -> None:
             try:
-                sync_folder(self.config.checkpoint_dir, self.syncer, self.clock() + seconds, self.clock,
-                            on_upload=lambda path: uploaded.append(self.syncer.key(self.config.checkpoint_dir, path)))
+                sync_folder(self.config.checkpoint_dir, syncer, self.clock() + seconds, self.clock,
+                            on_upload=lambda path: uploaded.append(syncer.key(self.config.checkpoint_dir, path)))
             except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
                 failure.append(exc)
 
@@ -537,7 +539,7 @@ def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
 
 
 def checkpoint_prefix(config: AgentConfig, node: str) -> str:
-    """``checkpoints/<stack>/<node>``: one prefix per node (review A9)."""
+    """``checkpoints/<stack>/<node>``: one prefix per node, so same-named files never overwrite."""
     return f"checkpoints/{config.stack}/{node}"
 
 

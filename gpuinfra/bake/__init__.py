@@ -1,4 +1,4 @@
-"""Prebaked machine images and training containers (issue 14): ``gpuinfra image bake``.
+"""Prebaked machine images and training containers: ``gpuinfra image bake``.
 
 A *bake* is its own Pulumi stack of the gpuinfra project (``stacks/Pulumi.<name>.yaml`` with the
 config value ``gpuinfra:bake``, a :class:`~gpuinfra.bake.model.BakeSpec`); the program

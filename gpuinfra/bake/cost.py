@@ -31,7 +31,7 @@ Quantity estimates (per bake; measure your own with the commands named):
   by the bake's region: a bake in another region has no monthly total (exit 4). The Packer
   template sets ``image_storage_locations`` to the bake's region, so the image is stored where it
   is priced (Packer's default would be the nearest multi-region, "us" for us-* regions:
-  hashicorp/packer issue 8109, hashicorp/packer-plugin-googlecompute issue 184).
+  github.com/hashicorp/packer/issues/8109, github.com/hashicorp/packer-plugin-googlecompute/issues/184).
 * GCP Artifact Registry :data:`CONTAINER_STORED_GB` = 15, the mirrored NGC base (compressed
   layers, as ECR). Priced with ``artifact_registry_storage_per_gb_month`` ($ per GB-month, the
   same for every regional and multi-regional repository). The first 0.5 GB a month per billing
@@ -128,6 +128,7 @@ def bake_cost(spec: BakeSpec) -> dict:
 
     def total(when: str) -> str | None:
         values = [ln.usd for ln in lines if ln.when == when]
-        return None if any(v is None for v in values) else f"{sum(values, Decimal(0)):.2f}"
+        known = [v for v in values if v is not None]
+        return None if len(known) < len(values) else f"{sum(known, Decimal(0)):.2f}"
 
     return {"lines": doc_lines, "once_usd": total("once"), "monthly_usd": total("monthly"), "price_not_found": missing}

@@ -1,4 +1,4 @@
-"""``gpuinfra up`` / ``down`` / ``image record --from-outputs`` of a bake stack (issue 14).
+"""``gpuinfra up`` / ``down`` / ``image record --from-outputs`` of a bake stack.
 
 A bake stack (``gpuinfra:bake``) goes through the same :class:`~gpuinfra.lifecycle.Backend`
 (Automation API), progress printer and error mapping as a cluster, without the cluster's guards
@@ -33,7 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 import yaml
 
@@ -215,6 +215,7 @@ def deploy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[
             raise type(exc)(f"bake {name!r} is built (image {outputs.get('image_id') or '?'}), but recording it "
                             f"failed: {exc}; fix that, then run {again}") from None
         result = recorded.result
+        assert result is not None  # record_from_outputs sets it
         container = f", container {result.container_image}" if result.container_image else ""
         return BakeUp(recorded, changes, True, None, (
             f"recorded image {result.image_id}{container} in {stack_file_path(project_dir, name)}",

@@ -52,7 +52,7 @@ BUILD_VOLUME_SIZE_GIB = 200
 #: NVIDIA branch of the Deep Learning Base OSS Nvidia Driver GPU AMIs (the profiles' DLAMI type):
 #: driver 580.105.08 in the Ubuntu 22.04 release of 2026-01-02
 #: (docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2204-2026-01-02.md,
-#: quoted in /work/shared/reference/cluster-facts.md section 3.7). The bake's check fails on another branch.
+#: quoted in docs/sources/cluster-facts.md section 3.7). The bake's check fails on another branch.
 DLAMI_DRIVER_BRANCH = "580"
 _AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
 _GCP_IMAGE_RE = re.compile(r"^projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
@@ -184,7 +184,8 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
         check_gcp_project_id(request.gcp_project)
     name = check_new_stack_name(request.name or f"bake-{request.family.replace('.', '-')}")
     versions = _fabric_versions(request.cloud, lead, fabric, fabric_host)
-    base_project = _GCP_IMAGE_RE.match(request.base_image).group("project") if request.cloud == "gcp" else ""
+    gcp_image = _GCP_IMAGE_RE.match(request.base_image) if request.cloud == "gcp" else None  # checked above
+    base_project = gcp_image.group("project") if gcp_image else ""
     if versions["fabric"] == "tcpx" and base_project in PUBLIC_IMAGE_PROJECTS:
         raise BakeError(f"{request.family}'s GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which no public image "
                         f"carries ({base_project} does not; Google gives access to it on request: cluster-toolkit "

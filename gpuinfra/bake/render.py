@@ -84,7 +84,7 @@ def component_document(name: str, description: str, phases: tuple[Phase, ...],
                   parameters=parameters or {})
 
 
-def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ %s }}'" % CONTAINER_PARAMETER) -> tuple[Phase, ...]:
+def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PARAMETER + " }}'") -> tuple[Phase, ...]:
     """Phases of the AMI component. Build: the training container (:func:`container_dockerfile`)
     built on the build instance and pushed to the bake's ECR repository, or pulled when an
     earlier run of the bake pushed it (tags are immutable); then the manifest. Validate: the
@@ -181,6 +181,7 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
     uploads: list[dict] = []
     if m.fabric != "sockets":
         facts = load_catalog().fact("gcp", m.instance_types[0])
+        assert facts is not None  # the bake's types come from the catalog (bake plan)
         host = gcp_host_stack(m.fabric, facts, nccl_env(m.fabric))
         files["gpuinfra-fabric-host"] = host.files[HOST_SCRIPT_PATH]
         uploads.append({"source": "gpuinfra-fabric-host", "destination": "/tmp/gpuinfra-fabric-host"})

@@ -11,7 +11,7 @@ stack, or ``gpuinfra new --force``, picks up the new image).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 import yaml
@@ -32,7 +32,7 @@ def render_bake_stack(spec: BakeSpec, generated_at: datetime | None = None) -> s
     """The bake stack file's text (provider config + ``gpuinfra:bake``)."""
     from gpuinfra.bake.preview import bake_provider_config
 
-    stamp = (generated_at or datetime.now(timezone.utc)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     m = spec.manifest
     build = (f"gpuinfra up {spec.stack}   (Image Builder builds the container and the AMI; `up` records both here)"
              if spec.cloud == "aws" else

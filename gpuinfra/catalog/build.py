@@ -7,7 +7,7 @@ known defects) plus the instance-fact inputs beside it:
 * ``gcp_vms.csv`` -- SkyPilot catalog v8 rows: which machine types and GPUs each zone offers,
   and their **spot** prices (host row + GPU row). Its on-demand GPU prices are **not used**
   except for the GPUs attached to N1 hosts: for A100, A100-80GB, H100, H100-Mega and H200
-  they are DWS / flex-start SKUs posing as on-demand (review P1);
+  they are DWS / flex-start SKUs posing as on-demand (data/snapshot/README.md, known defects);
 * ``gcp_on_demand.csv`` -- on-demand price per machine type and region, one cited source
   per row (``source_ref``, ``source_date``): the whole machine as billed (vCPUs, memory,
   GPUs, bundled Local SSD).

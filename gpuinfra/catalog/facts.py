@@ -16,7 +16,7 @@ from gpuinfra.catalog.facts_model import (AWS_GPUDIRECT_RDMA_SOURCE, AWS_GPUDIRE
 
 #: Instance types whose GPUs sit on NVSwitch, so NVIDIA fabric manager must run.
 #: Source: aws-parallelcluster-cookbook resources/fabric_manager/partial/_fabric_manager_common.rb
-#: L33-62 (P4 PCI 10de:1af1, P5 10de:22a3) via cluster-facts.md sections 3.2 and 4.1.
+#: L33-62 (P4 PCI 10de:1af1, P5 10de:22a3) via docs/sources/cluster-facts.md sections 3.2 and 4.1.
 AWS_NVSWITCH_TYPES = frozenset(
     {
         "p4d.24xlarge",
@@ -76,7 +76,7 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
             ``SupportedUsageClasses``).
         source: provenance written into ``sources``.
 
-    Rules (cluster-facts.md section 6, items 5-6): the number of EFA interfaces is
+    Rules (docs/sources/cluster-facts.md section 6, items 5-6): the number of EFA interfaces is
     ``NetworkInfo.EfaInfo.MaximumEfaInterfaces`` (0 when ``EfaSupported`` is false); network
     cards are ``NetworkInfo.MaximumNetworkCards``; cluster placement is supported when
     ``PlacementGroupInfo.SupportedStrategies`` contains ``cluster``; provisioning models are
@@ -153,7 +153,7 @@ def aws_bandwidth_gbps(network: Mapping) -> float | None:
     the published total for g6e.24xlarge (2 x 200 vs "200 Gigabit"), g6e.48xlarge (4 x 400 vs
     "400 Gigabit") and p6-b200.48xlarge (8 x 200 vs "3200 Gigabit"). The totals agree with
     AWS's EFA page for G6e ("up to 4 cards / 400 Gbps", docs.aws.amazon.com/AWSEC2/latest/UserGuide/p5-efa.html
-    as quoted in cluster-facts.md section 3.5) and with p5's 32 cards / 3,200 Gbps.
+    as quoted in docs/sources/cluster-facts.md section 3.5) and with p5's 32 cards / 3,200 Gbps.
     """
     text = network.get("NetworkPerformance", "") or ""
     advertised = parse_network_performance_gbps(text)

@@ -44,7 +44,7 @@ def aws_primary_card_gbps(total_gbps: float | None, network_cards: int) -> float
     """Bandwidth of one EC2 network card: the total over ``network_cards`` cards (Gbit/s).
 
     Object-storage (IP) traffic leaves through the primary interface, card 0 / device 0
-    (cluster-facts.md section 6, item 6), not through the other cards' EFA interfaces. The
+    (docs/sources/cluster-facts.md section 6, item 6), not through the other cards' EFA interfaces. The
     published total is split evenly over the cards (p5: 3,200 / 32 = 100; G6e: 400 / 4 = 100).
     None when ``total_gbps`` is None or 0.
     """

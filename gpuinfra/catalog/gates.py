@@ -1,8 +1,8 @@
 """Sanity gates every catalog must pass before it is written (snapshot build and refresh).
 
 A catalog that fails a gate is never written: the previous one stays in use. The gates catch
-the defects found in the 2026-11 review (P1 DWS prices as on-demand, P4 spot above on-demand;
-the review lives outside this repository, in the team's shared reference folder):
+the snapshot's known defects (data/snapshot/README.md: DWS prices posing as on-demand, spot
+above on-demand):
 
 * ``price-positive``: every price present is > 0 (a missing price is ``None``, never 0).
 * ``aws-spot-not-above-on-demand``: a Spot Instance's default maximum price is the On-Demand

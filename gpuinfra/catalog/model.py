@@ -89,7 +89,7 @@ def add_prices(*parts: Decimal | None) -> Decimal | None:
     """Sum price components; ``None`` (no price) if any is missing."""
     if any(p is None for p in parts):
         return None
-    return sum(parts, Decimal(0))
+    return sum((p for p in parts if p is not None), Decimal(0))
 
 
 def price_source_keys(price_source: str) -> set[str]:

@@ -9,7 +9,7 @@ shipped snapshot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from gpuinfra.catalog.build import write_catalog
@@ -110,8 +110,9 @@ def refresh_catalog(
     if "gcp" in clouds:
         from gpuinfra.spec import check_gcp_project_id
 
+        assert gcp_project is not None  # required above
         check_gcp_project_id(gcp_project)
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     try:
         current = load_catalog()
     except CatalogError:  # an unreadable or older user catalog: start from the shipped one
@@ -153,6 +154,7 @@ def refresh_catalog(
         from gpuinfra.catalog.refresh_gcp import fetch_gcp
 
         billing, machine_types, accelerator_types = gcp or gcp_clients()
+        assert gcp_project is not None  # required above
         try:
             offers["gcp"], facts["gcp"], report = fetch_gcp(
                 billing, machine_types, accelerator_types, gcp_project, regions,

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
+from typing import Any
+from datetime import datetime, UTC
 from decimal import Decimal
 
 from gpuinfra.catalog.facts import aws_gpu_name
@@ -31,7 +32,7 @@ PRICING_REGION = "us-east-1"
 _SOURCE = "EC2 DescribeInstanceTypes via gpuinfra catalog refresh"
 
 #: boto3 client factory: (service, region) -> client. Tests pass one that points at moto.
-ClientFactory = Callable[[str, str], object]
+ClientFactory = Callable[[str, str], Any]  # boto3 clients (untyped)
 
 
 def _gpu_types(ec2) -> list[dict]:
@@ -116,7 +117,7 @@ def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
     Raises:
         botocore.exceptions.BotoCoreError / ClientError: API failures (the caller reports them).
     """
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     if regions is None:
         regions = sorted(r["RegionName"] for r in client("ec2", PRICING_REGION).describe_regions()["Regions"])
     pricing = client("pricing", PRICING_REGION)

@@ -14,7 +14,7 @@ Calls (google-cloud-billing and google-cloud-compute clients, install extra ``gc
     ``SSD backed Local Storage attached to Spot Preemptible VMs``;
   - flex-start / DWS (usage type ``OnDemand``!): ``Nvidia Tesla A100 GPU attached to DWS
     Defined Duration VMs running in ...`` and the matching core/RAM SKUs. These are **never**
-    on-demand prices (review P1): they price the ``flex-start`` market only. Flex-start gets
+    on-demand prices: they price the ``flex-start`` market only. Flex-start gets
     vCPUs, memory and GPUs at the DWS price; Local SSD stays at the on-demand price
     (cloud.google.com/compute/docs/instances/about-flex-start-vms: "For A4, A3, A2 ... you
     obtain vCPUs, memory, and any attached GPUs at a discounted price");
@@ -240,8 +240,8 @@ def build_gcp_offers(
                             combos.append((accelerator, int(count_text)))
             lssd_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
             for accelerator, count in combos:
-                gpu = gpu_by_accelerator.get(accelerator)
-                if gpu is None:
+                model = gpu_by_accelerator.get(accelerator)
+                if model is None:
                     continue
                 by_market = {m: machine_price(prices, family, m, region, mt.guest_cpus, memory_gib, accelerator, count, lssd_gib)
                              for m in MARKETS}
@@ -256,7 +256,7 @@ def build_gcp_offers(
                     Offer(
                         cloud="gcp",
                         instance_type=mt.name,
-                        gpu=gpu,
+                        gpu=model,
                         gpu_count=count,
                         vcpus=float(mt.guest_cpus),
                         memory_gib=memory_gib,

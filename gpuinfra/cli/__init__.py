@@ -23,7 +23,7 @@ app = typer.Typer(
 
 def _register() -> None:
     from gpuinfra.cli import catalog, check, cost, lifecycle, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
-    from gpuinfra.cli import image, status  # noqa: F401  (issue 14 image bakes, issue 16 status)
+    from gpuinfra.cli import image, status  # noqa: F401  (image bakes, GPU monitoring status)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,10 +29,10 @@ def show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
 
 @app.command("refresh")
 def refresh(
-    cloud: Optional[str] = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="Catalog folder to write (default: the user catalog folder).", show_default=False),
-    regions: Optional[str] = typer.Option(None, "--regions", help="Comma-separated regions (default: all enabled).", show_default=False),
-    gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="Project for the Compute machine-types call.", show_default=False),
+    cloud: str | None = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
+    out_dir: Path | None = typer.Option(None, "--out", help="Catalog folder to write (default: the user catalog folder).", show_default=False),
+    regions: str | None = typer.Option(None, "--regions", help="Comma-separated regions (default: all enabled).", show_default=False),
+    gcp_project: str | None = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="Project for the Compute machine-types call.", show_default=False),
     accept_price_cuts: bool = typer.Option(False, "--accept-price-cuts", help="Compare GCP on-demand prices with the fresh us-central1 prices only, not with the shipped catalog's (after a real price cut of more than 20%)."),
 ) -> None:
     """Rebuild the catalog from the clouds' own APIs (needs credentials)."""

@@ -8,7 +8,6 @@ this module prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -86,9 +85,9 @@ def _print_table(report) -> None:
 
 def check(
     stack: str = typer.Argument(..., help="Stack name."),
-    bucket: Optional[str] = Bucket,
-    nodes: Optional[int] = Nodes,
-    since: Optional[str] = Since,
+    bucket: str | None = Bucket,
+    nodes: int | None = Nodes,
+    since: str | None = Since,
     as_json: bool = options.Json,
     project_dir: Path = options.ProjectDir,
 ) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -38,6 +37,7 @@ Usage = typer.Option(None, "--usage", help="Usage YAML: bucket_storage_gb, inter
 def print_cost_table(doc: dict) -> None:
     """Render a cost document as a table grouped by resource, then totals and warnings."""
     from rich import box
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console
@@ -45,8 +45,10 @@ def print_cost_table(doc: dict) -> None:
     out = stdout_console()
     table = Table(box=box.SIMPLE_HEAD, title=f"cost of {doc['stack']} ({doc['pricing']}, {doc['hours']} h run, "
                                              f"catalog {doc['catalog_date']})", title_justify="left")
-    for header, justify in [("resource / component", "left"), ("qty/h", "right"), ("unit", "left"),
-                            ("unit price", "right"), ("$/h", "right"), ("run $", "right"), ("price source, date", "left")]:
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("resource / component", "left"), ("qty/h", "right"), ("unit", "left"),
+        ("unit price", "right"), ("$/h", "right"), ("run $", "right"), ("price source, date", "left")]
+    for header, justify in columns:
         table.add_column(header, justify=justify)
     current = None
     for line in doc["lines"]:
@@ -85,12 +87,12 @@ def _num(text: str) -> str:
 @app.command("stack", hidden=True, cls=DefaultCommand)
 def cost(
     stack: str = typer.Argument(..., metavar="STACK", help="Stack name (stacks/Pulumi.<stack>.yaml).", show_default=False),
-    hours: Optional[float] = Hours,
+    hours: float | None = Hours,
     spot: bool = Spot,
     on_demand: bool = OnDemand,
-    usage: Optional[Path] = Usage,
-    from_preview: Optional[Path] = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
-    budget: Optional[float] = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
+    usage: Path | None = Usage,
+    from_preview: Path | None = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
+    budget: float | None = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:
@@ -116,10 +118,10 @@ def cost(
 def diff(
     before: str = typer.Argument(..., metavar="STACK_A", help="Stack before the change.", show_default=False),
     after: str = typer.Argument(..., metavar="STACK_B", help="Stack after the change.", show_default=False),
-    hours: Optional[float] = Hours,
+    hours: float | None = Hours,
     spot: bool = Spot,
     on_demand: bool = OnDemand,
-    usage: Optional[Path] = Usage,
+    usage: Path | None = Usage,
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:

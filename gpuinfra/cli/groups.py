@@ -22,11 +22,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, _click  # typer's vendored click: the base Context
 
 
-class _DefaultContext(TyperCommand.context_class):
+class _DefaultContext(_click.Context):  # TyperCommand.context_class
     """The default command runs without a name of its own: its command path is the group's."""
 
     @property
@@ -55,7 +54,7 @@ class DefaultCommandGroup(TyperGroup):
     #: options before the stack name (``cost --json STACK``) are the default command's to parse.
     ignore_unknown_options = True
 
-    def resolve_command(self, ctx: typer.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
+    def resolve_command(self, ctx: _click.Context, args: list[str]) -> tuple[str | None, Any, list[str]]:
         """Put the default command's name in front of ``args`` unless ``args[0]`` names a visible
         sub-command (a hidden command's name, e.g. a stack called ``stack``, is data)."""
         named = self.commands.get(args[0]) if args else None
@@ -64,7 +63,7 @@ class DefaultCommandGroup(TyperGroup):
         name, command, rest = super().resolve_command(ctx, args)
         return (None if name == self.default_command else name), command, rest
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: _click.Context, formatter: Any) -> None:
         """The group's help, with the default command's arguments, options and usage."""
         view = copy.copy(self)
         view.params = list(self.commands[self.default_command].params)

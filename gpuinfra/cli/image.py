@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -30,18 +29,18 @@ _DEFAULT_REGION = {"aws": "us-east-1", "gcp": "us-central1"}
 def bake(
     cloud: str = typer.Option(..., "--cloud", help="aws or gcp."),
     family: str = typer.Option(..., "--family", help="Node family: AWS p5 (or p5.48xlarge), GCP a3-megagpu-8g."),
-    base_image: Optional[str] = typer.Option(None, "--base-image", help="Pinned base image: ami-... or projects/P/global/images/NAME.", show_default=False),
-    base_arch: Optional[str] = typer.Option(None, "--base-arch", help="Architecture of --base-image: x86_64 or arm64 (AWS default x86_64; GCP: from the image name).", show_default=False),
-    container_base: Optional[str] = typer.Option(None, "--container-base", help="Training container base, repo:tag@sha256:... (default: the profile's container_image).", show_default=False),
+    base_image: str | None = typer.Option(None, "--base-image", help="Pinned base image: ami-... or projects/P/global/images/NAME.", show_default=False),
+    base_arch: str | None = typer.Option(None, "--base-arch", help="Architecture of --base-image: x86_64 or arm64 (AWS default x86_64; GCP: from the image name).", show_default=False),
+    container_base: str | None = typer.Option(None, "--container-base", help="Training container base, repo:tag@sha256:... (default: the profile's container_image).", show_default=False),
     require_digest: bool = typer.Option(True, "--require-digest/--no-require-digest", help="Refuse a container base without a digest."),
-    driver_branch: Optional[str] = typer.Option(None, "--driver-branch", help="NVIDIA driver branch the base carries (default: AWS 580, the DLAMI's; GCP: from the image name, e.g. nvidia-570).", show_default=False),
-    region: Optional[str] = typer.Option(None, "--region", help="Build and image region (default us-east-1 / us-central1).", show_default=False),
-    zone: Optional[str] = typer.Option(None, "--zone", help="GCP build zone (default <region>-a).", show_default=False),
-    gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project of the image.", show_default=False),
-    profile: Optional[str] = typer.Option(None, "--profile", help="Workload profile (container image and driver branch defaults).", show_default=False),
-    name: Optional[str] = typer.Option(None, "--name", help="Bake (stack) name (default bake-<family>).", show_default=False),
+    driver_branch: str | None = typer.Option(None, "--driver-branch", help="NVIDIA driver branch the base carries (default: AWS 580, the DLAMI's; GCP: from the image name, e.g. nvidia-570).", show_default=False),
+    region: str | None = typer.Option(None, "--region", help="Build and image region (default us-east-1 / us-central1).", show_default=False),
+    zone: str | None = typer.Option(None, "--zone", help="GCP build zone (default <region>-a).", show_default=False),
+    gcp_project: str | None = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project of the image.", show_default=False),
+    profile: str | None = typer.Option(None, "--profile", help="Workload profile (container image and driver branch defaults).", show_default=False),
+    name: str | None = typer.Option(None, "--name", help="Bake (stack) name (default bake-<family>).", show_default=False),
     project_dir: Path = options.ProjectDir,
-    profiles_dir: Optional[Path] = options.ProfilesDir,
+    profiles_dir: Path | None = options.ProfilesDir,
     force: bool = typer.Option(False, "--force", help="Replace an existing bake stack file."),
     as_json: bool = options.Json,
 ) -> None:
@@ -118,7 +117,7 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     out = stdout_console()
     for row in rows:
         out.print(f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
-                  f"{row['image_id'] or 'not built yet (gpuinfra up ' + row['name'] + ')'}", markup=False)
+                  f"{row['image_id'] or 'not built yet (gpuinfra up ' + str(row['name']) + ')'}", markup=False)
     if not rows:
         out.print(f"no bakes in {project_dir / 'stacks'} (gpuinfra image bake ...)")
 
@@ -126,7 +125,7 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
 @app.command("record")
 def record(
     name: str = typer.Argument(..., help="Bake name."),
-    image_id: Optional[str] = typer.Option(None, "--image-id", help="The bake's image: ami-... or projects/P/global/images/NAME.", show_default=False),
+    image_id: str | None = typer.Option(None, "--image-id", help="The bake's image: ami-... or projects/P/global/images/NAME.", show_default=False),
     container_image: str = typer.Option("", "--container-image", help="The bake's container (repo@sha256:...)."),
     from_outputs: bool = typer.Option(False, "--from-outputs", help="Take them from the deployed bake stack (AWS: outputs, container digest from ECR; GCP: newest image of the bake's family)."),
     project_dir: Path = options.ProjectDir,
@@ -148,9 +147,12 @@ def record(
         check_credentials(spec.cloud)
         spec = record_from_outputs(Path(project_dir), spec, backend.outputs(Path(project_dir), name))
     else:
+        assert image_id is not None  # --image-id without --from-outputs (checked above)
         spec = record_result(project_dir, name, image_id, container_image)
-    container = f", container {spec.result.container_image}" if spec.result.container_image else ""
-    stdout_console().print(f"{name}: image {spec.result.image_id}{container} recorded; use: gpuinfra new ... "
+    result = spec.result
+    assert result is not None  # recorded just above
+    container = f", container {result.container_image}" if result.container_image else ""
+    stdout_console().print(f"{name}: image {result.image_id}{container} recorded; use: gpuinfra new ... "
                            f"--image baked:{name}", markup=False, soft_wrap=True)
 
 

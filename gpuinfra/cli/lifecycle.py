@@ -107,12 +107,12 @@ def down(
     if delete_data:
         bucket = backend.outputs(Path(project_dir), stack).get("bucket_name")
         objects = count_bucket_objects(spec.cloud, bucket) if bucket else 0
-        if objects and not yes:
-            if not sys.stdin.isatty() or not typer.confirm(f"bucket {bucket} holds {objects} objects; delete them all?"):
-                raise RequestError(
-                    f"bucket {bucket} is not empty ({objects} objects); nothing was destroyed. "
-                    f"Pass --yes to delete the data with the cluster, or drop --delete-data to keep it"
-                )
+        if objects and not yes and (
+                not sys.stdin.isatty() or not typer.confirm(f"bucket {bucket} holds {objects} objects; delete them all?")):
+            raise RequestError(
+                f"bucket {bucket} is not empty ({objects} objects); nothing was destroyed. "
+                f"Pass --yes to delete the data with the cluster, or drop --delete-data to keep it"
+            )
         mark_delete_data(Path(project_dir), stack)
         out.print(f"down {stack}: bucket {bucket} will be deleted with {objects} object(s)")
         backend.up(Path(project_dir), stack, _progress())  # apply force_destroy / retain_on_delete=false

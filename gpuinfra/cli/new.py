@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -12,30 +11,30 @@ from gpuinfra.cli import options
 
 
 def new(
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100 ...", show_default=False),
-    cloud: Optional[str] = options.Cloud,
-    region: Optional[str] = options.Region,
-    zone: Optional[str] = options.Zone,
-    instance_type: Optional[str] = typer.Option(None, "--instance-type", help="Use this type (then --gpus is optional).", show_default=False),
+    gpus: str | None = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100 ...", show_default=False),
+    cloud: str | None = options.Cloud,
+    region: str | None = options.Region,
+    zone: str | None = options.Zone,
+    instance_type: str | None = typer.Option(None, "--instance-type", help="Use this type (then --gpus is optional).", show_default=False),
     nodes: int = options.Nodes,
-    profile: Optional[str] = typer.Option(None, "--profile", help="Workload profile (see `gpuinfra profiles`; default llm-finetune, or the one for --method).", show_default=False),
-    model: Optional[str] = typer.Option(None, "--model", help="Size the cluster for this model (with --method) instead of --gpus.", show_default=False),
-    params: Optional[str] = typer.Option(None, "--params", help="Size for a parameter count (7B) instead of --gpus.", show_default=False),
-    method: Optional[str] = typer.Option(None, "--method", help="With --model/--params: pretrain | full | lora | qlora | inference.", show_default=False),
+    profile: str | None = typer.Option(None, "--profile", help="Workload profile (see `gpuinfra profiles`; default llm-finetune, or the one for --method).", show_default=False),
+    model: str | None = typer.Option(None, "--model", help="Size the cluster for this model (with --method) instead of --gpus.", show_default=False),
+    params: str | None = typer.Option(None, "--params", help="Size for a parameter count (7B) instead of --gpus.", show_default=False),
+    method: str | None = typer.Option(None, "--method", help="With --model/--params: pretrain | full | lora | qlora | inference.", show_default=False),
     spot: bool = typer.Option(False, "--spot", help="Spot capacity (default: the profile's spot policy)."),
     on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity (default: the profile's spot policy)."),
-    hours: Optional[float] = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
-    name: Optional[str] = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
-    capacity_reservation: Optional[str] = typer.Option(None, "--capacity-reservation", help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).", show_default=False),
-    max_price_per_hour: Optional[float] = typer.Option(None, "--max-price-per-hour", help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).", show_default=False),
-    gcp_project: Optional[str] = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
+    hours: float | None = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
+    name: str | None = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
+    capacity_reservation: str | None = typer.Option(None, "--capacity-reservation", help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).", show_default=False),
+    max_price_per_hour: float | None = typer.Option(None, "--max-price-per-hour", help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).", show_default=False),
+    gcp_project: str | None = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
     include_local_zones: bool = options.LocalZones,
-    data: Optional[str] = options.Data,
-    data_region: Optional[str] = options.DataRegion,
-    data_size: Optional[str] = options.DataSize,
+    data: str | None = options.Data,
+    data_region: str | None = options.DataRegion,
+    data_size: str | None = options.DataSize,
     project_dir: Path = options.ProjectDir,
-    profiles_dir: Optional[Path] = options.ProfilesDir,
-    image: Optional[str] = typer.Option(None, "--image", help="Boot a baked image: baked:<bake name> (`gpuinfra image bake`); the stack records its id and manifest.", show_default=False),
+    profiles_dir: Path | None = options.ProfilesDir,
+    image: str | None = typer.Option(None, "--image", help="Boot a baked image: baked:<bake name> (`gpuinfra image bake`); the stack records its id and manifest.", show_default=False),
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
     strict: bool = typer.Option(False, "--strict", help="Refuse an --instance-type that misses any setting of the profile (scratch, placement, EFA/GPU NICs) instead of writing the stack with one warning per missed setting."),
     as_json: bool = options.Json,

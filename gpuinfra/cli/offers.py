@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
 
 import typer
 
@@ -31,20 +30,20 @@ def _nvme_cell(fact) -> str:
 
 
 def offers(
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100, A100-80GB:8, 1xL4.", show_default=False),
-    cloud: Optional[str] = options.Cloud,
-    region: Optional[str] = options.Region,
-    zone: Optional[str] = options.Zone,
-    instance_type: Optional[str] = options.InstanceType,
+    gpus: str | None = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100, A100-80GB:8, 1xL4.", show_default=False),
+    cloud: str | None = options.Cloud,
+    region: str | None = options.Region,
+    zone: str | None = options.Zone,
+    instance_type: str | None = options.InstanceType,
     market: str = typer.Option("on-demand", "--market", help="Market to rank by: on-demand, spot or flex (GCP flex-start / DWS). Offers without a price there, or of types the cloud does not sell there, are left out."),
     spot: bool = typer.Option(False, "--spot", help="Same as --market spot."),
     nodes: int = options.Nodes,
     include_local_zones: bool = options.LocalZones,
-    limit: Optional[int] = typer.Option(None, "--limit", help="Show at most N offers (table default 20; 0 = all).", show_default=False),
-    data: Optional[str] = options.Data,
-    data_region: Optional[str] = options.DataRegion,
-    data_size: Optional[str] = options.DataSize,
-    hours: Optional[float] = typer.Option(None, "--hours", help="Run length in hours (needed with --data: it decides whether moving the data pays).", show_default=False),
+    limit: int | None = typer.Option(None, "--limit", help="Show at most N offers (table default 20; 0 = all).", show_default=False),
+    data: str | None = options.Data,
+    data_region: str | None = options.DataRegion,
+    data_size: str | None = options.DataSize,
+    hours: float | None = typer.Option(None, "--hours", help="Run length in hours (needed with --data: it decides whether moving the data pays).", show_default=False),
     as_json: bool = options.Json,
 ) -> None:
     """Rank every offer that fits the GPU request, cheapest total $/h first (with --data: cheapest run)."""
@@ -82,6 +81,7 @@ def _shown(items: list, limit: int | None, as_json: bool) -> list:
 
 def _print_runs(found, limit: int | None) -> None:
     from rich import box
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console, usd
@@ -92,9 +92,10 @@ def _print_runs(found, limit: int | None) -> None:
     note = cheapest_gpu_note(runs)
     table = Table(box=box.SIMPLE_HEAD, title_justify="left",
                   title=f"{len(runs)} offers for {request} ({market}), {float(hours):g} h run with {data_set.describe()}")
-    for header, justify in [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
+    columns: list[tuple[str, JustifyMethod]] = [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
                             ("GPUs", "right"), ("$/h", "right"), ("compute $", "right"), ("data $", "right"),
-                            ("run $", "right"), ("data route", "left")]:
+                            ("run $", "right"), ("data route", "left")]
+    for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     for r in shown:
         o = r.ranked.offer
@@ -124,6 +125,7 @@ def _other_markets_cell(r) -> str:
 
 
 def _print_table(ranked, catalog, request, market: str, limit: int | None) -> None:
+    from rich.console import JustifyMethod
     from rich.table import Table
 
     from gpuinfra.cli.console import stdout_console, usd
@@ -138,11 +140,12 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
         title=f"{len(ranked)} offers for {request} ({pricing}, prices from catalog {', '.join(dates)})",
         title_justify="left",
     )
-    for header, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
         ("GPUs", "right"), ("vCPU", "right"), ("RAM GiB", "right"), ("market", "left"), ("$/h", "right"),
         ("$/GPU-h", "right"), ("other markets $/h", "left"), ("EFA/NICs", "left"), ("NVMe", "left"),
-    ]:
+    ]
+    for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     notes = []
     for r in shown:

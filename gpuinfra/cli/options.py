@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -21,14 +20,14 @@ Json = typer.Option(False, "--json", help="Print JSON on stdout instead of a tab
 ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folder (stacks/ lives here).")
 
 
-def _profiles_folder(value: Optional[Path]) -> Optional[Path]:
+def _profiles_folder(value: Path | None) -> Path | None:
     """``--profiles-dir`` (or ``$GPUINFRA_PROFILES_DIR``) must be an existing folder."""
     from gpuinfra.profiles import check_profiles_folder
 
     return check_profiles_folder(value)
 
 
-ProfilesDir: Optional[Path] = typer.Option(
+ProfilesDir: Path | None = typer.Option(
     None, "--profiles-dir", help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).", show_default=False,
     callback=_profiles_folder,
 )

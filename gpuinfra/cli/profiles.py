@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 from gpuinfra.cli import options
 
 
 def profiles(
-    profiles_dir: Optional[Path] = options.ProfilesDir,
+    profiles_dir: Path | None = options.ProfilesDir,
     as_json: bool = options.Json,
 ) -> None:
     """List workload profiles (built-in and from --profiles-dir) with their settings."""

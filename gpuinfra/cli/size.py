@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Optional
 
 import typer
 
@@ -13,24 +12,24 @@ from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
 
 
 def size(
-    model: Optional[str] = typer.Option(None, "--model", help="Model name (llama-3.1-8b, mistral-7b ...).", show_default=False),
-    params: Optional[str] = typer.Option(None, "--params", help="Parameter count instead of a model: 7B, 1.3B, 350M.", show_default=False),
+    model: str | None = typer.Option(None, "--model", help="Model name (llama-3.1-8b, mistral-7b ...).", show_default=False),
+    params: str | None = typer.Option(None, "--params", help="Parameter count instead of a model: 7B, 1.3B, 350M.", show_default=False),
     method: str = typer.Option("full", "--method", help="pretrain | full | lora | qlora | inference."),
     seq: int = typer.Option(2048, "--seq", help="Sequence length in tokens (inference: prompt + output)."),
     batch: int = typer.Option(1, "--batch", help="Micro-batch per GPU (inference: concurrent sequences)."),
     precision: str = typer.Option("bf16", "--precision", help="Training: compute precision bf16 | fp16 | fp32. Inference: weights fp32 | bf16 | fp16 | int8 | int4."),
-    base_precision: Optional[str] = typer.Option(None, "--base-precision", help="Frozen base storage: lora bf16 | fp16 | fp32 | int8; qlora nf4 | nf4-dq.", show_default=False),
-    strategy: Optional[str] = typer.Option(None, "--strategy", help="ddp | fsdp | zero1 | zero2 | zero3 (default per method).", show_default=False),
-    recompute: Optional[str] = typer.Option(None, "--recompute", help="none | selective | full (default per method).", show_default=False),
+    base_precision: str | None = typer.Option(None, "--base-precision", help="Frozen base storage: lora bf16 | fp16 | fp32 | int8; qlora nf4 | nf4-dq.", show_default=False),
+    strategy: str | None = typer.Option(None, "--strategy", help="ddp | fsdp | zero1 | zero2 | zero3 (default per method).", show_default=False),
+    recompute: str | None = typer.Option(None, "--recompute", help="none | selective | full (default per method).", show_default=False),
     offload: str = typer.Option("none", "--offload", help="CPU offload: none | optimizer (ZeRO) | params (ZeRO-3, FSDP)."),
-    attention: Optional[str] = typer.Option(None, "--attention", help="sdpa | eager (default: sdpa where FlashAttention runs).", show_default=False),
-    gpus: Optional[str] = typer.Option(None, "--gpus", help="Check this configuration (GPUs per node), e.g. 8xA100-80GB.", show_default=False),
+    attention: str | None = typer.Option(None, "--attention", help="sdpa | eager (default: sdpa where FlashAttention runs).", show_default=False),
+    gpus: str | None = typer.Option(None, "--gpus", help="Check this configuration (GPUs per node), e.g. 8xA100-80GB.", show_default=False),
     nodes: int = typer.Option(1, "--nodes", help="Nodes for --gpus; sharding spans all GPUs of all nodes."),
-    tokens: Optional[str] = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).", show_default=False),
+    tokens: str | None = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).", show_default=False),
     headroom: float = typer.Option(DEFAULT_HEADROOM_FRACTION, "--headroom", help="Free GPU memory to keep, fraction of the need."),
     allow_slow_interconnect: bool = typer.Option(False, "--allow-slow-interconnect", help="Also propose multi-node sharded training on types without EFA/GPUDirect."),
-    cloud: Optional[str] = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
-    region: Optional[str] = typer.Option(None, "--region", help="Only offers in this region, e.g. us-east-1.", show_default=False),
+    cloud: str | None = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
+    region: str | None = typer.Option(None, "--region", help="Only offers in this region, e.g. us-east-1.", show_default=False),
     spot: bool = typer.Option(False, "--spot", help="Spot capacity: price spot offers and add the checkpoint plan (size, upload time, notice, interval)."),
     interruption_rate: float = typer.Option(DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, "--interruption-rate", help="Spot interruptions per node-hour (checkpoint interval)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),

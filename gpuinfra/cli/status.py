@@ -8,7 +8,6 @@ the view :mod:`gpuinfra.monitoring.render` / :mod:`gpuinfra.monitoring.html`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -25,7 +24,7 @@ def status(
     watch: bool = Watch,
     interval: int = Interval,
     as_json: bool = options.Json,
-    html: Optional[Path] = Html,
+    html: Path | None = Html,
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Show a deployed stack's nodes, GPU utilization (now, last-hour mean, a chart of the last hour) and cost so far.

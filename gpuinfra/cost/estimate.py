@@ -181,7 +181,7 @@ def _compute_lines(catalog: Catalog, facts: ClusterFacts, resource: str, rtype: 
         fact = catalog.fact("gcp", offer.instance_type)
         bundled = fact.local_ssd.bundled_count if fact else 0
         what += f": {offer.gpu_count}x {offer.gpu}, {offer.vcpus:g} vCPU, {offer.memory_gib:g} GiB" + (
-            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if bundled else "")
+            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if fact and bundled else "")
     price = offer.price_per_hour_usd("spot" if spot else "on-demand")
     reason = source if price is not None else f"no {label} price for {offer.instance_type} in {facts.zone}"
     return [CostLine(resource, rtype, f"Instance usage ({label}, {what})", "instance-hours",
@@ -247,7 +247,7 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
                                missing_source=f"no external IP price for {reg}"))
             lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
                                price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
-        elif t in MONITORING_TYPES:  # GPU monitoring (issue 16): gpuinfra/cost/monitoring.py
+        elif t in MONITORING_TYPES:  # GPU monitoring: gpuinfra/cost/monitoring.py
             priced = monitoring_lines(name, t, facts, catalog, inputs)
             lines += priced
             if not priced:

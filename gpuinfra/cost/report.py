@@ -33,8 +33,8 @@ _Q = Decimal("0.000001")
 
 def compute_hourly(est: Estimate) -> Decimal:
     """$/h of the compute lines (instances, GCP host + GPUs)."""
-    return sum((line.hourly_usd or Decimal(0)) for line in est.lines
-               if line.component.startswith(("Instance usage", "Machine (", "GPUs (")))
+    return sum(((line.hourly_usd or Decimal(0)) for line in est.lines
+                if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))), Decimal(0))
 
 
 def spot_savings_percent(est: Estimate, market: str) -> Decimal | None:
@@ -122,14 +122,15 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
     Resource names are matched without their stack prefix (``a-lt`` vs ``b-lt`` are the same
     role). Returns the rows and the changes in $/h and run total.
     """
-    old = {_key(l, before["stack"]): l for l in before["lines"]}
-    new = {_key(l, after["stack"]): l for l in after["lines"]}
+    old = {_key(line, before["stack"]): line for line in before["lines"]}
+    new = {_key(line, after["stack"]): line for line in after["lines"]}
     rows = []
     for key in sorted(set(old) | set(new)):
         a, b = old.get(key), new.get(key)
         ah = None if a is None or a["hourly_usd"] is None else Decimal(a["hourly_usd"])
         bh = None if b is None or b["hourly_usd"] is None else Decimal(b["hourly_usd"])
         if a is None:
+            assert b is not None  # the key is in old or new
             rows.append(DiffRow("+", key[0], b["component"], None, bh))
         elif b is None:
             rows.append(DiffRow("-", key[0], a["component"], ah, None))

@@ -331,7 +331,7 @@ def _ecc(exp: Expectations, out: GateOutputs) -> CheckResult:
     gpus, done = _read(name, cmd, out.nvidia_smi, p.parse_nvidia_smi_query, 0)
     if done:
         return done
-    if not p.has_ecc_column(out.nvidia_smi):
+    if not p.has_ecc_column(out.nvidia_smi or ""):  # not None: _read returned the not-run result
         return _result(name, False, None, 0, "the query has no ecc.errors.uncorrected.volatile.total column", cmd)
     known = [g for g in gpus if g.ecc_uncorrected_volatile is not None]
     if not known:
@@ -542,7 +542,7 @@ def decide(expectations: Expectations, outputs: GateOutputs, *, stack: str, node
     """
     run = _all_reduce(outputs)
     ranks = _allreduce_ranks(expectations, run)
-    checks = (_gpu_count(expectations, outputs), _ecc(expectations, outputs), _nvlink(expectations, outputs),
+    checks: tuple[CheckResult, ...] = (_gpu_count(expectations, outputs), _ecc(expectations, outputs), _nvlink(expectations, outputs),
               _fabric_manager(expectations, outputs), _efa(expectations, outputs), _gpudirect(expectations, outputs),
               ranks, _allreduce_complete(run), _allreduce_correct(run), _allreduce_busbw(expectations, run, ranks))
     if stage not in STAGES:

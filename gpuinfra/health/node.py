@@ -61,7 +61,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from collections.abc import Callable
 
 from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline
@@ -467,8 +467,9 @@ def _build(config: NodeConfig, expectations_path: Path) -> HealthNode:  # pragma
 
     doc = json.loads(expectations_path.read_text())
     exp = Expectations.from_dict(doc)
-    metadata = AwsMetadata() if config.cloud == "aws" else GcpMetadata()
-    end = end_aws_node if config.cloud == "aws" else (lambda reason: end_gcp_node(reason, metadata))
+    gcp_metadata = None if config.cloud == "aws" else GcpMetadata()
+    metadata = AwsMetadata() if gcp_metadata is None else gcp_metadata
+    end = end_aws_node if config.cloud == "aws" else (lambda reason: end_gcp_node(reason, gcp_metadata))
     runner: Runner = lambda argv, timeout: run_command(argv, timeout, cwd=ALLREDUCE_DIR)  # noqa: E731
     address = metadata.address()
     if not address:

@@ -115,7 +115,7 @@ def parse_nvidia_smi_query(text: str) -> tuple[GpuRow, ...]:
     for number, row in enumerate(rows[1:], start=2):
         if len(row) != len(header):
             raise ValueError(f"nvidia-smi CSV line {number} has {len(row)} fields, the header {len(header)}")
-        field = dict(zip(header, row))
+        field = dict(zip(header, row, strict=True))
         gpus.append(GpuRow(
             index=_index(field["index"]),
             name=field["name"].strip(),

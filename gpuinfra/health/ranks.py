@@ -41,7 +41,8 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
+from collections.abc import Callable, Mapping
 
 from gpuinfra.errors import PreconditionFailed, RankDecisionError
 from gpuinfra.health.gate import HEALTH_PREFIX, NodeHealth
@@ -154,7 +155,7 @@ class DecisionScope:
         """``health/<stack>/ranks-<not before, UTC, to the second>-<16 hex>.decision``; the hex
         digits are SHA-256 of the exact ``results_not_before`` and the sorted addresses."""
         not_before = _iso(self.results_not_before)
-        stamp = self.results_not_before.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ") if not_before else "any"
+        stamp = self.results_not_before.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ") if self.results_not_before else "any"
         digest = hashlib.sha256("\n".join([not_before or "", *sorted(self.addresses)]).encode()).hexdigest()[:16]
         return f"{HEALTH_PREFIX}/{self.stack}/ranks-{stamp}-{digest}{DECISION_SUFFIX}"
 

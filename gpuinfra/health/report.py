@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
@@ -128,7 +128,7 @@ def parse_since(text: str) -> datetime:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
         raise RequestError(f"--since {text!r}: give an ISO 8601 time such as 2026-11-30T12:00:00Z") from None
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _bucket_flag(bucket: str) -> tuple[str | None, str]:
@@ -175,6 +175,7 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
     project_dir = Path(project_dir)
     flag_cloud, name = _bucket_flag(bucket) if bucket else (None, None)
     when = parse_since(since) if since is not None else None
+    cloud: str
     if nodes is not None and nodes < 1:
         raise RequestError(f"--nodes {nodes}: give at least 1")
     if stack_file_path(project_dir, stack).is_file():
@@ -201,6 +202,7 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
             raise MissingDependencyError(f"{exc}; or give --since TIME (the stack's deployment time) so that results "
                                          "of earlier deployments are not counted") from None
     if name is None:
+        assert backend is not None  # made above
         name = backend.outputs(project_dir, stack).get("bucket_name")
         if not name:
             raise SpecError(f"stack {stack!r} has no bucket_name output (is it deployed? `gpuinfra up {stack}`); "
@@ -301,7 +303,7 @@ class HealthReport:
 
 
 def _iso(when: datetime | None) -> str | None:
-    return when.astimezone(timezone.utc).isoformat(timespec="seconds") if when else None
+    return when.astimezone(UTC).isoformat(timespec="seconds") if when else None
 
 
 def _parse(key: str, body: bytes, location: ResultsLocation) -> NodeHealth | InvalidResult:

@@ -84,7 +84,7 @@ def gcp_dashboard_json(stack: str, stack_label: str, idle_percent: int) -> str:
 
     def dataset(metric: str, aligner: str, reducer: str | None, group_by: list[str], legend: str,
                 extra_filter: str = "") -> dict:
-        aggregation = {"alignmentPeriod": f"{m.METRICS_INTERVAL_SECONDS}s", "perSeriesAligner": aligner}
+        aggregation: dict[str, object] = {"alignmentPeriod": f"{m.METRICS_INTERVAL_SECONDS}s", "perSeriesAligner": aligner}
         if reducer:
             aggregation.update(crossSeriesReducer=reducer, groupByFields=group_by)
         return {"plotType": "LINE", "legendTemplate": legend, "timeSeriesQuery": {"timeSeriesFilter": {

@@ -47,9 +47,9 @@ def cost_points(status: ClusterStatus, steps: int = 48) -> tuple[list, list, lis
     TTL; empty without a price or a launched node."""
     rate = status.price_per_node_hour_usd
     now = status.now
-    runs = [(n.billed_interval(now), n.will_bill) for n in status.nodes]
-    runs = [(start, end, open_ended) for (start, end), open_ended in (r for r in runs if r[0] is not None)
-            if end > start or open_ended]
+    billed = [(n.billed_interval(now), n.will_bill) for n in status.nodes]
+    runs = [(interval[0], interval[1], open_ended) for interval, open_ended in billed
+            if interval is not None and (interval[1] > interval[0] or open_ended)]
     if rate is None or not runs:
         return [], [], [], []
 

@@ -27,7 +27,7 @@ documented exit code (:mod:`gpuinfra.errors`).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 from gpuinfra.credentials import gcp_credentials, no_aws_credentials, no_gcp_credentials
@@ -54,7 +54,7 @@ _AWS_ACCESS = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation",
 
 def utc_now() -> datetime:
     """The current time, UTC (tests replace it)."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def locate(stack: str, project_dir: Path) -> tuple[ClusterSpec, dict]:
@@ -92,7 +92,7 @@ def collect(spec: ClusterSpec, outputs: dict, now: datetime | None = None, **cli
             libraries (``pip install 'gpuinfra[gcp-monitoring]'``).
         OperationError: any other cloud error.
     """
-    now = (now or utc_now()).astimezone(timezone.utc)
+    now = (now or utc_now()).astimezone(UTC)
     reader = _read_aws if spec.cloud == "aws" else _read_gcp
     nodes, series, monitoring, notes = reader(spec, outputs, now, **clients)
     if not nodes:
@@ -145,7 +145,7 @@ def aws_node(inst: dict) -> Node:
     if state in _AWS_ENDED:
         found = _AWS_TRANSITION_TIME.search(inst.get("StateTransitionReason") or "")
         if found:
-            ended = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+            ended = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
     attached = [_utc(eni.get("Attachment", {}).get("AttachTime")) for eni in inst.get("NetworkInterfaces", [])
                 if eni.get("Attachment", {}).get("DeviceIndex") == 0]
     if attached and attached[0] is not None and launched is not None:
@@ -160,7 +160,7 @@ def _utc(when) -> datetime | None:
         return None
     if isinstance(when, str):
         when = datetime.fromisoformat(when.replace("Z", "+00:00"))
-    return when.astimezone(timezone.utc)
+    return when.astimezone(UTC)
 
 
 _MONITORING_OFF = ("no GPU metrics: monitoring is off for this stack (profile monitoring.enabled: false) or it was "
@@ -191,11 +191,11 @@ def _aws_series(cloudwatch, namespace: str, node_ids: set[str], now: datetime) -
                 MetricDataQueries=queries[chunk:chunk + MAX_QUERIES], StartTime=start, EndTime=end,
                 ScanBy="TimestampAscending"):
             for result in page.get("MetricDataResults", []):
-                values.setdefault(result["Id"], []).extend(zip(result["Timestamps"], result["Values"]))
+                values.setdefault(result["Id"], []).extend(zip(result["Timestamps"], result["Values"], strict=False))
     series = []
     for i, (node_id, index) in enumerate(keys):
-        util = sorted((t.astimezone(timezone.utc), float(v)) for t, v in values.get(f"u{i}", []))
-        mem = sorted((t.astimezone(timezone.utc), float(v) / MIB_PER_GIB) for t, v in values.get(f"m{i}", []))
+        util = sorted((t.astimezone(UTC), float(v)) for t, v in values.get(f"u{i}", []))
+        mem = sorted((t.astimezone(UTC), float(v) / MIB_PER_GIB) for t, v in values.get(f"m{i}", []))
         series.append(GpuSeries(node_id, index, tuple(util), tuple(mem)))
     return series
 
@@ -312,7 +312,7 @@ def _gcp_points(session, api: str, project: str, metric_type: str, ids: dict[str
                 if value is None:  # a point without a value is no sample (not 0 %)
                     continue
                 when = datetime.fromisoformat(point["interval"]["endTime"].replace("Z", "+00:00"))
-                out.setdefault(key, []).append((when.astimezone(timezone.utc), float(value) * scale))
+                out.setdefault(key, []).append((when.astimezone(UTC), float(value) * scale))
         if not body.get("nextPageToken"):
             break
         params["pageToken"] = body["nextPageToken"]
@@ -320,4 +320,4 @@ def _gcp_points(session, api: str, project: str, metric_type: str, ids: dict[str
 
 
 def _rfc3339(when: datetime) -> str:
-    return when.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -168,7 +168,7 @@ def check_single_zone(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     out = []
     subnets = {n.get("subnetId") for lt in graph.of_type(LT) for n in (lt.inputs.get("networkInterfaces") or [])}
     if len(subnets) > 1:
-        out.append(violation("single-zone", graph.first(LT).name, f"interfaces in {len(subnets)} subnets; EFA "
+        out.append(violation("single-zone", graph.of_type(LT)[0].name, f"interfaces in {len(subnets)} subnets; EFA "
                              "works within one subnet"))
     zones = {s.inputs.get("availabilityZoneId") or s.inputs.get("availabilityZone") for s in graph.of_type(SUBNET)}
     if len(zones - {None}) > 1:

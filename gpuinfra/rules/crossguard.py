@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, cast
 
 from gpuinfra.rules.model import UNKNOWN
 
@@ -52,7 +52,7 @@ def plain_props(value: Any) -> Any:
     if isinstance(value, (list, tuple)) or (hasattr(value, "__len__") and hasattr(value, "__getitem__")
                                            and not isinstance(value, (str, bytes))):
         try:
-            items = value["__target"]  # list proxy
+            items = cast(Any, value)["__target"]  # list proxy (a list or tuple raises TypeError)
         except (KeyError, TypeError, IndexError):
             items = list(value)
         return [plain_props(v) for v in items]

@@ -96,9 +96,9 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             if (nodes > 1 and fact.placement.workload_policy and not link and not compact and not reserved):
                 out.append(violation("gcp-placement-supported", mig.name,
                                      f"{nodes} {fact.instance_type} VMs without a HIGH_THROUGHPUT workload policy"))
-            policy = graph.referenced(link, POLICY) if link else None
-            if policy is not None and policy.get("workloadPolicy.type") != "HIGH_THROUGHPUT":
-                out.append(violation("gcp-placement-supported", policy.name,
+            workload = graph.referenced(link, POLICY) if link else None
+            if workload is not None and workload.get("workloadPolicy.type") != "HIGH_THROUGHPUT":
+                out.append(violation("gcp-placement-supported", workload.name,
                                      "a GPU cluster's workload policy is HIGH_THROUGHPUT"))
         attached = bool(compact) or any(link == UNKNOWN for link in _policy_links(template))  # unknown: judged at `up`
         if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not attached \

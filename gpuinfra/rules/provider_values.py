@@ -34,7 +34,7 @@ import sys
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from gpuinfra.rules.model import UNKNOWN, Resource, ResourceGraph, Violation
@@ -132,10 +132,10 @@ def _sentences(doc: str) -> Iterator[str]:
         for i, ch in enumerate(line):
             if ch in "`\"":
                 quote = "" if quote == ch else (quote or ch)
-            elif ch in ".;" and not quote and (i + 1 == len(line) or line[i + 1].isspace()):
-                if not line[start:i].lower().endswith(_ABBREVIATIONS):
-                    yield line[start:i].strip()
-                    start = i + 1
+            elif (ch in ".;" and not quote and (i + 1 == len(line) or line[i + 1].isspace())
+                  and not line[start:i].lower().endswith(_ABBREVIATIONS)):
+                yield line[start:i].strip()
+                start = i + 1
         if line[start:].strip():
             yield line[start:].strip()
 
@@ -234,7 +234,7 @@ class Field:
         return value in self.allowed
 
 
-@lru_cache(maxsize=None)
+@cache
 def _sdk_version(package: str) -> str:
     try:
         return importlib.metadata.version(package.replace("_", "-"))
@@ -281,7 +281,7 @@ def _takes_str(annotation: Any) -> bool:
     return any(p is str for p in _annotation_parts(annotation))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _getter_properties(cls: type) -> tuple[tuple[str, str, property], ...]:
     """(pulumi name, python name, property) of every ``@pulumi.getter`` property of ``cls``."""
     found = []
@@ -305,7 +305,7 @@ def _field(cls: type, python_name: str, prop: property, where: str) -> Field:
                  bool(allowed) and bool(_CASE_INSENSITIVE.search(doc)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def fields(cls: type) -> dict[str, Field]:
     """camelCase input name -> :class:`Field` for an SDK Args class (cached per class)."""
     package = cls.__module__.split(".", 1)[0]
@@ -332,7 +332,7 @@ def _module_of_token(package: str, module: str) -> Any:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def resource_args_class(type_token: str) -> type | None:
     """The Args class of a resource type token (``aws:ec2/fleet:Fleet`` -> ``pulumi_aws.ec2.FleetArgs``);
     None for tokens of other packages (``gpuinfra:aws:GpuCluster``) or types the SDK lacks.

@@ -88,7 +88,7 @@ RULES: dict[str, RuleInfo] = {r.name: r for r in (
              "cloud.google.com/storage/docs/public-access-prevention",
              "the cluster's bucket blocks public access"),
     RuleInfo("bucket-same-region", "any",
-             "cluster-facts.md section 6 rule 11 (cluster-toolkit cloud-storage-bucket location = region)",
+             "docs/sources/cluster-facts.md section 6 rule 11 (cluster-toolkit cloud-storage-bucket location = region)",
              "the bucket is in the cluster's region"),
     RuleInfo("aws-s3-deny-insecure-transport", "aws",
              "docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html (aws:SecureTransport)",

@@ -62,7 +62,7 @@ class SizingRequest:
     headroom: float = DEFAULT_HEADROOM_FRACTION
     allow_slow_interconnect: bool = False
 
-    def resolved(self) -> "SizingRequest":
+    def resolved(self) -> SizingRequest:
         """Defaults filled in per method; validated.
 
         Raises:
@@ -151,7 +151,7 @@ def sizing_request(model: str | None = None, params: str | None = None, method: 
     """
     if (model is None) == (params is None):
         raise SizingError("give exactly one of --model NAME or --params COUNT (e.g. --params 7B)")
-    shape = get_model(model) if model else shape_from_params(parse_count(params))
+    shape = get_model(model) if model else shape_from_params(parse_count(params or ""))  # exactly one is given
     return SizingRequest(shape, method, precision, strategy, recompute, seq, batch,
                          parse_count(tokens, "--tokens") if tokens else None, base_precision, offload, attention,
                          headroom, allow_slow_interconnect).resolved()
@@ -231,6 +231,7 @@ def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Wo
     flash = bool(gpu_compute().get(gpu, {}).get("flash_attention", True))
     attention = req.attention or ("sdpa" if flash else "eager")
     compute = req.precision if req.method != "inference" else ("fp32" if req.precision == "fp32" else "bf16")
+    assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
     return Workload(req.shape, req.method, compute, req.storage, req.strategy, req.recompute, req.seq, req.batch,
                     gpus_per_node * nodes, gpus_per_node, attention, req.offload)
 
@@ -241,13 +242,14 @@ def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node:
     breakdown = memory_per_gpu(workload(req, gpu, gpus_per_node, nodes))
     time = None
     if req.tokens and req.method != "inference":
+        assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
         time = training_time(req.shape.params, req.trained_params, req.tokens, req.method, req.recompute,
                              req.strategy, gpu, gpus_per_node, nodes, req.seq, req.batch, network_bandwidth_gbps)
     return Candidate(gpu, gpus_per_node, nodes, gpu_memory_gib, breakdown, req.headroom, time=time,
                      network_bandwidth_gbps=network_bandwidth_gbps)
 
 
-def priced(c: "Candidate", offer: dict, nodes: int) -> "Candidate":
+def priced(c: Candidate, offer: dict, nodes: int) -> Candidate:
     """``c`` with ``offer``'s (:func:`gpuinfra.sizing.supply.cheapest_offers`) host facts, and its
     price for ``nodes`` nodes."""
     c.host_memory_gib = offer["host_memory_gib"]
@@ -271,7 +273,7 @@ def candidates(req: SizingRequest, catalog: Catalog, scope: OfferScope = OfferSc
     high-bandwidth type (any type with ``allow_slow_interconnect``). Ranked by cost to finish
     with tokens, by $/h without (in the scope's markets, :func:`cheapest_offers`)."""
     out = []
-    tables = [(cheapest_offers(catalog, False, scope), (1,))]
+    tables: list[tuple[dict, tuple[int, ...]]] = [(cheapest_offers(catalog, False, scope), (1,))]
     if req.sharded:
         tables.append((cheapest_offers(catalog, not req.allow_slow_interconnect, scope), NODE_COUNTS[1:]))
     seen: set[tuple[str, int]] = set()

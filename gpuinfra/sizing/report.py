@@ -181,7 +181,7 @@ class StackSizing:
         return (self.chosen or self.candidates[0]).nodes
 
     def planned(self, chosen: Candidate, passed_over: tuple[str, ...], catalog: Catalog, cloud: str,
-                instance_type: str, spot: bool) -> "StackSizing":
+                instance_type: str, spot: bool) -> StackSizing:
         """This sizing once the planner took ``chosen`` as ``instance_type`` on ``cloud``; the
         checkpoint plan reads that type's host NIC bandwidth (catalog facts
         ``host_nic_bandwidth_gbps``) when ``spot``."""

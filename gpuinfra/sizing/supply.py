@@ -85,8 +85,7 @@ def fast_types(catalog: Catalog, gpu: str, gpus_per_node: int, scope: OfferScope
                                                                                           scope.image_fabric):
             continue
         market = scope.market_of(catalog, o)
-        if market is not None:
-            price = o.price_per_hour_usd(market)
+        if market is not None and (price := o.price_per_hour_usd(market)) is not None:  # market_of: priced there
             cheapest[o.instance_type] = min(price, cheapest.get(o.instance_type, price))
     return sorted(cheapest, key=lambda t: (cheapest[t], t))
 

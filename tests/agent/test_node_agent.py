@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -25,7 +25,7 @@ from gpuinfra.agent.node import (
     sync_folder,
 )
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 class MetadataServer:
@@ -262,7 +262,7 @@ def test_config_from_node_env_and_main_once(tmp_path, monkeypatch):
                    "GPUINFRA_IDLE_TIMEOUT_MINUTES=45\nGPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\nGPUINFRA_SCRATCH=/scratch\n")
     config = AgentConfig.from_env_file(env)
     assert config.idle_timeout_seconds == 2700 and config.checkpoint_dir == Path("/scratch/checkpoints")
-    assert config.expires_at == datetime(2026, 11, 25, 1, 0, tzinfo=timezone.utc)
+    assert config.expires_at == datetime(2026, 11, 25, 1, 0, tzinfo=UTC)
     env.write_text("GPUINFRA_CLOUD=aws\n")
     with pytest.raises(ValueError, match="missing GPUINFRA_STACK"):
         AgentConfig.from_env_file(env)
@@ -520,7 +520,7 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
 
 def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     """While the gate waits for the image build, the peers and the all-reduce, idle GPUs are not
-    idleness (review of issue 13: a 30-min idle timeout would end nodes before any job could
+    idleness (a 30-min idle timeout would end nodes before any job could
     start); the TTL still applies."""
     clock, ended = Clock(), []
     state = tmp_path / "run"

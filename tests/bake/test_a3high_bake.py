@@ -1,6 +1,6 @@
 """A3 High (GPUDirect-TCPX) through a bake: the kernel TCPX needs is in no public image, so the
 bake starts from the user's own image, and a cluster from that bake gets GPUDirect even under a
-profile that requires it (rule fabric-installable-at-boot; issue 14)."""
+profile that requires it (rule fabric-installable-at-boot)."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ speaking their documented REST API through google-auth's AuthorizedSession, what
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 
 import boto3
@@ -52,10 +53,8 @@ def ecr(moto_url, monkeypatch):
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
     client = boto3.client("ecr", region_name="us-east-1", endpoint_url=moto_url)
-    try:  # the moto server lives for the session: start from no repository
-        client.delete_repository(repositoryName="gpuinfra/bake-p5", force=True)
-    except client.exceptions.RepositoryNotFoundException:
-        pass
+    with contextlib.suppress(client.exceptions.RepositoryNotFoundException):  # the moto server lives for the session
+        client.delete_repository(repositoryName="gpuinfra/bake-p5", force=True)  # start from no repository
     return client
 
 
@@ -218,9 +217,9 @@ def test_gcp_record_refuses_what_is_not_this_bakes_finished_image(a3mega_bake, t
     before = (tmp_path / "stacks" / "Pulumi.bake-a3-megagpu-8g.yaml").read_text()
     answer = {"name": "gpuinfra-bake-a3-megagpu-8g-1", "status": "READY", "labels": _image_labels(a3mega_bake)}
     response = change if isinstance(change, tuple) else {**answer, **change}  # (status, JSON body) or an Image
-    with ReplayServer([("GET", FAMILY_PATH, None, response)]) as server:
-        with pytest.raises(error, match=message.replace("(", r"\(")):
-            record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
+    with ReplayServer([("GET", FAMILY_PATH, None, response)]) as server, \
+            pytest.raises(error, match=message.replace("(", r"\(")):
+        record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
     assert (tmp_path / "stacks" / "Pulumi.bake-a3-megagpu-8g.yaml").read_text() == before
 
 
@@ -275,9 +274,8 @@ def test_gcp_up_whose_publish_fails_says_the_trigger_is_there_and_how_to_start(a
     write_bake_stack(a3mega_bake, tmp_path)
     missing = (404, {"error": {"code": 404, "message": "Resource not found (resource=gpuinfra-bake-a3-megagpu-8g-run).",
                                "status": "NOT_FOUND"}})
-    with ReplayServer([("POST", TOPIC_PATH, None, missing)]) as server:
-        with pytest.raises(OperationError) as raised:
-            deploy_bake(Backend(GCP_OUTPUTS), tmp_path, a3mega_bake, lambda event: None, gcp=_apis(server))
+    with ReplayServer([("POST", TOPIC_PATH, None, missing)]) as server, pytest.raises(OperationError) as raised:
+        deploy_bake(Backend(GCP_OUTPUTS), tmp_path, a3mega_bake, lambda event: None, gcp=_apis(server))
     assert str(raised.value) == (
         f"bake 'bake-a3-megagpu-8g' is deployed, but starting its build failed: publishing to projects/{PROJECT}/topics/"
         "gpuinfra-bake-a3-megagpu-8g-run failed (404 NOT_FOUND: Resource not found "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 import yaml
@@ -16,7 +16,7 @@ from gpuinfra.preview import run_preview
 from gpuinfra.profiles import get_profile
 from gpuinfra.stackfile import provider_config
 
-NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 
 
 def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune", cloud: str = "aws", **overrides):

@@ -103,7 +103,7 @@ def test_launch_template_imdsv2_root_disk_shutdown_and_tags():
     assert lt["instanceInitiatedShutdownBehavior"] == "terminate"
     assert lt["imageId"] == "ami-0000000000preview"
     assert {t["resourceType"] for t in lt["tagSpecifications"]} == {"instance", "volume", "network-interface"}
-    assert all(GPUINFRA_TAGS <= set(t["tags"]) for t in lt["tagSpecifications"])
+    assert all(set(t["tags"]) >= GPUINFRA_TAGS for t in lt["tagSpecifications"])
     assert "instanceMarketOptions" not in lt  # the fleet chooses the market
 
 
@@ -161,7 +161,7 @@ def test_spot_and_on_demand_fleets():
     on_demand = _one(preview(make_spec("p4d.24xlarge", nodes=4)), FLEET)
     assert on_demand["targetCapacitySpecification"]["defaultTargetCapacityType"] == "on-demand"
     # the provider's spelling (pulumi_aws FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`,
-    # `prioritized`"); the EC2 API's "lowest-price" fails provider validation (review A1)
+    # `prioritized`"); the EC2 API's "lowest-price" fails provider validation
     assert on_demand["onDemandOptions"] == {"allocationStrategy": "lowestPrice", "minTargetCapacity": 4,
                                             "singleAvailabilityZone": True, "singleInstanceType": True}
 
@@ -262,7 +262,7 @@ class _AmiMocks(PreviewMocks):
 
 
 def test_root_volume_uses_the_amis_own_root_device():
-    # review A10: an ami_id override whose root is /dev/xvda must not get a /dev/sda1 mapping
+    # an ami_id override whose root is /dev/xvda must not get a /dev/sda1 mapping
     spec = make_spec("p4d.24xlarge", nodes=2, ami_id="ami-0123456789abcdef0")
     mocks = _AmiMocks(spec)
     lt = _one(preview(spec, mocks), LT)
@@ -294,10 +294,10 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     text = gzip.decompress(base64.b64decode(_one(result, LT)["userData"])).decode()
     assert text.startswith("#cloud-config\n") and len(base64.b64decode(_one(result, LT)["userData"])) < 16 * 1024
     assert "/dev/disk/by-id/\" -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
-    assert "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text  # review A5
+    assert "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text  # scratch after udev, reboot-safe
     assert "Before=docker.service containerd.service" in text
     assert 'bind_existing "/opt/dlami/nvme"' in text  # reuse the DLAMI's own instance-store mount
-    assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (cluster-facts.md 3.6)
+    assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (docs/sources/cluster-facts.md 3.6)
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
     # an EFA node builds its training image from the profile's image (node bundle): no plain pre-pull
     assert "docker pull" not in text and "gpuinfra-run" not in text.split("write_files:", 1)[1].split("runcmd:")[0]
@@ -335,7 +335,7 @@ class _Peers(PreviewMocks):
 
 
 def test_rendezvous_endpoint_is_the_numerically_lowest_ip():
-    # review A7: the nodes sort IPs numerically (sort -t . -k1,1n ...), so must the output
+    # the nodes sort IPs numerically (sort -t . -k1,1n ...), so must the output
     spec = make_spec("p4d.24xlarge", nodes=3)
     result = preview(spec, _Peers(spec))
     assert result.outputs["private_ips"] == ["10.0.0.20", "10.0.0.100", "10.0.1.5"]

@@ -1,5 +1,5 @@
 """``gpuinfra-cluster-env`` (AWS) run for real with stand-ins for curl, aws and the health gate's
-``peers`` command: ranks go only to the nodes that passed the health gate (issue 13 item 3)."""
+``peers`` command: ranks go only to the nodes that passed the health gate."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GCP fabric host install (issue 13 item 1, :mod:`blueprints.common.fabric_host`): per family
+"""GCP fabric host install (:mod:`blueprints.common.fabric_host`): per family
 the exact units, images, paths and devices, shellcheck of every rendered script, and each script
 run for real (bash) on a fake node (GPUINFRA_HOST_SYSROOT) with stand-ins for docker, apt-get,
 dkms, modprobe, udevadm, systemctl ... that record their arguments: the exact commands of a
@@ -28,8 +28,8 @@ TCPX_INSTALLER = f"{AR}/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19
 TCPX_RXDM = f"{AR}/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
 TCPXO_INSTALLER = f"{AR}/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17"
 TCPXO_RXDM = f"{AR}/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23"
-TCPX_NICS = "enp6s0 enp12s0 enp134s0 enp140s0".split()
-TCPXO_NICS = "enp6s0 enp7s0 enp13s0 enp14s0 enp134s0 enp135s0 enp141s0 enp142s0".split()
+TCPX_NICS = ["enp6s0", "enp12s0", "enp134s0", "enp140s0"]
+TCPXO_NICS = ["enp6s0", "enp7s0", "enp13s0", "enp14s0", "enp134s0", "enp135s0", "enp141s0", "enp142s0"]
 UNIT_PATH = f"/etc/systemd/system/{RXDM_UNIT}"
 APERTURE_RULE = "/etc/udev/rules.d/00-gpuinfra-tcpxo-aperture.rules"
 KERNEL = "6.8.0-1015-gcp"

@@ -152,7 +152,7 @@ def test_bucket_and_service_account_scope():
     assert {m.inputs["member"] for m in members} == {"serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"}
     assert template(result)["serviceAccount"]["email"] == "gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
     # a custom role with four permissions instead of project-wide compute.viewer and
-    # instanceAdmin.v1 (review G9), bound to this stack's MIG and its VMs only
+    # instanceAdmin.v1 (each would let a node read or change its peers), bound to this stack's MIG and its VMs only
     (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
     assert sorted(role.inputs["permissions"]) == ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
                                                   "compute.instances.delete", "compute.instances.get"]
@@ -182,7 +182,7 @@ def test_private_google_access_nat_and_iap_ssh_by_default():
     assert system_subnet.inputs["privateIpGoogleAccess"] is True
     assert len(result.of_type("gcp:compute/routerNat:RouterNat")) == 1
     # no public IP, so IAP TCP forwarding (35.235.240.0/20, cloud.google.com/iap/docs/using-tcp-forwarding)
-    # is the way in, on by default (review G8)
+    # is the way in, on by default (no public IP)
     iap = [f.inputs for f in result.of_type(FIREWALL) if f.inputs["sourceRanges"] == ["35.235.240.0/20"]]
     assert iap and iap[0]["allows"] == [{"ports": ["22"], "protocol": "tcp"}]
     assert "--tunnel-through-iap" in result.outputs["ssh_command"]

@@ -1,8 +1,7 @@
 """``gpuinfra-run`` as installed by the boot scripts, run for real (bash) against a fake node
 (GPUINFRA_RUN_SYSROOT: /etc/gpuinfra, /dev, /sys/class/net, plugin folders) with stand-ins for
 docker and systemctl: the exact devices, mounts, environment and torchrun line per node family,
-the prerequisite checks, shellcheck, cloud-init schema and the AWS user-data size (issue 13 item 2;
-review A2, A7, G1)."""
+the prerequisite checks, shellcheck, cloud-init schema and the AWS user-data size."""
 
 from __future__ import annotations
 

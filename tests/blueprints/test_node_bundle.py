@@ -1,6 +1,6 @@
 """The node bundle (blueprints/common/node_bundle.py): what each family's nodes install from the
 stack bucket, the object Pulumi creates before the nodes, the fetch script run for real, and the
-EFA training image recipe (issue 13 items 1-3)."""
+EFA training image recipe."""
 
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
         spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
         text = fabric_host_unit(gcp_host_stack("tcpxo", spec.facts, nccl_env("tcpxo")))
         assert "rc=$$?" in text and "exit \"$$rc\"" in text
-    line = next(l for l in text.splitlines() if l.startswith("ExecStart="))
+    line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
     assert argv[:2] == ["/bin/sh", "-c"] and (len(argv) == 3 or argv[3] == "sh")
     path = tmp_path / "body.sh"

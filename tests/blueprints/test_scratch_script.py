@@ -1,7 +1,6 @@
 """The scratch script run for real (bash) against a fake /dev, /sys and /proc and recording
 stand-ins for mdadm, blkid, mkfs.ext4, mount and mountpoint: fresh boot, reboot with the array
-already assembled by udev, duplicate by-id links, disks in use, no mdadm, no local NVMe (review
-A5, G6)."""
+already assembled by udev, duplicate by-id links, disks in use, no mdadm, no local NVMe."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The shipped catalog is exactly what the build makes from the snapshot, and the build handles
-the snapshot's known defects on purpose (review 2026-11, P1/P4)."""
+the snapshot's known defects on purpose (data/snapshot/README.md)."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def test_every_gcp_on_demand_row_cites_its_source_and_date():
 def test_gcp_on_demand_is_the_billed_machine_price_not_a_dws_sku():
     # a2-highgpu-4g us-central1: 4 x 3.673385 (A2 on-demand, cloud.google.com/compute/vm-instance-pricing)
     assert _gcp("a2-highgpu-4g", "us-central1-a").on_demand_price_per_hour_usd == Decimal("14.69354")
-    # europe-west4: the review's real on-demand ($3.747972 per a2-highgpu-1g); the snapshot's
+    # europe-west4: the real on-demand ($3.747972 per a2-highgpu-1g); the snapshot's
     # DWS GPU row (1.61365 per GPU-hour) made it $9.71 for 4 GPUs
     assert _gcp("a2-highgpu-1g", "europe-west4-a").on_demand_price_per_hour_usd == Decimal("3.74797")
     assert _gcp("a2-highgpu-4g", "europe-west4-a").on_demand_price_per_hour_usd == Decimal("14.99189")

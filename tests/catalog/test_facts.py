@@ -1,4 +1,4 @@
-"""Instance facts follow cluster-facts.md section 4 and agree with EC2 DescribeInstanceTypes."""
+"""Instance facts follow docs/sources/cluster-facts.md section 4 and agree with EC2 DescribeInstanceTypes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The catalog gates refuse the defects of review 2026-11 (P1 DWS-as-on-demand, P4 spot above
+"""The catalog gates refuse the snapshot's known defects (DWS-as-on-demand, spot above
 on-demand, zero prices), and a catalog that fails them is never written."""
 
 from __future__ import annotations

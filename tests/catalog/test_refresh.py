@@ -4,7 +4,7 @@ GCP APIs against fixture responses served on 127.0.0.1, all through the real cli
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from decimal import Decimal
 from pathlib import Path
 
@@ -18,7 +18,7 @@ from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def _fixture(name):
@@ -203,9 +203,9 @@ def test_refresh_that_fails_a_gate_writes_nothing(tmp_path):
             sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {
                 "currencyCode": "USD", "units": "1", "nanos": 349700000}
     routes = _gcp_routes(skus)
-    with ReplayServer(routes) as server:
-        with pytest.raises(CatalogError, match="gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 us-central1-a"):
-            refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
+    with ReplayServer(routes) as server, \
+            pytest.raises(CatalogError, match="gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 us-central1-a"):
+        refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
     assert list(tmp_path.iterdir()) == []
 
 

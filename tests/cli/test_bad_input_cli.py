@@ -1,5 +1,5 @@
 """Bad input gives one `error:` line naming what was wrong and what is allowed, the documented exit
-code (never 1), and writes nothing (issue 12, item 4)."""
+code (never 1), and writes nothing."""
 
 from __future__ import annotations
 

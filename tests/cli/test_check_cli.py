@@ -5,7 +5,7 @@ credentials, exit 2 for contradicting input."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import boto3
 import pytest
@@ -18,7 +18,7 @@ from tests.conftest import without_aws_credentials
 from tests.health.conftest import fixture_text, spec_for
 from tests.health.test_gate import _p4d_outputs
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 SINCE = "2026-11-30T11:00:00Z"
 #: Without a stack file: the cloud from the scheme, the node count and the deployment time given.
 FLAGS = ("--nodes", "2", "--since", SINCE)

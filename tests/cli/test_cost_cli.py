@@ -112,7 +112,7 @@ def test_price_not_found_is_counted_not_zero(run_cli, tmp_path):
     assert len(cost["price_not_found"]) == 1 and "Capacity Block" in cost["price_not_found"][0]
     result = run_cli("cost", stack, "--project-dir", str(tmp_path))
     assert "1 line(s) with no price (not counted in the total)" in result.stdout and "not found" in result.stdout
-    # money fails closed: no total passes for one, and no budget passes it (review P3)
+    # money fails closed: no total passes for one, and no budget passes it
     assert result.exit_code == 4
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: price-known: no price for cb-fleet")
     budget = run_cli("cost", stack, "--budget", "100000", "--project-dir", str(tmp_path))

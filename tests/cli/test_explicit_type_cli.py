@@ -1,5 +1,5 @@
 """`new --instance-type`: the user's type wins over the profile's settings, one warning per
-missed setting; `--strict` refuses it instead (issue 12, item 5)."""
+missed setting; `--strict` refuses it instead."""
 
 from __future__ import annotations
 

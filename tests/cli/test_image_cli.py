@@ -1,4 +1,4 @@
-"""``gpuinfra image bake|record`` and ``gpuinfra new --image baked:<name>`` (issue 14)."""
+"""``gpuinfra image bake|record`` and ``gpuinfra new --image baked:<name>``."""
 
 from __future__ import annotations
 

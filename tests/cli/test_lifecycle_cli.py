@@ -3,8 +3,9 @@ buckets checked against moto S3 on 127.0.0.1."""
 
 from __future__ import annotations
 
+import contextlib
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 from pathlib import Path
 
@@ -30,7 +31,7 @@ class FakeBackend:
 
     def list_stacks(self, project_dir):
         self.calls.append(("list_stacks", Path(project_dir).name))
-        return [StackStatus(n, False, datetime.now(timezone.utc) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
+        return [StackStatus(n, False, datetime.now(UTC) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
 
     def up(self, project_dir, stack, on_event):
         self.calls.append(("up", stack))
@@ -286,10 +287,8 @@ def bake_project(run_cli, project, moto_url, monkeypatch):
     assert run_cli("image", "bake", "--cloud", "aws", "--family", "p5", "--base-image", BASE_AMI, "--container-base", NGC,
                    "--project-dir", str(project)).exit_code == 0
     ecr = boto3.client("ecr", region_name="us-east-1", endpoint_url=moto_url)
-    try:
+    with contextlib.suppress(ecr.exceptions.RepositoryNotFoundException):
         ecr.delete_repository(repositoryName="gpuinfra/bake-p5", force=True)
-    except ecr.exceptions.RepositoryNotFoundException:
-        pass
     uri = ecr.create_repository(repositoryName="gpuinfra/bake-p5")["repository"]["repositoryUri"]
     manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
                 "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 10,

@@ -26,7 +26,7 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     cluster = doc["config"]["gpuinfra:cluster"]
     assert (cluster["cloud"], cluster["instance_type"], cluster["gpu"], cluster["gpu_count"], cluster["nodes"]) == (
         "gcp", "a2-highgpu-4g", "A100", 4, 1)
-    # the cheapest real on-demand 4xA100 (review P1: not europe-west4 at a DWS price)
+    # the cheapest real on-demand 4xA100 (not europe-west4 at a DWS flex-start price posing as on-demand)
     assert doc["config"]["gcp:zone"] == cluster["zone"] == "us-central1-a"
     assert cluster["profile"]["name"] == "llm-finetune" and cluster["profile"]["ttl_hours"] == 72
     assert cluster["price"] == {"on_demand_price_per_hour_usd": "14.69354", "spot_price_per_hour_usd": "7.2154",

@@ -1,11 +1,11 @@
 """`ls` and `reap` show stack files they cannot read instead of hiding them; `reap` goes on after a
-failed destroy and reports every result (issue 12, item 4.11). The Automation API is replaced at
+failed destroy and reports every result. The Automation API is replaced at
 its boundary (:class:`gpuinfra.lifecycle.Backend`) by a recording fake."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ class FailingBackend:
         self.calls = []
 
     def list_stacks(self, project_dir):
-        return [StackStatus(n, False, datetime.now(timezone.utc) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
+        return [StackStatus(n, False, datetime.now(UTC) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
 
     def destroy(self, project_dir, stack, on_event):
         self.calls.append(("destroy", stack))

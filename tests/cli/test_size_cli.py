@@ -81,7 +81,7 @@ def test_new_with_model_and_method(run_cli, tmp_path):
 
 
 def test_issue_cases_on_one_h100(run_cli):
-    # the two cases of issue 15; the measured comparison is tests/sizing/test_fixtures.py (needs the
+    # the two reference cases; the measured comparison is tests/sizing/test_fixtures.py (needs the
     # harness's H100 fixture). Here: the breakdown holds what the model must count.
     lora = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--seq", "2048", "--batch", "2",
                  "--recompute", "full", "--gpus", "1xH100")

@@ -6,7 +6,7 @@ times; one line and exit 6 without credentials, exit 2 for a stack that is not d
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 
 import boto3
@@ -72,7 +72,7 @@ def _put(moto_url, namespace: str, instance: str, index: str, start: datetime, v
 def test_aws_status_reads_moto_and_computes_exact_figures(run_cli, aws_env, aws_project, monkeypatch):
     stack = "watch"
     (i1, launched), (i2, _) = _launch(aws_env, stack, 2)
-    now = launched.astimezone(timezone.utc).replace(microsecond=0) + timedelta(minutes=90)
+    now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=90)
     start = now.replace(second=0) - timedelta(minutes=59)
     namespace = f"gpuinfra/{stack}"
     # i1 GPU 0: 60 minutes at 90 % -> mean 90; GPU 1: 30 min at 0 then 30 min at 80 -> mean 40
@@ -108,7 +108,7 @@ def test_aws_idle_cluster_and_table_and_html(run_cli, aws_env, aws_project, monk
     stack = "watch"
     (i1, launched), (i2, _) = _launch(aws_env, stack, 2)
     namespace = "gpuinfra/idle-test"
-    now = launched.astimezone(timezone.utc).replace(microsecond=0) + timedelta(minutes=70)
+    now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=70)
     start = now.replace(second=0) - timedelta(minutes=59)
     _put(aws_env, namespace, i1, "0", start, [60.0] * 40 + [2.0] * 20, 100.0)
     _put(aws_env, namespace, i2, "0", start, [70.0] * 45 + [0.0] * 15, 100.0)
@@ -173,7 +173,7 @@ def test_gcp_status_through_the_real_clients(run_cli, tmp_path, monkeypatch):
     assert run_cli("new", "--instance-type", "a3-megagpu-8g", "--nodes", "1", "--name", "gwatch", "--gcp-project",
                    "proj-1", "--project-dir", str(tmp_path)).exit_code == 0
     spec = read_stack_spec(tmp_path, "gwatch")
-    now = datetime(2026, 11, 30, 12, 0, 30, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
     start = now.replace(second=0) - timedelta(minutes=59)
     launched = now - timedelta(hours=2, minutes=15)
     instances = {"items": [{"id": "111", "name": "gwatch-abcd", "status": "RUNNING",
@@ -228,7 +228,7 @@ def test_watch_keeps_the_last_view_on_a_failed_refresh_and_ctrl_c_exits_0(run_cl
 
     stack = "watch"
     (i1, launched), _ = _launch(aws_env, stack, 2)
-    now = launched.astimezone(timezone.utc).replace(microsecond=0) + timedelta(minutes=30)
+    now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=30)
     _put(aws_env, f"gpuinfra/{stack}", i1, "0", now.replace(second=0) - timedelta(minutes=9), [77.0] * 10, 100.0)
     monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({"monitoring_namespace": f"gpuinfra/{stack}"}))
     monkeypatch.setattr(sources, "utc_now", lambda: now)
@@ -324,7 +324,7 @@ def test_gcp_server_error_is_exit_7_and_forbidden_exit_6(run_cli, tmp_path, monk
             clients = (compute_v1.InstancesClient(credentials=AnonymousCredentials(),
                                                   client_options={"api_endpoint": server.url}),
                        AuthorizedSession(AnonymousCredentials()), server.url)
-            monkeypatch.setattr(sources, "make_gcp_clients", lambda: clients)
+            monkeypatch.setattr(sources, "make_gcp_clients", lambda clients=clients: clients)
             result = run_cli("status", "gwatch", "--project-dir", str(tmp_path))
         assert (result.exit_code, result.stdout) == (exit_code, ""), result.stderr
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,7 +15,7 @@ from gpuinfra.errors import BudgetExceededError, PriceMissingError, ProfileError
 from gpuinfra.newstack import NewStackRequest, create_stack
 from gpuinfra.planner import PlanRequest
 
-NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 

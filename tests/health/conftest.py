@@ -3,14 +3,14 @@ and stack specs built the way `gpuinfra new` builds them."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from functools import lru_cache
 from pathlib import Path
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "health"
-CREATED = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+CREATED = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 
 
 def fixture_text(name: str) -> str:

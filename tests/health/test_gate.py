@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -17,7 +17,7 @@ from gpuinfra.health.report import evaluate, expectations_for
 from tests.health.conftest import fixture_text as t
 from tests.health.conftest import spec_for
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 #: A complete 2 x 8 GPU EFA run: the p5 AWS Batch output with its 16-rank list (derived fixture).
 RUN_2X8 = "all_reduce_p5_2node_batch_ranks_derived.txt"
 

@@ -1,12 +1,12 @@
 """The health gate as a node runs it (gpuinfra/health/node.py) and the all-reduce table it reads
 (gpuinfra/health/allreduce.py): local checks from recorded outputs, the upload, exclusion and
 end of a failing node, which peers take a rank, and the cluster stage over a table in the
-nccl-tests layout (issue 13 item 3)."""
+nccl-tests layout."""
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import pytest
@@ -169,7 +169,7 @@ def test_peers_wait_for_every_result_then_leave_out_the_silent_node(tmp_path):
 
 
 def test_results_from_before_this_deployment_do_not_count():
-    booted = datetime(2026, 11, 23, 12, 0, tzinfo=timezone.utc)
+    booted = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
     docs = {"a": _doc("i-old", "10.0.0.7", checked_at="2026-11-20T09:00:00+00:00"),
             "b": _doc("i-0b", "10.0.0.20", checked_at="2026-11-23T11:58:00+00:00"),
             "c": b"not json"}
@@ -286,7 +286,7 @@ def test_after_a_reboot_the_kept_all_reduce_counts_with_fresh_local_checks(tmp_p
     assert node.rejoin(node.local()) is None  # first boot: nothing kept, the cluster stage runs
     first = node.cluster()
     assert first.passed and not node.kept_result.exists()  # kept only once the verdict is collective
-    node.await_peers(first, ["10.0.0.7"], datetime.now(timezone.utc) - timedelta(minutes=1), wait_seconds=0)
+    node.await_peers(first, ["10.0.0.7"], datetime.now(UTC) - timedelta(minutes=1), wait_seconds=0)
     assert node.kept_result.exists()
     # the reboot: /run is empty again, the peers do not run the all-reduce again
     rebooted, _ = make_node(tmp_path, p4d_runner(all_reduce="should not run"))
@@ -308,7 +308,7 @@ def test_a_peer_that_failed_the_cluster_stage_fails_this_node_too(tmp_path):
     bucket = MemoryBucket()
     node, _ = make_node(tmp_path, p4d_runner(all_reduce=NCCL_EFA + _table(baseline.busbw_gbps)), bucket=bucket)
     node.local()
-    since = datetime.now(timezone.utc) - timedelta(minutes=1)
+    since = datetime.now(UTC) - timedelta(minutes=1)
     mine = node.cluster()
     peer, _ = make_node(tmp_path / "peer", p4d_runner(all_reduce="x NCCL INFO Using network Socket\n" + _table(80)),
                         bucket=bucket, node="i-0b", address="10.0.0.20")

@@ -12,7 +12,7 @@ import io
 import json
 import shutil
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
 import boto3
@@ -42,7 +42,7 @@ A, B, C = "10.0.0.7", "10.0.0.9", "10.0.0.20"
 LISTED = [A, B, C]  # numeric order, as gpuinfra-cluster-env lists them
 NODES = {A: "i-0a", B: "i-0b", C: "i-0c"}
 #: this deployment's results_not_before (the stack file's created_at); results are checked now
-DEPLOYED = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
+DEPLOYED = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 PREFIX = "health/train/"
 # what AWS CLI 1.45 prints for S3 errors (exit 255; AWS CLI v2 exits 254), seen against moto
 AWS_412 = ("\nAn error occurred (PreconditionFailed) when calling the PutObject operation: At least one of the "

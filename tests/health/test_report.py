@@ -4,7 +4,7 @@ verdict (missing and stale results) and locate_results (where to read, what coun
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import boto3
 import pytest
@@ -18,7 +18,7 @@ from tests.health.conftest import fixture_text as t
 from tests.health.conftest import plan_for, spec_for
 from tests.health.test_gate import _p4d_outputs
 
-NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 DEPLOYED = NOW - timedelta(minutes=30)
 
 
@@ -204,7 +204,7 @@ def test_location_from_the_stack_file_and_pulumi(project, monkeypatch):
     assert backend.calls == [("outputs", "train"), ("list_stacks",)]
     # --since wins over the Pulumi update time; --bucket over the output
     loc = locate_results("train", path, bucket="b-2", since="2026-11-29T08:00:00")
-    assert (loc.bucket, loc.since, loc.since_source) == ("b-2", datetime(2026, 11, 29, 8, tzinfo=timezone.utc),
+    assert (loc.bucket, loc.since, loc.since_source) == ("b-2", datetime(2026, 11, 29, 8, tzinfo=UTC),
                                                          "--since")
 
 

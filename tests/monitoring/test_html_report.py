@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pytest
 
@@ -15,7 +15,7 @@ from gpuinfra.monitoring.html import COST_DIV, UTILIZATION_DIV, write_report
 from gpuinfra.monitoring.status import GpuSeries, Node, build_status
 from tests.blueprints.helpers import need_tool, make_spec
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def chromium() -> str:

@@ -113,7 +113,7 @@ def test_alarm_email_adds_a_subscription_and_monitoring_off_removes_everything()
 def test_p5_cost_preview_prices_metrics_dashboard_and_alarm(p5):
     spec, result = p5
     est = estimate(result.resources, load_catalog(), spec.region, NO_USAGE, Decimal(24))
-    lines = {l.component: l for l in est.lines if l.resource.startswith("t-2-") and "CloudWatch" in l.component}
+    lines = {x.component: x for x in est.lines if x.resource.startswith("t-2-") and "CloudWatch" in x.component}
     # 2 nodes x (4 GPU metrics x 8 GPUs + 3 host metrics) + 7 cluster roll-ups = 77 metrics at $0.30 a month
     metrics = lines["CloudWatch custom metrics (77: 4 per GPU, 3 per node, cluster roll-ups)"]
     assert metrics.unit_price_usd == Decimal("0.30") and monthly(metrics) == Decimal("23.10")
@@ -147,7 +147,7 @@ def test_a3_mega_ops_agent_dashboard_alert_and_role(a3):
 def test_a3_mega_cost_preview_prices_ingestion_and_alerting(a3):
     spec, result = a3
     est = estimate(result.resources, load_catalog(), spec.region, NO_USAGE, Decimal(24))
-    lines = {l.component: l for l in est.lines}
+    lines = {x.component: x for x in est.lines}
     # 2 VMs x (8 GPUs x (1 utilization + 2 memory states) + 8 CPU states + 5 memory states) = 74 series,
     # 60 points an hour x 8 bytes = 35,520 B = 0.033874... MiB an hour at $0.2580 per MiB
     ingest = lines["Ops Agent metrics ingested (74 series x 60 points/h x 8 B)"]
@@ -187,13 +187,13 @@ def test_unknown_instance_type_prices_no_metrics_never_zero():
     facts = ClusterFacts(cloud="aws", region="us-east-1", instance_type="p9.nonexistent", nodes=2)
     lines = monitoring_lines("t-param", "aws:ssm/parameter:Parameter", facts, load_catalog(),
                              {"name": "/gpuinfra/t/cloudwatch-agent"})
-    assert [(l.component, l.unit_price_usd, l.hourly_usd) for l in lines] == [
+    assert [(x.component, x.unit_price_usd, x.hourly_usd) for x in lines] == [
         ("CloudWatch custom metrics", None, None)]
     assert "GPUs per node of p9.nonexistent unknown" in lines[0].source
     gcp_facts = ClusterFacts(cloud="gcp", region="us-central1", instance_type="a9-nonexistent", nodes=1)
     gcp = monitoring_lines("t-writer", "gcp:projects/iAMMember:IAMMember", gcp_facts, load_catalog(),
                            {"role": "roles/monitoring.metricWriter"})
-    assert [l.unit_price_usd for l in gcp] == [None]
+    assert [x.unit_price_usd for x in gcp] == [None]
 
 
 def test_stack_label_for_status_matches_the_blueprints_labels():

@@ -3,7 +3,7 @@ far from the recorded per-node price and launch times, and the sparkline."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 
 from gpuinfra.monitoring.render import sparkline, summary_lines
@@ -11,7 +11,7 @@ from gpuinfra.monitoring.sources import aws_node, gcp_node
 from gpuinfra.monitoring.status import GpuSeries, Node, build_status, idle_since
 from tests.blueprints.helpers import make_spec
 
-NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
 def minutes(values, end=NOW):
@@ -70,11 +70,11 @@ def test_spending_that_cannot_be_counted_makes_the_total_unknown_with_a_lower_bo
 
 
 def test_aws_end_time_and_restart_from_describe_instances():
-    launched = datetime(2026, 11, 22, 9, 0, tzinfo=timezone.utc)
+    launched = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
     eni = [{"Attachment": {"DeviceIndex": 0, "AttachTime": launched}}]
     node = aws_node({"InstanceId": "i-1", "State": {"Name": "stopped"}, "LaunchTime": launched,
                      "StateTransitionReason": "User initiated (2026-11-22 10:45:12 GMT)", "NetworkInterfaces": eni})
-    assert (node.ended_at, node.earlier_runs) == (datetime(2026, 11, 22, 10, 45, 12, tzinfo=timezone.utc), False)
+    assert (node.ended_at, node.earlier_runs) == (datetime(2026, 11, 22, 10, 45, 12, tzinfo=UTC), False)
     again = aws_node({"InstanceId": "i-1", "State": {"Name": "running"}, "LaunchTime": launched + timedelta(hours=3),
                       "StateTransitionReason": "", "NetworkInterfaces": eni})
     assert (again.ended_at, again.earlier_runs) == (None, True)  # the primary ENI keeps the first launch
@@ -86,7 +86,7 @@ def test_aws_end_time_and_restart_from_describe_instances():
 def test_gcp_last_stop_and_restart_from_instances_list():
     from google.cloud import compute_v1
 
-    created = datetime(2026, 11, 22, 8, 0, tzinfo=timezone.utc)
+    created = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
 
     def vm(status, start, stop=None):
         return gcp_node(compute_v1.Instance(name="vm", status=status, creation_timestamp=created.isoformat(),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import GpuinfraError
@@ -17,7 +17,7 @@ from gpuinfra.rules import RULES, check_facts_current, check_offered_in_zone, ch
 from gpuinfra.stackfile import provider_config
 from tests.conftest import SUMMARY_LINES
 
-NOW = datetime(2026, 11, 22, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 NODES = (1, 2, 64)
 _RULE_NAMED = re.compile(r"\b(" + "|".join(re.escape(r) for r in sorted(RULES, key=len, reverse=True)) + r")\b")
 

@@ -90,7 +90,7 @@ def test_unknown_values_are_really_unknown_to_the_rules(p5_records, gcp_records)
 def test_rule_policy_reports_the_same_violation_as_preview(p5_records):
     broken = copy.deepcopy(p5_records)
     fleet = next(r for r in broken if r.type == "aws:ec2/fleet:Fleet")
-    fleet.inputs["onDemandOptions"]["allocationStrategy"] = "lowest-price"  # review A1
+    fleet.inputs["onDemandOptions"]["allocationStrategy"] = "lowest-price"  # the EC2 API spelling the provider rejects
     sg_egress = next(r for r in broken if r.name.endswith("sg-self-egress"))
     broken.remove(sg_egress)
     found = _run("gpuinfra-cloud-rules", _as_policy_resources(broken, unknown_ids=True))

@@ -1,4 +1,4 @@
-"""Sizing formulas against the published worked examples (sizing-formulas.md)."""
+"""Sizing formulas against the published worked examples (docs/sources/sizing-formulas.md)."""
 
 from __future__ import annotations
 

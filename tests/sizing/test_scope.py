@@ -15,7 +15,7 @@ SkyPilot v8 GCP catalog).
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 
 import pytest
 
@@ -28,7 +28,7 @@ from gpuinfra.sizing.recommend import candidates, nothing_fits, sizing_request
 from gpuinfra.sizing.report import size_document
 from gpuinfra.sizing.supply import fast_types
 
-NOW = datetime(2026, 11, 23, 1, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 1, 0, tzinfo=UTC)
 NOT_ON_DEMAND = {"a3-highgpu-1g", "a3-highgpu-2g", "a3-highgpu-4g", "a3-ultragpu-8g", "a4-highgpu-8g"}
 
 
