@@ -76,7 +76,8 @@ def efa_interface_violations(resource: str, fact: InstanceFacts, nics: Sequence[
     efa = [n for n in nics if n.kind in EFA_KINDS]
     if not efa:
         if len(nics) != 1:
-            return [violation("aws-efa-interfaces", resource, f"{len(nics)} plain interfaces; a node without EFA gets one")]
+            return [violation("aws-efa-interfaces", resource,
+                              f"{len(nics)} plain interfaces; a node without EFA gets one")]
         return []
     if fact.max_efa_interfaces == 0:
         return [violation("aws-efa-interfaces", resource, f"{fact.instance_type} has no EFA, but the "
@@ -98,7 +99,8 @@ def public_ip_violations(resource: str, nics: Sequence[Nic]) -> list[Violation]:
     """``aws-no-public-ip-multi-nic``: no auto-assigned public IPv4 with several interfaces."""
     public = [n for n in nics if n.public_ip]
     if len(nics) > 1 and public:
-        return [violation("aws-no-public-ip-multi-nic", resource, f"{len(public)} of {len(nics)} interfaces ask for a public IPv4")]
+        return [violation("aws-no-public-ip-multi-nic", resource,
+                          f"{len(public)} of {len(nics)} interfaces ask for a public IPv4")]
     return []
 
 
@@ -130,8 +132,10 @@ def placement_group_violations(resource: str, fact: InstanceFacts | None, nodes:
     if fact is None:
         return out
     if grouped and not fact.placement.cluster_placement_group:
-        out.append(violation("aws-placement-group", resource, f"{fact.instance_type} does not support cluster placement groups"))
-    if nodes > 1 and fact.placement.cluster_placement_group and not grouped and market != "capacity-block" and not reserved:
+        out.append(violation("aws-placement-group", resource,
+                             f"{fact.instance_type} does not support cluster placement groups"))
+    if (nodes > 1 and fact.placement.cluster_placement_group and not grouped and market != "capacity-block"
+            and not reserved):
         out.append(violation("aws-placement-group", resource, f"{nodes} nodes without a cluster placement group"))
     return out
 
@@ -148,7 +152,8 @@ def market_violations(resource: str, fact: InstanceFacts | None, market: str | N
 def single_subnet_violations(resource: str, subnets: Collection[object]) -> list[Violation]:
     """``single-zone``: every node interface is in one subnet (``subnets``: the distinct ones)."""
     if len(subnets) > 1:
-        return [violation("single-zone", resource, f"interfaces in {len(subnets)} subnets; EFA works within one subnet")]
+        return [violation("single-zone", resource,
+                          f"interfaces in {len(subnets)} subnets; EFA works within one subnet")]
     return []
 
 

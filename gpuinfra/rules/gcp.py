@@ -59,7 +59,8 @@ def local_ssd_violations(resource: str, fact: InstanceFacts, listed: int,
                                  + ("that must be listed" if lf.list_in_template else "that must not be listed")))
     elif listed and listed not in lf.attach_counts:
         allowed_text = ", ".join(map(str, lf.attach_counts)) or "none"
-        out.append(violation("gcp-local-ssd-count", resource, f"{listed} local SSDs; {fact.instance_type} takes {allowed_text}"))
+        out.append(violation("gcp-local-ssd-count", resource,
+                             f"{listed} local SSDs; {fact.instance_type} takes {allowed_text}"))
     bad = set(interfaces) - {lf.interface, None}
     if bad and lf.interface:
         out.append(violation("gcp-local-ssd-count", resource,
@@ -97,7 +98,8 @@ def workload_policy_violations(resource: str, fact: InstanceFacts, nodes: int, l
     """
     out = []
     if linked and not fact.placement.workload_policy:
-        out.append(violation("gcp-placement-supported", resource, f"{fact.instance_type} does not support workload policies"))
+        out.append(violation("gcp-placement-supported", resource,
+                             f"{fact.instance_type} does not support workload policies"))
     if nodes > 1 and fact.placement.workload_policy and not linked and not compact and not reserved:
         out.append(violation("gcp-placement-supported", resource,
                              f"{nodes} {fact.instance_type} VMs without a HIGH_THROUGHPUT workload policy"))
@@ -117,7 +119,8 @@ def compact_missing_violations(resource: str, fact: InstanceFacts, nodes: int, a
     policy has one attached to its template (unless a specific reservation places it)."""
     if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not attached \
             and not reserved:
-        return [violation("gcp-placement-supported", resource, f"{nodes} {fact.instance_type} VMs without a compact placement policy")]
+        return [violation("gcp-placement-supported", resource,
+                          f"{nodes} {fact.instance_type} VMs without a compact placement policy")]
     return []
 
 
@@ -149,7 +152,8 @@ def model_offered_violations(resource: str, fact: InstanceFacts | None, model: s
 def reservation_bound_violations(resource: str, model: str, specific_reservation: bool) -> list[Violation]:
     """``gcp-reservation-bound``: RESERVATION_BOUND VMs name their reservation."""
     if model == "RESERVATION_BOUND" and not specific_reservation:
-        return [violation("gcp-reservation-bound", resource, "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity")]
+        return [violation("gcp-reservation-bound", resource,
+                          "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity")]
     return []
 
 
@@ -159,7 +163,8 @@ def nic_layout_violations(resource: str, fact: InstanceFacts, nic_types: Sequenc
     wanted = [n.nic_type for n in fact.networks for _ in range(n.count)]
     got = list(nic_types)
     if got not in (wanted, wanted[:1]):
-        return [violation("nic-layout-matches-facts", resource, f"NICs {got}; {fact.instance_type} has {wanted} (or the system NIC alone)")]
+        return [violation("nic-layout-matches-facts", resource,
+                          f"NICs {got}; {fact.instance_type} has {wanted} (or the system NIC alone)")]
     return []
 
 
@@ -268,7 +273,8 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     script = template.get("metadata.startup-script") if template else None
     for mig in graph.of_type(MIG):
         size = mig.inputs.get("targetSize")
-        out += bulk_mode_violations(mig.name, model, [p.get("mode") for p in (mig.inputs.get("targetSizePolicies") or [])])
+        modes = [p.get("mode") for p in (mig.inputs.get("targetSizePolicies") or [])]
+        out += bulk_mode_violations(mig.name, model, modes)
         if not (isinstance(size, (int, float)) and size > 1):
             continue
         if model not in BULK_PROVISIONING_MODELS and isinstance(script, str) and script != UNKNOWN \

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -79,10 +79,10 @@ def _run_case(catalog, cloud: str, itype: str, gpus: str | None, profile, spot: 
     except GpuinfraError as exc:
         rule = _RULE_NAMED.search(str(exc))
         failure = "" if rule and len(str(exc).splitlines()) == 1 else f"{case}: refused without naming a rule: {exc}"
-        return Case(**{**case.__dict__, "refused_by": rule.group(1) if rule else "?", "failure": failure})
+        return replace(case, refused_by=rule.group(1) if rule else "?", failure=failure)
     found = check_plan(spec, plan) + check_offered_in_zone(spec, catalog) + check_facts_current(spec, catalog)
     failure = f"{case}: " + "; ".join(v.line() for v in found) if found else ""
-    return Case(**{**case.__dict__, "failure": failure, "spec": spec, "plan": plan})
+    return replace(case, failure=failure, spec=spec, plan=plan)
 
 
 @pytest.fixture(scope="module")
