@@ -5,6 +5,9 @@
 * :mod:`gpuinfra.rules.aws`, :mod:`gpuinfra.rules.gcp` -- checks over a preview's resources.
 * :mod:`gpuinfra.rules.provider_values` -- every documented enum input holds one of the
   provider SDK's valid values (read from the installed pulumi-aws / pulumi-gcp).
+* :mod:`gpuinfra.rules.plan_rules` -- :func:`check_plan`: the same rule predicates over the
+  blueprint planner's typed plan, with no Pulumi (which rules stay preview-only, and why, is
+  listed there).
 
 ``gpuinfra preview`` and ``gpuinfra new`` run :func:`check_preview` and refuse on any
 violation; the CrossGuard policy pack in ``policy/`` runs :func:`check_graph` on
@@ -19,10 +22,11 @@ from typing import Any
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.rules.model import ResourceGraph, Violation
 from gpuinfra.errors import RuleViolationError
+from gpuinfra.rules.plan_rules import check_plan, plan_for
 from gpuinfra.rules.spec_rules import RULES, violation
 
 __all__ = ["RULES", "RuleViolationError", "Violation", "ResourceGraph", "check_graph", "check_preview",
-           "check_offered_in_zone", "check_budget", "verify_stack"]
+           "check_offered_in_zone", "check_budget", "verify_stack", "check_plan", "plan_for"]
 
 
 def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True) -> list[Violation]:

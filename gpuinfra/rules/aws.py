@@ -1,16 +1,21 @@
-"""AWS conformance checks over a preview's resources (rule names and sources in
-:data:`gpuinfra.rules.spec_rules.RULES`).
+"""AWS conformance rules (names and sources in :data:`gpuinfra.rules.spec_rules.RULES`).
 
-Each check takes the :class:`~gpuinfra.rules.model.ResourceGraph` and a mapping from
-instance type to :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, and returns
-:class:`~gpuinfra.rules.model.Violation` objects. Inputs are read in the provider's wire
-format (camelCase), as ``pulumi preview`` and CrossGuard see them.
+Each rule body is a *predicate* over plain values -- the node type's
+:class:`~gpuinfra.catalog.facts_model.InstanceFacts`, the node interfaces as :class:`Nic`, the
+node count, the market -- that returns :class:`~gpuinfra.rules.model.Violation` objects. Two
+readers feed the same predicates:
+
+* the ``check_*`` functions here read a preview's :class:`~gpuinfra.rules.model.ResourceGraph`
+  (inputs in the provider's wire format, camelCase, as ``pulumi preview`` and CrossGuard see
+  them) and take a mapping from instance type to facts;
+* :func:`gpuinfra.rules.plan_rules.check_plan` reads the typed cluster plan, before any resource.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
@@ -27,6 +32,140 @@ PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
 
 
+@dataclass(frozen=True)
+class Nic:
+    """One launch-template network interface, as the rules read it.
+
+    Attributes:
+        card: ``networkCardIndex`` (0-based).
+        device: ``deviceIndex`` on its card (0-based).
+        kind: ``interfaceType``: ``efa`` | ``efa-only`` | ``interface``.
+        public_ip: ``associatePublicIpAddress`` (None: not set).
+    """
+
+    card: int
+    device: int
+    kind: str
+    public_ip: bool | None
+
+    @classmethod
+    def from_input(cls, nic: dict) -> Nic:
+        """From one ``networkInterfaces`` entry of a launch template (camelCase; ``"true"`` /
+        ``"false"`` strings as the provider takes them)."""
+        public = nic.get("associatePublicIpAddress")
+        return cls(int(nic.get("networkCardIndex", 0)), int(nic.get("deviceIndex", 0)),
+                   nic.get("interfaceType", "interface"), None if public is None else str(public).lower() == "true")
+
+
+EFA_KINDS = ("efa", "efa-only")
+
+
+# -- predicates: one body per rule, shared by the preview and the plan path -----------------------
+
+def efa_interface_violations(resource: str, fact: InstanceFacts, nics: Sequence[Nic]) -> list[Violation]:
+    """``aws-efa-interfaces``: one EFA interface per card (``MaximumEfaInterfaces``), cards
+    0..N-1 once each, card 0 / device 0 ``efa``; or a single non-EFA interface.
+
+    Args:
+        resource: name reported (the launch template; "" for a plan).
+        fact: facts of the node type.
+        nics: the node interfaces (empty: nothing to judge).
+    """
+    if not nics:
+        return []
+    efa = [n for n in nics if n.kind in EFA_KINDS]
+    if not efa:
+        if len(nics) != 1:
+            return [violation("aws-efa-interfaces", resource,
+                              f"{len(nics)} plain interfaces; a node without EFA gets one")]
+        return []
+    if fact.max_efa_interfaces == 0:
+        return [violation("aws-efa-interfaces", resource, f"{fact.instance_type} has no EFA, but the "
+                          f"template asks for {len(efa)} EFA interfaces")]
+    out = []
+    cards = sorted(n.card for n in nics)
+    if len(efa) != fact.max_efa_interfaces or cards != list(range(fact.max_efa_interfaces)):
+        out.append(violation("aws-efa-interfaces", resource,
+                             f"{len(efa)} EFA interfaces on cards {cards}; {fact.instance_type} takes "
+                             f"{fact.max_efa_interfaces}, one on each card 0..{fact.max_efa_interfaces - 1}"))
+    primary = [n for n in nics if n.card == 0 and n.device == 0]
+    if not primary or primary[0].kind != "efa":
+        out.append(violation("aws-efa-interfaces", resource,
+                             "card 0 / device 0 must be the primary 'efa' interface (efa-only cannot be primary)"))
+    return out
+
+
+def public_ip_violations(resource: str, nics: Sequence[Nic]) -> list[Violation]:
+    """``aws-no-public-ip-multi-nic``: no auto-assigned public IPv4 with several interfaces."""
+    public = [n for n in nics if n.public_ip]
+    if len(nics) > 1 and public:
+        return [violation("aws-no-public-ip-multi-nic", resource,
+                          f"{len(public)} of {len(nics)} interfaces ask for a public IPv4")]
+    return []
+
+
+def placement_strategy_violations(resource: str, strategy: str | None) -> list[Violation]:
+    """``aws-placement-group``: a placement group the stack creates uses ``strategy=cluster``."""
+    if strategy != "cluster":
+        return [violation("aws-placement-group", resource, f"strategy {strategy!r}; GPU clusters use 'cluster'")]
+    return []
+
+
+def placement_group_violations(resource: str, fact: InstanceFacts | None, nodes: int, grouped: bool,
+                               market: str | None, reserved: bool) -> list[Violation]:
+    """``aws-placement-group``: multi-node clusters use a ``cluster`` placement group where the
+    type supports one (not with a Capacity Block; a targeted reservation brings its own).
+
+    Args:
+        resource: name reported (the launch template; "" for a plan).
+        fact: facts of the node type (None: unknown type, only the Capacity Block part is judged).
+        nodes: node count.
+        grouped: the nodes launch into a placement group (created or existing).
+        market: EC2 Fleet target capacity type (``on-demand`` | ``spot`` | ``capacity-block``).
+        reserved: the nodes target a capacity reservation.
+    """
+    out = []
+    if market == "capacity-block" and grouped:
+        out.append(violation("aws-placement-group", resource,
+                             "a placement group with a Capacity Block risks insufficient capacity; EC2 places "
+                             "Capacity Block instances together itself"))
+    if fact is None:
+        return out
+    if grouped and not fact.placement.cluster_placement_group:
+        out.append(violation("aws-placement-group", resource,
+                             f"{fact.instance_type} does not support cluster placement groups"))
+    if (nodes > 1 and fact.placement.cluster_placement_group and not grouped and market != "capacity-block"
+            and not reserved):
+        out.append(violation("aws-placement-group", resource, f"{nodes} nodes without a cluster placement group"))
+    return out
+
+
+def market_violations(resource: str, fact: InstanceFacts | None, market: str | None) -> list[Violation]:
+    """``provisioning-model-offered``: EC2 sells the type in the fleet's target capacity type."""
+    sold_as = AWS_CAPACITY_TYPES.get(market)
+    if fact is None or sold_as is None:
+        return []
+    unsold = not_sold(resource, fact, sold_as)
+    return [unsold] if unsold else []
+
+
+def single_subnet_violations(resource: str, subnets: Collection[object]) -> list[Violation]:
+    """``single-zone``: every node interface is in one subnet (``subnets``: the distinct ones)."""
+    if len(subnets) > 1:
+        return [violation("single-zone", resource,
+                          f"interfaces in {len(subnets)} subnets; EFA works within one subnet")]
+    return []
+
+
+def single_zone_violations(zones: Collection[str | None]) -> list[Violation]:
+    """``single-zone``: the node subnets share one AZ (``zones``: their AZ ids; None = not set)."""
+    if len(set(zones) - {None}) > 1:
+        return [violation("single-zone", "", f"subnets in {len(set(zones))} AZs: {sorted(z for z in set(zones) if z)}")]
+    return []
+
+
+# -- readers of a preview's resources ------------------------------------------------------------
+
 def _node_facts(lt: Resource, facts: Facts) -> InstanceFacts | None:
     return facts.get(str(lt.inputs.get("instanceType", "")))
 
@@ -35,53 +174,28 @@ def _fleet_nodes(graph: ResourceGraph) -> int:
     return graph.whole_number(FLEET, "targetCapacitySpecification.totalTargetCapacity")
 
 
+def _nics(lt: Resource) -> list[Nic]:
+    return [Nic.from_input(n) for n in (lt.inputs.get("networkInterfaces") or [])]
+
+
 def check_efa_interfaces(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``aws-efa-interfaces``: one EFA interface per card (``MaximumEfaInterfaces``), cards
-    0..N-1 once each, card 0 / device 0 ``efa``; or a single non-EFA interface."""
+    """``aws-efa-interfaces`` on each launch template (:func:`efa_interface_violations`)."""
     out = []
     for lt in graph.of_type(LT):
         fact = _node_facts(lt, facts)
-        nics = lt.inputs.get("networkInterfaces") or []
-        if fact is None or not nics:
-            continue
-        kinds = [n.get("interfaceType", "interface") for n in nics]
-        efa = [k for k in kinds if k in ("efa", "efa-only")]
-        if not efa:
-            if len(nics) != 1:
-                out.append(violation("aws-efa-interfaces", lt.name,
-                                     f"{len(nics)} plain interfaces; a node without EFA gets one"))
-            continue
-        if fact.max_efa_interfaces == 0:
-            out.append(violation("aws-efa-interfaces", lt.name, f"{fact.instance_type} has no EFA, but the "
-                                 f"template asks for {len(efa)} EFA interfaces"))
-            continue
-        cards = sorted(int(n.get("networkCardIndex", 0)) for n in nics)
-        if len(efa) != fact.max_efa_interfaces or cards != list(range(fact.max_efa_interfaces)):
-            out.append(violation("aws-efa-interfaces", lt.name,
-                                 f"{len(efa)} EFA interfaces on cards {cards}; {fact.instance_type} takes "
-                                 f"{fact.max_efa_interfaces}, one on each card 0..{fact.max_efa_interfaces - 1}"))
-        primary = [n for n in nics if int(n.get("networkCardIndex", 0)) == 0 and int(n.get("deviceIndex", 0)) == 0]
-        if not primary or primary[0].get("interfaceType") != "efa":
-            out.append(violation("aws-efa-interfaces", lt.name,
-                                 "card 0 / device 0 must be the primary 'efa' interface (efa-only cannot be primary)"))
+        if fact is not None:
+            out += efa_interface_violations(lt.name, fact, _nics(lt))
     return out
 
 
 def check_no_public_ip_multi_nic(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``aws-no-public-ip-multi-nic``: no auto-assigned public IPv4 with several interfaces."""
-    out = []
-    for lt in graph.of_type(LT):
-        nics = lt.inputs.get("networkInterfaces") or []
-        public = [n for n in nics if str(n.get("associatePublicIpAddress", "")).lower() == "true"]
-        if len(nics) > 1 and public:
-            out.append(violation("aws-no-public-ip-multi-nic", lt.name,
-                                 f"{len(public)} of {len(nics)} interfaces ask for a public IPv4"))
-    return out
+    """``aws-no-public-ip-multi-nic`` on each launch template (:func:`public_ip_violations`)."""
+    return [v for lt in graph.of_type(LT) for v in public_ip_violations(lt.name, _nics(lt))]
 
 
 def _efa_security_groups(graph: ResourceGraph) -> list[Resource]:
     ids = {sg for lt in graph.of_type(LT) for n in (lt.inputs.get("networkInterfaces") or [])
-           if n.get("interfaceType") in ("efa", "efa-only") for sg in (n.get("securityGroups") or [])}
+           if n.get("interfaceType") in EFA_KINDS for sg in (n.get("securityGroups") or [])}
     if not ids:
         return []
     found = [graph.referenced(i, SG) for i in ids]
@@ -104,32 +218,17 @@ def check_efa_security_group(graph: ResourceGraph, facts: Facts) -> list[Violati
 
 
 def check_placement_group(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``aws-placement-group``: multi-node clusters use a ``cluster`` placement group where the
-    type supports one (not with a Capacity Block; a targeted reservation brings its own)."""
+    """``aws-placement-group`` (:func:`placement_strategy_violations`,
+    :func:`placement_group_violations`) on each launch template."""
     out = []
     fleet = graph.first(FLEET)
     market = fleet.get("targetCapacitySpecification.defaultTargetCapacityType") if fleet else None
     for lt in graph.of_type(LT):
-        fact = _node_facts(lt, facts)
-        group = lt.get("placement.groupName")
-        reserved = lt.get("capacityReservationSpecification.capacityReservationTarget.capacityReservationId")
         for pg in graph.of_type(PG):
-            if pg.inputs.get("strategy") != "cluster":
-                out.append(violation("aws-placement-group", pg.name, f"strategy {pg.inputs.get('strategy')!r}; "
-                                     "GPU clusters use 'cluster'"))
-        if market == "capacity-block" and group:
-            out.append(violation("aws-placement-group", lt.name,
-                                 "a placement group with a Capacity Block risks insufficient capacity; EC2 places "
-                                 "Capacity Block instances together itself"))
-        if fact is None:
-            continue
-        if group and not fact.placement.cluster_placement_group:
-            out.append(violation("aws-placement-group", lt.name,
-                                 f"{fact.instance_type} does not support cluster placement groups"))
-        if (_fleet_nodes(graph) > 1 and fact.placement.cluster_placement_group and not group
-                and market != "capacity-block" and not reserved):
-            out.append(violation("aws-placement-group", lt.name,
-                                 f"{_fleet_nodes(graph)} nodes without a cluster placement group"))
+            out += placement_strategy_violations(pg.name, pg.inputs.get("strategy"))
+        reserved = lt.get("capacityReservationSpecification.capacityReservationTarget.capacityReservationId")
+        out += placement_group_violations(lt.name, _node_facts(lt, facts), _fleet_nodes(graph),
+                                          bool(lt.get("placement.groupName")), market, bool(reserved))
     return out
 
 
@@ -140,7 +239,8 @@ def check_imdsv2(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 
 
 def check_fleet(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``aws-fleet-all-or-nothing`` and ``provisioning-model-offered`` on the EC2 Fleet."""
+    """``aws-fleet-all-or-nothing`` and ``provisioning-model-offered`` (:func:`market_violations`)
+    on the EC2 Fleet."""
     out = []
     lt = graph.first(LT)
     fact = _node_facts(lt, facts) if lt else None
@@ -157,22 +257,19 @@ def check_fleet(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             out.append(violation("aws-fleet-all-or-nothing", fleet.name,
                                  f"{market} options need singleInstanceType, singleAvailabilityZone and "
                                  f"minTargetCapacity = {total} (got {options.get('minTargetCapacity')})"))
-        sold_as = AWS_CAPACITY_TYPES.get(market)
-        if fact is not None and sold_as is not None and (unsold := not_sold(fleet.name, fact, sold_as)):
-            out.append(unsold)
+        out += market_violations(fleet.name, fact, market)
     return out
 
 
 def check_single_zone(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``single-zone``: every node interface is in one subnet, and node subnets share one AZ."""
+    """``single-zone`` (:func:`single_subnet_violations`, :func:`single_zone_violations`)."""
     out = []
-    subnets = {n.get("subnetId") for lt in graph.of_type(LT) for n in (lt.inputs.get("networkInterfaces") or [])}
-    if len(subnets) > 1:
-        out.append(violation("single-zone", graph.of_type(LT)[0].name, f"interfaces in {len(subnets)} subnets; EFA "
-                             "works within one subnet"))
-    zones = {s.inputs.get("availabilityZoneId") or s.inputs.get("availabilityZone") for s in graph.of_type(SUBNET)}
-    if len(zones - {None}) > 1:
-        out.append(violation("single-zone", "", f"subnets in {len(zones)} AZs: {sorted(z for z in zones if z)}"))
+    lts = graph.of_type(LT)
+    subnets = {n.get("subnetId") for lt in lts for n in (lt.inputs.get("networkInterfaces") or [])}
+    if lts:
+        out += single_subnet_violations(lts[0].name, subnets)
+    out += single_zone_violations([s.inputs.get("availabilityZoneId") or s.inputs.get("availabilityZone")
+                                   for s in graph.of_type(SUBNET)])
     return out
 
 

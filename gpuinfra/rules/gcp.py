@@ -1,14 +1,18 @@
-"""GCP conformance checks over a preview's resources (rule names and sources in
-:data:`gpuinfra.rules.spec_rules.RULES`).
+"""GCP conformance rules (names and sources in :data:`gpuinfra.rules.spec_rules.RULES`).
 
-Each check takes the :class:`~gpuinfra.rules.model.ResourceGraph` and a mapping from machine
-type to :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, and returns
-:class:`~gpuinfra.rules.model.Violation` objects.
+Each rule body is a *predicate* over plain values -- the machine type's
+:class:`~gpuinfra.catalog.facts_model.InstanceFacts`, NIC types, disk counts, the provisioning
+model, the MIG size -- that returns :class:`~gpuinfra.rules.model.Violation` objects. Two readers
+feed the same predicates:
+
+* the ``check_*`` functions here read a preview's :class:`~gpuinfra.rules.model.ResourceGraph`
+  and take a mapping from machine type to facts;
+* :func:`gpuinfra.rules.plan_rules.check_plan` reads the typed cluster plan, before any resource.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
@@ -22,6 +26,186 @@ SUBNET = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
 
+#: Bulk mode (``targetSizePolicy.mode = BULK``: the MIG creates all VMs or none) "is only
+#: supported with instance templates that specify either a reservation-bound or flex-start
+#: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
+BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
+#: Marker of the node-side formation watchdog in the startup script (templates/gcp-cluster-env.sh.j2).
+FORMATION_MARKER = "gpuinfra-formation-deadline"
+#: The workload policy type of a GPU cluster's MIG.
+HIGH_THROUGHPUT = "HIGH_THROUGHPUT"
+
+
+# -- predicates: one body per rule, shared by the preview and the plan path -----------------------
+
+def local_ssd_violations(resource: str, fact: InstanceFacts, listed: int,
+                         interfaces: Collection[str | None]) -> list[Violation]:
+    """``gcp-local-ssd-count``: bundled local SSDs as the type has them (left out where the
+    facts say Compute Engine attaches them); attached ones in an allowed count and interface.
+
+    Args:
+        resource: name reported (the instance template; "" for a plan).
+        fact: facts of the machine type.
+        listed: local SSD disks the template lists.
+        interfaces: their interfaces (``NVME`` | ``SCSI``; None = not set).
+    """
+    out = []
+    lf = fact.local_ssd
+    if lf.bundled_count:
+        allowed = {lf.bundled_count} if lf.list_in_template else {0}
+        if listed not in allowed:
+            out.append(violation("gcp-local-ssd-count", resource,
+                                 f"{listed} local SSDs listed; {fact.instance_type} comes with {lf.bundled_count} "
+                                 + ("that must be listed" if lf.list_in_template else "that must not be listed")))
+    elif listed and listed not in lf.attach_counts:
+        allowed_text = ", ".join(map(str, lf.attach_counts)) or "none"
+        out.append(violation("gcp-local-ssd-count", resource,
+                             f"{listed} local SSDs; {fact.instance_type} takes {allowed_text}"))
+    bad = set(interfaces) - {lf.interface, None}
+    if bad and lf.interface:
+        out.append(violation("gcp-local-ssd-count", resource,
+                             f"local SSD interface {sorted(bad)}; {fact.instance_type} uses {lf.interface}"))
+    return out
+
+
+def compact_policy_violations(resource: str, fact: InstanceFacts, vm_count: object, nodes: int) -> list[Violation]:
+    """``gcp-placement-supported`` and ``gcp-placement-max-vms`` of one compact (group
+    placement) policy in the template: the machine takes one, and ``vm_count`` equals the MIG
+    size and is within ``placement.max_vms`` (a ``vm_count`` that is not a number is not judged)."""
+    out = []
+    if not fact.placement.compact_policy:
+        how = "use a workload policy on the MIG" if fact.placement.workload_policy else "it has no placement"
+        out.append(violation("gcp-placement-supported", resource,
+                             f"{fact.instance_type} does not take a compact placement policy; {how}"))
+    limit = fact.placement.max_vms
+    if isinstance(vm_count, (int, float)) and (vm_count != nodes or (limit and vm_count > limit)):
+        out.append(violation("gcp-placement-max-vms", resource,
+                             f"vm_count {vm_count} for a MIG of {nodes}" + (f" (limit {limit})" if limit else "")))
+    return out
+
+
+def workload_policy_violations(resource: str, fact: InstanceFacts, nodes: int, linked: bool, compact: bool,
+                               reserved: bool) -> list[Violation]:
+    """``gcp-placement-supported`` on the MIG: a workload policy only where the machine supports
+    one, and a multi-node MIG of such machines has one (unless placed by a compact policy or a
+    specific reservation).
+
+    Args:
+        resource: name reported (the MIG; "" for a plan).
+        linked: the MIG names a workload policy.
+        compact: the template has a compact placement policy.
+        reserved: the template consumes a specific reservation.
+    """
+    out = []
+    if linked and not fact.placement.workload_policy:
+        out.append(violation("gcp-placement-supported", resource,
+                             f"{fact.instance_type} does not support workload policies"))
+    if nodes > 1 and fact.placement.workload_policy and not linked and not compact and not reserved:
+        out.append(violation("gcp-placement-supported", resource,
+                             f"{nodes} {fact.instance_type} VMs without a HIGH_THROUGHPUT workload policy"))
+    return out
+
+
+def workload_type_violations(resource: str, policy_type: object) -> list[Violation]:
+    """``gcp-placement-supported``: the MIG's workload policy is ``HIGH_THROUGHPUT``."""
+    if policy_type != HIGH_THROUGHPUT:
+        return [violation("gcp-placement-supported", resource, "a GPU cluster's workload policy is HIGH_THROUGHPUT")]
+    return []
+
+
+def compact_missing_violations(resource: str, fact: InstanceFacts, nodes: int, attached: bool,
+                               reserved: bool) -> list[Violation]:
+    """``gcp-placement-supported``: a multi-node group of machines that take only a compact
+    policy has one attached to its template (unless a specific reservation places it)."""
+    if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not attached \
+            and not reserved:
+        return [violation("gcp-placement-supported", resource,
+                          f"{nodes} {fact.instance_type} VMs without a compact placement policy")]
+    return []
+
+
+def bulk_mode_violations(resource: str, model: str, modes: Sequence[object]) -> list[Violation]:
+    """``gcp-mig-all-or-nothing``: ``targetSizePolicy`` BULK exactly for reservation-bound /
+    flex-start templates (``model``: the template's provisioning model; ``modes``: the MIG's
+    target size policy modes)."""
+    out = []
+    if "BULK" in modes and model not in BULK_PROVISIONING_MODELS:
+        out.append(violation("gcp-mig-all-or-nothing", resource,
+                             f"bulk mode with a {model} template; Compute Engine takes it only with "
+                             "RESERVATION_BOUND or FLEX_START templates"))
+    if model in BULK_PROVISIONING_MODELS and list(modes) != ["BULK"]:
+        out.append(violation("gcp-mig-all-or-nothing", resource,
+                             f"{model} VMs without targetSizePolicy BULK (set at creation; the mode cannot be "
+                             "changed later): a stockout bills part of the cluster"))
+    return out
+
+
+def model_offered_violations(resource: str, fact: InstanceFacts | None, model: str) -> list[Violation]:
+    """``provisioning-model-offered``: Compute Engine sells the machine with ``model``."""
+    sold_as = GCP_PROVISIONING_MODELS.get(model)
+    if fact is None or sold_as is None:
+        return []
+    unsold = not_sold(resource, fact, sold_as)
+    return [unsold] if unsold else []
+
+
+def reservation_bound_violations(resource: str, model: str, specific_reservation: bool) -> list[Violation]:
+    """``gcp-reservation-bound``: RESERVATION_BOUND VMs name their reservation."""
+    if model == "RESERVATION_BOUND" and not specific_reservation:
+        return [violation("gcp-reservation-bound", resource,
+                          "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity")]
+    return []
+
+
+def nic_layout_violations(resource: str, fact: InstanceFacts, nic_types: Sequence[object]) -> list[Violation]:
+    """``nic-layout-matches-facts``: the NIC types in order are the machine's NIC networks, or
+    the system NIC alone."""
+    wanted = [n.nic_type for n in fact.networks for _ in range(n.count)]
+    got = list(nic_types)
+    if got not in (wanted, wanted[:1]):
+        return [violation("nic-layout-matches-facts", resource,
+                          f"NICs {got}; {fact.instance_type} has {wanted} (or the system NIC alone)")]
+    return []
+
+
+def mtu_violations(resource: str, fact: InstanceFacts, nic_index: int, nic_count: int, mtu: object) -> list[Violation]:
+    """``mtu-matches-facts``: the VPC of NIC ``nic_index`` (0-based, of ``nic_count``) has the
+    MTU of that NIC's network in the facts (any MTU when the system NIC is alone)."""
+    if nic_count <= 1:
+        return []
+    role = [n for n in fact.networks for _ in range(n.count)][nic_index]
+    if mtu != role.mtu:
+        return [violation("mtu-matches-facts", resource,
+                          f"MTU {mtu}; the {role.role} network of {fact.instance_type} uses {role.mtu}")]
+    return []
+
+
+def roce_firewall_violations(resource: str, roce: bool, firewall_rules: int) -> list[Violation]:
+    """``gcp-roce-no-firewall``: a RoCE VPC has no firewall rules."""
+    if roce and firewall_rules:
+        return [violation("gcp-roce-no-firewall", resource, f"{firewall_rules} firewall rules on a RoCE VPC")]
+    return []
+
+
+def boot_disk_violations(resource: str, fact: InstanceFacts, disk_type: object) -> list[Violation]:
+    """``gcp-boot-disk-type``: the boot disk type is one the machine series supports."""
+    if disk_type not in fact.boot_disk_types:
+        return [violation("gcp-boot-disk-type", resource,
+                          f"boot disk {disk_type!r}; {fact.instance_type} takes {', '.join(fact.boot_disk_types)}")]
+    return []
+
+
+def single_zone_violations(zones: Collection[object]) -> list[Violation]:
+    """``single-zone``: the nodes come from zonal MIGs of one zone (``zones``: each MIG's zone;
+    None = regional)."""
+    zones = set(zones)
+    if None in zones or len(zones) > 1:
+        return [violation("single-zone", "", f"managed instance groups in zones {sorted(map(str, zones))}; "
+                          "one zonal MIG in one zone")]
+    return []
+
+
+# -- readers of a preview's resources ------------------------------------------------------------
 
 def _template_facts(template: Resource, facts: Facts) -> InstanceFacts | None:
     return facts.get(str(template.inputs.get("machineType", "")))
@@ -42,34 +226,21 @@ def _policies_of(template: Resource, graph: ResourceGraph) -> list[Resource]:
 
 
 def check_local_ssd(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``gcp-local-ssd-count``: bundled local SSDs as the type has them (left out where the
-    facts say Compute Engine attaches them); attached ones in an allowed count and interface."""
+    """``gcp-local-ssd-count`` on each template (:func:`local_ssd_violations`)."""
     out = []
     for template in graph.of_type(TEMPLATE):
         fact = _template_facts(template, facts)
         if fact is None:
             continue
         lssd = [d for d in (template.inputs.get("disks") or []) if d.get("diskType") == "local-ssd"]
-        count, lf = len(lssd), fact.local_ssd
-        if lf.bundled_count:
-            allowed = {lf.bundled_count} if lf.list_in_template else {0}
-            if count not in allowed:
-                out.append(violation("gcp-local-ssd-count", template.name,
-                                     f"{count} local SSDs listed; {fact.instance_type} comes with {lf.bundled_count} "
-                                     + ("that must be listed" if lf.list_in_template else "that must not be listed")))
-        elif count and count not in lf.attach_counts:
-            allowed_text = ", ".join(map(str, lf.attach_counts)) or "none"
-            out.append(violation("gcp-local-ssd-count", template.name,
-                                 f"{count} local SSDs; {fact.instance_type} takes {allowed_text}"))
-        bad = {d.get("interface") for d in lssd} - {lf.interface, None}
-        if bad and lf.interface:
-            out.append(violation("gcp-local-ssd-count", template.name,
-                                 f"local SSD interface {sorted(bad)}; {fact.instance_type} uses {lf.interface}"))
+        out += local_ssd_violations(template.name, fact, len(lssd), [d.get("interface") for d in lssd])
     return out
 
 
 def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``gcp-placement-supported`` and ``gcp-placement-max-vms``."""
+    """``gcp-placement-supported`` and ``gcp-placement-max-vms`` (:func:`compact_policy_violations`,
+    :func:`workload_policy_violations`, :func:`workload_type_violations`,
+    :func:`compact_missing_violations`)."""
     out = []
     nodes = _mig_size(graph)
     for template in graph.of_type(TEMPLATE):
@@ -78,48 +249,24 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             continue
         compact = [p for p in _policies_of(template, graph) if p.inputs.get("groupPlacementPolicy")]
         for policy in compact:
-            if not fact.placement.compact_policy:
-                how = "use a workload policy on the MIG" if fact.placement.workload_policy else "it has no placement"
-                out.append(violation("gcp-placement-supported", policy.name,
-                                     f"{fact.instance_type} does not take a compact placement policy; {how}"))
-            vm_count = policy.get("groupPlacementPolicy.vmCount")
-            limit = fact.placement.max_vms
-            if isinstance(vm_count, (int, float)) and (vm_count != nodes or (limit and vm_count > limit)):
-                out.append(violation("gcp-placement-max-vms", policy.name,
-                                     f"vm_count {vm_count} for a MIG of {nodes}" + (f" (limit {limit})" if limit else "")))
+            out += compact_policy_violations(policy.name, fact, policy.get("groupPlacementPolicy.vmCount"), nodes)
         reserved = template.get("reservationAffinity.type") == "SPECIFIC_RESERVATION"
         for mig in graph.of_type(MIG):
             link = mig.get("resourcePolicies.workloadPolicy")
-            if link and not fact.placement.workload_policy:
-                out.append(violation("gcp-placement-supported", mig.name,
-                                     f"{fact.instance_type} does not support workload policies"))
-            if (nodes > 1 and fact.placement.workload_policy and not link and not compact and not reserved):
-                out.append(violation("gcp-placement-supported", mig.name,
-                                     f"{nodes} {fact.instance_type} VMs without a HIGH_THROUGHPUT workload policy"))
-            workload = graph.referenced(link, POLICY) if link else None
-            if workload is not None and workload.get("workloadPolicy.type") != "HIGH_THROUGHPUT":
-                out.append(violation("gcp-placement-supported", workload.name,
-                                     "a GPU cluster's workload policy is HIGH_THROUGHPUT"))
+            out += workload_policy_violations(mig.name, fact, nodes, bool(link), bool(compact), reserved)
+            policy = graph.referenced(link, POLICY) if link else None
+            if policy is not None:
+                out += workload_type_violations(policy.name, policy.get("workloadPolicy.type"))
         attached = bool(compact) or any(link == UNKNOWN for link in _policy_links(template))  # unknown: judged at `up`
-        if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not attached \
-                and not reserved:
-            out.append(violation("gcp-placement-supported", template.name,
-                                 f"{nodes} {fact.instance_type} VMs without a compact placement policy"))
+        out += compact_missing_violations(template.name, fact, nodes, attached, reserved)
     return out
-
-
-#: Bulk mode (``targetSizePolicy.mode = BULK``: the MIG creates all VMs or none) "is only
-#: supported with instance templates that specify either a reservation-bound or flex-start
-#: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
-BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
-#: Marker of the node-side formation watchdog in the startup script (templates/gcp-cluster-env.sh.j2).
-FORMATION_MARKER = "gpuinfra-formation-deadline"
 
 
 def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     """``gcp-mig-all-or-nothing``: a multi-node MIG of reservation-bound / flex-start VMs uses
-    ``targetSizePolicy`` BULK; STANDARD / SPOT templates cannot (the API refuses bulk mode for
-    them), so their startup script must carry the formation watchdog that releases the group."""
+    ``targetSizePolicy`` BULK (:func:`bulk_mode_violations`); STANDARD / SPOT templates cannot
+    (the API refuses bulk mode for them), so their startup script must carry the formation
+    watchdog that releases the group."""
     out = []
     template = graph.first(TEMPLATE)
     model = (template.get("scheduling.provisioningModel") or "STANDARD") if template else "STANDARD"
@@ -127,14 +274,7 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     for mig in graph.of_type(MIG):
         size = mig.inputs.get("targetSize")
         modes = [p.get("mode") for p in (mig.inputs.get("targetSizePolicies") or [])]
-        if "BULK" in modes and model not in BULK_PROVISIONING_MODELS:
-            out.append(violation("gcp-mig-all-or-nothing", mig.name,
-                                 f"bulk mode with a {model} template; Compute Engine takes it only with "
-                                 "RESERVATION_BOUND or FLEX_START templates"))
-        if model in BULK_PROVISIONING_MODELS and modes != ["BULK"]:
-            out.append(violation("gcp-mig-all-or-nothing", mig.name,
-                                 f"{model} VMs without targetSizePolicy BULK (set at creation; the mode cannot be "
-                                 "changed later): a stockout bills part of the cluster"))
+        out += bulk_mode_violations(mig.name, model, modes)
         if not (isinstance(size, (int, float)) and size > 1):
             continue
         if model not in BULK_PROVISIONING_MODELS and isinstance(script, str) and script != UNKNOWN \
@@ -146,39 +286,34 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 
 
 def check_scheduling(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``gcp-host-maintenance``, ``provisioning-model-offered``, ``gcp-reservation-bound``."""
+    """``gcp-host-maintenance``, ``provisioning-model-offered`` (:func:`model_offered_violations`),
+    ``gcp-reservation-bound`` (:func:`reservation_bound_violations`)."""
     out = []
     for template in graph.of_type(TEMPLATE):
-        fact = _template_facts(template, facts)
         scheduling = template.inputs.get("scheduling") or {}
         if scheduling.get("onHostMaintenance") != "TERMINATE" or scheduling.get("automaticRestart") is not False:
             out.append(violation("gcp-host-maintenance", template.name,
                                  "GPU VMs need onHostMaintenance TERMINATE and automaticRestart false"))
         model = scheduling.get("provisioningModel", "STANDARD")
-        sold_as = GCP_PROVISIONING_MODELS.get(model)
-        if fact is not None and sold_as is not None and (unsold := not_sold(template.name, fact, sold_as)):
-            out.append(unsold)
-        if model == "RESERVATION_BOUND" and template.get("reservationAffinity.type") != "SPECIFIC_RESERVATION":
-            out.append(violation("gcp-reservation-bound", template.name,
-                                 "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity"))
+        out += model_offered_violations(template.name, _template_facts(template, facts), model)
+        out += reservation_bound_violations(template.name, model,
+                                            template.get("reservationAffinity.type") == "SPECIFIC_RESERVATION")
     return out
 
 
 def check_networks(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``nic-layout-matches-facts``, ``mtu-matches-facts``, ``gcp-roce-no-firewall``."""
+    """``nic-layout-matches-facts`` (:func:`nic_layout_violations`), ``mtu-matches-facts``
+    (:func:`mtu_violations`), ``gcp-roce-no-firewall`` (:func:`roce_firewall_violations`)."""
     out = []
     for template in graph.of_type(TEMPLATE):
         fact = _template_facts(template, facts)
         nics = template.inputs.get("networkInterfaces") or []
         if fact is None or not nics:
             continue
-        wanted = [n.nic_type for n in fact.networks for _ in range(n.count)]
-        got = [n.get("nicType") for n in nics]
-        if got not in (wanted, wanted[:1]):
-            out.append(violation("nic-layout-matches-facts", template.name,
-                                 f"NICs {got}; {fact.instance_type} has {wanted} (or the system NIC alone)"))
+        layout = nic_layout_violations(template.name, fact, [n.get("nicType") for n in nics])
+        if layout:
+            out += layout
             continue
-        roles = [n for n in fact.networks for _ in range(n.count)]
         checked: set[str] = set()
         for index, nic in enumerate(nics):
             subnet = graph.referenced(nic.get("subnetwork"), SUBNET)
@@ -186,29 +321,21 @@ def check_networks(graph: ResourceGraph, facts: Facts) -> list[Violation]:
             if net is None or net.name in checked:
                 continue
             checked.add(net.name)
-            expected = roles[index].mtu if len(nics) > 1 else None  # system NIC alone: any MTU
-            if expected is not None and net.inputs.get("mtu") != expected:
-                out.append(violation("mtu-matches-facts", net.name,
-                                     f"MTU {net.inputs.get('mtu')}; the {roles[index].role} network of "
-                                     f"{fact.instance_type} uses {expected}"))
+            out += mtu_violations(net.name, fact, index, len(nics), net.inputs.get("mtu"))
     for net in graph.of_type(NETWORK):
-        if net.inputs.get("networkProfile"):
-            rules = [f for f in graph.of_type(FIREWALL) if graph.referenced(f.inputs.get("network"), NETWORK) is net]
-            if rules:
-                out.append(violation("gcp-roce-no-firewall", net.name, f"{len(rules)} firewall rules on a RoCE VPC"))
+        rules = [f for f in graph.of_type(FIREWALL) if graph.referenced(f.inputs.get("network"), NETWORK) is net]
+        out += roce_firewall_violations(net.name, bool(net.inputs.get("networkProfile")), len(rules))
     return out
 
 
 def check_boot_disk(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``gcp-boot-disk-type``: the boot disk type is one the machine series supports."""
+    """``gcp-boot-disk-type`` on each template's boot disk (:func:`boot_disk_violations`)."""
     out = []
     for template in graph.of_type(TEMPLATE):
         fact = _template_facts(template, facts)
         for disk in template.inputs.get("disks") or []:
-            if fact is not None and disk.get("boot") and disk.get("diskType") not in fact.boot_disk_types:
-                out.append(violation("gcp-boot-disk-type", template.name,
-                                     f"boot disk {disk.get('diskType')!r}; {fact.instance_type} takes "
-                                     f"{', '.join(fact.boot_disk_types)}"))
+            if fact is not None and disk.get("boot"):
+                out += boot_disk_violations(template.name, fact, disk.get("diskType"))
     return out
 
 
@@ -229,12 +356,8 @@ def check_bucket(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 
 
 def check_single_zone(graph: ResourceGraph, facts: Facts) -> list[Violation]:
-    """``single-zone``: the nodes come from zonal MIGs of one zone."""
-    zones = {m.inputs.get("zone") for m in graph.of_type(MIG)}
-    if None in zones or len(zones) > 1:
-        return [violation("single-zone", "", f"managed instance groups in zones {sorted(map(str, zones))}; "
-                          "one zonal MIG in one zone")]
-    return []
+    """``single-zone`` over the MIGs' zones (:func:`single_zone_violations`)."""
+    return single_zone_violations([m.inputs.get("zone") for m in graph.of_type(MIG)])
 
 
 CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
