@@ -137,11 +137,11 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     fact = spec.facts
     reserved = bool(spec.gcp_reservation)  # the template then consumes it by SPECIFIC_RESERVATION affinity
     nics_per_network = [len(n.subnets) if n.roce else 1 for n in plan.networks]
-    nic_types = [n.nic_type for n, count in zip(plan.networks, nics_per_network) for _ in range(count)]
+    nic_types = [n.nic_type for n, count in zip(plan.networks, nics_per_network, strict=True) for _ in range(count)]
     out = gcp.nic_layout_violations("plan.networks", fact, nic_types)
     if not out:
         first_nic = 0
-        for net, count in zip(plan.networks, nics_per_network):
+        for net, count in zip(plan.networks, nics_per_network, strict=True):
             out += gcp.mtu_violations(f"plan.networks.{net.role}", fact, first_nic, len(nic_types), net.mtu)
             first_nic += count
     for net in plan.networks:

@@ -211,7 +211,7 @@ def test_the_gcp_writer_quotes_paths_and_never_expands_file_content():
                                        boot.node_env))
     mode, content = gcp_script_files(script)["/etc/gpuinfra/x.conf"]
     assert content == evil.content and mode == "0644"
-    line = next(l for l in script.splitlines() if l.startswith("gpuinfra_file /etc/gpuinfra/x.conf"))
+    line = next(text for text in script.splitlines() if text.startswith("gpuinfra_file /etc/gpuinfra/x.conf"))
     assert line.endswith("<<'GPUINFRA_EOF_1'")  # a delimiter the content does not hold, quoted
 
 
