@@ -29,7 +29,7 @@ def main() -> None:
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli import main as cli_main
     from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
+    from gpuinfra.catalog.prices import usage_for
     from gpuinfra.preview import run_preview
     from gpuinfra.stackfile import provider_config, read_stack_spec
 

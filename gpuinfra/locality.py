@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpuinfra.cost.prices import Price, price
+from gpuinfra.catalog.prices import Price, price
 from gpuinfra.datasource import GCS_MULTI_REGIONS
 from gpuinfra.spec import DataSource
 from gpuinfra.offers import RankedOffer

@@ -33,7 +33,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.naming import child
+from gpuinfra.plan.naming import child
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
 

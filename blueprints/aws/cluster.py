@@ -12,10 +12,11 @@ from blueprints.aws.identity import build_instance_profile
 from blueprints.aws.monitoring import build_monitoring
 from blueprints.aws.network import build_network
 from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
-from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
+from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
 from blueprints.aws.storage import build_bucket, build_bundle_object
-from blueprints.aws.userdata import aws_node_bundle, nccl_env
-from blueprints.common.fabric import aws_run_command
+from gpuinfra.plan.boot_aws import aws_node_bundle, nccl_env
+from gpuinfra.plan.fabric import aws_run_command
 from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
@@ -80,7 +81,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
         opts: Pulumi resource options.
 
     Raises:
-        SpecError: invalid combinations (see :func:`blueprints.aws.plan.plan_aws_cluster`), an
+        SpecError: invalid combinations (see :func:`gpuinfra.plan.aws.plan_aws_cluster`), an
             existing subnet in another AZ, or a DLAMI parameter that does not resolve -- all
             before any resource is registered.
     """

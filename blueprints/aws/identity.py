@@ -14,9 +14,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.naming import child
-from blueprints.common.node_bundle import BUNDLE_PREFIX
-from blueprints.common.tags import aws_tags
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 SSM_MANAGED_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from blueprints.common.naming import child
+from gpuinfra.plan.naming import child
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import cloud_build_steps, packer_build
 

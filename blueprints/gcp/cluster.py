@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pulumi
 
-from blueprints.common.fabric import gcp_run_command
+from gpuinfra.plan.fabric import gcp_run_command
 from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
-from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
-from blueprints.gcp.startup import gcp_node_bundle, node_prefix
+from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
+from gpuinfra.plan.boot_gcp import gcp_node_bundle, node_prefix
 from blueprints.gcp.monitoring import build_monitoring
 from blueprints.gcp.storage import build_bucket, build_bundle_object, build_node_role, build_service_account
 from blueprints.gcp.storage import build_monitoring_role
@@ -34,7 +35,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
         opts: Pulumi resource options.
 
     Raises:
-        SpecError: see :func:`blueprints.gcp.plan.plan_gcp_cluster` -- before any resource.
+        SpecError: see :func:`gpuinfra.plan.gcp.plan_gcp_cluster` -- before any resource.
     """
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:

@@ -49,7 +49,7 @@ from gpuinfra.catalog.model import (
     price_source_keys,
     quantize_price,
 )
-from gpuinfra.cost.prices import HOURS_PER_MONTH, region_prices
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, region_prices
 
 #: A regular AZ ID: ``use1-az4``. Local Zones (``usw2-lax1-az1``) and Wavelength zones
 #: (``use1-wl1-bos-wlz1``) have more dash-separated parts.

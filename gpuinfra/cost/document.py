@@ -135,7 +135,7 @@ def preview_file_cost_document(path: Path, stack: str | None = None, hours: floa
 def _document(resources: list, stack: str, region: str | None, profile: str | None, run_hours: Decimal,
               market: str | None, usage_file: Path | None, data, catalog: Catalog | None) -> dict:
     from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
+    from gpuinfra.catalog.prices import usage_for
     from gpuinfra.cost.report import to_json
 
     catalog = catalog or load_catalog()

@@ -4,7 +4,7 @@ Input is the resource list of a plan -- the offline preview's records or the ste
 ``pulumi preview --json`` -- plus the provider config (region). Each priced resource yields one
 or more :class:`CostLine` (component, unit, quantity per hour, unit price, source, date).
 Compute comes from the instance catalog (one price per node-hour for the market); disks, IPs, NAT, storage and
-transfer from :mod:`gpuinfra.cost.prices`. A line whose price is not found keeps
+transfer from :mod:`gpuinfra.catalog.prices`. A line whose price is not found keeps
 ``unit_price_usd = None`` and is counted, never priced at $0. Resources with no charge of their
 own are listed as free; unknown resource types as not priced.
 
@@ -22,7 +22,7 @@ from decimal import Decimal
 
 from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
-from gpuinfra.cost.prices import HOURS_PER_MONTH, Price, price, price_cap
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, Price, price, price_cap
 
 FREE_TYPES = frozenset({
     "gpuinfra:aws:GpuCluster", "gpuinfra:gcp:GpuCluster",
@@ -37,7 +37,7 @@ FREE_TYPES = frozenset({
     "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
     "aws:s3/bucketPolicy:BucketPolicy",
     # the node bundle, one object of ~0.1 MB in the stack bucket: its storage is in the bucket's
-    # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (blueprints/common/node_bundle.py)
+    # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (gpuinfra/plan/node_bundle.py)
     "aws:s3/bucketObjectv2:BucketObjectv2", "gcp:storage/bucketObject:BucketObject",
     "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
     "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",

@@ -1,6 +1,6 @@
 """Cost lines of GPU monitoring (:mod:`blueprints.aws.monitoring`, :mod:`blueprints.gcp.monitoring`).
 
-Quantities per hour of the run (prices in :mod:`gpuinfra.cost.prices`, ``prices.yaml``):
+Quantities per hour of the run (prices in :mod:`gpuinfra.catalog.prices`, ``prices.yaml``):
 
 * AWS -- custom metrics: :func:`gpuinfra.monitoring.metrics.aws_custom_metric_count` metrics,
   each billed per metric-month prorated by the hour, so ``count / 730`` metric-months per hour;
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpuinfra.cost.prices import HOURS_PER_MONTH, price
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, price
 from gpuinfra.monitoring import metrics as m
 
 #: Resource types of monitoring that the estimate prices here (free ones yield no line). What

@@ -166,7 +166,7 @@ def cost_summary(spec, resources: list) -> dict:
     ``price_not_found`` (as in :func:`to_json`)."""
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
+    from gpuinfra.catalog.prices import usage_for
 
     hours = Decimal(str(spec.run_hours))
     catalog = load_catalog()

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.spec_rules import RuleViolationError, not_sold, rule_error
@@ -33,7 +34,6 @@ VPC_CIDR = "10.0.0.0/16"
 NODE_SUBNET_CIDR = "10.0.0.0/18"   # 16,379 usable addresses: one per node (EFA-only takes none)
 NAT_SUBNET_CIDR = "10.0.64.0/28"   # holds only the NAT gateway
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{ami_type}/latest/ami-id"
-TORCHRUN_PORT = 29500
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ EC2 limits user data to 16 KB before base64 encoding
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html). The cloud-config is sent gzip-
 compressed (it carries the node agent's source); :func:`render_user_data` refuses anything whose
 compressed size is over the limit. What does not have to run before the bucket can be read is
-in the node bundle (:func:`aws_node_bundle`, :mod:`blueprints.common.node_bundle`).
+in the node bundle (:func:`aws_node_bundle`, :mod:`gpuinfra.plan.node_bundle`).
 """
 
 from __future__ import annotations
@@ -12,13 +12,14 @@ from __future__ import annotations
 import base64
 import gzip
 
-from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
-from blueprints.common.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build, image_build_unit,
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
+from gpuinfra.plan.aws import AwsClusterPlan
+from gpuinfra.plan.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build, image_build_unit,
                                      render_run_script)
-from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, IMAGE_UNIT, NodeBundle, add_health_gate,
+from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, IMAGE_UNIT, NodeBundle, add_health_gate,
                                            add_monitoring, fetch_script, fetch_unit, health_template_vars)
-from blueprints.common.node_files import NODE_FILES, node_env, scratch_script
-from gpuinfra.health.report import expectations_for
+from gpuinfra.plan.node_files import NODE_FILES, node_env, scratch_script
+from gpuinfra.plan.health import expectations_for
 from gpuinfra.errors import SpecError
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
@@ -26,11 +27,9 @@ from gpuinfra.templating import agent_source, render
 USER_DATA_LIMIT_BYTES = 16 * 1024
 #: The unit that pre-pulls the profile's image on nodes without EFA (templates/aws-cloud-init.yaml.j2).
 PREPULL_UNIT = "gpuinfra-prepull.service"
-SCRATCH_MOUNT = "/scratch"
 #: EC2 instance-store NVMe disks under /dev/disk/by-id (amazon-eks-ami setup-local-disks;
 #: ParallelCluster setup-ephemeral-drives.sh).
 AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
-PEER_WAIT_SECONDS = 900
 #: Where the Deep Learning AMI mounts the instance store itself (DLAMI release notes,
 #: "nvme_location: /opt/dlami/nvme"; cluster-facts.md section 3.6).
 DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
@@ -99,7 +98,7 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         nodes=spec.nodes,
         gpus_per_node=spec.gpu_count,
         master_port=TORCHRUN_PORT,
-        wait_seconds=PEER_WAIT_SECONDS,
+        wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,
         **health_template_vars(spec),
     )
     # EFA nodes build the training image from the profile's image at boot (the bundle's

@@ -7,22 +7,21 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
-from blueprints.common.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
-from blueprints.common.fabric_host import FABRIC_HOST_UNIT, fabric_host_unit, gcp_host_stack
-from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, NodeBundle, add_health_gate, add_monitoring,
+from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
+from gpuinfra.plan.fabric_host import FABRIC_HOST_UNIT, fabric_host_unit, gcp_host_stack
+from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, NodeBundle, add_health_gate, add_monitoring,
                                            fetch_script, fetch_unit, health_template_vars)
-from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
-from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
+from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
 from gpuinfra.errors import SpecError
-from gpuinfra.health.report import expectations_for
+from gpuinfra.plan.health import expectations_for
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
-SCRATCH_MOUNT = "/scratch"
 #: Local NVMe SSDs under /dev/disk/by-id (cluster-toolkit startup-script setup-raid.yml).
 GCP_NVME_GLOB = "google-local-nvme-ssd-*"
-PEER_WAIT_SECONDS = 900
 #: Bucket prefix where nodes publish their IPs (outside the expiring scratch prefix: a node
 #: re-created days later must still find its formed peers).
 PEERS_PREFIX = "gpuinfra-peers"
@@ -30,14 +29,14 @@ PEERS_PREFIX = "gpuinfra-peers"
 
 def node_prefix(spec: ClusterSpec) -> str:
     """Base instance name of the MIG: VMs are ``<prefix>-<random suffix>``."""
-    from blueprints.common.naming import dns_safe
+    from gpuinfra.plan.naming import dns_safe
 
     return f"{dns_safe(spec.stack, 40)}-node"
 
 
 def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
-    """The GCP node bundle (:mod:`blueprints.common.node_bundle`): ``gpuinfra-run``, the GPU
-    fabric's host stack where it can be installed at boot (:mod:`blueprints.common.fabric_host`:
+    """The GCP node bundle (:mod:`gpuinfra.plan.node_bundle`): ``gpuinfra-run``, the GPU
+    fabric's host stack where it can be installed at boot (:mod:`gpuinfra.plan.fabric_host`:
     TCPXO on A3 Mega, gIB on A3 Ultra / A4), the monitoring agent and the health gate."""
     bundle = NodeBundle()
     env = nccl_env(plan.nic_layout)
@@ -85,7 +84,7 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
         group=node_prefix(spec),
         zone=spec.zone,
         gpus_per_node=spec.gpu_count,
-        wait_seconds=PEER_WAIT_SECONDS,
+        wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,
         master_port=TORCHRUN_PORT,
         bucket=bucket,
         peers_prefix=f"{PEERS_PREFIX}/{node_prefix(spec)}",

@@ -2,7 +2,7 @@
 one script per fabric that serves both the boot-time startup script and the image bake.
 
 Pure Python, no Pulumi imports. Everything the container side needs is defined once in
-:mod:`blueprints.common.fabric` (:func:`~blueprints.common.fabric.gcp_fabric`: plugin folder,
+:mod:`gpuinfra.plan.fabric` (:func:`~gpuinfra.plan.fabric.gcp_fabric`: plugin folder,
 env profile, aperture folder, GPU NIC names, RxDM unit and the pinned images); this module
 reads those and renders the host side from ``templates/fabric/``:
 
@@ -11,7 +11,7 @@ reads those and renders the host side from ``templates/fabric/``:
   what is done); ``--bake`` installs but starts nothing that needs GPUs or GPU NICs. Exit codes:
   2 bad argument, 6 a prerequisite it cannot install (kernel, docker), 7 a failed step; the last
   stderr line names the step.
-* ``gcp-rxdm.service.j2``: the :data:`~blueprints.common.fabric.RXDM_UNIT` systemd unit (the
+* ``gcp-rxdm.service.j2``: the :data:`~gpuinfra.plan.fabric.RXDM_UNIT` systemd unit (the
   script writes and enables it); ``gcp-tcpxo-aperture.rules.j2``: the aperture udev rule.
 
 Sources (commits: cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
@@ -73,7 +73,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from blueprints.common.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
+from gpuinfra.plan.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from gpuinfra.templating import render
@@ -215,8 +215,8 @@ def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -
         nic_layout: ``GcpClusterPlan.nic_layout`` (``gvnic`` when high-bandwidth networking is
             off).
         facts: the machine's facts (GPU NIC count, machine type for the script header).
-        env: the node's ``nccl.env`` settings (:func:`blueprints.gcp.plan.nccl_env` of the
-            layout), read through :func:`blueprints.common.fabric.gcp_fabric`.
+        env: the node's ``nccl.env`` settings (:func:`gpuinfra.plan.gcp.nccl_env` of the
+            layout), read through :func:`gpuinfra.plan.fabric.gcp_fabric`.
 
     Returns:
         An empty stack (``sockets``, nothing to install) for ``gvnic``; else the install script
@@ -224,7 +224,7 @@ def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -
 
     Raises:
         ValueError: the NCCL settings name another number of GPU NICs than the facts
-            (:func:`~blueprints.common.fabric.gcp_fabric`), or a plugin folder outside /var/lib.
+            (:func:`~gpuinfra.plan.fabric.gcp_fabric`), or a plugin folder outside /var/lib.
     """
     runtime = gcp_fabric(nic_layout, facts, env)
     if runtime.fabric == "tcpx":

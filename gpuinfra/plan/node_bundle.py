@@ -45,7 +45,7 @@ ALLREDUCE_PATH = f"{health_node.ALLREDUCE_DIR}/{health_node.ALLREDUCE_SCRIPT}"
 #: gpuinfra's modules the nodes run (standard library only: gpuinfra/health/__init__.py says so).
 NODE_MODULES = ("__init__.py", "errors.py", "agent/__init__.py", "agent/node.py", "health/__init__.py",
                 "health/parsers.py", "health/baselines.py", "health/gate.py", "health/node.py", "health/ranks.py")
-_PACKAGE = Path(__file__).resolve().parents[2] / "gpuinfra"
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 @dataclass(frozen=True)
@@ -155,9 +155,9 @@ def add_health_gate(bundle: NodeBundle, spec: ClusterSpec, expectations: Expecta
 
 
 def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:
-    """The monitoring agent's files and unit (:mod:`blueprints.common.monitoring_node`); nothing
+    """The monitoring agent's files and unit (:mod:`gpuinfra.plan.monitoring_node`); nothing
     when the profile turns monitoring off."""
-    from blueprints.common.monitoring_node import MONITORING_UNITS, monitoring_node_files
+    from gpuinfra.plan.monitoring_node import MONITORING_UNITS, monitoring_node_files
 
     files = monitoring_node_files(spec, cloud)
     if files:

@@ -111,7 +111,7 @@ def _region(args: Any, recs: list[_Record]) -> str | None:
 
 def _stack_tag(recs: list[_Record], aws_key: str, gcp_key: str) -> str | None:
     """A gpuinfra tag (AWS) / label (GCP) the blueprints put on the stack's resources
-    (blueprints/common/tags.py), or None."""
+    (gpuinfra/plan/tags.py), or None."""
     for rec in recs:
         for key, bag in ((aws_key, rec.inputs.get("tags")), (gcp_key, rec.inputs.get("labels"))):
             if isinstance(bag, dict) and bag.get(key) not in (None, UNKNOWN):
@@ -140,7 +140,7 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     """
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
+    from gpuinfra.catalog.prices import usage_for
 
     config = args.get_config() or {}
     recs = records(args.resources)

@@ -9,7 +9,7 @@ from pathlib import Path
 import moto
 import pytest
 
-from blueprints.common import fabric, fabric_host
+from gpuinfra.plan import fabric, fabric_host
 from gpuinfra.bake.plan import CATALOG_ARCHITECTURE, plan_bake
 from gpuinfra.errors import BakeError
 from gpuinfra.catalog.store import load_catalog

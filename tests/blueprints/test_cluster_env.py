@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from blueprints.aws.plan import TORCHRUN_PORT
-from blueprints.common.node_bundle import health_template_vars
+from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.plan.node_bundle import health_template_vars
 from gpuinfra.templating import render
 from tests.blueprints.helpers import make_spec
 

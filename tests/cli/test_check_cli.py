@@ -12,7 +12,8 @@ import pytest
 
 from gpuinfra import lifecycle
 from gpuinfra.health.gate import decide, health_key
-from gpuinfra.health.report import evaluate, expectations_for
+from gpuinfra.health.report import evaluate
+from gpuinfra.plan.health import expectations_for
 from gpuinfra.lifecycle import StackStatus
 from tests.conftest import without_aws_credentials
 from tests.health.conftest import fixture_text, spec_for
