@@ -28,8 +28,8 @@ from decimal import Decimal
 
 from gpuinfra.catalog.prices import Price, price
 from gpuinfra.datasource import GCS_MULTI_REGIONS
-from gpuinfra.spec import DataSource
 from gpuinfra.offers import RankedOffer
+from gpuinfra.spec import DataSource
 
 #: GCP region prefix -> continent as Cloud Storage's transfer prices group them
 #: (cloud.google.com/storage/pricing, "Data transfer within Google Cloud").

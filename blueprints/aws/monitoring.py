@@ -22,10 +22,14 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from gpuinfra.monitoring import metrics as m
+from gpuinfra.monitoring.dashboards import (
+    ALARM_PERIOD_SECONDS,
+    alarm_periods,
+    aws_dashboard_body,
+)
 from gpuinfra.plan.naming import child
 from gpuinfra.plan.tags import aws_tags
-from gpuinfra.monitoring import metrics as m
-from gpuinfra.monitoring.dashboards import ALARM_PERIOD_SECONDS, alarm_periods, aws_dashboard_body
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:aws:Monitoring"

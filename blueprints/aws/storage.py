@@ -15,6 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.plan.naming import child, dns_safe
+from gpuinfra.plan.node_bundle import BUNDLE_KEY
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -106,8 +107,6 @@ def build_bundle_object(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, bod
                         parent: pulumi.Resource) -> aws.s3.BucketObjectv2:
     """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
     in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
-    from gpuinfra.plan.node_bundle import BUNDLE_KEY
-
     return aws.s3.BucketObjectv2(
         child(name, "node-bundle"),
         bucket=bucket.id,

@@ -20,10 +20,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from gpuinfra.plan.naming import child
-from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.dashboards import gcp_dashboard_json, gcp_stack_filter
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:gcp:Monitoring"

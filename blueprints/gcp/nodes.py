@@ -17,10 +17,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
+from gpuinfra.plan.gcp import GcpClusterPlan
 from gpuinfra.plan.naming import child
 from gpuinfra.plan.tags import gcp_labels
-from gpuinfra.plan.gcp import GcpClusterPlan
-from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
 from gpuinfra.spec import ClusterSpec
 
 

@@ -34,6 +34,7 @@ from gpuinfra import __version__
 from gpuinfra.bake.model import DIGEST_RE, BakeSpec, SoftwareManifest
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import BakeError
+from gpuinfra.plan import fabric, fabric_host
 from gpuinfra.spec import check_gcp_project_id, check_new_stack_name
 
 #: Architecture of every GPU type in gpuinfra's catalog (module docstring gives the sources).
@@ -156,8 +157,6 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
         BakeError: any check fails (exit 2).
         SpecError: an invalid name or GCP project (exit 2).
     """
-    from gpuinfra.plan import fabric, fabric_host
-
     types = family_types(facts, request.cloud, request.family)
     lead = types[0]
     if not request.base_image:

@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from gpuinfra.bake.model import MANIFEST_PATH, BakeSpec
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.plan.fabric import aws_fabric, efa_image_build
+from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH, gcp_host_stack
+from gpuinfra.plan.gcp import nccl_env
 from gpuinfra.templating import render
 
 #: Pinned Packer: the Docker Hub image Cloud Build runs and the googlecompute plugin.
@@ -126,8 +130,6 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ %s }}'" % CONTAI
 def container_check_script(spec: BakeSpec, efa: int) -> str:
     """Bash run inside the built container: what ``gpuinfra-run`` requires there
     (:func:`gpuinfra.plan.fabric.aws_fabric`'s ``image`` requirements) and the manifest."""
-    from gpuinfra.plan.fabric import aws_fabric
-
     needs = [(shlex.quote(r.target), r.what) for r in aws_fabric(efa).requirements if r.kind == "image"]
     return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=MANIFEST_PATH)
 
@@ -141,8 +143,6 @@ def container_dockerfile(spec: BakeSpec) -> str:
     (:func:`gpuinfra.plan.fabric.efa_image_build`, same EFA installer and aws-ofi-nccl
     steps on the pinned base), otherwise ``FROM`` the base; then the manifest copied to
     :data:`~gpuinfra.bake.model.MANIFEST_PATH`."""
-    from gpuinfra.plan.fabric import efa_image_build
-
     m = spec.manifest
     body = efa_image_build(m.container_base).dockerfile if m.fabric == "efa" else f"FROM {m.container_base}\n"
     return body.rstrip("\n") + f"\nCOPY {CONTEXT_MANIFEST} {MANIFEST_PATH}\n"
@@ -169,10 +169,6 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
     Raises:
         ValueError: a non-GCP bake.
     """
-    from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH, gcp_host_stack
-    from gpuinfra.plan.gcp import nccl_env
-    from gpuinfra.catalog.store import load_catalog
-
     if spec.cloud != "gcp":
         raise ValueError("packer_build is for GCP bakes")
     m = spec.manifest

@@ -16,9 +16,19 @@ from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
-from gpuinfra.catalog.store import PACKAGE_DATA_DIR, load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
+from gpuinfra.catalog.refresh_aws import fetch_aws
+from gpuinfra.catalog.refresh_gcp import fetch_gcp
+from gpuinfra.catalog.store import (
+    PACKAGE_DATA_DIR,
+    _load,
+    load_catalog,
+    load_gcp_curated_facts,
+    load_gpu_models,
+    user_catalog_dir,
+)
 from gpuinfra.credentials import aws_session, gcp_credentials
 from gpuinfra.errors import CatalogError, MissingDependencyError
+from gpuinfra.spec import check_gcp_project_id
 
 
 @dataclass
@@ -108,8 +118,6 @@ def refresh_catalog(
     if "gcp" in clouds and not gcp_project:
         raise CatalogError("GCP refresh needs --gcp-project (or GOOGLE_CLOUD_PROJECT) for the Compute API")
     if "gcp" in clouds:
-        from gpuinfra.spec import check_gcp_project_id
-
         check_gcp_project_id(gcp_project)
     now = now or datetime.now(timezone.utc)
     try:
@@ -132,8 +140,6 @@ def refresh_catalog(
     if "aws" in clouds:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from gpuinfra.catalog.refresh_aws import fetch_aws
-
         factory = aws_factory or aws_client_factory()
         try:
             offers["aws"], facts["aws"] = fetch_aws(factory, regions, now)
@@ -149,8 +155,6 @@ def refresh_catalog(
             "source": "AWS APIs, gpuinfra catalog refresh", "date": date}
     if "gcp" in clouds:
         from google.api_core.exceptions import GoogleAPIError
-
-        from gpuinfra.catalog.refresh_gcp import fetch_gcp
 
         billing, machine_types, accelerator_types = gcp or gcp_clients()
         try:

@@ -50,6 +50,7 @@ def _print_table(report) -> None:
     then a count."""
     from rich.table import Table
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
 
     out = stdout_console()
@@ -96,6 +97,7 @@ def check(
 
     Exits 8 when a node failed, a result is unreadable, or a node has no result from this deployment yet.
     """
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json
     from gpuinfra.errors import HealthGateError
     from gpuinfra.health.report import locate_results, read_health

@@ -40,6 +40,7 @@ def print_cost_table(doc: dict) -> None:
     from rich import box
     from rich.table import Table
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
 
     out = stdout_console()
@@ -95,6 +96,7 @@ def cost(
     as_json: bool = options.Json,
 ) -> None:
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json
     from gpuinfra.cost.document import (check_budget, check_totals, preview_file_cost_document, pricing_market,
                                         stack_cost_document)
@@ -124,6 +126,7 @@ def diff(
     as_json: bool = options.Json,
 ) -> None:
     """Compare two stacks: + / ~ / - per resource, and the change in $/h and run total."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.cost.document import cost_diff_document, pricing_market
 

@@ -33,6 +33,7 @@ def status(
     Exits 2 when the stack is not deployed, 6 without cloud credentials or permissions, 7 when the cloud API fails.
     With --watch, Ctrl-C exits 0; a failed refresh keeps the last view with one error line.
     """
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import RequestError
     from gpuinfra.monitoring import sources
@@ -62,6 +63,7 @@ def status(
 
 
 def _write_html(report, path: Path) -> None:
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.errors import ProjectDirError
     from gpuinfra.monitoring.html import write_report
 

@@ -21,11 +21,24 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from gpuinfra import lifecycle
 from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
-from gpuinfra.errors import MissingDependencyError, OperationError, RequestError, SpecError
-from gpuinfra.health.gate import HEALTH_PREFIX, SCHEMA_VERSION, GateOutputs, NodeHealth, decide
+from gpuinfra.errors import (
+    MissingDependencyError,
+    OperationError,
+    RequestError,
+    SpecError,
+)
+from gpuinfra.health.gate import (
+    HEALTH_PREFIX,
+    SCHEMA_VERSION,
+    GateOutputs,
+    NodeHealth,
+    decide,
+)
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.spec import ClusterSpec, check_stack_name
+from gpuinfra.stackfile import read_stack_spec, stack_file_path
 
 _SCHEMES = {"s3": "aws", "gs": "gcp"}
 
@@ -125,9 +138,6 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
             or one that is missing without a stack file.
         MissingDependencyError: no cloud credentials; no Pulumi CLI where it is needed.
     """
-    from gpuinfra import lifecycle
-    from gpuinfra.stackfile import read_stack_spec, stack_file_path
-
     check_stack_name(stack)
     project_dir = Path(project_dir)
     flag_cloud, name = _bucket_flag(bucket) if bucket else (None, None)

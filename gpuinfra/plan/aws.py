@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.rules.spec_rules import RuleViolationError, not_sold, rule_error

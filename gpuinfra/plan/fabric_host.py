@@ -73,8 +73,8 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from gpuinfra.plan.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.plan.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from gpuinfra.templating import render
 

@@ -16,6 +16,7 @@ from gpuinfra.health.baselines import find_baseline
 from gpuinfra.health.gate import BUSBW_PASS_FRACTION, Expectations
 from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.gcp import plan_gcp_cluster
+from gpuinfra.plan.model import aws_network, gcp_network
 from gpuinfra.spec import ClusterSpec
 
 
@@ -27,10 +28,8 @@ def deployed_network(spec: ClusterSpec) -> tuple[int, str]:
     Raises:
         SpecError / RuleViolationError: the spec breaks a rule the planner enforces.
     """
-    if spec.cloud == "aws":
-        efa = plan_aws_cluster(spec).efa_count
-        return efa, spec.facts.nic_layout if efa else "ena"
-    return 0, plan_gcp_cluster(spec).nic_layout
+    network = aws_network(spec, plan_aws_cluster(spec)) if spec.cloud == "aws" else gcp_network(plan_gcp_cluster(spec))
+    return network.efa_per_node, network.nic_layout
 
 
 def expectations_for(spec: ClusterSpec, busbw_pass_fraction: float = BUSBW_PASS_FRACTION) -> Expectations:

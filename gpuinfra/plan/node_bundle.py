@@ -27,6 +27,7 @@ from pathlib import Path
 from gpuinfra.health import node as health_node
 from gpuinfra.health.baselines import baseline_nodes, find_baseline
 from gpuinfra.health.gate import Expectations
+from gpuinfra.plan.monitoring_node import MONITORING_UNITS, monitoring_node_files
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
@@ -157,8 +158,6 @@ def add_health_gate(bundle: NodeBundle, spec: ClusterSpec, expectations: Expecta
 def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:
     """The monitoring agent's files and unit (:mod:`gpuinfra.plan.monitoring_node`); nothing
     when the profile turns monitoring off."""
-    from gpuinfra.plan.monitoring_node import MONITORING_UNITS, monitoring_node_files
-
     files = monitoring_node_files(spec, cloud)
     if files:
         bundle.add_files(files, MONITORING_UNITS)

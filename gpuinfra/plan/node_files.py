@@ -15,8 +15,8 @@ rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 
 from __future__ import annotations
 
-from gpuinfra.plan.tags import expires_at_text
 from gpuinfra.agent.node import format_node_env
+from gpuinfra.plan.tags import expires_at_text
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 

@@ -269,10 +269,11 @@ def test_config_from_node_env_and_main_once(tmp_path, monkeypatch):
 
 
 def test_user_data_embeds_this_agent_verbatim():
+    import yaml
+
     from gpuinfra.plan.aws import plan_aws_cluster
     from gpuinfra.plan.boot_aws import render_user_data
     from tests.blueprints.helpers import make_spec
-    import yaml
 
     spec = make_spec("p4d.24xlarge", nodes=2)
     text = render_user_data(spec, plan_aws_cluster(spec), "b")
@@ -286,8 +287,8 @@ def test_user_data_embeds_this_agent_verbatim():
 
 
 def test_gcp_startup_script_installs_and_enables_the_agent():
-    from gpuinfra.plan.gcp import plan_gcp_cluster
     from gpuinfra.plan.boot_gcp import render_startup_script
+    from gpuinfra.plan.gcp import plan_gcp_cluster
     from tests.blueprints.helpers import make_spec
 
     spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
@@ -467,8 +468,8 @@ def test_both_boot_templates_write_a_node_env_the_agent_parses(tmp_path, cloud):
 
     from gpuinfra.plan.aws import plan_aws_cluster
     from gpuinfra.plan.boot_aws import render_user_data
-    from gpuinfra.plan.gcp import plan_gcp_cluster
     from gpuinfra.plan.boot_gcp import render_startup_script
+    from gpuinfra.plan.gcp import plan_gcp_cluster
     from tests.blueprints.helpers import make_spec
 
     if cloud == "aws":

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.catalog.store import load_catalog
 from gpuinfra.plan.fabric import RXDM_UNIT, gcp_fabric
 from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH, HostStack, gcp_host_stack
 from gpuinfra.plan.gcp import nccl_env
-from gpuinfra.catalog.store import load_catalog
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from tests.blueprints.helpers import need_tool
 

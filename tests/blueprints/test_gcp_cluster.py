@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.errors import SpecError
-from gpuinfra.rules.spec_rules import RuleViolationError
+from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.profiles import get_profile
-from tests.blueprints.helpers import make_spec, preview, need_tool
+from gpuinfra.rules.spec_rules import RuleViolationError
+from tests.blueprints.helpers import make_spec, need_tool, preview
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 NETWORK = "gcp:compute/network:Network"
