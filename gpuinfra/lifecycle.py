@@ -36,20 +36,9 @@ from typing import Any, Callable, Iterable, Protocol
 import yaml
 
 from gpuinfra.bake.stack import list_bakes
-from gpuinfra.credentials import (
-    aws_session,
-    check_gcp_credentials_configured,
-    cloud_storage,
-)
-from gpuinfra.errors import (
-    CAPACITY_ERROR_MARKER,
-    CapacityError,
-    GpuinfraError,
-    MissingDependencyError,
-    OperationError,
-    RequestError,
-    SpecError,
-)
+from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, cloud_storage
+from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError,
+                             OperationError, RequestError, SpecError)
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec

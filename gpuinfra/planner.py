@@ -48,15 +48,8 @@ from gpuinfra.offers import OfferQuery, RankedOffer, find_offers
 from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
 from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
-from gpuinfra.spec import (
-    ClusterSpec,
-    DataSource,
-    NetworkSettings,
-    PriceSnapshot,
-    check_gcp_project_id,
-    check_new_stack_name,
-    format_validation_error,
-)
+from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
+                           check_new_stack_name, format_validation_error)
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.bake.render import (
-    CONTAINER_PARAMETER,
-    aws_host_phases,
-    component_document,
-)
+from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
 from gpuinfra.plan.naming import child
 
 TYPE_TOKEN = "gpuinfra:aws:ImageBake"

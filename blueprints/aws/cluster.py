@@ -11,11 +11,7 @@ from blueprints.aws.backstop import build_ttl_backstop, schedule_expression
 from blueprints.aws.identity import build_instance_profile
 from blueprints.aws.monitoring import build_monitoring
 from blueprints.aws.network import build_network
-from blueprints.aws.nodes import (
-    build_fleet,
-    build_launch_template,
-    launched_instance_ids,
-)
+from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
 from blueprints.aws.storage import build_bucket, build_bundle_object
 from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json

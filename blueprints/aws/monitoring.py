@@ -23,11 +23,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.monitoring import metrics as m
-from gpuinfra.monitoring.dashboards import (
-    ALARM_PERIOD_SECONDS,
-    alarm_periods,
-    aws_dashboard_body,
-)
+from gpuinfra.monitoring.dashboards import ALARM_PERIOD_SECONDS, alarm_periods, aws_dashboard_body
 from gpuinfra.plan.naming import child
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec

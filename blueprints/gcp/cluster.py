@@ -6,19 +6,9 @@ import pulumi
 
 from blueprints.gcp.monitoring import build_monitoring
 from blueprints.gcp.network import build_networks
-from blueprints.gcp.nodes import (
-    build_group,
-    build_placement_policy,
-    build_template,
-    build_workload_policy,
-)
-from blueprints.gcp.storage import (
-    build_bucket,
-    build_bundle_object,
-    build_monitoring_role,
-    build_node_role,
-    build_service_account,
-)
+from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
+from blueprints.gcp.storage import (build_bucket, build_bundle_object, build_monitoring_role, build_node_role,
+                                    build_service_account)
 from gpuinfra.money import usd_json
 from gpuinfra.plan.boot_gcp import node_prefix
 from gpuinfra.plan.cluster import plan_cluster

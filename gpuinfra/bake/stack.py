@@ -23,13 +23,7 @@ from gpuinfra.bake.model import DIGEST_RE, BakeResult, BakeSpec, SoftwareManifes
 from gpuinfra.bake.plan import plan_bake
 from gpuinfra.bake.preview import bake_provider_config, check_bake, run_bake_preview
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.errors import (
-    BakeError,
-    FileExistsGpuinfraError,
-    ProjectDirError,
-    RuleViolationError,
-    SpecError,
-)
+from gpuinfra.errors import BakeError, FileExistsGpuinfraError, ProjectDirError, RuleViolationError, SpecError
 from gpuinfra.fsutil import NewFiles, atomic_write_text, folder_problem
 from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
 from gpuinfra.stackfile import stack_file_path

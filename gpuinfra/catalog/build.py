@@ -42,15 +42,8 @@ from pathlib import Path
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import check_offers
-from gpuinfra.catalog.model import (
-    CATALOG_SCHEMA_VERSION,
-    OFFER_COLUMNS,
-    Offer,
-    add_prices,
-    parse_price,
-    price_source_keys,
-    quantize_price,
-)
+from gpuinfra.catalog.model import (CATALOG_SCHEMA_VERSION, OFFER_COLUMNS, Offer, add_prices, parse_price,
+                                    price_source_keys, quantize_price)
 from gpuinfra.catalog.prices import HOURS_PER_MONTH, region_prices
 from gpuinfra.catalog.store import load_gcp_curated_facts, load_gpu_models
 from gpuinfra.fsutil import atomic_write_text

@@ -18,14 +18,8 @@ from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
 from gpuinfra.catalog.refresh_aws import fetch_aws
 from gpuinfra.catalog.refresh_gcp import fetch_gcp
-from gpuinfra.catalog.store import (
-    PACKAGE_DATA_DIR,
-    _load,
-    load_catalog,
-    load_gcp_curated_facts,
-    load_gpu_models,
-    user_catalog_dir,
-)
+from gpuinfra.catalog.store import (PACKAGE_DATA_DIR, _load, load_catalog, load_gcp_curated_facts, load_gpu_models,
+                                    user_catalog_dir)
 from gpuinfra.credentials import aws_session, gcp_credentials
 from gpuinfra.errors import CatalogError, MissingDependencyError
 from gpuinfra.spec import check_gcp_project_id

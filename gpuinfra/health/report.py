@@ -23,19 +23,8 @@ from pathlib import Path
 
 from gpuinfra import lifecycle
 from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
-from gpuinfra.errors import (
-    MissingDependencyError,
-    OperationError,
-    RequestError,
-    SpecError,
-)
-from gpuinfra.health.gate import (
-    HEALTH_PREFIX,
-    SCHEMA_VERSION,
-    GateOutputs,
-    NodeHealth,
-    decide,
-)
+from gpuinfra.errors import MissingDependencyError, OperationError, RequestError, SpecError
+from gpuinfra.health.gate import HEALTH_PREFIX, SCHEMA_VERSION, GateOutputs, NodeHealth, decide
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.spec import ClusterSpec, check_stack_name
 from gpuinfra.stackfile import read_stack_spec, stack_file_path

@@ -34,13 +34,7 @@ from gpuinfra import lifecycle
 from gpuinfra.credentials import gcp_credentials, no_aws_credentials, no_gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, SpecError
 from gpuinfra.monitoring import metrics as m
-from gpuinfra.monitoring.status import (
-    WINDOW,
-    ClusterStatus,
-    GpuSeries,
-    Node,
-    build_status,
-)
+from gpuinfra.monitoring.status import WINDOW, ClusterStatus, GpuSeries, Node, build_status
 from gpuinfra.spec import ClusterSpec, check_stack_name
 from gpuinfra.stackfile import read_stack_spec, stack_file_path
 

@@ -12,33 +12,14 @@ from __future__ import annotations
 import base64
 import gzip
 
-from gpuinfra.agent.constants import (
-    PEER_DISCOVERY_WAIT_SECONDS,
-    SCRATCH_MOUNT,
-    TORCHRUN_PORT,
-)
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
 from gpuinfra.errors import SpecError
 from gpuinfra.plan.aws import AwsClusterPlan
-from gpuinfra.plan.fabric import (
-    IMAGE_BUILD_DIR,
-    RUN_SCRIPT_PATH,
-    aws_fabric,
-    efa_image_build,
-    image_build_unit,
-    render_run_script,
-)
+from gpuinfra.plan.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build, image_build_unit,
+                                  render_run_script)
 from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.node_bundle import (
-    BUNDLE_FETCH_PATH,
-    BUNDLE_UNIT,
-    IMAGE_UNIT,
-    NodeBundle,
-    add_health_gate,
-    add_monitoring,
-    fetch_script,
-    fetch_unit,
-    health_template_vars,
-)
+from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, IMAGE_UNIT, NodeBundle, add_health_gate,
+                                       add_monitoring, fetch_script, fetch_unit, health_template_vars)
 from gpuinfra.plan.node_files import NODE_FILES, node_env, scratch_script
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render

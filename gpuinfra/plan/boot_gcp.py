@@ -7,33 +7,16 @@ needs. Metadata values are limited to 256 KB (cloud.google.com/compute/docs/meta
 
 from __future__ import annotations
 
-from gpuinfra.agent.constants import (
-    PEER_DISCOVERY_WAIT_SECONDS,
-    SCRATCH_MOUNT,
-    TORCHRUN_PORT,
-)
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
 from gpuinfra.errors import SpecError
 from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
 from gpuinfra.plan.fabric_host import FABRIC_HOST_UNIT, fabric_host_unit, gcp_host_stack
 from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.naming import dns_safe
-from gpuinfra.plan.node_bundle import (
-    BUNDLE_FETCH_PATH,
-    BUNDLE_UNIT,
-    NodeBundle,
-    add_health_gate,
-    add_monitoring,
-    fetch_script,
-    fetch_unit,
-    health_template_vars,
-)
-from gpuinfra.plan.node_files import (
-    DOCKER_MEMLOCK_DROPIN,
-    NODE_FILES,
-    node_env,
-    scratch_script,
-)
+from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, BUNDLE_UNIT, NodeBundle, add_health_gate, add_monitoring,
+                                       fetch_script, fetch_unit, health_template_vars)
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
 

@@ -32,12 +32,7 @@ from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
-from gpuinfra.rules.spec_rules import (
-    RuleViolationError,
-    fabric_boot_blocker,
-    not_sold,
-    rule_error,
-)
+from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
 
 SYSTEM_CIDR = "10.128.0.0/20"

@@ -10,13 +10,7 @@ from __future__ import annotations
 
 import re
 
-from gpuinfra.spec import (
-    AWS_BUDGET_TAG,
-    AWS_RUN_HOURS_TAG,
-    GCP_BUDGET_LABEL,
-    GCP_RUN_HOURS_LABEL,
-    ClusterSpec,
-)
+from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL, ClusterSpec
 
 
 def expires_at_text(spec: ClusterSpec) -> str:

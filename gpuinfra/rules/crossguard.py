@@ -25,12 +25,7 @@ from gpuinfra.catalog.store import load_catalog
 from gpuinfra.cost.estimate import estimate
 from gpuinfra.rules import check_graph
 from gpuinfra.rules.model import UNKNOWN, ResourceGraph
-from gpuinfra.spec import (
-    AWS_BUDGET_TAG,
-    AWS_RUN_HOURS_TAG,
-    GCP_BUDGET_LABEL,
-    GCP_RUN_HOURS_LABEL,
-)
+from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL
 
 #: pulumi-policy's unknown-value sentinels (pulumi_policy/proxy.py UNKNOWN_*_VALUE).
 _UNKNOWN = frozenset({
@@ -189,11 +184,7 @@ def policies() -> list:
     Raises:
         ImportError: pulumi-policy is not installed (``pip install gpuinfra[policy]``).
     """
-    from pulumi_policy import (
-        EnforcementLevel,
-        PolicyConfigSchema,
-        StackValidationPolicy,
-    )
+    from pulumi_policy import EnforcementLevel, PolicyConfigSchema, StackValidationPolicy
 
     return [
         StackValidationPolicy(

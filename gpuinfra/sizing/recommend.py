@@ -23,20 +23,8 @@ from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
-from gpuinfra.sizing.memory import (
-    ATTENTION,
-    COMPUTE_PRECISIONS,
-    GIB,
-    METHODS,
-    OFFLOAD,
-    OFFLOAD_STRATEGIES,
-    RECOMPUTE,
-    STRATEGIES,
-    Breakdown,
-    Workload,
-    lora_params,
-    memory_per_gpu,
-)
+from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES, RECOMPUTE,
+                                    STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
 from gpuinfra.sizing.supply import OFFER_KEYS, cheapest_offers
 from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time

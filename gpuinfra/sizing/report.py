@@ -24,23 +24,9 @@ from typing import Any
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.offers import OfferScope, validate_location
 from gpuinfra.requests import parse_gpu_spec
-from gpuinfra.sizing.checkpoint import (
-    DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
-    CheckpointPlan,
-    checkpoint_plan,
-)
-from gpuinfra.sizing.recommend import (
-    PROFILE_FOR_METHOD,
-    Candidate,
-    SizingRequest,
-    candidate_json,
-    candidates,
-    device_memory_gib,
-    evaluate,
-    nothing_fits,
-    priced,
-    sizing_request,
-)
+from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
+from gpuinfra.sizing.recommend import (PROFILE_FOR_METHOD, Candidate, SizingRequest, candidate_json, candidates,
+                                       device_memory_gib, evaluate, nothing_fits, priced, sizing_request)
 from gpuinfra.sizing.supply import cheapest_offers
 
 #: Candidates listed in the document.

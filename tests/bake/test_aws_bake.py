@@ -11,12 +11,7 @@ import pytest
 import yaml
 
 from gpuinfra.bake.preview import check_bake, run_bake_preview
-from gpuinfra.bake.render import (
-    aws_host_phases,
-    component_document,
-    container_check_script,
-    container_dockerfile,
-)
+from gpuinfra.bake.render import aws_host_phases, component_document, container_check_script, container_dockerfile
 from gpuinfra.plan.fabric import efa_image_build
 from tests.bake.awstoe_schema import SCHEMA
 from tests.bake.conftest import AMI, NGC

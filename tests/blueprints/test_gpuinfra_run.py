@@ -16,26 +16,11 @@ import pytest
 import yaml
 
 from gpuinfra.plan.aws import plan_aws_cluster
-from gpuinfra.plan.boot_aws import (
-    USER_DATA_LIMIT_BYTES,
-    aws_node_bundle,
-    render_user_data,
-)
+from gpuinfra.plan.boot_aws import USER_DATA_LIMIT_BYTES, aws_node_bundle, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, render_startup_script
-from gpuinfra.plan.fabric import (
-    RUN_SCRIPT_PATH,
-    aws_run_command,
-    efa_image_build,
-    gcp_fabric,
-    gcp_run_command,
-)
+from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_build, gcp_fabric, gcp_run_command
 from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
-from tests.blueprints.helpers import (
-    make_spec,
-    need_tool,
-    preview,
-    shellcheck_cloud_config,
-)
+from tests.blueprints.helpers import make_spec, need_tool, preview, shellcheck_cloud_config
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
 CLUSTER_ENV = {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.20", "MASTER_PORT": "29500"}

@@ -15,23 +15,12 @@ import pytest
 from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.boot_aws import aws_node_bundle
 from gpuinfra.plan.boot_gcp import gcp_node_bundle
-from gpuinfra.plan.fabric import (
-    AWS_OFI_NCCL_VERSION,
-    EFA_INSTALLER_VERSION,
-    RUN_SCRIPT_PATH,
-    efa_image_build,
-)
+from gpuinfra.plan.fabric import AWS_OFI_NCCL_VERSION, EFA_INSTALLER_VERSION, RUN_SCRIPT_PATH, efa_image_build
 from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH
 from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.node_bundle import (
-    ALLREDUCE_PATH,
-    BUNDLE_KEY,
-    EXPECTATIONS_PATH,
-    NODE_MODULES,
-    NodeBundle,
-    fetch_script,
-)
+from gpuinfra.plan.node_bundle import (ALLREDUCE_PATH, BUNDLE_KEY, EXPECTATIONS_PATH, NODE_MODULES, NodeBundle,
+                                       fetch_script)
 from tests.blueprints.helpers import make_spec, need_tool, preview
 
 REPO = Path(__file__).resolve().parents[2]
