@@ -18,8 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from gpuinfra import capacity
 from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
-from gpuinfra.capacity import describe_capacity_reservation
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import NoOfferError, RequestError
@@ -159,8 +159,8 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
     if request.capacity_reservation:
         if not planned.region:
             raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
-        planned = replace(planned, capacity_reservation=describe_capacity_reservation(request.capacity_reservation,
-                                                                                        planned.region))
+        reservation = capacity.describe_capacity_reservation(request.capacity_reservation, planned.region)
+        planned = replace(planned, capacity_reservation=reservation)
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
     now = now or datetime.now(timezone.utc)
     sizing = None
