@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuinfra.catalog.refresh import aws_client_factory
+from gpuinfra.credentials import aws_client_factory
 from gpuinfra.errors import MissingDependencyError, RequestError
 
 #: States in which instances can be launched into a reservation; a Capacity Block is

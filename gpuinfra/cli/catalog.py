@@ -39,7 +39,7 @@ def refresh(
 ) -> None:
     """Rebuild the catalog from the clouds' own APIs (needs credentials)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
-    from gpuinfra.catalog.refresh import refresh_catalog
+    from gpuinfra.services.catalog_refresh import refresh_catalog
     from gpuinfra.cli.console import stdout_console
 
     result = refresh_catalog(

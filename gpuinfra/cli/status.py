@@ -1,7 +1,7 @@
 """``gpuinfra status STACK``: nodes, per-GPU utilization now and over the last hour, cost so far
 and projected to the TTL, time until the idle or TTL end.
 
-Thin: reading is :mod:`gpuinfra.monitoring.sources`, the figures :mod:`gpuinfra.monitoring.status`,
+Thin: reading is :mod:`gpuinfra.services.monitoring_sources`, the figures :mod:`gpuinfra.monitoring.status`,
 the view :mod:`gpuinfra.monitoring.render` / :mod:`gpuinfra.monitoring.html`.
 """
 
@@ -36,7 +36,7 @@ def status(
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import RequestError
-    from gpuinfra.monitoring import sources
+    from gpuinfra.services import monitoring_sources as sources
     from gpuinfra.monitoring.render import renderable, watch as watch_loop
 
     if watch and (as_json or html):

@@ -4,6 +4,6 @@ through cost components, like Infracost, with run-length pricing for GPU trainin
 Modules: :mod:`gpuinfra.cost.estimate`
 (resources -> priced lines), :mod:`gpuinfra.cost.report` (totals, JSON, diff),
 :mod:`gpuinfra.cost.pulumi_preview` (read `pulumi preview --json`),
-:mod:`gpuinfra.cost.document` (the cost document of a stack file: a service). The price book it
-reads is data, in :mod:`gpuinfra.catalog.prices`.
+and, in the service layer, :mod:`gpuinfra.services.cost_document` (the cost document of a stack file). The price
+book is data, in :mod:`gpuinfra.catalog.prices`.
 """

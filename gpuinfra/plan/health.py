@@ -2,7 +2,7 @@
 
 The blueprints bake these expectations into the node bundle at render time
 (``/etc/gpuinfra/health-expectations.json``); the operator side
-(:mod:`gpuinfra.health.report`) judges results against the same expectations. GPUs per node
+(:mod:`gpuinfra.services.health_report`) judges results against the same expectations. GPUs per node
 come from the spec (GCP N1 hosts take attached GPUs), EFA devices and the network from the
 cluster plan (:func:`gpuinfra.plan.aws.plan_aws_cluster` / :func:`gpuinfra.plan.gcp.plan_gcp_cluster`:
 with ``high_bandwidth_networking: off`` they attach no EFA / GPU NICs), NVSwitch from the facts,

@@ -1,4 +1,4 @@
-"""Operator side of the health gate: expectations from the deployed cluster, results from the bucket.
+"""Operator side of the health gate: where a stack's node results are, reading them from the bucket, judging them.
 
 A service module: it reads stack files, the Pulumi state and the bucket. What the nodes are
 checked against (:func:`gpuinfra.plan.health.expectations_for`) is part of the cluster plan,

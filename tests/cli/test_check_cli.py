@@ -12,7 +12,7 @@ import pytest
 
 from gpuinfra import lifecycle
 from gpuinfra.health.gate import decide, health_key
-from gpuinfra.health.report import evaluate
+from gpuinfra.services.health_report import evaluate
 from gpuinfra.lifecycle import StackStatus
 from gpuinfra.plan.health import expectations_for
 from tests.conftest import without_aws_credentials

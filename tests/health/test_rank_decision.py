@@ -34,7 +34,7 @@ from gpuinfra.health.ranks import (
     DecisionScope,
     RankDecision,
 )
-from gpuinfra.health.report import ResultsLocation, read_health
+from gpuinfra.services.health_report import ResultsLocation, read_health
 from tests.health.fake_gcs import FakeGcs
 from tests.health.test_node_runner import MemoryBucket, _doc, make_node, p4d_runner
 
