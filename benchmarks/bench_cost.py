@@ -26,10 +26,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    from gpuinfra.catalog.prices import usage_for
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli import main as cli_main
     from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
     from gpuinfra.preview import run_preview
     from gpuinfra.stackfile import provider_config, read_stack_spec
 

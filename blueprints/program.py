@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pulumi
 
+from gpuinfra.bake.model import BakeSpec
 from gpuinfra.spec import ClusterSpec
 
 
@@ -27,10 +28,12 @@ def build(spec: ClusterSpec):
         The component resource.
     """
     if spec.cloud == "aws":
+        # only the stack's cloud: each provider SDK (pulumi_aws / pulumi_gcp) takes seconds to import
         from blueprints.aws import AwsGpuCluster
 
         cluster: AwsGpuCluster | GcpGpuCluster = AwsGpuCluster(spec.stack, spec)
     else:
+        # only the stack's cloud: each provider SDK (pulumi_aws / pulumi_gcp) takes seconds to import
         from blueprints.gcp import GcpGpuCluster
 
         cluster = GcpGpuCluster(spec.stack, spec)
@@ -50,10 +53,12 @@ def build_bake(spec):
         The component resource.
     """
     if spec.cloud == "aws":
+        # only the stack's cloud: each provider SDK (pulumi_aws / pulumi_gcp) takes seconds to import
         from blueprints.aws.bake import AwsImageBake
 
         bake = AwsImageBake(spec.stack, spec)
     else:
+        # only the stack's cloud: each provider SDK (pulumi_aws / pulumi_gcp) takes seconds to import
         from blueprints.gcp.bake import GcpImageBake
 
         bake = GcpImageBake(spec.stack, spec)
@@ -67,8 +72,6 @@ def main() -> None:
     stack has ``gpuinfra:bake``) and build it."""
     bake = pulumi.Config("gpuinfra").get_object("bake")
     if bake is not None:
-        from gpuinfra.bake.model import BakeSpec
-
         build_bake(BakeSpec.from_config(bake))
         return
     build(load_spec())

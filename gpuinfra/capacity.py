@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from gpuinfra.credentials import aws_client_factory
 from gpuinfra.errors import MissingDependencyError, RequestError
 
 #: States in which instances can be launched into a reservation; a Capacity Block is
@@ -71,8 +72,6 @@ def describe_capacity_reservation(reservation_id: str, region: str,
     if not re.fullmatch(r"cr-(?:[0-9a-f]{8}|[0-9a-f]{17})", reservation_id or ""):
         raise RequestError(f"--capacity-reservation: {reservation_id!r} is not a reservation id (cr- and 8 or 17 hex digits)")
     if client_factory is None:
-        from gpuinfra.catalog.refresh import aws_client_factory
-
         client_factory = aws_client_factory()
     ec2 = client_factory("ec2", region)
     try:

@@ -86,3 +86,13 @@ def cloud_storage(purpose: str):
     except ImportError:
         raise MissingDependencyError(f"{purpose} needs google-cloud-storage: pip install 'gpuinfra[gcp-data]'") from None
     return storage
+
+
+def aws_client_factory(endpoint_url: str | None = None):
+    """boto3 client factory using the default credential chain.
+
+    Raises:
+        MissingDependencyError: no AWS credentials are configured.
+    """
+    session = aws_session()
+    return lambda service, region: session.client(service, region_name=region, endpoint_url=endpoint_url)

@@ -36,9 +36,10 @@ from collections.abc import Callable, Iterable
 
 import yaml
 
+from gpuinfra.bake.stack import list_bakes
 from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, cloud_storage
-from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError, OperationError,
-                             RequestError, SpecError)
+from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError,
+                             OperationError, RequestError, SpecError)
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
@@ -364,8 +365,6 @@ def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None
     """Every cluster stack file of the project, joined with the backend's view when available; a
     file that cannot be read is listed as invalid with the reason. Bake stacks (``gpuinfra image
     ls`` lists them) are left out: they have no nodes, TTL or price per hour."""
-    from gpuinfra.bake.stack import list_bakes
-
     now = now or datetime.now(UTC)
     statuses = {s.name: s for s in backend.list_stacks(project_dir)} if backend is not None else {}
     listing = StackListing([], [])

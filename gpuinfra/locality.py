@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpuinfra.cost.prices import Price, price
+from gpuinfra.catalog.prices import Price, price
 from gpuinfra.datasource import GCS_MULTI_REGIONS
-from gpuinfra.spec import DataSource
 from gpuinfra.offers import RankedOffer
+from gpuinfra.spec import DataSource
 
 #: GCP region prefix -> continent as Cloud Storage's transfer prices group them
 #: (cloud.google.com/storage/pricing, "Data transfer within Google Cloud").

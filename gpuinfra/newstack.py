@@ -18,15 +18,20 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from gpuinfra.catalog.store import Catalog
+from gpuinfra import capacity
+from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
+from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import NoOfferError, RequestError
 from gpuinfra.money import usd_json
-from gpuinfra.planner import Plan, PlanRequest
-from gpuinfra.profiles import Profile
-from gpuinfra.sizing.recommend import Candidate
-from gpuinfra.sizing.report import StackSizing
-from gpuinfra.stackfile import WrittenFiles
-from gpuinfra.verify import VerifiedPreview
+from gpuinfra.offers import OfferScope
+from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
+from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
+from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
+from gpuinfra.sizing.report import StackSizing, size_for_stack
+from gpuinfra.sizing.supply import fast_types
+from gpuinfra.stackfile import WrittenFiles, write_stack
+from gpuinfra.verify import VerifiedPreview, verify_spec
 
 
 @dataclass(frozen=True)
@@ -134,39 +139,28 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
         FileExistsGpuinfraError: the stack file exists and not ``force`` (exit 5).
         ProjectDirError: ``project_dir`` cannot be written (exit 2).
     """
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.datasource import resolve_data_set
-    from gpuinfra.planner import plan_cluster
-    from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
-    from gpuinfra.stackfile import write_stack
-    from gpuinfra.verify import verify_spec
-
     planned, profile = request.plan, request.profile
     sized = bool(request.model or request.params)
     if sized:
         if planned.gpus or planned.instance_type or request.capacity_reservation:
             raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type/"
                                "--capacity-reservation, not both")
-        from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD
 
         profile = profile or PROFILE_FOR_METHOD[request.method or "full"]
     elif request.method:
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)
     if request.image:  # a baked image decides the cloud, and the type when it was baked for one
-        from gpuinfra.bake.stack import baked_image_targets
 
         cloud, types, fabric = baked_image_targets(project_dir, request.image)
         planned = replace(planned, cloud=planned.cloud or cloud, image_fabric=fabric,
                           instance_type=planned.instance_type or (types[0] if len(types) == 1 else None))
     catalog = load_catalog()
     if request.capacity_reservation:
-        from gpuinfra.capacity import describe_capacity_reservation
-
         if not planned.region:
             raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
-        planned = replace(planned, capacity_reservation=describe_capacity_reservation(request.capacity_reservation,
-                                                                                        planned.region))
+        reservation = capacity.describe_capacity_reservation(request.capacity_reservation, planned.region)
+        planned = replace(planned, capacity_reservation=reservation)
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
     now = now or datetime.now(UTC)
     sizing = None
@@ -176,7 +170,6 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
         plan = plan_cluster(catalog, planned, resolved, now)
     image_config = None
     if request.image:  # a baked image: its id goes into the spec, its manifest next to it
-        from gpuinfra.bake.stack import apply_baked_image
 
         plan, image_config = apply_baked_image(plan, project_dir, request.image)
     checkpoint = None
@@ -203,11 +196,6 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
         NoOfferError: nothing in the scope fits, or every configuration that does was passed
             over (the first three are named with why).
     """
-    from gpuinfra.offers import OfferScope
-    from gpuinfra.planner import markets_tried, plan_cluster
-    from gpuinfra.sizing.report import size_for_stack
-    from gpuinfra.sizing.supply import fast_types
-
     scope = OfferScope(cloud=planned.cloud, region=planned.region, zone=planned.zone,
                        instance_type=planned.instance_type, markets=markets_tried(planned.spot, profile),
                        include_local_zones=planned.include_local_zones, image_fabric=planned.image_fabric)

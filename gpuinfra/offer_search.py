@@ -13,11 +13,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from gpuinfra.catalog.model import parse_market
 from gpuinfra.catalog.store import Catalog
+from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import RequestError
-from gpuinfra.locality import RunCost
+from gpuinfra.locality import RunCost, rank_runs
 from gpuinfra.money import usd_json
-from gpuinfra.offers import OfferQuery, RankedOffer
+from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request
 from gpuinfra.spec import DataSource
 
 #: Longest run ``offers --hours`` prices the data transfer against (one year).
@@ -34,8 +36,6 @@ def market_option(market: str, spot: bool) -> str:
     Raises:
         RequestError: an unknown market, or ``--spot`` with another ``--market``.
     """
-    from gpuinfra.catalog.model import parse_market
-
     chosen = parse_market(market)
     if chosen is None:
         raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex")
@@ -88,10 +88,6 @@ def search_offers(catalog: Catalog, *, gpus: str | None = None, instance_type: s
         DataSourceError, MissingDependencyError: the data set cannot be resolved.
         NoOfferError: nothing fits (exit 4).
     """
-    from gpuinfra.datasource import resolve_data_set
-    from gpuinfra.locality import rank_runs
-    from gpuinfra.offers import find_offers, gpu_request
-
     request = gpu_request(catalog, gpus, instance_type, cloud, nodes)
     query = OfferQuery(request=request, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
                        market=market_option(market, spot), include_local_zones=include_local_zones)

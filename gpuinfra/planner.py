@@ -36,18 +36,21 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from gpuinfra.capacity import CapacityReservation
-from gpuinfra.catalog.gpus import gpu_model
-from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.catalog.store import Catalog
-from gpuinfra.errors import NoOfferError, RequestError, SpecError
-from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request as offer_gpu_request
-from gpuinfra.profiles import Profile
-from gpuinfra.rules.spec_rules import type_fabric_blocker
 from pydantic import ValidationError
 
+from gpuinfra.capacity import CapacityReservation
+from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.gpus import gpu_model
+from gpuinfra.catalog.store import Catalog
+from gpuinfra.errors import NoOfferError, RequestError, SpecError
+from gpuinfra.locality import cheapest_gpu_note, rank_runs
+from gpuinfra.offers import OfferQuery, RankedOffer, find_offers
+from gpuinfra.offers import gpu_request as offer_gpu_request
+from gpuinfra.profiles import Profile
+from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
 from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
                            check_new_stack_name, format_validation_error)
+
 
 @dataclass(frozen=True)
 class PlanRequest:
@@ -351,8 +354,6 @@ def _best_run(kept: list[RankedOffer], request: PlanRequest, profile: Profile) -
     Raises:
         NoOfferError: ``price-known``: no offer has a priced route for the data (never free).
     """
-    from gpuinfra.locality import cheapest_gpu_note, rank_runs
-
     hours = Decimal(str(request.hours if request.hours is not None else profile.default_run_hours))
     assert request.data is not None  # called only for a request with a data set
     runs = rank_runs(kept, request.data, hours)
@@ -371,8 +372,6 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
         RuleViolationError: ``aws-capacity-reservation``: more nodes than it has available.
     """
     from dataclasses import replace
-
-    from gpuinfra.rules.spec_rules import rule_error
 
     cr = request.capacity_reservation
     assert cr is not None  # called only for a request with a reservation

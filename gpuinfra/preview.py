@@ -18,11 +18,16 @@ import asyncio
 import contextvars
 import json
 import re
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import blueprints
+from gpuinfra import __version__
+from gpuinfra.catalog.store import PACKAGE_DATA_DIR, catalog_dir
+from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.spec import ClusterSpec
+from gpuinfra.templating import templates_dir
 
 if TYPE_CHECKING:
     from gpuinfra.bake.model import BakeSpec
@@ -323,6 +328,7 @@ def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None
         gpuinfra.errors.SpecError: the blueprint rejected the spec (before any resource).
     """
     def program():
+        # imported when the program runs: blueprints load Pulumi and the cloud provider SDKs
         from blueprints.program import build
 
         return build(spec)
@@ -341,23 +347,19 @@ def _record_from_json(data: dict) -> ResourceRecord:
 
 def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> str:
     """SHA-256 of everything the offline preview depends on: the spec and provider config, the
-    program (blueprints/, templates, node agent, preview engine), the catalog files, and the
-    installed Pulumi SDK versions."""
+    program (blueprints/ and the plan it builds from, gpuinfra/plan/; templates, node agent,
+    preview engine), the catalog files, and the installed Pulumi SDK versions."""
     import hashlib
     from importlib import metadata
     from pathlib import Path
-
-    import blueprints
-    from gpuinfra import __version__
-    from gpuinfra.catalog.store import PACKAGE_DATA_DIR, catalog_dir
-    from gpuinfra.templating import templates_dir
 
     digest = hashlib.sha256()
     digest.update(json.dumps([spec.to_config(), provider_config, __version__], sort_keys=True, default=str).encode())
     for package in ("pulumi", "pulumi-aws", "pulumi-gcp"):
         digest.update(f"{package}={metadata.version(package)}".encode())
     here = Path(__file__).parent
-    files = sorted(Path(blueprints.__file__).parent.rglob("*.py")) + sorted(templates_dir().glob("*.j2")) + [
+    files = sorted(Path(blueprints.__file__).parent.rglob("*.py")) + sorted((here / "plan").rglob("*.py")) + sorted(
+        templates_dir().glob("*.j2")) + [
         Path(__file__), here / "agent" / "node.py", here / "templating.py", here / "spec.py",
         catalog_dir() / "offers.csv", catalog_dir() / "instance_types.json", PACKAGE_DATA_DIR / "gcp_machine_facts.json",
     ]
@@ -384,8 +386,6 @@ def run_preview_cached(spec: ClusterSpec, provider_config: dict[str, str] | None
     ``GPUINFRA_NO_CACHE=1`` turns it off.
     """
     import os
-
-    from gpuinfra.fsutil import atomic_write_text
 
     config = provider_config or {}
     if os.environ.get("GPUINFRA_NO_CACHE") == "1":

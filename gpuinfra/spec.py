@@ -58,7 +58,7 @@ _GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/
 #:   (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html) in at most 37
 #:   characters (pulumi-aws ``Bucket.bucket_prefix``): at most 27 for the stack.
 #:
-#: (``blueprints/common/naming.py`` ``dns_safe`` would lower-case and cut longer names; refusing
+#: (``gpuinfra/plan/naming.py`` ``dns_safe`` would lower-case and cut longer names; refusing
 #: them keeps the resource names exactly the stack's.) Stack files read back only need
 #: :data:`STACK_NAME_RE`, so stacks written before this rule can still be previewed and destroyed.
 NEW_STACK_NAME_MAX = 27

@@ -13,8 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.preview import PreviewResult
+from gpuinfra.cost.report import cost_summary
+from gpuinfra.preview import PreviewResult, run_preview_cached
+from gpuinfra.rules import verify_stack
 from gpuinfra.spec import ClusterSpec
+from gpuinfra.stackfile import provider_config, read_stack_spec
 
 
 @dataclass(frozen=True)
@@ -52,11 +55,6 @@ def verify_spec(spec: ClusterSpec, catalog: Catalog | None = None) -> VerifiedPr
         RuleViolationError: one line per broken rule (exit 2), also the blueprint's own refusals.
         SpecError: the blueprint refuses the spec.
     """
-    from gpuinfra.cost.report import cost_summary
-    from gpuinfra.preview import run_preview_cached
-    from gpuinfra.rules import verify_stack
-    from gpuinfra.stackfile import provider_config
-
     result = run_preview_cached(spec, provider_config(spec))
     summary = cost_summary(spec, result.resources)
     verify_stack(spec, result.resources, catalog or load_catalog(), summary)
@@ -70,6 +68,4 @@ def verify_stack_file(project_dir: Path, stack: str) -> VerifiedPreview:
         SpecError: no such stack, or an invalid stack file.
         RuleViolationError: as :func:`verify_spec`.
     """
-    from gpuinfra.stackfile import read_stack_spec
-
     return verify_spec(read_stack_spec(project_dir, stack))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.cost.estimate import estimate
-from gpuinfra.cost.prices import usage_for
 from gpuinfra.preview import run_preview
 from gpuinfra.rules import verify_stack
 from gpuinfra.stackfile import provider_config, read_stack_spec

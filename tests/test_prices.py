@@ -10,7 +10,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from gpuinfra.cost.prices import DATA_DIR, PriceBook, price, price_book
+from gpuinfra.catalog.prices import DATA_DIR, PriceBook, price, price_book
 
 
 def _lines(run_cli, tmp_path, name, *args):

@@ -4,7 +4,7 @@ execution role that may delete only that fleet and terminate only this stack's i
 
 Why: AWS has no instance run-time limit; the node agent ends a node at its TTL, but a node whose
 agent died (or whose OS hangs) would run until someone notices. The schedule fires at
-:func:`blueprints.common.backstop.backstop_at` (TTL + the agent's sync bound + a margin), so the
+:func:`gpuinfra.plan.backstop.backstop_at` (TTL + the agent's sync bound + a margin), so the
 agent normally ends the node first, with its checkpoints saved.
 
 Facts and sources:
@@ -40,9 +40,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.backstop import backstop_at
-from blueprints.common.naming import child
-from blueprints.common.tags import aws_tags
+from gpuinfra.plan.backstop import backstop_at
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 DELETE_FLEETS_TARGET = "arn:aws:scheduler:::aws-sdk:ec2:deleteFleets"

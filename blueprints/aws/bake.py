@@ -33,9 +33,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.naming import child
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
+from gpuinfra.plan.naming import child
 
 TYPE_TOKEN = "gpuinfra:aws:ImageBake"
 IMAGE_BUILDER_POLICY = "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder"

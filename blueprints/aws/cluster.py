@@ -12,12 +12,11 @@ from blueprints.aws.identity import build_instance_profile
 from blueprints.aws.monitoring import build_monitoring
 from blueprints.aws.network import build_network
 from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
-from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan, plan_aws_cluster
 from blueprints.aws.storage import build_bucket, build_bundle_object
-from blueprints.aws.userdata import aws_node_bundle, nccl_env
-from blueprints.common.fabric import aws_run_command
 from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json
+from gpuinfra.plan.aws import AwsClusterPlan
+from gpuinfra.plan.cluster import plan_cluster
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:aws:GpuCluster"
@@ -80,23 +79,24 @@ class AwsGpuCluster(pulumi.ComponentResource):
         opts: Pulumi resource options.
 
     Raises:
-        SpecError: invalid combinations (see :func:`blueprints.aws.plan.plan_aws_cluster`), an
+        SpecError: invalid combinations (see :func:`gpuinfra.plan.cluster.plan_cluster`), an
             existing subnet in another AZ, or a DLAMI parameter that does not resolve -- all
             before any resource is registered.
     """
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
-        plan = plan_aws_cluster(spec)
-        bundle = aws_node_bundle(spec, plan)
+        cluster_plan = plan_cluster(spec)
+        plan = cluster_plan.aws
         check_existing_subnet(spec)
         ami_id, root_device_name = resolve_ami(spec, plan)
         super().__init__(TYPE_TOKEN, name, None, opts)
         self.spec = spec
+        self.cluster_plan = cluster_plan
         self.plan = plan
         network = build_network(name, spec, plan, self)
         self.bucket = build_bucket(name, spec, self)
         profile = build_instance_profile(name, spec, self.bucket, self)
-        self.node_bundle = build_bundle_object(name, spec, self.bucket, bundle.to_json(), self)
+        self.node_bundle = build_bundle_object(name, spec, self.bucket, cluster_plan.node_bundle.to_json(), self)
         self.launch_template, self.placement_group = build_launch_template(
             name, spec, plan, network, ami_id, root_device_name, profile, self.bucket, self,
             depends_on=[self.node_bundle],
@@ -112,6 +112,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
         # fails the update when the fleet launched fewer than `nodes` instances
         self.instance_ids = self.fleet.fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec))
         self.ttl_backstop = build_ttl_backstop(name, spec, self.fleet, self.instance_ids, self)
+        port = cluster_plan.outputs.torchrun_port
         first_instance = self.instance_ids.apply(lambda ids: ids[0] if ids else None)
         self.outputs = {
             "bucket_name": self.bucket.bucket,
@@ -124,16 +125,16 @@ class AwsGpuCluster(pulumi.ComponentResource):
             "ssm_connect_command": first_instance.apply(
                 lambda i: f"aws ssm start-session --region {spec.region} --target {i or '<instance-id>'}"
             ),
-            "nccl_env": nccl_env(plan, spec.facts),
-            "run_command": aws_run_command(spec.region, spec.stack),
+            "nccl_env": cluster_plan.outputs.nccl_env,
+            "run_command": cluster_plan.outputs.run_command,
             "torchrun_rendezvous_endpoint": self.private_ips.apply(
-                lambda ips: f"{ips[0]}:{TORCHRUN_PORT}" if ips else f"<rank-0 private IP>:{TORCHRUN_PORT}"
+                lambda ips: f"{ips[0]}:{port}" if ips else f"<rank-0 private IP>:{port}"
             ),
             "price_per_hour_usd": usd_json(spec.price_per_hour_usd),
             "zone_id": spec.zone,
             # AZ names differ per account: resolve the ID with the provider's data source
             "availability_zone": aws.get_availability_zone_output(zone_id=spec.zone).name,
-            "efa_interfaces_per_node": plan.efa_count,
+            "efa_interfaces_per_node": cluster_plan.network.efa_per_node,
         }
         # GPU monitoring: agent config, dashboard, idle alarm; its outputs feed `gpuinfra status`
         self.monitoring = build_monitoring(name, spec, self)

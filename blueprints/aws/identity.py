@@ -14,9 +14,10 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.naming import child
-from blueprints.common.node_bundle import BUNDLE_PREFIX
-from blueprints.common.tags import aws_tags
+from gpuinfra.monitoring.metrics import aws_namespace
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 SSM_MANAGED_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
@@ -52,8 +53,6 @@ def monitoring_policy_document(stack: str) -> str:
     (``fetch-config -c ssm:``) needs ``ssm:GetParameter``, which the attached
     AmazonSSMManagedInstanceCore already grants on every parameter (``"Resource": "*"``), so no
     statement here could narrow it: none is added. No logs, no tags."""
-    from gpuinfra.monitoring.metrics import aws_namespace
-
     return json.dumps({
         "Version": "2012-10-17",
         "Statement": [

@@ -22,10 +22,10 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.naming import child
-from blueprints.common.tags import aws_tags
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.dashboards import ALARM_PERIOD_SECONDS, alarm_periods, aws_dashboard_body
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:aws:Monitoring"

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.aws.plan import NAT_SUBNET_CIDR, NODE_SUBNET_CIDR, VPC_CIDR, AwsClusterPlan
-from blueprints.common.naming import child
-from blueprints.common.tags import aws_tags
+from gpuinfra.plan.aws import NAT_SUBNET_CIDR, NODE_SUBNET_CIDR, VPC_CIDR, AwsClusterPlan
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 

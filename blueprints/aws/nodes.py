@@ -30,12 +30,13 @@ import pulumi
 import pulumi_aws as aws
 
 from blueprints.aws.network import Network
-from blueprints.aws.plan import AwsClusterPlan
-from blueprints.aws.userdata import encode_user_data, render_user_data
-from blueprints.common.naming import child
-from blueprints.common.tags import aws_tags
 from gpuinfra.errors import CAPACITY_ERROR_MARKER, CapacityError
+from gpuinfra.plan.aws import AwsClusterPlan
+from gpuinfra.plan.boot_aws import encode_user_data, render_user_data
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
+
 
 def launched_instance_ids(fleet_instance_sets: Sequence | None, spec: ClusterSpec) -> list[str]:
     """Instance ids the instant fleet launched, when it launched all ``spec.nodes``.

@@ -14,8 +14,9 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from blueprints.common.naming import child, dns_safe
-from blueprints.common.tags import aws_tags
+from gpuinfra.plan.naming import child, dns_safe
+from gpuinfra.plan.node_bundle import BUNDLE_KEY
+from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 INCOMPLETE_UPLOAD_DAYS = 7
@@ -104,10 +105,8 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
 
 def build_bundle_object(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, body: str,
                         parent: pulumi.Resource) -> aws.s3.BucketObjectv2:
-    """The node bundle (:mod:`blueprints.common.node_bundle`) as ``gpuinfra/node-bundle.json``
+    """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
     in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
-    from blueprints.common.node_bundle import BUNDLE_KEY
-
     return aws.s3.BucketObjectv2(
         child(name, "node-bundle"),
         bucket=bucket.id,

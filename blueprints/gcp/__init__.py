@@ -1,5 +1,5 @@
-"""GCP blueprint: :class:`GcpGpuCluster` and its topic modules (plan, network, storage, nodes,
-startup)."""
+"""GCP blueprint: :class:`GcpGpuCluster` and its topic modules (network, storage, nodes,
+monitoring, bake); the plan and startup script are in :mod:`gpuinfra.plan`."""
 
 from blueprints.gcp.cluster import GcpGpuCluster
 

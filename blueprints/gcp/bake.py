@@ -27,9 +27,9 @@ import functools
 import pulumi
 import pulumi_gcp as gcp
 
-from blueprints.common.naming import child
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import PackerBuild, cloud_build_steps, packer_build
+from gpuinfra.plan.naming import child
 
 TYPE_TOKEN = "gpuinfra:gcp:ImageBake"
 PROJECT_ROLES = ("roles/compute.instanceAdmin.v1", "roles/iam.serviceAccountUser", "roles/logging.logWriter")

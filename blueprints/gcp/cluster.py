@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pulumi
 
-from blueprints.common.fabric import gcp_run_command
+from blueprints.gcp.monitoring import build_monitoring
 from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
-from blueprints.gcp.plan import TORCHRUN_PORT, nccl_env, plan_gcp_cluster
-from blueprints.gcp.startup import gcp_node_bundle, node_prefix
-from blueprints.gcp.monitoring import build_monitoring
-from blueprints.gcp.storage import build_bucket, build_bundle_object, build_node_role, build_service_account
-from blueprints.gcp.storage import build_monitoring_role
+from blueprints.gcp.storage import (build_bucket, build_bundle_object, build_monitoring_role, build_node_role,
+                                    build_service_account)
 from gpuinfra.money import usd_json
+from gpuinfra.plan.boot_gcp import node_prefix
+from gpuinfra.plan.cluster import plan_cluster
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:gcp:GpuCluster"
@@ -34,20 +33,21 @@ class GcpGpuCluster(pulumi.ComponentResource):
         opts: Pulumi resource options.
 
     Raises:
-        SpecError: see :func:`blueprints.gcp.plan.plan_gcp_cluster` -- before any resource.
+        SpecError: see :func:`gpuinfra.plan.cluster.plan_cluster` -- before any resource.
     """
 
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
-        plan = plan_gcp_cluster(spec)
-        bundle = gcp_node_bundle(spec, plan)
+        cluster_plan = plan_cluster(spec)
+        plan = cluster_plan.gcp
         super().__init__(TYPE_TOKEN, name, None, opts)
         project = project_id(spec)
+        self.cluster_plan = cluster_plan
         self.plan = plan
         networks = build_networks(name, spec, plan, project, self)
         self.bucket = build_bucket(name, spec, project, self)
         account = build_service_account(name, spec, self.bucket, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
-        self.node_bundle = build_bundle_object(name, self.bucket, bundle.to_json(), self)
+        self.node_bundle = build_bundle_object(name, self.bucket, cluster_plan.node_bundle.to_json(), self)
         template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self,
                                   depends_on=[self.node_bundle])
         workload = build_workload_policy(name, spec, plan, project, self)
@@ -63,12 +63,13 @@ class GcpGpuCluster(pulumi.ComponentResource):
                 f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap" if spec.network.iap_ssh
                 else "no SSH path: set network.iap_ssh: true in the stack file (IAP + OS Login)"
             ),
-            "nccl_env": nccl_env(plan.nic_layout),
-            "run_command": gcp_run_command(spec.zone, prefix, spec.network.iap_ssh),
-            "torchrun_rendezvous_endpoint": f"<lowest node IP, /etc/gpuinfra/cluster.env>:{TORCHRUN_PORT}",
+            "nccl_env": cluster_plan.outputs.nccl_env,
+            "run_command": cluster_plan.outputs.run_command,
+            "torchrun_rendezvous_endpoint": ("<lowest node IP, /etc/gpuinfra/cluster.env>:"
+                                             f"{cluster_plan.outputs.torchrun_port}"),
             "price_per_hour_usd": usd_json(spec.price_per_hour_usd),
-            "nics_per_node": plan.nic_count,
-            "local_ssd_per_node": plan.local_ssd_count,
+            "nics_per_node": cluster_plan.network.nics_per_node,
+            "local_ssd_per_node": cluster_plan.storage.scratch_disks,
         }
         # GPU monitoring: metric writer role, dashboard, idle alert; outputs feed `gpuinfra status`
         build_monitoring_role(name, spec, account, project, self)

@@ -7,7 +7,7 @@ means, reduced to their maximum over all GPUs (``REDUCE_MAX``), below the profil
 ``idle_gpu_utilization_percent`` for ``monitoring.idle_alarm_minutes`` (cloud.google.com/
 monitoring/alerts/concepts-indepth; one condition over all resources is the cheap shape:
 cloud.google.com/monitoring/alerts/cost-control). The Ops Agent itself and its configuration
-are node files (:mod:`blueprints.common.monitoring_node`); the nodes' ``monitoring.metricWriter``
+are node files (:mod:`gpuinfra.plan.monitoring_node`); the nodes' ``monitoring.metricWriter``
 role is granted in :mod:`blueprints.gcp.storage`.
 
 Values checked against pulumi_gcp 10 (``AlertPolicy`` combiner ``OR``, comparison
@@ -20,10 +20,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from blueprints.common.naming import child
-from blueprints.common.tags import gcp_labels
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.dashboards import gcp_dashboard_json, gcp_stack_filter
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:gcp:Monitoring"

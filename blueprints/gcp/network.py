@@ -11,8 +11,8 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from blueprints.common.naming import child
-from blueprints.gcp.plan import IAP_SSH_RANGE, GcpClusterPlan
+from gpuinfra.plan.gcp import IAP_SSH_RANGE, GcpClusterPlan
+from gpuinfra.plan.naming import child
 from gpuinfra.spec import ClusterSpec
 
 

@@ -2,7 +2,7 @@
 
 All nodes come from one template through one zonal MIG, so the resource count does not grow
 with the node count. The template's ``max_run_duration`` (TTL + the backstop delay of
-:mod:`blueprints.common.backstop`) is the cloud-side backstop and works inside a MIG: "When a VM
+:mod:`gpuinfra.plan.backstop`) is the cloud-side backstop and works inside a MIG: "When a VM
 reaches its time limit, the MIG automatically terminates (deletes) that VM"
 (cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs), and since 2024 it is
 not recreated: "When a VM in a MIG reaches its time limit, the MIG deletes that VM instead of
@@ -17,10 +17,10 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from blueprints.common.naming import child
-from blueprints.common.tags import gcp_labels
-from blueprints.gcp.plan import GcpClusterPlan
-from blueprints.gcp.startup import node_prefix, render_startup_script
+from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
+from gpuinfra.plan.gcp import GcpClusterPlan
+from gpuinfra.plan.naming import child
+from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
 

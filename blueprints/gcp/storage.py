@@ -11,9 +11,9 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
-from blueprints.common.naming import child, dns_safe
-from blueprints.common.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
-from blueprints.common.tags import gcp_labels
+from gpuinfra.plan.naming import child, dns_safe
+from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
 
@@ -212,7 +212,7 @@ def build_monitoring_role(name: str, spec: ClusterSpec, account: gcp.serviceacco
 
 def build_bundle_object(name: str, bucket: gcp.storage.Bucket, body: str,
                         parent: pulumi.Resource) -> gcp.storage.BucketObject:
-    """The node bundle (:mod:`blueprints.common.node_bundle`) as ``gpuinfra/node-bundle.json``
+    """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
     in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot and cannot
     rewrite it (:func:`bundle_write_exclusion`)."""
     return gcp.storage.BucketObject(

@@ -13,7 +13,7 @@ files: write a bake, record its result, hand a baked image to ``gpuinfra new``),
 :mod:`~gpuinfra.bake.preview` (offline preview under Pulumi mocks), :mod:`~gpuinfra.bake.deploy`
 (``gpuinfra up`` / ``down`` / ``image record`` of a bake) with :mod:`~gpuinfra.bake.gcp_api` (its
 Pub/Sub and Compute REST calls). Every version comes from the one place that pins it for boot-time installs
-(:mod:`blueprints.common.fabric`, :mod:`blueprints.common.fabric_host`): a bake never carries its
+(:mod:`gpuinfra.plan.fabric`, :mod:`gpuinfra.plan.fabric_host`): a bake never carries its
 own copy of a version or an install step.
 """
 

@@ -1,6 +1,6 @@
 """What a bake costs: build instance hours once, image and registry storage per month.
 
-Unit prices come from ``gpuinfra/cost/data/prices.yaml`` (each with its source and date);
+Unit prices come from ``gpuinfra/catalog/data/prices.yaml`` (each with its source and date);
 quantities are estimates stated here, since no cloud is reachable to measure a bake. Money fails
 closed: a line whose price the table lacks keeps ``unit_price_usd = None``, is listed in
 ``price_not_found``, and no total is given (:class:`gpuinfra.errors.PriceMissingError` when a
@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.cost.prices import price
+from gpuinfra.catalog.prices import price
 
 AWS_BUILD_INSTANCE_HOURS = Decimal("2.5")
 IMAGE_STORED_GB = Decimal(100)

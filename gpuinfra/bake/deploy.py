@@ -40,6 +40,7 @@ import yaml
 from gpuinfra.bake import BAKE_CONFIG_KEY, IMAGE_CONFIG_KEY, gcp_api
 from gpuinfra.bake.gcp_api import GcpApis
 from gpuinfra.bake.model import GCP_LABEL_PREFIX, BakeSpec
+from gpuinfra.bake.stack import record_result
 from gpuinfra.credentials import aws_session, no_aws_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError
 from gpuinfra.stackfile import STACKS_DIRNAME, stack_file_path
@@ -132,8 +133,6 @@ def record_from_outputs(project_dir: Path, spec: BakeSpec, outputs: dict, ecr=No
         MissingDependencyError: credentials or permission (exit 6).
         BakeError / SpecError: the image id is not one the bake can record (exit 2).
     """
-    from gpuinfra.bake.stack import record_result
-
     name = spec.stack
     if spec.cloud == "aws":
         image_id = _output(outputs, "image_id", name)

@@ -51,7 +51,7 @@ class SoftwareManifest(BaseModel):
         family: the node family baked for (``p5``, ``a3-megagpu-8g``) and ``instance_types`` it
             covers (from the catalog).
         fabric: the GPU fabric installed (``efa``, ``tcpx``, ``tcpxo``, ``gib``; ``sockets`` =
-            none), :class:`blueprints.common.fabric.FabricRuntime.fabric`.
+            none), :class:`gpuinfra.plan.fabric.FabricRuntime.fabric`.
         architecture: CPU architecture of base image and family.
         base_image: pinned base image (``ami-...``; ``projects/P/global/images/NAME``).
         driver_branch: NVIDIA driver branch the base image must carry (``570``); the bake fails

@@ -20,8 +20,8 @@ Checks, each one clear line and exit 2 (:class:`BakeError`), before anything is 
   it needs is in no public image (:data:`PUBLIC_IMAGE_PROJECTS`), and the bake's host script
   fails without it (``templates/fabric/gcp-tcpx-host.sh.j2``).
 
-Fabric per family and the versions pinned come from :mod:`blueprints.common.fabric` (EFA,
-aws-ofi-nccl, TCPX/TCPXO images) and :mod:`blueprints.common.fabric_host` (nccl-gib,
+Fabric per family and the versions pinned come from :mod:`gpuinfra.plan.fabric` (EFA,
+aws-ofi-nccl, TCPX/TCPXO images) and :mod:`gpuinfra.plan.fabric_host` (nccl-gib,
 dmabuf-import-helper), never from a copy here.
 """
 
@@ -34,6 +34,7 @@ from gpuinfra import __version__
 from gpuinfra.bake.model import DIGEST_RE, BakeSpec, SoftwareManifest
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import BakeError
+from gpuinfra.plan import fabric, fabric_host
 from gpuinfra.spec import check_gcp_project_id, check_new_stack_name
 
 #: Architecture of every GPU type in gpuinfra's catalog (module docstring gives the sources).
@@ -42,7 +43,7 @@ CATALOG_ARCHITECTURE = "x86_64"
 #: installer, DKMS builds and ``docker build`` run without one), so the bake does not pay GPU
 #: hours. m7i.large (2 vCPU, 8 GiB, x86_64) / m7g.large (Graviton3, arm64): moto's
 #: DescribeInstanceTypes data; n1-standard-8 (8 vCPU, 30 GB; cloud.google.com/compute/docs/general-purpose-machines#n1_machines).
-#: Chosen among the types whose prices gpuinfra/cost/data/prices.yaml carries with a source.
+#: Chosen among the types whose prices gpuinfra/catalog/data/prices.yaml carries with a source.
 BUILD_INSTANCE_TYPES = {("aws", "x86_64"): "m7i.large", ("aws", "arm64"): "m7g.large",
                         ("gcp", "x86_64"): "n1-standard-8"}
 #: Root volume of the build instance = size of the image's disk (GiB): the base (the DLAMI's
@@ -156,8 +157,6 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
         BakeError: any check fails (exit 2).
         SpecError: an invalid name or GCP project (exit 2).
     """
-    from blueprints.common import fabric, fabric_host
-
     types = family_types(facts, request.cloud, request.family)
     lead = types[0]
     if not request.base_image:

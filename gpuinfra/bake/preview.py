@@ -12,6 +12,8 @@ import json
 
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.preview import PreviewMocks, PreviewResult, run_program
+from gpuinfra.rules import check_graph
+from gpuinfra.rules.model import ResourceGraph
 
 NOTES = {
     "aws": "the AMI id and the container digest are known only after Image Builder ran; `gpuinfra up` waits "
@@ -32,6 +34,7 @@ def run_bake_preview(spec: BakeSpec) -> PreviewResult:
     """Every resource the bake stack registers, offline (:func:`gpuinfra.preview.run_program`,
     as a cluster preview runs), with the note of what only the build itself knows."""
     def program():
+        # imported when the program runs: blueprints load Pulumi and the cloud provider SDKs
         from blueprints.program import build_bake
 
         return build_bake(spec)
@@ -48,7 +51,4 @@ def check_bake(resources) -> list:
     Returns:
         :class:`gpuinfra.rules.model.Violation` list; empty when the stack conforms.
     """
-    from gpuinfra.rules import check_graph
-    from gpuinfra.rules.model import ResourceGraph
-
     return check_graph(ResourceGraph.from_records(resources), {})

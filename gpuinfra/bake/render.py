@@ -2,9 +2,9 @@
 template and the Cloud Build steps (pure; ``templates/bake/``).
 
 Every install step is the one the boot path uses: the container Dockerfile is
-:func:`blueprints.common.fabric.efa_image_build`'s; the GCP host stack is
-:func:`blueprints.common.fabric_host.gcp_host_stack`'s script run with ``--bake``; what a built
-container must hold is :func:`blueprints.common.fabric.aws_fabric`'s ``image`` requirements.
+:func:`gpuinfra.plan.fabric.efa_image_build`'s; the GCP host stack is
+:func:`gpuinfra.plan.fabric_host.gcp_host_stack`'s script run with ``--bake``; what a built
+container must hold is :func:`gpuinfra.plan.fabric.aws_fabric`'s ``image`` requirements.
 
 Sources:
 
@@ -27,6 +27,10 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from gpuinfra.bake.model import MANIFEST_PATH, BakeSpec
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.plan.fabric import aws_fabric, efa_image_build
+from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH, gcp_host_stack
+from gpuinfra.plan.gcp import nccl_env
 from gpuinfra.templating import render
 
 #: Pinned Packer: the Docker Hub image Cloud Build runs and the googlecompute plugin.
@@ -125,9 +129,7 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PA
 
 def container_check_script(spec: BakeSpec, efa: int) -> str:
     """Bash run inside the built container: what ``gpuinfra-run`` requires there
-    (:func:`blueprints.common.fabric.aws_fabric`'s ``image`` requirements) and the manifest."""
-    from blueprints.common.fabric import aws_fabric
-
+    (:func:`gpuinfra.plan.fabric.aws_fabric`'s ``image`` requirements) and the manifest."""
     needs = [(shlex.quote(r.target), r.what) for r in aws_fabric(efa).requirements if r.kind == "image"]
     return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=MANIFEST_PATH)
 
@@ -138,11 +140,9 @@ CONTEXT_MANIFEST = "gpuinfra-manifest.json"
 
 def container_dockerfile(spec: BakeSpec) -> str:
     """The training container's Dockerfile: on EFA families the boot path's own
-    (:func:`blueprints.common.fabric.efa_image_build`, same EFA installer and aws-ofi-nccl
+    (:func:`gpuinfra.plan.fabric.efa_image_build`, same EFA installer and aws-ofi-nccl
     steps on the pinned base), otherwise ``FROM`` the base; then the manifest copied to
     :data:`~gpuinfra.bake.model.MANIFEST_PATH`."""
-    from blueprints.common.fabric import efa_image_build
-
     m = spec.manifest
     body = efa_image_build(m.container_base).dockerfile if m.fabric == "efa" else f"FROM {m.container_base}\n"
     return body.rstrip("\n") + f"\nCOPY {CONTEXT_MANIFEST} {MANIFEST_PATH}\n"
@@ -169,10 +169,6 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
     Raises:
         ValueError: a non-GCP bake.
     """
-    from blueprints.common.fabric_host import HOST_SCRIPT_PATH, gcp_host_stack
-    from blueprints.gcp.plan import nccl_env
-    from gpuinfra.catalog.store import load_catalog
-
     if spec.cloud != "gcp":
         raise ValueError("packer_build is for GCP bakes")
     m = spec.manifest

@@ -18,10 +18,14 @@ import yaml
 
 from gpuinfra import __version__
 from gpuinfra.bake import BAKE_CONFIG_KEY
+from gpuinfra.bake.cost import bake_cost
 from gpuinfra.bake.model import DIGEST_RE, BakeResult, BakeSpec, SoftwareManifest
-from gpuinfra.errors import BakeError
-from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, SpecError
+from gpuinfra.bake.plan import plan_bake
+from gpuinfra.bake.preview import bake_provider_config, check_bake, run_bake_preview
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.errors import BakeError, FileExistsGpuinfraError, ProjectDirError, RuleViolationError, SpecError
 from gpuinfra.fsutil import NewFiles, atomic_write_text, folder_problem
+from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
 from gpuinfra.stackfile import stack_file_path
 
 #: ``gpuinfra new --image`` value naming a bake.
@@ -30,8 +34,6 @@ BAKED_PREFIX = "baked:"
 
 def render_bake_stack(spec: BakeSpec, generated_at: datetime | None = None) -> str:
     """The bake stack file's text (provider config + ``gpuinfra:bake``)."""
-    from gpuinfra.bake.preview import bake_provider_config
-
     stamp = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     m = spec.manifest
     build = (f"gpuinfra up {spec.stack}   (Image Builder builds the container and the AMI; `up` records both here)"
@@ -241,13 +243,6 @@ def create_bake(request, project_dir: Path, profile: str | None = None, profiles
         FileExistsGpuinfraError: the file exists without ``force`` (exit 5).
     """
     from dataclasses import replace
-
-    from gpuinfra.bake.cost import bake_cost
-    from gpuinfra.bake.plan import plan_bake
-    from gpuinfra.bake.preview import check_bake, run_bake_preview
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.errors import RuleViolationError
-    from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
 
     resolved = get_profile(profile or DEFAULT_PROFILE, profiles_dir)
     if not request.container_base:

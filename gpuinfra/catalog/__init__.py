@@ -3,5 +3,6 @@
 Import from the submodules: :mod:`gpuinfra.catalog.store` (loading),
 :mod:`gpuinfra.catalog.model` (row types), :mod:`gpuinfra.catalog.build` (snapshot ->
 package data), :mod:`gpuinfra.catalog.refresh_aws` / :mod:`gpuinfra.catalog.refresh_gcp`
-(rebuild from the clouds' APIs).
+(rebuild from the clouds' APIs), :mod:`gpuinfra.catalog.prices` (non-compute prices and usage
+defaults, ``data/prices.yaml`` and ``data/usage_defaults.yaml``).
 """

@@ -41,15 +41,12 @@ from pathlib import Path
 
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.catalog.model import (
-    CATALOG_SCHEMA_VERSION,
-    Offer,
-    add_prices,
-    parse_price,
-    price_source_keys,
-    quantize_price,
-)
-from gpuinfra.cost.prices import HOURS_PER_MONTH, region_prices
+from gpuinfra.catalog.gates import check_offers
+from gpuinfra.catalog.model import (CATALOG_SCHEMA_VERSION, OFFER_COLUMNS, Offer, add_prices, parse_price,
+                                    price_source_keys, quantize_price)
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, region_prices
+from gpuinfra.catalog.store import load_gcp_curated_facts, load_gpu_models
+from gpuinfra.fsutil import atomic_write_text
 
 #: A regular AZ ID: ``use1-az4``. Local Zones (``usw2-lax1-az1``) and Wavelength zones
 #: (``use1-wl1-bos-wlz1``) have more dash-separated parts.
@@ -335,10 +332,6 @@ def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts]
     """
     import io
 
-    from gpuinfra.catalog.gates import check_offers
-    from gpuinfra.catalog.model import OFFER_COLUMNS
-    from gpuinfra.fsutil import atomic_write_text
-
     check_offers(offers, reference)
     out_dir.mkdir(parents=True, exist_ok=True)
     buf = io.StringIO()
@@ -354,8 +347,6 @@ def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts]
 
 def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceFacts], dict, BuildReport]:
     """Read the snapshot folder and return (offers, facts, metadata, report of drops)."""
-    from gpuinfra.catalog.store import load_gcp_curated_facts, load_gpu_models
-
     with open(snapshot_dir / "aws_vms.csv", newline="") as f:
         aws_rows = list(csv.DictReader(f))
     with open(snapshot_dir / "gcp_vms.csv", newline="") as f:

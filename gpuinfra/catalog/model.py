@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
 
+from gpuinfra.catalog.gpus import gpu_model
+
 PRICE_QUANTUM = Decimal("0.00001")
 
 #: Version of the catalog folder layout: 3 = one price per market (on-demand, spot,
@@ -170,8 +172,6 @@ class Offer:
     @property
     def gpu_memory_gib(self) -> float:
         """Memory of one GPU in GiB: the GPU model's one value (``gpus.json``)."""
-        from gpuinfra.catalog.gpus import gpu_model
-
         return gpu_model(self.gpu).memory_gib
 
     def price_per_hour_usd(self, market: str) -> Decimal | None:

@@ -43,7 +43,7 @@ from decimal import Decimal
 from gpuinfra.catalog.facts import gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer, add_prices, quantize_price
-from gpuinfra.cost.prices import HOURS_PER_MONTH
+from gpuinfra.catalog.prices import HOURS_PER_MONTH
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
 

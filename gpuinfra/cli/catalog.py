@@ -12,6 +12,7 @@ app = typer.Typer(help="Inspect or rebuild the instance/price catalog.", no_args
 @app.command("show")
 def show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Print the catalog in use: folder, snapshot date per cloud, sources, counts."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli.console import print_json, stdout_console
 
@@ -36,7 +37,8 @@ def refresh(
     accept_price_cuts: bool = typer.Option(False, "--accept-price-cuts", help="Compare GCP on-demand prices with the fresh us-central1 prices only, not with the shipped catalog's (after a real price cut of more than 20%)."),
 ) -> None:
     """Rebuild the catalog from the clouds' own APIs (needs credentials)."""
-    from gpuinfra.catalog.refresh import refresh_catalog
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.services.catalog_refresh import refresh_catalog
     from gpuinfra.cli.console import stdout_console
 
     result = refresh_catalog(

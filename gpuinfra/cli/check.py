@@ -1,7 +1,7 @@
 """``gpuinfra check STACK``: the boot health gate's results of every node of a stack.
 
-Thin: where to read, what counts and the decision are :mod:`gpuinfra.health.report`'s
-(:func:`~gpuinfra.health.report.locate_results`, :meth:`~gpuinfra.health.report.HealthReport.verdict`);
+Thin: where to read, what counts and the decision are :mod:`gpuinfra.services.health_report`'s
+(:func:`~gpuinfra.services.health_report.locate_results`, :meth:`~gpuinfra.services.health_report.HealthReport.verdict`);
 this module prints.
 """
 
@@ -49,6 +49,7 @@ def _print_table(report) -> None:
     then a count."""
     from rich.table import Table
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
 
     out = stdout_console()
@@ -95,9 +96,10 @@ def check(
 
     Exits 8 when a node failed, a result is unreadable, or a node has no result from this deployment yet.
     """
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json
     from gpuinfra.errors import HealthGateError
-    from gpuinfra.health.report import locate_results, read_health
+    from gpuinfra.services.health_report import locate_results, read_health
 
     report = read_health(locate_results(stack, project_dir, bucket=bucket, nodes=nodes, since=since))
     if as_json:

@@ -3,7 +3,7 @@
 
 One Typer group (:class:`~gpuinfra.cli.groups.DefaultCommandGroup`): ``diff`` is a sub-command,
 anything else is a stack name for the hidden default command ``stack``. The documents come from
-:mod:`gpuinfra.cost.document`; this module parses options and renders.
+:mod:`gpuinfra.services.cost_document`; this module parses options and renders.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ def print_cost_table(doc: dict) -> None:
     from rich.console import JustifyMethod
     from rich.table import Table
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
 
     out = stdout_console()
@@ -97,8 +98,9 @@ def cost(
     as_json: bool = options.Json,
 ) -> None:
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json
-    from gpuinfra.cost.document import (check_budget, check_totals, preview_file_cost_document, pricing_market,
+    from gpuinfra.services.cost_document import (check_budget, check_totals, preview_file_cost_document, pricing_market,
                                         stack_cost_document)
 
     market = pricing_market(spot, on_demand)
@@ -126,8 +128,9 @@ def diff(
     as_json: bool = options.Json,
 ) -> None:
     """Compare two stacks: + / ~ / - per resource, and the change in $/h and run total."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
-    from gpuinfra.cost.document import cost_diff_document, pricing_market
+    from gpuinfra.services.cost_document import cost_diff_document, pricing_market
 
     doc = cost_diff_document(before, after, project_dir, hours, pricing_market(spot, on_demand), usage)
     if as_json:

@@ -45,6 +45,7 @@ def bake(
     as_json: bool = options.Json,
 ) -> None:
     """Write the bake stack of a node family (previewed and checked offline first; nothing is built)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.plan import BakeRequest
     from gpuinfra.bake.stack import create_bake
     from gpuinfra.cli.console import print_json, stdout_console
@@ -87,6 +88,7 @@ def cost(
     as_json: bool = options.Json,
 ) -> None:
     """Price a bake: build hours once, image and registry storage per month (exit 4 when a price is missing)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.cost import bake_cost
     from gpuinfra.bake.stack import read_bake
     from gpuinfra.cli.console import print_json, stdout_console
@@ -104,6 +106,7 @@ def cost(
 @app.command("ls")
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
     """List the project's bakes: cloud, family, fabric, recorded image id."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.stack import list_bakes
     from gpuinfra.cli.console import print_json, stdout_console
 
@@ -131,6 +134,7 @@ def record(
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Record a finished bake's image in its stack file (then `gpuinfra new --image baked:NAME`); `gpuinfra up` does this on AWS."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.stack import record_result
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.errors import RequestError
@@ -138,6 +142,7 @@ def record(
     if from_outputs == (image_id is not None) or (from_outputs and container_image):
         raise RequestError("give either --from-outputs, or --image-id (and --container-image)")
     if from_outputs:
+        # imported on use: CLI start-up time (only the command that runs loads its library modules)
         from gpuinfra.bake.deploy import record_from_outputs
         from gpuinfra.bake.stack import read_bake
         from gpuinfra.lifecycle import check_credentials, make_backend
@@ -163,6 +168,7 @@ def preview(
     as_json: bool = options.Json,
 ) -> None:
     """Preview a bake stack offline: every resource, checked against the conformance rules."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.preview import check_bake, run_bake_preview
     from gpuinfra.bake.stack import read_bake
     from gpuinfra.cli.console import print_json, stdout_console

@@ -12,6 +12,7 @@ from gpuinfra.cli import options
 
 def _progress():
     """An Automation API event printer: one line per resource step, diagnostics, summary."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
 
     out = stdout_console()
@@ -31,6 +32,7 @@ def _progress():
 
 
 def _backend():
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra import lifecycle
 
     return lifecycle.make_backend()
@@ -42,6 +44,7 @@ def up(
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Create or update the stack (`pulumi up` through the Automation API); a bake stack builds and records its image."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.lifecycle import check_credentials, deploy
@@ -61,6 +64,7 @@ def up(
 
 def _up_bake(stack: str, replace_nodes: bool, project_dir: Path) -> None:
     """``up`` of an image bake (:func:`gpuinfra.bake.deploy.deploy_bake`)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import deploy_bake
     from gpuinfra.bake.stack import read_bake
     from gpuinfra.cli.console import stdout_console
@@ -91,6 +95,7 @@ def down(
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Destroy the cluster; the bucket and its data are kept unless --delete-data. A bake stack keeps its image."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.errors import RequestError
@@ -124,6 +129,7 @@ def down(
 
 def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
     """``down`` of an image bake (:func:`gpuinfra.bake.deploy.destroy_bake`)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import destroy_bake
     from gpuinfra.bake.stack import read_bake
     from gpuinfra.cli.console import stdout_console
@@ -146,6 +152,7 @@ def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
 
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
     """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far; unreadable stack files as invalid."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
     from gpuinfra.errors import MissingDependencyError
     from gpuinfra.lifecycle import list_stacks
@@ -191,6 +198,7 @@ def reap(
     Every expired stack is tried, then the results are listed; exit 7 when a destroy failed,
     2 when a stack file could not be read (its expiry is unknown).
     """
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.errors import RequestError
     from gpuinfra.lifecycle import list_stacks, reap_error, reap_expired

@@ -42,6 +42,7 @@ def new(
     """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
     from decimal import Decimal
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
     from gpuinfra.newstack import NewStackRequest, create_stack
     from gpuinfra.planner import PlanRequest

@@ -47,6 +47,7 @@ def offers(
     as_json: bool = options.Json,
 ) -> None:
     """Rank every offer that fits the GPU request, cheapest total $/h first (with --data: cheapest run)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli.console import print_json
     from gpuinfra.errors import RequestError
@@ -84,6 +85,7 @@ def _print_runs(found, limit: int | None) -> None:
     from rich.console import JustifyMethod
     from rich.table import Table
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console, usd
     from gpuinfra.locality import cheapest_gpu_note
 
@@ -113,6 +115,7 @@ def _print_runs(found, limit: int | None) -> None:
 
 
 def _other_markets_cell(r) -> str:
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import usd
 
     cells = []
@@ -128,6 +131,7 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
     from rich.console import JustifyMethod
     from rich.table import Table
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console, usd
 
     shown = _shown(ranked, limit, as_json=False)

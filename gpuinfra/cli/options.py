@@ -22,6 +22,7 @@ ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folde
 
 def _profiles_folder(value: Path | None) -> Path | None:
     """``--profiles-dir`` (or ``$GPUINFRA_PROFILES_DIR``) must be an existing folder."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.profiles import check_profiles_folder
 
     return check_profiles_folder(value)

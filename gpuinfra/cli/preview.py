@@ -52,6 +52,7 @@ def preview(
     as_json: bool = options.Json,
 ) -> None:
     """Show every resource the stack would create, offline (no Pulumi CLI, no credentials)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.verify import verify_stack_file
 
@@ -63,6 +64,7 @@ def preview(
 
     from rich.tree import Tree
 
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.rules import RULES
 
     spec, result, summary = verified.spec, verified.preview, verified.cost

@@ -12,6 +12,7 @@ def profiles(
     as_json: bool = options.Json,
 ) -> None:
     """List workload profiles (built-in and from --profiles-dir) with their settings."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.profiles import load_profiles
 

@@ -35,6 +35,7 @@ def size(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Estimate memory per GPU and recommend GPUs that fit with headroom; exit 4 when none does."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import SizingError
     from gpuinfra.catalog.store import load_catalog

@@ -1,7 +1,7 @@
 """``gpuinfra status STACK``: nodes, per-GPU utilization now and over the last hour, cost so far
 and projected to the TTL, time until the idle or TTL end.
 
-Thin: reading is :mod:`gpuinfra.monitoring.sources`, the figures :mod:`gpuinfra.monitoring.status`,
+Thin: reading is :mod:`gpuinfra.services.monitoring_sources`, the figures :mod:`gpuinfra.monitoring.status`,
 the view :mod:`gpuinfra.monitoring.render` / :mod:`gpuinfra.monitoring.html`.
 """
 
@@ -32,9 +32,10 @@ def status(
     Exits 2 when the stack is not deployed, 6 without cloud credentials or permissions, 7 when the cloud API fails.
     With --watch, Ctrl-C exits 0; a failed refresh keeps the last view with one error line.
     """
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import RequestError
-    from gpuinfra.monitoring import sources
+    from gpuinfra.services import monitoring_sources as sources
     from gpuinfra.monitoring.render import renderable, watch as watch_loop
 
     if watch and (as_json or html):
@@ -61,6 +62,7 @@ def status(
 
 
 def _write_html(report, path: Path) -> None:
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.errors import ProjectDirError
     from gpuinfra.monitoring.html import write_report
 

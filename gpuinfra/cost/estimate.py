@@ -4,7 +4,7 @@ Input is the resource list of a plan -- the offline preview's records or the ste
 ``pulumi preview --json`` -- plus the provider config (region). Each priced resource yields one
 or more :class:`CostLine` (component, unit, quantity per hour, unit price, source, date).
 Compute comes from the instance catalog (one price per node-hour for the market); disks, IPs, NAT, storage and
-transfer from :mod:`gpuinfra.cost.prices`. A line whose price is not found keeps
+transfer from :mod:`gpuinfra.catalog.prices`. A line whose price is not found keeps
 ``unit_price_usd = None`` and is counted, never priced at $0. Resources with no charge of their
 own are listed as free; unknown resource types as not priced.
 
@@ -20,9 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, Price, price, price_cap
 from gpuinfra.catalog.store import Catalog, load_gpu_models
+from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
-from gpuinfra.cost.prices import HOURS_PER_MONTH, Price, price, price_cap
+from gpuinfra.locality import quote_transfer
 
 FREE_TYPES = frozenset({
     "gpuinfra:aws:GpuCluster", "gpuinfra:gcp:GpuCluster",
@@ -37,7 +39,7 @@ FREE_TYPES = frozenset({
     "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
     "aws:s3/bucketPolicy:BucketPolicy",
     # the node bundle, one object of ~0.1 MB in the stack bucket: its storage is in the bucket's
-    # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (blueprints/common/node_bundle.py)
+    # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (gpuinfra/plan/node_bundle.py)
     "aws:s3/bucketObjectv2:BucketObjectv2", "gcp:storage/bucketObject:BucketObject",
     "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
     "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",
@@ -50,42 +52,6 @@ SCHEDULER_INVOCATIONS_PER_RUN = Decimal("0.000001")
 GP3_FREE_IOPS = 3000
 GP3_FREE_THROUGHPUT = 125
 CATALOG_SOURCE = "gpuinfra instance catalog"
-
-
-@dataclass
-class CostLine:
-    """One cost component of one resource.
-
-    Attributes:
-        resource: logical name of the resource.
-        resource_type: Pulumi type token.
-        component: what is charged (``Instance usage (on-demand, p5.48xlarge)``).
-        unit: unit of ``hourly_quantity`` (``instance-hours``, ``GB-months``, ``GB`` ...).
-        hourly_quantity: units consumed per hour of the run.
-        unit_price_usd: USD per unit; None = price not found.
-        source: where the unit price comes from; price_date: its date.
-        usage_based: quantity comes from the usage estimate (profile defaults / --usage file).
-        note: a remark shown next to the line.
-        one_time: a charge paid once per run (moving the data set), spread over the run's
-            hours like the per-run usage; the "left running" figure counts it once.
-    """
-
-    resource: str
-    resource_type: str
-    component: str
-    unit: str
-    hourly_quantity: Decimal
-    unit_price_usd: Decimal | None
-    source: str
-    price_date: str
-    usage_based: bool = False
-    note: str = ""
-    one_time: bool = False
-
-    @property
-    def hourly_usd(self) -> Decimal | None:
-        """USD per hour of the run (None when the price was not found)."""
-        return None if self.unit_price_usd is None else self.hourly_quantity * self.unit_price_usd
 
 
 @dataclass
@@ -266,8 +232,6 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
 
 def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
     """Moving the data set once, spread over the run (free, priced, or not found)."""
-    from gpuinfra.locality import quote_transfer
-
     moved = quote_transfer(data, cloud, region)
     component = f"Data set transfer ({moved.gb:f} GB, {moved.route})"
     if moved.free:

@@ -1,6 +1,6 @@
 """Cost lines of GPU monitoring (:mod:`blueprints.aws.monitoring`, :mod:`blueprints.gcp.monitoring`).
 
-Quantities per hour of the run (prices in :mod:`gpuinfra.cost.prices`, ``prices.yaml``):
+Quantities per hour of the run (prices in :mod:`gpuinfra.catalog.prices`, ``prices.yaml``):
 
 * AWS -- custom metrics: :func:`gpuinfra.monitoring.metrics.aws_custom_metric_count` metrics,
   each billed per metric-month prorated by the hour, so ``count / 730`` metric-months per hour;
@@ -27,7 +27,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from gpuinfra.cost.prices import HOURS_PER_MONTH, price
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, price
+from gpuinfra.cost.lines import CostLine
 from gpuinfra.monitoring import metrics as m
 
 #: Resource types of monitoring that the estimate prices here (free ones yield no line). What
@@ -54,9 +55,7 @@ GCP_ALERT_EXECUTIONS_PER_HOUR = 3600 // GCP_ALERT_EXECUTION_PERIOD_SECONDS
 
 
 def _cost_line(resource, rtype, component, unit, qty, p, note="", missing_source=""):
-    """A :class:`gpuinfra.cost.estimate.CostLine` (imported here: estimate imports this module)."""
-    from gpuinfra.cost.estimate import CostLine
-
+    """A :class:`~gpuinfra.cost.lines.CostLine` of a fixed (not usage-based) quantity."""
     return CostLine(resource=resource, resource_type=rtype, component=component, unit=unit,
                     hourly_quantity=Decimal(qty), unit_price_usd=None if p is None else p.usd,
                     source=missing_source if p is None else p.source, price_date="" if p is None else p.date,

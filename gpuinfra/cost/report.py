@@ -22,7 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from gpuinfra.cost.estimate import CostLine, Estimate
+from gpuinfra.catalog.prices import usage_for
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.cost.estimate import Estimate, estimate
+from gpuinfra.cost.lines import CostLine
 from gpuinfra.money import usd_json
 
 SCHEMA_VERSION = "2"
@@ -165,10 +168,6 @@ def cost_summary(spec, resources: list) -> dict:
     stack's own run hours and pricing: ``hourly_usd``, ``run_usd``, ``monthly_if_left_running_usd``
     (:func:`gpuinfra.money.usd_json` strings), ``hours``, ``pricing``, ``catalog_date``,
     ``price_not_found`` (as in :func:`to_json`)."""
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
-
     hours = Decimal(str(spec.run_hours))
     catalog = load_catalog()
     est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)

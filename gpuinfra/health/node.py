@@ -1,6 +1,6 @@
 """The health gate as a node runs it at boot (``gpuinfra-health.service``), before ranks are assigned.
 
-Standard library only: the node bundle (:mod:`blueprints.common.node_bundle`) copies this
+Standard library only: the node bundle (:mod:`gpuinfra.plan.node_bundle`) copies this
 package's stdlib modules to ``/usr/local/lib/gpuinfra/gpuinfra/`` and the units run
 ``python3 -m gpuinfra.health.node``. Three commands:
 
@@ -17,7 +17,7 @@ package's stdlib modules to ``/usr/local/lib/gpuinfra/gpuinfra/`` and the units 
     Used by ``gpuinfra-cluster-env`` once all nodes are listed: prints the addresses that may
     take a rank, one per line. With ``report`` all of them. With ``enforce`` the cluster's one
     rank decision (:mod:`gpuinfra.health.ranks`): the one stored in the bucket when a node
-    stored it; else, once every listed address has a result (:data:`PEER_WAIT_SECONDS` at
+    stored it; else, once every listed address has a result (:data:`HEALTH_RESULT_WAIT_SECONDS` at
     most), the addresses whose result passed (a node without a result by then is left out
     too), stored create-only, or the decision another node stored first. Exit
     :data:`EXIT_EXCLUDED` when this node is not among them (it gets no rank),
@@ -94,8 +94,8 @@ ALLREDUCE_DIR = NODE_LIB
 ALLREDUCE_SCRIPT = "gpuinfra_allreduce.py"
 ALLREDUCE_CONTAINER = "gpuinfra-health-allreduce"
 #: How long peers wait for every node's local result: the AWS EFA image build at boot takes
-#: minutes before the node's checks run (blueprints/common/fabric.py).
-PEER_WAIT_SECONDS = 2700
+#: minutes before the node's checks run (gpuinfra/plan/fabric.py).
+HEALTH_RESULT_WAIT_SECONDS = 2700
 #: Longest the cluster all-reduce may take (12 sizes up to 2 GiB take seconds; NCCL set-up over
 #: a slow fabric and the container start take the rest).
 ALLREDUCE_TIMEOUT_SECONDS = 1200
@@ -308,7 +308,7 @@ class HealthNode:
             self._mark(EXCLUDED_MARK, reason + "\n")
         return health
 
-    def end_when_ranks_decided(self, health: NodeHealth, wait_seconds: float = PEER_WAIT_SECONDS + 600,
+    def end_when_ranks_decided(self, health: NodeHealth, wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS + 600,
                                poll_seconds: float = 10.0) -> None:
         """End an excluded node once gpuinfra-cluster-env decided the ranks (or after
         ``wait_seconds``): ending earlier would leave the peers listing one node fewer than
@@ -319,7 +319,7 @@ class HealthNode:
         if self.end_node and not self.config.dry_run:
             self.end_node(f"health gate failed: {_reasons(health)}")
 
-    def peers(self, addresses: list[str], wait_seconds: float = PEER_WAIT_SECONDS,
+    def peers(self, addresses: list[str], wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS,
               poll_seconds: float = 15.0) -> list[str]:
         """Addresses that take a rank, in rank order; with ``report`` at once (all of them).
         With ``enforce`` the cluster's one decision (:mod:`gpuinfra.health.ranks`): the stored
@@ -525,7 +525,7 @@ def _run(config: NodeConfig, args) -> int:  # pragma: no cover - on a node
         return 0
     if args.command == "run" and (rejoined := node.rejoin(local)) is not None:
         return 0 if rejoined.passed or config.mode == "report" else EXIT_FAILED
-    deadline = time.monotonic() + PEER_WAIT_SECONDS + 600
+    deadline = time.monotonic() + HEALTH_RESULT_WAIT_SECONDS + 600
     while (nnodes := cluster_size()) is None:
         decided = (STATE_DIR / RANKS_DECIDED_MARK).exists()
         if (STATE_DIR / EXCLUDED_MARK).exists() or decided or time.monotonic() > deadline:

@@ -73,7 +73,7 @@ def aws_dashboard_body(stack: str, region: str, idle_percent: int) -> str:
 
 def gcp_stack_filter(metric_type: str, stack_label: str) -> str:
     """Monitoring filter selecting ``metric_type`` of the stack's VMs (their
-    ``gpuinfra-stack`` label, :func:`blueprints.common.tags.gcp_labels`)."""
+    ``gpuinfra-stack`` label, :func:`gpuinfra.plan.tags.gcp_labels`)."""
     return (f'metric.type = "{metric_type}" AND resource.type = "gce_instance" AND '
             f'metadata.user_labels."gpuinfra-stack" = "{stack_label}"')
 

@@ -7,15 +7,15 @@ Deep Learning AMI's ``dlami-nvme.service`` on AWS; each cloud has its own peer-d
 and NCCL settings; AWS EFA nodes build their image in the bundle instead of pre-pulling it).
 Each cloud only serialises the manifest:
 
-* AWS (:func:`blueprints.aws.userdata.render_user_data`): ``#cloud-config`` ``write_files`` +
+* AWS (:func:`gpuinfra.plan.boot_aws.render_user_data`): ``#cloud-config`` ``write_files`` +
   ``runcmd``, dumped with PyYAML's safe dumper (cloud-init runs it on the first boot only:
   https://cloudinit.readthedocs.io/en/latest/reference/modules.html#runcmd).
-* GCP (:func:`blueprints.gcp.startup.render_startup_script`): a bash startup script that GCE
+* GCP (:func:`gpuinfra.plan.boot_gcp.render_startup_script`): a bash startup script that GCE
   runs on every boot, writing each file only when it changed.
 
 The node bundle's units (health gate, image build, fabric host stack, RxDM, monitoring agent)
 are :class:`SystemdUnit` records too, with ``delivery="bundle"``
-(:mod:`blueprints.common.node_bundle`).
+(:mod:`gpuinfra.plan.node_bundle`).
 
 Pure Python, no Pulumi imports.
 """
@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT
 from gpuinfra.plan.units import (CLUSTER_ENV_PATH, ETC_DIR, HOSTFILE_PATH, NCCL_ENV_PATH, NODE_ENV_PATH, NODE_LIB,
                                  SBIN_DIR, SCRATCH_FAILED_PATH, ExecCommand, NodeFile, SystemdUnit,
                                  UnitValueError, check_unit_name, check_value, command, shell)
@@ -33,7 +34,7 @@ from gpuinfra.spec import ClusterSpec, check_container_image
 from gpuinfra.templating import agent_source, render
 
 __all__ = ["NodeFile", "SystemdUnit", "ExecCommand", "BootStep", "NodeBoot", "node_boot", "AGENT_UNIT",
-           "SCRATCH_UNIT", "CLUSTER_ENV_UNIT", "PREPULL_UNIT", "SCRATCH_MOUNT", "CLUSTER_FORM_WAIT_SECONDS"]
+           "SCRATCH_UNIT", "CLUSTER_ENV_UNIT", "PREPULL_UNIT", "SCRATCH_MOUNT", "PEER_DISCOVERY_WAIT_SECONDS"]
 
 AGENT_UNIT = "gpuinfra-agent.service"
 SCRATCH_UNIT = "gpuinfra-scratch.service"
@@ -45,14 +46,10 @@ AGENT_PATH = f"{NODE_LIB}/gpuinfra_agent.py"
 SCRATCH_SCRIPT_PATH = f"{SBIN_DIR}/gpuinfra-scratch-raid0"
 CLUSTER_ENV_SCRIPT_PATH = f"{SBIN_DIR}/gpuinfra-cluster-env"
 PROFILE_SCRIPT_PATH = "/etc/profile.d/gpuinfra.sh"
-SCRATCH_MOUNT = "/scratch"
-#: Seconds ``gpuinfra-cluster-env`` waits for every node before it gives up on a start (systemd
-#: then starts it again). Not the health gate's peer wait (gpuinfra.health.node).
-CLUSTER_FORM_WAIT_SECONDS = 900
 #: The container runtime: scratch is mounted before it starts (Docker's data may live there).
 CONTAINER_RUNTIME_UNITS = ("docker.service", "containerd.service")
 #: Periodic apt on training nodes: a driver or kernel update in the middle of a run breaks the
-#: GPU stack (the apt.conf.d file in blueprints/common/node_files.py turns periodic apt off).
+#: GPU stack (the apt.conf.d file in gpuinfra/plan/node_files.py turns periodic apt off).
 APT_TIMERS = ("apt-daily.timer", "apt-daily-upgrade.timer")
 APT_SERVICES = ("apt-daily.service", "apt-daily-upgrade.service", "unattended-upgrades.service")
 
@@ -153,7 +150,7 @@ class CloudBoot:
             (False where the bundle builds the training image from it instead: AWS EFA nodes).
         docker_dropin: the Docker drop-in whose change restarts Docker.
         node_files: path -> content of the settings every node gets
-            (:data:`blueprints.common.node_files.NODE_FILES`).
+            (:data:`gpuinfra.plan.node_files.NODE_FILES`).
     """
 
     cloud: Literal["aws", "gcp"]

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from gpuinfra.errors import ProfileError, SpecError
+from gpuinfra.fsutil import folder_problem
 from gpuinfra.oci import check_image_reference
 
 BUILTIN_PROFILES_FILE = Path(__file__).parent / "data" / "profiles.yaml"
@@ -174,8 +175,6 @@ def check_profiles_folder(user_dir: Path | None) -> Path | None:
     Raises:
         ProfileError: the folder is missing or not a folder (the message names where it came from).
     """
-    from gpuinfra.fsutil import folder_problem
-
     folder = profiles_dir(user_dir)
     problem = folder_problem(folder) if folder is not None else None
     if problem:

@@ -20,13 +20,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.rules.model import ResourceGraph, Violation
+from gpuinfra.cost.report import cost_summary
 from gpuinfra.errors import RuleViolationError
-from gpuinfra.rules.plan_rules import check_plan, plan_for
+from gpuinfra.rules import aws, gcp
+from gpuinfra.rules.model import ResourceGraph, Violation
+from gpuinfra.rules.provider_values import check_provider_values
+from gpuinfra.rules.plan_rules import check_plan
 from gpuinfra.rules.spec_rules import RULES, violation
 
 __all__ = ["RULES", "RuleViolationError", "Violation", "ResourceGraph", "check_graph", "check_preview",
-           "check_offered_in_zone", "check_budget", "verify_stack", "check_plan", "plan_for"]
+           "check_offered_in_zone", "check_budget", "verify_stack", "check_plan"]
 
 
 def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True) -> list[Violation]:
@@ -40,8 +43,6 @@ def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provid
     Returns:
         Violations, sorted by rule and resource; empty when the stack conforms.
     """
-    from gpuinfra.rules import aws, gcp
-
     clouds = {r.type.split(":", 1)[0] for r in graph}
     found: list[Violation] = []
     if "aws" in clouds:
@@ -51,8 +52,6 @@ def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provid
         for check in gcp.CHECKS:
             found += check(graph, facts)
     if provider_values:
-        from gpuinfra.rules.provider_values import check_provider_values
-
         found += check_provider_values(graph)
     return sorted(set(found), key=lambda v: (v.rule, v.resource, v.message))
 
@@ -107,8 +106,6 @@ def check_budget(spec: Any, resources: Iterable[Any], summary: dict | None = Non
     if limit is None:
         return []
     if summary is None:
-        from gpuinfra.cost.report import cost_summary
-
         summary = cost_summary(spec, list(resources))
     if summary["price_not_found"]:
         return [violation("budget-max-price", "", f"no price for {missing}; a missing price is never $0")

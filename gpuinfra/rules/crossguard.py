@@ -20,7 +20,12 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, cast
 
-from gpuinfra.rules.model import UNKNOWN
+from gpuinfra.catalog.prices import usage_for
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.cost.estimate import estimate
+from gpuinfra.rules import check_graph
+from gpuinfra.rules.model import UNKNOWN, ResourceGraph
+from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL
 
 #: pulumi-policy's unknown-value sentinels (pulumi_policy/proxy.py UNKNOWN_*_VALUE).
 _UNKNOWN = frozenset({
@@ -81,10 +86,6 @@ def validate_conformance(args: Any, report_violation: ReportViolation) -> None:
         args: ``pulumi_policy.StackValidationArgs`` (``resources``).
         report_violation: CrossGuard's callback ``(message, urn=None)``.
     """
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.rules import check_graph
-    from gpuinfra.rules.model import ResourceGraph
-
     graph = ResourceGraph.from_records(records(args.resources))
     catalog = load_catalog()
     types = {str(r.inputs.get("instanceType") or r.inputs.get("machineType") or "") for r in graph}
@@ -99,7 +100,6 @@ def _region(args: Any, recs: list[_Record]) -> str | None:
         region = plain_props(getattr(provider, "props", None) or {}).get("region") if provider else None
         if region:
             return str(region)
-    from gpuinfra.catalog.store import load_catalog
 
     zones = {o.zone: o.region for o in load_catalog().offers}
     for rec in recs:
@@ -111,7 +111,7 @@ def _region(args: Any, recs: list[_Record]) -> str | None:
 
 def _stack_tag(recs: list[_Record], aws_key: str, gcp_key: str) -> str | None:
     """A gpuinfra tag (AWS) / label (GCP) the blueprints put on the stack's resources
-    (blueprints/common/tags.py), or None."""
+    (gpuinfra/plan/tags.py), or None."""
     for rec in recs:
         for key, bag in ((aws_key, rec.inputs.get("tags")), (gcp_key, rec.inputs.get("labels"))):
             if isinstance(bag, dict) and bag.get(key) not in (None, UNKNOWN):
@@ -122,8 +122,6 @@ def _stack_tag(recs: list[_Record], aws_key: str, gcp_key: str) -> str | None:
 def _stack_budget(recs: list[_Record]) -> str | None:
     """The stack's own ``max_price_per_hour_usd`` as written on its resources (GCP labels write
     ``12_5`` for 12.5), or None."""
-    from gpuinfra.spec import AWS_BUDGET_TAG, GCP_BUDGET_LABEL
-
     value = _stack_tag(recs, AWS_BUDGET_TAG, GCP_BUDGET_LABEL)
     return None if value is None else value.replace("_", ".")
 
@@ -138,10 +136,6 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
         args: ``pulumi_policy.StackValidationArgs`` (``resources``, ``get_config()``).
         report_violation: CrossGuard's callback.
     """
-    from gpuinfra.catalog.store import load_catalog
-    from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
-
     config = args.get_config() or {}
     recs = records(args.resources)
     configured = config.get("maxPricePerHourUsd")
@@ -159,7 +153,6 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     if not limit.is_finite() or limit <= 0:
         report_violation(f"the budget must be a positive number, got {configured!r}")
         return
-    from gpuinfra.spec import AWS_RUN_HOURS_TAG, GCP_RUN_HOURS_LABEL
 
     # usage defaults and run length as `gpuinfra preview` uses them (per-run transfer is spread
     # over the run); without a recorded run length, one hour (the strictest spread)

@@ -1,7 +1,7 @@
 """Cloud rules over the typed cluster plan: the conformance check that needs no Pulumi.
 
-The blueprint planners (:func:`blueprints.aws.plan.plan_aws_cluster`,
-:func:`blueprints.gcp.plan.plan_gcp_cluster`) decide, without Pulumi, what the components
+The cluster planners (:func:`gpuinfra.plan.aws.plan_aws_cluster`,
+:func:`gpuinfra.plan.gcp.plan_gcp_cluster`) decide, without Pulumi, what the components
 register; the spec supplies the rest (node type and its facts, node count, zone, reservation).
 :func:`check_plan` reads that pair and runs the *same* predicates the preview checks run
 (:mod:`gpuinfra.rules.aws`, :mod:`gpuinfra.rules.gcp`): only the reader differs, no rule body
@@ -82,34 +82,15 @@ REFUSAL_RULES = frozenset({
 })
 
 
-def plan_for(spec: Any) -> Any:
-    """The blueprint planner's plan of ``spec``: :class:`blueprints.aws.plan.AwsClusterPlan` or
-    :class:`blueprints.gcp.plan.GcpClusterPlan` (the one place the rules import the planners).
-
-    Args:
-        spec: a :class:`~gpuinfra.spec.ClusterSpec`.
-
-    Raises:
-        gpuinfra.errors.RuleViolationError: the planner refuses the spec, naming the rule.
-        gpuinfra.errors.SpecError: other invalid specs (see the planners).
-    """
-    if spec.cloud == "aws":
-        from blueprints.aws.plan import plan_aws_cluster
-
-        return plan_aws_cluster(spec)
-    from blueprints.gcp.plan import plan_gcp_cluster
-
-    return plan_gcp_cluster(spec)
-
-
 def check_plan(spec: Any, plan: Any) -> list[Violation]:
     """Every rule of :data:`PLAN_RULES` over ``plan``, with the facts the spec carries.
 
     Args:
         spec: the :class:`~gpuinfra.spec.ClusterSpec` the plan was made from (node type, facts,
             node count, capacity reservation / GCP reservation).
-        plan: its :class:`~blueprints.aws.plan.AwsClusterPlan` (``spec.cloud == "aws"``) or
-            :class:`~blueprints.gcp.plan.GcpClusterPlan` (``"gcp"``), e.g. from :func:`plan_for`.
+        plan: its :class:`~gpuinfra.plan.aws.AwsClusterPlan` (``spec.cloud == "aws"``) or
+            :class:`~gpuinfra.plan.gcp.GcpClusterPlan` (``"gcp"``), e.g. from
+            :func:`gpuinfra.plan.cluster.cloud_plan` (the rules sit below the plan and never import it).
 
     Returns:
         Violations sorted by rule, resource (the plan field) and message; empty when the plan

@@ -29,7 +29,7 @@ _EFA_TYPES = "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.htm
 _LSSD = "cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds"
 
 #: (cloud, nic_layout) -> why that GPU fabric cannot be made to work at boot on gpuinfra's images
-#: (blueprints/common/fabric_host.py installs the others at boot). Only GCP A3 High's TCPX:
+#: (gpuinfra/plan/fabric_host.py installs the others at boot). Only GCP A3 High's TCPX:
 _TCPX_BLOCKER = (
     "GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which comes from a private Canonical PPA with "
     "credentials from Google and takes a reboot (cluster-toolkit examples/machine-learning/a3-highgpu-8g/"

@@ -17,13 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from gpuinfra.catalog.gpus import gpu_model
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
-from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES,
-                                    RECOMPUTE, STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
+from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES, RECOMPUTE,
+                                    STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
 from gpuinfra.sizing.supply import OFFER_KEYS, cheapest_offers
 from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
@@ -262,8 +263,6 @@ def priced(c: Candidate, offer: dict, nodes: int) -> Candidate:
 def device_memory_gib(gpu: str) -> float:
     """GiB of memory the device reports for GPU model ``gpu`` (``gpus.json``
     ``device_memory_gib``, :attr:`gpuinfra.catalog.gpus.GpuModel.device_reported_gib`)."""
-    from gpuinfra.catalog.gpus import gpu_model
-
     return gpu_model(gpu).device_reported_gib
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.offers import OfferScope, validate_location
+from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
 from gpuinfra.sizing.recommend import (PROFILE_FOR_METHOD, Candidate, SizingRequest, candidate_json, candidates,
                                        device_memory_gib, evaluate, nothing_fits, priced, sizing_request)
@@ -63,8 +64,6 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
         RequestError: a malformed ``gpus`` spec or unknown GPU.
         CatalogError: an unknown cloud, region or zone in ``scope``.
     """
-    from gpuinfra.requests import parse_gpu_spec
-
     catalog = catalog or load_catalog()
     scope = replace(scope or OfferScope(), markets=size_markets(spot))
     validate_location(catalog, scope)

@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.offers import OfferScope, node_limit
+from gpuinfra.rules.spec_rules import type_fabric_blocker
 
 FAST_GCP_LAYOUTS = ("tcpx", "tcpxo", "gib")
 
@@ -29,8 +30,6 @@ def high_bandwidth_network(catalog: Catalog, cloud: str, instance_type: str, ima
 
 
 def _fabric_blocked(facts, image_fabric: str | None) -> bool:
-    from gpuinfra.rules.spec_rules import type_fabric_blocker
-
     return type_fabric_blocker(facts, image_fabric) is not None
 
 

@@ -269,10 +269,11 @@ def test_config_from_node_env_and_main_once(tmp_path, monkeypatch):
 
 
 def test_user_data_embeds_this_agent_verbatim():
-    from blueprints.aws.plan import plan_aws_cluster
-    from blueprints.aws.userdata import render_user_data
-    from tests.blueprints.helpers import make_spec
     import yaml
+
+    from gpuinfra.plan.aws import plan_aws_cluster
+    from gpuinfra.plan.boot_aws import render_user_data
+    from tests.blueprints.helpers import make_spec
 
     spec = make_spec("p4d.24xlarge", nodes=2)
     text = render_user_data(spec, plan_aws_cluster(spec), "b")
@@ -286,8 +287,8 @@ def test_user_data_embeds_this_agent_verbatim():
 
 
 def test_gcp_startup_script_installs_and_enables_the_agent():
-    from blueprints.gcp.plan import plan_gcp_cluster
-    from blueprints.gcp.startup import render_startup_script
+    from gpuinfra.plan.boot_gcp import render_startup_script
+    from gpuinfra.plan.gcp import plan_gcp_cluster
     from tests.blueprints.helpers import gcp_script_files, make_spec
 
     spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
@@ -465,10 +466,10 @@ def test_node_name_falls_back_to_the_host_name_without_metadata():
 def test_both_boot_templates_write_a_node_env_the_agent_parses(tmp_path, cloud):
     import yaml
 
-    from blueprints.aws.plan import plan_aws_cluster
-    from blueprints.aws.userdata import render_user_data
-    from blueprints.gcp.plan import plan_gcp_cluster
-    from blueprints.gcp.startup import render_startup_script
+    from gpuinfra.plan.aws import plan_aws_cluster
+    from gpuinfra.plan.boot_aws import render_user_data
+    from gpuinfra.plan.boot_gcp import render_startup_script
+    from gpuinfra.plan.gcp import plan_gcp_cluster
     from tests.blueprints.helpers import gcp_script_files, make_spec
 
     if cloud == "aws":

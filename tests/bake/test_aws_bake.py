@@ -10,9 +10,9 @@ import jsonschema
 import pytest
 import yaml
 
-from blueprints.common.fabric import efa_image_build
 from gpuinfra.bake.preview import check_bake, run_bake_preview
 from gpuinfra.bake.render import aws_host_phases, component_document, container_check_script, container_dockerfile
+from gpuinfra.plan.fabric import efa_image_build
 from tests.bake.awstoe_schema import SCHEMA
 from tests.bake.conftest import AMI, NGC
 from tests.blueprints.helpers import need_tool

@@ -9,11 +9,10 @@ from pathlib import Path
 import moto
 import pytest
 
-from blueprints.common import fabric, fabric_host
 from gpuinfra.bake.plan import CATALOG_ARCHITECTURE, plan_bake
-from gpuinfra.errors import BakeError
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.errors import ExitCode
+from gpuinfra.errors import BakeError, ExitCode
+from gpuinfra.plan import fabric, fabric_host
 from tests.bake.conftest import DLVM_FAMILY, aws_request, gcp_request
 
 

@@ -8,9 +8,9 @@ import subprocess
 import hcl2
 import pytest
 
-from blueprints.common.fabric_host import HOST_SCRIPT_PATH
 from gpuinfra.bake.preview import check_bake, run_bake_preview
 from gpuinfra.bake.render import PACKER_IMAGE, packer_build
+from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH
 from tests.bake.conftest import GCP_BASE
 from tests.blueprints.helpers import need_tool
 

@@ -349,7 +349,7 @@ def test_ttl_backstop_deletes_the_fleet_after_the_agent_had_its_turn():
     spec = make_spec("p5.48xlarge", nodes=2)
     result = preview(spec)
     schedule = _one(result, SCHEDULE)
-    # TTL + 600 s: the agent's 300 s checkpoint-sync bound + a 300 s margin (blueprints/common/backstop.py)
+    # TTL + 600 s: the agent's 300 s checkpoint-sync bound + a 300 s margin (gpuinfra/plan/backstop.py)
     at = (spec.expires_at + timedelta(seconds=600)).strftime("%Y-%m-%dT%H:%M:%S")
     assert schedule["scheduleExpression"] == f"at({at})" and schedule["scheduleExpressionTimezone"] == "UTC"
     assert schedule["flexibleTimeWindow"] == {"mode": "OFF"} and schedule["actionAfterCompletion"] == "NONE"

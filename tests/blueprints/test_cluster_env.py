@@ -8,9 +8,9 @@ import subprocess
 
 import pytest
 
-from blueprints.aws.plan import TORCHRUN_PORT
-from blueprints.common.node_bundle import health_template_vars
+from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.plan.boot import render_cluster_env
+from gpuinfra.plan.node_bundle import health_template_vars
 from tests.blueprints.helpers import make_spec
 
 PEERS = "10.0.0.20\n10.0.0.7\n10.0.1.5"

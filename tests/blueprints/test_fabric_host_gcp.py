@@ -1,4 +1,4 @@
-"""GCP fabric host install (:mod:`blueprints.common.fabric_host`): per family
+"""GCP fabric host install (:mod:`gpuinfra.plan.fabric_host`): per family
 the exact units, images, paths and devices, shellcheck of every rendered script, and each script
 run for real (bash) on a fake node (GPUINFRA_HOST_SYSROOT) with stand-ins for docker, apt-get,
 dkms, modprobe, udevadm, systemctl ... that record their arguments: the exact commands of a
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from blueprints.common.fabric import RXDM_UNIT, gcp_fabric
-from blueprints.common.fabric_host import HOST_SCRIPT_PATH, HostStack, gcp_host_stack
-from blueprints.gcp.plan import nccl_env
 from gpuinfra.catalog.store import load_catalog
+from gpuinfra.plan.fabric import RXDM_UNIT, gcp_fabric
+from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH, HostStack, gcp_host_stack
+from gpuinfra.plan.gcp import nccl_env
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from tests.blueprints.helpers import need_tool
 

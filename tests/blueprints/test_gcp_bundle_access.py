@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from blueprints.aws.identity import bucket_policy_document
-from blueprints.common.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
 from gpuinfra.agent.node import AgentConfig, checkpoint_prefix
 from gpuinfra.health.gate import health_key
+from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
 from tests.blueprints.helpers import make_spec, preview
 
 MEMBER_TYPE = "gcp:storage/bucketIAMMember:BucketIAMMember"

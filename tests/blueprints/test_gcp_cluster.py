@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from blueprints.gcp.plan import plan_gcp_cluster
 from gpuinfra.errors import SpecError
-from gpuinfra.rules.spec_rules import RuleViolationError
+from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.profiles import get_profile
-from tests.blueprints.helpers import gcp_script_files, make_spec, preview, need_tool
+from gpuinfra.rules.spec_rules import RuleViolationError
+from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool, preview
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 NETWORK = "gcp:compute/network:Network"
@@ -133,7 +133,7 @@ def test_scheduling_spot_and_max_run_duration():
     spec = gcp_spec("a2-highgpu-8g", nodes=2, spot=True)
     sched = template(preview(spec))["scheduling"]
     assert sched == {"automaticRestart": False, "instanceTerminationAction": "DELETE",
-                     # TTL + 600 s: the agent's 300 s checkpoint sync bound + 300 s margin (blueprints/common/backstop.py)
+                     # TTL + 600 s: the agent's 300 s checkpoint sync bound + 300 s margin (gpuinfra/plan/backstop.py)
                      "maxRunDuration": {"seconds": spec.profile.ttl_hours * 3600 + 600}, "onHostMaintenance": "TERMINATE",
                      "preemptible": True, "provisioningModel": "SPOT"}
 
@@ -300,7 +300,7 @@ def test_spot_and_a_reservation_exclude_each_other():
 
 
 def test_a_ttl_longer_than_gce_allows_for_max_run_duration_is_refused():
-    from blueprints.gcp.plan import plan_gcp_cluster
+    from gpuinfra.plan.gcp import plan_gcp_cluster
 
     spec = gcp_spec("a2-highgpu-8g")
     ok = spec.model_copy(update={"profile": spec.profile.model_copy(update={"ttl_hours": 2879})})

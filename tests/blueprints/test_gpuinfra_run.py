@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from blueprints.aws.plan import plan_aws_cluster
-from blueprints.aws.userdata import USER_DATA_LIMIT_BYTES, aws_node_bundle, render_user_data
-from blueprints.common.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_build, gcp_fabric, gcp_run_command
-from blueprints.gcp.plan import nccl_env, plan_gcp_cluster
-from blueprints.gcp.startup import gcp_node_bundle, render_startup_script
+from gpuinfra.plan.aws import plan_aws_cluster
+from gpuinfra.plan.boot_aws import USER_DATA_LIMIT_BYTES, aws_node_bundle, render_user_data
+from gpuinfra.plan.boot_gcp import gcp_node_bundle, render_startup_script
+from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_build, gcp_fabric, gcp_run_command
+from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
 from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool, preview, shellcheck_cloud_config
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
@@ -217,7 +217,7 @@ def test_a3_high_tcpx_mounts_the_plugin_and_rxdm_sockets(node_for):
                     "-v", "/var/lib/tcpx/lib64:/var/lib/tcpx/lib64:ro", "-v", "/run/tcpx:/run/tcpx",
                     *node.expected_tail(wrapper=True)]
     assert env == {
-        # nccl.env (blueprints/gcp/plan.py nccl_env "tcpx")
+        # nccl.env (gpuinfra/plan/gcp.py nccl_env "tcpx")
         "NCCL_NET": "GPUDirectTCPX_v7", "NCCL_SOCKET_IFNAME": "enp0s12", "NCCL_GPUDIRECTTCPX_CTRL_DEV": "enp0s12",
         "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "enp6s0,enp12s0,enp134s0,enp140s0", "NCCL_CROSS_NIC": "0",
         "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": "1",

@@ -1,4 +1,4 @@
-"""The node bundle (blueprints/common/node_bundle.py): what each family's nodes install from the
+"""The node bundle (gpuinfra/plan/node_bundle.py): what each family's nodes install from the
 stack bucket, the object Pulumi creates before the nodes, the fetch script run for real, and the
 EFA training image recipe."""
 
@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from blueprints.aws.plan import plan_aws_cluster
-from blueprints.aws.userdata import aws_node_bundle
-from blueprints.common.fabric import (AWS_OFI_NCCL_VERSION, EFA_INSTALLER_VERSION, RUN_SCRIPT_PATH, efa_image_build)
-from blueprints.common.fabric_host import HOST_SCRIPT_PATH
-from blueprints.common.node_bundle import (ALLREDUCE_PATH, BUNDLE_KEY, EXPECTATIONS_PATH, NODE_MODULES, NodeBundle,
-                                           fetch_script)
-from blueprints.gcp.plan import plan_gcp_cluster
-from blueprints.gcp.startup import gcp_node_bundle
-from gpuinfra.health.report import expectations_for
+from gpuinfra.plan.aws import plan_aws_cluster
+from gpuinfra.plan.boot_aws import aws_node_bundle
+from gpuinfra.plan.boot_gcp import gcp_node_bundle
+from gpuinfra.plan.fabric import AWS_OFI_NCCL_VERSION, EFA_INSTALLER_VERSION, RUN_SCRIPT_PATH, efa_image_build
+from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH
+from gpuinfra.plan.gcp import plan_gcp_cluster
+from gpuinfra.plan.health import expectations_for
+from gpuinfra.plan.node_bundle import (ALLREDUCE_PATH, BUNDLE_KEY, EXPECTATIONS_PATH, NODE_MODULES, NodeBundle,
+                                       fetch_script)
 from tests.blueprints.helpers import make_spec, need_tool, preview
 
 REPO = Path(__file__).resolve().parents[2]
@@ -223,9 +223,9 @@ def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
     turns "$$" into "$" (systemd.service(5)), then the body must be valid sh."""
     import shlex
 
-    from blueprints.common.fabric import image_build_unit
-    from blueprints.common.fabric_host import fabric_host_unit, gcp_host_stack
-    from blueprints.gcp.plan import nccl_env
+    from gpuinfra.plan.fabric import image_build_unit
+    from gpuinfra.plan.fabric_host import fabric_host_unit, gcp_host_stack
+    from gpuinfra.plan.gcp import nccl_env
 
     if unit == "image":
         text = image_build_unit(efa_image_build(IMAGE))

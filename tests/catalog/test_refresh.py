@@ -11,7 +11,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from gpuinfra.catalog.refresh import refresh_catalog
+from gpuinfra.services.catalog_refresh import refresh_catalog
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import CatalogError, MissingDependencyError
 from tests.conftest import without_aws_credentials
@@ -101,7 +101,7 @@ def _gcp_clients(url):
     from google.api_core.client_options import ClientOptions
     from google.auth.credentials import AnonymousCredentials
 
-    from gpuinfra.catalog.refresh import gcp_clients
+    from gpuinfra.services.catalog_refresh import gcp_clients
 
     return gcp_clients(credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=url), transport="rest")
 

@@ -12,8 +12,9 @@ import pytest
 
 from gpuinfra import lifecycle
 from gpuinfra.health.gate import decide, health_key
-from gpuinfra.health.report import evaluate, expectations_for
+from gpuinfra.services.health_report import evaluate
 from gpuinfra.lifecycle import StackStatus
+from gpuinfra.plan.health import expectations_for
 from tests.conftest import without_aws_credentials
 from tests.health.conftest import fixture_text, spec_for
 from tests.health.test_gate import _p4d_outputs

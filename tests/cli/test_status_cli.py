@@ -13,7 +13,7 @@ import boto3
 import pytest
 
 from gpuinfra import lifecycle
-from gpuinfra.monitoring import sources
+from gpuinfra.services import monitoring_sources as sources
 from gpuinfra.stackfile import read_stack_spec
 from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer

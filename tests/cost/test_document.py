@@ -1,4 +1,4 @@
-"""gpuinfra.cost.document: the service under `gpuinfra cost` and `gpuinfra cost diff`."""
+"""gpuinfra.services.cost_document: the service under `gpuinfra cost` and `gpuinfra cost diff`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuinfra.cost.document import (check_budget, check_hours, check_totals, cost_diff_document,
+from gpuinfra.services.cost_document import (check_budget, check_hours, check_totals, cost_diff_document,
                                     preview_file_cost_document, pricing_market, profile_run_hours, stack_cost_document)
 from gpuinfra.cost.report import diff_json
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, ProfileError, RequestError

@@ -9,11 +9,12 @@ from datetime import datetime, UTC
 
 import pytest
 
+from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline, baseline_nodes, find_baseline, load_baselines
 from gpuinfra.health.gate import (BUSBW_PASS_FRACTION, CHECKS, Expectations, GateOutputs, NodeHealth, decide,
                                   health_key, run_problems)
-from gpuinfra.health import parsers as p
-from gpuinfra.health.report import evaluate, expectations_for
+from gpuinfra.services.health_report import evaluate
+from gpuinfra.plan.health import expectations_for
 from tests.health.conftest import fixture_text as t
 from tests.health.conftest import spec_for
 

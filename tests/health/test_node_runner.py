@@ -34,7 +34,7 @@ from gpuinfra.health.node import (
     current_results,
     ranked_addresses,
 )
-from gpuinfra.health.report import expectations_for
+from gpuinfra.plan.health import expectations_for
 from tests.health.conftest import fixture_text, spec_for
 
 GIB = 1 << 30

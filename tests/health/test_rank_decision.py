@@ -34,7 +34,7 @@ from gpuinfra.health.ranks import (
     DecisionScope,
     RankDecision,
 )
-from gpuinfra.health.report import ResultsLocation, read_health
+from gpuinfra.services.health_report import ResultsLocation, read_health
 from tests.health.fake_gcs import FakeGcs
 from tests.health.test_node_runner import MemoryBucket, _doc, make_node, p4d_runner
 
@@ -272,9 +272,9 @@ def test_report_mode_stores_no_decision(tmp_path):
 
 
 def test_the_node_bundle_ships_every_gpuinfra_module_the_node_imports():
-    """The nodes run gpuinfra's modules from the bundle (blueprints/common/node_bundle.py
+    """The nodes run gpuinfra's modules from the bundle (gpuinfra/plan/node_bundle.py
     NODE_MODULES): a module the node imports but the bundle lacks fails at boot."""
-    from blueprints.common.node_bundle import NODE_MODULES
+    from gpuinfra.plan.node_bundle import NODE_MODULES
 
     package = Path(__file__).resolve().parents[2] / "gpuinfra"
     missing = []

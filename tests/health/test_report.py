@@ -12,7 +12,7 @@ import pytest
 from gpuinfra import lifecycle
 from gpuinfra.errors import MissingDependencyError, RequestError, SpecError
 from gpuinfra.health.gate import GateOutputs, health_key
-from gpuinfra.health.report import HealthReport, ResultsLocation, evaluate, locate_results, read_health
+from gpuinfra.services.health_report import HealthReport, ResultsLocation, evaluate, locate_results, read_health
 from gpuinfra.lifecycle import StackStatus
 from tests.health.conftest import fixture_text as t
 from tests.health.conftest import plan_for, spec_for

@@ -8,8 +8,8 @@ import subprocess
 import pytest
 import yaml
 
-from blueprints.common.monitoring_node import (AWS_AGENT_PACKAGE_URL, GCP_AGENT_CONFIG_PATH, GCP_AGENT_CONFIG_SOURCE,
-                                               MONITORING_UNITS, SCRIPT_PATH, UNIT_PATH, monitoring_node_files)
+from gpuinfra.plan.monitoring_node import (AWS_AGENT_PACKAGE_URL, GCP_AGENT_CONFIG_PATH, GCP_AGENT_CONFIG_SOURCE,
+                                           MONITORING_UNITS, SCRIPT_PATH, UNIT_PATH, monitoring_node_files)
 from tests.blueprints.helpers import make_spec, need_tool
 
 

@@ -197,8 +197,8 @@ def test_unknown_instance_type_prices_no_metrics_never_zero():
 
 
 def test_stack_label_for_status_matches_the_blueprints_labels():
-    from blueprints.common.tags import gcp_labels
     from gpuinfra.monitoring.metrics import gcp_stack_label
+    from gpuinfra.plan.tags import gcp_labels
 
     for name in ("t-2", "Train_Big.v2", "x" * 80):
         spec = make_spec("a3-megagpu-8g", cloud="gcp").model_copy(update={"stack": name})

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, UTC
 from decimal import Decimal
 
 from gpuinfra.monitoring.render import sparkline, summary_lines
-from gpuinfra.monitoring.sources import aws_node, gcp_node
+from gpuinfra.services.monitoring_sources import aws_node, gcp_node
 from gpuinfra.monitoring.status import GpuSeries, Node, build_status, idle_since
 from tests.blueprints.helpers import make_spec
 

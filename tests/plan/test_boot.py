@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from blueprints.aws.plan import plan_aws_cluster
-from blueprints.aws.userdata import aws_node_boot, aws_node_bundle, cloud_config, nccl_env, render_user_data
-from blueprints.gcp.plan import plan_gcp_cluster
-from blueprints.gcp.startup import gcp_node_boot, gcp_node_bundle, render_startup_script, startup_script
+from gpuinfra.plan.aws import plan_aws_cluster
+from gpuinfra.plan.boot_aws import aws_node_boot, aws_node_bundle, cloud_config, nccl_env, render_user_data
+from gpuinfra.plan.gcp import plan_gcp_cluster
+from gpuinfra.plan.boot_gcp import gcp_node_boot, gcp_node_bundle, render_startup_script, startup_script
 from gpuinfra.errors import ExitCode, SpecError
 from gpuinfra.plan.boot import AGENT_UNIT, PREPULL_UNIT, SCRATCH_UNIT, prepull_unit
 from gpuinfra.plan.units import (NodeFile, SystemdUnit, UnitValueError, check_path, command, shell,

@@ -25,7 +25,8 @@ from gpuinfra.errors import GpuinfraError
 from gpuinfra.planner import PlanRequest, plan_cluster
 from gpuinfra.preview import run_preview
 from gpuinfra.profiles import load_profiles
-from gpuinfra.rules import RULES, check_facts_current, check_offered_in_zone, check_plan, check_preview, plan_for
+from gpuinfra.rules import RULES, check_facts_current, check_offered_in_zone, check_plan, check_preview
+from gpuinfra.plan.cluster import cloud_plan
 from gpuinfra.stackfile import provider_config
 from tests.conftest import SUMMARY_LINES
 
@@ -75,7 +76,7 @@ def _run_case(catalog, cloud: str, itype: str, gpus: str | None, profile, spot: 
     request = PlanRequest(gpus=gpus, instance_type=itype, cloud=cloud, nodes=nodes, spot=spot, name="m")
     try:
         spec = plan_cluster(catalog, request, profile, NOW).spec
-        plan = plan_for(spec)
+        plan = cloud_plan(spec)
     except GpuinfraError as exc:
         rule = _RULE_NAMED.search(str(exc))
         failure = "" if rule and len(str(exc).splitlines()) == 1 else f"{case}: refused without naming a rule: {exc}"

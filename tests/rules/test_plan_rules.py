@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from gpuinfra.rules import RULES, check_graph, check_plan, plan_for
+from gpuinfra.plan.cluster import cloud_plan
+from gpuinfra.rules import RULES, check_graph, check_plan
 from gpuinfra.rules.model import ResourceGraph
 from gpuinfra.rules.plan_rules import PLAN_RULES, PREVIEW_ONLY_RULES, REFUSAL_RULES
 from tests.blueprints.helpers import make_spec, preview
@@ -25,7 +26,7 @@ SHAPES = {
 
 def _spec_and_plan(key):
     spec = make_spec(**SHAPES[key])
-    return spec, plan_for(spec)
+    return spec, cloud_plan(spec)
 
 
 def _cards_from_one(plan):

@@ -2,7 +2,7 @@
 one script per fabric that serves both the boot-time startup script and the image bake.
 
 Pure Python, no Pulumi imports. Everything the container side needs is defined once in
-:mod:`blueprints.common.fabric` (:func:`~blueprints.common.fabric.gcp_fabric`: plugin folder,
+:mod:`gpuinfra.plan.fabric` (:func:`~gpuinfra.plan.fabric.gcp_fabric`: plugin folder,
 env profile, aperture folder, GPU NIC names, RxDM unit and the pinned images); this module
 reads those and renders the host side from ``templates/fabric/``:
 
@@ -11,7 +11,7 @@ reads those and renders the host side from ``templates/fabric/``:
   what is done); ``--bake`` installs but starts nothing that needs GPUs or GPU NICs. Exit codes:
   2 bad argument, 6 a prerequisite it cannot install (kernel, docker), 7 a failed step; the last
   stderr line names the step.
-* :func:`rxdm_systemd_unit`: the :data:`~blueprints.common.fabric.RXDM_UNIT` systemd unit (the
+* :func:`rxdm_systemd_unit`: the :data:`~gpuinfra.plan.fabric.RXDM_UNIT` systemd unit (the
   script writes and enables it); ``gcp-tcpxo-aperture.rules.j2``: the aperture udev rule.
 
 Sources (commits: cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
@@ -73,9 +73,9 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass, field
 
-from blueprints.common.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.plan.units import SystemdUnit, command, shell
+from gpuinfra.plan.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from gpuinfra.templating import render
 
@@ -148,7 +148,7 @@ def _installer_probe(runtime: FabricRuntime) -> str:
 
 def rxdm_systemd_unit(runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str],
                       post: str) -> SystemdUnit:
-    """The RxDM unit (:data:`~blueprints.common.fabric.RXDM_UNIT`) of a GPUDirect-TCPX(O)
+    """The RxDM unit (:data:`~gpuinfra.plan.fabric.RXDM_UNIT`) of a GPUDirect-TCPX(O)
     ``runtime``: wait until every GPU NIC is routable, remove a leftover container, run ``pre``,
     then the RxDM container (``docker_args``, the image, ``rxdm_args``; each entry is split into
     words as a shell would), ``post`` once it runs; restarted 10 s after a failure without a
@@ -246,8 +246,8 @@ def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -
         nic_layout: ``GcpClusterPlan.nic_layout`` (``gvnic`` when high-bandwidth networking is
             off).
         facts: the machine's facts (GPU NIC count, machine type for the script header).
-        env: the node's ``nccl.env`` settings (:func:`blueprints.gcp.plan.nccl_env` of the
-            layout), read through :func:`blueprints.common.fabric.gcp_fabric`.
+        env: the node's ``nccl.env`` settings (:func:`gpuinfra.plan.gcp.nccl_env` of the
+            layout), read through :func:`gpuinfra.plan.fabric.gcp_fabric`.
 
     Returns:
         An empty stack (``sockets``, nothing to install) for ``gvnic``; else the install script
@@ -255,7 +255,7 @@ def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -
 
     Raises:
         ValueError: the NCCL settings name another number of GPU NICs than the facts
-            (:func:`~blueprints.common.fabric.gcp_fabric`), or a plugin folder outside /var/lib.
+            (:func:`~gpuinfra.plan.fabric.gcp_fabric`), or a plugin folder outside /var/lib.
     """
     runtime = gcp_fabric(nic_layout, facts, env)
     if runtime.fabric == "tcpx":

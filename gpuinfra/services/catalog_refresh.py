@@ -16,9 +16,13 @@ from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
-from gpuinfra.catalog.store import PACKAGE_DATA_DIR, load_catalog, load_gcp_curated_facts, load_gpu_models, user_catalog_dir, _load
-from gpuinfra.credentials import aws_session, gcp_credentials
+from gpuinfra.catalog.refresh_aws import fetch_aws
+from gpuinfra.catalog.refresh_gcp import fetch_gcp
+from gpuinfra.catalog.store import (PACKAGE_DATA_DIR, _load, load_catalog, load_gcp_curated_facts, load_gpu_models,
+                                    user_catalog_dir)
+from gpuinfra.credentials import aws_client_factory, gcp_credentials
 from gpuinfra.errors import CatalogError, MissingDependencyError
+from gpuinfra.spec import check_gcp_project_id
 
 
 @dataclass
@@ -35,16 +39,6 @@ class RefreshResult:
         lines += [f"  {cloud}: {n} offers" for cloud, n in sorted(self.counts.items())]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines
-
-
-def aws_client_factory(endpoint_url: str | None = None):
-    """boto3 client factory using the default credential chain.
-
-    Raises:
-        MissingDependencyError: no AWS credentials are configured.
-    """
-    session = aws_session()
-    return lambda service, region: session.client(service, region_name=region, endpoint_url=endpoint_url)
 
 
 def gcp_clients(credentials=None, client_options=None, transport: str | None = None):
@@ -88,7 +82,7 @@ def refresh_catalog(
         out_dir: destination (default: :func:`user_catalog_dir`).
         regions: restrict to these regions (default: all).
         gcp_project: project ID for the Compute calls (required for GCP).
-        aws_factory: boto3 client factory (default: :func:`aws_client_factory`).
+        aws_factory: boto3 client factory (default: :func:`gpuinfra.credentials.aws_client_factory`).
         gcp: (billing, machine types, accelerator types) clients (default: :func:`gcp_clients`).
         now: timestamp of the refresh (UTC).
         accept_price_cuts: gate GCP on-demand prices against the fresh us-central1 prices only
@@ -108,8 +102,6 @@ def refresh_catalog(
     if "gcp" in clouds and not gcp_project:
         raise CatalogError("GCP refresh needs --gcp-project (or GOOGLE_CLOUD_PROJECT) for the Compute API")
     if "gcp" in clouds:
-        from gpuinfra.spec import check_gcp_project_id
-
         assert gcp_project is not None  # required above
         check_gcp_project_id(gcp_project)
     now = now or datetime.now(UTC)
@@ -133,8 +125,6 @@ def refresh_catalog(
     if "aws" in clouds:
         from botocore.exceptions import BotoCoreError, ClientError
 
-        from gpuinfra.catalog.refresh_aws import fetch_aws
-
         factory = aws_factory or aws_client_factory()
         try:
             offers["aws"], facts["aws"] = fetch_aws(factory, regions, now)
@@ -150,8 +140,6 @@ def refresh_catalog(
             "source": "AWS APIs, gpuinfra catalog refresh", "date": date}
     if "gcp" in clouds:
         from google.api_core.exceptions import GoogleAPIError
-
-        from gpuinfra.catalog.refresh_gcp import fetch_gcp
 
         billing, machine_types, accelerator_types = gcp or gcp_clients()
         assert gcp_project is not None  # required above

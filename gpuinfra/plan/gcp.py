@@ -21,16 +21,16 @@ Sources (docs/sources/cluster-facts.md sections 2 and 6):
 * Scheduling: GPUs force ``TERMINATE`` on host maintenance; spot is ``provisioning_model=SPOT``;
   the TTL plus the backstop delay becomes ``max_run_duration`` with
   ``instance_termination_action = DELETE`` (cloud.google.com/compute/docs/instances/limit-vm-runtime;
-  :mod:`blueprints.common.backstop` says why it fires after the node agent).
+  :mod:`gpuinfra.plan.backstop` says why it fires after the node agent).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from blueprints.common.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
@@ -42,7 +42,6 @@ IAP_SSH_RANGE = "35.235.240.0/20"  # cloud.google.com/iap/docs/using-tcp-forward
 #: Boot disk preference: the first of these that the machine allows.
 BOOT_DISK_PREFERENCE = ("pd-balanced", "hyperdisk-balanced")
 DLVM_PROJECT = "deeplearning-platform-release"
-TORCHRUN_PORT = 29500
 
 
 #: Longest ``max_run_duration`` Compute Engine takes: "between 30 seconds and 120 days"

@@ -33,7 +33,6 @@ VPC_CIDR = "10.0.0.0/16"
 NODE_SUBNET_CIDR = "10.0.0.0/18"   # 16,379 usable addresses: one per node (EFA-only takes none)
 NAT_SUBNET_CIDR = "10.0.64.0/28"   # holds only the NAT gateway
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{ami_type}/latest/ami-id"
-TORCHRUN_PORT = 29500
 
 
 @dataclass(frozen=True)

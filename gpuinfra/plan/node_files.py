@@ -15,9 +15,9 @@ rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 
 from __future__ import annotations
 
-from blueprints.common.tags import expires_at_text
 from gpuinfra.agent.node import format_node_env
 from gpuinfra.plan.units import SCRATCH_FAILED_PATH
+from gpuinfra.plan.tags import expires_at_text
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 

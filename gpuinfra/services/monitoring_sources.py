@@ -30,11 +30,13 @@ import re
 from datetime import datetime, timedelta, UTC
 from pathlib import Path
 
+from gpuinfra import lifecycle
 from gpuinfra.credentials import gcp_credentials, no_aws_credentials, no_gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, SpecError
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.status import WINDOW, ClusterStatus, GpuSeries, Node, build_status
 from gpuinfra.spec import ClusterSpec, check_stack_name
+from gpuinfra.stackfile import read_stack_spec, stack_file_path
 
 MIB_PER_GIB = 1024
 BYTES_PER_GIB = 1024 ** 3
@@ -65,9 +67,6 @@ def locate(stack: str, project_dir: Path) -> tuple[ClusterSpec, dict]:
             outputs (not deployed) -- exit 2.
         MissingDependencyError: no cloud credentials, no Pulumi CLI -- exit 6.
     """
-    from gpuinfra import lifecycle
-    from gpuinfra.stackfile import read_stack_spec, stack_file_path
-
     check_stack_name(stack)
     if not stack_file_path(Path(project_dir), stack).is_file():
         raise SpecError(f"no stack file for {stack!r} ({stack_file_path(Path(project_dir), stack)}); "

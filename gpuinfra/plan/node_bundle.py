@@ -28,6 +28,7 @@ from gpuinfra.health import node as health_node
 from gpuinfra.health.baselines import baseline_nodes, find_baseline
 from gpuinfra.health.gate import Expectations
 from gpuinfra.plan.units import RUN_DIR, NodeFile, SystemdUnit, command
+from gpuinfra.plan.monitoring_node import MONITORING_UNITS, monitoring_node_files
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
@@ -45,7 +46,7 @@ ALLREDUCE_PATH = f"{health_node.ALLREDUCE_DIR}/{health_node.ALLREDUCE_SCRIPT}"
 #: gpuinfra's modules the nodes run (standard library only: gpuinfra/health/__init__.py says so).
 NODE_MODULES = ("__init__.py", "errors.py", "agent/__init__.py", "agent/node.py", "health/__init__.py",
                 "health/parsers.py", "health/baselines.py", "health/gate.py", "health/node.py", "health/ranks.py")
-_PACKAGE = Path(__file__).resolve().parents[2] / "gpuinfra"
+_PACKAGE = Path(__file__).resolve().parents[1]
 
 
 @dataclass
@@ -156,10 +157,8 @@ def add_health_gate(bundle: NodeBundle, spec: ClusterSpec, expectations: Expecta
 
 
 def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:
-    """The monitoring agent's files and unit (:mod:`blueprints.common.monitoring_node`); nothing
+    """The monitoring agent's files and unit (:mod:`gpuinfra.plan.monitoring_node`); nothing
     when the profile turns monitoring off."""
-    from blueprints.common.monitoring_node import MONITORING_UNITS, monitoring_node_files
-
     files = monitoring_node_files(spec, cloud)
     if files:
         bundle.add_files(files, MONITORING_UNITS)

@@ -5,7 +5,7 @@ Pure Python, no Pulumi imports. Everything is derived from the plan, which is de
 instance facts (:class:`gpuinfra.catalog.facts_model.InstanceFacts`): the EFA count on AWS, the
 NIC layout and GPU NIC counts on GCP -- never from a name prefix. The NCCL variables come from
 the one place that defines them, the ``/etc/gpuinfra/nccl.env`` the boot scripts write
-(:func:`blueprints.aws.userdata.nccl_env`, :func:`blueprints.gcp.plan.nccl_env`, passed in, so
+(:func:`gpuinfra.plan.boot_aws.nccl_env`, :func:`gpuinfra.plan.gcp.nccl_env`, passed in, so
 this module imports neither cloud package); a runtime adds only what the container needs on top
 (devices, mounts, the plugin's library path, settings the host scripts do not carry).
 
@@ -63,7 +63,7 @@ Families and sources:
 
 Where a fabric's host stack is missing, ``gpuinfra-run`` fails with one line naming what is
 missing instead of letting NCCL fall back to TCP sockets. The host stacks are installed at boot
-by :mod:`blueprints.common.fabric_host` (GCP) and, on AWS, the EFA user space is built into the
+by :mod:`gpuinfra.plan.fabric_host` (GCP) and, on AWS, the EFA user space is built into the
 training image (:func:`efa_image_build`).
 """
 
@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
+from gpuinfra.agent.constants import SCRATCH_MOUNT
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.health import node as health_node
 from gpuinfra.plan.units import CLUSTER_ENV_PATH, ETC_DIR, NCCL_ENV_PATH, NODE_ENV_PATH, SystemdUnit, shell
@@ -81,11 +82,11 @@ from gpuinfra.templating import render
 
 RUN_SCRIPT_PATH = health_node.RUN_SCRIPT  # the health gate runs its all-reduce through it
 #: systemd unit that runs the GPUDirect receive-datapath manager (RxDM) on A3 High / A3 Mega
-#: nodes, installed and enabled by the host install script (blueprints/common/fabric_host.py).
+#: nodes, installed and enabled by the host install script (gpuinfra/plan/fabric_host.py).
 RXDM_UNIT = "gpuinfra-rxdm.service"
 #: Seconds gpuinfra-run waits by default for ``/etc/gpuinfra/cluster.env`` and then the health
 #: gate's verdict: a first boot of an EFA node builds the image, then the gate waits for every
-#: peer's result (:data:`gpuinfra.health.node.PEER_WAIT_SECONDS`) and runs the all-reduce.
+#: peer's result (:data:`gpuinfra.health.node.HEALTH_RESULT_WAIT_SECONDS`) and runs the all-reduce.
 CLUSTER_ENV_WAIT_SECONDS = 3600
 #: How a user starts a job (stack output ``run_command``).
 EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
@@ -305,7 +306,7 @@ def gcp_fabric(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> Fa
         nic_layout: ``GcpClusterPlan.nic_layout`` (the facts' layout; ``gvnic`` when
             high-bandwidth networking is off).
         facts: the machine's facts (GPU NIC counts).
-        env: the node's ``nccl.env`` settings (:func:`blueprints.gcp.plan.nccl_env` of the
+        env: the node's ``nccl.env`` settings (:func:`gpuinfra.plan.gcp.nccl_env` of the
             layout): plugin folder, env profile and GPU NIC names are read from it.
 
     Raises:
@@ -410,7 +411,7 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
 def aws_run_command(region: str, stack: str) -> str:
     """Stack output: start :data:`EXAMPLE_COMMAND` on every node of the stack through SSM Run
     Command (nodes carry the ``gpuinfra:stack`` tag; ``AWS-RunShellScript`` runs as root)."""
-    params = shlex.quote(f'workingDirectory=["/scratch"],commands=["{EXAMPLE_COMMAND}"]')
+    params = shlex.quote(f'workingDirectory=["{SCRATCH_MOUNT}"],commands=["{EXAMPLE_COMMAND}"]')
     return (f"aws ssm send-command --region {region} --document-name AWS-RunShellScript "
             f"--targets Key=tag:gpuinfra:stack,Values={stack} --parameters {params}")
 

@@ -5,7 +5,7 @@ EC2 limits user data to 16 KB before base64 encoding
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html). The cloud-config is sent gzip-
 compressed (it carries the node agent's source); :func:`render_user_data` refuses anything whose
 compressed size is over the limit. What does not have to run before the bucket can be read is
-in the node bundle (:func:`aws_node_bundle`, :mod:`blueprints.common.node_bundle`).
+in the node bundle (:func:`aws_node_bundle`, :mod:`gpuinfra.plan.node_bundle`).
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ import gzip
 
 import yaml
 
-from blueprints.aws.plan import TORCHRUN_PORT, AwsClusterPlan
-from blueprints.common.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build,
+from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.plan.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build,
                                      image_build_systemd_unit, render_run_script)
-from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
+from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
                                            fetch_script, fetch_systemd_unit, health_template_vars)
-from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
-from gpuinfra.health.report import expectations_for
-from gpuinfra.plan.boot import (CLUSTER_FORM_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, CloudBoot, NodeBoot,
+from gpuinfra.plan.health import expectations_for
+from gpuinfra.plan.aws import AwsClusterPlan
+from gpuinfra.plan.boot import (PEER_DISCOVERY_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, CloudBoot, NodeBoot,
                                 node_boot, render_cluster_env)
 from gpuinfra.spec import ClusterSpec
 
@@ -32,7 +33,6 @@ USER_DATA_LIMIT_BYTES = 16 * 1024
 #: EC2 instance-store NVMe disks under /dev/disk/by-id (amazon-eks-ami setup-local-disks;
 #: ParallelCluster setup-ephemeral-drives.sh).
 AWS_NVME_GLOB = "*NVMe_Instance_Storage*"
-PEER_WAIT_SECONDS = CLUSTER_FORM_WAIT_SECONDS
 #: Where the Deep Learning AMI mounts the instance store itself (DLAMI release notes,
 #: "nvme_location: /opt/dlami/nvme"; docs/sources/cluster-facts.md section 3.6).
 DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
@@ -99,7 +99,7 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
     """
     cluster_env = render_cluster_env(
         "aws-cluster-env.sh.j2", stack=spec.stack, nodes=spec.nodes, gpus_per_node=spec.gpu_count,
-        master_port=TORCHRUN_PORT, wait_seconds=CLUSTER_FORM_WAIT_SECONDS, **health_template_vars(spec))
+        master_port=TORCHRUN_PORT, wait_seconds=PEER_DISCOVERY_WAIT_SECONDS, **health_template_vars(spec))
     cloud = CloudBoot(
         cloud="aws",
         summary=("Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once.",),

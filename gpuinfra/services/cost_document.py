@@ -12,8 +12,16 @@ import math
 from decimal import Decimal
 from pathlib import Path
 
+from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.estimate import estimate, read_cluster_facts
+from gpuinfra.cost.pulumi_preview import read_pulumi_preview
+from gpuinfra.cost.report import diff_json, to_json
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
+from gpuinfra.preview import run_preview_cached
+from gpuinfra.profiles import get_profile
+from gpuinfra.requests import spot_choice
+from gpuinfra.stackfile import provider_config, read_stack_spec
 
 #: Longest run ``--hours`` may price: ten years.
 MAX_HOURS = 87600
@@ -54,8 +62,6 @@ def pricing_market(spot: bool, on_demand: bool) -> str | None:
     Raises:
         RequestError: both flags given.
     """
-    from gpuinfra.requests import spot_choice
-
     chosen = spot_choice(spot, on_demand, default="the stack's own pricing")
     return None if chosen is None else ("spot" if chosen else "on-demand")
 
@@ -71,7 +77,6 @@ def profile_run_hours(profile: str | None, hours: Decimal | None = None) -> Deci
         return hours
     if not profile:
         return FALLBACK_RUN_HOURS
-    from gpuinfra.profiles import get_profile
 
     return Decimal(str(get_profile(profile).default_run_hours))
 
@@ -94,9 +99,6 @@ def stack_cost_document(stack: str, project_dir: Path, hours: float | None = Non
         SpecError: no such stack, or its file is invalid.
         UsageError: a bad usage file.
     """
-    from gpuinfra.preview import run_preview_cached
-    from gpuinfra.stackfile import provider_config, read_stack_spec
-
     run_hours = check_hours(hours)
     spec = read_stack_spec(project_dir, stack)
     result = run_preview_cached(spec, provider_config(spec))
@@ -121,9 +123,6 @@ def preview_file_cost_document(path: Path, stack: str | None = None, hours: floa
         PreviewFileError: the file is not preview JSON.
         UsageError: a bad usage file.
     """
-    from gpuinfra.cost.estimate import read_cluster_facts
-    from gpuinfra.cost.pulumi_preview import read_pulumi_preview
-
     run_hours = check_hours(hours)
     resources, config, name = read_pulumi_preview(path)
     region = config.get("aws:region") or config.get("gcp:region")
@@ -134,10 +133,6 @@ def preview_file_cost_document(path: Path, stack: str | None = None, hours: floa
 
 def _document(resources: list, stack: str, region: str | None, profile: str | None, run_hours: Decimal,
               market: str | None, usage_file: Path | None, data, catalog: Catalog | None) -> dict:
-    from gpuinfra.cost.estimate import estimate
-    from gpuinfra.cost.prices import usage_for
-    from gpuinfra.cost.report import to_json
-
     catalog = catalog or load_catalog()
     est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
     return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), market or est.facts.market)
@@ -177,8 +172,6 @@ def cost_diff_document(before: str, after: str, project_dir: Path, hours: float 
     Raises:
         as :func:`stack_cost_document`.
     """
-    from gpuinfra.cost.report import diff_json
-
     catalog = load_catalog()
     return diff_json(stack_cost_document(before, project_dir, hours, market, usage_file, catalog),
                      stack_cost_document(after, project_dir, hours, market, usage_file, catalog))

@@ -9,23 +9,24 @@ from __future__ import annotations
 
 import shlex
 
-from blueprints.common.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
-from blueprints.common.fabric_host import fabric_host_systemd_unit, gcp_host_stack
-from blueprints.common.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
+from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
+from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
+from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
                                            fetch_script, fetch_systemd_unit, health_template_vars)
-from blueprints.common.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
-from blueprints.gcp.plan import TORCHRUN_PORT, GcpClusterPlan, nccl_env
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
+from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.errors import SpecError
-from gpuinfra.health.report import expectations_for
-from gpuinfra.plan.boot import (CLUSTER_FORM_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, BootStep, CloudBoot,
+from gpuinfra.plan.health import expectations_for
+from gpuinfra.plan.boot import (PEER_DISCOVERY_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, BootStep, CloudBoot,
                                 NodeBoot, node_boot, render_cluster_env)
+from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
+from gpuinfra.plan.naming import dns_safe
 from gpuinfra.plan.units import NodeFile
 from gpuinfra.spec import ClusterSpec
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
 #: Local NVMe SSDs under /dev/disk/by-id (cluster-toolkit startup-script setup-raid.yml).
 GCP_NVME_GLOB = "google-local-nvme-ssd-*"
-PEER_WAIT_SECONDS = CLUSTER_FORM_WAIT_SECONDS
 #: Bucket prefix where nodes publish their IPs (outside the expiring scratch prefix: a node
 #: re-created days later must still find its formed peers).
 PEERS_PREFIX = "gpuinfra-peers"
@@ -33,14 +34,14 @@ PEERS_PREFIX = "gpuinfra-peers"
 
 def node_prefix(spec: ClusterSpec) -> str:
     """Base instance name of the MIG: VMs are ``<prefix>-<random suffix>``."""
-    from blueprints.common.naming import dns_safe
+    from gpuinfra.plan.naming import dns_safe
 
     return f"{dns_safe(spec.stack, 40)}-node"
 
 
 def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
-    """The GCP node bundle (:mod:`blueprints.common.node_bundle`): ``gpuinfra-run``, the GPU
-    fabric's host stack where it can be installed at boot (:mod:`blueprints.common.fabric_host`:
+    """The GCP node bundle (:mod:`gpuinfra.plan.node_bundle`): ``gpuinfra-run``, the GPU
+    fabric's host stack where it can be installed at boot (:mod:`gpuinfra.plan.fabric_host`:
     TCPXO on A3 Mega, gIB on A3 Ultra / A4), the monitoring agent and the health gate, which
     starts after the host stack and after the boot's pre-pull of the profile's image (its
     all-reduce runs in that image)."""
@@ -76,7 +77,7 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
     prefix = node_prefix(spec)
     cluster_env = render_cluster_env(
         "gcp-cluster-env.sh.j2", nodes=spec.nodes, nic_count=plan.nic_count, group=prefix, zone=spec.zone,
-        gpus_per_node=spec.gpu_count, wait_seconds=CLUSTER_FORM_WAIT_SECONDS, master_port=TORCHRUN_PORT,
+        gpus_per_node=spec.gpu_count, wait_seconds=PEER_DISCOVERY_WAIT_SECONDS, master_port=TORCHRUN_PORT,
         bucket=bucket, peers_prefix=f"{PEERS_PREFIX}/{prefix}", **health_template_vars(spec))
     cloud = CloudBoot(
         cloud="gcp",

@@ -1,12 +1,9 @@
-"""Operator side of the health gate: expectations from the deployed cluster, results from the bucket.
+"""Operator side of the health gate: where a stack's node results are, reading them from the bucket, judging them.
 
-* :func:`expectations_for` turns a stack's spec into the
-  :class:`~gpuinfra.health.gate.Expectations` every node is checked against: GPUs per node
-  from the spec (GCP N1 hosts take attached GPUs), EFA devices and the network from the
-  cluster plan the blueprint deploys (``blueprints.aws.plan.plan_aws_cluster`` /
-  ``blueprints.gcp.plan.plan_gcp_cluster``: with ``high_bandwidth_networking: off`` they
-  attach no EFA / GPU NICs), NVSwitch from the facts, the baseline for that node count and
-  network from the table.
+A service module: it reads stack files, the Pulumi state and the bucket. What the nodes are
+checked against (:func:`gpuinfra.plan.health.expectations_for`) is part of the cluster plan,
+baked into the node bundle at render time.
+
 * :func:`evaluate` is the whole decision for one node of a stack from its raw outputs.
 * :func:`locate_results` decides where a stack's results are (bucket from ``--bucket``, the
   stack file or its Pulumi outputs), how many nodes must have one and since when a result is
@@ -24,56 +21,18 @@ from dataclasses import dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 
+from gpuinfra import lifecycle
 from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError, SpecError
-from gpuinfra.health.baselines import find_baseline
-from gpuinfra.health.gate import (BUSBW_PASS_FRACTION, HEALTH_PREFIX, SCHEMA_VERSION, Expectations, GateOutputs,
-                                  NodeHealth, decide)
+from gpuinfra.health.gate import HEALTH_PREFIX, SCHEMA_VERSION, GateOutputs, NodeHealth, decide
+from gpuinfra.plan.health import expectations_for
 from gpuinfra.spec import ClusterSpec, check_stack_name
+from gpuinfra.stackfile import read_stack_spec, stack_file_path
 
 _SCHEMES = {"s3": "aws", "gs": "gcp"}
 
 
-# ----------------------------------------------------------------------------- expectations
-def deployed_network(spec: ClusterSpec) -> tuple[int, str]:
-    """``(EFA devices per node, nic_layout)`` as the blueprint deploys ``spec``: read from the
-    cluster plan, so the rule (EFA and GPU NICs only unless the profile turns
-    high-bandwidth networking off) lives in one place.
-
-    ``blueprints`` is imported here, not at the top: it is the Pulumi program package
-    (``blueprints.aws`` loads Pulumi), needed only when expectations are built.
-
-    Raises:
-        SpecError / RuleViolationError: the spec breaks a rule the planner enforces.
-    """
-    if spec.cloud == "aws":
-        from blueprints.aws.plan import plan_aws_cluster
-
-        efa = plan_aws_cluster(spec).efa_count
-        return efa, spec.facts.nic_layout if efa else "ena"
-    from blueprints.gcp.plan import plan_gcp_cluster
-
-    return 0, plan_gcp_cluster(spec).nic_layout
-
-
-def expectations_for(spec: ClusterSpec, busbw_pass_fraction: float = BUSBW_PASS_FRACTION) -> Expectations:
-    """What every node of the stack ``spec`` describes must show, as deployed.
-
-    Args:
-        spec: the stack's cluster spec (``gpuinfra:cluster``).
-        busbw_pass_fraction: share of the baseline a node must reach.
-
-    Raises:
-        SpecError / RuleViolationError: the cluster plan refuses the spec.
-    """
-    efa_count, nic_layout = deployed_network(spec)
-    facts = spec.facts
-    return Expectations(cloud=spec.cloud, instance_type=spec.instance_type, nodes=spec.nodes, gpu_count=spec.gpu_count,
-                        efa_count=efa_count, nvswitch=facts.nvswitch, nic_layout=nic_layout,
-                        baseline=find_baseline(spec.cloud, spec.instance_type, spec.nodes, nic_layout),
-                        busbw_pass_fraction=busbw_pass_fraction)
-
-
+# ----------------------------------------------------------------------------- judging
 def evaluate(spec: ClusterSpec, outputs: GateOutputs, *, node: str, checked_at: datetime | None = None) -> NodeHealth:
     """The gate's result for one node of the stack ``spec`` (:func:`expectations_for` then
     :func:`~gpuinfra.health.gate.decide`)."""
@@ -168,9 +127,6 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
             or one that is missing without a stack file.
         MissingDependencyError: no cloud credentials; no Pulumi CLI where it is needed.
     """
-    from gpuinfra import lifecycle
-    from gpuinfra.stackfile import read_stack_spec, stack_file_path
-
     check_stack_name(stack)
     project_dir = Path(project_dir)
     flag_cloud, name = _bucket_flag(bucket) if bucket else (None, None)

@@ -1,1 +1,0 @@
-"""Helpers shared by the cloud blueprints (naming, tags/labels)."""
