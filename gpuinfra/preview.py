@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import blueprints
 from gpuinfra import __version__
@@ -29,8 +29,6 @@ from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import templates_dir
 
-if TYPE_CHECKING:
-    from gpuinfra.bake.model import BakeSpec
 
 #: Deep Learning AMI types whose SSM parameters exist
 #: (/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id), from
@@ -104,6 +102,21 @@ class PreviewResult:
         }
 
 
+class PreviewTarget(Protocol):
+    """What the mocks read from any program's spec, a cluster's or a bake's
+    (:class:`gpuinfra.bake.model.BakeSpec`, which sits above this module and is not imported)."""
+
+    @property
+    def region(self) -> str:
+        """The cloud region the program deploys to."""
+        ...
+
+    @property
+    def stack(self) -> str:
+        """The stack name."""
+        ...
+
+
 class PreviewMocks:
     """Answers provider calls and fills computed outputs the way the clouds would, offline.
 
@@ -111,7 +124,7 @@ class PreviewMocks:
     existing subnet in another AZ, an SSM parameter that does not exist ...).
     """
 
-    def __init__(self, spec: ClusterSpec | BakeSpec):
+    def __init__(self, spec: ClusterSpec | PreviewTarget):
         self.spec = spec
         self.notes: list[str] = []
 

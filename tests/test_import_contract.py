@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,16 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, m
     return {t for t in (_resolve(n, modules) for n in names) if t and t != module}
 
 
+def _import_statements(node: ast.AST, local: bool) -> Iterator[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement under ``node``, in source order, with whether it sits inside a
+    function (``local``)."""
+    for child in ast.iter_child_nodes(node):
+        inner = local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, local
+        yield from _import_statements(child, inner)
+
+
 def collect_imports() -> tuple[dict[str, Path], list[Import]]:
     """Every module and every import of an internal module in them, from the AST."""
     modules = _modules()
@@ -93,18 +104,8 @@ def collect_imports() -> tuple[dict[str, Path], list[Import]]:
         source = path.read_text()
         lines = source.splitlines()
         tree = ast.parse(source)
-        import_lines: set[int] = set()
-        statements: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
-
-        def visit(node: ast.AST, local: bool) -> None:
-            for child in ast.iter_child_nodes(node):
-                inner = local or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-                if isinstance(child, (ast.Import, ast.ImportFrom)):
-                    import_lines.update(range(child.lineno, child.end_lineno + 1))
-                    statements.append((child, local))
-                visit(child, inner)
-
-        visit(tree, False)
+        statements = list(_import_statements(tree, False))
+        import_lines = {line for node, _ in statements for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
         for node, local in statements:
             above = node.lineno - 1
             while above in import_lines:

@@ -87,6 +87,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
         cluster_plan = plan_cluster(spec)
         plan = cluster_plan.aws
+        assert plan is not None  # plan_cluster of an AWS spec always carries the AWS plan
         check_existing_subnet(spec)
         ami_id, root_device_name = resolve_ami(spec, plan)
         super().__init__(TYPE_TOKEN, name, None, opts)

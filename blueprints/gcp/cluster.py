@@ -39,6 +39,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
     def __init__(self, name: str, spec: ClusterSpec, opts: pulumi.ResourceOptions | None = None) -> None:
         cluster_plan = plan_cluster(spec)
         plan = cluster_plan.gcp
+        assert plan is not None  # plan_cluster of a GCP spec always carries the GCP plan
         super().__init__(TYPE_TOKEN, name, None, opts)
         project = project_id(spec)
         self.cluster_plan = cluster_plan

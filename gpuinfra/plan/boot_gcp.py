@@ -34,8 +34,6 @@ PEERS_PREFIX = "gpuinfra-peers"
 
 def node_prefix(spec: ClusterSpec) -> str:
     """Base instance name of the MIG: VMs are ``<prefix>-<random suffix>``."""
-    from gpuinfra.plan.naming import dns_safe
-
     return f"{dns_safe(spec.stack, 40)}-node"
 
 

@@ -47,9 +47,6 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             combination, a type not sold in the zone, a fabric that cannot boot); nothing is
             registered with Pulumi before this returns.
     """
-    nodes_common = {"count": spec.nodes, "instance_type": spec.instance_type, "gpus_per_node": spec.gpu_count,
-                    "gpu": spec.gpu}
-    identity_common = {"bucket_read_only_prefix": BUNDLE_PREFIX, "metric_writes": spec.profile.monitoring.enabled}
     if spec.cloud == "aws":
         aws = plan_aws_cluster(spec)
         bundle = boot_aws.aws_node_bundle(spec, aws)
@@ -57,10 +54,10 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             spec=spec, aws=aws, node_bundle=bundle, network=aws_network(spec, aws),
             placement=ClusterPlacement(zone=spec.zone, compact=aws.placement_group or aws.placement_group_name is not None,
                                        existing_group=aws.placement_group_name),
-            nodes=ClusterNodes(market=aws.market, **nodes_common),
+            nodes=_nodes(spec, aws.market),
             storage=ClusterStorage(bucket_scheme="s3", node_bundle_key=BUNDLE_KEY, scratch_mount=SCRATCH_MOUNT,
                                    scratch_disks=aws.local_nvme_count),
-            identity=ClusterIdentity(remote_shell="ssm", peer_discovery="ec2-describe-instances", **identity_common),
+            identity=_identity(spec, "ssm", "ec2-describe-instances"),
             outputs=ClusterOutputs(nccl_env=boot_aws.nccl_env(aws, spec.facts),
                                    run_command=aws_run_command(spec.region, spec.stack), torchrun_port=TORCHRUN_PORT),
         )
@@ -69,12 +66,21 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
     return ClusterPlan(
         spec=spec, gcp=gcp, node_bundle=bundle, network=gcp_network(gcp),
         placement=ClusterPlacement(zone=spec.zone, compact=gcp.compact_placement or gcp.workload_policy),
-        nodes=ClusterNodes(market=gcp.provisioning_model, **nodes_common),
+        nodes=_nodes(spec, gcp.provisioning_model),
         storage=ClusterStorage(bucket_scheme="gs", node_bundle_key=BUNDLE_KEY, scratch_mount=SCRATCH_MOUNT,
                                scratch_disks=gcp.local_ssd_count),
-        identity=ClusterIdentity(remote_shell="iap-ssh" if spec.network.iap_ssh else "none",
-                                 peer_discovery="own-instance-group", **identity_common),
+        identity=_identity(spec, "iap-ssh" if spec.network.iap_ssh else "none", "own-instance-group"),
         outputs=ClusterOutputs(nccl_env=gcp_nccl_env(gcp.nic_layout),
                                run_command=gcp_run_command(spec.zone, boot_gcp.node_prefix(spec), spec.network.iap_ssh),
                                torchrun_port=TORCHRUN_PORT),
     )
+
+
+def _nodes(spec: ClusterSpec, market: str) -> ClusterNodes:
+    return ClusterNodes(count=spec.nodes, instance_type=spec.instance_type, gpus_per_node=spec.gpu_count,
+                        gpu=spec.gpu, market=market)
+
+
+def _identity(spec: ClusterSpec, remote_shell: str, peer_discovery: str) -> ClusterIdentity:
+    return ClusterIdentity(remote_shell=remote_shell, peer_discovery=peer_discovery,
+                           bucket_read_only_prefix=BUNDLE_PREFIX, metric_writes=spec.profile.monitoring.enabled)

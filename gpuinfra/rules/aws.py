@@ -142,7 +142,7 @@ def placement_group_violations(resource: str, fact: InstanceFacts | None, nodes:
 
 def market_violations(resource: str, fact: InstanceFacts | None, market: str | None) -> list[Violation]:
     """``provisioning-model-offered``: EC2 sells the type in the fleet's target capacity type."""
-    sold_as = AWS_CAPACITY_TYPES.get(market)
+    sold_as = AWS_CAPACITY_TYPES.get(market) if market is not None else None
     if fact is None or sold_as is None:
         return []
     unsold = not_sold(resource, fact, sold_as)

@@ -64,7 +64,7 @@ def local_ssd_violations(resource: str, fact: InstanceFacts, listed: int,
     bad = set(interfaces) - {lf.interface, None}
     if bad and lf.interface:
         out.append(violation("gcp-local-ssd-count", resource,
-                             f"local SSD interface {sorted(bad)}; {fact.instance_type} uses {lf.interface}"))
+                             f"local SSD interface {sorted(str(i) for i in bad)}; {fact.instance_type} uses {lf.interface}"))
     return out
 
 
@@ -254,9 +254,9 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
         for mig in graph.of_type(MIG):
             link = mig.get("resourcePolicies.workloadPolicy")
             out += workload_policy_violations(mig.name, fact, nodes, bool(link), bool(compact), reserved)
-            policy = graph.referenced(link, POLICY) if link else None
-            if policy is not None:
-                out += workload_type_violations(policy.name, policy.get("workloadPolicy.type"))
+            workload = graph.referenced(link, POLICY) if link else None
+            if workload is not None:
+                out += workload_type_violations(workload.name, workload.get("workloadPolicy.type"))
         attached = bool(compact) or any(link == UNKNOWN for link in _policy_links(template))  # unknown: judged at `up`
         out += compact_missing_violations(template.name, fact, nodes, attached, reserved)
     return out
