@@ -14,6 +14,7 @@ import gzip
 
 from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
 from gpuinfra.errors import SpecError
+from gpuinfra.fabrics import EFA, ENA
 from gpuinfra.plan.aws import AwsClusterPlan
 from gpuinfra.plan.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build, image_build_unit,
                                   render_run_script)
@@ -36,17 +37,14 @@ DLAMI_NVME_MOUNT = "/opt/dlami/nvme"
 
 
 def nccl_env(plan: AwsClusterPlan, instance_type: str) -> dict[str, str]:
-    """NCCL environment for the current DLAMI stack (libfabric >= 1.18, aws-ofi-nccl >= 1.7).
-
-    Source: aws-samples/awsome-distributed-training 1.architectures/efa-cheatsheet.md:
-    modern aws-ofi-nccl needs no FI_PROVIDER / NCCL_PROTO / FI_EFA_USE_DEVICE_RDMA;
-    ``FI_EFA_USE_HUGE_PAGE=0`` avoids fork() failures; ``NCCL_SOCKET_IFNAME=^docker,lo,veth``
-    keeps bootstrap traffic off container bridges; g5/g6 (no GPUDirect RDMA over EFA) take
-    ``NCCL_SHM_USE_CUDA_MEMCPY=1``. Never set ``RDMAV_*``.
+    """NCCL environment for the current DLAMI stack (libfabric >= 1.18, aws-ofi-nccl >= 1.7): the
+    fabric's ``nccl.env`` settings (:data:`gpuinfra.fabrics.EFA` with EFA, else
+    :data:`~gpuinfra.fabrics.ENA`), the EFA device count, and ``NCCL_SHM_USE_CUDA_MEMCPY=1`` on
+    g5/g6 (no GPUDirect RDMA over EFA; aws-samples/awsome-distributed-training
+    1.architectures/efa-cheatsheet.md). Never set ``RDMAV_*``.
     """
-    env = {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
+    env = dict((EFA if plan.efa_count else ENA).nccl_env)
     if plan.efa_count:
-        env["FI_EFA_USE_HUGE_PAGE"] = "0"
         env["GPUINFRA_EFA_DEVICES"] = str(plan.efa_count)
     if instance_type.startswith(("g5.", "g6.", "g6e.", "gr6.", "g4dn.")):
         env["NCCL_SHM_USE_CUDA_MEMCPY"] = "1"
