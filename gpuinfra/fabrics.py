@@ -146,18 +146,18 @@ class Fabric:
 #: container bridges (awsome-distributed-training 1.architectures/efa-cheatsheet.md).
 _SOCKETS_ENV = {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
 
-_OFI_NCCL_PREFIX = "/opt/amazon/ofi-nccl"
+_OFI_NCCL_PLUGIN = "/opt/amazon/ofi-nccl/lib/libnccl-net.so"
 EFA = Fabric(
     layout="efa", cloud="aws", runtime="efa", label="EFA",
     nics="EFA interfaces (EfaInfo.MaximumEfaInterfaces), one uverbs device each",
-    plugin=NcclPlugin("aws-ofi-nccl", f"{_OFI_NCCL_PREFIX}/lib/libnccl-net.so"),
+    plugin=NcclPlugin("aws-ofi-nccl", _OFI_NCCL_PLUGIN),
     # libfabric >= 1.18 / aws-ofi-nccl >= 1.7 need no FI_PROVIDER / NCCL_PROTO /
     # FI_EFA_USE_DEVICE_RDMA; FI_EFA_USE_HUGE_PAGE=0 avoids fork() failures; never RDMAV_*
     nccl_env=_frozen({**_SOCKETS_ENV, "FI_EFA_USE_HUGE_PAGE": "0"}),
     host=HostInstall(template="fabric/aws-efa-container.Dockerfile.j2",
                      versions=_frozen({"efa-installer": "1.43.2", "aws-ofi-nccl": "1.16.3"})),
     container=Container(uverbs=True, image_needs=(("/opt/amazon/efa/lib*/libfabric.so*", "EFA user space (libfabric)"),
-                                                  (f"{_OFI_NCCL_PREFIX}/lib/libnccl-net.so", "aws-ofi-nccl NCCL plugin"))),
+                                                  (_OFI_NCCL_PLUGIN, "aws-ofi-nccl NCCL plugin"))),
     sources=("awsome-distributed-training 1.architectures/efa-cheatsheet.md L11-25",
              "awsome-distributed-training 0.aws-batch-distributed-training-p5.yaml L487-674",
              "awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/nccl-tests.Dockerfile L7-8",
@@ -178,6 +178,7 @@ GVNIC = Fabric(
 )
 
 _TCPX_LIB = "/var/lib/tcpx/lib64"
+_TCPX_IMAGES = f"{GCE_AI_INFRA}/gpudirect-tcpx"
 _TCPX_UDS = "/run/tcpx"
 TCPX = Fabric(
     layout="tcpx", cloud="gcp", runtime="tcpx", label="GPUDirect-TCPX",
@@ -205,8 +206,8 @@ TCPX = Fabric(
     gpu_nic_env="NCCL_GPUDIRECTTCPX_SOCKET_IFNAME",
     rxdm_socket_dir=_TCPX_UDS,
     host=HostInstall(template="fabric/gcp-tcpx-host.sh.j2",
-                     rxdm_image=f"{GCE_AI_INFRA}/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12",
-                     plugin_installer_image=f"{GCE_AI_INFRA}/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0"),
+                     rxdm_image=f"{_TCPX_IMAGES}/tcpgpudmarxd-dev:v2.0.12",
+                     plugin_installer_image=f"{_TCPX_IMAGES}/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0"),
     container=Container(
         mounts=(f"{_TCPX_LIB}:{_TCPX_LIB}:ro", f"{_TCPX_UDS}:{_TCPX_UDS}"),
         env=_frozen({"NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": _TCPX_UDS,

@@ -158,7 +158,7 @@ def _gib(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
 
 
 def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> HostStack:
-    """The host stack of a GCP node (module docstring lists what each fabric gets and why).
+    """The host stack of a GCP node (what each fabric gets and why: ``docs/sources/fabric.md``).
 
     Args:
         nic_layout: ``GcpClusterPlan.nic_layout`` (``gvnic`` when high-bandwidth networking is
