@@ -224,7 +224,7 @@ TCPX = Fabric(
         "be set up at boot: bake an image with that kernel"
     ),
     sources=("cluster-toolkit@10470803 examples/machine-learning/a3-highgpu-8g/nccl-tests/run-nccl-tests.sh",
-             "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager L31-32",
+             "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager L31-32 (images)",
              "skypilot@46817b72 sky/provision/gcp/constants.py GPU_DIRECT_TCPX_SPECIFIC_OPTIONS",
              "cloud.google.com/compute/docs/gpus/gpudirect"),
 )
@@ -251,7 +251,8 @@ TCPXO = Fabric(
     container=Container(mounts=(f"{_TCPXO_LIB}:{_TCPXO_LIB}:ro", f"{_APERTURE}:{_APERTURE}"),
                         env_script=f"{_TCPXO_LIB}/nccl-env-profile.sh"),
     sources=("cluster-toolkit@10470803 examples/machine-learning/a3-megagpu-8g/nccl-tests/run-nccl-tests.sh",
-             "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager-mega",
+             "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager-mega L31-32 (images)",
+             "cluster-toolkit a3mega-slurm-blueprint.yaml L306 (dmabuf-import-helper version)",
              "container-engine-accelerators@992db812 gpudirect-tcpxo/README.md, nccl-test-latest.yaml",
              "cloud.google.com/compute/docs/gpus/gpudirect"),
 )
@@ -279,7 +280,7 @@ GIB = Fabric(
                         env=_frozen({"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20"}),
                         env_script=f"{_GIB_ROOT}/scripts/set_nccl_env.sh"),
     sources=("cluster-toolkit@10470803 examples/machine-learning/a3-ultragpu-8g/nccl-tests/run-nccl-tests.sh L34-56",
-             "cluster-toolkit a3ultra-slurm-blueprint.yaml L43, L494-555",
+             "cluster-toolkit a3ultra-slurm-blueprint.yaml L43 (nccl_gib_version), L494-555",
              "cluster-toolkit a4-highgpu-8g/a4high-vm.yaml",
              "cluster-toolkit examples/gke-a3-ultragpu/nccl-jobset-example.yaml"),
 )
