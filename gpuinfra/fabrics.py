@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, Mapping
 
+from gpuinfra.catalog.facts_model import NicLayout
 from gpuinfra.health.gate import GPUDIRECT_PLUGINS, GpudirectPlugin
 
 #: Artifact Registry of Google's GPUDirect images and apt repositories.
@@ -117,7 +118,7 @@ class Fabric:
         sources: the public pages and files the record comes from (``docs/sources/fabric.md``).
     """
 
-    layout: str
+    layout: NicLayout
     cloud: Literal["aws", "gcp"]
     runtime: str
     label: str

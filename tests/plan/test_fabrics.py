@@ -5,18 +5,23 @@ never against a copy of its own table. Sources: ``docs/sources/fabric.md``."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import get_args
 
 import pytest
 
+from gpuinfra.catalog.facts_model import NicLayout
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.fabrics import FABRICS, fabric_for
 from gpuinfra.health.baselines import load_baselines
 from gpuinfra.health.gate import Expectations, GateOutputs, decide
+from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.boot_aws import nccl_env as aws_nccl_env
 from gpuinfra.plan.fabric import aws_fabric, efa_image_build, gcp_fabric
 from gpuinfra.plan.fabric_host import gcp_host_stack
 from gpuinfra.plan.gcp import nccl_env
 from gpuinfra.rules.spec_rules import fabric_boot_blocker
+from tests.health.conftest import spec_for
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "health"
 CATALOG = load_catalog()
@@ -46,6 +51,7 @@ def _using(name: str) -> str:
 def test_the_registry_covers_every_layout_the_catalog_uses():
     used = {(f.cloud, f.nic_layout) for f in CATALOG.facts.values()}
     assert used <= {(f.cloud, f.layout) for f in FABRICS.values()}
+    assert set(FABRICS) == set(get_args(NicLayout))  # the facts model's layouts, no more
     assert all(fabric_for(layout).layout == layout for layout in FABRICS)
     with pytest.raises(ValueError, match="unknown nic_layout 'infiniband'"):
         fabric_for("infiniband")
@@ -61,7 +67,7 @@ def test_efa_uses_aws_ofi_nccl_one_uverbs_device_per_efa_interface():
     assert efa.plugin.name == "aws-ofi-nccl" and efa.plugin.library.endswith("/libnccl-net.so")
     # the efa-cheatsheet: modern aws-ofi-nccl needs no FI_PROVIDER / NCCL_PROTO, never RDMAV_*
     p5 = _facts("aws", "p5.48xlarge")
-    env = aws_nccl_env(_aws_plan(p5.max_efa_interfaces), "p5.48xlarge")
+    env = aws_nccl_env(plan_aws_cluster(spec_for("p5.48xlarge", 2)), "p5.48xlarge")
     assert not any(k in env for k in ("FI_PROVIDER", "NCCL_PROTO", "FI_EFA_USE_DEVICE_RDMA"))
     assert not any(k.startswith("RDMAV_") for k in env) and env["FI_EFA_USE_HUGE_PAGE"] == "0"
     runtime = aws_fabric(p5.max_efa_interfaces)
@@ -75,21 +81,12 @@ def test_efa_uses_aws_ofi_nccl_one_uverbs_device_per_efa_interface():
     assert efa.boot_blocker is None and fabric_boot_blocker("aws", "efa") is None
 
 
-def _aws_plan(efa_count: int):
-    """The fields :func:`gpuinfra.plan.boot_aws.nccl_env` reads."""
-    class Plan:
-        pass
-    plan = Plan()
-    plan.efa_count = efa_count
-    return plan
-
-
 @pytest.mark.parametrize("layout", ["ena", "gvnic"])
 def test_plain_networks_use_nccl_sockets_and_are_not_gate_checked(layout):
     fabric = fabric_for(layout)
     assert fabric.plugin is None and fabric.gate is None and fabric.runtime == "sockets"
     assert not fabric.host.template and fabric.boot_blocker is None
-    env = nccl_env(layout) if fabric.cloud == "gcp" else aws_nccl_env(_aws_plan(0), "g6e.xlarge")
+    env = nccl_env(layout) if fabric.cloud == "gcp" else aws_nccl_env(SimpleNamespace(efa_count=0), "g6e.xlarge")
     assert "NCCL_NET" not in env and {"docker", "lo"} <= set(env["NCCL_SOCKET_IFNAME"].lstrip("^").split(","))
     assert _gate(layout, _using("Socket")).passed is None  # no GPUDirect plugin to look for
 
@@ -120,10 +117,12 @@ def test_tcpxo_uses_the_fastrak_libnccl_net_plugin():
     facts = _facts("gcp", "a3-megagpu-8g")
     env = nccl_env("tcpxo")
     runtime = gcp_fabric("tcpxo", facts, env)
-    # Google: A3 Mega's GPUDirect-TCPXO NCCL plugin is FasTrak, a libnccl-net.so configured
-    # through NCCL_FASTRAK_* variables (cloud.google.com/compute/docs/gpus/gpudirect)
+    # Google's TCPXO plugin (FasTrak) is the libnccl-net.so its installer writes, configured by
+    # NCCL_FASTRAK_* settings (control NIC + 8 GPU NICs) and by nccl-env-profile.sh read with
+    # NCCL_LIB_DIR set to the plugin folder (container-engine-accelerators gpudirect-tcpxo/README.md)
     assert tcpxo.plugin.library == f"{runtime.library_path}/libnccl-net.so"
-    assert "FasTrak" in tcpxo.plugin.name and any(k.startswith("NCCL_FASTRAK_") for k in env)
+    assert "FasTrak" in tcpxo.plugin.name and {"NCCL_FASTRAK_CTRL_DEV", "NCCL_FASTRAK_IFNAME"} <= set(env)
+    assert runtime.env_script == f"{runtime.env_script_lib_dir}/nccl-env-profile.sh"
     assert len(runtime.gpu_nics) == facts.gpu_nic_count == 8
     aperture = env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"]
     assert f"{aperture}:{aperture}" in runtime.mounts
