@@ -20,9 +20,9 @@ Checks, each one clear line and exit 2 (:class:`BakeError`), before anything is 
   it needs is in no public image (:data:`PUBLIC_IMAGE_PROJECTS`), and the bake's host script
   fails without it (``templates/fabric/gcp-tcpx-host.sh.j2``).
 
-Fabric per family and the versions pinned come from :mod:`gpuinfra.plan.fabric` (EFA,
-aws-ofi-nccl, TCPX/TCPXO images) and :mod:`gpuinfra.plan.fabric_host` (nccl-gib,
-dmabuf-import-helper), never from a copy here.
+Fabric per family and the versions pinned come from the family's :class:`gpuinfra.fabrics.Fabric`
+record (EFA installer, aws-ofi-nccl, TCPX/TCPXO images, dmabuf-import-helper, nccl-gib), never
+from a copy here.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gpuinfra import __version__
 from gpuinfra.bake.model import DIGEST_RE, BakeSpec, SoftwareManifest
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import BakeError
-from gpuinfra.plan import fabric, fabric_host
+from gpuinfra.fabrics import FABRICS
 from gpuinfra.spec import check_gcp_project_id, check_new_stack_name
 
 #: Architecture of every GPU type in gpuinfra's catalog (module docstring gives the sources).
@@ -182,7 +182,7 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
             raise BakeError("--gcp-project is required for a GCP bake (the image and repository live in it)")
         check_gcp_project_id(request.gcp_project)
     name = check_new_stack_name(request.name or f"bake-{request.family.replace('.', '-')}")
-    versions = _fabric_versions(request.cloud, lead, fabric, fabric_host)
+    versions = _fabric_versions(lead)
     gcp_image = _GCP_IMAGE_RE.match(request.base_image) if request.cloud == "gcp" else None  # checked above
     base_project = gcp_image.group("project") if gcp_image else ""
     if versions["fabric"] == "tcpx" and base_project in PUBLIC_IMAGE_PROJECTS:
@@ -208,21 +208,12 @@ def _driver_branch(text: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _fabric_versions(cloud: str, lead: InstanceFacts, fabric, fabric_host) -> dict[str, str]:
-    """Fabric and pinned versions of the family's lead type, from the modules that pin them."""
-    if cloud == "aws":
-        if not lead.max_efa_interfaces:
-            return {"fabric": "sockets"}
-        return {"fabric": "efa", "efa_installer_version": fabric.EFA_INSTALLER_VERSION,
-                "aws_ofi_nccl_version": fabric.AWS_OFI_NCCL_VERSION}
-    layout = lead.nic_layout
-    if layout == "tcpx":
-        return {"fabric": "tcpx", "rxdm_image": fabric.TCPX_RXDM_IMAGE,
-                "plugin_installer_image": fabric.TCPX_PLUGIN_INSTALLER_IMAGE}
-    if layout == "tcpxo":
-        return {"fabric": "tcpxo", "rxdm_image": fabric.TCPXO_RXDM_IMAGE,
-                "plugin_installer_image": fabric.TCPXO_PLUGIN_INSTALLER_IMAGE,
-                "dmabuf_import_helper_version": fabric_host.DMABUF_IMPORT_HELPER_VERSION}
-    if layout == "gib":
-        return {"fabric": "gib", "nccl_gib_version": fabric_host.NCCL_GIB_VERSION}
-    return {"fabric": "sockets"}
+def _fabric_versions(lead: InstanceFacts) -> dict[str, str]:
+    """Fabric and pinned images and versions of the family's lead type, from its
+    :class:`~gpuinfra.fabrics.Fabric` record (``<package>_version`` per pinned package)."""
+    fab = FABRICS[lead.nic_layout]
+    if fab.plugin is None:
+        return {"fabric": "sockets"}
+    images = {"rxdm_image": fab.host.rxdm_image, "plugin_installer_image": fab.host.plugin_installer_image}
+    return {"fabric": fab.runtime, **{key: image for key, image in images.items() if image},
+            **{f"{package.replace('-', '_')}_version": version for package, version in fab.host.versions.items()}}

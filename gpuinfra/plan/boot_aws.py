@@ -23,6 +23,7 @@ from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health
 from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.fabrics import EFA, ENA
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.aws import AwsClusterPlan
 from gpuinfra.plan.boot import (PEER_DISCOVERY_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, CloudBoot, NodeBoot,
@@ -42,18 +43,15 @@ DLAMI_NVME_UNIT = "dlami-nvme.service"
 
 
 def nccl_env(plan: AwsClusterPlan, facts: InstanceFacts) -> dict[str, str]:
-    """NCCL environment for the current DLAMI stack (libfabric >= 1.18, aws-ofi-nccl >= 1.7).
-
-    Source: aws-samples/awsome-distributed-training 1.architectures/efa-cheatsheet.md:
-    modern aws-ofi-nccl needs no FI_PROVIDER / NCCL_PROTO / FI_EFA_USE_DEVICE_RDMA;
-    ``FI_EFA_USE_HUGE_PAGE=0`` avoids fork() failures; ``NCCL_SOCKET_IFNAME=^docker,lo,veth``
-    keeps bootstrap traffic off container bridges; types without GPUDirect RDMA over EFA
-    (:attr:`InstanceFacts.gpudirect_rdma`, a catalog fact with its source: g4dn, g5, g6, g6e, gr6,
-    p3) take ``NCCL_SHM_USE_CUDA_MEMCPY=1``. Never set ``RDMAV_*``.
+    """NCCL environment for the current DLAMI stack (libfabric >= 1.18, aws-ofi-nccl >= 1.7): the
+    fabric's ``nccl.env`` settings (:data:`gpuinfra.fabrics.EFA` with EFA, else
+    :data:`~gpuinfra.fabrics.ENA`), the EFA device count, and ``NCCL_SHM_USE_CUDA_MEMCPY=1`` on
+    types without GPUDirect RDMA over EFA (:attr:`InstanceFacts.gpudirect_rdma`, a catalog fact
+    with its source; aws-samples/awsome-distributed-training 1.architectures/efa-cheatsheet.md).
+    Never set ``RDMAV_*``.
     """
-    env = {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
+    env = dict((EFA if plan.efa_count else ENA).nccl_env)
     if plan.efa_count:
-        env["FI_EFA_USE_HUGE_PAGE"] = "0"
         env["GPUINFRA_EFA_DEVICES"] = str(plan.efa_count)
     if not facts.gpudirect_rdma:
         env["NCCL_SHM_USE_CUDA_MEMCPY"] = "1"

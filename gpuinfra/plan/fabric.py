@@ -1,70 +1,19 @@
 """What the GPU fabric needs inside the training container, per node family, and the
 ``gpuinfra-run`` script that starts that container (``templates/gpuinfra-run.sh.j2``).
 
-Pure Python, no Pulumi imports. Everything is derived from the plan, which is derived from the
-instance facts (:class:`gpuinfra.catalog.facts_model.InstanceFacts`): the EFA count on AWS, the
-NIC layout and GPU NIC counts on GCP -- never from a name prefix. The NCCL variables come from
-the one place that defines them, the ``/etc/gpuinfra/nccl.env`` the boot scripts write
-(:func:`gpuinfra.plan.boot_aws.nccl_env`, :func:`gpuinfra.plan.gcp.nccl_env`, passed in, so
-this module imports neither cloud package); a runtime adds only what the container needs on top
-(devices, mounts, the plugin's library path, settings the host scripts do not carry).
+Pure Python, no Pulumi imports. The fabric's facts (devices, plugin, mounts, variables, CPU
+bindings, pinned versions) are its :class:`gpuinfra.fabrics.Fabric` record; this module turns the
+record and the plan into a :class:`FabricRuntime`: the EFA count on AWS, the NIC layout and GPU
+NIC counts on GCP, read from the instance facts -- never from a name prefix. The NCCL variables
+come from the ``/etc/gpuinfra/nccl.env`` the boot scripts write (passed in); a runtime adds only
+what the container needs on top. Every container gets ``--gpus all --network host --ipc host
+--ulimit memlock=-1 --ulimit stack=67108864``; families with a GPU fabric also get
+``--cap-add IPC_LOCK``. Where a fabric's host stack is missing, ``gpuinfra-run`` fails with one
+line naming what is missing instead of letting NCCL fall back to TCP sockets. The host stacks
+are installed at boot by :mod:`gpuinfra.plan.fabric_host` (GCP); on AWS the EFA user space is
+built into the training image (:func:`efa_image_build`).
 
-Every container gets ``--gpus all --network host --ipc host --ulimit memlock=-1
---ulimit stack=67108864`` (awsome-distributed-training@7217859f
-``1.architectures/3.aws-batch/0.aws-batch-distributed-training-p5.yaml`` L475-480: memlock -1,
-stack 67108864; ``3.test_cases/pytorch/mosaicml-composer/stable-diffusion/README.md`` L112:
-``--ipc=host --ulimit memlock=-1 --ulimit stack=67108864``). Families with a GPU fabric also get
-``--cap-add IPC_LOCK`` (skypilot@46817b72 ``sky/provision/gcp/constants.py``
-``GPU_DIRECT_TCPX_SPECIFIC_OPTIONS``; container-engine-accelerators@992db812
-``gpudirect-tcpx/nccl-test-latest.yaml`` nccl-test container).
-
-Families and sources:
-
-* **AWS EFA** (``efa_count > 0``; p4d 4, p5 32, g6e.48xlarge 4, g5.48xlarge 1): one
-  ``--device /dev/infiniband/uverbsN`` per EFA interface, N = 0..count-1 (awsome
-  ``0.aws-batch-distributed-training-p5.yaml`` L487-674: ``/dev/infiniband/uverbs0`` ..
-  ``uverbs31`` for p5; ``2.ami_and_containers/1.amazon_machine_image/Makefile`` L7:
-  ``docker run --device=/dev/infiniband/uverbs0 ...``). No extra variables: libfabric >= 1.18 /
-  aws-ofi-nccl >= 1.7 need none beyond ``nccl.env`` (``1.architectures/efa-cheatsheet.md``
-  L11-25). The EFA user space (libfabric, aws-ofi-nccl) must be in the image
-  (``efa_installer.sh --skip-kmod``: awsome ``2.ami_and_containers/2.docker``): the NGC images
-  do not carry it, so the script checks the image for ``libfabric``. Types that take
-  EFA without GPUDirect RDMA (g5, g6) still pass their EFA device: aws-ofi-nccl uses it through
-  host memory, and ``NCCL_SHM_USE_CUDA_MEMCPY=1`` comes from ``nccl.env``.
-* **GCP A3 High, GPUDirect-TCPX** (``nic_layout`` ``tcpx``, 4 GPU NICs): the plugin directory
-  ``/var/lib/tcpx/lib64`` mounted at the same path and put first on ``LD_LIBRARY_PATH``, the
-  RxDM socket directory ``/run/tcpx`` mounted and named in
-  ``NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX``, flow-steering wait and TX/RX CPU bindings per NIC
-  (cluster-toolkit@10470803 ``examples/machine-learning/a3-highgpu-8g/nccl-tests/run-nccl-tests.sh``
-  L35, L63-67, L90; skypilot ``GPU_DIRECT_TCPX_SPECIFIC_OPTIONS`` ``--volume /run/tcpx:/run/tcpx``).
-  Host side: RxDM ``us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12`` and
-  the plugin installer ``nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0`` (slurm-gcp@13fd92b6
-  ``tools/prologs-epilogs/receive-data-path-manager`` L31-32), the ``linux-gcp-tcpx`` kernel
-  (cluster-toolkit ``a3high-slurm-blueprint.yaml`` L91-146).
-* **GCP A3 Mega, GPUDirect-TCPXO** (``tcpxo``, 8 GPU NICs): ``/var/lib/tcpxo/lib64`` mounted and
-  first on ``LD_LIBRARY_PATH``, ``/dev/aperture_devices`` mounted (cluster-toolkit
-  ``a3-megagpu-8g/nccl-tests/run-nccl-tests.sh`` L34, L54, L65; container-engine-accelerators
-  ``gpudirect-tcpxo/nccl-test-latest.yaml`` aperture-devices volume), the plugin's
-  ``nccl-env-profile.sh`` read with ``NCCL_LIB_DIR`` set and then overridden by ``nccl.env``
-  (interface names), as run-nccl-tests.sh L34-38 does. Host side: RxDM
-  ``.../gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23``, installer
-  ``nccl-plugin-gpudirecttcpx-dev:v1.0.17``, the ``dmabuf-import-helper`` module
-  (slurm-gcp ``receive-data-path-manager-mega`` L28-32, L70-73) and the aperture udev rule
-  (cluster-toolkit ``a3mega-slurm-blueprint.yaml`` L396-412).
-* **GCP A3 Ultra / A4, gIB** (``gib``, 8 MRDMA NICs): ``/dev/infiniband/uverbs0..7`` (one per
-  MRDMA NIC), ``/usr/local/gib`` mounted and ``/usr/local/gib/lib64`` first on
-  ``LD_LIBRARY_PATH``, ``/usr/local/gib/scripts/set_nccl_env.sh`` read, ``NCCL_NET=gIB`` and
-  ``NCCL_SOCKET_IFNAME=enp0s19,enp192s20`` (cluster-toolkit
-  ``a3-ultragpu-8g/nccl-tests/run-nccl-tests.sh`` L34-36, L46, L56;
-  ``a4-highgpu-8g/system_benchmarks/run-nccl-tests-via-ramble.sh`` L134). Host side: the
-  ``nccl-gib`` apt package (``a3ultra-slurm-blueprint.yaml`` L520-531).
-* **Sockets** (AWS without EFA, GCP A2 / G2 / N1 / A3 1g-4g, or high-bandwidth networking off):
-  no devices, no plugin; NCCL uses TCP on the primary NIC, which is all the node has.
-
-Where a fabric's host stack is missing, ``gpuinfra-run`` fails with one line naming what is
-missing instead of letting NCCL fall back to TCP sockets. The host stacks are installed at boot
-by :mod:`gpuinfra.plan.fabric_host` (GCP) and, on AWS, the EFA user space is built into the
-training image (:func:`efa_image_build`).
+Sources per family: ``docs/sources/fabric.md``.
 """
 
 from __future__ import annotations
@@ -76,6 +25,7 @@ from typing import Literal
 
 from gpuinfra.agent.constants import SCRATCH_MOUNT
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.fabrics import EFA, FABRICS, GVNIC, TCPX, TCPXO, Fabric, NcclPlugin
 from gpuinfra.health import node as health_node
 from gpuinfra.plan.units import CLUSTER_ENV_PATH, ETC_DIR, NCCL_ENV_PATH, NODE_ENV_PATH, SystemdUnit, shell
 from gpuinfra.templating import render
@@ -93,34 +43,32 @@ EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
 #: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
 STACK_LIMIT_BYTES = 67108864
 
-#: Host-side images for the GCP host install (fabric_host): slurm-gcp@13fd92b6
-#: tools/prologs-epilogs/receive-data-path-manager L31-32 and receive-data-path-manager-mega L31-32.
-_GCE_AI_INFRA = "us-docker.pkg.dev/gce-ai-infra"
-TCPX_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.12"
-TCPX_PLUGIN_INSTALLER_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpx/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0"
-TCPXO_RXDM_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23"
-TCPXO_PLUGIN_INSTALLER_IMAGE = f"{_GCE_AI_INFRA}/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17"
+#: Host-side images for the host install (the records' pins).
+TCPX_RXDM_IMAGE = TCPX.host.rxdm_image
+TCPX_PLUGIN_INSTALLER_IMAGE = TCPX.host.plugin_installer_image
+TCPXO_RXDM_IMAGE = TCPXO.host.rxdm_image
+TCPXO_PLUGIN_INSTALLER_IMAGE = TCPXO.host.plugin_installer_image
 
-#: EFA user space built into the training image on EFA nodes (templates/fabric/aws-efa-container.Dockerfile.j2):
-#: the versions of aws-samples/awsome-distributed-training@0162aacd
-#: micro-benchmarks/nccl-tests/nccl-tests.Dockerfile L7-8 (EFA_INSTALLER_VERSION=1.43.2,
-#: AWS_OFI_NCCL_VERSION=v1.16.3).
-EFA_INSTALLER_VERSION = "1.43.2"
-AWS_OFI_NCCL_VERSION = "1.16.3"
-OFI_NCCL_PREFIX = "/opt/amazon/ofi-nccl"
+#: EFA user space built into the training image on EFA nodes (:data:`gpuinfra.fabrics.EFA`).
+EFA_INSTALLER_VERSION = EFA.host.versions["efa-installer"]
+AWS_OFI_NCCL_VERSION = EFA.host.versions["aws-ofi-nccl"]
+
+
+def _efa_plugin() -> NcclPlugin:
+    """The EFA record's NCCL plugin (aws-ofi-nccl); every GPU fabric record names one."""
+    if EFA.plugin is None:
+        raise AssertionError("gpuinfra.fabrics.EFA names no NCCL plugin")
+    return EFA.plugin
+
+
+OFI_NCCL_PREFIX = str(PurePosixPath(_efa_plugin().library).parent.parent)
 #: What an image with the EFA user space has (the requirements gpuinfra-run checks, below).
-EFA_LIBFABRIC_GLOB = "/opt/amazon/efa/lib*/libfabric.so*"
-EFA_PLUGIN_PATH = f"{OFI_NCCL_PREFIX}/lib/libnccl-net.so"
-EFA_USER_SPACE_GLOBS = f"{EFA_LIBFABRIC_GLOB} {EFA_PLUGIN_PATH}"
+EFA_PLUGIN_PATH = _efa_plugin().library
+EFA_USER_SPACE_GLOBS = " ".join(glob for glob, _ in EFA.container.image_needs)
 #: Build context of the boot-time image build (gpuinfra-image.service).
 IMAGE_BUILD_DIR = f"{ETC_DIR}/image"
 #: Tries of the boot-time image build, 60 s apart, within one start of the unit.
 IMAGE_BUILD_ATTEMPTS = 3
-
-#: A3 High CPU ranges per NUMA node for TX and RX threads of the GPU NICs (cluster-toolkit
-#: a3-highgpu-8g run-nccl-tests.sh L64-65: NICs 1-2 on NUMA 0, NICs 3-4 on NUMA 1).
-_TCPX_TX_CPUS = ("8-21,112-125", "60-73,164-177")
-_TCPX_RX_CPUS = ("22-35,126-139", "74-87,178-191")
 
 
 @dataclass(frozen=True)
@@ -182,7 +130,7 @@ class FabricRuntime:
         return () if self.fabric == "sockets" else ("IPC_LOCK",)
 
 
-SOCKETS = FabricRuntime("sockets", "TCP sockets")
+SOCKETS = FabricRuntime(GVNIC.runtime, GVNIC.label)
 
 
 def uverbs_devices(count: int) -> tuple[str, ...]:
@@ -196,10 +144,9 @@ def aws_fabric(efa_count: int) -> FabricRuntime:
     if efa_count <= 0:
         return SOCKETS
     return FabricRuntime(
-        "efa", "EFA",
+        EFA.runtime, EFA.label,
         devices=uverbs_devices(efa_count),
-        requirements=(Requirement("image", EFA_LIBFABRIC_GLOB, "EFA user space (libfabric)"),
-                      Requirement("image", EFA_PLUGIN_PATH, "aws-ofi-nccl NCCL plugin")),
+        requirements=tuple(Requirement("image", glob, what) for glob, what in EFA.container.image_needs),
         hint="devices: check the EFA driver (fi_info -p efa); image: the node builds one at boot "
              "(journalctl -u gpuinfra-image), or pass --image with one built from "
              "templates/fabric/aws-efa-container.Dockerfile.j2",
@@ -228,7 +175,7 @@ def efa_image_build(base_image: str) -> ImageBuild:
 
     if not base_image:
         raise ValueError("an EFA training image needs a base image (the profile's container_image)")
-    text = render("fabric/aws-efa-container.Dockerfile.j2", base_image=base_image,
+    text = render(EFA.host.template, base_image=base_image,
                   efa_installer_version=EFA_INSTALLER_VERSION, aws_ofi_nccl_version=AWS_OFI_NCCL_VERSION,
                   ofi_nccl_prefix=OFI_NCCL_PREFIX)
     return ImageBuild(text, f"gpuinfra/train:efa-{hashlib.sha256(text.encode()).hexdigest()[:12]}", base_image)
@@ -284,85 +231,77 @@ _HOST_STACK_HINT = ("the {label} host stack is not ready: see journalctl -u gpui
                     "high_bandwidth_networking: off")
 
 
-def _gpudirect_tcp(fabric: str, label: str, nics: tuple[str, ...], requirements: tuple[Requirement, ...],
+def _gpudirect_tcp(fabric: Fabric, nics: tuple[str, ...], requirements: tuple[Requirement, ...],
                    **fields) -> FabricRuntime:
     """A GPUDirect-TCPX(O) runtime: its own ``requirements``, then the RxDM unit and every GPU
     NIC up (RxDM serves the GPU NICs; ``gpu_nics`` come from ``nccl.env``)."""
     return FabricRuntime(
-        fabric, label,
+        fabric.runtime, fabric.label,
         requirements=(*requirements, Requirement("unit", RXDM_UNIT, "RxDM (receive-datapath-manager)"),
                       *(Requirement("nic", n, "GPU NIC") for n in nics)),
         gpu_nics=nics,
         rxdm_unit=RXDM_UNIT,
-        hint=_HOST_STACK_HINT.format(label=label),
+        rxdm_image=fabric.host.rxdm_image,
+        plugin_installer_image=fabric.host.plugin_installer_image,
+        hint=_HOST_STACK_HINT.format(label=fabric.label),
         **fields,
     )
 
 
 def gcp_fabric(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> FabricRuntime:
-    """Runtime of a GCP node.
+    """Runtime of a GCP node, from the layout's :class:`~gpuinfra.fabrics.Fabric` record.
 
     Args:
         nic_layout: ``GcpClusterPlan.nic_layout`` (the facts' layout; ``gvnic`` when
             high-bandwidth networking is off).
         facts: the machine's facts (GPU NIC counts).
         env: the node's ``nccl.env`` settings (:func:`gpuinfra.plan.gcp.nccl_env` of the
-            layout): plugin folder, env profile and GPU NIC names are read from it.
+            layout): the GPU NIC names and the aperture folder are read from it.
 
     Raises:
         ValueError: the NCCL settings name another number of GPU NICs than the facts.
     """
-    if nic_layout == "tcpx":
-        plugin = env["GPUINFRA_NCCL_PLUGIN_DIR"]
-        nics = _nics(env, "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME", facts.gpu_nic_count, nic_layout)
+    fabric = FABRICS.get(nic_layout)
+    if fabric is None or fabric.cloud != "gcp" or fabric.plugin is None:
+        return SOCKETS
+    box = fabric.container
+    lib = fabric.plugin.lib_dir
+    if fabric.runtime == "tcpx":
+        nics = _nics(env, fabric.gpu_nic_env, facts.gpu_nic_count, nic_layout)
         numa = [0 if i < len(nics) // 2 else 1 for i in range(len(nics))]
+        bindings = {f"NCCL_GPUDIRECTTCPX_{way}_BINDINGS": ";".join(f"{n}:{cpus[numa[i]]}" for i, n in enumerate(nics))
+                    for way, cpus in box.cpu_bindings.items()}
         return _gpudirect_tcp(
-            "tcpx", "GPUDirect-TCPX", nics,
-            (Requirement("path", f"{plugin}/libnccl-net.so", "TCPX NCCL plugin"),
-             Requirement("path", "/run/tcpx", "RxDM socket directory")),
-            rxdm_image=TCPX_RXDM_IMAGE,
-            plugin_installer_image=TCPX_PLUGIN_INSTALLER_IMAGE,
-            mounts=(f"{plugin}:{plugin}:ro", "/run/tcpx:/run/tcpx"),
-            env={
-                "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx",
-                "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000",
-                "NCCL_GPUDIRECTTCPX_TX_BINDINGS": ";".join(f"{n}:{_TCPX_TX_CPUS[numa[i]]}" for i, n in enumerate(nics)),
-                "NCCL_GPUDIRECTTCPX_RX_BINDINGS": ";".join(f"{n}:{_TCPX_RX_CPUS[numa[i]]}" for i, n in enumerate(nics)),
-            },
-            library_path=plugin,
-        )
-    if nic_layout == "tcpxo":
-        plugin = env["GPUINFRA_NCCL_PLUGIN_DIR"]
-        aperture = env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"]
-        return _gpudirect_tcp(
-            "tcpxo", "GPUDirect-TCPXO", _nics(env, "NCCL_FASTRAK_IFNAME", facts.gpu_nic_count, nic_layout),
-            (Requirement("path", env["GPUINFRA_NCCL_ENV_PROFILE"], "TCPXO NCCL plugin"),
-             Requirement("dir", aperture, "aperture devices")),
-            rxdm_image=TCPXO_RXDM_IMAGE,
-            plugin_installer_image=TCPXO_PLUGIN_INSTALLER_IMAGE,
-            mounts=(f"{plugin}:{plugin}:ro", f"{aperture}:{aperture}"),
-            library_path=plugin,
-            env_script=env["GPUINFRA_NCCL_ENV_PROFILE"],
-            env_script_lib_dir=plugin,
-        )
-    if nic_layout == "gib":
-        lib = env["GPUINFRA_NCCL_PLUGIN_DIR"]
-        root = str(PurePosixPath(lib).parent)
-        label = "RDMA (gIB)"
-        return FabricRuntime(
-            "gib", label,
-            devices=uverbs_devices(facts.gpu_nic_count),
-            mounts=(f"{root}:{root}:ro",),
-            env={"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20"},
+            fabric, nics,
+            (Requirement("path", fabric.plugin.library, "TCPX NCCL plugin"),
+             Requirement("path", fabric.rxdm_socket_dir, "RxDM socket directory")),
+            mounts=box.mounts,
+            env={**box.env, **bindings},
             library_path=lib,
-            env_script=f"{root}/scripts/set_nccl_env.sh",
-            requirements=(
-                Requirement("dir", lib, "gIB NCCL plugin (nccl-gib)"),
-                Requirement("path", f"{root}/scripts/set_nccl_env.sh", "gIB NCCL settings"),
-            ),
-            hint=_HOST_STACK_HINT.format(label="NCCL gIB"),
         )
-    return SOCKETS
+    if fabric.runtime == "tcpxo":
+        return _gpudirect_tcp(
+            fabric, _nics(env, fabric.gpu_nic_env, facts.gpu_nic_count, nic_layout),
+            (Requirement("path", box.env_script, "TCPXO NCCL plugin"),
+             Requirement("dir", env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"], "aperture devices")),
+            mounts=box.mounts,
+            library_path=lib,
+            env_script=box.env_script,
+            env_script_lib_dir=lib,
+        )
+    return FabricRuntime(
+        fabric.runtime, fabric.label,
+        devices=uverbs_devices(facts.gpu_nic_count) if box.uverbs else (),
+        mounts=box.mounts,
+        env=dict(box.env),
+        library_path=lib,
+        env_script=box.env_script,
+        requirements=(
+            Requirement("dir", lib, "gIB NCCL plugin (nccl-gib)"),
+            Requirement("path", box.env_script, "gIB NCCL settings"),
+        ),
+        hint=_HOST_STACK_HINT.format(label="NCCL gIB"),
+    )
 
 
 def _quote(word: str) -> str:

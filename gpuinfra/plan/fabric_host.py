@@ -1,10 +1,10 @@
-"""What a GCP node must install and run on the host for its GPU fabric, as
-one script per fabric that serves both the boot-time startup script and the image bake.
+"""What a GCP node must install and run on the host for its GPU fabric, as one script per
+fabric that serves both the boot-time startup script and the image bake.
 
-Pure Python, no Pulumi imports. Everything the container side needs is defined once in
-:mod:`gpuinfra.plan.fabric` (:func:`~gpuinfra.plan.fabric.gcp_fabric`: plugin folder,
-env profile, aperture folder, GPU NIC names, RxDM unit and the pinned images); this module
-reads those and renders the host side from ``templates/fabric/``:
+Pure Python, no Pulumi imports. The fabric's facts (template, pinned images and versions, boot
+blocker) are its :class:`gpuinfra.fabrics.Fabric` record, and everything the container side
+needs comes from :func:`~gpuinfra.plan.fabric.gcp_fabric`; this module renders the host side
+from ``templates/fabric/``:
 
 * ``gcp-tcpx-host.sh.j2`` / ``gcp-tcpxo-host.sh.j2`` / ``gcp-gib-host.sh.j2``: the install
   script, written to :data:`HOST_SCRIPT_PATH`. Run without arguments at every boot (it skips
@@ -14,58 +14,7 @@ reads those and renders the host side from ``templates/fabric/``:
 * :func:`rxdm_systemd_unit`: the :data:`~gpuinfra.plan.fabric.RXDM_UNIT` systemd unit (the
   script writes and enables it); ``gcp-tcpxo-aperture.rules.j2``: the aperture udev rule.
 
-Sources (commits: cluster-toolkit@1047080375afbb44da4b596be314634e7486af4a,
-slurm-gcp@13fd92b615c030b9ba62e4a87d610bcc7af72b75,
-container-engine-accelerators@992db81257553607f1477945f1b3219632991829):
-
-* **A3 High, GPUDirect-TCPX.** Kernel: ``linux-gcp-tcpx`` from a private Canonical PPA whose
-  login Google staff hand out, installed, held and made the GRUB default, then a reboot
-  (cluster-toolkit ``examples/machine-learning/a3-highgpu-8g/README.md`` L8-13,
-  ``a3high-slurm-blueprint.yaml`` L91-146 and L246-250: DKMS modules rebuilt for that kernel);
-  Google's VM guide uses Container-Optimized OS instead (cloud.google.com/compute/docs/gpus/
-  gpudirect: "Create your GPU VMs by using the cos-105-lts Container-Optimized OS image"). Plugin:
-  ``docker run --rm --network=host -v /var/lib:/var/lib <installer> install`` fills
-  ``/var/lib/tcpx/lib64`` (slurm-gcp ``tools/prologs-epilogs/receive-data-path-manager``
-  L31-39). RxDM: ``docker run --cap-add=NET_ADMIN --network=host --privileged --gpus all
-  --volume <uds>:<uds> --env LD_LIBRARY_PATH=... --entrypoint /tcpgpudmarxd/build/app/tcpgpudmarxd
-  --ulimit memlock=-1`` (same file L49-64), given ``--gpu_nic_preset a3vm --gpu_shmem_type fd
-  --uds_path /run/tcpx --setup_param "--verbose 128 2 0 "`` (container-engine-accelerators
-  ``gpudirect-tcpx/nccl-test-latest.yaml`` L62-74: the built-in A3 High GPU/NIC map, where
-  slurm-gcp L65-66 passes the same map as a textproto), then 10 s to come up (L70-71). GPU NICs
-  routable first (cluster-toolkit ``a3high-slurm-blueprint.yaml`` L253-267,
-  ``systemd-networkd-wait-online -o routable --timeout=120``).
-* **A3 Mega, GPUDirect-TCPXO.** No kernel change: the ``dmabuf-import-helper`` DKMS module
-  (version 1.1) from ``deb [arch=all trusted=yes] ar+https://us-apt.pkg.dev/projects/gce-ai-infra
-  gpudirect-tcpxo-apt main`` through ``apt-transport-artifact-registry``, downloaded, patched for
-  kernels >= 6.13 (``MODULE_IMPORT_NS("DMA_BUF")``) and built with DKMS for the running kernel
-  (cluster-toolkit ``a3-megagpu-8g/a3mega-slurm-blueprint.yaml`` L298-391, on the stock
-  ``ubuntu-accelerator-2404`` kernel, L30-32), then ``modprobe import-helper`` (slurm-gcp
-  ``receive-data-path-manager-mega`` L28-29); the aperture udev rule (cluster-toolkit L393-415),
-  triggered once for devices already present; the plugin installer with ``install
-  --install-nccl`` into ``/var/lib/tcpxo/lib64`` (slurm-gcp L40-47); RxDM ``docker run
-  --cap-add=NET_ADMIN --network=host --privileged --gpus all --volume
-  /dev/dmabuf_import_helper:/dev/dmabuf_import_helper --env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu
-  <image> --num_hops=2 --num_nics=8 --uid= --alsologtostderr`` (L60-73), ready when it logs
-  ``Buffer manager initialization complete`` (L75-93).
-* **A3 Ultra / A4, gIB.** No daemon, no kernel change: ``nccl-gib`` (pinned
-  :data:`NCCL_GIB_VERSION`, held) from ``ar+https://us-apt.pkg.dev/projects/gce-ai-infra
-  gpudirect-gib-apt main`` signed by ``https://us-apt.pkg.dev/doc/repo-signing-key.gpg``, with
-  ``apt-transport-artifact-registry`` and ``ibverbs-utils`` (cluster-toolkit
-  ``a3-ultragpu-8g/a3ultra-slurm-blueprint.yaml`` L43, L227-239, L494-530;
-  ``a4-highgpu-8g/a4high-vm.yaml`` L186-199, L245-281, done at boot by the VM's startup script on
-  ``ubuntu-2204-lts``). It installs ``/usr/local/gib/lib64`` and
-  ``/usr/local/gib/scripts/set_nccl_env.sh`` (a3ultra L543-555). The verbs devices come from the
-  kernel's mlx5 driver; the script waits for all of them.
-* **A2, G2, N1+T4, A3 High 1g-4g** (``gvnic``): nothing beyond the NVIDIA driver in the image;
-  they have one gVNIC and no GPU NICs, so NCCL uses TCP sockets (gcp_machine_facts.json
-  ``networks``).
-
-What the references do that gpuinfra leaves out, and why: the ``/var/lib/nvidia/lib64`` volume
-of the RxDM containers (a COS driver path; on the DLVM image ``--gpus all`` puts the driver
-libraries into the container); the ``nccl-env-profile.sh`` additions of slurm-gcp -mega L49-57
-and the ``/etc/ld.so.conf.d`` / ``/etc/environment`` settings of a4high-vm.yaml L283-317 (the
-container gets those settings from ``nccl.env`` and ``gpuinfra-run``); the host ``libnccl2`` pin
-(the container brings its NCCL).
+What each fabric installs, and from which sources: ``docs/sources/fabric.md``.
 """
 
 from __future__ import annotations
@@ -75,16 +24,16 @@ from dataclasses import dataclass, field
 
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.plan.units import SystemdUnit, command, shell
+from gpuinfra.fabrics import GIB, TCPX, TCPXO
 from gpuinfra.plan.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
-from gpuinfra.rules.spec_rules import fabric_boot_blocker
 from gpuinfra.templating import render
 
 #: Where the boot script (or the bake) writes the host install script.
 HOST_SCRIPT_PATH = "/usr/local/sbin/gpuinfra-fabric-host"
-#: ``nccl-gib`` apt version (cluster-toolkit a3ultra-slurm-blueprint.yaml L43 ``nccl_gib_version``).
-NCCL_GIB_VERSION = "1.1.0"
-#: ``dmabuf-import-helper`` DKMS version (cluster-toolkit a3mega-slurm-blueprint.yaml L306).
-DMABUF_IMPORT_HELPER_VERSION = "1.1"
+#: ``nccl-gib`` apt version (:data:`gpuinfra.fabrics.GIB`).
+NCCL_GIB_VERSION = GIB.host.versions["nccl-gib"]
+#: ``dmabuf-import-helper`` DKMS version (:data:`gpuinfra.fabrics.TCPXO`).
+DMABUF_IMPORT_HELPER_VERSION = TCPXO.host.versions["dmabuf-import-helper"]
 #: udev rule that exposes the A3 Mega aperture devices.
 APERTURE_UDEV_RULE = "/etc/udev/rules.d/00-gpuinfra-tcpxo-aperture.rules"
 #: Log line of the TCPXO RxDM once it serves (slurm-gcp receive-data-path-manager-mega L78).
@@ -93,7 +42,7 @@ TCPXO_RXDM_READY = "Buffer manager initialization complete"
 TCPXO_RXDM_WAIT_SECONDS = 120
 #: Folder the plugin installer containers write under (``-v /var/lib:/var/lib``).
 _INSTALLER_ROOT = "/var/lib/"
-_TCPX_RXDM_LD_LIBRARY_PATH = "/usr/local/nvidia/lib64:/run/tcpx:/usr/lib/lib32:/usr/lib/x86_64-linux-gnu/"
+_TCPX_RXDM_LD_LIBRARY_PATH = f"/usr/local/nvidia/lib64:{TCPX.rxdm_socket_dir}:/usr/lib/lib32:/usr/lib/x86_64-linux-gnu/"
 
 
 
@@ -187,7 +136,7 @@ def _common(runtime: FabricRuntime, machine: str, extra_modes: tuple[str, ...] =
 
 
 def _tcpx(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
-    uds = runtime.env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"]
+    uds = TCPX.rxdm_socket_dir
     unit = _unit(
         runtime,
         pre=[f"/usr/bin/mkdir -p {uds}"],
@@ -198,13 +147,13 @@ def _tcpx(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
                    '--setup_param "--verbose 128 2 0 "'],
         post="/usr/bin/sleep 10",
     )
-    script = render("fabric/gcp-tcpx-host.sh.j2", **_common(runtime, facts.instance_type),
+    script = render(TCPX.host.template, **_common(runtime, facts.instance_type),
                     plugin_installer_image=shlex.quote(runtime.plugin_installer_image),
                     plugin_probe=shlex.quote(_installer_probe(runtime)),
                     rxdm_image=shlex.quote(runtime.rxdm_image), rxdm_unit=RXDM_UNIT, unit_text=unit)
     return HostStack("tcpx", files={HOST_SCRIPT_PATH: script}, writes={f"/etc/systemd/system/{RXDM_UNIT}": unit},
                      units=(RXDM_UNIT,), images=(runtime.plugin_installer_image, runtime.rxdm_image),
-                     boot_blocker=fabric_boot_blocker("gcp", "tcpx"))
+                     boot_blocker=TCPX.boot_blocker)
 
 
 def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) -> HostStack:
@@ -219,7 +168,7 @@ def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) ->
         post=f"{HOST_SCRIPT_PATH} --wait-rxdm",
     )
     rule = render("fabric/gcp-tcpxo-aperture.rules.j2", aperture_dir=aperture)
-    script = render("fabric/gcp-tcpxo-host.sh.j2", **_common(runtime, facts.instance_type, ("--wait-rxdm",)),
+    script = render(TCPXO.host.template, **_common(runtime, facts.instance_type, ("--wait-rxdm",)),
                     dmabuf_version=DMABUF_IMPORT_HELPER_VERSION,
                     plugin_installer_image=shlex.quote(runtime.plugin_installer_image),
                     plugin_probe=shlex.quote(_installer_probe(runtime)),
@@ -229,18 +178,18 @@ def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) ->
     return HostStack("tcpxo", files={HOST_SCRIPT_PATH: script},
                      writes={f"/etc/systemd/system/{RXDM_UNIT}": unit, APERTURE_UDEV_RULE: rule},
                      units=(RXDM_UNIT,), images=(runtime.plugin_installer_image, runtime.rxdm_image),
-                     boot_blocker=fabric_boot_blocker("gcp", "tcpxo"))
+                     boot_blocker=TCPXO.boot_blocker)
 
 
 def _gib(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
-    script = render("fabric/gcp-gib-host.sh.j2", **_common(runtime, facts.instance_type),
+    script = render(GIB.host.template, **_common(runtime, facts.instance_type),
                     gib_version=NCCL_GIB_VERSION, gib_lib_dir=runtime.library_path,
                     gib_env_script=runtime.env_script, uverbs_count=len(runtime.devices))
-    return HostStack("gib", files={HOST_SCRIPT_PATH: script}, boot_blocker=fabric_boot_blocker("gcp", "gib"))
+    return HostStack("gib", files={HOST_SCRIPT_PATH: script}, boot_blocker=GIB.boot_blocker)
 
 
 def gcp_host_stack(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> HostStack:
-    """The host stack of a GCP node (module docstring lists what each fabric gets and why).
+    """The host stack of a GCP node (what each fabric gets and why: ``docs/sources/fabric.md``).
 
     Args:
         nic_layout: ``GcpClusterPlan.nic_layout`` (``gvnic`` when high-bandwidth networking is

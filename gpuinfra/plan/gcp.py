@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
+from gpuinfra.fabrics import FABRICS, GVNIC
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
@@ -127,55 +128,9 @@ def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
 
 
 def nccl_env(layout: str) -> dict[str, str]:
-    """NCCL environment per GPU network stack (docs/sources/cluster-facts.md section 2.6).
-
-    TCPX: cluster-toolkit a3-highgpu-8g run-nccl-tests.sh; TCPXO: a3-megagpu-8g
-    run-nccl-tests.sh (plus ``nccl-env-profile.sh`` from the plugin); gIB: a4high-vm.yaml.
-    """
-    if layout == "tcpx":
-        return {
-            "NCCL_NET": "GPUDirectTCPX_v7",
-            "NCCL_SOCKET_IFNAME": "enp0s12",
-            "NCCL_GPUDIRECTTCPX_CTRL_DEV": "enp0s12",
-            "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "enp6s0,enp12s0,enp134s0,enp140s0",
-            "NCCL_CROSS_NIC": "0",
-            "NCCL_ALGO": "Ring",
-            "NCCL_PROTO": "Simple",
-            "NCCL_NSOCKS_PERTHREAD": "4",
-            "NCCL_SOCKET_NTHREADS": "1",
-            "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
-            "NCCL_P2P_NET_CHUNKSIZE": "524288",
-            "NCCL_P2P_PCI_CHUNKSIZE": "524288",
-            "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-            "NCCL_BUFFSIZE": "4194304",
-            "NCCL_NET_GDR_LEVEL": "PIX",
-            "NCCL_P2P_PXN_LEVEL": "0",
-            "GPUINFRA_NCCL_PLUGIN_DIR": "/var/lib/tcpx/lib64",
-        }
-    if layout == "tcpxo":
-        return {
-            "NCCL_FASTRAK_CTRL_DEV": "enp0s12",
-            "NCCL_FASTRAK_IFNAME": "enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0",
-            "NCCL_SOCKET_IFNAME": "enp0s12",
-            "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
-            "GPUINFRA_NCCL_ENV_PROFILE": "/var/lib/tcpxo/lib64/nccl-env-profile.sh",
-            "GPUINFRA_NCCL_PLUGIN_DIR": "/var/lib/tcpxo/lib64",
-        }
-    if layout == "gib":
-        return {
-            "NCCL_CROSS_NIC": "0",
-            "NCCL_NET_GDR_LEVEL": "PIX",
-            "NCCL_P2P_NET_CHUNKSIZE": "131072",
-            "NCCL_NVLS_CHUNKSIZE": "524288",
-            "NCCL_IB_GID_INDEX": "3",
-            "NCCL_IB_ADAPTIVE_ROUTING": "1",
-            "NCCL_IB_QPS_PER_CONNECTION": "4",
-            "NCCL_IB_TC": "52",
-            "NCCL_IB_FIFO_TC": "84",
-            "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config.txtpb",
-            "GPUINFRA_NCCL_PLUGIN_DIR": "/usr/local/gib/lib64",
-        }
-    return {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
+    """The ``nccl.env`` settings of the layout's GPU fabric (:attr:`gpuinfra.fabrics.Fabric.nccl_env`:
+    TCPX, TCPXO, gIB; TCP sockets for ``gvnic`` and any layout without a GPU fabric)."""
+    return dict(FABRICS.get(layout, GVNIC).nccl_env)
 
 
 def boot_disk_type(facts: InstanceFacts) -> str:

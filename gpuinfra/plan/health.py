@@ -7,11 +7,13 @@ come from the spec (GCP N1 hosts take attached GPUs), EFA devices and the networ
 cluster plan (:func:`gpuinfra.plan.aws.plan_aws_cluster` / :func:`gpuinfra.plan.gcp.plan_gcp_cluster`:
 with ``high_bandwidth_networking: off`` they attach no EFA / GPU NICs), NVSwitch from the facts,
 the bus-bandwidth baseline for that node count and network from the table
-(:mod:`gpuinfra.health.baselines`).
+(:mod:`gpuinfra.health.baselines`, keyed by the fabric's
+:attr:`~gpuinfra.fabrics.Fabric.baseline_network`).
 """
 
 from __future__ import annotations
 
+from gpuinfra.fabrics import fabric_for
 from gpuinfra.health.baselines import find_baseline
 from gpuinfra.health.gate import BUSBW_PASS_FRACTION, Expectations
 from gpuinfra.plan.aws import plan_aws_cluster
@@ -46,5 +48,6 @@ def expectations_for(spec: ClusterSpec, busbw_pass_fraction: float = BUSBW_PASS_
     facts = spec.facts
     return Expectations(cloud=spec.cloud, instance_type=spec.instance_type, nodes=spec.nodes, gpu_count=spec.gpu_count,
                         efa_count=efa_count, nvswitch=facts.nvswitch, nic_layout=nic_layout,
-                        baseline=find_baseline(spec.cloud, spec.instance_type, spec.nodes, nic_layout),
+                        baseline=find_baseline(spec.cloud, spec.instance_type, spec.nodes,
+                                               fabric_for(nic_layout).baseline_network),
                         busbw_pass_fraction=busbw_pass_fraction)

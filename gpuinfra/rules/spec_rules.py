@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuinfra.errors import RuleViolationError
+from gpuinfra.fabrics import FABRICS
 from gpuinfra.rules.model import Violation
 
 
@@ -29,15 +30,10 @@ _EFA_TYPES = "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.htm
 _LSSD = "cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds"
 
 #: (cloud, nic_layout) -> why that GPU fabric cannot be made to work at boot on gpuinfra's images
-#: (gpuinfra/plan/fabric_host.py installs the others at boot). Only GCP A3 High's TCPX:
-_TCPX_BLOCKER = (
-    "GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which comes from a private Canonical PPA with "
-    "credentials from Google and takes a reboot (cluster-toolkit examples/machine-learning/a3-highgpu-8g/"
-    "README.md L8-13, a3high-slurm-blueprint.yaml L91-146), or Container-Optimized OS "
-    "(cloud.google.com/compute/docs/gpus/gpudirect); the Deep Learning VM image has neither, so it cannot "
-    "be set up at boot: bake an image with that kernel"
-)
-FABRIC_BOOT_BLOCKERS: dict[tuple[str, str], str] = {("gcp", "tcpx"): _TCPX_BLOCKER}
+#: (gpuinfra/plan/fabric_host.py installs the others at boot), read from each layout's
+#: :attr:`gpuinfra.fabrics.Fabric.boot_blocker`. Only GCP A3 High's TCPX has one.
+FABRIC_BOOT_BLOCKERS: dict[tuple[str, str], str] = {
+    (f.cloud, f.layout): f.boot_blocker for f in FABRICS.values() if f.boot_blocker}
 
 
 def fabric_boot_blocker(cloud: str, nic_layout: str) -> str | None:
