@@ -170,7 +170,7 @@ class Node:
             self.write("/var/lib/cloud/seed/nocloud/meta-data",
                        f"instance-id: {self.id}\nlocal-hostname: {self.name}\n")
             self.write("/var/lib/cloud/seed/nocloud/user-data", self.box.boot_text)
-            self.write("/etc/cloud/cloud.cfg.d/99-box.cfg", "datasource_list: [NoCloud]\nnetwork: {config: disabled}\n")
+            self.write("/etc/cloud/cloud.cfg.d/99-box.cfg", "datasource_list: [NoCloud]\nnetwork: {config: disabled}\nlocale: C.UTF-8\n")
         else:
             self.write("/etc/cloud/cloud-init.disabled", "")
             self.write("/usr/local/lib/box/metadata-script-runner", STARTUP_RUNNER, 0o755)
@@ -223,21 +223,24 @@ class Node:
         return self.proc.wait(timeout=timeout)
 
     def init_pid(self) -> int | None:
-        """The host pid of the container's init (the process whose root is the node's disk and
-        whose pid in its own namespace is 1), or None."""
-        target = str(self.merged)
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
+        """The host pid of the container's init: the child of this node's nspawn whose pid in
+        its own pid namespace is 1 (``NSpid`` in proc(5)), or None."""
+        if not self.running():
+            return None
+        assert self.proc is not None
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            return None
+        for child in children:
             try:
-                if os.readlink(f"/proc/{entry}/root") != target:
-                    continue
-                status = Path(f"/proc/{entry}/status").read_text()
+                status = Path(f"/proc/{child}/status").read_text()
             except OSError:
                 continue
             for line in status.splitlines():
-                if line.startswith("NSpid:") and line.split()[-1] == "1" and len(line.split()) > 2:
-                    return int(entry)
+                fields = line.split()
+                if fields[:1] == ["NSpid:"] and len(fields) > 2 and fields[-1] == "1":
+                    return int(child)
         return None
 
     def read(self, path: str) -> str | None:
@@ -326,7 +329,7 @@ class Box:
         self.close()
 
     def open(self) -> None:
-        """Network, server, disks; nothing boots yet (:meth:`boot`)."""
+        """Network, server, disks; nothing boots yet (:meth:`start`)."""
         attributes = {"startup-script": self.boot_text} if self.boot.cloud == "gcp" else {}
         self.state.mkdir(parents=True)
         (self.state / "scenario.json").write_text(json.dumps(self.scenario.to_json(self.region, self.zone, attributes)))
@@ -365,8 +368,8 @@ class Box:
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, path)
 
-    def boot(self) -> None:
-        """Start every node."""
+    def start(self) -> None:
+        """Boot every node."""
         for node in self.nodes:
             node.start()
 

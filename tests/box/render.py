@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from blueprints.aws.plan import AwsClusterPlan, plan_aws_cluster
+from blueprints.aws import userdata
 from blueprints.aws.userdata import aws_node_bundle, render_user_data
 from blueprints.common import node_files
 from blueprints.common.node_bundle import BUNDLE_KEY
 from blueprints.gcp.plan import GcpClusterPlan, plan_gcp_cluster
+from blueprints.gcp import startup
 from blueprints.gcp.startup import gcp_node_bundle, node_prefix, render_startup_script
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
@@ -42,15 +44,18 @@ def stack_spec(stack: str) -> ClusterSpec:
     return read_stack_spec(ROOT, stack)
 
 
-def render_boot(spec: ClusterSpec, bucket: str, scratch_wait_seconds: int) -> BootText:
-    """Render the real boot text and node bundle of ``spec`` for ``bucket``.
-
-    ``scratch_wait_seconds`` replaces :data:`blueprints.common.node_files.SCRATCH_DEVICE_WAIT_SECONDS`
-    for this render only: a container has no local NVMe disks, and the scratch unit (which the boot
-    scripts start synchronously) would otherwise wait the full device timeout on every boot.
+def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
+    """Render the real boot text and node bundle of ``spec`` for ``bucket``, with one change: the
+    scratch script is rendered for a machine without local NVMe disks (``expected_disks=0``: scratch
+    is a folder on the root disk). A container has no NVMe disks to build the RAID0 from, and the
+    script's answer to missing disks -- a read-only ``/scratch`` so nothing fills the root disk --
+    would (rightly) fail every ``gpuinfra-run``, the health gate's all-reduce included.
     """
-    saved = node_files.SCRATCH_DEVICE_WAIT_SECONDS
-    node_files.SCRATCH_DEVICE_WAIT_SECONDS = scratch_wait_seconds
+    def no_local_disks(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
+        return node_files.scratch_script(mount_point, device_glob, 0, existing_mount)
+
+    saved = userdata.scratch_script, startup.scratch_script
+    userdata.scratch_script = startup.scratch_script = no_local_disks
     try:
         if spec.cloud == "aws":
             aws_plan: AwsClusterPlan = plan_aws_cluster(spec)
@@ -60,4 +65,4 @@ def render_boot(spec: ClusterSpec, bucket: str, scratch_wait_seconds: int) -> Bo
         return BootText("gcp", render_startup_script(spec, gcp_plan, bucket), gcp_node_bundle(spec, gcp_plan).to_json(),
                         node_prefix(spec))
     finally:
-        node_files.SCRATCH_DEVICE_WAIT_SECONDS = saved
+        userdata.scratch_script, startup.scratch_script = saved

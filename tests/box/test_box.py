@@ -20,15 +20,13 @@ pytestmark = [pytest.mark.box]
 
 #: Seconds from boot to ranks and a health verdict on every node (2 cores shared: generous).
 BOOT_SECONDS = 300
-#: The rendered scratch unit waits this long for local NVMe disks (a container has none).
-SCRATCH_WAIT_SECONDS = 1
 
 
 def make_box(rootfs: Path, scenario: Scenario, workdir: Path) -> Box:
     """A box for ``scenario``'s stack, its boot text rendered by the real renderers."""
     spec = stack_spec(scenario.stack)
     bucket = f"{spec.stack}-box"
-    boot = render_boot(spec, bucket, SCRATCH_WAIT_SECONDS)
+    boot = render_boot(spec, bucket)
     zone = spec.zone or ""
     return Box(rootfs, scenario, boot, spec.nodes, bucket, spec.region, zone, boot.efa_devices, workdir)
 
@@ -80,7 +78,7 @@ def calls_of(box: Box, prefix: list[str]) -> list[tuple[str, list[str]]]:
 def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box_timer, tmp_path):
     scenario = aws_p5()
     with make_box(box_rootfs, scenario, tmp_path) as box:
-        box.boot()
+        box.start()
         envs = wait_ranked_and_passed(box)
         assert_two_node_ranks(box, envs, "29500")
         stack = stack_spec(scenario.stack).stack
@@ -98,7 +96,7 @@ def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box
 def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box_timer, tmp_path):
     scenario = gcp_a3mega()
     with make_box(box_rootfs, scenario, tmp_path) as box:
-        box.boot()
+        box.start()
         envs = wait_ranked_and_passed(box)
         assert_two_node_ranks(box, envs, "29500")
         spec = stack_spec(scenario.stack)
@@ -117,7 +115,7 @@ def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs,
 
 def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer, tmp_path):
     with make_box(box_rootfs, aws_p5(), tmp_path) as box:
-        box.boot()
+        box.start()
         before = wait_ranked_and_passed(box)
         node = box.nodes[1]
         node.exec(["systemctl", "reboot"], check=False)
@@ -133,7 +131,7 @@ def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer,
 def test_gcp_agent_ends_idle_nodes_through_the_managed_instance_group(box_rootfs, box_timer, tmp_path):
     scenario = Scenario(**{**gcp_a3mega().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}})
     with make_box(box_rootfs, scenario, tmp_path) as box:
-        box.boot()
+        box.start()
         wait_ranked_and_passed(box)
         codes = [node.wait_exit(120) for node in box.nodes]
         assert codes == [0, 0]  # powered off, not rebooted or killed
