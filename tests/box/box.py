@@ -49,6 +49,15 @@ STANDIN_PROGRAMS = {"/usr/local/bin/aws": "aws", "/usr/local/bin/gcloud": "gclou
 STANDIN_UNITS = {
     "docker.service": "[Unit]\nDescription=box stand-in for Docker\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
                       "ExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+    # nspawn mounts /sys before it joins the node's network namespace, so /sys/class/net lists the
+    # host's interfaces; this remounts the two per-namespace folders from a sysfs mounted inside
+    # (sysfs(5): network devices are shown for the mounting process's network namespace)
+    "box-sysfs-net.service": "[Unit]\nDescription=box: /sys/class/net of this node's network namespace\n"
+                             "DefaultDependencies=no\nBefore=sysinit.target\n[Service]\nType=oneshot\n"
+                             "RemainAfterExit=yes\nExecStart=/bin/sh -c 'mkdir -p /run/box-sysfs && mount -t sysfs "
+                             "-o ro sysfs /run/box-sysfs && mount --bind /run/box-sysfs/class/net /sys/class/net && "
+                             "mount --bind /run/box-sysfs/devices/virtual/net /sys/devices/virtual/net'\n"
+                             "[Install]\nWantedBy=sysinit.target\n",
     "nvidia-fabricmanager.service": "[Unit]\nDescription=box stand-in for the NVIDIA fabric manager\n[Service]\n"
                                     "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n[Install]\n"
                                     "WantedBy=multi-user.target\n",
@@ -140,9 +149,9 @@ class Node:
         target.write_text(text)
         target.chmod(mode)
 
-    def enable(self, unit: str, root: str = "/etc/systemd/system") -> None:
-        """``systemctl enable`` by hand: the multi-user.target.wants link."""
-        link = self.merged / "etc/systemd/system/multi-user.target.wants" / unit
+    def enable(self, unit: str, root: str = "/etc/systemd/system", target: str = "multi-user.target") -> None:
+        """``systemctl enable`` by hand: the ``<target>.wants`` link."""
+        link = self.merged / f"etc/systemd/system/{target}.wants" / unit
         link.parent.mkdir(parents=True, exist_ok=True)
         if not link.is_symlink():
             link.symlink_to(f"{root}/{unit}")
@@ -161,7 +170,7 @@ class Node:
             link.symlink_to("/usr/local/lib/box/standin.py")
         for unit, text in STANDIN_UNITS.items():
             self.write(f"/etc/systemd/system/{unit}", text)
-            self.enable(unit)
+            self.enable(unit, target="sysinit.target" if unit.startswith("box-") else "multi-user.target")
         devices = self.box.efa_devices
         if devices:
             self.write("/etc/tmpfiles.d/box-efa.conf", "d /dev/infiniband 0755 root root -\n"

@@ -70,6 +70,12 @@ def health_results(box: Box, stack: str) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(root.glob("*.json"))}
 
 
+def verdicts(results: dict[str, dict]) -> dict[str, tuple]:
+    """Object name -> (stage, address, passed, names of failed checks) of the nodes' results."""
+    return {k: (r["stage"], r["address"], r["passed"], [c["name"] for c in r["checks"] if c["passed"] is False])
+            for k, r in results.items()}
+
+
 def calls_of(box: Box, prefix: list[str]) -> list[tuple[str, list[str]]]:
     """(node, argv) of the recorded calls whose argv starts with ``prefix``."""
     return [(c["node"], c["argv"]) for c in box.calls() if c["argv"][:len(prefix)] == prefix]
@@ -87,9 +93,7 @@ def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box
             assert (node.name, ["aws", "s3", "cp", "--only-show-errors", "--region", "us-east-1",
                                 f"s3://{box.bucket}/{BUNDLE_KEY}", "/run/gpuinfra/node-bundle.json.tmp"]) in fetches
         results = health_results(box, stack)
-        assert {k: (r["stage"], r["address"], all(c["passed"] for c in r["checks"])) for k, r in results.items()
-                if not k.startswith("ranks")} == {
-            f"{n.name}.json": ("cluster", n.ip, True) for n in box.nodes}
+        assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
         assert not [c for c in box.calls() if c["argv"][0] == "shutdown"]
 
 
@@ -107,9 +111,7 @@ def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs,
                                 f"gs://{box.bucket}/gpuinfra-peers/{box.boot.group}/{node.name}/{node.ip}", "--quiet"]
                     ) in calls_of(box, ["gcloud", "storage", "cp", "-"])
         results = health_results(box, spec.stack)
-        assert {k: (r["stage"], r["address"], all(c["passed"] for c in r["checks"])) for k, r in results.items()
-                if not k.startswith("ranks")} == {
-            f"{n.name}.json": ("cluster", n.ip, True) for n in box.nodes}
+        assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
         assert not calls_of(box, ["gcloud", "compute", "instance-groups", "managed", "delete-instances"])
 
 
