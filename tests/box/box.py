@@ -58,9 +58,10 @@ STANDIN_UNITS = {
                              "-o ro sysfs /run/box-sysfs && mount --bind /run/box-sysfs/class/net /sys/class/net && "
                              "mount --bind /run/box-sysfs/devices/virtual/net /sys/devices/virtual/net'\n"
                              "[Install]\nWantedBy=sysinit.target\n",
-    "nvidia-fabricmanager.service": "[Unit]\nDescription=box stand-in for the NVIDIA fabric manager\n[Service]\n"
-                                    "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/true\n[Install]\n"
-                                    "WantedBy=multi-user.target\n",
+    # a daemon, as the real one is: active from its start until the node stops
+    "nvidia-fabricmanager.service": "[Unit]\nDescription=box stand-in for the NVIDIA fabric manager\n"
+                                    "DefaultDependencies=no\nBefore=basic.target\n[Service]\n"
+                                    "ExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n",
 }
 #: GCP: what the guest agent's google-startup-scripts.service does on every boot: its runner
 #: (``google_metadata_script_runner startup``) fetches the ``startup-script`` attribute and runs it
