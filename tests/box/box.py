@@ -296,6 +296,9 @@ class Node:
             try:
                 text += self.exec(["journalctl", "--no-pager", "-o", "cat", "-n", "80", "-u", "gpuinfra-*",
                                    "-u", "cloud-final", "-u", "google-startup-scripts"], check=False).stdout
+                run_check = self.exec(["/usr/local/bin/gpuinfra-run", "--skip-health-gate", "--dry-run", "--wait", "1",
+                                       "--", "true"], check=False)
+                text += f"\ngpuinfra-run --dry-run now: exit {run_check.returncode}: {run_check.stderr[-1500:]}"
             except (RuntimeError, subprocess.SubprocessError) as exc:
                 text += f"\n(no journal: {exc!r})"
         return f"----- {self.name} ({self.ip})\n{text}"

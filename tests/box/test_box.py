@@ -134,10 +134,23 @@ def test_gcp_agent_ends_idle_nodes_through_the_managed_instance_group(box_rootfs
     scenario = Scenario(**{**gcp_a3mega().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}})
     with make_box(box_rootfs, scenario, tmp_path) as box:
         box.start()
-        wait_ranked_and_passed(box)
-        codes = [node.wait_exit(120) for node in box.nodes]
+        codes = [node.wait_exit(BOOT_SECONDS) for node in box.nodes]
         assert codes == [0, 0]  # powered off, not rebooted or killed
         spec = stack_spec(scenario.stack)
+        assert verdicts(health_results(box, spec.stack)) == {
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
         assert sorted(calls_of(box, ["gcloud", "compute", "instance-groups", "managed", "delete-instances"])) == sorted(
             (n.name, ["gcloud", "compute", "instance-groups", "managed", "delete-instances", box.boot.group,
                       f"--instances={n.name}", f"--zone={spec.zone}", "--quiet"]) for n in box.nodes)
+
+
+def test_aws_agent_ends_idle_nodes_with_an_instance_initiated_shutdown(box_rootfs, box_timer, tmp_path):
+    scenario = Scenario(**{**aws_p5().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}})
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        box.start()
+        codes = [node.wait_exit(BOOT_SECONDS) for node in box.nodes]
+        assert codes == [0, 0]  # powered off, not rebooted or killed
+        assert verdicts(health_results(box, stack_spec(scenario.stack).stack)) == {
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
+        assert sorted(calls_of(box, ["shutdown"])) == sorted(
+            (n.name, ["shutdown", "-h", "now", "gpuinfra agent: idle"]) for n in box.nodes)
