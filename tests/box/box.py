@@ -45,10 +45,12 @@ EXIT_REBOOT = 133
 STANDIN_PROGRAMS = {"/usr/local/bin/aws": "aws", "/usr/local/bin/gcloud": "gcloud", "/usr/local/bin/docker": "docker",
                     "/usr/local/bin/nvidia-smi": "nvidia-smi", "/usr/local/bin/fi_info": "fi_info",
                     "/usr/local/sbin/shutdown": "shutdown"}
-#: Stand-in units for what the GPU images ship: Docker, the NVIDIA fabric manager.
+#: Stand-in units for what the GPU images ship: Docker, the NVIDIA fabric manager. Daemons are
+#: daemons here too (``sleep infinity``): a finished oneshot was seen reported "failed" on a
+#: cgroup v1 host ("Failed to kill control group ... Input/output error").
 STANDIN_UNITS = {
-    "docker.service": "[Unit]\nDescription=box stand-in for Docker\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-                      "ExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+    "docker.service": "[Unit]\nDescription=box stand-in for Docker\n[Service]\nExecStart=/bin/sleep infinity\n"
+                      "[Install]\nWantedBy=multi-user.target\n",
     # nspawn mounts /sys before it joins the node's network namespace, so /sys/class/net lists the
     # host's interfaces; this remounts the two per-namespace folders from a sysfs mounted inside
     # (sysfs(5): network devices are shown for the mounting process's network namespace)
@@ -102,8 +104,7 @@ TCPXO_STANDIN = {
                                     "/var/lib/tcpxo/lib64 /dev/aperture_devices && : > "
                                     "/var/lib/tcpxo/lib64/nccl-env-profile.sh && : > /dev/aperture_devices/0000:00:00.0"
                                     " && systemctl start gpuinfra-rxdm.service'\n[Install]\nWantedBy=multi-user.target\n",
-    "gpuinfra-rxdm.service": "[Unit]\nDescription=box stand-in for RxDM\n[Service]\nType=oneshot\nRemainAfterExit=yes\n"
-                             "ExecStart=/bin/true\n",
+    "gpuinfra-rxdm.service": "[Unit]\nDescription=box stand-in for RxDM\n[Service]\nExecStart=/bin/sleep infinity\n",
 }
 COMMAND_TIMEOUT_SECONDS = 60
 
