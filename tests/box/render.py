@@ -52,6 +52,7 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     would (rightly) fail every ``gpuinfra-run``, the health gate's all-reduce included.
     """
     def no_local_disks(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
+        """:func:`blueprints.common.node_files.scratch_script` with ``expected_disks=0``."""
         return node_files.scratch_script(mount_point, device_glob, 0, existing_mount)
 
     saved = userdata.scratch_script, startup.scratch_script

@@ -74,6 +74,8 @@ class Cli:
         self.after: list[str] = []
 
     def answer(self) -> tuple[int, str, str]:
+        """``(exit code, stdout, stderr)`` of the call (:attr:`writes` and :attr:`after` set as a
+        side effect); a call matching one of the scenario's ``failing_calls`` exits 1."""
         prog = os.path.basename(self.argv[0])
         failing = self.scenario.get("failing_calls", [])
         joined = " ".join(self.argv[1:])
@@ -209,7 +211,8 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, fmt: str, *args) -> None:  # quiet: the call log is the record
+    def log_message(self, fmt: str, *args) -> None:
+        """Quiet: the call log is the record."""
         pass
 
     def _node(self) -> dict | None:
@@ -228,6 +231,7 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
+        """IMDSv2 session token (``PUT /latest/api/token``); 400 for anything else."""
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         if self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds"):
@@ -236,6 +240,7 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(400, "")
 
     def do_GET(self) -> None:  # noqa: N802
+        """IMDS (token required) and GCE metadata (``Metadata-Flavor: Google`` required) reads."""
         node = self._node()
         url = urlsplit(self.path)
         if node is None:
@@ -260,6 +265,7 @@ class Handler(BaseHTTPRequestHandler):
         return self._send(404, "")
 
     def do_POST(self) -> None:  # noqa: N802
+        """A stand-in call (``/box/cli``): answer it, append it to ``calls.jsonl``."""
         length = int(self.headers.get("Content-Length") or 0)
         request = json.loads(self.rfile.read(length))
         node = self._node() or {"name": "unknown", "ip": self.client_address[0]}

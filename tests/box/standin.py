@@ -21,6 +21,8 @@ MAX_FILE_BYTES = 8 * 1024 * 1024
 
 
 def main() -> int:
+    """Forward this call to the box server and act out its answer; the answer's exit code
+    (255 when the server cannot be reached)."""
     argv = [os.path.basename(sys.argv[0])] + sys.argv[1:]
     files = {}
     for arg in sys.argv[1:]:
