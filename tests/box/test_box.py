@@ -129,6 +129,12 @@ def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer,
         assert after == [before[1]]
         assert node.read("/var/lib/gpuinfra/ranked-hostfile") == f"{box.nodes[0].ip}\n{node.ip}\n"
         assert box.nodes[0].running() and node.boots == 2
+        # every boot fetches the bundle; the all-reduce ran once: after the reboot the gate rejoined
+        # with its kept cluster result (gpuinfra/health/node.py HealthNode.rejoin)
+        assert len([1 for n, argv in calls_of(box, ["aws", "s3", "cp"]) if n == node.name
+                    and argv[-2] == f"s3://{box.bucket}/{BUNDLE_KEY}"]) == 2
+        assert len([1 for n, argv in calls_of(box, ["docker", "run"]) if n == node.name
+                    and any(a.endswith("gpuinfra_allreduce.py") for a in argv)]) == 1
 
 
 def test_gcp_agent_ends_idle_nodes_through_the_managed_instance_group(box_rootfs, box_timer, tmp_path):
