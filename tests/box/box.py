@@ -376,8 +376,27 @@ class Box:
         path = self.state / "nodes.json"
         old = {n["name"]: n for n in json.loads(path.read_text())["nodes"]} if path.exists() else {}
         doc = {"nodes": [{"name": n.name, "id": n.id, "ip": n.ip,
-                          "state": state if names is None or n.name in names else old.get(n.name, {}).get("state", state)}
+                          "state": state if names is None or n.name in names else old.get(n.name, {}).get("state", state),
+                          "notices": old.get(n.name, {}).get("notices", {})}
                          for n in self.nodes]}
+        self._write_nodes(doc)
+
+    def notify(self, node: Node, kind: str, value: object) -> None:
+        """Publish a cloud notice for ``node`` from now on: ``spot`` (the IMDS
+        ``spot/instance-action`` document, e.g. ``{"action": "terminate", "time": "..."}``),
+        ``rebalance`` (``events/recommendations/rebalance``, e.g. ``{"noticeTime": "..."}``) or
+        ``preempted`` (GCE ``instance/preempted`` reads ``TRUE``; ``value`` unused)
+        (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html,
+        cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted)."""
+        path = self.state / "nodes.json"
+        doc = json.loads(path.read_text())
+        for entry in doc["nodes"]:
+            if entry["name"] == node.name:
+                entry.setdefault("notices", {})[kind] = value
+        self._write_nodes(doc)
+
+    def _write_nodes(self, doc: dict) -> None:
+        path = self.state / "nodes.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(doc))
         os.replace(tmp, path)

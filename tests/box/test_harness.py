@@ -112,3 +112,65 @@ def test_the_rootfs_key_changes_with_the_package_list(monkeypatch):
     key = rootfs.cache_key()
     monkeypatch.setattr(rootfs, "PACKAGES", (*rootfs.PACKAGES, "strace"))
     assert rootfs.cache_key() != key and len(key) == 16
+
+
+@pytest.fixture
+def metadata(state):
+    """The stand-in cloud on 127.0.0.1 (an ephemeral port), 127.0.0.1 being node ``i-0``."""
+    import threading
+    from http.server import ThreadingHTTPServer
+
+    doc = json.loads((state / "nodes.json").read_text())
+    doc["nodes"][1]["ip"] = "127.0.0.1"
+    (state / "nodes.json").write_text(json.dumps(doc))
+    (state / "scenario.json").write_text(json.dumps(gcp_a3mega().to_json(
+        "us-east-1", "europe-west1-b", {"startup-script": "#!/bin/bash\necho hi\n"})))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), server.Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", state
+    httpd.shutdown()
+
+
+def http(url: str, method: str = "GET", headers: dict | None = None) -> tuple[int, str, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode(), dict(response.headers)
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(), dict(exc.headers)
+
+
+def test_imds_answers_only_with_the_session_token(metadata):
+    base, _ = metadata
+    assert http(f"{base}/latest/meta-data/local-ipv4")[0] == 401
+    status, token, _ = http(f"{base}/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+    assert status == 200
+    get = lambda path: http(f"{base}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token})[:2]  # noqa: E731
+    assert [get(p) for p in ("instance-id", "local-ipv4", "placement/region", "placement/availability-zone")] == [
+        (200, "i-0"), (200, "127.0.0.1"), (200, "us-east-1"), (200, "europe-west1-b")]
+    assert get("spot/instance-action")[0] == 404
+
+
+def test_a_spot_notice_appears_in_imds(metadata):
+    base, state = metadata
+    doc = json.loads((state / "nodes.json").read_text())
+    doc["nodes"][1]["notices"] = {"spot": {"action": "terminate", "time": "2026-11-26T14:00:00Z"}}
+    (state / "nodes.json").write_text(json.dumps(doc))
+    token = http(f"{base}/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "300"})[1]
+    assert json.loads(http(f"{base}/latest/meta-data/spot/instance-action",
+                           headers={"X-aws-ec2-metadata-token": token})[1]) == {
+        "action": "terminate", "time": "2026-11-26T14:00:00Z"}
+
+
+def test_gce_metadata_needs_the_flavor_header_and_echoes_it(metadata):
+    base, _ = metadata
+    url = f"{base}/computeMetadata/v1/instance/attributes/startup-script"
+    assert http(url)[0] == 403
+    status, body, headers = http(url, headers={"Metadata-Flavor": "Google"})
+    assert (status, body, headers["Metadata-Flavor"]) == (200, "#!/bin/bash\necho hi\n", "Google")
+    flavor = {"Metadata-Flavor": "Google"}
+    assert http(f"{base}/computeMetadata/v1/instance/zone", headers=flavor)[1] == "projects/1234567890/zones/europe-west1-b"
+    assert http(f"{base}/computeMetadata/v1/instance/preempted", headers=flavor)[1] == "FALSE"
