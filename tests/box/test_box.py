@@ -93,6 +93,10 @@ def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box
         for node in box.nodes:
             assert (node.name, ["aws", "s3", "cp", "--only-show-errors", "--region", "us-east-1",
                                 f"s3://{box.bucket}/{BUNDLE_KEY}", "/run/gpuinfra/node-bundle.json.tmp"]) in fetches
+        describe = ["aws", "ec2", "describe-instances", "--region", "us-east-1", "--filters",
+                    f"Name=tag:gpuinfra:stack,Values={stack}", "Name=instance-state-name,Values=pending,running",
+                    "--query", "Reservations[].Instances[].PrivateIpAddress", "--output", "text"]
+        assert {n for n, argv in calls_of(box, ["aws", "ec2"]) if argv == describe} == {n.name for n in box.nodes}
         results = health_results(box, stack)
         assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
         assert not [c for c in box.calls() if c["argv"][0] == "shutdown"]
@@ -111,6 +115,9 @@ def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs,
             assert (node.name, ["gcloud", "storage", "cp", "-",
                                 f"gs://{box.bucket}/gpuinfra-peers/{box.boot.group}/{node.name}/{node.ip}", "--quiet"]
                     ) in calls_of(box, ["gcloud", "storage", "cp", "-"])
+        listing = ["gcloud", "compute", "instance-groups", "managed", "list-instances", box.boot.group, "--zone",
+                   spec.zone, "--filter=instanceStatus=RUNNING", "--format=value(instance.basename())"]
+        assert {n for n, argv in calls_of(box, listing[:5]) if argv == listing} == {n.name for n in box.nodes}
         results = health_results(box, spec.stack)
         assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
         assert not calls_of(box, ["gcloud", "compute", "instance-groups", "managed", "delete-instances"])
