@@ -1,0 +1,69 @@
+"""The one place the box tier imports gpuinfra's boot-text renderers from.
+
+The renderers are Pulumi-free modules that are moving to a new package; every import the tier
+needs from them is here, so a move is repointed in this file only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from blueprints.aws.plan import AwsClusterPlan, plan_aws_cluster
+from blueprints.aws import userdata
+from blueprints.aws.userdata import aws_node_bundle, render_user_data
+from blueprints.common import node_files
+from blueprints.common.node_bundle import BUNDLE_KEY
+from blueprints.gcp.plan import GcpClusterPlan, plan_gcp_cluster
+from blueprints.gcp import startup
+from blueprints.gcp.startup import gcp_node_bundle, node_prefix, render_startup_script
+from gpuinfra.spec import ClusterSpec
+from gpuinfra.stackfile import read_stack_spec
+
+__all__ = ["BUNDLE_KEY", "BootText", "render_boot", "stack_spec"]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class BootText:
+    """What a stack's nodes boot from.
+
+    Attributes:
+        cloud: ``aws`` | ``gcp``.
+        text: the ``#cloud-config`` (AWS user data) or the bash startup script (GCP metadata).
+        bundle: the node bundle document (JSON text) stored at :data:`BUNDLE_KEY` in the bucket.
+        group: the GCP managed instance group's base name (VM names are ``<group>-<suffix>``); "" on AWS.
+        efa_devices: EFA interfaces per node (AWS plan); 0 on GCP.
+    """
+
+    def __init__(self, cloud: str, text: str, bundle: str, group: str = "", efa_devices: int = 0) -> None:
+        self.cloud, self.text, self.bundle, self.group, self.efa_devices = cloud, text, bundle, group, efa_devices
+
+
+def stack_spec(stack: str) -> ClusterSpec:
+    """The spec of ``stacks/Pulumi.<stack>.yaml`` (:func:`gpuinfra.stackfile.read_stack_spec`)."""
+    return read_stack_spec(ROOT, stack)
+
+
+def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
+    """Render the real boot text and node bundle of ``spec`` for ``bucket``, with one change: the
+    scratch script is rendered for a machine without local NVMe disks (``expected_disks=0``: scratch
+    is a folder on the root disk). A container has no NVMe disks to build the RAID0 from, and the
+    script's answer to missing disks -- a read-only ``/scratch`` so nothing fills the root disk --
+    would (rightly) fail every ``gpuinfra-run``, the health gate's all-reduce included.
+    """
+    def no_local_disks(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
+        """:func:`blueprints.common.node_files.scratch_script` with ``expected_disks=0``."""
+        return node_files.scratch_script(mount_point, device_glob, 0, existing_mount)
+
+    saved = userdata.scratch_script, startup.scratch_script
+    userdata.scratch_script = startup.scratch_script = no_local_disks
+    try:
+        if spec.cloud == "aws":
+            aws_plan: AwsClusterPlan = plan_aws_cluster(spec)
+            return BootText("aws", render_user_data(spec, aws_plan, bucket), aws_node_bundle(spec, aws_plan).to_json(),
+                            efa_devices=aws_plan.efa_count)
+        gcp_plan: GcpClusterPlan = plan_gcp_cluster(spec)
+        return BootText("gcp", render_startup_script(spec, gcp_plan, bucket), gcp_node_bundle(spec, gcp_plan).to_json(),
+                        node_prefix(spec))
+    finally:
+        userdata.scratch_script, startup.scratch_script = saved
