@@ -357,10 +357,10 @@ class Box:
                      ["addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", "br0"],
                      ["addr", "add", f"{METADATA_ADDRESS}/32", "dev", "br0"], ["link", "set", "br0", "up"]):
             run(["ip", "-n", self.netns, *argv])
-        self.server = subprocess.Popen(["ip", "netns", "exec", self.netns, sys.executable, str(HERE / "server.py"),
-                                        str(self.state)], stdin=subprocess.DEVNULL,
-                                       stdout=open(self.workdir / "server.log", "w"), stderr=subprocess.STDOUT,
-                                       start_new_session=True)
+        with open(self.workdir / "server.log", "w") as log:  # the server keeps its own copy of the descriptor
+            self.server = subprocess.Popen(["ip", "netns", "exec", self.netns, sys.executable,
+                                            str(HERE / "server.py"), str(self.state)], stdin=subprocess.DEVNULL,
+                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + 20
         while not (self.state / "ready").exists():
             if self.server.poll() is not None or time.monotonic() > deadline:

@@ -1,21 +1,21 @@
 """The one place the box tier imports gpuinfra's boot-text renderers from.
 
-The renderers are Pulumi-free modules that are moving to a new package; every import the tier
-needs from them is here, so a move is repointed in this file only.
+The renderers are the Pulumi-free modules of :mod:`gpuinfra.plan`; every import the tier needs
+from them is here, so a move is repointed in this file only.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from blueprints.aws.plan import AwsClusterPlan, plan_aws_cluster
-from blueprints.aws import userdata
-from blueprints.aws.userdata import aws_node_bundle, render_user_data
-from blueprints.common import node_files
-from blueprints.common.node_bundle import BUNDLE_KEY
-from blueprints.gcp.plan import GcpClusterPlan, plan_gcp_cluster
-from blueprints.gcp import startup
-from blueprints.gcp.startup import gcp_node_bundle, node_prefix, render_startup_script
+from gpuinfra.plan import boot_aws as userdata
+from gpuinfra.plan import boot_gcp as startup
+from gpuinfra.plan import node_files
+from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
+from gpuinfra.plan.boot_aws import aws_node_bundle, render_user_data
+from gpuinfra.plan.boot_gcp import gcp_node_bundle, node_prefix, render_startup_script
+from gpuinfra.plan.gcp import GcpClusterPlan, plan_gcp_cluster
+from gpuinfra.plan.node_bundle import BUNDLE_KEY
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
 
@@ -52,7 +52,7 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     would (rightly) fail every ``gpuinfra-run``, the health gate's all-reduce included.
     """
     def no_local_disks(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
-        """:func:`blueprints.common.node_files.scratch_script` with ``expected_disks=0``."""
+        """:func:`gpuinfra.plan.node_files.scratch_script` with ``expected_disks=0``."""
         return node_files.scratch_script(mount_point, device_glob, 0, existing_mount)
 
     saved = userdata.scratch_script, startup.scratch_script

@@ -96,7 +96,7 @@ class Scenario:
             ValueError: an override does not find exactly one place to change (the renderer changed).
         """
         for key, value in self.node_env.items():
-            text, count = re.subn(rf"^(\s*){re.escape(key)}=.*$", lambda m: f"{m.group(1)}{key}={value}", text,
+            text, count = re.subn(rf"^(\s*){re.escape(key)}=.*$", lambda m, key=key, value=value: f"{m.group(1)}{key}={value}", text,
                                   flags=re.MULTILINE)
             if count != 1:
                 raise ValueError(f"node.env key {key} found {count} times in the boot text")

@@ -124,7 +124,7 @@ class Cli:
         if args[:2] == ["s3", "cp"]:
             return self._copy(args[2:], "s3")
         if args[:2] == ["s3api", "put-object"]:
-            opts = dict(zip(args[2::2], args[3::2]))
+            opts = dict(zip(args[2::2], args[3::2], strict=False))
             target = _object_path(opts["--bucket"], opts["--key"])
             with LOCK:
                 if opts.get("--if-none-match") == "*" and target.exists():
@@ -213,7 +213,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt: str, *args) -> None:
         """Quiet: the call log is the record."""
-        pass
 
     def _node(self) -> dict | None:
         for node in _json("nodes.json")["nodes"]:

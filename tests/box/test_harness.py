@@ -34,8 +34,8 @@ def test_the_idle_override_changes_exactly_the_node_env_line():
     spec = stack_spec("example-p5-2nodes")
     text = render_boot(spec, "b").text
     patched = Scenario("example-p5-2nodes", aws_p5().gpus, node_env={"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}).patch(text)
-    changed = [(a, b) for a, b in zip(text.splitlines(), patched.splitlines()) if a != b]
-    assert changed == [("      GPUINFRA_IDLE_TIMEOUT_MINUTES=60", "      GPUINFRA_IDLE_TIMEOUT_MINUTES=0.05")]
+    changed = [(a.strip(), b.strip()) for a, b in zip(text.splitlines(), patched.splitlines(), strict=True) if a != b]
+    assert changed == [("GPUINFRA_IDLE_TIMEOUT_MINUTES=60", "GPUINFRA_IDLE_TIMEOUT_MINUTES=0.05")]
 
 
 def test_an_override_that_finds_nothing_is_an_error():
@@ -50,7 +50,7 @@ def test_the_gcp_nic_wait_is_replaced_once():
 
 
 def test_the_box_renders_scratch_without_local_disks_and_leaves_the_renderer_as_it_was():
-    from blueprints.aws import userdata
+    from gpuinfra.plan import boot_aws as userdata
 
     before = userdata.scratch_script
     assert "EXPECTED_DISKS=0" in render_boot(stack_spec("example-p5-2nodes"), "b").text
