@@ -39,8 +39,22 @@ def main() -> None:
             stack = f"bench-{itype.split('.')[0]}"
             with contextlib.redirect_stdout(io.StringIO()):
                 try:
-                    cli_main(["new", "--instance-type", itype, "--nodes", "64", "--profile", "llm-pretrain",
-                              "--name", stack, "--project-dir", tmp, "--json"])
+                    cli_main(
+                        [
+                            "new",
+                            "--instance-type",
+                            itype,
+                            "--nodes",
+                            "64",
+                            "--profile",
+                            "llm-pretrain",
+                            "--name",
+                            stack,
+                            "--project-dir",
+                            tmp,
+                            "--json",
+                        ]
+                    )
                 except SystemExit as exc:
                     if exc.code:
                         raise
@@ -50,21 +64,31 @@ def main() -> None:
             only, both, cold, warm = [], [], [], []
             for _ in range(args.runs):
                 start = time.perf_counter()
-                est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), Decimal(str(spec.run_hours)))
+                est = estimate(
+                    resources, catalog, spec.region, usage_for(spec.profile.name), Decimal(str(spec.run_hours))
+                )
                 only.append(time.perf_counter() - start)
                 start = time.perf_counter()
-                estimate(run_preview(spec, provider_config(spec)).resources, catalog, spec.region,
-                         usage_for(spec.profile.name), Decimal(str(spec.run_hours)))
+                estimate(
+                    run_preview(spec, provider_config(spec)).resources,
+                    catalog,
+                    spec.region,
+                    usage_for(spec.profile.name),
+                    Decimal(str(spec.run_hours)),
+                )
                 both.append(time.perf_counter() - start)
                 for env, times in (({**os.environ, "GPUINFRA_NO_CACHE": "1"}, cold), (os.environ, warm)):
                     start = time.perf_counter()
-                    subprocess.run([exe, "cost", stack, "--project-dir", tmp, "--json"], check=True,
-                                   capture_output=True, env=env)
+                    subprocess.run(
+                        [exe, "cost", stack, "--project-dir", tmp, "--json"], check=True, capture_output=True, env=env
+                    )
                     times.append(time.perf_counter() - start)
             print(f"{itype} x 64 nodes: {len(resources)} resources, {len(est.lines)} cost lines")
-            print(f"  estimate only {statistics.median(only):.3f} s | preview + estimate {statistics.median(both):.3f} s"
-                  f" | whole `gpuinfra cost` process: cold {statistics.median(cold):.3f} s, "
-                  f"preview cached {statistics.median(warm):.3f} s  (target < 2 s)")
+            print(
+                f"  estimate only {statistics.median(only):.3f} s | preview + estimate {statistics.median(both):.3f} s"
+                f" | whole `gpuinfra cost` process: cold {statistics.median(cold):.3f} s, "
+                f"preview cached {statistics.median(warm):.3f} s  (target < 2 s)"
+            )
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ def main() -> None:
         times.append(time.perf_counter() - start)
     count = proc.stdout.count(b'"instance_type"')
     print(f"gpuinfra offers --gpus 8xH100 --json: {count} offers, runs={args.runs}")
-    print(f"  median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s  (target < 1.0 s)")
+    print(
+        f"  median {statistics.median(times):.3f} s  min {min(times):.3f} s  max {max(times):.3f} s  (target < 1.0 s)"
+    )
 
 
 if __name__ == "__main__":

@@ -40,8 +40,23 @@ def main() -> None:
             stack = f"bench-{nodes}"
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
-                    cli_main(["new", "--instance-type", itype, "--nodes", str(nodes), "--profile", profile,
-                              "--name", stack, "--project-dir", tmp, "--force", "--json"])
+                    cli_main(
+                        [
+                            "new",
+                            "--instance-type",
+                            itype,
+                            "--nodes",
+                            str(nodes),
+                            "--profile",
+                            profile,
+                            "--name",
+                            stack,
+                            "--project-dir",
+                            tmp,
+                            "--force",
+                            "--json",
+                        ]
+                    )
             except SystemExit as exc:
                 if exc.code:
                     raise
@@ -54,8 +69,12 @@ def main() -> None:
             whole = []
             for _ in range(args.runs):
                 start = time.perf_counter()
-                subprocess.run([exe, "preview", stack, "--project-dir", tmp, "--json"], check=True, capture_output=True,
-                               env={**os.environ, "GPUINFRA_NO_CACHE": "1"})
+                subprocess.run(
+                    [exe, "preview", stack, "--project-dir", tmp, "--json"],
+                    check=True,
+                    capture_output=True,
+                    env={**os.environ, "GPUINFRA_NO_CACHE": "1"},
+                )
                 whole.append(time.perf_counter() - start)
             print(f"{nodes:>6} {count:>9} {statistics.median(warm):>20.3f} {statistics.median(whole):>23.3f}")
 

@@ -44,8 +44,9 @@ def run(command: str, env: dict | None = None, timeout: int = 300) -> str:
     """stdout+stderr of ``command`` (a shell line), or a note that it could not run."""
     if shutil.which(command.split()[0]) is None:
         return f"(not run: {command.split()[0]} is not on PATH)\n"
-    done = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    done = subprocess.run(
+        command, shell=True, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
     return done.stdout + done.stderr + (f"(exit {done.returncode})\n" if done.returncode else "")
 
 
@@ -67,13 +68,17 @@ def main(out: Path) -> None:
         outputs["all_reduce_torch_nccl_info"] = run(f"{sys.executable} {script}", {"NCCL_DEBUG": "INFO"}, 600)
     for name, text in outputs.items():
         (out / f"{name}.txt").write_text(text)
-    versions = {"captured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "driver": run("nvidia-smi --query-gpu=driver_version,name --format=csv,noheader").strip(),
-                "python": sys.version.split()[0]}
+    versions = {
+        "captured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "driver": run("nvidia-smi --query-gpu=driver_version,name --format=csv,noheader").strip(),
+        "python": sys.version.split()[0],
+    }
     try:
         import torch
 
-        versions.update(torch=torch.__version__, cuda=torch.version.cuda, nccl=".".join(map(str, torch.cuda.nccl.version())))
+        versions.update(
+            torch=torch.__version__, cuda=torch.version.cuda, nccl=".".join(map(str, torch.cuda.nccl.version()))
+        )
     except Exception as exc:  # noqa: BLE001 - record why
         versions["torch"] = f"unavailable: {exc!r}"
     (out / "versions.json").write_text(json.dumps(versions, indent=2) + "\n")

@@ -43,12 +43,18 @@ EXIT_MISSING_DEPENDENCY = 6
 GRIDS = {
     "issue": [("llama-3.1-8b", "lora", 2048, 2, "full"), ("llama-3.1-8b", "inference", 2048, 32, "none")],
     "default": [
-        ("llama-3.1-8b", "lora", 2048, 2, "full"), ("llama-3.1-8b", "lora", 1024, 1, "none"),
-        ("llama-3.1-8b", "lora", 4096, 1, "full"), ("llama-3.1-8b", "inference", 2048, 32, "none"),
-        ("llama-3.1-8b", "inference", 4096, 8, "none"), ("mistral-7b", "lora", 2048, 2, "full"),
-        ("qwen2.5-7b", "lora", 2048, 1, "full"), ("phi-3-mini", "full", 2048, 1, "full"),
-        ("phi-3-mini", "full", 1024, 2, "none"), ("gpt2-xl", "full", 1024, 4, "none"),
-        ("gpt2-xl", "full", 1024, 8, "full"), ("llama-3.1-8b", "full", 2048, 1, "full"),
+        ("llama-3.1-8b", "lora", 2048, 2, "full"),
+        ("llama-3.1-8b", "lora", 1024, 1, "none"),
+        ("llama-3.1-8b", "lora", 4096, 1, "full"),
+        ("llama-3.1-8b", "inference", 2048, 32, "none"),
+        ("llama-3.1-8b", "inference", 4096, 8, "none"),
+        ("mistral-7b", "lora", 2048, 2, "full"),
+        ("qwen2.5-7b", "lora", 2048, 1, "full"),
+        ("phi-3-mini", "full", 2048, 1, "full"),
+        ("phi-3-mini", "full", 1024, 2, "none"),
+        ("gpt2-xl", "full", 1024, 4, "none"),
+        ("gpt2-xl", "full", 1024, 8, "full"),
+        ("llama-3.1-8b", "full", 2048, 1, "full"),
     ],
 }
 
@@ -61,13 +67,27 @@ def hf_config_dict(model: str) -> dict:
     """
     data = yaml.safe_load(MODELS.read_text())[model]
     if data.get("mlp", "swiglu") == "gelu":
-        return {"model_type": "gpt2", "n_layer": data["layers"], "n_embd": data["hidden"], "n_head": data["heads"],
-                "n_inner": data["ffn"], "vocab_size": data["vocab"], "n_positions": data.get("positions", 1024),
-                "tie_word_embeddings": bool(data.get("tied", False))}
-    return {"model_type": "llama", "num_hidden_layers": data["layers"], "hidden_size": data["hidden"],
-            "num_attention_heads": data["heads"], "num_key_value_heads": data["kv_heads"],
-            "intermediate_size": data["ffn"], "vocab_size": data["vocab"], "max_position_embeddings": 131072,
-            "tie_word_embeddings": bool(data.get("tied", False))}
+        return {
+            "model_type": "gpt2",
+            "n_layer": data["layers"],
+            "n_embd": data["hidden"],
+            "n_head": data["heads"],
+            "n_inner": data["ffn"],
+            "vocab_size": data["vocab"],
+            "n_positions": data.get("positions", 1024),
+            "tie_word_embeddings": bool(data.get("tied", False)),
+        }
+    return {
+        "model_type": "llama",
+        "num_hidden_layers": data["layers"],
+        "hidden_size": data["hidden"],
+        "num_attention_heads": data["heads"],
+        "num_key_value_heads": data["kv_heads"],
+        "intermediate_size": data["ffn"],
+        "vocab_size": data["vocab"],
+        "max_position_embeddings": 131072,
+        "tie_word_embeddings": bool(data.get("tied", False)),
+    }
 
 
 def case_id(model: str, method: str, seq: int, batch: int, recompute: str) -> str:
@@ -76,16 +96,44 @@ def case_id(model: str, method: str, seq: int, batch: int, recompute: str) -> st
     return f"{model}-{method}-s{seq}-b{batch}{tail}"
 
 
-def make_row(model: str, method: str, seq: int, batch: int, recompute: str, *, device_used: int | None,
-             allocated: int | None, reserved: int | None, step_seconds: float | None, tokens_per_second: float | None,
-             status: str = "ok", error: str | None = None) -> dict:
+def make_row(
+    model: str,
+    method: str,
+    seq: int,
+    batch: int,
+    recompute: str,
+    *,
+    device_used: int | None,
+    allocated: int | None,
+    reserved: int | None,
+    step_seconds: float | None,
+    tokens_per_second: float | None,
+    status: str = "ok",
+    error: str | None = None,
+) -> dict:
     """One result row in the fixture format (the workload keys of gpuinfra/sizing/calibration.py)."""
-    row = {"id": case_id(model, method, seq, batch, recompute), "model": model, "method": method, "seq": seq,
-           "batch": batch, "recompute": recompute, "compute": "bf16", "attention": "sdpa",
-           "storage": "bf16" if method in ("lora", "inference") else "fp32", "strategy": "ddp",
-           "lora_rank": 16, "lora_sites": 4, "metric": "device_used", "measured": device_used, "unit": "bytes",
-           "max_memory_allocated": allocated, "max_memory_reserved": reserved, "step_seconds": step_seconds,
-           "tokens_per_second": tokens_per_second, "status": status}
+    row = {
+        "id": case_id(model, method, seq, batch, recompute),
+        "model": model,
+        "method": method,
+        "seq": seq,
+        "batch": batch,
+        "recompute": recompute,
+        "compute": "bf16",
+        "attention": "sdpa",
+        "storage": "bf16" if method in ("lora", "inference") else "fp32",
+        "strategy": "ddp",
+        "lora_rank": 16,
+        "lora_sites": 4,
+        "metric": "device_used",
+        "measured": device_used,
+        "unit": "bytes",
+        "max_memory_allocated": allocated,
+        "max_memory_reserved": reserved,
+        "step_seconds": step_seconds,
+        "tokens_per_second": tokens_per_second,
+        "status": status,
+    }
     if error:
         row["error"] = error
     return row
@@ -93,8 +141,15 @@ def make_row(model: str, method: str, seq: int, batch: int, recompute: str, *, d
 
 def _environment(torch) -> dict:
     props = torch.cuda.get_device_properties(0)
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True, check=False).stdout.strip() or None
+    driver = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        or None
+    )
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
     for name in ("transformers", "peft", "accelerate"):
         try:
@@ -102,8 +157,14 @@ def _environment(torch) -> dict:
         except ImportError:
             versions[name] = None
     free, total = torch.cuda.mem_get_info()
-    return {"gpu": props.name, "total_memory_bytes": total, "total_memory_gib": round(total / 2**30, 2),
-            "driver": driver, "versions": versions, "date": dt.date.today().isoformat()}
+    return {
+        "gpu": props.name,
+        "total_memory_bytes": total,
+        "total_memory_gib": round(total / 2**30, 2),
+        "driver": driver,
+        "versions": versions,
+        "date": dt.date.today().isoformat(),
+    }
 
 
 def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: str, steps: int) -> dict:
@@ -125,16 +186,26 @@ def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: s
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             with torch.no_grad():
-                net.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=16, min_new_tokens=16,
-                             do_sample=False, pad_token_id=0)
+                net.generate(
+                    prompt,
+                    attention_mask=torch.ones_like(prompt),
+                    max_new_tokens=16,
+                    min_new_tokens=16,
+                    do_sample=False,
+                    pad_token_id=0,
+                )
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
     else:
         if method == "lora":
             import peft
 
-            net = peft.get_peft_model(net, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=0.05,
-                                                           target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+            net = peft.get_peft_model(
+                net,
+                peft.LoraConfig(
+                    r=16, lora_alpha=32, lora_dropout=0.05, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+                ),
+            )
         if recompute == "full":
             net.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             if method == "lora":
@@ -157,8 +228,18 @@ def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: s
     context = (total - free) - torch.cuda.memory_reserved()  # CUDA context + library workspaces now
     step = statistics.median(times[1:] or times)
     del net
-    return make_row(model, method, seq, batch, recompute, device_used=reserved + context, allocated=allocated,
-                    reserved=reserved, step_seconds=round(step, 4), tokens_per_second=round(tokens / step, 1))
+    return make_row(
+        model,
+        method,
+        seq,
+        batch,
+        recompute,
+        device_used=reserved + context,
+        allocated=allocated,
+        reserved=reserved,
+        step_seconds=round(step, 4),
+        tokens_per_second=round(tokens / step, 1),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,8 +252,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
     except ImportError:
-        print("error: measure_gpu_memory.py needs torch, transformers and peft on a CUDA machine (torch not installed)",
-              file=sys.stderr)
+        print(
+            "error: measure_gpu_memory.py needs torch, transformers and peft on a CUDA machine (torch not installed)",
+            file=sys.stderr,
+        )
         return EXIT_MISSING_DEPENDENCY
     if not torch.cuda.is_available():
         print("error: measure_gpu_memory.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
@@ -183,8 +266,18 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows.append(_run_case(torch, *case, steps=args.steps))
         except torch.cuda.OutOfMemoryError as exc:
-            rows.append(make_row(*case, device_used=None, allocated=None, reserved=None, step_seconds=None,
-                                 tokens_per_second=None, status="oom", error=str(exc).splitlines()[0]))
+            rows.append(
+                make_row(
+                    *case,
+                    device_used=None,
+                    allocated=None,
+                    reserved=None,
+                    step_seconds=None,
+                    tokens_per_second=None,
+                    status="oom",
+                    error=str(exc).splitlines()[0],
+                )
+            )
         torch.cuda.empty_cache()
         print(json.dumps(rows[-1]), flush=True)
     name = env["gpu"].lower().replace("nvidia ", "").replace(" ", "-")

@@ -48,8 +48,9 @@ class CapacityReservation:
     state: str
 
 
-def describe_capacity_reservation(reservation_id: str, region: str,
-                                  client_factory: Callable[[str, str], Any] | None = None) -> CapacityReservation:
+def describe_capacity_reservation(
+    reservation_id: str, region: str, client_factory: Callable[[str, str], Any] | None = None
+) -> CapacityReservation:
     """Read ``reservation_id`` in ``region``.
 
     Args:
@@ -70,15 +71,18 @@ def describe_capacity_reservation(reservation_id: str, region: str,
     from botocore.exceptions import ClientError, NoCredentialsError
 
     if not re.fullmatch(r"cr-(?:[0-9a-f]{8}|[0-9a-f]{17})", reservation_id or ""):
-        raise RequestError(f"--capacity-reservation: {reservation_id!r} is not a reservation id (cr- and 8 or 17 hex digits)")
+        raise RequestError(
+            f"--capacity-reservation: {reservation_id!r} is not a reservation id (cr- and 8 or 17 hex digits)"
+        )
     if client_factory is None:
         client_factory = aws_client_factory()
     ec2 = client_factory("ec2", region)
     try:
         answer = ec2.describe_capacity_reservations(CapacityReservationIds=[reservation_id])
     except NoCredentialsError:
-        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-                                     "AWS_SECRET_ACCESS_KEY (see `aws configure`)") from None
+        raise MissingDependencyError(
+            "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (see `aws configure`)"
+        ) from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
@@ -92,12 +96,16 @@ def describe_capacity_reservation(reservation_id: str, region: str,
     item = found[0]
     state = item.get("State", "")
     if state not in LAUNCHABLE_STATES:
-        raise RequestError(f"capacity reservation {reservation_id} is {state}; only {' or '.join(LAUNCHABLE_STATES)} "
-                           "reservations take instances")
+        raise RequestError(
+            f"capacity reservation {reservation_id} is {state}; only {' or '.join(LAUNCHABLE_STATES)} "
+            "reservations take instances"
+        )
     platform, tenancy = item.get("InstancePlatform", "Linux/UNIX"), item.get("Tenancy", "default")
     if not platform.startswith("Linux/UNIX") or tenancy != "default":
-        raise RequestError(f"capacity reservation {reservation_id} is for {platform} with {tenancy} tenancy; gpuinfra "
-                           "launches Linux/UNIX instances with default tenancy, which only such a reservation takes")
+        raise RequestError(
+            f"capacity reservation {reservation_id} is for {platform} with {tenancy} tenancy; gpuinfra "
+            "launches Linux/UNIX instances with default tenancy, which only such a reservation takes"
+        )
     group_arn = item.get("PlacementGroupArn") or ""
     total = int(item.get("TotalInstanceCount", 0))
     # a Capacity Block is "scheduled" until it starts, with nothing available yet: all of it will be

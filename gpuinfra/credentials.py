@@ -67,7 +67,10 @@ def check_gcp_credentials_configured() -> None:
     Raises:
         MissingDependencyError: neither is there (exit 6).
     """
-    adc = Path(os.environ.get("CLOUDSDK_CONFIG", Path.home() / ".config" / "gcloud")) / "application_default_credentials.json"
+    adc = (
+        Path(os.environ.get("CLOUDSDK_CONFIG", Path.home() / ".config" / "gcloud"))
+        / "application_default_credentials.json"
+    )
     if not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS") and not adc.is_file():
         raise no_gcp_credentials()
 
@@ -84,7 +87,9 @@ def cloud_storage(purpose: str):
     try:
         import google.cloud.storage as storage  # (google-cloud-storage ships no type information)
     except ImportError:
-        raise MissingDependencyError(f"{purpose} needs google-cloud-storage: pip install 'gpuinfra[gcp-data]'") from None
+        raise MissingDependencyError(
+            f"{purpose} needs google-cloud-storage: pip install 'gpuinfra[gcp-data]'"
+        ) from None
     return storage
 
 

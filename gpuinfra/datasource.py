@@ -32,13 +32,31 @@ AWS_REGION = re.compile(r"^[a-z]{2}(?:-gov)?-[a-z]+-\d$")
 GCP_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
 #: Cloud Storage multi-regions and predefined dual-regions with the continent they sit in
 #: (cloud.google.com/storage/docs/locations#location-mr, #location-dr).
-GCS_MULTI_REGIONS: dict[str, str] = {"us": "us", "eu": "europe", "asia": "asia", "nam4": "us", "eur4": "europe",
-                                     "eur5": "europe", "eur7": "europe", "eur8": "europe", "asia1": "asia"}
+GCS_MULTI_REGIONS: dict[str, str] = {
+    "us": "us",
+    "eu": "europe",
+    "asia": "asia",
+    "nam4": "us",
+    "eur4": "europe",
+    "eur5": "europe",
+    "eur7": "europe",
+    "eur8": "europe",
+    "asia1": "asia",
+}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|PB|KIB|MIB|GIB|TIB|PIB)?\s*$", re.IGNORECASE)
-_UNITS_GB = {"B": Decimal("1e-9"), "KB": Decimal("1e-6"), "MB": Decimal("1e-3"), "GB": Decimal(1), "TB": Decimal(1000),
-             "PB": Decimal(10**6), "KIB": Decimal(1024) / Decimal(10**9), "MIB": Decimal(1024**2) / Decimal(10**9),
-             "GIB": Decimal(1024**3) / Decimal(10**9), "TIB": Decimal(1024**4) / Decimal(10**9),
-             "PIB": Decimal(1024**5) / Decimal(10**9)}
+_UNITS_GB = {
+    "B": Decimal("1e-9"),
+    "KB": Decimal("1e-6"),
+    "MB": Decimal("1e-3"),
+    "GB": Decimal(1),
+    "TB": Decimal(1000),
+    "PB": Decimal(10**6),
+    "KIB": Decimal(1024) / Decimal(10**9),
+    "MIB": Decimal(1024**2) / Decimal(10**9),
+    "GIB": Decimal(1024**3) / Decimal(10**9),
+    "TIB": Decimal(1024**4) / Decimal(10**9),
+    "PIB": Decimal(1024**5) / Decimal(10**9),
+}
 
 
 def parse_size_gb(text: str) -> Decimal:
@@ -49,7 +67,9 @@ def parse_size_gb(text: str) -> Decimal:
     """
     match = _SIZE.match(text or "")
     if not match:
-        raise DataSourceError(f"--data-size {text!r} is not a size; give a number with B, KB, MB, GB, TB, PB or KiB..PiB (e.g. 2TB)")
+        raise DataSourceError(
+            f"--data-size {text!r} is not a size; give a number with B, KB, MB, GB, TB, PB or KiB..PiB (e.g. 2TB)"
+        )
     try:
         number = Decimal(match.group(1))
     except InvalidOperation:  # pragma: no cover - the pattern admits only numbers
@@ -71,7 +91,8 @@ def cloud_of_region(region: str) -> str:
     if GCP_REGION.match(region):
         return "gcp"
     raise DataSourceError(
-        f"--data-region {region!r} is not an AWS region (like us-east-1) or a GCP region (like us-central1)")
+        f"--data-region {region!r} is not an AWS region (like us-east-1) or a GCP region (like us-central1)"
+    )
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:
@@ -86,7 +107,9 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     return ("aws" if match.group(1) == "s3" else "gcp"), match.group(2), match.group(3) or ""
 
 
-def resolve_data_set(uri: str | None, region: str | None, size: str | None, s3_client=None, gcs_client=None) -> DataSource | None:
+def resolve_data_set(
+    uri: str | None, region: str | None, size: str | None, s3_client=None, gcs_client=None
+) -> DataSource | None:
     """The data set named by the options, or None when none was given.
 
     Args:
@@ -117,14 +140,18 @@ def resolve_data_set(uri: str | None, region: str | None, size: str | None, s3_c
     if cloud == "aws":
         location, listed = _s3_lookup(s3_client, bucket, prefix, need_region=region is None, need_size=size_gb is None)
     else:
-        location, listed = _gcs_lookup(gcs_client, bucket, prefix, need_region=region is None, need_size=size_gb is None)
+        location, listed = _gcs_lookup(
+            gcs_client, bucket, prefix, need_region=region is None, need_size=size_gb is None
+        )
     size_gb = size_gb if size_gb is not None else listed
     if size_gb is None or size_gb <= 0:
         raise DataSourceError(f"{uri} holds no objects; give --data-size if the data is not there yet")
     return DataSource(cloud=cloud, location=region or location, size_gb=size_gb, uri=uri)
 
 
-def _s3_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: bool) -> tuple[str | None, Decimal | None]:
+def _s3_lookup(
+    client, bucket: str, prefix: str, need_region: bool, need_size: bool
+) -> tuple[str | None, Decimal | None]:
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
     if client is None:
@@ -149,7 +176,9 @@ def _s3_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: b
     return region, None if total is None else Decimal(total) / Decimal(10**9)
 
 
-def _gcs_lookup(client, bucket: str, prefix: str, need_region: bool, need_size: bool) -> tuple[str | None, Decimal | None]:
+def _gcs_lookup(
+    client, bucket: str, prefix: str, need_region: bool, need_size: bool
+) -> tuple[str | None, Decimal | None]:
     storage = cloud_storage("gs:// data")
     from google.api_core.exceptions import GoogleAPIError, NotFound
 

@@ -168,8 +168,9 @@ class PriceMissingError(NoOfferError):
 
     def __init__(self, missing: list[str]):
         self.missing = list(missing)
-        super().__init__(f"price-known: no price for {'; '.join(self.missing)}; the total would leave "
-                         "it out, so no total is given")
+        super().__init__(
+            f"price-known: no price for {'; '.join(self.missing)}; the total would leave it out, so no total is given"
+        )
 
 
 class SpecError(GpuinfraError):

@@ -21,10 +21,10 @@ Sources, with line numbers and commits: ``docs/sources/fabric.md``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal
-from collections.abc import Mapping
 
 from gpuinfra.catalog.facts_model import NicLayout
 from gpuinfra.health.gate import GPUDIRECT_PLUGINS, GpudirectPlugin
@@ -150,32 +150,53 @@ _SOCKETS_ENV = {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN"}
 
 _OFI_NCCL_PLUGIN = "/opt/amazon/ofi-nccl/lib/libnccl-net.so"
 EFA = Fabric(
-    layout="efa", cloud="aws", runtime="efa", label="EFA",
+    layout="efa",
+    cloud="aws",
+    runtime="efa",
+    label="EFA",
     nics="EFA interfaces (EfaInfo.MaximumEfaInterfaces), one uverbs device each",
     plugin=NcclPlugin("aws-ofi-nccl", _OFI_NCCL_PLUGIN),
     # libfabric >= 1.18 / aws-ofi-nccl >= 1.7 need no FI_PROVIDER / NCCL_PROTO /
     # FI_EFA_USE_DEVICE_RDMA; FI_EFA_USE_HUGE_PAGE=0 avoids fork() failures; never RDMAV_*
     nccl_env=_frozen({**_SOCKETS_ENV, "FI_EFA_USE_HUGE_PAGE": "0"}),
-    host=HostInstall(template="fabric/aws-efa-container.Dockerfile.j2",
-                     versions=_frozen({"efa-installer": "1.43.2", "aws-ofi-nccl": "1.16.3"})),
-    container=Container(uverbs=True, image_needs=(("/opt/amazon/efa/lib*/libfabric.so*", "EFA user space (libfabric)"),
-                                                  (_OFI_NCCL_PLUGIN, "aws-ofi-nccl NCCL plugin"))),
-    sources=("awsome-distributed-training 1.architectures/efa-cheatsheet.md L11-25",
-             "awsome-distributed-training 0.aws-batch-distributed-training-p5.yaml L487-674",
-             "awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/nccl-tests.Dockerfile L7-8",
-             "aws-samples/aws-efa-eks README.md L157"),
+    host=HostInstall(
+        template="fabric/aws-efa-container.Dockerfile.j2",
+        versions=_frozen({"efa-installer": "1.43.2", "aws-ofi-nccl": "1.16.3"}),
+    ),
+    container=Container(
+        uverbs=True,
+        image_needs=(
+            ("/opt/amazon/efa/lib*/libfabric.so*", "EFA user space (libfabric)"),
+            (_OFI_NCCL_PLUGIN, "aws-ofi-nccl NCCL plugin"),
+        ),
+    ),
+    sources=(
+        "awsome-distributed-training 1.architectures/efa-cheatsheet.md L11-25",
+        "awsome-distributed-training 0.aws-batch-distributed-training-p5.yaml L487-674",
+        "awsome-distributed-training@0162aacd micro-benchmarks/nccl-tests/nccl-tests.Dockerfile L7-8",
+        "aws-samples/aws-efa-eks README.md L157",
+    ),
 )
 
 ENA = Fabric(
-    layout="ena", cloud="aws", runtime="sockets", label="TCP sockets",
-    nics="ENA only (no EFA, or high-bandwidth networking off)", plugin=None, nccl_env=_frozen(_SOCKETS_ENV),
+    layout="ena",
+    cloud="aws",
+    runtime="sockets",
+    label="TCP sockets",
+    nics="ENA only (no EFA, or high-bandwidth networking off)",
+    plugin=None,
+    nccl_env=_frozen(_SOCKETS_ENV),
     sources=("awsome-distributed-training 1.architectures/efa-cheatsheet.md",),
 )
 
 GVNIC = Fabric(
-    layout="gvnic", cloud="gcp", runtime="sockets", label="TCP sockets",
+    layout="gvnic",
+    cloud="gcp",
+    runtime="sockets",
+    label="TCP sockets",
     nics="one gVNIC, no GPU NICs (A2, G2, N1, A3 High 1g-4g, or high-bandwidth networking off)",
-    plugin=None, nccl_env=_frozen(_SOCKETS_ENV),
+    plugin=None,
+    nccl_env=_frozen(_SOCKETS_ENV),
     sources=("gpuinfra/catalog/data/gcp_machine_facts.json networks",),
 )
 
@@ -183,40 +204,52 @@ _TCPX_LIB = "/var/lib/tcpx/lib64"
 _TCPX_IMAGES = f"{GCE_AI_INFRA}/gpudirect-tcpx"
 _TCPX_UDS = "/run/tcpx"
 TCPX = Fabric(
-    layout="tcpx", cloud="gcp", runtime="tcpx", label="GPUDirect-TCPX",
+    layout="tcpx",
+    cloud="gcp",
+    runtime="tcpx",
+    label="GPUDirect-TCPX",
     nics="1 system gVNIC + 4 GPU gVNICs (A3 High 8g); RxDM serves the GPU NICs",
     plugin=NcclPlugin("nccl-plugin-gpudirecttcpx", f"{_TCPX_LIB}/libnccl-net.so", _TCPX_LIB),
-    nccl_env=_frozen({
-        "NCCL_NET": "GPUDirectTCPX_v7",
-        "NCCL_SOCKET_IFNAME": "enp0s12",
-        "NCCL_GPUDIRECTTCPX_CTRL_DEV": "enp0s12",
-        "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "enp6s0,enp12s0,enp134s0,enp140s0",
-        "NCCL_CROSS_NIC": "0",
-        "NCCL_ALGO": "Ring",
-        "NCCL_PROTO": "Simple",
-        "NCCL_NSOCKS_PERTHREAD": "4",
-        "NCCL_SOCKET_NTHREADS": "1",
-        "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
-        "NCCL_P2P_NET_CHUNKSIZE": "524288",
-        "NCCL_P2P_PCI_CHUNKSIZE": "524288",
-        "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
-        "NCCL_BUFFSIZE": "4194304",
-        "NCCL_NET_GDR_LEVEL": "PIX",
-        "NCCL_P2P_PXN_LEVEL": "0",
-        "GPUINFRA_NCCL_PLUGIN_DIR": _TCPX_LIB,
-    }),
+    nccl_env=_frozen(
+        {
+            "NCCL_NET": "GPUDirectTCPX_v7",
+            "NCCL_SOCKET_IFNAME": "enp0s12",
+            "NCCL_GPUDIRECTTCPX_CTRL_DEV": "enp0s12",
+            "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "enp6s0,enp12s0,enp134s0,enp140s0",
+            "NCCL_CROSS_NIC": "0",
+            "NCCL_ALGO": "Ring",
+            "NCCL_PROTO": "Simple",
+            "NCCL_NSOCKS_PERTHREAD": "4",
+            "NCCL_SOCKET_NTHREADS": "1",
+            "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
+            "NCCL_P2P_NET_CHUNKSIZE": "524288",
+            "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+            "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
+            "NCCL_BUFFSIZE": "4194304",
+            "NCCL_NET_GDR_LEVEL": "PIX",
+            "NCCL_P2P_PXN_LEVEL": "0",
+            "GPUINFRA_NCCL_PLUGIN_DIR": _TCPX_LIB,
+        }
+    ),
     gpu_nic_env="NCCL_GPUDIRECTTCPX_SOCKET_IFNAME",
     rxdm_socket_dir=_TCPX_UDS,
-    host=HostInstall(template="fabric/gcp-tcpx-host.sh.j2",
-                     rxdm_image=f"{_TCPX_IMAGES}/tcpgpudmarxd-dev:v2.0.12",
-                     plugin_installer_image=f"{_TCPX_IMAGES}/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0"),
+    host=HostInstall(
+        template="fabric/gcp-tcpx-host.sh.j2",
+        rxdm_image=f"{_TCPX_IMAGES}/tcpgpudmarxd-dev:v2.0.12",
+        plugin_installer_image=f"{_TCPX_IMAGES}/nccl-plugin-gpudirecttcpx-dev:v3.1.9-2.19.4-12.0",
+    ),
     container=Container(
         mounts=(f"{_TCPX_LIB}:{_TCPX_LIB}:ro", f"{_TCPX_UDS}:{_TCPX_UDS}"),
-        env=_frozen({"NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": _TCPX_UDS,
-                     "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000"}),
+        env=_frozen(
+            {
+                "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": _TCPX_UDS,
+                "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000",
+            }
+        ),
         # NICs 1-2 on NUMA 0, NICs 3-4 on NUMA 1 (run-nccl-tests.sh L64-65)
-        cpu_bindings=MappingProxyType({"TX": ("8-21,112-125", "60-73,164-177"),
-                                       "RX": ("22-35,126-139", "74-87,178-191")}),
+        cpu_bindings=MappingProxyType(
+            {"TX": ("8-21,112-125", "60-73,164-177"), "RX": ("22-35,126-139", "74-87,178-191")}
+        ),
     ),
     boot_blocker=(
         "GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which comes from a private Canonical PPA with "
@@ -225,66 +258,89 @@ TCPX = Fabric(
         "(cloud.google.com/compute/docs/gpus/gpudirect); the Deep Learning VM image has neither, so it cannot "
         "be set up at boot: bake an image with that kernel"
     ),
-    sources=("cluster-toolkit@10470803 examples/machine-learning/a3-highgpu-8g/nccl-tests/run-nccl-tests.sh",
-             "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager L31-32 (images)",
-             "skypilot@46817b72 sky/provision/gcp/constants.py GPU_DIRECT_TCPX_SPECIFIC_OPTIONS",
-             "cloud.google.com/compute/docs/gpus/gpudirect"),
+    sources=(
+        "cluster-toolkit@10470803 examples/machine-learning/a3-highgpu-8g/nccl-tests/run-nccl-tests.sh",
+        "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager L31-32 (images)",
+        "skypilot@46817b72 sky/provision/gcp/constants.py GPU_DIRECT_TCPX_SPECIFIC_OPTIONS",
+        "cloud.google.com/compute/docs/gpus/gpudirect",
+    ),
 )
 
 _TCPXO_LIB = "/var/lib/tcpxo/lib64"
 _APERTURE = "/dev/aperture_devices"
 TCPXO = Fabric(
-    layout="tcpxo", cloud="gcp", runtime="tcpxo", label="GPUDirect-TCPXO",
+    layout="tcpxo",
+    cloud="gcp",
+    runtime="tcpxo",
+    label="GPUDirect-TCPXO",
     nics="1 system gVNIC + 8 GPU gVNICs (A3 Mega), the aperture devices, the dmabuf import helper",
     plugin=NcclPlugin("nccl-plugin-gpudirecttcpx (FasTrak)", f"{_TCPXO_LIB}/libnccl-net.so", _TCPXO_LIB),
-    nccl_env=_frozen({
-        "NCCL_FASTRAK_CTRL_DEV": "enp0s12",
-        "NCCL_FASTRAK_IFNAME": "enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0",
-        "NCCL_SOCKET_IFNAME": "enp0s12",
-        "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": _APERTURE,
-        "GPUINFRA_NCCL_ENV_PROFILE": f"{_TCPXO_LIB}/nccl-env-profile.sh",
-        "GPUINFRA_NCCL_PLUGIN_DIR": _TCPXO_LIB,
-    }),
+    nccl_env=_frozen(
+        {
+            "NCCL_FASTRAK_CTRL_DEV": "enp0s12",
+            "NCCL_FASTRAK_IFNAME": "enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0",
+            "NCCL_SOCKET_IFNAME": "enp0s12",
+            "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": _APERTURE,
+            "GPUINFRA_NCCL_ENV_PROFILE": f"{_TCPXO_LIB}/nccl-env-profile.sh",
+            "GPUINFRA_NCCL_PLUGIN_DIR": _TCPXO_LIB,
+        }
+    ),
     gpu_nic_env="NCCL_FASTRAK_IFNAME",
-    host=HostInstall(template="fabric/gcp-tcpxo-host.sh.j2",
-                     rxdm_image=f"{GCE_AI_INFRA}/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23",
-                     plugin_installer_image=f"{GCE_AI_INFRA}/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17",
-                     versions=_frozen({"dmabuf-import-helper": "1.1"})),
-    container=Container(mounts=(f"{_TCPXO_LIB}:{_TCPXO_LIB}:ro", f"{_APERTURE}:{_APERTURE}"),
-                        env_script=f"{_TCPXO_LIB}/nccl-env-profile.sh"),
-    sources=("cluster-toolkit@10470803 examples/machine-learning/a3-megagpu-8g/nccl-tests/run-nccl-tests.sh",
-             "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager-mega L31-32 (images)",
-             "cluster-toolkit a3mega-slurm-blueprint.yaml L306 (dmabuf-import-helper version)",
-             "container-engine-accelerators@992db812 gpudirect-tcpxo/README.md, nccl-test-latest.yaml",
-             "cloud.google.com/compute/docs/gpus/gpudirect"),
+    host=HostInstall(
+        template="fabric/gcp-tcpxo-host.sh.j2",
+        rxdm_image=f"{GCE_AI_INFRA}/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23",
+        plugin_installer_image=f"{GCE_AI_INFRA}/gpudirect-tcpxo/nccl-plugin-gpudirecttcpx-dev:v1.0.17",
+        versions=_frozen({"dmabuf-import-helper": "1.1"}),
+    ),
+    container=Container(
+        mounts=(f"{_TCPXO_LIB}:{_TCPXO_LIB}:ro", f"{_APERTURE}:{_APERTURE}"),
+        env_script=f"{_TCPXO_LIB}/nccl-env-profile.sh",
+    ),
+    sources=(
+        "cluster-toolkit@10470803 examples/machine-learning/a3-megagpu-8g/nccl-tests/run-nccl-tests.sh",
+        "slurm-gcp@13fd92b6 tools/prologs-epilogs/receive-data-path-manager-mega L31-32 (images)",
+        "cluster-toolkit a3mega-slurm-blueprint.yaml L306 (dmabuf-import-helper version)",
+        "container-engine-accelerators@992db812 gpudirect-tcpxo/README.md, nccl-test-latest.yaml",
+        "cloud.google.com/compute/docs/gpus/gpudirect",
+    ),
 )
 
 _GIB_ROOT = "/usr/local/gib"
 GIB = Fabric(
-    layout="gib", cloud="gcp", runtime="gib", label="RDMA (gIB)",
+    layout="gib",
+    cloud="gcp",
+    runtime="gib",
+    label="RDMA (gIB)",
     nics="2 gVNICs + 8 MRDMA NICs on one RoCE VPC (A3 Ultra, A4), one uverbs device each",
     plugin=NcclPlugin("nccl-gib", f"{_GIB_ROOT}/lib64/libnccl-net.so", f"{_GIB_ROOT}/lib64"),
-    nccl_env=_frozen({
-        "NCCL_CROSS_NIC": "0",
-        "NCCL_NET_GDR_LEVEL": "PIX",
-        "NCCL_P2P_NET_CHUNKSIZE": "131072",
-        "NCCL_NVLS_CHUNKSIZE": "524288",
-        "NCCL_IB_GID_INDEX": "3",
-        "NCCL_IB_ADAPTIVE_ROUTING": "1",
-        "NCCL_IB_QPS_PER_CONNECTION": "4",
-        "NCCL_IB_TC": "52",
-        "NCCL_IB_FIFO_TC": "84",
-        "NCCL_TUNER_CONFIG_PATH": f"{_GIB_ROOT}/configs/tuner_config.txtpb",
-        "GPUINFRA_NCCL_PLUGIN_DIR": f"{_GIB_ROOT}/lib64",
-    }),
+    nccl_env=_frozen(
+        {
+            "NCCL_CROSS_NIC": "0",
+            "NCCL_NET_GDR_LEVEL": "PIX",
+            "NCCL_P2P_NET_CHUNKSIZE": "131072",
+            "NCCL_NVLS_CHUNKSIZE": "524288",
+            "NCCL_IB_GID_INDEX": "3",
+            "NCCL_IB_ADAPTIVE_ROUTING": "1",
+            "NCCL_IB_QPS_PER_CONNECTION": "4",
+            "NCCL_IB_TC": "52",
+            "NCCL_IB_FIFO_TC": "84",
+            "NCCL_TUNER_CONFIG_PATH": f"{_GIB_ROOT}/configs/tuner_config.txtpb",
+            "GPUINFRA_NCCL_PLUGIN_DIR": f"{_GIB_ROOT}/lib64",
+        }
+    ),
     host=HostInstall(template="fabric/gcp-gib-host.sh.j2", versions=_frozen({"nccl-gib": "1.1.0"})),
-    container=Container(uverbs=True, mounts=(f"{_GIB_ROOT}:{_GIB_ROOT}:ro",),
-                        env=_frozen({"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20"}),
-                        env_script=f"{_GIB_ROOT}/scripts/set_nccl_env.sh"),
-    sources=("cluster-toolkit@10470803 examples/machine-learning/a3-ultragpu-8g/nccl-tests/run-nccl-tests.sh L34-56",
-             "cluster-toolkit a3ultra-slurm-blueprint.yaml L43 (nccl_gib_version), L494-555",
-             "cluster-toolkit a4-highgpu-8g/a4high-vm.yaml",
-             "cluster-toolkit examples/gke-a3-ultragpu/nccl-jobset-example.yaml"),
+    container=Container(
+        uverbs=True,
+        mounts=(f"{_GIB_ROOT}:{_GIB_ROOT}:ro",),
+        env=_frozen({"NCCL_NET": "gIB", "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20"}),
+        env_script=f"{_GIB_ROOT}/scripts/set_nccl_env.sh",
+    ),
+    sources=(
+        "cluster-toolkit@10470803 examples/machine-learning/a3-ultragpu-8g/nccl-tests/run-nccl-tests.sh L34-56",
+        "cluster-toolkit a3ultra-slurm-blueprint.yaml L43 (nccl_gib_version), L494-555",
+        "cluster-toolkit a4-highgpu-8g/a4high-vm.yaml",
+        "cluster-toolkit examples/gke-a3-ultragpu/nccl-jobset-example.yaml",
+    ),
 )
 
 #: ``nic_layout`` -> its fabric.

@@ -27,19 +27,26 @@ fake. Rules:
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
-from collections.abc import Callable, Iterable
 
 import yaml
 
 from gpuinfra.bake.stack import list_bakes
 from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, cloud_storage
-from gpuinfra.errors import (CAPACITY_ERROR_MARKER, CapacityError, GpuinfraError, MissingDependencyError,
-                             OperationError, RequestError, SpecError)
+from gpuinfra.errors import (
+    CAPACITY_ERROR_MARKER,
+    CapacityError,
+    GpuinfraError,
+    MissingDependencyError,
+    OperationError,
+    RequestError,
+    SpecError,
+)
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
@@ -104,7 +111,9 @@ class PulumiAutomation:
         try:
             return auto.select_stack(stack_name=stack, work_dir=str(project_dir))
         except auto.StackNotFoundError:
-            raise SpecError(f"stack {stack!r} is not deployed (no Pulumi state); run `gpuinfra up {stack}` first") from None
+            raise SpecError(
+                f"stack {stack!r} is not deployed (no Pulumi state); run `gpuinfra up {stack}` first"
+            ) from None
 
     def list_stacks(self, project_dir: Path) -> list[StackStatus]:
         from pulumi import automation as auto
@@ -156,11 +165,22 @@ def _run(operation, stack: str) -> dict:
         text = str(exc)
         capacity = next((line for line in text.splitlines() if CAPACITY_ERROR_MARKER in line), None)
         if capacity is not None:
-            raise CapacityError(capacity[capacity.index(CAPACITY_ERROR_MARKER) + len(CAPACITY_ERROR_MARKER):].strip()) from None
-        if any(marker in text for marker in ("ExpiredToken", "token included in the request is expired",
-                                             "invalid_grant", "Reauthentication")):
-            raise MissingDependencyError(f"cloud credentials for stack {stack!r} are expired: log in again "
-                                         "(`aws sso login` / `gcloud auth application-default login`)") from None
+            raise CapacityError(
+                capacity[capacity.index(CAPACITY_ERROR_MARKER) + len(CAPACITY_ERROR_MARKER) :].strip()
+            ) from None
+        if any(
+            marker in text
+            for marker in (
+                "ExpiredToken",
+                "token included in the request is expired",
+                "invalid_grant",
+                "Reauthentication",
+            )
+        ):
+            raise MissingDependencyError(
+                f"cloud credentials for stack {stack!r} are expired: log in again "
+                "(`aws sso login` / `gcloud auth application-default login`)"
+            ) from None
         last = [line for line in text.splitlines() if line.strip()][-1:] or ["unknown error"]
         raise OperationError(f"pulumi failed on stack {stack!r}: {last[0].strip()}") from None
     summary = getattr(result, "summary", None)
@@ -178,8 +198,14 @@ NODE_RESOURCE_TYPES = frozenset({"aws:ec2/fleet:Fleet", "gcp:compute/instanceGro
 MIN_TTL_LEFT = timedelta(minutes=30)
 
 
-def deploy(backend: Backend, project_dir: Path, spec: ClusterSpec, on_event: Callable[[object], None],
-           replace_nodes: bool = False, now: datetime | None = None) -> dict:
+def deploy(
+    backend: Backend,
+    project_dir: Path,
+    spec: ClusterSpec,
+    on_event: Callable[[object], None],
+    replace_nodes: bool = False,
+    now: datetime | None = None,
+) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. When the cloud
     launched fewer nodes than the cluster needs, a stack that did not exist before is destroyed
@@ -225,15 +251,21 @@ def deploy(backend: Backend, project_dir: Path, spec: ClusterSpec, on_event: Cal
         return backend.up(project_dir, stack, on_event)
     except CapacityError as exc:
         if deployed:
-            raise CapacityError(f"{exc}. The stack's other resources are unchanged; run `gpuinfra up {stack}` to try "
-                                f"again, or `gpuinfra down {stack}` so nothing keeps billing") from None
+            raise CapacityError(
+                f"{exc}. The stack's other resources are unchanged; run `gpuinfra up {stack}` to try "
+                f"again, or `gpuinfra down {stack}` so nothing keeps billing"
+            ) from None
         try:
             backend.destroy(project_dir, stack, on_event)
         except OperationError as cleanup:
-            raise OperationError(f"{exc}; removing the half-created stack failed too ({cleanup}): run "
-                                 f"`gpuinfra down {stack}` so nothing keeps billing") from None
-        raise CapacityError(f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
-                            f"is empty and kept); run `gpuinfra up {stack}` to try again") from None
+            raise OperationError(
+                f"{exc}; removing the half-created stack failed too ({cleanup}): run "
+                f"`gpuinfra down {stack}` so nothing keeps billing"
+            ) from None
+        raise CapacityError(
+            f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
+            f"is empty and kept); run `gpuinfra up {stack}` to try again"
+        ) from None
 
 
 def check_credentials(cloud: str) -> None:
@@ -274,7 +306,7 @@ def mark_delete_data(project_dir: Path, stack: str) -> None:
 def stack_names(project_dir: Path) -> list[str]:
     """Stacks that have a stack file in ``<project_dir>/stacks``."""
     folder = Path(project_dir) / STACKS_DIRNAME
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in folder.glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in folder.glob("Pulumi.*.yaml"))
 
 
 @dataclass
@@ -300,7 +332,12 @@ class StackRow:
     @property
     def cost_so_far_usd(self) -> Decimal | None:
         """$/h x hours since the last update, for deployed stacks."""
-        if not self.deployed or self.status is None or self.status.last_update is None or self.price_per_hour_usd is None:
+        if (
+            not self.deployed
+            or self.status is None
+            or self.status.last_update is None
+            or self.price_per_hour_usd is None
+        ):
             return None
         hours = Decimal(str(max(0.0, (self.now - self.status.last_update).total_seconds() / 3600)))
         return self.price_per_hour_usd * hours
@@ -315,10 +352,17 @@ class StackRow:
         ``invalid``: null; USD as :func:`gpuinfra.money.usd_json` strings)."""
         spec = self.spec
         return {
-            "stack": spec.stack, "cloud": spec.cloud, "gpus": f"{spec.gpu_count}x{spec.gpu}", "nodes": spec.nodes,
-            "instance_type": spec.instance_type, "zone": spec.zone, "created_at": spec.created_at.isoformat(),
+            "stack": spec.stack,
+            "cloud": spec.cloud,
+            "gpus": f"{spec.gpu_count}x{spec.gpu}",
+            "nodes": spec.nodes,
+            "instance_type": spec.instance_type,
+            "zone": spec.zone,
+            "created_at": spec.created_at.isoformat(),
             "age_hours": round((self.now - spec.created_at).total_seconds() / 3600, 2),
-            "expires_at": spec.expires_at.isoformat(), "expired": self.expired, "deployed": self.deployed,
+            "expires_at": spec.expires_at.isoformat(),
+            "expired": self.expired,
+            "deployed": self.deployed,
             "price_per_hour_usd": usd_json(self.price_per_hour_usd),
             "cost_so_far_usd": usd_json(self.cost_so_far_usd),
             "catalog_date": None if spec.price is None else spec.price.catalog_date,
@@ -327,8 +371,21 @@ class StackRow:
 
 
 #: Keys of an ``ls --json`` row besides ``stack`` and ``invalid`` (null for an invalid stack).
-LS_ROW_KEYS = ("cloud", "gpus", "nodes", "instance_type", "zone", "created_at", "age_hours", "expires_at", "expired",
-               "deployed", "price_per_hour_usd", "cost_so_far_usd", "catalog_date")
+LS_ROW_KEYS = (
+    "cloud",
+    "gpus",
+    "nodes",
+    "instance_type",
+    "zone",
+    "created_at",
+    "age_hours",
+    "expires_at",
+    "expired",
+    "deployed",
+    "price_per_hour_usd",
+    "cost_so_far_usd",
+    "catalog_date",
+)
 
 
 @dataclass(frozen=True)
@@ -390,8 +447,13 @@ class ReapResult:
     error: str | None = None
 
 
-def reap_expired(project_dir: Path, backend: Backend, rows: Iterable[StackRow], on_event: Callable[[object], None],
-                 on_start: Callable[[StackRow], None] = lambda row: None) -> list[ReapResult]:
+def reap_expired(
+    project_dir: Path,
+    backend: Backend,
+    rows: Iterable[StackRow],
+    on_event: Callable[[object], None],
+    on_start: Callable[[StackRow], None] = lambda row: None,
+) -> list[ReapResult]:
     """Destroy (keeping data) each stack of ``rows``; a failure is recorded and the next stack
     is destroyed all the same (a stack left running costs money every hour).
 
@@ -428,8 +490,11 @@ def reap_error(results: list[ReapResult], invalid: list[InvalidStack]) -> Gpuinf
     unread = f"{len(invalid)} stack file(s) could not be read, so their expiry is unknown: {unread}" if invalid else ""
     if failed:
         detail = "; ".join(f"{r.stack} ({r.error})" for r in failed)
-        return OperationError("; ".join(filter(None, [
-            f"{len(failed)} of {len(results)} expired stacks were not destroyed: {detail}", unread])))
+        return OperationError(
+            "; ".join(
+                filter(None, [f"{len(failed)} of {len(results)} expired stacks were not destroyed: {detail}", unread])
+            )
+        )
     return SpecError(unread) if invalid else None
 
 

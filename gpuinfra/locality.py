@@ -34,8 +34,14 @@ from gpuinfra.spec import DataSource
 #: GCP region prefix -> continent as Cloud Storage's transfer prices group them
 #: (cloud.google.com/storage/pricing, "Data transfer within Google Cloud").
 GCP_CONTINENTS: dict[str, str] = {
-    "us": "northamerica", "northamerica": "northamerica", "southamerica": "southamerica", "europe": "europe",
-    "asia": "asia", "australia": "oceania", "me": "middleeast", "africa": "africa",
+    "us": "northamerica",
+    "northamerica": "northamerica",
+    "southamerica": "southamerica",
+    "europe": "europe",
+    "asia": "asia",
+    "australia": "oceania",
+    "me": "middleeast",
+    "africa": "africa",
 }
 
 
@@ -114,11 +120,15 @@ def quote_transfer(data: DataSource, cloud: str, region: str) -> TransferQuote:
         route = f"internet egress from {data.cloud} {data.location} to {cloud} {region}"
         if data.cloud == "aws":
             return TransferQuote(gb, route, price("aws", "internet_egress_per_gb", data.location))
-        return TransferQuote(gb, route, price("gcp", "gcs_internet_egress_per_gb", gcs_destination_group(region)),
-                             per_gib=True)
+        return TransferQuote(
+            gb, route, price("gcp", "gcs_internet_egress_per_gb", gcs_destination_group(region)), per_gib=True
+        )
     if cloud == "aws":
-        return TransferQuote(gb, f"S3 {data.location} -> {region} (inter-region)",
-                             price("aws", "inter_region_transfer_per_gb", data.location))
+        return TransferQuote(
+            gb,
+            f"S3 {data.location} -> {region} (inter-region)",
+            price("aws", "inter_region_transfer_per_gb", data.location),
+        )
     # Cloud Storage transfer between regions: no price read for gpuinfra yet (module docstring)
     source, target = gcp_continent(data.location), gcp_continent(region)
     scope = "same continent" if source is not None and source == target else "between continents"
@@ -178,11 +188,18 @@ def cheapest_gpu_note(runs: list[RunCost]) -> str | None:
         return None
     best_run = priced[0]
     best_gpu = min(runs, key=lambda r: r.ranked.price_per_hour_usd)
-    if best_gpu.ranked.offer == best_run.ranked.offer or best_gpu.ranked.price_per_hour_usd == best_run.ranked.price_per_hour_usd:
+    if (
+        best_gpu.ranked.offer == best_run.ranked.offer
+        or best_gpu.ranked.price_per_hour_usd == best_run.ranked.price_per_hour_usd
+    ):
         return None
     o, b = best_gpu.ranked.offer, best_run.ranked.offer
     gpu_run = best_gpu.run_usd
-    saving = "" if gpu_run is None or best_run.run_usd is None else f"; it saves ${gpu_run - best_run.run_usd:,.2f} over {best_run.hours:g} h"
+    saving = (
+        ""
+        if gpu_run is None or best_run.run_usd is None
+        else f"; it saves ${gpu_run - best_run.run_usd:,.2f} over {best_run.hours:g} h"
+    )
     moved = best_gpu.transfer.usd
     return (
         f"the cheapest GPU offer ({o.cloud} {o.zone} {o.instance_type}, ${best_gpu.ranked.price_per_hour_usd:,.2f}/h) "

@@ -13,7 +13,7 @@ written when any step refuses.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -99,9 +99,15 @@ class NewStackResult:
             "stack": spec.stack,
             "stack_file": str(self.written.stack_file),
             "scaffolded": [str(p) for p in self.written.scaffolded],
-            "cloud": spec.cloud, "region": spec.region, "zone": spec.zone,
-            "instance_type": spec.instance_type, "gpu": spec.gpu, "gpu_count": spec.gpu_count,
-            "nodes": spec.nodes, "pricing": self.pricing, "profile": spec.profile.name,
+            "cloud": spec.cloud,
+            "region": spec.region,
+            "zone": spec.zone,
+            "instance_type": spec.instance_type,
+            "gpu": spec.gpu,
+            "gpu_count": spec.gpu_count,
+            "nodes": spec.nodes,
+            "pricing": self.pricing,
+            "profile": spec.profile.name,
             "round_up": offer.round_up,
             "price_per_hour_usd": usd_json(offer.price_per_hour_usd),
             "run_hours": spec.run_hours,
@@ -118,8 +124,9 @@ class NewStackResult:
         }
 
 
-def create_stack(request: NewStackRequest, project_dir: Path, force: bool = False,
-                 now: datetime | None = None) -> NewStackResult:
+def create_stack(
+    request: NewStackRequest, project_dir: Path, force: bool = False, now: datetime | None = None
+) -> NewStackResult:
     """Plan, verify and write the stack for ``request`` (module docstring).
 
     Args:
@@ -143,18 +150,23 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
     sized = bool(request.model or request.params)
     if sized:
         if planned.gpus or planned.instance_type or request.capacity_reservation:
-            raise RequestError("give either --model/--params (sized for you) or --gpus/--instance-type/"
-                               "--capacity-reservation, not both")
+            raise RequestError(
+                "give either --model/--params (sized for you) or --gpus/--instance-type/"
+                "--capacity-reservation, not both"
+            )
 
         profile = profile or PROFILE_FOR_METHOD[request.method or "full"]
     elif request.method:
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)
     if request.image:  # a baked image decides the cloud, and the type when it was baked for one
-
         cloud, types, fabric = baked_image_targets(project_dir, request.image)
-        planned = replace(planned, cloud=planned.cloud or cloud, image_fabric=fabric,
-                          instance_type=planned.instance_type or (types[0] if len(types) == 1 else None))
+        planned = replace(
+            planned,
+            cloud=planned.cloud or cloud,
+            image_fabric=fabric,
+            instance_type=planned.instance_type or (types[0] if len(types) == 1 else None),
+        )
     catalog = load_catalog()
     if request.capacity_reservation:
         if not planned.region:
@@ -170,7 +182,6 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
         plan = plan_cluster(catalog, planned, resolved, now)
     image_config = None
     if request.image:  # a baked image: its id goes into the spec, its manifest next to it
-
         plan, image_config = apply_baked_image(plan, project_dir, request.image)
     checkpoint = None
     if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
@@ -180,8 +191,9 @@ def create_stack(request: NewStackRequest, project_dir: Path, force: bool = Fals
     return NewStackResult(plan, written, verified, sizing)
 
 
-def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest, profile: Profile,
-                now: datetime) -> tuple[Plan, StackSizing]:
+def _plan_sized(
+    catalog: Catalog, request: NewStackRequest, planned: PlanRequest, profile: Profile, now: datetime
+) -> tuple[Plan, StackSizing]:
     """Size the model in the stack's scope (cloud, region, zone, type, the baked image's fabric
     and the markets the planner tries, :func:`gpuinfra.planner.markets_tried`), then plan the
     fitting configurations best first and keep the cheapest plan: the planner may round a
@@ -196,9 +208,15 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
         NoOfferError: nothing in the scope fits, or every configuration that does was passed
             over (the first three are named with why).
     """
-    scope = OfferScope(cloud=planned.cloud, region=planned.region, zone=planned.zone,
-                       instance_type=planned.instance_type, markets=markets_tried(planned.spot, profile),
-                       include_local_zones=planned.include_local_zones, image_fabric=planned.image_fabric)
+    scope = OfferScope(
+        cloud=planned.cloud,
+        region=planned.region,
+        zone=planned.zone,
+        instance_type=planned.instance_type,
+        markets=markets_tried(planned.spot, profile),
+        include_local_zones=planned.include_local_zones,
+        image_fabric=planned.image_fabric,
+    )
     sizing = size_for_stack(request.model, request.params, request.method, catalog, scope, command="new")
     budget = planned.max_price_per_hour_usd
     refused: list[tuple[Candidate, str]] = []
@@ -209,28 +227,43 @@ def _plan_sized(catalog: Catalog, request: NewStackRequest, planned: PlanRequest
             break  # every later configuration costs at least this much
         sized = replace(planned, gpus=candidate.spec, nodes=candidate.nodes)
         # sharded over nodes: only types with EFA / GPUDirect, each held to the profile as the planner holds it
-        types = (fast_types(catalog, candidate.gpu, candidate.gpus_per_node, scope)
-                 if sizing.request.sharded and candidate.nodes > 1 and not planned.instance_type else [None])
+        types = (
+            fast_types(catalog, candidate.gpu, candidate.gpus_per_node, scope)
+            if sizing.request.sharded and candidate.nodes > 1 and not planned.instance_type
+            else [None]
+        )
         for instance_type in types:
             where = f"{candidate.spec} x {candidate.nodes} node(s){' as ' + instance_type if instance_type else ''}"
             try:
-                plan = plan_cluster(catalog, replace(sized, instance_type=instance_type, strict=True)
-                                    if instance_type else sized, profile, now)
+                plan = plan_cluster(
+                    catalog,
+                    replace(sized, instance_type=instance_type, strict=True) if instance_type else sized,
+                    profile,
+                    now,
+                )
             except NoOfferError as exc:  # the planner's advice (--strict, another type) is not the user's to take here
                 refused.append((candidate, f"{where}: {exc.reason}"))
                 continue
             price = plan.offer.price_per_hour_usd
             if budget is not None and price > Decimal(str(budget)):
-                refused.append((candidate, f"{where}: {plan.offer.offer.instance_type} costs ${price:.2f}/h, over "
-                                           f"--max-price-per-hour {budget:g}"))
+                refused.append(
+                    (
+                        candidate,
+                        f"{where}: {plan.offer.offer.instance_type} costs ${price:.2f}/h, over "
+                        f"--max-price-per-hour {budget:g}",
+                    )
+                )
             elif best is None or price < best[0].offer.price_per_hour_usd:
                 best = (plan, candidate)
             break
     if best is None:
-        raise NoOfferError(f"{len(refused)} configuration(s) fit {sizing.request.shape.name} ({sizing.request.method}) "
-                           f"but none can be planned with profile {profile.name!r}: "
-                           f"{'; '.join(why for _, why in refused[:3])}")
+        raise NoOfferError(
+            f"{len(refused)} configuration(s) fit {sizing.request.shape.name} ({sizing.request.method}) "
+            f"but none can be planned with profile {profile.name!r}: "
+            f"{'; '.join(why for _, why in refused[:3])}"
+        )
     plan, candidate = best
     passed_over = tuple(why for refused_candidate, why in refused if refused_candidate is not candidate)
-    return plan, sizing.planned(candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type,
-                                plan.spec.spot)
+    return plan, sizing.planned(
+        candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type, plan.spec.spot
+    )

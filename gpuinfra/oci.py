@@ -59,6 +59,7 @@ def check_image_reference(image: str, field: str = "container_image") -> str:
     if match is None or len(match.group("name")) > NAME_MAX_LENGTH:
         shown = image if len(image) <= 80 and image.isprintable() else repr(image[:80])
         subject = f"{field} {shown!r}" if field else repr(shown) if shown == image else shown
-        raise SpecError(f"{subject} is not an OCI image reference: use {ALLOWED_FORM} "
-                        "(grammar: github.com/distribution/reference)")
+        raise SpecError(
+            f"{subject} is not an OCI image reference: use {ALLOWED_FORM} (grammar: github.com/distribution/reference)"
+        )
     return image

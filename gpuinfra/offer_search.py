@@ -64,11 +64,23 @@ class OfferSearch:
     runs: list[RunCost] | None = None
 
 
-def search_offers(catalog: Catalog, *, gpus: str | None = None, instance_type: str | None = None, nodes: int = 1,
-                  cloud: str | None = None, region: str | None = None, zone: str | None = None,
-                  market: str = "on-demand", spot: bool = False, include_local_zones: bool = False,
-                  data: str | None = None, data_region: str | None = None, data_size: str | None = None,
-                  hours: float | None = None) -> OfferSearch:
+def search_offers(
+    catalog: Catalog,
+    *,
+    gpus: str | None = None,
+    instance_type: str | None = None,
+    nodes: int = 1,
+    cloud: str | None = None,
+    region: str | None = None,
+    zone: str | None = None,
+    market: str = "on-demand",
+    spot: bool = False,
+    include_local_zones: bool = False,
+    data: str | None = None,
+    data_region: str | None = None,
+    data_size: str | None = None,
+    hours: float | None = None,
+) -> OfferSearch:
     """Rank every offer that fits ``gpus`` (or the GPUs of ``instance_type``) on ``nodes`` nodes.
 
     Args:
@@ -89,14 +101,23 @@ def search_offers(catalog: Catalog, *, gpus: str | None = None, instance_type: s
         NoOfferError: nothing fits (exit 4).
     """
     request = gpu_request(catalog, gpus, instance_type, cloud, nodes)
-    query = OfferQuery(request=request, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-                       market=market_option(market, spot), include_local_zones=include_local_zones)
+    query = OfferQuery(
+        request=request,
+        cloud=cloud,
+        region=region,
+        zone=zone,
+        instance_type=instance_type,
+        market=market_option(market, spot),
+        include_local_zones=include_local_zones,
+    )
     data_set = resolve_data_set(data, data_region, data_size)
     if data_set is None and hours is not None:
         raise RequestError("--hours goes with --data or --data-region (it sets the run length for the data transfer)")
     if data_set is not None and (hours is None or not 0 < hours <= MAX_RUN_HOURS):
-        raise RequestError(f"--data needs --hours, more than 0 and at most {MAX_RUN_HOURS}: the run length decides "
-                           "whether moving the data pays")
+        raise RequestError(
+            f"--data needs --hours, more than 0 and at most {MAX_RUN_HOURS}: the run length decides "
+            "whether moving the data pays"
+        )
     ranked = find_offers(catalog, query)
     if data_set is None:
         return OfferSearch(query, ranked)
@@ -144,11 +165,16 @@ def offer_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any]:
 def run_json(run: RunCost, catalog: Catalog) -> dict[str, Any]:
     """:func:`offer_json` of the run's offer plus the run's cost with its data (module docstring)."""
     per_gb = run.transfer.price_per_gb
-    return {**offer_json(run.ranked, catalog), "hours": float(run.hours),
-            "compute_usd": usd_json(run.compute_usd), "data_transfer_usd": usd_json(run.transfer.usd),
-            "data_transfer_route": run.transfer.route,
-            # free (same region): 0, not null -- null means the price is unknown
-            "data_transfer_price_per_gb_usd": (usd_json(Decimal(0)) if run.transfer.free
-                                               else None if per_gb is None else usd_json(per_gb.usd)),
-            "data_transfer_price_source": None if per_gb is None else per_gb.source,
-            "run_usd": usd_json(run.run_usd)}
+    return {
+        **offer_json(run.ranked, catalog),
+        "hours": float(run.hours),
+        "compute_usd": usd_json(run.compute_usd),
+        "data_transfer_usd": usd_json(run.transfer.usd),
+        "data_transfer_route": run.transfer.route,
+        # free (same region): 0, not null -- null means the price is unknown
+        "data_transfer_price_per_gb_usd": (
+            usd_json(Decimal(0)) if run.transfer.free else None if per_gb is None else usd_json(per_gb.usd)
+        ),
+        "data_transfer_price_source": None if per_gb is None else per_gb.source,
+        "run_usd": usd_json(run.run_usd),
+    }

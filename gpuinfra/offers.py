@@ -86,13 +86,17 @@ class OfferScope:
         none is, or when the offer lies outside the scope."""
         if not matches_location(offer, self):
             return None
-        return next((m for m in self.markets
-                     if offer.price_per_hour_usd(m) is not None and sold_as(catalog, offer, m)), None)
+        return next(
+            (m for m in self.markets if offer.price_per_hour_usd(m) is not None and sold_as(catalog, offer, m)), None
+        )
 
     def describe(self) -> str:
         """``" on gcp in us-central1"`` ("" for the whole catalog)."""
-        parts = [f"on {self.cloud}" if self.cloud else "", f"in {self.zone or self.region}" if self.zone or self.region
-                 else "", f"as {self.instance_type}" if self.instance_type else ""]
+        parts = [
+            f"on {self.cloud}" if self.cloud else "",
+            f"in {self.zone or self.region}" if self.zone or self.region else "",
+            f"as {self.instance_type}" if self.instance_type else "",
+        ]
         return "".join(f" {p}" for p in parts if p)
 
 
@@ -186,8 +190,10 @@ def validate_location(catalog: Catalog, query: Located) -> None:
     if query.region is not None:
         regions = catalog.regions(query.cloud)
         if query.region not in regions:
-            raise CatalogError(_other_cloud("region", query.region, query.cloud, catalog.regions)
-                               or _unknown_region(query.region, query.cloud, regions))
+            raise CatalogError(
+                _other_cloud("region", query.region, query.cloud, catalog.regions)
+                or _unknown_region(query.region, query.cloud, regions)
+            )
     if query.zone is not None:
         zones = catalog.zones(query.cloud, query.region)
         if query.zone not in zones:
@@ -216,7 +222,7 @@ def _unknown_region(region: str, cloud: str | None, regions: list[str]) -> str:
 
 
 def _other_cloud(kind: str, value: str, cloud: str | None, known) -> str | None:
-    """"'us-central1-a' is a gcp zone, not an aws one ..." when ``value`` belongs to the other
+    """ "'us-central1-a' is a gcp zone, not an aws one ..." when ``value`` belongs to the other
     cloud; None otherwise. ``known(cloud)`` lists the regions or zones of a cloud."""
     if cloud is None:
         return None
@@ -237,12 +243,16 @@ def _zone_problem(catalog: Catalog, query: Located, zones: list[str]) -> str:
         return other
     home = sorted({o.region for o in catalog.offers if o.zone == zone and query.cloud in (None, o.cloud)})
     if query.region and home:
-        return (f"zone {zone!r} is in {home[0]}, not {query.region}: use --region {home[0]} or drop --region. "
-                f"Zones in {query.region}: {', '.join(zones)}.")
+        return (
+            f"zone {zone!r} is in {home[0]}, not {query.region}: use --region {home[0]} or drop --region. "
+            f"Zones in {query.region}: {', '.join(zones)}."
+        )
     if zone[-1:].isalpha() and zone[:-1] in catalog.regions("aws"):
-        return (f"{zone!r} is an AWS AZ *name*, which maps to a different zone in each account; give the AZ ID "
-                "instead (e.g. use1-az4; `aws ec2 describe-availability-zones` shows both). AZ IDs in "
-                f"{zone[:-1]}: {', '.join(catalog.zones('aws', zone[:-1]))}.")
+        return (
+            f"{zone!r} is an AWS AZ *name*, which maps to a different zone in each account; give the AZ ID "
+            "instead (e.g. use1-az4; `aws ec2 describe-availability-zones` shows both). AZ IDs in "
+            f"{zone[:-1]}: {', '.join(catalog.zones('aws', zone[:-1]))}."
+        )
     scope = f" in {query.region}" if query.region else ""
     if query.region:
         listing = f" Zones{scope}: {', '.join(zones)}."
@@ -258,8 +268,11 @@ def node_limit(cloud: str, fact: InstanceFacts | None) -> NodeLimit:
     limit = CLOUD_NODE_LIMITS[cloud]
     placed = fact.placement.max_vms if fact is not None else None
     if placed is not None and placed < limit.nodes:
-        return NodeLimit(placed, "VMs in one compact placement policy",
-                         "cloud.google.com/compute/docs/instances/placement-policies-overview")
+        return NodeLimit(
+            placed,
+            "VMs in one compact placement policy",
+            "cloud.google.com/compute/docs/instances/placement-policies-overview",
+        )
     return limit
 
 
@@ -276,10 +289,7 @@ def matches_location(offer: Offer, query: Located) -> bool:
 
 def fits(offer: Offer, request: GpuRequest) -> bool:
     """True when ``offer`` carries the requested GPU model with an allowed count."""
-    return (
-        offer.gpu == request.gpu
-        and request.gpu_count <= offer.gpu_count <= MAX_ROUND_UP_FACTOR * request.gpu_count
-    )
+    return offer.gpu == request.gpu and request.gpu_count <= offer.gpu_count <= MAX_ROUND_UP_FACTOR * request.gpu_count
 
 
 def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
@@ -313,9 +323,13 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     if priced and not ranked:
         raise _over_node_limit(catalog, request, priced)
     if not ranked:
-        unsold = {o.instance_type: fact for o in located  # not sold_as: the type has facts
-                  if fits(o, request) and not sold_as(catalog, o, market)
-                  and (fact := catalog.fact(o.cloud, o.instance_type)) is not None}
+        unsold = {
+            o.instance_type: fact
+            for o in located  # not sold_as: the type has facts
+            if fits(o, request)
+            and not sold_as(catalog, o, market)
+            and (fact := catalog.fact(o.cloud, o.instance_type)) is not None
+        }
         sold = [o for o in located if fits(o, request) and sold_as(catalog, o, market)]
         if unsold and not sold:  # nothing that fits is sold in this market at all
             raise NoOfferError(
@@ -348,12 +362,18 @@ def _over_node_limit(catalog: Catalog, request: GpuRequest, offers: list[RankedO
     """Every offer that fits is over its node limit: name the highest limit and its source, and
     the other cloud when it sells the GPU and takes that many nodes."""
     cloud, limit = max(((r.offer.cloud, _limit_of(catalog, r.offer)) for r in offers), key=lambda c: c[1].nodes)
-    others = [c for c in CLOUDS if c not in {r.offer.cloud for r in offers}
-              and request.nodes <= CLOUD_NODE_LIMITS[c].nodes
-              and any(o.cloud == c and o.gpu == request.gpu for o in catalog.offers)]
+    others = [
+        c
+        for c in CLOUDS
+        if c not in {r.offer.cloud for r in offers}
+        and request.nodes <= CLOUD_NODE_LIMITS[c].nodes
+        and any(o.cloud == c and o.gpu == request.gpu for o in catalog.offers)
+    ]
     hint = f", or --cloud {others[0]}" if others else ""
-    return RequestError(f"--nodes {request.nodes} is over the {_NAMES[cloud]} limit of {limit.nodes} {limit.what} "
-                        f"(source: {limit.source}); ask for at most {limit.nodes} nodes{hint}")
+    return RequestError(
+        f"--nodes {request.nodes} is over the {_NAMES[cloud]} limit of {limit.nodes} {limit.what} "
+        f"(source: {limit.source}); ask for at most {limit.nodes} nodes{hint}"
+    )
 
 
 def sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
@@ -378,10 +398,7 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
     shapes = sorted({(o.gpu_count, o.instance_type) for o in located if o.gpu == request.gpu})
     if query.instance_type and located and located[0].gpu != request.gpu:
         o = located[0]
-        return (
-            f"{query.instance_type} carries {o.gpu_count}x{o.gpu}, not {request.gpu}; "
-            f"drop --gpus or ask for {o.gpu}"
-        )
+        return f"{query.instance_type} carries {o.gpu_count}x{o.gpu}, not {request.gpu}; drop --gpus or ask for {o.gpu}"
     if not shapes:
         clouds = sorted({o.cloud for o in catalog.offers if o.gpu == request.gpu})
         hint = f" {request.gpu} is offered on: {', '.join(clouds)}." if clouds else ""
@@ -399,13 +416,17 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
             else f" No {request.gpu} machine has {request.gpu_count} GPUs per node; use more nodes."
         )
         return (
-            f"no offer {where} fits {request.gpu_count}x{request.gpu} per node: {listing} "
-            f"(a round-up above {MAX_ROUND_UP_FACTOR}x is not a fit).{advice}"
-        ).replace("  ", " ").replace("offer  fits", "offer fits")
+            (
+                f"no offer {where} fits {request.gpu_count}x{request.gpu} per node: {listing} "
+                f"(a round-up above {MAX_ROUND_UP_FACTOR}x is not a fit).{advice}"
+            )
+            .replace("  ", " ")
+            .replace("offer  fits", "offer fits")
+        )
     others = [m for m in MARKETS if m != pricing]
     hint = {
         "flex-start": " This catalog has no flex-start (DWS) price for it (the shipped snapshot has none); "
-                      "`gpuinfra catalog refresh --cloud gcp` reads them from the Cloud Billing Catalog.",
+        "`gpuinfra catalog refresh --cloud gcp` reads them from the Cloud Billing Catalog.",
     }.get(pricing, "")
     return (
         f"price-known: no {pricing} price for {request.gpu_count}x{request.gpu} {where}: {listing}."
@@ -420,8 +441,9 @@ def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_typ
         CatalogError: unknown type, or a host that takes several GPU shapes (GCP N1: give --gpus).
     """
     validate_location(catalog, OfferScope(cloud=cloud, instance_type=instance_type))
-    shapes = sorted({(o.gpu_count, o.gpu) for o in catalog.offers
-                     if o.instance_type == instance_type and cloud in (None, o.cloud)})
+    shapes = sorted(
+        {(o.gpu_count, o.gpu) for o in catalog.offers if o.instance_type == instance_type and cloud in (None, o.cloud)}
+    )
     if len(shapes) > 1:
         listed = ", ".join(f"{count}x{gpu}" for count, gpu in shapes)
         raise CatalogError(f"{instance_type} takes attached GPUs; give --gpus with one of: {listed}")
@@ -429,8 +451,9 @@ def request_from_instance_type(catalog: Catalog, cloud: str | None, instance_typ
     return GpuRequest(gpu=gpu, gpu_count=count, nodes=nodes)
 
 
-def gpu_request(catalog: Catalog, gpus: str | None, instance_type: str | None, cloud: str | None,
-                nodes: int) -> GpuRequest:
+def gpu_request(
+    catalog: Catalog, gpus: str | None, instance_type: str | None, cloud: str | None, nodes: int
+) -> GpuRequest:
     """The GPU request of ``--gpus`` or, without it, the one ``--instance-type`` implies.
 
     Args:

@@ -48,8 +48,15 @@ from gpuinfra.offers import OfferQuery, RankedOffer, find_offers
 from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
 from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
-from gpuinfra.spec import (ClusterSpec, DataSource, NetworkSettings, PriceSnapshot, check_gcp_project_id,
-                           check_new_stack_name, format_validation_error)
+from gpuinfra.spec import (
+    ClusterSpec,
+    DataSource,
+    NetworkSettings,
+    PriceSnapshot,
+    check_gcp_project_id,
+    check_new_stack_name,
+    format_validation_error,
+)
 
 
 @dataclass(frozen=True)
@@ -167,35 +174,57 @@ class Shortfall:
     def warning(self, profile: Profile) -> str:
         """The ``warning:`` line (without the prefix) when an explicit type is kept."""
         verb = "wants" if self.required else "prefers"
-        return f"profile {profile.name!r} {verb} {self.need}, but {self.has}; {self.recorded} (--strict refuses instead)"
+        return (
+            f"profile {profile.name!r} {verb} {self.need}, but {self.has}; {self.recorded} (--strict refuses instead)"
+        )
 
 
-def profile_shortfalls(fact: InstanceFacts, profile: Profile, nodes: int,
-                       image_fabric: str | None = None) -> list[Shortfall]:
+def profile_shortfalls(
+    fact: InstanceFacts, profile: Profile, nodes: int, image_fabric: str | None = None
+) -> list[Shortfall]:
     """The profile settings ``fact``'s type misses for a cluster of ``nodes`` (see the module
     docstring; rules in :data:`gpuinfra.rules.RULES`); ``image_fabric``: the fabric the node
     image carries (:attr:`PlanRequest.image_fabric`)."""
     itype = fact.instance_type
     found = []
     if nodes > 1 and profile.placement == "required" and not fact.placement.any:
-        found.append(Shortfall(
-            "cluster/compact placement or a workload policy (rule gcp-placement-supported / aws-placement-group)",
-            f"{itype} has none (N1 hosts never do)" if fact.guest_accelerators else f"{itype} has none", True,
-            {"placement": "none"}, f"the stack records placement: none and its {nodes} nodes are not placed close together"))
+        found.append(
+            Shortfall(
+                "cluster/compact placement or a workload policy (rule gcp-placement-supported / aws-placement-group)",
+                f"{itype} has none (N1 hosts never do)" if fact.guest_accelerators else f"{itype} has none",
+                True,
+                {"placement": "none"},
+                f"the stack records placement: none and its {nodes} nodes are not placed close together",
+            )
+        )
     # a fabric that cannot be installed at boot (A3 High's TCPX) is no usable fabric on gpuinfra's
     # images, unless a baked image already carries it
     blocked = type_fabric_blocker(fact, image_fabric)
-    has = (f"{itype}'s {fact.nic_layout} fabric cannot be installed at boot (rule fabric-installable-at-boot)"
-           if blocked else f"{itype} has none")
+    has = (
+        f"{itype}'s {fact.nic_layout} fabric cannot be installed at boot (rule fabric-installable-at-boot)"
+        if blocked
+        else f"{itype} has none"
+    )
     if (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "required":
-        found.append(Shortfall(
-            "EFA or GPUDirect NICs (rule high-bandwidth-nics)", has, True,
-            {"high_bandwidth_networking": "preferred"},
-            "the stack records high_bandwidth_networking: preferred and the nodes use plain networking"))
+        found.append(
+            Shortfall(
+                "EFA or GPUDirect NICs (rule high-bandwidth-nics)",
+                has,
+                True,
+                {"high_bandwidth_networking": "preferred"},
+                "the stack records high_bandwidth_networking: preferred and the nodes use plain networking",
+            )
+        )
     elif (fact.gpu_nic_count == 0 or blocked) and profile.high_bandwidth_networking == "preferred" and nodes > 1:
-        found.append(Shortfall(
-            f"EFA or GPUDirect NICs between its {nodes} nodes (rule high-bandwidth-nics)", has,
-            False, {}, "the nodes use plain networking"))
+        found.append(
+            Shortfall(
+                f"EFA or GPUDirect NICs between its {nodes} nodes (rule high-bandwidth-nics)",
+                has,
+                False,
+                {},
+                "the nodes use plain networking",
+            )
+        )
     if profile.scratch.required and not scratch_capable(fact, profile.scratch.min_gib):
         found.append(_scratch_shortfall(fact, profile))
     return found
@@ -207,12 +236,20 @@ def _scratch_shortfall(fact: InstanceFacts, profile: Profile) -> Shortfall:
     has = int(max_scratch_gib(fact))
     need = f"at least {profile.scratch.min_gib} GiB local NVMe scratch (rule scratch-capacity)"
     if has:
-        return Shortfall(need, f"{fact.instance_type} has {has} GiB", True,
-                         {"scratch": profile.scratch.model_copy(update={"min_gib": has})},
-                         f"the stack records scratch.min_gib: {has} (all it has)")
-    return Shortfall(need, f"{fact.instance_type} has no local NVMe", True,
-                     {"scratch": profile.scratch.model_copy(update={"required": False})},
-                     "the stack records scratch.required: false")
+        return Shortfall(
+            need,
+            f"{fact.instance_type} has {has} GiB",
+            True,
+            {"scratch": profile.scratch.model_copy(update={"min_gib": has})},
+            f"the stack records scratch.min_gib: {has} (all it has)",
+        )
+    return Shortfall(
+        need,
+        f"{fact.instance_type} has no local NVMe",
+        True,
+        {"scratch": profile.scratch.model_copy(update={"required": False})},
+        "the stack records scratch.required: false",
+    )
 
 
 def relax_profile(profile: Profile, shortfalls: list[Shortfall]) -> Profile:
@@ -223,8 +260,9 @@ def relax_profile(profile: Profile, shortfalls: list[Shortfall]) -> Profile:
     return profile.model_copy(update=updates) if updates else profile
 
 
-def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int,
-                    image_fabric: str | None = None) -> tuple[list[RankedOffer], list[str]]:
+def _profile_filter(
+    catalog: Catalog, offers: list[RankedOffer], profile: Profile, nodes: int, image_fabric: str | None = None
+) -> tuple[list[RankedOffer], list[str]]:
     """The offers whose type meets every required profile setting, and the settings that
     removed the others (in :func:`profile_shortfalls` order)."""
     reasons: list[str] = []
@@ -242,9 +280,16 @@ def _profile_filter(catalog: Catalog, offers: list[RankedOffer], profile: Profil
     return result, reasons
 
 
-def _keep_explicit_type(catalog: Catalog, ranked: list[RankedOffer], kept: list[RankedOffer], profile: Profile,
-                        nodes: int, strict: bool, warnings_are_errors: bool = False, image_fabric: str | None = None
-                        ) -> tuple[list[RankedOffer], Profile, tuple[str, ...]]:
+def _keep_explicit_type(
+    catalog: Catalog,
+    ranked: list[RankedOffer],
+    kept: list[RankedOffer],
+    profile: Profile,
+    nodes: int,
+    strict: bool,
+    warnings_are_errors: bool = False,
+    image_fabric: str | None = None,
+) -> tuple[list[RankedOffer], Profile, tuple[str, ...]]:
     """The offers of the one type the user named, the profile the stack records and the
     warnings: every offer is kept and each missed setting relaxed and warned about, unless
     ``strict`` (then a missed required setting refuses the type, as the planner would) or
@@ -261,8 +306,10 @@ def _keep_explicit_type(catalog: Catalog, ranked: list[RankedOffer], kept: list[
     refused = shortfalls if warnings_are_errors else [s for s in shortfalls if s.required and strict]
     if refused:
         missed = "; ".join(f"{s.need}, but {s.has}" for s in refused)
-        raise NoOfferError(f"{offer.instance_type} does not suit profile {profile.name!r}, which asks for {missed}",
-                           "pick another --profile or type, or drop --strict to write the stack with warnings")
+        raise NoOfferError(
+            f"{offer.instance_type} does not suit profile {profile.name!r}, which asks for {missed}",
+            "pick another --profile or type, or drop --strict to write the stack with warnings",
+        )
     waived = [s for s in shortfalls if s not in refused]
     return ranked, relax_profile(profile, waived), tuple(s.warning(profile) for s in waived)
 
@@ -302,8 +349,10 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         raise RequestError(f"--hours must be more than 0 and at most 8760, got {request.hours}")
     gpu_request = offer_gpu_request(catalog, request.gpus, request.instance_type, request.cloud, request.nodes)
     if request.spot and profile.spot.policy == "forbidden":
-        raise RequestError(f"profile-spot-policy: profile {profile.name!r} forbids spot capacity; "
-                           "drop --spot or pick another --profile")
+        raise RequestError(
+            f"profile-spot-policy: profile {profile.name!r} forbids spot capacity; "
+            "drop --spot or pick another --profile"
+        )
     spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
     last_error: NoOfferError | None = None
     for market in markets_tried(request.spot, profile):
@@ -325,15 +374,23 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes, request.image_fabric)
         recorded, warnings = profile, tuple[str, ...]()
         if request.instance_type:  # the user's choice: every offer is of this one type
-            kept, recorded, warnings = _keep_explicit_type(catalog, ranked, kept, profile, gpu_request.nodes,
-                                                           request.strict, request.warnings_are_errors,
-                                                           request.image_fabric)
+            kept, recorded, warnings = _keep_explicit_type(
+                catalog,
+                ranked,
+                kept,
+                profile,
+                gpu_request.nodes,
+                request.strict,
+                request.warnings_are_errors,
+                request.image_fabric,
+            )
         if kept:
             best, note = _best_run(kept, request, recorded) if request.data is not None else (kept[0], "")
             return _build_plan(catalog, request, recorded, best, now, spot_from_profile and spot, note, warnings)
         last_error = NoOfferError(
             f"{len(ranked)} offers carry {gpu_request}, but profile {profile.name!r} needs "
-            f"{' and '.join(reasons)} and none of them has it", "pick another --profile or type"
+            f"{' and '.join(reasons)} and none of them has it",
+            "pick another --profile or type",
         )
     assert last_error is not None
     raise last_error
@@ -358,8 +415,10 @@ def _best_run(kept: list[RankedOffer], request: PlanRequest, profile: Profile) -
     assert request.data is not None  # called only for a request with a data set
     runs = rank_runs(kept, request.data, hours)
     if runs[0].run_usd is None:
-        raise NoOfferError(f"price-known: no transfer price for {request.data.describe()} to any of "
-                           f"{len(runs)} offers (first: {runs[0].transfer.route})")
+        raise NoOfferError(
+            f"price-known: no transfer price for {request.data.describe()} to any of "
+            f"{len(runs)} offers (first: {runs[0].transfer.route})"
+        )
     return runs[0].ranked, cheapest_gpu_note(runs) or ""
 
 
@@ -375,31 +434,54 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
 
     cr = request.capacity_reservation
     assert cr is not None  # called only for a request with a reservation
-    for flag, given, reserved in (("--cloud", request.cloud, "aws"), ("--instance-type", request.instance_type, cr.instance_type),
-                                  ("--zone", request.zone, cr.zone_id), ("--region", request.region, cr.region)):
+    for flag, given, reserved in (
+        ("--cloud", request.cloud, "aws"),
+        ("--instance-type", request.instance_type, cr.instance_type),
+        ("--zone", request.zone, cr.zone_id),
+        ("--region", request.region, cr.region),
+    ):
         if given not in (None, reserved):
             raise RequestError(f"{flag} {given} contradicts capacity reservation {cr.reservation_id} ({reserved})")
     if request.spot:
         raise RequestError(f"capacity reservation {cr.reservation_id} is not spot capacity; drop --spot")
     if request.nodes > cr.available_instance_count:
-        raise rule_error("aws-capacity-reservation", "",
-                         f"nodes={request.nodes} but {cr.reservation_id} has {cr.available_instance_count} of "
-                         f"{cr.total_instance_count} instances available")
+        raise rule_error(
+            "aws-capacity-reservation",
+            "",
+            f"nodes={request.nodes} but {cr.reservation_id} has {cr.available_instance_count} of "
+            f"{cr.total_instance_count} instances available",
+        )
     return replace(request, cloud="aws", region=cr.region, zone=cr.zone_id, instance_type=cr.instance_type, spot=False)
 
 
-def _build_plan(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime,
-                spot_from_profile: bool, locality_note: str = "", warnings: tuple[str, ...] = ()) -> Plan:
+def _build_plan(
+    catalog: Catalog,
+    request: PlanRequest,
+    profile: Profile,
+    best: RankedOffer,
+    now: datetime,
+    spot_from_profile: bool,
+    locality_note: str = "",
+    warnings: tuple[str, ...] = (),
+) -> Plan:
     offer = best.offer
     try:
         spec = _make_spec(catalog, request, profile, best, now)
     except ValidationError as exc:
         raise SpecError(format_validation_error(exc, "gpuinfra:cluster")) from None
-    return Plan(spec=spec, offer=best, catalog_date=catalog.date_for(offer.cloud), spot_from_profile=spot_from_profile,
-                locality_note=locality_note, warnings=warnings)
+    return Plan(
+        spec=spec,
+        offer=best,
+        catalog_date=catalog.date_for(offer.cloud),
+        spot_from_profile=spot_from_profile,
+        locality_note=locality_note,
+        warnings=warnings,
+    )
 
 
-def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime) -> ClusterSpec:
+def _make_spec(
+    catalog: Catalog, request: PlanRequest, profile: Profile, best: RankedOffer, now: datetime
+) -> ClusterSpec:
     offer = best.offer
     return ClusterSpec(
         stack=request.name or default_stack_name(best),
@@ -420,8 +502,9 @@ def _make_spec(catalog: Catalog, request: PlanRequest, profile: Profile, best: R
         network=NetworkSettings(iap_ssh=offer.cloud == "gcp"),
         facts=catalog.fact(offer.cloud, offer.instance_type),
         **_reservation_fields(request.capacity_reservation),
-        max_price_per_hour_usd=(None if request.max_price_per_hour_usd is None
-                                else Decimal(str(request.max_price_per_hour_usd))),
+        max_price_per_hour_usd=(
+            None if request.max_price_per_hour_usd is None else Decimal(str(request.max_price_per_hour_usd))
+        ),
         gpu_facts=gpu_model(offer.gpu),
         data=request.data,
         price=PriceSnapshot(

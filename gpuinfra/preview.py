@@ -29,7 +29,6 @@ from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import templates_dir
 
-
 #: Deep Learning AMI types whose SSM parameters exist
 #: (/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id), from
 #: docs.aws.amazon.com/dlami/latest/devguide/find-dlami-id.html and public code cited in
@@ -74,9 +73,16 @@ class ResourceRecord:
     def to_json(self) -> dict[str, Any]:
         """``{"type", "name", "parent", "inputs", "retainOnDelete", "replaceOnChanges",
         "deleteBeforeReplace", "ignoreChanges"}`` as in the preview JSON."""
-        return {"type": self.type, "name": self.name, "parent": self.parent, "inputs": self.inputs,
-                "retainOnDelete": self.retain_on_delete, "replaceOnChanges": list(self.replace_on_changes),
-                "deleteBeforeReplace": self.delete_before_replace, "ignoreChanges": list(self.ignore_changes)}
+        return {
+            "type": self.type,
+            "name": self.name,
+            "parent": self.parent,
+            "inputs": self.inputs,
+            "retainOnDelete": self.retain_on_delete,
+            "replaceOnChanges": list(self.replace_on_changes),
+            "deleteBeforeReplace": self.delete_before_replace,
+            "ignoreChanges": list(self.ignore_changes),
+        }
 
 
 @dataclass
@@ -139,31 +145,69 @@ class PreviewMocks:
         if token == "aws:ssm/getParameter:getParameter":
             match = _DLAMI_PARAM.match(args.get("name", ""))
             if not match or match.group("type") not in KNOWN_DLAMI_TYPES:
-                raise CallFailure("name", f"ParameterNotFound: {args.get('name')} (offline preview knows "
-                                          f"the DLAMI types {', '.join(sorted(KNOWN_DLAMI_TYPES))})")
+                raise CallFailure(
+                    "name",
+                    f"ParameterNotFound: {args.get('name')} (offline preview knows "
+                    f"the DLAMI types {', '.join(sorted(KNOWN_DLAMI_TYPES))})",
+                )
             self._note(f"AMI: {PREVIEW_AMI_ID} stands for the value of SSM {args['name']} at deploy time")
-            return {"name": args["name"], "value": PREVIEW_AMI_ID, "insecureValue": PREVIEW_AMI_ID,
-                    "type": "String", "version": 1, "arn": f"arn:aws:ssm:{spec.region}::parameter{args['name']}",
-                    "id": args["name"], "withDecryption": True}
+            return {
+                "name": args["name"],
+                "value": PREVIEW_AMI_ID,
+                "insecureValue": PREVIEW_AMI_ID,
+                "type": "String",
+                "version": 1,
+                "arn": f"arn:aws:ssm:{spec.region}::parameter{args['name']}",
+                "id": args["name"],
+                "withDecryption": True,
+            }
         if token == "aws:ec2/getAmi:getAmi" and isinstance(spec, ClusterSpec):  # cluster programs only
             ami = (args.get("filters") or [{}])[0].get("values", [""])[0]
-            root = "/dev/xvda" if "amazon-linux" in spec.profile.image.aws_dlami_type and not spec.ami_id else "/dev/sda1"
+            root = (
+                "/dev/xvda" if "amazon-linux" in spec.profile.image.aws_dlami_type and not spec.ami_id else "/dev/sda1"
+            )
             self._note(f"root device {root} of {ami} is assumed offline (DLAMI family); a deploy reads it from EC2")
-            return {"id": ami, "imageId": ami, "rootDeviceName": root, "rootDeviceType": "ebs",
-                    "architecture": "x86_64", "blockDeviceMappings": [], "name": "preview", "ownerId": PREVIEW_ACCOUNT}
+            return {
+                "id": ami,
+                "imageId": ami,
+                "rootDeviceName": root,
+                "rootDeviceType": "ebs",
+                "architecture": "x86_64",
+                "blockDeviceMappings": [],
+                "name": "preview",
+                "ownerId": PREVIEW_ACCOUNT,
+            }
         if token == "aws:ec2/getSubnet:getSubnet" and isinstance(spec, ClusterSpec):  # cluster programs only
             self._note(f"existing subnet {args.get('id')}: AZ not verifiable offline, assumed {spec.zone}")
-            return {"id": args.get("id"), "availabilityZoneId": spec.zone, "vpcId": spec.network.vpc_id or "",
-                    "cidrBlock": "", "tags": {}}
+            return {
+                "id": args.get("id"),
+                "availabilityZoneId": spec.zone,
+                "vpcId": spec.network.vpc_id or "",
+                "cidrBlock": "",
+                "tags": {},
+            }
         if token == "aws:index/getAvailabilityZone:getAvailabilityZone":
             self._note(f"AZ name of {args.get('zoneId')} is account-specific: resolved at deploy time")
-            return {"zoneId": args.get("zoneId"), "name": f"<name of {args.get('zoneId')}>", "region": spec.region,
-                    "state": "available", "id": args.get("zoneId"), "zoneType": "availability-zone",
-                    "groupName": spec.region, "networkBorderGroup": spec.region, "nameSuffix": "", "optInStatus": ""}
+            return {
+                "zoneId": args.get("zoneId"),
+                "name": f"<name of {args.get('zoneId')}>",
+                "region": spec.region,
+                "state": "available",
+                "id": args.get("zoneId"),
+                "zoneType": "availability-zone",
+                "groupName": spec.region,
+                "networkBorderGroup": spec.region,
+                "nameSuffix": "",
+                "optInStatus": "",
+            }
         if token == "aws:index/getCallerIdentity:getCallerIdentity":
             self._note(f"AWS account id is resolved at deploy time (preview uses {PREVIEW_ACCOUNT})")
-            return {"accountId": PREVIEW_ACCOUNT, "arn": f"arn:aws:iam::{PREVIEW_ACCOUNT}:user/preview",
-                    "userId": "PREVIEW", "id": PREVIEW_ACCOUNT}
+            return {
+                "accountId": PREVIEW_ACCOUNT,
+                "arn": f"arn:aws:iam::{PREVIEW_ACCOUNT}:user/preview",
+                "userId": "PREVIEW",
+                "id": PREVIEW_ACCOUNT,
+            }
         if token == "aws:ec2/getInstances:getInstances":
             self._note("instance ids and private IPs are known only after deploy")
             return {"ids": [], "privateIps": [], "publicIps": [], "ipv6Addresses": [], "id": "preview"}
@@ -182,8 +226,10 @@ class PreviewMocks:
             state["arn"] = f"arn:aws:iam::{PREVIEW_ACCOUNT}:{typ.split(':')[-1].lower()}/{name}"
         elif typ == "aws:ecr/repository:Repository":  # repository_url: <account>.dkr.ecr.<region>.amazonaws.com/<name>
             repo = inputs.get("name", name)
-            state.update(arn=f"arn:aws:ecr:{self.spec.region}:{PREVIEW_ACCOUNT}:repository/{repo}",
-                         repositoryUrl=f"{PREVIEW_ACCOUNT}.dkr.ecr.{self.spec.region}.amazonaws.com/{repo}")
+            state.update(
+                arn=f"arn:aws:ecr:{self.spec.region}:{PREVIEW_ACCOUNT}:repository/{repo}",
+                repositoryUrl=f"{PREVIEW_ACCOUNT}.dkr.ecr.{self.spec.region}.amazonaws.com/{repo}",
+            )
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.update(latestVersion=1, defaultVersion=1)
         elif typ == "aws:ec2/placementGroup:PlacementGroup":
@@ -194,16 +240,24 @@ class PreviewMocks:
             state["arn"] = f"arn:aws:ec2:{self.spec.region}:{PREVIEW_ACCOUNT}:fleet/{rid}"
             capacity = inputs.get("targetCapacitySpecification") or {}
             nodes = int(capacity.get("totalTargetCapacity") or 0)
-            state.setdefault("fleetInstanceSets", [{
-                "instanceIds": [f"i-preview{n:04d}" for n in range(nodes)],
-                "lifecycle": capacity.get("defaultTargetCapacityType", "on-demand"),
-            }])
+            state.setdefault(
+                "fleetInstanceSets",
+                [
+                    {
+                        "instanceIds": [f"i-preview{n:04d}" for n in range(nodes)],
+                        "lifecycle": capacity.get("defaultTargetCapacityType", "on-demand"),
+                    }
+                ],
+            )
         if typ.startswith("gcp:"):
             project = inputs.get("project", "gpuinfra-preview")
             kind = typ.split(":")[-1][0].lower() + typ.split(":")[-1][1:]
             kind = kind[:-1] + "ies" if kind.endswith("y") else kind + "s"
-            resource_name = inputs.get("name") or (inputs.get("namePrefix", name) + "preview") if typ.endswith(
-                ":InstanceTemplate") else inputs.get("name", name)
+            resource_name = (
+                inputs.get("name") or (inputs.get("namePrefix", name) + "preview")
+                if typ.endswith(":InstanceTemplate")
+                else inputs.get("name", name)
+            )
             state["name"] = resource_name
             link = f"https://www.googleapis.com/compute/v1/projects/{project}/{kind}/{resource_name}"
             state.update(selfLink=link, selfLinkUnique=f"{link}?uniqueId=1")
@@ -328,8 +382,9 @@ def _run(stack: str, mocks: PreviewMocks, config: dict[str, str], program: Calla
     return PreviewResult(stack=stack, resources=records, outputs=outputs, notes=list(mocks.notes))
 
 
-def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None,
-                mocks: PreviewMocks | None = None) -> PreviewResult:
+def run_preview(
+    spec: ClusterSpec, provider_config: dict[str, str] | None = None, mocks: PreviewMocks | None = None
+) -> PreviewResult:
     """Run the stack's program offline and return every resource it registers.
 
     Args:
@@ -340,6 +395,7 @@ def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None
     Raises:
         gpuinfra.errors.SpecError: the blueprint rejected the spec (before any resource).
     """
+
     def program():
         # imported when the program runs: blueprints load Pulumi and the cloud provider SDKs
         from blueprints.program import build
@@ -351,11 +407,17 @@ def run_preview(spec: ClusterSpec, provider_config: dict[str, str] | None = None
 
 
 def _record_from_json(data: dict) -> ResourceRecord:
-    return ResourceRecord(type=data["type"], name=data["name"], parent=data["parent"], custom=True,
-                          inputs=data["inputs"], retain_on_delete=data.get("retainOnDelete", False),
-                          replace_on_changes=tuple(data.get("replaceOnChanges", ())),
-                          delete_before_replace=data.get("deleteBeforeReplace", False),
-                          ignore_changes=tuple(data.get("ignoreChanges", ())))
+    return ResourceRecord(
+        type=data["type"],
+        name=data["name"],
+        parent=data["parent"],
+        custom=True,
+        inputs=data["inputs"],
+        retain_on_delete=data.get("retainOnDelete", False),
+        replace_on_changes=tuple(data.get("replaceOnChanges", ())),
+        delete_before_replace=data.get("deleteBeforeReplace", False),
+        ignore_changes=tuple(data.get("ignoreChanges", ())),
+    )
 
 
 def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> str:
@@ -371,11 +433,20 @@ def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> s
     for package in ("pulumi", "pulumi-aws", "pulumi-gcp"):
         digest.update(f"{package}={metadata.version(package)}".encode())
     here = Path(__file__).parent
-    files = sorted(Path(blueprints.__file__).parent.rglob("*.py")) + sorted((here / "plan").rglob("*.py")) + sorted(
-        templates_dir().glob("*.j2")) + [
-        Path(__file__), here / "agent" / "node.py", here / "templating.py", here / "spec.py",
-        catalog_dir() / "offers.csv", catalog_dir() / "instance_types.json", PACKAGE_DATA_DIR / "gcp_machine_facts.json",
-    ]
+    files = (
+        sorted(Path(blueprints.__file__).parent.rglob("*.py"))
+        + sorted((here / "plan").rglob("*.py"))
+        + sorted(templates_dir().glob("*.j2"))
+        + [
+            Path(__file__),
+            here / "agent" / "node.py",
+            here / "templating.py",
+            here / "spec.py",
+            catalog_dir() / "offers.csv",
+            catalog_dir() / "instance_types.json",
+            PACKAGE_DATA_DIR / "gcp_machine_facts.json",
+        ]
+    )
     for path in files:
         digest.update(str(path.name).encode())
         digest.update(path.read_bytes())
@@ -407,8 +478,12 @@ def run_preview_cached(spec: ClusterSpec, provider_config: dict[str, str] | None
     if path.is_file():
         try:
             doc = json.loads(path.read_text())
-            return PreviewResult(stack=doc["stack"], resources=[_record_from_json(r) for r in doc["resources"]],
-                                 outputs=doc["outputs"], notes=doc["notes"])
+            return PreviewResult(
+                stack=doc["stack"],
+                resources=[_record_from_json(r) for r in doc["resources"]],
+                outputs=doc["outputs"],
+                notes=doc["notes"],
+            )
         except (ValueError, KeyError):
             pass  # unreadable entry: recompute and overwrite
     result = run_preview(spec, config)

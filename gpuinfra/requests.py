@@ -51,12 +51,18 @@ CLOUD_NODE_LIMITS = {
     # nothing): "MinTargetCapacity ... Constraints: Maximum value of 1000. Supported only for
     # fleets of type instant." (lower than "The target capacity per EC2 Fleet: 10,000",
     # docs.aws.amazon.com/AWSEC2/latest/UserGuide/fleet-quotas.html)
-    "aws": NodeLimit(1_000, "instances in one all-or-nothing instant EC2 Fleet (MinTargetCapacity)",
-                     "docs.aws.amazon.com/AWSEC2/latest/APIReference/API_OnDemandOptionsRequest.html"),
+    "aws": NodeLimit(
+        1_000,
+        "instances in one all-or-nothing instant EC2 Fleet (MinTargetCapacity)",
+        "docs.aws.amazon.com/AWSEC2/latest/APIReference/API_OnDemandOptionsRequest.html",
+    ),
     # "By default, you can create up to 1,000 VMs in a zonal MIG"; more needs the PAGINATED
     # listManagedInstancesResults the blueprint does not set
-    "gcp": NodeLimit(1_000, "VMs in one zonal managed instance group",
-                     "cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances#limitations"),
+    "gcp": NodeLimit(
+        1_000,
+        "VMs in one zonal managed instance group",
+        "cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances#limitations",
+    ),
 }
 
 _COUNT_FIRST = re.compile(r"^(?P<count>[+-]?\d+)\s*[x*]\s*(?P<model>[a-z0-9][a-z0-9_-]*)$", re.I | re.A)
@@ -144,14 +150,10 @@ def parse_gpu_spec(spec: str, nodes: int = 1) -> GpuRequest:
     elif _BARE_MODEL.match(text) and not _COUNT_MISSING_MODEL.match(text):
         count_text, model_text = "1", text
     else:
-        raise RequestError(
-            f"malformed GPU spec {spec!r}; use COUNTxMODEL or MODEL:COUNT, e.g. {_EXAMPLES}"
-        )
+        raise RequestError(f"malformed GPU spec {spec!r}; use COUNTxMODEL or MODEL:COUNT, e.g. {_EXAMPLES}")
     count = int(count_text)
     if not 1 <= count <= MAX_GPUS_PER_NODE:
-        raise RequestError(
-            f"GPU count in {spec!r} must be from 1 to {MAX_GPUS_PER_NODE} per node, got {count}"
-        )
+        raise RequestError(f"GPU count in {spec!r} must be from 1 to {MAX_GPUS_PER_NODE} per node, got {count}")
     return GpuRequest(gpu=resolve_gpu_name(model_text), gpu_count=count, nodes=nodes)
 
 

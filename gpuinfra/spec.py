@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gpus import GpuModel
 from gpuinfra.errors import SpecError
+
 # the container image check, under the name the boot planner uses (gpuinfra/plan/boot.py)
 from gpuinfra.oci import check_image_reference as check_container_image  # noqa: F401
 from gpuinfra.profiles import Profile
@@ -77,8 +78,7 @@ def check_stack_name(name: str) -> str:
     """Return ``name`` if it is a valid Pulumi stack name, else raise :class:`SpecError`."""
     if not isinstance(name, str) or not STACK_NAME_RE.match(name):
         raise SpecError(
-            f"invalid stack name {name!r}: use 1-100 letters, digits, '-', '_' or '.' "
-            "(Pulumi's stack-name rule)"
+            f"invalid stack name {name!r}: use 1-100 letters, digits, '-', '_' or '.' (Pulumi's stack-name rule)"
         )
     return name
 
@@ -99,7 +99,9 @@ def check_new_stack_name(name: str) -> str:
             "service account gi-<stack> on GCP, the S3 bucket prefix gpuinfra-<stack>- on AWS)"
         )
     if name in RESERVED_STACK_NAMES:
-        raise SpecError(f"stack name {name!r} is reserved (`gpuinfra cost {name}` is a sub-command); choose another --name")
+        raise SpecError(
+            f"stack name {name!r} is reserved (`gpuinfra cost {name}` is a sub-command); choose another --name"
+        )
     return name
 
 
@@ -189,8 +191,10 @@ class PriceSnapshot(BaseModel):
         except ArithmeticError:
             price = None
         if price is None or not price.is_finite() or price <= 0:
-            raise ValueError(f"not a price: {value!r}; use a decimal number of USD per node-hour above 0, "
-                             "e.g. '14.69354' (or remove the line: prices here are informational)")
+            raise ValueError(
+                f"not a price: {value!r}; use a decimal number of USD per node-hour above 0, "
+                "e.g. '14.69354' (or remove the line: prices here are informational)"
+            )
         return value
 
 
@@ -304,8 +308,10 @@ class ClusterSpec(BaseModel):
     @classmethod
     def _version(cls, value: Any) -> Any:
         if value == 1:
-            raise ValueError("this stack file was written by gpuinfra 0.1 (schema 1, without the facts the plan "
-                             "was built from); write it again with `gpuinfra new ... --force`")
+            raise ValueError(
+                "this stack file was written by gpuinfra 0.1 (schema 1, without the facts the plan "
+                "was built from); write it again with `gpuinfra new ... --force`"
+            )
         return value
 
     @field_validator("gcp_reservation")
@@ -347,15 +353,22 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
-        if (self.capacity_reservation_instance_count or self.capacity_reservation_placement_group
-                or self.capacity_reservation_zone or self.capacity_reservation_instance_type) and not self.capacity_reservation_id:
-            raise ValueError("capacity_reservation_instance_count/placement_group/zone/instance_type need "
-                             "capacity_reservation_id")
+        if (
+            self.capacity_reservation_instance_count
+            or self.capacity_reservation_placement_group
+            or self.capacity_reservation_zone
+            or self.capacity_reservation_instance_type
+        ) and not self.capacity_reservation_id:
+            raise ValueError(
+                "capacity_reservation_instance_count/placement_group/zone/instance_type need capacity_reservation_id"
+            )
         if self.spot and self.capacity_reservation_id:
             raise ValueError("spot and capacity_reservation_id exclude each other")
         if self.spot and self.profile.spot.policy == "forbidden":
             raise ValueError(f"profile {self.profile.name!r} forbids spot capacity")
-        if self.cloud == "gcp" and (self.network.vpc_id or self.ami_id or self.network.ssh_cidr or self.capacity_reservation_id):
+        if self.cloud == "gcp" and (
+            self.network.vpc_id or self.ami_id or self.network.ssh_cidr or self.capacity_reservation_id
+        ):
             raise ValueError("network.vpc_id/subnet_id/ssh_cidr, ami_id and capacity_reservation_id are AWS settings")
         if self.gcp_reservation_bound and not self.gcp_reservation:
             raise ValueError("gcp_reservation_bound needs gcp_reservation (the reservation the VMs are bound to)")
@@ -366,11 +379,14 @@ class ClusterSpec(BaseModel):
         if self.cloud == "aws" and self.gcp_image:
             raise ValueError("gcp_image is a GCP setting")
         if (self.facts.cloud, self.facts.instance_type) != (self.cloud, self.instance_type):
-            raise ValueError(f"facts describe {self.facts.cloud} {self.facts.instance_type}, not "
-                             f"{self.cloud} {self.instance_type}; write the stack again with `gpuinfra new`")
+            raise ValueError(
+                f"facts describe {self.facts.cloud} {self.facts.instance_type}, not "
+                f"{self.cloud} {self.instance_type}; write the stack again with `gpuinfra new`"
+            )
         if not self.facts.guest_accelerators and (self.facts.gpu, self.facts.gpu_count) != (self.gpu, self.gpu_count):
-            raise ValueError(f"{self.instance_type} carries {self.facts.gpu_count}x{self.facts.gpu}, "
-                             f"not {self.gpu_count}x{self.gpu}")
+            raise ValueError(
+                f"{self.instance_type} carries {self.facts.gpu_count}x{self.facts.gpu}, not {self.gpu_count}x{self.gpu}"
+            )
         if self.gpu_facts.name != self.gpu:
             raise ValueError(f"gpu_facts describe {self.gpu_facts.name}, not {self.gpu}")
         if self.facts.guest_accelerators and not self.gpu_facts.gcp_accelerator_type:

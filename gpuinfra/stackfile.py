@@ -9,7 +9,7 @@ An existing stack file is never replaced without ``force``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -48,8 +48,12 @@ def provider_config(spec: ClusterSpec) -> dict[str, str]:
     return config
 
 
-def render_stack(plan: Plan, generated_at: datetime | None = None, image_config: dict | None = None,
-                 checkpoint_plan: dict | None = None) -> str:
+def render_stack(
+    plan: Plan,
+    generated_at: datetime | None = None,
+    image_config: dict | None = None,
+    checkpoint_plan: dict | None = None,
+) -> str:
     """The stack file's text for ``plan``; with ``image_config`` (a baked image's manifest and id,
     :meth:`gpuinfra.bake.stack.BakedImage.config`) also ``gpuinfra:image``; with
     ``checkpoint_plan`` (a spot stack sized from a model: :func:`gpuinfra.sizing.checkpoint.checkpoint_plan`)
@@ -98,7 +102,7 @@ def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
     """
     path = stack_file_path(project_dir, stack)
     if not path.is_file():
-        known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         hint = f" Stacks in {path.parent}: {', '.join(known)}." if known else ""
         raise SpecError(f"no stack {stack!r}: {path} does not exist.{hint}")
     try:
@@ -110,14 +114,21 @@ def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
         raise SpecError(f"{path} has no gpuinfra:cluster config (was it written by `gpuinfra new`?)")
     spec = ClusterSpec.from_config(value)
     if spec.stack != stack:
-        raise SpecError(f"{path} holds stack {spec.stack!r}, not {stack!r}: Pulumi reads stack {stack!r} from "
-                        f"Pulumi.{stack}.yaml, so gpuinfra:cluster.stack must be {stack!r} (or rename the file "
-                        f"to Pulumi.{spec.stack}.yaml)")
+        raise SpecError(
+            f"{path} holds stack {spec.stack!r}, not {stack!r}: Pulumi reads stack {stack!r} from "
+            f"Pulumi.{stack}.yaml, so gpuinfra:cluster.stack must be {stack!r} (or rename the file "
+            f"to Pulumi.{spec.stack}.yaml)"
+        )
     return spec
 
 
-def write_stack(plan: Plan, project_dir: Path, force: bool = False, image_config: dict | None = None,
-                checkpoint_plan: dict | None = None) -> WrittenFiles:
+def write_stack(
+    plan: Plan,
+    project_dir: Path,
+    force: bool = False,
+    image_config: dict | None = None,
+    checkpoint_plan: dict | None = None,
+) -> WrittenFiles:
     """Render and write the stack file; scaffold ``Pulumi.yaml`` + ``program/`` if absent.
 
     All or nothing: when any file cannot be written, the files and folders written so far are
@@ -168,5 +179,7 @@ def _exists(target: Path) -> FileExistsGpuinfraError:
 
 def _not_writable(exc: OSError, project_dir: Path) -> ProjectDirError:
     where = exc.filename or project_dir
-    return ProjectDirError(f"cannot write {where}: {exc.strerror or exc}; --project-dir {project_dir} must be a "
-                           "folder you can write (nothing was written)")
+    return ProjectDirError(
+        f"cannot write {where}: {exc.strerror or exc}; --project-dir {project_dir} must be a "
+        "folder you can write (nothing was written)"
+    )

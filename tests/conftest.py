@@ -18,8 +18,16 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
-    for var in ("GPUINFRA_CATALOG_DIR", "GPUINFRA_PROFILES_DIR", "GPUINFRA_DEBUG", "GOOGLE_CLOUD_PROJECT",
-                "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+    for var in (
+        "GPUINFRA_CATALOG_DIR",
+        "GPUINFRA_PROFILES_DIR",
+        "GPUINFRA_DEBUG",
+        "GOOGLE_CLOUD_PROJECT",
+        "AWS_PROFILE",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+    ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
     from gpuinfra.catalog import store

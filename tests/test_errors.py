@@ -9,16 +9,34 @@ from pathlib import Path
 import pytest
 
 from gpuinfra import errors
-from gpuinfra.errors import (BudgetExceededError, CatalogGateError, DataSourceError, ExitCode, PreviewFileError,
-                             ProfileError, RuleViolationError, SizingError, SpecError, UsageError)
+from gpuinfra.errors import (
+    BudgetExceededError,
+    CatalogGateError,
+    DataSourceError,
+    ExitCode,
+    PreviewFileError,
+    ProfileError,
+    RuleViolationError,
+    SizingError,
+    SpecError,
+    UsageError,
+)
 from gpuinfra.rules.model import Violation
 
 
-@pytest.mark.parametrize(("cls", "code"), [
-    (CatalogGateError, ExitCode.BAD_INPUT), (DataSourceError, ExitCode.BAD_INPUT), (ProfileError, ExitCode.BAD_INPUT),
-    (SizingError, ExitCode.BAD_INPUT), (RuleViolationError, ExitCode.BAD_INPUT), (PreviewFileError, ExitCode.BAD_INPUT),
-    (UsageError, ExitCode.BAD_INPUT), (BudgetExceededError, ExitCode.BUDGET_EXCEEDED),
-])
+@pytest.mark.parametrize(
+    ("cls", "code"),
+    [
+        (CatalogGateError, ExitCode.BAD_INPUT),
+        (DataSourceError, ExitCode.BAD_INPUT),
+        (ProfileError, ExitCode.BAD_INPUT),
+        (SizingError, ExitCode.BAD_INPUT),
+        (RuleViolationError, ExitCode.BAD_INPUT),
+        (PreviewFileError, ExitCode.BAD_INPUT),
+        (UsageError, ExitCode.BAD_INPUT),
+        (BudgetExceededError, ExitCode.BUDGET_EXCEEDED),
+    ],
+)
 def test_exit_codes(cls, code):
     assert cls.exit_code == code
 
@@ -31,11 +49,22 @@ def test_every_error_class_is_defined_in_errors_and_listed_in_its_docstring():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(
-                    getattr(b, "id", getattr(b, "attr", "")).endswith("Error") for b in node.bases):
+                getattr(b, "id", getattr(b, "attr", "")).endswith("Error") for b in node.bases
+            ):
                 elsewhere.append(f"{path.relative_to(root)}:{node.name}")
     assert elsewhere == []
-    for name in ("CatalogGateError", "DataSourceError", "ProfileError", "SizingError", "RuleViolationError",
-                 "PreviewFileError", "UsageError", "BudgetExceededError", "CapacityError", "HealthGateError"):
+    for name in (
+        "CatalogGateError",
+        "DataSourceError",
+        "ProfileError",
+        "SizingError",
+        "RuleViolationError",
+        "PreviewFileError",
+        "UsageError",
+        "BudgetExceededError",
+        "CapacityError",
+        "HealthGateError",
+    ):
         assert f"\n{name} " in errors.__doc__
 
 
@@ -47,12 +76,16 @@ def test_errors_imports_nothing_from_gpuinfra():
 
 
 def test_rule_violation_error_has_one_line_per_violation():
-    found = [Violation("aws-efa-sg-both-ways", "c-sg", "no egress to itself", "docs.aws.amazon.com/efa"),
-             Violation("budget-max-price", "", "the stack costs $12.00/h", "README.md")]
+    found = [
+        Violation("aws-efa-sg-both-ways", "c-sg", "no egress to itself", "docs.aws.amazon.com/efa"),
+        Violation("budget-max-price", "", "the stack costs $12.00/h", "README.md"),
+    ]
     exc = RuleViolationError(iter(found))
     assert exc.violations == found and isinstance(exc, SpecError)
-    assert str(exc) == ("aws-efa-sg-both-ways: c-sg: no egress to itself (source: docs.aws.amazon.com/efa)\n"
-                        "budget-max-price: the stack costs $12.00/h (source: README.md)")
+    assert str(exc) == (
+        "aws-efa-sg-both-ways: c-sg: no egress to itself (source: docs.aws.amazon.com/efa)\n"
+        "budget-max-price: the stack costs $12.00/h (source: README.md)"
+    )
 
 
 def test_catalog_gate_error_shows_five_failures_and_counts_the_rest():

@@ -16,7 +16,7 @@ from gpuinfra.rules import verify_stack
 from gpuinfra.stackfile import provider_config, read_stack_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+STACKS = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 
 
 def test_there_are_example_stacks():
@@ -29,7 +29,9 @@ def test_example_stack_previews_and_prices(stack):
     result = run_preview(spec, provider_config(spec))
     assert result.resources and result.resources[0].parent is None
     verify_stack(spec, result.resources, load_catalog())
-    est = estimate(result.resources, load_catalog(), spec.region, usage_for(spec.profile.name), Decimal(str(spec.run_hours)))
+    est = estimate(
+        result.resources, load_catalog(), spec.region, usage_for(spec.profile.name), Decimal(str(spec.run_hours))
+    )
     compute = [line for line in est.lines if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))]
     assert compute and all(line.unit_price_usd is not None for line in compute)
     assert est.not_priced == []

@@ -80,7 +80,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str, is_package: bool, m
         base = node.module or ""
         if node.level:
             package = module.split(".") if is_package else module.split(".")[:-1]
-            package = package[:len(package) - (node.level - 1)]
+            package = package[: len(package) - (node.level - 1)]
             base = ".".join(package + ([base] if base else []))
         names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
     return {t for t in (_resolve(n, modules) for n in names) if t and t != module}
@@ -105,7 +105,9 @@ def collect_imports() -> tuple[dict[str, Path], list[Import]]:
         lines = source.splitlines()
         tree = ast.parse(source)
         statements = list(_import_statements(tree, False))
-        import_lines = {line for node, _ in statements for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)}
+        import_lines = {
+            line for node, _ in statements for line in range(node.lineno, (node.end_lineno or node.lineno) + 1)
+        }
         for node, local in statements:
             above = node.lineno - 1
             while above in import_lines:
@@ -161,6 +163,7 @@ def _graph(imports: list[Import], with_local: bool) -> dict[str, set[str]]:
 
 def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """``graph`` between packages (``gpuinfra.cost.estimate`` -> ``gpuinfra.cost``), self-edges dropped."""
+
     def package(module: str) -> str:
         return ".".join(module.split(".")[:2])
 
@@ -172,8 +175,15 @@ def _package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def test_layers_contract_is_kept():
     # import-linter's own command line (it configures its option readers and prints the broken imports)
-    command = [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()",
-               "--config", str(ROOT / "pyproject.toml"), "--no-cache", "--no-logo"]
+    command = [
+        sys.executable,
+        "-c",
+        "from importlinter.cli import lint_imports_command; lint_imports_command()",
+        "--config",
+        str(ROOT / "pyproject.toml"),
+        "--no-cache",
+        "--no-logo",
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "1 kept, 0 broken" in result.stdout, result.stdout
@@ -196,16 +206,25 @@ def test_no_module_level_import_cycle():
 
 def test_function_local_imports_say_why():
     _, imports = collect_imports()
-    silent = sorted({(imp.source, imp.line, imp.target) for imp in imports
-                     if imp.local and not imp.commented and (imp.source, imp.target) not in UNCOMMENTED_LOCAL_IMPORTS})
-    assert silent == [], ("function-local imports without a comment saying why (move them to the top, or say "
-                          f"which heavy dependency or start-up cost they avoid): {silent}")
+    silent = sorted(
+        {
+            (imp.source, imp.line, imp.target)
+            for imp in imports
+            if imp.local and not imp.commented and (imp.source, imp.target) not in UNCOMMENTED_LOCAL_IMPORTS
+        }
+    )
+    assert silent == [], (
+        "function-local imports without a comment saying why (move them to the top, or say "
+        f"which heavy dependency or start-up cost they avoid): {silent}"
+    )
 
 
 def test_node_modules_import_only_each_other():
-    node_modules = {"gpuinfra." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-                    for rel in NODE_MODULES} | {"gpuinfra"}
+    node_modules = {
+        "gpuinfra." + rel.removesuffix(".py").removesuffix("/__init__").replace("/", ".") for rel in NODE_MODULES
+    } | {"gpuinfra"}
     _, imports = collect_imports()
-    outside = sorted({(imp.source, imp.target) for imp in imports
-                      if imp.source in node_modules and imp.target not in node_modules})
+    outside = sorted(
+        {(imp.source, imp.target) for imp in imports if imp.source in node_modules and imp.target not in node_modules}
+    )
     assert outside == [], f"node-side modules import modules the node bundle does not ship: {outside}"

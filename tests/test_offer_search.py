@@ -11,17 +11,26 @@ from gpuinfra.errors import RequestError
 from gpuinfra.offer_search import market_option, offer_json, run_json, search_offers
 
 
-@pytest.mark.parametrize(("market", "spot", "chosen"), [
-    ("on-demand", False, "on-demand"), ("on-demand", True, "spot"), ("spot", False, "spot"), ("flex", False, "flex-start"),
-])
+@pytest.mark.parametrize(
+    ("market", "spot", "chosen"),
+    [
+        ("on-demand", False, "on-demand"),
+        ("on-demand", True, "spot"),
+        ("spot", False, "spot"),
+        ("flex", False, "flex-start"),
+    ],
+)
 def test_market_option(market, spot, chosen):
     assert market_option(market, spot) == chosen
 
 
-@pytest.mark.parametrize(("market", "spot", "message"), [
-    ("reserved", False, "unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
-    ("flex", True, "--spot contradicts --market flex"),
-])
+@pytest.mark.parametrize(
+    ("market", "spot", "message"),
+    [
+        ("reserved", False, "unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
+        ("flex", True, "--spot contradicts --market flex"),
+    ],
+)
 def test_market_option_refuses(market, spot, message):
     with pytest.raises(RequestError, match=message):
         market_option(market, spot)
@@ -33,9 +42,13 @@ def test_cheapest_gcp_4xa100_and_its_json():
     assert found.runs is None and found.query.market == "on-demand"
     doc = offer_json(found.ranked[0], catalog)
     assert (doc["instance_type"], doc["region"], doc["zone"]) == ("a2-highgpu-4g", "us-central1", "us-central1-a")
-    assert (doc["price_per_hour_usd"], doc["price_per_gpu_hour_usd"], doc["on_demand_price_per_hour_usd"],
-            doc["spot_price_per_hour_usd"], doc["flex_start_price_per_hour_usd"]) == (
-        "14.693540", "3.673385", "14.693540", "7.215400", None)
+    assert (
+        doc["price_per_hour_usd"],
+        doc["price_per_gpu_hour_usd"],
+        doc["on_demand_price_per_hour_usd"],
+        doc["spot_price_per_hour_usd"],
+        doc["flex_start_price_per_hour_usd"],
+    ) == ("14.693540", "3.673385", "14.693540", "7.215400", None)
 
 
 def test_instance_type_alone_gives_the_request():
@@ -50,7 +63,12 @@ def test_data_ranks_runs_and_needs_hours():
     assert found.hours == Decimal(24) and found.data.location == "us-east-1"
     doc = run_json(found.runs[0], catalog)
     assert (doc["instance_type"], doc["hours"], doc["compute_usd"], doc["data_transfer_usd"], doc["run_usd"]) == (
-        "p4d.24xlarge", 24.0, "526.983360", "0.000000", "526.983360")
+        "p4d.24xlarge",
+        24.0,
+        "526.983360",
+        "0.000000",
+        "526.983360",
+    )
     with pytest.raises(RequestError, match="--data needs --hours, more than 0 and at most 8760"):
         search_offers(catalog, gpus="4xA100", data_region="us-east-1", data_size="50TB")
     with pytest.raises(RequestError, match="--hours goes with --data or --data-region"):

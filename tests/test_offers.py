@@ -15,9 +15,19 @@ from gpuinfra.requests import parse_gpu_spec
 
 
 def _offer(itype, gpu, count, price, zone="z1", spot=None, cloud="aws", region="r1", local=False):
-    return Offer(cloud=cloud, instance_type=itype, gpu=gpu, gpu_count=count, vcpus=8,
-                 memory_gib=64, region=region, zone=zone, on_demand_price_per_hour_usd=Decimal(price),
-                 spot_price_per_hour_usd=None if spot is None else Decimal(spot), local_zone=local)
+    return Offer(
+        cloud=cloud,
+        instance_type=itype,
+        gpu=gpu,
+        gpu_count=count,
+        vcpus=8,
+        memory_gib=64,
+        region=region,
+        zone=zone,
+        on_demand_price_per_hour_usd=Decimal(price),
+        spot_price_per_hour_usd=None if spot is None else Decimal(spot),
+        local_zone=local,
+    )
 
 
 def _catalog(*offers):
@@ -47,7 +57,10 @@ def test_other_gpu_model_never_substitutes():
 def test_nodes_multiply_price_and_spot_uses_spot_column():
     cat = _catalog(_offer("t", "A100", 4, "10", spot="3"), _offer("u", "A100", 4, "8"))
     on_demand = find_offers(cat, OfferQuery(parse_gpu_spec("4xA100", nodes=3)))
-    assert [(r.offer.instance_type, r.price_per_hour_usd) for r in on_demand] == [("u", Decimal("24")), ("t", Decimal("30"))]
+    assert [(r.offer.instance_type, r.price_per_hour_usd) for r in on_demand] == [
+        ("u", Decimal("24")),
+        ("t", Decimal("30")),
+    ]
     spot = find_offers(cat, OfferQuery(parse_gpu_spec("4xA100", nodes=3), market="spot"))
     assert [(r.offer.instance_type, r.price_per_hour_usd) for r in spot] == [("t", Decimal("9"))]  # u has no spot price
     assert spot[0].price_per_gpu_hour_usd == Decimal("0.75")
@@ -78,7 +91,10 @@ def test_gcp_4xa100_is_priced_at_the_cited_on_demand_price():
     assert {r.offer.instance_type for r in ranked} == {"a2-highgpu-4g", "a2-highgpu-8g"}  # 8 <= 2 x 4
     first = ranked[0]
     assert (first.offer.instance_type, first.offer.region, first.price_per_hour_usd) == (
-        "a2-highgpu-4g", "us-central1", Decimal("14.69354"))  # 4 x 3.673385 (pricing.yml 2026-08-20)
+        "a2-highgpu-4g",
+        "us-central1",
+        Decimal("14.69354"),
+    )  # 4 x 3.673385 (pricing.yml 2026-08-20)
     assert not first.round_up
 
 

@@ -28,16 +28,24 @@ def test_every_group_names_a_source_and_a_date():
     # pages that state no date are shown as "undated", never with a made-up date; which ones they
     # are is pinned, so a new undated price is a decision, not an accident
     assert sorted({u.split("/")[2] if u.startswith("https://") else u.split("/")[1] for u in undated}) == [
-        "aws.amazon.com", "cloud-dot-devsite-v2-prod.appspot.com", "cloud.google.com", "cloudburn.io",
-        "cloudpipelines.pages.dev", "skypilot-org"]
+        "aws.amazon.com",
+        "cloud-dot-devsite-v2-prod.appspot.com",
+        "cloud.google.com",
+        "cloudburn.io",
+        "cloudpipelines.pages.dev",
+        "skypilot-org",
+    ]
     assert len(undated) == 10
 
 
-@pytest.mark.parametrize("bad", [
-    {"source": "https://x", "date": "2026-01-01", "all": 0},
-    {"source": "https://x", "date": "2026-01-01"},
-    {"source": "aws pricing page", "date": "2026-01-01", "all": 1},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"source": "https://x", "date": "2026-01-01", "all": 0},
+        {"source": "https://x", "date": "2026-01-01"},
+        {"source": "aws pricing page", "date": "2026-01-01", "all": 1},
+    ],
+)
 def test_price_book_rejects_bad_groups(bad):
     doc = yaml.safe_load((DATA_DIR / "prices.yaml").read_text())
     doc["aws"]["public_ipv4_per_hour"]["prices"] = [bad]
@@ -45,18 +53,21 @@ def test_price_book_rejects_bad_groups(bad):
         PriceBook.model_validate(doc)
 
 
-@pytest.mark.parametrize(("key", "region", "value"), [
-    # values the old table had wrong, as pricing.yml (2026-08-20) gives them
-    ("pd_balanced_per_gb_month", "us-south1", "0.12"),
-    ("pd_balanced_per_gb_month", "europe-west1", "0.1"),
-    ("pd_balanced_per_gb_month", "asia-east1", "0.1"),
-    ("local_ssd_per_gb_month", "europe-west1", "0.08"),
-    ("gcs_standard_per_gb_month", "us-south1", "0.02"),
-    # internet egress is regional, not one number
-    ("internet_egress_per_gb", "us-central1", "0.12"),
-    ("internet_egress_per_gb", "asia-northeast1", "0.085"),
-    ("internet_egress_per_gb", "australia-southeast1", "0.19"),
-])
+@pytest.mark.parametrize(
+    ("key", "region", "value"),
+    [
+        # values the old table had wrong, as pricing.yml (2026-08-20) gives them
+        ("pd_balanced_per_gb_month", "us-south1", "0.12"),
+        ("pd_balanced_per_gb_month", "europe-west1", "0.1"),
+        ("pd_balanced_per_gb_month", "asia-east1", "0.1"),
+        ("local_ssd_per_gb_month", "europe-west1", "0.08"),
+        ("gcs_standard_per_gb_month", "us-south1", "0.02"),
+        # internet egress is regional, not one number
+        ("internet_egress_per_gb", "us-central1", "0.12"),
+        ("internet_egress_per_gb", "asia-northeast1", "0.085"),
+        ("internet_egress_per_gb", "australia-southeast1", "0.19"),
+    ],
+)
 def test_corrected_gcp_values(key, region, value):
     p = price("gcp", key, region)
     assert p.usd == Decimal(value) and p.date == "2026-08-20" and "dac31281" in p.source
@@ -70,14 +81,17 @@ def test_corrected_values_appear_as_cost_lines(run_cli, tmp_path):
     assert Decimal(lines["pd-balanced boot disk"]["unit_price_usd"]) == Decimal("0.1")
     # us-south1: A3 Ultra (spot); GCS Standard 0.020; its Hyperdisk Balanced boot disk has no
     # price read for gpuinfra, so the cost fails closed instead of guessing
-    lines, doc = _lines(run_cli, tmp_path, "us1", "--gpus", "8xH200", "--cloud", "gcp", "--region", "us-south1", "--spot")
+    lines, doc = _lines(
+        run_cli, tmp_path, "us1", "--gpus", "8xH200", "--cloud", "gcp", "--region", "us-south1", "--spot"
+    )
     assert Decimal(lines["GCS Standard storage"]["unit_price_usd"]) == Decimal("0.02")
     assert lines["hyperdisk-balanced boot disk"]["unit_price_usd"] is None and doc["price_not_found"]
 
 
 def test_cloud_nat_ip_is_charged(run_cli, tmp_path):
-    lines, _ = _lines(run_cli, tmp_path, "nat", "--gpus", "4xA100", "--cloud", "gcp", "--region", "us-central1",
-                      "--nodes", "2")
+    lines, _ = _lines(
+        run_cli, tmp_path, "nat", "--gpus", "4xA100", "--cloud", "gcp", "--region", "us-central1", "--nodes", "2"
+    )
     ip = lines["Cloud NAT IP address"]
     # one auto-allocated NAT IP serves up to 64,512 / 64 = 1,008 VMs; $0.005 per IP-hour
     assert ip["quantity"] == "1.000000" and Decimal(ip["unit_price_usd"]) == Decimal("0.005")
@@ -85,8 +99,20 @@ def test_cloud_nat_ip_is_charged(run_cli, tmp_path):
 
 
 def test_new_warns_when_its_totals_leave_out_an_unpriced_line(run_cli, tmp_path):
-    result = run_cli("new", "--gpus", "8xH200", "--cloud", "gcp", "--region", "us-south1", "--spot",
-                     "--project-dir", str(tmp_path), "--name", "warn")
+    result = run_cli(
+        "new",
+        "--gpus",
+        "8xH200",
+        "--cloud",
+        "gcp",
+        "--region",
+        "us-south1",
+        "--spot",
+        "--project-dir",
+        str(tmp_path),
+        "--name",
+        "warn",
+    )
     assert result.exit_code == 0
     assert "warning: the totals above leave out 1 line(s) with no price" in result.stderr
     assert "hyperdisk-balanced boot disk" in result.stderr

@@ -18,12 +18,12 @@ from gpuinfra.requests import GpuRequest, parse_gpu_spec, resolve_gpu_name
         ("8xH100", "H100", 8),
         ("A100-80GB:8", "A100-80GB", 8),
         ("1xL4", "L4", 1),
-        ("4Xa100", "A100", 4),            # case-insensitive
-        ("a100-40gb:2", "A100", 2),       # alias of the 40 GB A100
+        ("4Xa100", "A100", 4),  # case-insensitive
+        ("a100-40gb:2", "A100", 2),  # alias of the 40 GB A100
         ("h100-80gb:8", "H100", 8),
-        (" 2 x l40s ", "L40S", 2),        # blanks around parts
+        (" 2 x l40s ", "L40S", 2),  # blanks around parts
         ("8*H200", "H200", 8),
-        ("T4", "T4", 1),                  # bare model = one GPU
+        ("T4", "T4", 1),  # bare model = one GPU
         ("v100-32gb:8", "V100-32GB", 8),
     ],
 )
@@ -55,7 +55,7 @@ def test_memory_variant_is_never_an_alias():
         ("4xA10", "Did you mean A10G?"),
         ("", "empty GPU spec"),
         ("4:A100", "malformed"),
-        ("４xA100", "malformed"),     # full-width digit is not ASCII
+        ("４xA100", "malformed"),  # full-width digit is not ASCII
     ],
 )
 def test_rejected_forms(spec, fragment):

@@ -25,7 +25,9 @@ def test_a_spec_that_breaks_a_rule_is_refused():
 
 
 def test_stack_file_is_read_then_verified(run_cli, tmp_path):
-    assert run_cli("new", "--instance-type", "p4d.24xlarge", "--name", "v", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli("new", "--instance-type", "p4d.24xlarge", "--name", "v", "--project-dir", str(tmp_path)).exit_code == 0
+    )
     assert verify_stack_file(tmp_path, "v").spec.instance_type == "p4d.24xlarge"
     path = tmp_path / "stacks" / "Pulumi.v.yaml"
     doc = yaml.safe_load(path.read_text())

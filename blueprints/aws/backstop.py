@@ -58,28 +58,43 @@ def schedule_expression(spec: ClusterSpec) -> str:
 
 def trust_policy_document(account_id: str) -> str:
     """Role trust policy: EventBridge Scheduler of this account only."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow",
-            "Principal": {"Service": SCHEDULER_PRINCIPAL},
-            "Action": "sts:AssumeRole",
-            "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Effect": "Allow",
+                    "Principal": {"Service": SCHEDULER_PRINCIPAL},
+                    "Action": "sts:AssumeRole",
+                    "Condition": {"StringEquals": {"aws:SourceAccount": account_id}},
+                }
+            ],
+        }
+    )
 
 
 def terminate_policy_document(spec: ClusterSpec, account_id: str, fleet_arn: str) -> str:
     """Inline policy: delete this fleet; terminate this region's instances tagged with the stack."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "DeleteThisStacksFleet", "Effect": "Allow", "Action": "ec2:DeleteFleets", "Resource": fleet_arn},
-            {"Sid": "TerminateThisStacksNodes", "Effect": "Allow", "Action": "ec2:TerminateInstances",
-             "Resource": f"arn:aws:ec2:{spec.region}:{account_id}:instance/*",
-             "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}}},
-        ],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DeleteThisStacksFleet",
+                    "Effect": "Allow",
+                    "Action": "ec2:DeleteFleets",
+                    "Resource": fleet_arn,
+                },
+                {
+                    "Sid": "TerminateThisStacksNodes",
+                    "Effect": "Allow",
+                    "Action": "ec2:TerminateInstances",
+                    "Resource": f"arn:aws:ec2:{spec.region}:{account_id}:instance/*",
+                    "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}},
+                },
+            ],
+        }
+    )
 
 
 def delete_fleet_input(fleet_id: str) -> str:
@@ -87,8 +102,9 @@ def delete_fleet_input(fleet_id: str) -> str:
     return json.dumps({"FleetIds": [fleet_id], "TerminateInstances": True})
 
 
-def build_ttl_backstop(name: str, spec: ClusterSpec, fleet: aws.ec2.Fleet, instance_ids: pulumi.Output,
-                       parent: pulumi.Resource) -> aws.scheduler.Schedule:
+def build_ttl_backstop(
+    name: str, spec: ClusterSpec, fleet: aws.ec2.Fleet, instance_ids: pulumi.Output, parent: pulumi.Resource
+) -> aws.scheduler.Schedule:
     """Execution role, its scoped policy and the one-time schedule deleting ``fleet``; the schedule
     waits for ``instance_ids`` (the capacity check), so a fleet that launched too few nodes fails
     the update before the schedule exists."""

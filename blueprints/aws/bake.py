@@ -46,17 +46,34 @@ RECIPE_VERSION = "1.0.0"
 ROOT_DEVICE = "/dev/sda1"
 #: ECR actions to push and pull one repository (docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html).
 #: ``ecr:DescribeImages``: the build looks for the tag an earlier run of the bake pushed.
-ECR_REPOSITORY_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:CompleteLayerUpload",
-                          "ecr:DescribeImages", "ecr:GetDownloadUrlForLayer", "ecr:InitiateLayerUpload",
-                          "ecr:PutImage", "ecr:UploadLayerPart"]
+ECR_REPOSITORY_ACTIONS = [
+    "ecr:BatchCheckLayerAvailability",
+    "ecr:BatchGetImage",
+    "ecr:CompleteLayerUpload",
+    "ecr:DescribeImages",
+    "ecr:GetDownloadUrlForLayer",
+    "ecr:InitiateLayerUpload",
+    "ecr:PutImage",
+    "ecr:UploadLayerPart",
+]
 
 
 def ecr_policy_document(repository_arn: str) -> str:
     """Inline policy JSON: an ECR token (not scopable) and push/pull on one repository."""
-    return json.dumps({"Version": "2012-10-17", "Statement": [
-        {"Sid": "EcrToken", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
-        {"Sid": "BakeRepository", "Effect": "Allow", "Action": ECR_REPOSITORY_ACTIONS, "Resource": [repository_arn]},
-    ]})
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "EcrToken", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
+                {
+                    "Sid": "BakeRepository",
+                    "Effect": "Allow",
+                    "Action": ECR_REPOSITORY_ACTIONS,
+                    "Resource": [repository_arn],
+                },
+            ],
+        }
+    )
 
 
 def container_tag(manifest_sha256: str) -> str:
@@ -99,79 +116,140 @@ class AwsImageBake(pulumi.ComponentResource):
         kids = pulumi.ResourceOptions(parent=self)
         immutable = pulumi.ResourceOptions(parent=self, delete_before_replace=True)
 
-        role = aws.iam.Role(child(name, "build-role"), assume_role_policy=json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
-        }), tags=tags, opts=kids)
-        aws.iam.RolePolicyAttachment(child(name, "build-core"), role=role.name, policy_arn=IMAGE_BUILDER_POLICY, opts=kids)
+        role = aws.iam.Role(
+            child(name, "build-role"),
+            assume_role_policy=json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                    ],
+                }
+            ),
+            tags=tags,
+            opts=kids,
+        )
+        aws.iam.RolePolicyAttachment(
+            child(name, "build-core"), role=role.name, policy_arn=IMAGE_BUILDER_POLICY, opts=kids
+        )
         aws.iam.RolePolicyAttachment(child(name, "build-ssm"), role=role.name, policy_arn=SSM_MANAGED_POLICY, opts=kids)
         self.repository = aws.ecr.Repository(
-            child(name, "repository"), name=f"gpuinfra/{spec.stack}", image_tag_mutability="IMMUTABLE",
+            child(name, "repository"),
+            name=f"gpuinfra/{spec.stack}",
+            image_tag_mutability="IMMUTABLE",
             image_scanning_configuration=aws.ecr.RepositoryImageScanningConfigurationArgs(scan_on_push=True),
             tags=tags,
             # kept on destroy: clusters made from the bake pull repo@sha256 from it, and ECR refuses
             # to delete a repository that holds images unless forced (API_DeleteRepository)
-            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True))
-        aws.iam.RolePolicy(child(name, "build-ecr"), role=role.id,
-                           policy=self.repository.arn.apply(ecr_policy_document), opts=kids)
+            opts=pulumi.ResourceOptions(parent=self, retain_on_delete=True),
+        )
+        aws.iam.RolePolicy(
+            child(name, "build-ecr"), role=role.id, policy=self.repository.arn.apply(ecr_policy_document), opts=kids
+        )
         profile = aws.iam.InstanceProfile(child(name, "build-profile"), role=role.name, tags=tags, opts=kids)
         infrastructure = aws.imagebuilder.InfrastructureConfiguration(
-            child(name, "infrastructure"), name=f"gpuinfra-{spec.stack}",
+            child(name, "infrastructure"),
+            name=f"gpuinfra-{spec.stack}",
             description=f"gpuinfra bake {spec.stack}: CPU build instance",
-            instance_profile_name=profile.name, instance_types=[spec.build_instance_type],
+            instance_profile_name=profile.name,
+            instance_types=[spec.build_instance_type],
             terminate_instance_on_failure=True,
             # hop limit 1: only the host's AWS CLI reads the instance role; the container build's RUN
             # steps (in Docker's bridge network, one hop further) cannot (IMDSv2 hop limit:
             # docs.aws.amazon.com/AWSEC2/latest/UserGuide/configuring-IMDS-existing-instances.html)
             instance_metadata_options=aws.imagebuilder.InfrastructureConfigurationInstanceMetadataOptionsArgs(
-                http_tokens="required", http_put_response_hop_limit=1),
-            resource_tags=tags, tags=tags, opts=kids)
+                http_tokens="required", http_put_response_hop_limit=1
+            ),
+            resource_tags=tags,
+            tags=tags,
+            opts=kids,
+        )
 
         container_uri = self.repository.repository_url.apply(lambda url: f"{url}:{container_tag(m.sha256)}")
 
         host_component = aws.imagebuilder.Component(
-            child(name, "host-component"), name=f"gpuinfra-{spec.stack}-host-{suffix}",
-            platform="Linux", version=RECIPE_VERSION,
-            data=component_document(f"gpuinfra-{spec.stack}-host", "gpuinfra: fabric host stack, training "
-                                    "container and manifest on the AMI", aws_host_phases(spec),
-                                    {CONTAINER_PARAMETER: "URI of the training container built by this bake"}),
-            tags=tags, opts=immutable)
+            child(name, "host-component"),
+            name=f"gpuinfra-{spec.stack}-host-{suffix}",
+            platform="Linux",
+            version=RECIPE_VERSION,
+            data=component_document(
+                f"gpuinfra-{spec.stack}-host",
+                "gpuinfra: fabric host stack, training container and manifest on the AMI",
+                aws_host_phases(spec),
+                {CONTAINER_PARAMETER: "URI of the training container built by this bake"},
+            ),
+            tags=tags,
+            opts=immutable,
+        )
         recipe = aws.imagebuilder.ImageRecipe(
-            child(name, "image-recipe"), name=f"gpuinfra-{spec.stack}-{suffix}", version=RECIPE_VERSION,
+            child(name, "image-recipe"),
+            name=f"gpuinfra-{spec.stack}-{suffix}",
+            version=RECIPE_VERSION,
             parent_image=m.base_image,
-            components=[aws.imagebuilder.ImageRecipeComponentArgs(
-                component_arn=host_component.arn,
-                parameters=[aws.imagebuilder.ImageRecipeComponentParameterArgs(name=CONTAINER_PARAMETER,
-                                                                               value=container_uri)])],
-            block_device_mappings=[aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
-                device_name=ROOT_DEVICE, ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
-                    volume_size=spec.build_volume_size_gib, volume_type="gp3", delete_on_termination="true",
-                    encrypted="true"))],
-            working_directory="/tmp", tags=tags, opts=immutable)
+            components=[
+                aws.imagebuilder.ImageRecipeComponentArgs(
+                    component_arn=host_component.arn,
+                    parameters=[
+                        aws.imagebuilder.ImageRecipeComponentParameterArgs(
+                            name=CONTAINER_PARAMETER, value=container_uri
+                        )
+                    ],
+                )
+            ],
+            block_device_mappings=[
+                aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
+                    device_name=ROOT_DEVICE,
+                    ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
+                        volume_size=spec.build_volume_size_gib,
+                        volume_type="gp3",
+                        delete_on_termination="true",
+                        encrypted="true",
+                    ),
+                )
+            ],
+            working_directory="/tmp",
+            tags=tags,
+            opts=immutable,
+        )
         distribution = aws.imagebuilder.DistributionConfiguration(
-            child(name, "distribution"), name=f"gpuinfra-{spec.stack}",
-            distributions=[aws.imagebuilder.DistributionConfigurationDistributionArgs(
-                region=spec.region,
-                ami_distribution_configuration=aws.imagebuilder.DistributionConfigurationDistributionAmiDistributionConfigurationArgs(
-                    name=f"gpuinfra-{spec.stack}-{{{{ imagebuilder:buildDate }}}}",
-                    description=f"gpuinfra bake {spec.stack} (manifest sha256 {m.sha256})",
-                    ami_tags=tags))],
-            tags=tags, opts=kids)
+            child(name, "distribution"),
+            name=f"gpuinfra-{spec.stack}",
+            distributions=[
+                aws.imagebuilder.DistributionConfigurationDistributionArgs(
+                    region=spec.region,
+                    ami_distribution_configuration=aws.imagebuilder.DistributionConfigurationDistributionAmiDistributionConfigurationArgs(
+                        name=f"gpuinfra-{spec.stack}-{{{{ imagebuilder:buildDate }}}}",
+                        description=f"gpuinfra bake {spec.stack} (manifest sha256 {m.sha256})",
+                        ami_tags=tags,
+                    ),
+                )
+            ],
+            tags=tags,
+            opts=kids,
+        )
         self.image = aws.imagebuilder.Image(
-            child(name, "image"), image_recipe_arn=recipe.arn, infrastructure_configuration_arn=infrastructure.arn,
+            child(name, "image"),
+            image_recipe_arn=recipe.arn,
+            infrastructure_configuration_arn=infrastructure.arn,
             distribution_configuration_arn=distribution.arn,
             image_tests_configuration=aws.imagebuilder.ImageImageTestsConfigurationArgs(image_tests_enabled=True),
             # the provider waits 60 min by default (terraform-provider-aws imagebuilder_image
             # "Timeouts"); this build also builds and pushes the container (7,200 s step limit)
-            tags=tags, opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="4h")))
+            tags=tags,
+            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="4h")),
+        )
         self.image_id = self.image.output_resources.apply(lambda r: _first(r, "amis", "image"))
         self.container_uri = container_uri
         self.stack_name = spec.stack
-        self.register_outputs({"image_id": self.image_id, "container_image": self.container_uri,
-                               "manifest_sha256": m.sha256})
+        self.register_outputs(
+            {"image_id": self.image_id, "container_image": self.container_uri, "manifest_sha256": m.sha256}
+        )
 
     def exports(self) -> dict[str, object]:
         """Stack outputs: ``image_id`` (the AMI), ``container_image`` (ECR URI), ``manifest_sha256``,
         and the command that records them for ``gpuinfra new --image baked:<name>``."""
-        return {"image_id": self.image_id, "container_image": self.container_uri,
-                "record_command": f"gpuinfra image record {self.stack_name} --from-outputs"}
+        return {
+            "image_id": self.image_id,
+            "container_image": self.container_uri,
+            "record_command": f"gpuinfra image record {self.stack_name} --from-outputs",
+        }

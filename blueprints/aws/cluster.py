@@ -42,8 +42,9 @@ def resolve_ami(spec: ClusterSpec, plan: AwsClusterPlan) -> tuple[str, str]:
                 "or set ami_id"
             ) from None
     try:
-        image = aws.ec2.get_ami(filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])],
-                                include_deprecated=True)
+        image = aws.ec2.get_ami(
+            filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])], include_deprecated=True
+        )
     except Exception as exc:
         raise SpecError(f"AMI {ami_id} cannot be described in {spec.region} ({exc}); check ami_id") from None
     return ami_id, image.root_device_name
@@ -99,7 +100,15 @@ class AwsGpuCluster(pulumi.ComponentResource):
         profile = build_instance_profile(name, spec, self.bucket, self)
         self.node_bundle = build_bundle_object(name, spec, self.bucket, cluster_plan.node_bundle.to_json(), self)
         self.launch_template, self.placement_group = build_launch_template(
-            name, spec, plan, network, ami_id, root_device_name, profile, self.bucket, self,
+            name,
+            spec,
+            plan,
+            network,
+            ami_id,
+            root_device_name,
+            profile,
+            self.bucket,
+            self,
             depends_on=[self.node_bundle],
         )
         self.fleet = build_fleet(name, spec, plan, self.launch_template, self)
@@ -146,4 +155,3 @@ class AwsGpuCluster(pulumi.ComponentResource):
     def exports(self) -> dict:
         """Stack outputs (``pulumi stack output``)."""
         return self.outputs
-

@@ -25,23 +25,40 @@ SSM_MANAGED_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 
 def bucket_policy_document(bucket_arn: str) -> str:
     """Inline policy JSON scoped to one bucket (list the bucket; read/write its objects)."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "ListStackBucket", "Effect": "Allow",
-             "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
-             "Resource": [bucket_arn]},
-            {"Sid": "ReadWriteStackBucket", "Effect": "Allow",
-             "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload",
-                        "s3:ListMultipartUploadParts"],
-             "Resource": [f"{bucket_arn}/*"]},
-            {"Sid": "FindClusterPeers", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"},
-            # the node bundle (gpuinfra/...) is what every node runs as root at boot: Pulumi
-            # writes it, the nodes only read it (an explicit Deny wins over the Allow above)
-            {"Sid": "NodeBundleReadOnly", "Effect": "Deny", "Action": ["s3:PutObject", "s3:DeleteObject"],
-             "Resource": [f"{bucket_arn}/{BUNDLE_PREFIX}*"]},
-        ],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ListStackBucket",
+                    "Effect": "Allow",
+                    "Action": ["s3:ListBucket", "s3:GetBucketLocation", "s3:ListBucketMultipartUploads"],
+                    "Resource": [bucket_arn],
+                },
+                {
+                    "Sid": "ReadWriteStackBucket",
+                    "Effect": "Allow",
+                    "Action": [
+                        "s3:GetObject",
+                        "s3:PutObject",
+                        "s3:DeleteObject",
+                        "s3:AbortMultipartUpload",
+                        "s3:ListMultipartUploadParts",
+                    ],
+                    "Resource": [f"{bucket_arn}/*"],
+                },
+                {"Sid": "FindClusterPeers", "Effect": "Allow", "Action": ["ec2:DescribeInstances"], "Resource": "*"},
+                # the node bundle (gpuinfra/...) is what every node runs as root at boot: Pulumi
+                # writes it, the nodes only read it (an explicit Deny wins over the Allow above)
+                {
+                    "Sid": "NodeBundleReadOnly",
+                    "Effect": "Deny",
+                    "Action": ["s3:PutObject", "s3:DeleteObject"],
+                    "Resource": [f"{bucket_arn}/{BUNDLE_PREFIX}*"],
+                },
+            ],
+        }
+    )
 
 
 # --- GPU monitoring: the CloudWatch agent's permissions, nothing more ------------------------
@@ -53,25 +70,40 @@ def monitoring_policy_document(stack: str) -> str:
     (``fetch-config -c ssm:``) needs ``ssm:GetParameter``, which the attached
     AmazonSSMManagedInstanceCore already grants on every parameter (``"Resource": "*"``), so no
     statement here could narrow it: none is added. No logs, no tags."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [
-            {"Sid": "PutStackMetrics", "Effect": "Allow", "Action": ["cloudwatch:PutMetricData"], "Resource": "*",
-             "Condition": {"StringEquals": {"cloudwatch:namespace": aws_namespace(stack)}}},
-        ],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "PutStackMetrics",
+                    "Effect": "Allow",
+                    "Action": ["cloudwatch:PutMetricData"],
+                    "Resource": "*",
+                    "Condition": {"StringEquals": {"cloudwatch:namespace": aws_namespace(stack)}},
+                },
+            ],
+        }
+    )
+
+
 # --- end GPU monitoring --------------------------------------------------------------------
 
 
-def build_instance_profile(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, parent: pulumi.Resource) -> aws.iam.InstanceProfile:
+def build_instance_profile(
+    name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, parent: pulumi.Resource
+) -> aws.iam.InstanceProfile:
     """Role (EC2 trust), SSM managed policy, bucket-scoped inline policy, instance profile."""
     opts = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(
         child(name, "node-role"),
-        assume_role_policy=json.dumps({
-            "Version": "2012-10-17",
-            "Statement": [{"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}],
-        }),
+        assume_role_policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {"Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}, "Action": "sts:AssumeRole"}
+                ],
+            }
+        ),
         tags=aws_tags(spec),
         opts=opts,
     )
@@ -80,6 +112,7 @@ def build_instance_profile(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, 
         child(name, "node-bucket"), role=role.id, policy=bucket.arn.apply(bucket_policy_document), opts=opts
     )
     if spec.profile.monitoring.enabled:  # GPU monitoring
-        aws.iam.RolePolicy(child(name, "node-monitoring"), role=role.id,
-                           policy=monitoring_policy_document(spec.stack), opts=opts)
+        aws.iam.RolePolicy(
+            child(name, "node-monitoring"), role=role.id, policy=monitoring_policy_document(spec.stack), opts=opts
+        )
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)

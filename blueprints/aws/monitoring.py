@@ -55,30 +55,55 @@ class AwsMonitoring(pulumi.ComponentResource):
         tags = aws_tags(spec)
         stack = spec.stack
         self.parameter = aws.ssm.Parameter(
-            child(name, "cw-agent-config"), name=m.aws_agent_parameter_name(stack), type="String", tier="Standard",
+            child(name, "cw-agent-config"),
+            name=m.aws_agent_parameter_name(stack),
+            type="String",
+            tier="Standard",
             insecure_value=json.dumps(m.aws_agent_config(stack), sort_keys=True),  # not secret: shown in previews
-            description=f"CloudWatch agent configuration of the gpuinfra stack {stack}", tags=tags, opts=own,
+            description=f"CloudWatch agent configuration of the gpuinfra stack {stack}",
+            tags=tags,
+            opts=own,
         )
         dashboard_name = m.aws_resource_name(stack)
         self.dashboard = aws.cloudwatch.Dashboard(
-            child(name, "gpu-dashboard"), dashboard_name=dashboard_name,
-            dashboard_body=aws_dashboard_body(stack, spec.region, spec.profile.idle_gpu_utilization_percent), opts=own,
+            child(name, "gpu-dashboard"),
+            dashboard_name=dashboard_name,
+            dashboard_body=aws_dashboard_body(stack, spec.region, spec.profile.idle_gpu_utilization_percent),
+            opts=own,
         )
-        self.topic = aws.sns.Topic(child(name, "alarms"), name=m.aws_resource_name(stack, "alarms"), tags=tags, opts=own)
+        self.topic = aws.sns.Topic(
+            child(name, "alarms"), name=m.aws_resource_name(stack, "alarms"), tags=tags, opts=own
+        )
         if settings.alarm_email:
-            aws.sns.TopicSubscription(child(name, "alarm-email"), topic=self.topic.arn, protocol="email",
-                                      endpoint=settings.alarm_email, opts=own)
+            aws.sns.TopicSubscription(
+                child(name, "alarm-email"),
+                topic=self.topic.arn,
+                protocol="email",
+                endpoint=settings.alarm_email,
+                opts=own,
+            )
         periods = alarm_periods(settings.idle_alarm_minutes)
         threshold = spec.profile.idle_gpu_utilization_percent
         alarm_name = m.aws_resource_name(stack, "gpus-idle")
         self.alarm = aws.cloudwatch.MetricAlarm(
-            child(name, "gpus-idle"), name=alarm_name, namespace=m.aws_namespace(stack),
-            metric_name=m.AWS_UTILIZATION_METRIC, statistic="Maximum", period=ALARM_PERIOD_SECONDS,
-            evaluation_periods=periods, datapoints_to_alarm=periods, threshold=threshold,
-            comparison_operator="LessThanThreshold", treat_missing_data="missing",
-            alarm_description=(f"every GPU of stack {stack} under {threshold}% utilization for "
-                               f"{settings.idle_alarm_minutes} min: you are paying for idle GPUs"),
-            alarm_actions=[self.topic.arn], tags=tags, opts=own,
+            child(name, "gpus-idle"),
+            name=alarm_name,
+            namespace=m.aws_namespace(stack),
+            metric_name=m.AWS_UTILIZATION_METRIC,
+            statistic="Maximum",
+            period=ALARM_PERIOD_SECONDS,
+            evaluation_periods=periods,
+            datapoints_to_alarm=periods,
+            threshold=threshold,
+            comparison_operator="LessThanThreshold",
+            treat_missing_data="missing",
+            alarm_description=(
+                f"every GPU of stack {stack} under {threshold}% utilization for "
+                f"{settings.idle_alarm_minutes} min: you are paying for idle GPUs"
+            ),
+            alarm_actions=[self.topic.arn],
+            tags=tags,
+            opts=own,
         )
         self.outputs = {
             "monitoring_namespace": m.aws_namespace(stack),

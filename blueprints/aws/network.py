@@ -103,18 +103,29 @@ def _nat_egress(name, spec, vpc, igw, route_table, opts) -> None:
         child(name, "nat-rt"), vpc_id=vpc.id, tags=aws_tags(spec, Name=child(name, "nat-rt")), opts=opts
     )
     aws.ec2.Route(
-        child(name, "nat-default"), route_table_id=public_rt.id, destination_cidr_block="0.0.0.0/0",
-        gateway_id=igw.id, opts=opts,
+        child(name, "nat-default"),
+        route_table_id=public_rt.id,
+        destination_cidr_block="0.0.0.0/0",
+        gateway_id=igw.id,
+        opts=opts,
     )
-    aws.ec2.RouteTableAssociation(child(name, "nat-rta"), subnet_id=nat_subnet.id, route_table_id=public_rt.id, opts=opts)
+    aws.ec2.RouteTableAssociation(
+        child(name, "nat-rta"), subnet_id=nat_subnet.id, route_table_id=public_rt.id, opts=opts
+    )
     eip = aws.ec2.Eip(child(name, "nat-eip"), domain="vpc", tags=aws_tags(spec, Name=child(name, "nat-eip")), opts=opts)
     nat = aws.ec2.NatGateway(
-        child(name, "nat-gw"), subnet_id=nat_subnet.id, allocation_id=eip.id,
-        tags=aws_tags(spec, Name=child(name, "nat-gw")), opts=opts,
+        child(name, "nat-gw"),
+        subnet_id=nat_subnet.id,
+        allocation_id=eip.id,
+        tags=aws_tags(spec, Name=child(name, "nat-gw")),
+        opts=opts,
     )
     aws.ec2.Route(
-        child(name, "nodes-default"), route_table_id=route_table.id, destination_cidr_block="0.0.0.0/0",
-        nat_gateway_id=nat.id, opts=opts,
+        child(name, "nodes-default"),
+        route_table_id=route_table.id,
+        destination_cidr_block="0.0.0.0/0",
+        nat_gateway_id=nat.id,
+        opts=opts,
     )
 
 
@@ -127,24 +138,48 @@ def _security_group(name: str, spec: ClusterSpec, vpc_id, opts) -> aws.ec2.Secur
         opts=opts,
     )
     aws.ec2.SecurityGroupRule(
-        child(name, "sg-self-ingress"), type="ingress", security_group_id=group.id,
-        protocol="-1", from_port=0, to_port=0, self=True,
-        description="EFA/NCCL: all traffic from members of this group", opts=opts,
+        child(name, "sg-self-ingress"),
+        type="ingress",
+        security_group_id=group.id,
+        protocol="-1",
+        from_port=0,
+        to_port=0,
+        self=True,
+        description="EFA/NCCL: all traffic from members of this group",
+        opts=opts,
     )
     aws.ec2.SecurityGroupRule(
-        child(name, "sg-self-egress"), type="egress", security_group_id=group.id,
-        protocol="-1", from_port=0, to_port=0, self=True,
-        description="EFA/NCCL: all traffic to members of this group", opts=opts,
+        child(name, "sg-self-egress"),
+        type="egress",
+        security_group_id=group.id,
+        protocol="-1",
+        from_port=0,
+        to_port=0,
+        self=True,
+        description="EFA/NCCL: all traffic to members of this group",
+        opts=opts,
     )
     aws.ec2.SecurityGroupRule(
-        child(name, "sg-egress-internet"), type="egress", security_group_id=group.id,
-        protocol="-1", from_port=0, to_port=0, cidr_blocks=["0.0.0.0/0"],
-        description="outbound: packages, container registries, SSM", opts=opts,
+        child(name, "sg-egress-internet"),
+        type="egress",
+        security_group_id=group.id,
+        protocol="-1",
+        from_port=0,
+        to_port=0,
+        cidr_blocks=["0.0.0.0/0"],
+        description="outbound: packages, container registries, SSM",
+        opts=opts,
     )
     if spec.network.ssh_cidr:
         aws.ec2.SecurityGroupRule(
-            child(name, "sg-ssh"), type="ingress", security_group_id=group.id,
-            protocol="tcp", from_port=22, to_port=22, cidr_blocks=[spec.network.ssh_cidr],
-            description="SSH from the CIDR given in the stack config", opts=opts,
+            child(name, "sg-ssh"),
+            type="ingress",
+            security_group_id=group.id,
+            protocol="tcp",
+            from_port=22,
+            to_port=22,
+            cidr_blocks=[spec.network.ssh_cidr],
+            description="SSH from the CIDR given in the stack config",
+            opts=opts,
         )
     return group

@@ -64,8 +64,13 @@ def launched_instance_ids(fleet_instance_sets: Sequence | None, spec: ClusterSpe
 #: Fleet inputs that terraform-provider-aws updates through ModifyFleet (not ForceNew:
 #: internal/service/ec2/ec2_fleet.go), which EC2 accepts only for ``maintain`` fleets; the other
 #: inputs (type, on-demand/spot options, capacity type) are ForceNew in the provider already.
-FLEET_REPLACE_ON_CHANGES = ("launchTemplateConfigs", "targetCapacitySpecification", "terminateInstances",
-                            "excessCapacityTerminationPolicy", "context")
+FLEET_REPLACE_ON_CHANGES = (
+    "launchTemplateConfigs",
+    "targetCapacitySpecification",
+    "terminateInstances",
+    "excessCapacityTerminationPolicy",
+    "context",
+)
 
 #: gp3 baseline IOPS and throughput (MiB/s), included in the gp3 price
 #: (docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html#gp3-ebs-volume-type).
@@ -73,10 +78,18 @@ GP3_IOPS = 3000
 GP3_THROUGHPUT_MIBPS = 125
 
 
-def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, network: Network, ami_id: str,
-                          root_device_name: str, instance_profile: aws.iam.InstanceProfile, bucket: aws.s3.Bucket,
-                          parent: pulumi.Resource, depends_on: list[pulumi.Resource] | None = None,
-                          ) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
+def build_launch_template(
+    name: str,
+    spec: ClusterSpec,
+    plan: AwsClusterPlan,
+    network: Network,
+    ami_id: str,
+    root_device_name: str,
+    instance_profile: aws.iam.InstanceProfile,
+    bucket: aws.s3.Bucket,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
     """Placement group (when planned) and the launch template of the nodes; the template waits
     for ``depends_on`` (the node bundle object: no node boots before its bundle exists)."""
     opts = pulumi.ResourceOptions(parent=parent)
@@ -117,8 +130,8 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         placement=aws.ec2.LaunchTemplatePlacementArgs(group_name=group_name) if group_name else None,
         metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
             http_endpoint="enabled",
-            http_tokens="required",          # IMDSv2 only
-            http_put_response_hop_limit=2,   # containers on the node can reach IMDS
+            http_tokens="required",  # IMDSv2 only
+            http_put_response_hop_limit=2,  # containers on the node can reach IMDS
             instance_metadata_tags="enabled",  # the node agent reads gpuinfra:expires-at from IMDS
         ),
         block_device_mappings=[
@@ -137,7 +150,9 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         instance_initiated_shutdown_behavior="terminate",
         capacity_reservation_specification=capacity,
         instance_market_options=(
-            aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block") if spec.capacity_block else None
+            aws.ec2.LaunchTemplateInstanceMarketOptionsArgs(market_type="capacity-block")
+            if spec.capacity_block
+            else None
         ),
         user_data=user_data,
         tag_specifications=[
@@ -147,16 +162,22 @@ def build_launch_template(name: str, spec: ClusterSpec, plan: AwsClusterPlan, ne
         update_default_version=True,
         tags=tags,
         # a DLAMI resolved at the first `up` stays; an explicit ami_id is applied as written
-        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=None if spec.ami_id else ["imageId"],
-                                    depends_on=depends_on),
+        opts=pulumi.ResourceOptions(
+            parent=parent, ignore_changes=None if spec.ami_id else ["imageId"], depends_on=depends_on
+        ),
     )
     return template, group
 
 
-def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aws.ec2.LaunchTemplate,
-                parent: pulumi.Resource) -> aws.ec2.Fleet:
+def build_fleet(
+    name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aws.ec2.LaunchTemplate, parent: pulumi.Resource
+) -> aws.ec2.Fleet:
     """One instant EC2 Fleet launching all nodes in one request (all or nothing)."""
-    single: dict[str, Any] = {"single_instance_type": True, "single_availability_zone": True, "min_target_capacity": spec.nodes}
+    single: dict[str, Any] = {
+        "single_instance_type": True,
+        "single_availability_zone": True,
+        "min_target_capacity": spec.nodes,
+    }
     on_demand = None
     spot = None
     if plan.market == "spot":
@@ -172,20 +193,25 @@ def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aw
             # (EC2 rejects CapacityReservationOptions with capacity-block: docs.aws.amazon.com/AWSEC2/
             # latest/UserGuide/ec2-fleet-launch-instances-capacity-blocks-walkthrough.html)
             capacity_reservation_options=(
-                aws.ec2.FleetOnDemandOptionsCapacityReservationOptionsArgs(usage_strategy="use-capacity-reservations-first")
-                if spec.capacity_reservation_id and not spec.capacity_block else None
+                aws.ec2.FleetOnDemandOptionsCapacityReservationOptionsArgs(
+                    usage_strategy="use-capacity-reservations-first"
+                )
+                if spec.capacity_reservation_id and not spec.capacity_block
+                else None
             ),
             **single,
         )
     return aws.ec2.Fleet(
         child(name, "fleet"),
         type="instant",
-        launch_template_configs=[aws.ec2.FleetLaunchTemplateConfigArgs(
-            launch_template_specification=aws.ec2.FleetLaunchTemplateConfigLaunchTemplateSpecificationArgs(
-                launch_template_id=template.id,
-                version=template.latest_version.apply(str),
-            ),
-        )],
+        launch_template_configs=[
+            aws.ec2.FleetLaunchTemplateConfigArgs(
+                launch_template_specification=aws.ec2.FleetLaunchTemplateConfigLaunchTemplateSpecificationArgs(
+                    launch_template_id=template.id,
+                    version=template.latest_version.apply(str),
+                ),
+            )
+        ],
         target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(
             default_target_capacity_type=plan.market,
             total_target_capacity=spec.nodes,
@@ -197,6 +223,7 @@ def build_fleet(name: str, spec: ClusterSpec, plan: AwsClusterPlan, template: aw
         # an instant fleet cannot be modified: a change the provider would send to ModifyFleet
         # replaces it instead, the old one (and its instances) deleted first so the cluster is
         # never billed twice; tags are still updated in place (tagging API, not ModifyFleet)
-        opts=pulumi.ResourceOptions(parent=parent, replace_on_changes=list(FLEET_REPLACE_ON_CHANGES),
-                                    delete_before_replace=True),
+        opts=pulumi.ResourceOptions(
+            parent=parent, replace_on_changes=list(FLEET_REPLACE_ON_CHANGES), delete_before_replace=True
+        ),
     )

@@ -25,17 +25,21 @@ INCOMPLETE_UPLOAD_DAYS = 7
 def deny_insecure_transport_policy(bucket_arn: str) -> str:
     """Bucket policy JSON denying every S3 action over plain HTTP (``aws:SecureTransport`` false)
     on the bucket and its objects."""
-    return json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Sid": "DenyInsecureTransport",
-            "Effect": "Deny",
-            "Principal": "*",
-            "Action": "s3:*",
-            "Resource": [bucket_arn, f"{bucket_arn}/*"],
-            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
-        }],
-    })
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "DenyInsecureTransport",
+                    "Effect": "Deny",
+                    "Principal": "*",
+                    "Action": "s3:*",
+                    "Resource": [bucket_arn, f"{bucket_arn}/*"],
+                    "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+                }
+            ],
+        }
+    )
 
 
 def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s3.Bucket:
@@ -67,10 +71,12 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
     aws.s3.BucketServerSideEncryptionConfiguration(
         child(name, "bucket-sse"),
         bucket=bucket.id,
-        rules=[{
-            "apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"},
-            "bucket_key_enabled": True,
-        }],
+        rules=[
+            {
+                "apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"},
+                "bucket_key_enabled": True,
+            }
+        ],
         opts=opts,
     )
     aws.s3.BucketVersioning(
@@ -103,8 +109,9 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
     return bucket
 
 
-def build_bundle_object(name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, body: str,
-                        parent: pulumi.Resource) -> aws.s3.BucketObjectv2:
+def build_bundle_object(
+    name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, body: str, parent: pulumi.Resource
+) -> aws.s3.BucketObjectv2:
     """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
     in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
     return aws.s3.BucketObjectv2(

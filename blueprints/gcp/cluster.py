@@ -7,8 +7,13 @@ import pulumi
 from blueprints.gcp.monitoring import build_monitoring
 from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
-from blueprints.gcp.storage import (build_bucket, build_bundle_object, build_monitoring_role, build_node_role,
-                                    build_service_account)
+from blueprints.gcp.storage import (
+    build_bucket,
+    build_bundle_object,
+    build_monitoring_role,
+    build_node_role,
+    build_service_account,
+)
 from gpuinfra.money import usd_json
 from gpuinfra.plan.boot_gcp import node_prefix
 from gpuinfra.plan.cluster import plan_cluster
@@ -49,8 +54,9 @@ class GcpGpuCluster(pulumi.ComponentResource):
         account = build_service_account(name, spec, self.bucket, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
         self.node_bundle = build_bundle_object(name, self.bucket, cluster_plan.node_bundle.to_json(), self)
-        template = build_template(name, spec, plan, networks, account, self.bucket, policy, project, self,
-                                  depends_on=[self.node_bundle])
+        template = build_template(
+            name, spec, plan, networks, account, self.bucket, policy, project, self, depends_on=[self.node_bundle]
+        )
         workload = build_workload_policy(name, spec, plan, project, self)
         self.group = build_group(name, spec, plan, template, workload, project, self)
         prefix = node_prefix(spec)
@@ -61,13 +67,15 @@ class GcpGpuCluster(pulumi.ComponentResource):
             "instance_group": self.group.instance_group,
             "list_nodes_command": f"gcloud compute instance-groups managed list-instances {prefix} --zone {spec.zone}",
             "ssh_command": (
-                f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap" if spec.network.iap_ssh
+                f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap"
+                if spec.network.iap_ssh
                 else "no SSH path: set network.iap_ssh: true in the stack file (IAP + OS Login)"
             ),
             "nccl_env": cluster_plan.outputs.nccl_env,
             "run_command": cluster_plan.outputs.run_command,
-            "torchrun_rendezvous_endpoint": ("<lowest node IP, /etc/gpuinfra/cluster.env>:"
-                                             f"{cluster_plan.outputs.torchrun_port}"),
+            "torchrun_rendezvous_endpoint": (
+                f"<lowest node IP, /etc/gpuinfra/cluster.env>:{cluster_plan.outputs.torchrun_port}"
+            ),
             "price_per_hour_usd": usd_json(spec.price_per_hour_usd),
             "nics_per_node": cluster_plan.network.nics_per_node,
             "local_ssd_per_node": cluster_plan.storage.scratch_disks,
@@ -82,4 +90,3 @@ class GcpGpuCluster(pulumi.ComponentResource):
     def exports(self) -> dict:
         """Stack outputs (``pulumi stack output``)."""
         return self.outputs
-

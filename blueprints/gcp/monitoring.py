@@ -42,8 +42,7 @@ class GcpMonitoring(pulumi.ComponentResource):
         outputs: stack outputs it adds (``monitoring_*``), read by ``gpuinfra status``.
     """
 
-    def __init__(self, name: str, spec: ClusterSpec, project: str,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, spec: ClusterSpec, project: str, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__(TYPE_TOKEN, f"{name}-monitoring", None, opts)
         settings = spec.profile.monitoring
         own = pulumi.ResourceOptions(parent=self)
@@ -51,50 +50,73 @@ class GcpMonitoring(pulumi.ComponentResource):
         stack_label = labels["gpuinfra-stack"]
         threshold = spec.profile.idle_gpu_utilization_percent
         self.dashboard = gcp.monitoring.Dashboard(
-            child(name, "gpu-dashboard"), dashboard_json=gcp_dashboard_json(spec.stack, stack_label, threshold),
-            project=project, opts=own,
+            child(name, "gpu-dashboard"),
+            dashboard_json=gcp_dashboard_json(spec.stack, stack_label, threshold),
+            project=project,
+            opts=own,
         )
         channels = []
         if settings.alarm_email:
             channel = gcp.monitoring.NotificationChannel(
-                child(name, "alarm-email"), type="email", display_name=f"gpuinfra {spec.stack} alarms",
-                labels={"email_address": settings.alarm_email}, user_labels=labels, project=project, opts=own,
+                child(name, "alarm-email"),
+                type="email",
+                display_name=f"gpuinfra {spec.stack} alarms",
+                labels={"email_address": settings.alarm_email},
+                user_labels=labels,
+                project=project,
+                opts=own,
             )
             channels.append(channel.id)
         self.alert = gcp.monitoring.AlertPolicy(
-            child(name, "gpus-idle"), display_name=f"gpuinfra {spec.stack}: every GPU idle", combiner="OR",
-            conditions=[gcp.monitoring.AlertPolicyConditionArgs(
-                display_name=f"every GPU under {threshold}% for {settings.idle_alarm_minutes} min",
-                condition_threshold=gcp.monitoring.AlertPolicyConditionConditionThresholdArgs(
-                    filter=gcp_stack_filter(m.GCP_UTILIZATION_METRIC, stack_label),
-                    comparison="COMPARISON_LT", threshold_value=threshold,
-                    duration=f"{settings.idle_alarm_minutes * 60}s",
-                    aggregations=[gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
-                        alignment_period=f"{m.METRICS_INTERVAL_SECONDS}s", per_series_aligner="ALIGN_MEAN",
-                        cross_series_reducer="REDUCE_MAX", group_by_fields=[],
-                    )],
-                    trigger=gcp.monitoring.AlertPolicyConditionConditionThresholdTriggerArgs(count=1),
-                    # no samples (the nodes are gone) is not idleness: keep the state, as the AWS
-                    # alarm's treat_missing_data "missing" does (pulumi_gcp AlertPolicy
-                    # conditionThreshold.evaluationMissingData; cloud.google.com/monitoring/alerts/concepts-indepth)
-                    evaluation_missing_data="EVALUATION_MISSING_DATA_NO_OP",
-                ),
-            )],
+            child(name, "gpus-idle"),
+            display_name=f"gpuinfra {spec.stack}: every GPU idle",
+            combiner="OR",
+            conditions=[
+                gcp.monitoring.AlertPolicyConditionArgs(
+                    display_name=f"every GPU under {threshold}% for {settings.idle_alarm_minutes} min",
+                    condition_threshold=gcp.monitoring.AlertPolicyConditionConditionThresholdArgs(
+                        filter=gcp_stack_filter(m.GCP_UTILIZATION_METRIC, stack_label),
+                        comparison="COMPARISON_LT",
+                        threshold_value=threshold,
+                        duration=f"{settings.idle_alarm_minutes * 60}s",
+                        aggregations=[
+                            gcp.monitoring.AlertPolicyConditionConditionThresholdAggregationArgs(
+                                alignment_period=f"{m.METRICS_INTERVAL_SECONDS}s",
+                                per_series_aligner="ALIGN_MEAN",
+                                cross_series_reducer="REDUCE_MAX",
+                                group_by_fields=[],
+                            )
+                        ],
+                        trigger=gcp.monitoring.AlertPolicyConditionConditionThresholdTriggerArgs(count=1),
+                        # no samples (the nodes are gone) is not idleness: keep the state, as the AWS
+                        # alarm's treat_missing_data "missing" does (pulumi_gcp AlertPolicy
+                        # conditionThreshold.evaluationMissingData; cloud.google.com/monitoring/alerts/concepts-indepth)
+                        evaluation_missing_data="EVALUATION_MISSING_DATA_NO_OP",
+                    ),
+                )
+            ],
             notification_channels=channels,
             documentation=gcp.monitoring.AlertPolicyDocumentationArgs(
-                content=(f"Every GPU of gpuinfra stack {spec.stack} has been under {threshold}% utilization for "
-                         f"{settings.idle_alarm_minutes} minutes: you are paying for idle GPUs. "
-                         f"Check with `gpuinfra status {spec.stack}`; end it with `gpuinfra down {spec.stack}`."),
+                content=(
+                    f"Every GPU of gpuinfra stack {spec.stack} has been under {threshold}% utilization for "
+                    f"{settings.idle_alarm_minutes} minutes: you are paying for idle GPUs. "
+                    f"Check with `gpuinfra status {spec.stack}`; end it with `gpuinfra down {spec.stack}`."
+                ),
                 mime_type="text/markdown",
             ),
-            user_labels=labels, project=project, opts=own,
+            user_labels=labels,
+            project=project,
+            opts=own,
         )
         self.outputs = {
             "monitoring_project": project,
             "monitoring_dashboard": self.dashboard.id,
             "monitoring_dashboard_url": self.dashboard.id.apply(
-                lambda d: f"https://console.cloud.google.com/monitoring/dashboards/builder/{d.rsplit('/', 1)[-1]}"
-                          f"?project={project}"),
+                lambda d: (
+                    f"https://console.cloud.google.com/monitoring/dashboards/builder/{d.rsplit('/', 1)[-1]}"
+                    f"?project={project}"
+                )
+            ),
             "monitoring_idle_alert_policy": self.alert.name,
             "monitoring_stack_label": stack_label,
         }

@@ -16,8 +16,9 @@ from gpuinfra.plan.naming import child
 from gpuinfra.spec import ClusterSpec
 
 
-def build_networks(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str,
-                   parent: pulumi.Resource) -> list[tuple[str, list[gcp.compute.Subnetwork]]]:
+def build_networks(
+    name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str, parent: pulumi.Resource
+) -> list[tuple[str, list[gcp.compute.Subnetwork]]]:
     """Create the VPCs and subnets; return ``(nic_type, subnets)`` per network in NIC order."""
     opts = pulumi.ResourceOptions(parent=parent)
     result = []
@@ -26,9 +27,7 @@ def build_networks(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: 
             child(name, net.role),
             auto_create_subnetworks=False,
             mtu=net.mtu,
-            network_profile=(
-                f"projects/{project}/global/networkProfiles/{spec.zone}-vpc-roce" if net.roce else None
-            ),
+            network_profile=(f"projects/{project}/global/networkProfiles/{spec.zone}-vpc-roce" if net.roce else None),
             routing_mode="REGIONAL",
             project=project,
             opts=opts,
@@ -61,8 +60,9 @@ def build_networks(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: 
                 opts=opts,
             )
         if net.role == "system":
-            router = gcp.compute.Router(child(name, "router"), network=network.id, region=spec.region,
-                                        project=project, opts=opts)
+            router = gcp.compute.Router(
+                child(name, "router"), network=network.id, region=spec.region, project=project, opts=opts
+            )
             gcp.compute.RouterNat(
                 child(name, "nat"),
                 router=router.name,

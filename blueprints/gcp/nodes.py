@@ -24,8 +24,9 @@ from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
 
-def build_workload_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str,
-                          parent: pulumi.Resource) -> gcp.compute.ResourcePolicy | None:
+def build_workload_policy(
+    name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str, parent: pulumi.Resource
+) -> gcp.compute.ResourcePolicy | None:
     """HIGH_THROUGHPUT workload policy for the MIG (A3 High 8g, A3 Mega, A3 Ultra, A4): the MIG
     places its VMs close together (cloud.google.com/compute/docs/instance-groups/about-workload-policies)."""
     if not plan.workload_policy:
@@ -39,8 +40,9 @@ def build_workload_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, pr
     )
 
 
-def build_placement_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str,
-                           parent: pulumi.Resource) -> gcp.compute.ResourcePolicy | None:
+def build_placement_policy(
+    name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str, parent: pulumi.Resource
+) -> gcp.compute.ResourcePolicy | None:
     """COLLOCATED group placement policy with ``vm_count`` = nodes (multi-node clusters of
     machines that take a compact policy in the template)."""
     if not plan.compact_placement:
@@ -56,24 +58,47 @@ def build_placement_policy(name: str, spec: ClusterSpec, plan: GcpClusterPlan, p
     )
 
 
-def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks, account, bucket,
-                   policy, project: str, parent: pulumi.Resource,
-                   depends_on: list[pulumi.Resource] | None = None) -> gcp.compute.InstanceTemplate:
+def build_template(
+    name: str,
+    spec: ClusterSpec,
+    plan: GcpClusterPlan,
+    networks,
+    account,
+    bucket,
+    policy,
+    project: str,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> gcp.compute.InstanceTemplate:
     """The instance template: machine, GPUs, gVNIC/MRDMA NICs, disks, scheduling, metadata;
     created after ``depends_on`` (the node bundle object: no VM boots before its bundle exists)."""
     interfaces = []
     for nic_type, subnets in networks:
         for subnet in subnets:
-            interfaces.append(gcp.compute.InstanceTemplateNetworkInterfaceArgs(
-                subnetwork=subnet.id, nic_type=nic_type,
-            ))
-    disks = [gcp.compute.InstanceTemplateDiskArgs(
-        boot=True, auto_delete=True, source_image=plan.image, disk_type=plan.boot_disk_type,
-        disk_size_gb=spec.profile.root_disk_gib, labels=gcp_labels(spec),
-    )]
+            interfaces.append(
+                gcp.compute.InstanceTemplateNetworkInterfaceArgs(
+                    subnetwork=subnet.id,
+                    nic_type=nic_type,
+                )
+            )
+    disks = [
+        gcp.compute.InstanceTemplateDiskArgs(
+            boot=True,
+            auto_delete=True,
+            source_image=plan.image,
+            disk_type=plan.boot_disk_type,
+            disk_size_gb=spec.profile.root_disk_gib,
+            labels=gcp_labels(spec),
+        )
+    ]
     disks += [
-        gcp.compute.InstanceTemplateDiskArgs(type="SCRATCH", disk_type="local-ssd", interface=plan.local_ssd_interface,
-                                             disk_size_gb=plan.local_ssd_size_gib, auto_delete=True)
+        gcp.compute.InstanceTemplateDiskArgs(
+            type="SCRATCH",
+            disk_type="local-ssd",
+            interface=plan.local_ssd_interface,
+            disk_size_gb=plan.local_ssd_size_gib,
+            auto_delete=True,
+        )
         for _ in range(plan.local_ssd_listed)
     ]
     scheduling = gcp.compute.InstanceTemplateSchedulingArgs(
@@ -93,8 +118,13 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
         machine_type=spec.instance_type,
         region=spec.region,
         guest_accelerators=(
-            [gcp.compute.InstanceTemplateGuestAcceleratorArgs(type=plan.guest_accelerator[0], count=plan.guest_accelerator[1])]
-            if plan.guest_accelerator else None
+            [
+                gcp.compute.InstanceTemplateGuestAcceleratorArgs(
+                    type=plan.guest_accelerator[0], count=plan.guest_accelerator[1]
+                )
+            ]
+            if plan.guest_accelerator
+            else None
         ),
         network_interfaces=interfaces,
         disks=disks,
@@ -108,7 +138,9 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
                 specific_reservation=gcp.compute.InstanceTemplateReservationAffinitySpecificReservationArgs(
                     key="compute.googleapis.com/reservation-name", values=[spec.gcp_reservation]
                 ),
-            ) if spec.gcp_reservation else None
+            )
+            if spec.gcp_reservation
+            else None
         ),
         shielded_instance_config=gcp.compute.InstanceTemplateShieldedInstanceConfigArgs(
             enable_secure_boot=False, enable_integrity_monitoring=True, enable_vtpm=True
@@ -119,9 +151,15 @@ def build_template(name: str, spec: ClusterSpec, plan: GcpClusterPlan, networks,
     )
 
 
-def build_group(name: str, spec: ClusterSpec, plan: GcpClusterPlan, template: gcp.compute.InstanceTemplate,
-                workload_policy: gcp.compute.ResourcePolicy | None, project: str,
-                parent: pulumi.Resource) -> gcp.compute.InstanceGroupManager:
+def build_group(
+    name: str,
+    spec: ClusterSpec,
+    plan: GcpClusterPlan,
+    template: gcp.compute.InstanceTemplate,
+    workload_policy: gcp.compute.ResourcePolicy | None,
+    project: str,
+    parent: pulumi.Resource,
+) -> gcp.compute.InstanceGroupManager:
     """The zonal MIG holding every node. Multi-node groups are all-or-nothing
     (``targetSizePolicy.mode = BULK``: the MIG creates all VMs at once or none,
     cloud.google.com/compute/docs/instance-groups/about-target-size-policy)."""
@@ -130,21 +168,28 @@ def build_group(name: str, spec: ClusterSpec, plan: GcpClusterPlan, template: gc
         name=node_prefix(spec),  # = base instance name: the agent finds its group from its VM name
         zone=spec.zone,
         base_instance_name=node_prefix(spec),
-        versions=[gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")],
+        versions=[
+            gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")
+        ],
         target_size=spec.nodes,
         target_size_policies=(
             [gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode="BULK")] if plan.all_or_nothing else None
         ),
         resource_policies=(
             gcp.compute.InstanceGroupManagerResourcePoliciesArgs(workload_policy=workload_policy.self_link)
-            if workload_policy is not None else None
+            if workload_policy is not None
+            else None
         ),
         update_policy=gcp.compute.InstanceGroupManagerUpdatePolicyArgs(
-            type="OPPORTUNISTIC", minimal_action="NONE", replacement_method="RECREATE",
-            max_surge_fixed=0, max_unavailable_fixed=1,
+            type="OPPORTUNISTIC",
+            minimal_action="NONE",
+            replacement_method="RECREATE",
+            max_surge_fixed=0,
+            max_unavailable_fixed=1,
         ),
         instance_lifecycle_policy=gcp.compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
-            default_action_on_failure="DO_NOTHING", force_update_on_repair="NO",
+            default_action_on_failure="DO_NOTHING",
+            force_update_on_repair="NO",
         ),
         wait_for_instances=True,
         wait_for_instances_status="STABLE",

@@ -100,8 +100,9 @@ def bundle_write_exclusion(bucket_name: str) -> str:
     return f'resource.type != "{GCS_OBJECT_TYPE}" || !resource.name.startsWith("{prefix}")'
 
 
-def build_service_account(name: str, spec: ClusterSpec, bucket: gcp.storage.Bucket, project: str,
-                          parent: pulumi.Resource) -> gcp.serviceaccount.Account:
+def build_service_account(
+    name: str, spec: ClusterSpec, bucket: gcp.storage.Bucket, project: str, parent: pulumi.Resource
+) -> gcp.serviceaccount.Account:
     """Node service account with two bindings on the stack bucket only:
     :data:`NODE_BUCKET_READ_ROLE` (unconditional) and :data:`NODE_BUCKET_WRITE_ROLE` under the
     condition :func:`bundle_write_exclusion` (``BucketIAMMemberConditionArgs`` title / expression /
@@ -151,8 +152,14 @@ NODE_ROLE_PERMISSIONS = (
 )
 
 
-def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str,
-                    group_name: str, parent: pulumi.Resource) -> gcp.projects.IAMMember:
+def build_node_role(
+    name: str,
+    spec: ClusterSpec,
+    account: gcp.serviceaccount.Account,
+    project: str,
+    group_name: str,
+    parent: pulumi.Resource,
+) -> gcp.projects.IAMMember:
     """A custom role with :data:`NODE_ROLE_PERMISSIONS`, granted to the node service account on
     this stack's MIG and its VMs only (IAM condition on ``resource.name``,
     cloud.google.com/iam/docs/conditions-resource-attributes#resource-name). Replaces the
@@ -181,7 +188,8 @@ def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Ac
         role=role.name,
         member=account.email.apply(lambda email: f"serviceAccount:{email}"),
         condition=gcp.projects.IAMMemberConditionArgs(
-            title="gpuinfra-own-group-only", expression=expression,
+            title="gpuinfra-own-group-only",
+            expression=expression,
             description="nodes may only see and remove VMs of their own managed instance group",
         ),
         opts=opts,
@@ -196,22 +204,28 @@ def build_node_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Ac
 from gpuinfra.monitoring.metrics import METRIC_WRITER_ROLE as MONITORING_ROLE  # noqa: E402
 
 
-def build_monitoring_role(name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str,
-                          parent: pulumi.Resource) -> gcp.projects.IAMMember | None:
+def build_monitoring_role(
+    name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str, parent: pulumi.Resource
+) -> gcp.projects.IAMMember | None:
     """Grant the node service account :data:`MONITORING_ROLE` on the project (metric writes
     are project-level: the role cannot be scoped to resources); None when monitoring is off."""
     if not spec.profile.monitoring.enabled:
         return None
     return gcp.projects.IAMMember(
-        child(name, "nodes-metric-writer"), project=project, role=MONITORING_ROLE,
+        child(name, "nodes-metric-writer"),
+        project=project,
+        role=MONITORING_ROLE,
         member=account.email.apply(lambda email: f"serviceAccount:{email}"),
         opts=pulumi.ResourceOptions(parent=parent),
     )
+
+
 # --- end GPU monitoring ----------------------------------------------------------------------
 
 
-def build_bundle_object(name: str, bucket: gcp.storage.Bucket, body: str,
-                        parent: pulumi.Resource) -> gcp.storage.BucketObject:
+def build_bundle_object(
+    name: str, bucket: gcp.storage.Bucket, body: str, parent: pulumi.Resource
+) -> gcp.storage.BucketObject:
     """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
     in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot and cannot
     rewrite it (:func:`bundle_write_exclusion`)."""

@@ -42,11 +42,11 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
-from collections.abc import Callable, Mapping
 
 LOG = logging.getLogger("gpuinfra-agent")
 AWS_IMDS = "http://169.254.169.254"
@@ -126,18 +126,30 @@ class NvmlGpus:
     def utilizations(self) -> list[int]:
         if self._nvml is not None:
             n = self._nvml
-            return [int(n.nvmlDeviceGetUtilizationRates(n.nvmlDeviceGetHandleByIndex(i)).gpu)
-                    for i in range(n.nvmlDeviceGetCount())]
+            return [
+                int(n.nvmlDeviceGetUtilizationRates(n.nvmlDeviceGetHandleByIndex(i)).gpu)
+                for i in range(n.nvmlDeviceGetCount())
+            ]
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                                 capture_output=True, text=True, timeout=30, check=True).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout
         except (OSError, subprocess.SubprocessError):
             return []
         return [int(line.strip()) for line in out.splitlines() if line.strip().isdigit()]
 
 
-def _http(url: str, method: str = "GET", headers: dict | None = None, timeout: float = 2.0,
-          response_headers: dict | None = None) -> tuple[int, str]:
+def _http(
+    url: str,
+    method: str = "GET",
+    headers: dict | None = None,
+    timeout: float = 2.0,
+    response_headers: dict | None = None,
+) -> tuple[int, str]:
     """(HTTP status, body); ``response_headers`` (when given) receives the response's headers."""
     request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
@@ -156,8 +168,7 @@ class AwsMetadata:
         self.base = base.rstrip("/")
 
     def _get(self, path: str) -> tuple[int, str]:
-        status, token = _http(f"{self.base}/latest/api/token", "PUT",
-                              {"X-aws-ec2-metadata-token-ttl-seconds": "300"})
+        status, token = _http(f"{self.base}/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "300"})
         if status != 200:
             raise OSError(f"IMDSv2 token request failed with HTTP {status}")
         return _http(f"{self.base}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token})
@@ -201,8 +212,9 @@ class GcpMetadata:
         self._etag: str | None = None
 
     def _get(self, path: str, timeout: float = 2.0, headers: dict | None = None) -> tuple[int, str]:
-        return _http(f"{self.base}/{path}", headers={"Metadata-Flavor": "Google"}, timeout=timeout,
-                     response_headers=headers)
+        return _http(
+            f"{self.base}/{path}", headers={"Metadata-Flavor": "Google"}, timeout=timeout, response_headers=headers
+        )
 
     def interruption(self) -> dict | None:
         """``{"action": "preempted"}`` once GCE has preempted this spot VM, else None.
@@ -254,8 +266,10 @@ class S3Sync:
                 import boto3
                 from botocore.config import Config
 
-                client = boto3.client("s3", config=Config(connect_timeout=5, read_timeout=60,
-                                                          retries={"max_attempts": 3, "mode": "standard"}))
+                client = boto3.client(
+                    "s3",
+                    config=Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3, "mode": "standard"}),
+                )
             except ImportError:
                 client = None
         self.client = client
@@ -267,14 +281,22 @@ class S3Sync:
 
     def upload(self, root: Path, path: Path) -> None:
         if self.client is None:
-            subprocess.run(["aws", "s3", "cp", str(path), f"s3://{self.bucket}/{self.key(root, path)}"], check=True,
-                           timeout=END_SYNC_BOUND_SECONDS)
+            subprocess.run(
+                ["aws", "s3", "cp", str(path), f"s3://{self.bucket}/{self.key(root, path)}"],
+                check=True,
+                timeout=END_SYNC_BOUND_SECONDS,
+            )
         else:
             self.client.upload_file(str(path), self.bucket, self.key(root, path))
 
 
-def sync_folder(root: Path, syncer: S3Sync, deadline: float, clock: Callable[[], float] = time.monotonic,
-                on_upload: Callable[[Path], None] | None = None) -> list[str]:
+def sync_folder(
+    root: Path,
+    syncer: S3Sync,
+    deadline: float,
+    clock: Callable[[], float] = time.monotonic,
+    on_upload: Callable[[Path], None] | None = None,
+) -> list[str]:
     """Upload every file of ``root`` that is new or changed since it was last uploaded, and
     repeat until a full pass finds nothing new (files written during the sync are caught by the
     next pass) or ``deadline`` passes.
@@ -336,7 +358,9 @@ class AgentConfig:
                 expires_at=parse_time(expires) if expires else None,
                 idle_timeout_seconds=float(env["GPUINFRA_IDLE_TIMEOUT_MINUTES"]) * 60,
                 idle_utilization_percent=int(env["GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT"]),
-                checkpoint_dir=Path(env.get("GPUINFRA_CHECKPOINT_DIR") or env.get("GPUINFRA_SCRATCH", "/scratch") + "/checkpoints"),
+                checkpoint_dir=Path(
+                    env.get("GPUINFRA_CHECKPOINT_DIR") or env.get("GPUINFRA_SCRATCH", "/scratch") + "/checkpoints"
+                ),
                 dry_run=dry_run or env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
                 health_gate=env.get("GPUINFRA_HEALTH_GATE") or "off",
             )
@@ -428,8 +452,13 @@ class Agent:
 
         def run() -> None:
             try:
-                sync_folder(self.config.checkpoint_dir, syncer, self.clock() + seconds, self.clock,
-                            on_upload=lambda path: uploaded.append(syncer.key(self.config.checkpoint_dir, path)))
+                sync_folder(
+                    self.config.checkpoint_dir,
+                    syncer,
+                    self.clock() + seconds,
+                    self.clock,
+                    on_upload=lambda path: uploaded.append(syncer.key(self.config.checkpoint_dir, path)),
+                )
             except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
                 failure.append(exc)
 
@@ -437,7 +466,9 @@ class Agent:
         worker.start()
         worker.join(seconds)
         if worker.is_alive():
-            self._log(f"checkpoint sync did not finish within {seconds:.0f} s ({len(uploaded)} file(s) uploaded), going on")
+            self._log(
+                f"checkpoint sync did not finish within {seconds:.0f} s ({len(uploaded)} file(s) uploaded), going on"
+            )
         elif failure:
             self._log(f"checkpoint sync failed, going on: {failure[0]!r}")
         else:
@@ -498,7 +529,9 @@ class Agent:
             self._record_idle_start(True)
         idle_for = self.clock() - self.idle_since
         if idle_for >= self.config.idle_timeout_seconds:
-            return self._finish("idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min")
+            return self._finish(
+                "idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min"
+            )
         return "running"
 
     def _finish(self, reason: str, why: str) -> str:
@@ -523,8 +556,20 @@ def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
     name, zone = (metadata or GcpMetadata()).instance()
     group = name.rsplit("-", 1)[0]
     LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
-    subprocess.run(["gcloud", "compute", "instance-groups", "managed", "delete-instances", group,
-                    f"--instances={name}", f"--zone={zone}", "--quiet"], check=False)
+    subprocess.run(
+        [
+            "gcloud",
+            "compute",
+            "instance-groups",
+            "managed",
+            "delete-instances",
+            group,
+            f"--instances={name}",
+            f"--zone={zone}",
+            "--quiet",
+        ],
+        check=False,
+    )
 
 
 def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
@@ -552,8 +597,14 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
         syncer = S3Sync(config.bucket, checkpoint_prefix(config, node_name(metadata)))
         return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node, state_dir=state_dir)
     gcp = GcpMetadata(wait_seconds=poll_seconds)
-    return Agent(config, NvmlGpus(), gcp, GcsCliSync(config.bucket, checkpoint_prefix(config, node_name(gcp))),
-                 lambda reason: end_gcp_node(reason, gcp), state_dir=state_dir)
+    return Agent(
+        config,
+        NvmlGpus(),
+        gcp,
+        GcsCliSync(config.bucket, checkpoint_prefix(config, node_name(gcp))),
+        lambda reason: end_gcp_node(reason, gcp),
+        state_dir=state_dir,
+    )
 
 
 class GcsCliSync(S3Sync):
@@ -563,8 +614,11 @@ class GcsCliSync(S3Sync):
         self.bucket, self.prefix, self.uploaded, self.client = bucket, prefix.strip("/"), {}, None
 
     def upload(self, root: Path, path: Path) -> None:
-        subprocess.run(["gcloud", "storage", "cp", str(path), f"gs://{self.bucket}/{self.key(root, path)}"], check=True,
-                       timeout=END_SYNC_BOUND_SECONDS)
+        subprocess.run(
+            ["gcloud", "storage", "cp", str(path), f"gs://{self.bucket}/{self.key(root, path)}"],
+            check=True,
+            timeout=END_SYNC_BOUND_SECONDS,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

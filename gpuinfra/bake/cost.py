@@ -56,8 +56,11 @@ GCP_BUILD_MINUTES = Decimal(75)
 GCP_IMAGE_STORED_GIB = Decimal(100)
 
 #: Price-table key of each build instance / machine type (prices.yaml).
-BUILD_PRICE_KEYS = {"m7i.large": "ec2_m7i_large_per_hour", "m7g.large": "ec2_m7g_large_per_hour",
-                    "n1-standard-8": "gce_n1_standard_8_per_hour"}
+BUILD_PRICE_KEYS = {
+    "m7i.large": "ec2_m7i_large_per_hour",
+    "m7g.large": "ec2_m7g_large_per_hour",
+    "n1-standard-8": "gce_n1_standard_8_per_hour",
+}
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,9 @@ class BakeCostLine:
 def _line(cloud: str, key: str | None, region: str, component: str, when: str, unit: str, qty: Decimal) -> BakeCostLine:
     found = price(cloud, key, region) if key else None
     if found is None:
-        return BakeCostLine(component, when, unit, qty, None, f"no {cloud} price for {key or component} in {region}", "")
+        return BakeCostLine(
+            component, when, unit, qty, None, f"no {cloud} price for {key or component} in {region}", ""
+        )
     return BakeCostLine(component, when, unit, qty, found.usd, found.source, found.date)
 
 
@@ -94,21 +99,65 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
     region, build = spec.region, spec.build_instance_type
     if spec.cloud == "aws":
         return [
-            _line("aws", BUILD_PRICE_KEYS.get(build), region, f"build instances ({build})", "once", "instance-hours",
-                  AWS_BUILD_INSTANCE_HOURS),
-            _line("aws", "ebs_snapshot_standard_per_gb_month", region, "AMI snapshot", "monthly", "GB-months",
-                  IMAGE_STORED_GB),
-            _line("aws", "ecr_storage_per_gb_month", region, "ECR container", "monthly", "GB-months", CONTAINER_STORED_GB),
+            _line(
+                "aws",
+                BUILD_PRICE_KEYS.get(build),
+                region,
+                f"build instances ({build})",
+                "once",
+                "instance-hours",
+                AWS_BUILD_INSTANCE_HOURS,
+            ),
+            _line(
+                "aws",
+                "ebs_snapshot_standard_per_gb_month",
+                region,
+                "AMI snapshot",
+                "monthly",
+                "GB-months",
+                IMAGE_STORED_GB,
+            ),
+            _line(
+                "aws", "ecr_storage_per_gb_month", region, "ECR container", "monthly", "GB-months", CONTAINER_STORED_GB
+            ),
         ]
     return [
-        _line("gcp", BUILD_PRICE_KEYS.get(build), region, f"Packer build VM ({build})", "once", "instance-hours",
-              GCP_BUILD_VM_HOURS),
-        _line("gcp", "cloud_build_e2_standard_2_per_minute", region, "Cloud Build", "once", "build-minutes",
-              GCP_BUILD_MINUTES),
-        _line("gcp", "gce_custom_image_storage_per_gib_month", region, "custom image storage", "monthly",
-              "GiB-months", GCP_IMAGE_STORED_GIB),
-        _line("gcp", "artifact_registry_storage_per_gb_month", region, "Artifact Registry container", "monthly",
-              "GB-months", CONTAINER_STORED_GB),
+        _line(
+            "gcp",
+            BUILD_PRICE_KEYS.get(build),
+            region,
+            f"Packer build VM ({build})",
+            "once",
+            "instance-hours",
+            GCP_BUILD_VM_HOURS,
+        ),
+        _line(
+            "gcp",
+            "cloud_build_e2_standard_2_per_minute",
+            region,
+            "Cloud Build",
+            "once",
+            "build-minutes",
+            GCP_BUILD_MINUTES,
+        ),
+        _line(
+            "gcp",
+            "gce_custom_image_storage_per_gib_month",
+            region,
+            "custom image storage",
+            "monthly",
+            "GiB-months",
+            GCP_IMAGE_STORED_GIB,
+        ),
+        _line(
+            "gcp",
+            "artifact_registry_storage_per_gb_month",
+            region,
+            "Artifact Registry container",
+            "monthly",
+            "GB-months",
+            CONTAINER_STORED_GB,
+        ),
     ]
 
 
@@ -120,9 +169,18 @@ def bake_cost(spec: BakeSpec) -> dict:
     lines = bake_cost_lines(spec)
     doc_lines, missing = [], []
     for ln in lines:
-        doc_lines.append({"component": ln.component, "when": ln.when, "quantity": str(ln.quantity), "unit": ln.unit,
-                          "unit_price_usd": None if ln.unit_price_usd is None else str(ln.unit_price_usd),
-                          "usd": None if ln.usd is None else f"{ln.usd:.2f}", "source": ln.source, "date": ln.date})
+        doc_lines.append(
+            {
+                "component": ln.component,
+                "when": ln.when,
+                "quantity": str(ln.quantity),
+                "unit": ln.unit,
+                "unit_price_usd": None if ln.unit_price_usd is None else str(ln.unit_price_usd),
+                "usd": None if ln.usd is None else f"{ln.usd:.2f}",
+                "source": ln.source,
+                "date": ln.date,
+            }
+        )
         if ln.usd is None:
             missing.append(f"{ln.component}: {ln.source}")
 

@@ -31,9 +31,9 @@ A bake stack (``gpuinfra:bake``) goes through the same :class:`~gpuinfra.lifecyc
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 
 import yaml
 
@@ -47,11 +47,20 @@ from gpuinfra.stackfile import STACKS_DIRNAME, stack_file_path
 
 #: ``<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:<tag>]`` (ECR registry URI format,
 #: docs.aws.amazon.com/AmazonECR/latest/userguide/Registries.html).
-ECR_URI_RE = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
-                        r"(?P<repository>[a-z0-9._/-]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?$")
-_AWS_ACCESS = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "ExpiredToken",
-               "ExpiredTokenException", "InvalidClientTokenId", "UnrecognizedClientException",
-               "SignatureDoesNotMatch")
+ECR_URI_RE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?:\.cn)?/"
+    r"(?P<repository>[a-z0-9._/-]+?)(?::(?P<tag>[\w][\w.-]{0,127}))?$"
+)
+_AWS_ACCESS = (
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "InvalidClientTokenId",
+    "UnrecognizedClientException",
+    "SignatureDoesNotMatch",
+)
 
 
 def is_bake_stack(project_dir: Path, name: str) -> bool:
@@ -84,19 +93,24 @@ def ecr_digest_reference(ecr, container_uri: str) -> str:
         return container_uri
     match = ECR_URI_RE.match(container_uri)
     if not match or not match["tag"]:
-        raise OperationError(f"container_image output {container_uri!r} is not an ECR URI with a tag "
-                             "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)")
-    repository = container_uri[:container_uri.rindex(":")]
+        raise OperationError(
+            f"container_image output {container_uri!r} is not an ECR URI with a tag "
+            "(<account>.dkr.ecr.<region>.amazonaws.com/<repository>:<tag>)"
+        )
+    repository = container_uri[: container_uri.rindex(":")]
     try:
-        details = ecr.describe_images(registryId=match["account"], repositoryName=match["repository"],
-                                      imageIds=[{"imageTag": match["tag"]}])["imageDetails"]
+        details = ecr.describe_images(
+            registryId=match["account"], repositoryName=match["repository"], imageIds=[{"imageTag": match["tag"]}]
+        )["imageDetails"]
     except NoCredentialsError:
         raise no_aws_credentials(" to look up the container's digest") from None
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in _AWS_ACCESS:
-            raise MissingDependencyError(f"cannot read the digest of {container_uri}: {code}; the AWS credentials need "
-                                         "ecr:DescribeImages on the repository") from None
+            raise MissingDependencyError(
+                f"cannot read the digest of {container_uri}: {code}; the AWS credentials need "
+                "ecr:DescribeImages on the repository"
+            ) from None
         raise OperationError(f"looking up the digest of {container_uri} failed: {code or exc}") from None
     except BotoCoreError as exc:
         raise OperationError(f"looking up the digest of {container_uri} failed: {exc}") from None
@@ -112,8 +126,9 @@ def _output(outputs: dict, key: str, name: str) -> str:
     return value
 
 
-def record_from_outputs(project_dir: Path, spec: BakeSpec, outputs: dict, ecr=None,
-                        gcp: GcpApis | None = None) -> BakeSpec:
+def record_from_outputs(
+    project_dir: Path, spec: BakeSpec, outputs: dict, ecr=None, gcp: GcpApis | None = None
+) -> BakeSpec:
     """Record a finished bake from its stack's outputs (:func:`gpuinfra.bake.stack.record_result`).
 
     AWS: ``image_id``, and ``container_image`` by digest when the bake pins its container
@@ -147,12 +162,16 @@ def record_from_outputs(project_dir: Path, spec: BakeSpec, outputs: dict, ecr=No
     label = f"{GCP_LABEL_PREFIX}sha256"
     want = spec.manifest.gcp_labels()[label]
     if image.get("status") != "READY":
-        raise OperationError(f"image {image.get('name')} of family {family} is {image.get('status')}, not READY; "
-                             f"run `gpuinfra image record {name} --from-outputs` again when its build has finished")
+        raise OperationError(
+            f"image {image.get('name')} of family {family} is {image.get('status')}, not READY; "
+            f"run `gpuinfra image record {name} --from-outputs` again when its build has finished"
+        )
     if (image.get("labels") or {}).get(label) != want:
-        raise OperationError(f"the newest image of family {family} ({image.get('name')}) was baked from another manifest "
-                             f"({label}={(image.get('labels') or {}).get(label)}, this bake is {want}): the build of "
-                             f"this bake has not finished (`gcloud builds list --project {project} --limit 3`)")
+        raise OperationError(
+            f"the newest image of family {family} ({image.get('name')}) was baked from another manifest "
+            f"({label}={(image.get('labels') or {}).get(label)}, this bake is {want}): the build of "
+            f"this bake has not finished (`gcloud builds list --project {project} --limit 3`)"
+        )
     return record_result(project_dir, name, f"projects/{project}/global/images/{image['name']}")
 
 
@@ -182,12 +201,15 @@ def _build_topic(outputs: dict, name: str) -> str:
         return outputs["build_topic"]
     found = re.search(r"topics publish (\S+)", outputs.get("run_command") or "")
     if not found:
-        raise OperationError(f"bake {name!r} has neither a build_topic nor a run_command output; run `gpuinfra up {name}`")
+        raise OperationError(
+            f"bake {name!r} has neither a build_topic nor a run_command output; run `gpuinfra up {name}`"
+        )
     return found.group(1)
 
 
-def deploy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[object], None], ecr=None,
-                gcp: GcpApis | None = None) -> BakeUp:
+def deploy_bake(
+    backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[object], None], ecr=None, gcp: GcpApis | None = None
+) -> BakeUp:
     """``up`` of a bake stack (module docstring): the update, then on AWS the recorded result,
     on GCP a started build.
 
@@ -211,33 +233,58 @@ def deploy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[
         try:
             recorded = record_from_outputs(project_dir, spec, outputs, ecr=ecr)
         except (OperationError, MissingDependencyError) as exc:
-            raise type(exc)(f"bake {name!r} is built (image {outputs.get('image_id') or '?'}), but recording it "
-                            f"failed: {exc}; fix that, then run {again}") from None
+            raise type(exc)(
+                f"bake {name!r} is built (image {outputs.get('image_id') or '?'}), but recording it "
+                f"failed: {exc}; fix that, then run {again}"
+            ) from None
         result = recorded.result
         assert result is not None  # record_from_outputs sets it
         container = f", container {result.container_image}" if result.container_image else ""
-        return BakeUp(recorded, changes, True, None, (
-            f"recorded image {result.image_id}{container} in {stack_file_path(project_dir, name)}",
-            f"use: gpuinfra new ... --image baked:{name}"))
+        return BakeUp(
+            recorded,
+            changes,
+            True,
+            None,
+            (
+                f"recorded image {result.image_id}{container} in {stack_file_path(project_dir, name)}",
+                f"use: gpuinfra new ... --image baked:{name}",
+            ),
+        )
     changed = any(op != "same" and count for op, count in changes.items())
     project = spec.gcp_project or ""
     topic = _build_topic(outputs, name)
     if not topic.startswith("projects/"):
         topic = f"projects/{project}/topics/{topic}"
     if not changed and spec.result is not None:
-        return BakeUp(spec, changes, False, None, (
-            f"nothing changed and image {spec.result.image_id} is recorded: no new build started",
-            f"to bake again: gcloud pubsub topics publish {topic.rsplit('/', 1)[-1]} --project {project} --message=bake"
-            f", then when it has finished: {again.strip('`')}"))
+        return BakeUp(
+            spec,
+            changes,
+            False,
+            None,
+            (
+                f"nothing changed and image {spec.result.image_id} is recorded: no new build started",
+                f"to bake again: gcloud pubsub topics publish {topic.rsplit('/', 1)[-1]} --project {project} --message=bake"
+                f", then when it has finished: {again.strip('`')}",
+            ),
+        )
     try:
         message = gcp_api.publish_build(gcp or gcp_api.make_gcp_apis(), topic)
     except (OperationError, MissingDependencyError) as exc:
-        raise type(exc)(f"bake {name!r} is deployed, but starting its build failed: {exc}; start it with `gcloud pubsub "
-                        f"topics publish {topic.rsplit('/', 1)[-1]} --project {project} --message=bake`") from None
-    return BakeUp(spec, changes, False, message, (
-        f"started the Cloud Build bake (Pub/Sub message {message} on {topic}); follow it: "
-        f"gcloud builds list --project {project} --limit 3",
-        f"when it has finished: gpuinfra image record {name} --from-outputs"))
+        raise type(exc)(
+            f"bake {name!r} is deployed, but starting its build failed: {exc}; start it with `gcloud pubsub "
+            f"topics publish {topic.rsplit('/', 1)[-1]} --project {project} --message=bake`"
+        ) from None
+    return BakeUp(
+        spec,
+        changes,
+        False,
+        message,
+        (
+            f"started the Cloud Build bake (Pub/Sub message {message} on {topic}); follow it: "
+            f"gcloud builds list --project {project} --limit 3",
+            f"when it has finished: gpuinfra image record {name} --from-outputs",
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -263,28 +310,50 @@ def leftovers(spec: BakeSpec, outputs: dict) -> list[Leftover]:
         ami = outputs.get("image_id") or recorded
         why = "deleting an Image Builder image does not deregister the AMI it made"
         if ami:
-            ami_item = Leftover(f"AMI {ami} and its EBS snapshot(s) in {region}", why,
-                                (f"aws ec2 deregister-image --image-id {ami} --delete-associated-snapshots "
-                                 f"--region {region}",))
+            ami_item = Leftover(
+                f"AMI {ami} and its EBS snapshot(s) in {region}",
+                why,
+                (f"aws ec2 deregister-image --image-id {ami} --delete-associated-snapshots --region {region}",),
+            )
         else:
-            ami_item = Leftover(f"any AMI the bake made in {region} (tag gpuinfra:stack={name}); list them, then "
-                                "deregister each with --delete-associated-snapshots", why,
-                                (f"aws ec2 describe-images --owners self --filters Name=tag:gpuinfra:stack,Values={name} "
-                                 f"--region {region} --query 'Images[].ImageId'",))
-        return [ami_item, Leftover(
-            f"ECR repository gpuinfra/{name} and its container image(s)",
-            "kept by the stack (retain on delete): cluster stacks made from the bake record the container by "
-            "its digest there. A later `gpuinfra up` of this bake fails while it exists (ECR "
-            "RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
-            (f"aws ecr delete-repository --repository-name gpuinfra/{name} --force --region {region}",))]
+            ami_item = Leftover(
+                f"any AMI the bake made in {region} (tag gpuinfra:stack={name}); list them, then "
+                "deregister each with --delete-associated-snapshots",
+                why,
+                (
+                    f"aws ec2 describe-images --owners self --filters Name=tag:gpuinfra:stack,Values={name} "
+                    f"--region {region} --query 'Images[].ImageId'",
+                ),
+            )
+        return [
+            ami_item,
+            Leftover(
+                f"ECR repository gpuinfra/{name} and its container image(s)",
+                "kept by the stack (retain on delete): cluster stacks made from the bake record the container by "
+                "its digest there. A later `gpuinfra up` of this bake fails while it exists (ECR "
+                "RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
+                (f"aws ecr delete-repository --repository-name gpuinfra/{name} --force --region {region}",),
+            ),
+        ]
     project = spec.gcp_project or ""
     family = f"gpuinfra-{name}"
     why = "Packer creates the images through the Compute API during the build: they are not Pulumi resources"
-    items = [Leftover(f"every image of family {family} in project {project}; list them, then delete each", why,
-                      (f"gcloud compute images list --project {project} --no-standard-images --filter=family={family}",))]
+    items = [
+        Leftover(
+            f"every image of family {family} in project {project}; list them, then delete each",
+            why,
+            (f"gcloud compute images list --project {project} --no-standard-images --filter=family={family}",),
+        )
+    ]
     if recorded:
-        items.insert(0, Leftover(f"image {recorded} (the recorded one)", why,
-                                 (f"gcloud compute images delete {recorded.rsplit('/', 1)[-1]} --project {project}",)))
+        items.insert(
+            0,
+            Leftover(
+                f"image {recorded} (the recorded one)",
+                why,
+                (f"gcloud compute images delete {recorded.rsplit('/', 1)[-1]} --project {project}",),
+            ),
+        )
     return items
 
 
@@ -303,7 +372,7 @@ def clusters_using(project_dir: Path, image_id: str) -> list[str]:
         image = config.get(f"gpuinfra:{IMAGE_CONFIG_KEY}") if isinstance(config, dict) else None
         values = {(cluster or {}).get("ami_id"), (cluster or {}).get("gcp_image"), (image or {}).get("image_id")}
         if isinstance(cluster, dict) and image_id in values:
-            found.append(path.name[len("Pulumi."):-len(".yaml")])
+            found.append(path.name[len("Pulumi.") : -len(".yaml")])
     return found
 
 
@@ -327,8 +396,10 @@ class BakeDown:
             out += [f"    {command}" for command in item.commands]
         out += [f"deleted: {text}" for text in self.deleted]
         if self.clusters:
-            out.append(f"cluster stacks that boot this image: {', '.join(self.clusters)} (keep the image until "
-                       "`gpuinfra down` of each)")
+            out.append(
+                f"cluster stacks that boot this image: {', '.join(self.clusters)} (keep the image until "
+                "`gpuinfra down` of each)"
+            )
         return out
 
 
@@ -339,8 +410,10 @@ def deleted_with_stack(spec: BakeSpec) -> list[str]:
     A GCP cluster made from the bake does not use it (a GCP bake records no container)."""
     if spec.cloud != "gcp":
         return []
-    return [f"Artifact Registry repository gpuinfra-{spec.stack} in {spec.region} with the container mirrored into it "
-            "(clusters made from the bake do not use it: they run the profile's container)"]
+    return [
+        f"Artifact Registry repository gpuinfra-{spec.stack} in {spec.region} with the container mirrored into it "
+        "(clusters made from the bake do not use it: they run the profile's container)"
+    ]
 
 
 def destroy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[[object], None]) -> BakeDown:

@@ -37,7 +37,9 @@ def make_gcp_apis() -> GcpApis:
     try:
         from google.auth.transport.requests import AuthorizedSession
     except ImportError:
-        raise MissingDependencyError("a GCP bake needs google-auth and requests: pip install 'gpuinfra[gcp-bake]'") from None
+        raise MissingDependencyError(
+            "a GCP bake needs google-auth and requests: pip install 'gpuinfra[gcp-bake]'"
+        ) from None
     credentials, _ = gcp_credentials(" to start or record the bake")
     return GcpApis(AuthorizedSession(credentials))
 
@@ -60,7 +62,9 @@ def _gcp_call(apis: GcpApis, method: str, url: str, what: str, **kwargs) -> dict
         error = response.json().get("error") or {}
     except ValueError:
         error = {}
-    detail = f"{response.status_code} {error.get('status', '')}: {error.get('message', response.reason)}".replace(" :", ":")
+    detail = f"{response.status_code} {error.get('status', '')}: {error.get('message', response.reason)}".replace(
+        " :", ":"
+    )
     if response.status_code in (401, 403):
         raise MissingDependencyError(f"{what} was refused ({detail}); check the GCP credentials and their permissions")
     raise OperationError(f"{what} failed ({detail})")
@@ -84,5 +88,9 @@ def newest_family_image(apis: GcpApis, project: str, family: str) -> dict:
     """The Compute ``Image`` that ``GET {compute}/compute/v1/projects/{project}/global/images/family/{family}``
     returns: "the latest image that is part of an image family and is not deprecated"
     (cloud.google.com/compute/docs/reference/rest/v1/images/getFromFamily)."""
-    return _gcp_call(apis, "get", f"{apis.compute}/compute/v1/projects/{project}/global/images/family/{family}",
-                     f"looking up image family {family} in project {project}")
+    return _gcp_call(
+        apis,
+        "get",
+        f"{apis.compute}/compute/v1/projects/{project}/global/images/family/{family}",
+        f"looking up image family {family} in project {project}",
+    )

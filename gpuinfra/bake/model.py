@@ -100,7 +100,13 @@ class SoftwareManifest(BaseModel):
         (lists joined with ``,``; booleans ``true``/``false``)."""
         tags = {}
         for key, value in self.to_config().items():
-            text = ",".join(value) if isinstance(value, list) else str(value).lower() if isinstance(value, bool) else str(value)
+            text = (
+                ",".join(value)
+                if isinstance(value, list)
+                else str(value).lower()
+                if isinstance(value, bool)
+                else str(value)
+            )
             tags[f"{AWS_TAG_PREFIX}{key}"] = text
         tags[f"{AWS_TAG_PREFIX}sha256"] = self.sha256
         return tags
@@ -108,12 +114,21 @@ class SoftwareManifest(BaseModel):
     def gcp_labels(self) -> dict[str, str]:
         """Short fields as GCP labels (module docstring): bake, family, fabric, architecture,
         driver branch, pinned versions with ``.`` as ``_``, and the first 32 hex of the SHA-256."""
-        fields = {"bake": self.bake, "family": self.family, "fabric": self.fabric,
-                  "arch": self.architecture, "driver": self.driver_branch,
-                  "dmabuf": self.dmabuf_import_helper_version, "gib": self.nccl_gib_version,
-                  "sha256": self.sha256[:32]}
-        return {f"{GCP_LABEL_PREFIX}{key}": _GCP_LABEL_VALUE.sub("_", str(value).lower())[:63]
-                for key, value in fields.items() if value is not None}
+        fields = {
+            "bake": self.bake,
+            "family": self.family,
+            "fabric": self.fabric,
+            "arch": self.architecture,
+            "driver": self.driver_branch,
+            "dmabuf": self.dmabuf_import_helper_version,
+            "gib": self.nccl_gib_version,
+            "sha256": self.sha256[:32],
+        }
+        return {
+            f"{GCP_LABEL_PREFIX}{key}": _GCP_LABEL_VALUE.sub("_", str(value).lower())[:63]
+            for key, value in fields.items()
+            if value is not None
+        }
 
 
 class BakeResult(BaseModel):
@@ -127,7 +142,9 @@ class BakeResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    image_id: str = Field(pattern=r"^(ami-[0-9a-f]{8,17}|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
+    image_id: str = Field(
+        pattern=r"^(ami-[0-9a-f]{8,17}|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
+    )
     container_image: str = ""
 
 

@@ -44,8 +44,11 @@ CATALOG_ARCHITECTURE = "x86_64"
 #: hours. m7i.large (2 vCPU, 8 GiB, x86_64) / m7g.large (Graviton3, arm64): moto's
 #: DescribeInstanceTypes data; n1-standard-8 (8 vCPU, 30 GB; cloud.google.com/compute/docs/general-purpose-machines#n1_machines).
 #: Chosen among the types whose prices gpuinfra/catalog/data/prices.yaml carries with a source.
-BUILD_INSTANCE_TYPES = {("aws", "x86_64"): "m7i.large", ("aws", "arm64"): "m7g.large",
-                        ("gcp", "x86_64"): "n1-standard-8"}
+BUILD_INSTANCE_TYPES = {
+    ("aws", "x86_64"): "m7i.large",
+    ("aws", "arm64"): "m7g.large",
+    ("gcp", "x86_64"): "n1-standard-8",
+}
 #: Root volume of the build instance = size of the image's disk (GiB): the base (the DLAMI's
 #: snapshot is 75 GiB in its block device mapping; DLVM images 50 GiB) plus the training container
 #: (NGC PyTorch ~20 GiB compressed, ~2x unpacked) and build space.
@@ -56,18 +59,38 @@ BUILD_VOLUME_SIZE_GIB = 200
 #: quoted in docs/sources/cluster-facts.md section 3.7). The bake's check fails on another branch.
 DLAMI_DRIVER_BRANCH = "580"
 _AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
-_GCP_IMAGE_RE = re.compile(r"^projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$")
+_GCP_IMAGE_RE = re.compile(
+    r"^projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
+)
 _DRIVER_RE = re.compile(r"nvidia-(\d{3})(?:\D|$)")
 #: Public GCP image projects (the DLVM, Ubuntu accelerator and plain Ubuntu images): none carries
 #: the linux-gcp-tcpx kernel A3 High's GPUDirect-TCPX needs (rule fabric-installable-at-boot).
 #: The list is Google's public image projects (cloud.google.com/compute/docs/images/os-details and
 #: .../images#os-compute-support); an image from any other project is the user's own.
-PUBLIC_IMAGE_PROJECTS = frozenset({
-    "deeplearning-platform-release", "ubuntu-os-accelerator-images", "ubuntu-os-cloud", "ubuntu-os-pro-cloud",
-    "debian-cloud", "cos-cloud", "rocky-linux-cloud", "rocky-linux-accelerator-cloud", "rhel-cloud",
-    "rhel-sap-cloud", "centos-cloud", "fedora-coreos-cloud", "opensuse-cloud", "suse-cloud", "suse-sap-cloud",
-    "oracle-linux-cloud", "almalinux-cloud", "windows-cloud", "windows-sql-cloud", "ml-images",
-})
+PUBLIC_IMAGE_PROJECTS = frozenset(
+    {
+        "deeplearning-platform-release",
+        "ubuntu-os-accelerator-images",
+        "ubuntu-os-cloud",
+        "ubuntu-os-pro-cloud",
+        "debian-cloud",
+        "cos-cloud",
+        "rocky-linux-cloud",
+        "rocky-linux-accelerator-cloud",
+        "rhel-cloud",
+        "rhel-sap-cloud",
+        "centos-cloud",
+        "fedora-coreos-cloud",
+        "opensuse-cloud",
+        "suse-cloud",
+        "suse-sap-cloud",
+        "oracle-linux-cloud",
+        "almalinux-cloud",
+        "windows-cloud",
+        "windows-sql-cloud",
+        "ml-images",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -111,10 +134,15 @@ def family_types(facts: dict[tuple[str, str], InstanceFacts], cloud: str, family
     """
     if cloud not in ("aws", "gcp"):
         raise BakeError(f"unknown cloud {cloud!r}; allowed: aws, gcp")
-    types = [f for (c, t), f in facts.items() if c == cloud and f.gpu_count and (
-        t == family or (cloud == "aws" and t.split(".")[0] == family))]
+    types = [
+        f
+        for (c, t), f in facts.items()
+        if c == cloud and f.gpu_count and (t == family or (cloud == "aws" and t.split(".")[0] == family))
+    ]
     if not types:
-        known = sorted({t.split(".")[0] if cloud == "aws" else t for (c, t), f in facts.items() if c == cloud and f.gpu_count})
+        known = sorted(
+            {t.split(".")[0] if cloud == "aws" else t for (c, t), f in facts.items() if c == cloud and f.gpu_count}
+        )
         raise BakeError(f"unknown {cloud} family {family!r}; known: {', '.join(known)}")
     return sorted(types, key=lambda f: (-f.gpu_count, f.instance_type))
 
@@ -130,21 +158,27 @@ def base_architecture(cloud: str, base_image: str, given: str | None) -> str:
         raise BakeError(f"--base-arch {given!r}: allowed x86_64, arm64")
     if cloud == "aws":
         if not _AMI_RE.match(base_image):
-            raise BakeError(f"--base-image {base_image!r} is not an AMI id (ami- and 8 or 17 hex digits); "
-                            "a bake pins its base: resolve the DLAMI once with `aws ssm get-parameter --name "
-                            "/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id`")
+            raise BakeError(
+                f"--base-image {base_image!r} is not an AMI id (ami- and 8 or 17 hex digits); "
+                "a bake pins its base: resolve the DLAMI once with `aws ssm get-parameter --name "
+                "/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id`"
+            )
         return given or CATALOG_ARCHITECTURE
     match = _GCP_IMAGE_RE.match(base_image)
     if not match:
-        raise BakeError(f"--base-image {base_image!r} is not a pinned GCP image: use projects/PROJECT/global/images/NAME "
-                        "(an image name; a family moves: `gcloud compute images describe-from-family F --project P`)")
+        raise BakeError(
+            f"--base-image {base_image!r} is not a pinned GCP image: use projects/PROJECT/global/images/NAME "
+            "(an image name; a family moves: `gcloud compute images describe-from-family F --project P`)"
+        )
     named = "arm64" if "arm64" in match.group("name") else "x86_64"
     if given and given != named:
         raise BakeError(f"--base-arch {given} contradicts image {match.group('name')} ({named})")
     return named
 
 
-def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts], profile_gcp_image_family: str) -> BakeSpec:
+def plan_bake(
+    request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts], profile_gcp_image_family: str
+) -> BakeSpec:
     """Validate ``request`` and build the bake spec (module docstring lists the checks).
 
     Args:
@@ -160,16 +194,22 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
     types = family_types(facts, request.cloud, request.family)
     lead = types[0]
     if not request.base_image:
-        raise BakeError("--base-image is required: a bake pins its base image (AWS ami-...; GCP "
-                        "projects/PROJECT/global/images/NAME)")
+        raise BakeError(
+            "--base-image is required: a bake pins its base image (AWS ami-...; GCP "
+            "projects/PROJECT/global/images/NAME)"
+        )
     arch = base_architecture(request.cloud, request.base_image, request.base_architecture)
     if arch != CATALOG_ARCHITECTURE:
-        raise BakeError(f"base image {request.base_image} is {arch}, but {request.cloud} family {request.family} "
-                        f"({lead.instance_type}) is {CATALOG_ARCHITECTURE}; use an {CATALOG_ARCHITECTURE} image")
+        raise BakeError(
+            f"base image {request.base_image} is {arch}, but {request.cloud} family {request.family} "
+            f"({lead.instance_type}) is {CATALOG_ARCHITECTURE}; use an {CATALOG_ARCHITECTURE} image"
+        )
     pinned = bool(DIGEST_RE.match(request.container_base))
     if request.require_digest and not pinned:
-        raise BakeError(f"container base {request.container_base!r} has no digest; pin it as "
-                        "repo:tag@sha256:<64 hex> (`docker buildx imagetools inspect IMAGE`), or pass --no-require-digest")
+        raise BakeError(
+            f"container base {request.container_base!r} has no digest; pin it as "
+            "repo:tag@sha256:<64 hex> (`docker buildx imagetools inspect IMAGE`), or pass --no-require-digest"
+        )
     named = _driver_branch(request.base_image) if request.cloud == "gcp" else None
     default = DLAMI_DRIVER_BRANCH if request.cloud == "aws" else named or _driver_branch(profile_gcp_image_family)
     branch = request.driver_branch or default
@@ -186,21 +226,37 @@ def plan_bake(request: BakeRequest, facts: dict[tuple[str, str], InstanceFacts],
     gcp_image = _GCP_IMAGE_RE.match(request.base_image) if request.cloud == "gcp" else None  # checked above
     base_project = gcp_image.group("project") if gcp_image else ""
     if versions["fabric"] == "tcpx" and base_project in PUBLIC_IMAGE_PROJECTS:
-        raise BakeError(f"{request.family}'s GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which no public image "
-                        f"carries ({base_project} does not; Google gives access to it on request: cluster-toolkit "
-                        "examples/machine-learning/a3-highgpu-8g/README.md); bake from your own image that runs it "
-                        "(--base-image projects/YOUR_PROJECT/global/images/NAME)")
+        raise BakeError(
+            f"{request.family}'s GPUDirect-TCPX needs the linux-gcp-tcpx kernel, which no public image "
+            f"carries ({base_project} does not; Google gives access to it on request: cluster-toolkit "
+            "examples/machine-learning/a3-highgpu-8g/README.md); bake from your own image that runs it "
+            "(--base-image projects/YOUR_PROJECT/global/images/NAME)"
+        )
     manifest = SoftwareManifest(
-        bake=name, cloud=request.cloud, family=request.family, instance_types=tuple(f.instance_type for f in types),
-        architecture=arch, base_image=request.base_image, driver_branch=branch,
-        container_base=request.container_base, container_pinned=pinned, gpuinfra_version=__version__, **versions,
+        bake=name,
+        cloud=request.cloud,
+        family=request.family,
+        instance_types=tuple(f.instance_type for f in types),
+        architecture=arch,
+        base_image=request.base_image,
+        driver_branch=branch,
+        container_base=request.container_base,
+        container_pinned=pinned,
+        gpuinfra_version=__version__,
+        **versions,
     )
     zone = request.zone or (f"{request.region}-a" if request.cloud == "gcp" else "")
     if request.cloud == "gcp" and not zone.startswith(request.region + "-"):
         raise BakeError(f"--zone {zone} is not in region {request.region}")
-    return BakeSpec(stack=name, region=request.region, zone=zone, gcp_project=request.gcp_project,
-                    build_instance_type=BUILD_INSTANCE_TYPES[(request.cloud, arch)],
-                    build_volume_size_gib=BUILD_VOLUME_SIZE_GIB, manifest=manifest)
+    return BakeSpec(
+        stack=name,
+        region=request.region,
+        zone=zone,
+        gcp_project=request.gcp_project,
+        build_instance_type=BUILD_INSTANCE_TYPES[(request.cloud, arch)],
+        build_volume_size_gib=BUILD_VOLUME_SIZE_GIB,
+        manifest=manifest,
+    )
 
 
 def _driver_branch(text: str) -> str | None:
@@ -215,5 +271,8 @@ def _fabric_versions(lead: InstanceFacts) -> dict[str, str]:
     if fab.plugin is None:
         return {"fabric": "sockets"}
     images = {"rxdm_image": fab.host.rxdm_image, "plugin_installer_image": fab.host.plugin_installer_image}
-    return {"fabric": fab.runtime, **{key: image for key, image in images.items() if image},
-            **{f"{package.replace('-', '_')}_version": version for package, version in fab.host.versions.items()}}
+    return {
+        "fabric": fab.runtime,
+        **{key: image for key, image in images.items() if image},
+        **{f"{package.replace('-', '_')}_version": version for package, version in fab.host.versions.items()},
+    }

@@ -17,9 +17,9 @@ from gpuinfra.rules.model import ResourceGraph
 
 NOTES = {
     "aws": "the AMI id and the container digest are known only after Image Builder ran; `gpuinfra up` waits "
-           "for the build and records both",
+    "for the build and records both",
     "gcp": "the image name is known only after the Cloud Build run, which `gpuinfra up` starts; then run "
-           "`gpuinfra image record <name> --from-outputs`",
+    "`gpuinfra image record <name> --from-outputs`",
 }
 
 
@@ -33,6 +33,7 @@ def bake_provider_config(spec: BakeSpec) -> dict[str, str]:
 def run_bake_preview(spec: BakeSpec) -> PreviewResult:
     """Every resource the bake stack registers, offline (:func:`gpuinfra.preview.run_program`,
     as a cluster preview runs), with the note of what only the build itself knows."""
+
     def program():
         # imported when the program runs: blueprints load Pulumi and the cloud provider SDKs
         from blueprints.program import build_bake

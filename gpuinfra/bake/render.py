@@ -69,9 +69,13 @@ class Phase:
 
 def manifest_script(spec: BakeSpec) -> str:
     """Bash that writes the manifest to :data:`~gpuinfra.bake.model.MANIFEST_PATH`."""
-    return render("bake/write-manifest.sh.j2", bake=spec.stack, manifest_path=MANIFEST_PATH,
-                  manifest_dir=str(PurePosixPath(MANIFEST_PATH).parent),
-                  manifest_json=json.dumps(spec.manifest.to_config(), indent=2, sort_keys=True))
+    return render(
+        "bake/write-manifest.sh.j2",
+        bake=spec.stack,
+        manifest_path=MANIFEST_PATH,
+        manifest_dir=str(PurePosixPath(MANIFEST_PATH).parent),
+        manifest_json=json.dumps(spec.manifest.to_config(), indent=2, sort_keys=True),
+    )
 
 
 #: AWSTOE parameter of the AMI component: the built container's URI, set by the image recipe
@@ -80,12 +84,14 @@ def manifest_script(spec: BakeSpec) -> str:
 CONTAINER_PARAMETER = "ContainerImage"
 
 
-def component_document(name: str, description: str, phases: tuple[Phase, ...],
-                       parameters: dict[str, str] | None = None) -> str:
+def component_document(
+    name: str, description: str, phases: tuple[Phase, ...], parameters: dict[str, str] | None = None
+) -> str:
     """An AWSTOE component document (YAML) of ``phases``; ``parameters``: name -> description
     of string parameters."""
-    return render("bake/aws-component.yaml.j2", name=name, description=description, phases=phases,
-                  parameters=parameters or {})
+    return render(
+        "bake/aws-component.yaml.j2", name=name, description=description, phases=phases, parameters=parameters or {}
+    )
 
 
 def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PARAMETER + " }}'") -> tuple[Phase, ...]:
@@ -113,18 +119,38 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PA
     m = spec.manifest
     efa = 1 if m.fabric == "efa" else 0
     build = (
-        Step("BuildTrainingContainer", max_attempts=3, timeout_seconds=CONTAINER_BUILD_TIMEOUT_SECONDS, script=render(
-            "bake/aws-build-container.sh.j2", bake=spec.stack, container_image=container_image,
-            region=shlex.quote(spec.region), dockerfile=container_dockerfile(spec), context_manifest=CONTEXT_MANIFEST,
-            manifest_json=json.dumps(m.to_config(), indent=2, sort_keys=True))),
+        Step(
+            "BuildTrainingContainer",
+            max_attempts=3,
+            timeout_seconds=CONTAINER_BUILD_TIMEOUT_SECONDS,
+            script=render(
+                "bake/aws-build-container.sh.j2",
+                bake=spec.stack,
+                container_image=container_image,
+                region=shlex.quote(spec.region),
+                dockerfile=container_dockerfile(spec),
+                context_manifest=CONTEXT_MANIFEST,
+                manifest_json=json.dumps(m.to_config(), indent=2, sort_keys=True),
+            ),
+        ),
         Step("WriteManifest", script=manifest_script(spec)),
     )
-    check_host = render("bake/check-host.sh.j2", bake=spec.stack, driver_branch=m.driver_branch, efa=efa == 1,
-                        container_image=container_image)
-    check_container = render("bake/aws-check-container.sh.j2", bake=spec.stack, container_image=container_image,
-                             check=shlex.quote(container_check_script(spec, efa)))
-    return Phase("build", build), Phase("validate", (Step("CheckImage", script=check_host),
-                                                     Step("CheckContainer", script=check_container)))
+    check_host = render(
+        "bake/check-host.sh.j2",
+        bake=spec.stack,
+        driver_branch=m.driver_branch,
+        efa=efa == 1,
+        container_image=container_image,
+    )
+    check_container = render(
+        "bake/aws-check-container.sh.j2",
+        bake=spec.stack,
+        container_image=container_image,
+        check=shlex.quote(container_check_script(spec, efa)),
+    )
+    return Phase("build", build), Phase(
+        "validate", (Step("CheckImage", script=check_host), Step("CheckContainer", script=check_container))
+    )
 
 
 def container_check_script(spec: BakeSpec, efa: int) -> str:
@@ -181,25 +207,52 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
         host = gcp_host_stack(m.fabric, facts, nccl_env(m.fabric))
         files["gpuinfra-fabric-host"] = host.files[HOST_SCRIPT_PATH]
         uploads.append({"source": "gpuinfra-fabric-host", "destination": "/tmp/gpuinfra-fabric-host"})
-        files["install-host.sh"] = render("bake/gcp-install-host.sh.j2", bake=spec.stack, fabric=m.fabric,
-                                          upload="/tmp/gpuinfra-fabric-host", host_script_path=HOST_SCRIPT_PATH,
-                                          bake_command=host.bake_command)
+        files["install-host.sh"] = render(
+            "bake/gcp-install-host.sh.j2",
+            bake=spec.stack,
+            fabric=m.fabric,
+            upload="/tmp/gpuinfra-fabric-host",
+            host_script_path=HOST_SCRIPT_PATH,
+            bake_command=host.bake_command,
+        )
         scripts.append({"path": "install-host.sh", "expect_disconnect": False, "pause_before": ""})
-    files["pull-container.sh"] = render("bake/gcp-pull-container.sh.j2", bake=spec.stack,
-                                        container_image=shlex.quote(container_image), registry_host=registry_host)
+    files["pull-container.sh"] = render(
+        "bake/gcp-pull-container.sh.j2",
+        bake=spec.stack,
+        container_image=shlex.quote(container_image),
+        registry_host=registry_host,
+    )
     files["write-manifest.sh"] = manifest_script(spec)
-    files["check-image.sh"] = render("bake/check-host.sh.j2", bake=spec.stack, driver_branch=m.driver_branch,
-                                     efa=False, container_image=shlex.quote(container_image))
-    scripts += [{"path": name, "expect_disconnect": False, "pause_before": ""}
-                for name in ("pull-container.sh", "write-manifest.sh", "check-image.sh")]
+    files["check-image.sh"] = render(
+        "bake/check-host.sh.j2",
+        bake=spec.stack,
+        driver_branch=m.driver_branch,
+        efa=False,
+        container_image=shlex.quote(container_image),
+    )
+    scripts += [
+        {"path": name, "expect_disconnect": False, "pause_before": ""}
+        for name in ("pull-container.sh", "write-manifest.sh", "check-image.sh")
+    ]
     project, _, image = m.base_image.removeprefix("projects/").partition("/global/images/")
     template = render(
-        "bake/gcp-image.pkr.hcl.j2", bake=spec.stack, packer_required_version=PACKER_REQUIRED_VERSION,
-        googlecompute_version=GOOGLECOMPUTE_PLUGIN_VERSION, image_family=f"gpuinfra-{spec.stack}",
-        project=spec.gcp_project, zone=spec.zone, region=spec.region, machine_type=spec.build_instance_type, source_image=image,
-        source_image_project=project, disk_size_gib=spec.build_volume_size_gib,
+        "bake/gcp-image.pkr.hcl.j2",
+        bake=spec.stack,
+        packer_required_version=PACKER_REQUIRED_VERSION,
+        googlecompute_version=GOOGLECOMPUTE_PLUGIN_VERSION,
+        image_family=f"gpuinfra-{spec.stack}",
+        project=spec.gcp_project,
+        zone=spec.zone,
+        region=spec.region,
+        machine_type=spec.build_instance_type,
+        source_image=image,
+        source_image_project=project,
+        disk_size_gib=spec.build_volume_size_gib,
         image_description=f"gpuinfra bake {spec.stack}: manifest sha256 {m.sha256}",
-        labels=m.gcp_labels(), service_account_email=service_account_email, uploads=uploads, scripts=scripts,
+        labels=m.gcp_labels(),
+        service_account_email=service_account_email,
+        uploads=uploads,
+        scripts=scripts,
     )
     return PackerBuild(template=template, files=files)
 
@@ -214,8 +267,11 @@ def cloud_build_steps(bucket: str, prefix: str, base_container: str, container_i
         (cloud.google.com/build/docs/build-config-file-schema#build_steps).
     """
     return [
-        {"id": "fetch", "name": CLOUD_SDK_IMAGE,
-         "args": ["gcloud", "storage", "cp", "--recursive", f"gs://{bucket}/{prefix}/*", "/workspace/"]},
+        {
+            "id": "fetch",
+            "name": CLOUD_SDK_IMAGE,
+            "args": ["gcloud", "storage", "cp", "--recursive", f"gs://{bucket}/{prefix}/*", "/workspace/"],
+        },
         {"id": "pull", "name": DOCKER_BUILDER_IMAGE, "args": ["pull", base_container]},
         {"id": "tag", "name": DOCKER_BUILDER_IMAGE, "args": ["tag", base_container, container_image]},
         {"id": "push", "name": DOCKER_BUILDER_IMAGE, "args": ["push", container_image]},

@@ -11,7 +11,7 @@ stack, or ``gpuinfra new --force``, picks up the new image).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -36,12 +36,14 @@ def render_bake_stack(spec: BakeSpec, generated_at: datetime | None = None) -> s
     """The bake stack file's text (provider config + ``gpuinfra:bake``)."""
     stamp = (generated_at or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     m = spec.manifest
-    build = (f"gpuinfra up {spec.stack}   (Image Builder builds the container and the AMI; `up` records both here)"
-             if spec.cloud == "aws" else
-             f"gpuinfra up {spec.stack}   (starts the Cloud Build run)   then   gpuinfra image record {spec.stack} "
-             "--from-outputs")
+    build = (
+        f"gpuinfra up {spec.stack}   (Image Builder builds the container and the AMI; `up` records both here)"
+        if spec.cloud == "aws"
+        else f"gpuinfra up {spec.stack}   (starts the Cloud Build run)   then   gpuinfra image record {spec.stack} "
+        "--from-outputs"
+    )
     header = (
-        f"# Pulumi stack \"{spec.stack}\" of the gpuinfra project: an image bake, written by gpuinfra {__version__} on {stamp}.\n"
+        f'# Pulumi stack "{spec.stack}" of the gpuinfra project: an image bake, written by gpuinfra {__version__} on {stamp}.\n'
         f"# {m.cloud} {m.family} ({m.fabric}) on base {m.base_image}, container base {m.container_base}.\n"
         f"#\n# Review:  gpuinfra image preview {spec.stack}   (offline)\n"
         f"# Build:   {build}\n"
@@ -64,14 +66,17 @@ def write_bake_stack(spec: BakeSpec, project_dir: Path, force: bool = False) -> 
         raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
     target = stack_file_path(project_dir, spec.stack)
     if target.exists() and not force:
-        raise FileExistsGpuinfraError(f"stack file {target} already exists; pass --force to replace it or --name "
-                                      "to pick another bake")
+        raise FileExistsGpuinfraError(
+            f"stack file {target} already exists; pass --force to replace it or --name to pick another bake"
+        )
     text = render_bake_stack(spec)
     try:
         with NewFiles() as files:
             files.write(target, text, exclusive=not force)
     except OSError as exc:
-        raise ProjectDirError(f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)") from None
+        raise ProjectDirError(
+            f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)"
+        ) from None
     return target
 
 
@@ -105,12 +110,16 @@ def record_result(project_dir: Path, name: str, image_id: str, container_image: 
     """
     spec = read_bake(project_dir, name)
     if (spec.cloud == "aws") != image_id.startswith("ami-"):
-        raise BakeError(f"--image-id {image_id!r} is not a {spec.cloud} image id "
-                        f"({'ami-...' if spec.cloud == 'aws' else 'projects/P/global/images/NAME'})")
+        raise BakeError(
+            f"--image-id {image_id!r} is not a {spec.cloud} image id "
+            f"({'ami-...' if spec.cloud == 'aws' else 'projects/P/global/images/NAME'})"
+        )
     if container_image and spec.manifest.container_pinned and not DIGEST_RE.match(container_image):
-        raise BakeError(f"--container-image {container_image!r} has no digest and bake {name!r} pins its container; "
-                        "give repo@sha256:<64 hex>, or let `gpuinfra image record "
-                        f"{name} --from-outputs` look the digest up")
+        raise BakeError(
+            f"--container-image {container_image!r} has no digest and bake {name!r} pins its container; "
+            "give repo@sha256:<64 hex>, or let `gpuinfra image record "
+            f"{name} --from-outputs` look the digest up"
+        )
     try:
         result = BakeResult(image_id=image_id, container_image=container_image)
     except ValueError as exc:
@@ -131,14 +140,18 @@ class BakedImage:
     def config(self) -> dict:
         """``gpuinfra:image`` of the cluster's stack file: the manifest, the image id, the
         container and the manifest's SHA-256."""
-        return {"image_id": self.image_id, "container_image": self.container_image,
-                "manifest_sha256": self.manifest.sha256, "manifest": self.manifest.to_config()}
+        return {
+            "image_id": self.image_id,
+            "container_image": self.container_image,
+            "manifest_sha256": self.manifest.sha256,
+            "manifest": self.manifest.to_config(),
+        }
 
 
 def _bake_name(value: str) -> str:
-    if not value.startswith(BAKED_PREFIX) or not value[len(BAKED_PREFIX):]:
+    if not value.startswith(BAKED_PREFIX) or not value[len(BAKED_PREFIX) :]:
         raise BakeError(f"--image {value!r}: use baked:<bake name> (see `gpuinfra image ls`)")
-    return value[len(BAKED_PREFIX):]
+    return value[len(BAKED_PREFIX) :]
 
 
 def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, ...], str]:
@@ -160,7 +173,7 @@ def list_bakes(project_dir: Path) -> list[BakeSpec]:
     found = []
     for path in sorted((Path(project_dir) / "stacks").glob("Pulumi.*.yaml")):
         try:
-            found.append(read_bake(project_dir, path.name[len("Pulumi."):-len(".yaml")]))
+            found.append(read_bake(project_dir, path.name[len("Pulumi.") : -len(".yaml")]))
         except (BakeError, SpecError):
             continue
     return found
@@ -179,10 +192,16 @@ def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str) -
     if m.cloud != cloud:
         raise BakeError(f"bake {name!r} is a {m.cloud} image; this cluster is on {cloud}")
     if instance_type not in m.instance_types:
-        raise BakeError(f"bake {name!r} was baked for {m.family} ({', '.join(m.instance_types)}), not {instance_type}; "
-                        f"pass --instance-type {m.instance_types[0]}")
+        raise BakeError(
+            f"bake {name!r} was baked for {m.family} ({', '.join(m.instance_types)}), not {instance_type}; "
+            f"pass --instance-type {m.instance_types[0]}"
+        )
     if spec.result is None:
-        then = "" if spec.cloud == "aws" else f", then `gpuinfra image record {name} --from-outputs` once its build finished"
+        then = (
+            ""
+            if spec.cloud == "aws"
+            else f", then `gpuinfra image record {name} --from-outputs` once its build finished"
+        )
         raise BakeError(f"bake {name!r} has no image id yet: run `gpuinfra up {name}`{then}")
     return BakedImage(spec.result.image_id, spec.result.container_image, m)
 
@@ -225,8 +244,9 @@ class CreatedBake:
     cost: dict
 
 
-def create_bake(request, project_dir: Path, profile: str | None = None, profiles_dir: Path | None = None,
-                force: bool = False) -> CreatedBake:
+def create_bake(
+    request, project_dir: Path, profile: str | None = None, profiles_dir: Path | None = None, force: bool = False
+) -> CreatedBake:
     """Plan, preview offline, check every rule, price, and only then write a bake stack.
 
     Args:

@@ -42,8 +42,15 @@ from pathlib import Path
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import check_offers
-from gpuinfra.catalog.model import (CATALOG_SCHEMA_VERSION, OFFER_COLUMNS, Offer, add_prices, parse_price,
-                                    price_source_keys, quantize_price)
+from gpuinfra.catalog.model import (
+    CATALOG_SCHEMA_VERSION,
+    OFFER_COLUMNS,
+    Offer,
+    add_prices,
+    parse_price,
+    price_source_keys,
+    quantize_price,
+)
 from gpuinfra.catalog.prices import HOURS_PER_MONTH, region_prices
 from gpuinfra.catalog.store import load_gcp_curated_facts, load_gpu_models
 from gpuinfra.fsutil import atomic_write_text
@@ -72,9 +79,9 @@ PRICE_SOURCES: dict[str, dict[str, str]] = {
     },
     "cyclenerd-2026-08-20": {
         "what": "GCP on-demand per machine type and region (vCPU + memory + GPUs + bundled Local SSD), "
-                "built from the Cloud Billing Catalog 'running in' SKUs (no DWS, commitment or spot SKUs)",
+        "built from the Cloud Billing Catalog 'running in' SKUs (no DWS, commitment or spot SKUs)",
         "source": "github.com/Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml "
-                  "@dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (compute.instance.<type>.cost.<region>.hour)",
+        "@dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (compute.instance.<type>.cost.<region>.hour)",
         "date": "2026-08-20 (the file's own 'generated: Thu Aug 20 04:22:20 2026')",
     },
 }
@@ -243,7 +250,8 @@ def normalize_gcp(
         if attached:
             limit = limits[raw_gpu].get(str(count))
             candidates = [
-                h for h in n1_hosts
+                h
+                for h in n1_hosts
                 if limit is not None
                 and (h, row["AvailabilityZone"]) in hosts
                 and float(hosts[(h, row["AvailabilityZone"])]["vCPUs"]) <= limit[0]
@@ -252,9 +260,7 @@ def normalize_gcp(
             accelerator_type = gpu_types.get(gpu, "")
         else:
             candidates = _gcp_hosts_for(raw_gpu, count, curated["host_gpu_map"])
-            accelerator_type = (
-                "nvidia-h100-mega-80gb" if raw_gpu == "H100-MEGA" else gpu_types.get(gpu, "")
-            )
+            accelerator_type = "nvidia-h100-mega-80gb" if raw_gpu == "H100-MEGA" else gpu_types.get(gpu, "")
         for machine_type in candidates:
             host = hosts.get((machine_type, row["AvailabilityZone"]))
             fact = gcp_facts(machine_type, curated)
@@ -307,8 +313,9 @@ def normalize_gcp(
     return sorted(offers, key=lambda o: (o.instance_type, o.gpu, o.gpu_count, o.region, o.zone))
 
 
-def build_facts(aws_describe: Iterable[tuple[Mapping, str]], gcp_types: Iterable[str],
-                curated: Mapping) -> list[InstanceFacts]:
+def build_facts(
+    aws_describe: Iterable[tuple[Mapping, str]], gcp_types: Iterable[str], curated: Mapping
+) -> list[InstanceFacts]:
     """Instance facts for every AWS type described (item, source) and every GCP machine type
     offered, sorted by (cloud, type)."""
     facts = [aws_facts_from_describe(it, source) for it, source in aws_describe]
@@ -316,8 +323,9 @@ def build_facts(aws_describe: Iterable[tuple[Mapping, str]], gcp_types: Iterable
     return sorted(facts, key=lambda f: (f.cloud, f.instance_type))
 
 
-def write_catalog(out_dir: Path, offers: list[Offer], facts: list[InstanceFacts], meta: dict,
-                  reference: dict | None = None) -> None:
+def write_catalog(
+    out_dir: Path, offers: list[Offer], facts: list[InstanceFacts], meta: dict, reference: dict | None = None
+) -> None:
     """Write ``offers.csv``, ``instance_types.json`` and ``catalog.json`` into ``out_dir``.
 
     The offers must pass every gate of :mod:`gpuinfra.catalog.gates` first; files are written
@@ -358,7 +366,8 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
     report = BuildReport()
     on_demand = load_gcp_on_demand(snapshot_dir / "gcp_on_demand.csv")
     offers = normalize_aws(aws_rows, report) + normalize_gcp(
-        gcp_rows, curated, gpu_types, on_demand, region_prices("gcp", "local_ssd_spot_per_gb_month"), report)
+        gcp_rows, curated, gpu_types, on_demand, region_prices("gcp", "local_ssd_spot_per_gb_month"), report
+    )
     described = [(it, describe["_source"]) for it in describe["InstanceTypes"]]
     described += [(it, extra["_about"]) for it in extra["InstanceTypes"]]
     facts = build_facts(described, {o.instance_type for o in offers if o.cloud == "gcp"}, curated)
@@ -367,12 +376,19 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
         "schema_version": CATALOG_SCHEMA_VERSION,
         "catalog_date": IMPORT_DATE,
         "sources": {
-            "aws": {"prices": PRICE_SOURCES["skypilot-v8-aws"]["source"], "date": f"undated (imported {IMPORT_DATE})",
-                    "facts": describe["_source"]},
-            "gcp": {"prices": "on-demand: " + PRICE_SOURCES["cyclenerd-2026-08-20"]["source"]
-                              + "; spot: " + PRICE_SOURCES["skypilot-v8-gcp"]["source"],
-                    "date": "2026-08-20 (on-demand; spot undated)",
-                    "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)"},
+            "aws": {
+                "prices": PRICE_SOURCES["skypilot-v8-aws"]["source"],
+                "date": f"undated (imported {IMPORT_DATE})",
+                "facts": describe["_source"],
+            },
+            "gcp": {
+                "prices": "on-demand: "
+                + PRICE_SOURCES["cyclenerd-2026-08-20"]["source"]
+                + "; spot: "
+                + PRICE_SOURCES["skypilot-v8-gcp"]["source"],
+                "date": "2026-08-20 (on-demand; spot undated)",
+                "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)",
+            },
         },
         "price_sources": {k: v for k, v in PRICE_SOURCES.items() if k in used},
         "dropped_on_build": report.dropped,

@@ -11,8 +11,15 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from gpuinfra.catalog.facts_model import (AWS_GPUDIRECT_RDMA_SOURCE, AWS_GPUDIRECT_RDMA_TYPES, InstanceFacts,
-                                          LocalSsdFacts, NicNetwork, PlacementFacts, aws_primary_card_gbps)
+from gpuinfra.catalog.facts_model import (
+    AWS_GPUDIRECT_RDMA_SOURCE,
+    AWS_GPUDIRECT_RDMA_TYPES,
+    InstanceFacts,
+    LocalSsdFacts,
+    NicNetwork,
+    PlacementFacts,
+    aws_primary_card_gbps,
+)
 
 #: Instance types whose GPUs sit on NVSwitch, so NVIDIA fabric manager must run.
 #: Source: aws-parallelcluster-cookbook resources/fabric_manager/partial/_fabric_manager_common.rb
@@ -107,16 +114,16 @@ def aws_facts_from_describe(instance_type: Mapping, source: str) -> InstanceFact
         gpu=gpu,
         gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
         network_cards=card_count,
-        max_interfaces_per_network_card=min(
-            (int(c.get("MaximumNetworkInterfaces", 1)) for c in cards), default=1
-        ),
+        max_interfaces_per_network_card=min((int(c.get("MaximumNetworkInterfaces", 1)) for c in cards), default=1),
         max_efa_interfaces=max_efa,
         gpudirect_rdma=bool(max_efa) and name in AWS_GPUDIRECT_RDMA_TYPES,
         nic_layout="efa" if max_efa else "ena",
-        networks=(NicNetwork(role="system", nic_type="EFA" if max_efa else "ENA", count=max(max_efa, 1),
-                             mtu=AWS_VPC_MTU),),
-        local_ssd=LocalSsdFacts(bundled_count=nvme_count, size_gib=nvme_size_gib,
-                                interface="NVME" if nvme_count else ""),
+        networks=(
+            NicNetwork(role="system", nic_type="EFA" if max_efa else "ENA", count=max(max_efa, 1), mtu=AWS_VPC_MTU),
+        ),
+        local_ssd=LocalSsdFacts(
+            bundled_count=nvme_count, size_gib=nvme_size_gib, interface="NVME" if nvme_count else ""
+        ),
         boot_disk_types=AWS_BOOT_DISK_TYPES,
         nvswitch=name in AWS_NVSWITCH_TYPES,
         placement=PlacementFacts(cluster_placement_group="cluster" in strategies),
@@ -165,8 +172,9 @@ def aws_bandwidth_gbps(network: Mapping) -> float | None:
     return advertised
 
 
-def gcp_bandwidth_gbps(machine_type: str, family: Mapping, networks: tuple[NicNetwork, ...]
-                       ) -> tuple[float | None, float | None]:
+def gcp_bandwidth_gbps(
+    machine_type: str, family: Mapping, networks: tuple[NicNetwork, ...]
+) -> tuple[float | None, float | None]:
     """(GPU-traffic, host-NIC) bandwidth in Gbit/s of a GCP machine type from its family's
     ``network_bandwidth`` table (sources in the family's ``sources.network_bandwidth``).
 
@@ -193,8 +201,9 @@ def gcp_bandwidth_gbps(machine_type: str, family: Mapping, networks: tuple[NicNe
             raise ValueError(f"gcp_machine_facts.json: {machine_type} has no GPU NICs but lists GPU/host NIC bandwidth")
         return (None, None) if vm is None else (float(vm), float(vm))
     if vm is not None and gpu is not None and host is not None and gpu + host > vm:
-        raise ValueError(f"gcp_machine_facts.json: {machine_type} GPU NICs {gpu} + host NICs {host} Gbps exceed the "
-                         f"VM's {vm} Gbps")
+        raise ValueError(
+            f"gcp_machine_facts.json: {machine_type} GPU NICs {gpu} + host NICs {host} Gbps exceed the VM's {vm} Gbps"
+        )
     return (None if gpu is None else float(gpu)), (None if host is None else float(host))
 
 

@@ -31,8 +31,12 @@ PROVISIONING_MODELS: tuple[str, ...] = ("on-demand", "spot", "flex-start", "rese
 
 #: Compute Engine ``scheduling.provisioningModel`` -> provisioning model (pulumi-gcp
 #: InstanceTemplateSchedulingArgs: STANDARD, SPOT, FLEX_START, RESERVATION_BOUND).
-GCP_PROVISIONING_MODELS = {"STANDARD": "on-demand", "SPOT": "spot", "FLEX_START": "flex-start",
-                           "RESERVATION_BOUND": "reservation-bound"}
+GCP_PROVISIONING_MODELS = {
+    "STANDARD": "on-demand",
+    "SPOT": "spot",
+    "FLEX_START": "flex-start",
+    "RESERVATION_BOUND": "reservation-bound",
+}
 #: EC2 Fleet ``DefaultTargetCapacityType`` -> provisioning model
 #: (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_TargetCapacitySpecificationRequest.html).
 AWS_CAPACITY_TYPES = {"on-demand": "on-demand", "spot": "spot", "capacity-block": "capacity-block"}
@@ -145,10 +149,13 @@ class PlacementFacts(BaseModel):
 #: "Elastic Fabric Adapter for AI/ML" (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html):
 #: the P4d, P4de, P5, P5e, P5en and P6-B200 8-GPU types. Other EFA types (g4dn, g5, g6, g6e,
 #: gr6, p3dn) move GPU data through host memory.
-AWS_GPUDIRECT_RDMA_TYPES = frozenset({"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge",
-                                      "p5en.48xlarge", "p6-b200.48xlarge"})
-AWS_GPUDIRECT_RDMA_SOURCE = ("https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types "
-                             "(GPUDirect RDMA: P4d, P4de, P5, P5e, P5en, P6-B200)")
+AWS_GPUDIRECT_RDMA_TYPES = frozenset(
+    {"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge", "p6-b200.48xlarge"}
+)
+AWS_GPUDIRECT_RDMA_SOURCE = (
+    "https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types "
+    "(GPUDirect RDMA: P4d, P4de, P5, P5e, P5en, P6-B200)"
+)
 
 
 class InstanceFacts(BaseModel):
@@ -223,8 +230,12 @@ class InstanceFacts(BaseModel):
         catalogs) get the same derivation as :func:`aws_primary_card_gbps`, so they stay equal
         to the catalog's facts."""
         if isinstance(data, dict) and data.get("cloud") == "aws" and "host_nic_bandwidth_gbps" not in data:
-            data = {**data, "host_nic_bandwidth_gbps": aws_primary_card_gbps(data.get("network_bandwidth_gbps"),
-                                                                          int(data.get("network_cards") or 1))}
+            data = {
+                **data,
+                "host_nic_bandwidth_gbps": aws_primary_card_gbps(
+                    data.get("network_bandwidth_gbps"), int(data.get("network_cards") or 1)
+                ),
+            }
         if isinstance(data, dict) and data.get("cloud") == "aws" and "gpudirect_rdma" not in data:
             # recorded before the fact existed: the same table the catalog build reads
             data = {**data, "gpudirect_rdma": data.get("instance_type") in AWS_GPUDIRECT_RDMA_TYPES}

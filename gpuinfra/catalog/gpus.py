@@ -60,10 +60,7 @@ DEVICE_FRACTION_FALLBACK = 0.9219
 def load_gpu_models() -> tuple[GpuModel, ...]:
     """The GPU models shipped with the package, largest memory first."""
     doc = json.loads((PACKAGE_DATA_DIR / "gpus.json").read_text())
-    return tuple(
-        GpuModel(**{**g, "aliases": tuple(a.upper() for a in g["aliases"])})
-        for g in doc["gpus"]
-    )
+    return tuple(GpuModel(**{**g, "aliases": tuple(a.upper() for a in g["aliases"])}) for g in doc["gpus"])
 
 
 def gpu_model(name: str) -> GpuModel:

@@ -102,8 +102,14 @@ def price_source_keys(price_source: str) -> set[str]:
 
 #: Spellings accepted for a market on the command line: the field's short names and the
 #: catalog's market names.
-MARKET_ALIASES: dict[str, str] = {"on-demand": "on-demand", "ondemand": "on-demand", "spot": "spot",
-                                  "flex": "flex-start", "flex-start": "flex-start", "dws": "flex-start"}
+MARKET_ALIASES: dict[str, str] = {
+    "on-demand": "on-demand",
+    "ondemand": "on-demand",
+    "spot": "spot",
+    "flex": "flex-start",
+    "flex-start": "flex-start",
+    "dws": "flex-start",
+}
 
 
 def parse_market(text: str) -> str | None:

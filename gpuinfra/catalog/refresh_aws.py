@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from typing import Any
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any
 
-from gpuinfra.catalog.facts import aws_gpu_name
-from gpuinfra.catalog.facts import aws_facts_from_describe
+from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import Offer, parse_price
 
@@ -51,7 +50,7 @@ def _latest_spot_prices(ec2, instance_types: list[str], now: datetime) -> dict[t
     paginator = ec2.get_paginator("describe_spot_price_history")
     for chunk_start in range(0, len(instance_types), 50):
         pages = paginator.paginate(
-            InstanceTypes=instance_types[chunk_start:chunk_start + 50],
+            InstanceTypes=instance_types[chunk_start : chunk_start + 50],
             ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
             StartTime=now,
         )
@@ -105,8 +104,9 @@ def on_demand_prices(pricing, region: str, instance_types: list[str]) -> dict[st
     return prices
 
 
-def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
-              now: datetime | None = None) -> tuple[list[Offer], list[InstanceFacts]]:
+def fetch_aws(
+    client: ClientFactory, regions: Iterable[str] | None = None, now: datetime | None = None
+) -> tuple[list[Offer], list[InstanceFacts]]:
     """Offers and facts for every NVIDIA GPU type in ``regions`` (default: all enabled regions).
 
     Args:
@@ -131,8 +131,7 @@ def fetch_aws(client: ClientFactory, regions: Iterable[str] | None = None,
         for name, it in types.items():
             facts.setdefault(name, aws_facts_from_describe(it, _SOURCE))
         zones = {
-            z["ZoneName"]: z
-            for z in ec2.describe_availability_zones(AllAvailabilityZones=True)["AvailabilityZones"]
+            z["ZoneName"]: z for z in ec2.describe_availability_zones(AllAvailabilityZones=True)["AvailabilityZones"]
         }
         zone_type_by_id = {z["ZoneId"]: z.get("ZoneType", "availability-zone") for z in zones.values()}
         offered: set[tuple[str, str]] = set()

@@ -166,8 +166,17 @@ def parse_skus(skus: Iterable) -> SkuPrices:
     return prices
 
 
-def machine_price(prices: SkuPrices, family: str, market: str, region: str, vcpus: float, memory_gib: float,
-                  accelerator: str, gpu_count: int, local_ssd_gib: float) -> Decimal | None:
+def machine_price(
+    prices: SkuPrices,
+    family: str,
+    market: str,
+    region: str,
+    vcpus: float,
+    memory_gib: float,
+    accelerator: str,
+    gpu_count: int,
+    local_ssd_gib: float,
+) -> Decimal | None:
     """Per node-hour price of a machine in ``market``; None when any part has no SKU.
 
     Local SSD is priced at the spot rate for spot and at the on-demand rate otherwise (DWS
@@ -236,15 +245,21 @@ def build_gcp_offers(
             elif family == "n1":
                 for accelerator, gpu in gpu_by_accelerator.items():
                     for count_text, (max_vcpus, max_mem) in limits.get(gpu, {}).items():
-                        if zone in accelerator_zones.get(accelerator, set()) and mt.guest_cpus <= max_vcpus and memory_gib <= max_mem:
+                        if (
+                            zone in accelerator_zones.get(accelerator, set())
+                            and mt.guest_cpus <= max_vcpus
+                            and memory_gib <= max_mem
+                        ):
                             combos.append((accelerator, int(count_text)))
             lssd_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
             for accelerator, count in combos:
                 model = gpu_by_accelerator.get(accelerator)
                 if model is None:
                     continue
-                by_market = {m: machine_price(prices, family, m, region, mt.guest_cpus, memory_gib, accelerator, count, lssd_gib)
-                             for m in MARKETS}
+                by_market = {
+                    m: machine_price(prices, family, m, region, mt.guest_cpus, memory_gib, accelerator, count, lssd_gib)
+                    for m in MARKETS
+                }
                 if all(v is None for v in by_market.values()):
                     if not any((family, "core", m, region) in prices.host for m in MARKETS):
                         report.missing_host_skus.add(f"{family} ({region})")
@@ -273,8 +288,15 @@ def build_gcp_offers(
     return offers, sorted(facts.values(), key=lambda f: f.instance_type), report
 
 
-def fetch_gcp(billing_client, machine_types_client, accelerator_types_client, project: str,
-              regions: Iterable[str] | None, curated: Mapping, gpu_models) -> tuple[list[Offer], list[InstanceFacts], GcpRefreshReport]:
+def fetch_gcp(
+    billing_client,
+    machine_types_client,
+    accelerator_types_client,
+    project: str,
+    regions: Iterable[str] | None,
+    curated: Mapping,
+    gpu_models,
+) -> tuple[list[Offer], list[InstanceFacts], GcpRefreshReport]:
     """Call the three APIs and build offers.
 
     Args:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from gpuinfra.catalog.gpus import GpuModel, load_gpu_models  # noqa: F401  (re-export)
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.gpus import GpuModel, load_gpu_models  # noqa: F401  (re-export)
 from gpuinfra.catalog.model import CATALOG_SCHEMA_VERSION, Offer
 from gpuinfra.errors import CatalogError
 
@@ -86,13 +86,7 @@ class Catalog:
 
     def zones(self, cloud: str | None = None, region: str | None = None) -> list[str]:
         """Sorted zones with at least one offer, filtered by cloud and region when given."""
-        return sorted(
-            {
-                o.zone
-                for o in self.offers
-                if cloud in (None, o.cloud) and region in (None, o.region)
-            }
-        )
+        return sorted({o.zone for o in self.offers if cloud in (None, o.cloud) and region in (None, o.region)})
 
     def instance_types(self, cloud: str | None = None) -> list[str]:
         """Sorted instance/machine types with at least one offer."""
@@ -128,10 +122,7 @@ def _load(path: Path) -> Catalog:
         with open(path / "offers.csv", newline="") as f:
             offers = tuple(Offer.from_row(row) for row in csv.DictReader(f))
         facts_doc = json.loads((path / "instance_types.json").read_text())
-        facts = {
-            (d["cloud"], d["instance_type"]): InstanceFacts.from_dict(d)
-            for d in facts_doc["instance_types"]
-        }
+        facts = {(d["cloud"], d["instance_type"]): InstanceFacts.from_dict(d) for d in facts_doc["instance_types"]}
     except FileNotFoundError as exc:
         raise CatalogError(
             f"catalog folder {path} is incomplete: {Path(exc.filename).name} is missing "

@@ -22,8 +22,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from gpuinfra.cli import catalog, check, cost, lifecycle, new, offers, preview, profiles, size  # noqa: F401  (thin command modules)
-    from gpuinfra.cli import image, status  # noqa: F401  (image bakes, GPU monitoring status)
+    from gpuinfra.cli import catalog, check, cost, image, lifecycle, new, offers, preview, profiles, size, status  # noqa: F401  (thin command modules)  # noqa: F401  (image bakes, GPU monitoring status)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)
@@ -74,8 +73,6 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # a bug: short message unless debugging
         if os.environ.get("GPUINFRA_DEBUG") == "1":
             raise
-        sys.stderr.write(
-            f"internal error: {type(exc).__name__}: {exc} (set GPUINFRA_DEBUG=1 for a traceback)\n"
-        )
+        sys.stderr.write(f"internal error: {type(exc).__name__}: {exc} (set GPUINFRA_DEBUG=1 for a traceback)\n")
         sys.exit(int(ExitCode.INTERNAL))
     sys.exit(code if isinstance(code, int) else 0)

@@ -23,23 +23,39 @@ def show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
     out = stdout_console()
     out.print(f"catalog: {info['path']}")
     for cloud, source in info["sources"].items():
-        out.print(f"  {cloud}: {info['offers'].get(cloud, 0)} offers, {info['instance_types'].get(cloud, 0)} types, "
-                  f"prices of {source.get('date')} from {source.get('prices')}")
+        out.print(
+            f"  {cloud}: {info['offers'].get(cloud, 0)} offers, {info['instance_types'].get(cloud, 0)} types, "
+            f"prices of {source.get('date')} from {source.get('prices')}"
+        )
     out.print(f"  GPUs: {', '.join(info['gpus'])}")
 
 
 @app.command("refresh")
 def refresh(
     cloud: str | None = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
-    out_dir: Path | None = typer.Option(None, "--out", help="Catalog folder to write (default: the user catalog folder).", show_default=False),
-    regions: str | None = typer.Option(None, "--regions", help="Comma-separated regions (default: all enabled).", show_default=False),
-    gcp_project: str | None = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="Project for the Compute machine-types call.", show_default=False),
-    accept_price_cuts: bool = typer.Option(False, "--accept-price-cuts", help="Compare GCP on-demand prices with the fresh us-central1 prices only, not with the shipped catalog's (after a real price cut of more than 20%)."),
+    out_dir: Path | None = typer.Option(
+        None, "--out", help="Catalog folder to write (default: the user catalog folder).", show_default=False
+    ),
+    regions: str | None = typer.Option(
+        None, "--regions", help="Comma-separated regions (default: all enabled).", show_default=False
+    ),
+    gcp_project: str | None = typer.Option(
+        None,
+        "--gcp-project",
+        envvar="GOOGLE_CLOUD_PROJECT",
+        help="Project for the Compute machine-types call.",
+        show_default=False,
+    ),
+    accept_price_cuts: bool = typer.Option(
+        False,
+        "--accept-price-cuts",
+        help="Compare GCP on-demand prices with the fresh us-central1 prices only, not with the shipped catalog's (after a real price cut of more than 20%).",
+    ),
 ) -> None:
     """Rebuild the catalog from the clouds' own APIs (needs credentials)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
-    from gpuinfra.services.catalog_refresh import refresh_catalog
     from gpuinfra.cli.console import stdout_console
+    from gpuinfra.services.catalog_refresh import refresh_catalog
 
     result = refresh_catalog(
         clouds=[cloud] if cloud else ["aws", "gcp"],

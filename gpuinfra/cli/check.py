@@ -14,25 +14,39 @@ import typer
 from gpuinfra.cli import options
 
 #: Table columns per check (:data:`gpuinfra.health.gate.CHECKS`), the busbw one aside.
-_COLUMNS = {"gpu_count": "GPUs", "ecc": "ECC", "nvlink": "NVLink", "fabric_manager": "fabric mgr",
-            "efa_devices": "EFA", "gpudirect_plugin": "GPUDirect", "allreduce_ranks": "ranks",
-            "allreduce_complete": "run done", "allreduce_correct": "all-reduce ok"}
+_COLUMNS = {
+    "gpu_count": "GPUs",
+    "ecc": "ECC",
+    "nvlink": "NVLink",
+    "fabric_manager": "fabric mgr",
+    "efa_devices": "EFA",
+    "gpudirect_plugin": "GPUDirect",
+    "allreduce_ranks": "ranks",
+    "allreduce_complete": "run done",
+    "allreduce_correct": "all-reduce ok",
+}
 _MARK = {True: "pass", False: "FAIL", None: "-"}
 
 Bucket = typer.Option(
-    None, "--bucket",
+    None,
+    "--bucket",
     help="Read the results from this bucket instead of the stack's Pulumi output bucket_name: s3://NAME or gs://NAME "
-         "(a bare NAME takes the cloud from the stack file).", show_default=False,
+    "(a bare NAME takes the cloud from the stack file).",
+    show_default=False,
 )
 Nodes = typer.Option(
-    None, "--nodes", min=1,
+    None,
+    "--nodes",
+    min=1,
     help="Nodes that must each have a passing result; needed only without the stack file (with it: its nodes).",
     show_default=False,
 )
 Since = typer.Option(
-    None, "--since",
+    None,
+    "--since",
     help="Count only results checked at or after this ISO 8601 time (no zone: UTC); default: the stack's last Pulumi "
-         "update. Older results are from an earlier deployment and listed as stale.", show_default=False,
+    "update. Older results are from an earlier deployment and listed as stale.",
+    show_default=False,
 )
 
 
@@ -55,28 +69,37 @@ def _print_table(report) -> None:
     out = stdout_console()
     loc = report.location
     since = f"; results before {loc.since_iso} ({loc.since_source}) are stale" if loc.since else ""
-    out.print(f"health gate of stack {loc.stack}: {loc.url} ({len(report.nodes)} of {loc.expected_nodes} nodes "
-              f"reported{since})", markup=False, soft_wrap=True)
+    out.print(
+        f"health gate of stack {loc.stack}: {loc.url} ({len(report.nodes)} of {loc.expected_nodes} nodes "
+        f"reported{since})",
+        markup=False,
+        soft_wrap=True,
+    )
     if report.nodes:
         table = Table()
         for header in ("node", "type", "checked at", *_COLUMNS.values(), "busbw GB/s (measured / expected)", "result"):
             table.add_column(header)
         for node in report.nodes:
             marks = [_MARK[c.passed] if (c := node.check(key)) else "?" for key in _COLUMNS]
-            table.add_row(node.node, node.instance_type, node.checked_at, *marks, _busbw(node),
-                          node.verdict)
+            table.add_row(node.node, node.instance_type, node.checked_at, *marks, _busbw(node), node.verdict)
         out.print(table)
     for node in report.nodes:
         for result in node.failed:
             out.print(f"FAIL {node.node} {result.name}: {result.detail}", soft_wrap=True, markup=False)
     for node in report.pending:
-        out.print(f"PENDING {node.node}: local checks passed; the cluster all-reduce has not run yet", soft_wrap=True,
-                  markup=False)
+        out.print(
+            f"PENDING {node.node}: local checks passed; the cluster all-reduce has not run yet",
+            soft_wrap=True,
+            markup=False,
+        )
     for bad in report.invalid:
         out.print(f"INVALID {bad.key}: {bad.reason}", soft_wrap=True, markup=False)
     for old in report.stale:
-        out.print(f"STALE {old.node}: checked at {old.checked_at}, before this deployment; ignored", soft_wrap=True,
-                  markup=False)
+        out.print(
+            f"STALE {old.node}: checked at {old.checked_at}, before this deployment; ignored",
+            soft_wrap=True,
+            markup=False,
+        )
     if report.missing:
         out.print(f"MISSING {report.missing} of {loc.expected_nodes} nodes have no current result", markup=False)
     unreadable = f"; {len(report.invalid)} result(s) unreadable" if report.invalid else ""

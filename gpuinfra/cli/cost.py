@@ -24,14 +24,16 @@ class _CostGroup(DefaultCommandGroup):
 app = typer.Typer(
     cls=_CostGroup,
     help="Price every resource of STACK before `pulumi up` (exit 3 over --budget, 4 when a price is "
-         "missing); `gpuinfra cost diff STACK_A STACK_B` compares two stacks.",
+    "missing); `gpuinfra cost diff STACK_A STACK_B` compares two stacks.",
     no_args_is_help=True,
 )
 
 Hours = typer.Option(None, "--hours", help="Run hours (default: the stack's run_hours).", show_default=False)
 Spot = typer.Option(False, "--spot", help="Price compute as spot (default: as planned).")
 OnDemand = typer.Option(False, "--on-demand", help="Price compute as on-demand (default: as planned).")
-Usage = typer.Option(None, "--usage", help="Usage YAML: bucket_storage_gb, internet_egress_gb, nat_processed_gb.", show_default=False)
+Usage = typer.Option(
+    None, "--usage", help="Usage YAML: bucket_storage_gb, internet_egress_gb, nat_processed_gb.", show_default=False
+)
 
 
 def print_cost_table(doc: dict) -> None:
@@ -44,11 +46,20 @@ def print_cost_table(doc: dict) -> None:
     from gpuinfra.cli.console import stdout_console
 
     out = stdout_console()
-    table = Table(box=box.SIMPLE_HEAD, title=f"cost of {doc['stack']} ({doc['pricing']}, {doc['hours']} h run, "
-                                             f"catalog {doc['catalog_date']})", title_justify="left")
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"cost of {doc['stack']} ({doc['pricing']}, {doc['hours']} h run, catalog {doc['catalog_date']})",
+        title_justify="left",
+    )
     columns: list[tuple[str, JustifyMethod]] = [
-        ("resource / component", "left"), ("qty/h", "right"), ("unit", "left"),
-        ("unit price", "right"), ("$/h", "right"), ("run $", "right"), ("price source, date", "left")]
+        ("resource / component", "left"),
+        ("qty/h", "right"),
+        ("unit", "left"),
+        ("unit price", "right"),
+        ("$/h", "right"),
+        ("run $", "right"),
+        ("price source, date", "left"),
+    ]
     for header, justify in columns:
         table.add_column(header, justify=justify)
     current = None
@@ -58,25 +69,35 @@ def print_cost_table(doc: dict) -> None:
             table.add_row(f"[bold]{current}[/bold]", "", "", "", "", "", "")
         mark = "*" if line["usage_based"] else ""
         table.add_row(
-            f"  {line['component']}{mark}", _num(line["quantity"]), line["unit"],
+            f"  {line['component']}{mark}",
+            _num(line["quantity"]),
+            line["unit"],
             "not found" if line["unit_price_usd"] is None else f"${Decimal(line['unit_price_usd']):,.6g}",
             "-" if line["hourly_usd"] is None else f"${Decimal(line['hourly_usd']):,.4f}",
             "-" if line["run_usd"] is None else f"${Decimal(line['run_usd']):,.2f}",
             ", ".join(x for x in (line["price_source"].split(" (")[0], line["price_date"], line["note"]) if x),
         )
     out.print(table)
-    out.print(f"total: ${Decimal(doc['hourly_usd']):,.2f}/h, ${Decimal(doc['run_usd']):,.2f} for {doc['hours']} h "
-              f"(* usage-based: profile defaults or --usage)")
+    out.print(
+        f"total: ${Decimal(doc['hourly_usd']):,.2f}/h, ${Decimal(doc['run_usd']):,.2f} for {doc['hours']} h "
+        f"(* usage-based: profile defaults or --usage)"
+    )
     out.print(f"warning: left running for 30 days this costs ${Decimal(doc['monthly_if_left_running_usd']):,.2f}")
     if doc["spot_savings_percent"] is not None:
         verb = "saves" if doc["pricing"] == "spot" else "would save"
-        out.print(f"spot {verb} {doc['spot_savings_percent']}% on compute; spot nodes can be interrupted "
-                  "(2 min notice on AWS, 30 s on GCP): checkpoint often")
+        out.print(
+            f"spot {verb} {doc['spot_savings_percent']}% on compute; spot nodes can be interrupted "
+            "(2 min notice on AWS, 30 s on GCP): checkpoint often"
+        )
     if doc["price_not_found"]:
-        out.print(f"{len(doc['price_not_found'])} line(s) with no price (not counted in the total): "
-                  + "; ".join(doc["price_not_found"]))
+        out.print(
+            f"{len(doc['price_not_found'])} line(s) with no price (not counted in the total): "
+            + "; ".join(doc["price_not_found"])
+        )
     if doc["not_priced"]:
-        out.print(f"{len(doc['not_priced'])} resource(s) not priced: " + ", ".join(n["resource"] for n in doc["not_priced"]))
+        out.print(
+            f"{len(doc['not_priced'])} resource(s) not priced: " + ", ".join(n["resource"] for n in doc["not_priced"])
+        )
     out.print(f"{len(doc['free_resources'])} resources have no charge of their own")
 
 
@@ -87,21 +108,35 @@ def _num(text: str) -> str:
 
 @app.command("stack", hidden=True, cls=DefaultCommand)
 def cost(
-    stack: str = typer.Argument(..., metavar="STACK", help="Stack name (stacks/Pulumi.<stack>.yaml).", show_default=False),
+    stack: str = typer.Argument(
+        ..., metavar="STACK", help="Stack name (stacks/Pulumi.<stack>.yaml).", show_default=False
+    ),
     hours: float | None = Hours,
     spot: bool = Spot,
     on_demand: bool = OnDemand,
     usage: Path | None = Usage,
-    from_preview: Path | None = typer.Option(None, "--from-preview", help="Price a `pulumi preview --json` file instead of the offline preview.", show_default=False),
-    budget: float | None = typer.Option(None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False),
+    from_preview: Path | None = typer.Option(
+        None,
+        "--from-preview",
+        help="Price a `pulumi preview --json` file instead of the offline preview.",
+        show_default=False,
+    ),
+    budget: float | None = typer.Option(
+        None, "--budget", help="Exit with code 3 when the run total exceeds this many USD.", show_default=False
+    ),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json
-    from gpuinfra.services.cost_document import (check_budget, check_totals, preview_file_cost_document, pricing_market,
-                                        stack_cost_document)
+    from gpuinfra.services.cost_document import (
+        check_budget,
+        check_totals,
+        preview_file_cost_document,
+        pricing_market,
+        stack_cost_document,
+    )
 
     market = pricing_market(spot, on_demand)
     budget_usd = check_budget(budget)
@@ -143,6 +178,8 @@ def diff(
         after_text = "-" if r["after_hourly_usd"] is None else f"${Decimal(r['after_hourly_usd']):,.4f}/h"
         out.print(f" {r['change']} {r['resource']}: {r['component']}  {before_text} -> {after_text}")
     hourly_change, run_change = Decimal(doc["hourly_change_usd"]), Decimal(doc["run_change_usd"])
-    out.print(f"change: {'+' if hourly_change >= 0 else '-'}${abs(hourly_change):,.2f}/h "
-              f"(${Decimal(doc['before_hourly_usd']):,.2f} -> ${Decimal(doc['after_hourly_usd']):,.2f}); "
-              f"run total {'+' if run_change >= 0 else '-'}${abs(run_change):,.2f}")
+    out.print(
+        f"change: {'+' if hourly_change >= 0 else '-'}${abs(hourly_change):,.2f}/h "
+        f"(${Decimal(doc['before_hourly_usd']):,.2f} -> ${Decimal(doc['after_hourly_usd']):,.2f}); "
+        f"run total {'+' if run_change >= 0 else '-'}${abs(run_change):,.2f}"
+    )

@@ -17,10 +17,13 @@ def next_step(spec) -> str:
         return f"gpuinfra up {spec.stack}   (builds the container and the AMI and records them)"
     return f"gpuinfra up {spec.stack}   (starts the build)   then   gpuinfra image record {spec.stack} --from-outputs"
 
-app = typer.Typer(help="Bake a node family's machine image and training container (a Pulumi stack of its own: "
-                       "`gpuinfra up <name>` builds it, `gpuinfra down <name>` removes the build resources and keeps "
-                       "the image), use it with `gpuinfra new --image baked:<name>`.",
-                  no_args_is_help=True)
+
+app = typer.Typer(
+    help="Bake a node family's machine image and training container (a Pulumi stack of its own: "
+    "`gpuinfra up <name>` builds it, `gpuinfra down <name>` removes the build resources and keeps "
+    "the image), use it with `gpuinfra new --image baked:<name>`.",
+    no_args_is_help=True,
+)
 
 _DEFAULT_REGION = {"aws": "us-east-1", "gcp": "us-central1"}
 
@@ -29,16 +32,43 @@ _DEFAULT_REGION = {"aws": "us-east-1", "gcp": "us-central1"}
 def bake(
     cloud: str = typer.Option(..., "--cloud", help="aws or gcp."),
     family: str = typer.Option(..., "--family", help="Node family: AWS p5 (or p5.48xlarge), GCP a3-megagpu-8g."),
-    base_image: str | None = typer.Option(None, "--base-image", help="Pinned base image: ami-... or projects/P/global/images/NAME.", show_default=False),
-    base_arch: str | None = typer.Option(None, "--base-arch", help="Architecture of --base-image: x86_64 or arm64 (AWS default x86_64; GCP: from the image name).", show_default=False),
-    container_base: str | None = typer.Option(None, "--container-base", help="Training container base, repo:tag@sha256:... (default: the profile's container_image).", show_default=False),
-    require_digest: bool = typer.Option(True, "--require-digest/--no-require-digest", help="Refuse a container base without a digest."),
-    driver_branch: str | None = typer.Option(None, "--driver-branch", help="NVIDIA driver branch the base carries (default: AWS 580, the DLAMI's; GCP: from the image name, e.g. nvidia-570).", show_default=False),
-    region: str | None = typer.Option(None, "--region", help="Build and image region (default us-east-1 / us-central1).", show_default=False),
+    base_image: str | None = typer.Option(
+        None, "--base-image", help="Pinned base image: ami-... or projects/P/global/images/NAME.", show_default=False
+    ),
+    base_arch: str | None = typer.Option(
+        None,
+        "--base-arch",
+        help="Architecture of --base-image: x86_64 or arm64 (AWS default x86_64; GCP: from the image name).",
+        show_default=False,
+    ),
+    container_base: str | None = typer.Option(
+        None,
+        "--container-base",
+        help="Training container base, repo:tag@sha256:... (default: the profile's container_image).",
+        show_default=False,
+    ),
+    require_digest: bool = typer.Option(
+        True, "--require-digest/--no-require-digest", help="Refuse a container base without a digest."
+    ),
+    driver_branch: str | None = typer.Option(
+        None,
+        "--driver-branch",
+        help="NVIDIA driver branch the base carries (default: AWS 580, the DLAMI's; GCP: from the image name, e.g. nvidia-570).",
+        show_default=False,
+    ),
+    region: str | None = typer.Option(
+        None, "--region", help="Build and image region (default us-east-1 / us-central1).", show_default=False
+    ),
     zone: str | None = typer.Option(None, "--zone", help="GCP build zone (default <region>-a).", show_default=False),
-    gcp_project: str | None = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project of the image.", show_default=False),
-    profile: str | None = typer.Option(None, "--profile", help="Workload profile (container image and driver branch defaults).", show_default=False),
-    name: str | None = typer.Option(None, "--name", help="Bake (stack) name (default bake-<family>).", show_default=False),
+    gcp_project: str | None = typer.Option(
+        None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project of the image.", show_default=False
+    ),
+    profile: str | None = typer.Option(
+        None, "--profile", help="Workload profile (container image and driver branch defaults).", show_default=False
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Bake (stack) name (default bake-<family>).", show_default=False
+    ),
     project_dir: Path = options.ProjectDir,
     profiles_dir: Path | None = options.ProfilesDir,
     force: bool = typer.Option(False, "--force", help="Replace an existing bake stack file."),
@@ -50,20 +80,39 @@ def bake(
     from gpuinfra.bake.stack import create_bake
     from gpuinfra.cli.console import print_json, stdout_console
 
-    request = BakeRequest(cloud=cloud, family=family, region=region or _DEFAULT_REGION.get(cloud, ""),
-                          base_image=base_image, container_base=container_base or "", zone=zone,
-                          base_architecture=base_arch, require_digest=require_digest, driver_branch=driver_branch,
-                          name=name, gcp_project=gcp_project)
+    request = BakeRequest(
+        cloud=cloud,
+        family=family,
+        region=region or _DEFAULT_REGION.get(cloud, ""),
+        base_image=base_image,
+        container_base=container_base or "",
+        zone=zone,
+        base_architecture=base_arch,
+        require_digest=require_digest,
+        driver_branch=driver_branch,
+        name=name,
+        gcp_project=gcp_project,
+    )
     made = create_bake(request, project_dir, profile=profile, profiles_dir=profiles_dir, force=force)
     m = made.spec.manifest
     if as_json:
-        print_json({"stack": made.spec.stack, "stack_file": str(made.stack_file), "manifest": m.to_config(),
-                    "manifest_sha256": m.sha256, "resources": [{"type": r.type, "name": r.name} for r in made.resources],
-                    "cost": made.cost, "notes": made.notes})
+        print_json(
+            {
+                "stack": made.spec.stack,
+                "stack_file": str(made.stack_file),
+                "manifest": m.to_config(),
+                "manifest_sha256": m.sha256,
+                "resources": [{"type": r.type, "name": r.name} for r in made.resources],
+                "cost": made.cost,
+                "notes": made.notes,
+            }
+        )
         return
     out = stdout_console()
-    out.print(f"[bold]{made.spec.stack}[/bold]: {m.cloud} {m.family} ({m.fabric}) on {m.base_image}, container base "
-              f"{m.container_base}; {len(made.resources)} resources, manifest sha256 {m.sha256[:12]}")
+    out.print(
+        f"[bold]{made.spec.stack}[/bold]: {m.cloud} {m.family} ({m.fabric}) on {m.base_image}, container base "
+        f"{m.container_base}; {len(made.resources)} resources, manifest sha256 {m.sha256[:12]}"
+    )
     _print_cost(out, made.cost)
     for note in made.notes:
         out.print(f"  note: {note}")
@@ -111,16 +160,27 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     from gpuinfra.cli.console import print_json, stdout_console
 
     bakes = list_bakes(project_dir)
-    rows = [{"name": b.stack, "cloud": b.cloud, "family": b.manifest.family, "fabric": b.manifest.fabric,
-             "image_id": b.result.image_id if b.result else None, "manifest_sha256": b.manifest.sha256}
-            for b in bakes]
+    rows = [
+        {
+            "name": b.stack,
+            "cloud": b.cloud,
+            "family": b.manifest.family,
+            "fabric": b.manifest.fabric,
+            "image_id": b.result.image_id if b.result else None,
+            "manifest_sha256": b.manifest.sha256,
+        }
+        for b in bakes
+    ]
     if as_json:
         print_json(rows)
         return
     out = stdout_console()
     for row in rows:
-        out.print(f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
-                  f"{row['image_id'] or 'not built yet (gpuinfra up ' + str(row['name']) + ')'}", markup=False)
+        out.print(
+            f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
+            f"{row['image_id'] or 'not built yet (gpuinfra up ' + str(row['name']) + ')'}",
+            markup=False,
+        )
     if not rows:
         out.print(f"no bakes in {project_dir / 'stacks'} (gpuinfra image bake ...)")
 
@@ -128,9 +188,15 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
 @app.command("record")
 def record(
     name: str = typer.Argument(..., help="Bake name."),
-    image_id: str | None = typer.Option(None, "--image-id", help="The bake's image: ami-... or projects/P/global/images/NAME.", show_default=False),
+    image_id: str | None = typer.Option(
+        None, "--image-id", help="The bake's image: ami-... or projects/P/global/images/NAME.", show_default=False
+    ),
     container_image: str = typer.Option("", "--container-image", help="The bake's container (repo@sha256:...)."),
-    from_outputs: bool = typer.Option(False, "--from-outputs", help="Take them from the deployed bake stack (AWS: outputs, container digest from ECR; GCP: newest image of the bake's family)."),
+    from_outputs: bool = typer.Option(
+        False,
+        "--from-outputs",
+        help="Take them from the deployed bake stack (AWS: outputs, container digest from ECR; GCP: newest image of the bake's family).",
+    ),
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Record a finished bake's image in its stack file (then `gpuinfra new --image baked:NAME`); `gpuinfra up` does this on AWS."""
@@ -157,8 +223,11 @@ def record(
     result = spec.result
     assert result is not None  # recorded just above
     container = f", container {result.container_image}" if result.container_image else ""
-    stdout_console().print(f"{name}: image {result.image_id}{container} recorded; use: gpuinfra new ... "
-                           f"--image baked:{name}", markup=False, soft_wrap=True)
+    stdout_console().print(
+        f"{name}: image {result.image_id}{container} recorded; use: gpuinfra new ... --image baked:{name}",
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 @app.command("preview")

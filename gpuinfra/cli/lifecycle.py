@@ -40,7 +40,9 @@ def _backend():
 
 def up(
     stack: str = typer.Argument(..., help="Stack name (a cluster, or an image bake from `gpuinfra image bake`)."),
-    replace_nodes: bool = typer.Option(False, "--replace-nodes", help="Allow an update that replaces the running nodes (ends training on them)."),
+    replace_nodes: bool = typer.Option(
+        False, "--replace-nodes", help="Allow an update that replaces the running nodes (ends training on them)."
+    ),
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Create or update the stack (`pulumi up` through the Automation API); a bake stack builds and records its image."""
@@ -57,7 +59,9 @@ def up(
     spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
     out = stdout_console()
-    out.print(f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)")
+    out.print(
+        f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)"
+    )
     changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes)
     out.print(f"done: {changes}")
 
@@ -72,14 +76,18 @@ def _up_bake(stack: str, replace_nodes: bool, project_dir: Path) -> None:
     from gpuinfra.lifecycle import check_credentials
 
     if replace_nodes:
-        raise RequestError(f"--replace-nodes is for cluster stacks; {stack!r} is an image bake (no nodes): "
-                           f"run `gpuinfra up {stack}`")
+        raise RequestError(
+            f"--replace-nodes is for cluster stacks; {stack!r} is an image bake (no nodes): run `gpuinfra up {stack}`"
+        )
     backend = _backend()
     spec = read_bake(project_dir, stack)
     check_credentials(spec.cloud)
     m = spec.manifest
-    work = ("Image Builder's build instance builds the container, then the AMI; this waits for both" if spec.cloud == "aws"
-            else "creates the Cloud Build trigger, then starts a build")
+    work = (
+        "Image Builder's build instance builds the container, then the AMI; this waits for both"
+        if spec.cloud == "aws"
+        else "creates the Cloud Build trigger, then starts a build"
+    )
     out = stdout_console()
     out.print(f"up {stack}: image bake of {m.cloud} {m.family} ({m.fabric}) in {spec.region}; {work}", markup=False)
     result = deploy_bake(backend, project_dir, spec, _progress())
@@ -112,8 +120,14 @@ def down(
     if delete_data:
         bucket = backend.outputs(Path(project_dir), stack).get("bucket_name")
         objects = count_bucket_objects(spec.cloud, bucket) if bucket else 0
-        if objects and not yes and (
-                not sys.stdin.isatty() or not typer.confirm(f"bucket {bucket} holds {objects} objects; delete them all?")):
+        if (
+            objects
+            and not yes
+            and (
+                not sys.stdin.isatty()
+                or not typer.confirm(f"bucket {bucket} holds {objects} objects; delete them all?")
+            )
+        ):
             raise RequestError(
                 f"bucket {bucket} is not empty ({objects} objects); nothing was destroyed. "
                 f"Pass --yes to delete the data with the cluster, or drop --delete-data to keep it"
@@ -137,8 +151,10 @@ def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
     from gpuinfra.lifecycle import check_credentials
 
     if delete_data:
-        raise RequestError(f"--delete-data is for cluster stacks (their data bucket); {stack!r} is an image bake, which "
-                           f"has none; nothing was destroyed: run `gpuinfra down {stack}`")
+        raise RequestError(
+            f"--delete-data is for cluster stacks (their data bucket); {stack!r} is an image bake, which "
+            f"has none; nothing was destroyed: run `gpuinfra down {stack}`"
+        )
     backend = _backend()
     spec = read_bake(project_dir, stack)
     check_credentials(spec.cloud)
@@ -170,16 +186,26 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     from rich.table import Table
 
     invalid = f" ({len(listing.invalid)} invalid)" if listing.invalid else ""
-    table = Table(title=f"{len(rows) + len(listing.invalid)} stacks{invalid} in {Path(project_dir).resolve() / 'stacks'}",
-                  title_justify="left")
+    table = Table(
+        title=f"{len(rows) + len(listing.invalid)} stacks{invalid} in {Path(project_dir).resolve() / 'stacks'}",
+        title_justify="left",
+    )
     for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "$/h", "so far", "catalog"):
         table.add_column(header)
     for r in rows:
         age = (r.now - r.spec.created_at).total_seconds() / 3600
-        table.add_row(r.spec.stack, r.spec.cloud, f"{r.spec.gpu_count}x{r.spec.gpu}", str(r.spec.nodes), f"{age:.1f} h",
-                      ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
-                      {True: "yes", False: "no", None: "?"}[r.deployed], usd(r.price_per_hour_usd), usd(r.cost_so_far_usd),
-                      "-" if r.spec.price is None else r.spec.price.catalog_date)
+        table.add_row(
+            r.spec.stack,
+            r.spec.cloud,
+            f"{r.spec.gpu_count}x{r.spec.gpu}",
+            str(r.spec.nodes),
+            f"{age:.1f} h",
+            ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
+            {True: "yes", False: "no", None: "?"}[r.deployed],
+            usd(r.price_per_hour_usd),
+            usd(r.cost_so_far_usd),
+            "-" if r.spec.price is None else r.spec.price.catalog_date,
+        )
     for bad in listing.invalid:
         table.add_row(bad.name, "INVALID", *["-"] * 8)
     out = stdout_console()
@@ -214,12 +240,25 @@ def reap(
     elif dry_run:
         for r in victims:
             out.print(f"would destroy {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC)")
-    results = [] if dry_run else reap_expired(
-        Path(project_dir), backend, victims, _progress(),
-        on_start=lambda r: out.print(f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept"))
+    results = (
+        []
+        if dry_run
+        else reap_expired(
+            Path(project_dir),
+            backend,
+            victims,
+            _progress(),
+            on_start=lambda r: out.print(
+                f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept"
+            ),
+        )
+    )
     for result in results:
-        out.print(f"destroyed {result.stack}" if result.error is None else f"FAILED {result.stack}: {result.error}",
-                  soft_wrap=True, markup=False)
+        out.print(
+            f"destroyed {result.stack}" if result.error is None else f"FAILED {result.stack}: {result.error}",
+            soft_wrap=True,
+            markup=False,
+        )
     for bad in listing.invalid:
         out.print(f"INVALID {bad.name}: not checked ({bad.reason})", soft_wrap=True, markup=False)
     error = reap_error(results, listing.invalid)

@@ -11,32 +11,78 @@ from gpuinfra.cli import options
 
 
 def new(
-    gpus: str | None = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100 ...", show_default=False),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100 ...", show_default=False
+    ),
     cloud: str | None = options.Cloud,
     region: str | None = options.Region,
     zone: str | None = options.Zone,
-    instance_type: str | None = typer.Option(None, "--instance-type", help="Use this type (then --gpus is optional).", show_default=False),
+    instance_type: str | None = typer.Option(
+        None, "--instance-type", help="Use this type (then --gpus is optional).", show_default=False
+    ),
     nodes: int = options.Nodes,
-    profile: str | None = typer.Option(None, "--profile", help="Workload profile (see `gpuinfra profiles`; default llm-finetune, or the one for --method).", show_default=False),
-    model: str | None = typer.Option(None, "--model", help="Size the cluster for this model (with --method) instead of --gpus.", show_default=False),
-    params: str | None = typer.Option(None, "--params", help="Size for a parameter count (7B) instead of --gpus.", show_default=False),
-    method: str | None = typer.Option(None, "--method", help="With --model/--params: pretrain | full | lora | qlora | inference.", show_default=False),
+    profile: str | None = typer.Option(
+        None,
+        "--profile",
+        help="Workload profile (see `gpuinfra profiles`; default llm-finetune, or the one for --method).",
+        show_default=False,
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help="Size the cluster for this model (with --method) instead of --gpus.", show_default=False
+    ),
+    params: str | None = typer.Option(
+        None, "--params", help="Size for a parameter count (7B) instead of --gpus.", show_default=False
+    ),
+    method: str | None = typer.Option(
+        None, "--method", help="With --model/--params: pretrain | full | lora | qlora | inference.", show_default=False
+    ),
     spot: bool = typer.Option(False, "--spot", help="Spot capacity (default: the profile's spot policy)."),
-    on_demand: bool = typer.Option(False, "--on-demand", help="On-demand capacity (default: the profile's spot policy)."),
-    hours: float | None = typer.Option(None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False),
-    name: str | None = typer.Option(None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False),
-    capacity_reservation: str | None = typer.Option(None, "--capacity-reservation", help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).", show_default=False),
-    max_price_per_hour: float | None = typer.Option(None, "--max-price-per-hour", help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).", show_default=False),
-    gcp_project: str | None = typer.Option(None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project id written as gcp:project.", show_default=False),
+    on_demand: bool = typer.Option(
+        False, "--on-demand", help="On-demand capacity (default: the profile's spot policy)."
+    ),
+    hours: float | None = typer.Option(
+        None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False
+    ),
+    name: str | None = typer.Option(
+        None, "--name", help="Stack name (default: <cloud>-<count>x<gpu>).", show_default=False
+    ),
+    capacity_reservation: str | None = typer.Option(
+        None,
+        "--capacity-reservation",
+        help="AWS: launch into this On-Demand Capacity Reservation or Capacity Block (cr-...), read from EC2 in --region (needs credentials).",
+        show_default=False,
+    ),
+    max_price_per_hour: float | None = typer.Option(
+        None,
+        "--max-price-per-hour",
+        help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).",
+        show_default=False,
+    ),
+    gcp_project: str | None = typer.Option(
+        None,
+        "--gcp-project",
+        envvar="GOOGLE_CLOUD_PROJECT",
+        help="GCP project id written as gcp:project.",
+        show_default=False,
+    ),
     include_local_zones: bool = options.LocalZones,
     data: str | None = options.Data,
     data_region: str | None = options.DataRegion,
     data_size: str | None = options.DataSize,
     project_dir: Path = options.ProjectDir,
     profiles_dir: Path | None = options.ProfilesDir,
-    image: str | None = typer.Option(None, "--image", help="Boot a baked image: baked:<bake name> (`gpuinfra image bake`); the stack records its id and manifest.", show_default=False),
+    image: str | None = typer.Option(
+        None,
+        "--image",
+        help="Boot a baked image: baked:<bake name> (`gpuinfra image bake`); the stack records its id and manifest.",
+        show_default=False,
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
-    strict: bool = typer.Option(False, "--strict", help="Refuse an --instance-type that misses any setting of the profile (scratch, placement, EFA/GPU NICs) instead of writing the stack with one warning per missed setting."),
+    strict: bool = typer.Option(
+        False,
+        "--strict",
+        help="Refuse an --instance-type that misses any setting of the profile (scratch, placement, EFA/GPU NICs) instead of writing the stack with one warning per missed setting.",
+    ),
     as_json: bool = options.Json,
 ) -> None:
     """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
@@ -49,15 +95,38 @@ def new(
     from gpuinfra.requests import spot_choice
 
     planned = PlanRequest(
-        gpus=gpus, nodes=nodes, cloud=cloud, region=region, zone=zone, instance_type=instance_type,
-        spot=spot_choice(spot, on_demand), hours=hours, name=name, gcp_project=gcp_project,
-        include_local_zones=include_local_zones, max_price_per_hour_usd=max_price_per_hour, strict=strict,
+        gpus=gpus,
+        nodes=nodes,
+        cloud=cloud,
+        region=region,
+        zone=zone,
+        instance_type=instance_type,
+        spot=spot_choice(spot, on_demand),
+        hours=hours,
+        name=name,
+        gcp_project=gcp_project,
+        include_local_zones=include_local_zones,
+        max_price_per_hour_usd=max_price_per_hour,
+        strict=strict,
         warnings_are_errors=strict,
     )
-    result = create_stack(NewStackRequest(
-        planned, profile=profile, model=model, params=params, method=method, capacity_reservation=capacity_reservation,
-        data=data, data_region=data_region, data_size=data_size, profiles_dir=profiles_dir, image=image,
-    ), project_dir, force=force)
+    result = create_stack(
+        NewStackRequest(
+            planned,
+            profile=profile,
+            model=model,
+            params=params,
+            method=method,
+            capacity_reservation=capacity_reservation,
+            data=data,
+            data_region=data_region,
+            data_size=data_size,
+            profiles_dir=profiles_dir,
+            image=image,
+        ),
+        project_dir,
+        force=force,
+    )
     plan, written, summary, sized = result.plan, result.written, result.verified.cost, result.sizing
     for warning in plan.warnings:
         note(f"warning: {warning}")
@@ -68,8 +137,10 @@ def new(
     out = stdout_console()
     if sized is not None:
         doc = sized.to_json()
-        out.print(f"sized {doc['model']} ({doc['method']}): {doc['memory_per_gpu_gib']:.1f} GiB per GPU "
-                  f"of {doc['gpu_memory_gib']:g} -> --gpus {sized.gpus} --nodes {sized.nodes}")
+        out.print(
+            f"sized {doc['model']} ({doc['method']}): {doc['memory_per_gpu_gib']:.1f} GiB per GPU "
+            f"of {doc['gpu_memory_gib']:g} -> --gpus {sized.gpus} --nodes {sized.nodes}"
+        )
         for refused in sized.passed_over[:3]:
             out.print(f"  note: passed over {refused}")
         if len(sized.passed_over) > 3:
@@ -84,8 +155,10 @@ def new(
     if plan.spot_from_profile:
         out.print(f"  note: spot chosen because profile {spec.profile.name} prefers it (--on-demand to change)")
     if spec.data is not None:
-        out.print(f"  data: {spec.data.size_gb:f} GB in {spec.data.uri or spec.data.location} ({spec.data.cloud} "
-                  f"{spec.data.location}); the cost below moves it once")
+        out.print(
+            f"  data: {spec.data.size_gb:f} GB in {spec.data.uri or spec.data.location} ({spec.data.cloud} "
+            f"{spec.data.location}); the cost below moves it once"
+        )
     if plan.locality_note:
         out.print(f"  note: {plan.locality_note}")
     out.print(
@@ -94,16 +167,20 @@ def new(
         f"{usd(Decimal(summary['run_usd']))} for a {spec.run_hours:g} h run (catalog {plan.catalog_date}; "
         f"breakdown: gpuinfra cost {spec.stack})"
     )
-    out.print(f"  30 days left running would cost {usd(Decimal(summary['monthly_if_left_running_usd']))}; "
-              f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
-              f"{spec.expires_at:%Y-%m-%d %H:%M} UTC")
+    out.print(
+        f"  30 days left running would cost {usd(Decimal(summary['monthly_if_left_running_usd']))}; "
+        f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
+        f"{spec.expires_at:%Y-%m-%d %H:%M} UTC"
+    )
     for path in written.scaffolded:
         out.print(f"  scaffolded {path}")
     out.print(f"  wrote {written.stack_file}")
     missing = summary["price_not_found"]
     if missing:
-        note(f"warning: the totals above leave out {len(missing)} line(s) with no price, so `gpuinfra cost "
-             f"{spec.stack}` exits 4: {'; '.join(missing)}")
+        note(
+            f"warning: the totals above leave out {len(missing)} line(s) with no price, so `gpuinfra cost "
+            f"{spec.stack}` exits 4: {'; '.join(missing)}"
+        )
     if spec.cloud == "gcp" and not spec.gcp_project:
         note(f"warning: no GCP project set; before `pulumi up` run: pulumi config set gcp:project <id> -s {spec.stack}")
     out.print(f"next: gpuinfra preview {spec.stack}   then   pulumi up -s {spec.stack}")

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 import typer
 
 from gpuinfra.cli import options
@@ -30,20 +29,33 @@ def _nvme_cell(fact) -> str:
 
 
 def offers(
-    gpus: str | None = typer.Option(None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100, A100-80GB:8, 1xL4.", show_default=False),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="GPU request per node: 4xA100, A100:4, 8xH100, A100-80GB:8, 1xL4.", show_default=False
+    ),
     cloud: str | None = options.Cloud,
     region: str | None = options.Region,
     zone: str | None = options.Zone,
     instance_type: str | None = options.InstanceType,
-    market: str = typer.Option("on-demand", "--market", help="Market to rank by: on-demand, spot or flex (GCP flex-start / DWS). Offers without a price there, or of types the cloud does not sell there, are left out."),
+    market: str = typer.Option(
+        "on-demand",
+        "--market",
+        help="Market to rank by: on-demand, spot or flex (GCP flex-start / DWS). Offers without a price there, or of types the cloud does not sell there, are left out.",
+    ),
     spot: bool = typer.Option(False, "--spot", help="Same as --market spot."),
     nodes: int = options.Nodes,
     include_local_zones: bool = options.LocalZones,
-    limit: int | None = typer.Option(None, "--limit", help="Show at most N offers (table default 20; 0 = all).", show_default=False),
+    limit: int | None = typer.Option(
+        None, "--limit", help="Show at most N offers (table default 20; 0 = all).", show_default=False
+    ),
     data: str | None = options.Data,
     data_region: str | None = options.DataRegion,
     data_size: str | None = options.DataSize,
-    hours: float | None = typer.Option(None, "--hours", help="Run length in hours (needed with --data: it decides whether moving the data pays).", show_default=False),
+    hours: float | None = typer.Option(
+        None,
+        "--hours",
+        help="Run length in hours (needed with --data: it decides whether moving the data pays).",
+        show_default=False,
+    ),
     as_json: bool = options.Json,
 ) -> None:
     """Rank every offer that fits the GPU request, cheapest total $/h first (with --data: cheapest run)."""
@@ -57,9 +69,20 @@ def offers(
         raise RequestError(f"--limit must be 0 (all) or more, got {limit}")
     catalog = load_catalog()
     found = search_offers(
-        catalog, gpus=gpus, instance_type=instance_type, nodes=nodes, cloud=cloud, region=region, zone=zone,
-        market=market, spot=spot, include_local_zones=include_local_zones, data=data, data_region=data_region,
-        data_size=data_size, hours=hours,
+        catalog,
+        gpus=gpus,
+        instance_type=instance_type,
+        nodes=nodes,
+        cloud=cloud,
+        region=region,
+        zone=zone,
+        market=market,
+        spot=spot,
+        include_local_zones=include_local_zones,
+        data=data,
+        data_region=data_region,
+        data_size=data_size,
+        hours=hours,
     )
     if as_json:
         if found.runs is not None:
@@ -89,22 +112,48 @@ def _print_runs(found, limit: int | None) -> None:
     from gpuinfra.cli.console import stdout_console, usd
     from gpuinfra.locality import cheapest_gpu_note
 
-    runs, request, market, data_set, hours = found.runs, found.query.request, found.query.market, found.data, found.hours
+    runs, request, market, data_set, hours = (
+        found.runs,
+        found.query.request,
+        found.query.market,
+        found.data,
+        found.hours,
+    )
     shown = _shown(runs, limit, as_json=False)
     note = cheapest_gpu_note(runs)
-    table = Table(box=box.SIMPLE_HEAD, title_justify="left",
-                  title=f"{len(runs)} offers for {request} ({market}), {float(hours):g} h run with {data_set.describe()}")
-    columns: list[tuple[str, JustifyMethod]] = [("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
-                            ("GPUs", "right"), ("$/h", "right"), ("compute $", "right"), ("data $", "right"),
-                            ("run $", "right"), ("data route", "left")]
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        title=f"{len(runs)} offers for {request} ({market}), {float(hours):g} h run with {data_set.describe()}",
+    )
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("cloud", "left"),
+        ("region", "left"),
+        ("zone", "left"),
+        ("instance", "left"),
+        ("GPUs", "right"),
+        ("$/h", "right"),
+        ("compute $", "right"),
+        ("data $", "right"),
+        ("run $", "right"),
+        ("data route", "left"),
+    ]
     for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     for r in shown:
         o = r.ranked.offer
-        table.add_row(o.cloud, o.region, o.zone, o.instance_type, f"{o.gpu_count}x{o.gpu}",
-                      usd(r.ranked.price_per_hour_usd), usd(r.compute_usd),
-                      "?" if r.transfer.usd is None else usd(r.transfer.usd),
-                      "?" if r.run_usd is None else usd(r.run_usd), r.transfer.route)
+        table.add_row(
+            o.cloud,
+            o.region,
+            o.zone,
+            o.instance_type,
+            f"{o.gpu_count}x{o.gpu}",
+            usd(r.ranked.price_per_hour_usd),
+            usd(r.compute_usd),
+            "?" if r.transfer.usd is None else usd(r.transfer.usd),
+            "?" if r.run_usd is None else usd(r.run_usd),
+            r.transfer.route,
+        )
     console = stdout_console()
     console.print(table)
     if note:
@@ -123,7 +172,10 @@ def _other_markets_cell(r) -> str:
         if m == r.market:
             continue
         p = r.market_price_per_hour_usd(m)
-        cells.append(f"{label} {usd(p) if p is not None else '-'}" + (" !" if m == "spot" and r.offer.spot_not_discounted else ""))
+        cells.append(
+            f"{label} {usd(p) if p is not None else '-'}"
+            + (" !" if m == "spot" and r.offer.spot_not_discounted else "")
+        )
     return "  ".join(cells)
 
 
@@ -145,9 +197,19 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
         title_justify="left",
     )
     columns: list[tuple[str, JustifyMethod]] = [
-        ("cloud", "left"), ("region", "left"), ("zone", "left"), ("instance", "left"),
-        ("GPUs", "right"), ("vCPU", "right"), ("RAM GiB", "right"), ("market", "left"), ("$/h", "right"),
-        ("$/GPU-h", "right"), ("other markets $/h", "left"), ("EFA/NICs", "left"), ("NVMe", "left"),
+        ("cloud", "left"),
+        ("region", "left"),
+        ("zone", "left"),
+        ("instance", "left"),
+        ("GPUs", "right"),
+        ("vCPU", "right"),
+        ("RAM GiB", "right"),
+        ("market", "left"),
+        ("$/h", "right"),
+        ("$/GPU-h", "right"),
+        ("other markets $/h", "left"),
+        ("EFA/NICs", "left"),
+        ("NVMe", "left"),
     ]
     for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
@@ -157,9 +219,19 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
         fact = catalog.fact(o.cloud, o.instance_type)
         gpus_cell = f"{o.gpu_count}x{o.gpu}" + (" *" if r.round_up else "")
         table.add_row(
-            o.cloud, o.region, o.zone, o.instance_type, gpus_cell, f"{o.vcpus:g}", f"{o.memory_gib:g}",
-            r.market, usd(r.price_per_hour_usd), usd(r.price_per_gpu_hour_usd, 3), _other_markets_cell(r),
-            _network_cell(fact), _nvme_cell(fact),
+            o.cloud,
+            o.region,
+            o.zone,
+            o.instance_type,
+            gpus_cell,
+            f"{o.vcpus:g}",
+            f"{o.memory_gib:g}",
+            r.market,
+            usd(r.price_per_hour_usd),
+            usd(r.price_per_gpu_hour_usd, 3),
+            _other_markets_cell(r),
+            _network_cell(fact),
+            _nvme_cell(fact),
         )
         if r.round_up and r.round_up_note not in notes:
             notes.append(r.round_up_note)

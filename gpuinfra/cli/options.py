@@ -9,7 +9,8 @@ import typer
 Cloud = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False)
 Region = typer.Option(None, "--region", help="Region, e.g. us-east-1 or us-central1.", show_default=False)
 Zone = typer.Option(
-    None, "--zone",
+    None,
+    "--zone",
     help="AWS AZ ID (use1-az4; AZ names differ per account) or GCP zone (us-central1-a).",
     show_default=False,
 )
@@ -29,13 +30,28 @@ def _profiles_folder(value: Path | None) -> Path | None:
 
 
 ProfilesDir: Path | None = typer.Option(
-    None, "--profiles-dir", help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).", show_default=False,
+    None,
+    "--profiles-dir",
+    help="Folder of user profile YAML files (or $GPUINFRA_PROFILES_DIR).",
+    show_default=False,
     callback=_profiles_folder,
 )
 Data = typer.Option(
-    None, "--data",
+    None,
+    "--data",
     help="Training data location, s3://bucket/prefix or gs://bucket/prefix: offers are ranked by compute for the run "
-         "plus moving the data there (the bucket's region and size are looked up).", show_default=False,
+    "plus moving the data there (the bucket's region and size are looked up).",
+    show_default=False,
 )
-DataRegion = typer.Option(None, "--data-region", help="Region the data lives in (us-east-1, us-central1) instead of a lookup.", show_default=False)
-DataSize = typer.Option(None, "--data-size", help="Size of the data set (2TB, 500GiB; GB without a unit) instead of listing the bucket.", show_default=False)
+DataRegion = typer.Option(
+    None,
+    "--data-region",
+    help="Region the data lives in (us-east-1, us-central1) instead of a lookup.",
+    show_default=False,
+)
+DataSize = typer.Option(
+    None,
+    "--data-size",
+    help="Size of the data set (2TB, 500GiB; GB without a unit) instead of listing the bucket.",
+    show_default=False,
+)

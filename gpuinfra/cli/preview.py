@@ -16,7 +16,12 @@ KEY_INPUTS = {
     "aws:ec2/placementGroup:PlacementGroup": ["strategy"],
     "aws:ec2/vpcEndpoint:VpcEndpoint": ["serviceName", "vpcEndpointType"],
     "aws:ec2/fleet:Fleet": ["type", "targetCapacitySpecification"],
-    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": ["blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"],
+    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock": [
+        "blockPublicAcls",
+        "blockPublicPolicy",
+        "ignorePublicAcls",
+        "restrictPublicBuckets",
+    ],
     "aws:s3/bucket:Bucket": ["bucketPrefix", "forceDestroy"],
     "aws:iam/rolePolicyAttachment:RolePolicyAttachment": ["policyArn"],
     "aws:scheduler/schedule:Schedule": ["scheduleExpression", "scheduleExpressionTimezone"],
@@ -70,7 +75,9 @@ def preview(
     spec, result, summary = verified.spec, verified.preview, verified.cost
     out = stdout_console()
     roots = [r for r in result.resources if r.parent is None]
-    tree = Tree(f"[bold]{stack}[/bold]: {len(result.resources)} resources (offline preview of {spec.nodes} x {spec.instance_type})")
+    tree = Tree(
+        f"[bold]{stack}[/bold]: {len(result.resources)} resources (offline preview of {spec.nodes} x {spec.instance_type})"
+    )
     for root in roots:
         branch = tree.add(f"{root.type} [bold]{root.name}[/bold]")
         for child in (r for r in result.resources if r.parent == root.name):
@@ -83,6 +90,8 @@ def preview(
         f"cost: ${Decimal(summary['hourly_usd']):,.2f}/h, ${Decimal(summary['run_usd']):,.2f} for {summary['hours']} h "
         f"({summary['pricing']}, catalog {summary['catalog_date']}); breakdown: gpuinfra cost {stack}"
     )
-    out.print(f"conformance: {len(RULES)} rules checked offline, no violation "
-              "(capacity and quotas are known only to the cloud)")
+    out.print(
+        f"conformance: {len(RULES)} rules checked offline, no violation "
+        "(capacity and quotas are known only to the cloud)"
+    )
     out.print(f"next: pulumi up -s {stack}")

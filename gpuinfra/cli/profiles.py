@@ -23,14 +23,29 @@ def profiles(
     from rich.table import Table
 
     table = Table(title="workload profiles", title_justify="left")
-    for header in ("profile", "placement", "fast network", "scratch", "spot", "idle / TTL", "root disk", "run h", "description"):
+    for header in (
+        "profile",
+        "placement",
+        "fast network",
+        "scratch",
+        "spot",
+        "idle / TTL",
+        "root disk",
+        "run h",
+        "description",
+    ):
         table.add_column(header)
     for p in loaded.values():
         table.add_row(
-            p.name, p.placement, p.high_bandwidth_networking,
+            p.name,
+            p.placement,
+            p.high_bandwidth_networking,
             f">= {p.scratch.min_gib} GiB" if p.scratch.required else "optional",
-            p.spot.policy + (f" (ckpt {p.spot.checkpoint_interval_minutes} min)" if p.spot.checkpoint_interval_minutes else ""),
-            f"{p.idle_timeout_minutes} min / {p.ttl_hours} h", f"{p.root_disk_gib} GiB", f"{p.default_run_hours:g}",
+            p.spot.policy
+            + (f" (ckpt {p.spot.checkpoint_interval_minutes} min)" if p.spot.checkpoint_interval_minutes else ""),
+            f"{p.idle_timeout_minutes} min / {p.ttl_hours} h",
+            f"{p.root_disk_gib} GiB",
+            f"{p.default_run_hours:g}",
             p.description,
         )
     stdout_console().print(table)

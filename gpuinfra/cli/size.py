@@ -7,46 +7,104 @@ from decimal import Decimal
 
 import typer
 
-from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
+from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR
 
 
 def size(
-    model: str | None = typer.Option(None, "--model", help="Model name (llama-3.1-8b, mistral-7b ...).", show_default=False),
-    params: str | None = typer.Option(None, "--params", help="Parameter count instead of a model: 7B, 1.3B, 350M.", show_default=False),
+    model: str | None = typer.Option(
+        None, "--model", help="Model name (llama-3.1-8b, mistral-7b ...).", show_default=False
+    ),
+    params: str | None = typer.Option(
+        None, "--params", help="Parameter count instead of a model: 7B, 1.3B, 350M.", show_default=False
+    ),
     method: str = typer.Option("full", "--method", help="pretrain | full | lora | qlora | inference."),
     seq: int = typer.Option(2048, "--seq", help="Sequence length in tokens (inference: prompt + output)."),
     batch: int = typer.Option(1, "--batch", help="Micro-batch per GPU (inference: concurrent sequences)."),
-    precision: str = typer.Option("bf16", "--precision", help="Training: compute precision bf16 | fp16 | fp32. Inference: weights fp32 | bf16 | fp16 | int8 | int4."),
-    base_precision: str | None = typer.Option(None, "--base-precision", help="Frozen base storage: lora bf16 | fp16 | fp32 | int8; qlora nf4 | nf4-dq.", show_default=False),
-    strategy: str | None = typer.Option(None, "--strategy", help="ddp | fsdp | zero1 | zero2 | zero3 (default per method).", show_default=False),
-    recompute: str | None = typer.Option(None, "--recompute", help="none | selective | full (default per method).", show_default=False),
-    offload: str = typer.Option("none", "--offload", help="CPU offload: none | optimizer (ZeRO) | params (ZeRO-3, FSDP)."),
-    attention: str | None = typer.Option(None, "--attention", help="sdpa | eager (default: sdpa where FlashAttention runs).", show_default=False),
-    gpus: str | None = typer.Option(None, "--gpus", help="Check this configuration (GPUs per node), e.g. 8xA100-80GB.", show_default=False),
+    precision: str = typer.Option(
+        "bf16",
+        "--precision",
+        help="Training: compute precision bf16 | fp16 | fp32. Inference: weights fp32 | bf16 | fp16 | int8 | int4.",
+    ),
+    base_precision: str | None = typer.Option(
+        None,
+        "--base-precision",
+        help="Frozen base storage: lora bf16 | fp16 | fp32 | int8; qlora nf4 | nf4-dq.",
+        show_default=False,
+    ),
+    strategy: str | None = typer.Option(
+        None, "--strategy", help="ddp | fsdp | zero1 | zero2 | zero3 (default per method).", show_default=False
+    ),
+    recompute: str | None = typer.Option(
+        None, "--recompute", help="none | selective | full (default per method).", show_default=False
+    ),
+    offload: str = typer.Option(
+        "none", "--offload", help="CPU offload: none | optimizer (ZeRO) | params (ZeRO-3, FSDP)."
+    ),
+    attention: str | None = typer.Option(
+        None, "--attention", help="sdpa | eager (default: sdpa where FlashAttention runs).", show_default=False
+    ),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="Check this configuration (GPUs per node), e.g. 8xA100-80GB.", show_default=False
+    ),
     nodes: int = typer.Option(1, "--nodes", help="Nodes for --gpus; sharding spans all GPUs of all nodes."),
-    tokens: str | None = typer.Option(None, "--tokens", help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).", show_default=False),
-    headroom: float = typer.Option(DEFAULT_HEADROOM_FRACTION, "--headroom", help="Free GPU memory to keep, fraction of the need."),
-    allow_slow_interconnect: bool = typer.Option(False, "--allow-slow-interconnect", help="Also propose multi-node sharded training on types without EFA/GPUDirect."),
+    tokens: str | None = typer.Option(
+        None,
+        "--tokens",
+        help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).",
+        show_default=False,
+    ),
+    headroom: float = typer.Option(
+        DEFAULT_HEADROOM_FRACTION, "--headroom", help="Free GPU memory to keep, fraction of the need."
+    ),
+    allow_slow_interconnect: bool = typer.Option(
+        False,
+        "--allow-slow-interconnect",
+        help="Also propose multi-node sharded training on types without EFA/GPUDirect.",
+    ),
     cloud: str | None = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False),
-    region: str | None = typer.Option(None, "--region", help="Only offers in this region, e.g. us-east-1.", show_default=False),
-    spot: bool = typer.Option(False, "--spot", help="Spot capacity: price spot offers and add the checkpoint plan (size, upload time, notice, interval)."),
-    interruption_rate: float = typer.Option(DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, "--interruption-rate", help="Spot interruptions per node-hour (checkpoint interval)."),
+    region: str | None = typer.Option(
+        None, "--region", help="Only offers in this region, e.g. us-east-1.", show_default=False
+    ),
+    spot: bool = typer.Option(
+        False,
+        "--spot",
+        help="Spot capacity: price spot offers and add the checkpoint plan (size, upload time, notice, interval).",
+    ),
+    interruption_rate: float = typer.Option(
+        DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
+        "--interruption-rate",
+        help="Spot interruptions per node-hour (checkpoint interval).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Estimate memory per GPU and recommend GPUs that fit with headroom; exit 4 when none does."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import SizingError
-    from gpuinfra.catalog.store import load_catalog
     from gpuinfra.offers import OfferScope
     from gpuinfra.sizing.recommend import nothing_fits, sizing_request
     from gpuinfra.sizing.report import size_document, size_markets
 
     if nodes < 1 or interruption_rate <= 0:
         raise SizingError(f"--nodes must be >= 1 and --interruption-rate > 0, got {nodes} and {interruption_rate}")
-    req = sizing_request(model, params, method, seq, batch, precision, strategy, recompute, tokens, base_precision,
-                         offload, attention, headroom, allow_slow_interconnect)
+    req = sizing_request(
+        model,
+        params,
+        method,
+        seq,
+        batch,
+        precision,
+        strategy,
+        recompute,
+        tokens,
+        base_precision,
+        offload,
+        attention,
+        headroom,
+        allow_slow_interconnect,
+    )
     scope = OfferScope(cloud=cloud, region=region, markets=size_markets(spot))
     doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate, scope=scope)
     if as_json:
@@ -56,39 +114,53 @@ def size(
         return
     out = stdout_console()
     base = f", base {req.base_precision}" if req.base_precision else ""
-    out.print(f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
-              f"{req.precision}{base}, {req.strategy}, recompute {req.recompute}, offload {req.offload}, "
-              f"seq {req.seq}, micro-batch {req.batch}")
+    out.print(
+        f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
+        f"{req.precision}{base}, {req.strategy}, recompute {req.recompute}, offload {req.offload}, "
+        f"seq {req.seq}, micro-batch {req.batch}"
+    )
     if doc.get("breakdown"):
         b = doc["breakdown"]
         verdict = "fits" if doc["fits"] else "does NOT fit"
-        out.print(f"{doc['gpus']} x {doc['nodes']} node(s): {doc['memory_per_gpu_gib']:.1f} GiB per GPU of "
-                  f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB after "
-                  f"{req.headroom:.0%} headroom)")
+        out.print(
+            f"{doc['gpus']} x {doc['nodes']} node(s): {doc['memory_per_gpu_gib']:.1f} GiB per GPU of "
+            f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB after "
+            f"{req.headroom:.0%} headroom)"
+        )
         out.print("  " + ", ".join(f"{k.removesuffix('_gib')} {v:.2f}" for k, v in b.items()) + " (GiB)")
         if doc.get("cpu_memory_per_node_gib"):
             out.print(f"  CPU memory per node for offload: {doc['cpu_memory_per_node_gib']:.1f} GiB")
     if doc.get("interconnect_note"):
         out.print(f"note: {doc['interconnect_note']}")
     if doc["candidates"]:
-        ranked = "cost to finish" if doc["ranked_by"] == "run_cost_usd" else "$/h (give --tokens to rank by cost to finish)"
-        out.print(f"configurations that fit, ranked by {ranked}, {' or '.join(scope.markets)} prices"
-                  f"{scope.describe()} (catalog {doc['catalog_date']}):")
+        ranked = (
+            "cost to finish" if doc["ranked_by"] == "run_cost_usd" else "$/h (give --tokens to rank by cost to finish)"
+        )
+        out.print(
+            f"configurations that fit, ranked by {ranked}, {' or '.join(scope.markets)} prices"
+            f"{scope.describe()} (catalog {doc['catalog_date']}):"
+        )
         for c in doc["candidates"]:
             extra = ""
             if c["training_hours"] is not None:
-                extra = (f", {c['training_hours']:.1f} h (comm {c['communication_hours']:.1f} h, MFU {c['mfu']:.2f}), "
-                         f"${Decimal(c['run_cost_usd']):,.0f}")
-            out.print(f"  --gpus {c['gpus']} --nodes {c['nodes']}: {c['memory_per_gpu_gib']:.1f}/{c['gpu_memory_gib']:.1f} GiB, "
-                      f"${Decimal(c['price_per_hour_usd']):,.2f}/h ({c['cloud']} {c['instance_type']}){extra}")
+                extra = (
+                    f", {c['training_hours']:.1f} h (comm {c['communication_hours']:.1f} h, MFU {c['mfu']:.2f}), "
+                    f"${Decimal(c['run_cost_usd']):,.0f}"
+                )
+            out.print(
+                f"  --gpus {c['gpus']} --nodes {c['nodes']}: {c['memory_per_gpu_gib']:.1f}/{c['gpu_memory_gib']:.1f} GiB, "
+                f"${Decimal(c['price_per_hour_usd']):,.2f}/h ({c['cloud']} {c['instance_type']}){extra}"
+            )
     plan = doc.get("checkpoint_plan")
     if plan:
         upload = "unknown" if plan["upload_seconds"] is None else f"{plan['upload_seconds']:.0f} s"
         fits = {True: "fits", False: "does NOT fit", None: "unknown vs"}[plan["fits_notice"]]
         interval = "unknown" if plan["interval_minutes"] is None else f"every {plan['interval_minutes']:.0f} min"
-        out.print(f"spot checkpoint: {plan['checkpoint_gib_per_node']:.1f} GiB per node, upload {upload} -> {fits} the "
-                  f"{plan['notice_seconds']} s notice; checkpoint {interval} (Young/Daly, "
-                  f"{plan['interruptions_per_node_hour']} interruptions per node-hour)")
+        out.print(
+            f"spot checkpoint: {plan['checkpoint_gib_per_node']:.1f} GiB per node, upload {upload} -> {fits} the "
+            f"{plan['notice_seconds']} s notice; checkpoint {interval} (Young/Daly, "
+            f"{plan['interruptions_per_node_hour']} interruptions per node-hour)"
+        )
     if doc.get("next_command"):
         out.print(f"next: {doc['next_command']}")
     if not doc["candidates"]:

@@ -15,8 +15,13 @@ from gpuinfra.cli import options
 
 Watch = typer.Option(False, "--watch", help="Refresh in place until Ctrl-C (live view).")
 Interval = typer.Option(60, "--interval", min=10, max=3600, help="Seconds between --watch refreshes (10-3600).")
-Html = typer.Option(None, "--html", help="Also write a self-contained HTML report (utilization and cost charts) to FILE.",
-                    show_default=False, dir_okay=False)
+Html = typer.Option(
+    None,
+    "--html",
+    help="Also write a self-contained HTML report (utilization and cost charts) to FILE.",
+    show_default=False,
+    dir_okay=False,
+)
 
 
 def status(
@@ -35,8 +40,9 @@ def status(
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import RequestError
+    from gpuinfra.monitoring.render import renderable
+    from gpuinfra.monitoring.render import watch as watch_loop
     from gpuinfra.services import monitoring_sources as sources
-    from gpuinfra.monitoring.render import renderable, watch as watch_loop
 
     if watch and (as_json or html):
         raise RequestError("--watch shows a live view: use --json or --html without it")
@@ -55,8 +61,12 @@ def status(
 
     try:
         with Live(renderable(report), console=out, refresh_per_second=1, screen=False) as live:
-            watch_loop(lambda: sources.collect(spec, outputs), lambda r, error: live.update(renderable(r, error)),
-                       report, interval)
+            watch_loop(
+                lambda: sources.collect(spec, outputs),
+                lambda r, error: live.update(renderable(r, error)),
+                report,
+                interval,
+            )
     except KeyboardInterrupt:
         return
 

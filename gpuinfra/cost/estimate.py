@@ -26,27 +26,44 @@ from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
 from gpuinfra.locality import quote_transfer
 
-FREE_TYPES = frozenset({
-    "gpuinfra:aws:GpuCluster", "gpuinfra:gcp:GpuCluster",
-    "aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/internetGateway:InternetGateway",
-    "aws:ec2/routeTable:RouteTable", "aws:ec2/route:Route", "aws:ec2/routeTableAssociation:RouteTableAssociation",
-    "aws:ec2/securityGroup:SecurityGroup", "aws:ec2/securityGroupRule:SecurityGroupRule",
-    "aws:ec2/placementGroup:PlacementGroup",
-    "aws:ec2/vpcEndpoint:VpcEndpoint", "aws:iam/role:Role", "aws:iam/rolePolicy:RolePolicy",
-    "aws:iam/rolePolicyAttachment:RolePolicyAttachment", "aws:iam/instanceProfile:InstanceProfile",
-    "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
-    "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
-    "aws:s3/bucketVersioning:BucketVersioning", "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
-    "aws:s3/bucketPolicy:BucketPolicy",
-    # the node bundle, one object of ~0.1 MB in the stack bucket: its storage is in the bucket's
-    # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (gpuinfra/plan/node_bundle.py)
-    "aws:s3/bucketObjectv2:BucketObjectv2", "gcp:storage/bucketObject:BucketObject",
-    "gcp:compute/network:Network", "gcp:compute/subnetwork:Subnetwork", "gcp:compute/firewall:Firewall",
-    "gcp:compute/router:Router", "gcp:compute/resourcePolicy:ResourcePolicy",
-    "gcp:serviceaccount/account:Account",
-    "gcp:storage/bucketIAMMember:BucketIAMMember", "gcp:projects/iAMMember:IAMMember",
-    "gcp:projects/iAMCustomRole:IAMCustomRole",
-})
+FREE_TYPES = frozenset(
+    {
+        "gpuinfra:aws:GpuCluster",
+        "gpuinfra:gcp:GpuCluster",
+        "aws:ec2/vpc:Vpc",
+        "aws:ec2/subnet:Subnet",
+        "aws:ec2/internetGateway:InternetGateway",
+        "aws:ec2/routeTable:RouteTable",
+        "aws:ec2/route:Route",
+        "aws:ec2/routeTableAssociation:RouteTableAssociation",
+        "aws:ec2/securityGroup:SecurityGroup",
+        "aws:ec2/securityGroupRule:SecurityGroupRule",
+        "aws:ec2/placementGroup:PlacementGroup",
+        "aws:ec2/vpcEndpoint:VpcEndpoint",
+        "aws:iam/role:Role",
+        "aws:iam/rolePolicy:RolePolicy",
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment",
+        "aws:iam/instanceProfile:InstanceProfile",
+        "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock",
+        "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration",
+        "aws:s3/bucketVersioning:BucketVersioning",
+        "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration",
+        "aws:s3/bucketPolicy:BucketPolicy",
+        # the node bundle, one object of ~0.1 MB in the stack bucket: its storage is in the bucket's
+        # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (gpuinfra/plan/node_bundle.py)
+        "aws:s3/bucketObjectv2:BucketObjectv2",
+        "gcp:storage/bucketObject:BucketObject",
+        "gcp:compute/network:Network",
+        "gcp:compute/subnetwork:Subnetwork",
+        "gcp:compute/firewall:Firewall",
+        "gcp:compute/router:Router",
+        "gcp:compute/resourcePolicy:ResourcePolicy",
+        "gcp:serviceaccount/account:Account",
+        "gcp:storage/bucketIAMMember:BucketIAMMember",
+        "gcp:projects/iAMMember:IAMMember",
+        "gcp:projects/iAMCustomRole:IAMCustomRole",
+    }
+)
 #: The backstop schedule fires once per run: one invocation, in the price's unit (millions).
 SCHEDULER_INVOCATIONS_PER_RUN = Decimal("0.000001")
 GP3_FREE_IOPS = 3000
@@ -80,11 +97,20 @@ class Estimate:
     alternative_compute_hourly_usd: Decimal | None = None  # the other market (spot <-> on-demand)
 
 
-def _line(resource, rtype, component, unit, qty, p: Price | None, usage_based=False, note="", missing_source="") -> CostLine:
+def _line(
+    resource, rtype, component, unit, qty, p: Price | None, usage_based=False, note="", missing_source=""
+) -> CostLine:
     return CostLine(
-        resource=resource, resource_type=rtype, component=component, unit=unit, hourly_quantity=Decimal(qty),
-        unit_price_usd=None if p is None else p.usd, source=missing_source if p is None else p.source,
-        price_date="" if p is None else p.date, usage_based=usage_based, note=note,
+        resource=resource,
+        resource_type=rtype,
+        component=component,
+        unit=unit,
+        hourly_quantity=Decimal(qty),
+        unit_price_usd=None if p is None else p.usd,
+        source=missing_source if p is None else p.source,
+        price_date="" if p is None else p.date,
+        usage_based=usage_based,
+        note=note,
     )
 
 
@@ -123,23 +149,42 @@ def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
 
 def _find_offer(catalog: Catalog, facts: ClusterFacts):
     for offer in catalog.offers:
-        if (offer.cloud == facts.cloud and offer.instance_type == facts.instance_type and offer.zone == facts.zone
-                and (facts.gpu is None or (offer.gpu == facts.gpu and offer.gpu_count == facts.gpu_count))):
+        if (
+            offer.cloud == facts.cloud
+            and offer.instance_type == facts.instance_type
+            and offer.zone == facts.zone
+            and (facts.gpu is None or (offer.gpu == facts.gpu and offer.gpu_count == facts.gpu_count))
+        ):
             return offer
     return None
 
 
-def _compute_lines(catalog: Catalog, facts: ClusterFacts, resource: str, rtype: str, market: str) -> tuple[list[CostLine], Decimal | None]:
+def _compute_lines(
+    catalog: Catalog, facts: ClusterFacts, resource: str, rtype: str, market: str
+) -> tuple[list[CostLine], Decimal | None]:
     offer = _find_offer(catalog, facts)
     date = catalog.date_for(facts.cloud)
     spot = market == "spot"
     label = "spot" if spot else market
     source = f"{CATALOG_SOURCE} ({facts.cloud} {facts.zone})"
     if offer is None or market == "capacity-block":
-        reason = "Capacity Block prices are set per reservation" if market == "capacity-block" else \
-            f"no catalog offer for {facts.instance_type} in {facts.zone}"
-        return [CostLine(resource, rtype, f"Instance usage ({label}, {facts.instance_type})", "instance-hours",
-                         Decimal(facts.nodes), None, reason, date)], None
+        reason = (
+            "Capacity Block prices are set per reservation"
+            if market == "capacity-block"
+            else f"no catalog offer for {facts.instance_type} in {facts.zone}"
+        )
+        return [
+            CostLine(
+                resource,
+                rtype,
+                f"Instance usage ({label}, {facts.instance_type})",
+                "instance-hours",
+                Decimal(facts.nodes),
+                None,
+                reason,
+                date,
+            )
+        ], None
     other = offer.price_per_hour_usd("on-demand" if spot else "spot")
     alternative = None if other is None else other * facts.nodes
     what = offer.instance_type
@@ -147,15 +192,33 @@ def _compute_lines(catalog: Catalog, facts: ClusterFacts, resource: str, rtype: 
         fact = catalog.fact("gcp", offer.instance_type)
         bundled = fact.local_ssd.bundled_count if fact else 0
         what += f": {offer.gpu_count}x {offer.gpu}, {offer.vcpus:g} vCPU, {offer.memory_gib:g} GiB" + (
-            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if fact and bundled else "")
+            f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if fact and bundled else ""
+        )
     price = offer.price_per_hour_usd("spot" if spot else "on-demand")
     reason = source if price is not None else f"no {label} price for {offer.instance_type} in {facts.zone}"
-    return [CostLine(resource, rtype, f"Instance usage ({label}, {what})", "instance-hours",
-                     Decimal(facts.nodes), price, reason, date)], alternative
+    return [
+        CostLine(
+            resource,
+            rtype,
+            f"Instance usage ({label}, {what})",
+            "instance-hours",
+            Decimal(facts.nodes),
+            price,
+            reason,
+            date,
+        )
+    ], alternative
 
 
-def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[str, Decimal],
-             hours: Decimal, market: str | None = None, data=None) -> Estimate:
+def estimate(
+    resources: list,
+    catalog: Catalog,
+    region: str | None,
+    usage: dict[str, Decimal],
+    hours: Decimal,
+    market: str | None = None,
+    data=None,
+) -> Estimate:
     """Price ``resources`` (objects with ``type``, ``name``, ``inputs``).
 
     Args:
@@ -181,23 +244,54 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":
             lines += _aws_launch_template(name, t, inputs, facts)
         elif t == "aws:ec2/natGateway:NatGateway":
-            lines.append(_line(name, t, "NAT gateway", "hours", 1, price("aws", "nat_gateway_per_hour", reg),
-                               missing_source=f"no NAT gateway price for {reg}"))
-            lines.append(_line(name, t, "NAT data processed", "GB", usage["nat_processed_gb"] / hours,
-                               price("aws", "nat_gateway_per_gb", reg), usage_based=True,
-                               missing_source=f"no NAT gateway price for {reg}"))
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    "NAT gateway",
+                    "hours",
+                    1,
+                    price("aws", "nat_gateway_per_hour", reg),
+                    missing_source=f"no NAT gateway price for {reg}",
+                )
+            )
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    "NAT data processed",
+                    "GB",
+                    usage["nat_processed_gb"] / hours,
+                    price("aws", "nat_gateway_per_gb", reg),
+                    usage_based=True,
+                    missing_source=f"no NAT gateway price for {reg}",
+                )
+            )
         elif t == "aws:ec2/eip:Eip":
             lines.append(_line(name, t, "Public IPv4 address", "hours", 1, price("aws", "public_ipv4_per_hour", reg)))
         elif t == "aws:scheduler/schedule:Schedule":
-            lines.append(_one_time(_line(name, t, "EventBridge Scheduler invocation (TTL backstop)", "million invocations",
-                                         SCHEDULER_INVOCATIONS_PER_RUN / hours,
-                                         price("aws", "scheduler_per_million_invocations", reg),
-                                         note="once per run; the first 14 million a month are free",
-                                         missing_source=f"no EventBridge Scheduler price for {reg}")))
+            lines.append(
+                _one_time(
+                    _line(
+                        name,
+                        t,
+                        "EventBridge Scheduler invocation (TTL backstop)",
+                        "million invocations",
+                        SCHEDULER_INVOCATIONS_PER_RUN / hours,
+                        price("aws", "scheduler_per_million_invocations", reg),
+                        note="once per run; the first 14 million a month are free",
+                        missing_source=f"no EventBridge Scheduler price for {reg}",
+                    )
+                )
+            )
         elif t == "aws:s3/bucket:Bucket":
-            lines += _storage_lines(name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage")
+            lines += _storage_lines(
+                name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage"
+            )
         elif t == "gcp:storage/bucket:Bucket":
-            lines += _storage_lines(name, t, cloud, reg, usage, hours, "gcs_standard_per_gb_month", "GCS Standard storage")
+            lines += _storage_lines(
+                name, t, cloud, reg, usage, hours, "gcs_standard_per_gb_month", "GCS Standard storage"
+            )
         elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
             lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""))
         elif t == "gcp:compute/routerNat:RouterNat":
@@ -208,11 +302,28 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
                 per_vm = Price(cap / vms, per_vm.source + " (capped)", per_vm.date)
             lines.append(_line(name, t, "Cloud NAT gateway (per VM)", "VM-hours", vms, per_vm))
             ips = _nat_ip_count(facts.nodes, inputs)
-            lines.append(_line(name, t, f"Cloud NAT IP address ({ips}, auto-allocated)", "IP-hours", Decimal(ips),
-                               price("gcp", "external_ip_per_hour", reg),
-                               missing_source=f"no external IP price for {reg}"))
-            lines.append(_line(name, t, "Cloud NAT data processed", "GB", usage["nat_processed_gb"] / hours,
-                               price("gcp", "cloud_nat_per_gb", reg), usage_based=True))
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    f"Cloud NAT IP address ({ips}, auto-allocated)",
+                    "IP-hours",
+                    Decimal(ips),
+                    price("gcp", "external_ip_per_hour", reg),
+                    missing_source=f"no external IP price for {reg}",
+                )
+            )
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    "Cloud NAT data processed",
+                    "GB",
+                    usage["nat_processed_gb"] / hours,
+                    price("gcp", "cloud_nat_per_gb", reg),
+                    usage_based=True,
+                )
+            )
         elif t in MONITORING_TYPES:  # GPU monitoring: gpuinfra/cost/monitoring.py
             priced = monitoring_lines(name, t, facts, catalog, inputs)
             lines += priced
@@ -225,8 +336,17 @@ def estimate(resources: list, catalog: Catalog, region: str | None, usage: dict[
     if data is not None and cloud:
         lines.append(_data_line(data, cloud, reg or "", hours))
     key = "aws_per_gb" if cloud == "aws" else "gcp_per_gb"
-    lines.append(_line("cluster", "network", "Inter-zone data transfer", "GB", 0, price("inter_zone", key, reg),
-                       note="0 by design: every node is in one zone"))
+    lines.append(
+        _line(
+            "cluster",
+            "network",
+            "Inter-zone data transfer",
+            "GB",
+            0,
+            price("inter_zone", key, reg),
+            note="0 by design: every node is in one zone",
+        )
+    )
     return result
 
 
@@ -235,10 +355,28 @@ def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
     moved = quote_transfer(data, cloud, region)
     component = f"Data set transfer ({moved.gb:f} GB, {moved.route})"
     if moved.free:
-        return CostLine("cluster", "data", component, "GB", moved.gb / hours, Decimal(0),
-                        "same cloud and region: no transfer charge", "", note="free", one_time=True)
-    line = _line("cluster", "data", component, moved.unit, moved.quantity / hours, moved.price_per_gb,
-                 missing_source=f"no transfer price for {moved.route}", note="once per run")
+        return CostLine(
+            "cluster",
+            "data",
+            component,
+            "GB",
+            moved.gb / hours,
+            Decimal(0),
+            "same cloud and region: no transfer charge",
+            "",
+            note="free",
+            one_time=True,
+        )
+    line = _line(
+        "cluster",
+        "data",
+        component,
+        moved.unit,
+        moved.quantity / hours,
+        moved.price_per_gb,
+        missing_source=f"no transfer price for {moved.route}",
+        note="once per run",
+    )
     return _one_time(line)
 
 
@@ -268,24 +406,65 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
         size = Decimal(str(ebs.get("volumeSize", 8)))
         vtype = ebs.get("volumeType", "gp3")
         if vtype != "gp3":
-            lines.append(_line(name, t, f"EBS {vtype} storage", "GB-months", size * nodes / HOURS_PER_MONTH, None,
-                               missing_source=f"no {vtype} price table"))
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    f"EBS {vtype} storage",
+                    "GB-months",
+                    size * nodes / HOURS_PER_MONTH,
+                    None,
+                    missing_source=f"no {vtype} price table",
+                )
+            )
             continue
-        lines.append(_line(name, t, f"EBS gp3 root volume ({size} GiB x {facts.nodes} nodes)", "GB-months",
-                           size * nodes / HOURS_PER_MONTH, price("aws", "ebs_gp3_per_gb_month", reg),
-                           missing_source=f"no gp3 price for {reg}"))
+        lines.append(
+            _line(
+                name,
+                t,
+                f"EBS gp3 root volume ({size} GiB x {facts.nodes} nodes)",
+                "GB-months",
+                size * nodes / HOURS_PER_MONTH,
+                price("aws", "ebs_gp3_per_gb_month", reg),
+                missing_source=f"no gp3 price for {reg}",
+            )
+        )
         extra_iops = max(0, int(ebs.get("iops", GP3_FREE_IOPS)) - GP3_FREE_IOPS)
         extra_tput = max(0, int(ebs.get("throughput", GP3_FREE_THROUGHPUT)) - GP3_FREE_THROUGHPUT)
         if extra_iops:
-            lines.append(_line(name, t, "EBS gp3 provisioned IOPS", "IOPS-months", Decimal(extra_iops) * nodes / HOURS_PER_MONTH,
-                               price("aws", "ebs_gp3_iops_per_month", reg)))
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    "EBS gp3 provisioned IOPS",
+                    "IOPS-months",
+                    Decimal(extra_iops) * nodes / HOURS_PER_MONTH,
+                    price("aws", "ebs_gp3_iops_per_month", reg),
+                )
+            )
         if extra_tput:
-            lines.append(_line(name, t, "EBS gp3 provisioned throughput", "MiBps-months",
-                               Decimal(extra_tput) * nodes / HOURS_PER_MONTH, price("aws", "ebs_gp3_throughput_per_mibps_month", reg)))
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    "EBS gp3 provisioned throughput",
+                    "MiBps-months",
+                    Decimal(extra_tput) * nodes / HOURS_PER_MONTH,
+                    price("aws", "ebs_gp3_throughput_per_mibps_month", reg),
+                )
+            )
     public = [n for n in inputs.get("networkInterfaces") or [] if n.get("associatePublicIpAddress") in ("true", True)]
     if public:
-        lines.append(_line(name, t, "Public IPv4 address (per node)", "hours", nodes * len(public),
-                           price("aws", "public_ipv4_per_hour", reg)))
+        lines.append(
+            _line(
+                name,
+                t,
+                "Public IPv4 address (per node)",
+                "hours",
+                nodes * len(public),
+                price("aws", "public_ipv4_per_hour", reg),
+            )
+        )
     return lines
 
 
@@ -308,25 +487,68 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
         # Hyperdisk Balanced has no price from a source read for gpuinfra (prices.yaml): its
         # line stays unpriced, so the cost exits 4 instead of guessing
         key = {"pd-balanced": "pd_balanced_per_gb_month"}.get(dtype)
-        lines.append(_line(name, t, f"{dtype} boot disk ({size} GiB x {facts.nodes} nodes)", "GB-months",
-                           size * nodes / HOURS_PER_MONTH, price("gcp", key, reg) if key else None,
-                           missing_source=f"no {dtype} price for {reg}"))
+        lines.append(
+            _line(
+                name,
+                t,
+                f"{dtype} boot disk ({size} GiB x {facts.nodes} nodes)",
+                "GB-months",
+                size * nodes / HOURS_PER_MONTH,
+                price("gcp", key, reg) if key else None,
+                missing_source=f"no {dtype} price for {reg}",
+            )
+        )
     if scratch and not bundled:
         key = "local_ssd_spot_per_gb_month" if facts.market == "spot" else "local_ssd_per_gb_month"
-        lines.append(_line(name, t, f"Local SSD ({scratch} x {scratch_gib:g} GiB x {facts.nodes} nodes)", "GB-months",
-                           scratch * scratch_gib * nodes / HOURS_PER_MONTH, price("gcp", key, reg),
-                           missing_source=f"no local SSD price for {reg}"))
+        lines.append(
+            _line(
+                name,
+                t,
+                f"Local SSD ({scratch} x {scratch_gib:g} GiB x {facts.nodes} nodes)",
+                "GB-months",
+                scratch * scratch_gib * nodes / HOURS_PER_MONTH,
+                price("gcp", key, reg),
+                missing_source=f"no local SSD price for {reg}",
+            )
+        )
     elif scratch:
-        lines.append(CostLine(name, t, f"Local SSD ({scratch} x {scratch_gib:g} GiB bundled)", "GB-months", Decimal(0), Decimal(0),
-                              "bundled with the machine type (in the machine price)", "", note="included in machine price"))
+        lines.append(
+            CostLine(
+                name,
+                t,
+                f"Local SSD ({scratch} x {scratch_gib:g} GiB bundled)",
+                "GB-months",
+                Decimal(0),
+                Decimal(0),
+                "bundled with the machine type (in the machine price)",
+                "",
+                note="included in machine price",
+            )
+        )
     return lines
 
 
 def _storage_lines(name, t, cloud, reg, usage, hours, key, label) -> list[CostLine]:
     gb = usage["bucket_storage_gb"]
     return [
-        _line(name, t, f"{label} ({gb} GB)", "GB-months", gb / HOURS_PER_MONTH, price(cloud, key, reg), usage_based=True,
-              missing_source=f"no storage price for {reg}"),
-        _line(name, t, "Internet egress", "GB", usage["internet_egress_gb"] / hours, price(cloud, "internet_egress_per_gb", reg),
-              usage_based=True, missing_source=f"no egress price for {reg}"),
+        _line(
+            name,
+            t,
+            f"{label} ({gb} GB)",
+            "GB-months",
+            gb / HOURS_PER_MONTH,
+            price(cloud, key, reg),
+            usage_based=True,
+            missing_source=f"no storage price for {reg}",
+        ),
+        _line(
+            name,
+            t,
+            "Internet egress",
+            "GB",
+            usage["internet_egress_gb"] / hours,
+            price(cloud, "internet_egress_per_gb", reg),
+            usage_based=True,
+            missing_source=f"no egress price for {reg}",
+        ),
     ]

@@ -35,15 +35,25 @@ from gpuinfra.monitoring import metrics as m
 #: the agents write is priced on a real resource, never on a component (the CrossGuard budget
 #: policy sees no components): on AWS the agent configuration parameter (it names the metrics),
 #: on GCP the nodes' ``roles/monitoring.metricWriter`` binding (what lets them write).
-PRICED_TYPES = frozenset({
-    "aws:ssm/parameter:Parameter", "aws:cloudwatch/dashboard:Dashboard", "aws:cloudwatch/metricAlarm:MetricAlarm",
-    "gcp:projects/iAMMember:IAMMember", "gcp:monitoring/alertPolicy:AlertPolicy",
-})
-FREE_TYPES = frozenset({
-    "gpuinfra:aws:Monitoring", "gpuinfra:gcp:Monitoring",
-    "aws:sns/topic:Topic", "aws:sns/topicSubscription:TopicSubscription",
-    "gcp:monitoring/dashboard:Dashboard", "gcp:monitoring/notificationChannel:NotificationChannel",
-})
+PRICED_TYPES = frozenset(
+    {
+        "aws:ssm/parameter:Parameter",
+        "aws:cloudwatch/dashboard:Dashboard",
+        "aws:cloudwatch/metricAlarm:MetricAlarm",
+        "gcp:projects/iAMMember:IAMMember",
+        "gcp:monitoring/alertPolicy:AlertPolicy",
+    }
+)
+FREE_TYPES = frozenset(
+    {
+        "gpuinfra:aws:Monitoring",
+        "gpuinfra:gcp:Monitoring",
+        "aws:sns/topic:Topic",
+        "aws:sns/topicSubscription:TopicSubscription",
+        "gcp:monitoring/dashboard:Dashboard",
+        "gcp:monitoring/notificationChannel:NotificationChannel",
+    }
+)
 MONITORING_TYPES = PRICED_TYPES | FREE_TYPES
 #: Agent flushes per node and hour (one PutMetricData request each).
 AWS_PUTS_PER_NODE_HOUR = 3600 // m.METRICS_INTERVAL_SECONDS
@@ -56,10 +66,18 @@ GCP_ALERT_EXECUTIONS_PER_HOUR = 3600 // GCP_ALERT_EXECUTION_PERIOD_SECONDS
 
 def _cost_line(resource, rtype, component, unit, qty, p, note="", missing_source=""):
     """A :class:`~gpuinfra.cost.lines.CostLine` of a fixed (not usage-based) quantity."""
-    return CostLine(resource=resource, resource_type=rtype, component=component, unit=unit,
-                    hourly_quantity=Decimal(qty), unit_price_usd=None if p is None else p.usd,
-                    source=missing_source if p is None else p.source, price_date="" if p is None else p.date,
-                    usage_based=False, note=note)
+    return CostLine(
+        resource=resource,
+        resource_type=rtype,
+        component=component,
+        unit=unit,
+        hourly_quantity=Decimal(qty),
+        unit_price_usd=None if p is None else p.usd,
+        source=missing_source if p is None else p.source,
+        price_date="" if p is None else p.date,
+        usage_based=False,
+        note=note,
+    )
 
 
 def monitoring_lines(name: str, rtype: str, facts, catalog, inputs: dict | None = None) -> list:
@@ -82,48 +100,104 @@ def monitoring_lines(name: str, rtype: str, facts, catalog, inputs: dict | None 
             return [_unknown_gpus(name, rtype, "CloudWatch custom metrics", "metric-months", facts)]
         count = m.aws_custom_metric_count(gpus, nodes)
         return [
-            _line(name, rtype, f"CloudWatch custom metrics ({count}: {len(m.AWS_GPU_MEASUREMENTS)} per GPU, "
-                               f"{len(m.AWS_HOST_METRICS)} per node, cluster roll-ups)", "metric-months",
-                  count * per_month, price("aws", "cloudwatch_custom_metric_per_month", reg),
-                  note="first 10 metrics per account free", missing_source=f"no CloudWatch metric price for {reg}"),
-            _line(name, rtype, f"CloudWatch PutMetricData ({AWS_PUTS_PER_NODE_HOUR} per node-hour)", "1,000 requests",
-                  Decimal(nodes * AWS_PUTS_PER_NODE_HOUR) / 1000, price("aws", "cloudwatch_requests_per_thousand", reg),
-                  missing_source=f"no CloudWatch API price for {reg}"),
+            _line(
+                name,
+                rtype,
+                f"CloudWatch custom metrics ({count}: {len(m.AWS_GPU_MEASUREMENTS)} per GPU, "
+                f"{len(m.AWS_HOST_METRICS)} per node, cluster roll-ups)",
+                "metric-months",
+                count * per_month,
+                price("aws", "cloudwatch_custom_metric_per_month", reg),
+                note="first 10 metrics per account free",
+                missing_source=f"no CloudWatch metric price for {reg}",
+            ),
+            _line(
+                name,
+                rtype,
+                f"CloudWatch PutMetricData ({AWS_PUTS_PER_NODE_HOUR} per node-hour)",
+                "1,000 requests",
+                Decimal(nodes * AWS_PUTS_PER_NODE_HOUR) / 1000,
+                price("aws", "cloudwatch_requests_per_thousand", reg),
+                missing_source=f"no CloudWatch API price for {reg}",
+            ),
         ]
     if rtype == "aws:cloudwatch/dashboard:Dashboard":
-        return [_line(name, rtype, "CloudWatch dashboard", "dashboard-months", per_month,
-                      price("aws", "cloudwatch_dashboard_per_month", reg), note="first 3 per account free")]
+        return [
+            _line(
+                name,
+                rtype,
+                "CloudWatch dashboard",
+                "dashboard-months",
+                per_month,
+                price("aws", "cloudwatch_dashboard_per_month", reg),
+                note="first 3 per account free",
+            )
+        ]
     if rtype == "aws:cloudwatch/metricAlarm:MetricAlarm":
-        return [_line(name, rtype, "CloudWatch alarm (standard resolution, 1 metric)", "alarm metric-months",
-                      per_month, price("aws", "cloudwatch_alarm_metric_per_month", reg),
-                      note="first 10 alarm metrics per account free",
-                      missing_source=f"no CloudWatch alarm price for {reg}")]
+        return [
+            _line(
+                name,
+                rtype,
+                "CloudWatch alarm (standard resolution, 1 metric)",
+                "alarm metric-months",
+                per_month,
+                price("aws", "cloudwatch_alarm_metric_per_month", reg),
+                note="first 10 alarm metrics per account free",
+                missing_source=f"no CloudWatch alarm price for {reg}",
+            )
+        ]
     if rtype == "gcp:projects/iAMMember:IAMMember" and inputs.get("role") == m.METRIC_WRITER_ROLE:
         gpus = _gpus_per_node(facts, catalog)
         if gpus is None:
             return [_unknown_gpus(name, rtype, "Ops Agent metrics ingested", "MiB", facts)]
         series = m.gcp_series_count(gpus, nodes)
-        return [_line(name, rtype, f"Ops Agent metrics ingested ({series} series x "
-                                   f"{3600 // m.METRICS_INTERVAL_SECONDS} points/h x "
-                                   f"{m.GCP_BYTES_PER_POINT} B)", "MiB",
-                      m.gcp_ingested_mib_per_hour(gpus, nodes), price("gcp", "monitoring_ingestion_per_mib", reg),
-                      note="first 150 MiB per billing account free")]
+        return [
+            _line(
+                name,
+                rtype,
+                f"Ops Agent metrics ingested ({series} series x "
+                f"{3600 // m.METRICS_INTERVAL_SECONDS} points/h x "
+                f"{m.GCP_BYTES_PER_POINT} B)",
+                "MiB",
+                m.gcp_ingested_mib_per_hour(gpus, nodes),
+                price("gcp", "monitoring_ingestion_per_mib", reg),
+                note="first 150 MiB per billing account free",
+            )
+        ]
     if rtype == "gcp:monitoring/alertPolicy:AlertPolicy":
         return [
-            _line(name, rtype, "Alerting policy condition (1)", "condition-months", per_month,
-                  price("gcp", "alerting_condition_per_month", reg)),
-            _line(name, rtype, f"Alerting time series returned ({GCP_ALERT_EXECUTIONS_PER_HOUR} per hour)",
-                  "million time series", Decimal(GCP_ALERT_EXECUTIONS_PER_HOUR) / 1_000_000,
-                  price("gcp", "alerting_time_series_per_million", reg)),
+            _line(
+                name,
+                rtype,
+                "Alerting policy condition (1)",
+                "condition-months",
+                per_month,
+                price("gcp", "alerting_condition_per_month", reg),
+            ),
+            _line(
+                name,
+                rtype,
+                f"Alerting time series returned ({GCP_ALERT_EXECUTIONS_PER_HOUR} per hour)",
+                "million time series",
+                Decimal(GCP_ALERT_EXECUTIONS_PER_HOUR) / 1_000_000,
+                price("gcp", "alerting_time_series_per_million", reg),
+            ),
         ]
     return []
 
 
 def _unknown_gpus(name, rtype, component, unit, facts):
     """An unpriced line: the metric count needs the GPUs per node, unknown for the type."""
-    return _cost_line(name, rtype, component, unit, 0, None,
-                      missing_source=f"GPUs per node of {facts.instance_type or 'the instance type'} unknown: "
-                                     "the metric count cannot be made")
+    return _cost_line(
+        name,
+        rtype,
+        component,
+        unit,
+        0,
+        None,
+        missing_source=f"GPUs per node of {facts.instance_type or 'the instance type'} unknown: "
+        "the metric count cannot be made",
+    )
 
 
 def _gpus_per_node(facts, catalog) -> int | None:

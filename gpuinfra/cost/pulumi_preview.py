@@ -38,7 +38,9 @@ def read_pulumi_preview(path: Path) -> tuple[list[PlannedResource], dict, str]:
     except (OSError, ValueError) as exc:
         raise PreviewFileError(f"cannot read {path} as `pulumi preview --json` output: {exc}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("steps"), list):
-        raise PreviewFileError(f"{path} has no 'steps' list; produce it with `pulumi preview --json > {Path(path).name}`")
+        raise PreviewFileError(
+            f"{path} has no 'steps' list; produce it with `pulumi preview --json > {Path(path).name}`"
+        )
     resources = []
     stack = ""
     for step in doc["steps"]:

@@ -36,8 +36,14 @@ _Q = Decimal("0.000001")
 
 def compute_hourly(est: Estimate) -> Decimal:
     """$/h of the compute lines (instances, GCP host + GPUs)."""
-    return sum(((line.hourly_usd or Decimal(0)) for line in est.lines
-                if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))), Decimal(0))
+    return sum(
+        (
+            (line.hourly_usd or Decimal(0))
+            for line in est.lines
+            if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))
+        ),
+        Decimal(0),
+    )
 
 
 def spot_savings_percent(est: Estimate, market: str) -> Decimal | None:
@@ -72,7 +78,9 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
         "monthly_if_left_running_usd": usd_json(_left_running(est, hours)),
         "spot_savings_percent": None if (s := spot_savings_percent(est, market)) is None else str(s),
         "lines": lines,
-        "price_not_found": [f"{line.resource}: {line.component} ({line.source})" for line in est.lines if line.unit_price_usd is None],
+        "price_not_found": [
+            f"{line.resource}: {line.component} ({line.source})" for line in est.lines if line.unit_price_usd is None
+        ],
         "not_priced": [{"resource": n, "resource_type": t_, "reason": why} for n, t_, why in est.not_priced],
         "free_resources": est.free,
     }
@@ -138,7 +146,15 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
         elif b is None:
             rows.append(DiffRow("-", key[0], a["component"], ah, None))
         elif ah != bh or a["component"] != b["component"]:
-            rows.append(DiffRow("~", key[0], f"{a['component']} -> {b['component']}" if a["component"] != b["component"] else b["component"], ah, bh))
+            rows.append(
+                DiffRow(
+                    "~",
+                    key[0],
+                    f"{a['component']} -> {b['component']}" if a["component"] != b["component"] else b["component"],
+                    ah,
+                    bh,
+                )
+            )
     hourly_change = Decimal(after["hourly_usd"]) - Decimal(before["hourly_usd"])
     run_change = Decimal(after["run_usd"]) - Decimal(before["run_usd"])
     return rows, hourly_change, run_change
@@ -153,13 +169,24 @@ def diff_json(before: dict, after: dict) -> dict:
     rows, hourly_change, run_change = diff(before, after)
     return {
         "schema_version": DIFF_SCHEMA_VERSION,
-        "before": before["stack"], "after": after["stack"],
-        "before_hourly_usd": before["hourly_usd"], "after_hourly_usd": after["hourly_usd"],
-        "before_run_usd": before["run_usd"], "after_run_usd": after["run_usd"],
-        "hourly_change_usd": usd_json(hourly_change), "run_change_usd": usd_json(run_change),
-        "rows": [{"change": r.symbol, "resource": r.resource, "component": r.component,
-                  "before_hourly_usd": usd_json(r.before_hourly), "after_hourly_usd": usd_json(r.after_hourly)}
-                 for r in rows],
+        "before": before["stack"],
+        "after": after["stack"],
+        "before_hourly_usd": before["hourly_usd"],
+        "after_hourly_usd": after["hourly_usd"],
+        "before_run_usd": before["run_usd"],
+        "after_run_usd": after["run_usd"],
+        "hourly_change_usd": usd_json(hourly_change),
+        "run_change_usd": usd_json(run_change),
+        "rows": [
+            {
+                "change": r.symbol,
+                "resource": r.resource,
+                "component": r.component,
+                "before_hourly_usd": usd_json(r.before_hourly),
+                "after_hourly_usd": usd_json(r.after_hourly),
+            }
+            for r in rows
+        ],
     }
 
 
@@ -172,5 +199,15 @@ def cost_summary(spec, resources: list) -> dict:
     catalog = load_catalog()
     est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)
     doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
-    return {k: doc[k] for k in ("hourly_usd", "run_usd", "hours", "pricing", "catalog_date", "price_not_found",
-                                "monthly_if_left_running_usd")}
+    return {
+        k: doc[k]
+        for k in (
+            "hourly_usd",
+            "run_usd",
+            "hours",
+            "pricing",
+            "catalog_date",
+            "price_not_found",
+            "monthly_if_left_running_usd",
+        )
+    }

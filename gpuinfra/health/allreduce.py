@@ -72,8 +72,15 @@ def bus_bandwidth_gbps(size_bytes: int, time_us: float, ranks: int) -> tuple[flo
     return algbw, algbw * 2 * (ranks - 1) / ranks if ranks > 1 else 0.0
 
 
-def format_report(results: list[SizeResult], devices: list[tuple[int, str, int, str]], *, min_bytes: int,
-                  max_bytes: int, warmup: int, iters: int) -> str:
+def format_report(
+    results: list[SizeResult],
+    devices: list[tuple[int, str, int, str]],
+    *,
+    min_bytes: int,
+    max_bytes: int,
+    warmup: int,
+    iters: int,
+) -> str:
     """The run in the all_reduce_perf layout.
 
     Args:
@@ -90,8 +97,10 @@ def format_report(results: list[SizeResult], devices: list[tuple[int, str, int, 
         "#",
         "# Using devices",
     ]
-    lines += [f"#  Rank {rank:2d} Group  0 Pid {0:6d} on {host:>10s} device {gpu:2d} [0x00] {name}"
-              for rank, host, gpu, name in devices]
+    lines += [
+        f"#  Rank {rank:2d} Group  0 Pid {0:6d} on {host:>10s} device {gpu:2d} [0x00] {name}"
+        for rank, host, gpu, name in devices
+    ]
     lines += [
         "#",
         f"#{'':>62s}in-place",
@@ -103,11 +112,16 @@ def format_report(results: list[SizeResult], devices: list[tuple[int, str, int, 
     for r in results:
         algbw, busbw = bus_bandwidth_gbps(r.size_bytes, r.time_us, ranks)
         total += busbw
-        lines.append(f" {r.size_bytes:11d} {r.size_bytes // FLOAT32_BYTES:13d} {'float':>9s} {'sum':>7s} {-1:7d} "
-                     f"{r.time_us:8.1f} {algbw:7.2f} {busbw:7.2f} {r.wrong:6d}")
+        lines.append(
+            f" {r.size_bytes:11d} {r.size_bytes // FLOAT32_BYTES:13d} {'float':>9s} {'sum':>7s} {-1:7d} "
+            f"{r.time_us:8.1f} {algbw:7.2f} {busbw:7.2f} {r.wrong:6d}"
+        )
     bad = sum(r.wrong for r in results)
-    lines += [f"# Out of bounds values : {bad} {'OK' if not bad else 'FAILED'}",
-              f"# Avg bus bandwidth    : {total / len(results) if results else 0.0:.4f}", "#"]
+    lines += [
+        f"# Out of bounds values : {bad} {'OK' if not bad else 'FAILED'}",
+        f"# Avg bus bandwidth    : {total / len(results) if results else 0.0:.4f}",
+        "#",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -151,8 +165,16 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - needs torc
         results.append(SizeResult(size, float(elapsed.item()), int(wrong.item())))
         del buf
     if local_rank == 0:
-        sys.stdout.write(format_report(results, [d for group in devices for d in group], min_bytes=args.min_bytes,
-                                       max_bytes=args.max_bytes, warmup=args.warmup, iters=args.iters))
+        sys.stdout.write(
+            format_report(
+                results,
+                [d for group in devices for d in group],
+                min_bytes=args.min_bytes,
+                max_bytes=args.max_bytes,
+                warmup=args.warmup,
+                iters=args.iters,
+            )
+        )
         sys.stdout.flush()
     dist.destroy_process_group()
     return 0

@@ -73,10 +73,18 @@ class Baseline:
 
     def to_dict(self) -> dict:
         """JSON form (as in ``baselines.json``)."""
-        return {"cloud": self.cloud, "instance_type": self.instance_type, "scope": self.scope, "nodes": self.nodes,
-                "nic_layout": self.nic_layout, "message_size_bytes": self.message_size_bytes, "busbw_gbps": self.busbw_gbps,
-                "observations": [{"busbw_gbps": o.busbw_gbps, "source": o.source, "measured": o.measured}
-                                 for o in self.observations]}
+        return {
+            "cloud": self.cloud,
+            "instance_type": self.instance_type,
+            "scope": self.scope,
+            "nodes": self.nodes,
+            "nic_layout": self.nic_layout,
+            "message_size_bytes": self.message_size_bytes,
+            "busbw_gbps": self.busbw_gbps,
+            "observations": [
+                {"busbw_gbps": o.busbw_gbps, "source": o.source, "measured": o.measured} for o in self.observations
+            ],
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Baseline:
@@ -88,14 +96,25 @@ class Baseline:
                 ``busbw_gbps`` not the lowest observation).
         """
         try:
-            observations = tuple(Observation(float(o["busbw_gbps"]), str(o["source"]), str(o["measured"]))
-                                 for o in data["observations"])
+            observations = tuple(
+                Observation(float(o["busbw_gbps"]), str(o["source"]), str(o["measured"])) for o in data["observations"]
+            )
             size = data["message_size_bytes"]
             if size is None:
-                raise ValueError("message_size_bytes is null: a baseline without the message size it was read at "
-                                 "cannot be compared fairly")
-            baseline = cls(str(data["cloud"]), str(data["instance_type"]), str(data["scope"]), int(data["nodes"]),
-                           str(data["nic_layout"]), int(size), float(data["busbw_gbps"]), observations)
+                raise ValueError(
+                    "message_size_bytes is null: a baseline without the message size it was read at "
+                    "cannot be compared fairly"
+                )
+            baseline = cls(
+                str(data["cloud"]),
+                str(data["instance_type"]),
+                str(data["scope"]),
+                int(data["nodes"]),
+                str(data["nic_layout"]),
+                int(size),
+                float(data["busbw_gbps"]),
+                observations,
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"baseline entry {data.get('instance_type', '?')!r} is invalid: {exc!r}") from None
         name = f"{baseline.instance_type} {baseline.scope}"
@@ -124,15 +143,24 @@ def load_baselines(path: Path = BASELINES_PATH) -> tuple[Baseline, ...]:
     return tuple(Baseline.from_dict(entry) for entry in doc["baselines"])
 
 
-def find_baseline(cloud: str, instance_type: str, nodes: int, nic_layout: str,
-                  path: Path = BASELINES_PATH) -> Baseline | None:
+def find_baseline(
+    cloud: str, instance_type: str, nodes: int, nic_layout: str, path: Path = BASELINES_PATH
+) -> Baseline | None:
     """The baseline measured on exactly ``nodes`` x ``instance_type`` (over ``nic_layout`` when
     ``nodes`` > 1; one node does not use the network), or None when the table has none."""
-    return next((b for b in load_baselines(path)
-                 if (b.cloud, b.instance_type, b.nodes) == (cloud, instance_type, nodes)
-                 and (nodes == 1 or b.nic_layout == nic_layout)), None)
+    return next(
+        (
+            b
+            for b in load_baselines(path)
+            if (b.cloud, b.instance_type, b.nodes) == (cloud, instance_type, nodes)
+            and (nodes == 1 or b.nic_layout == nic_layout)
+        ),
+        None,
+    )
 
 
 def baseline_nodes(cloud: str, instance_type: str, path: Path = BASELINES_PATH) -> tuple[int, ...]:
     """Node counts the table has a baseline for, for ``instance_type`` (for messages)."""
-    return tuple(sorted({b.nodes for b in load_baselines(path) if (b.cloud, b.instance_type) == (cloud, instance_type)}))
+    return tuple(
+        sorted({b.nodes for b in load_baselines(path) if (b.cloud, b.instance_type) == (cloud, instance_type)})
+    )

@@ -47,17 +47,34 @@ SCHEMA_VERSION = "3"
 #: are pending); ``cluster``: every check, after the cluster all-reduce over the healthy nodes.
 STAGES = ("local", "cluster")
 #: Checks that need the cluster all-reduce (pending in the ``local`` stage).
-ALL_REDUCE_CHECKS = ("gpudirect_plugin", "allreduce_ranks", "allreduce_complete", "allreduce_correct",
-                     "allreduce_busbw")
+ALL_REDUCE_CHECKS = (
+    "gpudirect_plugin",
+    "allreduce_ranks",
+    "allreduce_complete",
+    "allreduce_correct",
+    "allreduce_busbw",
+)
 HEALTH_PREFIX = "health"
 #: Share of the baseline busbw a node must reach. The baselines come from other clusters and
 #: software versions, so the margin is wider than nccl-tests' own ``--check_avg_bw`` (which
 #: fails below 0.9 x the given value: NVIDIA/nccl-tests src/util.cu, the ``Avg bus bandwidth``
 #: footer).
 BUSBW_PASS_FRACTION = 0.8
-CHECKS = ("gpu_count", "ecc", "nvlink", "fabric_manager", "efa_devices", "gpudirect_plugin",
-          "allreduce_ranks", "allreduce_complete", "allreduce_correct", "allreduce_busbw")
-ALL_REDUCE_COMMAND = "all-reduce in the nccl-tests table layout (gpuinfra-allreduce or all_reduce_perf), NCCL_DEBUG=INFO"
+CHECKS = (
+    "gpu_count",
+    "ecc",
+    "nvlink",
+    "fabric_manager",
+    "efa_devices",
+    "gpudirect_plugin",
+    "allreduce_ranks",
+    "allreduce_complete",
+    "allreduce_correct",
+    "allreduce_busbw",
+)
+ALL_REDUCE_COMMAND = (
+    "all-reduce in the nccl-tests table layout (gpuinfra-allreduce or all_reduce_perf), NCCL_DEBUG=INFO"
+)
 
 
 @dataclass(frozen=True)
@@ -138,10 +155,18 @@ class Expectations:
 
     def to_dict(self) -> dict:
         """JSON form (the deploy step writes it for the node)."""
-        return {"cloud": self.cloud, "instance_type": self.instance_type, "nodes": self.nodes,
-                "gpu_count": self.gpu_count, "efa_count": self.efa_count, "nvswitch": self.nvswitch,
-                "nic_layout": self.nic_layout, "baseline": self.baseline.to_dict() if self.baseline else None,
-                "busbw_pass_fraction": self.busbw_pass_fraction, "nvlinks_per_gpu": self.nvlinks_per_gpu}
+        return {
+            "cloud": self.cloud,
+            "instance_type": self.instance_type,
+            "nodes": self.nodes,
+            "gpu_count": self.gpu_count,
+            "efa_count": self.efa_count,
+            "nvswitch": self.nvswitch,
+            "nic_layout": self.nic_layout,
+            "baseline": self.baseline.to_dict() if self.baseline else None,
+            "busbw_pass_fraction": self.busbw_pass_fraction,
+            "nvlinks_per_gpu": self.nvlinks_per_gpu,
+        }
 
     @classmethod
     def from_dict(cls, data: dict) -> Expectations:
@@ -152,11 +177,18 @@ class Expectations:
         """
         try:
             links = data.get("nvlinks_per_gpu")
-            return cls(str(data["cloud"]), str(data["instance_type"]), int(data["nodes"]), int(data["gpu_count"]),
-                       int(data["efa_count"]), bool(data["nvswitch"]), str(data["nic_layout"]),
-                       Baseline.from_dict(data["baseline"]) if data.get("baseline") else None,
-                       float(data.get("busbw_pass_fraction", BUSBW_PASS_FRACTION)),
-                       None if links is None else int(links))
+            return cls(
+                str(data["cloud"]),
+                str(data["instance_type"]),
+                int(data["nodes"]),
+                int(data["gpu_count"]),
+                int(data["efa_count"]),
+                bool(data["nvswitch"]),
+                str(data["nic_layout"]),
+                Baseline.from_dict(data["baseline"]) if data.get("baseline") else None,
+                float(data.get("busbw_pass_fraction", BUSBW_PASS_FRACTION)),
+                None if links is None else int(links),
+            )
         except (KeyError, TypeError) as exc:
             raise ValueError(f"health expectations are invalid: {exc!r}") from None
 
@@ -196,8 +228,14 @@ class CheckResult:
 
     def to_dict(self) -> dict:
         """JSON form."""
-        return {"name": self.name, "passed": self.passed, "measured": self.measured, "expected": self.expected,
-                "detail": self.detail, "source": self.source}
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "measured": self.measured,
+            "expected": self.expected,
+            "detail": self.detail,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -250,10 +288,19 @@ class NodeHealth:
 
     def to_dict(self) -> dict:
         """JSON form, keys in a fixed order."""
-        return {"schema_version": self.schema_version, "stack": self.stack, "node": self.node, "cloud": self.cloud,
-                "instance_type": self.instance_type, "nodes": self.nodes, "checked_at": self.checked_at,
-                "stage": self.stage, "address": self.address, "checks": [c.to_dict() for c in self.checks],
-                "passed": self.passed}
+        return {
+            "schema_version": self.schema_version,
+            "stack": self.stack,
+            "node": self.node,
+            "cloud": self.cloud,
+            "instance_type": self.instance_type,
+            "nodes": self.nodes,
+            "checked_at": self.checked_at,
+            "stage": self.stage,
+            "address": self.address,
+            "checks": [c.to_dict() for c in self.checks],
+            "passed": self.passed,
+        }
 
     def to_json(self) -> str:
         """The document as uploaded."""
@@ -272,10 +319,23 @@ class NodeHealth:
         if data.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"schema_version {data.get('schema_version')!r}, this gpuinfra reads {SCHEMA_VERSION!r}")
         try:
-            checks = tuple(CheckResult(str(c["name"]), c["passed"], c["measured"], c["expected"], str(c["detail"]),
-                                       str(c["source"])) for c in data["checks"])
-            health = cls(str(data["stack"]), str(data["node"]), str(data["cloud"]), str(data["instance_type"]),
-                         int(data["nodes"]), str(data["checked_at"]), checks, str(data["stage"]), str(data["address"]))
+            checks = tuple(
+                CheckResult(
+                    str(c["name"]), c["passed"], c["measured"], c["expected"], str(c["detail"]), str(c["source"])
+                )
+                for c in data["checks"]
+            )
+            health = cls(
+                str(data["stack"]),
+                str(data["node"]),
+                str(data["cloud"]),
+                str(data["instance_type"]),
+                int(data["nodes"]),
+                str(data["checked_at"]),
+                checks,
+                str(data["stage"]),
+                str(data["address"]),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"missing or invalid field: {exc!r}") from None
         if health.stage not in STAGES:
@@ -338,8 +398,11 @@ def _ecc(exp: Expectations, out: GateOutputs) -> CheckResult:
         return _result(name, None, None, 0, "not checked (the driver reports no ECC counters: [N/A])", cmd)
     bad = [g for g in known if g.ecc_uncorrected_volatile]
     total = sum(g.ecc_uncorrected_volatile for g in known)
-    detail = ("; ".join(f"GPU {g.index}: {g.ecc_uncorrected_volatile} uncorrectable volatile ECC errors" for g in bad)
-              if bad else f"no uncorrectable volatile ECC error on {len(known)} GPUs")
+    detail = (
+        "; ".join(f"GPU {g.index}: {g.ecc_uncorrected_volatile} uncorrectable volatile ECC errors" for g in bad)
+        if bad
+        else f"no uncorrectable volatile ECC error on {len(known)} GPUs"
+    )
     return _result(name, not bad, total, 0, detail, cmd)
 
 
@@ -350,16 +413,25 @@ def _nvlink(exp: Expectations, out: GateOutputs) -> CheckResult:
         return done
     problems = [f"{len(gpus)} of {exp.gpu_count} GPUs listed"] if len(gpus) != exp.gpu_count else []
     problems += [f"GPU {g.gpu}: no NVLink listed" for g in gpus if not g.links]
-    problems += [f"GPU {g.gpu}: link{'s' if len(g.inactive) > 1 else ''} {', '.join(map(str, g.inactive))} inactive"
-                 for g in gpus if g.inactive]
+    problems += [
+        f"GPU {g.gpu}: link{'s' if len(g.inactive) > 1 else ''} {', '.join(map(str, g.inactive))} inactive"
+        for g in gpus
+        if g.inactive
+    ]
     per_gpu = exp.nvlinks_per_gpu
     if per_gpu is not None:
-        problems += [f"GPU {g.gpu}: {len(g.links)} of {per_gpu} NVLinks listed" for g in gpus
-                     if g.links and len(g.links) != per_gpu]
+        problems += [
+            f"GPU {g.gpu}: {len(g.links)} of {per_gpu} NVLinks listed"
+            for g in gpus
+            if g.links and len(g.links) != per_gpu
+        ]
     inactive = sum(len(g.inactive) for g in gpus)
     links = sum(len(g.links) for g in gpus)
-    counted = (f"{per_gpu} per GPU" if per_gpu is not None
-               else "links per GPU not checked (the catalog facts give no NVLink count per GPU)")
+    counted = (
+        f"{per_gpu} per GPU"
+        if per_gpu is not None
+        else "links per GPU not checked (the catalog facts give no NVLink count per GPU)"
+    )
     detail = "; ".join(problems) if problems else f"{links} links active on {len(gpus)} GPUs; {counted}"
     return _result(name, not problems, inactive, 0, detail, cmd)
 
@@ -387,8 +459,14 @@ def _gpudirect(exp: Expectations, out: GateOutputs) -> CheckResult:
     name, cmd = "gpudirect_plugin", ALL_REDUCE_COMMAND
     plugin = GPUDIRECT_PLUGINS.get(exp.nic_layout)
     if plugin is None:
-        return _result(name, None, None, None, f"not checked ({exp.instance_type} uses {exp.nic_layout}: no GPUDirect "
-                       "network plugin)", cmd)
+        return _result(
+            name,
+            None,
+            None,
+            None,
+            f"not checked ({exp.instance_type} uses {exp.nic_layout}: no GPUDirect network plugin)",
+            cmd,
+        )
     if exp.nodes < 2:
         return _result(name, None, None, plugin.label, "not checked (one node: no traffic between nodes)", cmd)
     log = out.nccl_log if out.nccl_log is not None else out.all_reduce
@@ -412,8 +490,10 @@ def _gpudirect(exp: Expectations, out: GateOutputs) -> CheckResult:
     elif net.no_plugin:
         why = "NCCL found no net plugin (libnccl-net.so)"
     elif started:
-        why = (f"the plugin started ({', '.join(dict.fromkeys(started))}) but no `Using network "
-               f"{plugin.networks[0]}` line shows NCCL used it")
+        why = (
+            f"the plugin started ({', '.join(dict.fromkeys(started))}) but no `Using network "
+            f"{plugin.networks[0]}` line shows NCCL used it"
+        )
     else:
         why = f"no {plugin.label} line in NCCL's INFO output"
     return _result(name, False, measured, plugin.label, f"{why}, not {plugin.label}", cmd)
@@ -434,8 +514,15 @@ def _allreduce_ranks(exp: Expectations, run: p.AllReduceResult | str) -> CheckRe
     if isinstance(run, str):
         return _result(name, False, None, exp.ranks, run, cmd)
     if run.ranks is None:
-        return _result(name, False, None, exp.ranks, "no `# Rank` lines (the `# Using devices` list all_reduce_perf "
-                       f"prints before the table): cannot tell whether the run spanned the cluster; needs {want}", cmd)
+        return _result(
+            name,
+            False,
+            None,
+            exp.ranks,
+            "no `# Rank` lines (the `# Using devices` list all_reduce_perf "
+            f"prints before the table): cannot tell whether the run spanned the cluster; needs {want}",
+            cmd,
+        )
     problems = [f"{run.ranks} ranks"] if run.ranks != exp.ranks else []
     if run.hosts and len(run.hosts) != exp.nodes:
         problems.append(f"on {len(run.hosts)} host{'s' if len(run.hosts) > 1 else ''} ({', '.join(run.hosts)})")
@@ -484,8 +571,10 @@ def _allreduce_correct(run: p.AllReduceResult | str) -> CheckResult:
     if not run.validated and not oob:
         return _result(name, None, None, 0, "not checked (the run did not validate results: #wrong N/A; use -c 1)", cmd)
     wrong = sum(r.wrong for r in run.wrong_rows)
-    detail = ("; ".join(f"{r.wrong} wrong elements at {r.size_bytes} B" for r in run.wrong_rows)
-              or f"no wrong element in {len(run.rows)} sizes")
+    detail = (
+        "; ".join(f"{r.wrong} wrong elements at {r.size_bytes} B" for r in run.wrong_rows)
+        or f"no wrong element in {len(run.rows)} sizes"
+    )
     if oob:
         detail += f"; out of bounds values: {oob}"
     return _result(name, not wrong and not oob, wrong, 0, detail, cmd)
@@ -497,31 +586,61 @@ def _allreduce_busbw(exp: Expectations, run: p.AllReduceResult | str, ranks: Che
     if base is None:
         nodes = f"{exp.nodes} node{'s' if exp.nodes > 1 else ''}"
         over = f" over {exp.nic_layout}" if exp.nodes > 1 else ""
-        return _result(name, None, None, None, f"not checked (no baseline for {exp.instance_type} on {nodes}{over})", cmd)
+        return _result(
+            name, None, None, None, f"not checked (no baseline for {exp.instance_type} on {nodes}{over})", cmd
+        )
     if isinstance(run, str):
         return _result(name, False, None, base.busbw_gbps, run, base.source)
     if ranks.passed is False:
-        return _result(name, False, None, base.busbw_gbps, f"not compared until allreduce_ranks passes ({ranks.detail})",
-                       base.source)
+        return _result(
+            name,
+            False,
+            None,
+            base.busbw_gbps,
+            f"not compared until allreduce_ranks passes ({ranks.detail})",
+            base.source,
+        )
     row = run.at_size(base.message_size_bytes)
     if row is None:
-        return _result(name, False, None, base.busbw_gbps,
-                       f"no {base.message_size_bytes} B row (largest: {run.largest.size_bytes} B); run all_reduce_perf "
-                       f"up to at least {base.message_size_bytes} B", base.source)
+        return _result(
+            name,
+            False,
+            None,
+            base.busbw_gbps,
+            f"no {base.message_size_bytes} B row (largest: {run.largest.size_bytes} B); run all_reduce_perf "
+            f"up to at least {base.message_size_bytes} B",
+            base.source,
+        )
     threshold = round(exp.busbw_pass_fraction * base.busbw_gbps, 2)
     measured = row.oop_busbw_gbps
-    detail = (f"{measured:.2f} GB/s at {row.size_bytes} B, needs >= {exp.busbw_pass_fraction:g} x "
-              f"{base.busbw_gbps:.2f} = {threshold:.2f} GB/s ({base.nodes}-node baseline)")
+    detail = (
+        f"{measured:.2f} GB/s at {row.size_bytes} B, needs >= {exp.busbw_pass_fraction:g} x "
+        f"{base.busbw_gbps:.2f} = {threshold:.2f} GB/s ({base.nodes}-node baseline)"
+    )
     return _result(name, measured >= threshold, measured, base.busbw_gbps, detail, base.source)
 
 
 def _pending(check: CheckResult) -> CheckResult:
-    return _result(check.name, None, None, check.expected,
-                   "pending: the cluster all-reduce runs once every node has passed its local checks", check.source)
+    return _result(
+        check.name,
+        None,
+        None,
+        check.expected,
+        "pending: the cluster all-reduce runs once every node has passed its local checks",
+        check.source,
+    )
 
 
-def decide(expectations: Expectations, outputs: GateOutputs, *, stack: str, node: str,
-           checked_at: datetime | None = None, stage: str = "cluster", address: str = "") -> NodeHealth:
+def decide(
+    expectations: Expectations,
+    outputs: GateOutputs,
+    *,
+    stack: str,
+    node: str,
+    checked_at: datetime | None = None,
+    stage: str = "cluster",
+    address: str = "",
+) -> NodeHealth:
     """Run every check on what the node collected.
 
     Args:
@@ -542,13 +661,23 @@ def decide(expectations: Expectations, outputs: GateOutputs, *, stack: str, node
     """
     run = _all_reduce(outputs)
     ranks = _allreduce_ranks(expectations, run)
-    checks: tuple[CheckResult, ...] = (_gpu_count(expectations, outputs), _ecc(expectations, outputs), _nvlink(expectations, outputs),
-              _fabric_manager(expectations, outputs), _efa(expectations, outputs), _gpudirect(expectations, outputs),
-              ranks, _allreduce_complete(run), _allreduce_correct(run), _allreduce_busbw(expectations, run, ranks))
+    checks: tuple[CheckResult, ...] = (
+        _gpu_count(expectations, outputs),
+        _ecc(expectations, outputs),
+        _nvlink(expectations, outputs),
+        _fabric_manager(expectations, outputs),
+        _efa(expectations, outputs),
+        _gpudirect(expectations, outputs),
+        ranks,
+        _allreduce_complete(run),
+        _allreduce_correct(run),
+        _allreduce_busbw(expectations, run, ranks),
+    )
     if stage not in STAGES:
         raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
     if stage == "local":
         checks = tuple(_pending(c) if c.name in ALL_REDUCE_CHECKS else c for c in checks)
     when = (checked_at or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="seconds")
-    return NodeHealth(stack, node, expectations.cloud, expectations.instance_type, expectations.nodes, when, checks,
-                      stage, address)
+    return NodeHealth(
+        stack, node, expectations.cloud, expectations.instance_type, expectations.nodes, when, checks, stage, address
+    )

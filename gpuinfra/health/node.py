@@ -58,16 +58,23 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from collections.abc import Callable
 
+from gpuinfra.errors import PreconditionFailed
 from gpuinfra.health import parsers as p
 from gpuinfra.health.baselines import Baseline
-from gpuinfra.health.gate import (ALL_REDUCE_CHECKS, HEALTH_PREFIX, Expectations, GateOutputs, NodeHealth, decide,
-                                  health_key)
-from gpuinfra.errors import PreconditionFailed
+from gpuinfra.health.gate import (
+    ALL_REDUCE_CHECKS,
+    HEALTH_PREFIX,
+    Expectations,
+    GateOutputs,
+    NodeHealth,
+    decide,
+    health_key,
+)
 from gpuinfra.health.ranks import DecisionScope, settle
 
 STATE_DIR = Path("/run/gpuinfra")
@@ -118,7 +125,9 @@ def run_command(argv: list[str], timeout: float, cwd: str | None = None) -> tupl
         return 127, f"{argv[0]}: not found\n"
     except subprocess.TimeoutExpired as exc:
         out = (exc.stdout or b"") + (exc.stderr or b"")
-        return 124, (out.decode(errors="replace") if isinstance(out, bytes) else out) + f"\ntimed out after {timeout} s\n"
+        return 124, (
+            out.decode(errors="replace") if isinstance(out, bytes) else out
+        ) + f"\ntimed out after {timeout} s\n"
     return done.returncode, done.stdout + done.stderr
 
 
@@ -142,8 +151,13 @@ class NodeConfig:
         mode = env.get("GPUINFRA_HEALTH_GATE") or "off"
         if mode not in MODES:
             raise ValueError(f"GPUINFRA_HEALTH_GATE={mode!r}, allowed: {', '.join(MODES)}")
-        return cls(env["GPUINFRA_CLOUD"], env["GPUINFRA_STACK"], env["GPUINFRA_BUCKET"], mode,
-                   env.get("GPUINFRA_AGENT_DRY_RUN") == "1")
+        return cls(
+            env["GPUINFRA_CLOUD"],
+            env["GPUINFRA_STACK"],
+            env["GPUINFRA_BUCKET"],
+            mode,
+            env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
+        )
 
 
 class Bucket:
@@ -163,8 +177,11 @@ class Bucket:
         Raises:
             OSError: the CLI failed.
         """
-        argv = (["aws", "s3", "cp", "--only-show-errors", str(path), self.url(key)] if self.cloud == "aws"
-                else ["gcloud", "storage", "cp", str(path), self.url(key)])
+        argv = (
+            ["aws", "s3", "cp", "--only-show-errors", str(path), self.url(key)]
+            if self.cloud == "aws"
+            else ["gcloud", "storage", "cp", str(path), self.url(key)]
+        )
         rc, out = self.runner(argv, 120)
         if rc:
             raise OSError(f"upload to {self.url(key)} failed ({rc}): {out.strip()[-300:]}")
@@ -185,9 +202,23 @@ class Bucket:
             PreconditionFailed: the key exists.
             OSError: the CLI failed otherwise.
         """
-        argv = (["aws", "s3api", "put-object", "--bucket", self.bucket, "--key", key, "--body", str(path),
-                 "--if-none-match", "*"] if self.cloud == "aws"
-                else ["gcloud", "storage", "cp", "--if-generation-match=0", str(path), self.url(key)])
+        argv = (
+            [
+                "aws",
+                "s3api",
+                "put-object",
+                "--bucket",
+                self.bucket,
+                "--key",
+                key,
+                "--body",
+                str(path),
+                "--if-none-match",
+                "*",
+            ]
+            if self.cloud == "aws"
+            else ["gcloud", "storage", "cp", "--if-generation-match=0", str(path), self.url(key)]
+        )
         rc, out = self.runner(argv, 120)
         if not rc:
             return
@@ -203,8 +234,11 @@ class Bucket:
             OSError: the CLI failed.
         """
         with tempfile.TemporaryDirectory() as tmp:
-            argv = (["aws", "s3", "cp", "--only-show-errors", "--recursive", self.url(prefix), tmp]
-                    if self.cloud == "aws" else ["gcloud", "storage", "cp", "--recursive", self.url(prefix + "*"), tmp])
+            argv = (
+                ["aws", "s3", "cp", "--only-show-errors", "--recursive", self.url(prefix), tmp]
+                if self.cloud == "aws"
+                else ["gcloud", "storage", "cp", "--recursive", self.url(prefix + "*"), tmp]
+            )
             rc, out = self.runner(argv, 120)
             if rc and not (self.cloud == "gcp" and "matched no objects" in out.lower()):
                 raise OSError(f"listing {self.url(prefix)} failed ({rc}): {out.strip()[-300:]}")
@@ -216,6 +250,7 @@ def collect_local(exp: Expectations, runner: Runner = run_command) -> GateOutput
     """The node's own command outputs; a command that could not run gives None (its check fails
     "not run"), except the fabric manager, whose ``systemctl is-active`` prints the state even
     with a non-zero exit."""
+
     def out(argv: list[str], keep_failed: bool = False) -> str | None:
         rc, text = runner(argv, 120)
         return text if rc == 0 or (keep_failed and rc not in (124, 127)) else None
@@ -291,8 +326,9 @@ class HealthNode:
         self.bucket.put(health_key(self.config.stack, self.node), path)
 
     def _decide(self, outputs: GateOutputs, stage: str) -> NodeHealth:
-        return decide(self.expectations, outputs, stack=self.config.stack, node=self.node, stage=stage,
-                      address=self.address)
+        return decide(
+            self.expectations, outputs, stack=self.config.stack, node=self.node, stage=stage, address=self.address
+        )
 
     def local(self) -> NodeHealth:
         """The ``local`` stage: checks, upload; with ``enforce`` a failure is the verdict and the
@@ -308,8 +344,9 @@ class HealthNode:
             self._mark(EXCLUDED_MARK, reason + "\n")
         return health
 
-    def end_when_ranks_decided(self, health: NodeHealth, wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS + 600,
-                               poll_seconds: float = 10.0) -> None:
+    def end_when_ranks_decided(
+        self, health: NodeHealth, wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS + 600, poll_seconds: float = 10.0
+    ) -> None:
         """End an excluded node once gpuinfra-cluster-env decided the ranks (or after
         ``wait_seconds``): ending earlier would leave the peers listing one node fewer than
         they wait for."""
@@ -319,8 +356,9 @@ class HealthNode:
         if self.end_node and not self.config.dry_run:
             self.end_node(f"health gate failed: {_reasons(health)}")
 
-    def peers(self, addresses: list[str], wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS,
-              poll_seconds: float = 15.0) -> list[str]:
+    def peers(
+        self, addresses: list[str], wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS, poll_seconds: float = 15.0
+    ) -> list[str]:
         """Addresses that take a rank, in rank order; with ``report`` at once (all of them).
         With ``enforce`` the cluster's one decision (:mod:`gpuinfra.health.ranks`): the stored
         one as soon as there is one; else, once every address has a result or after
@@ -344,10 +382,16 @@ class HealthNode:
             results = current_results(docs, self.config.stack, not_before)
             complete = all(a in results for a in addresses)
             if complete or self.clock() >= deadline:
-                proposal = scope.propose(ranked_addresses(addresses, results, self.config.mode), results, self.node,
-                                         self.address, "all-results" if complete else "deadline")
-                return list(settle(self.bucket, scope, proposal, lambda: self.bucket.read_prefix(prefix),
-                                   self.sleep).ranked)
+                proposal = scope.propose(
+                    ranked_addresses(addresses, results, self.config.mode),
+                    results,
+                    self.node,
+                    self.address,
+                    "all-results" if complete else "deadline",
+                )
+                return list(
+                    settle(self.bucket, scope, proposal, lambda: self.bucket.read_prefix(prefix), self.sleep).ranked
+                )
             self.sleep(poll_seconds)
 
     def world(self, nnodes: int) -> Expectations:
@@ -363,16 +407,40 @@ class HealthNode:
         through gpuinfra-run (named container, removed on timeout), every check, upload, mark;
         :meth:`keep` stores a passed result for reboots once the verdict is collective."""
         self.runner(["docker", "rm", "-f", ALLREDUCE_CONTAINER], 60)
-        rc, text = self.runner([RUN_SCRIPT, "--skip-health-gate", "--wait", "60", "--name", ALLREDUCE_CONTAINER,
-                                "--entrypoint", "env", "-e", "NCCL_DEBUG=INFO", "-e", "NCCL_DEBUG_SUBSYS=INIT,NET",
-                                "--", "python3", ALLREDUCE_SCRIPT], ALLREDUCE_TIMEOUT_SECONDS)
+        rc, text = self.runner(
+            [
+                RUN_SCRIPT,
+                "--skip-health-gate",
+                "--wait",
+                "60",
+                "--name",
+                ALLREDUCE_CONTAINER,
+                "--entrypoint",
+                "env",
+                "-e",
+                "NCCL_DEBUG=INFO",
+                "-e",
+                "NCCL_DEBUG_SUBSYS=INIT,NET",
+                "--",
+                "python3",
+                ALLREDUCE_SCRIPT,
+            ],
+            ALLREDUCE_TIMEOUT_SECONDS,
+        )
         if rc == 124:
             self.runner(["docker", "rm", "-f", ALLREDUCE_CONTAINER], 60)
         exp = self.world(nnodes or self.expectations.nodes)
         outputs = collect_local(exp, self.runner)
-        health = decide(exp, GateOutputs(outputs.nvidia_smi, outputs.nvlink_status, outputs.fabric_manager,
-                                         outputs.fi_info, all_reduce=text), stack=self.config.stack, node=self.node,
-                        stage="cluster", address=self.address)
+        health = decide(
+            exp,
+            GateOutputs(
+                outputs.nvidia_smi, outputs.nvlink_status, outputs.fabric_manager, outputs.fi_info, all_reduce=text
+            ),
+            stack=self.config.stack,
+            node=self.node,
+            stage="cluster",
+            address=self.address,
+        )
         self.publish(health)
         if health.passed:
             self._mark(PASSED_MARK, health.checked_at + "\n")
@@ -380,8 +448,14 @@ class HealthNode:
             self._mark(FAILED_MARK, _reasons(health) + "\n")
         return health
 
-    def await_peers(self, health: NodeHealth, addresses: list[str], since: datetime,
-                    wait_seconds: float = 900, poll_seconds: float = 15.0) -> NodeHealth:
+    def await_peers(
+        self,
+        health: NodeHealth,
+        addresses: list[str],
+        since: datetime,
+        wait_seconds: float = 900,
+        poll_seconds: float = 15.0,
+    ) -> NodeHealth:
         """The job is collective: this node's ``passed`` verdict stands only when every ranked
         node (``addresses``, the hostfile) uploaded a passed cluster result checked at or after
         ``since``; otherwise the verdict becomes failed, naming the peers (a job started here
@@ -391,9 +465,11 @@ class HealthNode:
         prefix = f"health/{self.config.stack}/"
         deadline = self.clock() + wait_seconds
         while True:
-            results = {a: r for a, r in current_results(self.bucket.read_prefix(prefix), self.config.stack,
-                                                        since).items()
-                       if r.stage == "cluster" and r.nodes == health.nodes}
+            results = {
+                a: r
+                for a, r in current_results(self.bucket.read_prefix(prefix), self.config.stack, since).items()
+                if r.stage == "cluster" and r.nodes == health.nodes
+            }
             missing = [a for a in addresses if a not in results]
             if not missing or self.clock() >= deadline:
                 break
@@ -423,14 +499,28 @@ class HealthNode:
         if self.results_not_before and datetime.fromisoformat(kept.checked_at) < self.results_not_before:
             return None  # another deployment's
         fresh = {c.name: c for c in local.checks}
-        checks = tuple(fresh[c.name] if c.name not in ALL_REDUCE_CHECKS else
-                       replace(c, detail=f"{c.detail} (cluster all-reduce of {kept.checked_at}, before a reboot)")
-                       for c in kept.checks)
-        health = NodeHealth(kept.stack, kept.node, kept.cloud, kept.instance_type, kept.nodes, local.checked_at,
-                            checks, "cluster", self.address)
+        checks = tuple(
+            fresh[c.name]
+            if c.name not in ALL_REDUCE_CHECKS
+            else replace(c, detail=f"{c.detail} (cluster all-reduce of {kept.checked_at}, before a reboot)")
+            for c in kept.checks
+        )
+        health = NodeHealth(
+            kept.stack,
+            kept.node,
+            kept.cloud,
+            kept.instance_type,
+            kept.nodes,
+            local.checked_at,
+            checks,
+            "cluster",
+            self.address,
+        )
         self.publish(health)
-        self._mark(PASSED_MARK if health.passed else FAILED_MARK,
-                   (health.checked_at if health.passed else _reasons(health)) + "\n")
+        self._mark(
+            PASSED_MARK if health.passed else FAILED_MARK,
+            (health.checked_at if health.passed else _reasons(health)) + "\n",
+        )
         return health
 
 
@@ -475,9 +565,17 @@ def _build(config: NodeConfig, expectations_path: Path) -> HealthNode:  # pragma
     if not address:
         raise OSError("the metadata service gave no private address")
     not_before = doc.get("results_not_before")
-    return HealthNode(config, exp, metadata.node_name(), address, Bucket(config.cloud, config.bucket), runner,
-                      end_node=end, world_baselines={int(k): v for k, v in (doc.get("world_baselines") or {}).items()},
-                      results_not_before=datetime.fromisoformat(not_before) if not_before else None)
+    return HealthNode(
+        config,
+        exp,
+        metadata.node_name(),
+        address,
+        Bucket(config.cloud, config.bucket),
+        runner,
+        end_node=end,
+        world_baselines={int(k): v for k, v in (doc.get("world_baselines") or {}).items()},
+        results_not_before=datetime.fromisoformat(not_before) if not_before else None,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node

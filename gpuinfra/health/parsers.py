@@ -41,8 +41,10 @@ from dataclasses import dataclass
 #: The query the node runs for :func:`parse_nvidia_smi_query` (fields: ``nvidia-smi
 #: --help-query-gpu``). ``ecc.errors.uncorrected.volatile.total``: uncorrectable ECC errors since
 #: the driver loaded, summed over the whole chip.
-NVIDIA_SMI_QUERY = ("nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,ecc.mode.current,"
-                    "ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total --format=csv")
+NVIDIA_SMI_QUERY = (
+    "nvidia-smi --query-gpu=index,name,uuid,pci.bus_id,ecc.mode.current,"
+    "ecc.errors.corrected.volatile.total,ecc.errors.uncorrected.volatile.total --format=csv"
+)
 NVLINK_STATUS_COMMAND = "nvidia-smi nvlink -s"
 FI_INFO_COMMAND = "fi_info -p efa"
 FABRIC_MANAGER_COMMAND = "systemctl is-active nvidia-fabricmanager"
@@ -116,15 +118,19 @@ def parse_nvidia_smi_query(text: str) -> tuple[GpuRow, ...]:
         if len(row) != len(header):
             raise ValueError(f"nvidia-smi CSV line {number} has {len(row)} fields, the header {len(header)}")
         field = dict(zip(header, row, strict=True))
-        gpus.append(GpuRow(
-            index=_index(field["index"]),
-            name=field["name"].strip(),
-            uuid=(field.get("uuid") or "").strip() or None,
-            ecc_uncorrected_volatile=_int_or_none(field.get("ecc.errors.uncorrected.volatile.total"),
-                                                  "ecc.errors.uncorrected.volatile.total"),
-            ecc_corrected_volatile=_int_or_none(field.get("ecc.errors.corrected.volatile.total"),
-                                                "ecc.errors.corrected.volatile.total"),
-        ))
+        gpus.append(
+            GpuRow(
+                index=_index(field["index"]),
+                name=field["name"].strip(),
+                uuid=(field.get("uuid") or "").strip() or None,
+                ecc_uncorrected_volatile=_int_or_none(
+                    field.get("ecc.errors.uncorrected.volatile.total"), "ecc.errors.uncorrected.volatile.total"
+                ),
+                ecc_corrected_volatile=_int_or_none(
+                    field.get("ecc.errors.corrected.volatile.total"), "ecc.errors.corrected.volatile.total"
+                ),
+            )
+        )
     return tuple(gpus)
 
 
@@ -368,8 +374,8 @@ def parse_all_reduce(text: str) -> AllReduceResult:
         failure = next((line.strip() for line in lines if "NCCL WARN" in line or "failure" in line.lower()), None)
         raise ValueError("no all_reduce_perf result table" + (f": {failure[:160]}" if failure else ""))
     header_line = lines[start]
-    prefix = header_line[:header_line.index("#")]
-    columns = header_line[len(prefix):].lstrip("#").split()
+    prefix = header_line[: header_line.index("#")]
+    columns = header_line[len(prefix) :].lstrip("#").split()
     if columns.count("busbw") < 1 or "#wrong" not in columns:
         raise ValueError(f"unsupported all_reduce_perf header (no busbw and #wrong columns): {header_line.strip()!r}")
     busbw = [i for i, c in enumerate(columns) if c == "busbw"]
@@ -383,36 +389,49 @@ def parse_all_reduce(text: str) -> AllReduceResult:
     hosts = _unique([m.group(2) for m in rank_lines if m.group(2)])
     setup = next((m for line in lines[:start] if (m := _RUN_SETUP.search(line))), None)
     warnings = tuple(line.strip() for line in lines if "NCCL WARN" in line)
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if prefix and not line.startswith(prefix):
             continue  # another rank's or tool's line interleaved
-        body = line[len(prefix):]
+        body = line[len(prefix) :]
         if body.lstrip().startswith("#"):
-            if (match := _OUT_OF_BOUNDS.search(body)):
+            if match := _OUT_OF_BOUNDS.search(body):
                 out_of_bounds = int(match.group(1))
-            elif (match := _AVG_BUSBW.search(body)):
+            elif match := _AVG_BUSBW.search(body):
                 avg = float(match.group(1))
             continue
         tokens = body.split()
         if len(tokens) < width or not tokens[0].isdigit():
             continue  # NCCL INFO lines and other chatter between rows
         two = len(busbw) > 1
-        rows.append(AllReduceRow(
-            size_bytes=int(tokens[0]), count=int(_number(tokens[1], "count", body)), dtype=tokens[2], redop=tokens[3],
-            oop_time_us=_number(tokens[times[0]], "time", body),
-            oop_algbw_gbps=_number(tokens[algbw[0]], "algbw", body),
-            oop_busbw_gbps=_number(tokens[busbw[0]], "busbw", body),
-            oop_wrong=_wrong(tokens[wrong[0]], body),
-            ip_time_us=_number(tokens[times[1]], "time", body) if two else None,
-            ip_algbw_gbps=_number(tokens[algbw[1]], "algbw", body) if two else None,
-            ip_busbw_gbps=_number(tokens[busbw[1]], "busbw", body) if two else None,
-            ip_wrong=_wrong(tokens[wrong[1]], body) if two and len(wrong) > 1 else None,
-        ))
+        rows.append(
+            AllReduceRow(
+                size_bytes=int(tokens[0]),
+                count=int(_number(tokens[1], "count", body)),
+                dtype=tokens[2],
+                redop=tokens[3],
+                oop_time_us=_number(tokens[times[0]], "time", body),
+                oop_algbw_gbps=_number(tokens[algbw[0]], "algbw", body),
+                oop_busbw_gbps=_number(tokens[busbw[0]], "busbw", body),
+                oop_wrong=_wrong(tokens[wrong[0]], body),
+                ip_time_us=_number(tokens[times[1]], "time", body) if two else None,
+                ip_algbw_gbps=_number(tokens[algbw[1]], "algbw", body) if two else None,
+                ip_busbw_gbps=_number(tokens[busbw[1]], "busbw", body) if two else None,
+                ip_wrong=_wrong(tokens[wrong[1]], body) if two and len(wrong) > 1 else None,
+            )
+        )
     if not rows:
         raise ValueError("all_reduce_perf printed its header but no result row (the test did not complete)")
-    return AllReduceResult(tuple(rows), out_of_bounds, avg, ranks, hosts,
-                           int(setup.group(1)) if setup else None, int(setup.group(2)) if setup else None,
-                           setup.group(3) if setup else None, warnings)
+    return AllReduceResult(
+        tuple(rows),
+        out_of_bounds,
+        avg,
+        ranks,
+        hosts,
+        int(setup.group(1)) if setup else None,
+        int(setup.group(2)) if setup else None,
+        setup.group(3) if setup else None,
+        warnings,
+    )
 
 
 # ------------------------------------------------------------------------ NCCL network plugin
@@ -461,14 +480,24 @@ def parse_nccl_net(text: str) -> NcclNetInfo:
     networks = [m.group(1).strip() for line in info if (m := _USING_NETWORK.search(line))]
     plugins = [m.group(1).strip() for line in info if (m := _LOADED_PLUGIN.search(line))]
     transports = [m.group(1) for line in info if (m := _TRANSPORT.search(line))]
-    return NcclNetInfo(_unique(networks), _unique(plugins), _unique(transports),
-                       any(_NO_NET_PLUGIN.search(line) for line in info))
+    return NcclNetInfo(
+        _unique(networks), _unique(plugins), _unique(transports), any(_NO_NET_PLUGIN.search(line) for line in info)
+    )
 
 
 # ---------------------------------------------------------------------------- fabric manager
 #: ``ActiveState`` values ``systemctl is-active`` prints (systemctl(1), org.freedesktop.systemd1).
-UNIT_STATES = ("active", "reloading", "inactive", "failed", "activating", "deactivating", "maintenance",
-               "refreshing", "unknown")
+UNIT_STATES = (
+    "active",
+    "reloading",
+    "inactive",
+    "failed",
+    "activating",
+    "deactivating",
+    "maintenance",
+    "refreshing",
+    "unknown",
+)
 
 
 @dataclass(frozen=True)

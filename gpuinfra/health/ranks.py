@@ -38,11 +38,11 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
-from collections.abc import Callable, Mapping
 
 from gpuinfra.errors import PreconditionFailed, RankDecisionError
 from gpuinfra.health.gate import HEALTH_PREFIX, NodeHealth
@@ -99,11 +99,19 @@ class RankDecision:
 
     def to_dict(self) -> dict:
         """JSON form, keys in a fixed order."""
-        return {"kind": DECISION_KIND, "schema_version": DECISION_SCHEMA_VERSION, "stack": self.stack,
-                "results_not_before": self.results_not_before, "listed": list(self.listed),
-                "ranked": list(self.ranked), "decided_by": self.decided_by,
-                "decided_by_address": self.decided_by_address, "decided_at": self.decided_at,
-                "trigger": self.trigger, "results": self.results}
+        return {
+            "kind": DECISION_KIND,
+            "schema_version": DECISION_SCHEMA_VERSION,
+            "stack": self.stack,
+            "results_not_before": self.results_not_before,
+            "listed": list(self.listed),
+            "ranked": list(self.ranked),
+            "decided_by": self.decided_by,
+            "decided_by_address": self.decided_by_address,
+            "decided_at": self.decided_at,
+            "trigger": self.trigger,
+            "results": self.results,
+        }
 
     def to_json(self) -> str:
         """The document as stored."""
@@ -120,13 +128,22 @@ class RankDecision:
         if not isinstance(data, dict) or data.get("kind") != DECISION_KIND:
             raise ValueError("not a rank decision")
         if data.get("schema_version") != DECISION_SCHEMA_VERSION:
-            raise ValueError(f"schema_version {data.get('schema_version')!r}, this gpuinfra reads "
-                             f"{DECISION_SCHEMA_VERSION!r}")
+            raise ValueError(
+                f"schema_version {data.get('schema_version')!r}, this gpuinfra reads {DECISION_SCHEMA_VERSION!r}"
+            )
         try:
             listed, ranked = tuple(map(str, data["listed"])), tuple(map(str, data["ranked"]))
-            decision = cls(str(data["stack"]), data["results_not_before"], listed, ranked, str(data["decided_by"]),
-                           str(data["decided_by_address"]), str(data["decided_at"]), str(data["trigger"]),
-                           dict(data.get("results") or {}))
+            decision = cls(
+                str(data["stack"]),
+                data["results_not_before"],
+                listed,
+                ranked,
+                str(data["decided_by"]),
+                str(data["decided_by_address"]),
+                str(data["decided_at"]),
+                str(data["trigger"]),
+                dict(data.get("results") or {}),
+            )
             datetime.fromisoformat(decision.decided_at)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"missing or invalid field: {exc!r}") from None
@@ -155,7 +172,11 @@ class DecisionScope:
         """``health/<stack>/ranks-<not before, UTC, to the second>-<16 hex>.decision``; the hex
         digits are SHA-256 of the exact ``results_not_before`` and the sorted addresses."""
         not_before = _iso(self.results_not_before)
-        stamp = self.results_not_before.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ") if self.results_not_before else "any"
+        stamp = (
+            self.results_not_before.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            if self.results_not_before
+            else "any"
+        )
         digest = hashlib.sha256("\n".join([not_before or "", *sorted(self.addresses)]).encode()).hexdigest()[:16]
         return f"{HEALTH_PREFIX}/{self.stack}/ranks-{stamp}-{digest}{DECISION_SUFFIX}"
 
@@ -174,17 +195,28 @@ class DecisionScope:
             if decision.stack != self.stack:
                 raise ValueError(f"written for stack {decision.stack!r}")
             if decision.results_not_before != _iso(self.results_not_before):
-                raise ValueError(f"written for the deployment of {decision.results_not_before}, this node's is "
-                                 f"{_iso(self.results_not_before)}")
+                raise ValueError(
+                    f"written for the deployment of {decision.results_not_before}, this node's is "
+                    f"{_iso(self.results_not_before)}"
+                )
             if sorted(decision.listed) != sorted(self.addresses):
                 raise ValueError(f"lists {', '.join(decision.listed)}, this node lists {', '.join(self.addresses)}")
         except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-            raise RankDecisionError(f"{self.key} is not this deployment's rank decision ({exc}); no node can store "
-                                    "another there: delete it so that the nodes decide again") from None
+            raise RankDecisionError(
+                f"{self.key} is not this deployment's rank decision ({exc}); no node can store "
+                "another there: delete it so that the nodes decide again"
+            ) from None
         return decision
 
-    def propose(self, ranked: list[str], results: Mapping[str, NodeHealth], node: str, address: str,
-                trigger: str, decided_at: datetime | None = None) -> RankDecision:
+    def propose(
+        self,
+        ranked: list[str],
+        results: Mapping[str, NodeHealth],
+        node: str,
+        address: str,
+        trigger: str,
+        decided_at: datetime | None = None,
+    ) -> RankDecision:
         """This node's decision (stored only if no other node stored one first).
 
         Args:
@@ -194,16 +226,34 @@ class DecisionScope:
             trigger: ``all-results`` or ``deadline``.
             decided_at: the decision's time (default: now, UTC).
         """
-        seen = {a: {"node": r.node, "stage": r.stage, "checked_at": r.checked_at, "passed": r.passed}
-                for a, r in results.items() if a in self.addresses}
+        seen = {
+            a: {"node": r.node, "stage": r.stage, "checked_at": r.checked_at, "passed": r.passed}
+            for a, r in results.items()
+            if a in self.addresses
+        }
         when = (decided_at or datetime.now(timezone.utc)).astimezone(timezone.utc)
-        return RankDecision(self.stack, _iso(self.results_not_before), tuple(self.addresses), tuple(ranked), node,
-                            address, when.isoformat(timespec="seconds"), trigger, seen)
+        return RankDecision(
+            self.stack,
+            _iso(self.results_not_before),
+            tuple(self.addresses),
+            tuple(ranked),
+            node,
+            address,
+            when.isoformat(timespec="seconds"),
+            trigger,
+            seen,
+        )
 
 
-def settle(bucket: DecisionBucket, scope: DecisionScope, proposal: RankDecision,
-           read_docs: Callable[[], Mapping[str, bytes]], sleep: Callable[[float], None],
-           tries: int = WRITE_TRIES, retry_seconds: float = RETRY_SECONDS) -> RankDecision:
+def settle(
+    bucket: DecisionBucket,
+    scope: DecisionScope,
+    proposal: RankDecision,
+    read_docs: Callable[[], Mapping[str, bytes]],
+    sleep: Callable[[float], None],
+    tries: int = WRITE_TRIES,
+    retry_seconds: float = RETRY_SECONDS,
+) -> RankDecision:
     """The cluster's decision: ``proposal`` when this node stored it first, else the stored one.
 
     Args:
@@ -242,5 +292,6 @@ def settle(bucket: DecisionBucket, scope: DecisionScope, proposal: RankDecision,
                 continue
             if stored is not None:
                 return stored
-    raise RankDecisionError(f"could not store or read the rank decision {bucket.url(scope.key)} "
-                            f"({tries} tries: {'; '.join(failures)})")
+    raise RankDecisionError(
+        f"could not store or read the rank decision {bucket.url(scope.key)} ({tries} tries: {'; '.join(failures)})"
+    )

@@ -38,7 +38,7 @@ def alarm_periods(idle_alarm_minutes: int) -> int:
 def aws_search_expression(namespace: str, metric: str, stat: str) -> str:
     """``SEARCH('"<namespace>" MetricName="<metric>"', '<stat>', <period>)``: every series of
     ``metric`` in ``namespace``, whatever its dimensions (module docstring)."""
-    return (f"SEARCH('\"{namespace}\" MetricName=\"{metric}\"', '{stat}', {m.METRICS_INTERVAL_SECONDS})")
+    return f"SEARCH('\"{namespace}\" MetricName=\"{metric}\"', '{stat}', {m.METRICS_INTERVAL_SECONDS})"
 
 
 def aws_dashboard_body(stack: str, region: str, idle_percent: int) -> str:
@@ -51,22 +51,45 @@ def aws_dashboard_body(stack: str, region: str, idle_percent: int) -> str:
         return [[{"expression": aws_search_expression(ns, metric, stat), "id": metric.replace("nvidia_smi_", "")}]]
 
     def widget(title: str, metrics: list, y: int, x: int = 0, width: int = 12, **extra) -> dict:
-        return {"type": "metric", "x": x, "y": y, "width": width, "height": 6,
-                "properties": {"title": title, "view": "timeSeries", "region": region, "stat": "Average",
-                               "period": m.METRICS_INTERVAL_SECONDS, "metrics": metrics, **extra}}
+        return {
+            "type": "metric",
+            "x": x,
+            "y": y,
+            "width": width,
+            "height": 6,
+            "properties": {
+                "title": title,
+                "view": "timeSeries",
+                "region": region,
+                "stat": "Average",
+                "period": m.METRICS_INTERVAL_SECONDS,
+                "metrics": metrics,
+                **extra,
+            },
+        }
 
     widgets = [
-        widget("GPU utilization, cluster (%)", [
-            [ns, m.AWS_UTILIZATION_METRIC, {"stat": "Maximum", "label": "busiest GPU"}],
-            [ns, m.AWS_UTILIZATION_METRIC, {"stat": "Average", "label": "mean of all GPUs"}],
-        ], 0, width=24, yAxis={"left": {"min": 0, "max": 100}},
-            annotations={"horizontal": [{"label": "idle threshold", "value": idle_percent}]}),
+        widget(
+            "GPU utilization, cluster (%)",
+            [
+                [ns, m.AWS_UTILIZATION_METRIC, {"stat": "Maximum", "label": "busiest GPU"}],
+                [ns, m.AWS_UTILIZATION_METRIC, {"stat": "Average", "label": "mean of all GPUs"}],
+            ],
+            0,
+            width=24,
+            yAxis={"left": {"min": 0, "max": 100}},
+            annotations={"horizontal": [{"label": "idle threshold", "value": idle_percent}]},
+        ),
         widget("GPU utilization per GPU (%)", search(m.AWS_UTILIZATION_METRIC, "Average"), 6),
         widget("GPU memory used per GPU (MB)", search(m.AWS_MEMORY_USED_METRIC, "Average"), 6, x=12),
         widget("GPU power draw per GPU (W)", search(m.AWS_POWER_METRIC, "Average"), 12),
         widget("GPU temperature per GPU (°C)", search(m.AWS_TEMPERATURE_METRIC, "Maximum"), 12, x=12),
-        widget("Host CPU, memory, root disk used (%, busiest node)",
-               [[ns, name, {"stat": "Maximum"}] for name in m.AWS_HOST_METRICS], 18, width=24),
+        widget(
+            "Host CPU, memory, root disk used (%, busiest node)",
+            [[ns, name, {"stat": "Maximum"}] for name in m.AWS_HOST_METRICS],
+            18,
+            width=24,
+        ),
     ]
     return json.dumps({"widgets": widgets}, sort_keys=True)
 
@@ -74,43 +97,96 @@ def aws_dashboard_body(stack: str, region: str, idle_percent: int) -> str:
 def gcp_stack_filter(metric_type: str, stack_label: str) -> str:
     """Monitoring filter selecting ``metric_type`` of the stack's VMs (their
     ``gpuinfra-stack`` label, :func:`gpuinfra.plan.tags.gcp_labels`)."""
-    return (f'metric.type = "{metric_type}" AND resource.type = "gce_instance" AND '
-            f'metadata.user_labels."gpuinfra-stack" = "{stack_label}"')
+    return (
+        f'metric.type = "{metric_type}" AND resource.type = "gce_instance" AND '
+        f'metadata.user_labels."gpuinfra-stack" = "{stack_label}"'
+    )
 
 
 def gcp_dashboard_json(stack: str, stack_label: str, idle_percent: int) -> str:
     """Cloud Monitoring dashboard JSON: busiest / mean GPU utilization of the cluster with the
     idle threshold, each GPU's utilization and memory used, host CPU and memory."""
 
-    def dataset(metric: str, aligner: str, reducer: str | None, group_by: list[str], legend: str,
-                extra_filter: str = "") -> dict:
-        aggregation: dict[str, object] = {"alignmentPeriod": f"{m.METRICS_INTERVAL_SECONDS}s", "perSeriesAligner": aligner}
+    def dataset(
+        metric: str, aligner: str, reducer: str | None, group_by: list[str], legend: str, extra_filter: str = ""
+    ) -> dict:
+        aggregation: dict[str, object] = {
+            "alignmentPeriod": f"{m.METRICS_INTERVAL_SECONDS}s",
+            "perSeriesAligner": aligner,
+        }
         if reducer:
             aggregation.update(crossSeriesReducer=reducer, groupByFields=group_by)
-        return {"plotType": "LINE", "legendTemplate": legend, "timeSeriesQuery": {"timeSeriesFilter": {
-            "filter": gcp_stack_filter(metric, stack_label) + extra_filter, "aggregation": aggregation}}}
+        return {
+            "plotType": "LINE",
+            "legendTemplate": legend,
+            "timeSeriesQuery": {
+                "timeSeriesFilter": {
+                    "filter": gcp_stack_filter(metric, stack_label) + extra_filter,
+                    "aggregation": aggregation,
+                }
+            },
+        }
 
     def chart(title: str, datasets: list, **extra) -> dict:
         return {"title": title, "xyChart": {"dataSets": datasets, **extra}}
 
     per_gpu = ['metadata.system_labels."name"', 'metric.label."gpu_number"']
     widgets = [
-        chart("GPU utilization, cluster (%)", [
-            dataset(m.GCP_UTILIZATION_METRIC, "ALIGN_MEAN", "REDUCE_MAX", [], "busiest GPU"),
-            dataset(m.GCP_UTILIZATION_METRIC, "ALIGN_MEAN", "REDUCE_MEAN", [], "mean of all GPUs"),
-        ], thresholds=[{"label": "idle threshold", "value": idle_percent}]),
-        chart("GPU utilization per GPU (%)", [dataset(m.GCP_UTILIZATION_METRIC, "ALIGN_MEAN", "REDUCE_MEAN", per_gpu,
-                                                      "${metadata.system_labels.name} GPU ${metric.labels.gpu_number}")]),
-        chart("GPU memory used per GPU (bytes)", [dataset(
-            m.GCP_MEMORY_USED_METRIC, "ALIGN_MEAN", "REDUCE_MEAN", per_gpu,
-            "${metadata.system_labels.name} GPU ${metric.labels.gpu_number}",
-            ' AND metric.label."memory_state" = "used"')]),
-        chart("Host CPU and memory used (%)", [
-            dataset(m.GCP_CPU_METRIC, "ALIGN_MEAN", "REDUCE_SUM", ['metadata.system_labels."name"'],
-                    "CPU ${metadata.system_labels.name}", ' AND metric.label."cpu_state" != "idle"'),
-            dataset(m.GCP_HOST_MEMORY_METRIC, "ALIGN_MEAN", "REDUCE_SUM", ['metadata.system_labels."name"'],
-                    "memory ${metadata.system_labels.name}", ' AND metric.label."state" = "used"'),
-        ]),
+        chart(
+            "GPU utilization, cluster (%)",
+            [
+                dataset(m.GCP_UTILIZATION_METRIC, "ALIGN_MEAN", "REDUCE_MAX", [], "busiest GPU"),
+                dataset(m.GCP_UTILIZATION_METRIC, "ALIGN_MEAN", "REDUCE_MEAN", [], "mean of all GPUs"),
+            ],
+            thresholds=[{"label": "idle threshold", "value": idle_percent}],
+        ),
+        chart(
+            "GPU utilization per GPU (%)",
+            [
+                dataset(
+                    m.GCP_UTILIZATION_METRIC,
+                    "ALIGN_MEAN",
+                    "REDUCE_MEAN",
+                    per_gpu,
+                    "${metadata.system_labels.name} GPU ${metric.labels.gpu_number}",
+                )
+            ],
+        ),
+        chart(
+            "GPU memory used per GPU (bytes)",
+            [
+                dataset(
+                    m.GCP_MEMORY_USED_METRIC,
+                    "ALIGN_MEAN",
+                    "REDUCE_MEAN",
+                    per_gpu,
+                    "${metadata.system_labels.name} GPU ${metric.labels.gpu_number}",
+                    ' AND metric.label."memory_state" = "used"',
+                )
+            ],
+        ),
+        chart(
+            "Host CPU and memory used (%)",
+            [
+                dataset(
+                    m.GCP_CPU_METRIC,
+                    "ALIGN_MEAN",
+                    "REDUCE_SUM",
+                    ['metadata.system_labels."name"'],
+                    "CPU ${metadata.system_labels.name}",
+                    ' AND metric.label."cpu_state" != "idle"',
+                ),
+                dataset(
+                    m.GCP_HOST_MEMORY_METRIC,
+                    "ALIGN_MEAN",
+                    "REDUCE_SUM",
+                    ['metadata.system_labels."name"'],
+                    "memory ${metadata.system_labels.name}",
+                    ' AND metric.label."state" = "used"',
+                ),
+            ],
+        ),
     ]
-    return json.dumps({"displayName": f"gpuinfra {stack}", "gridLayout": {"columns": "2", "widgets": widgets}},
-                      sort_keys=True)
+    return json.dumps(
+        {"displayName": f"gpuinfra {stack}", "gridLayout": {"columns": "2", "widgets": widgets}}, sort_keys=True
+    )

@@ -31,14 +31,35 @@ def utilization_figure(status: ClusterStatus):
     fig = go.Figure()
     for g in status.gpus:
         points = [(t, v) for s in status.series if (s.node_id, s.gpu) == (g.node_id, g.gpu) for t, v in s.utilization]
-        fig.add_trace(go.Scatter(x=[t for t, _ in points], y=[v for _, v in points], mode="lines",
-                                 name=f"{g.node_id} GPU {g.gpu}", line={"width": 1}))
-    fig.add_trace(go.Scatter(x=[t for t, _, _ in status.timeline], y=[p for _, _, p in status.timeline],
-                             mode="lines", name="busiest GPU", line={"width": 3, "color": "black"}))
-    fig.add_hline(y=status.idle_threshold_percent, line_dash="dot",
-                  annotation_text=f"idle threshold {status.idle_threshold_percent}%")
-    fig.update_layout(title="GPU utilization, last hour (%)", yaxis={"range": [0, 100], "title": "%"},
-                      xaxis={"title": "UTC"}, height=420)
+        fig.add_trace(
+            go.Scatter(
+                x=[t for t, _ in points],
+                y=[v for _, v in points],
+                mode="lines",
+                name=f"{g.node_id} GPU {g.gpu}",
+                line={"width": 1},
+            )
+        )
+    fig.add_trace(
+        go.Scatter(
+            x=[t for t, _, _ in status.timeline],
+            y=[p for _, _, p in status.timeline],
+            mode="lines",
+            name="busiest GPU",
+            line={"width": 3, "color": "black"},
+        )
+    )
+    fig.add_hline(
+        y=status.idle_threshold_percent,
+        line_dash="dot",
+        annotation_text=f"idle threshold {status.idle_threshold_percent}%",
+    )
+    fig.update_layout(
+        title="GPU utilization, last hour (%)",
+        yaxis={"range": [0, 100], "title": "%"},
+        xaxis={"title": "UTC"},
+        height=420,
+    )
     return fig
 
 
@@ -48,14 +69,19 @@ def cost_points(status: ClusterStatus, steps: int = 48) -> tuple[list, list, lis
     rate = status.price_per_node_hour_usd
     now = status.now
     billed = [(n.billed_interval(now), n.will_bill) for n in status.nodes]
-    runs = [(interval[0], interval[1], open_ended) for interval, open_ended in billed
-            if interval is not None and (interval[1] > interval[0] or open_ended)]
+    runs = [
+        (interval[0], interval[1], open_ended)
+        for interval, open_ended in billed
+        if interval is not None and (interval[1] > interval[0] or open_ended)
+    ]
     if rate is None or not runs:
         return [], [], [], []
 
     def cost_at(t) -> float:
-        hours = sum(max(0.0, ((t if open_ended and t > now else min(t, end)) - start).total_seconds() / 3600)
-                    for start, end, open_ended in runs)
+        hours = sum(
+            max(0.0, ((t if open_ended and t > now else min(t, end)) - start).total_seconds() / 3600)
+            for start, end, open_ended in runs
+        )
         return float(rate * Decimal(str(hours)))
 
     first, end = min(start for start, _, _ in runs), max(status.expires_at, now)
@@ -83,8 +109,10 @@ def report_html(status: ClusterStatus) -> str:
     cost = cost_figure(status).to_html(full_html=False, include_plotlyjs=False, div_id=COST_DIV)
     summary = "".join(f"<li>{html.escape(line)}</li>" for line in summary_lines(status))
     title = html.escape(f"gpuinfra status: {status.stack}")
-    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title></head>"
-            f"<body style=\"font-family: sans-serif\"><h1>{title}</h1><ul>{summary}</ul>{util}{cost}</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title></head>'
+        f'<body style="font-family: sans-serif"><h1>{title}</h1><ul>{summary}</ul>{util}{cost}</body></html>\n'
+    )
 
 
 def write_report(status: ClusterStatus, path: Path) -> None:

@@ -45,8 +45,11 @@ AWS_MEMORY_USED_METRIC = "nvidia_smi_memory_used"
 AWS_POWER_METRIC = "nvidia_smi_power_draw"
 AWS_TEMPERATURE_METRIC = "nvidia_smi_temperature_gpu"
 #: Host metrics: section -> (measurement, its extra dimensions besides InstanceId).
-AWS_HOST_METRICS = {"cpu_usage_active": ("cpu", "usage_active"), "mem_used_percent": ("mem", "used_percent"),
-                    "disk_used_percent": ("disk", "used_percent")}
+AWS_HOST_METRICS = {
+    "cpu_usage_active": ("cpu", "usage_active"),
+    "mem_used_percent": ("mem", "used_percent"),
+    "disk_used_percent": ("disk", "used_percent"),
+}
 #: Dimensions of a per-GPU series as the agent publishes them with the configuration below.
 AWS_GPU_DIMENSIONS = ("InstanceId", "index", "name")
 #: The path whose disk use is reported (the root volume).
@@ -95,8 +98,11 @@ def aws_agent_config(stack: str) -> dict:
     """The CloudWatch agent configuration of the nodes of ``stack`` (JSON-ready dict, see the
     module docstring for each field)."""
     return {
-        "agent": {"metrics_collection_interval": METRICS_INTERVAL_SECONDS, "omit_hostname": True,
-                  "run_as_user": "root"},
+        "agent": {
+            "metrics_collection_interval": METRICS_INTERVAL_SECONDS,
+            "omit_hostname": True,
+            "run_as_user": "root",
+        },
         "metrics": {
             "namespace": aws_namespace(stack),
             "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
@@ -146,10 +152,15 @@ GCP_SERIES_PER_GPU = {GCP_UTILIZATION_METRIC: 1, GCP_MEMORY_USED_METRIC: 2}
 GCP_SERIES_PER_VM = {GCP_CPU_METRIC: 8, GCP_HOST_MEMORY_METRIC: 5}
 #: Every other metric of the hostmetrics receiver is left out (trailing ``*`` patterns).
 GCP_EXCLUDED_METRICS = (
-    "agent.googleapis.com/cpu/load_*", "agent.googleapis.com/cpu/usage_time",
-    "agent.googleapis.com/disk/*", "agent.googleapis.com/interface/*",
-    "agent.googleapis.com/memory/bytes_used", "agent.googleapis.com/network/*",
-    "agent.googleapis.com/pagefile/*", "agent.googleapis.com/processes/*", "agent.googleapis.com/swap/*",
+    "agent.googleapis.com/cpu/load_*",
+    "agent.googleapis.com/cpu/usage_time",
+    "agent.googleapis.com/disk/*",
+    "agent.googleapis.com/interface/*",
+    "agent.googleapis.com/memory/bytes_used",
+    "agent.googleapis.com/network/*",
+    "agent.googleapis.com/pagefile/*",
+    "agent.googleapis.com/processes/*",
+    "agent.googleapis.com/swap/*",
     "agent.googleapis.com/gpu/processes/*",
 )
 #: Billable bytes per sample of a scalar (INT64/DOUBLE) point: cloud.google.com/stackdriver/
@@ -168,10 +179,12 @@ def gcp_ops_agent_config() -> dict:
         "logging": {"service": {"pipelines": {"default_pipeline": {"receivers": []}}}},
         "metrics": {
             "receivers": receivers,
-            "processors": {"gpuinfra_exclude": {"type": "exclude_metrics",
-                                                "metrics_pattern": list(GCP_EXCLUDED_METRICS)}},
-            "service": {"pipelines": {"default_pipeline": {"receivers": pipeline_receivers,
-                                                           "processors": ["gpuinfra_exclude"]}}},
+            "processors": {
+                "gpuinfra_exclude": {"type": "exclude_metrics", "metrics_pattern": list(GCP_EXCLUDED_METRICS)}
+            },
+            "service": {
+                "pipelines": {"default_pipeline": {"receivers": pipeline_receivers, "processors": ["gpuinfra_exclude"]}}
+            },
         },
     }
 

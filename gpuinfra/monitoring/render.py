@@ -58,17 +58,23 @@ def _left(until: datetime, now: datetime) -> str:
 def summary_lines(status: ClusterStatus) -> list[str]:
     """The text lines above and below the tables (cost, TTL, idle, notes)."""
     now = status.now
-    lines = [f"stack {status.stack} ({status.cloud}) at {now:%Y-%m-%d %H:%M} UTC: "
-             f"{sum(n.billed for n in status.nodes)} of {len(status.nodes)} nodes running"]
+    lines = [
+        f"stack {status.stack} ({status.cloud}) at {now:%Y-%m-%d %H:%M} UTC: "
+        f"{sum(n.billed for n in status.nodes)} of {len(status.nodes)} nodes running"
+    ]
     rate = status.price_per_node_hour_usd
-    lines.append(f"cost so far {_usd(status.cost_so_far_usd, status.cost_so_far_at_least_usd)}"
-                 + (f" at ${rate:,.4f} per node-hour" if rate is not None else "")
-                 + f"; projected to the TTL {_usd(status.projected_to_ttl_usd, status.projected_to_ttl_at_least_usd)}")
+    lines.append(
+        f"cost so far {_usd(status.cost_so_far_usd, status.cost_so_far_at_least_usd)}"
+        + (f" at ${rate:,.4f} per node-hour" if rate is not None else "")
+        + f"; projected to the TTL {_usd(status.projected_to_ttl_usd, status.projected_to_ttl_at_least_usd)}"
+    )
     lines.append(f"TTL ends {status.expires_at:%Y-%m-%d %H:%M} UTC (in {_left(status.expires_at, now)})")
     if status.idle_since is not None and status.idle_ends_at is not None:
-        lines.append(f"IDLE: every GPU under {status.idle_threshold_percent}% since {status.idle_since:%H:%M} UTC; "
-                     f"the node agent ends the cluster at {status.idle_ends_at:%H:%M} UTC "
-                     f"(in {_left(status.idle_ends_at, now)})")
+        lines.append(
+            f"IDLE: every GPU under {status.idle_threshold_percent}% since {status.idle_since:%H:%M} UTC; "
+            f"the node agent ends the cluster at {status.idle_ends_at:%H:%M} UTC "
+            f"(in {_left(status.idle_ends_at, now)})"
+        )
     elif status.timeline:
         lines.append(f"busy: a GPU is at or above the idle threshold of {status.idle_threshold_percent}%")
     return lines + [f"note: {n}" for n in status.notes]
@@ -94,8 +100,9 @@ def renderable(status: ClusterStatus, error: str | None = None):
         for column in ("node", "GPU", "util % now", "util % 1 h mean", "memory GiB now"):
             gpus.add_column(column, justify="right" if "%" in column or "GiB" in column else "left")
         for g in status.gpus:
-            gpus.add_row(g.node_id, g.gpu, _pct(g.utilization_now), _pct(g.utilization_hour_mean),
-                         _pct(g.memory_used_gib_now))
+            gpus.add_row(
+                g.node_id, g.gpu, _pct(g.utilization_now), _pct(g.utilization_hour_mean), _pct(g.memory_used_gib_now)
+            )
         parts.append(gpus)
         parts.append(Text(f"cluster GPU utilization, last hour mean {_pct(status.cluster_utilization_hour_mean)}%"))
         parts.append(Text(f"busiest GPU per minute, last 60 min: |{sparkline(minute_values(status))}| 0-100%"))
@@ -110,8 +117,12 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
-def watch(collect: Callable[[], ClusterStatus], show: Callable[[ClusterStatus, str | None], None],
-          last: ClusterStatus, interval_s: float) -> None:
+def watch(
+    collect: Callable[[], ClusterStatus],
+    show: Callable[[ClusterStatus, str | None], None],
+    last: ClusterStatus,
+    interval_s: float,
+) -> None:
     """Refresh until interrupted: every ``interval_s`` seconds ``show(collect(), None)``; when a
     refresh fails with a transient cloud error (:class:`gpuinfra.errors.OperationError`),
     ``show(last, message)`` keeps the previous figures with one error line. Other errors

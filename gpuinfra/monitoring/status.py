@@ -41,8 +41,9 @@ BILLED_STATES = frozenset({"running", "RUNNING", "STOPPING"})
 #: A run about to start: no hours billed yet, but it will bill until the TTL.
 STARTING_STATES = frozenset({"pending", "PROVISIONING", "STAGING"})
 #: The run ended: billed from ``launched_at`` to ``ended_at``.
-ENDED_STATES = frozenset({"stopping", "stopped", "shutting-down", "terminated", "TERMINATED", "STOPPED",
-                          "SUSPENDING", "SUSPENDED"})
+ENDED_STATES = frozenset(
+    {"stopping", "stopped", "shutting-down", "terminated", "TERMINATED", "STOPPED", "SUSPENDING", "SUSPENDED"}
+)
 
 
 @dataclass(frozen=True)
@@ -139,22 +140,38 @@ class ClusterStatus:
         """JSON form (``gpuinfra status --json``; USD as decimal strings, times ISO 8601 UTC)."""
         iso = _iso
         return {
-            "stack": self.stack, "cloud": self.cloud, "now": iso(self.now), "monitoring": self.monitoring,
-            "nodes": [{"id": n.node_id, "state": n.state, "launched_at": iso(n.launched_at),
-                       "ended_at": iso(n.ended_at)} for n in self.nodes],
-            "gpus": [{"node": g.node_id, "gpu": g.gpu, "utilization_percent_now": _round(g.utilization_now),
-                      "utilization_percent_hour_mean": _round(g.utilization_hour_mean),
-                      "memory_used_gib_now": _round(g.memory_used_gib_now)} for g in self.gpus],
+            "stack": self.stack,
+            "cloud": self.cloud,
+            "now": iso(self.now),
+            "monitoring": self.monitoring,
+            "nodes": [
+                {"id": n.node_id, "state": n.state, "launched_at": iso(n.launched_at), "ended_at": iso(n.ended_at)}
+                for n in self.nodes
+            ],
+            "gpus": [
+                {
+                    "node": g.node_id,
+                    "gpu": g.gpu,
+                    "utilization_percent_now": _round(g.utilization_now),
+                    "utilization_percent_hour_mean": _round(g.utilization_hour_mean),
+                    "memory_used_gib_now": _round(g.memory_used_gib_now),
+                }
+                for g in self.gpus
+            ],
             "utilization_percent_hour_mean": _round(self.cluster_utilization_hour_mean),
-            "timeline": [{"minute": iso(t), "mean_percent": _round(a), "max_percent": _round(b)}
-                         for t, a, b in self.timeline],
+            "timeline": [
+                {"minute": iso(t), "mean_percent": _round(a), "max_percent": _round(b)} for t, a, b in self.timeline
+            ],
             "price_per_node_hour_usd": usd_json(self.price_per_node_hour_usd),
             "cost_so_far_usd": usd_json(_cents(self.cost_so_far_usd)),
             "projected_to_ttl_usd": usd_json(_cents(self.projected_to_ttl_usd)),
             "cost_so_far_at_least_usd": usd_json(_cents(self.cost_so_far_at_least_usd)),
             "projected_to_ttl_at_least_usd": usd_json(_cents(self.projected_to_ttl_at_least_usd)),
-            "expires_at": iso(self.expires_at), "idle_threshold_percent": self.idle_threshold_percent,
-            "idle_since": iso(self.idle_since), "idle_ends_at": iso(self.idle_ends_at), "notes": self.notes,
+            "expires_at": iso(self.expires_at),
+            "idle_threshold_percent": self.idle_threshold_percent,
+            "idle_since": iso(self.idle_since),
+            "idle_ends_at": iso(self.idle_ends_at),
+            "notes": self.notes,
         }
 
 
@@ -173,14 +190,20 @@ def _cents(value: Decimal | None) -> Decimal | None:
 def gpu_status(series: GpuSeries, now: datetime) -> GpuStatus:
     """Now / hour-mean figures of one GPU (samples in ``(now - 1 h, now]`` count for the mean:
     60 one-minute samples, not 61)."""
+
     def latest(points):
         if points and (now - points[-1][0]).total_seconds() <= FRESH_SECONDS:
             return points[-1][1]
         return None
 
     hour = [v for t, v in series.utilization if now - WINDOW < t <= now]
-    return GpuStatus(series.node_id, series.gpu, latest(series.utilization),
-                     sum(hour) / len(hour) if hour else None, latest(series.memory_used_gib))
+    return GpuStatus(
+        series.node_id,
+        series.gpu,
+        latest(series.utilization),
+        sum(hour) / len(hour) if hour else None,
+        latest(series.memory_used_gib),
+    )
 
 
 def timeline(series: list[GpuSeries]) -> list[tuple[datetime, float, float]]:
@@ -230,17 +253,27 @@ def costs(spec: ClusterSpec, nodes: list[Node], now: datetime) -> Costs:
     for n in nodes:
         interval = n.billed_interval(now)
         if interval is None:
-            notes.append(f"node {n.node_id} ({n.state}): the start or end of its run is unknown, its hours are not "
-                         "counted")
+            notes.append(
+                f"node {n.node_id} ({n.state}): the start or end of its run is unknown, its hours are not counted"
+            )
             continue
         counted += _hours(interval[1] - interval[0])
         if n.earlier_runs is not False:
-            notes.append(f"node {n.node_id}: " + ("it also ran before its latest start" if n.earlier_runs else
-                                                 "runs before its latest start cannot be told") + "; only the latest "
-                         "run is counted")
+            notes.append(
+                f"node {n.node_id}: "
+                + (
+                    "it also ran before its latest start"
+                    if n.earlier_runs
+                    else "runs before its latest start cannot be told"
+                )
+                + "; only the latest "
+                "run is counted"
+            )
     if len(nodes) < spec.nodes:
-        notes.append(f"{len(nodes)} of the stack's {spec.nodes} nodes are listed: nodes terminated over about an hour "
-                     "ago (AWS) or deleted (GCP) are no longer listed, so their hours are not counted")
+        notes.append(
+            f"{len(nodes)} of the stack's {spec.nodes} nodes are listed: nodes terminated over about an hour "
+            "ago (AWS) or deleted (GCP) are no longer listed, so their hours are not counted"
+        )
     so_far = rate * counted
     projected = so_far + rate * sum(n.will_bill for n in nodes) * _hours(spec.expires_at - now)
     if notes:
@@ -252,8 +285,14 @@ def _hours(delta: timedelta) -> Decimal:
     return max(Decimal(0), Decimal(int(delta.total_seconds())) / Decimal(3600))
 
 
-def build_status(spec: ClusterSpec, nodes: list[Node], series: list[GpuSeries], now: datetime,
-                 monitoring: bool, notes: list[str] | None = None) -> ClusterStatus:
+def build_status(
+    spec: ClusterSpec,
+    nodes: list[Node],
+    series: list[GpuSeries],
+    now: datetime,
+    monitoring: bool,
+    notes: list[str] | None = None,
+) -> ClusterStatus:
     """Assemble :class:`ClusterStatus` (see the module docstring for every figure)."""
     points = timeline(series)
     threshold = spec.profile.idle_gpu_utilization_percent
@@ -261,13 +300,24 @@ def build_status(spec: ClusterSpec, nodes: list[Node], series: list[GpuSeries], 
     money = costs(spec, nodes, now)
     gpus = sorted((gpu_status(s, now) for s in series), key=lambda g: (g.node_id, _gpu_key(g.gpu)))
     return ClusterStatus(
-        stack=spec.stack, cloud=spec.cloud, now=now, nodes=sorted(nodes, key=lambda n: n.node_id), gpus=gpus,
-        timeline=points, price_per_node_hour_usd=money.rate, cost_so_far_usd=money.so_far,
-        projected_to_ttl_usd=money.projected, cost_so_far_at_least_usd=money.so_far_at_least,
+        stack=spec.stack,
+        cloud=spec.cloud,
+        now=now,
+        nodes=sorted(nodes, key=lambda n: n.node_id),
+        gpus=gpus,
+        timeline=points,
+        price_per_node_hour_usd=money.rate,
+        cost_so_far_usd=money.so_far,
+        projected_to_ttl_usd=money.projected,
+        cost_so_far_at_least_usd=money.so_far_at_least,
         projected_to_ttl_at_least_usd=money.projected_at_least,
-        expires_at=spec.expires_at, idle_threshold_percent=threshold, idle_since=since,
+        expires_at=spec.expires_at,
+        idle_threshold_percent=threshold,
+        idle_since=since,
         idle_ends_at=since + timedelta(minutes=spec.profile.idle_timeout_minutes) if since else None,
-        monitoring=monitoring, notes=list(notes or []) + list(money.notes), series=list(series),
+        monitoring=monitoring,
+        notes=list(notes or []) + list(money.notes),
+        series=list(series),
     )
 
 

@@ -30,8 +30,8 @@ from gpuinfra.rules.spec_rules import RuleViolationError, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
 
 VPC_CIDR = "10.0.0.0/16"
-NODE_SUBNET_CIDR = "10.0.0.0/18"   # 16,379 usable addresses: one per node (EFA-only takes none)
-NAT_SUBNET_CIDR = "10.0.64.0/28"   # holds only the NAT gateway
+NODE_SUBNET_CIDR = "10.0.0.0/18"  # 16,379 usable addresses: one per node (EFA-only takes none)
+NAT_SUBNET_CIDR = "10.0.64.0/28"  # holds only the NAT gateway
 DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/{ami_type}/latest/ami-id"
 
 
@@ -98,14 +98,23 @@ def check_capacity_reservation(spec: ClusterSpec) -> None:
         return
     rid = spec.capacity_reservation_id
     if spec.capacity_reservation_instance_type and spec.capacity_reservation_instance_type != spec.instance_type:
-        raise rule_error("aws-capacity-reservation", "",
-                         f"{rid} reserves {spec.capacity_reservation_instance_type}, but the nodes are {spec.instance_type}")
+        raise rule_error(
+            "aws-capacity-reservation",
+            "",
+            f"{rid} reserves {spec.capacity_reservation_instance_type}, but the nodes are {spec.instance_type}",
+        )
     if spec.capacity_reservation_zone and spec.capacity_reservation_zone != spec.zone:
-        raise rule_error("aws-capacity-reservation", "",
-                         f"{rid} is in {spec.capacity_reservation_zone}, but the nodes' subnet is in {spec.zone}")
+        raise rule_error(
+            "aws-capacity-reservation",
+            "",
+            f"{rid} is in {spec.capacity_reservation_zone}, but the nodes' subnet is in {spec.zone}",
+        )
     if spec.capacity_reservation_instance_count is not None and spec.nodes > spec.capacity_reservation_instance_count:
-        raise rule_error("aws-capacity-reservation", "",
-                         f"nodes={spec.nodes} but {rid} holds {spec.capacity_reservation_instance_count} instances")
+        raise rule_error(
+            "aws-capacity-reservation",
+            "",
+            f"nodes={spec.nodes} but {rid} holds {spec.capacity_reservation_instance_count} instances",
+        )
 
 
 def plan_aws_cluster(spec: ClusterSpec) -> AwsClusterPlan:
@@ -125,9 +134,12 @@ def plan_aws_cluster(spec: ClusterSpec) -> AwsClusterPlan:
     facts = spec.facts
     hbn = spec.profile.high_bandwidth_networking
     if hbn == "required" and facts.max_efa_interfaces == 0:
-        raise rule_error("high-bandwidth-nics", "",
-                         f"profile {spec.profile.name!r} requires EFA, but {spec.instance_type} has no EFA "
-                         "(EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)")
+        raise rule_error(
+            "high-bandwidth-nics",
+            "",
+            f"profile {spec.profile.name!r} requires EFA, but {spec.instance_type} has no EFA "
+            "(EFA types include p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger)",
+        )
     market = "capacity-block" if spec.capacity_block else ("spot" if spec.spot else "on-demand")
     if unsold := not_sold("", facts, AWS_CAPACITY_TYPES[market]):
         raise RuleViolationError([unsold])

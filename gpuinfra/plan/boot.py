@@ -27,14 +27,41 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT
-from gpuinfra.plan.units import (CLUSTER_ENV_PATH, ETC_DIR, HOSTFILE_PATH, NCCL_ENV_PATH, NODE_ENV_PATH, NODE_LIB,
-                                 SBIN_DIR, SCRATCH_FAILED_PATH, ExecCommand, NodeFile, SystemdUnit,
-                                 UnitValueError, check_unit_name, check_value, command, shell)
+from gpuinfra.plan.units import (
+    CLUSTER_ENV_PATH,
+    ETC_DIR,
+    HOSTFILE_PATH,
+    NCCL_ENV_PATH,
+    NODE_ENV_PATH,
+    NODE_LIB,
+    SBIN_DIR,
+    SCRATCH_FAILED_PATH,
+    ExecCommand,
+    NodeFile,
+    SystemdUnit,
+    UnitValueError,
+    check_unit_name,
+    check_value,
+    command,
+    shell,
+)
 from gpuinfra.spec import ClusterSpec, check_container_image
 from gpuinfra.templating import agent_source, render
 
-__all__ = ["NodeFile", "SystemdUnit", "ExecCommand", "BootStep", "NodeBoot", "node_boot", "AGENT_UNIT",
-           "SCRATCH_UNIT", "CLUSTER_ENV_UNIT", "PREPULL_UNIT", "SCRATCH_MOUNT", "PEER_DISCOVERY_WAIT_SECONDS"]
+__all__ = [
+    "NodeFile",
+    "SystemdUnit",
+    "ExecCommand",
+    "BootStep",
+    "NodeBoot",
+    "node_boot",
+    "AGENT_UNIT",
+    "SCRATCH_UNIT",
+    "CLUSTER_ENV_UNIT",
+    "PREPULL_UNIT",
+    "SCRATCH_MOUNT",
+    "PEER_DISCOVERY_WAIT_SECONDS",
+]
 
 AGENT_UNIT = "gpuinfra-agent.service"
 SCRATCH_UNIT = "gpuinfra-scratch.service"
@@ -190,10 +217,13 @@ def prepull_unit(image: str) -> SystemdUnit:
     """
     check_container_image(image)
     return SystemdUnit(
-        PREPULL_UNIT, "gpuinfra: pre-pull the training container image",
-        wants=("network-online.target",), requires=("docker.service",),
+        PREPULL_UNIT,
+        "gpuinfra: pre-pull the training container image",
+        wants=("network-online.target",),
+        requires=("docker.service",),
         after=("docker.service", "network-online.target", SCRATCH_UNIT),
-        type="oneshot", remain_after_exit=True,
+        type="oneshot",
+        remain_after_exit=True,
         # ExecCondition: exit 0 runs the unit, 1-254 skips it (systemd.service(5), ExecCondition=)
         exec_condition=(shell('! /usr/bin/docker image inspect "$1" >/dev/null 2>&1', image),),
         exec_start=(command("/usr/bin/docker", "pull", image),),
@@ -214,23 +244,38 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         UnitValueError: a value that cannot be written (a programming error).
     """
     agent = SystemdUnit(
-        AGENT_UNIT, "gpuinfra agent: end the node when idle or expired, save checkpoints on spot notice",
-        wants=("network-online.target",), after=("network-online.target",),
+        AGENT_UNIT,
+        "gpuinfra agent: end the node when idle or expired, save checkpoints on spot notice",
+        wants=("network-online.target",),
+        after=("network-online.target",),
         exec_start=(command("/usr/bin/python3", AGENT_PATH, "--config", NODE_ENV_PATH),),
-        restart="on-failure", restart_sec=30,
+        restart="on-failure",
+        restart_sec=30,
     )
     scratch = SystemdUnit(
-        SCRATCH_UNIT, f"gpuinfra: RAID0 local NVMe scratch at {SCRATCH_MOUNT}", default_dependencies=False,
-        after=("local-fs.target", "systemd-udev-settle.service", *cloud.scratch_after), before=CONTAINER_RUNTIME_UNITS,
-        type="oneshot", remain_after_exit=True, exec_start=(command(SCRATCH_SCRIPT_PATH),), start="block",
+        SCRATCH_UNIT,
+        f"gpuinfra: RAID0 local NVMe scratch at {SCRATCH_MOUNT}",
+        default_dependencies=False,
+        after=("local-fs.target", "systemd-udev-settle.service", *cloud.scratch_after),
+        before=CONTAINER_RUNTIME_UNITS,
+        type="oneshot",
+        remain_after_exit=True,
+        exec_start=(command(SCRATCH_SCRIPT_PATH),),
+        start="block",
         status_file=SCRATCH_FAILED_PATH,
     )
     cluster_env = SystemdUnit(
-        CLUSTER_ENV_UNIT, f"gpuinfra: discover peers and write {CLUSTER_ENV_PATH}",
-        wants=("network-online.target",), after=("network-online.target", cloud.bundle_unit.name),
-        start_limit_interval_sec=0, type="oneshot", remain_after_exit=True,
+        CLUSTER_ENV_UNIT,
+        f"gpuinfra: discover peers and write {CLUSTER_ENV_PATH}",
+        wants=("network-online.target",),
+        after=("network-online.target", cloud.bundle_unit.name),
+        start_limit_interval_sec=0,
+        type="oneshot",
+        remain_after_exit=True,
         exec_start_pre=(command("/bin/rm", "-f", CLUSTER_ENV_PATH, HOSTFILE_PATH),),
-        exec_start=(command(CLUSTER_ENV_SCRIPT_PATH),), restart="on-failure", restart_sec=30,
+        exec_start=(command(CLUSTER_ENV_SCRIPT_PATH),),
+        restart="on-failure",
+        restart_sec=30,
     )
     units = [agent, scratch, cloud.bundle_unit, cluster_env]
     if cloud.prepull and spec.profile.container_image:
@@ -261,18 +306,22 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         BootStep(("systemctl", "try-restart", "docker.service"), when_changed=cloud.docker_dropin),
         *(start_step(u) for u in units[2:]),
     )
-    summary = (f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}).",
-               *cloud.summary)
+    summary = (
+        f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}).",
+        *cloud.summary,
+    )
     return NodeBoot(cloud.cloud, summary, files, tuple(units), steps, cloud.node_env)
 
 
 def profile_script() -> str:
     """``/etc/profile.d/gpuinfra.sh``: login shells get the NCCL and torchrun settings."""
-    return ("# gpuinfra: NCCL and torchrun settings for login shells\n"
-            "set -a\n"
-            f". {NCCL_ENV_PATH}\n"
-            f"[ -r {CLUSTER_ENV_PATH} ] && . {CLUSTER_ENV_PATH}\n"
-            "set +a\n")
+    return (
+        "# gpuinfra: NCCL and torchrun settings for login shells\n"
+        "set -a\n"
+        f". {NCCL_ENV_PATH}\n"
+        f"[ -r {CLUSTER_ENV_PATH} ] && . {CLUSTER_ENV_PATH}\n"
+        "set +a\n"
+    )
 
 
 def cluster_env_paths() -> dict[str, str]:

@@ -16,18 +16,38 @@ import gzip
 import yaml
 
 from gpuinfra.agent.constants import TORCHRUN_PORT
-from gpuinfra.plan.fabric import (IMAGE_BUILD_DIR, RUN_SCRIPT_PATH, aws_fabric, efa_image_build,
-                                     image_build_systemd_unit, render_run_script)
-from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
-                                           fetch_script, fetch_systemd_unit, health_template_vars)
-from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import EFA, ENA
-from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.aws import AwsClusterPlan
-from gpuinfra.plan.boot import (PEER_DISCOVERY_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, CloudBoot, NodeBoot,
-                                node_boot, render_cluster_env)
+from gpuinfra.plan.boot import (
+    PEER_DISCOVERY_WAIT_SECONDS,
+    PREPULL_UNIT,
+    SCRATCH_MOUNT,
+    CloudBoot,
+    NodeBoot,
+    node_boot,
+    render_cluster_env,
+)
+from gpuinfra.plan.fabric import (
+    IMAGE_BUILD_DIR,
+    RUN_SCRIPT_PATH,
+    aws_fabric,
+    efa_image_build,
+    image_build_systemd_unit,
+    render_run_script,
+)
+from gpuinfra.plan.health import expectations_for
+from gpuinfra.plan.node_bundle import (
+    BUNDLE_FETCH_PATH,
+    NodeBundle,
+    add_health_gate,
+    add_monitoring,
+    fetch_script,
+    fetch_systemd_unit,
+    health_template_vars,
+)
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.spec import ClusterSpec
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -78,8 +98,11 @@ def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
         image, after = build.tag, (unit.name,)
     elif image:
         after = (PREPULL_UNIT,)  # the gate's all-reduce runs in the pre-pulled image
-    bundle.add(RUN_SCRIPT_PATH, render_run_script(runtime, image=image, instance_type=spec.instance_type,
-                                                  scratch=SCRATCH_MOUNT), "0755")
+    bundle.add(
+        RUN_SCRIPT_PATH,
+        render_run_script(runtime, image=image, instance_type=spec.instance_type, scratch=SCRATCH_MOUNT),
+        "0755",
+    )
     add_monitoring(bundle, spec, "aws")
     add_health_gate(bundle, spec, expectations_for(spec), after)
     return bundle
@@ -96,13 +119,20 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         SpecError: the profile's container image is not an OCI reference.
     """
     cluster_env = render_cluster_env(
-        "aws-cluster-env.sh.j2", stack=spec.stack, nodes=spec.nodes, gpus_per_node=spec.gpu_count,
-        master_port=TORCHRUN_PORT, wait_seconds=PEER_DISCOVERY_WAIT_SECONDS, **health_template_vars(spec))
+        "aws-cluster-env.sh.j2",
+        stack=spec.stack,
+        nodes=spec.nodes,
+        gpus_per_node=spec.gpu_count,
+        master_port=TORCHRUN_PORT,
+        wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,
+        **health_template_vars(spec),
+    )
     cloud = CloudBoot(
         cloud="aws",
         summary=("Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once.",),
-        scratch_script=scratch_script(SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count,
-                                      DLAMI_NVME_MOUNT),
+        scratch_script=scratch_script(
+            SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count, DLAMI_NVME_MOUNT
+        ),
         scratch_after=(DLAMI_NVME_UNIT,),
         cluster_env_script=cluster_env,
         nccl_env=nccl_env(plan, spec.facts),
@@ -152,8 +182,15 @@ def cloud_config(boot: NodeBoot) -> str:
         "runcmd": [_Argv(step.argv) for step in boot.steps],
     }
     header = "".join(f"# {line}\n" for line in boot.summary)
-    body = yaml.dump(document, Dumper=_CloudConfigDumper, sort_keys=False, default_flow_style=False, width=4096,
-                     allow_unicode=True, indent=2)
+    body = yaml.dump(
+        document,
+        Dumper=_CloudConfigDumper,
+        sort_keys=False,
+        default_flow_style=False,
+        width=4096,
+        allow_unicode=True,
+        indent=2,
+    )
     return f"#cloud-config\n{header}{body}"
 
 

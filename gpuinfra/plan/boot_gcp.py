@@ -9,18 +9,33 @@ from __future__ import annotations
 
 import shlex
 
-from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
-from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
-from gpuinfra.plan.node_bundle import (BUNDLE_FETCH_PATH, NodeBundle, add_health_gate, add_monitoring,
-                                           fetch_script, fetch_systemd_unit, health_template_vars)
-from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.errors import SpecError
-from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.boot import (PEER_DISCOVERY_WAIT_SECONDS, PREPULL_UNIT, SCRATCH_MOUNT, BootStep, CloudBoot,
-                                NodeBoot, node_boot, render_cluster_env)
+from gpuinfra.plan.boot import (
+    PEER_DISCOVERY_WAIT_SECONDS,
+    PREPULL_UNIT,
+    SCRATCH_MOUNT,
+    BootStep,
+    CloudBoot,
+    NodeBoot,
+    node_boot,
+    render_cluster_env,
+)
+from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
+from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
 from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
+from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.naming import dns_safe
+from gpuinfra.plan.node_bundle import (
+    BUNDLE_FETCH_PATH,
+    NodeBundle,
+    add_health_gate,
+    add_monitoring,
+    fetch_script,
+    fetch_systemd_unit,
+    health_template_vars,
+)
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
 from gpuinfra.plan.units import NodeFile
 from gpuinfra.spec import ClusterSpec
 
@@ -46,8 +61,13 @@ def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
     bundle = NodeBundle()
     env = nccl_env(plan.nic_layout)
     fabric = gcp_fabric(plan.nic_layout, spec.facts, env)
-    bundle.add(RUN_SCRIPT_PATH, render_run_script(fabric, image=spec.profile.container_image,
-                                                  instance_type=spec.instance_type, scratch=SCRATCH_MOUNT), "0755")
+    bundle.add(
+        RUN_SCRIPT_PATH,
+        render_run_script(
+            fabric, image=spec.profile.container_image, instance_type=spec.instance_type, scratch=SCRATCH_MOUNT
+        ),
+        "0755",
+    )
     host = gcp_host_stack(plan.nic_layout, spec.facts, env)
     after: tuple[str, ...] = ()
     if host.boot_command and host.boot_ok:
@@ -74,13 +94,24 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
     """
     prefix = node_prefix(spec)
     cluster_env = render_cluster_env(
-        "gcp-cluster-env.sh.j2", nodes=spec.nodes, nic_count=plan.nic_count, group=prefix, zone=spec.zone,
-        gpus_per_node=spec.gpu_count, wait_seconds=PEER_DISCOVERY_WAIT_SECONDS, master_port=TORCHRUN_PORT,
-        bucket=bucket, peers_prefix=f"{PEERS_PREFIX}/{prefix}", **health_template_vars(spec))
+        "gcp-cluster-env.sh.j2",
+        nodes=spec.nodes,
+        nic_count=plan.nic_count,
+        group=prefix,
+        zone=spec.zone,
+        gpus_per_node=spec.gpu_count,
+        wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,
+        master_port=TORCHRUN_PORT,
+        bucket=bucket,
+        peers_prefix=f"{PEERS_PREFIX}/{prefix}",
+        **health_template_vars(spec),
+    )
     cloud = CloudBoot(
         cloud="gcp",
-        summary=(f"NCCL layout {plan.nic_layout}. Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py).",
-                 "GCE runs it on every boot: files are rewritten only when they change; local SSD scratch is rebuilt."),
+        summary=(
+            f"NCCL layout {plan.nic_layout}. Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py).",
+            "GCE runs it on every boot: files are rewritten only when they change; local SSD scratch is rebuilt.",
+        ),
         scratch_script=scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count),
         scratch_after=(),
         cluster_env_script=cluster_env,
@@ -137,8 +168,10 @@ def _file(f: NodeFile) -> str:
 def _step(step: BootStep) -> str:
     argv = " ".join(shlex.quote(w) for w in step.argv)
     if step.status_file:
-        why = (f"$(cat {shlex.quote(step.status_file)} 2>/dev/null || echo "
-               f"{shlex.quote('see journalctl -u ' + step.unit)})")
+        why = (
+            f"$(cat {shlex.quote(step.status_file)} 2>/dev/null || echo "
+            f"{shlex.quote('see journalctl -u ' + step.unit)})"
+        )
     else:
         why = "see journalctl" + (f" -u {step.unit}" if step.unit else "")
     line = f'if ! {argv}; then echo "gpuinfra: {argv} failed: {why}" >&2; fi'
@@ -169,5 +202,7 @@ def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) 
     """
     text = startup_script(gcp_node_boot(spec, plan, bucket))
     if len(text.encode()) > METADATA_VALUE_LIMIT_BYTES:
-        raise SpecError(f"startup script is {len(text.encode())} bytes; GCE metadata allows {METADATA_VALUE_LIMIT_BYTES}")
+        raise SpecError(
+            f"startup script is {len(text.encode())} bytes; GCE metadata allows {METADATA_VALUE_LIMIT_BYTES}"
+        )
     return text

@@ -15,10 +15,18 @@ from gpuinfra.agent.constants import SCRATCH_MOUNT, TORCHRUN_PORT
 from gpuinfra.plan import boot_aws, boot_gcp
 from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
 from gpuinfra.plan.fabric import aws_run_command, gcp_run_command
-from gpuinfra.plan.gcp import nccl_env as gcp_nccl_env
 from gpuinfra.plan.gcp import GcpClusterPlan, plan_gcp_cluster
-from gpuinfra.plan.model import (ClusterIdentity, ClusterNodes, ClusterOutputs, ClusterPlacement, ClusterPlan,
-                                 ClusterStorage, aws_network, gcp_network)
+from gpuinfra.plan.gcp import nccl_env as gcp_nccl_env
+from gpuinfra.plan.model import (
+    ClusterIdentity,
+    ClusterNodes,
+    ClusterOutputs,
+    ClusterPlacement,
+    ClusterPlan,
+    ClusterStorage,
+    aws_network,
+    gcp_network,
+)
 from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
 from gpuinfra.spec import ClusterSpec
 
@@ -51,36 +59,63 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         aws = plan_aws_cluster(spec)
         bundle = boot_aws.aws_node_bundle(spec, aws)
         return ClusterPlan(
-            spec=spec, aws=aws, node_bundle=bundle, network=aws_network(spec, aws),
-            placement=ClusterPlacement(zone=spec.zone, compact=aws.placement_group or aws.placement_group_name is not None,
-                                       existing_group=aws.placement_group_name),
+            spec=spec,
+            aws=aws,
+            node_bundle=bundle,
+            network=aws_network(spec, aws),
+            placement=ClusterPlacement(
+                zone=spec.zone,
+                compact=aws.placement_group or aws.placement_group_name is not None,
+                existing_group=aws.placement_group_name,
+            ),
             nodes=_nodes(spec, aws.market),
-            storage=ClusterStorage(bucket_scheme="s3", node_bundle_key=BUNDLE_KEY, scratch_mount=SCRATCH_MOUNT,
-                                   scratch_disks=aws.local_nvme_count),
+            storage=ClusterStorage(
+                bucket_scheme="s3",
+                node_bundle_key=BUNDLE_KEY,
+                scratch_mount=SCRATCH_MOUNT,
+                scratch_disks=aws.local_nvme_count,
+            ),
             identity=_identity(spec, "ssm", "ec2-describe-instances"),
-            outputs=ClusterOutputs(nccl_env=boot_aws.nccl_env(aws, spec.facts),
-                                   run_command=aws_run_command(spec.region, spec.stack), torchrun_port=TORCHRUN_PORT),
+            outputs=ClusterOutputs(
+                nccl_env=boot_aws.nccl_env(aws, spec.facts),
+                run_command=aws_run_command(spec.region, spec.stack),
+                torchrun_port=TORCHRUN_PORT,
+            ),
         )
     gcp = plan_gcp_cluster(spec)
     bundle = boot_gcp.gcp_node_bundle(spec, gcp)
     return ClusterPlan(
-        spec=spec, gcp=gcp, node_bundle=bundle, network=gcp_network(gcp),
+        spec=spec,
+        gcp=gcp,
+        node_bundle=bundle,
+        network=gcp_network(gcp),
         placement=ClusterPlacement(zone=spec.zone, compact=gcp.compact_placement or gcp.workload_policy),
         nodes=_nodes(spec, gcp.provisioning_model),
-        storage=ClusterStorage(bucket_scheme="gs", node_bundle_key=BUNDLE_KEY, scratch_mount=SCRATCH_MOUNT,
-                               scratch_disks=gcp.local_ssd_count),
+        storage=ClusterStorage(
+            bucket_scheme="gs",
+            node_bundle_key=BUNDLE_KEY,
+            scratch_mount=SCRATCH_MOUNT,
+            scratch_disks=gcp.local_ssd_count,
+        ),
         identity=_identity(spec, "iap-ssh" if spec.network.iap_ssh else "none", "own-instance-group"),
-        outputs=ClusterOutputs(nccl_env=gcp_nccl_env(gcp.nic_layout),
-                               run_command=gcp_run_command(spec.zone, boot_gcp.node_prefix(spec), spec.network.iap_ssh),
-                               torchrun_port=TORCHRUN_PORT),
+        outputs=ClusterOutputs(
+            nccl_env=gcp_nccl_env(gcp.nic_layout),
+            run_command=gcp_run_command(spec.zone, boot_gcp.node_prefix(spec), spec.network.iap_ssh),
+            torchrun_port=TORCHRUN_PORT,
+        ),
     )
 
 
 def _nodes(spec: ClusterSpec, market: str) -> ClusterNodes:
-    return ClusterNodes(count=spec.nodes, instance_type=spec.instance_type, gpus_per_node=spec.gpu_count,
-                        gpu=spec.gpu, market=market)
+    return ClusterNodes(
+        count=spec.nodes, instance_type=spec.instance_type, gpus_per_node=spec.gpu_count, gpu=spec.gpu, market=market
+    )
 
 
 def _identity(spec: ClusterSpec, remote_shell: str, peer_discovery: str) -> ClusterIdentity:
-    return ClusterIdentity(remote_shell=remote_shell, peer_discovery=peer_discovery,
-                           bucket_read_only_prefix=BUNDLE_PREFIX, metric_writes=spec.profile.monitoring.enabled)
+    return ClusterIdentity(
+        remote_shell=remote_shell,
+        peer_discovery=peer_discovery,
+        bucket_read_only_prefix=BUNDLE_PREFIX,
+        metric_writes=spec.profile.monitoring.enabled,
+    )

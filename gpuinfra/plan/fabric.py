@@ -144,12 +144,13 @@ def aws_fabric(efa_count: int) -> FabricRuntime:
     if efa_count <= 0:
         return SOCKETS
     return FabricRuntime(
-        EFA.runtime, EFA.label,
+        EFA.runtime,
+        EFA.label,
         devices=uverbs_devices(efa_count),
         requirements=tuple(Requirement("image", glob, what) for glob, what in EFA.container.image_needs),
         hint="devices: check the EFA driver (fi_info -p efa); image: the node builds one at boot "
-             "(journalctl -u gpuinfra-image), or pass --image with one built from "
-             "templates/fabric/aws-efa-container.Dockerfile.j2",
+        "(journalctl -u gpuinfra-image), or pass --image with one built from "
+        "templates/fabric/aws-efa-container.Dockerfile.j2",
     )
 
 
@@ -175,9 +176,13 @@ def efa_image_build(base_image: str) -> ImageBuild:
 
     if not base_image:
         raise ValueError("an EFA training image needs a base image (the profile's container_image)")
-    text = render(EFA.host.template, base_image=base_image,
-                  efa_installer_version=EFA_INSTALLER_VERSION, aws_ofi_nccl_version=AWS_OFI_NCCL_VERSION,
-                  ofi_nccl_prefix=OFI_NCCL_PREFIX)
+    text = render(
+        EFA.host.template,
+        base_image=base_image,
+        efa_installer_version=EFA_INSTALLER_VERSION,
+        aws_ofi_nccl_version=AWS_OFI_NCCL_VERSION,
+        ofi_nccl_prefix=OFI_NCCL_PREFIX,
+    )
     return ImageBuild(text, f"gpuinfra/train:efa-{hashlib.sha256(text.encode()).hexdigest()[:12]}", base_image)
 
 
@@ -204,15 +209,21 @@ def image_build_systemd_unit(build: ImageBuild) -> SystemdUnit:
     is used as it is: tagged, not rebuilt.
     """
     tries = " ".join(str(i) for i in range(1, IMAGE_BUILD_ATTEMPTS + 1))
-    script = (f'for _ in {tries}; do '
-              f'if docker run --rm --entrypoint /bin/sh "$1" -c "ls {EFA_USER_SPACE_GLOBS}" >/dev/null 2>&1; '
-              'then docker tag "$1" "$2" && exit 0; '
-              'else docker build --tag "$2" "$3" && exit 0; fi; sleep 60; done; exit 1')
+    script = (
+        f"for _ in {tries}; do "
+        f'if docker run --rm --entrypoint /bin/sh "$1" -c "ls {EFA_USER_SPACE_GLOBS}" >/dev/null 2>&1; '
+        'then docker tag "$1" "$2" && exit 0; '
+        'else docker build --tag "$2" "$3" && exit 0; fi; sleep 60; done; exit 1'
+    )
     return SystemdUnit(
-        IMAGE_UNIT, f"gpuinfra: build the training image {build.tag} (EFA user space on {build.base_image})",
-        wants=("network-online.target",), requires=("docker.service",),
+        IMAGE_UNIT,
+        f"gpuinfra: build the training image {build.tag} (EFA user space on {build.base_image})",
+        wants=("network-online.target",),
+        requires=("docker.service",),
         after=("network-online.target", "docker.service", "gpuinfra-scratch.service"),
-        type="oneshot", remain_after_exit=True, timeout_start_sec=5400,
+        type="oneshot",
+        remain_after_exit=True,
+        timeout_start_sec=5400,
         exec_condition=(shell('! docker image inspect "$1" >/dev/null 2>&1', build.tag),),
         exec_start=(shell(script, build.base_image, build.tag, IMAGE_BUILD_DIR),),
         delivery="bundle",
@@ -226,19 +237,26 @@ def _nics(env: dict[str, str], key: str, expected: int, layout: str) -> tuple[st
     return nics
 
 
-_HOST_STACK_HINT = ("the {label} host stack is not ready: see journalctl -u gpuinfra-fabric-host -u gpuinfra-rxdm, "
-                    "or run sudo /usr/local/sbin/gpuinfra-fabric-host; or use a profile with "
-                    "high_bandwidth_networking: off")
+_HOST_STACK_HINT = (
+    "the {label} host stack is not ready: see journalctl -u gpuinfra-fabric-host -u gpuinfra-rxdm, "
+    "or run sudo /usr/local/sbin/gpuinfra-fabric-host; or use a profile with "
+    "high_bandwidth_networking: off"
+)
 
 
-def _gpudirect_tcp(fabric: Fabric, nics: tuple[str, ...], requirements: tuple[Requirement, ...],
-                   **fields) -> FabricRuntime:
+def _gpudirect_tcp(
+    fabric: Fabric, nics: tuple[str, ...], requirements: tuple[Requirement, ...], **fields
+) -> FabricRuntime:
     """A GPUDirect-TCPX(O) runtime: its own ``requirements``, then the RxDM unit and every GPU
     NIC up (RxDM serves the GPU NICs; ``gpu_nics`` come from ``nccl.env``)."""
     return FabricRuntime(
-        fabric.runtime, fabric.label,
-        requirements=(*requirements, Requirement("unit", RXDM_UNIT, "RxDM (receive-datapath-manager)"),
-                      *(Requirement("nic", n, "GPU NIC") for n in nics)),
+        fabric.runtime,
+        fabric.label,
+        requirements=(
+            *requirements,
+            Requirement("unit", RXDM_UNIT, "RxDM (receive-datapath-manager)"),
+            *(Requirement("nic", n, "GPU NIC") for n in nics),
+        ),
         gpu_nics=nics,
         rxdm_unit=RXDM_UNIT,
         rxdm_image=fabric.host.rxdm_image,
@@ -269,28 +287,37 @@ def gcp_fabric(nic_layout: str, facts: InstanceFacts, env: dict[str, str]) -> Fa
     if fabric.runtime == "tcpx":
         nics = _nics(env, fabric.gpu_nic_env, facts.gpu_nic_count, nic_layout)
         numa = [0 if i < len(nics) // 2 else 1 for i in range(len(nics))]
-        bindings = {f"NCCL_GPUDIRECTTCPX_{way}_BINDINGS": ";".join(f"{n}:{cpus[numa[i]]}" for i, n in enumerate(nics))
-                    for way, cpus in box.cpu_bindings.items()}
+        bindings = {
+            f"NCCL_GPUDIRECTTCPX_{way}_BINDINGS": ";".join(f"{n}:{cpus[numa[i]]}" for i, n in enumerate(nics))
+            for way, cpus in box.cpu_bindings.items()
+        }
         return _gpudirect_tcp(
-            fabric, nics,
-            (Requirement("path", fabric.plugin.library, "TCPX NCCL plugin"),
-             Requirement("path", fabric.rxdm_socket_dir, "RxDM socket directory")),
+            fabric,
+            nics,
+            (
+                Requirement("path", fabric.plugin.library, "TCPX NCCL plugin"),
+                Requirement("path", fabric.rxdm_socket_dir, "RxDM socket directory"),
+            ),
             mounts=box.mounts,
             env={**box.env, **bindings},
             library_path=lib,
         )
     if fabric.runtime == "tcpxo":
         return _gpudirect_tcp(
-            fabric, _nics(env, fabric.gpu_nic_env, facts.gpu_nic_count, nic_layout),
-            (Requirement("path", box.env_script, "TCPXO NCCL plugin"),
-             Requirement("dir", env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"], "aperture devices")),
+            fabric,
+            _nics(env, fabric.gpu_nic_env, facts.gpu_nic_count, nic_layout),
+            (
+                Requirement("path", box.env_script, "TCPXO NCCL plugin"),
+                Requirement("dir", env["NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY"], "aperture devices"),
+            ),
             mounts=box.mounts,
             library_path=lib,
             env_script=box.env_script,
             env_script_lib_dir=lib,
         )
     return FabricRuntime(
-        fabric.runtime, fabric.label,
+        fabric.runtime,
+        fabric.label,
         devices=uverbs_devices(facts.gpu_nic_count) if box.uverbs else (),
         mounts=box.mounts,
         env=dict(box.env),
@@ -328,9 +355,11 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
         "scratch": shlex.quote(scratch),
         "label": shlex.quote(runtime.label),
         # /dev/infiniband/uverbs{0..31}: bash brace expansion keeps the user data small
-        "devices": (f"/dev/infiniband/uverbs{{0..{len(runtime.devices) - 1}}}"
-                    if len(runtime.devices) > 1 and runtime.devices == uverbs_devices(len(runtime.devices))
-                    else words(map(shlex.quote, runtime.devices))),
+        "devices": (
+            f"/dev/infiniband/uverbs{{0..{len(runtime.devices) - 1}}}"
+            if len(runtime.devices) > 1 and runtime.devices == uverbs_devices(len(runtime.devices))
+            else words(map(shlex.quote, runtime.devices))
+        ),
         "mounts": words(map(shlex.quote, runtime.mounts)),
         "caps": words(map(shlex.quote, runtime.capabilities)),
         "env": words(_quote(f"{key}={value}") for key, value in runtime.env.items()),
@@ -340,25 +369,39 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
         "env_script_lib_dir": shlex.quote(runtime.env_script_lib_dir),
         "hint": shlex.quote(runtime.hint),
     }
-    return render("gpuinfra-run.sh.j2", rt=runtime, sh=quoted, instance_type=instance_type,
-                  wait_seconds=CLUSTER_ENV_WAIT_SECONDS, stack_limit=STACK_LIMIT_BYTES,
-                  state_dir=str(health_node.STATE_DIR), passed_mark=health_node.PASSED_MARK,
-                  failed_mark=health_node.FAILED_MARK, excluded_mark=health_node.EXCLUDED_MARK,
-                  nccl_env_path=NCCL_ENV_PATH, cluster_env_path=CLUSTER_ENV_PATH, node_env_path=NODE_ENV_PATH)
+    return render(
+        "gpuinfra-run.sh.j2",
+        rt=runtime,
+        sh=quoted,
+        instance_type=instance_type,
+        wait_seconds=CLUSTER_ENV_WAIT_SECONDS,
+        stack_limit=STACK_LIMIT_BYTES,
+        state_dir=str(health_node.STATE_DIR),
+        passed_mark=health_node.PASSED_MARK,
+        failed_mark=health_node.FAILED_MARK,
+        excluded_mark=health_node.EXCLUDED_MARK,
+        nccl_env_path=NCCL_ENV_PATH,
+        cluster_env_path=CLUSTER_ENV_PATH,
+        node_env_path=NODE_ENV_PATH,
+    )
 
 
 def aws_run_command(region: str, stack: str) -> str:
     """Stack output: start :data:`EXAMPLE_COMMAND` on every node of the stack through SSM Run
     Command (nodes carry the ``gpuinfra:stack`` tag; ``AWS-RunShellScript`` runs as root)."""
     params = shlex.quote(f'workingDirectory=["{SCRATCH_MOUNT}"],commands=["{EXAMPLE_COMMAND}"]')
-    return (f"aws ssm send-command --region {region} --document-name AWS-RunShellScript "
-            f"--targets Key=tag:gpuinfra:stack,Values={stack} --parameters {params}")
+    return (
+        f"aws ssm send-command --region {region} --document-name AWS-RunShellScript "
+        f"--targets Key=tag:gpuinfra:stack,Values={stack} --parameters {params}"
+    )
 
 
 def gcp_run_command(zone: str, group: str, iap_ssh: bool) -> str:
     """Stack output: start :data:`EXAMPLE_COMMAND` on every VM of the MIG ``group`` over IAP SSH."""
     if not iap_ssh:
         return f"on every node: sudo {EXAMPLE_COMMAND} (no SSH path: set network.iap_ssh: true in the stack file)"
-    return (f"for vm in $(gcloud compute instance-groups managed list-instances {group} --zone {zone} "
-            f"--format='value(instance.basename())'); do gcloud compute ssh \"$vm\" --zone {zone} --tunnel-through-iap "
-            f"--command 'cd /scratch && sudo {EXAMPLE_COMMAND}' & done; wait")
+    return (
+        f"for vm in $(gcloud compute instance-groups managed list-instances {group} --zone {zone} "
+        f"--format='value(instance.basename())'); do gcloud compute ssh \"$vm\" --zone {zone} --tunnel-through-iap "
+        f"--command 'cd /scratch && sudo {EXAMPLE_COMMAND}' & done; wait"
+    )

@@ -23,9 +23,9 @@ import shlex
 from dataclasses import dataclass, field
 
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.plan.units import SystemdUnit, command, shell
 from gpuinfra.fabrics import GIB, TCPX, TCPXO
 from gpuinfra.plan.fabric import RXDM_UNIT, FabricRuntime, gcp_fabric
+from gpuinfra.plan.units import SystemdUnit, command, shell
 from gpuinfra.templating import render
 
 #: Where the boot script (or the bake) writes the host install script.
@@ -43,7 +43,6 @@ TCPXO_RXDM_WAIT_SECONDS = 120
 #: Folder the plugin installer containers write under (``-v /var/lib:/var/lib``).
 _INSTALLER_ROOT = "/var/lib/"
 _TCPX_RXDM_LD_LIBRARY_PATH = f"/usr/local/nvidia/lib64:{TCPX.rxdm_socket_dir}:/usr/lib/lib32:/usr/lib/x86_64-linux-gnu/"
-
 
 
 @dataclass(frozen=True)
@@ -87,16 +86,20 @@ class HostStack:
 
 def _installer_probe(runtime: FabricRuntime) -> str:
     """The file ``gpuinfra-run`` requires inside the plugin folder: the installer must write it."""
-    probe = next(r.target for r in runtime.requirements
-                 if r.kind == "path" and r.target.startswith(runtime.library_path + "/"))
+    probe = next(
+        r.target for r in runtime.requirements if r.kind == "path" and r.target.startswith(runtime.library_path + "/")
+    )
     if not probe.startswith(_INSTALLER_ROOT):
-        raise ValueError(f"{runtime.fabric}: plugin folder {runtime.library_path} is outside {_INSTALLER_ROOT}, "
-                         "where the installer container writes")
+        raise ValueError(
+            f"{runtime.fabric}: plugin folder {runtime.library_path} is outside {_INSTALLER_ROOT}, "
+            "where the installer container writes"
+        )
     return probe
 
 
-def rxdm_systemd_unit(runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str],
-                      post: str) -> SystemdUnit:
+def rxdm_systemd_unit(
+    runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str], post: str
+) -> SystemdUnit:
     """The RxDM unit (:data:`~gpuinfra.plan.fabric.RXDM_UNIT`) of a GPUDirect-TCPX(O)
     ``runtime``: wait until every GPU NIC is routable, remove a leftover container, run ``pre``,
     then the RxDM container (``docker_args``, the image, ``rxdm_args``; each entry is split into
@@ -106,28 +109,47 @@ def rxdm_systemd_unit(runtime: FabricRuntime, *, pre: list[str], docker_args: li
     Raises:
         UnitValueError: a value with a newline.
     """
-    wait = ("/usr/lib/systemd/systemd-networkd-wait-online", "-o", "routable", "--timeout=120",
-            *(w for nic in runtime.gpu_nics for w in ("-i", nic)))
-    docker = ("/usr/bin/docker", "run", "--rm", "--name", RXDM_CONTAINER,
-              *(w for a in docker_args for w in shlex.split(a)), runtime.rxdm_image,
-              *(w for a in rxdm_args for w in shlex.split(a)))
+    wait = (
+        "/usr/lib/systemd/systemd-networkd-wait-online",
+        "-o",
+        "routable",
+        "--timeout=120",
+        *(w for nic in runtime.gpu_nics for w in ("-i", nic)),
+    )
+    docker = (
+        "/usr/bin/docker",
+        "run",
+        "--rm",
+        "--name",
+        RXDM_CONTAINER,
+        *(w for a in docker_args for w in shlex.split(a)),
+        runtime.rxdm_image,
+        *(w for a in rxdm_args for w in shlex.split(a)),
+    )
     return SystemdUnit(
-        RXDM_UNIT, f"gpuinfra: {runtime.label} receive-datapath manager (RxDM)",
-        requires=("docker.service",), wants=("network-online.target",),
+        RXDM_UNIT,
+        f"gpuinfra: {runtime.label} receive-datapath manager (RxDM)",
+        requires=("docker.service",),
+        wants=("network-online.target",),
         after=("docker.service", "network-online.target", "nvidia-persistenced.service"),
         start_limit_interval_sec=0,
-        exec_start_pre=(command(*wait), command("/usr/bin/docker", "rm", "-f", RXDM_CONTAINER, ignore_failure=True),
-                        *(command(*shlex.split(c)) for c in pre)),
+        exec_start_pre=(
+            command(*wait),
+            command("/usr/bin/docker", "rm", "-f", RXDM_CONTAINER, ignore_failure=True),
+            *(command(*shlex.split(c)) for c in pre),
+        ),
         exec_start=(command(*docker),),
         exec_start_post=(command(*shlex.split(post)),),
         exec_stop=(command("/usr/bin/docker", "stop", RXDM_CONTAINER),),
-        restart="on-failure", restart_sec=10, timeout_start_sec=300,
-        start="none", delivery="bundle",
+        restart="on-failure",
+        restart_sec=10,
+        timeout_start_sec=300,
+        start="none",
+        delivery="bundle",
     )
 
 
-def _unit(runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str],
-          post: str) -> str:
+def _unit(runtime: FabricRuntime, *, pre: list[str], docker_args: list[str], rxdm_args: list[str], post: str) -> str:
     return rxdm_systemd_unit(runtime, pre=pre, docker_args=docker_args, rxdm_args=rxdm_args, post=post).render()
 
 
@@ -140,20 +162,41 @@ def _tcpx(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
     unit = _unit(
         runtime,
         pre=[f"/usr/bin/mkdir -p {uds}"],
-        docker_args=["--cap-add=NET_ADMIN", "--network=host", "--privileged", "--gpus all",
-                     f"--volume {uds}:{uds}", f"--env LD_LIBRARY_PATH={_TCPX_RXDM_LD_LIBRARY_PATH}",
-                     "--entrypoint /tcpgpudmarxd/build/app/tcpgpudmarxd", "--ulimit memlock=-1"],
-        rxdm_args=["--gpu_nic_preset a3vm", "--gpu_shmem_type fd", f"--uds_path {uds}",
-                   '--setup_param "--verbose 128 2 0 "'],
+        docker_args=[
+            "--cap-add=NET_ADMIN",
+            "--network=host",
+            "--privileged",
+            "--gpus all",
+            f"--volume {uds}:{uds}",
+            f"--env LD_LIBRARY_PATH={_TCPX_RXDM_LD_LIBRARY_PATH}",
+            "--entrypoint /tcpgpudmarxd/build/app/tcpgpudmarxd",
+            "--ulimit memlock=-1",
+        ],
+        rxdm_args=[
+            "--gpu_nic_preset a3vm",
+            "--gpu_shmem_type fd",
+            f"--uds_path {uds}",
+            '--setup_param "--verbose 128 2 0 "',
+        ],
         post="/usr/bin/sleep 10",
     )
-    script = render(TCPX.host.template, **_common(runtime, facts.instance_type),
-                    plugin_installer_image=shlex.quote(runtime.plugin_installer_image),
-                    plugin_probe=shlex.quote(_installer_probe(runtime)),
-                    rxdm_image=shlex.quote(runtime.rxdm_image), rxdm_unit=RXDM_UNIT, unit_text=unit)
-    return HostStack("tcpx", files={HOST_SCRIPT_PATH: script}, writes={f"/etc/systemd/system/{RXDM_UNIT}": unit},
-                     units=(RXDM_UNIT,), images=(runtime.plugin_installer_image, runtime.rxdm_image),
-                     boot_blocker=TCPX.boot_blocker)
+    script = render(
+        TCPX.host.template,
+        **_common(runtime, facts.instance_type),
+        plugin_installer_image=shlex.quote(runtime.plugin_installer_image),
+        plugin_probe=shlex.quote(_installer_probe(runtime)),
+        rxdm_image=shlex.quote(runtime.rxdm_image),
+        rxdm_unit=RXDM_UNIT,
+        unit_text=unit,
+    )
+    return HostStack(
+        "tcpx",
+        files={HOST_SCRIPT_PATH: script},
+        writes={f"/etc/systemd/system/{RXDM_UNIT}": unit},
+        units=(RXDM_UNIT,),
+        images=(runtime.plugin_installer_image, runtime.rxdm_image),
+        boot_blocker=TCPX.boot_blocker,
+    )
 
 
 def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) -> HostStack:
@@ -161,30 +204,52 @@ def _tcpxo(runtime: FabricRuntime, facts: InstanceFacts, env: dict[str, str]) ->
     unit = _unit(
         runtime,
         pre=["/usr/sbin/modprobe import-helper"],
-        docker_args=["--cap-add=NET_ADMIN", "--network=host", "--privileged", "--gpus all",
-                     "--volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper",
-                     "--env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu"],
+        docker_args=[
+            "--cap-add=NET_ADMIN",
+            "--network=host",
+            "--privileged",
+            "--gpus all",
+            "--volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper",
+            "--env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu",
+        ],
         rxdm_args=["--num_hops=2", f"--num_nics={len(runtime.gpu_nics)}", "--uid=", "--alsologtostderr"],
         post=f"{HOST_SCRIPT_PATH} --wait-rxdm",
     )
     rule = render("fabric/gcp-tcpxo-aperture.rules.j2", aperture_dir=aperture)
-    script = render(TCPXO.host.template, **_common(runtime, facts.instance_type, ("--wait-rxdm",)),
-                    dmabuf_version=DMABUF_IMPORT_HELPER_VERSION,
-                    plugin_installer_image=shlex.quote(runtime.plugin_installer_image),
-                    plugin_probe=shlex.quote(_installer_probe(runtime)),
-                    rxdm_image=shlex.quote(runtime.rxdm_image), rxdm_unit=RXDM_UNIT, unit_text=unit,
-                    udev_rule_path=APERTURE_UDEV_RULE, rule_text=rule, aperture_dir=aperture,
-                    rxdm_ready=TCPXO_RXDM_READY, rxdm_wait_seconds=TCPXO_RXDM_WAIT_SECONDS)
-    return HostStack("tcpxo", files={HOST_SCRIPT_PATH: script},
-                     writes={f"/etc/systemd/system/{RXDM_UNIT}": unit, APERTURE_UDEV_RULE: rule},
-                     units=(RXDM_UNIT,), images=(runtime.plugin_installer_image, runtime.rxdm_image),
-                     boot_blocker=TCPXO.boot_blocker)
+    script = render(
+        TCPXO.host.template,
+        **_common(runtime, facts.instance_type, ("--wait-rxdm",)),
+        dmabuf_version=DMABUF_IMPORT_HELPER_VERSION,
+        plugin_installer_image=shlex.quote(runtime.plugin_installer_image),
+        plugin_probe=shlex.quote(_installer_probe(runtime)),
+        rxdm_image=shlex.quote(runtime.rxdm_image),
+        rxdm_unit=RXDM_UNIT,
+        unit_text=unit,
+        udev_rule_path=APERTURE_UDEV_RULE,
+        rule_text=rule,
+        aperture_dir=aperture,
+        rxdm_ready=TCPXO_RXDM_READY,
+        rxdm_wait_seconds=TCPXO_RXDM_WAIT_SECONDS,
+    )
+    return HostStack(
+        "tcpxo",
+        files={HOST_SCRIPT_PATH: script},
+        writes={f"/etc/systemd/system/{RXDM_UNIT}": unit, APERTURE_UDEV_RULE: rule},
+        units=(RXDM_UNIT,),
+        images=(runtime.plugin_installer_image, runtime.rxdm_image),
+        boot_blocker=TCPXO.boot_blocker,
+    )
 
 
 def _gib(runtime: FabricRuntime, facts: InstanceFacts) -> HostStack:
-    script = render(GIB.host.template, **_common(runtime, facts.instance_type),
-                    gib_version=NCCL_GIB_VERSION, gib_lib_dir=runtime.library_path,
-                    gib_env_script=runtime.env_script, uverbs_count=len(runtime.devices))
+    script = render(
+        GIB.host.template,
+        **_common(runtime, facts.instance_type),
+        gib_version=NCCL_GIB_VERSION,
+        gib_lib_dir=runtime.library_path,
+        gib_env_script=runtime.env_script,
+        uverbs_count=len(runtime.devices),
+    )
     return HostStack("gib", files={HOST_SCRIPT_PATH: script}, boot_blocker=GIB.boot_blocker)
 
 
@@ -234,12 +299,19 @@ def fabric_host_systemd_unit(host: HostStack) -> SystemdUnit:
     once done), never after exit 2 or 6 (a bad argument, a kernel or Docker it cannot install):
     with ``Restart=`` the start job would end at the first failure and release the health gate
     ordered after it (systemd#32017)."""
-    script = (f'for _ in 1 2 3; do {host.boot_command} && exit 0; rc=$?; '
-              'case $rc in 2|6) exit "$rc" ;; esac; sleep 60; done; exit "$rc"')
+    script = (
+        f"for _ in 1 2 3; do {host.boot_command} && exit 0; rc=$?; "
+        'case $rc in 2|6) exit "$rc" ;; esac; sleep 60; done; exit "$rc"'
+    )
     return SystemdUnit(
-        FABRIC_HOST_UNIT, f"gpuinfra: {host.fabric} GPU fabric host stack",
-        wants=("network-online.target",), requires=("docker.service",),
+        FABRIC_HOST_UNIT,
+        f"gpuinfra: {host.fabric} GPU fabric host stack",
+        wants=("network-online.target",),
+        requires=("docker.service",),
         after=("network-online.target", "docker.service"),
-        type="oneshot", remain_after_exit=True, timeout_start_sec=3600,
-        exec_start=(shell(script),), delivery="bundle",
+        type="oneshot",
+        remain_after_exit=True,
+        timeout_start_sec=3600,
+        exec_start=(shell(script),),
+        delivery="bundle",
     )

@@ -119,11 +119,15 @@ def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
         elif net.role == "host":
             plans.append(NetworkPlan("net-1", net.mtu, ("10.129.0.0/20",), net.nic_type, True))
         elif net.role == "gpu":
-            plans += [NetworkPlan(f"gpu-{i}", net.mtu, (f"10.{i + 1}.0.0/20",), net.nic_type, True)
-                      for i in range(net.count)]
+            plans += [
+                NetworkPlan(f"gpu-{i}", net.mtu, (f"10.{i + 1}.0.0/20",), net.nic_type, True) for i in range(net.count)
+            ]
         else:
-            plans.append(NetworkPlan("roce", net.mtu, tuple(f"10.200.{i}.0/24" for i in range(net.count)),
-                                     net.nic_type, False, roce=True))
+            plans.append(
+                NetworkPlan(
+                    "roce", net.mtu, tuple(f"10.200.{i}.0/24" for i in range(net.count)), net.nic_type, False, roce=True
+                )
+            )
     return tuple(plans)
 
 
@@ -165,9 +169,12 @@ def attached_local_ssd_count(spec: ClusterSpec) -> int:
     count = lssd.smallest_attach_count(scratch.min_gib)
     if count is None:
         allowed = ", ".join(str(n) for n in lssd.attach_counts) or "none"
-        raise rule_error("gcp-local-ssd-count", "",
-                         f"profile scratch needs {scratch.min_gib} GiB, but {spec.instance_type} takes local SSD "
-                         f"counts {allowed} of {lssd.size_gib:g} GiB")
+        raise rule_error(
+            "gcp-local-ssd-count",
+            "",
+            f"profile scratch needs {scratch.min_gib} GiB, but {spec.instance_type} takes local SSD "
+            f"counts {allowed} of {lssd.size_gib:g} GiB",
+        )
     return count
 
 
@@ -194,16 +201,22 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     # a fabric gpuinfra cannot install at boot (A3 High's TCPX) works only from a baked image
     blocked = None if spec.gcp_image else fabric_boot_blocker("gcp", facts.nic_layout)
     if hbn == "required" and blocked:
-        raise rule_error("fabric-installable-at-boot", "",
-                         f"profile {spec.profile.name!r} requires GPUDirect, but {spec.instance_type}'s "
-                         f"{facts.nic_layout} fabric cannot be installed at boot: {blocked}; set gcp_image to such "
-                         "an image, or use high_bandwidth_networking: preferred (plain networking)")
+        raise rule_error(
+            "fabric-installable-at-boot",
+            "",
+            f"profile {spec.profile.name!r} requires GPUDirect, but {spec.instance_type}'s "
+            f"{facts.nic_layout} fabric cannot be installed at boot: {blocked}; set gcp_image to such "
+            "an image, or use high_bandwidth_networking: preferred (plain networking)",
+        )
     if blocked:
         hbn = "off"  # preferred: plain networking, not GPU NICs that nothing on the node serves
     if hbn == "required" and facts.gpu_nic_count == 0:
-        raise rule_error("high-bandwidth-nics", "",
-                         f"profile {spec.profile.name!r} requires GPUDirect NICs, but {spec.instance_type} has none "
-                         "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g have them)")
+        raise rule_error(
+            "high-bandwidth-nics",
+            "",
+            f"profile {spec.profile.name!r} requires GPUDirect NICs, but {spec.instance_type} has none "
+            "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g and a4-highgpu-8g have them)",
+        )
     model = provisioning_model(spec)
     wanted = GCP_PROVISIONING_MODELS[model]
     hint = " (set gcp_reservation to a reservation of it, or use --spot)" if wanted == "on-demand" else ""
@@ -211,20 +224,30 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         raise RuleViolationError([unsold])
     placeable = facts.placement.compact_policy or facts.placement.workload_policy
     if spec.nodes > 1 and spec.profile.placement == "required" and not placeable:
-        raise rule_error("gcp-placement-supported", "",
-                         f"{spec.instance_type} supports neither a compact placement policy nor a workload policy, "
-                         "and the profile requires placement for multi-node clusters; use A2/A3/A4/G2 machines, "
-                         "nodes: 1, or a profile with placement: none")
+        raise rule_error(
+            "gcp-placement-supported",
+            "",
+            f"{spec.instance_type} supports neither a compact placement policy nor a workload policy, "
+            "and the profile requires placement for multi-node clusters; use A2/A3/A4/G2 machines, "
+            "nodes: 1, or a profile with placement: none",
+        )
     # every multi-node cluster is placed close together where the machine allows it (as on AWS)
     wants_placement = spec.nodes > 1 and placeable
     if wants_placement and facts.placement.max_vms is not None and spec.nodes > facts.placement.max_vms:
-        raise rule_error("gcp-placement-max-vms", "",
-                         f"{spec.nodes} VMs are over the limit of {facts.placement.max_vms} VMs per placement policy")
+        raise rule_error(
+            "gcp-placement-max-vms",
+            "",
+            f"{spec.nodes} VMs are over the limit of {facts.placement.max_vms} VMs per placement policy",
+        )
     if spec.gcp_reservation and not spec.gcp_reservation_accepts_placement:
         wants_placement = False  # vanilla reservations don't take external placement policies
     networks = network_layout(facts) if hbn != "off" else network_layout(None)
     image = spec.gcp_image or f"projects/{DLVM_PROJECT}/global/images/family/{spec.profile.image.gcp_image_family}"
-    guest = (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count) if facts.guest_accelerators and spec.gpu_facts.gcp_accelerator_type else None
+    guest = (
+        (spec.gpu_facts.gcp_accelerator_type, spec.gpu_count)
+        if facts.guest_accelerators and spec.gpu_facts.gcp_accelerator_type
+        else None
+    )
     attached = attached_local_ssd_count(spec)
     bundled = facts.local_ssd.bundled_count
     return GcpClusterPlan(

@@ -46,8 +46,14 @@ def expectations_for(spec: ClusterSpec, busbw_pass_fraction: float = BUSBW_PASS_
     """
     efa_count, nic_layout = deployed_network(spec)
     facts = spec.facts
-    return Expectations(cloud=spec.cloud, instance_type=spec.instance_type, nodes=spec.nodes, gpu_count=spec.gpu_count,
-                        efa_count=efa_count, nvswitch=facts.nvswitch, nic_layout=nic_layout,
-                        baseline=find_baseline(spec.cloud, spec.instance_type, spec.nodes,
-                                               fabric_for(nic_layout).baseline_network),
-                        busbw_pass_fraction=busbw_pass_fraction)
+    return Expectations(
+        cloud=spec.cloud,
+        instance_type=spec.instance_type,
+        nodes=spec.nodes,
+        gpu_count=spec.gpu_count,
+        efa_count=efa_count,
+        nvswitch=facts.nvswitch,
+        nic_layout=nic_layout,
+        baseline=find_baseline(spec.cloud, spec.instance_type, spec.nodes, fabric_for(nic_layout).baseline_network),
+        busbw_pass_fraction=busbw_pass_fraction,
+    )

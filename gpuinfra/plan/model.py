@@ -163,8 +163,11 @@ class ClusterPlan:
 def aws_network(spec: ClusterSpec, plan: AwsClusterPlan) -> ClusterNetwork:
     """The network of an AWS node: EFA devices and interfaces from the plan; the layout is the
     instance's EFA layout when the plan attaches EFA, else ``ena``."""
-    return ClusterNetwork(nic_layout=spec.facts.nic_layout if plan.efa_count else "ena",
-                          nics_per_node=len(plan.interfaces), efa_per_node=plan.efa_count)
+    return ClusterNetwork(
+        nic_layout=spec.facts.nic_layout if plan.efa_count else "ena",
+        nics_per_node=len(plan.interfaces),
+        efa_per_node=plan.efa_count,
+    )
 
 
 def gcp_network(plan: GcpClusterPlan) -> ClusterNetwork:

@@ -61,11 +61,18 @@ def monitoring_systemd_unit(agent_name: str) -> SystemdUnit:
     agent never blocks training. A failing install is retried (60 s apart) at most
     :data:`START_LIMIT_BURST` times in :data:`START_LIMIT_INTERVAL_SECONDS`, then left failed."""
     return SystemdUnit(
-        MONITORING_UNIT, f"gpuinfra monitoring agent ({agent_name})",
-        wants=("network-online.target",), after=("network-online.target",),
-        start_limit_interval_sec=START_LIMIT_INTERVAL_SECONDS, start_limit_burst=START_LIMIT_BURST,
-        type="oneshot", remain_after_exit=True, timeout_start_sec=900,
-        exec_start=(command("/bin/bash", SCRIPT_PATH),), restart="on-failure", restart_sec=60,
+        MONITORING_UNIT,
+        f"gpuinfra monitoring agent ({agent_name})",
+        wants=("network-online.target",),
+        after=("network-online.target",),
+        start_limit_interval_sec=START_LIMIT_INTERVAL_SECONDS,
+        start_limit_burst=START_LIMIT_BURST,
+        type="oneshot",
+        remain_after_exit=True,
+        timeout_start_sec=900,
+        exec_start=(command("/bin/bash", SCRIPT_PATH),),
+        restart="on-failure",
+        restart_sec=60,
         delivery="bundle",
     )
 
@@ -88,17 +95,28 @@ def monitoring_node_files(spec: ClusterSpec, cloud: str) -> dict[str, str]:
     if not spec.profile.monitoring.enabled:
         return {}
     if cloud == "aws":
-        values = {"cloud": "aws", "agent_version": AWS_AGENT_VERSION, "agent_package_url": AWS_AGENT_PACKAGE_URL,
-                  "parameter_name": aws_agent_parameter_name(spec.stack)}
+        values = {
+            "cloud": "aws",
+            "agent_version": AWS_AGENT_VERSION,
+            "agent_package_url": AWS_AGENT_PACKAGE_URL,
+            "parameter_name": aws_agent_parameter_name(spec.stack),
+        }
         agent_name = "amazon-cloudwatch-agent"
         extra: dict[str, str] = {}
     elif cloud == "gcp":
-        values = {"cloud": "gcp", "agent_version": GCP_AGENT_VERSION, "agent_repo_script_url": GCP_AGENT_REPO_SCRIPT_URL,
-                  "config_source": GCP_AGENT_CONFIG_SOURCE, "config_path": GCP_AGENT_CONFIG_PATH}
+        values = {
+            "cloud": "gcp",
+            "agent_version": GCP_AGENT_VERSION,
+            "agent_repo_script_url": GCP_AGENT_REPO_SCRIPT_URL,
+            "config_source": GCP_AGENT_CONFIG_SOURCE,
+            "config_path": GCP_AGENT_CONFIG_PATH,
+        }
         agent_name = "google-cloud-ops-agent"
         config = gcp_ops_agent_config()
-        extra = {GCP_AGENT_CONFIG_SOURCE: "# written by gpuinfra (README \"Monitoring\")\n"
-                                        + yaml.safe_dump(config, sort_keys=False)}
+        extra = {
+            GCP_AGENT_CONFIG_SOURCE: '# written by gpuinfra (README "Monitoring")\n'
+            + yaml.safe_dump(config, sort_keys=False)
+        }
     else:
         raise ValueError(f"unknown cloud {cloud!r}: use aws or gcp")
     files = {

@@ -27,8 +27,8 @@ from pathlib import Path
 from gpuinfra.health import node as health_node
 from gpuinfra.health.baselines import baseline_nodes, find_baseline
 from gpuinfra.health.gate import Expectations
-from gpuinfra.plan.units import RUN_DIR, NodeFile, SystemdUnit, command
 from gpuinfra.plan.monitoring_node import MONITORING_UNITS, monitoring_node_files
+from gpuinfra.plan.units import RUN_DIR, NodeFile, SystemdUnit, command
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
@@ -44,8 +44,18 @@ HEALTH_UNIT = "gpuinfra-health.service"
 EXPECTATIONS_PATH = str(health_node.EXPECTATIONS_PATH)
 ALLREDUCE_PATH = f"{health_node.ALLREDUCE_DIR}/{health_node.ALLREDUCE_SCRIPT}"
 #: gpuinfra's modules the nodes run (standard library only: gpuinfra/health/__init__.py says so).
-NODE_MODULES = ("__init__.py", "errors.py", "agent/__init__.py", "agent/node.py", "health/__init__.py",
-                "health/parsers.py", "health/baselines.py", "health/gate.py", "health/node.py", "health/ranks.py")
+NODE_MODULES = (
+    "__init__.py",
+    "errors.py",
+    "agent/__init__.py",
+    "agent/node.py",
+    "health/__init__.py",
+    "health/parsers.py",
+    "health/baselines.py",
+    "health/gate.py",
+    "health/node.py",
+    "health/ranks.py",
+)
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -99,12 +109,21 @@ class NodeBundle:
 
     def to_json(self) -> str:
         """The object's body: files sorted by path, so the same bundle gives the same bytes."""
-        return json.dumps({
-            "schema_version": BUNDLE_SCHEMA_VERSION,
-            "files": [{"path": f.path, "mode": f.mode, "content": f.content}
-                      for f in sorted(self.files, key=lambda f: f.path)],
-            "units": self.units,
-        }, indent=1, sort_keys=False) + "\n"
+        return (
+            json.dumps(
+                {
+                    "schema_version": BUNDLE_SCHEMA_VERSION,
+                    "files": [
+                        {"path": f.path, "mode": f.mode, "content": f.content}
+                        for f in sorted(self.files, key=lambda f: f.path)
+                    ],
+                    "units": self.units,
+                },
+                indent=1,
+                sort_keys=False,
+            )
+            + "\n"
+        )
 
 
 def node_modules() -> dict[str, str]:
@@ -121,10 +140,13 @@ def health_systemd_unit(after: tuple[str, ...]) -> SystemdUnit:
     """``gpuinfra-health.service``: the gate once per boot, after Docker, scratch and ``after``
     (the units that make the training image ready: pre-pull, image build, fabric host stack)."""
     return SystemdUnit(
-        HEALTH_UNIT, "gpuinfra: boot health gate (local checks, then the cluster all-reduce)",
+        HEALTH_UNIT,
+        "gpuinfra: boot health gate (local checks, then the cluster all-reduce)",
         wants=("network-online.target",),
         after=("network-online.target", BUNDLE_UNIT, "docker.service", "gpuinfra-scratch.service", *after),
-        type="oneshot", remain_after_exit=True, timeout_start_sec="infinity",
+        type="oneshot",
+        remain_after_exit=True,
+        timeout_start_sec="infinity",
         environment=(("PYTHONPATH", NODE_LIB),),
         exec_start=(command("/usr/bin/python3", "-m", "gpuinfra.health.node", "run"),),
         delivery="bundle",
@@ -144,8 +166,9 @@ def expectations_document(spec: ClusterSpec, expectations: Expectations) -> dict
     return {**expectations.to_dict(), "world_baselines": worlds, "results_not_before": spec.created_at.isoformat()}
 
 
-def add_health_gate(bundle: NodeBundle, spec: ClusterSpec, expectations: Expectations,
-                    after: tuple[str, ...] = ()) -> None:
+def add_health_gate(
+    bundle: NodeBundle, spec: ClusterSpec, expectations: Expectations, after: tuple[str, ...] = ()
+) -> None:
     """The health gate's files: gpuinfra's node modules, the all-reduce script, the
     expectations (:func:`expectations_document`) and, unless the profile turns the gate off,
     its unit."""
@@ -167,16 +190,26 @@ def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:
 def health_template_vars(spec: ClusterSpec) -> dict[str, object]:
     """What ``templates/cluster-env-health.sh.j2`` (included by both clouds' cluster-env
     scripts) needs: the gate's mode and the node runner's paths, exit code and marks."""
-    return {"health_gate": spec.profile.health_gate, "node_lib": NODE_LIB,
-            "exit_excluded": health_node.EXIT_EXCLUDED, "state_dir": str(health_node.STATE_DIR),
-            "ranks_decided_mark": health_node.RANKS_DECIDED_MARK, "kept_ranks_path": str(health_node.KEPT_RANKS_PATH)}
+    return {
+        "health_gate": spec.profile.health_gate,
+        "node_lib": NODE_LIB,
+        "exit_excluded": health_node.EXIT_EXCLUDED,
+        "state_dir": str(health_node.STATE_DIR),
+        "ranks_decided_mark": health_node.RANKS_DECIDED_MARK,
+        "kept_ranks_path": str(health_node.KEPT_RANKS_PATH),
+    }
 
 
 def fetch_script(cloud: str, bucket: str) -> str:
     """The boot script part that fetches and installs the bundle (``templates/node-bundle-fetch.sh.j2``)."""
     scheme = "s3" if cloud == "aws" else "gs"
-    return render("node-bundle-fetch.sh.j2", cloud=cloud, url=f"{scheme}://{bucket}/{BUNDLE_KEY}",
-                  schema_version=BUNDLE_SCHEMA_VERSION, run_dir=RUN_DIR).rstrip("\n")
+    return render(
+        "node-bundle-fetch.sh.j2",
+        cloud=cloud,
+        url=f"{scheme}://{bucket}/{BUNDLE_KEY}",
+        schema_version=BUNDLE_SCHEMA_VERSION,
+        run_dir=RUN_DIR,
+    ).rstrip("\n")
 
 
 def fetch_unit() -> str:
@@ -188,8 +221,14 @@ def fetch_systemd_unit() -> SystemdUnit:
     """``gpuinfra-bundle.service``: fetch on every boot, retried every 20 s until the bucket
     answers (``StartLimitIntervalSec=0``: no limit on the retries)."""
     return SystemdUnit(
-        BUNDLE_UNIT, "gpuinfra: fetch and install the node bundle from the stack bucket",
-        wants=("network-online.target",), after=("network-online.target",), start_limit_interval_sec=0,
-        type="oneshot", remain_after_exit=True, exec_start=(command(BUNDLE_FETCH_PATH),),
-        restart="on-failure", restart_sec=20,
+        BUNDLE_UNIT,
+        "gpuinfra: fetch and install the node bundle from the stack bucket",
+        wants=("network-online.target",),
+        after=("network-online.target",),
+        start_limit_interval_sec=0,
+        type="oneshot",
+        remain_after_exit=True,
+        exec_start=(command(BUNDLE_FETCH_PATH),),
+        restart="on-failure",
+        restart_sec=20,
     )

@@ -16,8 +16,8 @@ rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 from __future__ import annotations
 
 from gpuinfra.agent.node import format_node_env
-from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.plan.tags import expires_at_text
+from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
@@ -48,23 +48,31 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
     Raises:
         ValueError: a value would break the file (a newline) -- stack names are validated before.
     """
-    return format_node_env({
-        "GPUINFRA_CLOUD": cloud,
-        "GPUINFRA_STACK": spec.stack,
-        "GPUINFRA_PROFILE": spec.profile.name,
-        "GPUINFRA_BUCKET": bucket,
-        "GPUINFRA_EXPIRES_AT": expires_at_text(spec),
-        "GPUINFRA_IDLE_TIMEOUT_MINUTES": spec.profile.idle_timeout_minutes,
-        "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": spec.profile.idle_gpu_utilization_percent,
-        "GPUINFRA_SCRATCH": scratch_mount,
-        "GPUINFRA_HEALTH_GATE": spec.profile.health_gate,
-    })
+    return format_node_env(
+        {
+            "GPUINFRA_CLOUD": cloud,
+            "GPUINFRA_STACK": spec.stack,
+            "GPUINFRA_PROFILE": spec.profile.name,
+            "GPUINFRA_BUCKET": bucket,
+            "GPUINFRA_EXPIRES_AT": expires_at_text(spec),
+            "GPUINFRA_IDLE_TIMEOUT_MINUTES": spec.profile.idle_timeout_minutes,
+            "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": spec.profile.idle_gpu_utilization_percent,
+            "GPUINFRA_SCRATCH": scratch_mount,
+            "GPUINFRA_HEALTH_GATE": spec.profile.health_gate,
+        }
+    )
 
 
 def scratch_script(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
     """The scratch unit's script (``templates/scratch-raid0.sh.j2``) for a machine with
     ``expected_disks`` local NVMe disks named ``/dev/disk/by-id/<device_glob>``; ``existing_mount``
     is where the image mounts them itself (the DLAMI's ``/opt/dlami/nvme``), or empty."""
-    return render("scratch-raid0.sh.j2", mount_point=mount_point, device_glob=device_glob, existing_mount=existing_mount,
-                  expected_disks=expected_disks, device_wait_seconds=SCRATCH_DEVICE_WAIT_SECONDS,
-                  failed_file=SCRATCH_FAILED_PATH).rstrip("\n")
+    return render(
+        "scratch-raid0.sh.j2",
+        mount_point=mount_point,
+        device_glob=device_glob,
+        existing_mount=existing_mount,
+        expected_disks=expected_disks,
+        device_wait_seconds=SCRATCH_DEVICE_WAIT_SECONDS,
+        failed_file=SCRATCH_FAILED_PATH,
+    ).rstrip("\n")

@@ -20,8 +20,11 @@ def expires_at_text(spec: ClusterSpec) -> str:
 
 def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
     """AWS tags of every resource of the stack (plus ``Name`` etc. from ``extra``)."""
-    budget = ({AWS_BUDGET_TAG: format(spec.max_price_per_hour_usd, "f"), AWS_RUN_HOURS_TAG: f"{spec.run_hours:g}"}
-              if spec.max_price_per_hour_usd else {})
+    budget = (
+        {AWS_BUDGET_TAG: format(spec.max_price_per_hour_usd, "f"), AWS_RUN_HOURS_TAG: f"{spec.run_hours:g}"}
+        if spec.max_price_per_hour_usd
+        else {}
+    )
     return {
         "gpuinfra:stack": spec.stack,
         "gpuinfra:profile": spec.profile.name,
@@ -37,9 +40,14 @@ def _label_value(text: str) -> str:
 
 def gcp_labels(spec: ClusterSpec) -> dict[str, str]:
     """GCP labels of every resource of the stack."""
-    budget = ({GCP_BUDGET_LABEL: format(spec.max_price_per_hour_usd, "f").replace(".", "_"),
-               GCP_RUN_HOURS_LABEL: f"{spec.run_hours:g}".replace(".", "_")}
-              if spec.max_price_per_hour_usd else {})
+    budget = (
+        {
+            GCP_BUDGET_LABEL: format(spec.max_price_per_hour_usd, "f").replace(".", "_"),
+            GCP_RUN_HOURS_LABEL: f"{spec.run_hours:g}".replace(".", "_"),
+        }
+        if spec.max_price_per_hour_usd
+        else {}
+    )
     return {
         "gpuinfra-stack": _label_value(spec.stack),
         "gpuinfra-profile": _label_value(spec.profile.name),

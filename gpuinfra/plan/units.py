@@ -76,8 +76,13 @@ def check_path(path: str) -> str:
     Raises:
         UnitValueError: otherwise.
     """
-    if not path.startswith("/") or "//" in path or "/../" in path or path.endswith("/..") \
-            or any(c.isspace() or ord(c) < 32 or c in "'\"\\$`" for c in path):
+    if (
+        not path.startswith("/")
+        or "//" in path
+        or "/../" in path
+        or path.endswith("/..")
+        or any(c.isspace() or ord(c) < 32 or c in "'\"\\$`" for c in path)
+    ):
         raise UnitValueError(f"node path {path!r} must be absolute, without '..', quotes, '$' or whitespace")
     return path
 
@@ -264,8 +269,12 @@ class SystemdUnit:
         lines = ["[Unit]", f"Description={self.description}"]
         if not self.default_dependencies:
             lines.append("DefaultDependencies=no")
-        for key, names in (("Wants", self.wants), ("Requires", self.requires), ("After", self.after),
-                           ("Before", self.before)):
+        for key, names in (
+            ("Wants", self.wants),
+            ("Requires", self.requires),
+            ("After", self.after),
+            ("Before", self.before),
+        ):
             if names:
                 lines.append(f"{key}={' '.join(names)}")
         if self.start_limit_interval_sec is not None:
@@ -282,9 +291,13 @@ class SystemdUnit:
         # Environment= takes quoted "KEY=value" words (systemd.exec(5), "Environment=")
         lines += [f"Environment={systemd_quote(f'{k}={v}')}" for k, v in self.environment]
         lines += [f"EnvironmentFile={p}" for p in self.environment_file]
-        for key, commands in (("ExecCondition", self.exec_condition), ("ExecStartPre", self.exec_start_pre),
-                              ("ExecStart", self.exec_start), ("ExecStartPost", self.exec_start_post),
-                              ("ExecStop", self.exec_stop)):
+        for key, commands in (
+            ("ExecCondition", self.exec_condition),
+            ("ExecStartPre", self.exec_start_pre),
+            ("ExecStart", self.exec_start),
+            ("ExecStartPost", self.exec_start_post),
+            ("ExecStop", self.exec_stop),
+        ):
             lines += [f"{key}={c.render()}" for c in commands]
         if self.restart != "no":
             lines.append(f"Restart={self.restart}")

@@ -152,9 +152,7 @@ def _read_profiles_file(path: Path) -> dict[str, Profile]:
         try:
             profiles[str(name)] = Profile(name=str(name), **settings)
         except ValidationError as exc:
-            problems = [
-                f"field {'.'.join(str(p) for p in err['loc'])!r}: {err['msg']}" for err in exc.errors()
-            ]
+            problems = [f"field {'.'.join(str(p) for p in err['loc'])!r}: {err['msg']}" for err in exc.errors()]
             more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
             raise ProfileError(f"profile {name!r} in {path}: {'; '.join(problems[:3])}{more}") from None
     return profiles

@@ -24,15 +24,27 @@ from gpuinfra.cost.report import cost_summary
 from gpuinfra.errors import RuleViolationError
 from gpuinfra.rules import aws, gcp
 from gpuinfra.rules.model import ResourceGraph, Violation
-from gpuinfra.rules.provider_values import check_provider_values
 from gpuinfra.rules.plan_rules import check_plan
+from gpuinfra.rules.provider_values import check_provider_values
 from gpuinfra.rules.spec_rules import RULES, violation
 
-__all__ = ["RULES", "RuleViolationError", "Violation", "ResourceGraph", "check_graph", "check_preview",
-           "check_offered_in_zone", "check_budget", "verify_stack", "check_plan"]
+__all__ = [
+    "RULES",
+    "RuleViolationError",
+    "Violation",
+    "ResourceGraph",
+    "check_graph",
+    "check_preview",
+    "check_offered_in_zone",
+    "check_budget",
+    "verify_stack",
+    "check_plan",
+]
 
 
-def check_graph(graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True) -> list[Violation]:
+def check_graph(
+    graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True
+) -> list[Violation]:
     """All rules of the graph's cloud(s) over ``graph``.
 
     Args:
@@ -73,8 +85,13 @@ def check_offered_in_zone(spec: Any, catalog: Any) -> list[Violation]:
     zones = {o.zone for o in catalog.offers if o.cloud == spec.cloud and o.instance_type == spec.instance_type}
     if zones and spec.zone not in zones:
         near = sorted(z for z in zones if z.startswith(spec.region) or spec.cloud == "aws")[:6]
-        return [violation("offered-in-zone", "", f"{spec.instance_type} is not offered in {spec.zone}; "
-                          f"it is in {', '.join(near) or 'other regions'}")]
+        return [
+            violation(
+                "offered-in-zone",
+                "",
+                f"{spec.instance_type} is not offered in {spec.zone}; it is in {', '.join(near) or 'other regions'}",
+            )
+        ]
     return []
 
 
@@ -88,8 +105,14 @@ def check_facts_current(spec: Any, catalog: Any) -> list[Violation]:
     fields = sorted(k for k in now if now[k] != recorded.get(k) and k != "sources")
     if not fields:
         return []
-    return [violation("facts-current", "", f"the stack's facts of {spec.instance_type} differ from the catalog's "
-                      f"in {', '.join(fields)}; write the stack again (`gpuinfra new ... --force`)")]
+    return [
+        violation(
+            "facts-current",
+            "",
+            f"the stack's facts of {spec.instance_type} differ from the catalog's "
+            f"in {', '.join(fields)}; write the stack again (`gpuinfra new ... --force`)",
+        )
+    ]
 
 
 def check_budget(spec: Any, resources: Iterable[Any], summary: dict | None = None) -> list[Violation]:
@@ -108,12 +131,19 @@ def check_budget(spec: Any, resources: Iterable[Any], summary: dict | None = Non
     if summary is None:
         summary = cost_summary(spec, list(resources))
     if summary["price_not_found"]:
-        return [violation("budget-max-price", "", f"no price for {missing}; a missing price is never $0")
-                for missing in summary["price_not_found"]]
+        return [
+            violation("budget-max-price", "", f"no price for {missing}; a missing price is never $0")
+            for missing in summary["price_not_found"]
+        ]
     hourly = Decimal(summary["hourly_usd"])
     if hourly > limit:
-        return [violation("budget-max-price", "", f"the stack costs ${hourly:.2f}/h, over its max_price_per_hour_usd "
-                          f"${limit:.2f}/h")]
+        return [
+            violation(
+                "budget-max-price",
+                "",
+                f"the stack costs ${hourly:.2f}/h, over its max_price_per_hour_usd ${limit:.2f}/h",
+            )
+        ]
     return []
 
 

@@ -53,14 +53,19 @@ class Nic:
         """From one ``networkInterfaces`` entry of a launch template (camelCase; ``"true"`` /
         ``"false"`` strings as the provider takes them)."""
         public = nic.get("associatePublicIpAddress")
-        return cls(int(nic.get("networkCardIndex", 0)), int(nic.get("deviceIndex", 0)),
-                   nic.get("interfaceType", "interface"), None if public is None else str(public).lower() == "true")
+        return cls(
+            int(nic.get("networkCardIndex", 0)),
+            int(nic.get("deviceIndex", 0)),
+            nic.get("interfaceType", "interface"),
+            None if public is None else str(public).lower() == "true",
+        )
 
 
 EFA_KINDS = ("efa", "efa-only")
 
 
 # -- predicates: one body per rule, shared by the preview and the plan path -----------------------
+
 
 def efa_interface_violations(resource: str, fact: InstanceFacts, nics: Sequence[Nic]) -> list[Violation]:
     """``aws-efa-interfaces``: one EFA interface per card (``MaximumEfaInterfaces``), cards
@@ -76,22 +81,38 @@ def efa_interface_violations(resource: str, fact: InstanceFacts, nics: Sequence[
     efa = [n for n in nics if n.kind in EFA_KINDS]
     if not efa:
         if len(nics) != 1:
-            return [violation("aws-efa-interfaces", resource,
-                              f"{len(nics)} plain interfaces; a node without EFA gets one")]
+            return [
+                violation("aws-efa-interfaces", resource, f"{len(nics)} plain interfaces; a node without EFA gets one")
+            ]
         return []
     if fact.max_efa_interfaces == 0:
-        return [violation("aws-efa-interfaces", resource, f"{fact.instance_type} has no EFA, but the "
-                          f"template asks for {len(efa)} EFA interfaces")]
+        return [
+            violation(
+                "aws-efa-interfaces",
+                resource,
+                f"{fact.instance_type} has no EFA, but the template asks for {len(efa)} EFA interfaces",
+            )
+        ]
     out = []
     cards = sorted(n.card for n in nics)
     if len(efa) != fact.max_efa_interfaces or cards != list(range(fact.max_efa_interfaces)):
-        out.append(violation("aws-efa-interfaces", resource,
-                             f"{len(efa)} EFA interfaces on cards {cards}; {fact.instance_type} takes "
-                             f"{fact.max_efa_interfaces}, one on each card 0..{fact.max_efa_interfaces - 1}"))
+        out.append(
+            violation(
+                "aws-efa-interfaces",
+                resource,
+                f"{len(efa)} EFA interfaces on cards {cards}; {fact.instance_type} takes "
+                f"{fact.max_efa_interfaces}, one on each card 0..{fact.max_efa_interfaces - 1}",
+            )
+        )
     primary = [n for n in nics if n.card == 0 and n.device == 0]
     if not primary or primary[0].kind != "efa":
-        out.append(violation("aws-efa-interfaces", resource,
-                             "card 0 / device 0 must be the primary 'efa' interface (efa-only cannot be primary)"))
+        out.append(
+            violation(
+                "aws-efa-interfaces",
+                resource,
+                "card 0 / device 0 must be the primary 'efa' interface (efa-only cannot be primary)",
+            )
+        )
     return out
 
 
@@ -99,8 +120,11 @@ def public_ip_violations(resource: str, nics: Sequence[Nic]) -> list[Violation]:
     """``aws-no-public-ip-multi-nic``: no auto-assigned public IPv4 with several interfaces."""
     public = [n for n in nics if n.public_ip]
     if len(nics) > 1 and public:
-        return [violation("aws-no-public-ip-multi-nic", resource,
-                          f"{len(public)} of {len(nics)} interfaces ask for a public IPv4")]
+        return [
+            violation(
+                "aws-no-public-ip-multi-nic", resource, f"{len(public)} of {len(nics)} interfaces ask for a public IPv4"
+            )
+        ]
     return []
 
 
@@ -111,8 +135,9 @@ def placement_strategy_violations(resource: str, strategy: str | None) -> list[V
     return []
 
 
-def placement_group_violations(resource: str, fact: InstanceFacts | None, nodes: int, grouped: bool,
-                               market: str | None, reserved: bool) -> list[Violation]:
+def placement_group_violations(
+    resource: str, fact: InstanceFacts | None, nodes: int, grouped: bool, market: str | None, reserved: bool
+) -> list[Violation]:
     """``aws-placement-group``: multi-node clusters use a ``cluster`` placement group where the
     type supports one (not with a Capacity Block; a targeted reservation brings its own).
 
@@ -126,16 +151,29 @@ def placement_group_violations(resource: str, fact: InstanceFacts | None, nodes:
     """
     out = []
     if market == "capacity-block" and grouped:
-        out.append(violation("aws-placement-group", resource,
-                             "a placement group with a Capacity Block risks insufficient capacity; EC2 places "
-                             "Capacity Block instances together itself"))
+        out.append(
+            violation(
+                "aws-placement-group",
+                resource,
+                "a placement group with a Capacity Block risks insufficient capacity; EC2 places "
+                "Capacity Block instances together itself",
+            )
+        )
     if fact is None:
         return out
     if grouped and not fact.placement.cluster_placement_group:
-        out.append(violation("aws-placement-group", resource,
-                             f"{fact.instance_type} does not support cluster placement groups"))
-    if (nodes > 1 and fact.placement.cluster_placement_group and not grouped and market != "capacity-block"
-            and not reserved):
+        out.append(
+            violation(
+                "aws-placement-group", resource, f"{fact.instance_type} does not support cluster placement groups"
+            )
+        )
+    if (
+        nodes > 1
+        and fact.placement.cluster_placement_group
+        and not grouped
+        and market != "capacity-block"
+        and not reserved
+    ):
         out.append(violation("aws-placement-group", resource, f"{nodes} nodes without a cluster placement group"))
     return out
 
@@ -152,8 +190,9 @@ def market_violations(resource: str, fact: InstanceFacts | None, market: str | N
 def single_subnet_violations(resource: str, subnets: Collection[object]) -> list[Violation]:
     """``single-zone``: every node interface is in one subnet (``subnets``: the distinct ones)."""
     if len(subnets) > 1:
-        return [violation("single-zone", resource,
-                          f"interfaces in {len(subnets)} subnets; EFA works within one subnet")]
+        return [
+            violation("single-zone", resource, f"interfaces in {len(subnets)} subnets; EFA works within one subnet")
+        ]
     return []
 
 
@@ -165,6 +204,7 @@ def single_zone_violations(zones: Collection[str | None]) -> list[Violation]:
 
 
 # -- readers of a preview's resources ------------------------------------------------------------
+
 
 def _node_facts(lt: Resource, facts: Facts) -> InstanceFacts | None:
     return facts.get(str(lt.inputs.get("instanceType", "")))
@@ -194,8 +234,13 @@ def check_no_public_ip_multi_nic(graph: ResourceGraph, facts: Facts) -> list[Vio
 
 
 def _efa_security_groups(graph: ResourceGraph) -> list[Resource]:
-    ids = {sg for lt in graph.of_type(LT) for n in (lt.inputs.get("networkInterfaces") or [])
-           if n.get("interfaceType") in EFA_KINDS for sg in (n.get("securityGroups") or [])}
+    ids = {
+        sg
+        for lt in graph.of_type(LT)
+        for n in (lt.inputs.get("networkInterfaces") or [])
+        if n.get("interfaceType") in EFA_KINDS
+        for sg in (n.get("securityGroups") or [])
+    }
     if not ids:
         return []
     found = [graph.referenced(i, SG) for i in ids]
@@ -210,10 +255,19 @@ def check_efa_security_group(graph: ResourceGraph, facts: Facts) -> list[Violati
     for group in _efa_security_groups(graph):
         own = [r for r in rules if graph.referenced(r.inputs.get("securityGroupId"), SG) in (group, None)]
         for direction in ("ingress", "egress"):
-            if not any(r.inputs.get("type") == direction and r.inputs.get("self") is True
-                       and str(r.inputs.get("protocol")) in ("-1", "all") for r in own):
-                out.append(violation("aws-efa-sg-both-ways", group.name,
-                                     f"no self-referencing all-traffic {direction} rule; EFA needs both directions"))
+            if not any(
+                r.inputs.get("type") == direction
+                and r.inputs.get("self") is True
+                and str(r.inputs.get("protocol")) in ("-1", "all")
+                for r in own
+            ):
+                out.append(
+                    violation(
+                        "aws-efa-sg-both-ways",
+                        group.name,
+                        f"no self-referencing all-traffic {direction} rule; EFA needs both directions",
+                    )
+                )
     return out
 
 
@@ -227,15 +281,24 @@ def check_placement_group(graph: ResourceGraph, facts: Facts) -> list[Violation]
         for pg in graph.of_type(PG):
             out += placement_strategy_violations(pg.name, pg.inputs.get("strategy"))
         reserved = lt.get("capacityReservationSpecification.capacityReservationTarget.capacityReservationId")
-        out += placement_group_violations(lt.name, _node_facts(lt, facts), _fleet_nodes(graph),
-                                          bool(lt.get("placement.groupName")), market, bool(reserved))
+        out += placement_group_violations(
+            lt.name,
+            _node_facts(lt, facts),
+            _fleet_nodes(graph),
+            bool(lt.get("placement.groupName")),
+            market,
+            bool(reserved),
+        )
     return out
 
 
 def check_imdsv2(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     """``aws-imdsv2``: ``metadataOptions.httpTokens = required``."""
-    return [violation("aws-imdsv2", lt.name, f"httpTokens is {lt.get('metadataOptions.httpTokens')!r}, not 'required'")
-            for lt in graph.of_type(LT) if lt.get("metadataOptions.httpTokens") != "required"]
+    return [
+        violation("aws-imdsv2", lt.name, f"httpTokens is {lt.get('metadataOptions.httpTokens')!r}, not 'required'")
+        for lt in graph.of_type(LT)
+        if lt.get("metadataOptions.httpTokens") != "required"
+    ]
 
 
 def check_fleet(graph: ResourceGraph, facts: Facts) -> list[Violation]:
@@ -250,13 +313,26 @@ def check_fleet(graph: ResourceGraph, facts: Facts) -> list[Violation]:
         options = fleet.inputs.get("spotOptions") if market == "spot" else fleet.inputs.get("onDemandOptions")
         options = options or {}
         if fleet.inputs.get("type") != "instant":
-            out.append(violation("aws-fleet-all-or-nothing", fleet.name,
-                                 f"fleet type {fleet.inputs.get('type')!r}; one launch request needs 'instant'"))
-        if not (options.get("singleInstanceType") and options.get("singleAvailabilityZone")
-                and options.get("minTargetCapacity") == total):
-            out.append(violation("aws-fleet-all-or-nothing", fleet.name,
-                                 f"{market} options need singleInstanceType, singleAvailabilityZone and "
-                                 f"minTargetCapacity = {total} (got {options.get('minTargetCapacity')})"))
+            out.append(
+                violation(
+                    "aws-fleet-all-or-nothing",
+                    fleet.name,
+                    f"fleet type {fleet.inputs.get('type')!r}; one launch request needs 'instant'",
+                )
+            )
+        if not (
+            options.get("singleInstanceType")
+            and options.get("singleAvailabilityZone")
+            and options.get("minTargetCapacity") == total
+        ):
+            out.append(
+                violation(
+                    "aws-fleet-all-or-nothing",
+                    fleet.name,
+                    f"{market} options need singleInstanceType, singleAvailabilityZone and "
+                    f"minTargetCapacity = {total} (got {options.get('minTargetCapacity')})",
+                )
+            )
         out += market_violations(fleet.name, fact, market)
     return out
 
@@ -268,8 +344,9 @@ def check_single_zone(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     subnets = {n.get("subnetId") for lt in lts for n in (lt.inputs.get("networkInterfaces") or [])}
     if lts:
         out += single_subnet_violations(lts[0].name, subnets)
-    out += single_zone_violations([s.inputs.get("availabilityZoneId") or s.inputs.get("availabilityZone")
-                                   for s in graph.of_type(SUBNET)])
+    out += single_zone_violations(
+        [s.inputs.get("availabilityZoneId") or s.inputs.get("availabilityZone") for s in graph.of_type(SUBNET)]
+    )
     return out
 
 
@@ -283,8 +360,13 @@ def check_bucket(graph: ResourceGraph, facts: Facts) -> list[Violation]:
         if not any(all(b.inputs.get(f) is True for f in flags) for b in blocks):
             out.append(violation("bucket-not-public", bucket.name, "no public access block with all four flags true"))
         if not any(_denies_insecure_transport(p.inputs.get("policy")) for p in graph.of_type(BUCKET_POLICY)):
-            out.append(violation("aws-s3-deny-insecure-transport", bucket.name,
-                                 "no bucket policy denying requests without TLS (aws:SecureTransport false)"))
+            out.append(
+                violation(
+                    "aws-s3-deny-insecure-transport",
+                    bucket.name,
+                    "no bucket policy denying requests without TLS (aws:SecureTransport false)",
+                )
+            )
     return out
 
 
@@ -297,11 +379,21 @@ def _denies_insecure_transport(policy: object) -> bool:
         statements = json.loads(policy).get("Statement", [])
     except (ValueError, AttributeError):
         return False
-    return any(s.get("Effect") == "Deny" and str(s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport"))
-               .lower() == "false" for s in statements if isinstance(s, dict))
+    return any(
+        s.get("Effect") == "Deny"
+        and str(s.get("Condition", {}).get("Bool", {}).get("aws:SecureTransport")).lower() == "false"
+        for s in statements
+        if isinstance(s, dict)
+    )
 
 
 CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
-    check_efa_interfaces, check_no_public_ip_multi_nic, check_efa_security_group, check_placement_group,
-    check_imdsv2, check_fleet, check_single_zone, check_bucket,
+    check_efa_interfaces,
+    check_no_public_ip_multi_nic,
+    check_efa_security_group,
+    check_placement_group,
+    check_imdsv2,
+    check_fleet,
+    check_single_zone,
+    check_bucket,
 )

@@ -28,12 +28,17 @@ from gpuinfra.rules.model import UNKNOWN, ResourceGraph
 from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL
 
 #: pulumi-policy's unknown-value sentinels (pulumi_policy/proxy.py UNKNOWN_*_VALUE).
-_UNKNOWN = frozenset({
-    "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7", "3eeb2bf0-c639-47a8-9e75-3b44932eb421",
-    "04da6b54-80e4-46f7-96ec-b56ff0331ba9", "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",
-    "030794c1-ac77-496b-92df-f27374a8bd58", "e48ece36-62e2-4504-bad9-02848725956a",
-    "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",
-})
+_UNKNOWN = frozenset(
+    {
+        "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7",
+        "3eeb2bf0-c639-47a8-9e75-3b44932eb421",
+        "04da6b54-80e4-46f7-96ec-b56ff0331ba9",
+        "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",
+        "030794c1-ac77-496b-92df-f27374a8bd58",
+        "e48ece36-62e2-4504-bad9-02848725956a",
+        "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",
+    }
+)
 
 ReportViolation = Callable[..., None]
 
@@ -54,8 +59,9 @@ def plain_props(value: Any) -> Any:
         except (KeyError, TypeError):
             target = value
         return {k: plain_props(v) for k, v in dict(target).items()}
-    if isinstance(value, (list, tuple)) or (hasattr(value, "__len__") and hasattr(value, "__getitem__")
-                                           and not isinstance(value, (str, bytes))):
+    if isinstance(value, (list, tuple)) or (
+        hasattr(value, "__len__") and hasattr(value, "__getitem__") and not isinstance(value, (str, bytes))
+    ):
         try:
             items = cast(Any, value)["__target"]  # list proxy (a list or tuple raises TypeError)
         except (KeyError, TypeError, IndexError):
@@ -70,8 +76,11 @@ def _is_unknown(value: Any) -> bool:
 
 def records(resources: Iterable[Any]) -> list[_Record]:
     """Policy resources as the records the rule checks and the cost model read."""
-    return [_Record(r.resource_type, r.name, plain_props(r.props)) for r in resources
-            if not r.resource_type.startswith(("pulumi:", "gpuinfra:"))]
+    return [
+        _Record(r.resource_type, r.name, plain_props(r.props))
+        for r in resources
+        if not r.resource_type.startswith(("pulumi:", "gpuinfra:"))
+    ]
 
 
 def _urn(resources: Iterable[Any], name: str) -> str | None:
@@ -147,8 +156,10 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     try:
         limit = Decimal(str(configured))
     except InvalidOperation:
-        report_violation(f"the budget {configured!r} (policy config maxPricePerHourUsd or the stack's "
-                         "max_price_per_hour_usd) is not set to a number")
+        report_violation(
+            f"the budget {configured!r} (policy config maxPricePerHourUsd or the stack's "
+            "max_price_per_hour_usd) is not set to a number"
+        )
         return
     if not limit.is_finite() or limit <= 0:
         report_violation(f"the budget must be a positive number, got {configured!r}")
@@ -167,8 +178,10 @@ def validate_budget(args: Any, report_violation: ReportViolation) -> None:
     for name, rtype, why in result.not_priced:
         report_violation(f"no price for {rtype} ({why}); a missing price is never $0", _urn(args.resources, name))
     for line in missing:
-        report_violation(f"no price for {line.component} ({line.source}); a missing price is never $0",
-                         _urn(args.resources, line.resource))
+        report_violation(
+            f"no price for {line.component} ({line.source}); a missing price is never $0",
+            _urn(args.resources, line.resource),
+        )
     if missing or result.not_priced:
         return
     hourly = sum((line.hourly_usd or Decimal(0) for line in result.lines), Decimal(0))
@@ -198,6 +211,8 @@ def policies() -> list:
             description="The stack's price per hour is within maxPricePerHourUsd; a missing price fails.",
             validate=validate_budget,
             enforcement_level=EnforcementLevel.MANDATORY,
-            config_schema=PolicyConfigSchema(properties={"maxPricePerHourUsd": {"type": "number", "exclusiveMinimum": 0}}),
+            config_schema=PolicyConfigSchema(
+                properties={"maxPricePerHourUsd": {"type": "number", "exclusiveMinimum": 0}}
+            ),
         ),
     ]

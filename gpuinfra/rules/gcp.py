@@ -38,8 +38,10 @@ HIGH_THROUGHPUT = "HIGH_THROUGHPUT"
 
 # -- predicates: one body per rule, shared by the preview and the plan path -----------------------
 
-def local_ssd_violations(resource: str, fact: InstanceFacts, listed: int,
-                         interfaces: Collection[str | None]) -> list[Violation]:
+
+def local_ssd_violations(
+    resource: str, fact: InstanceFacts, listed: int, interfaces: Collection[str | None]
+) -> list[Violation]:
     """``gcp-local-ssd-count``: bundled local SSDs as the type has them (left out where the
     facts say Compute Engine attaches them); attached ones in an allowed count and interface.
 
@@ -54,17 +56,30 @@ def local_ssd_violations(resource: str, fact: InstanceFacts, listed: int,
     if lf.bundled_count:
         allowed = {lf.bundled_count} if lf.list_in_template else {0}
         if listed not in allowed:
-            out.append(violation("gcp-local-ssd-count", resource,
-                                 f"{listed} local SSDs listed; {fact.instance_type} comes with {lf.bundled_count} "
-                                 + ("that must be listed" if lf.list_in_template else "that must not be listed")))
+            out.append(
+                violation(
+                    "gcp-local-ssd-count",
+                    resource,
+                    f"{listed} local SSDs listed; {fact.instance_type} comes with {lf.bundled_count} "
+                    + ("that must be listed" if lf.list_in_template else "that must not be listed"),
+                )
+            )
     elif listed and listed not in lf.attach_counts:
         allowed_text = ", ".join(map(str, lf.attach_counts)) or "none"
-        out.append(violation("gcp-local-ssd-count", resource,
-                             f"{listed} local SSDs; {fact.instance_type} takes {allowed_text}"))
+        out.append(
+            violation(
+                "gcp-local-ssd-count", resource, f"{listed} local SSDs; {fact.instance_type} takes {allowed_text}"
+            )
+        )
     bad = set(interfaces) - {lf.interface, None}
     if bad and lf.interface:
-        out.append(violation("gcp-local-ssd-count", resource,
-                             f"local SSD interface {sorted(str(i) for i in bad)}; {fact.instance_type} uses {lf.interface}"))
+        out.append(
+            violation(
+                "gcp-local-ssd-count",
+                resource,
+                f"local SSD interface {sorted(str(i) for i in bad)}; {fact.instance_type} uses {lf.interface}",
+            )
+        )
     return out
 
 
@@ -75,17 +90,28 @@ def compact_policy_violations(resource: str, fact: InstanceFacts, vm_count: obje
     out = []
     if not fact.placement.compact_policy:
         how = "use a workload policy on the MIG" if fact.placement.workload_policy else "it has no placement"
-        out.append(violation("gcp-placement-supported", resource,
-                             f"{fact.instance_type} does not take a compact placement policy; {how}"))
+        out.append(
+            violation(
+                "gcp-placement-supported",
+                resource,
+                f"{fact.instance_type} does not take a compact placement policy; {how}",
+            )
+        )
     limit = fact.placement.max_vms
     if isinstance(vm_count, (int, float)) and (vm_count != nodes or (limit and vm_count > limit)):
-        out.append(violation("gcp-placement-max-vms", resource,
-                             f"vm_count {vm_count} for a MIG of {nodes}" + (f" (limit {limit})" if limit else "")))
+        out.append(
+            violation(
+                "gcp-placement-max-vms",
+                resource,
+                f"vm_count {vm_count} for a MIG of {nodes}" + (f" (limit {limit})" if limit else ""),
+            )
+        )
     return out
 
 
-def workload_policy_violations(resource: str, fact: InstanceFacts, nodes: int, linked: bool, compact: bool,
-                               reserved: bool) -> list[Violation]:
+def workload_policy_violations(
+    resource: str, fact: InstanceFacts, nodes: int, linked: bool, compact: bool, reserved: bool
+) -> list[Violation]:
     """``gcp-placement-supported`` on the MIG: a workload policy only where the machine supports
     one, and a multi-node MIG of such machines has one (unless placed by a compact policy or a
     specific reservation).
@@ -98,11 +124,17 @@ def workload_policy_violations(resource: str, fact: InstanceFacts, nodes: int, l
     """
     out = []
     if linked and not fact.placement.workload_policy:
-        out.append(violation("gcp-placement-supported", resource,
-                             f"{fact.instance_type} does not support workload policies"))
+        out.append(
+            violation("gcp-placement-supported", resource, f"{fact.instance_type} does not support workload policies")
+        )
     if nodes > 1 and fact.placement.workload_policy and not linked and not compact and not reserved:
-        out.append(violation("gcp-placement-supported", resource,
-                             f"{nodes} {fact.instance_type} VMs without a HIGH_THROUGHPUT workload policy"))
+        out.append(
+            violation(
+                "gcp-placement-supported",
+                resource,
+                f"{nodes} {fact.instance_type} VMs without a HIGH_THROUGHPUT workload policy",
+            )
+        )
     return out
 
 
@@ -113,14 +145,25 @@ def workload_type_violations(resource: str, policy_type: object) -> list[Violati
     return []
 
 
-def compact_missing_violations(resource: str, fact: InstanceFacts, nodes: int, attached: bool,
-                               reserved: bool) -> list[Violation]:
+def compact_missing_violations(
+    resource: str, fact: InstanceFacts, nodes: int, attached: bool, reserved: bool
+) -> list[Violation]:
     """``gcp-placement-supported``: a multi-node group of machines that take only a compact
     policy has one attached to its template (unless a specific reservation places it)."""
-    if nodes > 1 and fact.placement.compact_policy and not fact.placement.workload_policy and not attached \
-            and not reserved:
-        return [violation("gcp-placement-supported", resource,
-                          f"{nodes} {fact.instance_type} VMs without a compact placement policy")]
+    if (
+        nodes > 1
+        and fact.placement.compact_policy
+        and not fact.placement.workload_policy
+        and not attached
+        and not reserved
+    ):
+        return [
+            violation(
+                "gcp-placement-supported",
+                resource,
+                f"{nodes} {fact.instance_type} VMs without a compact placement policy",
+            )
+        ]
     return []
 
 
@@ -130,13 +173,23 @@ def bulk_mode_violations(resource: str, model: str, modes: Sequence[object]) -> 
     target size policy modes)."""
     out = []
     if "BULK" in modes and model not in BULK_PROVISIONING_MODELS:
-        out.append(violation("gcp-mig-all-or-nothing", resource,
-                             f"bulk mode with a {model} template; Compute Engine takes it only with "
-                             "RESERVATION_BOUND or FLEX_START templates"))
+        out.append(
+            violation(
+                "gcp-mig-all-or-nothing",
+                resource,
+                f"bulk mode with a {model} template; Compute Engine takes it only with "
+                "RESERVATION_BOUND or FLEX_START templates",
+            )
+        )
     if model in BULK_PROVISIONING_MODELS and list(modes) != ["BULK"]:
-        out.append(violation("gcp-mig-all-or-nothing", resource,
-                             f"{model} VMs without targetSizePolicy BULK (set at creation; the mode cannot be "
-                             "changed later): a stockout bills part of the cluster"))
+        out.append(
+            violation(
+                "gcp-mig-all-or-nothing",
+                resource,
+                f"{model} VMs without targetSizePolicy BULK (set at creation; the mode cannot be "
+                "changed later): a stockout bills part of the cluster",
+            )
+        )
     return out
 
 
@@ -152,8 +205,13 @@ def model_offered_violations(resource: str, fact: InstanceFacts | None, model: s
 def reservation_bound_violations(resource: str, model: str, specific_reservation: bool) -> list[Violation]:
     """``gcp-reservation-bound``: RESERVATION_BOUND VMs name their reservation."""
     if model == "RESERVATION_BOUND" and not specific_reservation:
-        return [violation("gcp-reservation-bound", resource,
-                          "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity")]
+        return [
+            violation(
+                "gcp-reservation-bound",
+                resource,
+                "RESERVATION_BOUND without a SPECIFIC_RESERVATION reservation affinity",
+            )
+        ]
     return []
 
 
@@ -163,8 +221,13 @@ def nic_layout_violations(resource: str, fact: InstanceFacts, nic_types: Sequenc
     wanted = [n.nic_type for n in fact.networks for _ in range(n.count)]
     got = list(nic_types)
     if got not in (wanted, wanted[:1]):
-        return [violation("nic-layout-matches-facts", resource,
-                          f"NICs {got}; {fact.instance_type} has {wanted} (or the system NIC alone)")]
+        return [
+            violation(
+                "nic-layout-matches-facts",
+                resource,
+                f"NICs {got}; {fact.instance_type} has {wanted} (or the system NIC alone)",
+            )
+        ]
     return []
 
 
@@ -175,8 +238,13 @@ def mtu_violations(resource: str, fact: InstanceFacts, nic_index: int, nic_count
         return []
     role = [n for n in fact.networks for _ in range(n.count)][nic_index]
     if mtu != role.mtu:
-        return [violation("mtu-matches-facts", resource,
-                          f"MTU {mtu}; the {role.role} network of {fact.instance_type} uses {role.mtu}")]
+        return [
+            violation(
+                "mtu-matches-facts",
+                resource,
+                f"MTU {mtu}; the {role.role} network of {fact.instance_type} uses {role.mtu}",
+            )
+        ]
     return []
 
 
@@ -190,8 +258,13 @@ def roce_firewall_violations(resource: str, roce: bool, firewall_rules: int) -> 
 def boot_disk_violations(resource: str, fact: InstanceFacts, disk_type: object) -> list[Violation]:
     """``gcp-boot-disk-type``: the boot disk type is one the machine series supports."""
     if disk_type not in fact.boot_disk_types:
-        return [violation("gcp-boot-disk-type", resource,
-                          f"boot disk {disk_type!r}; {fact.instance_type} takes {', '.join(fact.boot_disk_types)}")]
+        return [
+            violation(
+                "gcp-boot-disk-type",
+                resource,
+                f"boot disk {disk_type!r}; {fact.instance_type} takes {', '.join(fact.boot_disk_types)}",
+            )
+        ]
     return []
 
 
@@ -200,12 +273,18 @@ def single_zone_violations(zones: Collection[object]) -> list[Violation]:
     None = regional)."""
     zones = set(zones)
     if None in zones or len(zones) > 1:
-        return [violation("single-zone", "", f"managed instance groups in zones {sorted(map(str, zones))}; "
-                          "one zonal MIG in one zone")]
+        return [
+            violation(
+                "single-zone",
+                "",
+                f"managed instance groups in zones {sorted(map(str, zones))}; one zonal MIG in one zone",
+            )
+        ]
     return []
 
 
 # -- readers of a preview's resources ------------------------------------------------------------
+
 
 def _template_facts(template: Resource, facts: Facts) -> InstanceFacts | None:
     return facts.get(str(template.inputs.get("machineType", "")))
@@ -277,11 +356,20 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
         out += bulk_mode_violations(mig.name, model, modes)
         if not (isinstance(size, (int, float)) and size > 1):
             continue
-        if model not in BULK_PROVISIONING_MODELS and isinstance(script, str) and script != UNKNOWN \
-                and FORMATION_MARKER not in script:
-            out.append(violation("gcp-mig-all-or-nothing", mig.name,
-                                 f"target size {size} of {model} VMs and no formation watchdog in the startup "
-                                 "script: a stockout bills part of the cluster"))
+        if (
+            model not in BULK_PROVISIONING_MODELS
+            and isinstance(script, str)
+            and script != UNKNOWN
+            and FORMATION_MARKER not in script
+        ):
+            out.append(
+                violation(
+                    "gcp-mig-all-or-nothing",
+                    mig.name,
+                    f"target size {size} of {model} VMs and no formation watchdog in the startup "
+                    "script: a stockout bills part of the cluster",
+                )
+            )
     return out
 
 
@@ -292,12 +380,18 @@ def check_scheduling(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     for template in graph.of_type(TEMPLATE):
         scheduling = template.inputs.get("scheduling") or {}
         if scheduling.get("onHostMaintenance") != "TERMINATE" or scheduling.get("automaticRestart") is not False:
-            out.append(violation("gcp-host-maintenance", template.name,
-                                 "GPU VMs need onHostMaintenance TERMINATE and automaticRestart false"))
+            out.append(
+                violation(
+                    "gcp-host-maintenance",
+                    template.name,
+                    "GPU VMs need onHostMaintenance TERMINATE and automaticRestart false",
+                )
+            )
         model = scheduling.get("provisioningModel", "STANDARD")
         out += model_offered_violations(template.name, _template_facts(template, facts), model)
-        out += reservation_bound_violations(template.name, model,
-                                            template.get("reservationAffinity.type") == "SPECIFIC_RESERVATION")
+        out += reservation_bound_violations(
+            template.name, model, template.get("reservationAffinity.type") == "SPECIFIC_RESERVATION"
+        )
     return out
 
 
@@ -346,9 +440,17 @@ def check_bucket(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     template = graph.first(TEMPLATE)
     region = str(template.inputs.get("region", "")) if template else ""
     for bucket in graph.of_type(BUCKET):
-        if bucket.inputs.get("uniformBucketLevelAccess") is not True or bucket.inputs.get("publicAccessPrevention") != "enforced":
-            out.append(violation("bucket-not-public", bucket.name,
-                                 "needs uniformBucketLevelAccess true and publicAccessPrevention 'enforced'"))
+        if (
+            bucket.inputs.get("uniformBucketLevelAccess") is not True
+            or bucket.inputs.get("publicAccessPrevention") != "enforced"
+        ):
+            out.append(
+                violation(
+                    "bucket-not-public",
+                    bucket.name,
+                    "needs uniformBucketLevelAccess true and publicAccessPrevention 'enforced'",
+                )
+            )
         location = str(bucket.inputs.get("location", ""))
         if region and location.lower() != region.lower():
             out.append(violation("bucket-same-region", bucket.name, f"bucket in {location}, nodes in {region}"))
@@ -361,6 +463,12 @@ def check_single_zone(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 
 
 CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
-    check_local_ssd, check_placement, check_all_or_nothing, check_scheduling, check_networks,
-    check_boot_disk, check_bucket, check_single_zone,
+    check_local_ssd,
+    check_placement,
+    check_all_or_nothing,
+    check_scheduling,
+    check_networks,
+    check_boot_disk,
+    check_bucket,
+    check_single_zone,
 )

@@ -54,12 +54,23 @@ from gpuinfra.rules import aws, gcp
 from gpuinfra.rules.model import Violation
 
 #: Rules :func:`check_plan` judges.
-PLAN_RULES = frozenset({
-    "aws-efa-interfaces", "aws-no-public-ip-multi-nic", "aws-placement-group", "provisioning-model-offered",
-    "nic-layout-matches-facts", "mtu-matches-facts", "gcp-roce-no-firewall", "gcp-local-ssd-count",
-    "gcp-placement-supported", "gcp-placement-max-vms", "gcp-mig-all-or-nothing", "gcp-reservation-bound",
-    "gcp-boot-disk-type",
-})
+PLAN_RULES = frozenset(
+    {
+        "aws-efa-interfaces",
+        "aws-no-public-ip-multi-nic",
+        "aws-placement-group",
+        "provisioning-model-offered",
+        "nic-layout-matches-facts",
+        "mtu-matches-facts",
+        "gcp-roce-no-firewall",
+        "gcp-local-ssd-count",
+        "gcp-placement-supported",
+        "gcp-placement-max-vms",
+        "gcp-mig-all-or-nothing",
+        "gcp-reservation-bound",
+        "gcp-boot-disk-type",
+    }
+)
 
 #: Rules only the preview checks judge -> why the plan cannot (see the module docstring).
 PREVIEW_ONLY_RULES: dict[str, str] = {
@@ -76,10 +87,19 @@ PREVIEW_ONLY_RULES: dict[str, str] = {
 
 #: Rules a planner (or :func:`gpuinfra.planner.plan_cluster`) refuses with before any plan
 #: exists, and rules judged on the spec and the catalog or the cost preview.
-REFUSAL_RULES = frozenset({
-    "high-bandwidth-nics", "fabric-installable-at-boot", "aws-capacity-reservation", "profile-spot-policy",
-    "price-known", "scratch-capacity", "offered-in-zone", "facts-current", "budget-max-price",
-})
+REFUSAL_RULES = frozenset(
+    {
+        "high-bandwidth-nics",
+        "fabric-installable-at-boot",
+        "aws-capacity-reservation",
+        "profile-spot-policy",
+        "price-known",
+        "scratch-capacity",
+        "offered-in-zone",
+        "facts-current",
+        "budget-max-price",
+    }
+)
 
 
 def check_plan(spec: Any, plan: Any) -> list[Violation]:
@@ -102,14 +122,17 @@ def check_plan(spec: Any, plan: Any) -> list[Violation]:
 
 def _aws(spec: Any, plan: Any) -> list[Violation]:
     fact = spec.facts
-    nics = [aws.Nic(i.network_card_index, i.device_index, i.interface_type, i.associate_public_ip_address)
-            for i in plan.interfaces]
+    nics = [
+        aws.Nic(i.network_card_index, i.device_index, i.interface_type, i.associate_public_ip_address)
+        for i in plan.interfaces
+    ]
     grouped = plan.placement_group or bool(plan.placement_group_name)
     return [
         *aws.efa_interface_violations("plan.interfaces", fact, nics),
         *aws.public_ip_violations("plan.interfaces", nics),
-        *aws.placement_group_violations("plan.placement_group", fact, spec.nodes, grouped, plan.market,
-                                        bool(spec.capacity_reservation_id)),
+        *aws.placement_group_violations(
+            "plan.placement_group", fact, spec.nodes, grouped, plan.market, bool(spec.capacity_reservation_id)
+        ),
         *aws.market_violations("plan.market", fact, plan.market),
     ]
 
@@ -131,11 +154,13 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     out += gcp.local_ssd_violations("plan.local_ssd_listed", fact, listed, [plan.local_ssd_interface] if listed else [])
     if plan.compact_placement:  # the component's policy has vm_count = nodes
         out += gcp.compact_policy_violations("plan.compact_placement", fact, spec.nodes, spec.nodes)
-    out += gcp.workload_policy_violations("plan.workload_policy", fact, spec.nodes, plan.workload_policy,
-                                          plan.compact_placement, reserved)
+    out += gcp.workload_policy_violations(
+        "plan.workload_policy", fact, spec.nodes, plan.workload_policy, plan.compact_placement, reserved
+    )
     out += gcp.compact_missing_violations("plan.compact_placement", fact, spec.nodes, plan.compact_placement, reserved)
-    out += gcp.bulk_mode_violations("plan.all_or_nothing", plan.provisioning_model,
-                                    ["BULK"] if plan.all_or_nothing else [])
+    out += gcp.bulk_mode_violations(
+        "plan.all_or_nothing", plan.provisioning_model, ["BULK"] if plan.all_or_nothing else []
+    )
     out += gcp.model_offered_violations("plan.provisioning_model", fact, plan.provisioning_model)
     out += gcp.reservation_bound_violations("plan.provisioning_model", plan.provisioning_model, reserved)
     out += gcp.boot_disk_violations("plan.boot_disk_type", fact, plan.boot_disk_type)

@@ -130,10 +130,14 @@ def _sentences(doc: str) -> Iterator[str]:
     for line in _lines(doc):
         start, quote = 0, ""
         for i, ch in enumerate(line):
-            if ch in "`\"":
+            if ch in '`"':
                 quote = "" if quote == ch else (quote or ch)
-            elif (ch in ".;" and not quote and (i + 1 == len(line) or line[i + 1].isspace())
-                  and not line[start:i].lower().endswith(_ABBREVIATIONS)):
+            elif (
+                ch in ".;"
+                and not quote
+                and (i + 1 == len(line) or line[i + 1].isspace())
+                and not line[start:i].lower().endswith(_ABBREVIATIONS)
+            ):
                 yield line[start:i].strip()
                 start = i + 1
         if line[start:].strip():
@@ -165,7 +169,7 @@ def _values_of_sentence(sentence: str, name: str) -> list[str] | None:
         prefix = sentence[: marker.start()]
         if _CONDITIONAL.search(prefix) or (marker.group("modal") and not _is_subject(prefix, name)):
             continue
-        values = _values_of_list(sentence[marker.end():])
+        values = _values_of_list(sentence[marker.end() :])
         if values is None or (marker.group("modal") and len(values) < 2):
             continue
         return values
@@ -301,8 +305,13 @@ def _field(cls: type, python_name: str, prop: property, where: str) -> Field:
     gap = DOCSTRING_GAPS.get((cls.__module__, cls.__name__, python_name))
     if allowed and gap:
         allowed, source = allowed | gap[0], f"{source}; {', '.join(sorted(gap[0]))}: {gap[1]}"
-    return Field(python_name, allowed, _nested_args_class(annotation, cls), source,
-                 bool(allowed) and bool(_CASE_INSENSITIVE.search(doc)))
+    return Field(
+        python_name,
+        allowed,
+        _nested_args_class(annotation, cls),
+        source,
+        bool(allowed) and bool(_CASE_INSENSITIVE.search(doc)),
+    )
 
 
 @cache
@@ -310,8 +319,9 @@ def fields(cls: type) -> dict[str, Field]:
     """camelCase input name -> :class:`Field` for an SDK Args class (cached per class)."""
     package = cls.__module__.split(".", 1)[0]
     where = f"{package} {_sdk_version(package)} {cls.__module__.split('.', 1)[-1]}.{cls.__name__}"
-    return {pulumi_name: _field(cls, python_name, prop, where)
-            for pulumi_name, python_name, prop in _getter_properties(cls)}
+    return {
+        pulumi_name: _field(cls, python_name, prop, where) for pulumi_name, python_name, prop in _getter_properties(cls)
+    }
 
 
 def _module_of_token(package: str, module: str) -> Any:
@@ -456,8 +466,13 @@ def check_provider_values(graph: ResourceGraph) -> list[Violation]:
         ImportError: when a resource's SDK package is not installed.
     """
     return [
-        Violation(RULE_NAME, c.resource.name,
-                  f"{c.resource.type} input {c.path} = {c.value!r} is not one of the provider's valid "
-                  f"values: {', '.join(sorted(c.field.allowed or ()))}", c.field.source)
-        for c in compared_inputs(graph) if not c.ok
+        Violation(
+            RULE_NAME,
+            c.resource.name,
+            f"{c.resource.type} input {c.path} = {c.value!r} is not one of the provider's valid "
+            f"values: {', '.join(sorted(c.field.allowed or ()))}",
+            c.field.source,
+        )
+        for c in compared_inputs(graph)
+        if not c.ok
     ]

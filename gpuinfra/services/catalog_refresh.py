@@ -9,7 +9,7 @@ shipped snapshot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuinfra.catalog.build import write_catalog
@@ -18,8 +18,14 @@ from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
 from gpuinfra.catalog.refresh_aws import fetch_aws
 from gpuinfra.catalog.refresh_gcp import fetch_gcp
-from gpuinfra.catalog.store import (PACKAGE_DATA_DIR, _load, load_catalog, load_gcp_curated_facts, load_gpu_models,
-                                    user_catalog_dir)
+from gpuinfra.catalog.store import (
+    PACKAGE_DATA_DIR,
+    _load,
+    load_catalog,
+    load_gcp_curated_facts,
+    load_gpu_models,
+    user_catalog_dir,
+)
 from gpuinfra.credentials import aws_client_factory, gcp_credentials
 from gpuinfra.errors import CatalogError, MissingDependencyError
 from gpuinfra.spec import check_gcp_project_id
@@ -137,7 +143,9 @@ def refresh_catalog(
         }
         price_sources["aws-price-list-and-spot-history"] = {
             "what": "AWS on-demand (Price List GetProducts) and latest spot price per AZ (DescribeSpotPriceHistory)",
-            "source": "AWS APIs, gpuinfra catalog refresh", "date": date}
+            "source": "AWS APIs, gpuinfra catalog refresh",
+            "date": date,
+        }
     if "gcp" in clouds:
         from google.api_core.exceptions import GoogleAPIError
 
@@ -145,8 +153,13 @@ def refresh_catalog(
         assert gcp_project is not None  # required above
         try:
             offers["gcp"], facts["gcp"], report = fetch_gcp(
-                billing, machine_types, accelerator_types, gcp_project, regions,
-                load_gcp_curated_facts(), load_gpu_models(),
+                billing,
+                machine_types,
+                accelerator_types,
+                gcp_project,
+                regions,
+                load_gcp_curated_facts(),
+                load_gpu_models(),
             )
         except GoogleAPIError as exc:
             raise CatalogError(f"GCP refresh failed: {exc}") from None
@@ -159,18 +172,26 @@ def refresh_catalog(
         }
         price_sources["gcp-billing-catalog"] = {
             "what": "GCP on-demand, spot and flex-start (DWS) per machine: core + RAM + GPU + bundled Local SSD SKUs",
-            "source": "Cloud Billing Catalog services/6F81-5844-456A/skus, gpuinfra catalog refresh", "date": date}
+            "source": "Cloud Billing Catalog services/6F81-5844-456A/skus, gpuinfra catalog refresh",
+            "date": date,
+        }
     for cloud in clouds:
         if not offers[cloud]:
             raise CatalogError(f"{cloud} refresh returned no GPU offers; the catalog was not changed")
     all_offers = offers["aws"] + offers["gcp"]
     used = set().union(*(price_source_keys(o.price_source) for o in all_offers))
-    meta.update(catalog_date=date, sources=sources, built_by="gpuinfra catalog refresh",
-                price_sources={k: v for k, v in price_sources.items() if k in used})
+    meta.update(
+        catalog_date=date,
+        sources=sources,
+        built_by="gpuinfra catalog refresh",
+        price_sources={k: v for k, v in price_sources.items() if k in used},
+    )
     meta.pop("dropped_on_build", None)
     all_facts = sorted(facts["aws"] + facts["gcp"], key=lambda f: (f.cloud, f.instance_type))
     fresh = reference_prices(all_offers)
-    reference = {k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()}
+    reference = {
+        k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()
+    }
     write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}

@@ -81,8 +81,14 @@ def profile_run_hours(profile: str | None, hours: Decimal | None = None) -> Deci
     return Decimal(str(get_profile(profile).default_run_hours))
 
 
-def stack_cost_document(stack: str, project_dir: Path, hours: float | None = None, market: str | None = None,
-                        usage_file: Path | None = None, catalog: Catalog | None = None) -> dict:
+def stack_cost_document(
+    stack: str,
+    project_dir: Path,
+    hours: float | None = None,
+    market: str | None = None,
+    usage_file: Path | None = None,
+    catalog: Catalog | None = None,
+) -> dict:
     """The cost document of ``stacks/Pulumi.<stack>.yaml``, priced over its offline preview.
 
     Args:
@@ -102,14 +108,27 @@ def stack_cost_document(stack: str, project_dir: Path, hours: float | None = Non
     run_hours = check_hours(hours)
     spec = read_stack_spec(project_dir, stack)
     result = run_preview_cached(spec, provider_config(spec))
-    return _document(result.resources, stack, spec.region, spec.profile.name,
-                     run_hours if run_hours is not None else Decimal(str(spec.run_hours)),
-                     market, usage_file, spec.data, catalog)
+    return _document(
+        result.resources,
+        stack,
+        spec.region,
+        spec.profile.name,
+        run_hours if run_hours is not None else Decimal(str(spec.run_hours)),
+        market,
+        usage_file,
+        spec.data,
+        catalog,
+    )
 
 
-def preview_file_cost_document(path: Path, stack: str | None = None, hours: float | None = None,
-                               market: str | None = None, usage_file: Path | None = None,
-                               catalog: Catalog | None = None) -> dict:
+def preview_file_cost_document(
+    path: Path,
+    stack: str | None = None,
+    hours: float | None = None,
+    market: str | None = None,
+    usage_file: Path | None = None,
+    catalog: Catalog | None = None,
+) -> dict:
     """The cost document of a ``pulumi preview --json`` file (what Pulumi itself plans).
 
     Args:
@@ -127,12 +146,30 @@ def preview_file_cost_document(path: Path, stack: str | None = None, hours: floa
     resources, config, name = read_pulumi_preview(path)
     region = config.get("aws:region") or config.get("gcp:region")
     profile = read_cluster_facts(resources, region).profile
-    return _document(resources, stack or name, region, profile, profile_run_hours(profile, run_hours),
-                     market, usage_file, None, catalog)
+    return _document(
+        resources,
+        stack or name,
+        region,
+        profile,
+        profile_run_hours(profile, run_hours),
+        market,
+        usage_file,
+        None,
+        catalog,
+    )
 
 
-def _document(resources: list, stack: str, region: str | None, profile: str | None, run_hours: Decimal,
-              market: str | None, usage_file: Path | None, data, catalog: Catalog | None) -> dict:
+def _document(
+    resources: list,
+    stack: str,
+    region: str | None,
+    profile: str | None,
+    run_hours: Decimal,
+    market: str | None,
+    usage_file: Path | None,
+    data,
+    catalog: Catalog | None,
+) -> dict:
     catalog = catalog or load_catalog()
     est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
     return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), market or est.facts.market)
@@ -150,16 +187,23 @@ def check_totals(doc: dict, budget_usd: Decimal | None = None) -> None:
             fails closed, so an unpriced line is never $0 and no budget passes it.
         BudgetExceededError: ``run_usd`` is over ``budget_usd`` (exit 3).
     """
-    unpriced = doc["price_not_found"] + [f"{r['resource']} ({r['resource_type']}: {r['reason']})"
-                                         for r in doc["not_priced"]]
+    unpriced = doc["price_not_found"] + [
+        f"{r['resource']} ({r['resource_type']}: {r['reason']})" for r in doc["not_priced"]
+    ]
     if unpriced:
         raise PriceMissingError(unpriced)
     if budget_usd is not None and Decimal(doc["run_usd"]) > budget_usd:
         raise BudgetExceededError(Decimal(doc["run_usd"]), budget_usd)
 
 
-def cost_diff_document(before: str, after: str, project_dir: Path, hours: float | None = None,
-                       market: str | None = None, usage_file: Path | None = None) -> dict:
+def cost_diff_document(
+    before: str,
+    after: str,
+    project_dir: Path,
+    hours: float | None = None,
+    market: str | None = None,
+    usage_file: Path | None = None,
+) -> dict:
     """Price two stacks alike and compare them (``gpuinfra cost diff``).
 
     Args:
@@ -173,5 +217,7 @@ def cost_diff_document(before: str, after: str, project_dir: Path, hours: float 
         as :func:`stack_cost_document`.
     """
     catalog = load_catalog()
-    return diff_json(stack_cost_document(before, project_dir, hours, market, usage_file, catalog),
-                     stack_cost_document(after, project_dir, hours, market, usage_file, catalog))
+    return diff_json(
+        stack_cost_document(before, project_dir, hours, market, usage_file, catalog),
+        stack_cost_document(after, project_dir, hours, market, usage_file, catalog),
+    )

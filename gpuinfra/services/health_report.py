@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 
 from gpuinfra import lifecycle
@@ -106,8 +106,9 @@ def _deployed_at(backend, project_dir: Path, stack: str) -> datetime | None:
     return status.last_update if status is not None else None
 
 
-def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, nodes: int | None = None,
-                   since: str | None = None) -> ResultsLocation:
+def locate_results(
+    stack: str, project_dir: Path, *, bucket: str | None = None, nodes: int | None = None, since: str | None = None
+) -> ResultsLocation:
     """Where ``stack``'s results are, how many nodes must have one and since when they count.
 
     * cloud and node count: the stack file (``spec.nodes``) when it exists; else ``--bucket
@@ -137,15 +138,19 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
     if stack_file_path(project_dir, stack).is_file():
         spec = read_stack_spec(project_dir, stack)
         if flag_cloud and flag_cloud != spec.cloud:
-            raise RequestError(f"--bucket {bucket!r} is a {'GCS' if flag_cloud == 'gcp' else 'S3'} bucket, but stack "
-                               f"{stack!r} is on {spec.cloud}")
+            raise RequestError(
+                f"--bucket {bucket!r} is a {'GCS' if flag_cloud == 'gcp' else 'S3'} bucket, but stack "
+                f"{stack!r} is on {spec.cloud}"
+            )
         if nodes is not None and nodes != spec.nodes:
             raise RequestError(f"--nodes {nodes}, but the stack file of {stack!r} says nodes: {spec.nodes}")
         cloud, expected = spec.cloud, spec.nodes
     else:
         if not flag_cloud or nodes is None:
-            raise RequestError(f"no stack file for {stack!r} ({stack_file_path(project_dir, stack)}): give --bucket "
-                               "s3://NAME or gs://NAME and --nodes N")
+            raise RequestError(
+                f"no stack file for {stack!r} ({stack_file_path(project_dir, stack)}): give --bucket "
+                "s3://NAME or gs://NAME and --nodes N"
+            )
         cloud, expected = flag_cloud, nodes
     lifecycle.check_credentials(cloud)
     backend = None
@@ -155,20 +160,25 @@ def locate_results(stack: str, project_dir: Path, *, bucket: str | None = None, 
         except MissingDependencyError as exc:
             if name is None:
                 raise
-            raise MissingDependencyError(f"{exc}; or give --since TIME (the stack's deployment time) so that results "
-                                         "of earlier deployments are not counted") from None
+            raise MissingDependencyError(
+                f"{exc}; or give --since TIME (the stack's deployment time) so that results "
+                "of earlier deployments are not counted"
+            ) from None
     if name is None:
         assert backend is not None  # made above
         name = backend.outputs(project_dir, stack).get("bucket_name")
         if not name:
-            raise SpecError(f"stack {stack!r} has no bucket_name output (is it deployed? `gpuinfra up {stack}`); "
-                            "or give --bucket")
+            raise SpecError(
+                f"stack {stack!r} has no bucket_name output (is it deployed? `gpuinfra up {stack}`); or give --bucket"
+            )
     source = "--since"
     if when is None:
         when = _deployed_at(backend, project_dir, stack)
         if when is None:
-            raise SpecError(f"stack {stack!r} has no finished Pulumi update, so results of earlier deployments cannot be "
-                            "told apart; give --since TIME")
+            raise SpecError(
+                f"stack {stack!r} has no finished Pulumi update, so results of earlier deployments cannot be "
+                "told apart; give --since TIME"
+            )
         source = "the stack's last Pulumi update"
     return ResultsLocation(cloud, name, stack, expected, when, source)
 
@@ -232,30 +242,48 @@ class HealthReport:
         if self.passed:
             return Verdict(True, None)
         if not self.nodes and not self.invalid and not self.stale:
-            return Verdict(False, f"no health results under {self.location.url} yet: each node writes its result there "
-                           "after its boot checks; run this again when the nodes are up")
+            return Verdict(
+                False,
+                f"no health results under {self.location.url} yet: each node writes its result there "
+                "after its boot checks; run this again when the nodes are up",
+            )
         reasons = []
         bad = [n.node for n in self.failed] + [i.key for i in self.invalid]
         if bad:
-            reasons.append(f"{len(bad)} of {len(self.nodes) + len(self.invalid)} nodes failed the health gate or have "
-                           f"an unreadable result: {', '.join(bad)}")
+            reasons.append(
+                f"{len(bad)} of {len(self.nodes) + len(self.invalid)} nodes failed the health gate or have "
+                f"an unreadable result: {', '.join(bad)}"
+            )
         if self.pending:
-            reasons.append(f"{len(self.pending)} node(s) passed their local checks but the cluster all-reduce has not "
-                           f"run yet: {', '.join(n.node for n in self.pending)}")
+            reasons.append(
+                f"{len(self.pending)} node(s) passed their local checks but the cluster all-reduce has not "
+                f"run yet: {', '.join(n.node for n in self.pending)}"
+            )
         if self.missing:
-            stale = (f" ({len(self.stale)} stale result(s) from before {self.location.since_iso} ignored)"
-                     if self.stale else "")
+            stale = (
+                f" ({len(self.stale)} stale result(s) from before {self.location.since_iso} ignored)"
+                if self.stale
+                else ""
+            )
             reasons.append(f"{self.missing} of {self.location.expected_nodes} nodes have no current result{stale}")
         return Verdict(False, "; ".join(reasons))
 
     def to_dict(self) -> dict:
         """JSON form (``gpuinfra check --json``)."""
         loc = self.location
-        return {"schema_version": SCHEMA_VERSION, "stack": loc.stack, "results": loc.url,
-                "expected_nodes": loc.expected_nodes, "since": loc.since_iso, "since_source": loc.since_source,
-                "passed": self.passed, "missing": self.missing, "nodes": [n.to_dict() for n in self.nodes],
-                "stale": [{"node": n.node, "checked_at": n.checked_at} for n in self.stale],
-                "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid]}
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "stack": loc.stack,
+            "results": loc.url,
+            "expected_nodes": loc.expected_nodes,
+            "since": loc.since_iso,
+            "since_source": loc.since_source,
+            "passed": self.passed,
+            "missing": self.missing,
+            "nodes": [n.to_dict() for n in self.nodes],
+            "stale": [{"node": n.node, "checked_at": n.checked_at} for n in self.stale],
+            "invalid": [{"key": i.key, "reason": i.reason} for i in self.invalid],
+        }
 
 
 def _iso(when: datetime | None) -> str | None:
@@ -281,8 +309,12 @@ def _s3_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
 
     client = client or boto3.client("s3")
     try:
-        keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-                for o in page.get("Contents", []) if o["Key"].endswith(".json")]
+        keys = [
+            o["Key"]
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", [])
+            if o["Key"].endswith(".json")
+        ]
         return [(key, client.get_object(Bucket=bucket, Key=key)["Body"].read()) for key in sorted(keys)]
     except NoCredentialsError:
         raise no_aws_credentials() from None
@@ -291,8 +323,10 @@ def _s3_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
         if code == "NoSuchBucket":
             raise SpecError(f"bucket {bucket} does not exist (is the stack up? give the right --bucket)") from None
         if code in ("AccessDenied", "ExpiredToken", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-            raise MissingDependencyError(f"cannot read s3://{bucket}/{prefix}: {code}; check the AWS credentials "
-                                         "and their s3:ListBucket / s3:GetObject permissions") from None
+            raise MissingDependencyError(
+                f"cannot read s3://{bucket}/{prefix}: {code}; check the AWS credentials "
+                "and their s3:ListBucket / s3:GetObject permissions"
+            ) from None
         raise OperationError(f"reading s3://{bucket}/{prefix} failed: {code or exc}") from None
 
 
@@ -303,16 +337,19 @@ def _gcs_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
 
     try:
         client = client or storage.Client()
-        blobs = sorted((b for b in client.list_blobs(bucket, prefix=prefix) if b.name.endswith(".json")),
-                       key=lambda b: b.name)
+        blobs = sorted(
+            (b for b in client.list_blobs(bucket, prefix=prefix) if b.name.endswith(".json")), key=lambda b: b.name
+        )
         return [(b.name, b.download_as_bytes()) for b in blobs]
     except DefaultCredentialsError:
         raise no_gcp_credentials() from None
     except gexc.NotFound:
         raise SpecError(f"bucket {bucket} does not exist (is the stack up? give the right --bucket)") from None
     except gexc.Forbidden as exc:
-        raise MissingDependencyError(f"cannot read gs://{bucket}/{prefix}: {exc.message}; check the GCP credentials "
-                                     "and their storage.objects.list / storage.objects.get permissions") from None
+        raise MissingDependencyError(
+            f"cannot read gs://{bucket}/{prefix}: {exc.message}; check the GCP credentials "
+            "and their storage.objects.list / storage.objects.get permissions"
+        ) from None
     except gexc.GoogleAPIError as exc:
         raise OperationError(f"reading gs://{bucket}/{prefix} failed: {exc}") from None
 
@@ -342,9 +379,16 @@ def read_health(location: ResultsLocation, client=None) -> HealthReport:
         elif location.since is not None and datetime.fromisoformat(result.checked_at) < location.since:
             stale.append(result)
         elif result.nodes != location.expected_nodes:
-            invalid.append(InvalidResult(key, f"written for a {result.nodes}-node cluster, the stack has "
-                                              f"{location.expected_nodes}"))
+            invalid.append(
+                InvalidResult(
+                    key, f"written for a {result.nodes}-node cluster, the stack has {location.expected_nodes}"
+                )
+            )
         else:
             current.append(result)
-    return HealthReport(location, tuple(sorted(current, key=lambda n: n.node)),
-                        tuple(sorted(stale, key=lambda n: n.node)), tuple(invalid))
+    return HealthReport(
+        location,
+        tuple(sorted(current, key=lambda n: n.node)),
+        tuple(sorted(stale, key=lambda n: n.node)),
+        tuple(invalid),
+    )

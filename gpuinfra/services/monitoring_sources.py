@@ -27,7 +27,7 @@ documented exit code (:mod:`gpuinfra.errors`).
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from gpuinfra import lifecycle
@@ -39,7 +39,7 @@ from gpuinfra.spec import ClusterSpec, check_stack_name
 from gpuinfra.stackfile import read_stack_spec, stack_file_path
 
 MIB_PER_GIB = 1024
-BYTES_PER_GIB = 1024 ** 3
+BYTES_PER_GIB = 1024**3
 #: GetMetricData takes at most 500 queries per call.
 MAX_QUERIES = 500
 #: Instance states listed by ``status`` (all of them: spent money must not drop out).
@@ -50,8 +50,15 @@ AWS_STATES = ("pending", "running", "stopping", "stopped", "shutting-down", "ter
 RESTART_SLACK = timedelta(minutes=10)
 _AWS_TRANSITION_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) GMT\)")
 _AWS_ENDED = frozenset({"stopping", "stopped", "shutting-down", "terminated"})
-_AWS_ACCESS = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "ExpiredToken",
-               "InvalidClientTokenId", "SignatureDoesNotMatch", "AuthFailure")
+_AWS_ACCESS = (
+    "AccessDenied",
+    "AccessDeniedException",
+    "UnauthorizedOperation",
+    "ExpiredToken",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "AuthFailure",
+)
 
 
 def utc_now() -> datetime:
@@ -69,8 +76,10 @@ def locate(stack: str, project_dir: Path) -> tuple[ClusterSpec, dict]:
     """
     check_stack_name(stack)
     if not stack_file_path(Path(project_dir), stack).is_file():
-        raise SpecError(f"no stack file for {stack!r} ({stack_file_path(Path(project_dir), stack)}); "
-                        "write one with `gpuinfra new` or give --project-dir")
+        raise SpecError(
+            f"no stack file for {stack!r} ({stack_file_path(Path(project_dir), stack)}); "
+            "write one with `gpuinfra new` or give --project-dir"
+        )
     spec = read_stack_spec(Path(project_dir), stack)
     lifecycle.check_credentials(spec.cloud)
     outputs = lifecycle.make_backend().outputs(Path(project_dir), stack)
@@ -112,9 +121,12 @@ def _read_aws(spec: ClusterSpec, outputs: dict, now: datetime, ec2=None, cloudwa
     try:
         ec2 = ec2 or boto3.client("ec2", region_name=spec.region)
         nodes = []
-        for page in ec2.get_paginator("describe_instances").paginate(Filters=[
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[
                 {"Name": "tag:gpuinfra:stack", "Values": [spec.stack]},
-                {"Name": "instance-state-name", "Values": list(AWS_STATES)}]):
+                {"Name": "instance-state-name", "Values": list(AWS_STATES)},
+            ]
+        ):
             for reservation in page.get("Reservations", []):
                 nodes += [aws_node(inst) for inst in reservation.get("Instances", [])]
         namespace = outputs.get("monitoring_namespace")
@@ -127,9 +139,11 @@ def _read_aws(spec: ClusterSpec, outputs: dict, now: datetime, ec2=None, cloudwa
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         if code in _AWS_ACCESS:
-            raise MissingDependencyError(f"cannot read stack {spec.stack!r} in {spec.region}: {code}; check the AWS "
-                                         "credentials and their ec2:DescribeInstances, cloudwatch:ListMetrics and "
-                                         "cloudwatch:GetMetricData permissions") from None
+            raise MissingDependencyError(
+                f"cannot read stack {spec.stack!r} in {spec.region}: {code}; check the AWS "
+                "credentials and their ec2:DescribeInstances, cloudwatch:ListMetrics and "
+                "cloudwatch:GetMetricData permissions"
+            ) from None
         raise OperationError(f"reading stack {spec.stack!r} from AWS failed: {code or exc}") from None
     except BotoCoreError as exc:
         raise OperationError(f"reading stack {spec.stack!r} from AWS failed: {exc}") from None
@@ -145,8 +159,11 @@ def aws_node(inst: dict) -> Node:
         found = _AWS_TRANSITION_TIME.search(inst.get("StateTransitionReason") or "")
         if found:
             ended = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC)
-    attached = [_utc(eni.get("Attachment", {}).get("AttachTime")) for eni in inst.get("NetworkInterfaces", [])
-                if eni.get("Attachment", {}).get("DeviceIndex") == 0]
+    attached = [
+        _utc(eni.get("Attachment", {}).get("AttachTime"))
+        for eni in inst.get("NetworkInterfaces", [])
+        if eni.get("Attachment", {}).get("DeviceIndex") == 0
+    ]
     if attached and attached[0] is not None and launched is not None:
         earlier: bool | None = launched - attached[0] > RESTART_SLACK
     else:
@@ -162,8 +179,10 @@ def _utc(when) -> datetime | None:
     return when.astimezone(UTC)
 
 
-_MONITORING_OFF = ("no GPU metrics: monitoring is off for this stack (profile monitoring.enabled: false) or it was "
-                   "deployed before monitoring existed (run `gpuinfra up` to add it)")
+_MONITORING_OFF = (
+    "no GPU metrics: monitoring is off for this stack (profile monitoring.enabled: false) or it was "
+    "deployed before monitoring existed (run `gpuinfra up` to add it)"
+)
 
 
 def _aws_series(cloudwatch, namespace: str, node_ids: set[str], now: datetime) -> list[GpuSeries]:
@@ -180,15 +199,30 @@ def _aws_series(cloudwatch, namespace: str, node_ids: set[str], now: datetime) -
     for i, key in enumerate(keys):
         for metric_name, prefix in ((m.AWS_UTILIZATION_METRIC, "u"), (m.AWS_MEMORY_USED_METRIC, "m")):
             if metric_name in found[key]:
-                queries.append({"Id": f"{prefix}{i}", "ReturnData": True, "MetricStat": {
-                    "Metric": {"Namespace": namespace, "MetricName": metric_name, "Dimensions": found[key][metric_name]},
-                    "Period": m.METRICS_INTERVAL_SECONDS, "Stat": "Average"}})
+                queries.append(
+                    {
+                        "Id": f"{prefix}{i}",
+                        "ReturnData": True,
+                        "MetricStat": {
+                            "Metric": {
+                                "Namespace": namespace,
+                                "MetricName": metric_name,
+                                "Dimensions": found[key][metric_name],
+                            },
+                            "Period": m.METRICS_INTERVAL_SECONDS,
+                            "Stat": "Average",
+                        },
+                    }
+                )
     start, end = _window(now)
     values: dict[str, list[tuple[datetime, float]]] = {}
     for chunk in range(0, len(queries), MAX_QUERIES):
         for page in cloudwatch.get_paginator("get_metric_data").paginate(
-                MetricDataQueries=queries[chunk:chunk + MAX_QUERIES], StartTime=start, EndTime=end,
-                ScanBy="TimestampAscending"):
+            MetricDataQueries=queries[chunk : chunk + MAX_QUERIES],
+            StartTime=start,
+            EndTime=end,
+            ScanBy="TimestampAscending",
+        ):
             for result in page.get("MetricDataResults", []):
                 values.setdefault(result["Id"], []).extend(zip(result["Timestamps"], result["Values"], strict=False))
     series = []
@@ -216,8 +250,9 @@ def make_gcp_clients():
         from google.auth.transport.requests import AuthorizedSession
         from google.cloud import compute_v1
     except ImportError:
-        raise MissingDependencyError("gpuinfra status on GCP needs google-cloud-compute: "
-                                     "pip install 'gpuinfra[gcp-monitoring]'") from None
+        raise MissingDependencyError(
+            "gpuinfra status on GCP needs google-cloud-compute: pip install 'gpuinfra[gcp-monitoring]'"
+        ) from None
     credentials, _ = gcp_credentials(" to read the stack's metrics")
     return compute_v1.InstancesClient(credentials=credentials), AuthorizedSession(credentials), MONITORING_API
 
@@ -235,27 +270,40 @@ def _read_gcp(spec: ClusterSpec, outputs: dict, now: datetime, compute=None, mon
     label = outputs.get("monitoring_stack_label") or m.gcp_stack_label(spec.stack)
     try:
         nodes, ids = [], {}
-        for inst in compute.list(request={"project": project, "zone": spec.zone,
-                                          "filter": f'labels.gpuinfra-stack = "{label}"'}):
+        for inst in compute.list(
+            request={"project": project, "zone": spec.zone, "filter": f'labels.gpuinfra-stack = "{label}"'}
+        ):
             nodes.append(gcp_node(inst))
             ids[str(inst.id)] = inst.name
         if not outputs.get("monitoring_dashboard"):
             return nodes, [], False, [_MONITORING_OFF]
         util = _gcp_points(monitoring, api, project, m.GCP_UTILIZATION_METRIC, ids, now, "", 1.0)
-        mem = _gcp_points(monitoring, api, project, m.GCP_MEMORY_USED_METRIC, ids, now,
-                          ' AND metric.labels.memory_state = "used"', 1 / BYTES_PER_GIB)
+        mem = _gcp_points(
+            monitoring,
+            api,
+            project,
+            m.GCP_MEMORY_USED_METRIC,
+            ids,
+            now,
+            ' AND metric.labels.memory_state = "used"',
+            1 / BYTES_PER_GIB,
+        )
     except (DefaultCredentialsError, RefreshError):
         raise no_gcp_credentials() from None
     except (gexc.Forbidden, gexc.Unauthenticated) as exc:
-        raise MissingDependencyError(f"cannot read stack {spec.stack!r} in project {project}: {exc.message}; check the "
-                                     "GCP credentials and their compute.instances.list and "
-                                     "monitoring.timeSeries.list permissions") from None
+        raise MissingDependencyError(
+            f"cannot read stack {spec.stack!r} in project {project}: {exc.message}; check the "
+            "GCP credentials and their compute.instances.list and "
+            "monitoring.timeSeries.list permissions"
+        ) from None
     except gexc.GoogleAPIError as exc:
         raise OperationError(f"reading stack {spec.stack!r} from GCP failed: {exc}") from None
     except requests.RequestException as exc:
         raise OperationError(f"reading stack {spec.stack!r} from Cloud Monitoring failed: {exc}") from None
-    series = [GpuSeries(node, gpu, tuple(points), tuple(mem.get((node, gpu), ())))
-              for (node, gpu), points in sorted(util.items())]
+    series = [
+        GpuSeries(node, gpu, tuple(points), tuple(mem.get((node, gpu), ())))
+        for (node, gpu), points in sorted(util.items())
+    ]
     return nodes, series, True, []
 
 
@@ -275,8 +323,9 @@ def gcp_node(inst) -> Node:
     return Node(inst.name, inst.status, started, ended, earlier)
 
 
-def _gcp_points(session, api: str, project: str, metric_type: str, ids: dict[str, str], now: datetime, extra: str,
-                scale: float) -> dict[tuple[str, str], list[tuple[datetime, float]]]:
+def _gcp_points(
+    session, api: str, project: str, metric_type: str, ids: dict[str, str], now: datetime, extra: str, scale: float
+) -> dict[tuple[str, str], list[tuple[datetime, float]]]:
     """``(node name, gpu_number) -> [(time, value x scale)]`` oldest first, 1-minute means
     (``projects.timeSeries.list``, every page).
 
@@ -290,11 +339,15 @@ def _gcp_points(session, api: str, project: str, metric_type: str, ids: dict[str
     start, end = _window(now)
     one_of = ", ".join(f'"{i}"' for i in sorted(ids))
     params = {
-        "filter": (f'metric.type = "{metric_type}" AND resource.type = "gce_instance" AND '
-                   f'resource.labels.instance_id = one_of({one_of}){extra}'),
-        "interval.startTime": _rfc3339(start), "interval.endTime": _rfc3339(end),
+        "filter": (
+            f'metric.type = "{metric_type}" AND resource.type = "gce_instance" AND '
+            f"resource.labels.instance_id = one_of({one_of}){extra}"
+        ),
+        "interval.startTime": _rfc3339(start),
+        "interval.endTime": _rfc3339(end),
         "aggregation.alignmentPeriod": f"{m.METRICS_INTERVAL_SECONDS}s",
-        "aggregation.perSeriesAligner": "ALIGN_MEAN", "view": "FULL",
+        "aggregation.perSeriesAligner": "ALIGN_MEAN",
+        "view": "FULL",
     }
     out: dict[tuple[str, str], list[tuple[datetime, float]]] = {}
     while True:

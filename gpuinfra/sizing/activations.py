@@ -41,8 +41,15 @@ from gpuinfra.sizing.models import ModelShape
 DEFAULT_LORA_SITES = 2
 
 
-def layer_bytes_per_token(shape: ModelShape, compute_bytes: int, seq: int, attention: str, frozen: bool,
-                          lora_sites: int = 0, drop_scores: bool = False) -> float:
+def layer_bytes_per_token(
+    shape: ModelShape,
+    compute_bytes: int,
+    seq: int,
+    attention: str,
+    frozen: bool,
+    lora_sites: int = 0,
+    drop_scores: bool = False,
+) -> float:
     """Bytes one transformer layer saves for backward, per token of the micro-batch.
 
     Args:
@@ -85,12 +92,23 @@ def logits_bytes(shape: ModelShape, tokens: float, compute_bytes: int, fp32_loss
     """
     if shape.head != "lm":
         return 0.0
-    per_token = (compute_bytes + 12) * shape.vocab if fp32_loss or compute_bytes == 4 else 4 * compute_bytes * shape.vocab
+    per_token = (
+        (compute_bytes + 12) * shape.vocab if fp32_loss or compute_bytes == 4 else 4 * compute_bytes * shape.vocab
+    )
     return tokens * (per_token + (compute_bytes + 4) * shape.hidden)
 
 
-def training_activation_bytes(shape: ModelShape, seq: int, batch: int, compute_bytes: int, attention: str,
-                              recompute: str, frozen: bool, lora_sites: int = 0, fp32_loss: bool = True) -> float:
+def training_activation_bytes(
+    shape: ModelShape,
+    seq: int,
+    batch: int,
+    compute_bytes: int,
+    attention: str,
+    recompute: str,
+    frozen: bool,
+    lora_sites: int = 0,
+    fp32_loss: bool = True,
+) -> float:
     """Activations of one micro-batch on one GPU (no tensor or pipeline parallelism), bytes.
 
     Args:
@@ -100,8 +118,9 @@ def training_activation_bytes(shape: ModelShape, seq: int, batch: int, compute_b
         fp32_loss: as in :func:`logits_bytes`.
     """
     tokens = seq * batch
-    per_layer = layer_bytes_per_token(shape, compute_bytes, seq, attention, frozen, lora_sites,
-                                      drop_scores=recompute == "selective")
+    per_layer = layer_bytes_per_token(
+        shape, compute_bytes, seq, attention, frozen, lora_sites, drop_scores=recompute == "selective"
+    )
     embedding = tokens * ((1 + compute_bytes) * shape.hidden if shape.dropout else 0)
     if recompute == "full":
         layers = shape.layers * tokens * compute_bytes * shape.hidden + tokens * per_layer

@@ -17,8 +17,24 @@ from gpuinfra.sizing.models import get_model
 UNITS = {"MiB": 2**20, "GiB": 2**30, "GB": 1e9, "bytes": 1}
 METRICS = ("allocated", "reserved", "device_used")
 #: Row keys copied onto the Workload when present.
-WORKLOAD_KEYS = ("method", "compute", "storage", "strategy", "recompute", "seq", "batch", "gpus", "gpus_per_node",
-                 "attention", "offload", "lora_rank", "lora_sites", "fp32_loss", "foreach_optimizer", "adapter_bytes")
+WORKLOAD_KEYS = (
+    "method",
+    "compute",
+    "storage",
+    "strategy",
+    "recompute",
+    "seq",
+    "batch",
+    "gpus",
+    "gpus_per_node",
+    "attention",
+    "offload",
+    "lora_rank",
+    "lora_sites",
+    "fp32_loss",
+    "foreach_optimizer",
+    "adapter_bytes",
+)
 
 
 @dataclass(frozen=True)

@@ -71,8 +71,13 @@ def young_daly_interval_seconds(write_seconds: float, mtbi_seconds: float) -> fl
     return math.sqrt(2 * write_seconds * mtbi_seconds) - write_seconds
 
 
-def checkpoint_plan(trained_params: float, nodes: int, cloud: str, host_nic_bandwidth_gbps: float | None,
-                    interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR) -> CheckpointPlan:
+def checkpoint_plan(
+    trained_params: float,
+    nodes: int,
+    cloud: str,
+    host_nic_bandwidth_gbps: float | None,
+    interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
+) -> CheckpointPlan:
     """The plan for ``nodes`` spot nodes of one instance type on ``cloud``.
 
     Args:
@@ -87,5 +92,11 @@ def checkpoint_plan(trained_params: float, nodes: int, cloud: str, host_nic_band
     notice = NOTICE_SECONDS[cloud]
     mtbi = 3600 / (interruptions_per_node_hour * max(1, nodes))
     interval = None if upload is None else young_daly_interval_seconds(upload, mtbi) / 60
-    return CheckpointPlan(per_node / 2**30, upload, notice, None if upload is None else upload <= notice,
-                          interruptions_per_node_hour, interval)
+    return CheckpointPlan(
+        per_node / 2**30,
+        upload,
+        notice,
+        None if upload is None else upload <= notice,
+        interruptions_per_node_hour,
+        interval,
+    )

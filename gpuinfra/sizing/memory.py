@@ -35,10 +35,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuinfra.sizing.activations import (DEFAULT_LORA_SITES, prefill_workspace_bytes, training_activation_bytes)
+from gpuinfra.sizing.activations import DEFAULT_LORA_SITES, prefill_workspace_bytes, training_activation_bytes
 from gpuinfra.sizing.models import ModelShape
-from gpuinfra.sizing.states import (OFFLOAD_STRATEGIES, deepspeed_zero2_estimate, deepspeed_zero3_estimate,
-                                    full_training_states, zero_model_states)
+from gpuinfra.sizing.states import (
+    OFFLOAD_STRATEGIES,
+    deepspeed_zero2_estimate,
+    deepspeed_zero3_estimate,
+    full_training_states,
+    zero_model_states,
+)
 
 GIB = 2**30
 CUDA_CONTEXT_BYTES = 1.5 * GIB
@@ -53,14 +58,31 @@ OFFLOAD = ("none", "optimizer", "params")
 ATTENTION = ("sdpa", "eager")
 COMPUTE_PRECISIONS = ("bf16", "fp16", "fp32")
 #: Bytes per weight by storage type; ``int4`` = bitsandbytes 4-bit without double quantization.
-BYTES_PER_PARAM = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.0, "int4": 4.5 / 8, "nf4": 4.5 / 8,
-                   "nf4-dq": 4.127 / 8}
+BYTES_PER_PARAM = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "int8": 1.0,
+    "int4": 4.5 / 8,
+    "nf4": 4.5 / 8,
+    "nf4-dq": 4.127 / 8,
+}
 NF4_DOUBLE_QUANT_BYTES = 4.127 / 8  # QLoRA section 3: 4 + 0.127 bits per parameter
 QUANTIZED = ("int8", "int4", "nf4", "nf4-dq")
 DEFAULT_LORA_RANK = 16
 
-__all__ = ["GIB", "Breakdown", "Workload", "memory_per_gpu", "kv_cache_bytes", "lora_params", "zero_model_states",
-           "deepspeed_zero2_estimate", "deepspeed_zero3_estimate", "OFFLOAD_STRATEGIES"]
+__all__ = [
+    "GIB",
+    "Breakdown",
+    "Workload",
+    "memory_per_gpu",
+    "kv_cache_bytes",
+    "lora_params",
+    "zero_model_states",
+    "deepspeed_zero2_estimate",
+    "deepspeed_zero3_estimate",
+    "OFFLOAD_STRATEGIES",
+]
 
 
 @dataclass(frozen=True)
@@ -120,8 +142,16 @@ class Breakdown:
     cuda_context: float
     cpu_per_node: float = field(default=0.0)
 
-    KINDS = ("weights", "gradients", "optimizer", "activations", "kv_cache", "workspace", "allocator_reserve",
-             "cuda_context")
+    KINDS = (
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "kv_cache",
+        "workspace",
+        "allocator_reserve",
+        "cuda_context",
+    )
 
     @property
     def allocated(self) -> float:
@@ -174,8 +204,17 @@ def memory_per_gpu(w: Workload) -> Breakdown:
     frozen = w.method in ("lora", "qlora")
     # bitsandbytes' 4-bit matmul keeps its input for backward (``MatMul4Bit.forward``:
     # ``ctx.tensors = (A, B)``, bitsandbytes 0.41), so a QLoRA base saves what a trained linear saves.
-    activations = training_activation_bytes(shape, w.seq, w.batch, c, w.attention, w.recompute,
-                                            w.method == "lora", w.lora_sites if frozen else 0, w.fp32_loss)
+    activations = training_activation_bytes(
+        shape,
+        w.seq,
+        w.batch,
+        c,
+        w.attention,
+        w.recompute,
+        w.method == "lora",
+        w.lora_sites if frozen else 0,
+        w.fp32_loss,
+    )
     if frozen:
         base = weight_bytes(shape, w.storage)
         if w.strategy in ("zero3", "fsdp"):
@@ -186,8 +225,9 @@ def memory_per_gpu(w: Workload) -> Breakdown:
         grads, optim, trainable, cpu = a * adapters, 2 * a * adapters, adapters, 0.0
         dequant = c * shape.largest_matrix_params if w.storage in QUANTIZED else 0.0
     else:
-        states = full_training_states(shape.params, shape.layer_params, w.gpus, w.gpus_per_node, w.strategy,
-                                      c == 2, w.offload)
+        states = full_training_states(
+            shape.params, shape.layer_params, w.gpus, w.gpus_per_node, w.strategy, c == 2, w.offload
+        )
         weights, grads, optim, cpu = states.weights, states.gradients, states.optimizer, states.cpu_per_node
         sharded = w.strategy in ("zero1", "zero2", "zero3", "fsdp")
         trainable = 0.0 if w.offload != "none" else shape.params / (w.gpus if sharded else 1)
@@ -195,8 +235,17 @@ def memory_per_gpu(w: Workload) -> Breakdown:
     step = 4 * trainable if w.foreach_optimizer else 0.0
     workspace = max(0.0, step - activations) + dequant
     allocated = weights + grads + optim + activations + workspace
-    return Breakdown(weights, grads, optim, activations, 0.0, workspace, ALLOCATOR_RESERVE_FRACTION * allocated,
-                     CUDA_CONTEXT_BYTES, cpu)
+    return Breakdown(
+        weights,
+        grads,
+        optim,
+        activations,
+        0.0,
+        workspace,
+        ALLOCATOR_RESERVE_FRACTION * allocated,
+        CUDA_CONTEXT_BYTES,
+        cpu,
+    )
 
 
 def _inference(w: Workload, c: int) -> Breakdown:
@@ -209,5 +258,6 @@ def _inference(w: Workload, c: int) -> Breakdown:
     if w.storage in QUANTIZED:
         workspace += c * shape.largest_matrix_params
     allocated = (weights + kv + workspace) / t
-    return Breakdown(weights / t, 0.0, 0.0, 0.0, kv / t, workspace / t, ALLOCATOR_RESERVE_FRACTION * allocated,
-                     CUDA_CONTEXT_BYTES)
+    return Breakdown(
+        weights / t, 0.0, 0.0, 0.0, kv / t, workspace / t, ALLOCATOR_RESERVE_FRACTION * allocated, CUDA_CONTEXT_BYTES
+    )

@@ -136,11 +136,23 @@ def get_model(name: str) -> ModelShape:
     key = name.strip().lower()
     for model, data in _known().items():
         if key == model or key in data.get("aliases", []):
-            return ModelShape(model, float(data["params"]), data["layers"], data["hidden"], data["heads"],
-                              data["kv_heads"], data["vocab"], f"huggingface.co/{data['repo']} config.json",
-                              ffn=data.get("ffn", 0), mlp=data.get("mlp", "swiglu"), norm=data.get("norm", "rmsnorm"),
-                              tied=bool(data.get("tied", False)), positions=data.get("positions", 0),
-                              dropout=bool(data.get("dropout", False)), head=data.get("head", "lm"))
+            return ModelShape(
+                model,
+                float(data["params"]),
+                data["layers"],
+                data["hidden"],
+                data["heads"],
+                data["kv_heads"],
+                data["vocab"],
+                f"huggingface.co/{data['repo']} config.json",
+                ffn=data.get("ffn", 0),
+                mlp=data.get("mlp", "swiglu"),
+                norm=data.get("norm", "rmsnorm"),
+                tied=bool(data.get("tied", False)),
+                positions=data.get("positions", 0),
+                dropout=bool(data.get("dropout", False)),
+                head=data.get("head", "lm"),
+            )
     names = known_models()
     close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)
     hint = f" Did you mean {', '.join(close)}?" if close else ""
@@ -173,6 +185,15 @@ def shape_from_params(params: float) -> ModelShape:
     heads = max(1, hidden // HEAD_DIM)
     kv_heads = min(heads, DEFAULT_KV_HEADS)
     label = f"{params / 1e9:g}B params" if params >= 1e9 else f"{params / 1e6:g}M params"
-    return ModelShape(label, params, layers, hidden, heads, kv_heads, DEFAULT_VOCAB,
-                      "heuristic: 12*L*h^2 parameters, h/L = 128 (Kaplan et al. 2020); SwiGLU, 8 KV heads, "
-                      "128k vocabulary (LLaMA 3 shapes)", ffn=int(FFN_RATIO * hidden))
+    return ModelShape(
+        label,
+        params,
+        layers,
+        hidden,
+        heads,
+        kv_heads,
+        DEFAULT_VOCAB,
+        "heuristic: 12*L*h^2 parameters, h/L = 128 (Kaplan et al. 2020); SwiGLU, 8 KV heads, "
+        "128k vocabulary (LLaMA 3 shapes)",
+        ffn=int(FFN_RATIO * hidden),
+    )

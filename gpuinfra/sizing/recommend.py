@@ -23,8 +23,20 @@ from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
-from gpuinfra.sizing.memory import (ATTENTION, COMPUTE_PRECISIONS, GIB, METHODS, OFFLOAD, OFFLOAD_STRATEGIES, RECOMPUTE,
-                                    STRATEGIES, Breakdown, Workload, lora_params, memory_per_gpu)
+from gpuinfra.sizing.memory import (
+    ATTENTION,
+    COMPUTE_PRECISIONS,
+    GIB,
+    METHODS,
+    OFFLOAD,
+    OFFLOAD_STRATEGIES,
+    RECOMPUTE,
+    STRATEGIES,
+    Breakdown,
+    Workload,
+    lora_params,
+    memory_per_gpu,
+)
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
 from gpuinfra.sizing.supply import OFFER_KEYS, cheapest_offers
 from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
@@ -32,8 +44,13 @@ from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_STRATEGY = {"pretrain": "fsdp", "full": "fsdp", "lora": "ddp", "qlora": "ddp", "inference": "ddp"}
 DEFAULT_RECOMPUTE = {"pretrain": "selective", "full": "selective", "lora": "full", "qlora": "full", "inference": "none"}
-PROFILE_FOR_METHOD = {"pretrain": "llm-pretrain", "full": "llm-finetune", "lora": "lora-finetune",
-                      "qlora": "qlora-finetune", "inference": "inference"}
+PROFILE_FOR_METHOD = {
+    "pretrain": "llm-pretrain",
+    "full": "llm-finetune",
+    "lora": "lora-finetune",
+    "qlora": "qlora-finetune",
+    "inference": "inference",
+}
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8", "int4")
 BASE_PRECISIONS = {"lora": ("bf16", "fp16", "fp32", "int8"), "qlora": ("nf4", "nf4-dq")}
 MAX_SEQ, MAX_BATCH = 1_048_576, 4096
@@ -75,14 +92,16 @@ class SizingRequest:
         allowed = INFERENCE_PRECISIONS if m == "inference" else COMPUTE_PRECISIONS
         if self.precision not in allowed:
             hint = " (the frozen base's storage is --base-precision)" if m in BASE_PRECISIONS else ""
-            raise SizingError(f"--precision for --method {m} must be one of {', '.join(allowed)}{hint}, "
-                              f"got {self.precision!r}")
+            raise SizingError(
+                f"--precision for --method {m} must be one of {', '.join(allowed)}{hint}, got {self.precision!r}"
+            )
         base = self.base_precision
         if m in BASE_PRECISIONS:
             base = base or ("nf4-dq" if m == "qlora" else self.precision)
             if base not in BASE_PRECISIONS[m]:
-                raise SizingError(f"--base-precision for --method {m} must be one of {', '.join(BASE_PRECISIONS[m])}, "
-                                  f"got {base!r}")
+                raise SizingError(
+                    f"--base-precision for --method {m} must be one of {', '.join(BASE_PRECISIONS[m])}, got {base!r}"
+                )
         elif base is not None:
             raise SizingError("--base-precision applies to --method lora or qlora only")
         strategy = self.strategy or DEFAULT_STRATEGY[m]
@@ -126,19 +145,34 @@ def _check_offload(offload: str, method: str, strategy: str) -> None:
     if offload == "none":
         return
     if method not in ("pretrain", "full"):
-        raise SizingError(f"--offload {offload} has no meaning for --method {method}: CPU offload is for "
-                          "--method full or pretrain with --strategy zero1/zero2/zero3 (optimizer) or zero3/fsdp (params)")
+        raise SizingError(
+            f"--offload {offload} has no meaning for --method {method}: CPU offload is for "
+            "--method full or pretrain with --strategy zero1/zero2/zero3 (optimizer) or zero3/fsdp (params)"
+        )
     if strategy not in OFFLOAD_STRATEGIES[offload]:
-        raise SizingError(f"--offload {offload} needs --strategy {' or '.join(OFFLOAD_STRATEGIES[offload])} "
-                          f"(DeepSpeed ZeRO offload_optimizer / offload_param; FSDP CPUOffload offloads parameters "
-                          f"and optimizer together), got {strategy}")
+        raise SizingError(
+            f"--offload {offload} needs --strategy {' or '.join(OFFLOAD_STRATEGIES[offload])} "
+            f"(DeepSpeed ZeRO offload_optimizer / offload_param; FSDP CPUOffload offloads parameters "
+            f"and optimizer together), got {strategy}"
+        )
 
 
-def sizing_request(model: str | None = None, params: str | None = None, method: str = "full", seq: int = 2048,
-                   batch: int = 1, precision: str = "bf16", strategy: str | None = None,
-                   recompute: str | None = None, tokens: str | None = None, base_precision: str | None = None,
-                   offload: str = "none", attention: str | None = None, headroom: float = DEFAULT_HEADROOM_FRACTION,
-                   allow_slow_interconnect: bool = False) -> SizingRequest:
+def sizing_request(
+    model: str | None = None,
+    params: str | None = None,
+    method: str = "full",
+    seq: int = 2048,
+    batch: int = 1,
+    precision: str = "bf16",
+    strategy: str | None = None,
+    recompute: str | None = None,
+    tokens: str | None = None,
+    base_precision: str | None = None,
+    offload: str = "none",
+    attention: str | None = None,
+    headroom: float = DEFAULT_HEADROOM_FRACTION,
+    allow_slow_interconnect: bool = False,
+) -> SizingRequest:
     """A validated :class:`SizingRequest` with the method's defaults filled in.
 
     Args:
@@ -153,9 +187,21 @@ def sizing_request(model: str | None = None, params: str | None = None, method: 
     if (model is None) == (params is None):
         raise SizingError("give exactly one of --model NAME or --params COUNT (e.g. --params 7B)")
     shape = get_model(model) if model else shape_from_params(parse_count(params or ""))  # exactly one is given
-    return SizingRequest(shape, method, precision, strategy, recompute, seq, batch,
-                         parse_count(tokens, "--tokens") if tokens else None, base_precision, offload, attention,
-                         headroom, allow_slow_interconnect).resolved()
+    return SizingRequest(
+        shape,
+        method,
+        precision,
+        strategy,
+        recompute,
+        seq,
+        batch,
+        parse_count(tokens, "--tokens") if tokens else None,
+        base_precision,
+        offload,
+        attention,
+        headroom,
+        allow_slow_interconnect,
+    ).resolved()
 
 
 @dataclass
@@ -207,7 +253,9 @@ class Candidate:
         """Fits with the headroom (and, with offload, in the host memory)."""
         if self.memory_per_gpu_gib * (1 + self.headroom) > self.gpu_memory_gib:
             return False
-        return not (self.cpu_memory_gib and self.host_memory_gib is not None and self.cpu_memory_gib > self.host_memory_gib)
+        return not (
+            self.cpu_memory_gib and self.host_memory_gib is not None and self.cpu_memory_gib > self.host_memory_gib
+        )
 
     @property
     def spec(self) -> str:
@@ -233,21 +281,59 @@ def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Wo
     attention = req.attention or ("sdpa" if flash else "eager")
     compute = req.precision if req.method != "inference" else ("fp32" if req.precision == "fp32" else "bf16")
     assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
-    return Workload(req.shape, req.method, compute, req.storage, req.strategy, req.recompute, req.seq, req.batch,
-                    gpus_per_node * nodes, gpus_per_node, attention, req.offload)
+    return Workload(
+        req.shape,
+        req.method,
+        compute,
+        req.storage,
+        req.strategy,
+        req.recompute,
+        req.seq,
+        req.batch,
+        gpus_per_node * nodes,
+        gpus_per_node,
+        attention,
+        req.offload,
+    )
 
 
-def evaluate(req: SizingRequest, gpu: str, gpu_memory_gib: float, gpus_per_node: int, nodes: int,
-             network_bandwidth_gbps: float | None = None) -> Candidate:
+def evaluate(
+    req: SizingRequest,
+    gpu: str,
+    gpu_memory_gib: float,
+    gpus_per_node: int,
+    nodes: int,
+    network_bandwidth_gbps: float | None = None,
+) -> Candidate:
     """Memory and time of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``."""
     breakdown = memory_per_gpu(workload(req, gpu, gpus_per_node, nodes))
     time = None
     if req.tokens and req.method != "inference":
         assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
-        time = training_time(req.shape.params, req.trained_params, req.tokens, req.method, req.recompute,
-                             req.strategy, gpu, gpus_per_node, nodes, req.seq, req.batch, network_bandwidth_gbps)
-    return Candidate(gpu, gpus_per_node, nodes, gpu_memory_gib, breakdown, req.headroom, time=time,
-                     network_bandwidth_gbps=network_bandwidth_gbps)
+        time = training_time(
+            req.shape.params,
+            req.trained_params,
+            req.tokens,
+            req.method,
+            req.recompute,
+            req.strategy,
+            gpu,
+            gpus_per_node,
+            nodes,
+            req.seq,
+            req.batch,
+            network_bandwidth_gbps,
+        )
+    return Candidate(
+        gpu,
+        gpus_per_node,
+        nodes,
+        gpu_memory_gib,
+        breakdown,
+        req.headroom,
+        time=time,
+        network_bandwidth_gbps=network_bandwidth_gbps,
+    )
 
 
 def priced(c: Candidate, offer: dict, nodes: int) -> Candidate:
@@ -284,8 +370,11 @@ def candidates(req: SizingRequest, catalog: Catalog, scope: OfferScope = OfferSc
             if req.method != "inference" and req.precision == "bf16" and not facts["bf16"]:
                 continue
             for nodes in (n for n in node_counts if n <= offer["max_nodes"]):
-                c = priced(evaluate(req, gpu, device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"]),
-                           offer, nodes)
+                c = priced(
+                    evaluate(req, gpu, device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"]),
+                    offer,
+                    nodes,
+                )
                 if c.fits:
                     out.append(c)
                     seen.add((gpu, count))
@@ -305,23 +394,29 @@ def candidate_json(c: Candidate) -> dict:
     """JSON view of a candidate (USD as :func:`gpuinfra.money.usd_json` strings)."""
     t = c.time
     return {
-        "gpus": c.spec, "nodes": c.nodes, "total_gpus": c.gpus_per_node * c.nodes,
-        "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2), "gpu_memory_gib": c.gpu_memory_gib,
+        "gpus": c.spec,
+        "nodes": c.nodes,
+        "total_gpus": c.gpus_per_node * c.nodes,
+        "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2),
+        "gpu_memory_gib": c.gpu_memory_gib,
         "cpu_memory_per_node_gib": round(c.cpu_memory_gib, 2),
-        "fits": c.fits, "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib * (1 + c.headroom), 2),
+        "fits": c.fits,
+        "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib * (1 + c.headroom), 2),
         "price_per_hour_usd": usd_json(c.price_per_hour_usd),
         "training_hours": None if c.hours is None else round(c.hours, 2),
         "compute_hours": None if t is None else round(t.compute_hours, 2),
         "communication_hours": None if t is None or t.communication_hours is None else round(t.communication_hours, 2),
-        "mfu": None if t is None else t.mfu, "mfu_source": None if t is None else t.mfu_source,
+        "mfu": None if t is None else t.mfu,
+        "mfu_source": None if t is None else t.mfu_source,
         "network_bandwidth_gbps": c.network_bandwidth_gbps,
         "run_cost_usd": usd_json(c.run_cost_usd),
         **c.offer,
     }
 
 
-def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: Catalog | None = None,
-                 command: str = "size") -> NoOfferError:
+def nothing_fits(
+    req: SizingRequest, scope: OfferScope = OfferScope(), catalog: Catalog | None = None, command: str = "size"
+) -> NoOfferError:
     """The error when :func:`candidates` is empty (exit 4), naming the scope searched and the
     settings that lower memory per GPU; with ``catalog``, also ``--spot`` or a wider place when
     something fits there. ``command`` (``size`` | ``new``) is the command that speaks: ``new``
@@ -329,8 +424,11 @@ def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: 
     those are offered as a ``gpuinfra size`` run."""
     where = f"on up to {NODE_COUNTS[-1]} nodes" if req.sharded else "on one node"
     markets = " or ".join(scope.markets)
-    hints = {"pretrain": ["--method lora or qlora"], "full": ["--method lora or qlora"],
-             "lora": ["--method qlora"]}.get(req.method, [])
+    hints = {
+        "pretrain": ["--method lora or qlora"],
+        "full": ["--method lora or qlora"],
+        "lora": ["--method qlora"],
+    }.get(req.method, [])
     tuning = []
     if req.method in ("lora", "qlora") and req.strategy == "ddp":
         tuning.append("--strategy fsdp (shards the frozen base)")
@@ -342,8 +440,16 @@ def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: 
         tuning.append("a smaller --batch")
     tuning.append("a shorter --seq")
     if catalog is not None:
-        narrowed = [flag for flag, value in (("--cloud", scope.cloud), ("--region", scope.region), ("--zone", scope.zone),
-                                             ("--instance-type", scope.instance_type)) if value]
+        narrowed = [
+            flag
+            for flag, value in (
+                ("--cloud", scope.cloud),
+                ("--region", scope.region),
+                ("--zone", scope.zone),
+                ("--instance-type", scope.instance_type),
+            )
+            if value
+        ]
         wider = replace(scope, cloud=None, region=None, zone=None, instance_type=None)
         if narrowed and candidates(req, catalog, wider):
             hints.append(f"without {'/'.join(narrowed)}")
@@ -353,6 +459,8 @@ def nothing_fits(req: SizingRequest, scope: OfferScope = OfferScope(), catalog: 
         hints.append(f"`gpuinfra size` with {' or '.join(tuning)}")
     else:
         hints = hints[:1] + tuning + hints[1:]
-    return NoOfferError(f"no configuration in the catalog{scope.describe()} sold {markets} fits {req.shape.name} "
-                        f"({req.method}, {req.precision}) with {req.headroom:.0%} memory headroom {where}; "
-                        f"try {', '.join(hints)}")
+    return NoOfferError(
+        f"no configuration in the catalog{scope.describe()} sold {markets} fits {req.shape.name} "
+        f"({req.method}, {req.precision}) with {req.headroom:.0%} memory headroom {where}; "
+        f"try {', '.join(hints)}"
+    )

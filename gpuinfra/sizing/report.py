@@ -25,8 +25,18 @@ from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.offers import OfferScope, validate_location
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
-from gpuinfra.sizing.recommend import (PROFILE_FOR_METHOD, Candidate, SizingRequest, candidate_json, candidates,
-                                       device_memory_gib, evaluate, nothing_fits, priced, sizing_request)
+from gpuinfra.sizing.recommend import (
+    PROFILE_FOR_METHOD,
+    Candidate,
+    SizingRequest,
+    candidate_json,
+    candidates,
+    device_memory_gib,
+    evaluate,
+    nothing_fits,
+    priced,
+    sizing_request,
+)
 from gpuinfra.sizing.supply import cheapest_offers
 
 #: Candidates listed in the document.
@@ -38,10 +48,15 @@ def size_markets(spot: bool) -> tuple[str, ...]:
     return ("spot",) if spot else ("on-demand",)
 
 
-def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, catalog: Catalog | None = None,
-                  spot: bool = False,
-                  interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
-                  scope: OfferScope | None = None) -> dict[str, Any]:
+def size_document(
+    req: SizingRequest,
+    gpus: str | None = None,
+    nodes: int = 1,
+    catalog: Catalog | None = None,
+    spot: bool = False,
+    interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
+    scope: OfferScope | None = None,
+) -> dict[str, Any]:
     """Memory per GPU of ``req`` and the best configurations that fit (module docstring).
 
     Args:
@@ -70,17 +85,32 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
     ranked = candidates(req, catalog, scope)
     training = req.tokens and req.method != "inference"
     doc: dict[str, Any] = {
-        "model": {"name": req.shape.name, "params": req.shape.params, "layers": req.shape.layers,
-                  "hidden": req.shape.hidden, "heads": req.shape.heads, "kv_heads": req.shape.kv_heads,
-                  "vocab": req.shape.vocab, "source": req.shape.source},
-        "method": req.method, "precision": req.precision, "base_precision": req.base_precision,
-        "strategy": req.strategy, "recompute": req.recompute, "offload": req.offload,
-        "seq": req.seq, "batch": req.batch, "tokens": req.tokens, "headroom": req.headroom,
+        "model": {
+            "name": req.shape.name,
+            "params": req.shape.params,
+            "layers": req.shape.layers,
+            "hidden": req.shape.hidden,
+            "heads": req.shape.heads,
+            "kv_heads": req.shape.kv_heads,
+            "vocab": req.shape.vocab,
+            "source": req.shape.source,
+        },
+        "method": req.method,
+        "precision": req.precision,
+        "base_precision": req.base_precision,
+        "strategy": req.strategy,
+        "recompute": req.recompute,
+        "offload": req.offload,
+        "seq": req.seq,
+        "batch": req.batch,
+        "tokens": req.tokens,
+        "headroom": req.headroom,
         "ranked_by": "run_cost_usd" if training else "price_per_hour_usd",
         "scope": {"cloud": scope.cloud, "region": scope.region, "markets": list(scope.markets)},
         "catalog_date": catalog.catalog_date,
         "candidates": [candidate_json(c) for c in ranked[:SHOWN_CANDIDATES]],
-        "interconnect_note": None, "checkpoint_plan": None,
+        "interconnect_note": None,
+        "checkpoint_plan": None,
     }
     chosen: Candidate | None
     if gpus:
@@ -89,12 +119,20 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
         offers = cheapest_offers(catalog, multi and not req.allow_slow_interconnect, scope)
         offer = offers.get((request.gpu, request.gpu_count))
         if multi and offer is None and not req.allow_slow_interconnect:
-            doc["interconnect_note"] = (f"no instance type with {request.gpu_count}x{request.gpu} and a high-bandwidth "
-                                        f"GPU network (EFA / GPUDirect) is sold {' or '.join(scope.markets)}"
-                                        f"{scope.describe()}; sharded training over nodes is not recommended (a wider "
-                                        "--cloud/--region, --spot, or --allow-slow-interconnect to price it anyway)")
-        chosen = evaluate(req, request.gpu, device_memory_gib(request.gpu), request.gpu_count, nodes,
-                          None if offer is None else offer["network_bandwidth_gbps"])
+            doc["interconnect_note"] = (
+                f"no instance type with {request.gpu_count}x{request.gpu} and a high-bandwidth "
+                f"GPU network (EFA / GPUDirect) is sold {' or '.join(scope.markets)}"
+                f"{scope.describe()}; sharded training over nodes is not recommended (a wider "
+                "--cloud/--region, --spot, or --allow-slow-interconnect to price it anyway)"
+            )
+        chosen = evaluate(
+            req,
+            request.gpu,
+            device_memory_gib(request.gpu),
+            request.gpu_count,
+            nodes,
+            None if offer is None else offer["network_bandwidth_gbps"],
+        )
         if offer is not None:
             chosen = priced(chosen, offer, nodes)
     else:
@@ -106,19 +144,45 @@ def size_document(req: SizingRequest, gpus: str | None = None, nodes: int = 1, c
     usable = chosen.fits and doc["interconnect_note"] is None
     best = chosen if usable else (ranked[0] if ranked else None)
     doc.update(
-        gpus=view["gpus"], nodes=view["nodes"], total_gpus=view["total_gpus"],
-        memory_per_gpu_gib=view["memory_per_gpu_gib"], gpu_memory_gib=view["gpu_memory_gib"],
+        gpus=view["gpus"],
+        nodes=view["nodes"],
+        total_gpus=view["total_gpus"],
+        memory_per_gpu_gib=view["memory_per_gpu_gib"],
+        gpu_memory_gib=view["gpu_memory_gib"],
         cpu_memory_per_node_gib=view["cpu_memory_per_node_gib"],
-        fits=chosen.fits, margin_gib=view["margin_gib"], breakdown=chosen.breakdown.gib(),
-        **{k: view[k] for k in ("training_hours", "compute_hours", "communication_hours", "mfu", "mfu_source",
-                                "run_cost_usd", "price_per_hour_usd")},
-        recommendation=None if best is None else {"gpus": best.spec, "nodes": best.nodes, **best.offer,
-                                                   "price_per_hour_usd": candidate_json(best)["price_per_hour_usd"]},
+        fits=chosen.fits,
+        margin_gib=view["margin_gib"],
+        breakdown=chosen.breakdown.gib(),
+        **{
+            k: view[k]
+            for k in (
+                "training_hours",
+                "compute_hours",
+                "communication_hours",
+                "mfu",
+                "mfu_source",
+                "run_cost_usd",
+                "price_per_hour_usd",
+            )
+        },
+        recommendation=None
+        if best is None
+        else {
+            "gpus": best.spec,
+            "nodes": best.nodes,
+            **best.offer,
+            "price_per_hour_usd": candidate_json(best)["price_per_hour_usd"],
+        },
     )
     doc["next_command"] = None if best is None else next_command(req, best, scope)
     if spot and req.method != "inference" and best is not None and best.offer:
-        plan = checkpoint_plan(req.trained_params, best.nodes, best.offer["cloud"], best.storage_bandwidth_gbps,
-                               interruptions_per_node_hour)
+        plan = checkpoint_plan(
+            req.trained_params,
+            best.nodes,
+            best.offer["cloud"],
+            best.storage_bandwidth_gbps,
+            interruptions_per_node_hour,
+        )
         doc["checkpoint_plan"] = plan.to_json()
     return doc
 
@@ -179,30 +243,54 @@ class StackSizing:
         """Node count of the chosen (else the best) configuration."""
         return (self.chosen or self.candidates[0]).nodes
 
-    def planned(self, chosen: Candidate, passed_over: tuple[str, ...], catalog: Catalog, cloud: str,
-                instance_type: str, spot: bool) -> StackSizing:
+    def planned(
+        self,
+        chosen: Candidate,
+        passed_over: tuple[str, ...],
+        catalog: Catalog,
+        cloud: str,
+        instance_type: str,
+        spot: bool,
+    ) -> StackSizing:
         """This sizing once the planner took ``chosen`` as ``instance_type`` on ``cloud``; the
         checkpoint plan reads that type's host NIC bandwidth (catalog facts
         ``host_nic_bandwidth_gbps``) when ``spot``."""
         plan = None
         if spot and self.request.method != "inference":
             facts = catalog.fact(cloud, instance_type)
-            plan = checkpoint_plan(self.request.trained_params, chosen.nodes, cloud,
-                                   None if facts is None else facts.host_nic_bandwidth_gbps)
+            plan = checkpoint_plan(
+                self.request.trained_params,
+                chosen.nodes,
+                cloud,
+                None if facts is None else facts.host_nic_bandwidth_gbps,
+            )
         return replace(self, chosen=chosen, passed_over=passed_over, checkpoint_plan=plan)
 
     def to_json(self) -> dict[str, Any]:
         """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
         "breakdown", "passed_over", "checkpoint_plan"}`` (``new --json`` ``sizing``)."""
         c = self.chosen or self.candidates[0]
-        return {"model": self.request.shape.name, "method": self.request.method, "gpus": c.spec, "nodes": c.nodes,
-                "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2), "gpu_memory_gib": c.gpu_memory_gib,
-                "breakdown": c.breakdown.gib(), "passed_over": list(self.passed_over),
-                "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json()}
+        return {
+            "model": self.request.shape.name,
+            "method": self.request.method,
+            "gpus": c.spec,
+            "nodes": c.nodes,
+            "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2),
+            "gpu_memory_gib": c.gpu_memory_gib,
+            "breakdown": c.breakdown.gib(),
+            "passed_over": list(self.passed_over),
+            "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json(),
+        }
 
 
-def size_for_stack(model: str | None, params: str | None, method: str | None = None,
-                   catalog: Catalog | None = None, scope: OfferScope = OfferScope(), command: str = "new") -> StackSizing:
+def size_for_stack(
+    model: str | None,
+    params: str | None,
+    method: str | None = None,
+    catalog: Catalog | None = None,
+    scope: OfferScope = OfferScope(),
+    command: str = "new",
+) -> StackSizing:
     """Every GPU configuration in ``scope`` that holds a model for ``method`` (default
     ``full``), at sequence length 2048, micro-batch 1, bf16 and the method's default strategy,
     best first; the caller plans them in order (:func:`gpuinfra.newstack.create_stack`).

@@ -61,8 +61,14 @@ def zero_model_states(params: float, gpus: int, strategy: str) -> tuple[float, f
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
-def deepspeed_zero2_estimate(params: float, gpus_per_node: int, nodes: int, offload_optimizer: bool,
-                             legacy: bool = False, buffer_factor: float = DEEPSPEED_BUFFER_FACTOR) -> tuple[float, float]:
+def deepspeed_zero2_estimate(
+    params: float,
+    gpus_per_node: int,
+    nodes: int,
+    offload_optimizer: bool,
+    legacy: bool = False,
+    buffer_factor: float = DEEPSPEED_BUFFER_FACTOR,
+) -> tuple[float, float]:
     """DeepSpeed ``estimate_zero2_model_states_mem_needs`` -> (GPU bytes, CPU bytes per node).
 
     Current code (deepspeed/runtime/zero/stage_1_and_2.py @02aa38c3): GPU = 2P + int(18P/G)
@@ -76,9 +82,16 @@ def deepspeed_zero2_estimate(params: float, gpus_per_node: int, nodes: int, offl
     return gpu, params * 4 * gpus_per_node * buffer_factor
 
 
-def deepspeed_zero3_estimate(params: float, largest_layer_params: float, gpus_per_node: int, nodes: int,
-                             offload_params: bool, offload_optimizer: bool, zero_init: bool = True,
-                             buffer_factor: float = DEEPSPEED_BUFFER_FACTOR) -> tuple[float, float]:
+def deepspeed_zero3_estimate(
+    params: float,
+    largest_layer_params: float,
+    gpus_per_node: int,
+    nodes: int,
+    offload_params: bool,
+    offload_optimizer: bool,
+    zero_init: bool = True,
+    buffer_factor: float = DEEPSPEED_BUFFER_FACTOR,
+) -> tuple[float, float]:
     """DeepSpeed ``estimate_zero3_model_states_mem_needs`` -> (GPU bytes, CPU bytes per node)
     (deepspeed/runtime/zero/stage3.py @007cca6a)."""
     total_gpus = gpus_per_node * nodes
@@ -86,21 +99,31 @@ def deepspeed_zero3_estimate(params: float, largest_layer_params: float, gpus_pe
     gpus_factor = 1 / nodes
     if offload_params and offload_optimizer:
         gpu = largest
-        cpu = params * 18 * gpus_factor * buffer_factor if zero_init else \
-            params * max(4 * gpus_per_node, 18 * gpus_factor) * buffer_factor
+        cpu = (
+            params * 18 * gpus_factor * buffer_factor
+            if zero_init
+            else params * max(4 * gpus_per_node, 18 * gpus_factor) * buffer_factor
+        )
     elif offload_optimizer:
         gpu = largest + int(2 * params / total_gpus)
-        cpu = params * 16 * gpus_factor * buffer_factor if zero_init else \
-            params * max(4 * gpus_per_node, 16 * gpus_factor) * buffer_factor
+        cpu = (
+            params * 16 * gpus_factor * buffer_factor
+            if zero_init
+            else params * max(4 * gpus_per_node, 16 * gpus_factor) * buffer_factor
+        )
     else:
         gpu = largest + int(18 * params / total_gpus)
-        cpu = largest_layer_params * 4 * gpus_per_node * buffer_factor if zero_init else \
-            params * 4 * gpus_per_node * buffer_factor
+        cpu = (
+            largest_layer_params * 4 * gpus_per_node * buffer_factor
+            if zero_init
+            else params * 4 * gpus_per_node * buffer_factor
+        )
     return gpu, cpu
 
 
-def full_training_states(params: float, largest_layer: float, gpus: int, gpus_per_node: int, strategy: str,
-                         mixed: bool, offload: str) -> States:
+def full_training_states(
+    params: float, largest_layer: float, gpus: int, gpus_per_node: int, strategy: str, mixed: bool, offload: str
+) -> States:
     """Model states of full fine-tuning / pre-training with Adam (module docstring).
 
     Args:

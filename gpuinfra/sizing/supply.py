@@ -66,11 +66,18 @@ def cheapest_offers(catalog: Catalog, fast_only: bool, scope: OfferScope = Offer
         key = (o.gpu, o.gpu_count)
         if key not in best or price < best[key]["price"]:
             facts = catalog.fact(o.cloud, o.instance_type)
-            best[key] = {"price": price, "market": market, "cloud": o.cloud, "region": o.region, "zone": o.zone,
-                         "instance_type": o.instance_type, "max_nodes": node_limit(o.cloud, facts).nodes,
-                         "host_memory_gib": o.memory_gib,
-                         "network_bandwidth_gbps": _inter_node_gbps(facts, scope.image_fabric),
-                         "storage_bandwidth_gbps": None if facts is None else facts.host_nic_bandwidth_gbps}
+            best[key] = {
+                "price": price,
+                "market": market,
+                "cloud": o.cloud,
+                "region": o.region,
+                "zone": o.zone,
+                "instance_type": o.instance_type,
+                "max_nodes": node_limit(o.cloud, facts).nodes,
+                "host_memory_gib": o.memory_gib,
+                "network_bandwidth_gbps": _inter_node_gbps(facts, scope.image_fabric),
+                "storage_bandwidth_gbps": None if facts is None else facts.host_nic_bandwidth_gbps,
+            }
     return best
 
 
@@ -80,8 +87,9 @@ def fast_types(catalog: Catalog, gpu: str, gpus_per_node: int, scope: OfferScope
     multi-node configuration may be planned on."""
     cheapest: dict[str, Decimal] = {}
     for o in catalog.offers:
-        if (o.gpu, o.gpu_count) != (gpu, gpus_per_node) or not high_bandwidth_network(catalog, o.cloud, o.instance_type,
-                                                                                          scope.image_fabric):
+        if (o.gpu, o.gpu_count) != (gpu, gpus_per_node) or not high_bandwidth_network(
+            catalog, o.cloud, o.instance_type, scope.image_fabric
+        ):
             continue
         market = scope.market_of(catalog, o)
         if market is not None and (price := o.price_per_hour_usd(market)) is not None:  # market_of: priced there

@@ -66,9 +66,20 @@ def communication_bytes_per_step(trainable_params: float, strategy: str, gpus: i
     return factor * 2 * trainable_params * (gpus - 1) / gpus
 
 
-def training_time(params: float, trainable_params: float, tokens: float, method: str, recompute: str, strategy: str,
-                  gpu: str, gpus_per_node: int, nodes: int, seq: int, batch: int,
-                  network_bandwidth_gbps: float | None) -> TrainingTime | None:
+def training_time(
+    params: float,
+    trainable_params: float,
+    tokens: float,
+    method: str,
+    recompute: str,
+    strategy: str,
+    gpu: str,
+    gpus_per_node: int,
+    nodes: int,
+    seq: int,
+    batch: int,
+    network_bandwidth_gbps: float | None,
+) -> TrainingTime | None:
     """Hours to train ``tokens`` tokens; None for inference or a GPU without a known peak.
 
     Args:

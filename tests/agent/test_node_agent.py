@@ -6,7 +6,7 @@ import json
 import socket
 import threading
 import time
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -61,7 +61,9 @@ class MetadataServer:
                     if self.headers.get("X-aws-ec2-metadata-token") != "token-123":
                         return self._send(401)
                     if self.path == "/latest/meta-data/spot/instance-action":
-                        return self._send(200, json.dumps(server.spot_action)) if server.spot_action else self._send(404)
+                        return (
+                            self._send(200, json.dumps(server.spot_action)) if server.spot_action else self._send(404)
+                        )
                     if self.path == "/latest/meta-data/tags/instance/gpuinfra:expires-at":
                         return self._send(200, server.expires_tag) if server.expires_tag else self._send(404)
                     if self.path == "/latest/meta-data/instance-id":
@@ -85,8 +87,10 @@ class MetadataServer:
                 query = parse_qs(urlparse(self.path).query)
                 with server.changed:
                     if query.get("wait_for_change") == ["true"] and query.get("last_etag") == [server.etag()]:
-                        server.changed.wait_for(lambda: query["last_etag"] != [server.etag()],
-                                                timeout=float(query.get("timeout_sec", ["60"])[0]))
+                        server.changed.wait_for(
+                            lambda: query["last_etag"] != [server.etag()],
+                            timeout=float(query.get("timeout_sec", ["60"])[0]),
+                        )
                     value = "TRUE" if server.preempted else "FALSE"
                     etag = server.etag()
                 data = value.encode()
@@ -150,8 +154,16 @@ class Clock:
 
 
 def _config(tmp_path, **kw):
-    values = dict(cloud="aws", stack="t", bucket="b", expires_at=NOW + timedelta(hours=5), idle_timeout_seconds=1800,
-                  idle_utilization_percent=5, checkpoint_dir=tmp_path / "ckpt", dry_run=False)
+    values = dict(
+        cloud="aws",
+        stack="t",
+        bucket="b",
+        expires_at=NOW + timedelta(hours=5),
+        idle_timeout_seconds=1800,
+        idle_utilization_percent=5,
+        checkpoint_dir=tmp_path / "ckpt",
+        dry_run=False,
+    )
     values.update(kw)
     return AgentConfig(**values)
 
@@ -187,8 +199,14 @@ def test_aws_spot_notice_syncs_checkpoints_and_does_not_end_the_node(tmp_path, s
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "latest.pt").write_bytes(b"weights")
     ended = []
-    agent = Agent(_config(tmp_path, bucket=bucket), FakeGpus(90), AwsMetadata(metadata.url),
-                  S3Sync(bucket, "checkpoints/t", client), ended.append, now=lambda: NOW)
+    agent = Agent(
+        _config(tmp_path, bucket=bucket),
+        FakeGpus(90),
+        AwsMetadata(metadata.url),
+        S3Sync(bucket, "checkpoints/t", client),
+        ended.append,
+        now=lambda: NOW,
+    )
     assert agent.step() == "running"
     metadata.spot_action = {"action": "terminate", "time": "2026-11-22T12:02:00Z"}
     assert agent.step() == "interrupted"
@@ -201,9 +219,16 @@ def test_idle_for_the_timeout_syncs_then_ends_the_node(tmp_path, s3, metadata):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
     clock, ended = Clock(), []
-    agent = Agent(_config(tmp_path, bucket=bucket), FakeGpus(2, 0, 1, 3), AwsMetadata(metadata.url),
-                  S3Sync(bucket, "checkpoints/t", client), ended.append, clock=clock, now=lambda: NOW)
-    assert agent.step() == "running"          # idle starts now
+    agent = Agent(
+        _config(tmp_path, bucket=bucket),
+        FakeGpus(2, 0, 1, 3),
+        AwsMetadata(metadata.url),
+        S3Sync(bucket, "checkpoints/t", client),
+        ended.append,
+        clock=clock,
+        now=lambda: NOW,
+    )
+    assert agent.step() == "running"  # idle starts now
     clock.t += 1799
     assert agent.step() == "running" and ended == []
     clock.t += 1
@@ -228,15 +253,21 @@ def test_one_busy_gpu_resets_the_idle_clock(tmp_path, metadata):
 
 def test_ttl_from_the_instance_tag_wins_and_ends_the_node(tmp_path, metadata):
     ended = []
-    metadata.expires_tag = "2026-11-22T11:59:00Z"   # tag says expired; node.env says 5 h left
+    metadata.expires_tag = "2026-11-22T11:59:00Z"  # tag says expired; node.env says 5 h left
     agent = Agent(_config(tmp_path), FakeGpus(100), AwsMetadata(metadata.url), None, ended.append, now=lambda: NOW)
     assert agent.step() == "expired" and ended == ["expired"]
 
 
 def test_dry_run_only_logs(tmp_path, metadata):
     ended = []
-    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1), dry_run=True), FakeGpus(0),
-                  AwsMetadata(metadata.url), None, ended.append, now=lambda: NOW)
+    agent = Agent(
+        _config(tmp_path, expires_at=NOW - timedelta(minutes=1), dry_run=True),
+        FakeGpus(0),
+        AwsMetadata(metadata.url),
+        None,
+        ended.append,
+        now=lambda: NOW,
+    )
     assert agent.step() == "expired" and ended == []
     assert agent.events[-1] == "dry run: not ending the node"
 
@@ -258,8 +289,10 @@ def test_imds_requires_the_v2_token(metadata):
 
 def test_config_from_node_env_and_main_once(tmp_path, monkeypatch):
     env = tmp_path / "node.env"
-    env.write_text("GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_EXPIRES_AT=2026-11-25T01:00:00Z\n"
-                   "GPUINFRA_IDLE_TIMEOUT_MINUTES=45\nGPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\nGPUINFRA_SCRATCH=/scratch\n")
+    env.write_text(
+        "GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_EXPIRES_AT=2026-11-25T01:00:00Z\n"
+        "GPUINFRA_IDLE_TIMEOUT_MINUTES=45\nGPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\nGPUINFRA_SCRATCH=/scratch\n"
+    )
     config = AgentConfig.from_env_file(env)
     assert config.idle_timeout_seconds == 2700 and config.checkpoint_dir == Path("/scratch/checkpoints")
     assert config.expires_at == datetime(2026, 11, 25, 1, 0, tzinfo=UTC)
@@ -279,10 +312,14 @@ def test_user_data_embeds_this_agent_verbatim():
     text = render_user_data(spec, plan_aws_cluster(spec), "b")
     files = {f["path"]: f for f in yaml.safe_load(text)["write_files"]}
     source = files["/usr/local/lib/gpuinfra/gpuinfra_agent.py"]["content"]
-    assert source.rstrip("\n") == (Path(__file__).resolve().parents[2] / "gpuinfra/agent/node.py").read_text().rstrip("\n")
+    assert source.rstrip("\n") == (Path(__file__).resolve().parents[2] / "gpuinfra/agent/node.py").read_text().rstrip(
+        "\n"
+    )
     compile(source, "gpuinfra_agent.py", "exec")
     unit = files["/etc/systemd/system/gpuinfra-agent.service"]["content"]
-    assert "ExecStart=/usr/bin/python3 /usr/local/lib/gpuinfra/gpuinfra_agent.py --config /etc/gpuinfra/node.env" in unit
+    assert (
+        "ExecStart=/usr/bin/python3 /usr/local/lib/gpuinfra/gpuinfra_agent.py --config /etc/gpuinfra/node.env" in unit
+    )
     assert ["systemctl", "enable", "--now", "--no-block", "gpuinfra-agent.service"] in yaml.safe_load(text)["runcmd"]
 
 
@@ -320,8 +357,15 @@ def test_a_failed_checkpoint_upload_never_keeps_the_node_running(tmp_path, metad
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
     clock, ended = Clock(), []
-    agent = Agent(_config(tmp_path), FakeGpus(0), AwsMetadata(metadata.url), FailingSync(), ended.append,
-                  clock=clock, now=lambda: NOW)
+    agent = Agent(
+        _config(tmp_path),
+        FakeGpus(0),
+        AwsMetadata(metadata.url),
+        FailingSync(),
+        ended.append,
+        clock=clock,
+        now=lambda: NOW,
+    )
     agent.step()
     clock.t += 1800
     assert agent.step() == "idle" and ended == ["idle"]
@@ -331,8 +375,14 @@ def test_a_failed_checkpoint_upload_never_keeps_the_node_running(tmp_path, metad
 def test_unreachable_metadata_is_logged_and_the_poll_goes_on(tmp_path):
     ended = []
     # nothing listens on this port: every metadata call fails
-    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1)), FakeGpus(90),
-                  AwsMetadata("http://127.0.0.1:9"), None, ended.append, now=lambda: NOW)
+    agent = Agent(
+        _config(tmp_path, expires_at=NOW - timedelta(minutes=1)),
+        FakeGpus(90),
+        AwsMetadata("http://127.0.0.1:9"),
+        None,
+        ended.append,
+        now=lambda: NOW,
+    )
     assert agent.step() == "expired" and ended == ["expired"]  # node.env's TTL still ends it
     assert any("cannot read the interruption notice" in e for e in agent.events)
 
@@ -341,8 +391,16 @@ def test_the_idle_start_survives_an_agent_restart(tmp_path, metadata):
     state, clock, wall, ended = tmp_path / "run", Clock(), [NOW], []
 
     def make():
-        return Agent(_config(tmp_path), FakeGpus(0), AwsMetadata(metadata.url), None, ended.append,
-                     clock=clock, now=lambda: wall[0], state_dir=state)
+        return Agent(
+            _config(tmp_path),
+            FakeGpus(0),
+            AwsMetadata(metadata.url),
+            None,
+            ended.append,
+            clock=clock,
+            now=lambda: wall[0],
+            state_dir=state,
+        )
 
     first = make()
     assert first.step() == "running" and (state / "idle_since").is_file()
@@ -370,8 +428,10 @@ def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
     monkeypatch.setattr(node, "build_agent", lambda config, state_dir, poll_seconds: Flaky())
     monkeypatch.setattr(node.time, "sleep", lambda s: None)
     env = tmp_path / "node.env"
-    env.write_text("GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
-                   "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\n")
+    env.write_text(
+        "GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
+        "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\n"
+    )
     assert node.main(["--config", str(env), "--state-dir", str(tmp_path / "run")]) == 0 and len(calls) == 2
 
 
@@ -398,8 +458,9 @@ def _checkpoints(tmp_path):
 
 @pytest.mark.parametrize("imds_status", [403, 500])
 @pytest.mark.parametrize("s3_failure", ["no-such-bucket", "hangs"])
-def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_s3_fail(tmp_path, metadata, moto_url, monkeypatch,
-                                                                      imds_status, s3_failure):
+def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_s3_fail(
+    tmp_path, metadata, moto_url, monkeypatch, imds_status, s3_failure
+):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     from botocore.config import Config
@@ -408,13 +469,23 @@ def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_s3_fail(tmp_path
     metadata.fail_status = imds_status
     hole = BlackHole()
     endpoint = moto_url if s3_failure == "no-such-bucket" else hole.url
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=endpoint,
-                          config=Config(connect_timeout=1, read_timeout=30, retries={"max_attempts": 1}))
+    client = boto3.client(
+        "s3",
+        region_name="us-east-1",
+        endpoint_url=endpoint,
+        config=Config(connect_timeout=1, read_timeout=30, retries={"max_attempts": 1}),
+    )
     ended = []
     bound = 1.5
-    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1)), FakeGpus(90), AwsMetadata(metadata.url),
-                  S3Sync("bucket-that-does-not-exist", "checkpoints/t/i-0abc", client=client), ended.append,
-                  now=lambda: NOW, end_sync_seconds=bound)
+    agent = Agent(
+        _config(tmp_path, expires_at=NOW - timedelta(minutes=1)),
+        FakeGpus(90),
+        AwsMetadata(metadata.url),
+        S3Sync("bucket-that-does-not-exist", "checkpoints/t/i-0abc", client=client),
+        ended.append,
+        now=lambda: NOW,
+        end_sync_seconds=bound,
+    )
     started = time.monotonic()
     state = agent.step()
     elapsed = time.monotonic() - started
@@ -451,11 +522,19 @@ def test_each_node_syncs_under_its_own_prefix(tmp_path, s3, metadata):
     gcp_node = node_name(GcpMetadata(metadata.url + "/computeMetadata/v1"))
     assert (aws_node, gcp_node) == ("i-0abc", "t-2-node-x7q2")
     for node in (aws_node, "i-0def"):
-        agent = Agent(config, FakeGpus(0), AwsMetadata(metadata.url), S3Sync(bucket, checkpoint_prefix(config, node),
-                      client=client), lambda r: None, now=lambda: NOW)
+        agent = Agent(
+            config,
+            FakeGpus(0),
+            AwsMetadata(metadata.url),
+            S3Sync(bucket, checkpoint_prefix(config, node), client=client),
+            lambda r: None,
+            now=lambda: NOW,
+        )
         agent.save_checkpoints(10)
     assert _listing(client, bucket, "checkpoints/") == [
-        "checkpoints/t2/i-0abc/step-100/model.pt", "checkpoints/t2/i-0def/step-100/model.pt"]
+        "checkpoints/t2/i-0abc/step-100/model.pt",
+        "checkpoints/t2/i-0def/step-100/model.pt",
+    ]
 
 
 def test_node_name_falls_back_to_the_host_name_without_metadata():
@@ -474,7 +553,10 @@ def test_both_boot_templates_write_a_node_env_the_agent_parses(tmp_path, cloud):
 
     if cloud == "aws":
         spec = make_spec("p4d.24xlarge", nodes=2)
-        files = {f["path"]: f["content"] for f in yaml.safe_load(render_user_data(spec, plan_aws_cluster(spec), "bkt"))["write_files"]}
+        files = {
+            f["path"]: f["content"]
+            for f in yaml.safe_load(render_user_data(spec, plan_aws_cluster(spec), "bkt"))["write_files"]
+        }
         text = files["/etc/gpuinfra/node.env"]
     else:
         spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
@@ -512,8 +594,14 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
         if len(attempts) == 1:
             raise RuntimeError("gcloud: metadata server unreachable")
 
-    agent = Agent(_config(tmp_path, expires_at=NOW - timedelta(minutes=1)), FakeGpus(90), AwsMetadata(metadata.url),
-                  CountingSync(), end_node, now=lambda: NOW)
+    agent = Agent(
+        _config(tmp_path, expires_at=NOW - timedelta(minutes=1)),
+        FakeGpus(90),
+        AwsMetadata(metadata.url),
+        CountingSync(),
+        end_node,
+        now=lambda: NOW,
+    )
     with pytest.raises(RuntimeError):
         agent.step()  # main() logs this and polls again
     assert agent.step() == "expired" and attempts == ["expired", "expired"] and len(syncs) == 1
@@ -526,8 +614,16 @@ def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     clock, ended = Clock(), []
     state = tmp_path / "run"
     state.mkdir()
-    agent = Agent(_config(tmp_path, health_gate="enforce", idle_timeout_seconds=60), FakeGpus(0), _NoMetadata(),
-                  None, ended.append, clock=clock, now=lambda: NOW, state_dir=state)
+    agent = Agent(
+        _config(tmp_path, health_gate="enforce", idle_timeout_seconds=60),
+        FakeGpus(0),
+        _NoMetadata(),
+        None,
+        ended.append,
+        clock=clock,
+        now=lambda: NOW,
+        state_dir=state,
+    )
     assert agent.step() == "starting"
     clock.t += 3600
     assert agent.step() == "starting" and not ended
@@ -540,8 +636,16 @@ def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     assert agent.step() == "starting"
     (state / "health-excluded").unlink()
     # gate off: idle from the first poll
-    off = Agent(_config(tmp_path, health_gate="off", idle_timeout_seconds=60), FakeGpus(0), _NoMetadata(), None,
-                ended.append, clock=clock, now=lambda: NOW, state_dir=tmp_path / "other")
+    off = Agent(
+        _config(tmp_path, health_gate="off", idle_timeout_seconds=60),
+        FakeGpus(0),
+        _NoMetadata(),
+        None,
+        ended.append,
+        clock=clock,
+        now=lambda: NOW,
+        state_dir=tmp_path / "other",
+    )
     assert off.step() == "running"
 
 

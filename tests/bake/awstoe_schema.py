@@ -17,32 +17,72 @@ SCHEMA = {
         "name": {"type": "string"},
         "description": {"type": "string"},
         "schemaVersion": {"enum": [1.0, "1.0"]},
-        "parameters": {"type": "array", "items": {
-            "type": "object", "minProperties": 1, "maxProperties": 1,
-            "additionalProperties": {"type": "object", "required": ["type"],
-                                     "properties": {"type": {"enum": ["string"]}, "default": {"type": "string"},
-                                                    "description": {"type": "string"}}}}},
-        "phases": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["name", "steps"], "additionalProperties": False,
-            "properties": {
-                "name": {"enum": ["build", "validate", "test"]},
-                "steps": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["name", "action"], "additionalProperties": False,
+        "parameters": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "minProperties": 1,
+                "maxProperties": 1,
+                "additionalProperties": {
+                    "type": "object",
+                    "required": ["type"],
                     "properties": {
-                        "name": {"type": "string", "pattern": STEP_NAME},
-                        "action": {"enum": ["ExecuteBash", "Reboot"]},
-                        "timeoutSeconds": {"type": "integer", "minimum": 1},
-                        "onFailure": {"enum": ["Abort", "Continue", "Ignore"]},
-                        "maxAttempts": {"type": "integer", "minimum": 1},
-                        "inputs": {"type": "object"},
+                        "type": {"enum": ["string"]},
+                        "default": {"type": "string"},
+                        "description": {"type": "string"},
                     },
-                    "allOf": [{"if": {"properties": {"action": {"const": "ExecuteBash"}}},
-                               "then": {"required": ["inputs"], "properties": {"inputs": {
-                                   "type": "object", "required": ["commands"],
-                                   "properties": {"commands": {"type": "array", "minItems": 1,
-                                                               "items": {"type": "string"}}}}}}}],
-                }},
+                },
             },
-        }},
+        },
+        "phases": {
+            "type": "array",
+            "minItems": 1,
+            "items": {
+                "type": "object",
+                "required": ["name", "steps"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"enum": ["build", "validate", "test"]},
+                    "steps": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "action"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": {"type": "string", "pattern": STEP_NAME},
+                                "action": {"enum": ["ExecuteBash", "Reboot"]},
+                                "timeoutSeconds": {"type": "integer", "minimum": 1},
+                                "onFailure": {"enum": ["Abort", "Continue", "Ignore"]},
+                                "maxAttempts": {"type": "integer", "minimum": 1},
+                                "inputs": {"type": "object"},
+                            },
+                            "allOf": [
+                                {
+                                    "if": {"properties": {"action": {"const": "ExecuteBash"}}},
+                                    "then": {
+                                        "required": ["inputs"],
+                                        "properties": {
+                                            "inputs": {
+                                                "type": "object",
+                                                "required": ["commands"],
+                                                "properties": {
+                                                    "commands": {
+                                                        "type": "array",
+                                                        "minItems": 1,
+                                                        "items": {"type": "string"},
+                                                    }
+                                                },
+                                            }
+                                        },
+                                    },
+                                }
+                            ],
+                        },
+                    },
+                },
+            },
+        },
     },
 }

@@ -14,13 +14,23 @@ DLVM_FAMILY = "common-cu128-ubuntu-2204-nvidia-570"
 
 
 def aws_request(**changes) -> BakeRequest:
-    return BakeRequest(**{"cloud": "aws", "family": "p5", "region": "us-east-1", "base_image": AMI,
-                          "container_base": NGC, **changes})
+    return BakeRequest(
+        **{"cloud": "aws", "family": "p5", "region": "us-east-1", "base_image": AMI, "container_base": NGC, **changes}
+    )
 
 
 def gcp_request(**changes) -> BakeRequest:
-    return BakeRequest(**{"cloud": "gcp", "family": "a3-megagpu-8g", "region": "us-central1", "base_image": GCP_BASE,
-                          "container_base": NGC, "gcp_project": "gpuinfra-test-1", **changes})
+    return BakeRequest(
+        **{
+            "cloud": "gcp",
+            "family": "a3-megagpu-8g",
+            "region": "us-central1",
+            "base_image": GCP_BASE,
+            "container_base": NGC,
+            "gcp_project": "gpuinfra-test-1",
+            **changes,
+        }
+    )
 
 
 @pytest.fixture(scope="session")

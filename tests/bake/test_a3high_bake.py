@@ -19,13 +19,42 @@ BUILT = "projects/my-proj-123/global/images/gpuinfra-bake-a3-highgpu-8g-20261123
 
 
 def _bake(run_cli, project: Path, base: str):
-    return run_cli("image", "bake", "--cloud", "gcp", "--family", "a3-highgpu-8g", "--gcp-project", "my-proj-123",
-                   "--base-image", base, "--container-base", NGC, "--project-dir", str(project))
+    return run_cli(
+        "image",
+        "bake",
+        "--cloud",
+        "gcp",
+        "--family",
+        "a3-highgpu-8g",
+        "--gcp-project",
+        "my-proj-123",
+        "--base-image",
+        base,
+        "--container-base",
+        NGC,
+        "--project-dir",
+        str(project),
+    )
 
 
 def _new(run_cli, project: Path, name: str, *extra: str):
-    return run_cli("new", "--instance-type", "a3-highgpu-8g", "--nodes", "2", "--profile", "llm-pretrain", "--strict",
-                   "--name", name, "--gcp-project", "my-proj-123", "--project-dir", str(project), *extra)
+    return run_cli(
+        "new",
+        "--instance-type",
+        "a3-highgpu-8g",
+        "--nodes",
+        "2",
+        "--profile",
+        "llm-pretrain",
+        "--strict",
+        "--name",
+        name,
+        "--gcp-project",
+        "my-proj-123",
+        "--project-dir",
+        str(project),
+        *extra,
+    )
 
 
 def test_a_public_base_image_is_refused_with_the_reason(run_cli, tmp_path):
@@ -49,8 +78,10 @@ def test_a_cluster_from_the_bake_gets_gpudirect_tcpx(run_cli, tmp_path):
     bake = read_bake(tmp_path, "bake-a3-highgpu-8g")
     assert bake.manifest.fabric == "tcpx" and bake.manifest.base_image == OWN
     assert check_bake(run_bake_preview(bake).resources) == []
-    assert run_cli("image", "record", "bake-a3-highgpu-8g", "--image-id", BUILT,
-                   "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli("image", "record", "bake-a3-highgpu-8g", "--image-id", BUILT, "--project-dir", str(tmp_path)).exit_code
+        == 0
+    )
 
     result = _new(run_cli, tmp_path, "tcpx", "--image", "baked:bake-a3-highgpu-8g")
     assert result.exit_code == 0, result.stderr

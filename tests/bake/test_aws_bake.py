@@ -30,11 +30,17 @@ def test_exact_resources(preview):
     for r in preview.resources:
         counts[r.type] = counts.get(r.type, 0) + 1
     assert counts == {
-        "gpuinfra:aws:ImageBake": 1, "aws:iam/role:Role": 1, "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 2,
-        "aws:iam/rolePolicy:RolePolicy": 1, "aws:iam/instanceProfile:InstanceProfile": 1,
-        "aws:ecr/repository:Repository": 1, f"{IB}component:Component": 1, f"{IB}imageRecipe:ImageRecipe": 1,
+        "gpuinfra:aws:ImageBake": 1,
+        "aws:iam/role:Role": 1,
+        "aws:iam/rolePolicyAttachment:RolePolicyAttachment": 2,
+        "aws:iam/rolePolicy:RolePolicy": 1,
+        "aws:iam/instanceProfile:InstanceProfile": 1,
+        "aws:ecr/repository:Repository": 1,
+        f"{IB}component:Component": 1,
+        f"{IB}imageRecipe:ImageRecipe": 1,
         f"{IB}infrastructureConfiguration:InfrastructureConfiguration": 1,
-        f"{IB}distributionConfiguration:DistributionConfiguration": 1, f"{IB}image:Image": 1,
+        f"{IB}distributionConfiguration:DistributionConfiguration": 1,
+        f"{IB}image:Image": 1,
     }
 
 
@@ -49,8 +55,10 @@ def test_pinned_values(preview, p5_bake):
     # no container recipe: its parent may only be a managed, ECR or Docker Hub image, not nvcr.io
     assert not preview.of_type(f"{IB}containerRecipe:ContainerRecipe")
     parameter = recipe["components"][0]["parameters"][0]
-    assert parameter == {"name": "ContainerImage", "value": "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:"
-                                                         f"bake-{p5_bake.manifest.sha256[:12]}"}
+    assert parameter == {
+        "name": "ContainerImage",
+        "value": f"123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:bake-{p5_bake.manifest.sha256[:12]}",
+    }
     host = preview.of_type(f"{IB}component:Component")[0].inputs["data"]
     assert "ARG EFA_INSTALLER_VERSION=1.43.2" in host and f"FROM {NGC}" in host
     infra = preview.of_type(f"{IB}infrastructureConfiguration:InfrastructureConfiguration")[0].inputs
@@ -63,8 +71,10 @@ def test_pinned_values(preview, p5_bake):
     ami_tags = dist["distributions"][0]["amiDistributionConfiguration"]["amiTags"]
     assert ami_tags["gpuinfra:bake:base_image"] == AMI and ami_tags["gpuinfra:bake:sha256"] == p5_bake.manifest.sha256
     attached = {r.inputs["policyArn"] for r in preview.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
-    assert attached == {"arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder",
-                        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"}
+    assert attached == {
+        "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder",
+        "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+    }
 
 
 def test_container_dockerfile_is_the_boot_paths_plus_the_manifest(p5_bake):
@@ -96,13 +106,21 @@ def test_component_documents_match_the_documented_schema(p5_bake, preview):
 @pytest.mark.tools
 def test_every_script_passes_shellcheck(p5_bake, tmp_path):
     shellcheck = need_tool("shellcheck")
-    scripts = [cmd for text in _documents(p5_bake) for phase in yaml.safe_load(text)["phases"]
-               for step in phase["steps"] if step["action"] == "ExecuteBash" for cmd in step["inputs"]["commands"]]
+    scripts = [
+        cmd
+        for text in _documents(p5_bake)
+        for phase in yaml.safe_load(text)["phases"]
+        for step in phase["steps"]
+        if step["action"] == "ExecuteBash"
+        for cmd in step["inputs"]["commands"]
+    ]
     assert len(scripts) == 4
     scripts.append(container_check_script(p5_bake, 1))  # run inside the container by CheckContainer
     for index, script in enumerate(scripts):
         path = tmp_path / f"s{index}.sh"
-        path.write_text(script.replace("{{ ContainerImage }}", "1.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:bake-0"))
+        path.write_text(
+            script.replace("{{ ContainerImage }}", "1.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:bake-0")
+        )
         result = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, script + result.stdout
 

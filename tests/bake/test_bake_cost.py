@@ -25,4 +25,3 @@ def test_region_without_prices_gives_no_total(p5_bake):
     doc = bake_cost(p5_bake.model_copy(update={"region": "eu-west-1"}))
     assert doc["once_usd"] is None and doc["monthly_usd"] is None
     assert len(doc["price_not_found"]) == 3
-

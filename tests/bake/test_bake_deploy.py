@@ -60,13 +60,26 @@ def ecr(moto_url, monkeypatch):
 
 def _push(ecr, repository: str, tag: str, layer: str) -> str:
     """Put one image (one layer) under ``tag``; return the digest ECR reports for it."""
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 10,
-                           "digest": "sha256:" + "c" * 64},
-                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 20,
-                            "digest": "sha256:" + layer * 64}]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": 10,
+            "digest": "sha256:" + "c" * 64,
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                "size": 20,
+                "digest": "sha256:" + layer * 64,
+            }
+        ],
+    }
     ecr.put_image(repositoryName=repository, imageManifest=json.dumps(manifest), imageTag=tag)
-    return ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": tag}])["imageDetails"][0]["imageDigest"]
+    return ecr.describe_images(repositoryName=repository, imageIds=[{"imageTag": tag}])["imageDetails"][0][
+        "imageDigest"
+    ]
 
 
 def test_aws_up_records_the_ami_and_the_container_by_digest(p5_bake, tmp_path, ecr):
@@ -86,8 +99,10 @@ def test_aws_up_records_the_ami_and_the_container_by_digest(p5_bake, tmp_path, e
     assert uri == "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5"
     stored = read_bake(tmp_path, "bake-p5").result
     assert (stored.image_id, stored.container_image) == (AMI, f"{uri}@{digest}")
-    assert done.lines == (f"recorded image {AMI}, container {uri}@{digest} in {tmp_path}/stacks/Pulumi.bake-p5.yaml",
-                          "use: gpuinfra new ... --image baked:bake-p5")
+    assert done.lines == (
+        f"recorded image {AMI}, container {uri}@{digest} in {tmp_path}/stacks/Pulumi.bake-p5.yaml",
+        "use: gpuinfra new ... --image baked:bake-p5",
+    )
 
 
 def test_aws_up_with_no_such_container_is_exit_7_and_records_nothing(p5_bake, tmp_path, ecr):
@@ -102,7 +117,8 @@ def test_aws_up_with_no_such_container_is_exit_7_and_records_nothing(p5_bake, tm
     assert str(raised.value) == (
         f"bake 'bake-p5' is built (image {AMI}), but recording it failed: looking up the digest of "
         f"{uri}:bake-ffffffffffff failed: ImageNotFoundException; fix that, then run "
-        "`gpuinfra image record bake-p5 --from-outputs`")
+        "`gpuinfra image record bake-p5 --from-outputs`"
+    )
     assert (tmp_path / "stacks" / "Pulumi.bake-p5.yaml").read_text() == before
 
 
@@ -130,8 +146,11 @@ def test_an_unpinned_container_is_recorded_as_built_without_a_lookup(tmp_path):
     from gpuinfra.catalog.store import load_catalog
     from tests.bake.conftest import DLVM_FAMILY, aws_request
 
-    spec = plan_bake(aws_request(container_base="nvcr.io/nvidia/pytorch:25.01-py3", require_digest=False),
-                     load_catalog().facts, DLVM_FAMILY)
+    spec = plan_bake(
+        aws_request(container_base="nvcr.io/nvidia/pytorch:25.01-py3", require_digest=False),
+        load_catalog().facts,
+        DLVM_FAMILY,
+    )
     assert spec.manifest.container_pinned is False
     write_bake_stack(spec, tmp_path)
     uri = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:bake-0123456789ab"
@@ -142,8 +161,9 @@ def test_an_unpinned_container_is_recorded_as_built_without_a_lookup(tmp_path):
 # ----------------------------------------------------------------------------------- GCP
 def _image_labels(spec) -> dict:
     """The labels the bake's Packer template puts on the image (what the build writes)."""
-    build = packer_build(spec, "gb@p.iam.gserviceaccount.com", "us-central1-docker.pkg.dev/p/r/train:x",
-                         "us-central1-docker.pkg.dev")
+    build = packer_build(
+        spec, "gb@p.iam.gserviceaccount.com", "us-central1-docker.pkg.dev/p/r/train:x", "us-central1-docker.pkg.dev"
+    )
     return _plain(hcl2.loads(build.template))["source"][0]["googlecompute"]["gpuinfra"]["image_labels"]
 
 
@@ -154,9 +174,11 @@ def _apis(server) -> GcpApis:
     return GcpApis(AuthorizedSession(AnonymousCredentials()), server.url, server.url)
 
 
-GCP_OUTPUTS = {"image_family": f"projects/{PROJECT}/global/images/family/gpuinfra-bake-a3-megagpu-8g",
-               "container_image": "us-central1-docker.pkg.dev/gpuinfra-test-1/gpuinfra-bake-a3-megagpu-8g/train:abc",
-               "run_command": "gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --message=bake"}
+GCP_OUTPUTS = {
+    "image_family": f"projects/{PROJECT}/global/images/family/gpuinfra-bake-a3-megagpu-8g",
+    "container_image": "us-central1-docker.pkg.dev/gpuinfra-test-1/gpuinfra-bake-a3-megagpu-8g/train:abc",
+    "run_command": "gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --message=bake",
+}
 TOPIC_PATH = f"/v1/projects/{PROJECT}/topics/gpuinfra-bake-a3-megagpu-8g-run:publish"
 FAMILY_PATH = f"/compute/v1/projects/{PROJECT}/global/images/family/gpuinfra-bake-a3-megagpu-8g"
 
@@ -174,7 +196,8 @@ def test_gcp_up_starts_one_build_through_pubsub(a3mega_bake, tmp_path):
     assert done.lines == (
         f"started the Cloud Build bake (Pub/Sub message 4242 on projects/{PROJECT}/topics/gpuinfra-bake-a3-megagpu-8g-run); "
         f"follow it: gcloud builds list --project {PROJECT} --limit 3",
-        "when it has finished: gpuinfra image record bake-a3-megagpu-8g --from-outputs")
+        "when it has finished: gpuinfra image record bake-a3-megagpu-8g --from-outputs",
+    )
 
 
 def test_gcp_up_of_an_unchanged_recorded_bake_starts_no_build(a3mega_bake, tmp_path):
@@ -185,17 +208,24 @@ def test_gcp_up_of_an_unchanged_recorded_bake_starts_no_build(a3mega_bake, tmp_p
     with ReplayServer([]) as server:
         done = deploy_bake(Backend(GCP_OUTPUTS, {"same": 17}), tmp_path, spec, lambda event: None, gcp=_apis(server))
     assert server.requests == [] and done.build_message_id is None
-    assert done.lines[1] == ("to bake again: gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --project "
-                             f"{PROJECT} --message=bake, then when it has finished: gpuinfra image record "
-                             "bake-a3-megagpu-8g --from-outputs")
+    assert done.lines[1] == (
+        "to bake again: gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --project "
+        f"{PROJECT} --message=bake, then when it has finished: gpuinfra image record "
+        "bake-a3-megagpu-8g --from-outputs"
+    )
 
 
 def test_gcp_record_takes_the_newest_ready_image_of_this_manifest(a3mega_bake, tmp_path):
     write_bake_stack(a3mega_bake, tmp_path)
     name = "gpuinfra-bake-a3-megagpu-8g-20261123t101500z"
-    answer = {"kind": "compute#image", "name": name, "status": "READY", "family": "gpuinfra-bake-a3-megagpu-8g",
-              "labels": _image_labels(a3mega_bake),
-              "selfLink": f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/global/images/{name}"}
+    answer = {
+        "kind": "compute#image",
+        "name": name,
+        "status": "READY",
+        "family": "gpuinfra-bake-a3-megagpu-8g",
+        "labels": _image_labels(a3mega_bake),
+        "selfLink": f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/global/images/{name}",
+    }
     with ReplayServer([("GET", FAMILY_PATH, None, answer)]) as server:
         recorded = record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
     assert recorded.result.image_id == f"projects/{PROJECT}/global/images/{name}"
@@ -203,22 +233,51 @@ def test_gcp_record_takes_the_newest_ready_image_of_this_manifest(a3mega_bake, t
     assert recorded.result.container_image == ""
 
 
-@pytest.mark.parametrize("change, error, message", [
-    ({"status": "PENDING"}, OperationError, "is PENDING, not READY"),
-    ({"labels": {"gpuinfra-bake-sha256": "0" * 32}}, OperationError, "was baked from another manifest"),
-    ((404, {"error": {"code": 404, "message": "The resource 'projects/gpuinfra-test-1/global/images/family/"
-                      "gpuinfra-bake-a3-megagpu-8g' was not found", "status": "NOT_FOUND"}}), OperationError,
-     "failed (404 NOT_FOUND: The resource"),
-    ((403, {"error": {"code": 403, "message": "Required 'compute.images.getFromFamily' permission",
-                      "status": "PERMISSION_DENIED"}}), MissingDependencyError, "was refused (403 PERMISSION_DENIED"),
-])
+@pytest.mark.parametrize(
+    "change, error, message",
+    [
+        ({"status": "PENDING"}, OperationError, "is PENDING, not READY"),
+        ({"labels": {"gpuinfra-bake-sha256": "0" * 32}}, OperationError, "was baked from another manifest"),
+        (
+            (
+                404,
+                {
+                    "error": {
+                        "code": 404,
+                        "message": "The resource 'projects/gpuinfra-test-1/global/images/family/"
+                        "gpuinfra-bake-a3-megagpu-8g' was not found",
+                        "status": "NOT_FOUND",
+                    }
+                },
+            ),
+            OperationError,
+            "failed (404 NOT_FOUND: The resource",
+        ),
+        (
+            (
+                403,
+                {
+                    "error": {
+                        "code": 403,
+                        "message": "Required 'compute.images.getFromFamily' permission",
+                        "status": "PERMISSION_DENIED",
+                    }
+                },
+            ),
+            MissingDependencyError,
+            "was refused (403 PERMISSION_DENIED",
+        ),
+    ],
+)
 def test_gcp_record_refuses_what_is_not_this_bakes_finished_image(a3mega_bake, tmp_path, change, error, message):
     write_bake_stack(a3mega_bake, tmp_path)
     before = (tmp_path / "stacks" / "Pulumi.bake-a3-megagpu-8g.yaml").read_text()
     answer = {"name": "gpuinfra-bake-a3-megagpu-8g-1", "status": "READY", "labels": _image_labels(a3mega_bake)}
     response = change if isinstance(change, tuple) else {**answer, **change}  # (status, JSON body) or an Image
-    with ReplayServer([("GET", FAMILY_PATH, None, response)]) as server, \
-            pytest.raises(error, match=message.replace("(", r"\(")):
+    with (
+        ReplayServer([("GET", FAMILY_PATH, None, response)]) as server,
+        pytest.raises(error, match=message.replace("(", r"\(")),
+    ):
         record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
     assert (tmp_path / "stacks" / "Pulumi.bake-a3-megagpu-8g.yaml").read_text() == before
 
@@ -227,8 +286,12 @@ def test_gcp_record_refuses_what_is_not_this_bakes_finished_image(a3mega_bake, t
 def test_aws_down_keeps_the_ami_and_the_repository_and_names_the_clusters(p5_bake, tmp_path):
     write_bake_stack(p5_bake, tmp_path)
     cluster = tmp_path / "stacks" / "Pulumi.c1.yaml"
-    cluster.write_text(yaml.safe_dump({"config": {"gpuinfra:cluster": {"ami_id": AMI}, "gpuinfra:image": {"image_id": AMI}}}))
-    (tmp_path / "stacks" / "Pulumi.c2.yaml").write_text(yaml.safe_dump({"config": {"gpuinfra:cluster": {"ami_id": "ami-1"}}}))
+    cluster.write_text(
+        yaml.safe_dump({"config": {"gpuinfra:cluster": {"ami_id": AMI}, "gpuinfra:image": {"image_id": AMI}}})
+    )
+    (tmp_path / "stacks" / "Pulumi.c2.yaml").write_text(
+        yaml.safe_dump({"config": {"gpuinfra:cluster": {"ami_id": "ami-1"}}})
+    )
     backend = Backend({"image_id": AMI, "container_image": "x"})
     done = destroy_bake(backend, tmp_path, p5_bake, lambda event: None)
     assert backend.calls == [("outputs", "bake-p5"), ("destroy", "bake-p5")]
@@ -241,15 +304,21 @@ def test_aws_down_keeps_the_ami_and_the_repository_and_names_the_clusters(p5_bak
         "cluster stacks made from the bake record the container by its digest there. A later `gpuinfra up` of this "
         "bake fails while it exists (ECR RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
         "    aws ecr delete-repository --repository-name gpuinfra/bake-p5 --force --region us-east-1",
-        "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)"]
+        "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)",
+    ]
 
 
 def test_gcp_down_keeps_the_family_images(a3mega_bake, tmp_path):
     done = destroy_bake(Backend({}), tmp_path, a3mega_bake, lambda event: None)
     assert [item.commands for item in done.leftovers] == [
-        (f"gcloud compute images list --project {PROJECT} --no-standard-images --filter=family=gpuinfra-bake-a3-megagpu-8g",)]
-    assert done.deleted == ["Artifact Registry repository gpuinfra-bake-a3-megagpu-8g in us-central1 with the container "
-                            "mirrored into it (clusters made from the bake do not use it: they run the profile's container)"]
+        (
+            f"gcloud compute images list --project {PROJECT} --no-standard-images --filter=family=gpuinfra-bake-a3-megagpu-8g",
+        )
+    ]
+    assert done.deleted == [
+        "Artifact Registry repository gpuinfra-bake-a3-megagpu-8g in us-central1 with the container "
+        "mirrored into it (clusters made from the bake do not use it: they run the profile's container)"
+    ]
     assert done.clusters == []
 
 
@@ -267,17 +336,31 @@ def test_is_bake_stack(p5_bake, tmp_path):
     write_bake_stack(p5_bake, tmp_path)
     (tmp_path / "stacks" / "Pulumi.c.yaml").write_text("config:\n  gpuinfra:cluster: {}\n")
     (tmp_path / "stacks" / "Pulumi.bad.yaml").write_text("config: [\n")
-    assert [deploy.is_bake_stack(tmp_path, n) for n in ("bake-p5", "c", "bad", "missing")] == [True, False, False, False]
+    assert [deploy.is_bake_stack(tmp_path, n) for n in ("bake-p5", "c", "bad", "missing")] == [
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_gcp_up_whose_publish_fails_says_the_trigger_is_there_and_how_to_start(a3mega_bake, tmp_path):
     write_bake_stack(a3mega_bake, tmp_path)
-    missing = (404, {"error": {"code": 404, "message": "Resource not found (resource=gpuinfra-bake-a3-megagpu-8g-run).",
-                               "status": "NOT_FOUND"}})
+    missing = (
+        404,
+        {
+            "error": {
+                "code": 404,
+                "message": "Resource not found (resource=gpuinfra-bake-a3-megagpu-8g-run).",
+                "status": "NOT_FOUND",
+            }
+        },
+    )
     with ReplayServer([("POST", TOPIC_PATH, None, missing)]) as server, pytest.raises(OperationError) as raised:
         deploy_bake(Backend(GCP_OUTPUTS), tmp_path, a3mega_bake, lambda event: None, gcp=_apis(server))
     assert str(raised.value) == (
         f"bake 'bake-a3-megagpu-8g' is deployed, but starting its build failed: publishing to projects/{PROJECT}/topics/"
         "gpuinfra-bake-a3-megagpu-8g-run failed (404 NOT_FOUND: Resource not found "
         "(resource=gpuinfra-bake-a3-megagpu-8g-run).); start it with `gcloud pubsub topics publish "
-        f"gpuinfra-bake-a3-megagpu-8g-run --project {PROJECT} --message=bake`")
+        f"gpuinfra-bake-a3-megagpu-8g-run --project {PROJECT} --message=bake`"
+    )

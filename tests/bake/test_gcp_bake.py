@@ -34,7 +34,10 @@ def test_exact_resources_and_zero_violations(preview):
     assert types.count("gcp:artifactregistry/repository:Repository") == 1
     assert types.count("gcp:storage/bucketObject:BucketObject") == 6
     assert {r.inputs["role"] for r in preview.of_type("gcp:projects/iAMMember:IAMMember")} == {
-        "roles/compute.instanceAdmin.v1", "roles/iam.serviceAccountUser", "roles/logging.logWriter"}
+        "roles/compute.instanceAdmin.v1",
+        "roles/iam.serviceAccountUser",
+        "roles/logging.logWriter",
+    }
     repo = preview.of_type("gcp:artifactregistry/repository:Repository")[0].inputs
     assert repo["format"] == "DOCKER" and repo["dockerConfig"]["immutableTags"] is True
     assert check_bake(preview.resources) == []

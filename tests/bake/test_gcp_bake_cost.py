@@ -25,8 +25,9 @@ GCP_BASE = "projects/deeplearning-platform-release/global/images/common-cu128-ub
 
 
 def test_a3_mega_bake_in_us_central1_every_line_priced(a3mega_bake):
-    lines = [(ln.component, ln.when, ln.unit, ln.quantity, ln.unit_price_usd, ln.usd)
-             for ln in bake_cost_lines(a3mega_bake)]
+    lines = [
+        (ln.component, ln.when, ln.unit, ln.quantity, ln.unit_price_usd, ln.usd) for ln in bake_cost_lines(a3mega_bake)
+    ]
     assert lines == [
         ("Packer build VM (n1-standard-8)", "once", "instance-hours", Decimal("1.0"), Decimal("0.38"), Decimal("0.38")),
         ("Cloud Build", "once", "build-minutes", Decimal(75), Decimal("0.006"), Decimal("0.45")),
@@ -59,8 +60,23 @@ def test_image_price_is_per_region_and_fails_closed_elsewhere(a3mega_bake):
 
 
 def _gcp_bake(run_cli, project, *extra):
-    return run_cli("image", "bake", "--cloud", "gcp", "--family", "a3-megagpu-8g", "--gcp-project", "my-proj-123",
-                   "--base-image", GCP_BASE, "--container-base", NGC, "--project-dir", str(project), *extra)
+    return run_cli(
+        "image",
+        "bake",
+        "--cloud",
+        "gcp",
+        "--family",
+        "a3-megagpu-8g",
+        "--gcp-project",
+        "my-proj-123",
+        "--base-image",
+        GCP_BASE,
+        "--container-base",
+        NGC,
+        "--project-dir",
+        str(project),
+        *extra,
+    )
 
 
 def test_image_cost_cli_prints_the_totals_and_exits_0(run_cli, tmp_path):

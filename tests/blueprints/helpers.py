@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pytest
 import yaml
@@ -57,15 +57,18 @@ def shellcheck_cloud_config(text: str, tmp_path) -> None:
     """Validate a cloud-config with `cloud-init schema` and every script in it with shellcheck."""
     config = tmp_path / "user-data.yaml"
     config.write_text(text)
-    result = subprocess.run([need_tool("cloud-init"), "schema", "--config-file", str(config)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [need_tool("cloud-init"), "schema", "--config-file", str(config)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     scripts = [f for f in yaml.safe_load(text)["write_files"] if f["content"].startswith("#!")]
     assert scripts, "no shell scripts found in the cloud-config"
     for index, script in enumerate(scripts):
         path = tmp_path / f"script{index}.sh"
         path.write_text(script["content"])
-        result = subprocess.run([need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True)
+        result = subprocess.run(
+            [need_tool("shellcheck"), "--severity=style", str(path)], capture_output=True, text=True
+        )
         assert result.returncode == 0, f"{script['path']}:\n{result.stdout}"
 
 

@@ -65,15 +65,29 @@ def test_two_node_p5_must_show():
     assert len(node_subnets) == 1 and node_subnets[0].inputs["availabilityZoneId"] == spec.zone
     assert all(r.inputs["availabilityZoneId"] == spec.zone for r in result.of_type(SUBNET))
     pab = _one(result, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
-    assert all(pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets"))
+    assert all(
+        pab[k] is True for k in ("blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls", "restrictPublicBuckets")
+    )
 
 
 def test_security_group_rules_exactly():
     result = preview(make_spec("p4d.24xlarge", nodes=2))
-    rules = sorted((r.inputs["type"], r.inputs["protocol"], r.inputs["fromPort"], r.inputs["toPort"],
-                    r.inputs.get("self", False), tuple(r.inputs.get("cidrBlocks", []))) for r in result.of_type(SG_RULE))
-    assert rules == [("egress", "-1", 0, 0, False, ("0.0.0.0/0",)), ("egress", "-1", 0, 0, True, ()),
-                     ("ingress", "-1", 0, 0, True, ())]  # no SSH by default
+    rules = sorted(
+        (
+            r.inputs["type"],
+            r.inputs["protocol"],
+            r.inputs["fromPort"],
+            r.inputs["toPort"],
+            r.inputs.get("self", False),
+            tuple(r.inputs.get("cidrBlocks", [])),
+        )
+        for r in result.of_type(SG_RULE)
+    )
+    assert rules == [
+        ("egress", "-1", 0, 0, False, ("0.0.0.0/0",)),
+        ("egress", "-1", 0, 0, True, ()),
+        ("ingress", "-1", 0, 0, True, ()),
+    ]  # no SSH by default
     with_ssh = preview(make_spec("p4d.24xlarge", nodes=2, network={"ssh_cidr": "203.0.113.7/32"}))
     ssh = [r.inputs for r in with_ssh.of_type(SG_RULE) if r.inputs.get("fromPort") == 22]
     assert ssh == [{**ssh[0], "cidrBlocks": ["203.0.113.7/32"], "protocol": "tcp", "type": "ingress"}]
@@ -97,9 +111,19 @@ def test_launch_template_imdsv2_root_disk_shutdown_and_tags():
     lt = _one(preview(spec), LT)
     assert lt["metadataOptions"]["httpTokens"] == "required"
     assert lt["metadataOptions"]["instanceMetadataTags"] == "enabled"
-    assert lt["blockDeviceMappings"] == [{"deviceName": "/dev/sda1", "ebs": {
-        "deleteOnTermination": "true", "encrypted": "true", "iops": 3000, "throughput": 125,
-        "volumeSize": spec.profile.root_disk_gib, "volumeType": "gp3"}}]
+    assert lt["blockDeviceMappings"] == [
+        {
+            "deviceName": "/dev/sda1",
+            "ebs": {
+                "deleteOnTermination": "true",
+                "encrypted": "true",
+                "iops": 3000,
+                "throughput": 125,
+                "volumeSize": spec.profile.root_disk_gib,
+                "volumeType": "gp3",
+            },
+        }
+    ]
     assert lt["instanceInitiatedShutdownBehavior"] == "terminate"
     assert lt["imageId"] == "ami-0000000000preview"
     assert {t["resourceType"] for t in lt["tagSpecifications"]} == {"instance", "volume", "network-interface"}
@@ -110,10 +134,22 @@ def test_launch_template_imdsv2_root_disk_shutdown_and_tags():
 def test_every_taggable_resource_carries_the_gpuinfra_tags():
     spec = make_spec("p5.48xlarge", nodes=2)
     result = preview(spec)
-    taggable = {"aws:ec2/vpc:Vpc", "aws:ec2/subnet:Subnet", "aws:ec2/internetGateway:InternetGateway",
-                "aws:ec2/routeTable:RouteTable", "aws:ec2/securityGroup:SecurityGroup", PG, LT, FLEET,
-                "aws:s3/bucket:Bucket", "aws:iam/role:Role", "aws:iam/instanceProfile:InstanceProfile",
-                "aws:ec2/eip:Eip", "aws:ec2/natGateway:NatGateway", "aws:ec2/vpcEndpoint:VpcEndpoint"}
+    taggable = {
+        "aws:ec2/vpc:Vpc",
+        "aws:ec2/subnet:Subnet",
+        "aws:ec2/internetGateway:InternetGateway",
+        "aws:ec2/routeTable:RouteTable",
+        "aws:ec2/securityGroup:SecurityGroup",
+        PG,
+        LT,
+        FLEET,
+        "aws:s3/bucket:Bucket",
+        "aws:iam/role:Role",
+        "aws:iam/instanceProfile:InstanceProfile",
+        "aws:ec2/eip:Eip",
+        "aws:ec2/natGateway:NatGateway",
+        "aws:ec2/vpcEndpoint:VpcEndpoint",
+    }
     seen = set()
     for record in result.resources:
         if record.type in taggable:
@@ -138,15 +174,29 @@ def test_bucket_settings():
     assert _one(result, "aws:s3/bucketVersioning:BucketVersioning")["versioningConfiguration"]["status"] == "Enabled"
     node_policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == "t-1-node-bucket")
     policy = json.loads(node_policy.inputs["policy"])
-    resources = [r for s in policy["Statement"] if s["Effect"] == "Allow" and s["Action"][0].startswith("s3:")
-                 for r in s["Resource"]]
-    assert resources == [f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview",
-                         f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview/*"]
+    resources = [
+        r
+        for s in policy["Statement"]
+        if s["Effect"] == "Allow" and s["Action"][0].startswith("s3:")
+        for r in s["Resource"]
+    ]
+    assert resources == [
+        f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview",
+        f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview/*",
+    ]
     # Deny s3:* without TLS (docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html)
     tls = json.loads(_one(result, "aws:s3/bucketPolicy:BucketPolicy")["policy"])
     arn = f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview"
-    assert tls["Statement"] == [{"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
-                                 "Resource": [arn, f"{arn}/*"], "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
+    assert tls["Statement"] == [
+        {
+            "Sid": "DenyInsecureTransport",
+            "Effect": "Deny",
+            "Principal": "*",
+            "Action": "s3:*",
+            "Resource": [arn, f"{arn}/*"],
+            "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        }
+    ]
     deleting = preview(make_spec("p4d.24xlarge", delete_bucket_on_destroy=True)).of_type("aws:s3/bucket:Bucket")[0]
     assert deleting.retain_on_delete is False and deleting.inputs["forceDestroy"] is True
 
@@ -155,31 +205,52 @@ def test_spot_and_on_demand_fleets():
     spot = _one(preview(make_spec("p4d.24xlarge", nodes=4, spot=True)), FLEET)
     assert spot["type"] == "instant" and spot["terminateInstances"] is True
     assert spot["targetCapacitySpecification"] == {"defaultTargetCapacityType": "spot", "totalTargetCapacity": 4}
-    assert spot["spotOptions"] == {"allocationStrategy": "price-capacity-optimized", "instanceInterruptionBehavior": "terminate",
-                                   "minTargetCapacity": 4, "singleAvailabilityZone": True, "singleInstanceType": True}
+    assert spot["spotOptions"] == {
+        "allocationStrategy": "price-capacity-optimized",
+        "instanceInterruptionBehavior": "terminate",
+        "minTargetCapacity": 4,
+        "singleAvailabilityZone": True,
+        "singleInstanceType": True,
+    }
     assert "onDemandOptions" not in spot
     on_demand = _one(preview(make_spec("p4d.24xlarge", nodes=4)), FLEET)
     assert on_demand["targetCapacitySpecification"]["defaultTargetCapacityType"] == "on-demand"
     # the provider's spelling (pulumi_aws FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`,
     # `prioritized`"); the EC2 API's "lowest-price" fails provider validation
-    assert on_demand["onDemandOptions"] == {"allocationStrategy": "lowestPrice", "minTargetCapacity": 4,
-                                            "singleAvailabilityZone": True, "singleInstanceType": True}
+    assert on_demand["onDemandOptions"] == {
+        "allocationStrategy": "lowestPrice",
+        "minTargetCapacity": 4,
+        "singleAvailabilityZone": True,
+        "singleInstanceType": True,
+    }
 
 
 def test_capacity_block_has_no_placement_group():
-    spec = make_spec("p5.48xlarge", nodes=2, capacity_reservation_id="cr-0123456789abcdef0",
-                     capacity_reservation_instance_count=2, capacity_block=True)
+    spec = make_spec(
+        "p5.48xlarge",
+        nodes=2,
+        capacity_reservation_id="cr-0123456789abcdef0",
+        capacity_reservation_instance_count=2,
+        capacity_block=True,
+    )
     result = preview(spec)
     assert result.of_type(PG) == []
     lt = _one(result, LT)
     assert lt["instanceMarketOptions"] == {"marketType": "capacity-block"}
-    assert lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"] == "cr-0123456789abcdef0"
+    assert (
+        lt["capacityReservationSpecification"]["capacityReservationTarget"]["capacityReservationId"]
+        == "cr-0123456789abcdef0"
+    )
     assert _one(result, FLEET)["targetCapacitySpecification"]["defaultTargetCapacityType"] == "capacity-block"
 
 
 def test_targeted_reservation_uses_its_own_group():
-    spec = make_spec("p4d.24xlarge", nodes=2, capacity_reservation_id="cr-0123456789abcdef0",
-                     capacity_reservation_placement_group="odcr-pg")
+    spec = make_spec(
+        "p4d.24xlarge",
+        nodes=2,
+        capacity_reservation_id="cr-0123456789abcdef0",
+        capacity_reservation_placement_group="odcr-pg",
+    )
     result = preview(spec)
     assert result.of_type(PG) == []
     assert _one(result, LT)["placement"] == {"groupName": "odcr-pg"}
@@ -192,7 +263,9 @@ def test_resource_count_does_not_grow_with_nodes(itype):
     results = {n: preview(make_spec(itype, nodes=n, profile_updates=updates)) for n in (1, 8, 64)}
     counts = {n: len(r.resources) for n, r in results.items()}
     assert len(set(counts.values())) == 1, counts
-    assert [r.of_type(FLEET)[0].inputs["targetCapacitySpecification"]["totalTargetCapacity"] for r in results.values()] == [1, 8, 64]
+    assert [
+        r.of_type(FLEET)[0].inputs["targetCapacitySpecification"]["totalTargetCapacity"] for r in results.values()
+    ] == [1, 8, 64]
 
 
 def test_single_node_without_placement_requirement_has_no_group():
@@ -214,18 +287,41 @@ class _Recording(PreviewMocks):
 @pytest.mark.parametrize(
     ("spec_kwargs", "mocks", "message"),
     [
-        (dict(itype="g5.xlarge", profile="dev", hbn="required"), None,
-         "high-bandwidth-nics: profile 'dev' requires EFA, but g5.xlarge has no EFA"),
-        (dict(itype="p4d.24xlarge", nodes=4, capacity_reservation_id="cr-0123456789abcdef0",
-              capacity_reservation_instance_count=2), None,
-         "aws-capacity-reservation: nodes=4 but cr-0123456789abcdef0 holds 2 instances"),
-        (dict(itype="p4d.24xlarge", nodes=2, capacity_reservation_id="cr-0123456789abcdef0",
-              capacity_reservation_instance_type="p5.48xlarge"), None,
-         "aws-capacity-reservation: cr-0123456789abcdef0 reserves p5.48xlarge, but the nodes are p4d.24xlarge"),
-        (dict(itype="g5.xlarge", profile="dev", capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True),
-         None, "provisioning-model-offered: g5.xlarge is not sold as capacity-block"),
-        (dict(itype="p4d.24xlarge", network={"vpc_id": "vpc-0abc", "subnet_id": "subnet-0abc"}), "use1-az9",
-         "subnet subnet-0abc is in use1-az9, but the cluster's zone is"),
+        (
+            dict(itype="g5.xlarge", profile="dev", hbn="required"),
+            None,
+            "high-bandwidth-nics: profile 'dev' requires EFA, but g5.xlarge has no EFA",
+        ),
+        (
+            dict(
+                itype="p4d.24xlarge",
+                nodes=4,
+                capacity_reservation_id="cr-0123456789abcdef0",
+                capacity_reservation_instance_count=2,
+            ),
+            None,
+            "aws-capacity-reservation: nodes=4 but cr-0123456789abcdef0 holds 2 instances",
+        ),
+        (
+            dict(
+                itype="p4d.24xlarge",
+                nodes=2,
+                capacity_reservation_id="cr-0123456789abcdef0",
+                capacity_reservation_instance_type="p5.48xlarge",
+            ),
+            None,
+            "aws-capacity-reservation: cr-0123456789abcdef0 reserves p5.48xlarge, but the nodes are p4d.24xlarge",
+        ),
+        (
+            dict(itype="g5.xlarge", profile="dev", capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True),
+            None,
+            "provisioning-model-offered: g5.xlarge is not sold as capacity-block",
+        ),
+        (
+            dict(itype="p4d.24xlarge", network={"vpc_id": "vpc-0abc", "subnet_id": "subnet-0abc"}),
+            "use1-az9",
+            "subnet subnet-0abc is in use1-az9, but the cluster's zone is",
+        ),
         (dict(itype="p4d.24xlarge", ami_type="no-such-dlami"), None, "does not resolve in us-east-1"),
     ],
 )
@@ -238,10 +334,13 @@ def test_bad_input_fails_before_any_resource(spec_kwargs, mocks, message):
     hbn = kwargs.pop("hbn", None)
     spec = make_spec(itype, nodes=nodes, profile=profile, **kwargs)
     if hbn:  # hand-edited stack file
-        spec = type(spec).model_validate({**spec.model_dump(), "profile": {
-            **spec.profile.model_dump(), "high_bandwidth_networking": hbn}})
+        spec = type(spec).model_validate(
+            {**spec.model_dump(), "profile": {**spec.profile.model_dump(), "high_bandwidth_networking": hbn}}
+        )
     if ami_type:
-        profile_obj = spec.profile.model_copy(update={"image": spec.profile.image.model_copy(update={"aws_dlami_type": ami_type})})
+        profile_obj = spec.profile.model_copy(
+            update={"image": spec.profile.image.model_copy(update={"aws_dlami_type": ami_type})}
+        )
         spec = spec.model_copy(update={"profile": profile_obj})
     recorder = _Recording(spec, subnet_zone=mocks) if mocks else PreviewMocks(spec)
     with pytest.raises(SpecError) as info:
@@ -283,7 +382,9 @@ def test_bad_input_registers_nothing(monkeypatch):
 
     monkeypatch.setattr(preview_module, "_make_monitor", spy)
     spec = make_spec("g5.xlarge", nodes=2, profile="dev")
-    spec = spec.model_copy(update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})})
+    spec = spec.model_copy(
+        update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})}
+    )
     with pytest.raises(SpecError):
         preview(spec)
     assert seen and seen[0] == []
@@ -294,14 +395,18 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     text = gzip.decompress(base64.b64decode(_one(result, LT)["userData"])).decode()
     assert text.startswith("#cloud-config\n") and len(base64.b64decode(_one(result, LT)["userData"])) < 16 * 1024
     assert "/dev/disk/by-id/\" -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
-    assert "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text  # scratch after udev, reboot-safe
+    assert (
+        "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text
+    )  # scratch after udev, reboot-safe
     assert "Before=docker.service containerd.service" in text
     assert 'bind_existing "/opt/dlami/nvme"' in text  # reuse the DLAMI's own instance-store mount
-    assert "EXPECTED_DISKS=8" in text  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (docs/sources/cluster-facts.md 3.6)
+    assert (
+        "EXPECTED_DISKS=8" in text
+    )  # p5.48xlarge: 8 x 3840 GB instance-store NVMe (docs/sources/cluster-facts.md 3.6)
     assert "* hard memlock unlimited" in text and "FI_EFA_USE_HUGE_PAGE=0" in text
     # an EFA node builds its training image from the profile's image (node bundle): no plain pre-pull
     assert "docker pull" not in text and "gpuinfra-run" not in text.split("write_files:", 1)[1].split("runcmd:")[0]
-    assert "aws s3 cp --only-show-errors --region \"$REGION\" \"$URL\"" in text
+    assert 'aws s3 cp --only-show-errors --region "$REGION" "$URL"' in text
     assert "URL=s3://gpuinfra-t-2-0000preview/gpuinfra/node-bundle.json" in text
     assert "NNODES=2" in text and "GPUINFRA_BUCKET=gpuinfra-t-2-0000preview" in text
     assert "GPUINFRA_HEALTH_GATE=enforce" in text
@@ -309,13 +414,17 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
 
 
 def test_user_data_pre_pulls_the_image_on_nodes_without_efa(tmp_path):
-    text = gzip.decompress(base64.b64decode(_one(preview(make_spec("g5.xlarge", profile="dev")), LT)["userData"])).decode()
+    text = gzip.decompress(
+        base64.b64decode(_one(preview(make_spec("g5.xlarge", profile="dev")), LT)["userData"])
+    ).decode()
     assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
     # a baked AMI already holds the image: the unit is skipped, not failed (systemd.service
     # ExecCondition: exit 1-254 skips the remaining commands), and a baked ECR image is not pulled
     # without registry credentials
-    assert ("ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect \"$$1\" >/dev/null 2>&1' sh "
-            "nvcr.io/nvidia/pytorch:25.01-py3\n" in text)
+    assert (
+        "ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect \"$$1\" >/dev/null 2>&1' sh "
+        "nvcr.io/nvidia/pytorch:25.01-py3\n" in text
+    )
 
 
 def test_user_data_without_container_image_or_efa(tmp_path):
@@ -329,8 +438,13 @@ def test_user_data_without_container_image_or_efa(tmp_path):
 class _Peers(PreviewMocks):
     def call_result(self, token, args):
         if token == "aws:ec2/getInstances:getInstances":
-            return {"ids": ["i-1", "i-2", "i-3"], "privateIps": ["10.0.0.100", "10.0.0.20", "10.0.1.5"],
-                    "publicIps": [], "ipv6Addresses": [], "id": "peers"}
+            return {
+                "ids": ["i-1", "i-2", "i-3"],
+                "privateIps": ["10.0.0.100", "10.0.0.20", "10.0.1.5"],
+                "publicIps": [],
+                "ipv6Addresses": [],
+                "id": "peers",
+            }
         return super().call_result(token, args)
 
 
@@ -362,16 +476,32 @@ def test_ttl_backstop_deletes_the_fleet_after_the_agent_had_its_turn():
     assert target["retryPolicy"] == {"maximumEventAgeInSeconds": 86400, "maximumRetryAttempts": 185}
     role = next(r for r in result.of_type("aws:iam/role:Role") if r.name == f"{spec.stack}-backstop-role")
     assert target["roleArn"] == f"arn:aws:iam::123456789012:role/{spec.stack}-backstop-role"
-    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"] == [{
-        "Effect": "Allow", "Principal": {"Service": "scheduler.amazonaws.com"}, "Action": "sts:AssumeRole",
-        "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"}}}]
-    policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{spec.stack}-backstop-terminate")
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"] == [
+        {
+            "Effect": "Allow",
+            "Principal": {"Service": "scheduler.amazonaws.com"},
+            "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"aws:SourceAccount": "123456789012"}},
+        }
+    ]
+    policy = next(
+        r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == f"{spec.stack}-backstop-terminate"
+    )
     assert json.loads(policy.inputs["policy"])["Statement"] == [
-        {"Sid": "DeleteThisStacksFleet", "Effect": "Allow", "Action": "ec2:DeleteFleets",
-         "Resource": f"arn:aws:ec2:{spec.region}:123456789012:fleet/{fleet_id}"},
-        {"Sid": "TerminateThisStacksNodes", "Effect": "Allow", "Action": "ec2:TerminateInstances",
-         "Resource": f"arn:aws:ec2:{spec.region}:123456789012:instance/*",
-         "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}}}]
+        {
+            "Sid": "DeleteThisStacksFleet",
+            "Effect": "Allow",
+            "Action": "ec2:DeleteFleets",
+            "Resource": f"arn:aws:ec2:{spec.region}:123456789012:fleet/{fleet_id}",
+        },
+        {
+            "Sid": "TerminateThisStacksNodes",
+            "Effect": "Allow",
+            "Action": "ec2:TerminateInstances",
+            "Resource": f"arn:aws:ec2:{spec.region}:123456789012:instance/*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}},
+        },
+    ]
     assert result.outputs["instance_ids"] == ["i-preview0000", "i-preview0001"]
     assert result.outputs["ttl_backstop_at"] == f"at({at})"
 
@@ -386,8 +516,13 @@ def test_fleet_is_replaced_delete_first_and_a_resolved_ami_does_not_drift():
     from pulumi_aws.ec2 import FleetArgs
 
     assert set(fleet.replace_on_changes) <= set(_types.input_type_py_to_pulumi_names(FleetArgs).values())
-    assert set(fleet.replace_on_changes) == {"launchTemplateConfigs", "targetCapacitySpecification", "terminateInstances",
-                                            "excessCapacityTerminationPolicy", "context"}
+    assert set(fleet.replace_on_changes) == {
+        "launchTemplateConfigs",
+        "targetCapacitySpecification",
+        "terminateInstances",
+        "excessCapacityTerminationPolicy",
+        "context",
+    }
     assert fleet.delete_before_replace is True
     assert result.of_type(LT)[0].ignore_changes == ("imageId",)
     pinned = preview(make_spec("p4d.24xlarge", nodes=2, ami_id="ami-0123456789abcdef0")).of_type(LT)[0]
@@ -413,6 +548,9 @@ def test_update_fails_when_the_fleet_launched_fewer_than_the_nodes(launched):
     spec = make_spec("p5.48xlarge", nodes=2)
     mocks = _ShortFleet(spec)
     mocks.one = bool(launched)
-    with pytest.raises(CapacityError, match=rf"gpuinfra-capacity: the EC2 Fleet launched {launched} of 2 "
-                                                 r"p5.48xlarge instances in use1-az1"):
+    with pytest.raises(
+        CapacityError,
+        match=rf"gpuinfra-capacity: the EC2 Fleet launched {launched} of 2 "
+        r"p5.48xlarge instances in use1-az1",
+    ):
         run_preview(spec, provider_config(spec), mocks)

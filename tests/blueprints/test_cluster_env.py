@@ -16,17 +16,34 @@ from tests.blueprints.helpers import make_spec
 PEERS = "10.0.0.20\n10.0.0.7\n10.0.1.5"
 
 
-def run_cluster_env(tmp_path, *, my_ip: str, ranked: str | None, peers_rc: int = 0, gate: str = "enforce",
-                    listed: str = "10.0.0.7\t10.0.1.5\t10.0.0.20"):
+def run_cluster_env(
+    tmp_path,
+    *,
+    my_ip: str,
+    ranked: str | None,
+    peers_rc: int = 0,
+    gate: str = "enforce",
+    listed: str = "10.0.0.7\t10.0.1.5\t10.0.0.20",
+):
     if os.name != "posix":
         pytest.skip("bash only")
     etc = tmp_path / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
-    script = render_cluster_env("aws-cluster-env.sh.j2", stack="train", nodes=3, gpus_per_node=8, master_port=TORCHRUN_PORT,
-                    wait_seconds=5, **health_template_vars(spec))
-    script = (script.replace("/etc/gpuinfra", str(etc)).replace("/run/gpuinfra", str(tmp_path / "run"))
-              .replace("/var/lib/gpuinfra", str(tmp_path / "var")))
+    script = render_cluster_env(
+        "aws-cluster-env.sh.j2",
+        stack="train",
+        nodes=3,
+        gpus_per_node=8,
+        master_port=TORCHRUN_PORT,
+        wait_seconds=5,
+        **health_template_vars(spec),
+    )
+    script = (
+        script.replace("/etc/gpuinfra", str(etc))
+        .replace("/run/gpuinfra", str(tmp_path / "run"))
+        .replace("/var/lib/gpuinfra", str(tmp_path / "var"))
+    )
     (tmp_path / "env.sh").write_text(script)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -41,18 +58,30 @@ def run_cluster_env(tmp_path, *, my_ip: str, ranked: str | None, peers_rc: int =
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "RANKED": ranked or ""}
     result = subprocess.run(["bash", str(tmp_path / "env.sh")], env=env, capture_output=True, text=True, timeout=60)
     cluster_env = etc / "cluster.env"
-    return result, (dict(line.split("=", 1) for line in cluster_env.read_text().splitlines()) if cluster_env.exists()
-                    else None)
+    return result, (
+        dict(line.split("=", 1) for line in cluster_env.read_text().splitlines()) if cluster_env.exists() else None
+    )
 
 
 def test_a_node_left_out_by_the_gate_shrinks_the_world(tmp_path):
     result, env = run_cluster_env(tmp_path, my_ip="10.0.1.5", ranked="10.0.0.7\n10.0.1.5")
     assert result.returncode == 0, result.stderr
     # the gate was asked about every node, in numeric order
-    assert (tmp_path / "peers-args").read_text().split() == ["-m", "gpuinfra.health.node", "peers",
-                                                             "10.0.0.7", "10.0.0.20", "10.0.1.5"]
-    assert env == {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.7",
-                   "MASTER_PORT": "29500"}
+    assert (tmp_path / "peers-args").read_text().split() == [
+        "-m",
+        "gpuinfra.health.node",
+        "peers",
+        "10.0.0.7",
+        "10.0.0.20",
+        "10.0.1.5",
+    ]
+    assert env == {
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "NPROC_PER_NODE": "8",
+        "MASTER_ADDR": "10.0.0.7",
+        "MASTER_PORT": "29500",
+    }
     assert "left out after the health gate: 10.0.0.20" in result.stderr
     assert (tmp_path / "run" / "ranks-decided").exists()  # the excluded node may end itself now
 
@@ -82,6 +111,11 @@ def test_a_shrunk_cluster_gets_the_same_ranks_after_a_reboot(tmp_path):
     (tmp_path / "peers-args").unlink()
     again, env = run_cluster_env(tmp_path, my_ip="10.0.1.5", ranked=None, peers_rc=1, listed="10.0.0.7\t10.0.1.5")
     assert again.returncode == 0, again.stderr
-    assert env == {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.7",
-                   "MASTER_PORT": "29500"}
+    assert env == {
+        "NNODES": "2",
+        "NODE_RANK": "1",
+        "NPROC_PER_NODE": "8",
+        "MASTER_ADDR": "10.0.0.7",
+        "MASTER_PORT": "29500",
+    }
     assert not (tmp_path / "peers-args").exists()  # ranks kept: the gate was not asked again

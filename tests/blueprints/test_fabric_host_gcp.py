@@ -113,11 +113,16 @@ class Node:
     def run(self, *args: str, kernel: str = KERNEL, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
         """Run the script; returns the result and the commands it issued (sysroot as ROOT)."""
         self.calls.write_text("")
-        full = {"PATH": f"{self.bin}:/usr/bin:/bin", "GPUINFRA_HOST_SYSROOT": str(self.root),
-                "STUB_CALLS": str(self.calls), "STUB_STATE": str(self.state), "STUB_KERNEL": kernel,
-                "STUB_PROBE": self.probe, **env}
-        result = subprocess.run(["bash", str(self.script), *args], env=full, capture_output=True, text=True,
-                                timeout=60)
+        full = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "GPUINFRA_HOST_SYSROOT": str(self.root),
+            "STUB_CALLS": str(self.calls),
+            "STUB_STATE": str(self.state),
+            "STUB_KERNEL": kernel,
+            "STUB_PROBE": self.probe,
+            **env,
+        }
+        result = subprocess.run(["bash", str(self.script), *args], env=full, capture_output=True, text=True, timeout=60)
         calls = self.calls.read_text().replace(str(self.root), "ROOT").splitlines()
         # curl | gpg run side by side: log the pair in pipeline order
         for i in range(len(calls) - 1):
@@ -136,6 +141,7 @@ def node(tmp_path):
 
     def make(machine_type, probe=""):
         return Node(tmp_path, stack(machine_type).files[HOST_SCRIPT_PATH], probe)
+
     return make
 
 
@@ -148,8 +154,10 @@ def one_line_error(result, code):
 
 # --- per family: what is installed ---------------------------------------------------------------
 
-@pytest.mark.parametrize("machine_type", ["a2-highgpu-8g", "a2-ultragpu-8g", "g2-standard-48", "n1-standard-8",
-                                          "a3-highgpu-4g"])
+
+@pytest.mark.parametrize(
+    "machine_type", ["a2-highgpu-8g", "a2-ultragpu-8g", "g2-standard-48", "n1-standard-8", "a3-highgpu-4g"]
+)
 def test_gvnic_families_install_nothing(machine_type):
     """One gVNIC, no GPU NICs: NCCL runs on TCP sockets, the driver in the image is all they need."""
     s = stack(machine_type)
@@ -170,20 +178,30 @@ def test_a3_mega_stack():
     assert s.images == (TCPXO_INSTALLER, TCPXO_RXDM)
     assert list(s.files) == ["/usr/local/sbin/gpuinfra-fabric-host"]
     assert set(s.writes) == {UNIT_PATH, APERTURE_RULE}
-    assert (s.boot_command, s.bake_command) == ("/usr/local/sbin/gpuinfra-fabric-host",
-                                                "/usr/local/sbin/gpuinfra-fabric-host --bake")
+    assert (s.boot_command, s.bake_command) == (
+        "/usr/local/sbin/gpuinfra-fabric-host",
+        "/usr/local/sbin/gpuinfra-fabric-host --bake",
+    )
     unit = s.writes[UNIT_PATH].splitlines()
     # slurm-gcp receive-data-path-manager-mega L60-73: flags and the 8 GPU NICs
-    assert ("ExecStart=/usr/bin/docker run --rm --name gpuinfra-rxdm --cap-add=NET_ADMIN --network=host "
-            "--privileged --gpus all --volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper "
-            f"--env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {TCPXO_RXDM} --num_hops=2 --num_nics=8 --uid= "
-            "--alsologtostderr") in unit
-    assert ("ExecStartPre=/usr/lib/systemd/systemd-networkd-wait-online -o routable --timeout=120 "
-            + " ".join(f"-i {n}" for n in TCPXO_NICS)) in unit
+    assert (
+        "ExecStart=/usr/bin/docker run --rm --name gpuinfra-rxdm --cap-add=NET_ADMIN --network=host "
+        "--privileged --gpus all --volume /dev/dmabuf_import_helper:/dev/dmabuf_import_helper "
+        f"--env LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu {TCPXO_RXDM} --num_hops=2 --num_nics=8 --uid= "
+        "--alsologtostderr"
+    ) in unit
+    assert (
+        "ExecStartPre=/usr/lib/systemd/systemd-networkd-wait-online -o routable --timeout=120 "
+        + " ".join(f"-i {n}" for n in TCPXO_NICS)
+    ) in unit
     assert "ExecStartPre=/usr/sbin/modprobe import-helper" in unit
     assert "ExecStartPost=/usr/local/sbin/gpuinfra-fabric-host --wait-rxdm" in unit
-    assert {"Requires=docker.service", "After=docker.service network-online.target nvidia-persistenced.service",
-            "WantedBy=multi-user.target", "Restart=on-failure"} <= set(unit)
+    assert {
+        "Requires=docker.service",
+        "After=docker.service network-online.target nvidia-persistenced.service",
+        "WantedBy=multi-user.target",
+        "Restart=on-failure",
+    } <= set(unit)
     rule = s.writes[APERTURE_RULE]
     # cluster-toolkit a3mega-slurm-blueprint.yaml L408-411
     assert 'SUBSYSTEM=="pci", ATTR{vendor}=="0x1ae0", ATTR{device}=="0x0084"' in rule
@@ -200,14 +218,18 @@ def test_a3_high_stack_is_blocked_at_boot():
     assert s.units == ("gpuinfra-rxdm.service",) and s.images == (TCPX_INSTALLER, TCPX_RXDM)
     unit = s.writes[UNIT_PATH].splitlines()
     # slurm-gcp receive-data-path-manager L49-64, container-engine-accelerators nccl-test-latest.yaml L66-74
-    assert ("ExecStart=/usr/bin/docker run --rm --name gpuinfra-rxdm --cap-add=NET_ADMIN --network=host --privileged "
-            "--gpus all --volume /run/tcpx:/run/tcpx --env LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/run/tcpx:"
-            "/usr/lib/lib32:/usr/lib/x86_64-linux-gnu/ --entrypoint /tcpgpudmarxd/build/app/tcpgpudmarxd "
-            f"--ulimit memlock=-1 {TCPX_RXDM} --gpu_nic_preset a3vm --gpu_shmem_type fd --uds_path /run/tcpx "
-            "--setup_param '--verbose 128 2 0 '") in unit
+    assert (
+        "ExecStart=/usr/bin/docker run --rm --name gpuinfra-rxdm --cap-add=NET_ADMIN --network=host --privileged "
+        "--gpus all --volume /run/tcpx:/run/tcpx --env LD_LIBRARY_PATH=/usr/local/nvidia/lib64:/run/tcpx:"
+        "/usr/lib/lib32:/usr/lib/x86_64-linux-gnu/ --entrypoint /tcpgpudmarxd/build/app/tcpgpudmarxd "
+        f"--ulimit memlock=-1 {TCPX_RXDM} --gpu_nic_preset a3vm --gpu_shmem_type fd --uds_path /run/tcpx "
+        "--setup_param '--verbose 128 2 0 '"
+    ) in unit
     assert "ExecStartPre=/usr/bin/mkdir -p /run/tcpx" in unit
-    assert ("ExecStartPre=/usr/lib/systemd/systemd-networkd-wait-online -o routable --timeout=120 "
-            + " ".join(f"-i {n}" for n in TCPX_NICS)) in unit
+    assert (
+        "ExecStartPre=/usr/lib/systemd/systemd-networkd-wait-online -o routable --timeout=120 "
+        + " ".join(f"-i {n}" for n in TCPX_NICS)
+    ) in unit
     assert "ExecStartPost=/usr/bin/sleep 10" in unit
 
 
@@ -217,8 +239,10 @@ def test_gib_stack(machine_type):
     assert (s.fabric, s.units, s.images, s.writes, s.boot_blocker) == ("gib", (), (), {}, None)
     script = s.files[HOST_SCRIPT_PATH]
     assert '"nccl-gib=1.1.0"' in script
-    assert ("deb [signed-by=/etc/apt/keyrings/gpuinfra-artifact-registry.gpg] "
-            "ar+https://us-apt.pkg.dev/projects/gce-ai-infra gpudirect-gib-apt main") in script
+    assert (
+        "deb [signed-by=/etc/apt/keyrings/gpuinfra-artifact-registry.gpg] "
+        "ar+https://us-apt.pkg.dev/projects/gce-ai-infra gpudirect-gib-apt main"
+    ) in script
 
 
 def test_boot_blocker():
@@ -281,10 +305,12 @@ def test_a3_mega_fresh_boot_then_next_boot(node):
     for path, content in s.writes.items():
         assert n.path(path).read_text() == content
     assert n.path("/etc/apt/sources.list.d/gpuinfra-gpudirect-tcpxo.list").read_text() == (
-        "deb [arch=all trusted=yes] ar+https://us-apt.pkg.dev/projects/gce-ai-infra gpudirect-tcpxo-apt main\n")
+        "deb [arch=all trusted=yes] ar+https://us-apt.pkg.dev/projects/gce-ai-infra gpudirect-tcpxo-apt main\n"
+    )
     assert n.path("/etc/apt/sources.list.d/gpuinfra-artifact-registry.list").read_text() == (
         "deb [signed-by=/etc/apt/keyrings/gpuinfra-google-cloud.gpg] http://packages.cloud.google.com/apt "
-        "apt-transport-artifact-registry-stable main\n")
+        "apt-transport-artifact-registry-stable main\n"
+    )
     # kernel 6.8: the source stays as shipped
     assert n.path("/usr/src/dmabuf-import-helper-1.1/import-helper.c").read_text() == "MODULE_IMPORT_NS(DMA_BUF);\n"
     # what gpuinfra-run requires of the node (except the unit and NICs, which need a real node) is there
@@ -297,8 +323,13 @@ def test_a3_mega_fresh_boot_then_next_boot(node):
     # next boot: module built, devices bound, plugin and image there: only load, check and start
     result, calls = n.run()
     assert result.returncode == 0, result.stderr
-    assert calls == ["modinfo import-helper", "modprobe import-helper", f"docker image inspect {TCPXO_RXDM}",
-                     "systemctl is-enabled --quiet gpuinfra-rxdm.service", "systemctl start gpuinfra-rxdm.service"]
+    assert calls == [
+        "modinfo import-helper",
+        "modprobe import-helper",
+        f"docker image inspect {TCPXO_RXDM}",
+        "systemctl is-enabled --quiet gpuinfra-rxdm.service",
+        "systemctl start gpuinfra-rxdm.service",
+    ]
 
 
 def test_a3_mega_patches_the_module_for_kernel_6_13_and_later(node):
@@ -306,8 +337,7 @@ def test_a3_mega_patches_the_module_for_kernel_6_13_and_later(node):
     result, calls = n.run(kernel="6.17.0-1004-gcp")
     assert result.returncode == 0, result.stderr
     assert "apt-get install -y -q apt-transport-artifact-registry dkms linux-headers-6.17.0-1004-gcp" in calls
-    assert n.path("/usr/src/dmabuf-import-helper-1.1/import-helper.c").read_text() == (
-        'MODULE_IMPORT_NS("DMA_BUF");\n')
+    assert n.path("/usr/src/dmabuf-import-helper-1.1/import-helper.c").read_text() == ('MODULE_IMPORT_NS("DMA_BUF");\n')
 
 
 def test_a3_mega_bake_installs_and_starts_nothing(node):
@@ -319,23 +349,30 @@ def test_a3_mega_bake_installs_and_starts_nothing(node):
     # the first boot of the baked image: nothing to install, only load, bind and start
     _, calls = n.run()
     assert calls == [
-        "modinfo import-helper", "modprobe import-helper",
+        "modinfo import-helper",
+        "modprobe import-helper",
         "udevadm trigger --action=add --subsystem-match=pci --attr-match=vendor=0x1ae0 --attr-match=device=0x0084",
-        "udevadm settle --timeout=60", f"docker image inspect {TCPXO_RXDM}",
-        "systemctl is-enabled --quiet gpuinfra-rxdm.service", "systemctl start gpuinfra-rxdm.service"]
+        "udevadm settle --timeout=60",
+        f"docker image inspect {TCPXO_RXDM}",
+        "systemctl is-enabled --quiet gpuinfra-rxdm.service",
+        "systemctl start gpuinfra-rxdm.service",
+    ]
 
 
 def test_a3_mega_fails_loudly(node):
     n = node("a3-megagpu-8g", probe="/var/lib/tcpxo/lib64/nccl-env-profile.sh")
     result, _ = n.run(STUB_NO_APERTURE="1")
     line = one_line_error(result, 7)
-    assert line == ("gpuinfra-fabric-host (tcpxo): no aperture devices under /dev/aperture_devices (PCI 1ae0:0084); "
-                    "is this an a3-megagpu-8g?")
+    assert line == (
+        "gpuinfra-fabric-host (tcpxo): no aperture devices under /dev/aperture_devices (PCI 1ae0:0084); "
+        "is this an a3-megagpu-8g?"
+    )
     result, _ = n.run(STUB_DOCKER_RUN_RC="125")
     line = one_line_error(result, 7)
     assert line.startswith('gpuinfra-fabric-host (tcpxo): step "NCCL plugin installer" failed (exit 125')
     assert one_line_error(n.run("--reboot")[0], 2) == (
-        "gpuinfra-fabric-host (tcpxo): unknown argument '--reboot' (allowed: none, --bake, --wait-rxdm)")
+        "gpuinfra-fabric-host (tcpxo): unknown argument '--reboot' (allowed: none, --bake, --wait-rxdm)"
+    )
 
 
 def test_a3_mega_rxdm_wait(node):
@@ -346,12 +383,14 @@ def test_a3_mega_rxdm_wait(node):
 
 # --- A3 High -------------------------------------------------------------------------------------
 
+
 def test_a3_high_refuses_a_kernel_without_tcpx(node):
     n = node("a3-highgpu-8g", probe="/var/lib/tcpx/lib64/libnccl-net.so")
     result, calls = n.run()
     line = one_line_error(result, 6)
-    assert line.startswith(f"gpuinfra-fabric-host (tcpx): GPUDirect-TCPX needs the linux-gcp-tcpx kernel; "
-                           f"this node runs {KERNEL}")
+    assert line.startswith(
+        f"gpuinfra-fabric-host (tcpx): GPUDirect-TCPX needs the linux-gcp-tcpx kernel; this node runs {KERNEL}"
+    )
     assert calls == ["uname -r", "uname -r"]
     result, _ = n.run("--bake")
     assert "no /boot/vmlinuz-*tcpx*" in one_line_error(result, 6)
@@ -365,15 +404,22 @@ def test_a3_high_on_a_tcpx_kernel(node):
     install = [
         "gcloud auth configure-docker us-docker.pkg.dev --quiet",
         f"docker run --rm --name gpuinfra-nccl-installer --network=host -v /var/lib:/var/lib {TCPX_INSTALLER} install",
-        f"docker image inspect {TCPX_RXDM}", f"docker pull -q {TCPX_RXDM}",
-        "systemctl daemon-reload", "systemctl is-enabled --quiet gpuinfra-rxdm.service",
-        "systemctl enable --quiet gpuinfra-rxdm.service"]
+        f"docker image inspect {TCPX_RXDM}",
+        f"docker pull -q {TCPX_RXDM}",
+        "systemctl daemon-reload",
+        "systemctl is-enabled --quiet gpuinfra-rxdm.service",
+        "systemctl enable --quiet gpuinfra-rxdm.service",
+    ]
     assert (result.returncode, calls) == (0, install)
     assert n.path(UNIT_PATH).read_text() == stack("a3-highgpu-8g").writes[UNIT_PATH]
     result, calls = n.run(kernel="6.5.0-1030-gcp-tcpx")
     assert result.returncode == 0, result.stderr
-    assert calls == ["uname -r", f"docker image inspect {TCPX_RXDM}",
-                     "systemctl is-enabled --quiet gpuinfra-rxdm.service", "systemctl start gpuinfra-rxdm.service"]
+    assert calls == [
+        "uname -r",
+        f"docker image inspect {TCPX_RXDM}",
+        "systemctl is-enabled --quiet gpuinfra-rxdm.service",
+        "systemctl start gpuinfra-rxdm.service",
+    ]
 
 
 # --- A3 Ultra / A4 -------------------------------------------------------------------------------
@@ -402,7 +448,8 @@ def test_gib_fresh_boot_then_next_boot(node, machine_type):
     assert (result.returncode, calls) == (0, GIB_FRESH), result.stderr
     assert n.path("/etc/apt/sources.list.d/gpuinfra-gpudirect-gib.list").read_text() == (
         "deb [signed-by=/etc/apt/keyrings/gpuinfra-artifact-registry.gpg] "
-        "ar+https://us-apt.pkg.dev/projects/gce-ai-infra gpudirect-gib-apt main\n")
+        "ar+https://us-apt.pkg.dev/projects/gce-ai-infra gpudirect-gib-apt main\n"
+    )
     f = facts(machine_type)
     for need in gcp_fabric("gib", f, nccl_env("gib")).requirements:
         assert n.path(need.target).exists(), need
@@ -415,7 +462,8 @@ def test_gib_without_rdma_devices_fails(node):
     result, _ = n.run(GPUINFRA_RDMA_WAIT_SECONDS="0")
     assert one_line_error(result, 6) == (
         "gpuinfra-fabric-host (gib): /dev/infiniband/uverbs0 is missing: the MRDMA NICs have no verbs device "
-        "(ibv_devices); the image needs the mlx5_ib driver")
+        "(ibv_devices); the image needs the mlx5_ib driver"
+    )
     # --bake installs without devices
     result, calls = n.run("--bake")
     assert (result.returncode, calls) == (0, ["dpkg-query -W -f=${Version} nccl-gib"])

@@ -31,8 +31,14 @@ OBJECT, BUCKET_TYPE = "storage.googleapis.com/Object", "storage.googleapis.com/B
 BUCKET_NAME = f"projects/_/buckets/{BUCKET}"
 #: Predefined roles that can create, overwrite or delete objects
 #: (cloud.google.com/iam/docs/roles-permissions/storage: storage.objects.create / delete).
-WRITE_ROLES = {"roles/storage.objectAdmin", "roles/storage.objectUser", "roles/storage.objectCreator",
-               "roles/storage.admin", "roles/storage.legacyBucketWriter", "roles/storage.legacyBucketOwner"}
+WRITE_ROLES = {
+    "roles/storage.objectAdmin",
+    "roles/storage.objectUser",
+    "roles/storage.objectCreator",
+    "roles/storage.admin",
+    "roles/storage.legacyBucketWriter",
+    "roles/storage.legacyBucketOwner",
+}
 
 
 def object_name(key: str) -> str:
@@ -51,9 +57,11 @@ def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
 
 def granted(bindings: list[dict], roles: set[str], resource_type: str, resource_name: str) -> bool:
     """Whether any binding of one of ``roles`` applies to the resource."""
-    return any(b["role"] in roles and ("condition" not in b or cel_true(b["condition"]["expression"], resource_type,
-                                                                         resource_name))
-               for b in bindings)
+    return any(
+        b["role"] in roles
+        and ("condition" not in b or cel_true(b["condition"]["expression"], resource_type, resource_name))
+        for b in bindings
+    )
 
 
 @pytest.fixture(scope="module")
@@ -71,13 +79,15 @@ def test_exact_bindings(result):
     assert members == {
         "t-2-nodes-bucket-read": {"bucket": BUCKET, "member": ACCOUNT, "role": "roles/storage.objectViewer"},
         "t-2-nodes-bucket-access": {
-            "bucket": BUCKET, "member": ACCOUNT, "role": "roles/storage.objectAdmin",
+            "bucket": BUCKET,
+            "member": ACCOUNT,
+            "role": "roles/storage.objectAdmin",
             "condition": {
                 "title": "gpuinfra-node-bundle-read-only",
                 "expression": 'resource.type != "storage.googleapis.com/Object" || '
-                              f'!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/gpuinfra/")',
+                f'!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/gpuinfra/")',
                 "description": "nodes may create, overwrite and delete any object of the stack bucket except under "
-                               "gpuinfra/ (the node bundle every node runs at boot; Pulumi writes it)",
+                "gpuinfra/ (the node bundle every node runs at boot; Pulumi writes it)",
             },
         },
     }
@@ -103,11 +113,14 @@ def test_bundle_object_is_under_the_protected_prefix(result):
     assert bundle.inputs["name"].startswith(BUNDLE_PREFIX)
 
 
-@pytest.mark.parametrize(("resource_type", "resource_name"), [
-    (OBJECT, object_name("gpuinfra/node-bundle.json")),  # overwrite / delete the bundle
-    (OBJECT, object_name("gpuinfra/extra-unit.json")),    # add a file next to it
-    (OBJECT, object_name("gpuinfra/")),                   # the "folder" placeholder itself
-])
+@pytest.mark.parametrize(
+    ("resource_type", "resource_name"),
+    [
+        (OBJECT, object_name("gpuinfra/node-bundle.json")),  # overwrite / delete the bundle
+        (OBJECT, object_name("gpuinfra/extra-unit.json")),  # add a file next to it
+        (OBJECT, object_name("gpuinfra/")),  # the "folder" placeholder itself
+    ],
+)
 def test_nodes_read_but_cannot_write_the_bundle(bindings, resource_type, resource_name):
     assert granted(bindings, {"roles/storage.objectViewer"}, resource_type, resource_name)  # get
     assert not granted(bindings, WRITE_ROLES, resource_type, resource_name)  # create / delete / update
@@ -118,8 +131,15 @@ def node_written_keys(result) -> list[str]:
     scratch prefix of the profile, and every gs:// path of this bucket in the startup script
     except the bundle URL the fetch unit reads."""
     spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp")
-    config = AgentConfig(cloud="gcp", stack=spec.stack, bucket=BUCKET, expires_at=None, idle_timeout_seconds=60,
-                         idle_utilization_percent=5, checkpoint_dir=Path("/scratch/checkpoints"))
+    config = AgentConfig(
+        cloud="gcp",
+        stack=spec.stack,
+        bucket=BUCKET,
+        expires_at=None,
+        idle_timeout_seconds=60,
+        idle_utilization_percent=5,
+        checkpoint_dir=Path("/scratch/checkpoints"),
+    )
     (template,) = result.of_type("gcp:compute/instanceTemplate:InstanceTemplate")
     script = template.inputs["metadata"]["startup-script"]
     script_keys = set(re.findall(rf"gs://{re.escape(BUCKET)}/([^\s\"']+)", script)) - {BUNDLE_KEY, BUNDLE_KEY + "),"}

@@ -46,7 +46,7 @@ def _networks_by_subnet(result):
         ("a2-ultragpu-8g", None, ["GVNIC"], [1460], 0, "pd-balanced"),
         # A3 High's TCPX cannot be installed at boot: with `preferred` and no baked image, plain networking
         ("a3-highgpu-8g", None, ["GVNIC"], [1460], 0, "pd-balanced"),
-        ("a3-megagpu-8g", None, ["GVNIC"] * 9, [8244] * 9, 0, "pd-balanced"),   # 1 system + 8 GPU
+        ("a3-megagpu-8g", None, ["GVNIC"] * 9, [8244] * 9, 0, "pd-balanced"),  # 1 system + 8 GPU
         ("a3-ultragpu-8g", None, ["GVNIC", "GVNIC"] + ["MRDMA"] * 8, [8896] * 10, 0, "hyperdisk-balanced"),
         ("g2-standard-4", None, ["GVNIC"], [1460], 1, "pd-balanced"),
         ("n1-standard-8", "1xT4", ["GVNIC"], [1460], 1, "pd-balanced"),
@@ -102,7 +102,8 @@ def test_a3_mega_two_nodes_must_show():
     assert len(group) == 1
     assert group[0].inputs["targetSize"] == 2 and group[0].inputs["zone"] == spec.zone
     assert group[0].inputs["versions"][0]["instanceTemplate"] == (
-        f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1")
+        f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1"
+    )
     assert group[0].inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "DO_NOTHING"
     assert group[0].inputs["resourcePolicies"]["workloadPolicy"].endswith(f"/resourcePolicies/{policy[0].name}")
     # STANDARD VMs cannot use bulk mode (about-bulk-mode#limitations): the nodes' formation
@@ -111,14 +112,18 @@ def test_a3_mega_two_nodes_must_show():
     assert "gpuinfra-formation-deadline" in t["metadata"]["startup-script"]
     firewalls = result.of_type(FIREWALL)
     assert len(firewalls) == 10 and all(f.inputs["direction"] == "INGRESS" for f in firewalls)
-    ssh = [f.inputs for f in firewalls for a in f.inputs["allows"] if a["protocol"] == "tcp" and a.get("ports") == ["22"]]
+    ssh = [
+        f.inputs for f in firewalls for a in f.inputs["allows"] if a["protocol"] == "tcp" and a.get("ports") == ["22"]
+    ]
     assert [f["sourceRanges"] for f in ssh] == [["35.235.240.0/20"]]  # IAP only
 
 
 def test_one_node_4xa100_uses_a2_highgpu_4g_and_a_locked_bucket(run_cli, tmp_path):
     import json
 
-    data = json.loads(run_cli("new", "--gpus", "4xA100", "--cloud", "gcp", "--project-dir", str(tmp_path), "--json").stdout)
+    data = json.loads(
+        run_cli("new", "--gpus", "4xA100", "--cloud", "gcp", "--project-dir", str(tmp_path), "--json").stdout
+    )
     assert data["instance_type"] == "a2-highgpu-4g" and data["nodes"] == 1
     doc = json.loads(run_cli("preview", data["stack"], "--project-dir", str(tmp_path), "--json").stdout)
     bucket = next(r for r in doc["resources"] if r["type"] == "gcp:storage/bucket:Bucket")
@@ -132,10 +137,15 @@ def test_one_node_4xa100_uses_a2_highgpu_4g_and_a_locked_bucket(run_cli, tmp_pat
 def test_scheduling_spot_and_max_run_duration():
     spec = gcp_spec("a2-highgpu-8g", nodes=2, spot=True)
     sched = template(preview(spec))["scheduling"]
-    assert sched == {"automaticRestart": False, "instanceTerminationAction": "DELETE",
-                     # TTL + 600 s: the agent's 300 s checkpoint sync bound + 300 s margin (gpuinfra/plan/backstop.py)
-                     "maxRunDuration": {"seconds": spec.profile.ttl_hours * 3600 + 600}, "onHostMaintenance": "TERMINATE",
-                     "preemptible": True, "provisioningModel": "SPOT"}
+    assert sched == {
+        "automaticRestart": False,
+        "instanceTerminationAction": "DELETE",
+        # TTL + 600 s: the agent's 300 s checkpoint sync bound + 300 s margin (gpuinfra/plan/backstop.py)
+        "maxRunDuration": {"seconds": spec.profile.ttl_hours * 3600 + 600},
+        "onHostMaintenance": "TERMINATE",
+        "preemptible": True,
+        "provisioningModel": "SPOT",
+    }
 
 
 def test_bucket_and_service_account_scope():
@@ -154,15 +164,24 @@ def test_bucket_and_service_account_scope():
     # a custom role with four permissions instead of project-wide compute.viewer and
     # instanceAdmin.v1 (each would let a node read or change its peers), bound to this stack's MIG and its VMs only
     (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
-    assert sorted(role.inputs["permissions"]) == ["compute.instanceGroupManagers.get", "compute.instanceGroupManagers.update",
-                                                  "compute.instances.delete", "compute.instances.get"]
-    (binding,) = [r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember")
-                  if r.inputs["role"] != "roles/monitoring.metricWriter"]  # monitoring: tests/monitoring
+    assert sorted(role.inputs["permissions"]) == [
+        "compute.instanceGroupManagers.get",
+        "compute.instanceGroupManagers.update",
+        "compute.instances.delete",
+        "compute.instances.get",
+    ]
+    (binding,) = [
+        r.inputs
+        for r in result.of_type("gcp:projects/iAMMember:IAMMember")
+        if r.inputs["role"] != "roles/monitoring.metricWriter"
+    ]  # monitoring: tests/monitoring
     assert binding["role"] == role.inputs.get("name", binding["role"])
     condition = binding["condition"]["expression"]
     zone = f"projects/gpuinfra-preview/zones/{spec.zone}"
-    assert condition == (f'resource.name.startsWith("{zone}/instanceGroupManagers/t-2-node") || '
-                         f'resource.name.startsWith("{zone}/instances/t-2-node-")')
+    assert condition == (
+        f'resource.name.startsWith("{zone}/instanceGroupManagers/t-2-node") || '
+        f'resource.name.startsWith("{zone}/instances/t-2-node-")'
+    )
 
 
 def test_labels_on_every_labelable_resource():
@@ -195,22 +214,31 @@ def test_resource_count_does_not_grow_with_nodes():
     results = {n: preview(gcp_spec("a3-megagpu-8g", nodes=n)) for n in (2, 8, 64)}
     assert len({len(res.resources) for res in results.values()}) == 1
     assert {n: res.of_type(MIG)[0].inputs["targetSize"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
-    assert all(res.of_type(POLICY)[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"} for res in results.values())
+    assert all(
+        res.of_type(POLICY)[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"} for res in results.values()
+    )
     g2 = {n: preview(gcp_spec("g2-standard-48", nodes=n, profile="llm-finetune")) for n in (2, 8)}
     assert {n: res.of_type(POLICY)[0].inputs["groupPlacementPolicy"] for n, res in g2.items()} == {
-        2: {"collocation": "COLLOCATED", "vmCount": 2}, 8: {"collocation": "COLLOCATED", "vmCount": 8}}
+        2: {"collocation": "COLLOCATED", "vmCount": 2},
+        8: {"collocation": "COLLOCATED", "vmCount": 8},
+    }
 
 
 def test_reservation_bound_group_is_all_or_nothing():
     spec = gcp_spec("a3-ultragpu-8g", spot=True)
-    spec = type(spec).model_validate({**spec.model_dump(), "spot": False,
-                                      "gcp_reservation": "projects/owner-project/reservations/h200-block"})
+    spec = type(spec).model_validate(
+        {**spec.model_dump(), "spot": False, "gcp_reservation": "projects/owner-project/reservations/h200-block"}
+    )
     result = preview(spec)
     t = template(result)
     assert t["scheduling"]["provisioningModel"] == "RESERVATION_BOUND"
-    assert t["reservationAffinity"] == {"specificReservation": {
-        "key": "compute.googleapis.com/reservation-name", "values": ["projects/owner-project/reservations/h200-block"]},
-        "type": "SPECIFIC_RESERVATION"}
+    assert t["reservationAffinity"] == {
+        "specificReservation": {
+            "key": "compute.googleapis.com/reservation-name",
+            "values": ["projects/owner-project/reservations/h200-block"],
+        },
+        "type": "SPECIFIC_RESERVATION",
+    }
     (group,) = result.of_type(MIG)
     assert group.inputs["targetSizePolicies"] == [{"mode": "BULK"}]
     # bulk mode is fixed at creation and the group grows only from 0: a new size replaces it
@@ -226,12 +254,21 @@ def _edited(spec, **changes):
 @pytest.mark.parametrize(
     ("build", "message"),
     [
-        (lambda: _edited(gcp_spec("n1-standard-8", gpus="1xT4", profile="lora-finetune"),
-                         profile=get_profile("llm-finetune").model_dump()),  # hand-edited: placement required
-         "gcp-placement-supported: n1-standard-8 supports neither a compact placement policy nor a workload policy"),
-        (lambda: _edited(gcp_spec("a3-megagpu-8g"), nodes=1501), "gcp-placement-max-vms: 1501 VMs are over the limit of 1500"),
-        (lambda: _edited(gcp_spec("a3-ultragpu-8g", spot=True), spot=False),
-         "provisioning-model-offered: a3-ultragpu-8g is not sold as on-demand"),
+        (
+            lambda: _edited(
+                gcp_spec("n1-standard-8", gpus="1xT4", profile="lora-finetune"),
+                profile=get_profile("llm-finetune").model_dump(),
+            ),  # hand-edited: placement required
+            "gcp-placement-supported: n1-standard-8 supports neither a compact placement policy nor a workload policy",
+        ),
+        (
+            lambda: _edited(gcp_spec("a3-megagpu-8g"), nodes=1501),
+            "gcp-placement-max-vms: 1501 VMs are over the limit of 1500",
+        ),
+        (
+            lambda: _edited(gcp_spec("a3-ultragpu-8g", spot=True), spot=False),
+            "provisioning-model-offered: a3-ultragpu-8g is not sold as on-demand",
+        ),
     ],
 )
 def test_bad_input_before_any_resource(build, message):
@@ -320,6 +357,8 @@ def test_a3_high_gets_its_gpu_nics_only_from_a_baked_image():
     assert [n["nicType"] for n in baked["networkInterfaces"]] == ["GVNIC"] * 5  # 1 system + 4 GPU NICs
     assert baked["disks"][0]["sourceImage"] == BAKED_TCPX_IMAGE
     spec = gcp_spec("a3-highgpu-8g")
-    required = spec.model_copy(update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})})
+    required = spec.model_copy(
+        update={"profile": spec.profile.model_copy(update={"high_bandwidth_networking": "required"})}
+    )
     with pytest.raises(RuleViolationError, match="fabric-installable-at-boot.*linux-gcp-tcpx kernel"):
         plan_gcp_cluster(required)

@@ -22,14 +22,48 @@ from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
 from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool, preview, shellcheck_cloud_config
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
-CLUSTER_ENV = {"NNODES": "2", "NODE_RANK": "1", "NPROC_PER_NODE": "8", "MASTER_ADDR": "10.0.0.20", "MASTER_PORT": "29500"}
-DOCKER = ["docker", "run", "--rm", "--gpus", "all", "--network", "host", "--ipc", "host",
-          "--ulimit", "memlock=-1", "--ulimit", "stack=67108864"]
-TORCHRUN = ["torchrun", "--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "8",
-            "--master-addr", "10.0.0.20", "--master-port", "29500", "--no-python"]
-LD_WRAPPER = ["/bin/sh", "-c",
-              'export LD_LIBRARY_PATH="$GPUINFRA_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; exec "$@"',
-              "gpuinfra-run"]
+CLUSTER_ENV = {
+    "NNODES": "2",
+    "NODE_RANK": "1",
+    "NPROC_PER_NODE": "8",
+    "MASTER_ADDR": "10.0.0.20",
+    "MASTER_PORT": "29500",
+}
+DOCKER = [
+    "docker",
+    "run",
+    "--rm",
+    "--gpus",
+    "all",
+    "--network",
+    "host",
+    "--ipc",
+    "host",
+    "--ulimit",
+    "memlock=-1",
+    "--ulimit",
+    "stack=67108864",
+]
+TORCHRUN = [
+    "torchrun",
+    "--nnodes",
+    "2",
+    "--node-rank",
+    "1",
+    "--nproc-per-node",
+    "8",
+    "--master-addr",
+    "10.0.0.20",
+    "--master-port",
+    "29500",
+    "--no-python",
+]
+LD_WRAPPER = [
+    "/bin/sh",
+    "-c",
+    'export LD_LIBRARY_PATH="$GPUINFRA_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; exec "$@"',
+    "gpuinfra-run",
+]
 SCRATCH_ENV = {"GPUINFRA_SCRATCH": "/scratch", "GPUINFRA_CHECKPOINT_DIR": "/scratch/checkpoints"}
 STUB_DOCKER = """#!/bin/bash
 echo "docker $*" >> "$STUB_CALLS"
@@ -63,8 +97,10 @@ def gcp_files(machine_type, nodes=2, profile="llm-finetune", **kw):
     spec = make_spec(machine_type, nodes=nodes, profile=profile, cloud="gcp", **kw)
     plan = plan_gcp_cluster(spec)
     script = render_startup_script(spec, plan, "bucket-x")
-    return {RUN_SCRIPT_PATH: gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).content,
-            "/etc/gpuinfra/nccl.env": gcp_script_files(script)["/etc/gpuinfra/nccl.env"][1]}
+    return {
+        RUN_SCRIPT_PATH: gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).content,
+        "/etc/gpuinfra/nccl.env": gcp_script_files(script)["/etc/gpuinfra/nccl.env"][1],
+    }
 
 
 def parse_env(text):
@@ -106,10 +142,15 @@ class Node:
             self.write(f"/sys/class/net/{name}/operstate", f"{state}\n")
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess:
-        full = {"PATH": f"{self.bin}:/usr/bin:/bin", "GPUINFRA_RUN_SYSROOT": str(self.root),
-                "STUB_CALLS": str(self.calls), **env}
-        return subprocess.run(["bash", str(self.script), *args], env=full, cwd=self.work,
-                              capture_output=True, text=True, timeout=60)
+        full = {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "GPUINFRA_RUN_SYSROOT": str(self.root),
+            "STUB_CALLS": str(self.calls),
+            **env,
+        }
+        return subprocess.run(
+            ["bash", str(self.script), *args], env=full, cwd=self.work, capture_output=True, text=True, timeout=60
+        )
 
     def dry_run(self, *command: str) -> tuple[list[str], dict[str, str]]:
         """The docker argv gpuinfra-run prints and the env file it passes."""
@@ -122,8 +163,12 @@ class Node:
 
     def expected_tail(self, *, wrapper=False, image=IMAGE):
         work = str(self.work)
-        return (["-v", f"{work}:{work}", "-w", work, "--env-file", f"{self.root}/run/gpuinfra/run.env", image]
-                + (LD_WRAPPER if wrapper else []) + TORCHRUN + ["python", "train.py"])
+        return (
+            ["-v", f"{work}:{work}", "-w", work, "--env-file", f"{self.root}/run/gpuinfra/run.env", image]
+            + (LD_WRAPPER if wrapper else [])
+            + TORCHRUN
+            + ["python", "train.py"]
+        )
 
 
 @pytest.fixture
@@ -143,14 +188,18 @@ def _volumes(argv):
 
 # --------------------------------------------------------------------------------- AWS families
 
-@pytest.mark.parametrize(("instance_type", "profile", "efa", "extra_env"), [
-    # p5: 32 EFA interfaces, one uverbs device each (awsome Batch p5 template: uverbs0..31)
-    ("p5.48xlarge", "llm-pretrain", 32, {}),
-    ("p4d.24xlarge", "llm-pretrain", 4, {}),
-    # one EFA without GPUDirect RDMA: the device still goes in, NCCL copies through host memory
-    ("g5.48xlarge", "llm-finetune", 1, {"NCCL_SHM_USE_CUDA_MEMCPY": "1"}),
-    ("g6e.48xlarge", "llm-finetune", 4, {"NCCL_SHM_USE_CUDA_MEMCPY": "1"}),
-])
+
+@pytest.mark.parametrize(
+    ("instance_type", "profile", "efa", "extra_env"),
+    [
+        # p5: 32 EFA interfaces, one uverbs device each (awsome Batch p5 template: uverbs0..31)
+        ("p5.48xlarge", "llm-pretrain", 32, {}),
+        ("p4d.24xlarge", "llm-pretrain", 4, {}),
+        # one EFA without GPUDirect RDMA: the device still goes in, NCCL copies through host memory
+        ("g5.48xlarge", "llm-finetune", 1, {"NCCL_SHM_USE_CUDA_MEMCPY": "1"}),
+        ("g6e.48xlarge", "llm-finetune", 4, {"NCCL_SHM_USE_CUDA_MEMCPY": "1"}),
+    ],
+)
 def test_aws_efa_families_pass_every_uverbs_device(node_for, instance_type, profile, efa, extra_env):
     node = node_for(aws_files(instance_type, profile=profile))
     node.devices(uverbs(efa))
@@ -158,10 +207,24 @@ def test_aws_efa_families_pass_every_uverbs_device(node_for, instance_type, prof
     # the default image is the one the node built at boot: the profile's image + the EFA user space
     built = efa_image_build(IMAGE).tag
     assert built.startswith("gpuinfra/train:efa-")
-    assert argv == [*DOCKER, "--cap-add", "IPC_LOCK", *sum((["--device", d] for d in uverbs(efa)), []),
-                    "-v", "/scratch:/scratch", *node.expected_tail(image=built)]
-    assert env == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN", "FI_EFA_USE_HUGE_PAGE": "0",
-                   "GPUINFRA_EFA_DEVICES": str(efa), **extra_env, **CLUSTER_ENV, **SCRATCH_ENV}
+    assert argv == [
+        *DOCKER,
+        "--cap-add",
+        "IPC_LOCK",
+        *sum((["--device", d] for d in uverbs(efa)), []),
+        "-v",
+        "/scratch:/scratch",
+        *node.expected_tail(image=built),
+    ]
+    assert env == {
+        "NCCL_SOCKET_IFNAME": "^docker,lo,veth",
+        "NCCL_DEBUG": "WARN",
+        "FI_EFA_USE_HUGE_PAGE": "0",
+        "GPUINFRA_EFA_DEVICES": str(efa),
+        **extra_env,
+        **CLUSTER_ENV,
+        **SCRATCH_ENV,
+    }
     # the image was checked for the EFA user space and the aws-ofi-nccl plugin
     calls = node.calls.read_text()
     assert f"docker run --rm --entrypoint /bin/sh {built} -c ls /opt/amazon/efa/lib*/libfabric.so*" in calls
@@ -172,8 +235,13 @@ def test_aws_without_efa_runs_over_sockets(node_for):
     node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
     argv, env = node.dry_run()
     assert argv == [*DOCKER, "-v", "/scratch:/scratch", *node.expected_tail()]
-    assert env == {"NCCL_SOCKET_IFNAME": "^docker,lo,veth", "NCCL_DEBUG": "WARN", "NCCL_SHM_USE_CUDA_MEMCPY": "1",
-                   **CLUSTER_ENV, **SCRATCH_ENV}
+    assert env == {
+        "NCCL_SOCKET_IFNAME": "^docker,lo,veth",
+        "NCCL_DEBUG": "WARN",
+        "NCCL_SHM_USE_CUDA_MEMCPY": "1",
+        **CLUSTER_ENV,
+        **SCRATCH_ENV,
+    }
     assert node.calls.read_text() == ""  # nothing to check, no docker call before the run
 
 
@@ -183,9 +251,11 @@ def test_p5_with_a_missing_efa_device_stops_with_one_line(node_for):
     result = node.run("--dry-run", "--", "python", "train.py")
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1
-    assert result.stderr.startswith("gpuinfra-run: EFA is not ready on this node, missing: "
-                                    "1 of 32 devices (/dev/infiniband/uverbs31 ...). "
-                                    "NCCL would fall back to TCP sockets; devices: check the EFA driver")
+    assert result.stderr.startswith(
+        "gpuinfra-run: EFA is not ready on this node, missing: "
+        "1 of 32 devices (/dev/infiniband/uverbs31 ...). "
+        "NCCL would fall back to TCP sockets; devices: check the EFA driver"
+    )
 
 
 def test_an_image_without_efa_user_space_is_refused(node_for):
@@ -193,9 +263,11 @@ def test_an_image_without_efa_user_space_is_refused(node_for):
     node.devices(uverbs(4))
     result = node.run("--dry-run", "--image", IMAGE, "--", "python", "train.py", STUB_IMAGE_RC="2")
     assert result.returncode == 1
-    assert (f"missing: EFA user space (libfabric) in {IMAGE} (/opt/amazon/efa/lib*/libfabric.so*); "
-            f"aws-ofi-nccl NCCL plugin in {IMAGE} (/opt/amazon/ofi-nccl/lib/libnccl-net.so). "
-            "NCCL would fall back to TCP sockets") in result.stderr
+    assert (
+        f"missing: EFA user space (libfabric) in {IMAGE} (/opt/amazon/efa/lib*/libfabric.so*); "
+        f"aws-ofi-nccl NCCL plugin in {IMAGE} (/opt/amazon/ofi-nccl/lib/libnccl-net.so). "
+        "NCCL would fall back to TCP sockets"
+    ) in result.stderr
     assert "journalctl -u gpuinfra-image" in result.stderr and "--image" in result.stderr
 
 
@@ -213,26 +285,45 @@ def test_a3_high_tcpx_mounts_the_plugin_and_rxdm_sockets(node_for):
     (node.root / "run" / "tcpx").mkdir(parents=True)
     node.nics(TCPX_NICS)
     argv, env = node.dry_run()
-    assert argv == [*DOCKER, "--cap-add", "IPC_LOCK", "-v", "/scratch:/scratch",
-                    "-v", "/var/lib/tcpx/lib64:/var/lib/tcpx/lib64:ro", "-v", "/run/tcpx:/run/tcpx",
-                    *node.expected_tail(wrapper=True)]
+    assert argv == [
+        *DOCKER,
+        "--cap-add",
+        "IPC_LOCK",
+        "-v",
+        "/scratch:/scratch",
+        "-v",
+        "/var/lib/tcpx/lib64:/var/lib/tcpx/lib64:ro",
+        "-v",
+        "/run/tcpx:/run/tcpx",
+        *node.expected_tail(wrapper=True),
+    ]
     assert env == {
         # nccl.env (gpuinfra/plan/gcp.py nccl_env "tcpx")
-        "NCCL_NET": "GPUDirectTCPX_v7", "NCCL_SOCKET_IFNAME": "enp0s12", "NCCL_GPUDIRECTTCPX_CTRL_DEV": "enp0s12",
-        "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "enp6s0,enp12s0,enp134s0,enp140s0", "NCCL_CROSS_NIC": "0",
-        "NCCL_ALGO": "Ring", "NCCL_PROTO": "Simple", "NCCL_NSOCKS_PERTHREAD": "4", "NCCL_SOCKET_NTHREADS": "1",
-        "NCCL_DYNAMIC_CHUNK_SIZE": "524288", "NCCL_P2P_NET_CHUNKSIZE": "524288", "NCCL_P2P_PCI_CHUNKSIZE": "524288",
-        "NCCL_P2P_NVL_CHUNKSIZE": "1048576", "NCCL_BUFFSIZE": "4194304", "NCCL_NET_GDR_LEVEL": "PIX",
-        "NCCL_P2P_PXN_LEVEL": "0", "GPUINFRA_NCCL_PLUGIN_DIR": "/var/lib/tcpx/lib64",
+        "NCCL_NET": "GPUDirectTCPX_v7",
+        "NCCL_SOCKET_IFNAME": "enp0s12",
+        "NCCL_GPUDIRECTTCPX_CTRL_DEV": "enp0s12",
+        "NCCL_GPUDIRECTTCPX_SOCKET_IFNAME": "enp6s0,enp12s0,enp134s0,enp140s0",
+        "NCCL_CROSS_NIC": "0",
+        "NCCL_ALGO": "Ring",
+        "NCCL_PROTO": "Simple",
+        "NCCL_NSOCKS_PERTHREAD": "4",
+        "NCCL_SOCKET_NTHREADS": "1",
+        "NCCL_DYNAMIC_CHUNK_SIZE": "524288",
+        "NCCL_P2P_NET_CHUNKSIZE": "524288",
+        "NCCL_P2P_PCI_CHUNKSIZE": "524288",
+        "NCCL_P2P_NVL_CHUNKSIZE": "1048576",
+        "NCCL_BUFFSIZE": "4194304",
+        "NCCL_NET_GDR_LEVEL": "PIX",
+        "NCCL_P2P_PXN_LEVEL": "0",
+        "GPUINFRA_NCCL_PLUGIN_DIR": "/var/lib/tcpx/lib64",
         # the runtime's additions (cluster-toolkit a3-highgpu-8g run-nccl-tests.sh L62-67)
         "NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX": "/run/tcpx",
         "NCCL_GPUDIRECTTCPX_PROGRAM_FLOW_STEERING_WAIT_MICROS": "500000",
-        "NCCL_GPUDIRECTTCPX_TX_BINDINGS":
-            "enp6s0:8-21,112-125;enp12s0:8-21,112-125;enp134s0:60-73,164-177;enp140s0:60-73,164-177",
-        "NCCL_GPUDIRECTTCPX_RX_BINDINGS":
-            "enp6s0:22-35,126-139;enp12s0:22-35,126-139;enp134s0:74-87,178-191;enp140s0:74-87,178-191",
+        "NCCL_GPUDIRECTTCPX_TX_BINDINGS": "enp6s0:8-21,112-125;enp12s0:8-21,112-125;enp134s0:60-73,164-177;enp140s0:60-73,164-177",
+        "NCCL_GPUDIRECTTCPX_RX_BINDINGS": "enp6s0:22-35,126-139;enp12s0:22-35,126-139;enp134s0:74-87,178-191;enp140s0:74-87,178-191",
         "GPUINFRA_LD_LIBRARY_PATH": "/var/lib/tcpx/lib64",
-        **CLUSTER_ENV, **SCRATCH_ENV,
+        **CLUSTER_ENV,
+        **SCRATCH_ENV,
     }
     assert "systemctl is-active --quiet gpuinfra-rxdm.service" in node.calls.read_text()
 
@@ -240,30 +331,44 @@ def test_a3_high_tcpx_mounts_the_plugin_and_rxdm_sockets(node_for):
 def test_a3_mega_tcpxo_mounts_plugin_and_aperture_devices_and_reads_the_plugin_profile(node_for):
     node = node_for(gcp_files("a3-megagpu-8g", profile="llm-pretrain"))
     # the installer's profile: its interface names are GKE's and get overridden by nccl.env
-    node.write("/var/lib/tcpxo/lib64/nccl-env-profile.sh",
-               'export NCCL_FASTRAK_NUM_FLOWS=2\nexport NCCL_FASTRAK_IFNAME=eth1,eth2\n'
-               'export NCCL_TUNER_CONFIG_PATH="${NCCL_LIB_DIR}/a3plus_tuner_config.textproto"\n'
-               'export LD_LIBRARY_PATH="${NCCL_LIB_DIR}"\necho noise\n')
+    node.write(
+        "/var/lib/tcpxo/lib64/nccl-env-profile.sh",
+        "export NCCL_FASTRAK_NUM_FLOWS=2\nexport NCCL_FASTRAK_IFNAME=eth1,eth2\n"
+        'export NCCL_TUNER_CONFIG_PATH="${NCCL_LIB_DIR}/a3plus_tuner_config.textproto"\n'
+        'export LD_LIBRARY_PATH="${NCCL_LIB_DIR}"\necho noise\n',
+    )
     node.write("/dev/aperture_devices/0000:06:00.1/resource0")
     node.nics(TCPXO_NICS)
     argv, env = node.dry_run()
     assert _devices(argv) == []
-    assert argv == [*DOCKER, "--cap-add", "IPC_LOCK", "-v", "/scratch:/scratch",
-                    "-v", "/var/lib/tcpxo/lib64:/var/lib/tcpxo/lib64:ro",
-                    "-v", "/dev/aperture_devices:/dev/aperture_devices", *node.expected_tail(wrapper=True)]
+    assert argv == [
+        *DOCKER,
+        "--cap-add",
+        "IPC_LOCK",
+        "-v",
+        "/scratch:/scratch",
+        "-v",
+        "/var/lib/tcpxo/lib64:/var/lib/tcpxo/lib64:ro",
+        "-v",
+        "/dev/aperture_devices:/dev/aperture_devices",
+        *node.expected_tail(wrapper=True),
+    ]
     assert env == {
         "NCCL_FASTRAK_NUM_FLOWS": "2",
         "NCCL_FASTRAK_IFNAME": ",".join(TCPXO_NICS),  # 8 GPU NICs, nccl.env wins over the profile
         "NCCL_TUNER_CONFIG_PATH": "/var/lib/tcpxo/lib64/a3plus_tuner_config.textproto",
-        "NCCL_FASTRAK_CTRL_DEV": "enp0s12", "NCCL_SOCKET_IFNAME": "enp0s12",
+        "NCCL_FASTRAK_CTRL_DEV": "enp0s12",
+        "NCCL_SOCKET_IFNAME": "enp0s12",
         "NCCL_FASTRAK_LLCM_DEVICE_DIRECTORY": "/dev/aperture_devices",
         "GPUINFRA_NCCL_ENV_PROFILE": "/var/lib/tcpxo/lib64/nccl-env-profile.sh",
         "GPUINFRA_NCCL_PLUGIN_DIR": "/var/lib/tcpxo/lib64",
         "GPUINFRA_LD_LIBRARY_PATH": "/var/lib/tcpxo/lib64",
-        **CLUSTER_ENV, **SCRATCH_ENV,
+        **CLUSTER_ENV,
+        **SCRATCH_ENV,
     }
-    runtime = gcp_fabric("tcpxo", make_spec("a3-megagpu-8g", cloud="gcp", profile="llm-pretrain").facts,
-                         nccl_env("tcpxo"))
+    runtime = gcp_fabric(
+        "tcpxo", make_spec("a3-megagpu-8g", cloud="gcp", profile="llm-pretrain").facts, nccl_env("tcpxo")
+    )
     assert runtime.gpu_nics == tuple(TCPXO_NICS) and runtime.rxdm_unit == "gpuinfra-rxdm.service"
     assert runtime.rxdm_image == "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23"
 
@@ -282,36 +387,58 @@ def test_a3_mega_without_its_host_stack_names_everything_missing_in_one_line(nod
         "GPU NIC enp141s0 (absent or down); GPU NIC enp142s0 (absent or down). "
         "NCCL would fall back to TCP sockets; the GPUDirect-TCPXO host stack is not ready: see journalctl -u "
         "gpuinfra-fabric-host -u gpuinfra-rxdm, or run sudo /usr/local/sbin/gpuinfra-fabric-host; or use a profile "
-        "with high_bandwidth_networking: off\n")
+        "with high_bandwidth_networking: off\n"
+    )
 
 
 def test_a3_ultra_gib_passes_eight_rdma_devices_and_the_gib_tree(node_for):
     node = node_for(gcp_files("a3-ultragpu-8g", spot=True))
     node.devices(uverbs(8))
     node.write("/usr/local/gib/lib64/libnccl-net.so")
-    node.write("/usr/local/gib/scripts/set_nccl_env.sh",
-               "export NCCL_NET=gIB\nexport NCCL_IB_TC=52\nexport NCCL_IB_QPS_PER_CONNECTION=4\n")
+    node.write(
+        "/usr/local/gib/scripts/set_nccl_env.sh",
+        "export NCCL_NET=gIB\nexport NCCL_IB_TC=52\nexport NCCL_IB_QPS_PER_CONNECTION=4\n",
+    )
     argv, env = node.dry_run()
-    assert argv == [*DOCKER, "--cap-add", "IPC_LOCK", *sum((["--device", d] for d in uverbs(8)), []),
-                    "-v", "/scratch:/scratch", "-v", "/usr/local/gib:/usr/local/gib:ro",
-                    *node.expected_tail(wrapper=True)]
+    assert argv == [
+        *DOCKER,
+        "--cap-add",
+        "IPC_LOCK",
+        *sum((["--device", d] for d in uverbs(8)), []),
+        "-v",
+        "/scratch:/scratch",
+        "-v",
+        "/usr/local/gib:/usr/local/gib:ro",
+        *node.expected_tail(wrapper=True),
+    ]
     assert env == {
-        "NCCL_NET": "gIB", "NCCL_IB_TC": "52", "NCCL_IB_QPS_PER_CONNECTION": "4",
-        "NCCL_CROSS_NIC": "0", "NCCL_NET_GDR_LEVEL": "PIX", "NCCL_P2P_NET_CHUNKSIZE": "131072",
-        "NCCL_NVLS_CHUNKSIZE": "524288", "NCCL_IB_GID_INDEX": "3", "NCCL_IB_ADAPTIVE_ROUTING": "1",
-        "NCCL_IB_FIFO_TC": "84", "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config.txtpb",
+        "NCCL_NET": "gIB",
+        "NCCL_IB_TC": "52",
+        "NCCL_IB_QPS_PER_CONNECTION": "4",
+        "NCCL_CROSS_NIC": "0",
+        "NCCL_NET_GDR_LEVEL": "PIX",
+        "NCCL_P2P_NET_CHUNKSIZE": "131072",
+        "NCCL_NVLS_CHUNKSIZE": "524288",
+        "NCCL_IB_GID_INDEX": "3",
+        "NCCL_IB_ADAPTIVE_ROUTING": "1",
+        "NCCL_IB_FIFO_TC": "84",
+        "NCCL_TUNER_CONFIG_PATH": "/usr/local/gib/configs/tuner_config.txtpb",
         "GPUINFRA_NCCL_PLUGIN_DIR": "/usr/local/gib/lib64",
         "NCCL_SOCKET_IFNAME": "enp0s19,enp192s20",
         "GPUINFRA_LD_LIBRARY_PATH": "/usr/local/gib/lib64",
-        **CLUSTER_ENV, **SCRATCH_ENV,
+        **CLUSTER_ENV,
+        **SCRATCH_ENV,
     }
 
 
-@pytest.mark.parametrize(("machine_type", "kw"), [
-    ("a2-highgpu-8g", {}),
-    ("g2-standard-48", {}),
-    ("n1-standard-16", {"gpus": "1xT4", "profile": "dev"}),
-])
+@pytest.mark.parametrize(
+    ("machine_type", "kw"),
+    [
+        ("a2-highgpu-8g", {}),
+        ("g2-standard-48", {}),
+        ("n1-standard-16", {"gpus": "1xT4", "profile": "dev"}),
+    ],
+)
 def test_gcp_families_without_gpu_nics_run_over_sockets(node_for, machine_type, kw):
     node = node_for(gcp_files(machine_type, **kw))
     argv, env = node.dry_run()
@@ -326,21 +453,25 @@ def test_gcp_fabric_is_read_from_the_facts():
     assert gcp_fabric(layout, spec.facts, nccl_env(layout)).gpu_nics == tuple(TCPX_NICS)
     # high-bandwidth networking off: the plan's layout is gvnic, so sockets
     assert gcp_fabric("gvnic", spec.facts, nccl_env("gvnic")).fabric == "sockets"
-    four = spec.facts.model_copy(update={"networks": spec.facts.networks[:1] + (
-        spec.facts.networks[1].model_copy(update={"count": 2}),)})
+    four = spec.facts.model_copy(
+        update={"networks": spec.facts.networks[:1] + (spec.facts.networks[1].model_copy(update={"count": 2}),)}
+    )
     with pytest.raises(ValueError, match="names 4 NICs, the facts say 2 GPU NICs"):
         gcp_fabric("tcpx", four, nccl_env("tcpx"))
 
 
 # --------------------------------------------------------------------------------- the script itself
 
+
 def test_waits_for_the_ranks_and_says_why_it_gave_up(node_for):
     node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
     (node.root / "etc" / "gpuinfra" / "cluster.env").unlink()
     result = node.run("--wait", "0", "--dry-run", "--", "python", "train.py")
     assert result.returncode == 1
-    assert result.stderr == ("gpuinfra-run: no ranks after 0 s: /etc/gpuinfra/cluster.env is written once all "
-                             "nodes are known (journalctl -u gpuinfra-cluster-env)\n")
+    assert result.stderr == (
+        "gpuinfra-run: no ranks after 0 s: /etc/gpuinfra/cluster.env is written once all "
+        "nodes are known (journalctl -u gpuinfra-cluster-env)\n"
+    )
 
 
 def test_options_image_no_torchrun_and_checkpoints_outside_scratch(node_for):
@@ -350,7 +481,7 @@ def test_options_image_no_torchrun_and_checkpoints_outside_scratch(node_for):
     assert result.returncode == 0, result.stderr
     argv = shlex.split(result.stdout)
     assert _volumes(argv) == ["/scratch:/scratch", "/data/ckpt:/data/ckpt", f"{node.work}:{node.work}"]
-    assert argv[argv.index("my/image:1"):] == ["my/image:1", "bash", "-c", "echo $RANK"]
+    assert argv[argv.index("my/image:1") :] == ["my/image:1", "bash", "-c", "echo $RANK"]
     assert "GPUINFRA_CHECKPOINT_DIR=/data/ckpt" in (node.root / "run" / "gpuinfra" / "run.env").read_text()
     assert (node.root / "data" / "ckpt").is_dir()
 
@@ -362,11 +493,14 @@ def test_an_image_that_cannot_be_pulled_is_named(node_for):
     assert result.returncode == 1 and result.stderr == f"gpuinfra-run: docker cannot pull or start {IMAGE}\n"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((), "no command; usage: gpuinfra-run"),
-    (("--bogus", "--", "x"), "unknown argument '--bogus'"),
-    (("--wait", "soon", "--", "x"), "--wait takes whole seconds"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "no command; usage: gpuinfra-run"),
+        (("--bogus", "--", "x"), "unknown argument '--bogus'"),
+        (("--wait", "soon", "--", "x"), "--wait takes whole seconds"),
+    ],
+)
 def test_usage_errors(node_for, args, message):
     node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
     result = node.run(*args)
@@ -382,14 +516,17 @@ def test_a_profile_without_image_needs_image(node_for):
     assert result.stderr == "gpuinfra-run: the profile has no container image; pass --image IMAGE\n"
 
 
-@pytest.mark.parametrize("files", [
-    pytest.param(lambda: aws_files("p5.48xlarge"), id="p5"),
-    pytest.param(lambda: aws_files("g5.xlarge", nodes=1, profile="dev"), id="g5-sockets"),
-    pytest.param(lambda: gcp_files("a3-highgpu-8g", gcp_image=BAKED_TCPX_IMAGE), id="a3-high"),
-    pytest.param(lambda: gcp_files("a3-megagpu-8g", profile="llm-pretrain"), id="a3-mega"),
-    pytest.param(lambda: gcp_files("a3-ultragpu-8g", spot=True), id="a3-ultra"),
-    pytest.param(lambda: gcp_files("g2-standard-48"), id="g2"),
-])
+@pytest.mark.parametrize(
+    "files",
+    [
+        pytest.param(lambda: aws_files("p5.48xlarge"), id="p5"),
+        pytest.param(lambda: aws_files("g5.xlarge", nodes=1, profile="dev"), id="g5-sockets"),
+        pytest.param(lambda: gcp_files("a3-highgpu-8g", gcp_image=BAKED_TCPX_IMAGE), id="a3-high"),
+        pytest.param(lambda: gcp_files("a3-megagpu-8g", profile="llm-pretrain"), id="a3-mega"),
+        pytest.param(lambda: gcp_files("a3-ultragpu-8g", spot=True), id="a3-ultra"),
+        pytest.param(lambda: gcp_files("g2-standard-48"), id="g2"),
+    ],
+)
 def test_rendered_script_passes_shellcheck(files, tmp_path):
     path = tmp_path / "gpuinfra-run"
     path.write_text(files()[RUN_SCRIPT_PATH])
@@ -413,7 +550,7 @@ def test_gcp_startup_script_fetches_the_bundle_with_gpuinfra_run(tmp_path):
     spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
     plan = plan_gcp_cluster(spec)
     script = render_startup_script(spec, plan, "bucket-x")
-    assert "URL=gs://bucket-x/gpuinfra/node-bundle.json" in script and "gcloud storage cp \"$URL\"" in script
+    assert "URL=gs://bucket-x/gpuinfra/node-bundle.json" in script and 'gcloud storage cp "$URL"' in script
     assert gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).mode == "0755"
     path = tmp_path / "startup.sh"
     path.write_text(script)
@@ -423,13 +560,19 @@ def test_gcp_startup_script_fetches_the_bundle_with_gpuinfra_run(tmp_path):
 
 # --------------------------------------------------------------------------------- stack outputs
 
+
 def test_run_command_outputs():
     aws = make_spec("p5.48xlarge", nodes=2)
     result = preview(aws)
-    assert result.outputs["run_command"] == aws_run_command(aws.region, aws.stack) == (
-        f"aws ssm send-command --region {aws.region} --document-name AWS-RunShellScript "
-        f"--targets Key=tag:gpuinfra:stack,Values={aws.stack} "
-        "--parameters 'workingDirectory=[\"/scratch\"],commands=[\"gpuinfra-run -- python train.py\"]'")
+    assert (
+        result.outputs["run_command"]
+        == aws_run_command(aws.region, aws.stack)
+        == (
+            f"aws ssm send-command --region {aws.region} --document-name AWS-RunShellScript "
+            f"--targets Key=tag:gpuinfra:stack,Values={aws.stack} "
+            '--parameters \'workingDirectory=["/scratch"],commands=["gpuinfra-run -- python train.py"]\''
+        )
+    )
     gcp = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain")
     out = preview(gcp).outputs["run_command"]
     assert out == gcp_run_command(gcp.zone, "t-2-node", gcp.network.iap_ssh)
@@ -439,6 +582,7 @@ def test_run_command_outputs():
 
 # --------------------------------------------------------------------------------- health gate
 
+
 def test_enforce_refuses_a_node_that_failed_the_health_gate(node_for):
     node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
     node.write("/etc/gpuinfra/node.env", "GPUINFRA_HEALTH_GATE=enforce\n")
@@ -446,12 +590,16 @@ def test_enforce_refuses_a_node_that_failed_the_health_gate(node_for):
     result = node.run("--dry-run", "--", "python", "train.py")
     assert result.returncode == 1 and result.stderr == (
         "gpuinfra-run: this node failed the health gate: ecc: 2 uncorrectable volatile ECC errors on GPU 3 "
-        "(gpuinfra check STACK; --skip-health-gate to run anyway)\n")
+        "(gpuinfra check STACK; --skip-health-gate to run anyway)\n"
+    )
     assert node.run("--dry-run", "--skip-health-gate", "--", "python", "train.py").returncode == 0
     # no verdict yet: waits, then gives up with the unit to look at
     (node.root / "run/gpuinfra/health-failed").unlink()
     waited = node.run("--wait", "0", "--dry-run", "--", "python", "train.py")
-    assert waited.returncode == 1 and "the health gate has not passed after 0 s (journalctl -u gpuinfra-health" in waited.stderr
+    assert (
+        waited.returncode == 1
+        and "the health gate has not passed after 0 s (journalctl -u gpuinfra-health" in waited.stderr
+    )
     node.write("/run/gpuinfra/health-passed", "2026-11-23T08:00:00+00:00\n")
     assert node.run("--dry-run", "--", "python", "train.py").returncode == 0
 

@@ -20,8 +20,14 @@ from gpuinfra.plan.fabric import AWS_OFI_NCCL_VERSION, EFA_INSTALLER_VERSION, RU
 from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH
 from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.node_bundle import (ALLREDUCE_PATH, BUNDLE_KEY, EXPECTATIONS_PATH, NODE_MODULES, NodeBundle,
-                                       fetch_script)
+from gpuinfra.plan.node_bundle import (
+    ALLREDUCE_PATH,
+    BUNDLE_KEY,
+    EXPECTATIONS_PATH,
+    NODE_MODULES,
+    NodeBundle,
+    fetch_script,
+)
 from tests.blueprints.helpers import make_spec, need_tool, preview
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,10 +39,19 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
     spec = make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain")
     bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
     assert bundle.units == ["gpuinfra-image.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"]
-    assert sorted(f.path for f in bundle.files) == sorted([
-        "/etc/gpuinfra/image/Dockerfile", "/etc/systemd/system/gpuinfra-image.service", RUN_SCRIPT_PATH,
-        "/etc/systemd/system/gpuinfra-monitoring.service", "/usr/local/sbin/gpuinfra-monitoring",
-        *MODULE_PATHS, ALLREDUCE_PATH, EXPECTATIONS_PATH, "/etc/systemd/system/gpuinfra-health.service"])
+    assert sorted(f.path for f in bundle.files) == sorted(
+        [
+            "/etc/gpuinfra/image/Dockerfile",
+            "/etc/systemd/system/gpuinfra-image.service",
+            RUN_SCRIPT_PATH,
+            "/etc/systemd/system/gpuinfra-monitoring.service",
+            "/usr/local/sbin/gpuinfra-monitoring",
+            *MODULE_PATHS,
+            ALLREDUCE_PATH,
+            EXPECTATIONS_PATH,
+            "/etc/systemd/system/gpuinfra-health.service",
+        ]
+    )
     assert bundle.file("/usr/local/sbin/gpuinfra-monitoring").mode == "0755"
     build = efa_image_build(IMAGE)
     image_unit = bundle.file("/etc/systemd/system/gpuinfra-image.service").content
@@ -46,15 +61,18 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
     start = next(line for line in image_unit.splitlines() if line.startswith("ExecStart="))
     argv = shlex.split(start.removeprefix("ExecStart=").replace("$$", "$"))
     assert argv[:2] == ["/bin/sh", "-c"] and argv[3:] == ["sh", IMAGE, build.tag, "/etc/gpuinfra/image"]
-    assert argv[2].startswith("for _ in 1 2 3; do if docker run --rm --entrypoint /bin/sh \"$1\" -c \"ls "
-                              "/opt/amazon/efa/lib*/libfabric.so* /opt/amazon/ofi-nccl/lib/libnccl-net.so\"")
+    assert argv[2].startswith(
+        'for _ in 1 2 3; do if docker run --rm --entrypoint /bin/sh "$1" -c "ls '
+        '/opt/amazon/efa/lib*/libfabric.so* /opt/amazon/ofi-nccl/lib/libnccl-net.so"'
+    )
     assert 'then docker tag "$1" "$2" && exit 0; else docker build --tag "$2" "$3" && exit 0; fi' in argv[2]
     assert "Restart=" not in image_unit
-    assert (f"ExecCondition=/bin/sh -c '! docker image inspect \"$$1\" >/dev/null 2>&1' sh {build.tag}\n"
-            in image_unit)
+    assert f"ExecCondition=/bin/sh -c '! docker image inspect \"$$1\" >/dev/null 2>&1' sh {build.tag}\n" in image_unit
     health_unit = bundle.file("/etc/systemd/system/gpuinfra-health.service").content
-    assert ("After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
-            "gpuinfra-image.service\n" in health_unit)
+    assert (
+        "After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
+        "gpuinfra-image.service\n" in health_unit
+    )
     assert "ExecStart=/usr/bin/python3 -m gpuinfra.health.node run\n" in health_unit
     assert "Environment=PYTHONPATH=/usr/local/lib/gpuinfra\n" in health_unit
     # gpuinfra-run runs the built image by default
@@ -62,8 +80,11 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
     expected = json.loads(bundle.file(EXPECTATIONS_PATH).content)
     # the stack's expectations, the stack file's time (older results are another deployment's) and
     # the baseline for a smaller world (none is cited for 1 x p5 over EFA: empty)
-    assert expected == {**expectations_for(spec).to_dict(), "results_not_before": "2026-11-22T01:00:00+00:00",
-                        "world_baselines": {}}
+    assert expected == {
+        **expectations_for(spec).to_dict(),
+        "results_not_before": "2026-11-22T01:00:00+00:00",
+        "world_baselines": {},
+    }
     # the node's modules are the repository's, byte for byte
     for path in MODULE_PATHS:
         rel = path.removeprefix("/usr/local/lib/gpuinfra/")
@@ -89,14 +110,15 @@ def test_efa_image_recipe_pins_the_efa_user_space():
 
 def test_every_run_step_of_the_efa_recipe_passes_shellcheck(tmp_path):
     text = efa_image_build(IMAGE).dockerfile.replace("\\\n", " ")
-    steps = [line[len("RUN "):] for line in text.splitlines() if line.startswith("RUN ")]
+    steps = [line[len("RUN ") :] for line in text.splitlines() if line.startswith("RUN ")]
     assert len(steps) == 4
     for index, step in enumerate(steps):
         path = tmp_path / f"step{index}.sh"
         # docker runs RUN lines with /bin/sh -c; the ARG values are in the environment
         path.write_text(f"#!/bin/sh\nEFA_INSTALLER_VERSION=1\nAWS_OFI_NCCL_VERSION=1\n{step}\n")
-        check = subprocess.run([need_tool("shellcheck"), "--severity=style", "-e", "SC2034", str(path)],
-                               capture_output=True, text=True)
+        check = subprocess.run(
+            [need_tool("shellcheck"), "--severity=style", "-e", "SC2034", str(path)], capture_output=True, text=True
+        )
         assert check.returncode == 0, f"RUN {step}\n{check.stdout}"
 
 
@@ -105,22 +127,32 @@ def test_nodes_without_efa_or_image_build_nothing():
     bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
     assert bundle.units == ["gpuinfra-monitoring.service", "gpuinfra-health.service"]
     assert f"IMAGE={IMAGE}\n" in bundle.file(RUN_SCRIPT_PATH).content
-    off = spec.profile.model_copy(update={"health_gate": "off",
-                                          "monitoring": spec.profile.monitoring.model_copy(update={"enabled": False})})
+    off = spec.profile.model_copy(
+        update={"health_gate": "off", "monitoring": spec.profile.monitoring.model_copy(update={"enabled": False})}
+    )
     bundle = aws_node_bundle(spec.model_copy(update={"profile": off}), plan_aws_cluster(spec))
     assert bundle.units == [] and ALLREDUCE_PATH in [f.path for f in bundle.files]
 
 
-@pytest.mark.parametrize(("machine", "profile", "units"), [
-    # A3 Mega: TCPXO host stack installed at boot, the gate after it
-    ("a3-megagpu-8g", "llm-pretrain", ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service",
-                                       "gpuinfra-health.service"]),
-    ("a3-ultragpu-8g", "llm-pretrain", ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service",
-                                        "gpuinfra-health.service"]),
-    # A3 High without a baked image: plain networking, nothing to install
-    ("a3-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
-    ("a2-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
-])
+@pytest.mark.parametrize(
+    ("machine", "profile", "units"),
+    [
+        # A3 Mega: TCPXO host stack installed at boot, the gate after it
+        (
+            "a3-megagpu-8g",
+            "llm-pretrain",
+            ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"],
+        ),
+        (
+            "a3-ultragpu-8g",
+            "llm-pretrain",
+            ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"],
+        ),
+        # A3 High without a baked image: plain networking, nothing to install
+        ("a3-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
+        ("a2-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
+    ],
+)
 def test_gcp_bundles_install_the_fabric_host_stack_where_it_can_be(machine, profile, units):
     spec = make_spec(machine, nodes=2, profile=profile, cloud="gcp", spot=machine == "a3-ultragpu-8g")
     bundle = gcp_node_bundle(spec, plan_gcp_cluster(spec))
@@ -130,8 +162,10 @@ def test_gcp_bundles_install_the_fabric_host_stack_where_it_can_be(machine, prof
     if "gpuinfra-fabric-host.service" in units:
         assert bundle.file(HOST_SCRIPT_PATH).mode == "0755"
         # after the host stack and after the boot's pre-pull of the image its all-reduce runs in
-        assert ("After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
-                "gpuinfra-fabric-host.service gpuinfra-prepull.service\n") in bundle.file("/etc/systemd/system/gpuinfra-health.service").content
+        assert (
+            "After=network-online.target gpuinfra-bundle.service docker.service gpuinfra-scratch.service "
+            "gpuinfra-fabric-host.service gpuinfra-prepull.service\n"
+        ) in bundle.file("/etc/systemd/system/gpuinfra-health.service").content
 
 
 def test_bundle_document_is_deterministic_and_refuses_bad_paths():
@@ -139,9 +173,14 @@ def test_bundle_document_is_deterministic_and_refuses_bad_paths():
     bundle.add("/b", "two")
     bundle.add("/a", "one\n", "0755")
     doc = json.loads(bundle.to_json())
-    assert doc == {"schema_version": "1", "units": [],
-                   "files": [{"path": "/a", "mode": "0755", "content": "one\n"},
-                             {"path": "/b", "mode": "0644", "content": "two\n"}]}
+    assert doc == {
+        "schema_version": "1",
+        "units": [],
+        "files": [
+            {"path": "/a", "mode": "0755", "content": "one\n"},
+            {"path": "/b", "mode": "0644", "content": "two\n"},
+        ],
+    }
     with pytest.raises(ValueError, match="already has /a"):
         bundle.add("/a", "x")
     with pytest.raises(ValueError, match="'rel' is not absolute"):
@@ -190,12 +229,17 @@ def test_fetch_script_installs_the_files_and_starts_the_units(tmp_path, cloud):
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "BUNDLE": str(tmp_path / "bundle.json")}
     result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
-    fetched = ("aws s3 cp --only-show-errors --region us-east-1 s3://bkt/gpuinfra/node-bundle.json" if cloud == "aws"
-               else "gcloud storage cp gs://bkt/gpuinfra/node-bundle.json")
+    fetched = (
+        "aws s3 cp --only-show-errors --region us-east-1 s3://bkt/gpuinfra/node-bundle.json"
+        if cloud == "aws"
+        else "gcloud storage cp gs://bkt/gpuinfra/node-bundle.json"
+    )
     assert calls.read_text().splitlines() == [
-        f"{fetched} {tmp_path}/run/node-bundle.json.tmp", "systemctl daemon-reload",
+        f"{fetched} {tmp_path}/run/node-bundle.json.tmp",
+        "systemctl daemon-reload",
         "systemctl enable --now --no-block gpuinfra-health.service",
-        "systemctl enable --now --no-block gpuinfra-image.service"]
+        "systemctl enable --now --no-block gpuinfra-image.service",
+    ]
     tool = root / "usr/local/bin/tool"
     assert tool.read_text() == "#!/bin/sh\necho hi\n" and oct(tool.stat().st_mode & 0o777) == "0o755"
     assert oct((root / "etc/gpuinfra/x.json").stat().st_mode & 0o777) == "0o644"
@@ -210,8 +254,12 @@ def test_nodes_cannot_rewrite_the_bundle_they_run():
 
     doc = json.loads(bucket_policy_document("arn:aws:s3:::b"))
     (deny,) = [st for st in doc["Statement"] if st["Effect"] == "Deny"]
-    assert deny == {"Sid": "NodeBundleReadOnly", "Effect": "Deny", "Action": ["s3:PutObject", "s3:DeleteObject"],
-                    "Resource": ["arn:aws:s3:::b/gpuinfra/*"]}
+    assert deny == {
+        "Sid": "NodeBundleReadOnly",
+        "Effect": "Deny",
+        "Action": ["s3:PutObject", "s3:DeleteObject"],
+        "Resource": ["arn:aws:s3:::b/gpuinfra/*"],
+    }
     assert BUNDLE_KEY.startswith("gpuinfra/")
     allow = next(st for st in doc["Statement"] if st["Sid"] == "ReadWriteStackBucket")
     assert "s3:GetObject" in allow["Action"]  # health results, checkpoints and the bundle are read
@@ -232,7 +280,7 @@ def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
     else:
         spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
         text = fabric_host_unit(gcp_host_stack("tcpxo", spec.facts, nccl_env("tcpxo")))
-        assert "rc=$$?" in text and "exit \"$$rc\"" in text
+        assert "rc=$$?" in text and 'exit "$$rc"' in text
     line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))
     assert argv[:2] == ["/bin/sh", "-c"] and (len(argv) == 3 or argv[3] == "sh")

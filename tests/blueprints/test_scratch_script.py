@@ -15,8 +15,26 @@ import pytest
 from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.templating import render
 
-TOOLS = ["bash", "find", "readlink", "sort", "basename", "dirname", "grep", "cut", "ls", "mkdir", "chmod", "rm",
-         "cat", "env", "touch", "echo", "sleep", "head"]
+TOOLS = [
+    "bash",
+    "find",
+    "readlink",
+    "sort",
+    "basename",
+    "dirname",
+    "grep",
+    "cut",
+    "ls",
+    "mkdir",
+    "chmod",
+    "rm",
+    "cat",
+    "env",
+    "touch",
+    "echo",
+    "sleep",
+    "head",
+]
 STUB = """#!/bin/bash
 echo "$(basename "$0") $*" >> "$STUB_CALLS"
 case "$(basename "$0")" in
@@ -32,7 +50,9 @@ esac
 class Node:
     """A fake node: ``root`` holds dev/, sys/, proc/, run/; ``bin`` the stand-ins."""
 
-    def __init__(self, tmp_path: Path, stubs=("mountpoint", "mdadm", "blkid", "mkfs.ext4", "mount", "logger", "systemctl")):
+    def __init__(
+        self, tmp_path: Path, stubs=("mountpoint", "mdadm", "blkid", "mkfs.ext4", "mount", "logger", "systemctl")
+    ):
         self.root = tmp_path / "root"
         self.bin = tmp_path / "bin"
         self.calls = tmp_path / "calls.log"
@@ -60,16 +80,30 @@ class Node:
             (self.root / "dev" / "disk" / "by-id" / link).symlink_to(device)
         return str(device)
 
-    def run(self, existing_mount: str = "", expected: int | None = None, **env_extra: str) -> subprocess.CompletedProcess:
+    def run(
+        self, existing_mount: str = "", expected: int | None = None, **env_extra: str
+    ) -> subprocess.CompletedProcess:
         glob = "*NVMe_Instance_Storage*"
         expected = len(list((self.root / "sys" / "class" / "block").glob("*"))) if expected is None else expected
-        script = render("scratch-raid0.sh.j2", mount_point=str(self.mount_point), device_glob=glob,
-                        existing_mount=existing_mount, expected_disks=expected, device_wait_seconds=1,
-                        failed_file=SCRATCH_FAILED_PATH)
+        script = render(
+            "scratch-raid0.sh.j2",
+            mount_point=str(self.mount_point),
+            device_glob=glob,
+            existing_mount=existing_mount,
+            expected_disks=expected,
+            device_wait_seconds=1,
+            failed_file=SCRATCH_FAILED_PATH,
+        )
         path = self.root.parent / "scratch.sh"
         path.write_text(script)
-        env = {"PATH": str(self.bin), "GPUINFRA_SCRATCH_SYSROOT": str(self.root), "STUB_CALLS": str(self.calls),
-               "STUB_MOUNTED": str(self.mounted), "HOME": str(self.root), **env_extra}
+        env = {
+            "PATH": str(self.bin),
+            "GPUINFRA_SCRATCH_SYSROOT": str(self.root),
+            "STUB_CALLS": str(self.calls),
+            "STUB_MOUNTED": str(self.mounted),
+            "HOME": str(self.root),
+            **env_extra,
+        }
         return subprocess.run([str(self.bin / "bash"), str(path)], env=env, capture_output=True, text=True, timeout=60)
 
     def called(self, tool: str) -> list[str]:
@@ -85,8 +119,14 @@ def node(tmp_path):
 
 def test_fresh_boot_builds_one_array_from_each_disk_once(node):
     # two by-id names per disk, as EC2 gives instance-store NVMe (namespace and _1 links)
-    disks = [node.disk(f"nvme{i}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}",
-                       f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}_1") for i in (1, 2, 3, 4)]
+    disks = [
+        node.disk(
+            f"nvme{i}n1",
+            f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}",
+            f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}_1",
+        )
+        for i in (1, 2, 3, 4)
+    ]
     result = node.run()
     assert result.returncode == 0, result.stdout + result.stderr
     md = f"{node.root}/dev/md/gpuinfra-scratch"
@@ -104,28 +144,39 @@ def test_reboot_reuses_the_array_udev_assembled(node):
         node.disk(f"nvme{i}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}", holder="md127")
     result = node.run()
     assert result.returncode == 0, result.stdout + result.stderr
-    assert node.called("mdadm") == [] and node.called("mkfs.ext4") == [f"mkfs.ext4 -F -m 0 -E lazy_itable_init=1,lazy_journal_init=1 {node.root}/dev/md127"]
+    assert node.called("mdadm") == [] and node.called("mkfs.ext4") == [
+        f"mkfs.ext4 -F -m 0 -E lazy_itable_init=1,lazy_journal_init=1 {node.root}/dev/md127"
+    ]
     assert node.called("mount") == [f"mount -o defaults,noatime {node.root}/dev/md127 {node.mount_point}"]
     assert "reusing array md127 of 2 disk(s)" in result.stdout
 
 
 @pytest.mark.parametrize("case", ["mounted-elsewhere", "held-by-lvm", "split-arrays"])
 def test_nvme_that_cannot_be_used_fails_loudly_instead_of_using_the_root_disk(node, case):
-    first = node.disk("nvme1n1", "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1",
-                      holder={"held-by-lvm": "dm-0", "split-arrays": "md126"}.get(case))
-    node.disk("nvme2n1", "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS2", holder="md127" if case == "split-arrays" else None)
+    first = node.disk(
+        "nvme1n1",
+        "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS1",
+        holder={"held-by-lvm": "dm-0", "split-arrays": "md126"}.get(case),
+    )
+    node.disk(
+        "nvme2n1", "nvme-Amazon_EC2_NVMe_Instance_Storage_AWS2", holder="md127" if case == "split-arrays" else None
+    )
     if case == "mounted-elsewhere":
         (node.root / "proc" / "mounts").write_text(f"{first} /mnt/data ext4 rw 0 0\n")
     result = node.run()
     assert result.returncode == 1
     reason = (node.root / "run" / "gpuinfra" / "scratch-failed").read_text().strip()
-    assert {"mounted-elsewhere": f"{first} is mounted elsewhere (/mnt/data)",
-            "held-by-lvm": f"{first} is in use by dm-0",
-            "split-arrays": "the local NVMe disks belong to different arrays (md126, md127)"}[case] in reason
+    assert {
+        "mounted-elsewhere": f"{first} is mounted elsewhere (/mnt/data)",
+        "held-by-lvm": f"{first} is in use by dm-0",
+        "split-arrays": "the local NVMe disks belong to different arrays (md126, md127)",
+    }[case] in reason
     assert f"ERROR: {reason}" in result.stdout
     assert node.called("mkfs.ext4") == []
     # chmod does not stop root: a read-only tmpfs covers the mount point instead
-    assert node.called("mount") == [f"mount -t tmpfs -o ro,size=4k,mode=0555 gpuinfra-scratch-failed {node.mount_point}"]
+    assert node.called("mount") == [
+        f"mount -t tmpfs -o ro,size=4k,mode=0555 gpuinfra-scratch-failed {node.mount_point}"
+    ]
 
 
 def test_mdadm_missing_and_not_installable_fails_loudly(tmp_path):
@@ -134,7 +185,9 @@ def test_mdadm_missing_and_not_installable_fails_loudly(tmp_path):
         node.disk(f"nvme{i}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}")
     result = node.run()
     assert result.returncode == 1
-    assert "mdadm is missing and could not be installed" in (node.root / "run" / "gpuinfra" / "scratch-failed").read_text()
+    assert (
+        "mdadm is missing and could not be installed" in (node.root / "run" / "gpuinfra" / "scratch-failed").read_text()
+    )
 
 
 def test_a_machine_without_local_nvme_gets_a_folder(node):
@@ -150,8 +203,11 @@ def test_missing_disks_fail_instead_of_a_partial_array_or_the_root_disk(node, pr
         node.disk(f"nvme{i}n1", f"nvme-Amazon_EC2_NVMe_Instance_Storage_AWS{i}")
     result = node.run(expected=4)
     assert result.returncode == 1 and node.called("mdadm") == [] and node.called("mkfs.ext4") == []
-    assert (node.root / "run" / "gpuinfra" / "scratch-failed").read_text().startswith(
-        f"found {present} of the 4 local NVMe disks (*NVMe_Instance_Storage*) after 1 s")
+    assert (
+        (node.root / "run" / "gpuinfra" / "scratch-failed")
+        .read_text()
+        .startswith(f"found {present} of the 4 local NVMe disks (*NVMe_Instance_Storage*) after 1 s")
+    )
 
 
 def test_a_reboot_keeps_the_data_on_an_existing_filesystem(node):

@@ -42,28 +42,33 @@ BRIDGE_ADDRESS = "10.77.0.1"
 METADATA_ADDRESS = "169.254.169.254"
 #: nspawn's exit status when the container rebooted (systemd-nspawn@.service: RestartForceExitStatus=133).
 EXIT_REBOOT = 133
-STANDIN_PROGRAMS = {"/usr/local/bin/aws": "aws", "/usr/local/bin/gcloud": "gcloud", "/usr/local/bin/docker": "docker",
-                    "/usr/local/bin/nvidia-smi": "nvidia-smi", "/usr/local/bin/fi_info": "fi_info",
-                    "/usr/local/sbin/shutdown": "shutdown"}
+STANDIN_PROGRAMS = {
+    "/usr/local/bin/aws": "aws",
+    "/usr/local/bin/gcloud": "gcloud",
+    "/usr/local/bin/docker": "docker",
+    "/usr/local/bin/nvidia-smi": "nvidia-smi",
+    "/usr/local/bin/fi_info": "fi_info",
+    "/usr/local/sbin/shutdown": "shutdown",
+}
 #: Stand-in units for what the GPU images ship: Docker, the NVIDIA fabric manager. Daemons are
 #: daemons here too (``sleep infinity``): a finished oneshot was seen reported "failed" on a
 #: cgroup v1 host ("Failed to kill control group ... Input/output error").
 STANDIN_UNITS = {
     "docker.service": "[Unit]\nDescription=box stand-in for Docker\n[Service]\nExecStart=/bin/sleep infinity\n"
-                      "[Install]\nWantedBy=multi-user.target\n",
+    "[Install]\nWantedBy=multi-user.target\n",
     # nspawn mounts /sys before it joins the node's network namespace, so /sys/class/net lists the
     # host's interfaces; this remounts the two per-namespace folders from a sysfs mounted inside
     # (sysfs(5): network devices are shown for the mounting process's network namespace)
     "box-sysfs-net.service": "[Unit]\nDescription=box: /sys/class/net of this node's network namespace\n"
-                             "DefaultDependencies=no\nBefore=sysinit.target\n[Service]\nType=oneshot\n"
-                             "RemainAfterExit=yes\nExecStart=/bin/sh -c 'mkdir -p /run/box-sysfs && mount -t sysfs "
-                             "-o ro sysfs /run/box-sysfs && mount --bind /run/box-sysfs/class/net /sys/class/net && "
-                             "mount --bind /run/box-sysfs/devices/virtual/net /sys/devices/virtual/net'\n"
-                             "[Install]\nWantedBy=sysinit.target\n",
+    "DefaultDependencies=no\nBefore=sysinit.target\n[Service]\nType=oneshot\n"
+    "RemainAfterExit=yes\nExecStart=/bin/sh -c 'mkdir -p /run/box-sysfs && mount -t sysfs "
+    "-o ro sysfs /run/box-sysfs && mount --bind /run/box-sysfs/class/net /sys/class/net && "
+    "mount --bind /run/box-sysfs/devices/virtual/net /sys/devices/virtual/net'\n"
+    "[Install]\nWantedBy=sysinit.target\n",
     # a daemon, as the real one is: active from its start until the node stops
     "nvidia-fabricmanager.service": "[Unit]\nDescription=box stand-in for the NVIDIA fabric manager\n"
-                                    "DefaultDependencies=no\nBefore=basic.target\n[Service]\n"
-                                    "ExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n",
+    "DefaultDependencies=no\nBefore=basic.target\n[Service]\n"
+    "ExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n",
 }
 #: GCP: what the guest agent's google-startup-scripts.service does on every boot: its runner
 #: (``google_metadata_script_runner startup``) fetches the ``startup-script`` attribute and runs it
@@ -100,10 +105,10 @@ WantedBy=multi-user.target
 #: is searched before ``/etc/systemd/system``, systemd.unit(5)) and leaves what the stack leaves.
 TCPXO_STANDIN = {
     "gpuinfra-fabric-host.service": "[Unit]\nDescription=box stand-in for the TCPXO host stack\n[Service]\n"
-                                    "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'install -d "
-                                    "/var/lib/tcpxo/lib64 /dev/aperture_devices && : > "
-                                    "/var/lib/tcpxo/lib64/nccl-env-profile.sh && : > /dev/aperture_devices/0000:00:00.0"
-                                    " && systemctl start gpuinfra-rxdm.service'\n[Install]\nWantedBy=multi-user.target\n",
+    "Type=oneshot\nRemainAfterExit=yes\nExecStart=/bin/sh -c 'install -d "
+    "/var/lib/tcpxo/lib64 /dev/aperture_devices && : > "
+    "/var/lib/tcpxo/lib64/nccl-env-profile.sh && : > /dev/aperture_devices/0000:00:00.0"
+    " && systemctl start gpuinfra-rxdm.service'\n[Install]\nWantedBy=multi-user.target\n",
     "gpuinfra-rxdm.service": "[Unit]\nDescription=box stand-in for RxDM\n[Service]\nExecStart=/bin/sleep infinity\n",
 }
 COMMAND_TIMEOUT_SECONDS = 60
@@ -141,8 +146,17 @@ class Node:
         """Overlay the cached rootfs (lower, read-only) with this node's disk (upper)."""
         for sub in ("upper", "work", "merged"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        run(["mount", "-t", "overlay", "overlay", "-o",
-             f"lowerdir={self.box.rootfs},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}", str(self.merged)])
+        run(
+            [
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                f"lowerdir={self.box.rootfs},upperdir={self.dir / 'upper'},workdir={self.dir / 'work'}",
+                str(self.merged),
+            ]
+        )
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
         """Write ``text`` at the container path ``path`` on the node's disk."""
@@ -162,8 +176,10 @@ class Node:
         """The stand-ins, identity files and the cloud's boot path (see the module docstring)."""
         self.write("/etc/machine-id", secrets.token_hex(16) + "\n", 0o444)
         self.write("/etc/hostname", self.name + "\n")
-        self.write("/etc/hosts", f"127.0.0.1 localhost\n{self.ip} {self.name}\n"
-                                 f"{METADATA_ADDRESS} metadata.google.internal metadata\n")
+        self.write(
+            "/etc/hosts",
+            f"127.0.0.1 localhost\n{self.ip} {self.name}\n{METADATA_ADDRESS} metadata.google.internal metadata\n",
+        )
         self.write("/usr/local/lib/box/standin.py", (HERE / "standin.py").read_text(), 0o755)
         for path in STANDIN_PROGRAMS:
             link = self.merged / path.lstrip("/")
@@ -175,13 +191,20 @@ class Node:
             self.enable(unit, target="sysinit.target" if unit.startswith("box-") else "multi-user.target")
         devices = self.box.efa_devices
         if devices:
-            self.write("/etc/tmpfiles.d/box-efa.conf", "d /dev/infiniband 0755 root root -\n"
-                       + "".join(f"f /dev/infiniband/uverbs{n} 0600 root root -\n" for n in range(devices)))
+            self.write(
+                "/etc/tmpfiles.d/box-efa.conf",
+                "d /dev/infiniband 0755 root root -\n"
+                + "".join(f"f /dev/infiniband/uverbs{n} 0600 root root -\n" for n in range(devices)),
+            )
         if self.box.boot.cloud == "aws":
-            self.write("/var/lib/cloud/seed/nocloud/meta-data",
-                       f"instance-id: {self.id}\nlocal-hostname: {self.name}\n")
+            self.write(
+                "/var/lib/cloud/seed/nocloud/meta-data", f"instance-id: {self.id}\nlocal-hostname: {self.name}\n"
+            )
             self.write("/var/lib/cloud/seed/nocloud/user-data", self.box.boot_text)
-            self.write("/etc/cloud/cloud.cfg.d/99-box.cfg", "datasource_list: [NoCloud]\nnetwork: {config: disabled}\nlocale: C.UTF-8\n")
+            self.write(
+                "/etc/cloud/cloud.cfg.d/99-box.cfg",
+                "datasource_list: [NoCloud]\nnetwork: {config: disabled}\nlocale: C.UTF-8\n",
+            )
         else:
             self.write("/etc/cloud/cloud-init.disabled", "")
             self.write("/usr/local/lib/box/metadata-script-runner", STARTUP_RUNNER, 0o755)
@@ -196,10 +219,30 @@ class Node:
         box, ns = self.box, self.netns
         run(["ip", "netns", "add", ns])
         box.netns_made.append(ns)
-        run(["ip", "-n", box.netns, "link", "add", f"v{self.index}", "type", "veth", "peer", "name", "eth0", "netns", ns])
+        run(
+            [
+                "ip",
+                "-n",
+                box.netns,
+                "link",
+                "add",
+                f"v{self.index}",
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                ns,
+            ]
+        )
         run(["ip", "-n", box.netns, "link", "set", f"v{self.index}", "master", "br0", "up"])
-        for argv in (["link", "set", "lo", "up"], ["addr", "add", f"{self.ip}/24", "dev", "eth0"],
-                     ["link", "set", "eth0", "up"], ["route", "add", "default", "via", BRIDGE_ADDRESS]):
+        for argv in (
+            ["link", "set", "lo", "up"],
+            ["addr", "add", f"{self.ip}/24", "dev", "eth0"],
+            ["link", "set", "eth0", "up"],
+            ["route", "add", "default", "via", BRIDGE_ADDRESS],
+        ):
             run(["ip", "-n", ns, *argv])
         for n, nic in enumerate(box.scenario.gpu_nics):
             run(["ip", "-n", ns, "link", "add", nic, "type", "veth", "peer", "name", f"gp{n}"])
@@ -211,14 +254,25 @@ class Node:
     def start(self) -> None:
         """Boot the container (returns at once; :meth:`wait_exit` collects it)."""
         self.boots += 1
-        argv = ["systemd-nspawn", "--quiet", "-D", str(self.merged), "--boot", "--register=no", "--keep-unit",
-                f"--network-namespace-path=/run/netns/{self.netns}", f"--machine={self.name[:60]}",
-                "--console=pipe", "--link-journal=no"]
+        argv = [
+            "systemd-nspawn",
+            "--quiet",
+            "-D",
+            str(self.merged),
+            "--boot",
+            "--register=no",
+            "--keep-unit",
+            f"--network-namespace-path=/run/netns/{self.netns}",
+            f"--machine={self.name[:60]}",
+            "--console=pipe",
+            "--link-journal=no",
+        ]
         with open(self.console, "a") as log:
             log.write(f"===== box: boot {self.boots}: {shlex.join(argv)}\n")
             log.flush()
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def running(self) -> bool:
         """The container process is alive."""
@@ -295,10 +349,27 @@ class Node:
         text = self.console.read_text(errors="replace")[-3000:] if self.console.exists() else ""
         if self.running():
             try:
-                text += self.exec(["journalctl", "--no-pager", "-o", "cat", "-n", "80", "-u", "gpuinfra-*",
-                                   "-u", "cloud-final", "-u", "google-startup-scripts"], check=False).stdout
-                run_check = self.exec(["/usr/local/bin/gpuinfra-run", "--skip-health-gate", "--dry-run", "--wait", "1",
-                                       "--", "true"], check=False)
+                text += self.exec(
+                    [
+                        "journalctl",
+                        "--no-pager",
+                        "-o",
+                        "cat",
+                        "-n",
+                        "80",
+                        "-u",
+                        "gpuinfra-*",
+                        "-u",
+                        "cloud-final",
+                        "-u",
+                        "google-startup-scripts",
+                    ],
+                    check=False,
+                ).stdout
+                run_check = self.exec(
+                    ["/usr/local/bin/gpuinfra-run", "--skip-health-gate", "--dry-run", "--wait", "1", "--", "true"],
+                    check=False,
+                )
                 text += f"\ngpuinfra-run --dry-run now: exit {run_check.returncode}: {run_check.stderr[-1500:]}"
             except (RuntimeError, subprocess.SubprocessError) as exc:
                 text += f"\n(no journal: {exc!r})"
@@ -319,8 +390,18 @@ class Box:
         workdir: an empty folder for disks, the server's state and logs.
     """
 
-    def __init__(self, rootfs: Path, scenario: Scenario, boot: BootText, nodes: int, bucket: str, region: str,
-                 zone: str, efa_devices: int, workdir: Path) -> None:
+    def __init__(
+        self,
+        rootfs: Path,
+        scenario: Scenario,
+        boot: BootText,
+        nodes: int,
+        bucket: str,
+        region: str,
+        zone: str,
+        efa_devices: int,
+        workdir: Path,
+    ) -> None:
         self.rootfs, self.scenario, self.boot, self.bucket = rootfs, scenario, boot, bucket
         self.region, self.zone, self.efa_devices, self.workdir = region, zone, efa_devices, workdir
         self.tag = f"gbx{os.getpid() % 100000}{secrets.token_hex(2)}"
@@ -353,14 +434,22 @@ class Box:
         bundle.write_text(self.boot.bundle)
         run(["ip", "netns", "add", self.netns])
         self.netns_made.append(self.netns)
-        for argv in (["link", "set", "lo", "up"], ["link", "add", "br0", "type", "bridge"],
-                     ["addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", "br0"],
-                     ["addr", "add", f"{METADATA_ADDRESS}/32", "dev", "br0"], ["link", "set", "br0", "up"]):
+        for argv in (
+            ["link", "set", "lo", "up"],
+            ["link", "add", "br0", "type", "bridge"],
+            ["addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", "br0"],
+            ["addr", "add", f"{METADATA_ADDRESS}/32", "dev", "br0"],
+            ["link", "set", "br0", "up"],
+        ):
             run(["ip", "-n", self.netns, *argv])
         with open(self.workdir / "server.log", "w") as log:  # the server keeps its own copy of the descriptor
-            self.server = subprocess.Popen(["ip", "netns", "exec", self.netns, sys.executable,
-                                            str(HERE / "server.py"), str(self.state)], stdin=subprocess.DEVNULL,
-                                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.server = subprocess.Popen(
+                ["ip", "netns", "exec", self.netns, sys.executable, str(HERE / "server.py"), str(self.state)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + 20
         while not (self.state / "ready").exists():
             if self.server.poll() is not None or time.monotonic() > deadline:
@@ -375,10 +464,18 @@ class Box:
         """Set the cloud's view of nodes (``running``, ``terminated``; all when ``names`` is None)."""
         path = self.state / "nodes.json"
         old = {n["name"]: n for n in json.loads(path.read_text())["nodes"]} if path.exists() else {}
-        doc = {"nodes": [{"name": n.name, "id": n.id, "ip": n.ip,
-                          "state": state if names is None or n.name in names else old.get(n.name, {}).get("state", state),
-                          "notices": old.get(n.name, {}).get("notices", {})}
-                         for n in self.nodes]}
+        doc = {
+            "nodes": [
+                {
+                    "name": n.name,
+                    "id": n.id,
+                    "ip": n.ip,
+                    "state": state if names is None or n.name in names else old.get(n.name, {}).get("state", state),
+                    "notices": old.get(n.name, {}).get("notices", {}),
+                }
+                for n in self.nodes
+            ]
+        }
         self._write_nodes(doc)
 
     def notify(self, node: Node, kind: str, value: object) -> None:
@@ -423,13 +520,18 @@ class Box:
             if value:
                 return value
             time.sleep(poll)
-        raise AssertionError(f"box: {what} not within {timeout:.0f} s\n" + "\n".join(n.diagnostics() for n in self.nodes))
+        raise AssertionError(
+            f"box: {what} not within {timeout:.0f} s\n" + "\n".join(n.diagnostics() for n in self.nodes)
+        )
 
     def close(self) -> None:
         """Stop everything this box started; never raises (a failure is printed)."""
-        for step in ([n.stop for n in self.nodes] + [self._stop_server]
-                     + [lambda n=n: run(["umount", "-l", str(n.merged)], check=False) for n in self.nodes]
-                     + [lambda ns=ns: run(["ip", "netns", "delete", ns], check=False) for ns in self.netns_made]):
+        for step in (
+            [n.stop for n in self.nodes]
+            + [self._stop_server]
+            + [lambda n=n: run(["umount", "-l", str(n.merged)], check=False) for n in self.nodes]
+            + [lambda ns=ns: run(["ip", "netns", "delete", ns], check=False) for ns in self.netns_made]
+        ):
             try:
                 step()
             except Exception as exc:  # noqa: BLE001 - teardown goes on

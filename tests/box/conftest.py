@@ -42,7 +42,9 @@ def box_rootfs() -> Path:
     from tests.box.rootfs import ensure_rootfs
 
     path, seconds = ensure_rootfs()
-    SUMMARY_LINES.append(f"box: rootfs {path} " + (f"built in {seconds:.0f} s" if seconds is not None else "from cache"))
+    SUMMARY_LINES.append(
+        f"box: rootfs {path} " + (f"built in {seconds:.0f} s" if seconds is not None else "from cache")
+    )
     return path
 
 

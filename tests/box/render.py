@@ -51,6 +51,7 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     script's answer to missing disks -- a read-only ``/scratch`` so nothing fills the root disk --
     would (rightly) fail every ``gpuinfra-run``, the health gate's all-reduce included.
     """
+
     def no_local_disks(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
         """:func:`gpuinfra.plan.node_files.scratch_script` with ``expected_disks=0``."""
         return node_files.scratch_script(mount_point, device_glob, 0, existing_mount)
@@ -60,10 +61,18 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     try:
         if spec.cloud == "aws":
             aws_plan: AwsClusterPlan = plan_aws_cluster(spec)
-            return BootText("aws", render_user_data(spec, aws_plan, bucket), aws_node_bundle(spec, aws_plan).to_json(),
-                            efa_devices=aws_plan.efa_count)
+            return BootText(
+                "aws",
+                render_user_data(spec, aws_plan, bucket),
+                aws_node_bundle(spec, aws_plan).to_json(),
+                efa_devices=aws_plan.efa_count,
+            )
         gcp_plan: GcpClusterPlan = plan_gcp_cluster(spec)
-        return BootText("gcp", render_startup_script(spec, gcp_plan, bucket), gcp_node_bundle(spec, gcp_plan).to_json(),
-                        node_prefix(spec))
+        return BootText(
+            "gcp",
+            render_startup_script(spec, gcp_plan, bucket),
+            gcp_node_bundle(spec, gcp_plan).to_json(),
+            node_prefix(spec),
+        )
     finally:
         userdata.scratch_script, startup.scratch_script = saved

@@ -23,8 +23,19 @@ MIRROR = os.environ.get("GPUINFRA_BOX_MIRROR", "http://deb.debian.org/debian")
 #: user data), curl (IMDS and metadata reads), iproute2 (the GCP NIC wait), mdadm/e2fsprogs (the
 #: scratch script), python3 (agent, health gate, bundle installer); python3-cffi-backend is named
 #: because debootstrap does not resolve the virtual package cloud-init needs through python3-cryptography.
-PACKAGES = ("systemd", "systemd-sysv", "dbus", "python3", "cloud-init", "curl", "iproute2", "mdadm", "e2fsprogs",
-            "ca-certificates", "python3-cffi-backend")
+PACKAGES = (
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "python3",
+    "cloud-init",
+    "curl",
+    "iproute2",
+    "mdadm",
+    "e2fsprogs",
+    "ca-certificates",
+    "python3-cffi-backend",
+)
 BUILD_TIMEOUT_SECONDS = 900
 LOCK_TIMEOUT_SECONDS = 1200
 #: The cache root, resolved once at import: tests/conftest.py points HOME and XDG_* at a temporary
@@ -74,8 +85,13 @@ def ensure_rootfs(root: Path = CACHE_ROOT) -> tuple[Path, float | None]:
         tmp = root / f".build-{target.name}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         try:
-            subprocess.run(["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp),
-                            MIRROR], check=True, capture_output=True, text=True, timeout=BUILD_TIMEOUT_SECONDS)
+            subprocess.run(
+                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), MIRROR],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=BUILD_TIMEOUT_SECONDS,
+            )
             _trim(tmp)
             os.rename(tmp, target)
         except BaseException:
@@ -90,8 +106,14 @@ def _trim(tree: Path) -> None:
     shutil.rmtree(tree / "var" / "cache" / "apt" / "archives", ignore_errors=True)
     (tree / "var" / "cache" / "apt" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     (tree / "etc" / "machine-id").write_text("")
-    for unit in ("mdmonitor.service", "mdcheck_start.timer", "mdcheck_continue.timer", "mdmonitor-oneshot.timer",
-                 "e2scrub_all.timer", "e2scrub_reap.service"):
+    for unit in (
+        "mdmonitor.service",
+        "mdcheck_start.timer",
+        "mdcheck_continue.timer",
+        "mdmonitor-oneshot.timer",
+        "e2scrub_all.timer",
+        "e2scrub_reap.service",
+    ):
         (tree / "etc" / "systemd" / "system" / unit).unlink(missing_ok=True)
         link = tree / "etc" / "systemd" / "system" / unit
         link.symlink_to("/dev/null")

@@ -53,17 +53,24 @@ def healthy_p5() -> Gpus:
     """A healthy p5.48xlarge node: 8 x H100 (recorded), NVLink (p4de recording, 8 GPUs), 32 EFA
     devices (:func:`fi_info_efa`), a complete 2 x 8 GPU all-reduce and the NCCL lines of a run
     over `AWS Libfabric`."""
-    return Gpus(fixture("nvidia_smi_query_gpu_8xH100_virtualclient.csv"), fixture("nvlink_status_p4de_8gpu_derived.txt"),
-                fi_info_efa(32), fixture("all_reduce_p5_2node_batch_ranks_derived.txt")
-                + fixture("nccl_info_efa_p4d_awsefaeks.txt"))
+    return Gpus(
+        fixture("nvidia_smi_query_gpu_8xH100_virtualclient.csv"),
+        fixture("nvlink_status_p4de_8gpu_derived.txt"),
+        fi_info_efa(32),
+        fixture("all_reduce_p5_2node_batch_ranks_derived.txt") + fixture("nccl_info_efa_p4d_awsefaeks.txt"),
+    )
 
 
 def healthy_a3mega() -> Gpus:
     """A healthy a3-megagpu-8g node: the 2-node A3 Mega all-reduce recording, plus two NCCL INFO
     lines naming the FasTrak (TCPXO) network (derived: the recording carries no INFO lines)."""
-    return Gpus(fixture("nvidia_smi_query_gpu_8xH100_virtualclient.csv"), fixture("nvlink_status_p4de_8gpu_derived.txt"),
-                "", fixture("all_reduce_a3mega_2node_ztan.txt")
-                + "NCCL INFO NET/FasTrak ver. 1.0.0.\nNCCL INFO Using network FasTrak\n")
+    return Gpus(
+        fixture("nvidia_smi_query_gpu_8xH100_virtualclient.csv"),
+        fixture("nvlink_status_p4de_8gpu_derived.txt"),
+        "",
+        fixture("all_reduce_a3mega_2node_ztan.txt")
+        + "NCCL INFO NET/FasTrak ver. 1.0.0.\nNCCL INFO Using network FasTrak\n",
+    )
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,12 @@ class Scenario:
             ValueError: an override does not find exactly one place to change (the renderer changed).
         """
         for key, value in self.node_env.items():
-            text, count = re.subn(rf"^(\s*){re.escape(key)}=.*$", lambda m, key=key, value=value: f"{m.group(1)}{key}={value}", text,
-                                  flags=re.MULTILINE)
+            text, count = re.subn(
+                rf"^(\s*){re.escape(key)}=.*$",
+                lambda m, key=key, value=value: f"{m.group(1)}{key}={value}",
+                text,
+                flags=re.MULTILINE,
+            )
             if count != 1:
                 raise ValueError(f"node.env key {key} found {count} times in the boot text")
         old = "NIC_DEADLINE=$(( $(date +%s) + 300 ))"
@@ -110,11 +121,18 @@ class Scenario:
     def to_json(self, region: str = "", zone: str = "", attributes: dict | None = None) -> dict:
         """The server's ``scenario.json``."""
         g = self.gpus
-        return {"gpus": {"query": g.query, "nvlink_status": g.nvlink_status, "fi_info": g.fi_info,
-                         "all_reduce": g.all_reduce, "utilization": list(g.utilization)},
-                "failing_calls": list(self.failing_calls),
-                "aws": {"region": region, "zone": zone, "zone_id": "use1-az4" if zone else "", "tags": {}},
-                "gcp": {"zone": zone, "attributes": attributes or {}}}
+        return {
+            "gpus": {
+                "query": g.query,
+                "nvlink_status": g.nvlink_status,
+                "fi_info": g.fi_info,
+                "all_reduce": g.all_reduce,
+                "utilization": list(g.utilization),
+            },
+            "failing_calls": list(self.failing_calls),
+            "aws": {"region": region, "zone": zone, "zone_id": "use1-az4" if zone else "", "tags": {}},
+            "gcp": {"zone": zone, "attributes": attributes or {}},
+        }
 
 
 #: The GPU NICs of an a3-megagpu-8g (the rendered gpuinfra-run's ``nic|`` checks).

@@ -34,8 +34,10 @@ from urllib.parse import parse_qs, urlsplit
 
 STATE = Path(sys.argv[1]) if __name__ == "__main__" else Path(".")
 LOCK = threading.Lock()
-PRECONDITION_S3 = ("An error occurred (PreconditionFailed) when calling the PutObject operation: At least one of "
-                   "the pre-conditions you specified did not hold")
+PRECONDITION_S3 = (
+    "An error occurred (PreconditionFailed) when calling the PutObject operation: At least one of "
+    "the pre-conditions you specified did not hold"
+)
 PRECONDITION_GCS = "ERROR: HTTPError 412: At least one of the pre-conditions you specified did not hold."
 
 
@@ -117,7 +119,7 @@ class Cli:
         args = [a for a in self.argv[1:] if a not in ("--only-show-errors", "--quiet")]
         if "--region" in args:
             i = args.index("--region")
-            del args[i:i + 2]
+            del args[i : i + 2]
         if args[:2] == ["ec2", "describe-instances"]:
             ips = [n["ip"] for n in _json("nodes.json")["nodes"] if n["state"] in ("pending", "running")]
             return 0, "\t".join(ips) + "\n", ""
@@ -193,12 +195,15 @@ class Cli:
             if not keys and scheme == "gs":
                 return 1, "", "ERROR: (gcloud.storage.cp) The following URLs matched no objects or files:\n"
             for k in keys:
-                self.writes[f"{dst}/{k[len(prefix):].lstrip('/')}"] = _object_path(bucket, k).read_bytes()
+                self.writes[f"{dst}/{k[len(prefix) :].lstrip('/')}"] = _object_path(bucket, k).read_bytes()
             return 0, "", ""
         path = _object_path(bucket, key)
         if not path.is_file():
-            msg = ("fatal error: An error occurred (404) when calling the HeadObject operation: Not Found" if scheme == "s3"
-                   else "ERROR: (gcloud.storage.cp) The following URLs matched no objects or files:")
+            msg = (
+                "fatal error: An error occurred (404) when calling the HeadObject operation: Not Found"
+                if scheme == "s3"
+                else "ERROR: (gcloud.storage.cp) The following URLs matched no objects or files:"
+            )
             return 1, "", msg + "\n"
         if dst == "-":
             return 0, path.read_text(), ""
@@ -248,18 +253,18 @@ class Handler(BaseHTTPRequestHandler):
         if url.path.startswith("/latest/meta-data/"):
             if self.headers.get("X-aws-ec2-metadata-token") != f"box-token-{node['name']}":
                 return self._send(401, "")
-            value = self._imds(url.path[len("/latest/meta-data/"):], node, scenario)
+            value = self._imds(url.path[len("/latest/meta-data/") :], node, scenario)
             return self._send(200, value) if value is not None else self._send(404, "")
         if url.path.startswith("/computeMetadata/v1/"):
             if self.headers.get("Metadata-Flavor") != "Google":
                 return self._send(403, "Missing Metadata-Flavor:Google header.")
             query = parse_qs(url.query)
-            value = self._gce(url.path[len("/computeMetadata/v1/"):], node, scenario)
+            value = self._gce(url.path[len("/computeMetadata/v1/") :], node, scenario)
             if value is None:
                 return self._send(404, "")
             if query.get("wait_for_change") == ["true"] and query.get("last_etag") == [_etag(value)]:
                 time.sleep(min(float(query.get("timeout_sec", ["5"])[0]), 10.0))
-                value = self._gce(url.path[len("/computeMetadata/v1/"):], node, _json("scenario.json")) or ""
+                value = self._gce(url.path[len("/computeMetadata/v1/") :], node, _json("scenario.json")) or ""
             return self._send(200, value, {"Metadata-Flavor": "Google", "ETag": _etag(value)})
         return self._send(404, "")
 
@@ -277,16 +282,29 @@ class Handler(BaseHTTPRequestHandler):
         record = {"t": time.time(), "node": node["name"], "argv": request["argv"], "rc": rc}
         with LOCK, open(STATE / "calls.jsonl", "a") as log:
             log.write(json.dumps(record) + "\n")
-        self._send(200, json.dumps({"rc": rc, "stdout": out, "stderr": err, "after": cli.after,
-                                    "writes": {k: base64.b64encode(v).decode() for k, v in cli.writes.items()}}),
-                   {"Content-Type": "application/json"})
+        self._send(
+            200,
+            json.dumps(
+                {
+                    "rc": rc,
+                    "stdout": out,
+                    "stderr": err,
+                    "after": cli.after,
+                    "writes": {k: base64.b64encode(v).decode() for k, v in cli.writes.items()},
+                }
+            ),
+            {"Content-Type": "application/json"},
+        )
 
     @staticmethod
     def _imds(path: str, node: dict, scenario: dict) -> str | None:
         aws = scenario.get("aws", {})
         values = {
-            "instance-id": node["id"], "local-ipv4": node["ip"], "placement/region": aws.get("region", ""),
-            "placement/availability-zone": aws.get("zone", ""), "placement/availability-zone-id": aws.get("zone_id", ""),
+            "instance-id": node["id"],
+            "local-ipv4": node["ip"],
+            "placement/region": aws.get("region", ""),
+            "placement/availability-zone": aws.get("zone", ""),
+            "placement/availability-zone-id": aws.get("zone_id", ""),
         }
         values.update({f"tags/instance/{k}": v for k, v in aws.get("tags", {}).items()})
         notices = node.get("notices", {})
@@ -300,8 +318,10 @@ class Handler(BaseHTTPRequestHandler):
     def _gce(path: str, node: dict, scenario: dict) -> str | None:
         gcp = scenario.get("gcp", {})
         values = {
-            "instance/name": node["name"], "instance/hostname": f"{node['name']}.c.box.internal",
-            "instance/id": node["id"], "instance/zone": f"projects/1234567890/zones/{gcp.get('zone', '')}",
+            "instance/name": node["name"],
+            "instance/hostname": f"{node['name']}.c.box.internal",
+            "instance/id": node["id"],
+            "instance/zone": f"projects/1234567890/zones/{gcp.get('zone', '')}",
             "instance/network-interfaces/0/ip": node["ip"],
             "instance/preempted": "TRUE" if "preempted" in node.get("notices", {}) else "FALSE",
         }

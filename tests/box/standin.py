@@ -47,8 +47,9 @@ def main() -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     if answer["after"]:
-        os.execv(answer["after"][0], answer["after"]) if answer["after"][0].endswith("shutdown") else \
-            subprocess.run(answer["after"], check=False)
+        os.execv(answer["after"][0], answer["after"]) if answer["after"][0].endswith("shutdown") else subprocess.run(
+            answer["after"], check=False
+        )
     return answer["rc"]
 
 

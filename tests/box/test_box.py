@@ -59,8 +59,10 @@ def wait_ranked_and_passed(box: Box, nodes=None) -> list[dict[str, str]]:
 def assert_two_node_ranks(box: Box, envs: list[dict[str, str]], port: str) -> None:
     """Node 0 (10.77.0.11) rank 0, node 1 rank 1, the same world, hostfile in rank order."""
     first, second = box.nodes
-    assert envs == [{"NNODES": "2", "NODE_RANK": str(i), "NPROC_PER_NODE": "8", "MASTER_ADDR": first.ip,
-                     "MASTER_PORT": port} for i in range(2)]
+    assert envs == [
+        {"NNODES": "2", "NODE_RANK": str(i), "NPROC_PER_NODE": "8", "MASTER_ADDR": first.ip, "MASTER_PORT": port}
+        for i in range(2)
+    ]
     for node in box.nodes:
         assert node.read("/etc/gpuinfra/hostfile") == f"{first.ip}\n{second.ip}\n"
 
@@ -73,13 +75,15 @@ def health_results(box: Box, stack: str) -> dict[str, dict]:
 
 def verdicts(results: dict[str, dict]) -> dict[str, tuple]:
     """Object name -> (stage, address, passed, names of failed checks) of the nodes' results."""
-    return {k: (r["stage"], r["address"], r["passed"], [c["name"] for c in r["checks"] if c["passed"] is False])
-            for k, r in results.items()}
+    return {
+        k: (r["stage"], r["address"], r["passed"], [c["name"] for c in r["checks"] if c["passed"] is False])
+        for k, r in results.items()
+    }
 
 
 def calls_of(box: Box, prefix: list[str]) -> list[tuple[str, list[str]]]:
     """(node, argv) of the recorded calls whose argv starts with ``prefix``."""
-    return [(c["node"], c["argv"]) for c in box.calls() if c["argv"][:len(prefix)] == prefix]
+    return [(c["node"], c["argv"]) for c in box.calls() if c["argv"][: len(prefix)] == prefix]
 
 
 def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box_timer, tmp_path):
@@ -91,11 +95,33 @@ def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box
         stack = stack_spec(scenario.stack).stack
         fetches = calls_of(box, ["aws", "s3", "cp"])
         for node in box.nodes:
-            assert (node.name, ["aws", "s3", "cp", "--only-show-errors", "--region", "us-east-1",
-                                f"s3://{box.bucket}/{BUNDLE_KEY}", "/run/gpuinfra/node-bundle.json.tmp"]) in fetches
-        describe = ["aws", "ec2", "describe-instances", "--region", "us-east-1", "--filters",
-                    f"Name=tag:gpuinfra:stack,Values={stack}", "Name=instance-state-name,Values=pending,running",
-                    "--query", "Reservations[].Instances[].PrivateIpAddress", "--output", "text"]
+            assert (
+                node.name,
+                [
+                    "aws",
+                    "s3",
+                    "cp",
+                    "--only-show-errors",
+                    "--region",
+                    "us-east-1",
+                    f"s3://{box.bucket}/{BUNDLE_KEY}",
+                    "/run/gpuinfra/node-bundle.json.tmp",
+                ],
+            ) in fetches
+        describe = [
+            "aws",
+            "ec2",
+            "describe-instances",
+            "--region",
+            "us-east-1",
+            "--filters",
+            f"Name=tag:gpuinfra:stack,Values={stack}",
+            "Name=instance-state-name,Values=pending,running",
+            "--query",
+            "Reservations[].Instances[].PrivateIpAddress",
+            "--output",
+            "text",
+        ]
         assert {n for n, argv in calls_of(box, ["aws", "ec2"]) if argv == describe} == {n.name for n in box.nodes}
         results = health_results(box, stack)
         assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
@@ -110,13 +136,33 @@ def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs,
         assert_two_node_ranks(box, envs, "29500")
         spec = stack_spec(scenario.stack)
         for node in box.nodes:
-            assert (node.name, ["gcloud", "storage", "cp", f"gs://{box.bucket}/{BUNDLE_KEY}",
-                                "/run/gpuinfra/node-bundle.json.tmp"]) in calls_of(box, ["gcloud", "storage", "cp"])
-            assert (node.name, ["gcloud", "storage", "cp", "-",
-                                f"gs://{box.bucket}/gpuinfra-peers/{box.boot.group}/{node.name}/{node.ip}", "--quiet"]
-                    ) in calls_of(box, ["gcloud", "storage", "cp", "-"])
-        listing = ["gcloud", "compute", "instance-groups", "managed", "list-instances", box.boot.group, "--zone",
-                   spec.zone, "--filter=instanceStatus=RUNNING", "--format=value(instance.basename())"]
+            assert (
+                node.name,
+                ["gcloud", "storage", "cp", f"gs://{box.bucket}/{BUNDLE_KEY}", "/run/gpuinfra/node-bundle.json.tmp"],
+            ) in calls_of(box, ["gcloud", "storage", "cp"])
+            assert (
+                node.name,
+                [
+                    "gcloud",
+                    "storage",
+                    "cp",
+                    "-",
+                    f"gs://{box.bucket}/gpuinfra-peers/{box.boot.group}/{node.name}/{node.ip}",
+                    "--quiet",
+                ],
+            ) in calls_of(box, ["gcloud", "storage", "cp", "-"])
+        listing = [
+            "gcloud",
+            "compute",
+            "instance-groups",
+            "managed",
+            "list-instances",
+            box.boot.group,
+            "--zone",
+            spec.zone,
+            "--filter=instanceStatus=RUNNING",
+            "--format=value(instance.basename())",
+        ]
         assert {n for n, argv in calls_of(box, listing[:5]) if argv == listing} == {n.name for n in box.nodes}
         results = health_results(box, spec.stack)
         assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
@@ -138,10 +184,26 @@ def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer,
         assert box.nodes[0].running() and node.boots == 2
         # every boot fetches the bundle; the all-reduce ran once: after the reboot the gate rejoined
         # with its kept cluster result (gpuinfra/health/node.py HealthNode.rejoin)
-        assert len([1 for n, argv in calls_of(box, ["aws", "s3", "cp"]) if n == node.name
-                    and argv[-2] == f"s3://{box.bucket}/{BUNDLE_KEY}"]) == 2
-        assert len([1 for n, argv in calls_of(box, ["docker", "run"]) if n == node.name
-                    and any(a.endswith("gpuinfra_allreduce.py") for a in argv)]) == 1
+        assert (
+            len(
+                [
+                    1
+                    for n, argv in calls_of(box, ["aws", "s3", "cp"])
+                    if n == node.name and argv[-2] == f"s3://{box.bucket}/{BUNDLE_KEY}"
+                ]
+            )
+            == 2
+        )
+        assert (
+            len(
+                [
+                    1
+                    for n, argv in calls_of(box, ["docker", "run"])
+                    if n == node.name and any(a.endswith("gpuinfra_allreduce.py") for a in argv)
+                ]
+            )
+            == 1
+        )
 
 
 def test_gcp_agent_ends_idle_nodes_through_the_managed_instance_group(box_rootfs, box_timer, tmp_path):
@@ -152,10 +214,25 @@ def test_gcp_agent_ends_idle_nodes_through_the_managed_instance_group(box_rootfs
         assert codes == [0, 0]  # powered off, not rebooted or killed
         spec = stack_spec(scenario.stack)
         assert verdicts(health_results(box, spec.stack)) == {
-            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes
+        }
         assert sorted(calls_of(box, ["gcloud", "compute", "instance-groups", "managed", "delete-instances"])) == sorted(
-            (n.name, ["gcloud", "compute", "instance-groups", "managed", "delete-instances", box.boot.group,
-                      f"--instances={n.name}", f"--zone={spec.zone}", "--quiet"]) for n in box.nodes)
+            (
+                n.name,
+                [
+                    "gcloud",
+                    "compute",
+                    "instance-groups",
+                    "managed",
+                    "delete-instances",
+                    box.boot.group,
+                    f"--instances={n.name}",
+                    f"--zone={spec.zone}",
+                    "--quiet",
+                ],
+            )
+            for n in box.nodes
+        )
 
 
 def test_aws_agent_ends_idle_nodes_with_an_instance_initiated_shutdown(box_rootfs, box_timer, tmp_path):
@@ -165,23 +242,32 @@ def test_aws_agent_ends_idle_nodes_with_an_instance_initiated_shutdown(box_rootf
         codes = [node.wait_exit(BOOT_SECONDS) for node in box.nodes]
         assert codes == [0, 0]  # powered off, not rebooted or killed
         assert verdicts(health_results(box, stack_spec(scenario.stack).stack)) == {
-            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes
+        }
         assert sorted(calls_of(box, ["shutdown"])) == sorted(
-            (n.name, ["shutdown", "-h", "now", "gpuinfra agent: idle"]) for n in box.nodes)
+            (n.name, ["shutdown", "-h", "now", "gpuinfra agent: idle"]) for n in box.nodes
+        )
 
 
-@pytest.mark.xfail(strict=True, reason="gpuinfra/agent/node.py: end_gcp_node runs `gcloud ... delete-instances` with "
-                   "check=False and main() returns 0 once step() says idle, so a failed end call ends the agent with "
-                   "status 0; gpuinfra-agent.service restarts only on failure, and the idle node keeps running")
+@pytest.mark.xfail(
+    strict=True,
+    reason="gpuinfra/agent/node.py: end_gcp_node runs `gcloud ... delete-instances` with "
+    "check=False and main() returns 0 once step() says idle, so a failed end call ends the agent with "
+    "status 0; gpuinfra-agent.service restarts only on failure, and the idle node keeps running",
+)
 def test_gcp_agent_keeps_trying_after_a_failed_end_call(box_rootfs, box_timer, tmp_path):
     delete = "gcloud compute instance-groups managed delete-instances *"
-    scenario = Scenario(**{**gcp_a3mega().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"},
-                           "failing_calls": (delete,)})
+    scenario = Scenario(
+        **{**gcp_a3mega().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}, "failing_calls": (delete,)}
+    )
     with make_box(box_rootfs, scenario, tmp_path) as box:
         box.start()
         node = box.nodes[0]
-        box.wait_for("the agent's end call", lambda: [c for c in box.calls() if c["node"] == node.name
-                                                      and c["argv"][:5] == delete.split()[:5]], BOOT_SECONDS)
+        box.wait_for(
+            "the agent's end call",
+            lambda: [c for c in box.calls() if c["node"] == node.name and c["argv"][:5] == delete.split()[:5]],
+            BOOT_SECONDS,
+        )
         time.sleep(10)  # the agent has returned from the failed call
         state = node.exec(["systemctl", "show", "-p", "ActiveState", "--value", "gpuinfra-agent.service"]).stdout
         assert node.running()

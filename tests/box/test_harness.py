@@ -7,33 +7,47 @@ import json
 
 import pytest
 
+from gpuinfra.health import parsers
 from tests.box import rootfs, server
 from tests.box.render import render_boot, stack_spec
 from tests.box.scenario import Scenario, aws_p5, fi_info_efa, gcp_a3mega
-from gpuinfra.health import parsers
 
 
 @pytest.fixture
 def state(tmp_path, monkeypatch):
     """A server state folder with two running nodes and the healthy p5 scenario."""
     monkeypatch.setattr(server, "STATE", tmp_path)
-    (tmp_path / "nodes.json").write_text(json.dumps({"nodes": [
-        {"name": "i-1", "id": "i-1", "ip": "10.77.0.12", "state": "running"},
-        {"name": "i-0", "id": "i-0", "ip": "10.77.0.11", "state": "running"},
-        {"name": "i-2", "id": "i-2", "ip": "10.77.0.13", "state": "terminated"}]}))
+    (tmp_path / "nodes.json").write_text(
+        json.dumps(
+            {
+                "nodes": [
+                    {"name": "i-1", "id": "i-1", "ip": "10.77.0.12", "state": "running"},
+                    {"name": "i-0", "id": "i-0", "ip": "10.77.0.11", "state": "running"},
+                    {"name": "i-2", "id": "i-2", "ip": "10.77.0.13", "state": "terminated"},
+                ]
+            }
+        )
+    )
     return tmp_path
 
 
 def cli(argv: list[str], files: dict[str, bytes] | None = None, stdin: bytes = b"", scenario: Scenario | None = None):
-    call = server.Cli(argv, files or {}, stdin, {"name": "i-0", "ip": "10.77.0.11"},
-                      (scenario or aws_p5()).to_json("us-east-1", "us-east-1a"))
+    call = server.Cli(
+        argv,
+        files or {},
+        stdin,
+        {"name": "i-0", "ip": "10.77.0.11"},
+        (scenario or aws_p5()).to_json("us-east-1", "us-east-1a"),
+    )
     return (*call.answer(), call.writes, call.after)
 
 
 def test_the_idle_override_changes_exactly_the_node_env_line():
     spec = stack_spec("example-p5-2nodes")
     text = render_boot(spec, "b").text
-    patched = Scenario("example-p5-2nodes", aws_p5().gpus, node_env={"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}).patch(text)
+    patched = Scenario("example-p5-2nodes", aws_p5().gpus, node_env={"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}).patch(
+        text
+    )
     changed = [(a.strip(), b.strip()) for a, b in zip(text.splitlines(), patched.splitlines(), strict=True) if a != b]
     assert changed == [("GPUINFRA_IDLE_TIMEOUT_MINUTES=60", "GPUINFRA_IDLE_TIMEOUT_MINUTES=0.05")]
 
@@ -62,13 +76,37 @@ def test_fi_info_stand_in_lists_32_efa_devices():
 
 
 def test_describe_instances_lists_pending_and_running_nodes(state):
-    assert cli(["aws", "ec2", "describe-instances", "--region", "us-east-1", "--filters", "x", "--query", "q",
-                "--output", "text"])[:3] == (0, "10.77.0.12\t10.77.0.11\n", "")
+    assert cli(
+        [
+            "aws",
+            "ec2",
+            "describe-instances",
+            "--region",
+            "us-east-1",
+            "--filters",
+            "x",
+            "--query",
+            "q",
+            "--output",
+            "text",
+        ]
+    )[:3] == (0, "10.77.0.12\t10.77.0.11\n", "")
 
 
 def test_s3_create_only_put_answers_precondition_failed_the_second_time(state):
-    argv = ["aws", "s3api", "put-object", "--bucket", "b", "--key", "health/s/ranks.json", "--body", "/tmp/r",
-            "--if-none-match", "*"]
+    argv = [
+        "aws",
+        "s3api",
+        "put-object",
+        "--bucket",
+        "b",
+        "--key",
+        "health/s/ranks.json",
+        "--body",
+        "/tmp/r",
+        "--if-none-match",
+        "*",
+    ]
     assert cli(argv, {"/tmp/r": b"first"})[0] == 0
     rc, _, err, _, _ = cli(argv, {"/tmp/r": b"second"})
     assert rc == 254 and "(PreconditionFailed)" in err
@@ -77,7 +115,9 @@ def test_s3_create_only_put_answers_precondition_failed_the_second_time(state):
 
 def test_s3_recursive_copy_writes_keys_under_the_prefix(state):
     for key in ("health/s/i-0.json", "health/s/i-1.json", "health/t/i-9.json"):
-        assert cli(["aws", "s3", "cp", "--only-show-errors", "/tmp/f", f"s3://b/{key}"], {"/tmp/f": key.encode()})[0] == 0
+        assert (
+            cli(["aws", "s3", "cp", "--only-show-errors", "/tmp/f", f"s3://b/{key}"], {"/tmp/f": key.encode()})[0] == 0
+        )
     rc, _, _, writes, _ = cli(["aws", "s3", "cp", "--only-show-errors", "--recursive", "s3://b/health/s/", "/tmp/d"])
     assert rc == 0 and writes == {"/tmp/d/i-0.json": b"health/s/i-0.json", "/tmp/d/i-1.json": b"health/s/i-1.json"}
 
@@ -86,8 +126,9 @@ def test_gcloud_storage_create_only_copy_ls_and_rm(state):
     scenario = gcp_a3mega()
     url = "gs://b/gpuinfra-peers/g/vm-0/10.77.0.11"
     assert cli(["gcloud", "storage", "cp", "-", url, "--quiet"], stdin=b"", scenario=scenario)[0] == 0
-    rc, _, err, _, _ = cli(["gcloud", "storage", "cp", "--if-generation-match=0", "/tmp/f", url], {"/tmp/f": b"x"},
-                           scenario=scenario)
+    rc, _, err, _, _ = cli(
+        ["gcloud", "storage", "cp", "--if-generation-match=0", "/tmp/f", url], {"/tmp/f": b"x"}, scenario=scenario
+    )
     assert rc == 1 and "HTTPError 412" in err
     assert cli(["gcloud", "storage", "ls", "gs://b/gpuinfra-peers/g/**"], scenario=scenario)[1] == url + "\n"
     assert cli(["gcloud", "storage", "rm", "gs://b/gpuinfra-peers/g/vm-0/**", "--quiet"], scenario=scenario)[0] == 0
@@ -95,17 +136,32 @@ def test_gcloud_storage_create_only_copy_ls_and_rm(state):
 
 
 def test_a_failing_call_pattern_fails_only_matching_calls(state):
-    scenario = Scenario("s", gcp_a3mega().gpus, failing_calls=("gcloud compute instance-groups managed delete-instances *",))
-    delete = ["gcloud", "compute", "instance-groups", "managed", "delete-instances", "g", "--instances=vm-0",
-              "--zone=z", "--quiet"]
+    scenario = Scenario(
+        "s", gcp_a3mega().gpus, failing_calls=("gcloud compute instance-groups managed delete-instances *",)
+    )
+    delete = [
+        "gcloud",
+        "compute",
+        "instance-groups",
+        "managed",
+        "delete-instances",
+        "g",
+        "--instances=vm-0",
+        "--zone=z",
+        "--quiet",
+    ]
     rc, _, err, _, after = cli(delete, scenario=scenario)
     assert (rc, after) == (1, []) and "scenario makes this call fail" in err
     assert cli(delete, scenario=gcp_a3mega())[::4] == (0, ["/usr/bin/systemctl", "poweroff", "--no-block"])
 
 
 def test_shutdown_is_recorded_then_handed_to_the_real_one(state):
-    assert cli(["shutdown", "-h", "now", "gpuinfra agent: idle"])[4] == ["/usr/sbin/shutdown", "-h", "now",
-                                                                          "gpuinfra agent: idle"]
+    assert cli(["shutdown", "-h", "now", "gpuinfra agent: idle"])[4] == [
+        "/usr/sbin/shutdown",
+        "-h",
+        "now",
+        "gpuinfra agent: idle",
+    ]
 
 
 def test_the_rootfs_key_changes_with_the_package_list(monkeypatch):
@@ -123,8 +179,9 @@ def metadata(state):
     doc = json.loads((state / "nodes.json").read_text())
     doc["nodes"][1]["ip"] = "127.0.0.1"
     (state / "nodes.json").write_text(json.dumps(doc))
-    (state / "scenario.json").write_text(json.dumps(gcp_a3mega().to_json(
-        "us-east-1", "europe-west1-b", {"startup-script": "#!/bin/bash\necho hi\n"})))
+    (state / "scenario.json").write_text(
+        json.dumps(gcp_a3mega().to_json("us-east-1", "europe-west1-b", {"startup-script": "#!/bin/bash\necho hi\n"}))
+    )
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), server.Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}", state
@@ -150,7 +207,11 @@ def test_imds_answers_only_with_the_session_token(metadata):
     assert status == 200
     get = lambda path: http(f"{base}/latest/meta-data/{path}", headers={"X-aws-ec2-metadata-token": token})[:2]  # noqa: E731
     assert [get(p) for p in ("instance-id", "local-ipv4", "placement/region", "placement/availability-zone")] == [
-        (200, "i-0"), (200, "127.0.0.1"), (200, "us-east-1"), (200, "europe-west1-b")]
+        (200, "i-0"),
+        (200, "127.0.0.1"),
+        (200, "us-east-1"),
+        (200, "europe-west1-b"),
+    ]
     assert get("spot/instance-action")[0] == 404
 
 
@@ -160,9 +221,9 @@ def test_a_spot_notice_appears_in_imds(metadata):
     doc["nodes"][1]["notices"] = {"spot": {"action": "terminate", "time": "2026-11-26T14:00:00Z"}}
     (state / "nodes.json").write_text(json.dumps(doc))
     token = http(f"{base}/latest/api/token", "PUT", {"X-aws-ec2-metadata-token-ttl-seconds": "300"})[1]
-    assert json.loads(http(f"{base}/latest/meta-data/spot/instance-action",
-                           headers={"X-aws-ec2-metadata-token": token})[1]) == {
-        "action": "terminate", "time": "2026-11-26T14:00:00Z"}
+    assert json.loads(
+        http(f"{base}/latest/meta-data/spot/instance-action", headers={"X-aws-ec2-metadata-token": token})[1]
+    ) == {"action": "terminate", "time": "2026-11-26T14:00:00Z"}
 
 
 def test_gce_metadata_needs_the_flavor_header_and_echoes_it(metadata):
@@ -172,5 +233,8 @@ def test_gce_metadata_needs_the_flavor_header_and_echoes_it(metadata):
     status, body, headers = http(url, headers={"Metadata-Flavor": "Google"})
     assert (status, body, headers["Metadata-Flavor"]) == (200, "#!/bin/bash\necho hi\n", "Google")
     flavor = {"Metadata-Flavor": "Google"}
-    assert http(f"{base}/computeMetadata/v1/instance/zone", headers=flavor)[1] == "projects/1234567890/zones/europe-west1-b"
+    assert (
+        http(f"{base}/computeMetadata/v1/instance/zone", headers=flavor)[1]
+        == "projects/1234567890/zones/europe-west1-b"
+    )
     assert http(f"{base}/computeMetadata/v1/instance/preempted", headers=flavor)[1] == "FALSE"

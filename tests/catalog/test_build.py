@@ -41,8 +41,11 @@ def _gcp(itype, zone):
 def test_every_gcp_on_demand_row_cites_its_source_and_date():
     rows = _snapshot_rows("gcp_on_demand.csv")
     assert len(rows) == 844  # 524 A2/A3 rows + 320 G2 rows of pricing.yml generated 2026-08-20
-    assert all(r["source_ref"].startswith(CYCLENERD + " compute.instance." + r["machine_type"] + ".cost." + r["region"])
-               and r["source_date"] == "2026-08-20" for r in rows)
+    assert all(
+        r["source_ref"].startswith(CYCLENERD + " compute.instance." + r["machine_type"] + ".cost." + r["region"])
+        and r["source_date"] == "2026-08-20"
+        for r in rows
+    )
 
 
 def test_gcp_on_demand_is_the_billed_machine_price_not_a_dws_sku():
@@ -65,11 +68,19 @@ def test_no_gcp_on_demand_offer_below_0_8x_its_us_central1_price(built):
     gcp = [o for o in catalog.offers if o.cloud == "gcp" and o.on_demand_price_per_hour_usd is not None]
     checked = [o for o in gcp if (o.instance_type, o.gpu, o.gpu_count) in ref]
     assert len(checked) > 500
-    low = [o for o in checked if o.on_demand_price_per_hour_usd < MIN_FRACTION_OF_REFERENCE * ref[(o.instance_type, o.gpu, o.gpu_count)]]
+    low = [
+        o
+        for o in checked
+        if o.on_demand_price_per_hour_usd < MIN_FRACTION_OF_REFERENCE * ref[(o.instance_type, o.gpu, o.gpu_count)]
+    ]
     assert low == []
     dropped = built[3].dropped["gcp on-demand price without a cited source (on-demand dropped)"]
     print(f"GCP on-demand prices dropped for want of a cited source: {dropped}")
-    assert dropped == catalog.meta["dropped_on_build"]["gcp on-demand price without a cited source (on-demand dropped)"] == 25
+    assert (
+        dropped
+        == catalog.meta["dropped_on_build"]["gcp on-demand price without a cited source (on-demand dropped)"]
+        == 25
+    )
 
 
 def test_machines_without_a_cited_on_demand_price_have_none():
@@ -86,26 +97,47 @@ def test_machines_without_a_cited_on_demand_price_have_none():
 def test_gcp_spot_adds_bundled_local_ssd_at_the_spot_rate():
     gcp = _snapshot_rows("gcp_vms.csv")
     host = next(r for r in gcp if r["InstanceType"] == "a3-highgpu-8g" and r["AvailabilityZone"] == "us-central1-a")
-    gpu = next(r for r in gcp if not r["InstanceType"] and r["AcceleratorName"] == "H100"
-               and r["AcceleratorCount"] == "8" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(
+        r
+        for r in gcp
+        if not r["InstanceType"]
+        and r["AcceleratorName"] == "H100"
+        and r["AcceleratorCount"] == "8"
+        and r["AvailabilityZone"] == "us-central1-a"
+    )
     # 16 x 375 GiB at $0.048/GiB-month for Spot VMs in us-central1 (pricing.yml local month_spot)
     expected = Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"]) + Decimal(6000) * Decimal("0.048") / 730
     assert _gcp("a3-highgpu-8g", "us-central1-a").spot_price_per_hour_usd == expected.quantize(Decimal("0.00001"))
     # no bundled SSD: host + GPU spot rows only
     a2 = _gcp("a2-highgpu-4g", "us-central1-a")
     host = next(r for r in gcp if r["InstanceType"] == "a2-highgpu-4g" and r["AvailabilityZone"] == "us-central1-a")
-    gpu = next(r for r in gcp if not r["InstanceType"] and r["AcceleratorName"] == "A100"
-               and r["AcceleratorCount"] == "4" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(
+        r
+        for r in gcp
+        if not r["InstanceType"]
+        and r["AcceleratorName"] == "A100"
+        and r["AcceleratorCount"] == "4"
+        and r["AvailabilityZone"] == "us-central1-a"
+    )
     assert a2.spot_price_per_hour_usd == Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"])
 
 
 def test_n1_gpu_on_demand_is_host_row_plus_gpu_row():
     gcp = _snapshot_rows("gcp_vms.csv")
     host = next(r for r in gcp if r["InstanceType"] == "n1-standard-8" and r["AvailabilityZone"] == "us-central1-a")
-    gpu = next(r for r in gcp if not r["InstanceType"] and r["AcceleratorName"] == "T4"
-               and r["AcceleratorCount"] == "1" and r["AvailabilityZone"] == "us-central1-a")
-    t4 = next(o for o in load_catalog().offers if o.instance_type == "n1-standard-8" and o.gpu == "T4"
-              and o.gpu_count == 1 and o.zone == "us-central1-a")
+    gpu = next(
+        r
+        for r in gcp
+        if not r["InstanceType"]
+        and r["AcceleratorName"] == "T4"
+        and r["AcceleratorCount"] == "1"
+        and r["AvailabilityZone"] == "us-central1-a"
+    )
+    t4 = next(
+        o
+        for o in load_catalog().offers
+        if o.instance_type == "n1-standard-8" and o.gpu == "T4" and o.gpu_count == 1 and o.zone == "us-central1-a"
+    )
     assert t4.on_demand_price_per_hour_usd == Decimal(host["Price"]) + Decimal(gpu["Price"])
     assert Decimal(gpu["Price"]) == Decimal("0.35")  # T4 on-demand per GPU-hour, us-central1
     assert t4.price_source == "on-demand:skypilot-v8-gcp;spot:skypilot-v8-gcp"
@@ -119,8 +151,11 @@ def test_missing_price_is_not_offered_never_zero():
     no_spot_rows = [r for r in _snapshot_rows("aws_vms.csv") if not r["SpotPrice"]]
     neither = [r for r in no_spot_rows if not r["Price"]]
     assert (len(no_spot_rows), len(neither)) == (43, 5)  # 5 p5e rows carry no price at all
-    above = [r for r in _snapshot_rows("aws_vms.csv")
-             if r["SpotPrice"] and r["Price"] and Decimal(r["SpotPrice"]) > Decimal(r["Price"]) > 0]
+    above = [
+        r
+        for r in _snapshot_rows("aws_vms.csv")
+        if r["SpotPrice"] and r["Price"] and Decimal(r["SpotPrice"]) > Decimal(r["Price"]) > 0
+    ]
     assert len(above) == 16  # spot above on-demand: the spot price is dropped
     catalog_no_spot = [o for o in load_catalog().offers if o.cloud == "aws" and o.spot_price_per_hour_usd is None]
     assert len(catalog_no_spot) == 38 + 16  # nothing to rent in the 5 price-less rows: dropped, not $0
@@ -131,8 +166,11 @@ def test_spot_equal_to_on_demand_is_flagged_and_never_above():
     offers = load_catalog().offers
     flagged = [o for o in offers if o.spot_not_discounted]
     assert flagged and all(o.spot_price_per_hour_usd == o.on_demand_price_per_hour_usd for o in flagged)
-    assert not any(o.spot_price_per_hour_usd > o.on_demand_price_per_hour_usd for o in offers
-                   if o.spot_price_per_hour_usd is not None and o.on_demand_price_per_hour_usd is not None)
+    assert not any(
+        o.spot_price_per_hour_usd > o.on_demand_price_per_hour_usd
+        for o in offers
+        if o.spot_price_per_hour_usd is not None and o.on_demand_price_per_hour_usd is not None
+    )
 
 
 def test_every_offer_names_sources_that_the_catalog_describes():
@@ -141,13 +179,20 @@ def test_every_offer_names_sources_that_the_catalog_describes():
     assert set(described) == {"skypilot-v8-aws", "skypilot-v8-gcp", "cyclenerd-2026-08-20"}
     assert described["cyclenerd-2026-08-20"]["date"].startswith("2026-08-20")
     from gpuinfra.catalog.model import price_source_keys
+
     assert all(price_source_keys(o.price_source) <= set(described) and o.price_source for o in catalog.offers)
 
 
 @pytest.mark.parametrize(
     ("zone_id", "local"),
-    [("use1-az1", False), ("usw2-az4", False), ("apse3-az3", False), ("usw2-lax1-az1", True),
-     ("use1-atl2-az1", True), ("use1-wl1-bos-wlz1", True)],
+    [
+        ("use1-az1", False),
+        ("usw2-az4", False),
+        ("apse3-az3", False),
+        ("usw2-lax1-az1", True),
+        ("use1-atl2-az1", True),
+        ("use1-wl1-bos-wlz1", True),
+    ],
 )
 def test_local_zone_detection(zone_id, local):
     assert is_local_zone(zone_id) is local
@@ -167,9 +212,13 @@ def test_n1_guest_accelerators_respect_host_limits():
     # T4 x1 allows at most 48 vCPUs / 312 GB (cloud.google.com/compute/docs/gpus#n1-gpus)
     t4 = {o.instance_type for o in load_catalog().offers if o.gpu == "T4" and o.gpu_count == 1 and o.cloud == "gcp"}
     assert t4 == {"n1-standard-4", "n1-standard-8", "n1-standard-16", "n1-standard-32", "n1-highmem-8", "n1-highmem-16"}
-    v100_1 = {o.instance_type for o in load_catalog().offers if o.gpu == "V100" and o.gpu_count == 1 and o.cloud == "gcp"}
+    v100_1 = {
+        o.instance_type for o in load_catalog().offers if o.gpu == "V100" and o.gpu_count == 1 and o.cloud == "gcp"
+    }
     assert v100_1 == {"n1-standard-4", "n1-standard-8", "n1-highmem-8"}  # <= 12 vCPUs, <= 78 GB
-    assert all(o.accelerator_type == "nvidia-tesla-t4" for o in load_catalog().offers if o.gpu == "T4" and o.cloud == "gcp")
+    assert all(
+        o.accelerator_type == "nvidia-tesla-t4" for o in load_catalog().offers if o.gpu == "T4" and o.cloud == "gcp"
+    )
 
 
 def test_memory_variants_are_distinct_models():

@@ -79,8 +79,14 @@ def test_gcp_facts(mtype, layout, gpu_nics, mtu, bundled, attach, compact, workl
     [
         # cloud.google.com/compute/docs/accelerator-optimized-machines: a3-highgpu-1g/2g/4g are
         # Spot / Flex-start only; A3 Ultra and A4 are not sold on demand
-        ("a3-highgpu-1g", False), ("a3-highgpu-4g", False), ("a3-ultragpu-8g", False), ("a4-highgpu-8g", False),
-        ("a3-highgpu-8g", True), ("a3-megagpu-8g", True), ("a2-highgpu-4g", True), ("g2-standard-8", True),
+        ("a3-highgpu-1g", False),
+        ("a3-highgpu-4g", False),
+        ("a3-ultragpu-8g", False),
+        ("a4-highgpu-8g", False),
+        ("a3-highgpu-8g", True),
+        ("a3-megagpu-8g", True),
+        ("a2-highgpu-4g", True),
+        ("g2-standard-8", True),
     ],
 )
 def test_gcp_on_demand(mtype, on_demand):
@@ -117,7 +123,13 @@ def test_every_offered_type_has_facts():
 
 @pytest.mark.parametrize(
     ("text", "gbps"),
-    [("100 Gigabit", 100.0), ("4x 100 Gigabit", 400.0), ("Up to 25 Gigabit", 25.0), ("3200 Gigabit", 3200.0), ("Moderate", None)],
+    [
+        ("100 Gigabit", 100.0),
+        ("4x 100 Gigabit", 400.0),
+        ("Up to 25 Gigabit", 25.0),
+        ("3200 Gigabit", 3200.0),
+        ("Moderate", None),
+    ],
 )
 def test_network_performance(text, gbps):
     assert parse_network_performance_gbps(text) == gbps

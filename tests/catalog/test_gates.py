@@ -15,17 +15,28 @@ from gpuinfra.errors import CatalogGateError
 
 
 def _offer(cloud="gcp", itype="a2-highgpu-4g", region="us-central1", od="14.69354", spot="7.22", zone=None):
-    return Offer(cloud=cloud, instance_type=itype, gpu="A100", gpu_count=4, vcpus=48, memory_gib=340,
-                 region=region, zone=zone or f"{region}-a",
-                 on_demand_price_per_hour_usd=None if od is None else Decimal(od),
-                 spot_price_per_hour_usd=None if spot is None else Decimal(spot), price_source="all:test")
+    return Offer(
+        cloud=cloud,
+        instance_type=itype,
+        gpu="A100",
+        gpu_count=4,
+        vcpus=48,
+        memory_gib=340,
+        region=region,
+        zone=zone or f"{region}-a",
+        on_demand_price_per_hour_usd=None if od is None else Decimal(od),
+        spot_price_per_hour_usd=None if spot is None else Decimal(spot),
+        price_source="all:test",
+    )
 
 
 def test_the_snapshots_dws_price_fails_the_us_central1_gate():
     # europe-west4 a2-highgpu-4g as the old snapshot had it: host 3.25624 + 4 x 1.61365 (DWS) = 9.71
     failures = gate_failures([_offer(), _offer(region="europe-west4", od="9.71084", spot="5.95")])
-    assert failures == ["gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 europe-west4-a on-demand "
-                        "9.71084 < 0.8 x 14.69354 (us-central1)"]
+    assert failures == [
+        "gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 europe-west4-a on-demand "
+        "9.71084 < 0.8 x 14.69354 (us-central1)"
+    ]
     # 0.8 x 14.69354 = 11.754832: just above passes
     assert gate_failures([_offer(), _offer(region="europe-west4", od="11.75484", spot="5.95")]) == []
 
@@ -36,7 +47,9 @@ def test_gcp_on_demand_below_its_spot_fails():
 
 def test_aws_spot_above_on_demand_fails_and_equal_passes():
     above = _offer(cloud="aws", itype="p4d.24xlarge", region="us-east-1", od="21.95764", spot="22", zone="use1-az1")
-    equal = _offer(cloud="aws", itype="p4d.24xlarge", region="us-east-1", od="21.95764", spot="21.95764", zone="use1-az2")
+    equal = _offer(
+        cloud="aws", itype="p4d.24xlarge", region="us-east-1", od="21.95764", spot="21.95764", zone="use1-az2"
+    )
     assert [f.split(":")[0] for f in gate_failures([above, equal])] == ["aws-spot-not-above-on-demand"]
 
 
@@ -70,13 +83,31 @@ def test_the_old_snapshots_on_demand_fails_against_the_cited_us_central1_prices(
     with open(SNAPSHOT_DIR / "gcp_vms.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     host = next(r for r in rows if r["InstanceType"] == "a3-highgpu-8g" and r["AvailabilityZone"] == "us-central1-a")
-    gpu = next(r for r in rows if not r["InstanceType"] and r["AcceleratorName"] == "H100"
-               and r["AcceleratorCount"] == "8" and r["AvailabilityZone"] == "us-central1-a")
+    gpu = next(
+        r
+        for r in rows
+        if not r["InstanceType"]
+        and r["AcceleratorName"] == "H100"
+        and r["AcceleratorCount"] == "8"
+        and r["AvailabilityZone"] == "us-central1-a"
+    )
     old = Decimal(host["Price"]) + Decimal(gpu["Price"])
     assert old.quantize(Decimal("0.01")) == Decimal("43.07")
-    offer = Offer(cloud="gcp", instance_type="a3-highgpu-8g", gpu="H100", gpu_count=8, vcpus=208, memory_gib=1872,
-                  region="us-central1", zone="us-central1-a", on_demand_price_per_hour_usd=old,
-                  spot_price_per_hour_usd=None, price_source="all:test")
+    offer = Offer(
+        cloud="gcp",
+        instance_type="a3-highgpu-8g",
+        gpu="H100",
+        gpu_count=8,
+        vcpus=208,
+        memory_gib=1872,
+        region="us-central1",
+        zone="us-central1-a",
+        on_demand_price_per_hour_usd=old,
+        spot_price_per_hour_usd=None,
+        price_source="all:test",
+    )
     assert gate_failures([offer]) == []  # a price cannot be checked against itself
     failures = gate_failures([offer], reference_prices(load_catalog().offers))
-    assert len(failures) == 1 and failures[0].startswith("gcp-on-demand-vs-us-central1: gcp a3-highgpu-8g 8xH100 us-central1-a")
+    assert len(failures) == 1 and failures[0].startswith(
+        "gcp-on-demand-vs-us-central1: gcp a3-highgpu-8g 8xH100 us-central1-a"
+    )

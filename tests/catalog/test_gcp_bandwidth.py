@@ -18,24 +18,38 @@ from gpuinfra.catalog.store import load_catalog, load_gcp_curated_facts
     [
         # cloud.google.com/compute/docs/accelerator-optimized-machines, "Maximum egress bandwidth
         # (Gbps)" of the A2 Standard, A2 Ultra and G2 tables; one gVNIC, so one figure for both
-        ("a2-highgpu-1g", 24, 24), ("a2-highgpu-2g", 32, 32), ("a2-highgpu-4g", 50, 50),
-        ("a2-highgpu-8g", 100, 100), ("a2-megagpu-16g", 100, 100),
-        ("a2-ultragpu-1g", 24, 24), ("a2-ultragpu-2g", 32, 32), ("a2-ultragpu-4g", 50, 50),
+        ("a2-highgpu-1g", 24, 24),
+        ("a2-highgpu-2g", 32, 32),
+        ("a2-highgpu-4g", 50, 50),
+        ("a2-highgpu-8g", 100, 100),
+        ("a2-megagpu-16g", 100, 100),
+        ("a2-ultragpu-1g", 24, 24),
+        ("a2-ultragpu-2g", 32, 32),
+        ("a2-ultragpu-4g", 50, 50),
         ("a2-ultragpu-8g", 100, 100),
-        ("g2-standard-4", 10, 10), ("g2-standard-8", 16, 16), ("g2-standard-12", 16, 16),
-        ("g2-standard-16", 32, 32), ("g2-standard-24", 32, 32), ("g2-standard-32", 32, 32),
-        ("g2-standard-48", 50, 50), ("g2-standard-96", 100, 100),
+        ("g2-standard-4", 10, 10),
+        ("g2-standard-8", 16, 16),
+        ("g2-standard-12", 16, 16),
+        ("g2-standard-16", 32, 32),
+        ("g2-standard-24", 32, 32),
+        ("g2-standard-32", 32, 32),
+        ("g2-standard-48", 50, 50),
+        ("g2-standard-96", 100, 100),
         # same page, "A3 High machine type": 1 physical NIC, 25 / 50 / 100 Gbps
-        ("a3-highgpu-1g", 25, 25), ("a3-highgpu-2g", 50, 50), ("a3-highgpu-4g", 100, 100),
+        ("a3-highgpu-1g", 25, 25),
+        ("a3-highgpu-2g", 50, 50),
+        ("a3-highgpu-4g", 100, 100),
         # cloud.google.com/kubernetes-engine/docs/how-to/gpu-bandwidth-gpudirect-tcpx: "Up to 200 Gbps
         # bandwidth on the primary NIC. Secondary NICs (up to eight on A3 Mega machine types and up
         # to four on A3 High machine types), each supporting up to 200 Gbps bandwidth for GPU data
         # transfer." (Vertex AI configure-compute: a3-megagpu-8g "8 secondary NICs each ... 200 Gbps")
-        ("a3-highgpu-8g", 4 * 200, 200), ("a3-megagpu-8g", 8 * 200, 200),
+        ("a3-highgpu-8g", 4 * 200, 200),
+        ("a3-megagpu-8g", 8 * 200, 200),
         # cloud.google.com/compute/docs/gpus/gpu-network-bandwidth: "The eight CX7 NICs deliver a
         # total network bandwidth of 3,200 Gbps ... The two other gVNIC network interface cards ...
         # provide an additional 400 Gbps"
-        ("a3-ultragpu-8g", 3200, 400), ("a4-highgpu-8g", 3200, 400),
+        ("a3-ultragpu-8g", 3200, 400),
+        ("a4-highgpu-8g", 3200, 400),
     ],
 )
 def test_gcp_bandwidth_follows_googles_pages(mtype, gpu_traffic_gbps, host_nic_gbps):
@@ -49,7 +63,10 @@ def test_gcp_bandwidth_follows_googles_pages(mtype, gpu_traffic_gbps, host_nic_g
         # gpu-network-bandwidth overview table "Max total bandwidth": A3 Mega 1,800, A3 High 1,000,
         # A3 Ultra and A4 3,600 ("Combined, the network interface cards provide a total maximum
         # network bandwidth of 3,600 Gbps")
-        ("a3-megagpu-8g", 1800), ("a3-highgpu-8g", 1000), ("a3-ultragpu-8g", 3600), ("a4-highgpu-8g", 3600),
+        ("a3-megagpu-8g", 1800),
+        ("a3-highgpu-8g", 1000),
+        ("a3-ultragpu-8g", 3600),
+        ("a4-highgpu-8g", 3600),
     ],
 )
 def test_gpu_nics_plus_host_nics_is_the_documented_vm_total(mtype, vm_total_gbps):
@@ -73,8 +90,12 @@ def test_n1_bandwidth_stays_unknown():
         # Gigabit" on 4, g6e.48xlarge "400 Gigabit" on 4 (AWS EFA page: G6e "up to 4 cards / 400
         # Gbps"; the snapshot's per-card peaks, 4 x 400, contradict it), p6-b200 "3200 Gigabit" on
         # 8 (per-card peaks 8 x 200 contradict it); g5.xlarge "Up to 10 Gigabit": the card's peak
-        ("p5.48xlarge", 3200, 100), ("p4d.24xlarge", 400, 100), ("g6e.48xlarge", 400, 100),
-        ("g6e.24xlarge", 200, 100), ("p6-b200.48xlarge", 3200, 400), ("g5.xlarge", 10, 10),
+        ("p5.48xlarge", 3200, 100),
+        ("p4d.24xlarge", 400, 100),
+        ("g6e.48xlarge", 400, 100),
+        ("g6e.24xlarge", 200, 100),
+        ("p6-b200.48xlarge", 3200, 400),
+        ("g5.xlarge", 10, 10),
     ],
 )
 def test_aws_host_nic_is_the_primary_network_card(itype, total_gbps, primary_card_gbps):
@@ -111,10 +132,16 @@ def test_a_type_missing_from_the_table_is_unknown():
 @pytest.mark.parametrize(
     ("mtype", "entry", "message"),
     [
-        ("a3-megagpu-8g", {"vm_max_gbps": 1800, "gpu_nics_gbps": 1800, "host_nics_gbps": 200},
-         "a3-megagpu-8g GPU NICs 1800 \\+ host NICs 200 Gbps exceed the VM's 1800 Gbps"),
-        ("a2-highgpu-8g", {"vm_max_gbps": 100, "gpu_nics_gbps": 100},
-         "a2-highgpu-8g has no GPU NICs but lists GPU/host NIC bandwidth"),
+        (
+            "a3-megagpu-8g",
+            {"vm_max_gbps": 1800, "gpu_nics_gbps": 1800, "host_nics_gbps": 200},
+            "a3-megagpu-8g GPU NICs 1800 \\+ host NICs 200 Gbps exceed the VM's 1800 Gbps",
+        ),
+        (
+            "a2-highgpu-8g",
+            {"vm_max_gbps": 100, "gpu_nics_gbps": 100},
+            "a2-highgpu-8g has no GPU NICs but lists GPU/host NIC bandwidth",
+        ),
     ],
 )
 def test_inconsistent_curated_bandwidth_is_refused(mtype, entry, message):

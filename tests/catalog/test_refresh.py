@@ -4,16 +4,16 @@ GCP APIs against fixture responses served on 127.0.0.1, all through the real cli
 from __future__ import annotations
 
 import json
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import boto3
 import pytest
 
-from gpuinfra.services.catalog_refresh import refresh_catalog
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import CatalogError, MissingDependencyError
+from gpuinfra.services.catalog_refresh import refresh_catalog
 from tests.conftest import without_aws_credentials
 from tests.replay_server import ReplayServer
 
@@ -43,7 +43,9 @@ def _factory(moto_url, pricing_url):
     session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
 
     def client(service, region):
-        return session.client(service, region_name=region, endpoint_url=pricing_url if service == "pricing" else moto_url)
+        return session.client(
+            service, region_name=region, endpoint_url=pricing_url if service == "pricing" else moto_url
+        )
 
     return client
 
@@ -51,8 +53,9 @@ def _factory(moto_url, pricing_url):
 def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path):
     pricing = {"FormatVersion": "aws_v1", **_fixture("aws_pricing_get_products_us-east-1.json")}
     with ReplayServer([("POST", "/", "AWSPriceListService.GetProducts", pricing)]) as price_list:
-        result = refresh_catalog(["aws"], out_dir=tmp_path, regions=["us-east-1"],
-                                 aws_factory=_factory(moto_server, price_list.url), now=NOW)
+        result = refresh_catalog(
+            ["aws"], out_dir=tmp_path, regions=["us-east-1"], aws_factory=_factory(moto_server, price_list.url), now=NOW
+        )
         targets = [r[2] for r in price_list.requests]
     assert targets == ["AWSPriceListService.GetProducts"]
     body = json.loads(price_list.requests[0][3])
@@ -65,7 +68,9 @@ def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path)
     p4d = [o for o in aws if o.instance_type == "p4d.24xlarge"]
     # moto offers p4d in every us-east-1 AZ ID; on-demand from the Price List fixture
     assert {o.zone for o in p4d} >= {"use1-az1", "use1-az2"}
-    assert all(o.on_demand_price_per_hour_usd == Decimal("21.95764") and o.gpu == "A100" and o.gpu_count == 8 for o in p4d)
+    assert all(
+        o.on_demand_price_per_hour_usd == Decimal("21.95764") and o.gpu == "A100" and o.gpu_count == 8 for o in p4d
+    )
     # spot from DescribeSpotPriceHistory (moto answers 0.00001 for every type)
     assert all(o.spot_price_per_hour_usd == Decimal("0.00001") for o in p4d)
     # types without a Price List entry keep their spot price and have no on-demand price (never $0)
@@ -76,7 +81,10 @@ def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path)
     for itype in ("p4d.24xlarge", "p5.48xlarge", "g5.xlarge", "p5en.48xlarge"):
         fresh, old = catalog.fact("aws", itype), shipped.fact("aws", itype)
         assert (fresh.max_efa_interfaces, fresh.network_cards, fresh.local_ssd.bundled_count) == (
-            old.max_efa_interfaces, old.network_cards, old.local_ssd.bundled_count)
+            old.max_efa_interfaces,
+            old.network_cards,
+            old.local_ssd.bundled_count,
+        )
     # the GCP part of the shipped catalog is kept, with its own date
     assert sum(o.cloud == "gcp" for o in catalog.offers) == sum(o.cloud == "gcp" for o in shipped.offers)
     assert catalog.date_for("aws") == "2026-11-22"
@@ -87,8 +95,9 @@ def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path)
 def test_refreshed_catalog_is_used_by_offers(moto_server, aws_env, tmp_path, monkeypatch, run_cli):
     pricing = {"FormatVersion": "aws_v1", **_fixture("aws_pricing_get_products_us-east-1.json")}
     with ReplayServer([("POST", "/", "AWSPriceListService.GetProducts", pricing)]) as price_list:
-        refresh_catalog(["aws"], out_dir=tmp_path, regions=["us-east-1"],
-                        aws_factory=_factory(moto_server, price_list.url), now=NOW)
+        refresh_catalog(
+            ["aws"], out_dir=tmp_path, regions=["us-east-1"], aws_factory=_factory(moto_server, price_list.url), now=NOW
+        )
     monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
     result = run_cli("offers", "--gpus", "8xH100", "--cloud", "aws", "--spot", "--json")
     assert result.exit_code == 0, result.stderr
@@ -103,7 +112,9 @@ def _gcp_clients(url):
 
     from gpuinfra.services.catalog_refresh import gcp_clients
 
-    return gcp_clients(credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=url), transport="rest")
+    return gcp_clients(
+        credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=url), transport="rest"
+    )
 
 
 def _gcp_routes(skus=None):
@@ -111,18 +122,27 @@ def _gcp_routes(skus=None):
     return [
         ("GET", "/v1/services/6F81-5844-456A/skus", None, skus or _fixture("gcp_billing_skus.json")),
         ("GET", "/compute/v1/projects/demo-project/aggregated/machineTypes", None, _fixture("gcp_machine_types.json")),
-        ("GET", "/compute/v1/projects/demo-project/aggregated/acceleratorTypes", None, _fixture("gcp_accelerator_types.json")),
+        (
+            "GET",
+            "/compute/v1/projects/demo-project/aggregated/acceleratorTypes",
+            None,
+            _fixture("gcp_accelerator_types.json"),
+        ),
     ]
 
 
 def test_gcp_refresh_against_billing_and_compute_fixtures(tmp_path):
     routes = _gcp_routes()
     with ReplayServer(routes) as server:
-        result = refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
+        result = refresh_catalog(
+            ["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW
+        )
         paths = sorted(p.split("?")[0] for _, p, _, _ in server.requests)
-    assert paths == ["/compute/v1/projects/demo-project/aggregated/acceleratorTypes",
-                     "/compute/v1/projects/demo-project/aggregated/machineTypes",
-                     "/v1/services/6F81-5844-456A/skus"]
+    assert paths == [
+        "/compute/v1/projects/demo-project/aggregated/acceleratorTypes",
+        "/compute/v1/projects/demo-project/aggregated/machineTypes",
+        "/v1/services/6F81-5844-456A/skus",
+    ]
     catalog = load_catalog(tmp_path)
     gcp = {(o.instance_type, o.gpu, o.gpu_count, o.zone): o for o in catalog.offers if o.cloud == "gcp"}
     q = Decimal("0.00001")
@@ -138,14 +158,28 @@ def test_gcp_refresh_against_billing_and_compute_fixtures(tmp_path):
     assert a2.price_source == "all:gcp-billing-catalog" and "gcp-billing-catalog" in catalog.meta["price_sources"]
     # A3 Mega priced from the "H100 Mega 80GB GPU" wording, plus 16 x 375 GiB bundled Local SSD at $0.08/GiB-month
     mega = gcp[("a3-megagpu-8g", "H100", 8, "us-central1-a")]
-    expected = (Decimal("208") * Decimal("0.02908") + Decimal("1872") * Decimal("0.003897") + 8 * Decimal("11.06")
-                + Decimal("6000") * Decimal("0.08") / 730)
+    expected = (
+        Decimal("208") * Decimal("0.02908")
+        + Decimal("1872") * Decimal("0.003897")
+        + 8 * Decimal("11.06")
+        + Decimal("6000") * Decimal("0.08") / 730
+    )
     assert mega.on_demand_price_per_hour_usd == expected.quantize(q)
     assert mega.spot_price_per_hour_usd is None  # no spot A3Mega/H100 Mega SKU in the fixture: not priced, not $0
     # A4: B200 billed per "(1 gpu slice)"; 32 x 375 GiB bundled Local SSD at the on-demand and Spot VM rates
     a4 = gcp[("a4-highgpu-8g", "B200", 8, "us-central1-a")]
-    od = Decimal("224") * Decimal("0.028") + Decimal("3968") * Decimal("0.00375") + 8 * Decimal("10.5") + Decimal("12000") * Decimal("0.08") / 730
-    sp = Decimal("224") * Decimal("0.009") + Decimal("3968") * Decimal("0.0012") + 8 * Decimal("4.2") + Decimal("12000") * Decimal("0.048") / 730
+    od = (
+        Decimal("224") * Decimal("0.028")
+        + Decimal("3968") * Decimal("0.00375")
+        + 8 * Decimal("10.5")
+        + Decimal("12000") * Decimal("0.08") / 730
+    )
+    sp = (
+        Decimal("224") * Decimal("0.009")
+        + Decimal("3968") * Decimal("0.0012")
+        + 8 * Decimal("4.2")
+        + Decimal("12000") * Decimal("0.048") / 730
+    )
     assert (a4.on_demand_price_per_hour_usd, a4.spot_price_per_hour_usd) == (od.quantize(q), sp.quantize(q))
     assert "e2-standard-4" not in {k[0] for k in gcp}  # not a GPU family
     # N1 + T4 only where the accelerator is offered (us-central1-a), within host limits
@@ -159,35 +193,62 @@ def test_gcp_refresh_against_billing_and_compute_fixtures(tmp_path):
     assert all(o.cloud == "aws" for o in catalog.offers if o.instance_type.startswith("p4d"))
 
 
-@pytest.mark.parametrize(("description", "usage", "expected"), [
-    ("Nvidia Tesla A100 GPU running in Americas", "OnDemand", ("on-demand", "nvidia tesla a100 gpu running in americas")),
-    ("Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas", "OnDemand",
-     ("flex-start", "nvidia tesla a100 gpu running in americas")),
-    ("Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Warsaw", "Preemptible",
-     ("spot", "nvidia tesla t4 gpu running in warsaw")),
-    ("Spot Preemptible A2 Instance Core running in Americas", "Preemptible", ("spot", "a2 instance core running in americas")),
-    ("Nvidia B200 (1 gpu slice) running in Americas", "OnDemand", ("on-demand", "nvidia b200 gpu running in americas")),
-    ("Nvidia B200 (1 gpu slice) attached to Spot Preemptible VMs running in Americas", "Preemptible",
-     ("spot", "nvidia b200 gpu running in americas")),
-    ("Commitment v1: A2 Cpu in Americas for 1 Year", "Commit1Yr", None),
-    ("Nvidia H100 80GB GPU running in Americas with calendar mode", "OnDemand", None),
-    ("Flex-start Nvidia H100 80GB GPU running in Americas", "OnDemand", None),
-])
+@pytest.mark.parametrize(
+    ("description", "usage", "expected"),
+    [
+        (
+            "Nvidia Tesla A100 GPU running in Americas",
+            "OnDemand",
+            ("on-demand", "nvidia tesla a100 gpu running in americas"),
+        ),
+        (
+            "Nvidia Tesla A100 GPU attached to DWS Defined Duration VMs running in Americas",
+            "OnDemand",
+            ("flex-start", "nvidia tesla a100 gpu running in americas"),
+        ),
+        (
+            "Nvidia Tesla T4 GPU attached to Spot Preemptible VMs running in Warsaw",
+            "Preemptible",
+            ("spot", "nvidia tesla t4 gpu running in warsaw"),
+        ),
+        (
+            "Spot Preemptible A2 Instance Core running in Americas",
+            "Preemptible",
+            ("spot", "a2 instance core running in americas"),
+        ),
+        (
+            "Nvidia B200 (1 gpu slice) running in Americas",
+            "OnDemand",
+            ("on-demand", "nvidia b200 gpu running in americas"),
+        ),
+        (
+            "Nvidia B200 (1 gpu slice) attached to Spot Preemptible VMs running in Americas",
+            "Preemptible",
+            ("spot", "nvidia b200 gpu running in americas"),
+        ),
+        ("Commitment v1: A2 Cpu in Americas for 1 Year", "Commit1Yr", None),
+        ("Nvidia H100 80GB GPU running in Americas with calendar mode", "OnDemand", None),
+        ("Flex-start Nvidia H100 80GB GPU running in Americas", "OnDemand", None),
+    ],
+)
 def test_sku_market_classification(description, usage, expected):
     from gpuinfra.catalog.refresh_gcp import classify_sku
 
     assert classify_sku(description, usage) == expected
 
 
-@pytest.mark.parametrize(("text", "accelerator"), [
-    ("nvidia h100 80gb gpu running in americas", "nvidia-h100-80gb"),
-    ("nvidia h100 80gb mega gpu running in americas", "nvidia-h100-mega-80gb"),
-    ("nvidia h100 mega 80gb gpu running in americas", "nvidia-h100-mega-80gb"),
-    ("nvidia h100 80gb plus gpu running in americas", "nvidia-h100-mega-80gb"),
-    ("nvidia tesla a100 gpu running in americas", "nvidia-tesla-a100"),
-    ("nvidia tesla a100 80gb gpu running in americas", "nvidia-a100-80gb"),
-    ("nvidia b200 gpu running in americas", "nvidia-b200"),
-])
+@pytest.mark.parametrize(
+    ("text", "accelerator"),
+    [
+        ("nvidia h100 80gb gpu running in americas", "nvidia-h100-80gb"),
+        ("nvidia h100 80gb mega gpu running in americas", "nvidia-h100-mega-80gb"),
+        ("nvidia h100 mega 80gb gpu running in americas", "nvidia-h100-mega-80gb"),
+        ("nvidia h100 80gb plus gpu running in americas", "nvidia-h100-mega-80gb"),
+        ("nvidia tesla a100 gpu running in americas", "nvidia-tesla-a100"),
+        ("nvidia tesla a100 80gb gpu running in americas", "nvidia-a100-80gb"),
+        ("nvidia b200 gpu running in americas", "nvidia-b200"),
+    ],
+)
 def test_gpu_sku_patterns_match_one_accelerator(text, accelerator):
     import re
 
@@ -201,10 +262,15 @@ def test_refresh_that_fails_a_gate_writes_nothing(tmp_path):
     for sku in skus["skus"]:  # the on-demand A100 SKU at the DWS price: 8.36 vs 14.69354 in the current catalog
         if sku["description"] == "Nvidia Tesla A100 GPU running in Americas":
             sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {
-                "currencyCode": "USD", "units": "1", "nanos": 349700000}
+                "currencyCode": "USD",
+                "units": "1",
+                "nanos": 349700000,
+            }
     routes = _gcp_routes(skus)
-    with ReplayServer(routes) as server, \
-            pytest.raises(CatalogError, match="gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 us-central1-a"):
+    with (
+        ReplayServer(routes) as server,
+        pytest.raises(CatalogError, match="gcp-on-demand-vs-us-central1: gcp a2-highgpu-4g 4xA100 us-central1-a"),
+    ):
         refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
     assert list(tmp_path.iterdir()) == []
 
@@ -231,14 +297,24 @@ def test_accept_price_cuts_gates_against_the_fresh_prices_only(tmp_path):
     for sku in skus["skus"]:  # a real 55% cut of the A100 price would fail the default gate
         if sku["description"] == "Nvidia Tesla A100 GPU running in Americas":
             sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"] = {
-                "currencyCode": "USD", "units": "1", "nanos": 349700000}
+                "currencyCode": "USD",
+                "units": "1",
+                "nanos": 349700000,
+            }
     routes = _gcp_routes(skus)
     with ReplayServer(routes) as server:
-        refresh_catalog(["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW,
-                        accept_price_cuts=True)
+        refresh_catalog(
+            ["gcp"],
+            out_dir=tmp_path,
+            gcp_project="demo-project",
+            gcp=_gcp_clients(server.url),
+            now=NOW,
+            accept_price_cuts=True,
+        )
     a2 = next(o for o in load_catalog(tmp_path).offers if o.instance_type == "a2-highgpu-4g")
-    assert a2.on_demand_price_per_hour_usd == (48 * Decimal("0.031611") + 340 * Decimal("0.004237")
-                                               + 4 * Decimal("1.3497")).quantize(Decimal("0.00001"))
+    assert a2.on_demand_price_per_hour_usd == (
+        48 * Decimal("0.031611") + 340 * Decimal("0.004237") + 4 * Decimal("1.3497")
+    ).quantize(Decimal("0.00001"))
 
 
 def test_an_older_user_catalog_is_a_clear_error_and_refresh_starts_over(tmp_path, monkeypatch, run_cli):

@@ -42,6 +42,7 @@ def _edit(project: Path, name: str, change, as_name: str | None = None) -> None:
 
 # 1. cost --budget must be a finite number >= 0
 
+
 @pytest.mark.parametrize("budget", ["nan", "inf", "-1"])
 def test_cost_budget_that_is_not_an_amount(run_cli, stack, budget):
     before = _files(stack)
@@ -52,11 +53,14 @@ def test_cost_budget_that_is_not_an_amount(run_cli, stack, budget):
 
 # 2. a price in the stack file that is not a number
 
+
 def test_a_price_that_is_not_a_number_is_refused_by_cost_and_preview_and_listed_by_ls(run_cli, stack):
     _edit(stack, "t1", lambda c: c["price"].update(on_demand_price_per_hour_usd="abc"))
     before = _files(stack)
-    reason = ("gpuinfra:cluster.price.on_demand_price_per_hour_usd: not a price: 'abc'; use a decimal number of USD "
-              "per node-hour above 0")
+    reason = (
+        "gpuinfra:cluster.price.on_demand_price_per_hour_usd: not a price: 'abc'; use a decimal number of USD "
+        "per node-hour above 0"
+    )
     for command in ("cost", "preview"):
         _refused(run_cli(command, "t1", "--project-dir", str(stack)), 2, reason)
     listing = run_cli("ls", "--project-dir", str(stack))
@@ -68,6 +72,7 @@ def test_a_price_that_is_not_a_number_is_refused_by_cost_and_preview_and_listed_
 
 
 # 3. a --project-dir that cannot be written: exit 2, nothing left behind
+
 
 def test_a_stack_file_that_cannot_be_written_leaves_no_scaffold(run_cli, tmp_path, monkeypatch):
     from gpuinfra import fsutil
@@ -82,8 +87,12 @@ def test_a_stack_file_that_cannot_be_written_leaves_no_scaffold(run_cli, tmp_pat
     monkeypatch.setattr(fsutil, "atomic_write_text", read_only_stacks)
     project = tmp_path / "proj"
     result = run_cli("new", "--gpus", "4xA100", "--name", "t1", "--project-dir", str(project))
-    _refused(result, 2, f"cannot write {project}/stacks/Pulumi.t1.yaml: Permission denied; --project-dir {project} "
-                        "must be a folder you can write (nothing was written)")
+    _refused(
+        result,
+        2,
+        f"cannot write {project}/stacks/Pulumi.t1.yaml: Permission denied; --project-dir {project} "
+        "must be a folder you can write (nothing was written)",
+    )
     assert not project.exists()  # Pulumi.yaml, program/ and the folders new made are gone again
 
 
@@ -97,8 +106,11 @@ def test_a_project_dir_whose_stacks_folder_is_a_file(run_cli, tmp_path):
 
 def test_a_project_dir_that_is_a_file(run_cli, tmp_path):
     (tmp_path / "f").write_text("x")
-    _refused(run_cli("new", "--gpus", "4xA100", "--project-dir", str(tmp_path / "f")), 2,
-             f"--project-dir {tmp_path / 'f'} is a file, not a folder")
+    _refused(
+        run_cli("new", "--gpus", "4xA100", "--project-dir", str(tmp_path / "f")),
+        2,
+        f"--project-dir {tmp_path / 'f'} is a file, not a folder",
+    )
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
@@ -114,56 +126,85 @@ def test_a_read_only_project_dir(run_cli, tmp_path):
 
 # 4. --spot and --on-demand together
 
+
 def test_spot_and_on_demand_together(run_cli, tmp_path):
     result = run_cli("new", "--gpus", "4xA100", "--spot", "--on-demand", "--project-dir", str(tmp_path / "p"))
-    _refused(result, 2, "--spot and --on-demand exclude each other: give one of them, or neither for the profile's "
-                        "spot policy")
+    _refused(
+        result,
+        2,
+        "--spot and --on-demand exclude each other: give one of them, or neither for the profile's spot policy",
+    )
     assert not (tmp_path / "p").exists()
 
 
 def test_cost_spot_and_on_demand_together(run_cli, stack):
-    _refused(run_cli("cost", "t1", "--spot", "--on-demand", "--project-dir", str(stack)), 2,
-             "--spot and --on-demand exclude each other", "or neither for the stack's own pricing")
+    _refused(
+        run_cli("cost", "t1", "--spot", "--on-demand", "--project-dir", str(stack)),
+        2,
+        "--spot and --on-demand exclude each other",
+        "or neither for the stack's own pricing",
+    )
 
 
 # 5. GCP project IDs
 
+
 @pytest.mark.parametrize("project", ["My Project!", "my-proj-", "1project", "short", "a" * 31])
 def test_new_refuses_a_gcp_project_that_is_not_a_project_id(run_cli, tmp_path, project):
     result = run_cli("new", "--gpus", "4xA100", "--gcp-project", project, "--project-dir", str(tmp_path / "p"))
-    _refused(result, 2, f"--gcp-project {project!r} is not a GCP project ID: use 6-30 lowercase letters, digits or "
-                        "'-', starting with a letter and not ending with '-'",
-             "cloud.google.com/resource-manager/docs/creating-managing-projects")
+    _refused(
+        result,
+        2,
+        f"--gcp-project {project!r} is not a GCP project ID: use 6-30 lowercase letters, digits or "
+        "'-', starting with a letter and not ending with '-'",
+        "cloud.google.com/resource-manager/docs/creating-managing-projects",
+    )
     assert not (tmp_path / "p").exists()
 
 
 def test_a_valid_gcp_project_is_written(run_cli, tmp_path):
-    assert run_cli("new", "--gpus", "4xA100", "--gcp-project", "tokyo-rain-123", "--name", "g",
-                   "--project-dir", str(tmp_path)).exit_code == 0
-    assert yaml.safe_load((tmp_path / "stacks" / "Pulumi.g.yaml").read_text())["config"]["gcp:project"] == "tokyo-rain-123"
+    assert (
+        run_cli(
+            "new", "--gpus", "4xA100", "--gcp-project", "tokyo-rain-123", "--name", "g", "--project-dir", str(tmp_path)
+        ).exit_code
+        == 0
+    )
+    assert (
+        yaml.safe_load((tmp_path / "stacks" / "Pulumi.g.yaml").read_text())["config"]["gcp:project"] == "tokyo-rain-123"
+    )
 
 
 def test_catalog_refresh_refuses_a_gcp_project_that_is_not_a_project_id(run_cli, tmp_path):
-    result = run_cli("catalog", "refresh", "--cloud", "gcp", "--gcp-project", "My Project!", "--out", str(tmp_path / "c"))
+    result = run_cli(
+        "catalog", "refresh", "--cloud", "gcp", "--gcp-project", "My Project!", "--out", str(tmp_path / "c")
+    )
     _refused(result, 2, "--gcp-project 'My Project!' is not a GCP project ID")
     assert not (tmp_path / "c").exists()
 
 
 def test_a_stack_file_with_a_bad_gcp_project(run_cli, stack):
     _edit(stack, "t1", lambda c: c.update(gcp_project="My Project!"))
-    _refused(run_cli("preview", "t1", "--project-dir", str(stack)), 2,
-             "gpuinfra:cluster.gcp_project: 'My Project!' is not a GCP project ID")
+    _refused(
+        run_cli("preview", "t1", "--project-dir", str(stack)),
+        2,
+        "gpuinfra:cluster.gcp_project: 'My Project!' is not a GCP project ID",
+    )
 
 
 # 6. stack names that cloud resource names cannot hold
+
 
 @pytest.mark.parametrize("cloud", ["aws", "gcp"])
 @pytest.mark.parametrize("name", ["MyStack", "my_stack", "my.stack", "-stack", "stack-", "9lives", "a" * 28])
 def test_new_refuses_a_stack_name_cloud_resources_cannot_carry(run_cli, tmp_path, cloud, name):
     result = run_cli("new", "--gpus", "4xA100", "--cloud", cloud, "--name", name, "--project-dir", str(tmp_path / "p"))
-    _refused(result, 2, f"invalid stack name {name!r}",
-             "use 1-27 lowercase letters, digits or '-', starting with a letter and not ending with '-'",
-             "the service account gi-<stack> on GCP, the S3 bucket prefix gpuinfra-<stack>- on AWS")
+    _refused(
+        result,
+        2,
+        f"invalid stack name {name!r}",
+        "use 1-27 lowercase letters, digits or '-', starting with a letter and not ending with '-'",
+        "the service account gi-<stack> on GCP, the S3 bucket prefix gpuinfra-<stack>- on AWS",
+    )
     assert not (tmp_path / "p").exists()
 
 
@@ -175,11 +216,18 @@ def test_the_longest_stack_name_is_taken(run_cli, tmp_path):
 
 # 7. more nodes than one request on the cloud can start
 
+
 def test_new_refuses_more_nodes_than_one_gcp_managed_instance_group_holds(run_cli, tmp_path):
-    result = run_cli("new", "--gpus", "8xH100", "--nodes", "2000", "--cloud", "gcp", "--project-dir", str(tmp_path / "p"))
-    _refused(result, 2, "--nodes 2000 is over the GCP limit of 1000 VMs in one zonal managed instance group "
-                        "(source: cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances"
-                        "#limitations); ask for at most 1000 nodes")
+    result = run_cli(
+        "new", "--gpus", "8xH100", "--nodes", "2000", "--cloud", "gcp", "--project-dir", str(tmp_path / "p")
+    )
+    _refused(
+        result,
+        2,
+        "--nodes 2000 is over the GCP limit of 1000 VMs in one zonal managed instance group "
+        "(source: cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances"
+        "#limitations); ask for at most 1000 nodes",
+    )
     assert not (tmp_path / "p").exists()
 
 
@@ -192,28 +240,45 @@ def test_offers_take_each_clouds_limit_itself(run_cli):
 def test_new_refuses_more_nodes_than_one_instant_ec2_fleet_launches_at_once(run_cli, tmp_path):
     # MinTargetCapacity = nodes (all or nothing): "Maximum value of 1000. Supported only for fleets of
     # type instant." (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_OnDemandOptionsRequest.html)
-    result = run_cli("new", "--gpus", "8xA100", "--nodes", "2000", "--cloud", "aws", "--project-dir", str(tmp_path / "p"))
-    _refused(result, 2, "--nodes 2000 is over the AWS limit of 1000 instances in one all-or-nothing instant EC2 Fleet "
-                        "(MinTargetCapacity)")
+    result = run_cli(
+        "new", "--gpus", "8xA100", "--nodes", "2000", "--cloud", "aws", "--project-dir", str(tmp_path / "p")
+    )
+    _refused(
+        result,
+        2,
+        "--nodes 2000 is over the AWS limit of 1000 instances in one all-or-nothing instant EC2 Fleet "
+        "(MinTargetCapacity)",
+    )
     assert not (tmp_path / "p").exists()
 
 
 # 8. a stack file whose stack name is not its file name
 
+
 def test_a_stack_file_named_for_another_stack(run_cli, stack):
     _edit(stack, "t1", lambda c: None, as_name="other")
-    _refused(run_cli("cost", "other", "--project-dir", str(stack)), 2,
-             "holds stack 't1', not 'other'", "gpuinfra:cluster.stack must be 'other'", "Pulumi.t1.yaml")
+    _refused(
+        run_cli("cost", "other", "--project-dir", str(stack)),
+        2,
+        "holds stack 't1', not 'other'",
+        "gpuinfra:cluster.stack must be 'other'",
+        "Pulumi.t1.yaml",
+    )
     rows = {r["stack"]: r for r in json.loads(run_cli("ls", "--json", "--project-dir", str(stack)).stdout)}
     assert rows["t1"]["invalid"] is None and "holds stack 't1', not 'other'" in rows["other"]["invalid"]
 
 
 # 9. size where nothing fits
 
+
 def test_size_where_nothing_fits_prints_the_breakdown_and_exits_4(run_cli):
     result = run_cli("size", "--params", "900B", "--gpus", "1xT4")
-    _refused(result, 4, "no configuration in the catalog sold on-demand fits 900B params (full, bf16) with 10% memory headroom on up "
-                        "to 64 nodes; try --method lora or qlora, --recompute full, a shorter --seq")
+    _refused(
+        result,
+        4,
+        "no configuration in the catalog sold on-demand fits 900B params (full, bf16) with 10% memory headroom on up "
+        "to 64 nodes; try --method lora or qlora, --recompute full, a shorter --seq",
+    )
     assert "1xT4 x 1 node(s): 18465.0 GiB per GPU of 14.8 GiB -> does NOT fit" in result.stdout
     assert "optimizer 10058.28" in result.stdout
 
@@ -228,35 +293,52 @@ def test_size_json_where_nothing_fits(run_cli):
 
 def test_new_sized_for_a_model_nothing_fits(run_cli, tmp_path):
     result = run_cli("new", "--params", "90000B", "--method", "qlora", "--project-dir", str(tmp_path / "p"))
-    _refused(result, 4, "no configuration in the catalog sold spot or on-demand fits 90000B params (qlora, bf16) "
-                        "with 10% memory headroom on one node")
+    _refused(
+        result,
+        4,
+        "no configuration in the catalog sold spot or on-demand fits 90000B params (qlora, bf16) "
+        "with 10% memory headroom on one node",
+    )
     assert not (tmp_path / "p").exists()
 
 
 # 10. messages that name the real problem
 
+
 def test_a_gcp_zone_with_cloud_aws(run_cli):
-    _refused(run_cli("offers", "--gpus", "1xT4", "--cloud", "aws", "--zone", "us-central1-a"), 2,
-             "'us-central1-a' is a GCP zone, not an AWS one: use --cloud gcp (or drop --cloud); AWS zones are AZ IDs "
-             "such as use1-az4")
+    _refused(
+        run_cli("offers", "--gpus", "1xT4", "--cloud", "aws", "--zone", "us-central1-a"),
+        2,
+        "'us-central1-a' is a GCP zone, not an AWS one: use --cloud gcp (or drop --cloud); AWS zones are AZ IDs "
+        "such as use1-az4",
+    )
 
 
 def test_an_aws_region_with_cloud_gcp(run_cli):
-    _refused(run_cli("offers", "--gpus", "1xT4", "--cloud", "gcp", "--region", "us-east-1"), 2,
-             "'us-east-1' is an AWS region, not a GCP one: use --cloud aws (or drop --cloud)")
+    _refused(
+        run_cli("offers", "--gpus", "1xT4", "--cloud", "gcp", "--region", "us-east-1"),
+        2,
+        "'us-east-1' is an AWS region, not a GCP one: use --cloud aws (or drop --cloud)",
+    )
 
 
 def test_a_zone_of_another_region(run_cli):
-    _refused(run_cli("offers", "--gpus", "1xT4", "--cloud", "gcp", "--region", "us-central1", "--zone", "europe-west4-a"), 2,
-             "zone 'europe-west4-a' is in europe-west4, not us-central1: use --region europe-west4 or drop --region.",
-             "Zones in us-central1: us-central1-a")
+    _refused(
+        run_cli("offers", "--gpus", "1xT4", "--cloud", "gcp", "--region", "us-central1", "--zone", "europe-west4-a"),
+        2,
+        "zone 'europe-west4-a' is in europe-west4, not us-central1: use --region europe-west4 or drop --region.",
+        "Zones in us-central1: us-central1-a",
+    )
 
 
 def test_profiles_dir_that_is_a_file(run_cli, tmp_path):
     (tmp_path / "f.yaml").write_text("dev: {}\n")
     for command in (["profiles"], ["new", "--gpus", "1xT4", "--project-dir", str(tmp_path / "p")]):
-        _refused(run_cli(*command, "--profiles-dir", str(tmp_path / "f.yaml")), 2,
-                 f"profiles folder {tmp_path / 'f.yaml'} (--profiles-dir) is a file, not a folder")
+        _refused(
+            run_cli(*command, "--profiles-dir", str(tmp_path / "f.yaml")),
+            2,
+            f"profiles folder {tmp_path / 'f.yaml'} (--profiles-dir) is a file, not a folder",
+        )
     assert not (tmp_path / "p").exists()
 
 
@@ -265,11 +347,14 @@ def test_profiles_dir_from_the_environment_that_does_not_exist(run_cli, tmp_path
     _refused(run_cli("profiles"), 2, f"profiles folder {tmp_path / 'none'} ($GPUINFRA_PROFILES_DIR) does not exist")
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["offers", "--bogus"], "error: No such option: --bogus"),
-    (["cost", "a", "b"], "error: Got unexpected extra argument(s) (b) (see `gpuinfra cost --help`)"),
-    (["cost", "diff", "a"], "error: Missing argument 'STACK_B'."),
-    (["new", "--nodes", "two"], "error: Invalid value for '--nodes'"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["offers", "--bogus"], "error: No such option: --bogus"),
+        (["cost", "a", "b"], "error: Got unexpected extra argument(s) (b) (see `gpuinfra cost --help`)"),
+        (["cost", "diff", "a"], "error: Missing argument 'STACK_B'."),
+        (["new", "--nodes", "two"], "error: Invalid value for '--nodes'"),
+    ],
+)
 def test_command_line_mistakes_are_one_line_too(run_cli, args, message):
     _refused(run_cli(*args), 2, message)

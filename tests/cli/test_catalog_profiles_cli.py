@@ -43,14 +43,17 @@ def test_user_profiles_dir_overrides_and_validates(run_cli, tmp_path):
         "  spot: {policy: allowed, checkpoint_interval_minutes: 0}\n  idle_timeout_minutes: 15\n"
         "  idle_gpu_utilization_percent: 1\n  ttl_hours: 4\n  root_disk_gib: 100\n"
         "  image: {aws_dlami_type: base-oss-nvidia-driver-gpu-ubuntu-22.04, gcp_image_family: common-cu128-ubuntu-2204-nvidia-570}\n"
-        "  container_image: ''\n  default_run_hours: 2\n")
+        "  container_image: ''\n  default_run_hours: 2\n"
+    )
     data = json.loads(run_cli("profiles", "--profiles-dir", str(tmp_path), "--json").stdout)
     dev = next(p for p in data if p["name"] == "dev")
     assert dev["idle_timeout_minutes"] == 15 and dev["ttl_hours"] == 4
     (tmp_path / "bad.yaml").write_text("broken:\n  placement: sometimes\n")
     result = run_cli("profiles", "--profiles-dir", str(tmp_path))
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
-    assert result.stderr.startswith(f"error: profile 'broken' in {tmp_path / 'bad.yaml'}: field 'description': Field required;")
+    assert result.stderr.startswith(
+        f"error: profile 'broken' in {tmp_path / 'bad.yaml'}: field 'description': Field required;"
+    )
     assert "field 'placement': Input should be 'required' or 'none'" in result.stderr
 
 

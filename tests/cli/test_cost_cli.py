@@ -8,7 +8,6 @@ from pathlib import Path
 
 import yaml
 
-
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 
 
@@ -42,7 +41,9 @@ def test_gcp_4xa100_compute_is_the_cited_on_demand_price(run_cli, tmp_path):
 
 def test_two_node_p4d_doubles_compute(run_cli, tmp_path):
     one = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "one"))
-    two = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "two"))
+    two = _cost(
+        run_cli, tmp_path, _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "two")
+    )
     a, b = _component(one, "Instance usage"), _component(two, "Instance usage")
     assert a["unit_price_usd"] == b["unit_price_usd"] == "21.957640"
     assert Decimal(b["hourly_usd"]) == 2 * Decimal(a["hourly_usd"])
@@ -52,7 +53,7 @@ def test_gp3_root_disk_price_per_hour(run_cli, tmp_path):
     stack = _new(run_cli, tmp_path, "--instance-type", "p4d.24xlarge", "--name", "disk")
     path = tmp_path / "stacks" / "Pulumi.disk.yaml"
     doc = yaml.safe_load(path.read_text())
-    doc["config"]["gpuinfra:cluster"]["profile"]["root_disk_gib"] = 100   # explicit config wins
+    doc["config"]["gpuinfra:cluster"]["profile"]["root_disk_gib"] = 100  # explicit config wins
     path.write_text(yaml.safe_dump(doc))
     line = _component(_cost(run_cli, tmp_path, stack), "EBS gp3 root volume")
     assert Decimal(line["hourly_usd"]) == (Decimal(100) * Decimal("0.08") / 730).quantize(Decimal("0.000001"))
@@ -61,14 +62,21 @@ def test_gp3_root_disk_price_per_hour(run_cli, tmp_path):
 
 def test_json_totals_are_the_sum_of_lines_and_schema(run_cli, tmp_path):
     doc = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--gpus", "8xH100", "--nodes", "2", "--cloud", "aws"))
-    assert doc["schema_version"] == "2" and doc["currency"] == "USD" and doc["catalog_date"] == "undated (imported 2026-11-22)"
+    assert (
+        doc["schema_version"] == "2"
+        and doc["currency"] == "USD"
+        and doc["catalog_date"] == "undated (imported 2026-11-22)"
+    )
     for key in ("hourly_usd", "run_usd", "hours", "lines"):
         assert key in doc
     priced = [line for line in doc["lines"] if line["hourly_usd"] is not None]
     assert Decimal(doc["hourly_usd"]) == sum(Decimal(line["hourly_usd"]) for line in priced)
     assert Decimal(doc["run_usd"]) == sum(Decimal(line["run_usd"]) for line in priced)
     assert abs(Decimal(doc["run_usd"]) - Decimal(doc["hourly_usd"]) * Decimal(doc["hours"])) < Decimal("0.001")
-    assert all({"resource", "component", "unit", "quantity", "unit_price_usd", "hourly_usd"} <= set(line) for line in doc["lines"])
+    assert all(
+        {"resource", "component", "unit", "quantity", "unit_price_usd", "hourly_usd"} <= set(line)
+        for line in doc["lines"]
+    )
     assert all(isinstance(line["hourly_usd"], (str, type(None))) for line in doc["lines"])  # money as decimal strings
     inter_zone = _component(doc, "Inter-zone data transfer")
     assert inter_zone["quantity"] == "0.000000" and "one zone" in inter_zone["note"]
@@ -84,7 +92,9 @@ def test_budget_gate_exits_3(run_cli, tmp_path):
 def test_hours_spot_and_usage_override(run_cli, tmp_path):
     stack = _new(run_cli, tmp_path, "--gpus", "8xH100", "--cloud", "gcp", "--name", "h")
     base = _cost(run_cli, tmp_path, stack, "--hours", "10")
-    assert base["hours"] == "10" and abs(Decimal(base["run_usd"]) - Decimal(base["hourly_usd"]) * 10) < Decimal("0.0001")
+    assert base["hours"] == "10" and abs(Decimal(base["run_usd"]) - Decimal(base["hourly_usd"]) * 10) < Decimal(
+        "0.0001"
+    )
     spot = _cost(run_cli, tmp_path, stack, "--spot")
     assert spot["pricing"] == "spot" and Decimal(spot["hourly_usd"]) < Decimal(base["hourly_usd"])
     assert Decimal(spot["spot_savings_percent"]) > 0
@@ -101,8 +111,9 @@ def test_price_not_found_is_counted_not_zero(run_cli, tmp_path):
     stack = _new(run_cli, tmp_path, "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "cb")
     path = tmp_path / "stacks" / "Pulumi.cb.yaml"
     doc = yaml.safe_load(path.read_text())
-    doc["config"]["gpuinfra:cluster"].update(capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True,
-                                             capacity_reservation_instance_count=2)
+    doc["config"]["gpuinfra:cluster"].update(
+        capacity_reservation_id="cr-0123456789abcdef0", capacity_block=True, capacity_reservation_instance_count=2
+    )
     path.write_text(yaml.safe_dump(doc))
     priced = run_cli("cost", stack, "--project-dir", str(tmp_path), "--json")
     assert priced.exit_code == 4  # the JSON document is still printed, with the unpriced line
@@ -148,8 +159,17 @@ def test_cost_diff(run_cli, tmp_path):
 
 
 def test_from_preview_prices_a_pulumi_preview_document(run_cli, tmp_path):
-    result = run_cli("cost", "p4d-team", "--from-preview", str(FIXTURES / "pulumi_preview_p4d.json"), "--hours", "24",
-                     "--project-dir", str(tmp_path), "--json")
+    result = run_cli(
+        "cost",
+        "p4d-team",
+        "--from-preview",
+        str(FIXTURES / "pulumi_preview_p4d.json"),
+        "--hours",
+        "24",
+        "--project-dir",
+        str(tmp_path),
+        "--json",
+    )
     # the SageMaker domain has no cost model: the lines are printed, but no total passes (exit 4)
     assert result.exit_code == 4 and "p4d-team-extra (aws:sagemaker/domain:Domain" in result.stderr
     doc = json.loads(result.stdout)
@@ -159,8 +179,13 @@ def test_from_preview_prices_a_pulumi_preview_document(run_cli, tmp_path):
     disk = _component(doc, "EBS gp3 root volume")
     assert Decimal(disk["hourly_usd"]) == (Decimal(100) * 2 * Decimal("0.08") / 730).quantize(Decimal("0.000001"))
     assert _component(doc, "NAT gateway")["unit_price_usd"] == "0.045000"
-    assert doc["not_priced"] == [{"resource": "p4d-team-extra", "resource_type": "aws:sagemaker/domain:Domain",
-                                  "reason": "no cost model for this resource type"}]
+    assert doc["not_priced"] == [
+        {
+            "resource": "p4d-team-extra",
+            "resource_type": "aws:sagemaker/domain:Domain",
+            "reason": "no cost model for this resource type",
+        }
+    ]
     assert "p4d-team-old-eip" not in json.dumps(doc)  # deleted resources are not priced
 
 
@@ -218,5 +243,6 @@ def test_cost_diff_needs_two_stacks_and_diff_is_no_stack_name(run_cli, tmp_path)
     assert result.exit_code == 2 and "Missing argument 'STACK_B'" in result.stderr
     refused = run_cli("new", "--gpus", "1xL4", "--name", "diff", "--project-dir", str(tmp_path))
     assert refused.exit_code == 2
-    assert refused.stderr == ("error: stack name 'diff' is reserved (`gpuinfra cost diff` is a sub-command); "
-                              "choose another --name\n")
+    assert refused.stderr == (
+        "error: stack name 'diff' is reserved (`gpuinfra cost diff` is a sub-command); choose another --name\n"
+    )

@@ -18,15 +18,31 @@ def _files(folder: Path) -> dict[str, int]:
 
 
 def _bake(run_cli, project: Path, *extra: str):
-    return run_cli("image", "bake", "--cloud", "aws", "--family", "p5", "--base-image", AMI, "--container-base", NGC,
-                   "--project-dir", str(project), *extra)
+    return run_cli(
+        "image",
+        "bake",
+        "--cloud",
+        "aws",
+        "--family",
+        "p5",
+        "--base-image",
+        AMI,
+        "--container-base",
+        NGC,
+        "--project-dir",
+        str(project),
+        *extra,
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--family", "p9"), "unknown aws family 'p9'"),
-    (("--base-arch", "arm64"), "is arm64, but aws family p5 (p5.48xlarge) is x86_64"),
-    (("--container-base", "nvcr.io/nvidia/pytorch:25.01-py3"), "has no digest"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--family", "p9"), "unknown aws family 'p9'"),
+        (("--base-arch", "arm64"), "is arm64, but aws family p5 (p5.48xlarge) is x86_64"),
+        (("--container-base", "nvcr.io/nvidia/pytorch:25.01-py3"), "has no digest"),
+    ],
+)
 def test_bad_input_one_line_exit_2_nothing_written(run_cli, tmp_path, args, message):
     before = _files(tmp_path)
     result = _bake(run_cli, tmp_path, *args)
@@ -38,8 +54,21 @@ def test_bad_input_one_line_exit_2_nothing_written(run_cli, tmp_path, args, mess
 def test_cluster_records_the_bake_and_never_drifts(run_cli, tmp_path):
     assert _bake(run_cli, tmp_path).exit_code == 0
     bake_file = tmp_path / "stacks" / "Pulumi.bake-p5.yaml"
-    assert yaml.safe_load(bake_file.read_text())["config"]["gpuinfra:bake"]["manifest"]["efa_installer_version"] == "1.43.2"
-    new = ("new", "--instance-type", "p5.48xlarge", "--image", "baked:bake-p5", "--name", "c1", "--project-dir", str(tmp_path))
+    assert (
+        yaml.safe_load(bake_file.read_text())["config"]["gpuinfra:bake"]["manifest"]["efa_installer_version"]
+        == "1.43.2"
+    )
+    new = (
+        "new",
+        "--instance-type",
+        "p5.48xlarge",
+        "--image",
+        "baked:bake-p5",
+        "--name",
+        "c1",
+        "--project-dir",
+        str(tmp_path),
+    )
     refused = run_cli(*new)
     assert refused.exit_code == 2 and "has no image id yet" in refused.stderr
     assert not (tmp_path / "stacks" / "Pulumi.c1.yaml").exists()
@@ -52,7 +81,12 @@ def test_cluster_records_the_bake_and_never_drifts(run_cli, tmp_path):
     assert config["gpuinfra:image"]["manifest"]["base_image"] == AMI
     written = cluster_file.read_text()
     # a new bake result changes the bake's file, never the cluster's; `new` again needs --force
-    assert run_cli("image", "record", "bake-p5", "--image-id", "ami-0aaaaaaaaaaaaaaaa", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "image", "record", "bake-p5", "--image-id", "ami-0aaaaaaaaaaaaaaaa", "--project-dir", str(tmp_path)
+        ).exit_code
+        == 0
+    )
     assert cluster_file.read_text() == written
     assert run_cli(*new).exit_code == 5
     assert run_cli(*new, "--force").exit_code == 0
@@ -61,17 +95,31 @@ def test_cluster_records_the_bake_and_never_drifts(run_cli, tmp_path):
 
 def test_image_of_another_cloud_is_refused(run_cli, tmp_path):
     assert _bake(run_cli, tmp_path).exit_code == 0
-    result = run_cli("image", "record", "bake-p5", "--image-id", "projects/my-proj-1/global/images/x",
-                     "--project-dir", str(tmp_path))
+    result = run_cli(
+        "image", "record", "bake-p5", "--image-id", "projects/my-proj-1/global/images/x", "--project-dir", str(tmp_path)
+    )
     assert result.exit_code == 2 and "is not a aws image id" in result.stderr
 
 
 def test_image_cost_exit_4_when_a_price_is_missing(run_cli, tmp_path):
-    gcp = ("image", "bake", "--cloud", "gcp", "--family", "a3-megagpu-8g", "--gcp-project", "my-proj-123",
-           "--region", "europe-west4",
-           "--base-image", "projects/deeplearning-platform-release/global/images/"
-           "common-cu128-ubuntu-2204-nvidia-570-v20251020",
-           "--container-base", NGC, "--project-dir", str(tmp_path))
+    gcp = (
+        "image",
+        "bake",
+        "--cloud",
+        "gcp",
+        "--family",
+        "a3-megagpu-8g",
+        "--gcp-project",
+        "my-proj-123",
+        "--region",
+        "europe-west4",
+        "--base-image",
+        "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+        "--container-base",
+        NGC,
+        "--project-dir",
+        str(tmp_path),
+    )
     assert run_cli(*gcp).exit_code == 0
     result = run_cli("image", "cost", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
     assert result.exit_code == 4 and "gce_custom_image_storage_per_gib_month in europe-west4" in result.stderr
@@ -81,32 +129,78 @@ def test_image_cost_exit_4_when_a_price_is_missing(run_cli, tmp_path):
 
 def test_gcp_cluster_from_a_bake_takes_its_cloud_type_and_image(run_cli, tmp_path):
     image = "projects/my-proj-123/global/images/gpuinfra-bake-a3-megagpu-8g-20261123t000000z"
-    assert run_cli("image", "bake", "--cloud", "gcp", "--family", "a3-megagpu-8g", "--gcp-project", "my-proj-123",
-                   "--base-image", "projects/deeplearning-platform-release/global/images/"
-                   "common-cu128-ubuntu-2204-nvidia-570-v20251020",
-                   "--container-base", NGC, "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "image",
+            "bake",
+            "--cloud",
+            "gcp",
+            "--family",
+            "a3-megagpu-8g",
+            "--gcp-project",
+            "my-proj-123",
+            "--base-image",
+            "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+            "--container-base",
+            NGC,
+            "--project-dir",
+            str(tmp_path),
+        ).exit_code
+        == 0
+    )
     listed = run_cli("image", "ls", "--project-dir", str(tmp_path))
     assert "bake-a3-megagpu-8g  gcp a3-megagpu-8g (tcpxo)  not built yet" in listed.stdout
-    assert run_cli("image", "record", "bake-a3-megagpu-8g", "--image-id", image,
-                   "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli("image", "record", "bake-a3-megagpu-8g", "--image-id", image, "--project-dir", str(tmp_path)).exit_code
+        == 0
+    )
     # no --cloud, no --instance-type: the bake's cloud and its one machine type
-    result = run_cli("new", "--image", "baked:bake-a3-megagpu-8g", "--name", "g1", "--gcp-project", "my-proj-123",
-                     "--project-dir", str(tmp_path))
+    result = run_cli(
+        "new",
+        "--image",
+        "baked:bake-a3-megagpu-8g",
+        "--name",
+        "g1",
+        "--gcp-project",
+        "my-proj-123",
+        "--project-dir",
+        str(tmp_path),
+    )
     assert result.exit_code == 0, result.stderr
     config = yaml.safe_load((tmp_path / "stacks" / "Pulumi.g1.yaml").read_text())["config"]
     assert config["gpuinfra:cluster"]["instance_type"] == "a3-megagpu-8g"
     assert config["gpuinfra:cluster"]["gcp_image"] == image
     assert config["gpuinfra:image"]["manifest"]["fabric"] == "tcpxo"
-    other = run_cli("new", "--instance-type", "a3-highgpu-8g", "--image", "baked:bake-a3-megagpu-8g", "--name", "g2",
-                    "--gcp-project", "my-proj-123", "--project-dir", str(tmp_path))
+    other = run_cli(
+        "new",
+        "--instance-type",
+        "a3-highgpu-8g",
+        "--image",
+        "baked:bake-a3-megagpu-8g",
+        "--name",
+        "g2",
+        "--gcp-project",
+        "my-proj-123",
+        "--project-dir",
+        str(tmp_path),
+    )
     assert other.exit_code == 2 and "pass --instance-type a3-megagpu-8g" in other.stderr
 
 
 def test_record_refuses_a_container_tag_when_the_bake_pins(run_cli, tmp_path):
     assert _bake(run_cli, tmp_path).exit_code == 0
     before = (tmp_path / "stacks" / "Pulumi.bake-p5.yaml").read_text()
-    result = run_cli("image", "record", "bake-p5", "--image-id", BUILT, "--container-image",
-                     "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:1.0.0-1", "--project-dir", str(tmp_path))
+    result = run_cli(
+        "image",
+        "record",
+        "bake-p5",
+        "--image-id",
+        BUILT,
+        "--container-image",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5:1.0.0-1",
+        "--project-dir",
+        str(tmp_path),
+    )
     assert result.exit_code == 2 and "has no digest" in result.stderr
     assert (tmp_path / "stacks" / "Pulumi.bake-p5.yaml").read_text() == before
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -59,8 +59,12 @@ def project(run_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    assert run_cli("new", "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "train",
-                   "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new", "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "train", "--project-dir", str(tmp_path)
+        ).exit_code
+        == 0
+    )
     return tmp_path
 
 
@@ -140,7 +144,9 @@ def test_locked_stack_and_expired_credentials_map_to_clear_errors():
     locked = auto.ConcurrentUpdateError(CommandResult("", "error: the stack is currently locked by 1 lock(s)", 255))
     with pytest.raises(OperationError, match="stack 'train' is locked by another update in progress"):
         lifecycle._run(lambda: (_ for _ in ()).throw(locked), "train")
-    expired = auto.CommandError(CommandResult("", "error: ExpiredToken: The security token included in the request is expired", 255))
+    expired = auto.CommandError(
+        CommandResult("", "error: ExpiredToken: The security token included in the request is expired", 255)
+    )
     with pytest.raises(MissingDependencyError, match="cloud credentials for stack 'train' are expired"):
         lifecycle._run(lambda: (_ for _ in ()).throw(expired), "train")
 
@@ -161,8 +167,12 @@ def test_missing_credentials(run_cli, project, monkeypatch):
 
 
 def test_ls_and_reap_expired(run_cli, project, monkeypatch):
-    assert run_cli("new", "--instance-type", "g5.xlarge", "--profile", "dev", "--name", "old",
-                   "--project-dir", str(project)).exit_code == 0
+    assert (
+        run_cli(
+            "new", "--instance-type", "g5.xlarge", "--profile", "dev", "--name", "old", "--project-dir", str(project)
+        ).exit_code
+        == 0
+    )
     path = project / "stacks" / "Pulumi.old.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["config"]["gpuinfra:cluster"]["created_at"] = "2026-01-01T00:00:00Z"  # TTL 12 h: long expired
@@ -202,8 +212,10 @@ def test_the_automation_boundary_turns_a_capacity_failure_into_its_own_error():
 
     with pytest.raises(CapacityError) as raised:
         lifecycle._run(failing, "train")
-    assert str(raised.value) == ("the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1 (launched: none); "
-                                 "EC2 had no capacity for all of them at once.")
+    assert str(raised.value) == (
+        "the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1 (launched: none); "
+        "EC2 had no capacity for all of them at once."
+    )
     assert raised.value.exit_code == 7
 
 
@@ -217,7 +229,8 @@ def test_up_without_capacity_destroys_what_it_created_and_keeps_the_bucket(run_c
     assert backend.calls == [("list_stacks", project.name), ("up", "train"), ("destroy", "train")]
     assert result.stderr == (
         "error: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances in use1-az1. Everything `up` created was destroyed "
-        "again, so nothing bills (its new bucket is empty and kept); run `gpuinfra up train` to try again\n")
+        "again, so nothing bills (its new bucket is empty and kept); run `gpuinfra up train` to try again\n"
+    )
 
 
 def test_up_says_to_run_down_when_the_clean_up_fails_too(run_cli, project, monkeypatch):
@@ -231,32 +244,43 @@ def test_up_says_to_run_down_when_the_clean_up_fails_too(run_cli, project, monke
     backend = Stuck(fail=CapacityError("launched 0 of 2"))
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
-    assert result.exit_code == 7 and backend.calls == [("list_stacks", project.name), ("up", "train"), ("destroy", "train")]
+    assert result.exit_code == 7 and backend.calls == [
+        ("list_stacks", project.name),
+        ("up", "train"),
+        ("destroy", "train"),
+    ]
     assert "run `gpuinfra down train` so nothing keeps billing" in result.stderr and result.stderr.count("\n") == 1
 
 
 def test_a_deployed_stack_is_never_destroyed_after_a_capacity_failure(run_cli, project, monkeypatch):
     from gpuinfra.errors import CapacityError
 
-    backend = FakeBackend(deployed=["train"], fail=CapacityError("the EC2 Fleet launched 0 of 2 p4d.24xlarge instances"))
+    backend = FakeBackend(
+        deployed=["train"], fail=CapacityError("the EC2 Fleet launched 0 of 2 p4d.24xlarge instances")
+    )
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
     assert result.exit_code == 7 and ("destroy", "train") not in backend.calls  # its bucket and data stay in the stack
-    assert result.stderr == ("error: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances. The stack's other resources "
-                             "are unchanged; run `gpuinfra up train` to try again, or `gpuinfra down train` so nothing "
-                             "keeps billing\n")
+    assert result.stderr == (
+        "error: the EC2 Fleet launched 0 of 2 p4d.24xlarge instances. The stack's other resources "
+        "are unchanged; run `gpuinfra up train` to try again, or `gpuinfra down train` so nothing "
+        "keeps billing\n"
+    )
 
 
 def test_up_refuses_to_replace_running_nodes_unless_asked(run_cli, project, monkeypatch):
-    backend = FakeBackend(deployed=["train"], replaced=[("aws:ec2/launchTemplate:LaunchTemplate", "train-lt"),
-                                                        ("aws:ec2/fleet:Fleet", "train-fleet")])
+    backend = FakeBackend(
+        deployed=["train"],
+        replaced=[("aws:ec2/launchTemplate:LaunchTemplate", "train-lt"), ("aws:ec2/fleet:Fleet", "train-fleet")],
+    )
     _use(monkeypatch, backend)
     result = run_cli("up", "train", "--project-dir", str(project))
     assert result.exit_code == 2 and ("up", "train") not in backend.calls
     assert result.stderr == (
         "error: this update of stack 'train' would replace its running nodes (train-fleet: the change reaches the "
         "fleet / group, which cannot be updated in place), ending any training on them; run `gpuinfra up train "
-        "--replace-nodes` to do it, or undo the change in the stack file\n")
+        "--replace-nodes` to do it, or undo the change in the stack file\n"
+    )
     again = run_cli("up", "train", "--replace-nodes", "--project-dir", str(project))
     assert again.exit_code == 0 and backend.calls[-1] == ("up", "train")
 
@@ -284,20 +308,47 @@ BUILT_AMI = "ami-0fedcba9876543210"
 def bake_project(run_cli, project, moto_url, monkeypatch):
     """The `train` cluster project plus the p5 bake, and moto ECR holding the bake's container."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
-    assert run_cli("image", "bake", "--cloud", "aws", "--family", "p5", "--base-image", BASE_AMI, "--container-base", NGC,
-                   "--project-dir", str(project)).exit_code == 0
+    assert (
+        run_cli(
+            "image",
+            "bake",
+            "--cloud",
+            "aws",
+            "--family",
+            "p5",
+            "--base-image",
+            BASE_AMI,
+            "--container-base",
+            NGC,
+            "--project-dir",
+            str(project),
+        ).exit_code
+        == 0
+    )
     ecr = boto3.client("ecr", region_name="us-east-1", endpoint_url=moto_url)
     with contextlib.suppress(ecr.exceptions.RepositoryNotFoundException):
         ecr.delete_repository(repositoryName="gpuinfra/bake-p5", force=True)
     uri = ecr.create_repository(repositoryName="gpuinfra/bake-p5")["repository"]["repositoryUri"]
-    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
-                "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": 10,
-                           "digest": "sha256:" + "c" * 64},
-                "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 20,
-                            "digest": "sha256:" + "d" * 64}]}
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+        "config": {
+            "mediaType": "application/vnd.docker.container.image.v1+json",
+            "size": 10,
+            "digest": "sha256:" + "c" * 64,
+        },
+        "layers": [
+            {
+                "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                "size": 20,
+                "digest": "sha256:" + "d" * 64,
+            }
+        ],
+    }
     ecr.put_image(repositoryName="gpuinfra/bake-p5", imageManifest=json.dumps(manifest), imageTag="bake-0123456789ab")
-    digest = ecr.describe_images(repositoryName="gpuinfra/bake-p5",
-                                 imageIds=[{"imageTag": "bake-0123456789ab"}])["imageDetails"][0]["imageDigest"]
+    digest = ecr.describe_images(repositoryName="gpuinfra/bake-p5", imageIds=[{"imageTag": "bake-0123456789ab"}])[
+        "imageDetails"
+    ][0]["imageDigest"]
     return project, uri, digest
 
 
@@ -313,11 +364,22 @@ def test_up_of_an_aws_bake_builds_records_and_new_uses_it(run_cli, bake_project,
     assert result.exit_code == 0, result.stderr
     assert backend.calls == [("up", "bake-p5"), ("outputs", "bake-p5")]  # no TTL, no node-replacement preview
     assert _bake_file(project)["result"] == {"image_id": BUILT_AMI, "container_image": f"{uri}@{digest}"}
-    assert result.stdout.splitlines()[0] == ("up bake-p5: image bake of aws p5 (efa) in us-east-1; Image Builder's build "
-                                             "instance builds the container, then the AMI; this waits for both")
+    assert result.stdout.splitlines()[0] == (
+        "up bake-p5: image bake of aws p5 (efa) in us-east-1; Image Builder's build "
+        "instance builds the container, then the AMI; this waits for both"
+    )
     assert "use: gpuinfra new ... --image baked:bake-p5" in result.stdout
-    made = run_cli("new", "--instance-type", "p5.48xlarge", "--image", "baked:bake-p5", "--name", "c1",
-                   "--project-dir", str(project))
+    made = run_cli(
+        "new",
+        "--instance-type",
+        "p5.48xlarge",
+        "--image",
+        "baked:bake-p5",
+        "--name",
+        "c1",
+        "--project-dir",
+        str(project),
+    )
     assert made.exit_code == 0, made.stderr
     config = yaml.safe_load((project / "stacks" / "Pulumi.c1.yaml").read_text())["config"]
     assert config["gpuinfra:cluster"]["ami_id"] == BUILT_AMI
@@ -339,30 +401,59 @@ def test_up_of_a_bake_whose_container_ecr_lacks_is_exit_7_and_records_nothing(ru
     _use(monkeypatch, backend)
     result = run_cli("up", "bake-p5", "--project-dir", str(project))
     assert result.exit_code == 7 and result.stderr.count("\n") == 1
-    assert result.stderr == (f"error: bake 'bake-p5' is built (image {BUILT_AMI}), but recording it failed: looking up "
-                             f"the digest of {uri}:bake-ffffffffffff failed: ImageNotFoundException; fix that, then run "
-                             "`gpuinfra image record bake-p5 --from-outputs`\n")
+    assert result.stderr == (
+        f"error: bake 'bake-p5' is built (image {BUILT_AMI}), but recording it failed: looking up "
+        f"the digest of {uri}:bake-ffffffffffff failed: ImageNotFoundException; fix that, then run "
+        "`gpuinfra image record bake-p5 --from-outputs`\n"
+    )
     assert "result" not in _bake_file(project)
 
 
 def test_record_from_outputs_and_its_either_or(run_cli, bake_project, monkeypatch):
     project, uri, digest = bake_project
     _use(monkeypatch, FakeBackend(outputs={"image_id": BUILT_AMI, "container_image": f"{uri}:bake-0123456789ab"}))
-    both = run_cli("image", "record", "bake-p5", "--from-outputs", "--image-id", BUILT_AMI, "--project-dir", str(project))
+    both = run_cli(
+        "image", "record", "bake-p5", "--from-outputs", "--image-id", BUILT_AMI, "--project-dir", str(project)
+    )
     neither = run_cli("image", "record", "bake-p5", "--project-dir", str(project))
     assert both.exit_code == neither.exit_code == 2 and "give either --from-outputs, or --image-id" in neither.stderr
     result = run_cli("image", "record", "bake-p5", "--from-outputs", "--project-dir", str(project))
     assert result.exit_code == 0, result.stderr
-    assert result.stdout == (f"bake-p5: image {BUILT_AMI}, container {uri}@{digest} recorded; use: gpuinfra new ... "
-                             "--image baked:bake-p5\n")
+    assert result.stdout == (
+        f"bake-p5: image {BUILT_AMI}, container {uri}@{digest} recorded; use: gpuinfra new ... --image baked:bake-p5\n"
+    )
 
 
 def test_down_of_a_bake_destroys_it_keeps_the_image_and_says_what_stays(run_cli, bake_project, monkeypatch):
     project, uri, digest = bake_project
-    assert run_cli("image", "record", "bake-p5", "--image-id", BUILT_AMI, "--container-image", f"{uri}@{digest}",
-                   "--project-dir", str(project)).exit_code == 0
-    assert run_cli("new", "--instance-type", "p5.48xlarge", "--image", "baked:bake-p5", "--name", "c1",
-                   "--project-dir", str(project)).exit_code == 0
+    assert (
+        run_cli(
+            "image",
+            "record",
+            "bake-p5",
+            "--image-id",
+            BUILT_AMI,
+            "--container-image",
+            f"{uri}@{digest}",
+            "--project-dir",
+            str(project),
+        ).exit_code
+        == 0
+    )
+    assert (
+        run_cli(
+            "new",
+            "--instance-type",
+            "p5.48xlarge",
+            "--image",
+            "baked:bake-p5",
+            "--name",
+            "c1",
+            "--project-dir",
+            str(project),
+        ).exit_code
+        == 0
+    )
     backend = FakeBackend(deployed={"bake-p5"}, outputs={"image_id": BUILT_AMI, "container_image": "x"})
     _use(monkeypatch, backend)
     result = run_cli("down", "bake-p5", "--project-dir", str(project))
@@ -379,7 +470,8 @@ def test_down_of_a_bake_destroys_it_keeps_the_image_and_says_what_stays(run_cli,
         "stacks made from the bake record the container by its digest there. A later `gpuinfra up` of this bake fails "
         "while it exists (ECR RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
         "    aws ecr delete-repository --repository-name gpuinfra/bake-p5 --force --region us-east-1",
-        "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)"]
+        "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)",
+    ]
     assert _bake_file(project)["result"]["image_id"] == BUILT_AMI  # the record stays: c1 and new clusters use it
 
 
@@ -389,8 +481,10 @@ def test_cluster_flags_on_a_bake_are_exit_2_and_touch_nothing(run_cli, bake_proj
     _use(monkeypatch, backend)
     down = run_cli("down", "bake-p5", "--delete-data", "--yes", "--project-dir", str(project))
     assert down.exit_code == 2 and backend.calls == [] and down.stderr.count("\n") == 1
-    assert down.stderr == ("error: --delete-data is for cluster stacks (their data bucket); 'bake-p5' is an image bake, "
-                           "which has none; nothing was destroyed: run `gpuinfra down bake-p5`\n")
+    assert down.stderr == (
+        "error: --delete-data is for cluster stacks (their data bucket); 'bake-p5' is an image bake, "
+        "which has none; nothing was destroyed: run `gpuinfra down bake-p5`\n"
+    )
     up = run_cli("up", "bake-p5", "--replace-nodes", "--project-dir", str(project))
     assert up.exit_code == 2 and backend.calls == [] and "--replace-nodes is for cluster stacks" in up.stderr
 
@@ -409,9 +503,20 @@ def test_reap_and_ls_never_touch_a_bake(run_cli, bake_project, monkeypatch):
     assert [c for c in backend.calls if c[0] == "destroy"] == [("destroy", "train")]
 
 
-GCP_BAKE = ("image", "bake", "--cloud", "gcp", "--family", "a3-megagpu-8g", "--gcp-project", "my-proj-123",
-            "--base-image", "projects/deeplearning-platform-release/global/images/"
-            "common-cu128-ubuntu-2204-nvidia-570-v20251020", "--container-base", NGC)
+GCP_BAKE = (
+    "image",
+    "bake",
+    "--cloud",
+    "gcp",
+    "--family",
+    "a3-megagpu-8g",
+    "--gcp-project",
+    "my-proj-123",
+    "--base-image",
+    "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+    "--container-base",
+    NGC,
+)
 
 
 def test_up_of_a_gcp_bake_starts_its_build_and_says_how_to_record(run_cli, tmp_path, monkeypatch):
@@ -422,15 +527,22 @@ def test_up_of_a_gcp_bake_starts_its_build_and_says_how_to_record(run_cli, tmp_p
     from tests.replay_server import ReplayServer
 
     assert run_cli(*GCP_BAKE, "--project-dir", str(tmp_path)).exit_code == 0
-    backend = FakeBackend(outputs={"run_command": "gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --message=bake"})
+    backend = FakeBackend(
+        outputs={"run_command": "gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --message=bake"}
+    )
     _use(monkeypatch, backend)
     without = run_cli("up", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
-    assert without.exit_code == 6 and without.stderr.startswith("error: no GCP credentials found") and backend.calls == []
+    assert (
+        without.exit_code == 6 and without.stderr.startswith("error: no GCP credentials found") and backend.calls == []
+    )
     monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "adc.json"))
     path = "/v1/projects/my-proj-123/topics/gpuinfra-bake-a3-megagpu-8g-run:publish"
     with ReplayServer([("POST", path, None, {"messageIds": ["17"]})]) as server:
-        monkeypatch.setattr(gcp_api, "make_gcp_apis",
-                            lambda: gcp_api.GcpApis(AuthorizedSession(AnonymousCredentials()), server.url, server.url))
+        monkeypatch.setattr(
+            gcp_api,
+            "make_gcp_apis",
+            lambda: gcp_api.GcpApis(AuthorizedSession(AnonymousCredentials()), server.url, server.url),
+        )
         result = run_cli("up", "bake-a3-megagpu-8g", "--project-dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     assert backend.calls == [("up", "bake-a3-megagpu-8g"), ("outputs", "bake-a3-megagpu-8g")]
@@ -438,7 +550,8 @@ def test_up_of_a_gcp_bake_starts_its_build_and_says_how_to_record(run_cli, tmp_p
     assert result.stdout.splitlines()[-2:] == [
         "started the Cloud Build bake (Pub/Sub message 17 on projects/my-proj-123/topics/gpuinfra-bake-a3-megagpu-8g-run); "
         "follow it: gcloud builds list --project my-proj-123 --limit 3",
-        "when it has finished: gpuinfra image record bake-a3-megagpu-8g --from-outputs"]
+        "when it has finished: gpuinfra image record bake-a3-megagpu-8g --from-outputs",
+    ]
 
 
 def test_the_first_up_creates_the_pulumi_stack_and_down_only_selects(monkeypatch, tmp_path):
@@ -465,5 +578,9 @@ def test_the_first_up_creates_the_pulumi_stack_and_down_only_selects(monkeypatch
     backend = PulumiAutomation()
     backend.up(tmp_path, "s1", lambda event: None)
     backend.destroy(tmp_path, "s1", lambda event: None)
-    assert calls == [("create_or_select", {"stack_name": "s1", "work_dir": str(tmp_path)}), "up",
-                     ("select", {"stack_name": "s1", "work_dir": str(tmp_path)}), "destroy"]
+    assert calls == [
+        ("create_or_select", {"stack_name": "s1", "work_dir": str(tmp_path)}),
+        "up",
+        ("select", {"stack_name": "s1", "work_dir": str(tmp_path)}),
+        "destroy",
+    ]

@@ -25,12 +25,20 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     doc = yaml.safe_load(stack.read_text())
     cluster = doc["config"]["gpuinfra:cluster"]
     assert (cluster["cloud"], cluster["instance_type"], cluster["gpu"], cluster["gpu_count"], cluster["nodes"]) == (
-        "gcp", "a2-highgpu-4g", "A100", 4, 1)
+        "gcp",
+        "a2-highgpu-4g",
+        "A100",
+        4,
+        1,
+    )
     # the cheapest real on-demand 4xA100 (not europe-west4 at a DWS flex-start price posing as on-demand)
     assert doc["config"]["gcp:zone"] == cluster["zone"] == "us-central1-a"
     assert cluster["profile"]["name"] == "llm-finetune" and cluster["profile"]["ttl_hours"] == 72
-    assert cluster["price"] == {"on_demand_price_per_hour_usd": "14.69354", "spot_price_per_hour_usd": "7.2154",
-                                "catalog_date": "2026-08-20 (on-demand; spot undated)"}
+    assert cluster["price"] == {
+        "on_demand_price_per_hour_usd": "14.69354",
+        "spot_price_per_hour_usd": "7.2154",
+        "catalog_date": "2026-08-20 (on-demand; spot undated)",
+    }
     spec = read_stack_spec(tmp_path, "gcp-4xa100")
     assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
     # 4 local SSDs (a2-highgpu-4g takes 4 or 8: cloud.google.com/compute/docs/disks/local-ssd
@@ -64,8 +72,20 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
     assert doc["config"]["aws:region"] == "us-east-1"
-    by_type = json.loads(run_cli("new", "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "p5x2",
-                                 "--project-dir", str(tmp_path), "--json").stdout)
+    by_type = json.loads(
+        run_cli(
+            "new",
+            "--instance-type",
+            "p5.48xlarge",
+            "--nodes",
+            "2",
+            "--name",
+            "p5x2",
+            "--project-dir",
+            str(tmp_path),
+            "--json",
+        ).stdout
+    )
     assert (by_type["gpu"], by_type["gpu_count"], by_type["nodes"]) == ("H100", 8, 2)
     assert by_type["price_per_hour_usd"] == "110.080000"  # 2 x $55.04/h, USD as a 6-place decimal string
 
@@ -82,7 +102,11 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
         (["--gpus", "A100:-1"], 2, "error: GPU count in 'A100:-1'"),
         (["--gpus", "4xA100", "--name", "bad/name"], 2, "error: invalid stack name 'bad/name'"),
         (["--gpus", "4xA100", "--profile", "nope"], 2, "error: unknown profile 'nope'; known profiles: cv-train, dev"),
-        (["--gpus", "8xH100", "--profile", "inference", "--spot"], 2, "error: profile-spot-policy: profile 'inference' forbids spot"),
+        (
+            ["--gpus", "8xH100", "--profile", "inference", "--spot"],
+            2,
+            "error: profile-spot-policy: profile 'inference' forbids spot",
+        ),
         (["--gpus", "4xA100", "--hours", "0"], 2, "error: --hours must be more than 0"),
     ],
 )
@@ -95,25 +119,55 @@ def test_new_bad_input_writes_nothing(run_cli, tmp_path, args, code, message):
 
 def test_profile_multi_node_requirements_filter_offers(run_cli, tmp_path):
     # llm-pretrain needs EFA/GPU NICs for 2 nodes: 1xT4 offers (N1 / g4dn.xlarge ...) cannot do it
-    result = run_cli("new", "--gpus", "1xT4", "--nodes", "2", "--profile", "llm-pretrain", "--project-dir", str(tmp_path))
+    result = run_cli(
+        "new", "--gpus", "1xT4", "--nodes", "2", "--profile", "llm-pretrain", "--project-dir", str(tmp_path)
+    )
     assert result.exit_code == 4
     assert "profile 'llm-pretrain' needs" in result.stderr and "EFA or GPUDirect NICs" in result.stderr
-    ok = json.loads(run_cli("new", "--gpus", "8xH100", "--nodes", "2", "--profile", "llm-pretrain",
-                            "--project-dir", str(tmp_path), "--json").stdout)
+    ok = json.loads(
+        run_cli(
+            "new",
+            "--gpus",
+            "8xH100",
+            "--nodes",
+            "2",
+            "--profile",
+            "llm-pretrain",
+            "--project-dir",
+            str(tmp_path),
+            "--json",
+        ).stdout
+    )
     assert ok["instance_type"] in {"p5.48xlarge", "a3-highgpu-8g", "a3-megagpu-8g"}
 
 
 def test_spot_preferred_profile_takes_spot(run_cli, tmp_path):
-    data = json.loads(run_cli("new", "--gpus", "1xL4", "--profile", "qlora-finetune", "--project-dir", str(tmp_path), "--json").stdout)
+    data = json.loads(
+        run_cli("new", "--gpus", "1xL4", "--profile", "qlora-finetune", "--project-dir", str(tmp_path), "--json").stdout
+    )
     assert data["pricing"] == "spot"
-    data = json.loads(run_cli("new", "--gpus", "1xL4", "--profile", "qlora-finetune", "--on-demand", "--name", "od",
-                              "--project-dir", str(tmp_path), "--json").stdout)
+    data = json.loads(
+        run_cli(
+            "new",
+            "--gpus",
+            "1xL4",
+            "--profile",
+            "qlora-finetune",
+            "--on-demand",
+            "--name",
+            "od",
+            "--project-dir",
+            str(tmp_path),
+            "--json",
+        ).stdout
+    )
     assert data["pricing"] == "on-demand"
 
 
 def test_readme_main_command_as_a_whole_process(tmp_path):
-    proc = subprocess.run([*gpuinfra_exe(), "new", "--gpus", "4xA100"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [*gpuinfra_exe(), "new", "--gpus", "4xA100"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "stacks" / "Pulumi.gcp-4xa100.yaml").is_file()
 
@@ -121,11 +175,26 @@ def test_readme_main_command_as_a_whole_process(tmp_path):
 def test_a_spec_the_blueprint_rejects_is_never_written(run_cli, tmp_path, monkeypatch):
     from gpuinfra.profiles import load_profiles
 
-    broken = {**load_profiles()["dev"].model_dump(), "image": {"aws_dlami_type": "no-such-dlami",
-                                                                "gcp_image_family": "x-family"}}
+    broken = {
+        **load_profiles()["dev"].model_dump(),
+        "image": {"aws_dlami_type": "no-such-dlami", "gcp_image_family": "x-family"},
+    }
     (tmp_path / "profiles").mkdir()
-    (tmp_path / "profiles" / "p.yaml").write_text(yaml.safe_dump({"dev": {k: v for k, v in broken.items() if k != "name"}}))
-    result = run_cli("new", "--instance-type", "g5.xlarge", "--profile", "dev", "--profiles-dir", str(tmp_path / "profiles"),
-                     "--project-dir", str(tmp_path / "proj"))
-    assert result.exit_code == 2 and "DLAMI parameter /aws/service/deeplearning/ami/x86_64/no-such-dlami" in result.stderr
+    (tmp_path / "profiles" / "p.yaml").write_text(
+        yaml.safe_dump({"dev": {k: v for k, v in broken.items() if k != "name"}})
+    )
+    result = run_cli(
+        "new",
+        "--instance-type",
+        "g5.xlarge",
+        "--profile",
+        "dev",
+        "--profiles-dir",
+        str(tmp_path / "profiles"),
+        "--project-dir",
+        str(tmp_path / "proj"),
+    )
+    assert (
+        result.exit_code == 2 and "DLAMI parameter /aws/service/deeplearning/ami/x86_64/no-such-dlami" in result.stderr
+    )
     assert not (tmp_path / "proj").exists()

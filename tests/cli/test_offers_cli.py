@@ -10,8 +10,18 @@ import pytest
 
 from tests.conftest import SNAPSHOT_DIR
 
-REQUIRED_KEYS = {"cloud", "region", "zone", "instance_type", "gpu", "gpu_count", "nodes", "price_per_hour_usd",
-                 "on_demand_price_per_hour_usd", "spot_price_per_hour_usd"}
+REQUIRED_KEYS = {
+    "cloud",
+    "region",
+    "zone",
+    "instance_type",
+    "gpu",
+    "gpu_count",
+    "nodes",
+    "price_per_hour_usd",
+    "on_demand_price_per_hour_usd",
+    "spot_price_per_hour_usd",
+}
 
 
 def _cited_on_demand(machine_type, region):
@@ -26,7 +36,11 @@ def test_gcp_4xa100_first_offer_is_the_real_on_demand_price(run_cli):
     offers = json.loads(result.stdout)
     assert all(set(o) >= REQUIRED_KEYS for o in offers)
     first = offers[0]
-    assert (first["instance_type"], first["region"], first["price_per_hour_usd"]) == ("a2-highgpu-4g", "us-central1", "14.693540")
+    assert (first["instance_type"], first["region"], first["price_per_hour_usd"]) == (
+        "a2-highgpu-4g",
+        "us-central1",
+        "14.693540",
+    )
     assert first["price_per_gpu_hour_usd"] == "3.673385"  # 14.69354 / 4 GPUs, USD as a 6-place decimal string
     assert first["market"] == "on-demand" and first["catalog_date"] == "2026-08-20 (on-demand; spot undated)"
     assert first["price_source"] == "on-demand:cyclenerd-2026-08-20;spot:skypilot-v8-gcp"
@@ -125,10 +139,13 @@ def test_types_not_sold_on_demand_are_not_offered_on_demand(run_cli):
     assert one.exit_code == 4 and "a3-highgpu-1g, a3-highgpu-2g are not sold on demand" in one.stderr
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--market", "reserved"], "error: unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
-    (["--market", "flex", "--spot"], "error: --spot contradicts --market flex"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--market", "reserved"], "error: unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
+        (["--market", "flex", "--spot"], "error: --spot contradicts --market flex"),
+    ],
+)
 def test_bad_market_is_exit_2(run_cli, args, message):
     result = run_cli("offers", "--gpus", "4xA100", *args)
     assert result.exit_code == 2 and result.stderr.strip() == message

@@ -8,8 +8,24 @@ import yaml
 
 
 def test_preview_json_of_a_two_node_p5_stack(run_cli, tmp_path):
-    assert run_cli("new", "--gpus", "8xH100", "--nodes", "2", "--cloud", "aws", "--profile", "llm-pretrain",
-                   "--name", "p5x2", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new",
+            "--gpus",
+            "8xH100",
+            "--nodes",
+            "2",
+            "--cloud",
+            "aws",
+            "--profile",
+            "llm-pretrain",
+            "--name",
+            "p5x2",
+            "--project-dir",
+            str(tmp_path),
+        ).exit_code
+        == 0
+    )
     result = run_cli("preview", "p5x2", "--project-dir", str(tmp_path), "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -18,13 +34,16 @@ def test_preview_json_of_a_two_node_p5_stack(run_cli, tmp_path):
     component = [r for r in doc["resources"] if r["type"] == "gpuinfra:aws:GpuCluster"]
     assert len(component) == 1 and component[0]["parent"] is None
     # children of the cluster, or of its monitoring component (itself a child of the cluster)
-    assert all(r["parent"] in ("p5x2", "p5x2-monitoring") for r in doc["resources"]
-               if r["type"] != "gpuinfra:aws:GpuCluster")
+    assert all(
+        r["parent"] in ("p5x2", "p5x2-monitoring") for r in doc["resources"] if r["type"] != "gpuinfra:aws:GpuCluster"
+    )
     assert next(r for r in doc["resources"] if r["type"] == "gpuinfra:aws:Monitoring")["parent"] == "p5x2"
     lt = next(r for r in doc["resources"] if r["type"] == "aws:ec2/launchTemplate:LaunchTemplate")["inputs"]
     assert sorted(n["networkCardIndex"] for n in lt["networkInterfaces"]) == list(range(32))
     assert doc["outputs"]["efa_interfaces_per_node"] == 32
-    assert doc["outputs"]["price_per_hour_usd"] == "110.080000"  # 2 x 55.04 us-east-1 on-demand, catalog 2026-11-22; 6 places (README "JSON output")
+    assert (
+        doc["outputs"]["price_per_hour_usd"] == "110.080000"
+    )  # 2 x 55.04 us-east-1 on-demand, catalog 2026-11-22; 6 places (README "JSON output")
 
 
 def test_preview_tree_names_key_inputs(run_cli, tmp_path):
@@ -51,7 +70,8 @@ def test_preview_rejects_an_edited_invalid_spec(run_cli, tmp_path):
     assert result.stderr == (
         "error: high-bandwidth-nics: profile 'dev' requires EFA, but g5.xlarge has no EFA (EFA types include "
         "p4d.24xlarge, p5.48xlarge, g6e.48xlarge, g5.8xlarge and larger) (source: "
-        "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html; cloud.google.com/compute/docs/gpus/gpudirect)\n")
+        "docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html; cloud.google.com/compute/docs/gpus/gpudirect)\n"
+    )
     doc["config"]["gpuinfra:cluster"]["nodes"] = 0
     path.write_text(yaml.safe_dump(doc))
     result = run_cli("preview", "g5", "--project-dir", str(tmp_path))
@@ -88,8 +108,22 @@ def _edit(path, change):
 
 
 def test_preview_refuses_hand_edited_rule_violations_by_rule_name(run_cli, tmp_path):
-    assert run_cli("new", "--instance-type", "n1-standard-8", "--gpus", "1xT4", "--profile", "lora-finetune",
-                   "--name", "n1", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new",
+            "--instance-type",
+            "n1-standard-8",
+            "--gpus",
+            "1xT4",
+            "--profile",
+            "lora-finetune",
+            "--name",
+            "n1",
+            "--project-dir",
+            str(tmp_path),
+        ).exit_code
+        == 0
+    )
     n1 = tmp_path / "stacks" / "Pulumi.n1.yaml"
     _edit(n1, lambda c: (c.update(nodes=2), c["profile"].update(placement="required")))
     result = run_cli("preview", "n1", "--project-dir", str(tmp_path))
@@ -97,7 +131,10 @@ def test_preview_refuses_hand_edited_rule_violations_by_rule_name(run_cli, tmp_p
     assert result.stderr.startswith("error: gcp-placement-supported: ")
     assert result.stderr.count("\n") == 1
 
-    assert run_cli("new", "--gpus", "4xA100", "--cloud", "gcp", "--name", "a2", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli("new", "--gpus", "4xA100", "--cloud", "gcp", "--name", "a2", "--project-dir", str(tmp_path)).exit_code
+        == 0
+    )
     a2 = tmp_path / "stacks" / "Pulumi.a2.yaml"
     original = a2.read_text()
     _edit(a2, lambda c: c["profile"]["scratch"].update(min_gib=4000))  # a2-highgpu-4g takes 4 or 8 x 375 GiB
@@ -108,4 +145,7 @@ def test_preview_refuses_hand_edited_rule_violations_by_rule_name(run_cli, tmp_p
     _edit(a2, lambda c: c["facts"]["local_ssd"].update(attach_counts=[2, 4, 8]))  # facts edited by hand
     result = run_cli("preview", "a2", "--project-dir", str(tmp_path), "--json")
     assert result.exit_code == 2 and result.stdout == ""
-    assert result.stderr.startswith("error: facts-current: the stack's facts of a2-highgpu-4g differ") and "local_ssd" in result.stderr
+    assert (
+        result.stderr.startswith("error: facts-current: the stack's facts of a2-highgpu-4g differ")
+        and "local_ssd" in result.stderr
+    )

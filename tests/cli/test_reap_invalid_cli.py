@@ -5,7 +5,7 @@ its boundary (:class:`gpuinfra.lifecycle.Backend`) by a recording fake."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -41,8 +41,20 @@ def project(run_cli, tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     for name in ("a", "b", "c"):
-        assert run_cli("new", "--instance-type", "g5.xlarge", "--profile", "dev", "--name", name,
-                       "--project-dir", str(tmp_path)).exit_code == 0
+        assert (
+            run_cli(
+                "new",
+                "--instance-type",
+                "g5.xlarge",
+                "--profile",
+                "dev",
+                "--name",
+                name,
+                "--project-dir",
+                str(tmp_path),
+            ).exit_code
+            == 0
+        )
         _edit(tmp_path, name, lambda c: c.update(created_at="2026-01-01T00:00:00Z"))
     return tmp_path
 
@@ -59,14 +71,17 @@ def _use(monkeypatch, backend) -> None:
 
 
 def test_reap_goes_on_after_a_failed_destroy_and_exits_7(run_cli, project, monkeypatch):
-    backend = FailingBackend({"a", "b", "c"}, fail={"b": OperationError("pulumi failed on stack 'b': DependencyViolation")})
+    backend = FailingBackend(
+        {"a", "b", "c"}, fail={"b": OperationError("pulumi failed on stack 'b': DependencyViolation")}
+    )
     _use(monkeypatch, backend)
     result = run_cli("reap", "--expired", "--project-dir", str(project))
     assert result.exit_code == 7
     assert backend.calls == [("destroy", "a"), ("destroy", "b"), ("destroy", "c")]  # c still destroyed after b failed
     assert "destroyed a\nFAILED b: pulumi failed on stack 'b': DependencyViolation\ndestroyed c\n" in result.stdout
-    assert result.stderr == ("error: 1 of 3 expired stacks were not destroyed: b (pulumi failed on stack 'b': "
-                             "DependencyViolation)\n")
+    assert result.stderr == (
+        "error: 1 of 3 expired stacks were not destroyed: b (pulumi failed on stack 'b': DependencyViolation)\n"
+    )
 
 
 def test_reap_lists_an_unreadable_stack_file_and_exits_2_after_the_others(run_cli, project, monkeypatch):
@@ -76,9 +91,14 @@ def test_reap_lists_an_unreadable_stack_file_and_exits_2_after_the_others(run_cl
     result = run_cli("reap", "--expired", "--project-dir", str(project))
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert backend.calls == [("destroy", "a"), ("destroy", "c")]
-    assert "INVALID b: not checked (gpuinfra:cluster.price.on_demand_price_per_hour_usd: not a price: 'abc'" in result.stdout
-    assert result.stderr.startswith("error: 1 stack file(s) could not be read, so their expiry is unknown: b "
-                                    "(gpuinfra:cluster.price.on_demand_price_per_hour_usd: not a price: 'abc'")
+    assert (
+        "INVALID b: not checked (gpuinfra:cluster.price.on_demand_price_per_hour_usd: not a price: 'abc'"
+        in result.stdout
+    )
+    assert result.stderr.startswith(
+        "error: 1 stack file(s) could not be read, so their expiry is unknown: b "
+        "(gpuinfra:cluster.price.on_demand_price_per_hour_usd: not a price: 'abc'"
+    )
 
 
 def test_reap_dry_run_names_the_unreadable_stack_too(run_cli, project, monkeypatch):

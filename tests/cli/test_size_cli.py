@@ -15,8 +15,16 @@ def _size(run_cli, *args):
 def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
     doc = _size(run_cli, "--params", "7B", "--method", "full", "--strategy", "fsdp")
     assert doc["fits"] is True and doc["strategy"] == "fsdp"
-    assert set(doc["breakdown"]) == {"weights_gib", "gradients_gib", "optimizer_gib", "activations_gib", "kv_cache_gib",
-                                     "workspace_gib", "allocator_reserve_gib", "cuda_context_gib"}
+    assert set(doc["breakdown"]) == {
+        "weights_gib",
+        "gradients_gib",
+        "optimizer_gib",
+        "activations_gib",
+        "kv_cache_gib",
+        "workspace_gib",
+        "allocator_reserve_gib",
+        "cuda_context_gib",
+    }
     assert doc["memory_per_gpu_gib"] * 1.1 <= doc["gpu_memory_gib"] and doc["ranked_by"] == "price_per_hour_usd"
     assert abs(sum(doc["breakdown"].values()) - doc["memory_per_gpu_gib"]) < 0.02
     rec = doc["recommendation"]
@@ -29,10 +37,23 @@ def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
 
 def test_checking_a_given_configuration_with_margin(run_cli):
     # without recompute the activations of 80 layers x 2048 tokens (~58 GiB in HF Llama) do not fit
-    no_recompute = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8")
+    no_recompute = _size(
+        run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8"
+    )
     assert no_recompute["fits"] is False and no_recompute["breakdown"]["activations_gib"] > 55
-    doc = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--recompute", "full", "--gpus", "8xA100-80GB",
-                "--nodes", "8")
+    doc = _size(
+        run_cli,
+        "--model",
+        "llama-3.1-70b",
+        "--method",
+        "full",
+        "--recompute",
+        "full",
+        "--gpus",
+        "8xA100-80GB",
+        "--nodes",
+        "8",
+    )
     assert doc["total_gpus"] == 64 and doc["fits"] is True and doc["margin_gib"] > 0
     small = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "1xA100-80GB")
     assert small["fits"] is False and small["margin_gib"] < 0
@@ -48,7 +69,19 @@ def test_tokens_give_hours_and_cost(run_cli):
 
 
 def test_inference_has_kv_cache_and_no_gradients(run_cli):
-    doc = _size(run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--seq", "16384", "--batch", "4", "--gpus", "1xH100")
+    doc = _size(
+        run_cli,
+        "--model",
+        "llama-3.1-8b",
+        "--method",
+        "inference",
+        "--seq",
+        "16384",
+        "--batch",
+        "4",
+        "--gpus",
+        "1xH100",
+    )
     assert doc["breakdown"]["gradients_gib"] == 0 and doc["breakdown"]["optimizer_gib"] == 0
     assert abs(doc["breakdown"]["kv_cache_gib"] - 4 * 2.0) < 0.01  # 2 GiB per 16k-token sequence (HF llama31 table)
     assert doc["gpu_memory_gib"] == 79.11  # what an H100 80GB reports to PyTorch, not 80
@@ -63,9 +96,18 @@ def test_bad_sizing_input(run_cli):
         (["--model", "gpt5"], "unknown model 'gpt5'"),
         (["--params", "10000T"], "--params must be at most 1000T, got '10000T'"),
         (["--params", "7B", "--seq", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
-        (["--params", "7B", "--method", "lora", "--offload", "optimizer"], "--offload optimizer has no meaning for --method lora"),
-        (["--params", "7B", "--method", "inference", "--offload", "params"], "--offload params has no meaning for --method inference"),
-        (["--params", "7B", "--strategy", "fsdp", "--offload", "optimizer"], "--offload optimizer needs --strategy zero1 or zero2 or zero3"),
+        (
+            ["--params", "7B", "--method", "lora", "--offload", "optimizer"],
+            "--offload optimizer has no meaning for --method lora",
+        ),
+        (
+            ["--params", "7B", "--method", "inference", "--offload", "params"],
+            "--offload params has no meaning for --method inference",
+        ),
+        (
+            ["--params", "7B", "--strategy", "fsdp", "--offload", "optimizer"],
+            "--offload optimizer needs --strategy zero1 or zero2 or zero3",
+        ),
         (["--params", "7B", "--headroom", "2"], "--headroom must be a fraction 0..1"),
     ]:
         result = run_cli("size", *args)
@@ -83,8 +125,21 @@ def test_new_with_model_and_method(run_cli, tmp_path):
 def test_issue_cases_on_one_h100(run_cli):
     # the two reference cases; the measured comparison is tests/sizing/test_fixtures.py (needs the
     # harness's H100 fixture). Here: the breakdown holds what the model must count.
-    lora = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--seq", "2048", "--batch", "2",
-                 "--recompute", "full", "--gpus", "1xH100")
+    lora = _size(
+        run_cli,
+        "--model",
+        "llama-3.1-8b",
+        "--method",
+        "lora",
+        "--seq",
+        "2048",
+        "--batch",
+        "2",
+        "--recompute",
+        "full",
+        "--gpus",
+        "1xH100",
+    )
     assert lora["fits"] and lora["breakdown"]["weights_gib"] > 14.9  # bf16 base of 8.03B
     assert lora["breakdown"]["activations_gib"] > 6.8  # fp32 logits of 4096 tokens x 128k vocabulary alone
     infer = _size(run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--batch", "32", "--gpus", "1xH100")
@@ -94,15 +149,35 @@ def test_issue_cases_on_one_h100(run_cli):
 
 def test_headroom_is_a_setting(run_cli):
     tight = _size(run_cli, "--model", "llama-3.1-8b", "--method", "qlora", "--headroom", "0")
-    assert tight["headroom"] == 0 and tight["candidates"][0]["memory_per_gpu_gib"] <= tight["candidates"][0]["gpu_memory_gib"]
+    assert (
+        tight["headroom"] == 0
+        and tight["candidates"][0]["memory_per_gpu_gib"] <= tight["candidates"][0]["gpu_memory_gib"]
+    )
 
 
 def test_offload_reports_cpu_memory(run_cli):
-    doc = _size(run_cli, "--model", "llama-3.1-70b", "--method", "full", "--strategy", "zero3", "--offload", "params",
-                "--gpus", "8xA100-80GB")
+    doc = _size(
+        run_cli,
+        "--model",
+        "llama-3.1-70b",
+        "--method",
+        "full",
+        "--strategy",
+        "zero3",
+        "--offload",
+        "params",
+        "--gpus",
+        "8xA100-80GB",
+    )
     assert doc["cpu_memory_per_node_gib"] == round(18 * 70.6e9 * 1.5 / 2**30, 2)  # DeepSpeed ZeRO-3 estimator
 
 
 def test_spot_plan_in_text_output(run_cli):
-    result = run_cli("size", "--model", "llama-3.1-8b", "--method", "full", "--strategy", "zero3", "--gpus", "8xH100", "--spot")
-    assert result.exit_code == 0 and "spot checkpoint: 104.7 GiB per node" in result.stdout and "120 s notice" in result.stdout
+    result = run_cli(
+        "size", "--model", "llama-3.1-8b", "--method", "full", "--strategy", "zero3", "--gpus", "8xH100", "--spot"
+    )
+    assert (
+        result.exit_code == 0
+        and "spot checkpoint: 104.7 GiB per node" in result.stdout
+        and "120 s notice" in result.stdout
+    )

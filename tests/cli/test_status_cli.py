@@ -6,7 +6,7 @@ times; one line and exit 6 without credentials, exit 2 for a stack that is not d
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import boto3
@@ -27,7 +27,9 @@ class Backend:
 
     def outputs(self, project_dir, stack):
         if self.given is None:
-            raise lifecycle.SpecError(f"stack {stack!r} is not deployed (no Pulumi state); run `gpuinfra up {stack}` first")
+            raise lifecycle.SpecError(
+                f"stack {stack!r} is not deployed (no Pulumi state); run `gpuinfra up {stack}` first"
+            )
         return self.given
 
 
@@ -42,31 +44,57 @@ def aws_env(moto_url, monkeypatch):
 
 @pytest.fixture
 def aws_project(run_cli, tmp_path):
-    assert run_cli("new", "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "watch",
-                   "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new", "--instance-type", "p5.48xlarge", "--nodes", "2", "--name", "watch", "--project-dir", str(tmp_path)
+        ).exit_code
+        == 0
+    )
     return tmp_path
 
 
 def _launch(moto_url, stack: str, count: int) -> list[tuple[str, datetime]]:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_url)
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
-    made = ec2.run_instances(ImageId=image, MinCount=count, MaxCount=count, InstanceType="p5.48xlarge",
-                             TagSpecifications=[{"ResourceType": "instance",
-                                                 "Tags": [{"Key": "gpuinfra:stack", "Value": stack}]}])
+    made = ec2.run_instances(
+        ImageId=image,
+        MinCount=count,
+        MaxCount=count,
+        InstanceType="p5.48xlarge",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "gpuinfra:stack", "Value": stack}]}],
+    )
     return sorted((i["InstanceId"], i["LaunchTime"]) for i in made["Instances"])
 
 
-def _put(moto_url, namespace: str, instance: str, index: str, start: datetime, values: list[float],
-         memory_mib: float) -> None:
+def _put(
+    moto_url, namespace: str, instance: str, index: str, start: datetime, values: list[float], memory_mib: float
+) -> None:
     cw = boto3.client("cloudwatch", region_name="us-east-1", endpoint_url=moto_url)
-    dims = [{"Name": "InstanceId", "Value": instance}, {"Name": "index", "Value": index},
-            {"Name": "name", "Value": "NVIDIA H100 80GB HBM3"}]
-    data = [{"MetricName": "nvidia_smi_utilization_gpu", "Dimensions": dims, "Timestamp": start + timedelta(minutes=i),
-             "Value": v} for i, v in enumerate(values)]
-    data += [{"MetricName": "nvidia_smi_memory_used", "Dimensions": dims, "Timestamp": start + timedelta(minutes=i),
-              "Value": memory_mib} for i in range(len(values))]
+    dims = [
+        {"Name": "InstanceId", "Value": instance},
+        {"Name": "index", "Value": index},
+        {"Name": "name", "Value": "NVIDIA H100 80GB HBM3"},
+    ]
+    data = [
+        {
+            "MetricName": "nvidia_smi_utilization_gpu",
+            "Dimensions": dims,
+            "Timestamp": start + timedelta(minutes=i),
+            "Value": v,
+        }
+        for i, v in enumerate(values)
+    ]
+    data += [
+        {
+            "MetricName": "nvidia_smi_memory_used",
+            "Dimensions": dims,
+            "Timestamp": start + timedelta(minutes=i),
+            "Value": memory_mib,
+        }
+        for i in range(len(values))
+    ]
     for chunk in range(0, len(data), 20):
-        cw.put_metric_data(Namespace=namespace, MetricData=data[chunk:chunk + 20])
+        cw.put_metric_data(Namespace=namespace, MetricData=data[chunk : chunk + 20])
 
 
 def test_aws_status_reads_moto_and_computes_exact_figures(run_cli, aws_env, aws_project, monkeypatch):
@@ -120,8 +148,9 @@ def test_aws_idle_cluster_and_table_and_html(run_cli, aws_env, aws_project, monk
     idle_since = start + timedelta(minutes=45)  # the last minute any GPU was >= 5 % is minute 44
     spec = read_stack_spec(aws_project, stack)
     ends = idle_since + timedelta(minutes=spec.profile.idle_timeout_minutes)
-    assert (f"IDLE: every GPU under 5% since {idle_since:%H:%M} UTC; the node agent ends the cluster at "
-            f"{ends:%H:%M} UTC") in result.stdout
+    assert (
+        f"IDLE: every GPU under 5% since {idle_since:%H:%M} UTC; the node agent ends the cluster at {ends:%H:%M} UTC"
+    ) in result.stdout
     assert "busiest GPU per minute, last 60 min: |" in result.stdout
     assert page.read_text().startswith("<!DOCTYPE html>") and 'id="gpuinfra-utilization"' in page.read_text()
 
@@ -130,8 +159,10 @@ def test_no_aws_credentials_is_exit_6_in_one_line(run_cli, aws_project, monkeypa
     without_aws_credentials(monkeypatch, tmp_path)
     result = run_cli("status", "watch", "--project-dir", str(aws_project))
     assert (result.exit_code, result.stdout) == (6, "")
-    assert result.stderr == ("error: no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-                             "AWS_SECRET_ACCESS_KEY (`aws configure`)\n")
+    assert result.stderr == (
+        "error: no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
+        "AWS_SECRET_ACCESS_KEY (`aws configure`)\n"
+    )
 
 
 def test_stack_not_deployed_is_exit_2_in_one_line(run_cli, aws_env, aws_project, monkeypatch):
@@ -142,27 +173,45 @@ def test_stack_not_deployed_is_exit_2_in_one_line(run_cli, aws_env, aws_project,
     monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({}))
     result = run_cli("status", "watch", "--project-dir", str(aws_project))
     assert (result.exit_code, result.stderr) == (
-        2, "error: stack 'watch' is not deployed (its Pulumi state has no outputs); run `gpuinfra up watch`\n")
+        2,
+        "error: stack 'watch' is not deployed (its Pulumi state has no outputs); run `gpuinfra up watch`\n",
+    )
 
 
 def test_no_stack_file_and_watch_with_json_are_exit_2(run_cli, tmp_path):
     result = run_cli("status", "nothing", "--project-dir", str(tmp_path))
     assert result.exit_code == 2
-    assert result.stderr == (f"error: no stack file for 'nothing' ({tmp_path}/stacks/Pulumi.nothing.yaml); write one "
-                             "with `gpuinfra new` or give --project-dir\n")
+    assert result.stderr == (
+        f"error: no stack file for 'nothing' ({tmp_path}/stacks/Pulumi.nothing.yaml); write one "
+        "with `gpuinfra new` or give --project-dir\n"
+    )
     result = run_cli("status", "nothing", "--watch", "--json", "--project-dir", str(tmp_path))
-    assert (result.exit_code, result.stderr) == (2, "error: --watch shows a live view: use --json or --html without it\n")
+    assert (result.exit_code, result.stderr) == (
+        2,
+        "error: --watch shows a live view: use --json or --html without it\n",
+    )
 
 
 # ------------------------------------------------------------------------------------- GCP
 def _ts(metric: str, instance_id: str, gpu: str, start: datetime, values: list[float], extra_labels=None) -> dict:
     """A TimeSeries as projects.timeSeries.list returns it (points newest first)."""
-    points = [{"interval": {"startTime": (start + timedelta(minutes=i - 1)).isoformat().replace("+00:00", "Z"),
-                            "endTime": (start + timedelta(minutes=i)).isoformat().replace("+00:00", "Z")},
-               "value": {"doubleValue": v}} for i, v in enumerate(values)]
-    return {"metric": {"type": metric, "labels": {"gpu_number": gpu, **(extra_labels or {})}},
-            "resource": {"type": "gce_instance", "labels": {"instance_id": instance_id, "zone": "us-central1-a"}},
-            "metricKind": "GAUGE", "valueType": "DOUBLE", "points": list(reversed(points))}
+    points = [
+        {
+            "interval": {
+                "startTime": (start + timedelta(minutes=i - 1)).isoformat().replace("+00:00", "Z"),
+                "endTime": (start + timedelta(minutes=i)).isoformat().replace("+00:00", "Z"),
+            },
+            "value": {"doubleValue": v},
+        }
+        for i, v in enumerate(values)
+    ]
+    return {
+        "metric": {"type": metric, "labels": {"gpu_number": gpu, **(extra_labels or {})}},
+        "resource": {"type": "gce_instance", "labels": {"instance_id": instance_id, "zone": "us-central1-a"}},
+        "metricKind": "GAUGE",
+        "valueType": "DOUBLE",
+        "points": list(reversed(points)),
+    }
 
 
 def test_gcp_status_through_the_real_clients(run_cli, tmp_path, monkeypatch):
@@ -170,48 +219,106 @@ def test_gcp_status_through_the_real_clients(run_cli, tmp_path, monkeypatch):
     from google.auth.transport.requests import AuthorizedSession
     from google.cloud import compute_v1
 
-    assert run_cli("new", "--instance-type", "a3-megagpu-8g", "--nodes", "1", "--name", "gwatch", "--gcp-project",
-                   "proj-1", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new",
+            "--instance-type",
+            "a3-megagpu-8g",
+            "--nodes",
+            "1",
+            "--name",
+            "gwatch",
+            "--gcp-project",
+            "proj-1",
+            "--project-dir",
+            str(tmp_path),
+        ).exit_code
+        == 0
+    )
     spec = read_stack_spec(tmp_path, "gwatch")
     now = datetime(2026, 11, 30, 12, 0, 30, tzinfo=UTC)
     start = now.replace(second=0) - timedelta(minutes=59)
     launched = now - timedelta(hours=2, minutes=15)
-    instances = {"items": [{"id": "111", "name": "gwatch-abcd", "status": "RUNNING",
-                            "creationTimestamp": (launched - timedelta(minutes=1)).isoformat(),
-                            "lastStartTimestamp": launched.isoformat()}]}
-    util = {"timeSeries": [_ts("agent.googleapis.com/gpu/utilization", "111", "0", start, [30.0] * 30 + [60.0] * 30),
-                           _ts("agent.googleapis.com/gpu/utilization", "111", "1", start, [100.0] * 60)]}
-    memory = {"timeSeries": [_ts("agent.googleapis.com/gpu/memory/bytes_used", "111", "0", start,
-                                 [float(8 * 1024 ** 3)] * 60, {"memory_state": "used"})]}
-    with ReplayServer([
-        ("GET", f"/compute/v1/projects/proj-1/zones/{spec.zone}/instances", None, instances),
-        ("GET", "/v3/projects/proj-1/timeSeries?filter=metric.type+%3D+%22agent.googleapis.com%2Fgpu%2Futilization",
-         None, util),
-        ("GET", "/v3/projects/proj-1/timeSeries?filter=metric.type+%3D+%22agent.googleapis.com%2Fgpu%2Fmemory", None,
-         memory),
-    ]) as server:
+    instances = {
+        "items": [
+            {
+                "id": "111",
+                "name": "gwatch-abcd",
+                "status": "RUNNING",
+                "creationTimestamp": (launched - timedelta(minutes=1)).isoformat(),
+                "lastStartTimestamp": launched.isoformat(),
+            }
+        ]
+    }
+    util = {
+        "timeSeries": [
+            _ts("agent.googleapis.com/gpu/utilization", "111", "0", start, [30.0] * 30 + [60.0] * 30),
+            _ts("agent.googleapis.com/gpu/utilization", "111", "1", start, [100.0] * 60),
+        ]
+    }
+    memory = {
+        "timeSeries": [
+            _ts(
+                "agent.googleapis.com/gpu/memory/bytes_used",
+                "111",
+                "0",
+                start,
+                [float(8 * 1024**3)] * 60,
+                {"memory_state": "used"},
+            )
+        ]
+    }
+    with ReplayServer(
+        [
+            ("GET", f"/compute/v1/projects/proj-1/zones/{spec.zone}/instances", None, instances),
+            (
+                "GET",
+                "/v3/projects/proj-1/timeSeries?filter=metric.type+%3D+%22agent.googleapis.com%2Fgpu%2Futilization",
+                None,
+                util,
+            ),
+            (
+                "GET",
+                "/v3/projects/proj-1/timeSeries?filter=metric.type+%3D+%22agent.googleapis.com%2Fgpu%2Fmemory",
+                None,
+                memory,
+            ),
+        ]
+    ) as server:
         options = {"api_endpoint": server.url}
-        clients = (compute_v1.InstancesClient(credentials=AnonymousCredentials(), client_options=options),
-                   AuthorizedSession(AnonymousCredentials()), server.url)
+        clients = (
+            compute_v1.InstancesClient(credentials=AnonymousCredentials(), client_options=options),
+            AuthorizedSession(AnonymousCredentials()),
+            server.url,
+        )
         monkeypatch.setattr(sources, "make_gcp_clients", lambda: clients)
         monkeypatch.setattr(lifecycle, "check_credentials", lambda cloud: None)
-        monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({
-            "monitoring_project": "proj-1", "monitoring_dashboard": "projects/1/dashboards/d"}))
+        monkeypatch.setattr(
+            lifecycle,
+            "make_backend",
+            lambda: Backend({"monitoring_project": "proj-1", "monitoring_dashboard": "projects/1/dashboards/d"}),
+        )
         monkeypatch.setattr(sources, "utc_now", lambda: now)
         result = run_cli("status", "gwatch", "--json", "--project-dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert [(g["node"], g["gpu"], g["utilization_percent_hour_mean"], g["utilization_percent_now"])
-            for g in doc["gpus"]] == [("gwatch-abcd", "0", 45.0, 60.0), ("gwatch-abcd", "1", 100.0, 100.0)]
+    assert [
+        (g["node"], g["gpu"], g["utilization_percent_hour_mean"], g["utilization_percent_now"]) for g in doc["gpus"]
+    ] == [("gwatch-abcd", "0", 45.0, 60.0), ("gwatch-abcd", "1", 100.0, 100.0)]
     assert doc["gpus"][0]["memory_used_gib_now"] == 8.0
     per_node = Decimal(spec.price.on_demand_price_per_hour_usd)
     assert Decimal(doc["cost_so_far_usd"]) == (per_node * Decimal("2.25")).quantize(Decimal("0.01"))
-    assert doc["nodes"] == [{"id": "gwatch-abcd", "state": "RUNNING", "launched_at": launched.isoformat().replace(
-        "+00:00", "Z"), "ended_at": None}]
+    assert doc["nodes"] == [
+        {
+            "id": "gwatch-abcd",
+            "state": "RUNNING",
+            "launched_at": launched.isoformat().replace("+00:00", "Z"),
+            "ended_at": None,
+        }
+    ]
     sent = [path for method, path, _, _ in server.requests if "/timeSeries" in path]
     assert any("resource.labels.instance_id+%3D+one_of%28%22111%22%29" in p for p in sent)
-    assert any("aggregation.perSeriesAligner=ALIGN_MEAN" in p and "aggregation.alignmentPeriod=60s" in p
-               for p in sent)
+    assert any("aggregation.perSeriesAligner=ALIGN_MEAN" in p and "aggregation.alignmentPeriod=60s" in p for p in sent)
     compute = [path for _, path, _, _ in server.requests if "/instances" in path][0]
     assert "labels.gpuinfra-stack" in compute.replace("%2D", "-") or "labels.gpuinfra-stack" in compute
 
@@ -221,8 +328,7 @@ class _Stop(Exception):
     pass
 
 
-def test_watch_keeps_the_last_view_on_a_failed_refresh_and_ctrl_c_exits_0(run_cli, aws_env, aws_project,
-                                                                           monkeypatch):
+def test_watch_keeps_the_last_view_on_a_failed_refresh_and_ctrl_c_exits_0(run_cli, aws_env, aws_project, monkeypatch):
     from gpuinfra.errors import OperationError
     from gpuinfra.monitoring import render
 
@@ -272,21 +378,32 @@ class _FailingClient:
     def __init__(self, code, status):
         from botocore.exceptions import ClientError
 
-        self.error = ClientError({"Error": {"Code": code, "Message": "no"},
-                                  "ResponseMetadata": {"HTTPStatusCode": status}}, "DescribeInstances")
+        self.error = ClientError(
+            {"Error": {"Code": code, "Message": "no"}, "ResponseMetadata": {"HTTPStatusCode": status}},
+            "DescribeInstances",
+        )
 
     def get_paginator(self, name):
         raise self.error
 
 
-@pytest.mark.parametrize("code, status, exit_code, text", [
-    ("UnauthorizedOperation", 403, 6, "error: cannot read stack 'watch' in us-east-1: UnauthorizedOperation; check the "
-                                      "AWS credentials and their ec2:DescribeInstances"),
-    ("AccessDenied", 403, 6, "error: cannot read stack 'watch' in us-east-1: AccessDenied;"),
-    ("InternalError", 500, 7, "error: reading stack 'watch' from AWS failed: InternalError\n"),
-])
-def test_aws_denied_is_exit_6_and_a_cloud_500_is_exit_7(run_cli, aws_env, aws_project, monkeypatch, code, status,
-                                                      exit_code, text):
+@pytest.mark.parametrize(
+    "code, status, exit_code, text",
+    [
+        (
+            "UnauthorizedOperation",
+            403,
+            6,
+            "error: cannot read stack 'watch' in us-east-1: UnauthorizedOperation; check the "
+            "AWS credentials and their ec2:DescribeInstances",
+        ),
+        ("AccessDenied", 403, 6, "error: cannot read stack 'watch' in us-east-1: AccessDenied;"),
+        ("InternalError", 500, 7, "error: reading stack 'watch' from AWS failed: InternalError\n"),
+    ],
+)
+def test_aws_denied_is_exit_6_and_a_cloud_500_is_exit_7(
+    run_cli, aws_env, aws_project, monkeypatch, code, status, exit_code, text
+):
     monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({"monitoring_namespace": "gpuinfra/watch"}))
     monkeypatch.setattr(boto3, "client", lambda *a, **k: _FailingClient(code, status))
     result = run_cli("status", "watch", "--project-dir", str(aws_project))
@@ -295,8 +412,22 @@ def test_aws_denied_is_exit_6_and_a_cloud_500_is_exit_7(run_cli, aws_env, aws_pr
 
 
 def test_gcp_without_credentials_is_exit_6_in_one_line(run_cli, tmp_path, monkeypatch):
-    assert run_cli("new", "--instance-type", "a3-megagpu-8g", "--nodes", "1", "--name", "gwatch", "--gcp-project",
-                   "proj-1", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new",
+            "--instance-type",
+            "a3-megagpu-8g",
+            "--nodes",
+            "1",
+            "--name",
+            "gwatch",
+            "--gcp-project",
+            "proj-1",
+            "--project-dir",
+            str(tmp_path),
+        ).exit_code
+        == 0
+    )
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path / "no-gcloud"))
     monkeypatch.setenv("NO_GCE_CHECK", "True")
@@ -312,18 +443,37 @@ def test_gcp_server_error_is_exit_7_and_forbidden_exit_6(run_cli, tmp_path, monk
     from google.auth.transport.requests import AuthorizedSession
     from google.cloud import compute_v1
 
-    assert run_cli("new", "--instance-type", "a3-megagpu-8g", "--nodes", "1", "--name", "gwatch", "--gcp-project",
-                   "proj-1", "--project-dir", str(tmp_path)).exit_code == 0
+    assert (
+        run_cli(
+            "new",
+            "--instance-type",
+            "a3-megagpu-8g",
+            "--nodes",
+            "1",
+            "--name",
+            "gwatch",
+            "--gcp-project",
+            "proj-1",
+            "--project-dir",
+            str(tmp_path),
+        ).exit_code
+        == 0
+    )
     spec = read_stack_spec(tmp_path, "gwatch")
     monkeypatch.setattr(lifecycle, "check_credentials", lambda cloud: None)
     monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({"monitoring_project": "proj-1"}))
     for status, exit_code in ((500, 7), (403, 6)):
         error = {"error": {"code": status, "message": "boom", "errors": [{"message": "boom", "reason": "x"}]}}
-        with ReplayServer([("GET", f"/compute/v1/projects/proj-1/zones/{spec.zone}/instances", None, (status, error))]
-                          ) as server:
-            clients = (compute_v1.InstancesClient(credentials=AnonymousCredentials(),
-                                                  client_options={"api_endpoint": server.url}),
-                       AuthorizedSession(AnonymousCredentials()), server.url)
+        with ReplayServer(
+            [("GET", f"/compute/v1/projects/proj-1/zones/{spec.zone}/instances", None, (status, error))]
+        ) as server:
+            clients = (
+                compute_v1.InstancesClient(
+                    credentials=AnonymousCredentials(), client_options={"api_endpoint": server.url}
+                ),
+                AuthorizedSession(AnonymousCredentials()),
+                server.url,
+            )
             monkeypatch.setattr(sources, "make_gcp_clients", lambda clients=clients: clients)
             result = run_cli("status", "gwatch", "--project-dir", str(tmp_path))
         assert (result.exit_code, result.stdout) == (exit_code, ""), result.stderr

@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from gpuinfra.services.cost_document import (check_budget, check_hours, check_totals, cost_diff_document,
-                                    preview_file_cost_document, pricing_market, profile_run_hours, stack_cost_document)
 from gpuinfra.cost.report import diff_json
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, ProfileError, RequestError
 from gpuinfra.newstack import NewStackRequest, create_stack
 from gpuinfra.planner import PlanRequest
+from gpuinfra.services.cost_document import (
+    check_budget,
+    check_hours,
+    check_totals,
+    cost_diff_document,
+    preview_file_cost_document,
+    pricing_market,
+    profile_run_hours,
+    stack_cost_document,
+)
 
 NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -23,8 +31,9 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 def p4d_project(tmp_path):
     """Stacks `one` (1 x p4d.24xlarge) and `two` (2 x) in us-east-1, profile llm-finetune (24 h)."""
     create_stack(NewStackRequest(PlanRequest(None, instance_type="p4d.24xlarge", name="one")), tmp_path, now=NOW)
-    create_stack(NewStackRequest(PlanRequest(None, nodes=2, instance_type="p4d.24xlarge", name="two")), tmp_path,
-                 now=NOW)
+    create_stack(
+        NewStackRequest(PlanRequest(None, nodes=2, instance_type="p4d.24xlarge", name="two")), tmp_path, now=NOW
+    )
     return tmp_path
 
 
@@ -41,7 +50,10 @@ def test_hours_and_budget_checks():
 
 def test_pricing_market():
     assert [pricing_market(False, False), pricing_market(True, False), pricing_market(False, True)] == [
-        None, "spot", "on-demand"]
+        None,
+        "spot",
+        "on-demand",
+    ]
     with pytest.raises(RequestError, match="--spot and --on-demand exclude each other"):
         pricing_market(True, True)
 
@@ -61,21 +73,34 @@ def test_stack_cost_document_exact_totals(p4d_project):
     # GPU monitoring adds $0.022107/h to the p4d: 42 custom metrics x $0.30 / 730 h, the dashboard
     # $3 / 730 h, one alarm metric $0.10 / 730 h, 60 PutMetricData an hour at $0.01 per 1,000
     assert (doc["hourly_usd"], doc["run_usd"], doc["monthly_if_left_running_usd"]) == (
-        "22.329918", "535.918035", "16077.541020")
+        "22.329918",
+        "535.918035",
+        "16077.541020",
+    )
     spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
-    assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == ("spot", "10", "3.205278", "32.052782")
+    assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == (
+        "spot",
+        "10",
+        "3.205278",
+        "32.052782",
+    )
     check_totals(doc, Decimal(536))  # every line priced, under budget: passes
     with pytest.raises(BudgetExceededError, match=r"^run total \$535.92 exceeds the budget \$535.00$"):
         check_totals(doc, Decimal(535))
 
 
 def test_check_totals_fails_closed_before_the_budget():
-    doc = {"price_not_found": ["x-fleet: Instance usage (capacity block)"], "run_usd": "1.000000",
-           "not_priced": [{"resource": "x-extra", "resource_type": "aws:sagemaker/domain:Domain", "reason": "no model"}]}
+    doc = {
+        "price_not_found": ["x-fleet: Instance usage (capacity block)"],
+        "run_usd": "1.000000",
+        "not_priced": [{"resource": "x-extra", "resource_type": "aws:sagemaker/domain:Domain", "reason": "no model"}],
+    }
     with pytest.raises(PriceMissingError) as info:
         check_totals(doc, Decimal(1000))
-    assert info.value.missing == ["x-fleet: Instance usage (capacity block)",
-                                  "x-extra (aws:sagemaker/domain:Domain: no model)"]
+    assert info.value.missing == [
+        "x-fleet: Instance usage (capacity block)",
+        "x-extra (aws:sagemaker/domain:Domain: no model)",
+    ]
 
 
 def test_preview_file_document_takes_the_files_stack_and_hours():
@@ -89,27 +114,57 @@ def test_preview_file_document_takes_the_files_stack_and_hours():
 def test_cost_diff_document(p4d_project):
     doc = cost_diff_document("one", "two", p4d_project)
     assert {k: v for k, v in doc.items() if k != "rows"} == {
-        "schema_version": "2", "before": "one", "after": "two",
-        "before_hourly_usd": "22.329918", "after_hourly_usd": "44.324460",
-        "before_run_usd": "535.918035", "after_run_usd": "1063.787028",
-        "hourly_change_usd": "21.994542", "run_change_usd": "527.868993",
+        "schema_version": "2",
+        "before": "one",
+        "after": "two",
+        "before_hourly_usd": "22.329918",
+        "after_hourly_usd": "44.324460",
+        "before_run_usd": "535.918035",
+        "after_run_usd": "1063.787028",
+        "hourly_change_usd": "21.994542",
+        "run_change_usd": "527.868993",
     }
     fleet = next(row for row in doc["rows"] if row["resource"] == "fleet")
-    assert fleet == {"change": "~", "resource": "fleet", "component": "Instance usage (on-demand, p4d.24xlarge)",
-                              "before_hourly_usd": "21.957640", "after_hourly_usd": "43.915280"}
+    assert fleet == {
+        "change": "~",
+        "resource": "fleet",
+        "component": "Instance usage (on-demand, p4d.24xlarge)",
+        "before_hourly_usd": "21.957640",
+        "after_hourly_usd": "43.915280",
+    }
 
 
 def _doc(stack, hourly, *lines):
-    return {"stack": stack, "hourly_usd": hourly, "run_usd": str(Decimal(hourly) * 10),
-            "lines": [{"resource": f"{stack}-{r}", "component": c, "hourly_usd": h} for r, c, h in lines]}
+    return {
+        "stack": stack,
+        "hourly_usd": hourly,
+        "run_usd": str(Decimal(hourly) * 10),
+        "lines": [{"resource": f"{stack}-{r}", "component": c, "hourly_usd": h} for r, c, h in lines],
+    }
 
 
 def test_diff_json_of_small_documents():
-    before = _doc("a", "3.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("ip", "Public IPv4", "1.000000"))
-    after = _doc("b", "2.500000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("nat", "NAT gateway", "0.500000"))
+    before = _doc(
+        "a", "3.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("ip", "Public IPv4", "1.000000")
+    )
+    after = _doc(
+        "b", "2.500000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("nat", "NAT gateway", "0.500000")
+    )
     doc = diff_json(before, after)
     assert (doc["hourly_change_usd"], doc["run_change_usd"]) == ("-0.500000", "-5.000000")
     assert doc["rows"] == [
-        {"change": "-", "resource": "ip", "component": "Public IPv4", "before_hourly_usd": "1.000000", "after_hourly_usd": None},
-        {"change": "+", "resource": "nat", "component": "NAT gateway", "before_hourly_usd": None, "after_hourly_usd": "0.500000"},
+        {
+            "change": "-",
+            "resource": "ip",
+            "component": "Public IPv4",
+            "before_hourly_usd": "1.000000",
+            "after_hourly_usd": None,
+        },
+        {
+            "change": "+",
+            "resource": "nat",
+            "component": "NAT gateway",
+            "before_hourly_usd": None,
+            "after_hourly_usd": "0.500000",
+        },
     ]

@@ -3,7 +3,7 @@ and stack specs built the way `gpuinfra new` builds them."""
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,8 +19,9 @@ def fixture_text(name: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def plan_for(instance_type: str, nodes: int = 2, profile: str = "llm-finetune", stack: str = "train",
-             gpus: str | None = None):
+def plan_for(
+    instance_type: str, nodes: int = 2, profile: str = "llm-finetune", stack: str = "train", gpus: str | None = None
+):
     """The plan `gpuinfra new --instance-type T --nodes N --profile P --name STACK` makes (the real
     planner; the cloud is the one whose catalog has the type)."""
     from gpuinfra.catalog.store import load_catalog
@@ -33,8 +34,9 @@ def plan_for(instance_type: str, nodes: int = 2, profile: str = "llm-finetune", 
     return plan_cluster(catalog, request, get_profile(profile), CREATED)
 
 
-def spec_for(instance_type: str, nodes: int = 2, profile: str = "llm-finetune", stack: str = "train",
-             gpus: str | None = None):
+def spec_for(
+    instance_type: str, nodes: int = 2, profile: str = "llm-finetune", stack: str = "train", gpus: str | None = None
+):
     """The spec of :func:`plan_for`."""
     return plan_for(instance_type, nodes, profile, stack, gpus).spec
 

@@ -39,11 +39,18 @@ class FakeGcs(ThreadingHTTPServer):
     def resource(self, bucket: str, name: str) -> dict:
         """The object resource of a stored object."""
         generation, data = self.objects[(bucket, name)]
-        return {"kind": "storage#object", "bucket": bucket, "name": name, "id": f"{bucket}/{name}/{generation}",
-                "generation": str(generation), "metageneration": "1", "size": str(len(data)),
-                "md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode(),
-                "mediaLink": f"{self.url}download/storage/v1/b/{bucket}/o/{quote(name, safe='')}"
-                             f"?generation={generation}&alt=media"}
+        return {
+            "kind": "storage#object",
+            "bucket": bucket,
+            "name": name,
+            "id": f"{bucket}/{name}/{generation}",
+            "generation": str(generation),
+            "metageneration": "1",
+            "size": str(len(data)),
+            "md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode(),
+            "mediaLink": f"{self.url}download/storage/v1/b/{bucket}/o/{quote(name, safe='')}"
+            f"?generation={generation}&alt=media",
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -79,13 +86,19 @@ class _Handler(BaseHTTPRequestHandler):
             for bucket, name in sorted(server.objects):
                 if bucket != m.group(1) or not name.startswith(prefix):
                     continue
-                rest = name[len(prefix):]
+                rest = name[len(prefix) :]
                 if delimiter and delimiter in rest:
                     prefixes.add(prefix + rest.split(delimiter)[0] + delimiter)
                 else:
                     items.append(server.resource(bucket, name))
-            return self._send(200, {"kind": "storage#objects", **({"items": items} if items else {}),
-                                    **({"prefixes": sorted(prefixes)} if prefixes else {})})
+            return self._send(
+                200,
+                {
+                    "kind": "storage#objects",
+                    **({"items": items} if items else {}),
+                    **({"prefixes": sorted(prefixes)} if prefixes else {}),
+                },
+            )
         if m := re.fullmatch(r"/storage/v1/b/([^/]+)", url.path):
             return self._send(200, {"kind": "storage#bucket", "name": m.group(1)})
         return self._error(404, "Not Found")

@@ -6,7 +6,7 @@ nccl-tests layout."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -88,9 +88,18 @@ class MemoryBucket(Bucket):
 
 def make_node(tmp_path, runner, mode="enforce", node="i-0a", address="10.0.0.7", bucket=None, spec=None, **kw):
     ended = []
-    health = HealthNode(NodeConfig("aws", "train", "bkt", mode), expectations_for(spec or spec_for("p4d.24xlarge")),
-                        node, address, bucket or MemoryBucket(), runner, tmp_path / "state", end_node=ended.append,
-                        kept_result=tmp_path / "kept" / "health-cluster.json", **kw)
+    health = HealthNode(
+        NodeConfig("aws", "train", "bkt", mode),
+        expectations_for(spec or spec_for("p4d.24xlarge")),
+        node,
+        address,
+        bucket or MemoryBucket(),
+        runner,
+        tmp_path / "state",
+        end_node=ended.append,
+        kept_result=tmp_path / "kept" / "health-cluster.json",
+        **kw,
+    )
     return health, ended
 
 
@@ -99,11 +108,19 @@ def test_local_stage_runs_the_node_checks_and_uploads_them(tmp_path):
     node, ended = make_node(tmp_path, runner)
     health = node.local()
     assert health.passed and (health.stage, health.address, health.node) == ("local", "10.0.0.7", "i-0a")
-    assert [c.name for c in health.checks if c.passed] == ["gpu_count", "ecc", "nvlink", "fabric_manager",
-                                                            "efa_devices"]
-    assert [" ".join(a) for a in runner.calls] == [p.NVIDIA_SMI_QUERY, "nvidia-smi nvlink -s",
-                                                    "systemctl is-active nvidia-fabricmanager",
-                                                    "/opt/amazon/efa/bin/fi_info -p efa"]
+    assert [c.name for c in health.checks if c.passed] == [
+        "gpu_count",
+        "ecc",
+        "nvlink",
+        "fabric_manager",
+        "efa_devices",
+    ]
+    assert [" ".join(a) for a in runner.calls] == [
+        p.NVIDIA_SMI_QUERY,
+        "nvidia-smi nvlink -s",
+        "systemctl is-active nvidia-fabricmanager",
+        "/opt/amazon/efa/bin/fi_info -p efa",
+    ]
     uploaded = NodeHealth.from_dict(json.loads(node.bucket.objects["health/train/i-0a.json"]))
     assert uploaded == health and not ended
     assert not (tmp_path / "state" / FAILED_MARK).exists()
@@ -117,8 +134,10 @@ def test_a_failing_node_is_excluded_and_ended_once_ranks_are_decided(tmp_path):
     assert (tmp_path / "state" / EXCLUDED_MARK).exists() and (tmp_path / "state" / FAILED_MARK).exists()
     assert not ended  # not before the peers have decided the ranks: they would list one node fewer
     clock, sleeps = iter(range(0, 10_000, 10)), []
-    node.clock, node.sleep = (lambda: next(clock)), (lambda s: (sleeps.append(s), len(sleeps) == 3
-                                                               and (tmp_path / "state" / RANKS_DECIDED_MARK).touch()))
+    node.clock, node.sleep = (
+        (lambda: next(clock)),
+        (lambda s: (sleeps.append(s), len(sleeps) == 3 and (tmp_path / "state" / RANKS_DECIDED_MARK).touch())),
+    )
     node.end_when_ranks_decided(health, wait_seconds=600)
     assert len(sleeps) == 3 and len(ended) == 1
     assert ended[0].startswith("health gate failed: fabric_manager: nvidia-fabricmanager is failed")
@@ -138,17 +157,29 @@ def test_a_failing_node_is_excluded_and_ended_once_ranks_are_decided(tmp_path):
 def _doc(node, address, passed=True, checked_at=None, stage="local"):
     runner = p4d_runner(fabric_manager="active\n" if passed else "failed\n")
     health = make_node(Path("/nonexistent"), runner, node=node, address=address)[0]._decide(
-        collect_local(expectations_for(spec_for("p4d.24xlarge")), runner), stage)
+        collect_local(expectations_for(spec_for("p4d.24xlarge")), runner), stage
+    )
     if checked_at:
-        health = NodeHealth(health.stack, health.node, health.cloud, health.instance_type, health.nodes, checked_at,
-                            health.checks, health.stage, health.address)
+        health = NodeHealth(
+            health.stack,
+            health.node,
+            health.cloud,
+            health.instance_type,
+            health.nodes,
+            checked_at,
+            health.checks,
+            health.stage,
+            health.address,
+        )
     return health.to_json().encode()
 
 
 def test_only_nodes_that_passed_take_a_rank(tmp_path):
     bucket = MemoryBucket()
-    bucket.objects = {"health/train/i-0a.json": _doc("i-0a", "10.0.0.7"),
-                      "health/train/i-0b.json": _doc("i-0b", "10.0.0.20", passed=False)}
+    bucket.objects = {
+        "health/train/i-0a.json": _doc("i-0a", "10.0.0.7"),
+        "health/train/i-0b.json": _doc("i-0b", "10.0.0.20", passed=False),
+    }
     node, _ = make_node(tmp_path, p4d_runner(), bucket=bucket)
     assert node.peers(["10.0.0.7", "10.0.0.20"], wait_seconds=0) == ["10.0.0.7"]
     # report: everyone at once, without waiting for results
@@ -170,9 +201,11 @@ def test_peers_wait_for_every_result_then_leave_out_the_silent_node(tmp_path):
 
 def test_results_from_before_this_deployment_do_not_count():
     booted = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
-    docs = {"a": _doc("i-old", "10.0.0.7", checked_at="2026-11-20T09:00:00+00:00"),
-            "b": _doc("i-0b", "10.0.0.20", checked_at="2026-11-23T11:58:00+00:00"),
-            "c": b"not json"}
+    docs = {
+        "a": _doc("i-old", "10.0.0.7", checked_at="2026-11-20T09:00:00+00:00"),
+        "b": _doc("i-0b", "10.0.0.20", checked_at="2026-11-23T11:58:00+00:00"),
+        "c": b"not json",
+    }
     found = current_results(docs, "train", booted - timedelta(hours=1))
     assert list(found) == ["10.0.0.20"]
     assert ranked_addresses(["10.0.0.7", "10.0.0.20"], found, "enforce") == ["10.0.0.20"]
@@ -212,9 +245,23 @@ def test_cluster_stage_passes_at_the_baseline_and_fails_below_it(tmp_path):
     run = next(a for a in node.runner.calls if a[0] == "/usr/local/bin/gpuinfra-run")
     # a named container (removed before, and after a timeout), the image's entrypoint bypassed
     # (an inference image's entrypoint would take torchrun as its arguments)
-    assert run == ["/usr/local/bin/gpuinfra-run", "--skip-health-gate", "--wait", "60", "--name", ALLREDUCE_CONTAINER,
-                   "--entrypoint", "env", "-e", "NCCL_DEBUG=INFO", "-e", "NCCL_DEBUG_SUBSYS=INIT,NET", "--", "python3",
-                   "gpuinfra_allreduce.py"]
+    assert run == [
+        "/usr/local/bin/gpuinfra-run",
+        "--skip-health-gate",
+        "--wait",
+        "60",
+        "--name",
+        ALLREDUCE_CONTAINER,
+        "--entrypoint",
+        "env",
+        "-e",
+        "NCCL_DEBUG=INFO",
+        "-e",
+        "NCCL_DEBUG_SUBSYS=INIT,NET",
+        "--",
+        "python3",
+        "gpuinfra_allreduce.py",
+    ]
     assert ["docker", "rm", "-f", ALLREDUCE_CONTAINER] in node.runner.calls
     slow, _ = make_node(tmp_path / "slow", p4d_runner(all_reduce=NCCL_EFA + _table(0.5 * baseline.busbw_gbps)))
     slow.local()
@@ -237,18 +284,39 @@ def test_bucket_commands_use_the_clouds_clis(tmp_path):
     (tmp_path / "h.json").write_text("{}")
     Bucket("aws", "bkt", runner).put("health/train/i-0a.json", tmp_path / "h.json")
     Bucket("gcp", "bkt", runner).put("health/train/vm-1.json", tmp_path / "h.json")
-    assert calls == [["aws", "s3", "cp", "--only-show-errors", str(tmp_path / "h.json"), "s3://bkt/health/train/i-0a.json"],
-                     ["gcloud", "storage", "cp", str(tmp_path / "h.json"), "gs://bkt/health/train/vm-1.json"]]
+    assert calls == [
+        ["aws", "s3", "cp", "--only-show-errors", str(tmp_path / "h.json"), "s3://bkt/health/train/i-0a.json"],
+        ["gcloud", "storage", "cp", str(tmp_path / "h.json"), "gs://bkt/health/train/vm-1.json"],
+    ]
     with pytest.raises(OSError, match="upload to s3://bkt/x failed"):
         Bucket("aws", "bkt", lambda argv, timeout: (1, "AccessDenied")).put("x", tmp_path / "h.json")
     # create-only: S3 If-None-Match: * (AWS CLI >= 2.17.34 / 1.34.2), GCS generation 0
     calls.clear()
     Bucket("aws", "bkt", runner).put_new("health/train/r.decision", tmp_path / "h.json")
     Bucket("gcp", "bkt", runner).put_new("health/train/r.decision", tmp_path / "h.json")
-    assert calls == [["aws", "s3api", "put-object", "--bucket", "bkt", "--key", "health/train/r.decision", "--body",
-                      str(tmp_path / "h.json"), "--if-none-match", "*"],
-                     ["gcloud", "storage", "cp", "--if-generation-match=0", str(tmp_path / "h.json"),
-                      "gs://bkt/health/train/r.decision"]]
+    assert calls == [
+        [
+            "aws",
+            "s3api",
+            "put-object",
+            "--bucket",
+            "bkt",
+            "--key",
+            "health/train/r.decision",
+            "--body",
+            str(tmp_path / "h.json"),
+            "--if-none-match",
+            "*",
+        ],
+        [
+            "gcloud",
+            "storage",
+            "cp",
+            "--if-generation-match=0",
+            str(tmp_path / "h.json"),
+            "gs://bkt/health/train/r.decision",
+        ],
+    ]
     assert Bucket("gcp", "bkt", lambda argv, timeout: (1, "ERROR: matched no objects")).read_prefix("health/t/") == {}
 
 
@@ -265,8 +333,12 @@ def test_a_world_the_gate_shrank_is_checked_as_such(tmp_path):
     against 2 nodes (and the 2-node baseline the expectations file carries), not against 3."""
     spec3 = spec_for("p4d.24xlarge", 3)
     two_node = expectations_for(spec_for("p4d.24xlarge")).baseline
-    node, _ = make_node(tmp_path, p4d_runner(all_reduce=NCCL_EFA + _table(two_node.busbw_gbps)), spec=spec3,
-                        world_baselines={2: two_node.to_dict()})
+    node, _ = make_node(
+        tmp_path,
+        p4d_runner(all_reduce=NCCL_EFA + _table(two_node.busbw_gbps)),
+        spec=spec3,
+        world_baselines={2: two_node.to_dict()},
+    )
     node.local()
     health = node.cluster(2)
     assert health.passed, [c.detail for c in health.failed]
@@ -293,7 +365,9 @@ def test_after_a_reboot_the_kept_all_reduce_counts_with_fresh_local_checks(tmp_p
     again = rebooted.rejoin(rebooted.local())
     assert again.passed and again.stage == "cluster"
     assert again.check("allreduce_busbw").measured == first.check("allreduce_busbw").measured
-    assert again.check("allreduce_busbw").detail.endswith(f"(cluster all-reduce of {first.checked_at}, before a reboot)")
+    assert again.check("allreduce_busbw").detail.endswith(
+        f"(cluster all-reduce of {first.checked_at}, before a reboot)"
+    )
     assert not any(a[0] == "/usr/local/bin/gpuinfra-run" for a in rebooted.runner.calls)
     assert (tmp_path / "state" / PASSED_MARK).exists()
     # a broken GPU after the reboot fails the node whatever the kept all-reduce said
@@ -310,8 +384,13 @@ def test_a_peer_that_failed_the_cluster_stage_fails_this_node_too(tmp_path):
     node.local()
     since = datetime.now(UTC) - timedelta(minutes=1)
     mine = node.cluster()
-    peer, _ = make_node(tmp_path / "peer", p4d_runner(all_reduce="x NCCL INFO Using network Socket\n" + _table(80)),
-                        bucket=bucket, node="i-0b", address="10.0.0.20")
+    peer, _ = make_node(
+        tmp_path / "peer",
+        p4d_runner(all_reduce="x NCCL INFO Using network Socket\n" + _table(80)),
+        bucket=bucket,
+        node="i-0b",
+        address="10.0.0.20",
+    )
     peer.local()
     assert not peer.cluster().passed
     node.await_peers(mine, ["10.0.0.7", "10.0.0.20"], since, wait_seconds=0)

@@ -12,7 +12,7 @@ import io
 import json
 import shutil
 import uuid
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import boto3
@@ -45,16 +45,26 @@ NODES = {A: "i-0a", B: "i-0b", C: "i-0c"}
 DEPLOYED = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
 PREFIX = "health/train/"
 # what AWS CLI 1.45 prints for S3 errors (exit 255; AWS CLI v2 exits 254), seen against moto
-AWS_412 = ("\nAn error occurred (PreconditionFailed) when calling the PutObject operation: At least one of the "
-           "pre-conditions you specified did not hold\n")
+AWS_412 = (
+    "\nAn error occurred (PreconditionFailed) when calling the PutObject operation: At least one of the "
+    "pre-conditions you specified did not hold\n"
+)
 AWS_403 = "\nAn error occurred (AccessDenied) when calling the PutObject operation: Access Denied\n"
-AWS_409 = ("\nAn error occurred (ConditionalRequestConflict) when calling the PutObject operation: A conflicting "
-           "conditional operation is currently in progress against this resource.\n")
+AWS_409 = (
+    "\nAn error occurred (ConditionalRequestConflict) when calling the PutObject operation: A conflicting "
+    "conditional operation is currently in progress against this resource.\n"
+)
 
 
 def node(tmp_path, address, bucket, not_before=DEPLOYED):
-    health, _ = make_node(tmp_path / NODES.get(address, address), p4d_runner(), node=NODES.get(address, address),
-                          address=address, bucket=bucket, results_not_before=not_before)
+    health, _ = make_node(
+        tmp_path / NODES.get(address, address),
+        p4d_runner(),
+        node=NODES.get(address, address),
+        address=address,
+        bucket=bucket,
+        results_not_before=not_before,
+    )
     health.sleep = lambda s: pytest.fail(f"slept {s} s: a decision was there to read")
     return health
 
@@ -97,8 +107,8 @@ class FakeAwsCli:
             prefix, dest = argv[-2].removeprefix("s3://bkt/"), Path(argv[-1])
             for key, body in self.objects.items():
                 if key.startswith(prefix):
-                    (dest / key[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
-                    (dest / key[len(prefix):]).write_bytes(body)
+                    (dest / key[len(prefix) :]).parent.mkdir(parents=True, exist_ok=True)
+                    (dest / key[len(prefix) :]).write_bytes(body)
             return 0, ""
         if argv[:3] == ["aws", "s3", "cp"]:
             self.objects[argv[-1].removeprefix("s3://bkt/")] = Path(argv[-2]).read_bytes()
@@ -114,17 +124,25 @@ def cli_bucket(request, monkeypatch, moto_url, tmp_path):
         pytest.skip(f"{'aws' if cloud == 'aws' else 'gcloud'} CLI not installed")
     name = f"ranks-{uuid.uuid4().hex[:12]}"
     if cloud == "aws":
-        for var, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                           "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": moto_url}.items():
+        for var, value in {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": moto_url,
+        }.items():
             monkeypatch.setenv(var, value)
         boto3.client("s3", endpoint_url=moto_url).create_bucket(Bucket=name)
         yield Bucket("aws", name, run_command)
         return
     server = FakeGcs()
     server.thread.start()
-    for var, value in {"CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
-                       "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": server.url, "CLOUDSDK_CORE_PROJECT": "p",
-                       "CLOUDSDK_CORE_DISABLE_PROMPTS": "1"}.items():
+    for var, value in {
+        "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"),
+        "CLOUDSDK_AUTH_DISABLE_CREDENTIALS": "true",
+        "CLOUDSDK_API_ENDPOINT_OVERRIDES_STORAGE": server.url,
+        "CLOUDSDK_CORE_PROJECT": "p",
+        "CLOUDSDK_CORE_DISABLE_PROMPTS": "1",
+    }.items():
         monkeypatch.setenv(var, value)
     yield Bucket("gcp", name, run_command)
     server.shutdown()
@@ -148,7 +166,9 @@ def test_a_result_landing_between_two_deadlines_gives_every_node_the_same_ranks(
     assert (decision.decided_by, decision.decided_by_address, decision.trigger) == ("i-0a", A, "deadline")
     assert decision.listed == tuple(LISTED) and decision.ranked == (A, B)
     assert {a: (r["node"], r["stage"], r["passed"]) for a, r in decision.results.items()} == {
-        A: ("i-0a", "local", True), B: ("i-0b", "local", True)}
+        A: ("i-0a", "local", True),
+        B: ("i-0b", "local", True),
+    }
     # the cloud refuses a second decision: 412, told apart from other failures
     other = tmp_path / "other.decision"
     other.write_text("{}")
@@ -231,16 +251,20 @@ def test_gpuinfra_check_does_not_read_the_decision_as_a_node_result(moto_url, mo
     assert [n.node for n in report.nodes] == ["i-0a"] and report.invalid == ()
 
 
-@pytest.mark.parametrize("answers, writes, stored_in_the_end", [
-    # access denied every time: no decision, never this node's own
-    ([(255, AWS_403, False)] * WRITE_TRIES, WRITE_TRIES, False),
-    # a concurrent conditional write (409), nothing stored by it: another try goes through
-    ([(255, AWS_409, False)], 2, True),
-    # the CLI timed out but the write had landed: read back, no second write
-    ([(124, "\ntimed out after 120 s\n", True)], 1, True),
-])
-def test_a_failed_write_is_read_back_and_retried_never_replaced_by_a_private_decision(tmp_path, answers, writes,
-                                                                                       stored_in_the_end):
+@pytest.mark.parametrize(
+    "answers, writes, stored_in_the_end",
+    [
+        # access denied every time: no decision, never this node's own
+        ([(255, AWS_403, False)] * WRITE_TRIES, WRITE_TRIES, False),
+        # a concurrent conditional write (409), nothing stored by it: another try goes through
+        ([(255, AWS_409, False)], 2, True),
+        # the CLI timed out but the write had landed: read back, no second write
+        ([(124, "\ntimed out after 120 s\n", True)], 1, True),
+    ],
+)
+def test_a_failed_write_is_read_back_and_retried_never_replaced_by_a_private_decision(
+    tmp_path, answers, writes, stored_in_the_end
+):
     cli = FakeAwsCli()
     bucket = Bucket("aws", "bkt", cli)
     for address in LISTED:
@@ -249,16 +273,21 @@ def test_a_failed_write_is_read_back_and_retried_never_replaced_by_a_private_dec
     me, sleeps = node(tmp_path, A, bucket), []
     me.sleep = sleeps.append
     if not stored_in_the_end:
-        with pytest.raises(RankDecisionError, match=f"s3://bkt/health/train/ranks-.*{WRITE_TRIES} tries: create-only "
-                                                    "upload to .* failed .255.: An error occurred .AccessDenied."):
+        with pytest.raises(
+            RankDecisionError,
+            match=f"s3://bkt/health/train/ranks-.*{WRITE_TRIES} tries: create-only "
+            "upload to .* failed .255.: An error occurred .AccessDenied.",
+        ):
             me.peers(LISTED, wait_seconds=0)
         assert cli.puts == writes and sleeps == [RETRY_SECONDS] * (writes - 1)
         assert not any(k.endswith(".decision") for k in cli.objects)
         out, err = io.StringIO(), io.StringIO()
         cli.script = list(answers)
         assert peers_exit(me, LISTED, out, err) == EXIT_UNDECIDED and out.getvalue() == ""
-        assert err.getvalue().startswith("gpuinfra-health: no rank decision, this node takes no rank yet: could not "
-                                         "store or read the rank decision s3://bkt/health/train/ranks-")
+        assert err.getvalue().startswith(
+            "gpuinfra-health: no rank decision, this node takes no rank yet: could not "
+            "store or read the rank decision s3://bkt/health/train/ranks-"
+        )
         return
     assert me.peers(LISTED, wait_seconds=0) == [A, B, C] and stored(bucket).decided_by == "i-0a"
     assert cli.puts == writes and sleeps == [RETRY_SECONDS] * (writes - 1)

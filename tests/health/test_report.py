@@ -4,7 +4,7 @@ verdict (missing and stale results) and locate_results (where to read, what coun
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -12,8 +12,8 @@ import pytest
 from gpuinfra import lifecycle
 from gpuinfra.errors import MissingDependencyError, RequestError, SpecError
 from gpuinfra.health.gate import GateOutputs, health_key
-from gpuinfra.services.health_report import HealthReport, ResultsLocation, evaluate, locate_results, read_health
 from gpuinfra.lifecycle import StackStatus
+from gpuinfra.services.health_report import HealthReport, ResultsLocation, evaluate, locate_results, read_health
 from tests.health.conftest import fixture_text as t
 from tests.health.conftest import plan_for, spec_for
 from tests.health.test_gate import _p4d_outputs
@@ -23,8 +23,9 @@ DEPLOYED = NOW - timedelta(minutes=30)
 
 
 def node_doc(node: str, stack: str = "train", checked_at: datetime = NOW, nodes: int = 2, **changes) -> str:
-    return evaluate(spec_for("p4d.24xlarge", nodes, stack=stack), _p4d_outputs(**changes), node=node,
-                    checked_at=checked_at).to_json()
+    return evaluate(
+        spec_for("p4d.24xlarge", nodes, stack=stack), _p4d_outputs(**changes), node=node, checked_at=checked_at
+    ).to_json()
 
 
 def where(bucket: str, cloud: str = "aws", nodes: int = 2, since: datetime | None = DEPLOYED) -> ResultsLocation:
@@ -45,22 +46,27 @@ def _put(s3, bucket: str, docs: dict[str, str | bytes]) -> None:
 
 
 def test_reads_every_node_and_reports_unreadable_ones(s3):
-    _put(s3, "health-read", {
-        health_key("train", "i-0b"): node_doc("i-0b", fabric_manager="failed"),
-        health_key("train", "i-0a"): node_doc("i-0a"),
-        health_key("train", "i-0c"): b"{not json",
-        health_key("train", "i-0d"): node_doc("i-0d", stack="other"),
-        health_key("train", "i-0f"): node_doc("i-0f", nodes=4),
-        health_key("other", "i-0e"): node_doc("i-0e", stack="other"),
-        "health/train/notes.txt": b"ignored",
-    })
+    _put(
+        s3,
+        "health-read",
+        {
+            health_key("train", "i-0b"): node_doc("i-0b", fabric_manager="failed"),
+            health_key("train", "i-0a"): node_doc("i-0a"),
+            health_key("train", "i-0c"): b"{not json",
+            health_key("train", "i-0d"): node_doc("i-0d", stack="other"),
+            health_key("train", "i-0f"): node_doc("i-0f", nodes=4),
+            health_key("other", "i-0e"): node_doc("i-0e", stack="other"),
+            "health/train/notes.txt": b"ignored",
+        },
+    )
     report = read_health(where("health-read"), client=s3)
     assert [n.node for n in report.nodes] == ["i-0a", "i-0b"]
     assert [n.passed for n in report.nodes] == [True, False]
     assert [(i.key, i.reason.split(":")[0]) for i in report.invalid] == [
         ("health/train/i-0c.json", "Expecting property name enclosed in double quotes"),
         ("health/train/i-0d.json", "written for stack 'other'"),
-        ("health/train/i-0f.json", "written for a 4-node cluster, the stack has 2")]
+        ("health/train/i-0f.json", "written for a 4-node cluster, the stack has 2"),
+    ]
     assert not report.passed and report.location.prefix == "health/train/"
 
 
@@ -79,18 +85,31 @@ def test_a_missing_node_fails_the_stack(s3):
 def test_results_from_before_the_deployment_are_stale(s3):
     """The bucket outlives `gpuinfra down`: last deployment's passing results do not count."""
     before = DEPLOYED - timedelta(days=2)
-    _put(s3, "health-stale", {health_key("train", "i-0a"): node_doc("i-0a", checked_at=before),
-                              health_key("train", "i-0b"): node_doc("i-0b", checked_at=before),
-                              health_key("train", "i-0c"): node_doc("i-0c")})
+    _put(
+        s3,
+        "health-stale",
+        {
+            health_key("train", "i-0a"): node_doc("i-0a", checked_at=before),
+            health_key("train", "i-0b"): node_doc("i-0b", checked_at=before),
+            health_key("train", "i-0c"): node_doc("i-0c"),
+        },
+    )
     report = read_health(where("health-stale"), client=s3)
     assert [n.node for n in report.stale] == ["i-0a", "i-0b"] and [n.node for n in report.nodes] == ["i-0c"]
-    assert report.verdict().reason == ("1 of 2 nodes have no current result (2 stale result(s) from before "
-                                       "2026-11-30T11:30:00+00:00 ignored)")
+    assert report.verdict().reason == (
+        "1 of 2 nodes have no current result (2 stale result(s) from before 2026-11-30T11:30:00+00:00 ignored)"
+    )
     doc = report.to_dict()
-    assert doc["stale"] == [{"node": "i-0a", "checked_at": "2026-11-28T11:30:00+00:00"},
-                            {"node": "i-0b", "checked_at": "2026-11-28T11:30:00+00:00"}]
-    assert (doc["expected_nodes"], doc["missing"], doc["since"], doc["passed"]) == (2, 1, "2026-11-30T11:30:00+00:00",
-                                                                                    False)
+    assert doc["stale"] == [
+        {"node": "i-0a", "checked_at": "2026-11-28T11:30:00+00:00"},
+        {"node": "i-0b", "checked_at": "2026-11-28T11:30:00+00:00"},
+    ]
+    assert (doc["expected_nodes"], doc["missing"], doc["since"], doc["passed"]) == (
+        2,
+        1,
+        "2026-11-30T11:30:00+00:00",
+        False,
+    )
     # without a deployment time every result counts: what the gate did before, for every stack
     assert len(read_health(where("health-stale", since=None), client=s3).nodes) == 3
 
@@ -98,14 +117,18 @@ def test_results_from_before_the_deployment_are_stale(s3):
 def test_verdict_messages():
     loc = where("b")
     passed = HealthReport(loc, (), (), ())
-    assert passed.verdict().reason == ("no health results under s3://b/health/train/ yet: each node writes its result "
-                                       "there after its boot checks; run this again when the nodes are up")
-    from gpuinfra.health.gate import NodeHealth
+    assert passed.verdict().reason == (
+        "no health results under s3://b/health/train/ yet: each node writes its result "
+        "there after its boot checks; run this again when the nodes are up"
+    )
     import json
+
+    from gpuinfra.health.gate import NodeHealth
 
     bad = NodeHealth.from_dict(json.loads(node_doc("i-0b", fabric_manager="failed")))
     assert HealthReport(loc, (bad,), (), ()).verdict().reason == (
-        "1 of 1 nodes failed the health gate or have an unreadable result: i-0b; 1 of 2 nodes have no current result")
+        "1 of 1 nodes failed the health gate or have an unreadable result: i-0b; 1 of 2 nodes have no current result"
+    )
 
 
 def test_empty_prefix_and_missing_bucket(s3):
@@ -127,8 +150,10 @@ def test_gcs_path_with_a_stand_in_client():
     class Client:
         def list_blobs(self, bucket, prefix):
             assert (bucket, prefix) == ("gcs-bucket", "health/train/")
-            return [Blob("health/train/vm-2.json", node_doc("vm-2").encode()),
-                    Blob("health/train/vm-1.json", node_doc("vm-1").encode())]
+            return [
+                Blob("health/train/vm-2.json", node_doc("vm-2").encode()),
+                Blob("health/train/vm-1.json", node_doc("vm-1").encode()),
+            ]
 
     report = read_health(where("gcs-bucket", cloud="gcp"), client=Client())
     assert [n.node for n in report.nodes] == ["vm-1", "vm-2"] and report.passed
@@ -147,8 +172,9 @@ def test_gcs_without_the_library_says_what_to_install(monkeypatch):
 def test_gcs_without_credentials_is_exit_6(monkeypatch, tmp_path):
     monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
     monkeypatch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
-    monkeypatch.setattr("google.auth._cloud_sdk.get_application_default_credentials_path",
-                        lambda: str(tmp_path / "none.json"))
+    monkeypatch.setattr(
+        "google.auth._cloud_sdk.get_application_default_credentials_path", lambda: str(tmp_path / "none.json")
+    )
     monkeypatch.setenv("GCE_METADATA_HOST", "127.0.0.1:9")  # no metadata server here
     monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")
     with pytest.raises(MissingDependencyError, match="no GCP credentials found") as caught:
@@ -195,8 +221,12 @@ def _backend(monkeypatch, backend):
 
 def test_location_from_the_stack_file_and_pulumi(project, monkeypatch):
     path, checked = project
-    backend = _backend(monkeypatch, Backend({"bucket_name": "b-1"}, [StackStatus("other", False, NOW, 3),
-                                                                     StackStatus("train", False, DEPLOYED, 40)]))
+    backend = _backend(
+        monkeypatch,
+        Backend(
+            {"bucket_name": "b-1"}, [StackStatus("other", False, NOW, 3), StackStatus("train", False, DEPLOYED, 40)]
+        ),
+    )
     loc = locate_results("train", path)
     assert (loc.cloud, loc.bucket, loc.expected_nodes, loc.since) == ("aws", "b-1", 2, DEPLOYED)
     assert loc.since_source == "the stack's last Pulumi update" and loc.url == "s3://b-1/health/train/"
@@ -204,8 +234,7 @@ def test_location_from_the_stack_file_and_pulumi(project, monkeypatch):
     assert backend.calls == [("outputs", "train"), ("list_stacks",)]
     # --since wins over the Pulumi update time; --bucket over the output
     loc = locate_results("train", path, bucket="b-2", since="2026-11-29T08:00:00")
-    assert (loc.bucket, loc.since, loc.since_source) == ("b-2", datetime(2026, 11, 29, 8, tzinfo=UTC),
-                                                         "--since")
+    assert (loc.bucket, loc.since, loc.since_source) == ("b-2", datetime(2026, 11, 29, 8, tzinfo=UTC), "--since")
 
 
 def test_location_without_a_stack_file_needs_bucket_scheme_nodes_and_since(tmp_path, monkeypatch):
@@ -219,19 +248,23 @@ def test_location_without_a_stack_file_needs_bucket_scheme_nodes_and_since(tmp_p
     loc = locate_results("train", tmp_path, bucket="gs://g-1/", nodes=3, since="2026-11-30T11:00:00Z")
     assert (loc.cloud, loc.bucket, loc.expected_nodes) == ("gcp", "g-1", 3) and checked == ["gcp"]
     for kwargs in (dict(bucket="g-1", nodes=3), dict(bucket="gs://g-1"), dict(nodes=3)):
-        with pytest.raises(RequestError, match="no stack file for 'train'.*give --bucket s3://NAME or gs://NAME and "
-                                               "--nodes N"):
+        with pytest.raises(
+            RequestError, match="no stack file for 'train'.*give --bucket s3://NAME or gs://NAME and --nodes N"
+        ):
             locate_results("train", tmp_path, **kwargs)
     with pytest.raises(MissingDependencyError, match="or give --since TIME"):
         locate_results("train", tmp_path, bucket="gs://g-1", nodes=3)
 
 
-@pytest.mark.parametrize("kwargs, error, message", [
-    (dict(bucket="gs://b"), RequestError, "--bucket 'gs://b' is a GCS bucket, but stack 'train' is on aws"),
-    (dict(nodes=3), RequestError, "--nodes 3, but the stack file of 'train' says nodes: 2"),
-    (dict(since="yesterday"), RequestError, "--since 'yesterday': give an ISO 8601 time"),
-    (dict(bucket="s3://a/b"), RequestError, "--bucket 's3://a/b': give s3://NAME, gs://NAME or a bare NAME"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(bucket="gs://b"), RequestError, "--bucket 'gs://b' is a GCS bucket, but stack 'train' is on aws"),
+        (dict(nodes=3), RequestError, "--nodes 3, but the stack file of 'train' says nodes: 2"),
+        (dict(since="yesterday"), RequestError, "--since 'yesterday': give an ISO 8601 time"),
+        (dict(bucket="s3://a/b"), RequestError, "--bucket 's3://a/b': give s3://NAME, gs://NAME or a bare NAME"),
+    ],
+)
 def test_location_refuses_contradictions(project, monkeypatch, kwargs, error, message):
     _backend(monkeypatch, Backend({"bucket_name": "b-1"}, [StackStatus("train", False, DEPLOYED, 40)]))
     with pytest.raises(error, match=message.replace("(", r"\(").replace(")", r"\)")):

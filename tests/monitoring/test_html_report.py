@@ -7,13 +7,13 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from gpuinfra.monitoring.html import COST_DIV, UTILIZATION_DIV, write_report
 from gpuinfra.monitoring.status import GpuSeries, Node, build_status
-from tests.blueprints.helpers import need_tool, make_spec
+from tests.blueprints.helpers import make_spec, need_tool
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -37,7 +37,7 @@ def section(dom: str, div_id: str) -> str:
     start = dom.index(f'id="{div_id}"')
     following = [dom.find(f'id="{other}"', start + 1) for other in (UTILIZATION_DIV, COST_DIV)]
     ends = [i for i in following if i > start]
-    return dom[start:min(ends)] if ends else dom[start:]
+    return dom[start : min(ends)] if ends else dom[start:]
 
 
 @pytest.mark.tools
@@ -49,8 +49,20 @@ def test_report_charts_render_in_headless_chromium(tmp_path):
     assert raw.count('class="main-svg"') == 0  # the charts are drawn by plotly.js in the browser
     assert re.search(r"<script[^>]*\ssrc=", raw) is None  # self-contained: plotly.js is inlined
     result = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--virtual-time-budget=15000",
-         "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--virtual-time-budget=15000",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     dom = result.stdout
     assert result.returncode == 0 and "</html>" in dom, result.stderr[-2000:]
     util, cost = section(dom, UTILIZATION_DIV), section(dom, COST_DIV)

@@ -46,11 +46,18 @@ def test_p5_agent_configuration_in_ssm_names_the_gpu_metrics(p5):
     spec, result = p5
     param = one(result, "aws:ssm/parameter:Parameter")
     assert (param.inputs["name"], param.inputs["type"], param.inputs["tier"]) == (
-        "/gpuinfra/t-2/cloudwatch-agent", "String", "Standard")
+        "/gpuinfra/t-2/cloudwatch-agent",
+        "String",
+        "Standard",
+    )
     config = json.loads(param.inputs["insecureValue"])
     assert config["metrics"]["namespace"] == "gpuinfra/t-2"
     assert config["metrics"]["metrics_collected"]["nvidia_gpu"]["measurement"] == [
-        "utilization_gpu", "memory_used", "power_draw", "temperature_gpu"]
+        "utilization_gpu",
+        "memory_used",
+        "power_draw",
+        "temperature_gpu",
+    ]
     assert config["metrics"]["append_dimensions"] == {"InstanceId": "${aws:InstanceId}"}
     assert config["metrics"]["aggregation_dimensions"] == [[]]
     assert config["agent"]["metrics_collection_interval"] == 60 and config["agent"]["omit_hostname"] is True
@@ -63,17 +70,44 @@ def test_p5_dashboard_and_idle_alarm(p5):
     assert dash.inputs["dashboardName"] == "gpuinfra-t-2"
     body = json.loads(dash.inputs["dashboardBody"])
     text = json.dumps(body)
-    for metric in ("nvidia_smi_utilization_gpu", "nvidia_smi_memory_used", "nvidia_smi_power_draw",
-                   "nvidia_smi_temperature_gpu", "cpu_usage_active", "mem_used_percent", "disk_used_percent"):
+    for metric in (
+        "nvidia_smi_utilization_gpu",
+        "nvidia_smi_memory_used",
+        "nvidia_smi_power_draw",
+        "nvidia_smi_temperature_gpu",
+        "cpu_usage_active",
+        "mem_used_percent",
+        "disk_used_percent",
+    ):
         assert metric in text
     assert body["widgets"][0]["properties"]["annotations"]["horizontal"][0]["value"] == 5
     alarm = one(result, "aws:cloudwatch/metricAlarm:MetricAlarm")
-    assert {k: alarm.inputs[k] for k in ("name", "namespace", "metricName", "statistic", "period", "evaluationPeriods",
-                                          "datapointsToAlarm", "threshold", "comparisonOperator",
-                                          "treatMissingData")} == {
-        "name": "gpuinfra-t-2-gpus-idle", "namespace": "gpuinfra/t-2", "metricName": "nvidia_smi_utilization_gpu",
-        "statistic": "Maximum", "period": 60, "evaluationPeriods": 30, "datapointsToAlarm": 30, "threshold": 5,
-        "comparisonOperator": "LessThanThreshold", "treatMissingData": "missing"}
+    assert {
+        k: alarm.inputs[k]
+        for k in (
+            "name",
+            "namespace",
+            "metricName",
+            "statistic",
+            "period",
+            "evaluationPeriods",
+            "datapointsToAlarm",
+            "threshold",
+            "comparisonOperator",
+            "treatMissingData",
+        )
+    } == {
+        "name": "gpuinfra-t-2-gpus-idle",
+        "namespace": "gpuinfra/t-2",
+        "metricName": "nvidia_smi_utilization_gpu",
+        "statistic": "Maximum",
+        "period": 60,
+        "evaluationPeriods": 30,
+        "datapointsToAlarm": 30,
+        "threshold": 5,
+        "comparisonOperator": "LessThanThreshold",
+        "treatMissingData": "missing",
+    }
     assert "dimensions" not in alarm.inputs  # the cluster-wide roll-up: every GPU of every node
     topic = one(result, "aws:sns/topic:Topic")
     assert alarm.inputs["alarmActions"] == [f"arn:preview:aws:sns/topic:Topic:{topic.name}"]
@@ -88,24 +122,37 @@ def test_p5_node_role_adds_only_put_metric_data_into_its_namespace(p5):
     policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == "t-2-node-monitoring")
     doc = json.loads(policy.inputs["policy"])
     assert doc["Statement"] == [
-        {"Sid": "PutStackMetrics", "Effect": "Allow", "Action": ["cloudwatch:PutMetricData"], "Resource": "*",
-         "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuinfra/t-2"}}},
+        {
+            "Sid": "PutStackMetrics",
+            "Effect": "Allow",
+            "Action": ["cloudwatch:PutMetricData"],
+            "Resource": "*",
+            "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuinfra/t-2"}},
+        },
     ]
     attached = {r.inputs["policyArn"] for r in result.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
     assert "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore" in attached
 
 
 def test_alarm_email_adds_a_subscription_and_monitoring_off_removes_everything():
-    spec = make_spec("p5.48xlarge", nodes=1, profile_updates={
-        "monitoring": {"enabled": True, "idle_alarm_minutes": 45, "alarm_email": "ops@example.com"}})
+    spec = make_spec(
+        "p5.48xlarge",
+        nodes=1,
+        profile_updates={"monitoring": {"enabled": True, "idle_alarm_minutes": 45, "alarm_email": "ops@example.com"}},
+    )
     result = preview(spec)
     sub = one(result, "aws:sns/topicSubscription:TopicSubscription")
     assert (sub.inputs["protocol"], sub.inputs["endpoint"]) == ("email", "ops@example.com")
     assert one(result, "aws:cloudwatch/metricAlarm:MetricAlarm").inputs["evaluationPeriods"] == 45
     off = preview(make_spec("p5.48xlarge", nodes=1, profile_updates={"monitoring": {"enabled": False}}))
     tokens = {r.type for r in off.resources}
-    assert not tokens & {"aws:cloudwatch/dashboard:Dashboard", "aws:cloudwatch/metricAlarm:MetricAlarm",
-                         "aws:ssm/parameter:Parameter", "aws:sns/topic:Topic", "gpuinfra:aws:Monitoring"}
+    assert not tokens & {
+        "aws:cloudwatch/dashboard:Dashboard",
+        "aws:cloudwatch/metricAlarm:MetricAlarm",
+        "aws:ssm/parameter:Parameter",
+        "aws:sns/topic:Topic",
+        "gpuinfra:aws:Monitoring",
+    }
     assert "t-1-node-monitoring" not in {r.name for r in off.resources}
     assert not any(k.startswith("monitoring_") for k in off.outputs)
 
@@ -132,12 +179,24 @@ def test_a3_mega_ops_agent_dashboard_alert_and_role(a3):
     assert "agent.googleapis.com/gpu/utilization" in text and "agent.googleapis.com/gpu/memory/bytes_used" in text
     policy = one(result, "gcp:monitoring/alertPolicy:AlertPolicy")
     condition = policy.inputs["conditions"][0]["conditionThreshold"]
-    assert condition["filter"] == ('metric.type = "agent.googleapis.com/gpu/utilization" AND resource.type = '
-                                   '"gce_instance" AND metadata.user_labels."gpuinfra-stack" = "t-2"')
-    assert (condition["comparison"], condition["thresholdValue"], condition["duration"]) == ("COMPARISON_LT", 5, "1800s")
+    assert condition["filter"] == (
+        'metric.type = "agent.googleapis.com/gpu/utilization" AND resource.type = '
+        '"gce_instance" AND metadata.user_labels."gpuinfra-stack" = "t-2"'
+    )
+    assert (condition["comparison"], condition["thresholdValue"], condition["duration"]) == (
+        "COMPARISON_LT",
+        5,
+        "1800s",
+    )
     assert condition["evaluationMissingData"] == "EVALUATION_MISSING_DATA_NO_OP"  # no samples: keep the state
-    assert condition["aggregations"] == [{"alignmentPeriod": "60s", "perSeriesAligner": "ALIGN_MEAN",
-                                          "crossSeriesReducer": "REDUCE_MAX", "groupByFields": []}]
+    assert condition["aggregations"] == [
+        {
+            "alignmentPeriod": "60s",
+            "perSeriesAligner": "ALIGN_MEAN",
+            "crossSeriesReducer": "REDUCE_MAX",
+            "groupByFields": [],
+        }
+    ]
     assert policy.inputs["combiner"] == "OR" and policy.inputs.get("notificationChannels", []) == []
     members = {r.inputs["role"]: r for r in result.of_type("gcp:projects/iAMMember:IAMMember")}
     assert members["roles/monitoring.metricWriter"].inputs["member"].startswith("serviceAccount:")
@@ -176,7 +235,7 @@ def test_every_dashboard_metric_entry_is_an_array_and_searches_quote_the_namespa
                 assert entry[0] == "gpuinfra/t-2"  # [namespace, metric name, {options}]
     assert len(searches) == 4
     for expression in searches:
-        assert expression.startswith("SEARCH(\'\"gpuinfra/t-2\" MetricName=\"nvidia_smi_"), expression
+        assert expression.startswith('SEARCH(\'"gpuinfra/t-2" MetricName="nvidia_smi_'), expression
         assert expression.endswith("', 60)") and "{" not in expression  # schema-less: any dimension set
 
 
@@ -185,14 +244,19 @@ def test_unknown_instance_type_prices_no_metrics_never_zero():
     from gpuinfra.cost.monitoring import monitoring_lines
 
     facts = ClusterFacts(cloud="aws", region="us-east-1", instance_type="p9.nonexistent", nodes=2)
-    lines = monitoring_lines("t-param", "aws:ssm/parameter:Parameter", facts, load_catalog(),
-                             {"name": "/gpuinfra/t/cloudwatch-agent"})
-    assert [(x.component, x.unit_price_usd, x.hourly_usd) for x in lines] == [
-        ("CloudWatch custom metrics", None, None)]
+    lines = monitoring_lines(
+        "t-param", "aws:ssm/parameter:Parameter", facts, load_catalog(), {"name": "/gpuinfra/t/cloudwatch-agent"}
+    )
+    assert [(x.component, x.unit_price_usd, x.hourly_usd) for x in lines] == [("CloudWatch custom metrics", None, None)]
     assert "GPUs per node of p9.nonexistent unknown" in lines[0].source
     gcp_facts = ClusterFacts(cloud="gcp", region="us-central1", instance_type="a9-nonexistent", nodes=1)
-    gcp = monitoring_lines("t-writer", "gcp:projects/iAMMember:IAMMember", gcp_facts, load_catalog(),
-                           {"role": "roles/monitoring.metricWriter"})
+    gcp = monitoring_lines(
+        "t-writer",
+        "gcp:projects/iAMMember:IAMMember",
+        gcp_facts,
+        load_catalog(),
+        {"role": "roles/monitoring.metricWriter"},
+    )
     assert [x.unit_price_usd for x in gcp] == [None]
 
 

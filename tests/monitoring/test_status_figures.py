@@ -3,12 +3,12 @@ far from the recorded per-node price and launch times, and the sparkline."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from gpuinfra.monitoring.render import sparkline, summary_lines
-from gpuinfra.services.monitoring_sources import aws_node, gcp_node
 from gpuinfra.monitoring.status import GpuSeries, Node, build_status, idle_since
+from gpuinfra.services.monitoring_sources import aws_node, gcp_node
 from tests.blueprints.helpers import make_spec
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -22,8 +22,10 @@ def minutes(values, end=NOW):
 def test_hour_mean_ignores_older_samples_and_now_needs_a_fresh_one():
     spec = make_spec("p4d.24xlarge", spot=False)
     old = minutes([100.0] * 30, end=NOW - timedelta(minutes=60))  # at or before now - 1 h: not counted
-    series = [GpuSeries("i-1", "0", old + minutes([20.0] * 30 + [40.0] * 30)),
-              GpuSeries("i-1", "1", minutes([50.0] * 10, end=NOW - timedelta(minutes=10)))]
+    series = [
+        GpuSeries("i-1", "0", old + minutes([20.0] * 30 + [40.0] * 30)),
+        GpuSeries("i-1", "1", minutes([50.0] * 10, end=NOW - timedelta(minutes=10))),
+    ]
     status = build_status(spec, [Node("i-1", "running", NOW - timedelta(hours=3))], series, NOW, True)
     first, second = status.gpus
     assert (first.utilization_hour_mean, first.utilization_now) == (30.0, 40.0)
@@ -35,18 +37,24 @@ def test_cost_so_far_bills_each_run_from_start_to_stop_and_nothing_while_startin
     stop; GCP: PROVISIONING / STAGING not billed."""
     spec = make_spec("p4d.24xlarge", nodes=4)
     price = Decimal(spec.price.on_demand_price_per_hour_usd)
-    nodes = [Node("i-1", "running", NOW - timedelta(hours=2)),
-             Node("i-2", "pending", NOW - timedelta(minutes=30)),  # starting: no hours billed yet
-             Node("i-3", "stopped", NOW - timedelta(hours=9), ended_at=NOW - timedelta(hours=8)),
-             Node("i-4", "terminated", NOW - timedelta(hours=5), ended_at=NOW - timedelta(hours=4, minutes=30))]
+    nodes = [
+        Node("i-1", "running", NOW - timedelta(hours=2)),
+        Node("i-2", "pending", NOW - timedelta(minutes=30)),  # starting: no hours billed yet
+        Node("i-3", "stopped", NOW - timedelta(hours=9), ended_at=NOW - timedelta(hours=8)),
+        Node("i-4", "terminated", NOW - timedelta(hours=5), ended_at=NOW - timedelta(hours=4, minutes=30)),
+    ]
     status = build_status(spec, nodes, [], NOW, True)
     assert status.cost_so_far_usd == price * Decimal("3.5")  # 2 h + 0 + 1 h + 0.5 h
     left = Decimal(int((spec.expires_at - NOW).total_seconds())) / 3600
     assert status.projected_to_ttl_usd == price * Decimal("3.5") + price * 2 * left  # running + starting
     assert status.cost_so_far_at_least_usd is None and status.notes == []
-    gcp = build_status(make_spec("a3-megagpu-8g", cloud="gcp", nodes=2), [
-        Node("a", "PROVISIONING", NOW - timedelta(minutes=5)), Node("b", "STAGING", NOW - timedelta(minutes=3))],
-        [], NOW, True)
+    gcp = build_status(
+        make_spec("a3-megagpu-8g", cloud="gcp", nodes=2),
+        [Node("a", "PROVISIONING", NOW - timedelta(minutes=5)), Node("b", "STAGING", NOW - timedelta(minutes=3))],
+        [],
+        NOW,
+        True,
+    )
     assert gcp.cost_so_far_usd == 0
 
 
@@ -72,14 +80,34 @@ def test_spending_that_cannot_be_counted_makes_the_total_unknown_with_a_lower_bo
 def test_aws_end_time_and_restart_from_describe_instances():
     launched = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
     eni = [{"Attachment": {"DeviceIndex": 0, "AttachTime": launched}}]
-    node = aws_node({"InstanceId": "i-1", "State": {"Name": "stopped"}, "LaunchTime": launched,
-                     "StateTransitionReason": "User initiated (2026-11-22 10:45:12 GMT)", "NetworkInterfaces": eni})
+    node = aws_node(
+        {
+            "InstanceId": "i-1",
+            "State": {"Name": "stopped"},
+            "LaunchTime": launched,
+            "StateTransitionReason": "User initiated (2026-11-22 10:45:12 GMT)",
+            "NetworkInterfaces": eni,
+        }
+    )
     assert (node.ended_at, node.earlier_runs) == (datetime(2026, 11, 22, 10, 45, 12, tzinfo=UTC), False)
-    again = aws_node({"InstanceId": "i-1", "State": {"Name": "running"}, "LaunchTime": launched + timedelta(hours=3),
-                      "StateTransitionReason": "", "NetworkInterfaces": eni})
+    again = aws_node(
+        {
+            "InstanceId": "i-1",
+            "State": {"Name": "running"},
+            "LaunchTime": launched + timedelta(hours=3),
+            "StateTransitionReason": "",
+            "NetworkInterfaces": eni,
+        }
+    )
     assert (again.ended_at, again.earlier_runs) == (None, True)  # the primary ENI keeps the first launch
-    gone = aws_node({"InstanceId": "i-2", "State": {"Name": "terminated"}, "LaunchTime": launched,
-                     "StateTransitionReason": "Service initiated"})
+    gone = aws_node(
+        {
+            "InstanceId": "i-2",
+            "State": {"Name": "terminated"},
+            "LaunchTime": launched,
+            "StateTransitionReason": "Service initiated",
+        }
+    )
     assert (gone.ended_at, gone.earlier_runs) == (None, None)
 
 
@@ -89,12 +117,22 @@ def test_gcp_last_stop_and_restart_from_instances_list():
     created = datetime(2026, 11, 22, 8, 0, tzinfo=UTC)
 
     def vm(status, start, stop=None):
-        return gcp_node(compute_v1.Instance(name="vm", status=status, creation_timestamp=created.isoformat(),
-                                            last_start_timestamp=start.isoformat(),
-                                            last_stop_timestamp=stop.isoformat() if stop else ""))
+        return gcp_node(
+            compute_v1.Instance(
+                name="vm",
+                status=status,
+                creation_timestamp=created.isoformat(),
+                last_start_timestamp=start.isoformat(),
+                last_stop_timestamp=stop.isoformat() if stop else "",
+            )
+        )
+
     stopped = vm("TERMINATED", created + timedelta(minutes=2), created + timedelta(hours=3))
     assert (stopped.launched_at, stopped.ended_at, stopped.earlier_runs) == (
-        created + timedelta(minutes=2), created + timedelta(hours=3), False)
+        created + timedelta(minutes=2),
+        created + timedelta(hours=3),
+        False,
+    )
     restarted = vm("RUNNING", created + timedelta(hours=5), created + timedelta(hours=3))
     assert (restarted.ended_at, restarted.earlier_runs) == (None, True)  # lastStartTimestamp drops the first run
 

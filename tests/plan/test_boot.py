@@ -13,14 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuinfra.plan.aws import plan_aws_cluster
-from gpuinfra.plan.boot_aws import aws_node_boot, aws_node_bundle, cloud_config, nccl_env, render_user_data
-from gpuinfra.plan.gcp import plan_gcp_cluster
-from gpuinfra.plan.boot_gcp import gcp_node_boot, gcp_node_bundle, render_startup_script, startup_script
 from gpuinfra.errors import ExitCode, SpecError
+from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.boot import AGENT_UNIT, PREPULL_UNIT, SCRATCH_UNIT, prepull_unit
-from gpuinfra.plan.units import (NodeFile, SystemdUnit, UnitValueError, check_path, command, shell,
-                                 systemd_quote)
+from gpuinfra.plan.boot_aws import aws_node_boot, aws_node_bundle, cloud_config, nccl_env, render_user_data
+from gpuinfra.plan.boot_gcp import gcp_node_boot, gcp_node_bundle, render_startup_script, startup_script
+from gpuinfra.plan.gcp import plan_gcp_cluster
+from gpuinfra.plan.units import NodeFile, SystemdUnit, UnitValueError, check_path, command, shell, systemd_quote
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
 from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool
@@ -28,8 +27,13 @@ from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = {"aws": "example-p5-2nodes", "gcp": "example-a3mega-2nodes"}
 HEALTH_PATH = "/etc/systemd/system/gpuinfra-health.service"
-EVIL_IMAGES = ["nvcr.io/nvidia/pytorch:25.01-py3 && touch /tmp/PWNED", "nvcr.io/nvidia/pytorch:25.01-py3\nx: y",
-               "nvcr.io/nvidia/pytorch:$(id)", "nvcr.io/nvidia/pytorch:25.01-py3'; touch /tmp/x; '", "-v/:/host"]
+EVIL_IMAGES = [
+    "nvcr.io/nvidia/pytorch:25.01-py3 && touch /tmp/PWNED",
+    "nvcr.io/nvidia/pytorch:25.01-py3\nx: y",
+    "nvcr.io/nvidia/pytorch:$(id)",
+    "nvcr.io/nvidia/pytorch:25.01-py3'; touch /tmp/x; '",
+    "-v/:/host",
+]
 
 
 def _boot_and_text(cloud: str, spec=None):
@@ -77,6 +81,7 @@ def _exec_argv(value: str) -> list[str]:
 
 # ------------------------------------------------------------------ manifest vs rendered text
 
+
 @pytest.mark.parametrize("cloud", ["aws", "gcp"])
 def test_each_unit_and_file_of_the_manifest_is_written_exactly_once(cloud):
     boot, text, _ = _boot_and_text(cloud)
@@ -114,11 +119,14 @@ def test_scratch_is_ordered_before_the_container_runtime(cloud):
     assert ("dlami-nvme.service" in scratch["After"][0].split()) == (cloud == "aws")
 
 
-@pytest.mark.parametrize("cloud, spec", [
-    ("aws", lambda: make_spec("g5.xlarge", profile="dev")),  # no EFA: the image is pre-pulled
-    ("gcp", lambda: read_stack_spec(ROOT, EXAMPLES["gcp"])),
-    ("gcp", lambda: make_spec("a2-highgpu-8g", nodes=2, profile="llm-finetune", cloud="gcp")),
-])
+@pytest.mark.parametrize(
+    "cloud, spec",
+    [
+        ("aws", lambda: make_spec("g5.xlarge", profile="dev")),  # no EFA: the image is pre-pulled
+        ("gcp", lambda: read_stack_spec(ROOT, EXAMPLES["gcp"])),
+        ("gcp", lambda: make_spec("a2-highgpu-8g", nodes=2, profile="llm-finetune", cloud="gcp")),
+    ],
+)
 def test_the_health_gate_runs_after_the_pre_pull_on_both_clouds(cloud, spec):
     spec = spec()
     boot, text, bundle = _boot_and_text(cloud, spec)
@@ -143,17 +151,22 @@ def test_aws_efa_nodes_build_their_image_and_the_gate_waits_for_the_build():
 def test_cloud_config_passes_the_cloud_init_schema_and_the_gcp_script_passes_shellcheck(tmp_path):
     _, aws_text, _ = _boot_and_text("aws")
     (tmp_path / "user-data").write_text(aws_text)
-    result = subprocess.run([need_tool("cloud-init"), "schema", "--config-file", str(tmp_path / "user-data")],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [need_tool("cloud-init"), "schema", "--config-file", str(tmp_path / "user-data")],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     _, gcp_text, _ = _boot_and_text("gcp")
     (tmp_path / "startup.sh").write_text(gcp_text)
-    check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(tmp_path / "startup.sh")],
-                           capture_output=True, text=True)
+    check = subprocess.run(
+        [need_tool("shellcheck"), "--severity=style", str(tmp_path / "startup.sh")], capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout
 
 
 # -------------------------------------------------------------------------------- injection
+
 
 @pytest.mark.parametrize("image", EVIL_IMAGES)
 def test_a_container_image_that_is_not_an_oci_reference_is_refused_at_spec_validation(image):
@@ -167,9 +180,17 @@ def test_a_container_image_that_is_not_an_oci_reference_is_refused_at_spec_valid
     assert caught.value.exit_code == ExitCode.BAD_INPUT
 
 
-@pytest.mark.parametrize("image", ["nvcr.io/nvidia/pytorch:25.01-py3", "ubuntu", "localhost:5000/a/b_c:1.0",
-                                   "123456789012.dkr.ecr.us-east-1.amazonaws.com/train@sha256:" + "a" * 64,
-                                   "us-docker.pkg.dev/p/r/img:v1@sha256:" + "0" * 64, ""])
+@pytest.mark.parametrize(
+    "image",
+    [
+        "nvcr.io/nvidia/pytorch:25.01-py3",
+        "ubuntu",
+        "localhost:5000/a/b_c:1.0",
+        "123456789012.dkr.ecr.us-east-1.amazonaws.com/train@sha256:" + "a" * 64,
+        "us-docker.pkg.dev/p/r/img:v1@sha256:" + "0" * 64,
+        "",
+    ],
+)
 def test_oci_references_and_no_image_are_accepted(image):
     config = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{EXAMPLES['aws']}.yaml").read_text())["config"]
     config["gpuinfra:cluster"]["profile"]["container_image"] = image
@@ -181,11 +202,15 @@ def test_the_pre_pull_refuses_a_bad_image_even_past_the_spec():
         prepull_unit("nvcr.io/x:1 && touch /tmp/PWNED")
 
 
-@pytest.mark.parametrize("value", ["a b $(touch /tmp/PWNED) `id` 50%", "it's \"quoted\"; x", "--privileged"])
+@pytest.mark.parametrize("value", ["a b $(touch /tmp/PWNED) `id` 50%", 'it\'s "quoted"; x', "--privileged"])
 def test_a_unit_command_passes_any_value_to_the_program_as_one_argument(value):
-    unit = SystemdUnit("x.service", "t", type="oneshot",
-                       exec_condition=(shell('! /usr/bin/docker image inspect "$1"', value),),
-                       exec_start=(command("/usr/bin/docker", "pull", value),))
+    unit = SystemdUnit(
+        "x.service",
+        "t",
+        type="oneshot",
+        exec_condition=(shell('! /usr/bin/docker image inspect "$1"', value),),
+        exec_start=(command("/usr/bin/docker", "pull", value),),
+    )
     settings = _unit_settings(unit.render())
     assert _exec_argv(settings["ExecStart"][0].replace("%%", "%")) == ["/usr/bin/docker", "pull", value]
     condition = _exec_argv(settings["ExecCondition"][0].replace("%%", "%"))
@@ -207,8 +232,9 @@ def test_systemd_quoting_escapes_specifiers_variables_and_quotes():
 def test_the_gcp_writer_quotes_paths_and_never_expands_file_content():
     boot, _, _ = _boot_and_text("gcp")
     evil = NodeFile("/etc/gpuinfra/x.conf", "0644", "$(touch /tmp/PWNED)\nGPUINFRA_EOF\n`id`\n")
-    script = startup_script(type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps,
-                                       boot.node_env))
+    script = startup_script(
+        type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps, boot.node_env)
+    )
     mode, content = gcp_script_files(script)["/etc/gpuinfra/x.conf"]
     assert content == evil.content and mode == "0644"
     line = next(text for text in script.splitlines() if text.startswith("gpuinfra_file /etc/gpuinfra/x.conf"))
@@ -218,8 +244,9 @@ def test_the_gcp_writer_quotes_paths_and_never_expands_file_content():
 def test_the_aws_writer_cannot_be_given_extra_keys_by_a_value():
     boot, _, _ = _boot_and_text("aws")
     evil = NodeFile("/etc/gpuinfra/x.conf", "0644", "a\nruncmd:\n- [touch, /tmp/PWNED]\n")
-    document = yaml.safe_load(cloud_config(type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units,
-                                                      boot.steps, boot.node_env)))
+    document = yaml.safe_load(
+        cloud_config(type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps, boot.node_env))
+    )
     assert set(document) == {"write_files", "runcmd"}
     assert ["touch", "/tmp/PWNED"] not in document["runcmd"]
     assert {f["path"]: f["content"] for f in document["write_files"]}["/etc/gpuinfra/x.conf"] == evil.content
@@ -245,6 +272,7 @@ def test_unit_values_cannot_add_lines():
 
 
 # --------------------------------------------------------------------- GPUDirect RDMA fact
+
 
 def test_gpudirect_rdma_is_a_catalog_fact_with_a_source_and_drives_the_nccl_settings():
     p5 = make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain")

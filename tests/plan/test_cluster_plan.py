@@ -50,6 +50,8 @@ def test_gcp_plan_wraps_the_gcp_planner():
 
 def test_the_plan_package_does_not_load_pulumi():
     # a fresh interpreter: other tests of this session have loaded Pulumi already
-    code = ("import sys, gpuinfra.plan.cluster, gpuinfra.plan.health; "
-            "assert not [m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws', 'pulumi_gcp')]")
+    code = (
+        "import sys, gpuinfra.plan.cluster, gpuinfra.plan.health; "
+        "assert not [m for m in sys.modules if m.split('.')[0] in ('pulumi', 'pulumi_aws', 'pulumi_gcp')]"
+    )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=120)

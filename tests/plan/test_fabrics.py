@@ -86,7 +86,11 @@ def test_plain_networks_use_nccl_sockets_and_are_not_gate_checked(layout):
     fabric = fabric_for(layout)
     assert fabric.plugin is None and fabric.gate is None and fabric.runtime == "sockets"
     assert not fabric.host.template and fabric.boot_blocker is None
-    env = nccl_env(layout) if fabric.cloud == "gcp" else aws_nccl_env(SimpleNamespace(efa_count=0), _facts("aws", "g6e.xlarge"))
+    env = (
+        nccl_env(layout)
+        if fabric.cloud == "gcp"
+        else aws_nccl_env(SimpleNamespace(efa_count=0), _facts("aws", "g6e.xlarge"))
+    )
     assert "NCCL_NET" not in env and {"docker", "lo"} <= set(env["NCCL_SOCKET_IFNAME"].lstrip("^").split(","))
     assert _gate(layout, _using("Socket")).passed is None  # no GPUDirect plugin to look for
 
@@ -100,7 +104,8 @@ def test_tcpx_selects_the_gpudirecttcpx_plugin_the_gate_looks_for():
     assert len(runtime.gpu_nics) == facts.gpu_nic_count == 4
     for way in ("TX", "RX"):
         assert [b.split(":")[0] for b in runtime.env[f"NCCL_GPUDIRECTTCPX_{way}_BINDINGS"].split(";")] == list(
-            runtime.gpu_nics)
+            runtime.gpu_nics
+        )
     # the RxDM's socket folder is the one the container mounts and NCCL is pointed at
     uds = runtime.env["NCCL_GPUDIRECTTCPX_UNIX_CLIENT_PREFIX"]
     assert f"{uds}:{uds}" in runtime.mounts and any(r.target == uds for r in runtime.requirements)

@@ -20,8 +20,13 @@ SHAPES = {
     "a3ultra": dict(instance_type="a3-ultragpu-8g", nodes=2, cloud="gcp", spot=True),
     "a2": dict(instance_type="a2-highgpu-4g", nodes=2, cloud="gcp"),
     # an A3 Ultra reservation (shared, named by its owner project): RESERVATION_BOUND + BULK
-    "a3ultra-res": dict(instance_type="a3-ultragpu-8g", nodes=2, cloud="gcp", spot=True,
-                        reservation="projects/owner-project/reservations/h200-block"),
+    "a3ultra-res": dict(
+        instance_type="a3-ultragpu-8g",
+        nodes=2,
+        cloud="gcp",
+        spot=True,
+        reservation="projects/owner-project/reservations/h200-block",
+    ),
 }
 
 
@@ -33,8 +38,14 @@ def previews():
         reservation = shape.pop("reservation", None)
         spec = make_spec(**shape)
         if reservation:  # what a user writes into a spot stack file to use a reservation
-            spec = type(spec).model_validate({**spec.model_dump(), "spot": False, "gcp_reservation": reservation,
-                                              "gcp_reservation_accepts_placement": True})
+            spec = type(spec).model_validate(
+                {
+                    **spec.model_dump(),
+                    "spot": False,
+                    "gcp_reservation": reservation,
+                    "gcp_reservation_accepts_placement": True,
+                }
+            )
         built[key] = (spec, preview(spec).resources)
     return built
 
@@ -84,57 +95,115 @@ def _set(obj, path, value):
 def _add_compact_policy(g, vm_count):
     from gpuinfra.rules.model import Resource
 
-    g.resources.append(Resource("gcp:compute/resourcePolicy:ResourcePolicy", "t-2-compact",
-                                {"groupPlacementPolicy": {"collocation": "COLLOCATED", "vmCount": vm_count}}))
+    g.resources.append(
+        Resource(
+            "gcp:compute/resourcePolicy:ResourcePolicy",
+            "t-2-compact",
+            {"groupPlacementPolicy": {"collocation": "COLLOCATED", "vmCount": vm_count}},
+        )
+    )
     _tpl(g).inputs["resourcePolicies"] = "https://www.googleapis.com/compute/v1/projects/p/resourcePolicies/t-2-compact"
 
 
 # (rule, stack, mutation): each breaks one thing the rule protects
 MUTATIONS = [
-    ("provider-valid-values", "p5", lambda g: _set(_fleet(g).inputs, "onDemandOptions.allocationStrategy", "lowest-price")),
+    (
+        "provider-valid-values",
+        "p5",
+        lambda g: _set(_fleet(g).inputs, "onDemandOptions.allocationStrategy", "lowest-price"),
+    ),
     ("aws-efa-sg-both-ways", "p5", lambda g: _drop(g, "aws:ec2/securityGroupRule:SecurityGroupRule", "self-egress")),
     ("aws-efa-interfaces", "p5", lambda g: _lt(g).inputs["networkInterfaces"].pop()),
     ("aws-efa-interfaces", "p5", lambda g: _set(_lt(g).inputs["networkInterfaces"][0], "interfaceType", "efa-only")),
-    ("aws-no-public-ip-multi-nic", "p5",
-     lambda g: _set(_lt(g).inputs["networkInterfaces"][1], "associatePublicIpAddress", "true")),
+    (
+        "aws-no-public-ip-multi-nic",
+        "p5",
+        lambda g: _set(_lt(g).inputs["networkInterfaces"][1], "associatePublicIpAddress", "true"),
+    ),
     ("aws-placement-group", "p5", lambda g: _lt(g).inputs.pop("placement")),
     ("aws-imdsv2", "p5", lambda g: _set(_lt(g).inputs, "metadataOptions.httpTokens", "optional")),
     ("aws-fleet-all-or-nothing", "p5", lambda g: _set(_fleet(g).inputs, "onDemandOptions.minTargetCapacity", 1)),
-    ("provisioning-model-offered", "g5",
-     lambda g: _set(_fleet(g).inputs, "targetCapacitySpecification.defaultTargetCapacityType", "capacity-block")),
-    ("single-zone", "p5", lambda g: _set(_one(g, "aws:ec2/subnet:Subnet", "nat").inputs, "availabilityZoneId", "use1-az2")),
-    ("bucket-not-public", "p5",
-     lambda g: _set(_one(g, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs, "restrictPublicBuckets", False)),
+    (
+        "provisioning-model-offered",
+        "g5",
+        lambda g: _set(_fleet(g).inputs, "targetCapacitySpecification.defaultTargetCapacityType", "capacity-block"),
+    ),
+    (
+        "single-zone",
+        "p5",
+        lambda g: _set(_one(g, "aws:ec2/subnet:Subnet", "nat").inputs, "availabilityZoneId", "use1-az2"),
+    ),
+    (
+        "bucket-not-public",
+        "p5",
+        lambda g: _set(
+            _one(g, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock").inputs, "restrictPublicBuckets", False
+        ),
+    ),
     ("aws-s3-deny-insecure-transport", "p5", lambda g: _drop(g, "aws:s3/bucketPolicy:BucketPolicy", "")),
     ("gcp-local-ssd-count", "a2", lambda g: _tpl(g).inputs["disks"].pop()),  # 3 of {4, 8}
-    ("gcp-local-ssd-count", "a3mega", lambda g: _tpl(g).inputs["disks"].extend(
-        [{"diskType": "local-ssd", "interface": "NVME", "type": "SCRATCH"}] * 16)),
-    ("gcp-placement-supported", "a3mega", lambda g: (_mig(g).inputs.pop("resourcePolicies"), _add_compact_policy(g, 2))),
+    (
+        "gcp-local-ssd-count",
+        "a3mega",
+        lambda g: (
+            _tpl(g).inputs["disks"].extend([{"diskType": "local-ssd", "interface": "NVME", "type": "SCRATCH"}] * 16)
+        ),
+    ),
+    (
+        "gcp-placement-supported",
+        "a3mega",
+        lambda g: (_mig(g).inputs.pop("resourcePolicies"), _add_compact_policy(g, 2)),
+    ),
     ("gcp-placement-supported", "a3mega", lambda g: _mig(g).inputs.pop("resourcePolicies")),
-    ("gcp-placement-max-vms", "a2", lambda g: _set(_one(g, "gcp:compute/resourcePolicy:ResourcePolicy").inputs,
-                                                    "groupPlacementPolicy.vmCount", 3)),
+    (
+        "gcp-placement-max-vms",
+        "a2",
+        lambda g: _set(_one(g, "gcp:compute/resourcePolicy:ResourcePolicy").inputs, "groupPlacementPolicy.vmCount", 3),
+    ),
     ("gcp-mig-all-or-nothing", "a3ultra-res", lambda g: _mig(g).inputs.pop("targetSizePolicies")),
     ("gcp-mig-all-or-nothing", "a3mega", lambda g: _set(_mig(g).inputs, "targetSizePolicies", [{"mode": "BULK"}])),
     ("gcp-mig-all-or-nothing", "a2", lambda g: _set(_tpl(g).inputs, "metadata.startup-script", "#!/bin/bash\n")),
     ("gcp-reservation-bound", "a3ultra-res", lambda g: _tpl(g).inputs.pop("reservationAffinity")),
-    ("provisioning-model-offered", "a3ultra", lambda g: _set(_tpl(g).inputs, "scheduling.provisioningModel", "STANDARD")),
-    ("gcp-reservation-bound", "a3ultra",
-     lambda g: _set(_tpl(g).inputs, "scheduling.provisioningModel", "RESERVATION_BOUND")),
+    (
+        "provisioning-model-offered",
+        "a3ultra",
+        lambda g: _set(_tpl(g).inputs, "scheduling.provisioningModel", "STANDARD"),
+    ),
+    (
+        "gcp-reservation-bound",
+        "a3ultra",
+        lambda g: _set(_tpl(g).inputs, "scheduling.provisioningModel", "RESERVATION_BOUND"),
+    ),
     ("gcp-host-maintenance", "a2", lambda g: _set(_tpl(g).inputs, "scheduling.onHostMaintenance", "MIGRATE")),
-    ("gcp-roce-no-firewall", "a3ultra", lambda g: g.resources.append(type(_tpl(g))(
-        "gcp:compute/firewall:Firewall", "t-2-roce-allow", {"network": "t-2-roce-id", "direction": "INGRESS"}))),
+    (
+        "gcp-roce-no-firewall",
+        "a3ultra",
+        lambda g: g.resources.append(
+            type(_tpl(g))(
+                "gcp:compute/firewall:Firewall", "t-2-roce-allow", {"network": "t-2-roce-id", "direction": "INGRESS"}
+            )
+        ),
+    ),
     ("gcp-boot-disk-type", "a3ultra", lambda g: _set(_tpl(g).inputs["disks"][0], "diskType", "pd-balanced")),
     ("nic-layout-matches-facts", "a3mega", lambda g: _tpl(g).inputs["networkInterfaces"].pop()),
-    ("mtu-matches-facts", "a3mega", lambda g: _set(_one(g, "gcp:compute/network:Network", "gpu-3").inputs, "mtu", 1460)),
-    ("bucket-not-public", "a2", lambda g: _set(_one(g, "gcp:storage/bucket:Bucket").inputs,
-                                                "publicAccessPrevention", "inherited")),
+    (
+        "mtu-matches-facts",
+        "a3mega",
+        lambda g: _set(_one(g, "gcp:compute/network:Network", "gpu-3").inputs, "mtu", 1460),
+    ),
+    (
+        "bucket-not-public",
+        "a2",
+        lambda g: _set(_one(g, "gcp:storage/bucket:Bucket").inputs, "publicAccessPrevention", "inherited"),
+    ),
     ("bucket-same-region", "a2", lambda g: _set(_one(g, "gcp:storage/bucket:Bucket").inputs, "location", "EU")),
     ("single-zone", "a2", lambda g: _mig(g).inputs.pop("zone")),
 ]
 
 
-@pytest.mark.parametrize(("rule", "key", "mutate"), MUTATIONS,
-                         ids=[f"{rule}-{key}-{i}" for i, (rule, key, _) in enumerate(MUTATIONS)])
+@pytest.mark.parametrize(
+    ("rule", "key", "mutate"), MUTATIONS, ids=[f"{rule}-{key}-{i}" for i, (rule, key, _) in enumerate(MUTATIONS)]
+)
 def test_each_rule_catches_its_mutation(previews, rule, key, mutate):
     graph, facts = _graph(previews, key)
     assert check_graph(graph, facts) == []
@@ -149,16 +218,36 @@ def test_each_rule_catches_its_mutation(previews, rule, key, mutate):
 
 # Rules a spec breaks before any resource exists: the blueprint's planner refuses, naming the rule.
 SPEC_MUTATIONS = [
-    ("high-bandwidth-nics", dict(instance_type="g5.xlarge", nodes=1, cloud="aws", profile="dev",
-                                 hbn="required")),
+    ("high-bandwidth-nics", dict(instance_type="g5.xlarge", nodes=1, cloud="aws", profile="dev", hbn="required")),
     # A3 High's TCPX needs a kernel the DLVM image lacks: `required` (hand-edited) without a baked image
     ("fabric-installable-at-boot", dict(instance_type="a3-highgpu-8g", nodes=2, cloud="gcp", hbn="required")),
-    ("provisioning-model-offered", dict(instance_type="a3-ultragpu-8g", nodes=1, cloud="gcp", spot=True, spot_off=True)),
-    ("gcp-placement-supported", dict(instance_type="n1-standard-8", gpus="1xT4", nodes=1, cloud="gcp", profile="dev",
-                                     set_nodes=2, profile_updates={"placement": "required"})),
+    (
+        "provisioning-model-offered",
+        dict(instance_type="a3-ultragpu-8g", nodes=1, cloud="gcp", spot=True, spot_off=True),
+    ),
+    (
+        "gcp-placement-supported",
+        dict(
+            instance_type="n1-standard-8",
+            gpus="1xT4",
+            nodes=1,
+            cloud="gcp",
+            profile="dev",
+            set_nodes=2,
+            profile_updates={"placement": "required"},
+        ),
+    ),
     ("gcp-local-ssd-count", dict(instance_type="a2-highgpu-4g", nodes=1, cloud="gcp", scratch_gib=4000)),
-    ("aws-capacity-reservation", dict(instance_type="p5.48xlarge", nodes=2, cloud="aws",
-                                      capacity_reservation_id="cr-0123456789abcdef0", capacity_reservation_zone="use1-az9")),
+    (
+        "aws-capacity-reservation",
+        dict(
+            instance_type="p5.48xlarge",
+            nodes=2,
+            cloud="aws",
+            capacity_reservation_id="cr-0123456789abcdef0",
+            capacity_reservation_zone="use1-az9",
+        ),
+    ),
 ]
 
 
@@ -206,14 +295,25 @@ def test_stack_level_rules(previews):
 def _no_spot_price_offer():
     from gpuinfra.catalog.store import load_catalog
 
-    return next(o for o in load_catalog().offers if o.spot_price_per_hour_usd is None and not o.local_zone
-                and o.on_demand_price_per_hour_usd is not None and o.cloud == "aws")
+    return next(
+        o
+        for o in load_catalog().offers
+        if o.spot_price_per_hour_usd is None
+        and not o.local_zone
+        and o.on_demand_price_per_hour_usd is not None
+        and o.cloud == "aws"
+    )
 
 
 # Rules the planner applies at `new`, before any stack exists: (rule, request, profile)
 PLANNER_REFUSALS = [
-    ("price-known", lambda: dict(instance_type=_no_spot_price_offer().instance_type, zone=_no_spot_price_offer().zone,
-                                 cloud="aws", spot=True), "llm-finetune"),
+    (
+        "price-known",
+        lambda: dict(
+            instance_type=_no_spot_price_offer().instance_type, zone=_no_spot_price_offer().zone, cloud="aws", spot=True
+        ),
+        "llm-finetune",
+    ),
     ("scratch-capacity", lambda: dict(instance_type="g5.xlarge", cloud="aws"), "llm-finetune"),  # 232 GiB < 500 GiB
     ("profile-spot-policy", lambda: dict(instance_type="g5.xlarge", cloud="aws", spot=True), "inference"),
     ("high-bandwidth-nics", lambda: dict(instance_type="g5.xlarge", cloud="aws", nodes=2), "llm-pretrain"),
@@ -236,7 +336,9 @@ def test_new_refuses_naming_the_rule(rule, request_args, profile):
 
 def test_every_rule_has_a_mutation_test():
     covered = {r for r, _, _ in MUTATIONS} | {r for r, _ in SPEC_MUTATIONS} | {"offered-in-zone", "facts-current"}
-    covered |= {r for r, _, _ in PLANNER_REFUSALS} | {"budget-max-price"}  # test_budget_rule_with_the_stacks_own_max_price
+    covered |= {r for r, _, _ in PLANNER_REFUSALS} | {
+        "budget-max-price"
+    }  # test_budget_rule_with_the_stacks_own_max_price
     assert covered == set(RULES)
 
 
@@ -253,7 +355,9 @@ def test_default_4xa100_stacks_pass_the_provider_values_check(run_cli, tmp_path,
     from gpuinfra.rules.provider_values import check_provider_values, checked_inputs
     from gpuinfra.stackfile import read_stack_spec
 
-    result = run_cli("new", "--gpus", "4xA100", "--cloud", cloud, "--name", f"d-{cloud}", "--project-dir", str(tmp_path))
+    result = run_cli(
+        "new", "--gpus", "4xA100", "--cloud", cloud, "--name", f"d-{cloud}", "--project-dir", str(tmp_path)
+    )
     assert result.exit_code == 0, result.stderr
     spec = read_stack_spec(tmp_path, f"d-{cloud}")
     graph = ResourceGraph.from_records(preview(spec).resources)
@@ -280,11 +384,26 @@ def test_budget_rule_with_the_stacks_own_max_price(previews):
 
 
 def test_new_refuses_a_stack_over_its_budget(run_cli, tmp_path):
-    over = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "10", "--project-dir", str(tmp_path))
+    over = run_cli(
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "10", "--project-dir", str(tmp_path)
+    )
     assert over.exit_code == 2 and over.stderr.startswith("error: budget-max-price: the stack costs $")
     assert not (tmp_path / "stacks").exists() or list((tmp_path / "stacks").iterdir()) == []
-    nan = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "nan", "--project-dir", str(tmp_path))
+    nan = run_cli(
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "nan", "--project-dir", str(tmp_path)
+    )
     assert nan.exit_code == 2 and "max_price_per_hour_usd" in nan.stderr
-    ok = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--max-price-per-hour", "100", "--name", "ok",
-                 "--project-dir", str(tmp_path))
+    ok = run_cli(
+        "new",
+        "--gpus",
+        "8xH100",
+        "--cloud",
+        "aws",
+        "--max-price-per-hour",
+        "100",
+        "--name",
+        "ok",
+        "--project-dir",
+        str(tmp_path),
+    )
     assert ok.exit_code == 0, ok.stderr

@@ -22,11 +22,11 @@ import pytest
 
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import GpuinfraError
+from gpuinfra.plan.cluster import cloud_plan
 from gpuinfra.planner import PlanRequest, plan_cluster
 from gpuinfra.preview import run_preview
 from gpuinfra.profiles import load_profiles
 from gpuinfra.rules import RULES, check_facts_current, check_offered_in_zone, check_plan, check_preview
-from gpuinfra.plan.cluster import cloud_plan
 from gpuinfra.stackfile import provider_config
 from tests.conftest import SUMMARY_LINES
 
@@ -92,11 +92,13 @@ def matrix() -> dict[str, Any]:
     catalog = load_catalog()
     profiles = load_profiles()
     types = sorted({(o.cloud, o.instance_type) for o in catalog.offers if not o.local_zone})
-    cases = [_run_case(catalog, cloud, itype, _gpus_for(catalog, cloud, itype), profile, spot, nodes)
-             for cloud, itype in types
-             for profile in sorted(profiles.values(), key=lambda p: p.name)
-             for spot in (False, True)
-             for nodes in NODES]
+    cases = [
+        _run_case(catalog, cloud, itype, _gpus_for(catalog, cloud, itype), profile, spot, nodes)
+        for cloud, itype in types
+        for profile in sorted(profiles.values(), key=lambda p: p.name)
+        for spot in (False, True)
+        for nodes in NODES
+    ]
     return {"catalog": catalog, "types": types, "profiles": profiles, "cases": cases}
 
 
@@ -111,10 +113,12 @@ def test_matrix_size_and_counts(matrix):
     outcomes = Counter("refused" if c.refused_by else "with violations" if c.failure else "previewed" for c in cases)
     refusals = Counter(c.refused_by for c in cases if c.refused_by)
     total = len(types) * len(profiles) * 2 * len(NODES)
-    summary = (f"conformance matrix (plans): {len(types)} types x {len(profiles)} profiles x 2 markets x "
-               f"{len(NODES)} sizes = {total} cases; {outcomes['previewed']} planned with 0 violations, "
-               f"{outcomes['with violations']} with violations, {outcomes['refused']} refused at new "
-               f"({', '.join(f'{r} {n}' for r, n in refusals.most_common())})")
+    summary = (
+        f"conformance matrix (plans): {len(types)} types x {len(profiles)} profiles x 2 markets x "
+        f"{len(NODES)} sizes = {total} cases; {outcomes['previewed']} planned with 0 violations, "
+        f"{outcomes['with violations']} with violations, {outcomes['refused']} refused at new "
+        f"({', '.join(f'{r} {n}' for r, n in refusals.most_common())})"
+    )
     print(summary)
     SUMMARY_LINES.append(summary)
     assert len(cases) == total
@@ -139,8 +143,10 @@ def preview_class(case: Case) -> tuple:
 def representatives(cases: list[Case]) -> dict[tuple, Case]:
     """Class -> its first conforming case in (cloud, type, profile, market, nodes) order."""
     chosen: dict[tuple, Case] = {}
-    for case in sorted((c for c in cases if c.plan is not None and not c.failure),
-                       key=lambda c: (c.cloud, c.instance_type, c.profile, c.spot, c.nodes)):
+    for case in sorted(
+        (c for c in cases if c.plan is not None and not c.failure),
+        key=lambda c: (c.cloud, c.instance_type, c.profile, c.spot, c.nodes),
+    ):
         chosen.setdefault(preview_class(case), case)
     return chosen
 
@@ -157,8 +163,10 @@ def test_one_full_preview_per_equivalence_class(matrix):
         on_plan = [v.line() for v in check_plan(case.spec, case.plan)]
         if on_graph or on_plan:
             disagreements.append(f"{key} {case}: preview {on_graph}; plan {on_plan}")
-    summary = (f"conformance matrix (previews): {len(chosen)} equivalence classes covering "
-               f"{len(families)} fabric families, {len(chosen)} full offline previews")
+    summary = (
+        f"conformance matrix (previews): {len(chosen)} equivalence classes covering "
+        f"{len(families)} fabric families, {len(chosen)} full offline previews"
+    )
     print(summary)
     SUMMARY_LINES.append(summary)
     assert not disagreements, "\n".join(disagreements)

@@ -30,8 +30,9 @@ def _spec_and_plan(key):
 
 
 def _cards_from_one(plan):
-    return replace(plan, interfaces=tuple(replace(n, network_card_index=n.network_card_index + 1)
-                                          for n in plan.interfaces))
+    return replace(
+        plan, interfaces=tuple(replace(n, network_card_index=n.network_card_index + 1) for n in plan.interfaces)
+    )
 
 
 def _public_ip_on_second(plan):
@@ -61,15 +62,21 @@ PLAN_FAULTS = [
     ("a3mega", lambda p: _network(p, "gpu-3", mtu=1460), ["mtu-matches-facts"]),
     ("a3mega", lambda p: replace(p, networks=p.networks[:-1]), ["nic-layout-matches-facts"]),
     ("a3ultra", lambda p: replace(p, provisioning_model="STANDARD"), ["provisioning-model-offered"]),
-    ("a3ultra", lambda p: replace(p, provisioning_model="RESERVATION_BOUND"),
-     ["gcp-mig-all-or-nothing", "gcp-reservation-bound"]),  # no BULK mode, no reservation named
+    (
+        "a3ultra",
+        lambda p: replace(p, provisioning_model="RESERVATION_BOUND"),
+        ["gcp-mig-all-or-nothing", "gcp-reservation-bound"],
+    ),  # no BULK mode, no reservation named
     ("a3ultra", lambda p: _network(p, "roce", firewall=True), ["gcp-roce-no-firewall"]),
     ("a3ultra", lambda p: replace(p, boot_disk_type="pd-balanced"), ["gcp-boot-disk-type"]),
 ]
 
 
-@pytest.mark.parametrize(("key", "fault", "rules"), PLAN_FAULTS,
-                         ids=[f"{key}-{rules[0]}-{i}" for i, (key, _, rules) in enumerate(PLAN_FAULTS)])
+@pytest.mark.parametrize(
+    ("key", "fault", "rules"),
+    PLAN_FAULTS,
+    ids=[f"{key}-{rules[0]}-{i}" for i, (key, _, rules) in enumerate(PLAN_FAULTS)],
+)
 def test_check_plan_names_the_broken_rule(key, fault, rules):
     spec, plan = _spec_and_plan(key)
     assert check_plan(spec, plan) == []
@@ -100,6 +107,7 @@ def test_rule_registry_is_split_into_plan_preview_only_and_refusal_rules():
 
 # -- the same fault on the plan and on the preview's resources: both paths name the same rule ----
 
+
 def _lt(graph):
     (lt,) = graph.of_type("aws:ec2/launchTemplate:LaunchTemplate")
     return lt
@@ -129,17 +137,26 @@ def _graph_network_mtu(graph, role, mtu):
 BOTH_FAULTS = [
     ("p5", lambda p: replace(p, placement_group=False), lambda g: _lt(g).inputs.pop("placement")),
     ("p5", _cards_from_one, _graph_cards_from_one),
-    ("p5", _public_ip_on_second,
-     lambda g: _lt(g).inputs["networkInterfaces"][1].__setitem__("associatePublicIpAddress", "true")),
+    (
+        "p5",
+        _public_ip_on_second,
+        lambda g: _lt(g).inputs["networkInterfaces"][1].__setitem__("associatePublicIpAddress", "true"),
+    ),
     ("a2", lambda p: replace(p, compact_placement=False), lambda g: _tpl(g).inputs.pop("resourcePolicies")),
     ("a2", lambda p: replace(p, local_ssd_listed=3), lambda g: _tpl(g).inputs["disks"].pop()),
-    ("a2", lambda p: replace(p, all_or_nothing=True), lambda g: _mig(g).inputs.__setitem__(
-        "targetSizePolicies", [{"mode": "BULK"}])),
+    (
+        "a2",
+        lambda p: replace(p, all_or_nothing=True),
+        lambda g: _mig(g).inputs.__setitem__("targetSizePolicies", [{"mode": "BULK"}]),
+    ),
     ("a3mega", lambda p: replace(p, workload_policy=False), lambda g: _mig(g).inputs.pop("resourcePolicies")),
     ("a3mega", lambda p: _network(p, "gpu-3", mtu=1460), lambda g: _graph_network_mtu(g, "gpu-3", 1460)),
     ("a3mega", lambda p: replace(p, networks=p.networks[:-1]), lambda g: _tpl(g).inputs["networkInterfaces"].pop()),
-    ("a3ultra", lambda p: replace(p, boot_disk_type="pd-balanced"),
-     lambda g: _tpl(g).inputs["disks"][0].__setitem__("diskType", "pd-balanced")),
+    (
+        "a3ultra",
+        lambda p: replace(p, boot_disk_type="pd-balanced"),
+        lambda g: _tpl(g).inputs["disks"][0].__setitem__("diskType", "pd-balanced"),
+    ),
 ]
 
 
@@ -153,8 +170,9 @@ def previewed():
     return built
 
 
-@pytest.mark.parametrize(("key", "on_plan", "on_graph"), BOTH_FAULTS,
-                         ids=[f"{key}-{i}" for i, (key, _, _) in enumerate(BOTH_FAULTS)])
+@pytest.mark.parametrize(
+    ("key", "on_plan", "on_graph"), BOTH_FAULTS, ids=[f"{key}-{i}" for i, (key, _, _) in enumerate(BOTH_FAULTS)]
+)
 def test_plan_and_preview_name_the_same_rule_for_the_same_fault(previewed, key, on_plan, on_graph):
     spec, plan, resources = previewed[key]
     facts = {spec.instance_type: spec.facts}

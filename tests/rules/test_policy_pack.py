@@ -29,8 +29,19 @@ def _as_policy_resources(records, unknown_ids: bool):
         if unknown_ids:
             props = _blank_ids(props)
         opts = PolicyResourceOptions(False, [], False, [], None, [])
-        out.append(PolicyResource(record.type, unknown_checking_proxy(props), f"urn:pulumi:s::gpuinfra::{record.type}::{record.name}",
-                                  record.name, opts, None, None, [], {}))
+        out.append(
+            PolicyResource(
+                record.type,
+                unknown_checking_proxy(props),
+                f"urn:pulumi:s::gpuinfra::{record.type}::{record.name}",
+                record.name,
+                opts,
+                None,
+                None,
+                [],
+                {},
+            )
+        )
     return out
 
 
@@ -41,7 +52,9 @@ def _blank_ids(value):
         return {k: _blank_ids(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_blank_ids(v) for v in value]
-    if isinstance(value, str) and (value.endswith("-id") or "preview" in value or value.startswith(("arn:", "https://"))):
+    if isinstance(value, str) and (
+        value.endswith("-id") or "preview" in value or value.startswith(("arn:", "https://"))
+    ):
         return UNKNOWN_STRING_VALUE
     return value
 
@@ -96,8 +109,10 @@ def test_rule_policy_reports_the_same_violation_as_preview(p5_records):
     found = _run("gpuinfra-cloud-rules", _as_policy_resources(broken, unknown_ids=True))
     messages = [m for m, _ in found]
     assert any(m.startswith("provider-valid-values: t-2-fleet:") and "lowestPrice" in m for m in messages)
-    assert any(m.startswith("aws-efa-sg-both-ways: t-2-sg: no self-referencing all-traffic egress rule") for m in messages)
-    assert ("urn:pulumi:s::gpuinfra::aws:ec2/fleet:Fleet::t-2-fleet" in {u for _, u in found})
+    assert any(
+        m.startswith("aws-efa-sg-both-ways: t-2-sg: no self-referencing all-traffic egress rule") for m in messages
+    )
+    assert "urn:pulumi:s::gpuinfra::aws:ec2/fleet:Fleet::t-2-fleet" in {u for _, u in found}
 
 
 def test_budget_policy(p5_records):
@@ -123,8 +138,12 @@ def test_budget_policy_fails_closed_on_a_missing_price(p5_records):
 def test_policy_pack_program_serves_these_policies():
     main = ROOT / "policy" / "__main__.py"
     tree = ast.parse(main.read_text())
-    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                and node.module == "gpuinfra.rules.crossguard" for alias in node.names}
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module == "gpuinfra.rules.crossguard"
+        for alias in node.names
+    }
     assert imported == {"policies"}
     assert "runtime:" in (ROOT / "policy" / "PulumiPolicy.yaml").read_text()
     assert "pulumi-policy" in (ROOT / "policy" / "requirements.txt").read_text()

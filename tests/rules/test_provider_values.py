@@ -58,9 +58,17 @@ def graph(*records: Record) -> ResourceGraph:
         (FLEET, ("onDemandOptions", "allocationStrategy"), {"lowestPrice", "prioritized"}),
         # FleetSpotOptionsArgs: "Valid values: `diversified`, `lowestPrice`, `capacity-optimized`,
         # `capacity-optimized-prioritized` and `price-capacity-optimized`."
-        (FLEET, ("spotOptions", "allocationStrategy"),
-         {"diversified", "lowestPrice", "capacity-optimized", "capacity-optimized-prioritized",
-          "price-capacity-optimized"}),
+        (
+            FLEET,
+            ("spotOptions", "allocationStrategy"),
+            {
+                "diversified",
+                "lowestPrice",
+                "capacity-optimized",
+                "capacity-optimized-prioritized",
+                "price-capacity-optimized",
+            },
+        ),
         (FLEET, ("type",), {"maintain", "request", "instant"}),
         # pulumi_gcp compute InstanceGroupManagerTargetSizePolicyArgs: 'Values: "BULK", "INDIVIDUAL".'
         (IGM, ("targetSizePolicies", "mode"), {"BULK", "INDIVIDUAL"}),
@@ -122,12 +130,16 @@ def test_docstring_gaps_are_still_gaps():
 @pytest.mark.parametrize(
     ("doc", "expected"),
     [
-        ("The order. Valid values: `lowestPrice`, `prioritized`. Default: `lowestPrice`.",
-         {"lowestPrice", "prioritized"}),
+        (
+            "The order. Valid values: `lowestPrice`, `prioritized`. Default: `lowestPrice`.",
+            {"lowestPrice", "prioritized"},
+        ),
         ("Valid values are `a`, `b`, and `c`", {"a", "b", "c"}),
         ("Valid options are: `MANUAL`, `SCALE_OUT_POOL`.", {"MANUAL", "SCALE_OUT_POOL"}),
-        ("Structure is documented below.\nPossible values are: `HIGH_AVAILABILITY`, `HIGH_THROUGHPUT`.",
-         {"HIGH_AVAILABILITY", "HIGH_THROUGHPUT"}),
+        (
+            "Structure is documented below.\nPossible values are: `HIGH_AVAILABILITY`, `HIGH_THROUGHPUT`.",
+            {"HIGH_AVAILABILITY", "HIGH_THROUGHPUT"},
+        ),
         ('The mode of target size policy. Values: "BULK", "INDIVIDUAL".', {"BULK", "INDIVIDUAL"}),
         ("Can be one of `x`, `y` or `z`.", {"x", "y", "z"}),
         ("Default value is `X`.\nPossible values are: `X`, `Y`.", {"X", "Y"}),
@@ -135,8 +147,10 @@ def test_docstring_gaps_are_still_gaps():
         ("Valid values are `a` (default) and `b`.", {"a", "b"}),
         ("The only valid value is `sigv4`.", {"sigv4"}),
         ("Valid values: `ENABLED`,\n`DISABLED`.", {"ENABLED", "DISABLED"}),
-        ("Possible values are STANDARD, SPOT, FLEX_START, and RESERVATION_BOUND.",
-         {"STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"}),
+        (
+            "Possible values are STANDARD, SPOT, FLEX_START, and RESERVATION_BOUND.",
+            {"STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"},
+        ),
         ("Each value may be one of: `MONDAY`, `TUESDAY`.", {"MONDAY", "TUESDAY"}),
     ],
 )
@@ -181,11 +195,15 @@ def test_modal_subject_may_name_the_property():
 
 
 def fleet(allocation_strategy: Any) -> Record:
-    return Record(FLEET, "nodes-fleet", {
-        "onDemandOptions": {"allocationStrategy": allocation_strategy, "singleInstanceType": True},
-        "targetCapacitySpecification": {"defaultTargetCapacityType": "on-demand", "totalTargetCapacity": 2},
-        "type": "instant",
-    })
+    return Record(
+        FLEET,
+        "nodes-fleet",
+        {
+            "onDemandOptions": {"allocationStrategy": allocation_strategy, "singleInstanceType": True},
+            "targetCapacitySpecification": {"defaultTargetCapacityType": "on-demand", "totalTargetCapacity": 2},
+            "type": "instant",
+        },
+    )
 
 
 def test_lowest_price_is_flagged_with_path_value_and_allowed_values():
@@ -207,26 +225,45 @@ def test_lowest_price_camel_case_passes():
 
 
 def test_list_of_strings_checks_each_element():
-    g = graph(Record(CORS, "cors", {"bucket": "b", "corsRules": [
-        {"allowedMethods": ["GET", "FETCH"], "allowedOrigins": ["*"]},
-        {"allowedMethods": ["PUT"], "allowedOrigins": ["https://example.com"]},
-    ]}))
+    g = graph(
+        Record(
+            CORS,
+            "cors",
+            {
+                "bucket": "b",
+                "corsRules": [
+                    {"allowedMethods": ["GET", "FETCH"], "allowedOrigins": ["*"]},
+                    {"allowedMethods": ["PUT"], "allowedOrigins": ["https://example.com"]},
+                ],
+            },
+        )
+    )
     found = check_provider_values(g)
     assert checked_inputs(g) == 3
     assert [v.message.split(" is not")[0] for v in found] == [f"{CORS} input corsRules[0].allowedMethods[1] = 'FETCH'"]
 
 
 def test_nested_lists_of_args():
-    lt = Record(LT, "nodes-lt", {
-        "blockDeviceMappings": [{"deviceName": "/dev/sda1", "ebs": {"volumeType": "gp4", "volumeSize": 200}}],
-        "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled"},
-        "networkInterfaces": [{"interfaceType": "efa", "networkCardIndex": 0},
-                              {"interfaceType": "efa-only", "networkCardIndex": 1}],
-    })
-    template = Record(IT, "nodes-template", {
-        "networkInterfaces": [{"nicType": "GVNIC"}, {"nicType": "RDMA"}],
-        "scheduling": {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE"},
-    })
+    lt = Record(
+        LT,
+        "nodes-lt",
+        {
+            "blockDeviceMappings": [{"deviceName": "/dev/sda1", "ebs": {"volumeType": "gp4", "volumeSize": 200}}],
+            "metadataOptions": {"httpTokens": "required", "httpEndpoint": "enabled"},
+            "networkInterfaces": [
+                {"interfaceType": "efa", "networkCardIndex": 0},
+                {"interfaceType": "efa-only", "networkCardIndex": 1},
+            ],
+        },
+    )
+    template = Record(
+        IT,
+        "nodes-template",
+        {
+            "networkInterfaces": [{"nicType": "GVNIC"}, {"nicType": "RDMA"}],
+            "scheduling": {"provisioningModel": "FLEX_START", "instanceTerminationAction": "DELETE"},
+        },
+    )
     found = check_provider_values(graph(lt, template))
     assert sorted((v.resource, v.message.split(" = ")[0].split(" input ")[1]) for v in found) == [
         ("nodes-lt", "blockDeviceMappings[0].ebs.volumeType"),
@@ -241,14 +278,18 @@ def test_unknown_tokens_inputs_and_values_are_skipped():
         Record("aws:ec2/noSuchThing:NoSuchThing", "x", {"type": "whatever"}),
         Record("random:index/randomId:RandomId", "r", {"byteLength": 4}),
         Record("pulumi:providers:aws", "provider", {"region": "us-east-1"}),
-        Record(FLEET, "fleet", {
-            "noSuchInput": "lowest-price",
-            "onDemandOptions": {"allocationStrategy": 3, "noSuchNested": {"x": "y"}},
-            "spotOptions": {"allocationStrategy": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"},  # unknown
-            "type": "",
-            "tags": {"type": "not-a-fleet-type"},  # a map: keys are not inputs
-            "excessCapacityTerminationPolicy": None,
-        }),
+        Record(
+            FLEET,
+            "fleet",
+            {
+                "noSuchInput": "lowest-price",
+                "onDemandOptions": {"allocationStrategy": 3, "noSuchNested": {"x": "y"}},
+                "spotOptions": {"allocationStrategy": "04da6b54-80e4-46f7-96ec-b56ff0331ba9"},  # unknown
+                "type": "",
+                "tags": {"type": "not-a-fleet-type"},  # a map: keys are not inputs
+                "excessCapacityTerminationPolicy": None,
+            },
+        ),
         Record(LT, "lt", {"metadataOptions": {"httpTokens": "true"}}),  # a boolean as a string
         Record(IT, "tpl", {"networkInterfaces": "not-a-list-of-objects", "scheduling": ["odd"]}),
     )
@@ -266,7 +307,7 @@ def test_capacity_block_fleet_passes():
 
 
 def _example_stacks() -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
+    return sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml"))
 
 
 def _example_preview(stack: str):
@@ -280,8 +321,13 @@ def _example_preview(stack: str):
     except GpuinfraError as exc:
         print(f"{stack}: stack file does not load ({str(exc).splitlines()[0][:120]}); previewing a fresh plan")
         cluster = yaml.safe_load((ROOT / "stacks" / f"Pulumi.{stack}.yaml").read_text())["config"]["gpuinfra:cluster"]
-        spec = make_spec(cluster["instance_type"], cluster["nodes"], cluster["profile"]["name"], cluster["cloud"],
-                         spot=bool(cluster.get("spot")))
+        spec = make_spec(
+            cluster["instance_type"],
+            cluster["nodes"],
+            cluster["profile"]["name"],
+            cluster["cloud"],
+            spot=bool(cluster.get("spot")),
+        )
         return preview(spec)
     from gpuinfra.preview import run_preview
 
@@ -296,8 +342,10 @@ def test_smoke_example_stack(stack):
     found = check_provider_values(g)
     elapsed = time.perf_counter() - started
     count = checked_inputs(g)
-    print(f"{stack}: {len(g.resources)} resources, {count} inputs compared in {elapsed * 1000:.1f} ms, "
-          f"{len(found)} violation(s)")
+    print(
+        f"{stack}: {len(g.resources)} resources, {count} inputs compared in {elapsed * 1000:.1f} ms, "
+        f"{len(found)} violation(s)"
+    )
     for violation in found:
         print("  " + violation.line())
     assert count > 0

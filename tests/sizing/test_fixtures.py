@@ -34,8 +34,10 @@ def _report(name: str, rows: list[dict]) -> float:
     worst = max(comparisons, key=lambda c: abs(c.error))
     print(f"\n{name}: {len(comparisons)} rows covered, worst error {worst.error:+.1%} ({worst.row_id})")
     for c in comparisons:
-        print(f"  {c.row_id}: measured {c.measured_bytes / 2**30:.2f} GiB, model {c.predicted_bytes / 2**30:.2f} GiB "
-              f"({c.error:+.1%})")
+        print(
+            f"  {c.row_id}: measured {c.measured_bytes / 2**30:.2f} GiB, model {c.predicted_bytes / 2**30:.2f} GiB "
+            f"({c.error:+.1%})"
+        )
     bad = [c.row_id for c in comparisons if abs(c.error) > TOLERANCE]
     assert not bad, f"rows outside +-{TOLERANCE:.0%}: {bad}"
     return worst.error

@@ -28,7 +28,10 @@ def gcp_catalog(tmp_path, monkeypatch):
     def _make(keep) -> None:
         for name in ("catalog.json", "instance_types.json"):
             shutil.copy(PACKAGE_DATA_DIR / name, tmp_path / name)
-        with open(PACKAGE_DATA_DIR / "offers.csv", newline="") as src, open(tmp_path / "offers.csv", "w", newline="") as dst:
+        with (
+            open(PACKAGE_DATA_DIR / "offers.csv", newline="") as src,
+            open(tmp_path / "offers.csv", "w", newline="") as dst,
+        ):
             reader = csv.DictReader(src)
             writer = csv.DictWriter(dst, fieldnames=reader.fieldnames, lineterminator="\n")
             writer.writeheader()
@@ -56,8 +59,22 @@ def _upload_seconds(params, nodes, host_nic_gbps):
 
 def test_a3_mega_communicates_over_its_eight_gpu_nics_and_uploads_over_the_primary_nic(run_cli, gcp_catalog):
     gcp_catalog(lambda t: t == "a3-megagpu-8g")
-    doc = _size(run_cli, "--params", "13B", "--method", "full", "--strategy", "zero3", "--tokens", "10B",
-                "--gpus", "8xH100", "--nodes", "2", "--spot")
+    doc = _size(
+        run_cli,
+        "--params",
+        "13B",
+        "--method",
+        "full",
+        "--strategy",
+        "zero3",
+        "--tokens",
+        "10B",
+        "--gpus",
+        "8xH100",
+        "--nodes",
+        "2",
+        "--spot",
+    )
     assert doc["recommendation"]["instance_type"] == "a3-megagpu-8g" and doc["fits"] is True
     # 8 GPU NICs x 200 Gbps (Vertex AI configure-compute, GPUDirect-TCPXO): 305,176 steps x
     # 3 x 2 x 13e9 x 15/16 B / 25 GB/s = 247.96 h
@@ -75,8 +92,20 @@ def test_a3_mega_communicates_over_its_eight_gpu_nics_and_uploads_over_the_prima
 
 def test_ranked_multi_node_gcp_candidate_has_a_time_and_a_cost(run_cli, gcp_catalog):
     gcp_catalog(lambda t: t in ("a3-highgpu-8g", "a3-megagpu-8g"))  # the H100 types: B200 / H200 hold 30B on one node
-    doc = _size(run_cli, "--params", "30B", "--method", "full", "--strategy", "zero3", "--recompute", "full",
-                "--tokens", "10B", "--spot")
+    doc = _size(
+        run_cli,
+        "--params",
+        "30B",
+        "--method",
+        "full",
+        "--strategy",
+        "zero3",
+        "--recompute",
+        "full",
+        "--tokens",
+        "10B",
+        "--spot",
+    )
     best = doc["candidates"][0]
     # 30B ZeRO-3 does not fit one 8 x H100 node (81.9 GiB per GPU); two a3-megagpu-8g nodes do.
     # A3 Mega: 8 GPU NICs x 200 Gbps for 8 GPUs (GKE gpu-bandwidth-gpudirect-tcpx). A3 High is not
@@ -92,17 +121,52 @@ def test_ranked_multi_node_gcp_candidate_has_a_time_and_a_cost(run_cli, gcp_cata
 
 def test_a3_high_with_a_slow_interconnect_is_timed_over_its_primary_nic(run_cli, gcp_catalog):
     gcp_catalog(lambda t: t == "a3-highgpu-8g")
-    doc = _size(run_cli, "--params", "30B", "--method", "full", "--strategy", "zero3", "--recompute", "full",
-                "--tokens", "10B", "--gpus", "8xH100", "--nodes", "2", "--allow-slow-interconnect")
+    doc = _size(
+        run_cli,
+        "--params",
+        "30B",
+        "--method",
+        "full",
+        "--strategy",
+        "zero3",
+        "--recompute",
+        "full",
+        "--tokens",
+        "10B",
+        "--gpus",
+        "8xH100",
+        "--nodes",
+        "2",
+        "--allow-slow-interconnect",
+    )
     # without a baked image the 4 GPU NICs carry nothing: 200 Gbps primary NIC for 8 GPUs
     assert doc["communication_hours"] == round(_zero3_comm_hours(30e9, 10e9, 8, 2, 200), 2)
 
 
 def test_single_nic_types_use_the_vms_maximum_egress(run_cli, gcp_catalog):
     gcp_catalog(lambda t: t == "a2-highgpu-8g")
-    doc = _size(run_cli, "--params", "13B", "--method", "full", "--strategy", "zero3", "--tokens", "10B",
-                "--gpus", "8xA100", "--nodes", "4", "--allow-slow-interconnect", "--spot")
-    assert (doc["recommendation"]["instance_type"], doc["recommendation"]["nodes"], doc["fits"]) == ("a2-highgpu-8g", 4, True)
+    doc = _size(
+        run_cli,
+        "--params",
+        "13B",
+        "--method",
+        "full",
+        "--strategy",
+        "zero3",
+        "--tokens",
+        "10B",
+        "--gpus",
+        "8xA100",
+        "--nodes",
+        "4",
+        "--allow-slow-interconnect",
+        "--spot",
+    )
+    assert (doc["recommendation"]["instance_type"], doc["recommendation"]["nodes"], doc["fits"]) == (
+        "a2-highgpu-8g",
+        4,
+        True,
+    )
     # accelerator-optimized-machines, A2 Standard: a2-highgpu-8g "Maximum egress bandwidth" 100 Gbps,
     # one gVNIC for both: 152,588 steps x 3 x 2 x 13e9 x 31/32 B / 1.5625 GB/s = 2049.76 h
     assert doc["communication_hours"] == round(_zero3_comm_hours(13e9, 10e9, 8, 4, 100), 2) == 2049.76
@@ -112,8 +176,24 @@ def test_single_nic_types_use_the_vms_maximum_egress(run_cli, gcp_catalog):
 
 def test_a_type_without_a_documented_bandwidth_stays_unknown(run_cli, gcp_catalog):
     gcp_catalog(lambda t: t.startswith("n1-"))
-    args = ("--params", "1B", "--method", "full", "--strategy", "zero3", "--precision", "fp16", "--tokens", "1B",
-            "--gpus", "4xT4", "--nodes", "2", "--allow-slow-interconnect", "--spot")
+    args = (
+        "--params",
+        "1B",
+        "--method",
+        "full",
+        "--strategy",
+        "zero3",
+        "--precision",
+        "fp16",
+        "--tokens",
+        "1B",
+        "--gpus",
+        "4xT4",
+        "--nodes",
+        "2",
+        "--allow-slow-interconnect",
+        "--spot",
+    )
     doc = _size(run_cli, *args)
     assert doc["recommendation"]["instance_type"].startswith("n1-") and doc["fits"] is True
     assert (doc["communication_hours"], doc["training_hours"], doc["run_cost_usd"]) == (None, None, None)

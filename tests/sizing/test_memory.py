@@ -27,8 +27,12 @@ def test_zero_paper_figure_1(strategy, gb):
 
 
 def test_zero_exact_values():
-    assert [round(sum(zero_model_states(7.5e9, 64, s)) / 1e9, 3) for s in ("ddp", "zero1", "zero2", "zero3")] == \
-        [120.0, 31.406, 16.641, 1.875]
+    assert [round(sum(zero_model_states(7.5e9, 64, s)) / 1e9, 3) for s in ("ddp", "zero1", "zero2", "zero3")] == [
+        120.0,
+        31.406,
+        16.641,
+        1.875,
+    ]
     assert zero_model_states(7.5e9, 64, "fsdp") == zero_model_states(7.5e9, 64, "zero3")
 
 
@@ -53,8 +57,10 @@ def test_deepspeed_zero3_cpu_and_t5_large():
     _, cpu = deepspeed_zero3_estimate(2851e6, 32e6, 8, 1, True, True, zero_init=True)
     assert round(cpu / GIB, 2) == 71.69
     # t5-large, 737.67M params, 32.90M largest layer, 4 GPUs: 3291 / 125 / 477 MiB
-    mib = [int(deepspeed_zero3_estimate(737.67e6, 32.90e6, 4, 1, p, o)[0] / 2**20)  # DeepSpeed truncates
-           for p, o in ((False, False), (True, True), (False, True))]
+    mib = [
+        int(deepspeed_zero3_estimate(737.67e6, 32.90e6, 4, 1, p, o)[0] / 2**20)  # DeepSpeed truncates
+        for p, o in ((False, False), (True, True), (False, True))
+    ]
     assert mib == [3291, 125, 477]
 
 
@@ -125,7 +131,9 @@ def test_offload_moves_model_states_to_cpu():
 def test_sharding_spans_all_gpus_of_all_nodes():
     shape = get_model("llama-3.1-70b")
     one_node = memory_per_gpu(Workload(shape, "full", strategy="fsdp", recompute="selective", gpus=8, gpus_per_node=8))
-    eight_nodes = memory_per_gpu(Workload(shape, "full", strategy="fsdp", recompute="selective", gpus=64, gpus_per_node=8))
+    eight_nodes = memory_per_gpu(
+        Workload(shape, "full", strategy="fsdp", recompute="selective", gpus=64, gpus_per_node=8)
+    )
     assert eight_nodes.optimizer == pytest.approx(one_node.optimizer / 8)
 
 

@@ -12,16 +12,25 @@ from gpuinfra.sizing.report import size_document, size_for_stack
 def test_sizing_request_fills_the_methods_defaults():
     req = sizing_request(model="llama-3.1-8b", method="lora")
     assert (req.shape.name, req.strategy, req.recompute, req.seq, req.batch, req.tokens) == (
-        "llama-3.1-8b", "ddp", "full", 2048, 1, None)
+        "llama-3.1-8b",
+        "ddp",
+        "full",
+        2048,
+        1,
+        None,
+    )
     assert sizing_request(params="7B", tokens="2T").tokens == 2e12
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({}, "give exactly one of --model NAME or --params COUNT"),
-    ({"model": "llama-3.1-8b", "params": "7B"}, "give exactly one of --model NAME or --params COUNT"),
-    ({"params": "7X"}, "--params must look like 7B"),
-    ({"params": "7B", "tokens": "lots"}, "--tokens must look like 7B"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({}, "give exactly one of --model NAME or --params COUNT"),
+        ({"model": "llama-3.1-8b", "params": "7B"}, "give exactly one of --model NAME or --params COUNT"),
+        ({"params": "7X"}, "--params must look like 7B"),
+        ({"params": "7B", "tokens": "lots"}, "--tokens must look like 7B"),
+    ],
+)
 def test_sizing_request_refuses(kwargs, message):
     with pytest.raises(SizingError, match=message):
         sizing_request(**kwargs)
@@ -35,12 +44,23 @@ def test_size_document_prices_a_given_configuration():
     assert (doc["mfu"], doc["communication_hours"], doc["ranked_by"]) == (0.38, 0.0, "run_cost_usd")
     assert doc["price_per_hour_usd"] == "55.040000"
     assert abs(float(doc["run_cost_usd"]) - 55.04 * 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.38 * 3600)) < 0.01
-    assert doc["recommendation"] == {"gpus": "8xH100", "nodes": 1, "cloud": "aws", "region": "us-east-1",
-                                     "zone": "use1-az1", "instance_type": "p5.48xlarge", "market": "on-demand",
-                                     "price_per_hour_usd": "55.040000"}
+    assert doc["recommendation"] == {
+        "gpus": "8xH100",
+        "nodes": 1,
+        "cloud": "aws",
+        "region": "us-east-1",
+        "zone": "use1-az1",
+        "instance_type": "p5.48xlarge",
+        "market": "on-demand",
+        "price_per_hour_usd": "55.040000",
+    }
     cheapest = doc["candidates"][0]
     assert (cheapest["gpus"], cheapest["instance_type"], cheapest["price_per_hour_usd"], cheapest["run_cost_usd"]) == (
-        "1xL40S", "g6e.xlarge", "1.861000", "724.007827")
+        "1xL40S",
+        "g6e.xlarge",
+        "1.861000",
+        "724.007827",
+    )
 
 
 def test_size_for_stack_picks_the_cheapest_fit_and_the_methods_profile():
@@ -61,8 +81,11 @@ def test_precision_is_split_into_compute_and_base_storage():
     assert (req.precision, req.base_precision, req.storage) == ("bf16", "bf16", "bf16")
     assert sizing_request(model="llama-3.1-8b", method="qlora").base_precision == "nf4-dq"
     assert sizing_request(model="llama-3.1-8b", method="lora", base_precision="int8").storage == "int8"
-    with pytest.raises(SizingError, match="--precision for --method lora must be one of bf16, fp16, fp32 "
-                                          r"\(the frozen base's storage is --base-precision\), got 'int8'"):
+    with pytest.raises(
+        SizingError,
+        match="--precision for --method lora must be one of bf16, fp16, fp32 "
+        r"\(the frozen base's storage is --base-precision\), got 'int8'",
+    ):
         sizing_request(model="llama-3.1-8b", method="lora", precision="int8")
     with pytest.raises(SizingError, match="--base-precision applies to --method lora or qlora only"):
         sizing_request(model="llama-3.1-8b", method="full", base_precision="int8")
@@ -75,31 +98,42 @@ def test_sharded_multi_node_only_on_high_bandwidth_networks():
 
     catalog = load_catalog()
     for allow in (False, True):
-        doc = size_document(sizing_request(params="7.5B", method="full", strategy="zero3",
-                                           allow_slow_interconnect=allow), catalog=catalog)
+        doc = size_document(
+            sizing_request(params="7.5B", method="full", strategy="zero3", allow_slow_interconnect=allow),
+            catalog=catalog,
+        )
         multi = [c for c in doc["candidates"] if c["nodes"] > 1]
         slow = [c for c in multi if not high_bandwidth_network(catalog, c["cloud"], c["instance_type"])]
         assert bool(slow) == allow, (allow, multi)
     assert not high_bandwidth_network(catalog, "aws", "g6e.xlarge")  # EfaInfo absent
-    assert high_bandwidth_network(catalog, "aws", "p5.48xlarge") and high_bandwidth_network(catalog, "gcp", "a3-megagpu-8g")
+    assert high_bandwidth_network(catalog, "aws", "p5.48xlarge") and high_bandwidth_network(
+        catalog, "gcp", "a3-megagpu-8g"
+    )
 
 
 def test_communication_time_over_the_node_network():
     # 70B ZeRO-3 on 2 x p5.48xlarge (3200 Gbit/s, 8 GPUs): per step each GPU moves 3 x 2P x 15/16 bytes
     # at 3200e9/8/8 B/s; steps = tokens / (seq x batch x 16)
-    doc = size_document(sizing_request(params="70B", method="full", strategy="zero3", tokens="10B"),
-                        gpus="8xH100", nodes=2)
+    doc = size_document(
+        sizing_request(params="70B", method="full", strategy="zero3", tokens="10B"), gpus="8xH100", nodes=2
+    )
     steps = 10e9 / (2048 * 16)
     expected = steps * 3 * 2 * 70e9 * 15 / 16 / (3200e9 / 8 / 8) / 3600
     assert abs(doc["communication_hours"] - round(expected, 2)) < 0.011
-    assert doc["training_hours"] == round(doc["compute_hours"] + doc["communication_hours"], 2) or \
-        abs(doc["training_hours"] - doc["compute_hours"] - doc["communication_hours"]) < 0.011
+    assert (
+        doc["training_hours"] == round(doc["compute_hours"] + doc["communication_hours"], 2)
+        or abs(doc["training_hours"] - doc["compute_hours"] - doc["communication_hours"]) < 0.011
+    )
 
 
 def test_spot_checkpoint_plan():
     # 8B full fine-tune on one p5.48xlarge: 14 B x 8.03e9 per node; primary card 3200/32 = 100 Gbit/s
-    doc = size_document(sizing_request(model="llama-3.1-8b", method="full", strategy="zero3"), gpus="8xH100",
-                        spot=True, interruptions_per_node_hour=0.1)
+    doc = size_document(
+        sizing_request(model="llama-3.1-8b", method="full", strategy="zero3"),
+        gpus="8xH100",
+        spot=True,
+        interruptions_per_node_hour=0.1,
+    )
     plan = doc["checkpoint_plan"]
     upload = 14 * 8.03e9 / (100e9 / 8)
     assert plan["checkpoint_gib_per_node"] == round(14 * 8.03e9 / 2**30, 2)

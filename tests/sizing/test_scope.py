@@ -15,7 +15,7 @@ SkyPilot v8 GCP catalog).
 from __future__ import annotations
 
 import json
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 
 import pytest
 
@@ -44,14 +44,24 @@ def test_on_demand_candidates_leave_out_types_google_sells_only_as_spot_or_flex_
 
 
 def test_spot_scope_prices_spot():
-    doc = size_document(sizing_request(model="llama-3.1-8b", method="lora"), spot=True,
-                        scope=OfferScope(region="us-central1", markets=("spot",)))
+    doc = size_document(
+        sizing_request(model="llama-3.1-8b", method="lora"),
+        spot=True,
+        scope=OfferScope(region="us-central1", markets=("spot",)),
+    )
     best = doc["candidates"][0]
     # a2-highgpu-1g us-central1: $1.80385/h spot (SkyPilot v8 GCP catalog), $3.67338/h on demand (Cyclenerd)
     assert (best["gpus"], best["instance_type"], best["market"], best["price_per_hour_usd"]) == (
-        "1xA100", "a2-highgpu-1g", "spot", "1.803850")
+        "1xA100",
+        "a2-highgpu-1g",
+        "spot",
+        "1.803850",
+    )
     assert doc["scope"] == {"cloud": None, "region": "us-central1", "markets": ["spot"]}
-    assert doc["next_command"] == "gpuinfra new --profile lora-finetune --gpus 1xA100 --nodes 1 --region us-central1 --spot"
+    assert (
+        doc["next_command"]
+        == "gpuinfra new --profile lora-finetune --gpus 1xA100 --nodes 1 --region us-central1 --spot"
+    )
 
 
 def test_sharded_multi_node_is_planned_on_a_gpudirect_type_only():
@@ -60,14 +70,17 @@ def test_sharded_multi_node_is_planned_on_a_gpudirect_type_only():
     assert fast_types(load_catalog(), "H100", 8, OfferScope(cloud="gcp")) == ["a3-megagpu-8g"]
     doc = size_document(sizing_request(params="30B", method="full"), scope=OfferScope(cloud="gcp"))
     assert (doc["gpus"], doc["nodes"], doc["recommendation"]["instance_type"]) == ("8xH100", 4, "a3-megagpu-8g")
-    assert doc["next_command"] == "gpuinfra new --profile llm-finetune --instance-type a3-megagpu-8g --nodes 4 --cloud gcp"
+    assert (
+        doc["next_command"] == "gpuinfra new --profile llm-finetune --instance-type a3-megagpu-8g --nodes 4 --cloud gcp"
+    )
 
 
 def test_new_with_params_on_gcp_plans_what_was_sized(tmp_path):
     """Before: `new --params 30B --method full --cloud gcp` sized an 8xH200 (A3 Ultra) and the
     planner refused it (not sold on demand), exit 4."""
-    result = create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="g30"), params="30B", method="full"),
-                          tmp_path, now=NOW)
+    result = create_stack(
+        NewStackRequest(PlanRequest(None, cloud="gcp", name="g30"), params="30B", method="full"), tmp_path, now=NOW
+    )
     spec = result.plan.spec
     assert (spec.cloud, spec.instance_type, spec.nodes, result.pricing) == ("gcp", "a3-megagpu-8g", 4, "on-demand")
     assert result.to_json()["sizing"]["gpus"] == "8xH100" and result.sizing.passed_over == ()
@@ -76,8 +89,9 @@ def test_new_with_params_on_gcp_plans_what_was_sized(tmp_path):
 def test_new_passes_over_configurations_the_profile_refuses(tmp_path):
     # llm-pretrain requires EFA/GPUDirect NICs: the cheaper single-GPU configurations that hold
     # 1B are named with the rule, and the stack is the first one that has them
-    result = create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="p1"), params="1B", method="pretrain"),
-                          tmp_path, now=NOW)
+    result = create_stack(
+        NewStackRequest(PlanRequest(None, cloud="gcp", name="p1"), params="1B", method="pretrain"), tmp_path, now=NOW
+    )
     assert result.plan.spec.instance_type == "a3-megagpu-8g"
     first = result.sizing.passed_over[0]
     assert first.startswith("2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in first
@@ -86,8 +100,11 @@ def test_new_passes_over_configurations_the_profile_refuses(tmp_path):
 def test_new_sized_on_aws_stays_on_aws(tmp_path):
     """Before: a 30B LoRA sized to 1 x A100-80GB (a GCP shape) and `--cloud aws` then found no AWS
     type with 1 or 2 of them, exit 4."""
-    result = create_stack(NewStackRequest(PlanRequest(None, cloud="aws", name="a30", spot=False), params="30B",
-                                          method="lora"), tmp_path, now=NOW)
+    result = create_stack(
+        NewStackRequest(PlanRequest(None, cloud="aws", name="a30", spot=False), params="30B", method="lora"),
+        tmp_path,
+        now=NOW,
+    )
     assert result.plan.spec.cloud == "aws" and result.plan.spec.gpu in ("A100-80GB", "H100", "H200", "B200")
 
 
@@ -99,8 +116,10 @@ def test_nothing_fits_names_the_wider_place_and_the_spot_market():
     assert candidates(req, load_catalog(), scope) == []
     message = str(nothing_fits(req, scope, load_catalog()))
     assert message.startswith("no configuration in the catalog on gcp sold on-demand fits 70B params (full, bf16)")
-    assert message.endswith("try --method lora or qlora, --recompute full, a shorter --seq, without --cloud, "
-                            "--spot (some GPU types are sold only as spot)")
+    assert message.endswith(
+        "try --method lora or qlora, --recompute full, a shorter --seq, without --cloud, "
+        "--spot (some GPU types are sold only as spot)"
+    )
 
 
 def test_size_cli_scope_options(run_cli):
@@ -112,10 +131,13 @@ def test_size_cli_scope_options(run_cli):
     assert doc["recommendation"]["instance_type"] == "a4-highgpu-8g"
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--cloud", "azure"), "unknown cloud 'azure'; choose one of: aws, gcp"),
-    (("--cloud", "aws", "--region", "us-central1"), "'us-central1' is a GCP region, not an AWS one"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--cloud", "azure"), "unknown cloud 'azure'; choose one of: aws, gcp"),
+        (("--cloud", "aws", "--region", "us-central1"), "'us-central1' is a GCP region, not an AWS one"),
+    ],
+)
 def test_size_refuses_an_unknown_scope(run_cli, args, message):
     result = run_cli("size", "--params", "7B", *args)
     assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
@@ -128,8 +150,9 @@ def test_scope_is_validated_in_the_library():
 
 def test_new_where_nothing_fits_in_the_scope_writes_nothing(tmp_path):
     with pytest.raises(NoOfferError, match="^no configuration in the catalog on gcp sold on-demand fits 70B params"):
-        create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="70B", method="full"),
-                     tmp_path, now=NOW)
+        create_stack(
+            NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="70B", method="full"), tmp_path, now=NOW
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -139,8 +162,9 @@ def test_new_cli_prints_what_it_passed_over(run_cli, tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0] == "sized 1B params (pretrain): 12.2 GiB per GPU of 79.11 -> --gpus 8xH100 --nodes 1"
     assert lines[1].startswith("  note: passed over 2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in lines[1]
-    assert any(line.startswith("  note: and ") and line.endswith("more configuration(s) (--json lists them)")
-               for line in lines)
+    assert any(
+        line.startswith("  note: and ") and line.endswith("more configuration(s) (--json lists them)") for line in lines
+    )
 
 
 def test_new_keeps_the_cheapest_plan_when_the_planner_rounds_up(tmp_path):
@@ -148,36 +172,55 @@ def test_new_keeps_the_cheapest_plan_when_the_planner_rounds_up(tmp_path):
     $20.28/h) has no EFA/GPUDirect, which llm-pretrain requires; the next, 4xA100-80GB on AWS,
     is a p4de.24xlarge round-up to 8 GPUs at $27.45/h. Two g6e.12xlarge (4 x L40S, EFA) at
     2 x $10.49264/h (SkyPilot v8 AWS catalog, us-east-1) are cheaper and are what the stack gets."""
-    result = create_stack(NewStackRequest(PlanRequest(None, name="p7"), params="7B", method="pretrain"), tmp_path,
-                          now=NOW)
+    result = create_stack(
+        NewStackRequest(PlanRequest(None, name="p7"), params="7B", method="pretrain"), tmp_path, now=NOW
+    )
     spec = result.plan.spec
-    assert (spec.instance_type, spec.nodes, str(result.plan.offer.price_per_hour_usd)) == ("g6e.12xlarge", 2, "20.98528")
+    assert (spec.instance_type, spec.nodes, str(result.plan.offer.price_per_hour_usd)) == (
+        "g6e.12xlarge",
+        2,
+        "20.98528",
+    )
     assert result.to_json()["sizing"]["gpus"] == "4xL40S"
 
 
 def test_new_passes_over_plans_over_the_budget(tmp_path):
-    result = create_stack(NewStackRequest(PlanRequest(None, name="b7", max_price_per_hour_usd=21.5), params="7B",
-                                          method="pretrain"), tmp_path, now=NOW)
+    result = create_stack(
+        NewStackRequest(PlanRequest(None, name="b7", max_price_per_hour_usd=21.5), params="7B", method="pretrain"),
+        tmp_path,
+        now=NOW,
+    )
     assert result.plan.spec.instance_type == "g6e.12xlarge"
     with pytest.raises(NoOfferError, match="over --max-price-per-hour 20"):
-        create_stack(NewStackRequest(PlanRequest(None, name="b8", max_price_per_hour_usd=20.0), params="7B",
-                                     method="pretrain"), tmp_path / "x", now=NOW)
+        create_stack(
+            NewStackRequest(PlanRequest(None, name="b8", max_price_per_hour_usd=20.0), params="7B", method="pretrain"),
+            tmp_path / "x",
+            now=NOW,
+        )
 
 
 def test_new_names_why_no_configuration_could_be_planned(tmp_path):
     # me-central2 sells only configurations without EFA/GPUDirect: llm-pretrain refuses them all
-    with pytest.raises(NoOfferError, match=r"^\d+ configuration\(s\) fit 1B params \(pretrain\) but none can be "
-                                           r"planned with profile 'llm-pretrain': .*rule high-bandwidth-nics"):
-        create_stack(NewStackRequest(PlanRequest(None, region="me-central2", name="m"), params="1B", method="pretrain"),
-                     tmp_path, now=NOW)
+    with pytest.raises(
+        NoOfferError,
+        match=r"^\d+ configuration\(s\) fit 1B params \(pretrain\) but none can be "
+        r"planned with profile 'llm-pretrain': .*rule high-bandwidth-nics",
+    ):
+        create_stack(
+            NewStackRequest(PlanRequest(None, region="me-central2", name="m"), params="1B", method="pretrain"),
+            tmp_path,
+            now=NOW,
+        )
     assert list(tmp_path.iterdir()) == []
 
 
 def test_passed_over_notes_carry_no_planner_advice(tmp_path):
-    result = create_stack(NewStackRequest(PlanRequest(None, cloud="gcp", name="p1"), params="1B", method="pretrain"),
-                          tmp_path, now=NOW)
-    assert result.sizing.passed_over and not any("--strict" in r or "pick another" in r
-                                                 for r in result.sizing.passed_over)
+    result = create_stack(
+        NewStackRequest(PlanRequest(None, cloud="gcp", name="p1"), params="1B", method="pretrain"), tmp_path, now=NOW
+    )
+    assert result.sizing.passed_over and not any(
+        "--strict" in r or "pick another" in r for r in result.sizing.passed_over
+    )
 
 
 def test_a_baked_tcpx_image_makes_a3_high_a_fast_type_for_sizing():
@@ -192,7 +235,11 @@ def test_a_baked_tcpx_image_makes_a3_high_a_fast_type_for_sizing():
 
 
 def test_new_hints_name_only_flags_new_has():
-    message = str(nothing_fits(sizing_request(params="70B", method="lora"), OfferScope(cloud="gcp"), load_catalog(),
-                               command="new"))
-    assert message.endswith("try --method qlora, `gpuinfra size` with --strategy fsdp (shards the frozen base) or "
-                            "a shorter --seq")
+    message = str(
+        nothing_fits(
+            sizing_request(params="70B", method="lora"), OfferScope(cloud="gcp"), load_catalog(), command="new"
+        )
+    )
+    assert message.endswith(
+        "try --method qlora, `gpuinfra size` with --strategy fsdp (shards the frozen base) or a shorter --seq"
+    )
