@@ -53,6 +53,14 @@ PreconditionFailed          a create-only write found its key taken (S3 / GCS 41
 RankDecisionError           no rank decision could be stored or read (``peers`` exits 5)
 ==========================  =========================================================
 
+A programming error, never caused by user input (the spec validation refuses what could cause it),
+and so shown as a bug (exit 1):
+
+==========================  =========================================================
+UnitValueError              a value that cannot go into a systemd unit, a node file path or
+                            the boot steps (:mod:`gpuinfra.plan.units`, :mod:`gpuinfra.plan.boot`)
+==========================  =========================================================
+
 This module imports nothing from the rest of gpuinfra (standard library only), so any module
 can import it, the node modules shipped in the node bundle too.
 """
@@ -264,3 +272,8 @@ class PreconditionFailed(OSError):
 class RankDecisionError(OSError):
     """No rank decision could be stored or read (:func:`gpuinfra.health.ranks.settle`); the node
     must not rank with its own."""
+
+
+class UnitValueError(ValueError):
+    """A value that cannot go into a unit file, a node file path or a boot step (a programming
+    error: the spec validation refuses user input that could cause it)."""

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT
+from gpuinfra.errors import UnitValueError
 from gpuinfra.plan.units import (
     CLUSTER_ENV_PATH,
     ETC_DIR,
@@ -39,7 +40,6 @@ from gpuinfra.plan.units import (
     ExecCommand,
     NodeFile,
     SystemdUnit,
-    UnitValueError,
     check_unit_name,
     check_value,
     command,

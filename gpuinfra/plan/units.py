@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from gpuinfra.errors import UnitValueError
 from gpuinfra.health import node as health_node
 
 # ------------------------------------------------------------------------------ node paths
@@ -52,11 +53,6 @@ _WRITABLE_UNIT_RE = re.compile(r"[a-zA-Z0-9@._-]+\.(service|timer)")
 #: Characters that need no quotes in a command-line word (no quotes, no ``$``, no backslash, no
 #: whitespace, no ``;``; ``%`` is still doubled).
 _PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_@%+=:,./^~!|&<>*?()\[\]{}#-]+")
-
-
-class UnitValueError(ValueError):
-    """A value that cannot go into a unit file or a node file path (programming error: the spec
-    validation refuses user input that could cause it)."""
 
 
 def check_value(what: str, value: str) -> str:

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuinfra.errors import ExitCode, SpecError
+from gpuinfra.errors import ExitCode, SpecError, UnitValueError
 from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.boot import AGENT_UNIT, PREPULL_UNIT, SCRATCH_UNIT, prepull_unit
 from gpuinfra.plan.boot_aws import aws_node_boot, aws_node_bundle, cloud_config, nccl_env, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_boot, gcp_node_bundle, render_startup_script, startup_script
 from gpuinfra.plan.gcp import plan_gcp_cluster
-from gpuinfra.plan.units import NodeFile, SystemdUnit, UnitValueError, check_path, command, shell, systemd_quote
+from gpuinfra.plan.units import NodeFile, SystemdUnit, check_path, command, shell, systemd_quote
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
 from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool
