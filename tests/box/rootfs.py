@@ -18,7 +18,36 @@ from pathlib import Path
 #: Bump when what the tier installs into the cached tree changes in a way the key does not see.
 TIER_VERSION = "1"
 SUITE = "bookworm"
-MIRROR = os.environ.get("GPUINFRA_BOX_MIRROR", "http://deb.debian.org/debian")
+#: Where apt on this machine gets Debian's packages (deb822 ``*.sources`` files, sources.list(5)).
+APT_SOURCES = (Path("/etc/apt/sources.list.d"), Path("/etc/apt/sources.list"))
+
+
+def host_mirror() -> str:
+    """The Debian archive this machine's apt is set up with (``GPUINFRA_BOX_MIRROR`` overrides):
+    the first ``URIs:`` of a deb822 source whose suites include :data:`SUITE`, else the first
+    ``deb URI SUITE ...`` line of ``/etc/apt/sources.list`` (sources.list(5)). The tier uses the
+    machine's own package source and names none.
+
+    Raises:
+        RuntimeError: no apt source for :data:`SUITE` (set ``GPUINFRA_BOX_MIRROR``).
+    """
+    if os.environ.get("GPUINFRA_BOX_MIRROR"):
+        return os.environ["GPUINFRA_BOX_MIRROR"]
+    folder, listing = APT_SOURCES
+    for path in sorted(folder.glob("*.sources")) if folder.is_dir() else []:
+        for stanza in path.read_text().split("\n\n"):
+            fields = dict(
+                line.split(":", 1) for line in stanza.splitlines() if ":" in line and not line.startswith("#")
+            )
+            if SUITE in fields.get("Suites", "").split() and "deb" in fields.get("Types", "").split():
+                return fields["URIs"].split()[0]
+    lines = listing.read_text().splitlines() if listing.is_file() else []
+    for words in (line.split() for line in lines):
+        if len(words) >= 3 and words[0] == "deb" and SUITE in words[2:]:
+            return next(w for w in words[1:] if not w.startswith("["))
+    raise RuntimeError(f"no apt source for Debian {SUITE} on this machine: set GPUINFRA_BOX_MIRROR")
+
+
 #: What the node software needs besides gpuinfra's own files: systemd as init, cloud-init (AWS
 #: user data), curl (IMDS and metadata reads), iproute2 (the GCP NIC wait), mdadm/e2fsprogs (the
 #: scratch script), python3 (agent, health gate, bundle installer); python3-cffi-backend is named
@@ -45,7 +74,7 @@ CACHE_ROOT = Path(os.environ.get("GPUINFRA_BOX_CACHE") or "/var/cache/gpuinfra-b
 
 def cache_key() -> str:
     """Hex digest (16 characters) of everything the cached tree is built from."""
-    text = "\n".join((TIER_VERSION, SUITE, MIRROR, *sorted(PACKAGES)))
+    text = "\n".join((TIER_VERSION, SUITE, host_mirror(), *sorted(PACKAGES)))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -86,7 +115,7 @@ def ensure_rootfs(root: Path = CACHE_ROOT) -> tuple[Path, float | None]:
         shutil.rmtree(tmp, ignore_errors=True)
         try:
             subprocess.run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), MIRROR],
+                ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(tmp), host_mirror()],
                 check=True,
                 capture_output=True,
                 text=True,
