@@ -22,9 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gpus import GpuModel
 from gpuinfra.errors import SpecError
-
-# the container image check, under the name the boot planner uses (gpuinfra/plan/boot.py)
-from gpuinfra.oci import check_image_reference as check_container_image  # noqa: F401
 from gpuinfra.profiles import Profile
 
 #: 2: the spec carries the facts it was planned from (``facts``, ``gpu_facts``).

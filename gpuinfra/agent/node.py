@@ -88,8 +88,8 @@ def format_node_env(values: Mapping[str, object]) -> str:
     lines = []
     for key in NODE_ENV_KEYS:
         text = "" if values.get(key) is None else str(values[key])
-        if "\n" in text or "\r" in text:
-            raise ValueError(f"node.env: {key} holds a newline")
+        if any(not c.isprintable() for c in text):  # parse_node_env splits at every line break
+            raise ValueError(f"node.env: {key} holds a line break or control character")
         lines.append(f"{key}={text}")
     return "\n".join(lines) + "\n"
 

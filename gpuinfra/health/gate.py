@@ -3,7 +3,7 @@
 Standard library only: a node runs this next to :mod:`gpuinfra.health.parsers` at boot, before
 ranks are assigned. The node collects the raw outputs (:class:`GateOutputs`), the deploy step
 gives it what the node must show as deployed (:class:`Expectations`, built from the stack's
-spec and its cluster plan by :func:`gpuinfra.health.report.expectations_for`), :func:`decide`
+spec and its cluster plan by :func:`gpuinfra.plan.health.expectations_for`), :func:`decide`
 turns both into a :class:`NodeHealth`, which the node uploads as JSON to
 ``<bucket>/health/<stack>/<node>.json`` (:func:`health_key`) and ``gpuinfra check`` reads back.
 
@@ -119,7 +119,7 @@ def health_key(stack: str, node: str) -> str:
 @dataclass(frozen=True)
 class Expectations:
     """What a node of the cluster must show, as deployed (built by
-    :func:`gpuinfra.health.report.expectations_for` from the spec, its cluster plan and the
+    :func:`gpuinfra.plan.health.expectations_for` from the spec, its cluster plan and the
     baseline table).
 
     Attributes:
@@ -644,7 +644,7 @@ def decide(
     """Run every check on what the node collected.
 
     Args:
-        expectations: what the node must show (:func:`gpuinfra.health.report.expectations_for`).
+        expectations: what the node must show (:func:`gpuinfra.plan.health.expectations_for`).
         outputs: the raw command outputs; a missing one fails the checks that need it.
         stack, node: written into the document.
         checked_at: decision time (default: now, UTC).

@@ -15,7 +15,7 @@ decision, never with its own once one exists:
   and to the listed addresses (a cluster re-formed with other addresses decides again). The
   body repeats both and is checked against them. The key does not end in ``.json``: ``gpuinfra
   check`` reads every ``.json`` under ``health/<stack>/`` as a node result
-  (:func:`gpuinfra.health.report.read_health`).
+  (:func:`gpuinfra.services.health_report.read_health`).
 * Create-only write (:meth:`gpuinfra.health.node.Bucket.put_new`): S3 ``PutObject`` with
   ``If-None-Match: *`` fails with ``412 Precondition Failed`` when the key exists
   (docs.aws.amazon.com/AmazonS3/latest/userguide/conditional-writes.html); GCS uploads with

@@ -26,8 +26,9 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT
+from gpuinfra.agent.constants import SCRATCH_MOUNT
 from gpuinfra.errors import UnitValueError
+from gpuinfra.oci import check_image_reference
 from gpuinfra.plan.units import (
     CLUSTER_ENV_PATH,
     ETC_DIR,
@@ -45,13 +46,10 @@ from gpuinfra.plan.units import (
     command,
     shell,
 )
-from gpuinfra.spec import ClusterSpec, check_container_image
+from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import agent_source, render
 
 __all__ = [
-    "NodeFile",
-    "SystemdUnit",
-    "ExecCommand",
     "BootStep",
     "NodeBoot",
     "node_boot",
@@ -59,8 +57,6 @@ __all__ = [
     "SCRATCH_UNIT",
     "CLUSTER_ENV_UNIT",
     "PREPULL_UNIT",
-    "SCRATCH_MOUNT",
-    "PEER_DISCOVERY_WAIT_SECONDS",
 ]
 
 AGENT_UNIT = "gpuinfra-agent.service"
@@ -208,14 +204,22 @@ def nccl_env_text(env: dict[str, str]) -> str:
     return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
+#: Seconds a pre-pull may run before systemd fails it (oneshot units have no start timeout by
+#: default, systemd.service(5) "TimeoutStartSec="): a ~20 GB image pulls in minutes, so a pull
+#: still running after 30 minutes is stalled; the health gate ordered after it then runs (and
+#: fails its all-reduce on this node) well inside the peers' result wait
+#: (:data:`gpuinfra.health.node.HEALTH_RESULT_WAIT_SECONDS`, 45 minutes) instead of never.
+PREPULL_TIMEOUT_SECONDS = 1800
+
+
 def prepull_unit(image: str) -> SystemdUnit:
     """:data:`PREPULL_UNIT` for ``image``: skipped when the image is already there; ``image``
     reaches ``docker`` as one argument (never as shell text).
 
     Raises:
-        SpecError: ``image`` is not an OCI reference (:func:`gpuinfra.spec.check_container_image`).
+        SpecError: ``image`` is not an OCI reference (:func:`gpuinfra.oci.check_image_reference`).
     """
-    check_container_image(image)
+    check_image_reference(image)
     return SystemdUnit(
         PREPULL_UNIT,
         "gpuinfra: pre-pull the training container image",
@@ -224,6 +228,7 @@ def prepull_unit(image: str) -> SystemdUnit:
         after=("docker.service", "network-online.target", SCRATCH_UNIT),
         type="oneshot",
         remain_after_exit=True,
+        timeout_start_sec=PREPULL_TIMEOUT_SECONDS,
         # ExecCondition: exit 0 runs the unit, 1-254 skips it (systemd.service(5), ExecCondition=)
         exec_condition=(shell('! /usr/bin/docker image inspect "$1" >/dev/null 2>&1', image),),
         exec_start=(command("/usr/bin/docker", "pull", image),),

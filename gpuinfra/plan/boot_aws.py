@@ -15,15 +15,13 @@ import gzip
 
 import yaml
 
-from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import EFA, ENA
 from gpuinfra.plan.aws import AwsClusterPlan
 from gpuinfra.plan.boot import (
-    PEER_DISCOVERY_WAIT_SECONDS,
     PREPULL_UNIT,
-    SCRATCH_MOUNT,
     CloudBoot,
     NodeBoot,
     node_boot,
@@ -48,6 +46,7 @@ from gpuinfra.plan.node_bundle import (
     health_template_vars,
 )
 from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
+from gpuinfra.plan.units import check_value
 from gpuinfra.spec import ClusterSpec
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -181,7 +180,7 @@ def cloud_config(boot: NodeBoot) -> str:
         "write_files": [{"path": f.path, "permissions": f.mode, "content": f.content} for f in boot.all_files()],
         "runcmd": [_Argv(step.argv) for step in boot.steps],
     }
-    header = "".join(f"# {line}\n" for line in boot.summary)
+    header = "".join(f"# {check_value('boot summary line', line)}\n" for line in boot.summary)
     body = yaml.dump(
         document,
         Dumper=_CloudConfigDumper,

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import shlex
 
-from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS, SCRATCH_MOUNT, TORCHRUN_PORT
 from gpuinfra.errors import SpecError
 from gpuinfra.plan.boot import (
-    PEER_DISCOVERY_WAIT_SECONDS,
     PREPULL_UNIT,
-    SCRATCH_MOUNT,
     BootStep,
     CloudBoot,
     NodeBoot,
@@ -36,7 +34,7 @@ from gpuinfra.plan.node_bundle import (
     health_template_vars,
 )
 from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
-from gpuinfra.plan.units import NodeFile
+from gpuinfra.plan.units import NodeFile, check_value
 from gpuinfra.spec import ClusterSpec
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
@@ -185,7 +183,7 @@ def startup_script(boot: NodeBoot) -> str:
     quoted delimiter, so nothing in it is expanded; ``cmp``: written only when changed), then the
     steps, each failure reported on stderr without stopping the boot (``set -e`` would skip the
     agent's start after a failed scratch). Paths and words are ``shlex.quote``-d."""
-    header = "".join(f"# {line}\n" for line in boot.summary)
+    header = "".join(f"# {check_value('boot summary line', line)}\n" for line in boot.summary)
     parts = ["#!/bin/bash\n", header, "set -euo pipefail\n\n", _INSTALL_FUNCTION, "\n"]
     parts += [_file(f) for f in boot.all_files()]
     parts.append("\n")

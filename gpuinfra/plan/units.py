@@ -56,14 +56,30 @@ _PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_@%+=:,./^~!|&<>*?()\[\]{}#-]+")
 
 
 def check_value(what: str, value: str) -> str:
-    """``value`` if it is one line without NUL (a unit-file setting is one line).
+    """``value`` if it is one line of printable characters (tabs allowed): a unit-file setting is
+    one line, and YAML (cloud-config) also breaks lines at U+0085, U+2028 and U+2029
+    (https://yaml.org/spec/1.2.2/#54-line-break-characters; PyYAML treats them as line breaks), so
+    those and every other control or separator character are refused.
 
     Raises:
-        UnitValueError: a newline, carriage return or NUL in ``value``.
+        UnitValueError: a line break, NUL or other non-printable character in ``value``.
     """
-    if any(c in value for c in "\n\r\0"):
-        raise UnitValueError(f"{what} {value!r} has a newline or NUL; a systemd setting is one line")
+    if any(not (c.isprintable() or c == "\t") for c in value):
+        raise UnitValueError(f"{what} {value!r} has a line break or control character; a setting is one line")
     return value
+
+
+def _setting_text(what: str, text: str) -> str:
+    """Free text for a unit setting: one printable line, ``%`` doubled (specifiers are resolved in
+    it), never ending in ``\\`` (a trailing backslash continues the line; systemd.syntax(7)).
+
+    Raises:
+        UnitValueError: a line break, control character or trailing backslash.
+    """
+    check_value(what, text)
+    if text.endswith("\\"):
+        raise UnitValueError(f"{what} {text!r} ends in a backslash, which would continue the setting")
+    return text.replace("%", "%%")
 
 
 def check_path(path: str) -> str:
@@ -95,7 +111,7 @@ def check_unit_name(name: str, writable: bool = False) -> str:
     return name
 
 
-def systemd_quote(word: str) -> str:
+def systemd_quote(word: str, *, variables: bool = True) -> str:
     """One command-line word in systemd's syntax (systemd.service(5), "Command lines",
     https://www.freedesktop.org/software/systemd/man/latest/systemd.service.html#Command%20lines;
     systemd.syntax(7), "Quoting", https://www.freedesktop.org/software/systemd/man/latest/systemd.syntax.html):
@@ -104,11 +120,16 @@ def systemd_quote(word: str) -> str:
     it holds neither ``'`` nor ``\\`` (nothing inside needs an escape), else in double quotes with
     ``\\`` and ``"`` escaped C-style. An empty word is ``''``.
 
+    ``variables=False`` is for settings where ``$`` has no meaning (``Environment=``,
+    systemd.exec(5): "variable expansion is not performed"): ``$`` is then written as it is.
+
     Raises:
-        UnitValueError: a newline, carriage return or NUL in ``word``.
+        UnitValueError: a line break or other non-printable character in ``word``.
     """
     check_value("command word", word)
-    escaped = word.replace("%", "%%").replace("$", "$$")
+    escaped = word.replace("%", "%%")
+    if variables:
+        escaped = escaped.replace("$", "$$")
     if _PLAIN_WORD_RE.fullmatch(word):
         return escaped
     if "'" not in word and "\\" not in word:
@@ -262,7 +283,7 @@ class SystemdUnit:
 
     def render(self) -> str:
         """The unit file's text (sections [Unit], [Service], [Install]; one setting a line)."""
-        lines = ["[Unit]", f"Description={self.description}"]
+        lines = ["[Unit]", f"Description={_setting_text('Description', self.description)}"]
         if not self.default_dependencies:
             lines.append("DefaultDependencies=no")
         for key, names in (
@@ -285,8 +306,8 @@ class SystemdUnit:
         if self.timeout_start_sec is not None:
             lines.append(f"TimeoutStartSec={self.timeout_start_sec}")
         # Environment= takes quoted "KEY=value" words (systemd.exec(5), "Environment=")
-        lines += [f"Environment={systemd_quote(f'{k}={v}')}" for k, v in self.environment]
-        lines += [f"EnvironmentFile={p}" for p in self.environment_file]
+        lines += [f"Environment={systemd_quote(f'{k}={v}', variables=False)}" for k, v in self.environment]
+        lines += [f"EnvironmentFile={check_path(p).replace('%', '%%')}" for p in self.environment_file]
         for key, commands in (
             ("ExecCondition", self.exec_condition),
             ("ExecStartPre", self.exec_start_pre),

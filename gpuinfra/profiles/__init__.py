@@ -110,7 +110,8 @@ class Profile(_Strict):
             existed load with monitoring on).
     """
 
-    name: str
+    #: Letters, digits, ``.``, ``_`` and ``-`` (it names files, tags and reaches the boot text).
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     description: str
     placement: Literal["required", "none"]
     high_bandwidth_networking: Literal["required", "preferred", "off"]

@@ -45,7 +45,7 @@ EXIT_REBOOT = 133
 STANDIN_PROGRAMS = {
     "/usr/local/bin/aws": "aws",
     "/usr/local/bin/gcloud": "gcloud",
-    "/usr/local/bin/docker": "docker",
+    "/usr/bin/docker": "docker",  # where the node images have it (the units name /usr/bin/docker)
     "/usr/local/bin/nvidia-smi": "nvidia-smi",
     "/usr/local/bin/fi_info": "fi_info",
     "/usr/local/sbin/shutdown": "shutdown",

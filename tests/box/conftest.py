@@ -2,7 +2,8 @@
 
 The tier needs root, ``systemd-nspawn`` (Debian: systemd-container), ``debootstrap``, ``ip``
 (iproute2), ``nsenter`` and overlayfs. Without them the tests skip with the reason; with
-``CI=true`` (.ci/run) a missing prerequisite fails them instead.
+``CI=true`` (the CI runner sets it for .ci/run, which runs as root and installs the tools) a
+missing prerequisite fails them instead.
 """
 
 from __future__ import annotations

@@ -102,8 +102,29 @@ class Cli:
         text = self.scenario["gpus"].get("fi_info")
         return (0, text, "") if text else (1, "", "fi_getinfo: -61 (No data available)\n")
 
+    def _images(self, add: str | None = None) -> set[str]:
+        """The node's local images (``images/<node>``, one per line); ``add`` one first."""
+        path = STATE / "images" / self.node["name"]
+        with LOCK:
+            images = set(path.read_text().split()) if path.exists() else set()
+            if add:
+                images.add(add)
+                path.parent.mkdir(exist_ok=True)
+                path.write_text("".join(f"{i}\n" for i in sorted(images)))
+        return images
+
     def _docker(self) -> tuple[int, str, str]:
         args = self.argv[1:]
+        # the node's image store: absent until pulled, tagged or built (docker image inspect exits 1)
+        if args[:2] == ["image", "inspect"]:
+            found = args[2] in self._images()
+            return (0, "[]\n", "") if found else (1, "[]\n", f"Error: No such image: {args[2]}\n")
+        if args[:1] == ["pull"]:
+            self._images(add=args[-1])
+        elif args[:1] == ["tag"]:
+            self._images(add=args[2])
+        elif args[:1] == ["build"] and "--tag" in args:
+            self._images(add=args[args.index("--tag") + 1])
         if args[:1] == ["run"] and any(a.endswith("gpuinfra_allreduce.py") for a in args):
             return 0, self.scenario["gpus"]["all_reduce"], ""
         if args[:1] == ["logs"]:

@@ -167,6 +167,19 @@ def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs,
         results = health_results(box, spec.stack)
         assert verdicts(results) == {f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes}
         assert not calls_of(box, ["gcloud", "compute", "instance-groups", "managed", "delete-instances"])
+        # the pre-pull unit pulled the profile's image once per node, before the gate ran
+        pulls = calls_of(box, ["docker", "pull"])
+        assert sorted(pulls) == sorted((n.name, ["docker", "pull", spec.profile.container_image]) for n in box.nodes)
+        for node in box.nodes:
+            pulled = min(c["t"] for c in box.calls() if c["node"] == node.name and c["argv"][:2] == ["docker", "pull"])
+            all_reduce = [
+                c["t"]
+                for c in box.calls()
+                if c["node"] == node.name
+                and c["argv"][:2] == ["docker", "run"]
+                and any(a.endswith("gpuinfra_allreduce.py") for a in c["argv"])
+            ]
+            assert all_reduce and pulled < min(all_reduce)
 
 
 def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer, tmp_path):

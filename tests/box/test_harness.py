@@ -194,7 +194,8 @@ def http(url: str, method: str = "GET", headers: dict | None = None) -> tuple[in
 
     request = urllib.request.Request(url, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # 127.0.0.1 never via a proxy
+        with opener.open(request, timeout=5) as response:
             return response.status, response.read().decode(), dict(response.headers)
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode(), dict(exc.headers)

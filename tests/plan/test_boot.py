@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from gpuinfra.errors import ExitCode, SpecError, UnitValueError
 from gpuinfra.plan.aws import plan_aws_cluster
@@ -220,7 +221,8 @@ def test_a_unit_command_passes_any_value_to_the_program_as_one_argument(value):
 
 def test_systemd_quoting_escapes_specifiers_variables_and_quotes():
     assert systemd_quote("plain/path:tag") == "plain/path:tag"
-    assert systemd_quote("$HOME") == "'$$HOME'" or systemd_quote("$HOME") == "$$HOME"
+    assert systemd_quote("$HOME") == "'$$HOME'"
+    assert systemd_quote("$HOME", variables=False) == "'$HOME'"  # Environment=: no variable expansion
     assert systemd_quote("50%") == "50%%"
     assert systemd_quote("a b") == "'a b'"
     assert systemd_quote("it's") == '"it\'s"'
@@ -291,3 +293,40 @@ def test_facts_recorded_before_the_gpudirect_field_get_it_from_the_same_table():
     data = spec.facts.model_dump(mode="json")
     del data["gpudirect_rdma"]
     assert type(spec.facts).model_validate(data).gpudirect_rdma is True
+
+
+#: A profile name that YAML (and so cloud-init) would split into lines: U+2028 is a YAML line break.
+EVIL_PROFILE_NAME = "llm\u2028bootcmd: [[sh, -c, 'id > /root/pwned']]\u2028#"
+
+
+def test_a_profile_name_with_a_yaml_line_break_is_refused_when_the_profile_loads():
+    profile = read_stack_spec(ROOT, EXAMPLES["aws"]).profile
+    with pytest.raises(ValidationError, match="name"):
+        type(profile).model_validate({**profile.model_dump(), "name": EVIL_PROFILE_NAME})
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_no_writer_puts_a_line_break_from_a_value_into_the_boot_text(cloud):
+    spec = read_stack_spec(ROOT, EXAMPLES[cloud])
+    # past validation (model_copy does not validate): the writers refuse it themselves
+    evil = spec.model_copy(update={"profile": spec.profile.model_copy(update={"name": EVIL_PROFILE_NAME})})
+    with pytest.raises((UnitValueError, ValueError), match="line break"):
+        _boot_and_text(cloud, evil)
+
+
+def test_unit_environment_keeps_dollar_signs_and_free_text_cannot_continue_a_line():
+    unit = SystemdUnit(
+        "x.service", "50% done", type="oneshot", exec_start=(command("/bin/true"),), environment=(("PRICE", "$5 a b"),)
+    )
+    settings = _unit_settings(unit.render())
+    assert settings["Environment"] == ["'PRICE=$5 a b'"] and settings["Description"] == ["50%% done"]
+    with pytest.raises(UnitValueError, match="backslash"):
+        SystemdUnit("x.service", "ends in \\", type="oneshot", exec_start=(command("/bin/true"),)).render()
+
+
+def test_a_stalled_pre_pull_ends_inside_the_peers_result_wait():
+    from gpuinfra.health.node import HEALTH_RESULT_WAIT_SECONDS
+
+    settings = _unit_settings(prepull_unit("nvcr.io/nvidia/pytorch:25.01-py3").render())
+    assert settings["Type"] == ["oneshot"]  # no start timeout unless one is set
+    assert 0 < int(settings["TimeoutStartSec"][0]) < HEALTH_RESULT_WAIT_SECONDS
