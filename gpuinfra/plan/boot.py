@@ -38,7 +38,6 @@ from gpuinfra.plan.units import (
     NODE_LIB,
     SBIN_DIR,
     SCRATCH_FAILED_PATH,
-    ExecCommand,
     NodeFile,
     SystemdUnit,
     check_unit_name,
