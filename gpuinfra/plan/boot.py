@@ -29,6 +29,8 @@ from typing import Literal
 from gpuinfra.agent.constants import SCRATCH_MOUNT
 from gpuinfra.errors import UnitValueError
 from gpuinfra.oci import check_image_reference
+from gpuinfra.plan.node_bundle import BUNDLE_FETCH_PATH, fetch_systemd_unit
+from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES
 from gpuinfra.plan.units import (
     CLUSTER_ENV_PATH,
     ETC_DIR,
@@ -125,7 +127,6 @@ class NodeBoot:
         files: node files (scripts, settings), unit files not included, each path once.
         units: the units the boot writes, in start order (``delivery="boot"``).
         steps: ``systemctl`` calls in order (apt off, ``daemon-reexec``, unit starts...).
-        node_env: ``/etc/gpuinfra/node.env`` settings (the agent's), for readers of the manifest.
 
     Raises:
         UnitValueError: a path or unit written twice, or a step starting a unit not listed.
@@ -136,7 +137,6 @@ class NodeBoot:
     files: tuple[NodeFile, ...]
     units: tuple[SystemdUnit, ...]
     steps: tuple[BootStep, ...]
-    node_env: str
 
     def __post_init__(self) -> None:
         paths = [f.path for f in self.all_files()]
@@ -170,9 +170,9 @@ class CloudBoot:
         bundle_fetch_script: ``templates/node-bundle-fetch.sh.j2`` rendered for the bucket.
         prepull: the node pre-pulls the profile's container image with :data:`PREPULL_UNIT`
             (False where the bundle builds the training image from it instead: AWS EFA nodes).
-        docker_dropin: the Docker drop-in whose change restarts Docker.
-        node_files: path -> content of the settings every node gets
-            (:data:`gpuinfra.plan.node_files.NODE_FILES`).
+
+    What is the same on both clouds (the bundle fetch unit and path, the node settings files,
+    the Docker drop-in) :func:`node_boot` takes from its own module, not from here.
     """
 
     cloud: Literal["aws", "gcp"]
@@ -183,11 +183,7 @@ class CloudBoot:
     nccl_env: dict[str, str]
     node_env: str
     bundle_fetch_script: str
-    bundle_fetch_path: str
-    bundle_unit: SystemdUnit
     prepull: bool
-    docker_dropin: str
-    node_files: dict[str, str]
 
 
 def nccl_env_text(env: dict[str, str]) -> str:
@@ -268,11 +264,12 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         start="block",
         status_file=SCRATCH_FAILED_PATH,
     )
+    bundle = fetch_systemd_unit()
     cluster_env = SystemdUnit(
         CLUSTER_ENV_UNIT,
         f"gpuinfra: discover peers and write {CLUSTER_ENV_PATH}",
         wants=("network-online.target",),
-        after=("network-online.target", cloud.bundle_unit.name),
+        after=("network-online.target", bundle.name),
         start_limit_interval_sec=0,
         type="oneshot",
         remain_after_exit=True,
@@ -281,15 +278,15 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         restart="on-failure",
         restart_sec=30,
     )
-    units = [agent, scratch, cloud.bundle_unit, cluster_env]
+    units = [agent, scratch, bundle, cluster_env]
     if cloud.prepull and spec.profile.container_image:
         units.append(prepull_unit(spec.profile.container_image))
     files = (
         NodeFile(SCRATCH_SCRIPT_PATH, "0755", cloud.scratch_script),
         NodeFile(CLUSTER_ENV_SCRIPT_PATH, "0755", cloud.cluster_env_script),
-        NodeFile(cloud.bundle_fetch_path, "0755", cloud.bundle_fetch_script),
+        NodeFile(BUNDLE_FETCH_PATH, "0755", cloud.bundle_fetch_script),
         NodeFile(AGENT_PATH, "0755", agent_source()),
-        *(NodeFile(path, "0644", content) for path, content in cloud.node_files.items()),
+        *(NodeFile(path, "0644", content) for path, content in NODE_FILES.items()),
         NodeFile(NCCL_ENV_PATH, "0644", nccl_env_text(cloud.nccl_env)),
         NodeFile(PROFILE_SCRIPT_PATH, "0644", profile_script()),
         NodeFile(NODE_ENV_PATH, "0644", cloud.node_env),
@@ -307,14 +304,14 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         BootStep(("systemctl", "enable", "--now", "fstrim.timer")),
         start_step(scratch),
         # Docker may already run with the old limits: restart it once when its drop-in is new
-        BootStep(("systemctl", "try-restart", "docker.service"), when_changed=cloud.docker_dropin),
+        BootStep(("systemctl", "try-restart", "docker.service"), when_changed=DOCKER_MEMLOCK_DROPIN),
         *(start_step(u) for u in units[2:]),
     )
     summary = (
         f"gpuinfra node bootstrap for stack {spec.stack} ({spec.instance_type}, profile {spec.profile.name}).",
         *cloud.summary,
     )
-    return NodeBoot(cloud.cloud, summary, files, tuple(units), steps, cloud.node_env)
+    return NodeBoot(cloud.cloud, summary, files, tuple(units), steps)
 
 
 def profile_script() -> str:

@@ -37,16 +37,13 @@ from gpuinfra.plan.fabric import (
 )
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.node_bundle import (
-    BUNDLE_FETCH_PATH,
     NodeBundle,
     add_health_gate,
     add_monitoring,
     fetch_script,
-    fetch_systemd_unit,
     health_template_vars,
 )
-from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
-from gpuinfra.plan.units import check_value
+from gpuinfra.plan.node_files import node_env, scratch_script
 from gpuinfra.spec import ClusterSpec
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -137,13 +134,9 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         nccl_env=nccl_env(plan, spec.facts),
         node_env=node_env(spec, "aws", bucket, SCRATCH_MOUNT),
         bundle_fetch_script=fetch_script("aws", bucket),
-        bundle_fetch_path=BUNDLE_FETCH_PATH,
-        bundle_unit=fetch_systemd_unit(),
         # EFA nodes build the training image from the profile's image at boot (the bundle's
         # gpuinfra-image.service pulls it): no separate pre-pull
         prepull=not plan.efa_count,
-        docker_dropin=DOCKER_MEMLOCK_DROPIN,
-        node_files=NODE_FILES,
     )
     return node_boot(spec, cloud)
 
@@ -180,7 +173,7 @@ def cloud_config(boot: NodeBoot) -> str:
         "write_files": [{"path": f.path, "permissions": f.mode, "content": f.content} for f in boot.all_files()],
         "runcmd": [_Argv(step.argv) for step in boot.steps],
     }
-    header = "".join(f"# {check_value('boot summary line', line)}\n" for line in boot.summary)
+    header = "".join(f"# {line}\n" for line in boot.summary)  # one line each (NodeBoot checks)
     body = yaml.dump(
         document,
         Dumper=_CloudConfigDumper,

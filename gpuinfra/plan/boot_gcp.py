@@ -25,16 +25,14 @@ from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.naming import dns_safe
 from gpuinfra.plan.node_bundle import (
-    BUNDLE_FETCH_PATH,
     NodeBundle,
     add_health_gate,
     add_monitoring,
     fetch_script,
-    fetch_systemd_unit,
     health_template_vars,
 )
-from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES, node_env, scratch_script
-from gpuinfra.plan.units import NodeFile, check_value
+from gpuinfra.plan.node_files import node_env, scratch_script
+from gpuinfra.plan.units import NodeFile
 from gpuinfra.spec import ClusterSpec
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
@@ -116,11 +114,7 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
         nccl_env=nccl_env(plan.nic_layout),
         node_env=node_env(spec, "gcp", bucket, SCRATCH_MOUNT),
         bundle_fetch_script=fetch_script("gcp", bucket),
-        bundle_fetch_path=BUNDLE_FETCH_PATH,
-        bundle_unit=fetch_systemd_unit(),
         prepull=True,
-        docker_dropin=DOCKER_MEMLOCK_DROPIN,
-        node_files=NODE_FILES,
     )
     return node_boot(spec, cloud)
 
@@ -183,7 +177,7 @@ def startup_script(boot: NodeBoot) -> str:
     quoted delimiter, so nothing in it is expanded; ``cmp``: written only when changed), then the
     steps, each failure reported on stderr without stopping the boot (``set -e`` would skip the
     agent's start after a failed scratch). Paths and words are ``shlex.quote``-d."""
-    header = "".join(f"# {check_value('boot summary line', line)}\n" for line in boot.summary)
+    header = "".join(f"# {line}\n" for line in boot.summary)  # one line each (NodeBoot checks)
     parts = ["#!/bin/bash\n", header, "set -euo pipefail\n\n", _INSTALL_FUNCTION, "\n"]
     parts += [_file(f) for f in boot.all_files()]
     parts.append("\n")

@@ -190,11 +190,6 @@ def efa_image_build(base_image: str) -> ImageBuild:
 IMAGE_UNIT = "gpuinfra-image.service"
 
 
-def image_build_unit(build: ImageBuild) -> str:
-    """:func:`image_build_systemd_unit` as unit-file text."""
-    return image_build_systemd_unit(build).render()
-
-
 def image_build_systemd_unit(build: ImageBuild) -> SystemdUnit:
     """``gpuinfra-image.service``: ``docker build`` of ``build`` once Docker and scratch are up
     (or ``docker tag`` of the base when it already has the EFA user space); skipped when the tag

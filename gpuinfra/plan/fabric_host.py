@@ -287,11 +287,6 @@ RXDM_CONTAINER = "gpuinfra-rxdm"
 FABRIC_HOST_UNIT = "gpuinfra-fabric-host.service"
 
 
-def fabric_host_unit(host: HostStack) -> str:
-    """:func:`fabric_host_systemd_unit` as unit-file text."""
-    return fabric_host_systemd_unit(host).render()
-
-
 def fabric_host_systemd_unit(host: HostStack) -> SystemdUnit:
     """``gpuinfra-fabric-host.service``: :data:`HOST_SCRIPT_PATH` once per boot after Docker
     (an A3 Mega first boot builds a kernel module and waits up to 120 s for NICs and 120 s for

@@ -212,11 +212,6 @@ def fetch_script(cloud: str, bucket: str) -> str:
     ).rstrip("\n")
 
 
-def fetch_unit() -> str:
-    """``gpuinfra-bundle.service`` text (:func:`fetch_systemd_unit`)."""
-    return fetch_systemd_unit().render()
-
-
 def fetch_systemd_unit() -> SystemdUnit:
     """``gpuinfra-bundle.service``: fetch on every boot, retried every 20 s until the bucket
     answers (``StartLimitIntervalSec=0``: no limit on the retries)."""

@@ -271,15 +271,15 @@ def test_unit_shell_commands_pass_shellcheck(tmp_path, unit):
     turns "$$" into "$" (systemd.service(5)), then the body must be valid sh."""
     import shlex
 
-    from gpuinfra.plan.fabric import image_build_unit
-    from gpuinfra.plan.fabric_host import fabric_host_unit, gcp_host_stack
+    from gpuinfra.plan.fabric import image_build_systemd_unit
+    from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
     from gpuinfra.plan.gcp import nccl_env
 
     if unit == "image":
-        text = image_build_unit(efa_image_build(IMAGE))
+        text = image_build_systemd_unit(efa_image_build(IMAGE)).render()
     else:
         spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
-        text = fabric_host_unit(gcp_host_stack("tcpxo", spec.facts, nccl_env("tcpxo")))
+        text = fabric_host_systemd_unit(gcp_host_stack("tcpxo", spec.facts, nccl_env("tcpxo"))).render()
         assert "rc=$$?" in text and 'exit "$$rc"' in text
     line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
     argv = shlex.split(line.removeprefix("ExecStart=").replace("$$", "$"))

@@ -234,9 +234,7 @@ def test_systemd_quoting_escapes_specifiers_variables_and_quotes():
 def test_the_gcp_writer_quotes_paths_and_never_expands_file_content():
     boot, _, _ = _boot_and_text("gcp")
     evil = NodeFile("/etc/gpuinfra/x.conf", "0644", "$(touch /tmp/PWNED)\nGPUINFRA_EOF\n`id`\n")
-    script = startup_script(
-        type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps, boot.node_env)
-    )
+    script = startup_script(type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps))
     mode, content = gcp_script_files(script)["/etc/gpuinfra/x.conf"]
     assert content == evil.content and mode == "0644"
     line = next(text for text in script.splitlines() if text.startswith("gpuinfra_file /etc/gpuinfra/x.conf"))
@@ -247,7 +245,7 @@ def test_the_aws_writer_cannot_be_given_extra_keys_by_a_value():
     boot, _, _ = _boot_and_text("aws")
     evil = NodeFile("/etc/gpuinfra/x.conf", "0644", "a\nruncmd:\n- [touch, /tmp/PWNED]\n")
     document = yaml.safe_load(
-        cloud_config(type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps, boot.node_env))
+        cloud_config(type(boot)(boot.cloud, boot.summary, (*boot.files, evil), boot.units, boot.steps))
     )
     assert set(document) == {"write_files", "runcmd"}
     assert ["touch", "/tmp/PWNED"] not in document["runcmd"]
