@@ -25,7 +25,7 @@ from typing import Literal
 
 from gpuinfra.agent.constants import SCRATCH_MOUNT
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.fabrics import EFA, FABRICS, GVNIC, TCPX, TCPXO, Fabric, NcclPlugin
+from gpuinfra.fabrics import EFA, FABRICS, GVNIC, Fabric, NcclPlugin
 from gpuinfra.health import node as health_node
 from gpuinfra.plan.units import CLUSTER_ENV_PATH, ETC_DIR, NCCL_ENV_PATH, NODE_ENV_PATH, SystemdUnit, shell
 from gpuinfra.templating import render
@@ -43,12 +43,6 @@ EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
 #: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
 STACK_LIMIT_BYTES = 67108864
 
-#: Host-side images for the host install (the records' pins).
-TCPX_RXDM_IMAGE = TCPX.host.rxdm_image
-TCPX_PLUGIN_INSTALLER_IMAGE = TCPX.host.plugin_installer_image
-TCPXO_RXDM_IMAGE = TCPXO.host.rxdm_image
-TCPXO_PLUGIN_INSTALLER_IMAGE = TCPXO.host.plugin_installer_image
-
 #: EFA user space built into the training image on EFA nodes (:data:`gpuinfra.fabrics.EFA`).
 EFA_INSTALLER_VERSION = EFA.host.versions["efa-installer"]
 AWS_OFI_NCCL_VERSION = EFA.host.versions["aws-ofi-nccl"]
@@ -63,7 +57,6 @@ def _efa_plugin() -> NcclPlugin:
 
 OFI_NCCL_PREFIX = str(PurePosixPath(_efa_plugin().library).parent.parent)
 #: What an image with the EFA user space has (the requirements gpuinfra-run checks, below).
-EFA_PLUGIN_PATH = _efa_plugin().library
 EFA_USER_SPACE_GLOBS = " ".join(glob for glob, _ in EFA.container.image_needs)
 #: Build context of the boot-time image build (gpuinfra-image.service).
 IMAGE_BUILD_DIR = f"{ETC_DIR}/image"

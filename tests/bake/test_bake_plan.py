@@ -12,6 +12,7 @@ import pytest
 from gpuinfra.bake.plan import CATALOG_ARCHITECTURE, plan_bake
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import BakeError, ExitCode
+from gpuinfra.fabrics import TCPXO
 from gpuinfra.plan import fabric, fabric_host
 from tests.bake.conftest import DLVM_FAMILY, aws_request, gcp_request
 
@@ -47,7 +48,7 @@ def test_a3mega_manifest_has_the_tcpxo_host_pins(a3mega_bake):
     assert m.fabric == "tcpxo"
     assert (
         m.rxdm_image
-        == fabric.TCPXO_RXDM_IMAGE
+        == TCPXO.host.rxdm_image
         == "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.23"
     )
     assert m.dmabuf_import_helper_version == fabric_host.DMABUF_IMPORT_HELPER_VERSION == "1.1"
