@@ -55,3 +55,35 @@ def box_timer(request):
     started = time.monotonic()
     yield
     SUMMARY_LINES.append(f"box: {request.node.name} {time.monotonic() - started:.0f} s")
+
+
+#: Rows of the fault table: (test, fault, outcome, seconds until the node ended or the data was
+#: saved), printed as one table at the end of the run (:func:`pytest_terminal_summary`).
+FAULT_ROWS: list[tuple[str, str, str, float]] = []
+
+
+@pytest.fixture
+def fault_row(request):
+    """``fault_row(fault, outcome, seconds)``: add one row to the box fault table."""
+
+    def add(fault: str, outcome: str, seconds: float) -> None:
+        FAULT_ROWS.append((request.node.name, fault, outcome, seconds))
+
+    return add
+
+
+def fault_table(rows: list[tuple[str, str, str, float]]) -> list[str]:
+    """The fault table's lines (no lines when no row was added)."""
+    if not rows:
+        return []
+    cells = [("test", "fault", "outcome", "seconds")] + [(t, f, o, f"{s:.0f}") for t, f, o, s in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(4)]
+    return ["box fault table:"] + [
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells
+    ]
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Print the fault table after the run."""
+    for line in fault_table(FAULT_ROWS):
+        terminalreporter.write_line(line)
