@@ -1,5 +1,8 @@
 """The stack's S3 bucket: same region, all public access blocked, encrypted, scratch-prefix
-lifecycle, versioning per profile, kept on destroy unless the stack says otherwise.
+lifecycle, versioning per profile (on wherever the profile allows spot, with earlier versions
+expiring after ``bucket.noncurrent_version_days``: S3 lifecycle ``NoncurrentVersionExpiration``,
+docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-configuration-examples.html), kept on
+destroy unless the stack says otherwise.
 
 Sources: awsome-distributed-training 1.architectures/0.common/0.private-bucket.yaml (all four
 PublicAccessBlock flags); docs/sources/cluster-facts.md section 6 rule 11; the deny-non-TLS bucket policy of
@@ -97,6 +100,20 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
                 "expiration": {"days": days},
                 "noncurrent_version_expiration": {"noncurrent_days": days},
             },
+            *(
+                [
+                    {  # earlier versions of replaced or deleted objects (LATEST, checkpoints a user prunes)
+                        "id": "expire-noncurrent-versions",
+                        "status": "Enabled",
+                        "filter": {"prefix": ""},
+                        "noncurrent_version_expiration": {
+                            "noncurrent_days": spec.profile.bucket.noncurrent_version_days
+                        },
+                    }
+                ]
+                if spec.profile.bucket.versioning
+                else []
+            ),
             {
                 "id": "abort-incomplete-uploads",
                 "status": "Enabled",
