@@ -89,40 +89,32 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
         opts=opts,
     )
     days = spec.profile.bucket.scratch_expiry_days
-    aws.s3.BucketLifecycleConfiguration(
-        child(name, "bucket-lifecycle"),
-        bucket=bucket.id,
-        rules=[
+    rules: list[aws.s3.BucketLifecycleConfigurationRuleArgsDict] = [
+        {
+            "id": "expire-scratch",
+            "status": "Enabled",
+            "filter": {"prefix": spec.profile.bucket.scratch_prefix},
+            "expiration": {"days": days},
+            "noncurrent_version_expiration": {"noncurrent_days": days},
+        },
+        {
+            "id": "abort-incomplete-uploads",
+            "status": "Enabled",
+            "filter": {"prefix": ""},
+            "abort_incomplete_multipart_upload": {"days_after_initiation": INCOMPLETE_UPLOAD_DAYS},
+        },
+    ]
+    if spec.profile.bucket.versioning:  # earlier versions of replaced or deleted objects (LATEST, pruned checkpoints)
+        rules.insert(
+            1,
             {
-                "id": "expire-scratch",
-                "status": "Enabled",
-                "filter": {"prefix": spec.profile.bucket.scratch_prefix},
-                "expiration": {"days": days},
-                "noncurrent_version_expiration": {"noncurrent_days": days},
-            },
-            *(
-                [
-                    {  # earlier versions of replaced or deleted objects (LATEST, checkpoints a user prunes)
-                        "id": "expire-noncurrent-versions",
-                        "status": "Enabled",
-                        "filter": {"prefix": ""},
-                        "noncurrent_version_expiration": {
-                            "noncurrent_days": spec.profile.bucket.noncurrent_version_days
-                        },
-                    }
-                ]
-                if spec.profile.bucket.versioning
-                else []
-            ),
-            {
-                "id": "abort-incomplete-uploads",
+                "id": "expire-noncurrent-versions",
                 "status": "Enabled",
                 "filter": {"prefix": ""},
-                "abort_incomplete_multipart_upload": {"days_after_initiation": INCOMPLETE_UPLOAD_DAYS},
+                "noncurrent_version_expiration": {"noncurrent_days": spec.profile.bucket.noncurrent_version_days},
             },
-        ],
-        opts=opts,
-    )
+        )
+    aws.s3.BucketLifecycleConfiguration(child(name, "bucket-lifecycle"), bucket=bucket.id, rules=rules, opts=opts)
     return bucket
 
 

@@ -2,7 +2,7 @@
 
 Standard library only (the node bundle ships it, :data:`gpuinfra.plan.node_bundle.NODE_MODULES`);
 the agent (:mod:`gpuinfra.agent.node`) imports it once the bundle is installed. Documented for
-users in ``docs/checkpoints.md``.
+users in README.md, "Checkpoints: sync, shutdown, restore".
 
 **A checkpoint** is a folder directly under the checkpoint dir (``GPUINFRA_CHECKPOINT_DIR``,
 default ``<scratch>/checkpoints``); files directly in the dir are not synced. A folder is
@@ -577,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     restore at boot (``gpuinfra-restore.service``); always exits 0 with ``resume.env`` written."""
     import argparse
 
-    from gpuinfra.agent import node as agent_node
+    from gpuinfra.agent import node as agent_node  # node imports this module lazily: no cycle at import
 
     parser = argparse.ArgumentParser(description="gpuinfra checkpoint restore")
     parser.add_argument("command", choices=["restore"])

@@ -23,7 +23,7 @@ PEER_DISCOVERY_WAIT_SECONDS = 900
 
 # ---------------------------------------------------------------- checkpoints (gpuinfra.agent.checkpoints)
 #: File a job writes *last* into a checkpoint folder to say "this checkpoint is complete"; the
-#: node syncs a folder only once it is complete (docs/checkpoints.md).
+#: node syncs a folder only once it is complete (README "Checkpoints").
 CHECKPOINT_COMPLETE_MARKER = ".gpuinfra-complete"
 #: Variable in the job's environment (``gpuinfra-run``): the checkpoint folder restored at boot,
 #: empty when there is nothing to resume from.

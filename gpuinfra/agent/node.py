@@ -17,9 +17,11 @@ Every ``--poll-seconds`` it:
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
   cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice).
 
-On a spot notice it syncs the checkpoint folder to ``<bucket>/checkpoints/<stack>/<node>/`` (one
-prefix per node, so ranks that write files of the same name never overwrite each other) within
-the notice window. On idle or expiry it syncs for at most :data:`END_SYNC_BOUND_SECONDS`, then
+Checkpoints (complete folders, newest first, one bucket part per node rank) are synced by
+:mod:`gpuinfra.agent.checkpoints`, which the node bundle installs beside this file: in a
+background thread (every ``GPUINFRA_CHECKPOINT_INTERVAL_MINUTES``, on completion, on the
+operator's sync request and the AWS rebalance recommendation), within the window of a spot
+notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). On idle or expiry it syncs for at most :data:`END_SYNC_BOUND_SECONDS`, then
 ends the node whatever the sync did: AWS ``shutdown -h now`` (the launch template's
 instance-initiated shutdown behaviour is *terminate*); GCP deletes its own VM from the managed
 instance group (the group shrinks, nothing is recreated). ``--dry-run`` logs instead of acting.
@@ -522,7 +524,7 @@ def keep_syncing(agent: Agent) -> None:
     (interval syncs, inotify, sync requests, rebalance recommendations)."""
     while True:
         try:
-            from gpuinfra.agent import checkpoints
+            from gpuinfra.agent import checkpoints  # the bundle's module: absent until it is installed
 
             sync, cloud = agent.syncer(), agent.config.cloud  # type: ignore[misc]
             poll = checkpoints.Requests(sync, cloud, agent.metadata._get).poll  # type: ignore[arg-type]
