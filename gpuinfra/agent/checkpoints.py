@@ -287,8 +287,8 @@ class CheckpointSync:
         self.root, self.bucket, self.stack, self.node = root, bucket, stack, node
         self.state_file, self.clock, self.wall, self.quiet_seconds = state_file, clock, wall, quiet_seconds
         self.cluster_env = cluster_env
-        self.lock = threading.Lock()
-        self.cap = float("inf")  # the tightest deadline asked for: a running pass stops there too
+        self.changed = threading.Condition()  # guards uploaded, latest_ns, in_flight
+        self.in_flight: set[str] = set()
         self.uploaded: dict[str, str] = {}
         self.latest_ns = 0
         try:
@@ -316,54 +316,66 @@ class CheckpointSync:
         return [f for f in folders if f.complete and self.uploaded.get(f.name) != f.signature]
 
     def sync(self, deadline: float) -> SyncResult:
-        """Upload :meth:`pending` folders until ``deadline`` (:attr:`clock` seconds). A pass
-        already running is given the same deadline and waited for; failures are logged, never
-        raised.
+        """Upload :meth:`pending` folders, newest first, until ``deadline`` (:attr:`clock`
+        seconds). Calls may overlap (a spot notice during a background pass): each takes the
+        newest folder no other call is uploading, and waits (until ``deadline``) for the ones
+        another call is uploading. Failures are logged, never raised.
 
         Returns:
             What this call uploaded; ``complete`` False when a complete folder is not in the
             bucket (out of time, an upload failed, or the folder changed during its upload).
         """
-        self.cap = min(self.cap, deadline)
         result = SyncResult()
-        if not self.lock.acquire(timeout=max(0.0, deadline - self.clock())):
-            return SyncResult(complete=False)
-        try:
-            return self._pass(deadline, result)
-        finally:
-            self.cap = float("inf")
-            self.lock.release()
-
-    def _pass(self, deadline: float, result: SyncResult) -> SyncResult:
-        for folder in self.pending():
-            left = min(deadline, self.cap) - self.clock()
-            if left <= 0:
-                result.complete = False
-                break
-            key = f"{self.prefix()}/{folder.name}/{folder.signature}"
+        tried: set[str] = set()
+        while True:
+            with self.changed:
+                pending = self.pending()
+                todo = [f for f in pending if f.name not in self.in_flight and f.name not in tried]
+                elsewhere = [f for f in pending if f.name in self.in_flight]
+                left = deadline - self.clock()
+                if left <= 0 or not (todo or elsewhere):
+                    result.complete = result.complete and not pending
+                    break
+                if not todo:  # only other calls' uploads left: wait for them
+                    self.changed.wait(min(left, 1.0))
+                    continue
+                folder = todo[0]
+                tried.add(folder.name)
+                self.in_flight.add(folder.name)
             try:
-                self.bucket.put_tree(folder.path, key, left)
-            except (OSError, subprocess.SubprocessError) as exc:
-                LOG.info("checkpoint %s not uploaded: %r", folder.name, exc)
-                result.complete = False
-                continue
-            after = inspect_folder(folder.path, self.wall(), self.quiet_seconds)
-            if after.signature != folder.signature or not after.complete:
-                LOG.info("checkpoint %s changed during its upload: not recorded, LATEST kept", folder.name)
-                result.complete = False
-                continue
-            self.uploaded[folder.name] = folder.signature
-            result.uploaded.append(folder.name)
-            result.files += len(folder.files)
-            newer = folder.newest_ns > self.latest_ns
-            if newer and not self._write_latest(folder, key, min(deadline, self.cap) - self.clock()):
-                result.complete = False
-            self._save_state()
+                self._upload(folder, deadline, result)
+            finally:
+                with self.changed:
+                    self.in_flight.discard(folder.name)
+                    self.changed.notify_all()
         if result.uploaded:
             LOG.info("synced checkpoint(s) %s to %s", ", ".join(result.uploaded), self.bucket.url(self.prefix()))
         return result
 
+    def _upload(self, folder: Folder, deadline: float, result: SyncResult) -> None:
+        key = f"{self.prefix()}/{folder.name}/{folder.signature}"
+        try:
+            self.bucket.put_tree(folder.path, key, deadline - self.clock())
+        except (OSError, subprocess.SubprocessError) as exc:
+            LOG.info("checkpoint %s not uploaded: %r", folder.name, exc)
+            result.complete = False
+            return
+        after = inspect_folder(folder.path, self.wall(), self.quiet_seconds)
+        if after.signature != folder.signature or not after.complete:
+            LOG.info("checkpoint %s changed during its upload: not recorded, LATEST kept", folder.name)
+            result.complete = False
+            return
+        with self.changed:
+            self.uploaded[folder.name] = folder.signature
+            result.uploaded.append(folder.name)
+            result.files += len(folder.files)
+            if folder.newest_ns > self.latest_ns and not self._write_latest(folder, key, deadline - self.clock()):
+                result.complete = False
+            self._save_state()
+
     def _write_latest(self, folder: Folder, key: str, left: float) -> bool:
+        """Point ``LATEST`` at ``folder`` (its upload at ``key`` is complete); False when the
+        write failed (the folder stays recorded; the next newer folder writes it again)."""
         doc = {
             "checkpoint": folder.name,
             "key": key,

@@ -235,3 +235,41 @@ def test_the_watcher_wakes_on_a_marker(tmp_path):
     (root / "step-1" / CHECKPOINT_COMPLETE_MARKER).write_text("")
     assert watcher.wait(5, set) is True
     assert watcher.wait(0.1, set) is False
+
+
+def test_a_notice_during_a_background_upload_sends_the_newest_at_once(tmp_path):
+    import threading
+    import time
+
+    cli = FakeCli()
+    sync = ck.CheckpointSync(
+        tmp_path / "ckpt",
+        ck.Bucket("aws", "bkt", run=cli),
+        "st",
+        "i-0abc",
+        state_file=tmp_path / "state.json",
+        cluster_env=tmp_path / "cluster.env",
+    )
+    now = time.time()
+    checkpoint(sync.root, "step-1", now - 500)
+    release, started = threading.Event(), threading.Event()
+
+    def slow(folder):  # the background pass's upload of step-1 is still running
+        if folder.name == "step-1":
+            started.set()
+            release.wait(30)
+
+    cli.during_upload = slow
+    background = threading.Thread(target=sync.sync, args=(time.monotonic() + 60,))
+    background.start()
+    assert started.wait(10)
+    checkpoint(sync.root, "step-2", now - 10)  # completes meanwhile; then the spot notice
+    t0 = time.monotonic()
+    result = sync.sync(t0 + 2)
+    assert result.uploaded == ["step-2"] and not result.complete  # step-1 still in flight at the deadline
+    assert 1.9 < time.monotonic() - t0 < 5
+    assert latest(cli, "node-i-0abc")["checkpoint"] == "step-2"
+    release.set()
+    background.join(10)
+    assert latest(cli, "node-i-0abc")["checkpoint"] == "step-2"  # the older upload does not move it back
+    assert sync.uploaded.keys() == {"step-1", "step-2"}
