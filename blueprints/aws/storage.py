@@ -1,5 +1,8 @@
 """The stack's S3 bucket: same region, all public access blocked, encrypted, scratch-prefix
-lifecycle, versioning per profile, kept on destroy unless the stack says otherwise.
+lifecycle, versioning per profile (on wherever the profile allows spot, with earlier versions
+expiring after ``bucket.noncurrent_version_days``: S3 lifecycle ``NoncurrentVersionExpiration``,
+docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-configuration-examples.html), kept on
+destroy unless the stack says otherwise.
 
 Sources: awsome-distributed-training 1.architectures/0.common/0.private-bucket.yaml (all four
 PublicAccessBlock flags); docs/sources/cluster-facts.md section 6 rule 11; the deny-non-TLS bucket policy of
@@ -86,26 +89,32 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
         opts=opts,
     )
     days = spec.profile.bucket.scratch_expiry_days
-    aws.s3.BucketLifecycleConfiguration(
-        child(name, "bucket-lifecycle"),
-        bucket=bucket.id,
-        rules=[
+    rules: list[aws.s3.BucketLifecycleConfigurationRuleArgsDict] = [
+        {
+            "id": "expire-scratch",
+            "status": "Enabled",
+            "filter": {"prefix": spec.profile.bucket.scratch_prefix},
+            "expiration": {"days": days},
+            "noncurrent_version_expiration": {"noncurrent_days": days},
+        },
+        {
+            "id": "abort-incomplete-uploads",
+            "status": "Enabled",
+            "filter": {"prefix": ""},
+            "abort_incomplete_multipart_upload": {"days_after_initiation": INCOMPLETE_UPLOAD_DAYS},
+        },
+    ]
+    if spec.profile.bucket.versioning:  # earlier versions of replaced or deleted objects (LATEST, pruned checkpoints)
+        rules.insert(
+            1,
             {
-                "id": "expire-scratch",
-                "status": "Enabled",
-                "filter": {"prefix": spec.profile.bucket.scratch_prefix},
-                "expiration": {"days": days},
-                "noncurrent_version_expiration": {"noncurrent_days": days},
-            },
-            {
-                "id": "abort-incomplete-uploads",
+                "id": "expire-noncurrent-versions",
                 "status": "Enabled",
                 "filter": {"prefix": ""},
-                "abort_incomplete_multipart_upload": {"days_after_initiation": INCOMPLETE_UPLOAD_DAYS},
+                "noncurrent_version_expiration": {"noncurrent_days": spec.profile.bucket.noncurrent_version_days},
             },
-        ],
-        opts=opts,
-    )
+        )
+    aws.s3.BucketLifecycleConfiguration(child(name, "bucket-lifecycle"), bucket=bucket.id, rules=rules, opts=opts)
     return bucket
 
 

@@ -33,6 +33,19 @@ def build_bucket(name: str, spec: ClusterSpec, project: str, parent: pulumi.Reso
                     age=days, matches_prefixes=[spec.profile.bucket.scratch_prefix]
                 ),
             ),
+            *(
+                [  # earlier versions of replaced or deleted objects (GCS lifecycle daysSinceNoncurrentTime,
+                    # cloud.google.com/storage/docs/lifecycle#dayssincenoncurrenttime)
+                    gcp.storage.BucketLifecycleRuleArgs(
+                        action=gcp.storage.BucketLifecycleRuleActionArgs(type="Delete"),
+                        condition=gcp.storage.BucketLifecycleRuleConditionArgs(
+                            days_since_noncurrent_time=spec.profile.bucket.noncurrent_version_days
+                        ),
+                    )
+                ]
+                if spec.profile.bucket.versioning
+                else []
+            ),
             gcp.storage.BucketLifecycleRuleArgs(
                 action=gcp.storage.BucketLifecycleRuleActionArgs(type="AbortIncompleteMultipartUpload"),
                 condition=gcp.storage.BucketLifecycleRuleConditionArgs(age=7),

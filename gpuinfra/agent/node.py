@@ -17,9 +17,11 @@ Every ``--poll-seconds`` it:
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
   cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice).
 
-On a spot notice it syncs the checkpoint folder to ``<bucket>/checkpoints/<stack>/<node>/`` (one
-prefix per node, so ranks that write files of the same name never overwrite each other) within
-the notice window. On idle or expiry it syncs for at most :data:`END_SYNC_BOUND_SECONDS`, then
+Checkpoints (complete folders, newest first, one bucket part per node rank) are synced by
+:mod:`gpuinfra.agent.checkpoints`, which the node bundle installs beside this file: in a
+background thread (every ``GPUINFRA_CHECKPOINT_INTERVAL_MINUTES``, on completion, on the
+operator's sync request and the AWS rebalance recommendation), within the window of a spot
+notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). On idle or expiry it syncs for at most :data:`END_SYNC_BOUND_SECONDS`, then
 ends the node whatever the sync did: AWS ``shutdown -h now`` (the launch template's
 instance-initiated shutdown behaviour is *terminate*); GCP deletes its own VM from the managed
 instance group (the group shrinks, nothing is recreated). ``--dry-run`` logs instead of acting.
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import signal
 import socket
 import subprocess
 import sys
@@ -46,7 +49,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 LOG = logging.getLogger("gpuinfra-agent")
 AWS_IMDS = "http://169.254.169.254"
@@ -58,6 +61,10 @@ NOTICE_SECONDS = {"aws": 120, "gcp": 30}
 END_SYNC_BOUND_SECONDS = 300
 #: Share of a spot notice spent syncing checkpoints (the rest is left for the upload to finish).
 NOTICE_SYNC_SHARE = 0.75
+#: Seconds the agent syncs after SIGTERM (systemd stop: the OS shuts down). GCP: the 30 s between
+#: the ACPI soft-off and the hard off of a Spot VM (Compute API ``Scheduling.skipGuestOsShutdown``);
+#: AWS: inside the 2-minute spot notice. ``TimeoutStopSec`` of the unit is above both.
+STOP_SYNC_SECONDS = {"aws": 100, "gcp": 25}
 
 #: ``/etc/gpuinfra/node.env``: key -> (required, meaning). The one definition of the file's keys.
 NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
@@ -70,6 +77,7 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": (True, "idle threshold, GPU utilization percent"),
     "GPUINFRA_SCRATCH": (True, "scratch mount point; checkpoints are read from <scratch>/checkpoints"),
     "GPUINFRA_CHECKPOINT_DIR": (False, "checkpoint folder to sync instead of <scratch>/checkpoints"),
+    "GPUINFRA_CHECKPOINT_INTERVAL_MINUTES": (False, "minutes between checkpoint syncs (profile); 0/empty: none"),
     "GPUINFRA_AGENT_DRY_RUN": (False, "1: log instead of ending the node"),
     "GPUINFRA_HEALTH_GATE": (False, "enforce | report | off (profile health_gate); empty = off"),
 }
@@ -253,80 +261,6 @@ class GcpMetadata:
         return self._get("instance/network-interfaces/0/ip")[1].strip()
 
 
-class S3Sync:
-    """Upload new or changed files of a folder to ``s3://bucket/prefix`` (boto3, else the AWS CLI
-    that the Deep Learning AMI ships). boto3 gets short connect/read timeouts and 3 attempts, so
-    one unreachable endpoint cannot hold an upload for the SDK's default minutes."""
-
-    def __init__(self, bucket: str, prefix: str, client=None) -> None:
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        if client is None:
-            try:
-                import boto3
-                from botocore.config import Config
-
-                client = boto3.client(
-                    "s3",
-                    config=Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 3, "mode": "standard"}),
-                )
-            except ImportError:
-                client = None
-        self.client = client
-        self.uploaded: dict[str, tuple[int, float]] = {}
-
-    def key(self, root: Path, path: Path) -> str:
-        rel = path.relative_to(root).as_posix()
-        return f"{self.prefix}/{rel}" if self.prefix else rel
-
-    def upload(self, root: Path, path: Path) -> None:
-        if self.client is None:
-            subprocess.run(
-                ["aws", "s3", "cp", str(path), f"s3://{self.bucket}/{self.key(root, path)}"],
-                check=True,
-                timeout=END_SYNC_BOUND_SECONDS,
-            )
-        else:
-            self.client.upload_file(str(path), self.bucket, self.key(root, path))
-
-
-def sync_folder(
-    root: Path,
-    syncer: S3Sync,
-    deadline: float,
-    clock: Callable[[], float] = time.monotonic,
-    on_upload: Callable[[Path], None] | None = None,
-) -> list[str]:
-    """Upload every file of ``root`` that is new or changed since it was last uploaded, and
-    repeat until a full pass finds nothing new (files written during the sync are caught by the
-    next pass) or ``deadline`` passes.
-
-    Returns:
-        Keys uploaded, in order.
-    """
-    done: list[str] = []
-    if not root.is_dir():
-        return done
-    while clock() < deadline:
-        changed = []
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            stat = path.stat()
-            signature = (stat.st_size, stat.st_mtime)
-            if syncer.uploaded.get(str(path)) != signature:
-                changed.append((path, signature))
-        if not changed:
-            break
-        for path, signature in changed:
-            if clock() >= deadline:
-                break
-            syncer.upload(root, path)
-            syncer.uploaded[str(path)] = signature
-            done.append(syncer.key(root, path))
-            if on_upload is not None:
-                on_upload(path)
-    return done
-
-
 @dataclass
 class AgentConfig:
     """Settings from /etc/gpuinfra/node.env (see the user data templates)."""
@@ -340,6 +274,7 @@ class AgentConfig:
     checkpoint_dir: Path
     dry_run: bool = False
     health_gate: str = "off"
+    checkpoint_interval_minutes: float = 0.0
 
     @classmethod
     def from_env_file(cls, path: Path, dry_run: bool = False) -> AgentConfig:
@@ -363,6 +298,7 @@ class AgentConfig:
                 ),
                 dry_run=dry_run or env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
                 health_gate=env.get("GPUINFRA_HEALTH_GATE") or "off",
+                checkpoint_interval_minutes=float(env.get("GPUINFRA_CHECKPOINT_INTERVAL_MINUTES") or 0),
             )
         except KeyError as exc:
             raise ValueError(f"{path}: missing {exc.args[0]}") from None
@@ -380,7 +316,7 @@ class Agent:
     config: AgentConfig
     gpus: GpuMonitor
     metadata: AwsMetadata | GcpMetadata
-    syncer: S3Sync | None
+    syncer: Callable[[], Any] | None  # -> gpuinfra.agent.checkpoints.CheckpointSync
     end_node: Callable[[str], None]
     clock: Callable[[], float] = time.monotonic
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc)
@@ -435,45 +371,24 @@ class Agent:
             return self.config.expires_at
 
     def save_checkpoints(self, seconds: float) -> list[str]:
-        """Sync the checkpoint folder for at most ``seconds`` of wall time.
-
-        The sync runs in a daemon thread that is abandoned when the bound passes (an upload
-        hanging on an unreachable endpoint cannot hold the caller); a failure is logged, never
-        raised: ending the node must not depend on the upload.
+        """Sync complete checkpoint folders, newest first, for at most ``seconds``
+        (:meth:`gpuinfra.agent.checkpoints.CheckpointSync.sync`, loaded from the node bundle by
+        ``syncer()``). A failure is logged, never raised: ending the node must not depend on it.
 
         Returns:
-            Keys uploaded before the bound (all of them when the sync finished).
+            Names of the folders uploaded.
         """
-        if self.syncer is None:
+        try:
+            sync = self.syncer() if self.syncer else None
+            result = sync.sync(sync.clock() + seconds) if sync else None
+        except Exception as exc:  # noqa: BLE001 - no bundle yet, or any upload error
+            self._log(f"checkpoint sync failed, going on: {exc!r}")
             return []
-        syncer = self.syncer  # not None (checked above); the thread below sees this binding
-        uploaded: list[str] = []
-        failure: list[BaseException] = []
-
-        def run() -> None:
-            try:
-                sync_folder(
-                    self.config.checkpoint_dir,
-                    syncer,
-                    self.clock() + seconds,
-                    self.clock,
-                    on_upload=lambda path: uploaded.append(syncer.key(self.config.checkpoint_dir, path)),
-                )
-            except Exception as exc:  # noqa: BLE001 - any upload error: log it and go on
-                failure.append(exc)
-
-        worker = threading.Thread(target=run, name="gpuinfra-checkpoint-sync", daemon=True)
-        worker.start()
-        worker.join(seconds)
-        if worker.is_alive():
-            self._log(
-                f"checkpoint sync did not finish within {seconds:.0f} s ({len(uploaded)} file(s) uploaded), going on"
-            )
-        elif failure:
-            self._log(f"checkpoint sync failed, going on: {failure[0]!r}")
-        else:
-            self._log(f"synced {len(uploaded)} checkpoint file(s) to {self.config.bucket}")
-        return list(uploaded)
+        if result is not None:
+            state = "" if result.complete else ", some complete checkpoints not in the bucket"
+            self._log(f"synced {len(result.uploaded)} checkpoint folder(s) to {self.config.bucket}{state}")
+            return list(result.uploaded)
+        return []
 
     def ready(self) -> bool:
         """The node can be idle: the boot health gate has a verdict (``health-passed`` or
@@ -583,42 +498,40 @@ def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
     return name or socket.gethostname()
 
 
-def checkpoint_prefix(config: AgentConfig, node: str) -> str:
-    """``checkpoints/<stack>/<node>``: one prefix per node, so same-named files never overwrite."""
-    return f"checkpoints/{config.stack}/{node}"
-
-
 def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds: float = 5.0) -> Agent:
     """The agent with real NVML, metadata, sync and actions for ``config.cloud``; ``state_dir``
     keeps the idle start across restarts; on GCP the preemption read waits up to ``poll_seconds``
-    for a change (so the poll period is spent waiting on the flag, not sleeping)."""
-    if config.cloud == "aws":
-        metadata = AwsMetadata()
-        syncer = S3Sync(config.bucket, checkpoint_prefix(config, node_name(metadata)))
-        return Agent(config, NvmlGpus(), metadata, syncer, end_aws_node, state_dir=state_dir)
+    for a change (so the poll period is spent waiting on the flag, not sleeping). The checkpoint
+    sync comes from the node bundle (``gpuinfra.agent.checkpoints``), loaded on first use."""
     gcp = GcpMetadata(wait_seconds=poll_seconds)
-    return Agent(
-        config,
-        NvmlGpus(),
-        gcp,
-        GcsCliSync(config.bucket, checkpoint_prefix(config, node_name(gcp))),
-        lambda reason: end_gcp_node(reason, gcp),
-        state_dir=state_dir,
-    )
+    metadata: AwsMetadata | GcpMetadata = AwsMetadata() if config.cloud == "aws" else gcp
+    loaded: list = []
+
+    def syncer():
+        if not loaded:
+            from gpuinfra.agent import checkpoints  # the bundle's copy, beside this file
+
+            root, node = config.checkpoint_dir, node_name(metadata)
+            loaded.append(checkpoints.for_node(config.cloud, config.bucket, config.stack, root, node))
+        return loaded[0]
+
+    end = end_aws_node if config.cloud == "aws" else lambda reason: end_gcp_node(reason, gcp)
+    return Agent(config, NvmlGpus(), metadata, syncer, end, state_dir=state_dir)
 
 
-class GcsCliSync(S3Sync):
-    """Upload to ``gs://bucket/prefix`` with ``gcloud storage cp`` (present on DLVM images)."""
+def keep_syncing(agent: Agent) -> None:
+    """Background thread: once the bundle is installed, :func:`gpuinfra.agent.checkpoints.keep_syncing`
+    (interval syncs, inotify, sync requests, rebalance recommendations)."""
+    while True:
+        try:
+            from gpuinfra.agent import checkpoints  # the bundle's module: absent until it is installed
 
-    def __init__(self, bucket: str, prefix: str) -> None:
-        self.bucket, self.prefix, self.uploaded, self.client = bucket, prefix.strip("/"), {}, None
-
-    def upload(self, root: Path, path: Path) -> None:
-        subprocess.run(
-            ["gcloud", "storage", "cp", str(path), f"gs://{self.bucket}/{self.key(root, path)}"],
-            check=True,
-            timeout=END_SYNC_BOUND_SECONDS,
-        )
+            sync, cloud = agent.syncer(), agent.config.cloud  # type: ignore[misc]
+            poll = checkpoints.Requests(sync, cloud, agent.metadata._get).poll  # type: ignore[arg-type]
+            checkpoints.keep_syncing(sync, agent.config.checkpoint_interval_minutes * 60, poll)
+        except Exception as exc:  # noqa: BLE001 - no bundle yet: try again
+            LOG.info("checkpoint sync not running yet: %r", exc)
+        time.sleep(30)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -633,6 +546,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s gpuinfra-agent %(message)s", stream=sys.stdout)
     agent = build_agent(AgentConfig.from_env_file(args.config, args.dry_run), args.state_dir, args.poll_seconds)
+
+    def stop(*_: object) -> None:  # systemd stop / OS shutdown: a bounded sync, then exit
+        agent._log("SIGTERM: saving checkpoints")
+        agent.save_checkpoints(STOP_SYNC_SECONDS[agent.config.cloud])
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    if not args.once:
+        threading.Thread(target=keep_syncing, args=(agent,), daemon=True).start()
     while True:
         started = time.monotonic()
         try:

@@ -288,10 +288,15 @@ def estimate(
             lines += _storage_lines(
                 name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage"
             )
+            versioning = [v for v in resources if v.type == "aws:s3/bucketVersioning:BucketVersioning"]
+            if any((v.inputs.get("versioningConfiguration") or {}).get("status") == "Enabled" for v in versioning):
+                lines.append(_noncurrent_line(name, t, cloud, reg, usage, "s3_standard_per_gb_month"))
         elif t == "gcp:storage/bucket:Bucket":
             lines += _storage_lines(
                 name, t, cloud, reg, usage, hours, "gcs_standard_per_gb_month", "GCS Standard storage"
             )
+            if (inputs.get("versioning") or {}).get("enabled"):
+                lines.append(_noncurrent_line(name, t, cloud, reg, usage, "gcs_standard_per_gb_month"))
         elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
             lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""))
         elif t == "gcp:compute/routerNat:RouterNat":
@@ -526,6 +531,26 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             )
         )
     return lines
+
+
+def _noncurrent_line(name, t, cloud, reg, usage, key) -> CostLine:
+    """A versioned bucket keeps earlier versions of replaced or deleted objects until the
+    noncurrent-version expiry: at most once more what the bucket holds (every object replaced once
+    inside the expiry window), billed at the same Standard rate (S3 and GCS bill noncurrent
+    versions as stored objects: aws.amazon.com/s3/pricing, cloud.google.com/storage/pricing).
+    An upper bound; no price for the region leaves it unpriced (counted, never $0)."""
+    gb = usage["bucket_storage_gb"]
+    return _line(
+        name,
+        t,
+        f"Noncurrent object versions (versioning on; at most {gb} GB)",
+        "GB-months",
+        gb / HOURS_PER_MONTH,
+        price(cloud, key, reg),
+        usage_based=True,
+        note="upper bound: every object replaced once within the noncurrent-version expiry",
+        missing_source=f"no storage price for {reg}",
+    )
 
 
 def _storage_lines(name, t, cloud, reg, usage, hours, key, label) -> list[CostLine]:

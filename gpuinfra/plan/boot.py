@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from gpuinfra.agent.constants import SCRATCH_MOUNT
+from gpuinfra.agent.node import STOP_SYNC_SECONDS
 from gpuinfra.errors import UnitValueError
 from gpuinfra.oci import check_image_reference
 from gpuinfra.plan.node_bundle import BUNDLE_FETCH_PATH, fetch_systemd_unit
@@ -245,12 +246,16 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
     """
     agent = SystemdUnit(
         AGENT_UNIT,
-        "gpuinfra agent: end the node when idle or expired, save checkpoints on spot notice",
+        "gpuinfra agent: end the node when idle or expired, sync checkpoints",
         wants=("network-online.target",),
         after=("network-online.target",),
         exec_start=(command("/usr/bin/python3", AGENT_PATH, "--config", NODE_ENV_PATH),),
         restart="on-failure",
         restart_sec=30,
+        # stop: SIGTERM to the agent only (its sync's CLI children keep running), which syncs for
+        # STOP_SYNC_SECONDS; ordered after network-online.target, so it stops before the network
+        timeout_stop_sec=max(STOP_SYNC_SECONDS.values()) + 15,
+        kill_mode="mixed",
     )
     scratch = SystemdUnit(
         SCRATCH_UNIT,

@@ -38,6 +38,7 @@ from gpuinfra.plan.fabric import (
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.node_bundle import (
     NodeBundle,
+    add_checkpoint_restore,
     add_health_gate,
     add_monitoring,
     fetch_script,
@@ -101,6 +102,7 @@ def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
     )
     add_monitoring(bundle, spec, "aws")
     add_health_gate(bundle, spec, expectations_for(spec), after)
+    add_checkpoint_restore(bundle)
     return bundle
 
 

@@ -26,6 +26,7 @@ from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.naming import dns_safe
 from gpuinfra.plan.node_bundle import (
     NodeBundle,
+    add_checkpoint_restore,
     add_health_gate,
     add_monitoring,
     fetch_script,
@@ -75,6 +76,7 @@ def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
         after = (*after, PREPULL_UNIT)
     add_monitoring(bundle, spec, "gcp")
     add_health_gate(bundle, spec, expectations_for(spec), after)
+    add_checkpoint_restore(bundle)
     return bundle
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Literal
 
-from gpuinfra.agent.constants import SCRATCH_MOUNT
+from gpuinfra.agent.constants import RESUME_ENV, RESUME_FILE_PATH, SCRATCH_MOUNT
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.fabrics import EFA, FABRICS, GVNIC, Fabric, NcclPlugin
 from gpuinfra.health import node as health_node
@@ -371,6 +371,8 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
         nccl_env_path=NCCL_ENV_PATH,
         cluster_env_path=CLUSTER_ENV_PATH,
         node_env_path=NODE_ENV_PATH,
+        resume_file=RESUME_FILE_PATH,
+        resume_env=RESUME_ENV,
     )
 
 

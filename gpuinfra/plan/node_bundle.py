@@ -48,6 +48,8 @@ NODE_MODULES = (
     "__init__.py",
     "errors.py",
     "agent/__init__.py",
+    "agent/constants.py",
+    "agent/checkpoints.py",
     "agent/node.py",
     "health/__init__.py",
     "health/parsers.py",
@@ -177,6 +179,46 @@ def add_health_gate(
     bundle.add(EXPECTATIONS_PATH, json.dumps(expectations_document(spec, expectations), indent=1))
     if spec.profile.health_gate != "off":
         bundle.add_unit(health_systemd_unit(after))
+
+
+#: Restores the newest checkpoint in the bucket before the job starts (``gpuinfra-run`` waits
+#: for :data:`gpuinfra.agent.constants.RESUME_FILE_PATH`, which it writes whatever happened).
+RESTORE_UNIT = "gpuinfra-restore.service"
+#: Seconds a restore may download before the job starts without it (oneshot units have no start
+#: timeout by default, systemd.service(5)); the unit writes the resume file either way.
+RESTORE_TIMEOUT_SECONDS = 1800
+
+
+def restore_systemd_unit() -> SystemdUnit:
+    """``gpuinfra-restore.service``: once per boot, after the bundle (the module), scratch (the
+    checkpoint dir) and the ranks (the key layout is per rank), ``python3 -m
+    gpuinfra.agent.checkpoints restore`` (:func:`gpuinfra.agent.checkpoints.restore`)."""
+    return SystemdUnit(
+        RESTORE_UNIT,
+        "gpuinfra: restore the newest complete checkpoint from the stack bucket",
+        wants=("network-online.target",),
+        after=("network-online.target", BUNDLE_UNIT, "gpuinfra-scratch.service", "gpuinfra-cluster-env.service"),
+        type="oneshot",
+        remain_after_exit=True,
+        timeout_start_sec=RESTORE_TIMEOUT_SECONDS + 60,
+        environment=(("PYTHONPATH", NODE_LIB),),
+        exec_start=(
+            command(
+                "/usr/bin/python3",
+                "-m",
+                "gpuinfra.agent.checkpoints",
+                "restore",
+                "--timeout-seconds",
+                str(RESTORE_TIMEOUT_SECONDS),
+            ),
+        ),
+        delivery="bundle",
+    )
+
+
+def add_checkpoint_restore(bundle: NodeBundle) -> None:
+    """The restore unit (the node modules come with :func:`add_health_gate`)."""
+    bundle.add_unit(restore_systemd_unit())
 
 
 def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:

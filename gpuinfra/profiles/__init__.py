@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuinfra.errors import ProfileError, SpecError
 from gpuinfra.fsutil import folder_problem
@@ -37,11 +37,15 @@ class ScratchSettings(_Strict):
 
 
 class BucketSettings(_Strict):
-    """Object-storage bucket policy: versioning, and expiry (days) of objects under the scratch prefix."""
+    """Object-storage bucket policy: versioning, expiry (days) of objects under the scratch
+    prefix, and how long a replaced or deleted object's earlier version is kept
+    (``noncurrent_version_days``: S3 lifecycle ``NoncurrentVersionExpiration``, GCS lifecycle
+    ``daysSinceNoncurrentTime``; only with versioning on)."""
 
     versioning: bool
     scratch_prefix: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._/-]+/$")
     scratch_expiry_days: int = Field(ge=1, le=3650)
+    noncurrent_version_days: int = Field(default=7, ge=1, le=3650)
 
 
 class SpotSettings(_Strict):
@@ -127,6 +131,14 @@ class Profile(_Strict):
     default_run_hours: float = Field(gt=0, le=8760)
     health_gate: Literal["enforce", "report", "off"] = "enforce"
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+
+    @model_validator(mode="after")
+    def _versioned_where_spot(self) -> Profile:
+        """A spot node can be reclaimed while it uploads: a profile that allows spot keeps
+        earlier object versions (``bucket.versioning: true``)."""
+        if self.spot.policy != "forbidden" and not self.bucket.versioning:
+            raise ValueError(f"spot.policy {self.spot.policy!r} needs bucket.versioning: true")
+        return self
 
     @field_validator("container_image")
     @classmethod

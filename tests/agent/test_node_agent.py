@@ -11,20 +11,19 @@ from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import boto3
 import pytest
 
+from gpuinfra.agent import checkpoints as ck
+from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
 from gpuinfra.agent.node import (
     Agent,
     AgentConfig,
     AwsMetadata,
     GcpMetadata,
     NvmlGpus,
-    S3Sync,
-    checkpoint_prefix,
     node_name,
-    sync_folder,
 )
+from tests.agent.fakecli import FakeCli
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -128,16 +127,6 @@ def metadata():
     server.close()
 
 
-@pytest.fixture
-def s3(moto_url, monkeypatch):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    client = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url)
-    name = f"ckpt-{datetime.now().timestamp():.0f}-{id(client)}"
-    client.create_bucket(Bucket=name)
-    return client, name
-
-
 class FakeGpus:
     def __init__(self, *values):
         self.values = list(values)
@@ -169,62 +158,50 @@ def _config(tmp_path, **kw):
     return AgentConfig(**values)
 
 
-def _listing(client, bucket, prefix):
-    pages = client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    return sorted(o["Key"] for p in pages for o in p.get("Contents", []))
+def _sync(tmp_path, cli, node="i-0abc", stack="t"):
+    """The real checkpoint sync over a fake CLI; the agent's ``syncer`` factory."""
+    sync = ck.CheckpointSync(
+        tmp_path / "ckpt",
+        ck.Bucket("aws", "b", run=cli),
+        stack,
+        node,
+        state_file=tmp_path / f"{node}.json",
+        cluster_env=tmp_path / "no-cluster.env",
+    )
+    return lambda: sync
 
 
-def test_checkpoint_sync_loses_no_file_written_during_the_sync(tmp_path, s3):
-    client, bucket = s3
-    root = tmp_path / "ckpt"
-    (root / "step-100").mkdir(parents=True)
-    for i in range(3):
-        (root / "step-100" / f"shard-{i}.pt").write_bytes(b"x" * (1000 + i))
-    syncer = S3Sync(bucket, "checkpoints/t", client)
-    late = root / "step-200" / "shard-0.pt"
-
-    def write_during_sync(path):
-        if not late.exists():
-            late.parent.mkdir()
-            late.write_bytes(b"late")
-
-    uploaded = sync_folder(root, syncer, deadline=float("inf"), on_upload=write_during_sync)
-    local = sorted(f"checkpoints/t/{p.relative_to(root).as_posix()}" for p in root.rglob("*") if p.is_file())
-    assert _listing(client, bucket, "checkpoints/t/") == local == sorted(uploaded)
-    assert "checkpoints/t/step-200/shard-0.pt" in local
-    assert sync_folder(root, syncer, deadline=float("inf")) == []  # nothing new: nothing uploaded
+def _complete(tmp_path, name="step-100", body=b"weights"):
+    folder = tmp_path / "ckpt" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.pt").write_bytes(body)
+    (folder / CHECKPOINT_COMPLETE_MARKER).write_text("")
+    return folder
 
 
-def test_aws_spot_notice_syncs_checkpoints_and_does_not_end_the_node(tmp_path, s3, metadata):
-    client, bucket = s3
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "latest.pt").write_bytes(b"weights")
+def test_aws_spot_notice_syncs_checkpoints_and_does_not_end_the_node(tmp_path, metadata):
+    cli = FakeCli()
+    _complete(tmp_path)
     ended = []
     agent = Agent(
-        _config(tmp_path, bucket=bucket),
-        FakeGpus(90),
-        AwsMetadata(metadata.url),
-        S3Sync(bucket, "checkpoints/t", client),
-        ended.append,
-        now=lambda: NOW,
+        _config(tmp_path), FakeGpus(90), AwsMetadata(metadata.url), _sync(tmp_path, cli), ended.append, now=lambda: NOW
     )
     assert agent.step() == "running"
     metadata.spot_action = {"action": "terminate", "time": "2026-11-22T12:02:00Z"}
     assert agent.step() == "interrupted"
-    assert _listing(client, bucket, "checkpoints/") == ["checkpoints/t/latest.pt"]
+    assert json.loads(cli.objects["b/checkpoints/t/node-i-0abc/LATEST"])["checkpoint"] == "step-100"
     assert ended == []  # EC2 reclaims the instance itself
 
 
-def test_idle_for_the_timeout_syncs_then_ends_the_node(tmp_path, s3, metadata):
-    client, bucket = s3
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
+def test_idle_for_the_timeout_syncs_then_ends_the_node(tmp_path, metadata):
+    cli = FakeCli()
+    _complete(tmp_path, "final")
     clock, ended = Clock(), []
     agent = Agent(
-        _config(tmp_path, bucket=bucket),
+        _config(tmp_path),
         FakeGpus(2, 0, 1, 3),
         AwsMetadata(metadata.url),
-        S3Sync(bucket, "checkpoints/t", client),
+        _sync(tmp_path, cli),
         ended.append,
         clock=clock,
         now=lambda: NOW,
@@ -234,7 +211,7 @@ def test_idle_for_the_timeout_syncs_then_ends_the_node(tmp_path, s3, metadata):
     assert agent.step() == "running" and ended == []
     clock.t += 1
     assert agent.step() == "idle"
-    assert ended == ["idle"] and _listing(client, bucket, "checkpoints/") == ["checkpoints/t/final.pt"]
+    assert ended == ["idle"] and json.loads(cli.objects["b/checkpoints/t/node-i-0abc/LATEST"])["checkpoint"] == "final"
     assert any("all GPUs under 5% for 30 min" in e for e in agent.events)
 
 
@@ -358,23 +335,20 @@ def test_real_nvml_on_a_gpu_machine():
     assert utilizations and all(0 <= u <= 100 for u in utilizations)
 
 
-class FailingSync(S3Sync):
-    def __init__(self):
-        super().__init__("b", "checkpoints/t", client=object())
-
-    def upload(self, root, path):
-        raise OSError("network unreachable")
+def _failing(tmp_path, calls=None):
+    cli = FakeCli()
+    cli.fail = lambda argv: calls.append(argv) is None if calls is not None else True
+    return _sync(tmp_path, cli)
 
 
 def test_a_failed_checkpoint_upload_never_keeps_the_node_running(tmp_path, metadata):
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
+    _complete(tmp_path, "final")
     clock, ended = Clock(), []
     agent = Agent(
         _config(tmp_path),
         FakeGpus(0),
         AwsMetadata(metadata.url),
-        FailingSync(),
+        _failing(tmp_path),
         ended.append,
         clock=clock,
         now=lambda: NOW,
@@ -382,7 +356,7 @@ def test_a_failed_checkpoint_upload_never_keeps_the_node_running(tmp_path, metad
     agent.step()
     clock.t += 1800
     assert agent.step() == "idle" and ended == ["idle"]
-    assert any("checkpoint sync failed, going on" in e for e in agent.events)
+    assert any("some complete checkpoints not in the bucket" in e for e in agent.events)
 
 
 def test_unreachable_metadata_is_logged_and_the_poll_goes_on(tmp_path):
@@ -470,31 +444,24 @@ def _checkpoints(tmp_path):
 
 
 @pytest.mark.parametrize("imds_status", [403, 500])
-@pytest.mark.parametrize("s3_failure", ["no-such-bucket", "hangs"])
-def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_s3_fail(
-    tmp_path, metadata, moto_url, monkeypatch, imds_status, s3_failure
+@pytest.mark.parametrize("cli_failure", ["no-such-bucket", "hangs"])
+def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_the_bucket_fail(
+    tmp_path, metadata, imds_status, cli_failure
 ):
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    from botocore.config import Config
-
-    _checkpoints(tmp_path)
+    _complete(tmp_path)
     metadata.fail_status = imds_status
-    hole = BlackHole()
-    endpoint = moto_url if s3_failure == "no-such-bucket" else hole.url
-    client = boto3.client(
-        "s3",
-        region_name="us-east-1",
-        endpoint_url=endpoint,
-        config=Config(connect_timeout=1, read_timeout=30, retries={"max_attempts": 1}),
-    )
+    cli = FakeCli()
+    if cli_failure == "hangs":
+        cli.seconds_per_call = 1e6  # killed at its timeout, as subprocess.run does
+    else:
+        cli.fail = lambda argv: True
     ended = []
     bound = 1.5
     agent = Agent(
         _config(tmp_path, expires_at=NOW - timedelta(minutes=1)),
         FakeGpus(90),
         AwsMetadata(metadata.url),
-        S3Sync("bucket-that-does-not-exist", "checkpoints/t/i-0abc", client=client),
+        _sync(tmp_path, cli),
         ended.append,
         now=lambda: NOW,
         end_sync_seconds=bound,
@@ -502,12 +469,12 @@ def test_ttl_ends_the_node_within_the_sync_bound_while_imds_and_s3_fail(
     started = time.monotonic()
     state = agent.step()
     elapsed = time.monotonic() - started
-    hole.close()
     assert state == "expired" and ended == ["expired"]  # TTL from node.env: IMDS answers only errors
     assert elapsed < bound + 1.0
     assert any("cannot read the interruption notice" in e for e in agent.events)
-    expected = "checkpoint sync failed, going on" if s3_failure == "no-such-bucket" else "did not finish within 2 s"
-    assert any(expected in e for e in agent.events), agent.events
+    assert any(
+        "synced 0 checkpoint folder(s) to b, some complete checkpoints not in the bucket" in e for e in agent.events
+    )
 
 
 def test_gcp_preemption_is_seen_while_the_metadata_read_waits_for_a_change(metadata):
@@ -527,10 +494,10 @@ def test_gcp_metadata_wait_times_out_when_nothing_changes(metadata):
     assert 0.9 < time.monotonic() - started < 3
 
 
-def test_each_node_syncs_under_its_own_prefix(tmp_path, s3, metadata):
-    client, bucket = s3
-    _checkpoints(tmp_path)
-    config = _config(tmp_path, stack="t2", bucket=bucket)
+def test_each_node_syncs_under_its_own_prefix(tmp_path, metadata):
+    cli = FakeCli()
+    _complete(tmp_path)
+    config = _config(tmp_path, stack="t2")
     aws_node = node_name(AwsMetadata(metadata.url))
     gcp_node = node_name(GcpMetadata(metadata.url + "/computeMetadata/v1"))
     assert (aws_node, gcp_node) == ("i-0abc", "t-2-node-x7q2")
@@ -539,15 +506,12 @@ def test_each_node_syncs_under_its_own_prefix(tmp_path, s3, metadata):
             config,
             FakeGpus(0),
             AwsMetadata(metadata.url),
-            S3Sync(bucket, checkpoint_prefix(config, node), client=client),
+            _sync(tmp_path, cli, node, "t2"),
             lambda r: None,
             now=lambda: NOW,
         )
-        agent.save_checkpoints(10)
-    assert _listing(client, bucket, "checkpoints/") == [
-        "checkpoints/t2/i-0abc/step-100/model.pt",
-        "checkpoints/t2/i-0def/step-100/model.pt",
-    ]
+        assert agent.save_checkpoints(10) == ["step-100"]
+    assert {k.split("/")[3] for k in cli.keys("b/checkpoints/t2/")} == {"node-i-0abc", "node-i-0def"}
 
 
 def test_node_name_falls_back_to_the_host_name_without_metadata():
@@ -593,14 +557,8 @@ def test_node_env_keys_are_checked_when_written():
 
 
 def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
-    (tmp_path / "ckpt").mkdir()
-    (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
+    _complete(tmp_path, "final")
     attempts, syncs = [], []
-
-    class CountingSync(FailingSync):
-        def upload(self, root, path):
-            syncs.append(path)
-            raise OSError("network unreachable")
 
     def end_node(reason):
         attempts.append(reason)
@@ -611,7 +569,7 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
         _config(tmp_path, expires_at=NOW - timedelta(minutes=1)),
         FakeGpus(90),
         AwsMetadata(metadata.url),
-        CountingSync(),
+        _failing(tmp_path, syncs),
         end_node,
         now=lambda: NOW,
     )

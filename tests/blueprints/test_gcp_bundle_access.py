@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from blueprints.aws.identity import bucket_policy_document
-from gpuinfra.agent.node import AgentConfig, checkpoint_prefix
+from gpuinfra.agent.checkpoints import node_part
+from gpuinfra.agent.constants import sync_ack_key
+from gpuinfra.agent.node import AgentConfig
 from gpuinfra.health.gate import health_key
 from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
 from tests.blueprints.helpers import make_spec, preview
@@ -146,7 +148,9 @@ def node_written_keys(result) -> list[str]:
     assert script_keys, "the startup script names no bucket path besides the bundle"
     return sorted(script_keys) + [
         health_key(spec.stack, "t-2-node-x1y2"),
-        f"{checkpoint_prefix(config, 't-2-node-x1y2')}/step-100/model.pt",
+        f"checkpoints/{config.stack}/{node_part('t-2-node-x1y2')}/step-100/0123456789ab/model.pt",
+        f"checkpoints/{config.stack}/{node_part('t-2-node-x1y2')}/LATEST",
+        sync_ack_key(config.stack, "down-1", "t-2-node-x1y2"),
         f"{spec.profile.bucket.scratch_prefix}dataset/shard-0",
     ]
 

@@ -146,6 +146,8 @@ class Cli:
             return 0, "\t".join(ips) + "\n", ""
         if args[:2] == ["s3", "cp"]:
             return self._copy(args[2:], "s3")
+        if args[:2] == ["s3", "sync"]:
+            return self._sync(args[2:], "s3")
         if args[:2] == ["s3api", "put-object"]:
             opts = dict(zip(args[2::2], args[3::2], strict=False))
             target = _object_path(opts["--bucket"], opts["--key"])
@@ -164,6 +166,8 @@ class Cli:
             create_only = "--if-generation-match=0" in rest
             rest = [a for a in rest if a != "--if-generation-match=0"]
             return self._copy(rest, "gs", create_only)
+        if args[:2] == ["storage", "rsync"]:
+            return self._sync([a for a in args[2:] if a != "--recursive"], "gs")
         if args[:2] == ["storage", "rm"]:
             bucket, pattern = _split_url(args[2])
             for key in _keys(bucket):
@@ -195,6 +199,25 @@ class Cli:
         tmp = target.with_name(target.name + ".box-tmp")
         tmp.write_bytes(body)
         os.replace(tmp, target)
+
+    def _sync(self, args: list[str], scheme: str) -> tuple[int, str, str]:
+        """``aws s3 sync SRC DST`` / ``gcloud storage rsync --recursive SRC DST``: a folder to a
+        prefix (every file the stand-in sent from under SRC) or a prefix to a folder."""
+        src, dst = args
+        if dst.startswith(f"{scheme}://"):
+            bucket, prefix = _split_url(dst)
+            root = src.rstrip("/") + "/"
+            with LOCK:
+                for path, body in self.files.items():
+                    if path.startswith(root):
+                        self._put(_object_path(bucket, f"{prefix.rstrip('/')}/{path[len(root) :]}"), body)
+            return 0, "", ""
+        bucket, prefix = _split_url(src)
+        prefix = prefix.rstrip("/") + "/"
+        for key in _keys(bucket):
+            if key.startswith(prefix):
+                self.writes[f"{dst.rstrip('/')}/{key[len(prefix) :]}"] = _object_path(bucket, key).read_bytes()
+        return 0, "", ""
 
     def _copy(self, args: list[str], scheme: str, create_only: bool = False) -> tuple[int, str, str]:
         recursive = "--recursive" in args

@@ -29,6 +29,14 @@ def main() -> int:
         if os.path.isfile(arg) and os.path.getsize(arg) <= MAX_FILE_BYTES:
             with open(arg, "rb") as f:
                 files[arg] = base64.b64encode(f.read()).decode()
+        elif os.path.isdir(arg) and sys.argv[1:3] in (["s3", "sync"], ["storage", "rsync"]):
+            # an upload's source folder (aws s3 sync / gcloud storage rsync): every file under it
+            for folder, _, names in os.walk(arg):
+                for name in names:
+                    path = os.path.join(folder, name)
+                    if os.path.isfile(path) and os.path.getsize(path) <= MAX_FILE_BYTES:
+                        with open(path, "rb") as f:
+                            files[path] = base64.b64encode(f.read()).decode()
     stdin = sys.stdin.buffer.read() if "-" in sys.argv[1:] and not sys.stdin.isatty() else b""
     body = json.dumps({"argv": argv, "files": files, "stdin": base64.b64encode(stdin).decode()}).encode()
     request = urllib.request.Request(URL, body, {"Content-Type": "application/json"}, method="POST")

@@ -39,7 +39,7 @@ def test_user_profiles_dir_overrides_and_validates(run_cli, tmp_path):
     (tmp_path / "team.yaml").write_text(
         "dev:\n  description: team dev box\n  placement: none\n  high_bandwidth_networking: 'off'\n"
         "  scratch: {required: false, min_gib: 0}\n"
-        "  bucket: {versioning: false, scratch_prefix: scratch/, scratch_expiry_days: 1}\n"
+        "  bucket: {versioning: true, scratch_prefix: scratch/, scratch_expiry_days: 1}\n"
         "  spot: {policy: allowed, checkpoint_interval_minutes: 0}\n  idle_timeout_minutes: 15\n"
         "  idle_gpu_utilization_percent: 1\n  ttl_hours: 4\n  root_disk_gib: 100\n"
         "  image: {aws_dlami_type: base-oss-nvidia-driver-gpu-ubuntu-22.04, gcp_image_family: common-cu128-ubuntu-2204-nvidia-570}\n"

@@ -71,22 +71,23 @@ def test_stack_cost_document_exact_totals(p4d_project):
     doc = stack_cost_document("one", p4d_project)
     assert (doc["schema_version"], doc["stack"], doc["pricing"], doc["hours"]) == ("2", "one", "on-demand", "24")
     # GPU monitoring adds $0.022107/h to the p4d: 42 custom metrics x $0.30 / 730 h, the dashboard
-    # $3 / 730 h, one alarm metric $0.10 / 730 h, 60 PutMetricData an hour at $0.01 per 1,000
+    # $3 / 730 h, one alarm metric $0.10 / 730 h, 60 PutMetricData an hour at $0.01 per 1,000;
+    # the versioned bucket's noncurrent versions at most the 500 GB it holds: 500 x $0.023 / 730 h
     assert (doc["hourly_usd"], doc["run_usd"], doc["monthly_if_left_running_usd"]) == (
-        "22.329918",
-        "535.918035",
-        "16077.541020",
+        "22.345671",
+        "536.296117",
+        "16088.883486",
     )
     spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
     assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == (
         "spot",
         "10",
-        "3.205278",
-        "32.052782",
+        "3.221031",
+        "32.210316",
     )
-    check_totals(doc, Decimal(536))  # every line priced, under budget: passes
-    with pytest.raises(BudgetExceededError, match=r"^run total \$535.92 exceeds the budget \$535.00$"):
-        check_totals(doc, Decimal(535))
+    check_totals(doc, Decimal(537))  # every line priced, under budget: passes
+    with pytest.raises(BudgetExceededError, match=r"^run total \$536.30 exceeds the budget \$536.00$"):
+        check_totals(doc, Decimal(536))
 
 
 def test_check_totals_fails_closed_before_the_budget():
@@ -117,10 +118,10 @@ def test_cost_diff_document(p4d_project):
         "schema_version": "2",
         "before": "one",
         "after": "two",
-        "before_hourly_usd": "22.329918",
-        "after_hourly_usd": "44.324460",
-        "before_run_usd": "535.918035",
-        "after_run_usd": "1063.787028",
+        "before_hourly_usd": "22.345671",
+        "after_hourly_usd": "44.340213",
+        "before_run_usd": "536.296117",
+        "after_run_usd": "1064.165110",
         "hourly_change_usd": "21.994542",
         "run_change_usd": "527.868993",
     }
