@@ -43,7 +43,7 @@ from gpuinfra.plan.node_bundle import (
     fetch_script,
     health_template_vars,
 )
-from gpuinfra.plan.node_files import node_env, scratch_script
+from gpuinfra.plan.node_files import docker_on_scratch, node_env, scratch_script
 from gpuinfra.spec import ClusterSpec
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -127,7 +127,11 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         cloud="aws",
         summary=("Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once.",),
         scratch_script=scratch_script(
-            SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count, DLAMI_NVME_MOUNT
+            SCRATCH_MOUNT,
+            AWS_NVME_GLOB,
+            spec.facts.local_ssd.bundled_count,
+            DLAMI_NVME_MOUNT,
+            docker_on_scratch=docker_on_scratch(spec),
         ),
         scratch_after=(DLAMI_NVME_UNIT,),
         cluster_env_script=cluster_env,

@@ -31,7 +31,7 @@ from gpuinfra.plan.node_bundle import (
     fetch_script,
     health_template_vars,
 )
-from gpuinfra.plan.node_files import node_env, scratch_script
+from gpuinfra.plan.node_files import docker_on_scratch, node_env, scratch_script
 from gpuinfra.plan.units import NodeFile
 from gpuinfra.spec import ClusterSpec
 
@@ -108,7 +108,9 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
             f"NCCL layout {plan.nic_layout}. Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py).",
             "GCE runs it on every boot: files are rewritten only when they change; local SSD scratch is rebuilt.",
         ),
-        scratch_script=scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count),
+        scratch_script=scratch_script(
+            SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count, docker_on_scratch=docker_on_scratch(spec)
+        ),
         scratch_after=(),
         cluster_env_script=cluster_env,
         nccl_env=nccl_env(plan.nic_layout),
