@@ -35,8 +35,8 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.errors import BakeError
 from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
+from gpuinfra.errors import BakeError
 from gpuinfra.plan.naming import child
 
 TYPE_TOKEN = "gpuinfra:aws:ImageBake"

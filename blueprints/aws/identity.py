@@ -80,7 +80,12 @@ def ecr_pull_policy_document(repository_arn: str) -> str:
             "Version": "2012-10-17",
             "Statement": [
                 {"Sid": "EcrToken", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
-                {"Sid": "PullBakeRepository", "Effect": "Allow", "Action": ECR_PULL_ACTIONS, "Resource": [repository_arn]},
+                {
+                    "Sid": "PullBakeRepository",
+                    "Effect": "Allow",
+                    "Action": ECR_PULL_ACTIONS,
+                    "Resource": [repository_arn],
+                },
             ],
         }
     )

@@ -176,12 +176,12 @@ def record_from_outputs(
             f"({label}={(image.get('labels') or {}).get(label)}, this bake is {want}): the build of "
             f"this bake has not finished (`gcloud builds list --project {project} --limit 3`)"
         )
-    size = image.get("diskSizeGb")  # Compute REST Image.diskSizeGb: int64 as a string
+    size = str(image.get("diskSizeGb") or "")  # Compute REST Image.diskSizeGb: int64 as a string
     return record_result(
         project_dir,
         name,
         f"projects/{project}/global/images/{image['name']}",
-        root_snapshot_gib=int(size) if str(size or "").isdigit() else None,
+        root_snapshot_gib=int(size) if size.isdigit() else None,
     )
 
 

@@ -10,11 +10,10 @@ stack, or ``gpuinfra new --force``, picks up the new image).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-
-import re
 
 import yaml
 

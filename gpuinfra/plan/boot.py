@@ -34,7 +34,6 @@ from gpuinfra.plan.node_bundle import BUNDLE_FETCH_PATH, fetch_systemd_unit
 from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES
 from gpuinfra.plan.units import (
     CLUSTER_ENV_PATH,
-    ExecCommand,
     ETC_DIR,
     HOSTFILE_PATH,
     NCCL_ENV_PATH,
@@ -42,6 +41,7 @@ from gpuinfra.plan.units import (
     NODE_LIB,
     SBIN_DIR,
     SCRATCH_FAILED_PATH,
+    ExecCommand,
     NodeFile,
     SystemdUnit,
     check_unit_name,

@@ -12,6 +12,7 @@ Pure Python, no Pulumi imports.
 from __future__ import annotations
 
 from gpuinfra.agent.constants import SCRATCH_MOUNT, TORCHRUN_PORT
+from gpuinfra.errors import RuleViolationError
 from gpuinfra.plan import boot_aws, boot_gcp
 from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
 from gpuinfra.plan.fabric import aws_run_command, gcp_run_command
@@ -28,7 +29,6 @@ from gpuinfra.plan.model import (
     gcp_network,
 )
 from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
-from gpuinfra.errors import RuleViolationError
 from gpuinfra.rules.spec_rules import baked_image_violations
 from gpuinfra.spec import ClusterSpec
 

@@ -247,7 +247,9 @@ def test_gcp_record_keeps_the_images_disk_size(a3mega_bake, tmp_path):
     }
     with ReplayServer([("GET", FAMILY_PATH, None, answer)]) as server:
         recorded = record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
-    assert read_bake(tmp_path, "bake-a3-megagpu-8g").result.root_snapshot_gib == recorded.result.root_snapshot_gib == 250
+    assert (
+        read_bake(tmp_path, "bake-a3-megagpu-8g").result.root_snapshot_gib == recorded.result.root_snapshot_gib == 250
+    )
 
 
 @pytest.mark.parametrize(

@@ -88,8 +88,8 @@ def test_the_aws_baked_node_logs_docker_in_to_ecr_and_keeps_its_image_store():
     login = next(u for u in boot.units if u.name == REGISTRY_LOGIN_UNIT)
     text = login.render()
     assert (
-        "ExecStart=/bin/sh -c 'p=\"$$(aws ecr get-login-password --region \"$$1\")\" && printf %%s \"$$p\" | "
-        "/usr/bin/docker login --username AWS --password-stdin \"$$2\"' sh us-east-1 "
+        'ExecStart=/bin/sh -c \'p="$$(aws ecr get-login-password --region "$$1")" && printf %%s "$$p" | '
+        '/usr/bin/docker login --username AWS --password-stdin "$$2"\' sh us-east-1 '
         "123456789012.dkr.ecr.us-east-1.amazonaws.com"
     ) in text
     assert "Before=gpuinfra-prepull.service gpuinfra-image.service" in text
