@@ -44,14 +44,17 @@ def stack_spec(stack: str) -> ClusterSpec:
     return read_stack_spec(ROOT, stack)
 
 
-def baked_variant(spec: ClusterSpec, bake: str, image_id: str, repository: str) -> ClusterSpec:
-    """``spec`` as ``gpuinfra new --image baked:<bake>`` writes it for a GCP bake of its type
+def baked_variant(spec: ClusterSpec, bake: str, image_id: str, repository: str, container: str = "") -> ClusterSpec:
+    """``spec`` as ``gpuinfra new --image baked:<bake>`` writes it for a bake of its type
     (:func:`gpuinfra.bake.stack.apply_baked_image`): the bake's image, the bake recorded in
-    ``baked_image`` (its region, a 200 GiB root, its Artifact Registry ``repository``), the
-    profile's container unchanged (the manifest's container base, on the image under that
-    reference)."""
+    ``baked_image`` (its region, a 200 GiB root, its ECR / Artifact Registry ``repository``), and
+    the profile's container: ``container`` (AWS: the bake's ECR container), or unchanged (GCP: the
+    manifest's container base, on the image under that reference)."""
     ref = BakedImageRef(bake=bake, region=spec.region, root_snapshot_gib=200, container_repository=repository)
-    profile = spec.profile.model_copy(update={"root_disk_gib": max(spec.profile.root_disk_gib, 200)})
+    updates: dict = {"root_disk_gib": max(spec.profile.root_disk_gib, 200)}
+    if container:
+        updates["container_image"] = container
+    profile = spec.profile.model_copy(update=updates)
     image = {"gcp_image": image_id} if spec.cloud == "gcp" else {"ami_id": image_id}
     return ClusterSpec.model_validate({**spec.model_dump(), **image, "baked_image": ref, "profile": profile})
 

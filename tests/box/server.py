@@ -154,6 +154,8 @@ class Cli:
         if args[:2] == ["ec2", "describe-instances"]:
             ips = [n["ip"] for n in _json("nodes.json")["nodes"] if n["state"] in ("pending", "running")]
             return 0, "\t".join(ips) + "\n", ""
+        if args[:2] == ["ecr", "get-login-password"]:  # a token for `docker login --password-stdin`
+            return 0, "box-ecr-token\n", ""
         if args[:2] == ["s3", "cp"]:
             return self._copy(args[2:], "s3")
         if args[:2] == ["s3api", "put-object"]:
