@@ -176,3 +176,49 @@ def test_registry_host_of_a_repository(repository, host):
 def test_a_repository_that_is_neither_an_ecr_arn_nor_an_ar_path_is_refused(repository):
     with pytest.raises(ValueError):
         BakedImageRef(bake="b", region="us-east-1", root_snapshot_gib=200, container_repository=repository)
+
+
+class _MotoEc2(PreviewMocks):
+    """``getAmi`` answered from EC2 DescribeImages (moto), as the provider reads it."""
+
+    def __init__(self, spec, ec2):
+        super().__init__(spec)
+        self.ec2 = ec2
+
+    def call_result(self, token, args):
+        if token == "aws:ec2/getAmi:getAmi":
+            (wanted,) = args["filters"]
+            (image,) = self.ec2.describe_images(Filters=[{"Name": wanted["name"], "Values": wanted["values"]}])[
+                "Images"
+            ]
+            return {**super().call_result(token, args), "rootDeviceName": image["RootDeviceName"]}
+        return super().call_result(token, args)
+
+
+@pytest.mark.parametrize("root", ["/dev/xvda", "/dev/sda1"])  # Amazon Linux / Ubuntu DLAMIs
+def test_the_bake_reads_its_root_device_from_ec2s_description_of_the_base(p5_bake, moto_url, monkeypatch, root):
+    import boto3
+
+    from gpuinfra.bake.preview import bake_provider_config
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_url)
+    # one of the Deep Learning AMIs moto bundles (its copy of EC2's public images) with that root
+    # (moto's RegisterImage keeps no RootDeviceName of its own)
+    found = ec2.describe_images(
+        Filters=[{"Name": "name", "Values": ["Deep Learning AMI*"]}, {"Name": "root-device-name", "Values": [root]}]
+    )["Images"]
+    base = sorted(i["ImageId"] for i in found)[0]
+    spec = p5_bake.model_copy(update={"manifest": p5_bake.manifest.model_copy(update={"base_image": base})})
+
+    def program():
+        from blueprints.program import build_bake
+
+        return build_bake(spec)
+
+    config = {"gpuinfra:bake": json.dumps(spec.to_config()), **bake_provider_config(spec)}
+    result = run_program(spec.stack, _MotoEc2(spec, ec2), config, program)
+    recipe = result.of_type("aws:imagebuilder/imageRecipe:ImageRecipe")[0].inputs
+    assert recipe["parentImage"] == base
+    assert [(m["deviceName"], m["ebs"]["volumeSize"]) for m in recipe["blockDeviceMappings"]] == [(root, 200)]
