@@ -257,7 +257,8 @@ class BakedImageRef(BaseModel):
         repo = self.container_repository
         if repo.startswith("arn:"):
             parts = repo.split(":")
-            return f"{parts[4]}.dkr.ecr.{parts[3]}.amazonaws.com"
+            suffix = ".cn" if parts[1] == "aws-cn" else ""  # China regions: amazonaws.com.cn
+            return f"{parts[4]}.dkr.ecr.{parts[3]}.amazonaws.com{suffix}"
         if repo.startswith("projects/"):
             return f"{repo.split('/')[3]}-docker.pkg.dev"
         return ""

@@ -161,6 +161,10 @@ def test_the_bake_maps_its_root_volume_on_the_base_amis_own_root_device(p5_bake)
     [
         (ECR_ARN, "123456789012.dkr.ecr.us-east-1.amazonaws.com"),
         (AR_REPO, "us-central1-docker.pkg.dev"),
+        (
+            "arn:aws-cn:ecr:cn-north-1:123456789012:repository/gpuinfra/b",
+            "123456789012.dkr.ecr.cn-north-1.amazonaws.com.cn",
+        ),
         ("", ""),
     ],
 )
