@@ -160,10 +160,11 @@ def create_stack(
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)
     if request.image:  # a baked image decides the cloud, and the type when it was baked for one
-        cloud, types, fabric = baked_image_targets(project_dir, request.image)
+        cloud, types, fabric, region = baked_image_targets(project_dir, request.image)
         planned = replace(
             planned,
             cloud=planned.cloud or cloud,
+            region=planned.region or region,
             image_fabric=fabric,
             instance_type=planned.instance_type or (types[0] if len(types) == 1 else None),
         )

@@ -161,10 +161,14 @@ class PreviewMocks:
                 "id": args["name"],
                 "withDecryption": True,
             }
-        if token == "aws:ec2/getAmi:getAmi" and isinstance(spec, ClusterSpec):  # cluster programs only
+        if token == "aws:ec2/getAmi:getAmi":
             ami = (args.get("filters") or [{}])[0].get("values", [""])[0]
             root = (
-                "/dev/xvda" if "amazon-linux" in spec.profile.image.aws_dlami_type and not spec.ami_id else "/dev/sda1"
+                "/dev/xvda"
+                if isinstance(spec, ClusterSpec)
+                and "amazon-linux" in spec.profile.image.aws_dlami_type
+                and not spec.ami_id
+                else "/dev/sda1"  # a bake's base: the profiles' Ubuntu DLAMI
             )
             self._note(f"root device {root} of {ami} is assumed offline (DLAMI family); a deploy reads it from EC2")
             return {

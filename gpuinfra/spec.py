@@ -218,6 +218,52 @@ class DataSource(BaseModel):
         return f"{self.size_gb:f} GB in {where}"
 
 
+class BakedImageRef(BaseModel):
+    """The bake a cluster boots (``gpuinfra new --image baked:<name>`` writes it; the blueprints and
+    the node boot read it, never the bake's own stack file).
+
+    Attributes:
+        bake: the bake's (stack) name.
+        region: the region the bake's image lives in; the cluster's ``region`` must equal it (an
+            AMI is regional: docs.aws.amazon.com/AWSEC2/latest/UserGuide/CopyingAMIs.html; the
+            bake's Artifact Registry repository is regional too).
+        root_snapshot_gib: size of the image's root disk (AWS: the root block device snapshot's
+            ``Ebs.VolumeSize`` in DescribeImages; GCP: ``Image.diskSizeGb``). EC2 refuses a
+            smaller root volume ("Volume of size ... is smaller than snapshot"), GCE a smaller boot
+            disk, so the profile's ``root_disk_gib`` is never below it (rule ``baked-root-disk``).
+        container_repository: where the bake's container can be pulled from, and the only
+            repository the node identity may read: AWS the ECR repository ARN
+            (``arn:aws:ecr:<region>:<account>:repository/<name>``), GCP the Artifact Registry
+            repository (``projects/<p>/locations/<region>/repositories/<id>``); "" for none.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    bake: str = Field(min_length=1)
+    region: str = Field(min_length=1)
+    root_snapshot_gib: int = Field(ge=1, le=65536)
+    container_repository: str = Field(
+        default="",
+        pattern=r"^(|arn:aws[a-z-]*:ecr:[a-z0-9-]+:\d{12}:repository/[a-z0-9._/-]+"
+        r"|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/locations/[a-z0-9-]+/repositories/[a-z][-a-z0-9]{0,62})$",
+    )
+
+    @property
+    def registry_host(self) -> str:
+        """The registry Docker logs in to: ``<account>.dkr.ecr.<region>.amazonaws.com`` (ECR
+        registry URI: docs.aws.amazon.com/AmazonECR/latest/userguide/Registries.html) or
+        ``<region>-docker.pkg.dev`` (cloud.google.com/artifact-registry/docs/docker/names); ""
+        without a repository."""
+        repo = self.container_repository
+        if repo.startswith("arn:"):
+            parts = repo.split(":")
+            suffix = ".cn" if parts[1] == "aws-cn" else ""  # China regions: amazonaws.com.cn
+            return f"{parts[4]}.dkr.ecr.{parts[3]}.amazonaws.com{suffix}"
+        if repo.startswith("projects/"):
+            return f"{repo.split('/')[3]}-docker.pkg.dev"
+        return ""
+
+
 class ClusterSpec(BaseModel):
     """A GPU cluster as one validated object (stored as ``gpuinfra:cluster``).
 
@@ -255,6 +301,9 @@ class ClusterSpec(BaseModel):
         network: networking overrides.
         ami_id: AWS AMI override (else the DLAMI SSM parameter of the profile).
         gcp_image: GCP image override (else the DLVM family of the profile).
+        baked_image: the bake ``ami_id`` / ``gcp_image`` comes from (:class:`BakedImageRef`), or
+            None: the node then keeps Docker's image store where the bake put it, logs Docker in
+            to the bake's repository, and its identity may read that repository only.
         delete_bucket_on_destroy: destroy the bucket with the stack (default: keep data).
         price: prices when the stack was written.
         max_price_per_hour_usd: the stack's budget: ``preview`` / ``new`` refuse a stack whose
@@ -294,6 +343,7 @@ class ClusterSpec(BaseModel):
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     ami_id: str | None = None
     gcp_image: str | None = None
+    baked_image: BakedImageRef | None = None
     delete_bucket_on_destroy: bool = False
     price: PriceSnapshot | None = None
     max_price_per_hour_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -367,6 +417,8 @@ class ClusterSpec(BaseModel):
             self.network.vpc_id or self.ami_id or self.network.ssh_cidr or self.capacity_reservation_id
         ):
             raise ValueError("network.vpc_id/subnet_id/ssh_cidr, ami_id and capacity_reservation_id are AWS settings")
+        if self.baked_image and not (self.ami_id or self.gcp_image):
+            raise ValueError("baked_image needs the bake's image id in ami_id (AWS) or gcp_image (GCP)")
         if self.gcp_reservation_bound and not self.gcp_reservation:
             raise ValueError("gcp_reservation_bound needs gcp_reservation (the reservation the VMs are bound to)")
         if self.spot and (self.gcp_reservation or self.gcp_reservation_bound):

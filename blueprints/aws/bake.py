@@ -12,7 +12,8 @@ Children (``<name>-<role>``), all declared with ``pulumi_aws.imagebuilder`` / ``
   ``ecr:GetAuthorizationToken`` on ``*`` and the layer actions on the repository).
 * ``repository``: ECR ``gpuinfra/<stack>``, tags ``IMMUTABLE`` and scan on push
   (pulumi-aws ``ecr.Repository.image_tag_mutability``: MUTABLE, IMMUTABLE, ...).
-* ``host-component`` + ``image-recipe`` (pinned base AMI, gp3 root volume) +
+* ``host-component`` + ``image-recipe`` (pinned base AMI, gp3 root volume on the base AMI's
+  own root device, read with ``getAmi``) +
   ``infrastructure`` (CPU build instance, IMDSv2, terminate on failure) + ``distribution``
   (AMI name and manifest tags) + ``image``: the AMI. Its build instance also builds the training
   container from the boot path's Dockerfile (:func:`gpuinfra.bake.render.container_dockerfile`)
@@ -35,6 +36,7 @@ import pulumi_aws as aws
 
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
+from gpuinfra.errors import BakeError
 from gpuinfra.plan.naming import child
 
 TYPE_TOKEN = "gpuinfra:aws:ImageBake"
@@ -42,8 +44,6 @@ IMAGE_BUILDER_POLICY = "arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilde
 SSM_MANAGED_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 #: Recipe and component version (semantic ``major.minor.patch``; Image Builder adds the build).
 RECIPE_VERSION = "1.0.0"
-#: Root device of the Ubuntu DLAMIs (the preview's ``getAmi`` answer; EC2 describe-images).
-ROOT_DEVICE = "/dev/sda1"
 #: ECR actions to push and pull one repository (docs.aws.amazon.com/AmazonECR/latest/userguide/image-push-iam.html).
 #: ``ecr:DescribeImages``: the build looks for the tag an earlier run of the bake pushed.
 ECR_REPOSITORY_ACTIONS = [
@@ -94,6 +94,25 @@ def _first(resources, kind: str, field: str) -> str:
     return ""
 
 
+def base_root_device(ami_id: str) -> str:
+    """The root device name of the base AMI as EC2 describes it (DescribeImages
+    ``RootDeviceName``: ``/dev/sda1`` on the Ubuntu DLAMIs, ``/dev/xvda`` on Amazon Linux 2023
+    ones). The recipe's root volume must name it: a mapping under another name adds a second
+    volume and leaves the root at the AMI's own size (pulumi_aws
+    ``ImageRecipeBlockDeviceMappingArgs.device_name``).
+
+    Raises:
+        BakeError: the AMI cannot be described in the bake's region (before any resource exists).
+    """
+    try:
+        image = aws.ec2.get_ami(
+            filters=[aws.ec2.GetAmiFilterArgs(name="image-id", values=[ami_id])], include_deprecated=True
+        )
+    except Exception as exc:  # the provider raises a plain Exception on invoke failure
+        raise BakeError(f"base AMI {ami_id} cannot be described in the bake's region ({exc})") from None
+    return image.root_device_name
+
+
 class AwsImageBake(pulumi.ComponentResource):
     """The EC2 Image Builder bake of ``spec`` (module docstring lists the children).
 
@@ -111,6 +130,7 @@ class AwsImageBake(pulumi.ComponentResource):
             raise ValueError(f"AwsImageBake needs an aws bake, got {spec.cloud!r}")
         super().__init__(TYPE_TOKEN, name, None, opts)
         m = spec.manifest
+        root_device = base_root_device(m.base_image)
         tags = {"gpuinfra:stack": spec.stack, "gpuinfra:kind": "bake", **m.aws_tags()}
         suffix = m.sha256[:12]
         kids = pulumi.ResourceOptions(parent=self)
@@ -198,7 +218,7 @@ class AwsImageBake(pulumi.ComponentResource):
             ],
             block_device_mappings=[
                 aws.imagebuilder.ImageRecipeBlockDeviceMappingArgs(
-                    device_name=ROOT_DEVICE,
+                    device_name=root_device,
                     ebs=aws.imagebuilder.ImageRecipeBlockDeviceMappingEbsArgs(
                         volume_size=spec.build_volume_size_gib,
                         volume_type="gp3",

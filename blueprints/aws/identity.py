@@ -1,5 +1,6 @@
-"""IAM of the nodes: SSM Session Manager access, the stack bucket and (when monitoring is on)
-the CloudWatch agent's metrics and configuration, nothing else.
+"""IAM of the nodes: SSM Session Manager access, the stack bucket, (when monitoring is on)
+the CloudWatch agent's metrics and configuration, and (when the nodes boot a baked image) pull
+from the bake's ECR repository, nothing else.
 
 Sources: AmazonSSMManagedInstanceCore for Session Manager
 (docs.aws.amazon.com/systems-manager/latest/userguide/setup-instance-permissions.html);
@@ -61,6 +62,35 @@ def bucket_policy_document(bucket_arn: str) -> str:
     )
 
 
+#: ECR actions a node needs to pull from the bake's repository
+#: (docs.aws.amazon.com/AmazonECR/latest/userguide/image-pull-iam.html ... security_iam_id-based-policy-examples:
+#: pull needs ``ecr:BatchGetImage`` and ``ecr:GetDownloadUrlForLayer``; ``docker pull`` also calls
+#: ``ecr:BatchCheckLayerAvailability``, AmazonEC2ContainerRegistryReadOnly's layer action).
+ECR_PULL_ACTIONS = ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"]
+
+
+def ecr_pull_policy_document(repository_arn: str) -> str:
+    """Inline policy JSON: an ECR authorization token (``ecr:GetAuthorizationToken`` takes no
+    resource-level scope, so ``Resource: *``: docs.aws.amazon.com/AmazonECR/latest/userguide/
+    security_iam_id-based-policy-examples.html) and pull (:data:`ECR_PULL_ACTIONS`) on the bake's
+    one repository ``repository_arn`` (``arn:aws:ecr:<region>:<account>:repository/<name>``):
+    no push, no other repository."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "EcrToken", "Effect": "Allow", "Action": ["ecr:GetAuthorizationToken"], "Resource": "*"},
+                {
+                    "Sid": "PullBakeRepository",
+                    "Effect": "Allow",
+                    "Action": ECR_PULL_ACTIONS,
+                    "Resource": [repository_arn],
+                },
+            ],
+        }
+    )
+
+
 # --- GPU monitoring: the CloudWatch agent's permissions, nothing more ------------------------
 def monitoring_policy_document(stack: str) -> str:
     """Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
@@ -111,6 +141,11 @@ def build_instance_profile(
     aws.iam.RolePolicy(
         child(name, "node-bucket"), role=role.id, policy=bucket.arn.apply(bucket_policy_document), opts=opts
     )
+    repository = spec.baked_image.container_repository if spec.baked_image else ""
+    if repository.startswith("arn:"):  # a baked image: pull from its ECR repository only
+        aws.iam.RolePolicy(
+            child(name, "node-ecr"), role=role.id, policy=ecr_pull_policy_document(repository), opts=opts
+        )
     if spec.profile.monitoring.enabled:  # GPU monitoring
         aws.iam.RolePolicy(
             child(name, "node-monitoring"), role=role.id, policy=monitoring_policy_document(spec.stack), opts=opts

@@ -150,7 +150,35 @@ def build_service_account(
         ),
         opts=opts,
     )
+    build_registry_reader(name, spec, member, parent)
     return account
+
+
+#: Role of the nodes on a bake's Artifact Registry repository: pull only
+#: (cloud.google.com/artifact-registry/docs/access-control#roles: "Artifact Registry Reader ...
+#: View and get artifacts").
+NODE_REGISTRY_ROLE = "roles/artifactregistry.reader"
+
+
+def build_registry_reader(
+    name: str, spec: ClusterSpec, member: pulumi.Input[str], parent: pulumi.Resource
+) -> gcp.artifactregistry.RepositoryIamMember | None:
+    """:data:`NODE_REGISTRY_ROLE` for the node service account ``member`` on the baked image's
+    repository only (``spec.baked_image.container_repository``,
+    ``projects/P/locations/R/repositories/ID``), or None when the nodes boot no bake."""
+    repository = spec.baked_image.container_repository if spec.baked_image else ""
+    if not repository.startswith("projects/"):
+        return None
+    _, project, _, location, _, repository_id = repository.split("/")
+    return gcp.artifactregistry.RepositoryIamMember(
+        child(name, "nodes-registry-read"),
+        project=project,
+        location=location,
+        repository=repository_id,
+        role=NODE_REGISTRY_ROLE,
+        member=member,
+        opts=pulumi.ResourceOptions(parent=parent),
+    )
 
 
 #: What a node may do in its project, and nothing else: list its own MIG's VMs and read their

@@ -135,8 +135,10 @@ def record_from_outputs(
     (:func:`ecr_digest_reference`), else as built (a tag of an ``IMMUTABLE`` repository). GCP:
     the newest image of the ``image_family`` output; it must be ``READY`` (Compute ``Image.status``:
     FAILED, PENDING, READY) and carry this manifest's ``gpuinfra-bake-sha256`` label (an older
-    image of the family is the bake before a change). GCP records no container: clusters keep
-    the profile's pinned container.
+    image of the family is the bake before a change). GCP records no container: clusters run the
+    manifest's container base, which the bake pulled onto the image under that reference.
+    The image's root disk size is recorded too (AWS: the recipe's root volume,
+    ``build_volume_size_gib``; GCP: ``Image.diskSizeGb``): clusters never ask for a smaller one.
 
     Args:
         ecr: boto3 ECR client (default: one of the bake's region); gcp: REST session
@@ -155,7 +157,9 @@ def record_from_outputs(
         if spec.manifest.container_pinned:
             ecr = ecr or aws_session(" to look up the container's digest").client("ecr", region_name=spec.region)
             container = ecr_digest_reference(ecr, container)
-        return record_result(project_dir, name, image_id, container)
+        # the recipe maps build_volume_size_gib onto the base AMI's root device
+        # (blueprints/aws/bake.py), so the AMI's root snapshot is that size
+        return record_result(project_dir, name, image_id, container, spec.build_volume_size_gib)
     family = _output(outputs, "image_family", name).rsplit("/", 1)[-1]
     project = spec.gcp_project or ""
     image = gcp_api.newest_family_image(gcp or gcp_api.make_gcp_apis(), project, family)
@@ -172,7 +176,13 @@ def record_from_outputs(
             f"({label}={(image.get('labels') or {}).get(label)}, this bake is {want}): the build of "
             f"this bake has not finished (`gcloud builds list --project {project} --limit 3`)"
         )
-    return record_result(project_dir, name, f"projects/{project}/global/images/{image['name']}")
+    size = str(image.get("diskSizeGb") or "")  # Compute REST Image.diskSizeGb: int64 as a string
+    return record_result(
+        project_dir,
+        name,
+        f"projects/{project}/global/images/{image['name']}",
+        root_snapshot_gib=int(size) if size.isdigit() else None,
+    )
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,10 @@ class BakeResult(BaseModel):
     Attributes:
         image_id: the AMI id (``ami-...``) or GCP image (``projects/P/global/images/NAME``).
         container_image: the training container, ``repo@sha256:...``; "" when none was built.
+        root_snapshot_gib: size of the image's root disk in GiB (AWS: the root block device's
+            ``Ebs.VolumeSize`` in EC2 DescribeImages; GCP: ``Image.diskSizeGb``), read when the
+            result is recorded from the outputs; None in results recorded before it was read
+            (then the bake's ``build_volume_size_gib``, the size the recipe gave the root).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -146,6 +150,7 @@ class BakeResult(BaseModel):
         pattern=r"^(ami-[0-9a-f]{8,17}|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
     )
     container_image: str = ""
+    root_snapshot_gib: int | None = Field(default=None, ge=1, le=65536)
 
 
 class BakeSpec(BaseModel):

@@ -220,6 +220,7 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
         "bake/gcp-pull-container.sh.j2",
         bake=spec.stack,
         container_image=shlex.quote(container_image),
+        container_base=shlex.quote(m.container_base),
         registry_host=registry_host,
     )
     files["write-manifest.sh"] = manifest_script(spec)

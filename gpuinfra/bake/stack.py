@@ -10,6 +10,7 @@ stack, or ``gpuinfra new --force``, picks up the new image).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import BakeError, FileExistsGpuinfraError, ProjectDirError, RuleViolationError, SpecError
 from gpuinfra.fsutil import NewFiles, atomic_write_text, folder_problem
 from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
+from gpuinfra.spec import BakedImageRef
 from gpuinfra.stackfile import stack_file_path
 
 #: ``gpuinfra new --image`` value naming a bake.
@@ -100,8 +102,13 @@ def read_bake(project_dir: Path, name: str) -> BakeSpec:
     return BakeSpec.from_config(value)
 
 
-def record_result(project_dir: Path, name: str, image_id: str, container_image: str = "") -> BakeSpec:
+def record_result(
+    project_dir: Path, name: str, image_id: str, container_image: str = "", root_snapshot_gib: int | None = None
+) -> BakeSpec:
     """Store a finished bake's outputs in its stack file (replacing an earlier result).
+
+    ``root_snapshot_gib``: the image's root disk size as the cloud describes it (None: not read;
+    clusters then take the bake's ``build_volume_size_gib``).
 
     Raises:
         BakeError: no such bake, an image id of the other cloud, or a container without a
@@ -121,7 +128,7 @@ def record_result(project_dir: Path, name: str, image_id: str, container_image: 
             f"{name} --from-outputs` look the digest up"
         )
     try:
-        result = BakeResult(image_id=image_id, container_image=container_image)
+        result = BakeResult(image_id=image_id, container_image=container_image, root_snapshot_gib=root_snapshot_gib)
     except ValueError as exc:
         raise SpecError(f"--image-id {image_id!r}: {exc.errors()[0]['msg']}") from None  # type: ignore[attr-defined]
     recorded = spec.model_copy(update={"result": result})
@@ -129,13 +136,41 @@ def record_result(project_dir: Path, name: str, image_id: str, container_image: 
     return recorded
 
 
+#: ``<account>.dkr.ecr.<region>.amazonaws.com[.cn]/<repository>[:tag][@sha256:...]`` (ECR registry
+#: URI: docs.aws.amazon.com/AmazonECR/latest/userguide/Registries.html).
+_ECR_IMAGE_RE = re.compile(
+    r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(?P<cn>\.cn)?/"
+    r"(?P<repository>[a-z0-9._/-]+?)(?::[\w][\w.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$"
+)
+
+
+def container_repository(spec: BakeSpec, container_image: str) -> str:
+    """The repository a bake's nodes may pull from (:attr:`gpuinfra.spec.BakedImageRef.container_repository`):
+    AWS the ECR repository ARN of ``container_image``
+    (``arn:<partition>:ecr:<region>:<account>:repository/<name>``: Service Authorization
+    Reference, Amazon ECR resource types); GCP the bake's Artifact Registry repository
+    ``gpuinfra-<bake>`` in its region (blueprints/gcp/bake.py); "" when there is none.
+    """
+    if spec.cloud == "gcp":
+        return f"projects/{spec.gcp_project}/locations/{spec.region}/repositories/gpuinfra-{spec.stack}"
+    match = _ECR_IMAGE_RE.match(container_image)
+    if not match:
+        return ""
+    partition = "aws-cn" if match["cn"] else "aws"
+    return f"arn:{partition}:ecr:{match['region']}:{match['account']}:repository/{match['repository']}"
+
+
 @dataclass(frozen=True)
 class BakedImage:
-    """A finished bake as a cluster uses it: the image id and the manifest to record."""
+    """A finished bake as a cluster uses it: the image id, the container the nodes run (AWS:
+    the bake's ECR container; GCP: the manifest's container base, which the bake pulled onto the
+    image under that reference), the manifest to record and the spec's
+    :class:`~gpuinfra.spec.BakedImageRef`."""
 
     image_id: str
     container_image: str
     manifest: SoftwareManifest
+    ref: BakedImageRef
 
     def config(self) -> dict:
         """``gpuinfra:image`` of the cluster's stack file: the manifest, the image id, the
@@ -154,17 +189,18 @@ def _bake_name(value: str) -> str:
     return value[len(BAKED_PREFIX) :]
 
 
-def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, ...], str]:
-    """``(cloud, instance_types, fabric)`` of the bake ``--image baked:<name>`` names: ``new``
-    plans on that cloud when no ``--cloud`` is given, on its type when it was baked for one type
-    and no ``--instance-type`` is given, and counts the fabric the image carries as installed
+def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, ...], str, str]:
+    """``(cloud, instance_types, fabric, region)`` of the bake ``--image baked:<name>`` names:
+    ``new`` plans on that cloud when no ``--cloud`` is given, on its type when it was baked for
+    one type and no ``--instance-type`` is given, in its region when no ``--region`` is given,
+    and counts the fabric the image carries as installed
     (:attr:`gpuinfra.planner.PlanRequest.image_fabric`).
 
     Raises:
         BakeError: not ``baked:<name>``, or no such bake.
     """
     spec = read_bake(project_dir, _bake_name(value))
-    return spec.cloud, spec.manifest.instance_types, spec.manifest.fabric
+    return spec.cloud, spec.manifest.instance_types, spec.manifest.fabric, spec.region
 
 
 def list_bakes(project_dir: Path) -> list[BakeSpec]:
@@ -179,12 +215,12 @@ def list_bakes(project_dir: Path) -> list[BakeSpec]:
     return found
 
 
-def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str) -> BakedImage:
-    """Resolve ``--image baked:<name>`` for a cluster of ``cloud`` / ``instance_type``.
+def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str, region: str) -> BakedImage:
+    """Resolve ``--image baked:<name>`` for a cluster of ``cloud`` / ``instance_type`` in ``region``.
 
     Raises:
-        BakeError: not ``baked:<name>``, no such bake, another cloud or family, or no image id
-            recorded yet (exit 2).
+        BakeError: not ``baked:<name>``, no such bake, another cloud, family or region (an AMI or
+            GCP bake is used in its own region; copy it first), or no image id recorded yet (exit 2).
     """
     name = _bake_name(value)
     spec = read_bake(project_dir, name)
@@ -196,6 +232,11 @@ def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str) -
             f"bake {name!r} was baked for {m.family} ({', '.join(m.instance_types)}), not {instance_type}; "
             f"pass --instance-type {m.instance_types[0]}"
         )
+    if spec.region != region:
+        raise BakeError(
+            f"bake {name!r} is in {spec.region}, this cluster is in {region}: pass --region {spec.region}, "
+            f"or bake again with --region {region}"
+        )
     if spec.result is None:
         then = (
             ""
@@ -203,12 +244,22 @@ def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str) -
             else f", then `gpuinfra image record {name} --from-outputs` once its build finished"
         )
         raise BakeError(f"bake {name!r} has no image id yet: run `gpuinfra up {name}`{then}")
-    return BakedImage(spec.result.image_id, spec.result.container_image, m)
+    result = spec.result
+    container = result.container_image if spec.cloud == "aws" else m.container_base
+    ref = BakedImageRef(
+        bake=name,
+        region=spec.region,
+        root_snapshot_gib=result.root_snapshot_gib or spec.build_volume_size_gib,
+        container_repository=container_repository(spec, result.container_image),
+    )
+    return BakedImage(result.image_id, container, m, ref)
 
 
 def apply_baked_image(plan, project_dir: Path, value: str):
-    """``plan`` with the bake's image: ``ami_id`` (AWS) or ``gcp_image`` (GCP) set, and the
-    profile's ``container_image`` the bake's container when it recorded one.
+    """``plan`` with the bake's image: ``ami_id`` (AWS) or ``gcp_image`` (GCP) and ``baked_image``
+    set, the profile's ``container_image`` the container on the image (:class:`BakedImage`), and
+    its ``root_disk_gib`` raised to the image's root snapshot when smaller (EC2 and GCE refuse a
+    root disk smaller than the image's: rule ``baked-root-disk``).
 
     Args:
         plan: the :class:`gpuinfra.planner.Plan` of ``gpuinfra new``.
@@ -224,10 +275,13 @@ def apply_baked_image(plan, project_dir: Path, value: str):
     from dataclasses import replace
 
     spec = plan.spec
-    image = baked_image(project_dir, value, spec.cloud, spec.instance_type)
+    image = baked_image(project_dir, value, spec.cloud, spec.instance_type, spec.region)
     updates: dict = {"ami_id": image.image_id} if spec.cloud == "aws" else {"gcp_image": image.image_id}
+    updates["baked_image"] = image.ref
+    profile: dict = {"root_disk_gib": max(spec.profile.root_disk_gib, image.ref.root_snapshot_gib)}
     if image.container_image:
-        updates["profile"] = spec.profile.model_copy(update={"container_image": image.container_image})
+        profile["container_image"] = image.container_image
+    updates["profile"] = spec.profile.model_copy(update=profile)
     new_spec = type(spec).model_validate({**spec.model_dump(), **updates})
     return replace(plan, spec=new_spec), image.config()
 

@@ -30,6 +30,7 @@ from gpuinfra.agent.constants import SCRATCH_MOUNT
 from gpuinfra.agent.node import STOP_SYNC_SECONDS
 from gpuinfra.errors import UnitValueError
 from gpuinfra.oci import check_image_reference
+from gpuinfra.plan.fabric import IMAGE_UNIT
 from gpuinfra.plan.node_bundle import BUNDLE_FETCH_PATH, fetch_systemd_unit
 from gpuinfra.plan.node_files import DOCKER_MEMLOCK_DROPIN, NODE_FILES
 from gpuinfra.plan.units import (
@@ -41,6 +42,7 @@ from gpuinfra.plan.units import (
     NODE_LIB,
     SBIN_DIR,
     SCRATCH_FAILED_PATH,
+    ExecCommand,
     NodeFile,
     SystemdUnit,
     check_unit_name,
@@ -59,6 +61,7 @@ __all__ = [
     "SCRATCH_UNIT",
     "CLUSTER_ENV_UNIT",
     "PREPULL_UNIT",
+    "REGISTRY_LOGIN_UNIT",
 ]
 
 AGENT_UNIT = "gpuinfra-agent.service"
@@ -67,6 +70,11 @@ CLUSTER_ENV_UNIT = "gpuinfra-cluster-env.service"
 #: Pulls the profile's training image once Docker and scratch are up (the health gate's
 #: all-reduce runs in it, so the gate is ordered after it on both clouds).
 PREPULL_UNIT = "gpuinfra-prepull.service"
+#: Logs Docker in to the bake's registry (nodes booted from a baked image; before the pre-pull
+#: and the image build, which may need to pull from it).
+REGISTRY_LOGIN_UNIT = "gpuinfra-registry-login.service"
+#: Units that pull the training image and so start after the registry login.
+_PULLING_UNITS = (PREPULL_UNIT, IMAGE_UNIT)
 AGENT_PATH = f"{NODE_LIB}/gpuinfra_agent.py"
 SCRATCH_SCRIPT_PATH = f"{SBIN_DIR}/gpuinfra-scratch-raid0"
 CLUSTER_ENV_SCRIPT_PATH = f"{SBIN_DIR}/gpuinfra-cluster-env"
@@ -171,6 +179,8 @@ class CloudBoot:
         bundle_fetch_script: ``templates/node-bundle-fetch.sh.j2`` rendered for the bucket.
         prepull: the node pre-pulls the profile's container image with :data:`PREPULL_UNIT`
             (False where the bundle builds the training image from it instead: AWS EFA nodes).
+        registry_login: the command that logs Docker in to the bake's registry
+            (:func:`registry_login_unit`); empty when the node boots no baked image.
 
     What is the same on both clouds (the bundle fetch unit and path, the node settings files,
     the Docker drop-in) :func:`node_boot` takes from its own module, not from here.
@@ -185,6 +195,7 @@ class CloudBoot:
     node_env: str
     bundle_fetch_script: str
     prepull: bool
+    registry_login: tuple[ExecCommand, ...] = ()
 
 
 def nccl_env_text(env: dict[str, str]) -> str:
@@ -228,6 +239,28 @@ def prepull_unit(image: str) -> SystemdUnit:
         # ExecCondition: exit 0 runs the unit, 1-254 skips it (systemd.service(5), ExecCondition=)
         exec_condition=(shell('! /usr/bin/docker image inspect "$1" >/dev/null 2>&1', image),),
         exec_start=(command("/usr/bin/docker", "pull", image),),
+    )
+
+
+def registry_login_unit(login: tuple[ExecCommand, ...]) -> SystemdUnit:
+    """:data:`REGISTRY_LOGIN_UNIT` running ``login`` once Docker and the network are up, before
+    the units that pull (:data:`PREPULL_UNIT`, :data:`gpuinfra.plan.fabric.IMAGE_UNIT`); retried every 30 s
+    while it fails (the instance role or service account may take a moment to be usable). The
+    login command comes from the cloud's writer (:func:`gpuinfra.plan.boot_aws.ecr_login`,
+    :func:`gpuinfra.plan.boot_gcp.artifact_registry_login`)."""
+    return SystemdUnit(
+        REGISTRY_LOGIN_UNIT,
+        "gpuinfra: log Docker in to the bake's container registry",
+        wants=("network-online.target",),
+        requires=("docker.service",),
+        after=("docker.service", "network-online.target", SCRATCH_UNIT),
+        before=_PULLING_UNITS,
+        start_limit_interval_sec=0,
+        type="oneshot",
+        remain_after_exit=True,
+        exec_start=login,
+        restart="on-failure",
+        restart_sec=30,
     )
 
 
@@ -284,6 +317,8 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         restart_sec=30,
     )
     units = [agent, scratch, bundle, cluster_env]
+    if cloud.registry_login:
+        units.append(registry_login_unit(cloud.registry_login))
     if cloud.prepull and spec.profile.container_image:
         units.append(prepull_unit(spec.profile.container_image))
     files = (

@@ -44,7 +44,8 @@ from gpuinfra.plan.node_bundle import (
     fetch_script,
     health_template_vars,
 )
-from gpuinfra.plan.node_files import node_env, scratch_script
+from gpuinfra.plan.node_files import docker_on_scratch, node_env, scratch_script
+from gpuinfra.plan.units import ExecCommand, check_value, shell
 from gpuinfra.spec import ClusterSpec
 
 USER_DATA_LIMIT_BYTES = 16 * 1024
@@ -106,6 +107,31 @@ def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
     return bundle
 
 
+#: ``aws ecr get-login-password`` piped to ``docker login`` (docs.aws.amazon.com/AmazonECR/latest/
+#: userguide/registry_auth.html: "aws ecr get-login-password --region region | docker login
+#: --username AWS --password-stdin aws_account_id.dkr.ecr.region.amazonaws.com"; the token is valid
+#: 12 hours, enough for the boot's pulls). The password goes through the shell's printf builtin,
+#: never a command line; region and registry arrive as ``$1`` / ``$2``.
+ECR_LOGIN_SCRIPT = (
+    'p="$(aws ecr get-login-password --region "$1")" && '
+    'printf %s "$p" | /usr/bin/docker login --username AWS --password-stdin "$2"'
+)
+
+
+def ecr_login(spec: ClusterSpec) -> tuple[ExecCommand, ...]:
+    """The command that logs Docker in to the bake's ECR registry (:data:`ECR_LOGIN_SCRIPT`), or
+    () when the nodes boot no bake with a container repository.
+
+    Raises:
+        UnitValueError: a region or registry that cannot be written (validated by the spec).
+    """
+    ref = spec.baked_image
+    if ref is None or not ref.registry_host:
+        return ()
+    region = ref.container_repository.split(":")[3]
+    return (shell(ECR_LOGIN_SCRIPT, check_value("region", region), check_value("registry", ref.registry_host)),)
+
+
 def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeBoot:
     """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the AWS nodes of ``spec``.
 
@@ -129,7 +155,11 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         cloud="aws",
         summary=("Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py); cloud-init runs it once.",),
         scratch_script=scratch_script(
-            SCRATCH_MOUNT, AWS_NVME_GLOB, spec.facts.local_ssd.bundled_count, DLAMI_NVME_MOUNT
+            SCRATCH_MOUNT,
+            AWS_NVME_GLOB,
+            spec.facts.local_ssd.bundled_count,
+            DLAMI_NVME_MOUNT,
+            docker_on_scratch=docker_on_scratch(spec),
         ),
         scratch_after=(DLAMI_NVME_UNIT,),
         cluster_env_script=cluster_env,
@@ -139,6 +169,7 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         # EFA nodes build the training image from the profile's image at boot (the bundle's
         # gpuinfra-image.service pulls it): no separate pre-pull
         prepull=not plan.efa_count,
+        registry_login=ecr_login(spec),
     )
     return node_boot(spec, cloud)
 

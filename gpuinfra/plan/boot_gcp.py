@@ -32,8 +32,8 @@ from gpuinfra.plan.node_bundle import (
     fetch_script,
     health_template_vars,
 )
-from gpuinfra.plan.node_files import node_env, scratch_script
-from gpuinfra.plan.units import NodeFile
+from gpuinfra.plan.node_files import docker_on_scratch, node_env, scratch_script
+from gpuinfra.plan.units import ExecCommand, NodeFile, check_value, shell
 from gpuinfra.spec import ClusterSpec
 
 METADATA_VALUE_LIMIT_BYTES = 256 * 1024
@@ -42,6 +42,21 @@ GCP_NVME_GLOB = "google-local-nvme-ssd-*"
 #: Bucket prefix where nodes publish their IPs (outside the expiring scratch prefix: a node
 #: re-created days later must still find its formed peers).
 PEERS_PREFIX = "gpuinfra-peers"
+
+
+def artifact_registry_login(spec: ClusterSpec) -> tuple[ExecCommand, ...]:
+    """``gcloud auth configure-docker <region>-docker.pkg.dev --quiet``: Docker then gets
+    credentials for the bake's Artifact Registry host from gcloud's credential helper, i.e. the
+    node's service account (cloud.google.com/artifact-registry/docs/docker/authentication#gcloud-helper);
+    () when the nodes boot no bake with a repository.
+
+    Raises:
+        UnitValueError: a host that cannot be written (validated by the spec).
+    """
+    ref = spec.baked_image
+    if ref is None or not ref.registry_host:
+        return ()
+    return (shell('gcloud auth configure-docker "$1" --quiet', check_value("registry", ref.registry_host)),)
 
 
 def node_prefix(spec: ClusterSpec) -> str:
@@ -110,13 +125,16 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
             f"NCCL layout {plan.nic_layout}. Written by gpuinfra from its NodeBoot manifest (gpuinfra/plan/boot.py).",
             "GCE runs it on every boot: files are rewritten only when they change; local SSD scratch is rebuilt.",
         ),
-        scratch_script=scratch_script(SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count),
+        scratch_script=scratch_script(
+            SCRATCH_MOUNT, GCP_NVME_GLOB, plan.local_ssd_count, docker_on_scratch=docker_on_scratch(spec)
+        ),
         scratch_after=(),
         cluster_env_script=cluster_env,
         nccl_env=nccl_env(plan.nic_layout),
         node_env=node_env(spec, "gcp", bucket, SCRATCH_MOUNT),
         bundle_fetch_script=fetch_script("gcp", bucket),
         prepull=True,
+        registry_login=artifact_registry_login(spec),
     )
     return node_boot(spec, cloud)
 

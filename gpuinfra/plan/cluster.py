@@ -12,6 +12,7 @@ Pure Python, no Pulumi imports.
 from __future__ import annotations
 
 from gpuinfra.agent.constants import SCRATCH_MOUNT, TORCHRUN_PORT
+from gpuinfra.errors import RuleViolationError
 from gpuinfra.plan import boot_aws, boot_gcp
 from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
 from gpuinfra.plan.fabric import aws_run_command, gcp_run_command
@@ -28,7 +29,20 @@ from gpuinfra.plan.model import (
     gcp_network,
 )
 from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.rules.spec_rules import baked_image_violations
 from gpuinfra.spec import ClusterSpec
+
+
+def check_baked_image(spec: ClusterSpec) -> None:
+    """Refuse a spec whose baked image is from another region or whose root disk is smaller than
+    the image's root snapshot (rule ``baked-image``, :func:`gpuinfra.rules.spec_rules.baked_image_violations`).
+
+    Raises:
+        RuleViolationError: one line per violation (exit 2).
+    """
+    found = baked_image_violations(spec)
+    if found:
+        raise RuleViolationError(found)
 
 
 def cloud_plan(spec: ClusterSpec) -> AwsClusterPlan | GcpClusterPlan:
@@ -41,6 +55,7 @@ def cloud_plan(spec: ClusterSpec) -> AwsClusterPlan | GcpClusterPlan:
     Raises:
         SpecError / RuleViolationError: as :func:`plan_cluster`.
     """
+    check_baked_image(spec)
     return plan_aws_cluster(spec) if spec.cloud == "aws" else plan_gcp_cluster(spec)
 
 
@@ -55,6 +70,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             combination, a type not sold in the zone, a fabric that cannot boot); nothing is
             registered with Pulumi before this returns.
     """
+    check_baked_image(spec)
     if spec.cloud == "aws":
         aws = plan_aws_cluster(spec)
         bundle = boot_aws.aws_node_bundle(spec, aws)

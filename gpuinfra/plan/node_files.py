@@ -64,10 +64,16 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
     )
 
 
-def scratch_script(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
+def scratch_script(
+    mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "", docker_on_scratch: bool = True
+) -> str:
     """The scratch unit's script (``templates/scratch-raid0.sh.j2``) for a machine with
     ``expected_disks`` local NVMe disks named ``/dev/disk/by-id/<device_glob>``; ``existing_mount``
-    is where the image mounts them itself (the DLAMI's ``/opt/dlami/nvme``), or empty."""
+    is where the image mounts them itself (the DLAMI's ``/opt/dlami/nvme``), or empty.
+
+    ``docker_on_scratch`` (:func:`docker_on_scratch`): the script points Docker's ``data-root``
+    at ``<mount_point>/docker`` and restarts Docker; False leaves Docker's data-root alone.
+    """
     return render(
         "scratch-raid0.sh.j2",
         mount_point=mount_point,
@@ -76,4 +82,27 @@ def scratch_script(mount_point: str, device_glob: str, expected_disks: int, exis
         expected_disks=expected_disks,
         device_wait_seconds=SCRATCH_DEVICE_WAIT_SECONDS,
         failed_file=SCRATCH_FAILED_PATH,
+        docker_on_scratch=docker_on_scratch,
     ).rstrip("\n")
+
+
+def docker_on_scratch(spec: ClusterSpec) -> bool:
+    """Whether the nodes of ``spec`` keep Docker's image store on scratch.
+
+    A stock image (no ``baked_image``): yes. Every boot pulls or builds the training image, and
+    the local NVMe is the fast, large disk for those ~20 GB; Docker keeps images, layers and
+    container writable layers under its ``data-root`` ("By default the daemon stores data in
+    /var/lib/docker ... You can configure the Docker daemon to use a different directory, using
+    the data-root configuration option": docs.docker.com/engine/daemon/#daemon-data-directory;
+    overlay2 keeps image layers and each container's upper layer there:
+    docs.docker.com/engine/storage/drivers/overlayfs-driver/).
+
+    A baked image: no. The bake pulled (GCP) or built (AWS) the container under the default
+    data-root on the image's root disk; pointing ``data-root`` at an empty scratch folder hides
+    it and every node pulls it again (from a registry it may not even read). Re-homing it onto
+    scratch at each start would copy ~20 GB (instance store and local SSD are empty after a stop,
+    so at every start, not once) to gain only faster container writes; the root volume is sized
+    to the image's snapshot and the job's bulk data already goes to scratch, which
+    ``gpuinfra-run`` bind-mounts into the container. So the image store stays where the bake put it.
+    """
+    return spec.baked_image is None

@@ -98,6 +98,7 @@ REFUSAL_RULES = frozenset(
         "offered-in-zone",
         "facts-current",
         "budget-max-price",
+        "baked-image",
     }
 )
 

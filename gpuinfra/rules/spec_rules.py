@@ -259,6 +259,16 @@ RULES: dict[str, RuleInfo] = {
             "the stack's priced $/h is within its max_price_per_hour_usd and has no unpriced line",
         ),
         RuleInfo(
+            "baked-image",
+            "any",
+            "docs.aws.amazon.com/AWSEC2/latest/UserGuide/CopyingAMIs.html (an AMI is regional); EC2 "
+            "InvalidBlockDeviceMapping 'Volume of size ... is smaller than snapshot' "
+            "(aws/karpenter-provider-aws#3302); cloud.google.com/compute/docs/disks/create-root-persistent-disks "
+            "(a boot disk is at least the image's size)",
+            "a cluster from a baked image is in the bake's region and its root disk is at least the "
+            "image's root snapshot",
+        ),
+        RuleInfo(
             "provider-valid-values",
             "any",
             "the installed pulumi-aws / pulumi-gcp SDK docstrings ('Valid values: ...')",
@@ -299,3 +309,33 @@ def not_sold(resource: str, facts: Any, model: str, hint: str = "") -> Violation
 def rule_error(rule: str, resource: str, message: str) -> RuleViolationError:
     """The error to raise when a spec breaks ``rule`` (before any resource exists)."""
     return RuleViolationError([violation(rule, resource, message)])
+
+
+def baked_image_violations(spec: Any) -> list[Violation]:
+    """``baked-image`` over a spec with ``baked_image`` (a stack file edited after ``new``): the
+    cluster is in the bake's region, and ``profile.root_disk_gib`` is at least the image's root
+    snapshot. Empty without a baked image."""
+    ref = spec.baked_image
+    if ref is None:
+        return []
+    found = []
+    if ref.region != spec.region:
+        found.append(
+            violation(
+                "baked-image",
+                "",
+                f"bake {ref.bake!r} is in {ref.region}, the cluster in {spec.region}: the image cannot be used "
+                f"there; write the stack again with `gpuinfra new --image baked:{ref.bake} --region {ref.region}`",
+            )
+        )
+    if spec.profile.root_disk_gib < ref.root_snapshot_gib:
+        found.append(
+            violation(
+                "baked-image",
+                "",
+                f"profile.root_disk_gib is {spec.profile.root_disk_gib} GiB, smaller than bake {ref.bake!r}'s root "
+                f"snapshot of {ref.root_snapshot_gib} GiB (the cloud refuses the disk); set it to at least "
+                f"{ref.root_snapshot_gib}",
+            )
+        )
+    return found

@@ -99,6 +99,7 @@ def test_aws_up_records_the_ami_and_the_container_by_digest(p5_bake, tmp_path, e
     assert uri == "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-p5"
     stored = read_bake(tmp_path, "bake-p5").result
     assert (stored.image_id, stored.container_image) == (AMI, f"{uri}@{digest}")
+    assert stored.root_snapshot_gib == p5_bake.build_volume_size_gib == 200  # the recipe's root volume
     assert done.lines == (
         f"recorded image {AMI}, container {uri}@{digest} in {tmp_path}/stacks/Pulumi.bake-p5.yaml",
         "use: gpuinfra new ... --image baked:bake-p5",
@@ -231,6 +232,24 @@ def test_gcp_record_takes_the_newest_ready_image_of_this_manifest(a3mega_bake, t
     assert recorded.result.image_id == f"projects/{PROJECT}/global/images/{name}"
     assert read_bake(tmp_path, "bake-a3-megagpu-8g").result.image_id == recorded.result.image_id
     assert recorded.result.container_image == ""
+    assert recorded.result.root_snapshot_gib is None  # the answer carried no diskSizeGb
+
+
+def test_gcp_record_keeps_the_images_disk_size(a3mega_bake, tmp_path):
+    # Compute REST Image.diskSizeGb is an int64, which JSON carries as a string
+    write_bake_stack(a3mega_bake, tmp_path)
+    name = "gpuinfra-bake-a3-megagpu-8g-20261123t101500z"
+    answer = {
+        "name": name,
+        "status": "READY",
+        "diskSizeGb": "250",
+        "labels": _image_labels(a3mega_bake),
+    }
+    with ReplayServer([("GET", FAMILY_PATH, None, answer)]) as server:
+        recorded = record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
+    assert (
+        read_bake(tmp_path, "bake-a3-megagpu-8g").result.root_snapshot_gib == recorded.result.root_snapshot_gib == 250
+    )
 
 
 @pytest.mark.parametrize(

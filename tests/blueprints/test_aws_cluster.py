@@ -417,14 +417,11 @@ def test_user_data_pre_pulls_the_image_on_nodes_without_efa(tmp_path):
     text = gzip.decompress(
         base64.b64decode(_one(preview(make_spec("g5.xlarge", profile="dev")), LT)["userData"])
     ).decode()
-    assert "ExecStart=/usr/bin/docker pull nvcr.io/nvidia/pytorch:25.01-py3" in text
-    # a baked AMI already holds the image: the unit is skipped, not failed (systemd.service
-    # ExecCondition: exit 1-254 skips the remaining commands), and a baked ECR image is not pulled
-    # without registry credentials
-    assert (
-        "ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect \"$$1\" >/dev/null 2>&1' sh "
-        "nvcr.io/nvidia/pytorch:25.01-py3\n" in text
-    )
+    image = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9"
+    assert f"ExecStart=/usr/bin/docker pull {image}" in text
+    # an image already in Docker's store (a baked AMI) is not pulled: the unit is skipped, not
+    # failed (systemd.service ExecCondition: exit 1-254 skips the remaining commands)
+    assert f"ExecCondition=/bin/sh -c '! /usr/bin/docker image inspect \"$$1\" >/dev/null 2>&1' sh {image}\n" in text
 
 
 def test_user_data_without_container_image_or_efa(tmp_path):

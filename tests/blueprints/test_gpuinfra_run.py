@@ -21,7 +21,7 @@ from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_bui
 from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
 from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool, preview, shellcheck_cloud_config
 
-IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9"  # the profiles' pinned default
 CLUSTER_ENV = {
     "NNODES": "2",
     "NODE_RANK": "1",

@@ -31,7 +31,7 @@ from gpuinfra.plan.node_bundle import (
 from tests.blueprints.helpers import make_spec, need_tool, preview
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9"  # the profiles' pinned default
 MODULE_PATHS = sorted(f"/usr/local/lib/gpuinfra/gpuinfra/{m}" for m in NODE_MODULES)
 
 

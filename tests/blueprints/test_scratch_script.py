@@ -4,10 +4,12 @@ already assembled by udev, duplicate by-id links, disks in use, no mdadm, no loc
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,7 +83,7 @@ class Node:
         return str(device)
 
     def run(
-        self, existing_mount: str = "", expected: int | None = None, **env_extra: str
+        self, existing_mount: str = "", expected: int | None = None, docker_on_scratch: bool = True, **env_extra: str
     ) -> subprocess.CompletedProcess:
         glob = "*NVMe_Instance_Storage*"
         expected = len(list((self.root / "sys" / "class" / "block").glob("*"))) if expected is None else expected
@@ -93,6 +95,7 @@ class Node:
             expected_disks=expected,
             device_wait_seconds=1,
             failed_file=SCRATCH_FAILED_PATH,
+            docker_on_scratch=docker_on_scratch,
         )
         path = self.root.parent / "scratch.sh"
         path.write_text(script)
@@ -236,3 +239,27 @@ def test_the_dlami_nvme_mount_is_reused(node):
     result = node.run(existing_mount="/opt/dlami/nvme")
     assert result.returncode == 0, result.stdout + result.stderr
     assert node.called("mount") == [f"mount --bind /opt/dlami/nvme {node.mount_point}"] and node.called("mdadm") == []
+
+
+@pytest.mark.parametrize("baked", [False, True])
+def test_dockers_image_store_moves_to_scratch_unless_the_image_is_baked(tmp_path, baked):
+    # a baked image keeps its container under Docker's default data-root on the root disk; a
+    # data-root on the (empty) scratch would hide it and every node would pull it again
+    node = Node(tmp_path)
+    (node.bin / "python3").symlink_to(os.path.realpath(sys.executable))
+    config = node.root / "etc" / "docker" / "daemon.json"
+    config.parent.mkdir(parents=True)
+    config.write_text('{"default-runtime": "nvidia"}')
+    result = node.run(expected=0, docker_on_scratch=not baked)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if baked:
+        assert config.read_text() == '{"default-runtime": "nvidia"}'
+        assert "docker data-root left where the bake put it" in result.stdout
+    else:
+        assert json.loads(config.read_text()) == {
+            "default-runtime": "nvidia",
+            "data-root": f"{node.mount_point}/docker",
+        }
+    # the stand-in systemctl says Docker runs: it is restarted onto the new data-root, or left alone
+    moved = ["systemctl is-active --quiet docker", "systemctl restart docker"]
+    assert node.called("systemctl") == ([] if baked else moved)

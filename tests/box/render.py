@@ -16,10 +16,10 @@ from gpuinfra.plan.boot_aws import aws_node_bundle, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, node_prefix, render_startup_script
 from gpuinfra.plan.gcp import GcpClusterPlan, plan_gcp_cluster
 from gpuinfra.plan.node_bundle import BUNDLE_KEY
-from gpuinfra.spec import ClusterSpec
+from gpuinfra.spec import BakedImageRef, ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
 
-__all__ = ["BUNDLE_KEY", "BootText", "render_boot", "stack_spec"]
+__all__ = ["BUNDLE_KEY", "BootText", "baked_variant", "render_boot", "stack_spec"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,6 +44,21 @@ def stack_spec(stack: str) -> ClusterSpec:
     return read_stack_spec(ROOT, stack)
 
 
+def baked_variant(spec: ClusterSpec, bake: str, image_id: str, repository: str, container: str = "") -> ClusterSpec:
+    """``spec`` as ``gpuinfra new --image baked:<bake>`` writes it for a bake of its type
+    (:func:`gpuinfra.bake.stack.apply_baked_image`): the bake's image, the bake recorded in
+    ``baked_image`` (its region, a 200 GiB root, its ECR / Artifact Registry ``repository``), and
+    the profile's container: ``container`` (AWS: the bake's ECR container), or unchanged (GCP: the
+    manifest's container base, on the image under that reference)."""
+    ref = BakedImageRef(bake=bake, region=spec.region, root_snapshot_gib=200, container_repository=repository)
+    updates: dict = {"root_disk_gib": max(spec.profile.root_disk_gib, 200)}
+    if container:
+        updates["container_image"] = container
+    profile = spec.profile.model_copy(update=updates)
+    image = {"gcp_image": image_id} if spec.cloud == "gcp" else {"ami_id": image_id}
+    return ClusterSpec.model_validate({**spec.model_dump(), **image, "baked_image": ref, "profile": profile})
+
+
 def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     """Render the real boot text and node bundle of ``spec`` for ``bucket``, with one change: the
     scratch script is rendered for a machine without local NVMe disks (``expected_disks=0``: scratch
@@ -52,9 +67,11 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     would (rightly) fail every ``gpuinfra-run``, the health gate's all-reduce included.
     """
 
-    def no_local_disks(mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "") -> str:
+    def no_local_disks(
+        mount_point: str, device_glob: str, expected_disks: int, existing_mount: str = "", **options: bool
+    ) -> str:
         """:func:`gpuinfra.plan.node_files.scratch_script` with ``expected_disks=0``."""
-        return node_files.scratch_script(mount_point, device_glob, 0, existing_mount)
+        return node_files.scratch_script(mount_point, device_glob, 0, existing_mount, **options)
 
     saved = userdata.scratch_script, startup.scratch_script
     userdata.scratch_script = startup.scratch_script = no_local_disks

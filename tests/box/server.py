@@ -34,6 +34,8 @@ from urllib.parse import parse_qs, urlsplit
 
 STATE = Path(sys.argv[1]) if __name__ == "__main__" else Path(".")
 LOCK = threading.Lock()
+#: Docker's default data-root (docs.docker.com/engine/daemon/#daemon-data-directory).
+DOCKER_DEFAULT_ROOT = "/var/lib/docker"
 PRECONDITION_S3 = (
     "An error occurred (PreconditionFailed) when calling the PutObject operation: At least one of "
     "the pre-conditions you specified did not hold"
@@ -102,9 +104,17 @@ class Cli:
         text = self.scenario["gpus"].get("fi_info")
         return (0, text, "") if text else (1, "", "fi_getinfo: -61 (No data available)\n")
 
+    #: Docker's data-root on the calling node (the stand-in reads /etc/docker/daemon.json).
+    docker_root = "/var/lib/docker"
+
     def _images(self, add: str | None = None) -> set[str]:
-        """The node's local images (``images/<node>``, one per line); ``add`` one first."""
-        path = STATE / "images" / self.node["name"]
+        """The node's local images (``images/<node>``, one per line; ``images/<node><data-root with
+        / as _>`` for a data-root other than Docker's default: a moved data-root starts empty, as
+        dockerd's does); ``add`` one first."""
+        name = self.node["name"]
+        if self.docker_root != DOCKER_DEFAULT_ROOT:
+            name += self.docker_root.replace("/", "_")
+        path = STATE / "images" / name
         with LOCK:
             images = set(path.read_text().split()) if path.exists() else set()
             if add:
@@ -144,6 +154,8 @@ class Cli:
         if args[:2] == ["ec2", "describe-instances"]:
             ips = [n["ip"] for n in _json("nodes.json")["nodes"] if n["state"] in ("pending", "running")]
             return 0, "\t".join(ips) + "\n", ""
+        if args[:2] == ["ecr", "get-login-password"]:  # a token for `docker login --password-stdin`
+            return 0, "box-ecr-token\n", ""
         if args[:2] == ["s3", "cp"]:
             return self._copy(args[2:], "s3")
         if args[:2] == ["s3", "sync"]:
@@ -319,6 +331,7 @@ class Handler(BaseHTTPRequestHandler):
         node = self._node() or {"name": "unknown", "ip": self.client_address[0]}
         files = {k: base64.b64decode(v) for k, v in request.get("files", {}).items()}
         cli = Cli(request["argv"], files, base64.b64decode(request.get("stdin", "")), node, _json("scenario.json"))
+        cli.docker_root = request.get("docker_root") or DOCKER_DEFAULT_ROOT
         try:
             rc, out, err = cli.answer()
         except Exception as exc:  # noqa: BLE001 - the stand-in prints it; the call log keeps it

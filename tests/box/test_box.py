@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.box.box import EXIT_REBOOT, Box
-from tests.box.render import BUNDLE_KEY, render_boot, stack_spec
+from tests.box.render import BUNDLE_KEY, baked_variant, render_boot, stack_spec
 from tests.box.scenario import Scenario, aws_p5, gcp_a3mega
 
 pytestmark = [pytest.mark.box]
@@ -286,3 +286,89 @@ def test_gcp_agent_keeps_trying_after_a_failed_end_call(box_rootfs, box_timer, t
         assert node.running()
         # still polling, or failed and waiting for systemd's restart -- not exited as if the node had ended
         assert state.strip() in ("active", "activating")
+
+
+def test_gcp_cluster_from_a_baked_image_reaches_its_verdict_with_no_pull(box_rootfs, box_timer, fault_row, tmp_path):
+    # the example A3 Mega stack as `new --image baked:bake-a3mega` writes it; each node's Docker
+    # store holds the container where the bake left it (the image's own data-root)
+    scenario = gcp_a3mega()
+    stock = stack_spec(scenario.stack)
+    project = "gpuinfra-box-1"
+    repository = f"projects/{project}/locations/{stock.region}/repositories/gpuinfra-bake-a3mega"
+    spec = baked_variant(stock, "bake-a3mega", f"projects/{project}/global/images/gpuinfra-bake-a3mega-1", repository)
+    bucket = f"{spec.stack}-box"
+    boot = render_boot(spec, bucket)
+    image = spec.profile.container_image
+    with Box(box_rootfs, scenario, boot, spec.nodes, bucket, spec.region, spec.zone, 0, tmp_path) as box:
+        (box.state / "images").mkdir()
+        for node in box.nodes:
+            (box.state / "images" / node.name).write_text(f"{image}\n")
+            node.write("/etc/docker/daemon.json", '{"default-runtime": "nvidia"}')
+        started = time.monotonic()
+        box.start()
+        envs = wait_ranked_and_passed(box)
+        ready_seconds = time.monotonic() - started
+        assert_two_node_ranks(box, envs, "29500")
+        assert verdicts(health_results(box, spec.stack)) == {
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes
+        }
+        assert calls_of(box, ["docker", "pull"]) == []
+        # the pre-pull found the baked image; the all-reduce ran in it
+        assert sorted(calls_of(box, ["docker", "image", "inspect", image])) == sorted(
+            (n.name, ["docker", "image", "inspect", image]) for n in box.nodes
+        )
+        for node in box.nodes:
+            assert [
+                argv
+                for n, argv in calls_of(box, ["docker", "run"])
+                if n == node.name and any(a.endswith("gpuinfra_allreduce.py") for a in argv)
+            ]
+            # Docker's data-root stayed where the bake put it; Docker was logged in to the bake's registry
+            assert node.read("/etc/docker/daemon.json") == '{"default-runtime": "nvidia"}'
+            assert (
+                node.name,
+                ["gcloud", "auth", "configure-docker", f"{spec.region}-docker.pkg.dev", "--quiet"],
+            ) in calls_of(box, ["gcloud", "auth", "configure-docker"])
+    fault_row("baked image", "verdict with no pull", ready_seconds)
+
+
+def test_aws_cluster_from_a_baked_image_uses_the_baked_container_with_no_pull(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    # the example p5 stack as `new --image baked:bake-p5` writes it: the AMI's Docker store holds
+    # the bake's EFA container (repo@sha256), which the image unit tags instead of building
+    scenario = aws_p5()
+    stock = stack_spec(scenario.stack)
+    registry = "123456789012.dkr.ecr.us-east-1.amazonaws.com"
+    container = f"{registry}/gpuinfra/bake-p5@sha256:" + "b" * 64
+    repository = "arn:aws:ecr:us-east-1:123456789012:repository/gpuinfra/bake-p5"
+    spec = baked_variant(stock, "bake-p5", "ami-0fedcba9876543210", repository, container)
+    bucket = f"{spec.stack}-box"
+    boot = render_boot(spec, bucket)
+    with Box(box_rootfs, scenario, boot, spec.nodes, bucket, spec.region, spec.zone, boot.efa_devices, tmp_path) as box:
+        (box.state / "images").mkdir()
+        for node in box.nodes:
+            (box.state / "images" / node.name).write_text(f"{container}\n")
+            node.write("/etc/docker/daemon.json", '{"default-runtime": "nvidia"}')
+        started = time.monotonic()
+        box.start()
+        envs = wait_ranked_and_passed(box)
+        ready_seconds = time.monotonic() - started
+        assert_two_node_ranks(box, envs, "29500")
+        assert verdicts(health_results(box, spec.stack)) == {
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes
+        }
+        assert calls_of(box, ["docker", "pull"]) == [] and calls_of(box, ["docker", "build"]) == []
+        for node in box.nodes:
+            tags = [argv for n, argv in calls_of(box, ["docker", "tag"]) if n == node.name]
+            assert len(tags) == 1 and tags[0][2] == container and tags[0][3].startswith("gpuinfra/train:efa-")
+            # Docker logged in to the bake's registry with the node role's token, through the real unit
+            assert (node.name, ["aws", "ecr", "get-login-password", "--region", "us-east-1"]) in calls_of(
+                box, ["aws", "ecr"]
+            )
+            assert (
+                node.name,
+                ["docker", "login", "--username", "AWS", "--password-stdin", registry],
+            ) in calls_of(box, ["docker", "login"])
+            assert node.read("/etc/docker/daemon.json") == '{"default-runtime": "nvidia"}'
+    fault_row("baked image (AWS EFA)", "verdict with no pull", ready_seconds)

@@ -143,6 +143,8 @@ def test_gcp_cluster_from_a_bake_takes_its_cloud_type_and_image(run_cli, tmp_pat
             "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
             "--container-base",
             NGC,
+            "--region",
+            "asia-northeast1",  # a region the catalog prices a3-megagpu-8g on demand in
             "--project-dir",
             str(tmp_path),
         ).exit_code
@@ -171,6 +173,35 @@ def test_gcp_cluster_from_a_bake_takes_its_cloud_type_and_image(run_cli, tmp_pat
     assert config["gpuinfra:cluster"]["instance_type"] == "a3-megagpu-8g"
     assert config["gpuinfra:cluster"]["gcp_image"] == image
     assert config["gpuinfra:image"]["manifest"]["fabric"] == "tcpxo"
+    # no --region: the bake's; the container the bake pulled onto the image under its reference;
+    # the node service account may read the bake's repository only
+    cluster = config["gpuinfra:cluster"]
+    assert cluster["region"] == "asia-northeast1"
+    assert cluster["profile"]["container_image"] == NGC
+    assert cluster["baked_image"] == {
+        "bake": "bake-a3-megagpu-8g",
+        "region": "asia-northeast1",
+        "root_snapshot_gib": 200,
+        "container_repository": "projects/my-proj-123/locations/asia-northeast1/repositories/gpuinfra-bake-a3-megagpu-8g",
+    }
+    elsewhere = run_cli(
+        "new",
+        "--image",
+        "baked:bake-a3-megagpu-8g",
+        "--region",
+        "asia-southeast1",
+        "--name",
+        "g3",
+        "--gcp-project",
+        "my-proj-123",
+        "--project-dir",
+        str(tmp_path),
+    )
+    assert elsewhere.exit_code == 2 and elsewhere.stderr == (
+        "error: bake 'bake-a3-megagpu-8g' is in asia-northeast1, this cluster is in asia-southeast1: pass "
+        "--region asia-northeast1, or bake again with --region asia-southeast1\n"
+    )
+    assert not (tmp_path / "stacks" / "Pulumi.g3.yaml").exists()
     other = run_cli(
         "new",
         "--instance-type",
@@ -212,3 +243,113 @@ def test_ls_lists_clusters_not_bakes(run_cli, tmp_path):
     assert run_cli("new", "--gpus", "1xL4", "--name", "dev1", "--project-dir", str(tmp_path)).exit_code == 0
     rows = {r["stack"]: r for r in json.loads(run_cli("ls", "--json", "--project-dir", str(tmp_path)).stdout)}
     assert list(rows) == ["dev1"] and rows["dev1"]["invalid"] is None
+
+
+ECR_CONTAINER = "123456789012.dkr.ecr.us-east-1.amazonaws.com/gpuinfra/bake-g5@sha256:" + "b" * 64
+
+
+def _g5_bake(run_cli, project: Path) -> None:
+    """A g5 bake in us-east-1 with a recorded AMI and ECR container (its recipe's root: 200 GiB)."""
+    made = _bake(run_cli, project, "--family", "g5", "--name", "bake-g5")
+    assert made.exit_code == 0, made.stderr
+    recorded = run_cli(
+        "image",
+        "record",
+        "bake-g5",
+        "--image-id",
+        BUILT,
+        "--container-image",
+        ECR_CONTAINER,
+        "--project-dir",
+        str(project),
+    )
+    assert recorded.exit_code == 0, recorded.stderr
+
+
+def _new_g5(run_cli, project: Path, *extra: str):
+    return run_cli(
+        "new",
+        "--image",
+        "baked:bake-g5",
+        "--instance-type",
+        "g5.xlarge",
+        "--profile",
+        "dev",
+        "--name",
+        "g5baked",
+        "--project-dir",
+        str(project),
+        *extra,
+    )
+
+
+def test_a_bake_from_another_region_is_refused_with_one_line(run_cli, tmp_path):
+    _g5_bake(run_cli, tmp_path)
+    result = _new_g5(run_cli, tmp_path, "--region", "us-west-2")
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: bake 'bake-g5' is in us-east-1, this cluster is in us-west-2: pass --region us-east-1, "
+        "or bake again with --region us-west-2\n"
+    )
+    assert not (tmp_path / "stacks" / "Pulumi.g5baked.yaml").exists()
+
+
+def test_a_cluster_from_a_bake_never_asks_for_a_root_smaller_than_the_snapshot(run_cli, tmp_path):
+    # the dev profile asks for 150 GiB; the bake's AMI has a 200 GiB root snapshot, and EC2 refuses
+    # "Volume of size 150GB is smaller than snapshot ..., expect size >= 200GB"
+    _g5_bake(run_cli, tmp_path)
+    result = _new_g5(run_cli, tmp_path)
+    assert result.exit_code == 0, result.stderr
+    cluster = yaml.safe_load((tmp_path / "stacks" / "Pulumi.g5baked.yaml").read_text())["config"]["gpuinfra:cluster"]
+    assert cluster["region"] == "us-east-1"
+    assert cluster["profile"]["root_disk_gib"] == 200
+    assert cluster["profile"]["container_image"] == ECR_CONTAINER
+    assert cluster["baked_image"] == {
+        "bake": "bake-g5",
+        "region": "us-east-1",
+        "root_snapshot_gib": 200,
+        "container_repository": "arn:aws:ecr:us-east-1:123456789012:repository/gpuinfra/bake-g5",
+    }
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (
+            lambda c: c["profile"].update(root_disk_gib=150),
+            "baked-image: profile.root_disk_gib is 150 GiB, smaller than bake 'bake-g5''s root snapshot of 200 GiB "
+            "(the cloud refuses the disk); set it to at least 200",
+        ),
+        (
+            lambda c: c.update(region="us-west-2", zone="usw2-az1"),
+            "baked-image: bake 'bake-g5' is in us-east-1, the cluster in us-west-2: the image cannot be used there; "
+            "write the stack again with `gpuinfra new --image baked:bake-g5 --region us-east-1`",
+        ),
+    ],
+)
+def test_preview_refuses_a_hand_edited_baked_stack(run_cli, tmp_path, edit, message):
+    _g5_bake(run_cli, tmp_path)
+    assert _new_g5(run_cli, tmp_path).exit_code == 0
+    path = tmp_path / "stacks" / "Pulumi.g5baked.yaml"
+    doc = yaml.safe_load(path.read_text())
+    edit(doc["config"]["gpuinfra:cluster"])
+    if doc["config"]["gpuinfra:cluster"]["region"] != "us-east-1":
+        doc["config"]["aws:region"] = "us-west-2"
+    path.write_text(yaml.safe_dump(doc))
+    result = run_cli("preview", "g5baked", "--project-dir", str(tmp_path))
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr
+
+
+def test_the_default_profile_container_bakes_without_turning_pinning_off(run_cli, tmp_path):
+    result = run_cli(
+        "image", "bake", "--cloud", "aws", "--family", "p5", "--base-image", AMI, "--project-dir", str(tmp_path)
+    )
+    assert result.exit_code == 0, result.stderr
+    manifest = yaml.safe_load((tmp_path / "stacks" / "Pulumi.bake-p5.yaml").read_text())["config"]["gpuinfra:bake"][
+        "manifest"
+    ]
+    assert manifest["container_pinned"] is True
+    assert manifest["container_base"] == (
+        "nvcr.io/nvidia/pytorch:25.01-py3@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9"
+    )

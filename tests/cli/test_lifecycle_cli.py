@@ -363,7 +363,11 @@ def test_up_of_an_aws_bake_builds_records_and_new_uses_it(run_cli, bake_project,
     result = run_cli("up", "bake-p5", "--project-dir", str(project))
     assert result.exit_code == 0, result.stderr
     assert backend.calls == [("up", "bake-p5"), ("outputs", "bake-p5")]  # no TTL, no node-replacement preview
-    assert _bake_file(project)["result"] == {"image_id": BUILT_AMI, "container_image": f"{uri}@{digest}"}
+    assert _bake_file(project)["result"] == {
+        "image_id": BUILT_AMI,
+        "container_image": f"{uri}@{digest}",
+        "root_snapshot_gib": 200,  # the recipe's root volume (build_volume_size_gib)
+    }
     assert result.stdout.splitlines()[0] == (
         "up bake-p5: image bake of aws p5 (efa) in us-east-1; Image Builder's build "
         "instance builds the container, then the AMI; this waits for both"

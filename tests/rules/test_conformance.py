@@ -238,6 +238,17 @@ SPEC_MUTATIONS = [
         ),
     ),
     ("gcp-local-ssd-count", dict(instance_type="a2-highgpu-4g", nodes=1, cloud="gcp", scratch_gib=4000)),
+    # a hand-edited stack whose root disk is below the baked image's root snapshot
+    (
+        "baked-image",
+        dict(
+            instance_type="p4d.24xlarge",
+            nodes=1,
+            cloud="aws",
+            ami_id="ami-0fedcba9876543210",
+            baked_image={"bake": "bake-p4d", "region": "us-east-1", "root_snapshot_gib": 300},
+        ),
+    ),
     (
         "aws-capacity-reservation",
         dict(
