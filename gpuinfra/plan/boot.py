@@ -249,8 +249,11 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         wants=("network-online.target",),
         after=("network-online.target",),
         exec_start=(command("/usr/bin/python3", AGENT_PATH, "--config", NODE_ENV_PATH),),
-        restart="on-failure",
-        restart_sec=30,
+        # whatever its exit status: the agent must poll until the node is gone (systemd.service(5)
+        # Restart=always); no start limit, so a crash loop is retried every RestartSec forever
+        restart="always",
+        restart_sec=10,
+        start_limit_interval_sec=0,
     )
     scratch = SystemdUnit(
         SCRATCH_UNIT,

@@ -49,6 +49,7 @@ NODE_MODULES = (
     "errors.py",
     "agent/__init__.py",
     "agent/node.py",
+    "agent/watch.py",
     "health/__init__.py",
     "health/parsers.py",
     "health/baselines.py",

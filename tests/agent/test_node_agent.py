@@ -312,9 +312,10 @@ def test_user_data_embeds_this_agent_verbatim():
     text = render_user_data(spec, plan_aws_cluster(spec), "b")
     files = {f["path"]: f for f in yaml.safe_load(text)["write_files"]}
     source = files["/usr/local/lib/gpuinfra/gpuinfra_agent.py"]["content"]
-    assert source.rstrip("\n") == (Path(__file__).resolve().parents[2] / "gpuinfra/agent/node.py").read_text().rstrip(
-        "\n"
-    )
+    from gpuinfra.templating import compact_source
+
+    agent = (Path(__file__).resolve().parents[2] / "gpuinfra/agent/node.py").read_text()
+    assert source.rstrip("\n") == compact_source(agent).rstrip("\n")
     compile(source, "gpuinfra_agent.py", "exec")
     unit = files["/etc/systemd/system/gpuinfra-agent.service"]["content"]
     assert (
@@ -411,28 +412,6 @@ def test_the_idle_start_survives_an_agent_restart(tmp_path, metadata):
     clock.t += 800
     wall[0] = NOW + timedelta(seconds=1800)
     assert second.step() == "idle" and ended == ["idle"]  # 30 min after the first idle poll, not 46
-
-
-def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
-    from gpuinfra.agent import node
-
-    calls = []
-
-    class Flaky:
-        def step(self):
-            calls.append(1)
-            if len(calls) == 1:
-                raise RuntimeError("boom")
-            return "expired"
-
-    monkeypatch.setattr(node, "build_agent", lambda config, state_dir, poll_seconds: Flaky())
-    monkeypatch.setattr(node.time, "sleep", lambda s: None)
-    env = tmp_path / "node.env"
-    env.write_text(
-        "GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
-        "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\n"
-    )
-    assert node.main(["--config", str(env), "--state-dir", str(tmp_path / "run")]) == 0 and len(calls) == 2
 
 
 class BlackHole:
@@ -582,7 +561,7 @@ def test_node_env_keys_are_checked_when_written():
 def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "final.pt").write_bytes(b"w")
-    attempts, syncs = [], []
+    attempts, syncs, clock = [], [], Clock()
 
     class CountingSync(FailingSync):
         def upload(self, root, path):
@@ -600,10 +579,12 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
         AwsMetadata(metadata.url),
         CountingSync(),
         end_node,
+        clock=clock,
         now=lambda: NOW,
     )
-    with pytest.raises(RuntimeError):
-        agent.step()  # main() logs this and polls again
+    assert agent.step() == "expired" and attempts == ["expired"]  # failed: tried again 5 s later
+    assert any("end call failed, again in 5 s: RuntimeError('gcloud" in e for e in agent.events)
+    clock.t += 5
     assert agent.step() == "expired" and attempts == ["expired", "expired"] and len(syncs) == 1
 
 
@@ -631,10 +612,19 @@ def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     assert agent.step() == "running"  # the idle clock starts now
     clock.t += 61
     assert agent.step() == "idle" and len(ended) == 1
-    # an excluded node is ended by the gate once ranks are decided, not by the idle clock
-    (state / "health-excluded").write_text("ecc: ...\n")
-    assert agent.step() == "starting"
-    (state / "health-excluded").unlink()
+    # an excluded node waits for the ranks (ending it earlier would leave the peers short)
+    excluded = Agent(
+        _config(tmp_path, health_gate="enforce", idle_timeout_seconds=60),
+        FakeGpus(0),
+        _NoMetadata(),
+        None,
+        ended.append,
+        clock=clock,
+        now=lambda: NOW,
+        state_dir=tmp_path / "excluded",
+    )
+    (tmp_path / "excluded" / "health-excluded").write_text("ecc: ...\n")
+    assert excluded.step() == "starting"
     # gate off: idle from the first poll
     off = Agent(
         _config(tmp_path, health_gate="off", idle_timeout_seconds=60),
