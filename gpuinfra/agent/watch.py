@@ -18,7 +18,8 @@ once the bundle is in. The agent (:mod:`gpuinfra.agent.node`) imports it lazily 
   draw little power: "the GPU util is 100% but the power consumption is pretty low (~70W)"
   (https://github.com/NVIDIA/nccl/issues/968), about 10% of an H100 SXM's 700 W limit and what an
   idle H100 draws (69-71 W of 700 W in the ``nvidia-smi`` of
-  https://github.com/NVIDIA/nccl/issues/1967). A job is hung when every GPU is busy (at or over
+  https://github.com/NVIDIA/nccl/issues/1967; an idle H100 80GB HBM3 with driver 580.159.04 read
+  ``72.12, 700.00`` for this module's query on 2026-11-26). A job is hung when every GPU is busy (at or over
   the idle threshold) under ``GPUINFRA_HANG_POWER_PERCENT`` of its enforced power limit (profile
   ``hang.power_percent``, 20 by default: twice that draw), or when the progress file the job
   touches (``GPUINFRA_PROGRESS_FILE``, given to the job by ``gpuinfra-run``) is older than

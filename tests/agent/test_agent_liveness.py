@@ -395,8 +395,9 @@ def test_nvidia_smi_no_devices_raises_and_power_parses_not_supported(tmp_path, m
     _fake_tool(
         tmp_path,
         "nvidia-smi",
-        'case "$1" in --query-gpu=power*) printf "69.85, 700.00\\n[N/A], [N/A]\\n" ;; '
+        # the power line an idle H100 80GB HBM3 printed (driver 580.159.04), then a GPU without readings
+        'case "$1" in --query-gpu=power*) printf "72.12, 700.00\\n[N/A], [N/A]\\n" ;; '
         '*) printf "100\\n100\\n" ;; esac\n',
     )
     assert NvmlGpus().utilizations() == [100, 100]
-    assert w.gpu_power() == [(69.85, 700.0), (None, None)]
+    assert w.gpu_power() == [(72.12, 700.0), (None, None)]
