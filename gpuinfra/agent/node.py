@@ -17,14 +17,32 @@ Every ``--poll-seconds`` it:
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
   cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice).
 
+* checks the GPUs: a read that fails (NVML error, ``nvidia-smi`` exit status or timeout, "No
+  devices were found") or shows fewer GPUs than ``GPUINFRA_GPU_COUNT`` for
+  :data:`GPU_FAULT_SECONDS` is a GPU fault: the node ends. A GPU that cannot be read is never
+  "busy";
+* with ``health_gate: enforce``: idle time counts once the gate has a verdict; no verdict
+  within ``GPUINFRA_HEALTH_WAIT_SECONDS`` of the agent's first start is a failed gate (the agent
+  writes ``health-failed``, so ``gpuinfra-run`` refuses and the idle clock runs); a node the gate
+  left out (``health-excluded``) ends once the ranks are decided;
+* once the node bundle is in, runs the job watch (:mod:`gpuinfra.agent.watch`, not in the user
+  data): a fatal Xid in the kernel log is a GPU fault; a hung job (busy GPUs at low power, or a
+  stale progress file) triggers the profile's ``hang.action``.
+
 Checkpoints (complete folders, newest first, one bucket part per node rank) are synced by
 :mod:`gpuinfra.agent.checkpoints`, which the node bundle installs beside this file: in a
 background thread (every ``GPUINFRA_CHECKPOINT_INTERVAL_MINUTES``, on completion, on the
 operator's sync request and the AWS rebalance recommendation), within the window of a spot
-notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). On idle or expiry it syncs for at most :data:`END_SYNC_BOUND_SECONDS`, then
-ends the node whatever the sync did: AWS ``shutdown -h now`` (the launch template's
-instance-initiated shutdown behaviour is *terminate*); GCP deletes its own VM from the managed
-instance group (the group shrinks, nothing is recreated). ``--dry-run`` logs instead of acting.
+notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). Before any end
+(idle, TTL, GPU fault, hang, gate) it syncs once for at most :data:`END_SYNC_BOUND_SECONDS`, then
+ends the node whatever the sync did, and keeps trying until the node is gone
+(:meth:`Agent.end_try`): the cloud's end call (AWS ``shutdown -h now``: the launch template's
+instance-initiated shutdown behaviour is *terminate*; GCP deletes its own VM from the managed
+instance group, which shrinks), retried :data:`END_RETRY_SECONDS` apart; after
+:data:`END_API_TRIES` failed GCP calls ``shutdown -h now`` and the call take turns; the cloud's
+backstop (AWS EventBridge Scheduler, GCP ``max_run_duration``) is the last resort. The agent
+never exits while the node lives (its unit restarts it whatever its exit status).
+``--dry-run`` logs instead of acting.
 
 The keys of ``/etc/gpuinfra/node.env`` are defined once, in :data:`NODE_ENV_KEYS`; the boot
 templates of both clouds write the file with :func:`format_node_env` and the agent reads it with
@@ -34,6 +52,7 @@ templates of both clouds write the file with :func:`format_node_env` and the age
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import signal
@@ -65,6 +84,15 @@ NOTICE_SYNC_SHARE = 0.75
 #: the ACPI soft-off and the hard off of a Spot VM (Compute API ``Scheduling.skipGuestOsShutdown``);
 #: AWS: inside the 2-minute spot notice. ``TimeoutStopSec`` of the unit is above both.
 STOP_SYNC_SECONDS = {"aws": 100, "gcp": 25}
+#: Seconds between tries to end the node after a failed try (the last repeats): API errors
+#: such as HTTP 429/503 clear within seconds to minutes.
+END_RETRY_SECONDS = (5, 10, 20, 40, 80, 160, 300)
+#: GCP end calls tried before ``shutdown -h now`` and the call take turns.
+END_API_TRIES = 5
+#: Seconds a node may take to go away after an end call or power-off succeeded before the next try.
+END_GONE_SECONDS = 300
+#: Seconds the GPUs may stay unreadable, or fewer than expected, before that is a GPU fault.
+GPU_FAULT_SECONDS = 60
 
 #: ``/etc/gpuinfra/node.env``: key -> (required, meaning). The one definition of the file's keys.
 NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
@@ -80,6 +108,12 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_CHECKPOINT_INTERVAL_MINUTES": (False, "minutes between checkpoint syncs (profile); 0/empty: none"),
     "GPUINFRA_AGENT_DRY_RUN": (False, "1: log instead of ending the node"),
     "GPUINFRA_HEALTH_GATE": (False, "enforce | report | off (profile health_gate); empty = off"),
+    "GPUINFRA_HEALTH_WAIT_SECONDS": (False, "no verdict by then fails the gate"),
+    "GPUINFRA_GPU_COUNT": (False, "GPUs per node"),
+    "GPUINFRA_HANG_ACTION": (False, "alert | end | off"),
+    "GPUINFRA_HANG_MINUTES": (False, "hang duration"),
+    "GPUINFRA_HANG_POWER_PERCENT": (False, "hang power threshold"),
+    "GPUINFRA_PROGRESS_FILE": (False, "job progress file"),
 }
 
 
@@ -116,11 +150,12 @@ class GpuMonitor(Protocol):
     """Narrow interface to the GPUs (NVML on nodes, a fake in tests)."""
 
     def utilizations(self) -> list[int]:
-        """Utilization percent of every GPU (empty: no GPU visible)."""
+        """Utilization percent of every visible GPU. Raises when the GPUs cannot be read."""
 
 
 class NvmlGpus:
-    """GPU utilization through NVML (nvidia-ml-py), or ``nvidia-smi`` when pynvml is missing."""
+    """GPU utilization through NVML (nvidia-ml-py), or ``nvidia-smi`` when pynvml is missing.
+    Errors propagate (NVML errors, ``nvidia-smi`` exit status or timeout): a GPU fault."""
 
     def __init__(self) -> None:
         try:
@@ -138,16 +173,13 @@ class NvmlGpus:
                 int(n.nvmlDeviceGetUtilizationRates(n.nvmlDeviceGetHandleByIndex(i)).gpu)
                 for i in range(n.nvmlDeviceGetCount())
             ]
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=True,
-            ).stdout
-        except (OSError, subprocess.SubprocessError):
-            return []
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
+        ).stdout
         return [int(line.strip()) for line in out.splitlines() if line.strip().isdigit()]
 
 
@@ -263,7 +295,12 @@ class GcpMetadata:
 
 @dataclass
 class AgentConfig:
-    """Settings from /etc/gpuinfra/node.env (see the user data templates)."""
+    """Settings from /etc/gpuinfra/node.env (keys: :data:`NODE_ENV_KEYS`).
+
+    ``verdict_wait_seconds``: seconds after the agent's first start with no health verdict
+    that fail an ``enforce`` gate (0: no bound); ``gpu_count``: GPUs the node has (0: not
+    checked); ``env``: every node.env value (the job watch reads its own keys).
+    """
 
     cloud: str
     stack: str
@@ -275,6 +312,9 @@ class AgentConfig:
     dry_run: bool = False
     health_gate: str = "off"
     checkpoint_interval_minutes: float = 0.0
+    verdict_wait_seconds: float = 0.0
+    gpu_count: int = 0
+    env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env_file(cls, path: Path, dry_run: bool = False) -> AgentConfig:
@@ -299,6 +339,9 @@ class AgentConfig:
                 dry_run=dry_run or env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
                 health_gate=env.get("GPUINFRA_HEALTH_GATE") or "off",
                 checkpoint_interval_minutes=float(env.get("GPUINFRA_CHECKPOINT_INTERVAL_MINUTES") or 0),
+                verdict_wait_seconds=float(env.get("GPUINFRA_HEALTH_WAIT_SECONDS") or 0),
+                gpu_count=int(env.get("GPUINFRA_GPU_COUNT") or 0),
+                env=env,
             )
         except KeyError as exc:
             raise ValueError(f"{path}: missing {exc.args[0]}") from None
@@ -311,7 +354,13 @@ def parse_time(text: str) -> datetime:
 
 @dataclass
 class Agent:
-    """The decision loop (pure apart from the injected GPUs, metadata, syncer and actions)."""
+    """The decision loop (pure apart from the injected GPUs, metadata, syncer and actions).
+
+    ``end_node`` is the cloud's end call and ``power_off`` (None: none) the fallback
+    ``shutdown -h now``; both raise on failure. ``watch`` builds the job watch for the agent
+    (:class:`gpuinfra.agent.watch.Watch`; None: no watch); until it can be built (the node
+    bundle is not in yet) every poll tries again.
+    """
 
     config: AgentConfig
     gpus: GpuMonitor
@@ -326,14 +375,35 @@ class Agent:
     state_dir: Path | None = None
     end_sync_seconds: float = END_SYNC_BOUND_SECONDS
     synced_before_end: bool = False
+    power_off: Callable[[str], None] | None = None
+    watch: Callable | None = None
+    #: the end under way (``idle``, ``expired``, ``gpu-fault``, ``hang``, ``excluded``), else ""
+    ending: str = ""
+    end_tries: int = 0
+    end_failures: int = 0
+    next_end_try: float = 0.0
+    fault_since: float | None = None
+    job_watch: Any = None
 
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
 
     def __post_init__(self) -> None:
-        """Take the idle start a previous agent process wrote (wall clock, epoch seconds), so a
-        restart by systemd does not start the idle clock again (``state_dir`` is under /run:
-        a reboot clears it, and a rebooted node is busy again anyway)."""
+        """Take the idle start (and the first start, :attr:`started`) a previous agent process
+        of this boot wrote (wall clock, epoch seconds), so a restart by systemd does not start
+        either clock again (``state_dir`` is under /run: a reboot clears it)."""
+        self.started = self.now().timestamp()
+        if self.state_dir is None:
+            return
+        first = self.state_dir / "agent-started"
+        try:
+            self.started = float(first.read_text())
+        except (OSError, ValueError):
+            try:
+                first.parent.mkdir(parents=True, exist_ok=True)
+                first.write_text(f"{self.started:.3f}\n")
+            except OSError:
+                pass
         path = self._idle_file()
         if self.idle_since is not None or path is None:
             return
@@ -390,25 +460,63 @@ class Agent:
             return list(result.uploaded)
         return []
 
-    def ready(self) -> bool:
-        """The node can be idle: the boot health gate has a verdict (``health-passed`` or
-        ``health-failed`` in ``state_dir``, written by ``gpuinfra-health.service``) or is off.
-        Before that the GPUs wait for the image build, the peers and the all-reduce, which is not
-        idleness: the TTL still ends a node whose gate never finishes."""
-        if self.config.health_gate in ("", "off") or self.state_dir is None:
-            return True
-        if (self.state_dir / "health-excluded").exists():
-            return False  # the gate ends this node itself once the peers have decided the ranks
-        return any((self.state_dir / mark).exists() for mark in ("health-passed", "health-failed"))
+    def gate(self) -> str | None:
+        """None once idle time counts: the health gate is off or has a verdict (``health-passed``
+        or ``health-failed`` in ``state_dir``, written by ``gpuinfra-health.service``). Before,
+        ``starting``: the GPUs wait for the image build, the peers and the all-reduce. With no
+        verdict ``config.verdict_wait_seconds`` after the agent's first start the gate counts as
+        failed: the agent writes ``health-failed`` itself (``gpuinfra-run`` refuses, the idle
+        clock runs). A node the gate left out (``health-excluded``) ends once the ranks are
+        decided (``ranks-decided``) or that bound passed."""
+        c, d = self.config, self.state_dir
+        if c.health_gate in ("", "off") or d is None:
+            return None
+        late = 0 < c.verdict_wait_seconds <= self.now().timestamp() - self.started
+        if (d / "health-excluded").exists():
+            if late or (d / "ranks-decided").exists():
+                return self._finish("excluded", "the health gate left this node out")
+            return "starting"
+        if (d / "health-passed").exists() or (d / "health-failed").exists():
+            return None
+        if not late:
+            return "starting"
+        why = f"no health verdict within {c.verdict_wait_seconds:.0f} s of the agent's start"
+        self._log(f"{why}: the gate counts as failed")
+        (d / "health-failed").write_text(why + "\n")
+        return None
+
+    def gpu_fault(self) -> tuple[list[int] | None, str]:
+        """(GPU utilizations, "") or (None, why the GPUs count as faulty now, "" while a failed read
+        is younger than :data:`GPU_FAULT_SECONDS`). A fatal Xid (the job watch) is a fault at once."""
+        if self.job_watch is None and self.watch is not None:
+            with contextlib.suppress(Exception):  # not installed yet: try again next poll
+                self.job_watch = self.watch(self)
+        xid = self.job_watch.xid() if self.job_watch else ""
+        if xid:
+            return None, xid
+        try:
+            utilization = self.gpus.utilizations()
+            if len(utilization) < max(1, self.config.gpu_count):
+                raise OSError(f"{len(utilization)} GPUs visible")
+            self.fault_since = None
+            return utilization, ""
+        except Exception as exc:  # noqa: BLE001 - any failure to read the GPUs
+            if self.fault_since is None:
+                self.fault_since = self.clock()
+                self._log(f"cannot read the GPUs: {exc!r}")
+            failing = self.clock() - self.fault_since
+            return None, f"{exc!r} for {failing:.0f} s" if failing >= GPU_FAULT_SECONDS else ""
 
     def step(self) -> str:
-        """One poll. Returns ``running`` | ``starting`` | ``idle`` | ``expired`` | ``interrupted``
-        (``starting``: the health gate has no verdict yet, see :meth:`ready`).
+        """One poll. Returns ``running`` | ``starting`` | ``hung`` | ``interrupted`` or, once
+        the node is ending (every later poll tries again, :meth:`end_try`), ``idle`` |
+        ``expired`` | ``gpu-fault`` | ``hang`` | ``excluded``.
 
-        An error reading the metadata service or the GPUs is logged and the poll goes on: the
-        TTL and idle checks still run (a crash would let systemd restart the agent and, before
-        the idle start was kept under /run, start the idle clock again).
+        An error reading the metadata service is logged and the poll goes on: the TTL, GPU and
+        idle checks still run.
         """
+        if self.ending:
+            return self.end_try()
         notice = None
         if not self.interrupted:
             try:
@@ -423,22 +531,22 @@ class Agent:
         expires = self.expiry()
         if expires is not None and self.now() >= expires:
             return self._finish("expired", f"TTL reached ({expires.isoformat()})")
-        if not self.ready():
+        utilization, fault = self.gpu_fault()
+        if fault:
+            return self._finish("gpu-fault", f"GPU fault: {fault}")
+        state = self.gate()
+        if state:
             if self.idle_since is not None:
                 self.idle_since = None
                 self._record_idle_start(False)
-            return "starting"
-        try:
-            utilization = self.gpus.utilizations()
-        except Exception as exc:  # noqa: BLE001 - unknown utilization counts as busy
-            self._log(f"cannot read GPU utilization: {exc!r}")
-            utilization = []
-        busy = any(u >= self.config.idle_utilization_percent for u in utilization)
-        if busy or not utilization:
-            if self.idle_since is not None:
-                self.idle_since = None
-                self._record_idle_start(False)
+            return state
+        if utilization is None:  # a failed read, not a fault yet: neither busy nor idle
             return "running"
+        if any(u >= self.config.idle_utilization_percent for u in utilization):
+            if self.idle_since is not None:
+                self.idle_since = None
+                self._record_idle_start(False)
+            return self.job_watch.hang(utilization) if self.job_watch else "running"
         if self.idle_since is None:
             self.idle_since = self.clock()
             self._record_idle_start(True)
@@ -451,24 +559,66 @@ class Agent:
 
     def _finish(self, reason: str, why: str) -> str:
         self._log(f"ending node: {why}")
-        if not self.synced_before_end:  # one bounded sync; a retry of a failed end does not sync again
+        if not self.synced_before_end:  # one bounded sync; the end tries that follow do not sync again
             self.synced_before_end = True
             self.save_checkpoints(self.end_sync_seconds)
+        self.ending = reason
+        return self.end_try()
+
+    def end_try(self) -> str:
+        """Try to end the node once its next try is due, and return :attr:`ending`. Tries
+        :data:`END_API_TRIES` cloud end calls, :data:`END_RETRY_SECONDS` apart after each
+        failure and :data:`END_GONE_SECONDS` after a success (the node should be gone by then),
+        then ``power_off`` and the end call take turns; the cloud's backstop ends a node all of
+        them failed to end."""
         if self.config.dry_run:
-            self._log("dry run: not ending the node")
+            if not self.end_tries:
+                self._log("dry run: not ending the node")
+            self.end_tries = 1
+            return self.ending
+        started = self.clock()
+        if started < self.next_end_try:
+            return self.ending
+        n = self.end_tries
+        self.end_tries += 1
+        call, name = self.end_node, "end call"
+        if self.power_off is not None and n >= END_API_TRIES and (n - END_API_TRIES) % 2 == 0:
+            call, name = self.power_off, "shutdown -h now"
+        if n == END_API_TRIES:
+            self._log("relying on the cloud backstop if this fails: AWS EventBridge Scheduler, GCP max_run_duration")
+        try:
+            call(self.ending)
+        except Exception as exc:  # noqa: BLE001 - any failure: try again later
+            self.end_failures += 1
+            wait = END_RETRY_SECONDS[min(self.end_failures, len(END_RETRY_SECONDS)) - 1]
+            self._log(f"{name} failed, again in {wait} s: {exc!r}")
         else:
-            self.end_node(reason)
-        return reason
+            self.end_failures, wait = 0, END_GONE_SECONDS
+            self._log(f"{name} done")
+        self.next_end_try = started + wait
+        return self.ending
 
 
 def end_aws_node(reason: str) -> None:
-    """Instance-initiated shutdown; the launch template makes it terminate the instance."""
-    subprocess.run(["shutdown", "-h", "now", f"gpuinfra agent: {reason}"], check=False)
+    """Instance-initiated shutdown (``shutdown -h now``): on AWS the launch template makes it
+    terminate the instance; on GCP it stops the VM (the agent's fallback there).
+
+    Raises:
+        subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError: shutdown failed.
+    """
+    subprocess.run(["shutdown", "-h", "now", f"gpuinfra agent: {reason}"], check=True, timeout=60)
 
 
 def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
-    """Delete this VM from its managed instance group (the group shrinks instead of replacing it)."""
+    """Delete this VM from its managed instance group (the group shrinks instead of replacing it).
+
+    Raises:
+        OSError: the metadata server gave no name or zone; subprocess.CalledProcessError,
+            subprocess.TimeoutExpired: ``gcloud`` failed or hung.
+    """
     name, zone = (metadata or GcpMetadata()).instance()
+    if not name or not zone:
+        raise OSError("the metadata server gave no instance name or zone")
     group = name.rsplit("-", 1)[0]
     LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
     subprocess.run(
@@ -483,7 +633,8 @@ def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
             f"--zone={zone}",
             "--quiet",
         ],
-        check=False,
+        check=True,
+        timeout=300,
     )
 
 
@@ -516,7 +667,23 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
         return loaded[0]
 
     end = end_aws_node if config.cloud == "aws" else lambda reason: end_gcp_node(reason, gcp)
-    return Agent(config, NvmlGpus(), metadata, syncer, end, state_dir=state_dir)
+    power_off = None if config.cloud == "aws" else end_aws_node  # GCP: shutdown -h now as the fallback
+    return Agent(config, NvmlGpus(), metadata, syncer, end, state_dir=state_dir, power_off=power_off, watch=load_watch)
+
+
+def load_watch(agent: Agent):
+    """The job watch of the node bundle (:mod:`gpuinfra.agent.watch`, beside this file on the
+    node once the bundle is in).
+
+    Raises:
+        ImportError: the bundle is not in yet.
+    """
+    import importlib
+
+    importlib.invalidate_caches()  # the bundle wrote the package after this process started
+    from gpuinfra.agent.watch import Watch  # only on the node once the bundle is in (not in the user data)
+
+    return Watch(agent)
 
 
 def keep_syncing(agent: Agent) -> None:
@@ -535,7 +702,8 @@ def keep_syncing(agent: Agent) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``gpuinfra_agent.py [--config /etc/gpuinfra/node.env] [--poll-seconds 5] [--state-dir /run/gpuinfra] [--dry-run] [--once]``."""
+    """Entry point: ``gpuinfra_agent.py [--config /etc/gpuinfra/node.env] [--poll-seconds 5] [--state-dir /run/gpuinfra] [--dry-run] [--once]``.
+    Polls until the node is gone (returns only with ``--once``)."""
     parser = argparse.ArgumentParser(description="gpuinfra node agent")
     parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
     # 5 s: spot / preemption notices come 120 s (AWS) and 30 s (GCP) before the end
@@ -558,11 +726,10 @@ def main(argv: list[str] | None = None) -> int:
     while True:
         started = time.monotonic()
         try:
-            state = agent.step()
+            agent.step()
         except Exception as exc:  # noqa: BLE001 - a poll never stops the agent
             LOG.exception("poll failed, going on: %r", exc)
-            state = "error"
-        if args.once or state in ("idle", "expired"):
+        if args.once:
             return 0
         # a poll that waited on the metadata server (GCP wait_for_change) counts toward the period
         time.sleep(max(0.0, args.poll_seconds - (time.monotonic() - started)))

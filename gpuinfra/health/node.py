@@ -349,12 +349,16 @@ class HealthNode:
     ) -> None:
         """End an excluded node once gpuinfra-cluster-env decided the ranks (or after
         ``wait_seconds``): ending earlier would leave the peers listing one node fewer than
-        they wait for."""
+        they wait for. A failed end call is printed, not raised: the node agent ends a node the
+        gate left out too, and retries until it is gone (the verdict marks stay as they are)."""
         deadline = self.clock() + wait_seconds
         while not (self.state_dir / RANKS_DECIDED_MARK).exists() and self.clock() < deadline:
             self.sleep(poll_seconds)
         if self.end_node and not self.config.dry_run:
-            self.end_node(f"health gate failed: {_reasons(health)}")
+            try:
+                self.end_node(f"health gate failed: {_reasons(health)}")
+            except (OSError, subprocess.SubprocessError) as exc:  # the node agent ends it, retrying
+                print(f"gpuinfra-health: ending this node failed, the node agent retries: {exc!r}", file=sys.stderr)
 
     def peers(
         self, addresses: list[str], wait_seconds: float = HEALTH_RESULT_WAIT_SECONDS, poll_seconds: float = 15.0

@@ -66,6 +66,10 @@ __all__ = [
 
 AGENT_UNIT = "gpuinfra-agent.service"
 SCRATCH_UNIT = "gpuinfra-scratch.service"
+#: The mount unit of :data:`SCRATCH_MOUNT` (systemd.mount(5): named after the escaped path;
+#: ``/scratch`` has nothing to escape, checked here).
+SCRATCH_MOUNT_UNIT = SCRATCH_MOUNT.strip("/") + ".mount"
+assert SCRATCH_MOUNT.strip("/").isalnum(), "SCRATCH_MOUNT needs systemd-escape"
 CLUSTER_ENV_UNIT = "gpuinfra-cluster-env.service"
 #: Pulls the profile's training image once Docker and scratch are up (the health gate's
 #: all-reduce runs in it, so the gate is ordered after it on both clouds).
@@ -281,10 +285,16 @@ def node_boot(spec: ClusterSpec, cloud: CloudBoot) -> NodeBoot:
         AGENT_UNIT,
         "gpuinfra agent: end the node when idle or expired, sync checkpoints",
         wants=("network-online.target",),
-        after=("network-online.target",),
+        # ordering only (no Wants): at shutdown the agent stops, and syncs, before the network goes
+        # down and before /scratch (a mount unit the scratch script creates) is unmounted;
+        # systemd.unit(5) "After=": the stop order is the reverse of the start order
+        after=("network-online.target", SCRATCH_MOUNT_UNIT),
         exec_start=(command("/usr/bin/python3", AGENT_PATH, "--config", NODE_ENV_PATH),),
-        restart="on-failure",
-        restart_sec=30,
+        # whatever its exit status: the agent must poll until the node is gone (systemd.service(5)
+        # Restart=always); no start limit, so a crash loop is retried every RestartSec forever
+        restart="always",
+        restart_sec=10,
+        start_limit_interval_sec=0,
         # stop: SIGTERM to the agent only (its sync's CLI children keep running), which syncs for
         # STOP_SYNC_SECONDS; ordered after network-online.target, so it stops before the network
         timeout_stop_sec=max(STOP_SYNC_SECONDS.values()) + 15,

@@ -51,6 +51,7 @@ NODE_MODULES = (
     "agent/constants.py",
     "agent/checkpoints.py",
     "agent/node.py",
+    "agent/watch.py",
     "health/__init__.py",
     "health/parsers.py",
     "health/baselines.py",

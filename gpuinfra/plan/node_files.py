@@ -16,6 +16,7 @@ rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 from __future__ import annotations
 
 from gpuinfra.agent.node import format_node_env
+from gpuinfra.health.node import ALLREDUCE_TIMEOUT_SECONDS, HEALTH_RESULT_WAIT_SECONDS
 from gpuinfra.plan.tags import expires_at_text
 from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.spec import ClusterSpec
@@ -23,6 +24,16 @@ from gpuinfra.templating import render
 
 #: Seconds the scratch unit waits at boot for udev to link every local NVMe disk.
 SCRATCH_DEVICE_WAIT_SECONDS = 120
+
+#: Seconds from the node agent's first start until a node without a health verdict counts as
+#: failed (``GPUINFRA_HEALTH_WAIT_SECONDS``): the gate's own bounds (the peers' results
+#: :data:`~gpuinfra.health.node.HEALTH_RESULT_WAIT_SECONDS` + 600 s until cluster.env, the
+#: all-reduce :data:`~gpuinfra.health.node.ALLREDUCE_TIMEOUT_SECONDS`, the peers' cluster results
+#: 900 s: ``HealthNode.await_peers``) plus 600 s for the bundle fetch before the gate starts.
+HEALTH_VERDICT_WAIT_SECONDS = HEALTH_RESULT_WAIT_SECONDS + 600 + ALLREDUCE_TIMEOUT_SECONDS + 900 + 600
+#: The file the job touches as it progresses (``GPUINFRA_PROGRESS_FILE``, given to the job by
+#: ``gpuinfra-run``), on scratch: the container sees it at the same path.
+PROGRESS_FILE_NAME = "gpuinfra-progress"
 
 DOCKER_MEMLOCK_DROPIN = "/etc/systemd/system/docker.service.d/99-gpuinfra-memlock.conf"
 
@@ -60,6 +71,12 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
             "GPUINFRA_SCRATCH": scratch_mount,
             "GPUINFRA_HEALTH_GATE": spec.profile.health_gate,
             "GPUINFRA_CHECKPOINT_INTERVAL_MINUTES": spec.profile.spot.checkpoint_interval_minutes,
+            "GPUINFRA_HEALTH_WAIT_SECONDS": HEALTH_VERDICT_WAIT_SECONDS,
+            "GPUINFRA_GPU_COUNT": spec.gpu_count,
+            "GPUINFRA_HANG_ACTION": spec.profile.hang.action,
+            "GPUINFRA_HANG_MINUTES": spec.profile.hang.minutes,
+            "GPUINFRA_HANG_POWER_PERCENT": spec.profile.hang.power_percent,
+            "GPUINFRA_PROGRESS_FILE": f"{scratch_mount}/{PROGRESS_FILE_NAME}",
         }
     )
 

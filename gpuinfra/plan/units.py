@@ -48,7 +48,7 @@ NODE_LIB = health_node.NODE_LIB
 #: systemd unit names gpuinfra writes or orders against: ``name.service`` / ``name.timer`` /
 #: ``name.target`` (systemd.unit(5), "Description": unit names are ``[a-zA-Z0-9:_.\\-@]`` plus
 #: a type suffix; gpuinfra uses a subset without ``:`` and ``\\``).
-UNIT_NAME_RE = re.compile(r"[a-zA-Z0-9@._-]+\.(service|timer|target)")
+UNIT_NAME_RE = re.compile(r"[a-zA-Z0-9@._-]+\.(service|timer|target|mount)")
 _WRITABLE_UNIT_RE = re.compile(r"[a-zA-Z0-9@._-]+\.(service|timer)")
 #: Characters that need no quotes in a command-line word (no quotes, no ``$``, no backslash, no
 #: whitespace, no ``;``; ``%`` is still doubled).
@@ -101,7 +101,7 @@ def check_path(path: str) -> str:
 
 def check_unit_name(name: str, writable: bool = False) -> str:
     """``name`` if it is a unit name (``writable``: one gpuinfra may write, ``.service`` or
-    ``.timer``; else ``.target`` too, for ordering).
+    ``.timer``; else ``.target`` and ``.mount`` too, for ordering).
 
     Raises:
         UnitValueError: otherwise.

@@ -82,6 +82,25 @@ class MonitoringSettings(_Strict):
     alarm_email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
 
 
+class HangSettings(_Strict):
+    """What the node agent does when the job looks hung (README "Node agent"): every GPU at or
+    over ``idle_gpu_utilization_percent`` while drawing under ``power_percent`` of its enforced
+    power limit, or the progress file the job touches (``GPUINFRA_PROGRESS_FILE``) not touched,
+    for ``minutes``. NCCL hangs read 100% utilization at low power (~70 W of an H100's 700 W:
+    github.com/NVIDIA/nccl/issues/968), hence 20% by default (:mod:`gpuinfra.agent.watch`).
+
+    Attributes:
+        action: ``alert`` -> one agent log line starting ``GPUINFRA-ALERT job hang:`` and
+            ``/run/gpuinfra/hang``; ``end`` -> sync the checkpoints and end the node; ``off``.
+        minutes: how long the signs must last (5-1440).
+        power_percent: percent of the enforced power limit under which busy GPUs look hung (1-100).
+    """
+
+    action: Literal["alert", "end", "off"] = "alert"
+    minutes: int = Field(default=30, ge=5, le=1440)
+    power_percent: int = Field(default=20, ge=1, le=100)
+
+
 class Profile(_Strict):
     """A resolved workload profile.
 
@@ -112,6 +131,8 @@ class Profile(_Strict):
         monitoring: GPU utilization metrics, dashboard and idle alarm
             (:class:`MonitoringSettings`; on by default, so stack files written before it
             existed load with monitoring on).
+        hang: what the node agent does with a hung job (:class:`HangSettings`; ``alert`` by
+            default, so stack files written before it existed load).
     """
 
     #: Letters, digits, ``.``, ``_`` and ``-`` (it names files, tags and reaches the boot text).
@@ -131,6 +152,7 @@ class Profile(_Strict):
     default_run_hours: float = Field(gt=0, le=8760)
     health_gate: Literal["enforce", "report", "off"] = "enforce"
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    hang: HangSettings = Field(default_factory=HangSettings)
 
     @model_validator(mode="after")
     def _versioned_where_spot(self) -> Profile:

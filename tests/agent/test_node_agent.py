@@ -400,28 +400,6 @@ def test_the_idle_start_survives_an_agent_restart(tmp_path, metadata):
     assert second.step() == "idle" and ended == ["idle"]  # 30 min after the first idle poll, not 46
 
 
-def test_main_survives_a_failing_poll(tmp_path, monkeypatch, metadata):
-    from gpuinfra.agent import node
-
-    calls = []
-
-    class Flaky:
-        def step(self):
-            calls.append(1)
-            if len(calls) == 1:
-                raise RuntimeError("boom")
-            return "expired"
-
-    monkeypatch.setattr(node, "build_agent", lambda config, state_dir, poll_seconds: Flaky())
-    monkeypatch.setattr(node.time, "sleep", lambda s: None)
-    env = tmp_path / "node.env"
-    env.write_text(
-        "GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
-        "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT=5\n"
-    )
-    assert node.main(["--config", str(env), "--state-dir", str(tmp_path / "run")]) == 0 and len(calls) == 2
-
-
 class BlackHole:
     """A TCP endpoint on 127.0.0.1 that accepts connections and never answers (an S3 endpoint
     behind a broken network path): every upload hangs until the client's read timeout."""
@@ -558,7 +536,7 @@ def test_node_env_keys_are_checked_when_written():
 
 def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
     _complete(tmp_path, "final")
-    attempts, syncs = [], []
+    attempts, syncs, clock = [], [], Clock()
 
     def end_node(reason):
         attempts.append(reason)
@@ -571,10 +549,12 @@ def test_a_failed_end_is_retried_without_syncing_again(tmp_path, metadata):
         AwsMetadata(metadata.url),
         _failing(tmp_path, syncs),
         end_node,
+        clock=clock,
         now=lambda: NOW,
     )
-    with pytest.raises(RuntimeError):
-        agent.step()  # main() logs this and polls again
+    assert agent.step() == "expired" and attempts == ["expired"]  # failed: tried again 5 s later
+    assert any("end call failed, again in 5 s: RuntimeError('gcloud" in e for e in agent.events)
+    clock.t += 5
     assert agent.step() == "expired" and attempts == ["expired", "expired"] and len(syncs) == 1
 
 
@@ -602,10 +582,19 @@ def test_idle_counts_only_once_the_health_gate_has_a_verdict(tmp_path):
     assert agent.step() == "running"  # the idle clock starts now
     clock.t += 61
     assert agent.step() == "idle" and len(ended) == 1
-    # an excluded node is ended by the gate once ranks are decided, not by the idle clock
-    (state / "health-excluded").write_text("ecc: ...\n")
-    assert agent.step() == "starting"
-    (state / "health-excluded").unlink()
+    # an excluded node waits for the ranks (ending it earlier would leave the peers short)
+    excluded = Agent(
+        _config(tmp_path, health_gate="enforce", idle_timeout_seconds=60),
+        FakeGpus(0),
+        _NoMetadata(),
+        None,
+        ended.append,
+        clock=clock,
+        now=lambda: NOW,
+        state_dir=tmp_path / "excluded",
+    )
+    (tmp_path / "excluded" / "health-excluded").write_text("ecc: ...\n")
+    assert excluded.step() == "starting"
     # gate off: idle from the first poll
     off = Agent(
         _config(tmp_path, health_gate="off", idle_timeout_seconds=60),

@@ -615,3 +615,18 @@ def test_report_warns_and_runs_and_extra_env_comes_last(node_for):
     assert env["NCCL_DEBUG"] == "INFO"  # nccl.env says WARN; -e wins
     bad = node.run("--dry-run", "-e", "not-a-var", "--", "python", "train.py")
     assert bad.returncode == 1 and bad.stderr == "gpuinfra-run: -e takes KEY=VALUE, got 'not-a-var'\n"
+
+
+def test_the_job_gets_the_progress_file_and_a_new_job_starts_without_the_last_ones(node_for):
+    node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
+    node.write(
+        "/etc/gpuinfra/node.env",
+        "GPUINFRA_SCRATCH=/scratch\nGPUINFRA_CHECKPOINT_DIR=/scratch/checkpoints\n"
+        "GPUINFRA_PROGRESS_FILE=/scratch/gpuinfra-progress\n",
+    )
+    stale = node.write("/scratch/gpuinfra-progress", "")
+    argv, env = node.dry_run()
+    assert env["GPUINFRA_PROGRESS_FILE"] == "/scratch/gpuinfra-progress" and stale.exists()  # a dry run changes nothing
+    result = node.run("--", "python", "train.py")
+    assert result.returncode == 0, result.stderr
+    assert not stale.exists()  # the node agent's hang check does not read the last job's file

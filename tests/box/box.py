@@ -327,6 +327,16 @@ class Node:
             raise RuntimeError(f"{self.name} is not running")
         return run(["nsenter", "-t", str(pid), "-m", "-u", "-i", "-n", "-p", "--", *argv], timeout, check)
 
+    def kernel_message(self, text: str) -> None:
+        """Append ``text`` as one record (``prio,seq,usec,flags;message``, kernel.org
+        Documentation/ABI/testing/dev-kmsg) to the node's ``/dev/kmsg``: a regular file here,
+        since systemd-nspawn gives a container no ``/dev/kmsg`` of its own.
+
+        Raises:
+            RuntimeError: the container is not running.
+        """
+        self.exec(["/bin/sh", "-c", 'printf "3,%s,%s,-;%s\\n" 900 123456789 "$1" >> /dev/kmsg', "sh", text])
+
     def stop(self) -> None:
         """Stop the container: SIGTERM (an orderly power-off), then SIGKILL of nspawn and init."""
         if not self.running():

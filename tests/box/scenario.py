@@ -40,6 +40,8 @@ class Gpus:
         all_reduce: what ``docker run ... gpuinfra_allreduce.py`` prints (nccl-tests table and
             NCCL INFO lines).
         utilization: per GPU, percent, for ``nvidia-smi --query-gpu=utilization.gpu``.
+        power_w: per GPU, watts, for ``nvidia-smi --query-gpu=power.draw,enforced.power.limit``
+            (empty: ``[N/A]``); power_limit_w: every GPU's enforced limit (H100 SXM: 700 W).
     """
 
     query: str
@@ -47,6 +49,8 @@ class Gpus:
     fi_info: str
     all_reduce: str
     utilization: tuple[int, ...] = (0,) * 8
+    power_w: tuple[float, ...] = ()
+    power_limit_w: float = 700.0
 
 
 def healthy_p5() -> Gpus:
@@ -82,19 +86,22 @@ class Scenario:
         gpus: the stand-in GPU tools' answers.
         failing_calls: ``fnmatch`` patterns over ``"<program> <args>"``; a matching stand-in call
             exits 1 with a message (e.g. ``"gcloud compute instance-groups managed delete-instances*"``).
+            A ``(pattern, n)`` pair fails each node's first ``n`` matching calls, then lets them through.
         node_env: node.env keys whose rendered value the box replaces (e.g. a tiny idle timeout).
         gpu_nics: interface names created up (veth pairs) in each node's namespace: the GPU NICs
             ``gpuinfra-run`` checks on GCP.
         nic_wait_seconds: replaces the GCP cluster-env script's 300 s wait for NIC addresses
             (veth interfaces have no ``/sys/class/net/*/device``, so that wait never ends early).
+        nodes: how many of the stack's nodes boot (0: all of them).
     """
 
     stack: str
     gpus: Gpus
-    failing_calls: tuple[str, ...] = ()
+    failing_calls: tuple[str | tuple[str, int], ...] = ()
     node_env: dict[str, str] = field(default_factory=dict)
     gpu_nics: tuple[str, ...] = ()
     nic_wait_seconds: int = 0
+    nodes: int = 0
 
     def patch(self, text: str) -> str:
         """The rendered boot text with the box overrides applied.
@@ -128,6 +135,8 @@ class Scenario:
                 "fi_info": g.fi_info,
                 "all_reduce": g.all_reduce,
                 "utilization": list(g.utilization),
+                "power_w": list(g.power_w),
+                "power_limit_w": g.power_limit_w,
             },
             "failing_calls": list(self.failing_calls),
             "aws": {"region": region, "zone": zone, "zone_id": "use1-az4" if zone else "", "tags": {}},

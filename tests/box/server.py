@@ -79,14 +79,27 @@ class Cli:
 
     def answer(self) -> tuple[int, str, str]:
         """``(exit code, stdout, stderr)`` of the call (:attr:`writes` and :attr:`after` set as a
-        side effect); a call matching one of the scenario's ``failing_calls`` exits 1."""
+        side effect); a call matching one of the scenario's ``failing_calls`` exits 1 (a
+        ``[pattern, n]`` entry: only this node's first ``n`` matching calls)."""
         prog = os.path.basename(self.argv[0])
         failing = self.scenario.get("failing_calls", [])
-        joined = " ".join(self.argv[1:])
-        for pattern in failing:
-            if fnmatch.fnmatch(f"{prog} {joined}", pattern):
+        call = f"{prog} {' '.join(self.argv[1:])}"
+        for entry in failing:
+            pattern, times = (entry, None) if isinstance(entry, str) else entry
+            if fnmatch.fnmatch(call, pattern) and (times is None or self._earlier(pattern) < times):
                 return 1, "", f"box: scenario makes this call fail ({pattern})\n"
         return getattr(self, "_" + prog.replace("-", "_"))()
+
+    def _earlier(self, pattern: str) -> int:
+        """How many of this node's recorded calls match ``pattern``."""
+        path = STATE / "calls.jsonl"
+        with LOCK:
+            records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        return sum(
+            1
+            for r in records
+            if r["node"] == self.node["name"] and fnmatch.fnmatch(" ".join([r["argv"][0], *r["argv"][1:]]), pattern)
+        )
 
     # ------------------------------------------------------------------ GPU and host tools
     def _nvidia_smi(self) -> tuple[int, str, str]:
@@ -94,6 +107,10 @@ class Cli:
         gpus = self.scenario["gpus"]
         if args[:2] == ["nvlink", "-s"]:
             return 0, gpus["nvlink_status"], ""
+        if args and args[0] == "--query-gpu=power.draw,enforced.power.limit":
+            limit = gpus.get("power_limit_w", 700.0)
+            power = gpus.get("power_w") or [None] * len(gpus["utilization"])
+            return 0, "".join(f"{'[N/A]' if p is None else f'{p:.2f}'}, {limit:.2f}\n" for p in power), ""
         if args and args[0].startswith("--query-gpu=utilization.gpu"):
             return 0, "".join(f"{u}\n" for u in gpus["utilization"]), ""
         if args and args[0].startswith("--query-gpu="):

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.box.box import EXIT_REBOOT, Box
 from tests.box.render import BUNDLE_KEY, baked_variant, render_boot, stack_spec
-from tests.box.scenario import Scenario, aws_p5, gcp_a3mega
+from tests.box.scenario import Scenario, aws_p5, gcp_a3mega, healthy_a3mega
 
 pytestmark = [pytest.mark.box]
 
@@ -29,7 +30,8 @@ def make_box(rootfs: Path, scenario: Scenario, workdir: Path) -> Box:
     bucket = f"{spec.stack}-box"
     boot = render_boot(spec, bucket)
     zone = spec.zone or ""
-    return Box(rootfs, scenario, boot, spec.nodes, bucket, spec.region, zone, boot.efa_devices, workdir)
+    nodes = scenario.nodes or spec.nodes
+    return Box(rootfs, scenario, boot, nodes, bucket, spec.region, zone, boot.efa_devices, workdir)
 
 
 def env_file(text: str) -> dict[str, str]:
@@ -262,30 +264,110 @@ def test_aws_agent_ends_idle_nodes_with_an_instance_initiated_shutdown(box_rootf
         )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="gpuinfra/agent/node.py: end_gcp_node runs `gcloud ... delete-instances` with "
-    "check=False and main() returns 0 once step() says idle, so a failed end call ends the agent with "
-    "status 0; gpuinfra-agent.service restarts only on failure, and the idle node keeps running",
-)
-def test_gcp_agent_keeps_trying_after_a_failed_end_call(box_rootfs, box_timer, tmp_path):
-    delete = "gcloud compute instance-groups managed delete-instances *"
-    scenario = Scenario(
-        **{**gcp_a3mega().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}, "failing_calls": (delete,)}
+#: The agent's module of the node bundle (hang and Xid checks), on the node once the bundle is in.
+WATCH_PATH = "/usr/local/lib/gpuinfra/gpuinfra/agent/watch.py"
+DELETE = ["gcloud", "compute", "instance-groups", "managed", "delete-instances"]
+
+
+def variant(base: Scenario, **changes) -> Scenario:
+    """``base`` with ``changes`` (one node, the gate off and node_env merged unless given)."""
+    node_env = {"GPUINFRA_HEALTH_GATE": "off", **changes.pop("node_env", {})}
+    return Scenario(**{**base.__dict__, "nodes": 1, "node_env": node_env, **changes})
+
+
+def ended_at(box: Box, timeout: float) -> float:
+    """Wait for the one node to power off (nspawn exit 0, not a reboot or a kill); the time."""
+    assert box.nodes[0].wait_exit(timeout) == 0, box.nodes[0].diagnostics()
+    return time.time()
+
+
+def test_gcp_agent_keeps_trying_after_a_failed_end_call(box_rootfs, box_timer, fault_row, tmp_path):
+    pattern = " ".join(DELETE) + " *"
+    scenario = variant(gcp_a3mega(), node_env={"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}, failing_calls=((pattern, 3),))
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        box.start()
+        end = ended_at(box, BOOT_SECONDS)
+        deletes = [c for c in box.calls() if c["argv"][:5] == DELETE]
+        # three failures, then the call that deleted the VM; the agent never exited in between
+        assert [c["rc"] for c in deletes] == [1, 1, 1, 0]
+        assert not calls_of(box, ["shutdown"])
+        # END_RETRY_SECONDS: 5, 10, 20 s after the failures (the agent polls every 5 s)
+        gaps = [b["t"] - a["t"] for a, b in zip(deletes, deletes[1:], strict=False)]
+        assert all(w - 1 <= g < w + 6 for g, w in zip(gaps, (5, 10, 20), strict=True)), gaps
+        fault_row("end call (delete-instances) fails 3 times", "deleted on the 4th try", end - deletes[0]["t"])
+
+
+def test_aws_failing_nvidia_smi_is_a_gpu_fault_that_ends_the_node(box_rootfs, box_timer, fault_row, tmp_path):
+    scenario = variant(aws_p5(), failing_calls=("nvidia-smi *",))
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        box.start()
+        end = ended_at(box, 180)
+        reads = [c for c in box.calls() if c["argv"][0] == "nvidia-smi"]
+        assert reads and all(c["rc"] == 1 for c in reads)
+        assert calls_of(box, ["shutdown"]) == [
+            (box.nodes[0].name, ["shutdown", "-h", "now", "gpuinfra agent: gpu-fault"])
+        ]
+        # GPU_FAULT_SECONDS (60 s) of failed reads, then the end
+        assert 60 <= end - reads[0]["t"] < 90
+        fault_row("nvidia-smi exits 1", "gpu fault: shutdown", end - reads[0]["t"])
+
+
+def test_gcp_xid_79_in_the_kernel_log_ends_the_node(box_rootfs, box_timer, fault_row, tmp_path):
+    with make_box(box_rootfs, variant(gcp_a3mega()), tmp_path) as box:
+        box.start()
+        node = box.nodes[0]
+        box.wait_for("the node bundle's job watch", lambda: node.read(WATCH_PATH), BOOT_SECONDS)
+        time.sleep(10)  # the agent runs with its watch: the GPUs read fine and nothing ends it
+        assert node.running() and not [c for c in box.calls() if c["argv"][:5] == DELETE]
+        injected = time.time()
+        node.kernel_message("NVRM: Xid (PCI:0000:53:00): 79, pid=1912, name=python, GPU has fallen off the bus.")
+        end = ended_at(box, 60)
+        deletes = [c for c in box.calls() if c["argv"][:5] == DELETE]
+        assert len(deletes) == 1 and deletes[0]["rc"] == 0 and deletes[0]["t"] > injected
+        fault_row("Xid 79 in the kernel log", "gpu fault: deleted", end - injected)
+
+
+def test_aws_gate_without_a_verdict_counts_as_failed_and_the_idle_node_ends(box_rootfs, box_timer, fault_row, tmp_path):
+    # the bundle never arrives, so no gate unit ever runs and no verdict is written
+    scenario = variant(
+        aws_p5(),
+        node_env={
+            "GPUINFRA_HEALTH_GATE": "enforce",
+            "GPUINFRA_HEALTH_WAIT_SECONDS": "20",
+            "GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05",
+        },
+        failing_calls=(f"aws s3 cp * s3://*/{BUNDLE_KEY} *",),
+    )
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        started = time.time()
+        box.start()
+        node = box.nodes[0]
+        failed = box.wait_for("the agent's failed verdict", lambda: node.read("/run/gpuinfra/health-failed"), 120)
+        assert failed == "no health verdict within 20 s of the agent's start\n"
+        end = ended_at(box, 60)
+        assert calls_of(box, ["shutdown"]) == [(node.name, ["shutdown", "-h", "now", "gpuinfra agent: idle"])]
+        assert not list((box.state / "bucket" / box.bucket).glob("health/**/*.json"))
+        fault_row("no health verdict (bound 20 s)", "gate failed, idle end", end - started)
+
+
+def test_gcp_hung_job_at_full_utilization_and_low_power_ends_the_node(box_rootfs, box_timer, fault_row, tmp_path):
+    hung = replace(healthy_a3mega(), utilization=(100,) * 8, power_w=(70.0,) * 8)  # 10% of 700 W
+    scenario = variant(
+        gcp_a3mega(), gpus=hung, node_env={"GPUINFRA_HANG_ACTION": "end", "GPUINFRA_HANG_MINUTES": "0.25"}
     )
     with make_box(box_rootfs, scenario, tmp_path) as box:
         box.start()
         node = box.nodes[0]
-        box.wait_for(
-            "the agent's end call",
-            lambda: [c for c in box.calls() if c["node"] == node.name and c["argv"][:5] == delete.split()[:5]],
-            BOOT_SECONDS,
-        )
-        time.sleep(10)  # the agent has returned from the failed call
-        state = node.exec(["systemctl", "show", "-p", "ActiveState", "--value", "gpuinfra-agent.service"]).stdout
-        assert node.running()
-        # still polling, or failed and waiting for systemd's restart -- not exited as if the node had ended
-        assert state.strip() in ("active", "activating")
+        box.wait_for("the node bundle's job watch", lambda: node.read(WATCH_PATH), BOOT_SECONDS)
+        since = time.time()
+        end = ended_at(box, 90)
+        deletes = [c for c in box.calls() if c["argv"][:5] == DELETE]
+        assert len(deletes) == 1 and deletes[0]["rc"] == 0
+        power = [c for c in box.calls() if c["argv"][1:2] == ["--query-gpu=power.draw,enforced.power.limit"]]
+        assert power and power[0]["t"] < deletes[0]["t"]
+        # 15 s of full use at low power, read every 5 s, then the end
+        assert deletes[0]["t"] - power[0]["t"] >= 15
+        fault_row("hang: 100% utilization at 10% power", "hang: deleted", end - since)
 
 
 def test_gcp_cluster_from_a_baked_image_reaches_its_verdict_with_no_pull(box_rootfs, box_timer, fault_row, tmp_path):

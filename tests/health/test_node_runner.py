@@ -6,6 +6,7 @@ nccl-tests layout."""
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -146,6 +147,13 @@ def test_a_failing_node_is_excluded_and_ended_once_ranks_are_decided(tmp_path):
     late.clock, late.sleep = iter(range(0, 10_000, 10)).__next__, (lambda s: None)
     late.end_when_ranks_decided(late.local(), wait_seconds=60)
     assert len(ended_late) == 1
+    # a failed end call leaves the marks (the node agent ends the node, retrying) and raises nothing
+    failing, _ = make_node(tmp_path / "failing", p4d_runner(fabric_manager="failed\n"))
+    failing.end_node = lambda reason: (_ for _ in ()).throw(subprocess.CalledProcessError(1, ["gcloud"]))
+    failing.clock, failing.sleep = iter(range(0, 10_000, 10)).__next__, (lambda s: None)
+    failing.end_when_ranks_decided(failing.local(), wait_seconds=60)
+    marks = tmp_path / "failing" / "state"
+    assert (marks / EXCLUDED_MARK).exists() and (marks / FAILED_MARK).read_text().startswith("fabric_manager:")
     # report: recorded, the node trains on
     node, ended = make_node(tmp_path / "report", p4d_runner(fabric_manager="failed\n"), mode="report")
     assert not node.local().passed and not ended and not (tmp_path / "report" / "state" / EXCLUDED_MARK).exists()

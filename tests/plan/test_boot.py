@@ -111,6 +111,78 @@ def test_the_agent_starts_first_without_blocking_and_scratch_blocks(cloud):
 
 
 @pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_systemd_restarts_the_agent_whatever_its_exit_status_and_never_gives_up(cloud):
+    boot, text, bundle = _boot_and_text(cloud)
+    files = {path: content for path, _, content in _written_files(cloud, text)}
+    agent = _unit_settings(files[next(u.path for u in boot.units if u.name == AGENT_UNIT)])
+    # systemd.service(5): Restart=always restarts on a clean exit too; StartLimitIntervalSec=0
+    # (systemd.unit(5)) turns the start rate limit off
+    assert (agent["Restart"], agent["RestartSec"], agent["StartLimitIntervalSec"]) == (["always"], ["10"], ["0"])
+    # the job watch the agent imports once the bundle is in sits beside the agent
+    assert "/usr/local/lib/gpuinfra/gpuinfra/agent/watch.py" in {f.path for f in bundle.files}
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_node_env_carries_the_gpu_count_verdict_bound_and_the_profiles_hang_settings(cloud):
+    from gpuinfra.health.node import ALLREDUCE_TIMEOUT_SECONDS, HEALTH_RESULT_WAIT_SECONDS
+    from gpuinfra.profiles import HangSettings
+
+    spec = read_stack_spec(ROOT, EXAMPLES[cloud])
+    spec = spec.model_copy(
+        update={
+            "profile": spec.profile.model_copy(
+                update={"hang": HangSettings(action="end", minutes=45, power_percent=15)}
+            )
+        }
+    )
+    _, text, _ = _boot_and_text(cloud, spec)
+    env = dict(
+        line.split("=", 1)
+        for line in next(c for p, _, c in _written_files(cloud, text) if p == "/etc/gpuinfra/node.env").splitlines()
+    )
+    assert int(env["GPUINFRA_HEALTH_WAIT_SECONDS"]) > HEALTH_RESULT_WAIT_SECONDS + 600 + ALLREDUCE_TIMEOUT_SECONDS
+    assert {
+        k: env[k]
+        for k in env
+        if k not in ("GPUINFRA_HEALTH_WAIT_SECONDS",)
+        and k.startswith(("GPUINFRA_GPU", "GPUINFRA_HANG", "GPUINFRA_PROG"))
+    } == {
+        "GPUINFRA_GPU_COUNT": "8",
+        "GPUINFRA_HANG_ACTION": "end",
+        "GPUINFRA_HANG_MINUTES": "45",
+        "GPUINFRA_HANG_POWER_PERCENT": "15",
+        "GPUINFRA_PROGRESS_FILE": "/scratch/gpuinfra-progress",
+    }
+
+
+@pytest.mark.parametrize(
+    ("hang", "field"),
+    [
+        ({"action": "page"}, "hang.action"),
+        ({"minutes": 2}, "hang.minutes"),
+        ({"power_percent": 0}, "hang.power_percent"),
+    ],
+)
+def test_a_profile_with_bad_hang_settings_is_refused_naming_the_field(tmp_path, hang, field):
+    from gpuinfra.errors import ProfileError
+    from gpuinfra.profiles import BUILTIN_PROFILES_FILE, load_profiles
+
+    doc = yaml.safe_load(BUILTIN_PROFILES_FILE.read_text())
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"mine": {**doc["dev"], "hang": hang}}))
+    with pytest.raises(ProfileError, match=f"field '{field}'"):
+        load_profiles(tmp_path)
+    assert {name: p.hang.action for name, p in load_profiles().items()} == {
+        "llm-pretrain": "end",
+        "llm-finetune": "end",
+        "lora-finetune": "end",
+        "qlora-finetune": "end",
+        "inference": "alert",
+        "cv-train": "end",
+        "dev": "alert",
+    }
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
 def test_scratch_is_ordered_before_the_container_runtime(cloud):
     _, text, _ = _boot_and_text(cloud)
     files = {path: content for path, _, content in _written_files(cloud, text)}
