@@ -20,3 +20,23 @@ SCRATCH_MOUNT = "/scratch"
 #: it gives up writing ranks to ``/etc/gpuinfra/cluster.env`` (AWS: ``aws-cluster-env.sh.j2``,
 #: GCP: the startup script). 15 minutes covers a fleet launched in waves.
 PEER_DISCOVERY_WAIT_SECONDS = 900
+
+#: The checkpoint sync request of ``gpuinfra down`` / ``reap``: before destroying, the operator
+#: sets this EC2 instance tag (the node reads it from IMDS ``tags/instance/<key>``, enabled by the
+#: launch template's ``instance_metadata_tags``) or this GCE instance metadata attribute (the node
+#: reads ``instance/attributes/<key>``) to a request id on every running node; the node syncs
+#: its checkpoints and writes the ack object :func:`sync_ack_key`.
+SYNC_REQUEST_TAG = "gpuinfra:sync-request"
+SYNC_REQUEST_ATTRIBUTE = "gpuinfra-sync-request"
+#: A sync request id: lower-case letters, digits and '-', 1 to 64 characters (``down-<unix seconds>``).
+SYNC_REQUEST_ID_PATTERN = r"[a-z0-9-]{1,64}"
+#: Default of ``down`` / ``reap --sync-timeout-seconds``: how long the operator waits for every
+#: node's ack before destroying (nodes still uploading then are ended all the same).
+SYNC_REQUEST_WAIT_SECONDS = 300
+
+
+def sync_ack_key(stack: str, request_id: str, node: str) -> str:
+    """Bucket key of a node's ack of sync request ``request_id``: a JSON object with ``request``,
+    ``node``, ``uploaded_files``, ``complete`` and ``finished_at``; ``node`` is the instance id
+    (AWS) or VM name (GCP)."""
+    return f"checkpoints/{stack}/.sync/{request_id}/{node}.json"
