@@ -38,6 +38,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
+from gpuinfra import teardown
 from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS
 from gpuinfra.bake.stack import list_bakes
 from gpuinfra.credentials import aws_session, check_gcp_credentials_configured
@@ -51,7 +52,6 @@ from gpuinfra.errors import (
     SpecError,
 )
 from gpuinfra.money import usd_json
-from gpuinfra.services import teardown
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec
 
@@ -313,7 +313,13 @@ def destroy_cluster(
     Data is never deleted through a ``pulumi up``: the stack file is not changed, nothing is
     deployed, and a failure leaves no flag behind; the bucket is deleted only after the destroy
     succeeded (a failed destroy keeps the data), and a stack whose resources a plain ``down``
-    already destroyed still has its kept bucket(s) found by tag / label and deleted.
+    already destroyed still has its kept bucket(s) found by tag / label and deleted. Why the
+    cloud SDK: the bucket is ``retain_on_delete``, and Pulumi deletes a retained resource only
+    after "Set ``retainOnDelete: false`` and then run ``pulumi up``" -- a deploy of the whole
+    program -- while a retained resource that a destroy already dropped "will be removed from
+    the Pulumi state", so Pulumi cannot delete it at all; for that case the docs say to "use
+    your provider's manual interface to find and delete the resource"
+    (pulumi.com/docs/iac/concepts/resources/options/retainondelete/).
 
     Args:
         say: prints one line of progress.
@@ -321,7 +327,7 @@ def destroy_cluster(
         confirm: asked ``question`` when the buckets hold objects; False refuses.
         sync_timeout_seconds: bound of the wait for the acks (0: no sync request).
         request_kind: first word of the sync request id (``down`` / ``reap``).
-        clients: cloud clients (default :func:`gpuinfra.services.teardown.make_clients`).
+        clients: cloud clients (default :func:`gpuinfra.teardown.make_clients`).
 
     Returns:
         The destroy's change summary ({} when the stack had no resources).

@@ -19,10 +19,9 @@ import boto3
 import pytest
 import yaml
 
-from gpuinfra import lifecycle
+from gpuinfra import lifecycle, teardown
 from gpuinfra.agent.constants import SYNC_REQUEST_ATTRIBUTE, SYNC_REQUEST_ID_PATTERN, SYNC_REQUEST_TAG, sync_ack_key
 from gpuinfra.errors import OperationError
-from gpuinfra.services import teardown
 from tests.cli.test_lifecycle_cli import FakeBackend
 
 

@@ -53,6 +53,7 @@ from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError
 from gpuinfra.plan.boot_gcp import node_prefix
 from gpuinfra.plan.naming import dns_safe
+from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
 #: How long ``down`` waits for EC2 to report the ended nodes ``terminated`` before ``pulumi
@@ -380,8 +381,6 @@ def stack_buckets(spec: ClusterSpec, outputs: dict, clients: CloudClients) -> li
                 if name.startswith(aws_bucket_prefix(spec.stack)) and _s3_stack_tag(clients.s3, name) == spec.stack:
                     found.add(name)
         else:
-            from gpuinfra.plan.tags import gcp_labels
-
             label = gcp_labels(spec)["gpuinfra-stack"]
             for bucket in clients.storage.list_buckets(project=spec.gcp_project):
                 if (bucket.labels or {}).get("gpuinfra-stack") == label:
