@@ -433,7 +433,8 @@ class GcpStandIn:
             name: {"status": status, "items": [{"key": "startup-script", "value": "#!"}], "fp": 1}
             for name, status in vms
         }
-        self.objects: dict[str, bytes] = {}
+        self.objects: dict[str, bytes] = {}  # the stack bucket: acks
+        self.kept: dict[str, dict] = {}  # other buckets: name -> {"labels", "versions": {(key, generation)}}
         self.calls: list[tuple[str, str]] = []
         self.stale_fingerprint_once: set[str] = set()
         outer = self
@@ -453,6 +454,9 @@ class GcpStandIn:
             def do_POST(self):  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 self._reply(*outer.answer("POST", self.path, body))
+
+            def do_DELETE(self):  # noqa: N802
+                self._reply(*outer.answer("DELETE", self.path, b""))
 
             def log_message(self, *args):
                 pass
@@ -487,6 +491,25 @@ class GcpStandIn:
                 }
             vm["items"], vm["fp"] = sent["items"], vm["fp"] + 1
             return 200, {"name": "op-1", "status": "DONE", "kind": "compute#operation"}
+        if method == "GET" and path == "/storage/v1/b" and query.get("project") == [self.project]:
+            items = [{"name": b, "labels": kept["labels"]} for b, kept in self.kept.items()]
+            return 200, {"kind": "storage#buckets", "items": items}
+        kept = re.fullmatch(r"/storage/v1/b/([^/]+)(?:/o(?:/(.+))?)?", path)
+        if kept and kept.group(1) in self.kept:
+            bucket, versions = kept.group(1), self.kept[kept.group(1)]["versions"]
+            if method == "GET" and path.endswith("/o"):
+                if [v.lower() for v in query.get("versions", [])] != ["true"]:
+                    return 400, {"error": {"code": 400, "message": "this stand-in lists versions only"}}
+                items = [{"name": k, "bucket": bucket, "generation": str(g)} for k, g in sorted(versions)]
+                return 200, {"kind": "storage#objects", "items": items}
+            if method == "DELETE" and kept.group(2):
+                versions.remove((kept.group(2), int(query["generation"][0])))  # KeyError: a wrong generation
+                return 204, b""
+            if method == "DELETE" and versions:
+                return 409, {"error": {"code": 409, "message": "The bucket you tried to delete is not empty."}}
+            if method == "DELETE":
+                del self.kept[bucket]
+                return 204, b""
         if method == "GET" and path == f"/storage/v1/b/{self.bucket}/o":
             prefix = query.get("prefix", [""])[0]
             items = [
@@ -600,6 +623,52 @@ def test_gcp_down_of_a_stack_whose_mig_is_gone_asks_nobody(run_cli, tmp_path, cl
         cloud.close()
     assert result.exit_code == 0, result.stderr
     assert "sync: no running nodes: nothing to sync" in result.stdout and backend.calls[-1] == ("destroy", "gnone")
+
+
+def test_gcp_delete_data_deletes_every_generation_of_the_labelled_buckets(run_cli, tmp_path, clock, monkeypatch):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1, storage
+
+    made = run_cli(
+        "new",
+        "--instance-type",
+        "a3-megagpu-8g",
+        "--nodes",
+        "1",
+        "--name",
+        "gdel",
+        "--gcp-project",
+        "proj-1",
+        "--project-dir",
+        str(tmp_path),
+    )
+    assert made.exit_code == 0, made.stderr
+    before = (tmp_path / "stacks" / "Pulumi.gdel.yaml").read_text()
+    cloud = GcpStandIn("proj-1", "none", "none", [], "unused", "gdel")
+    cloud.kept["gdel-bucket-old"] = {
+        "labels": {"gpuinfra-stack": "gdel"},
+        "versions": {("ckpt/a.pt", 1), ("ckpt/a.pt", 2)},
+    }
+    cloud.kept["other-bucket"] = {"labels": {"gpuinfra-stack": "gdel2"}, "versions": {("x", 1)}}
+    try:
+        options = {"api_endpoint": cloud.url}
+        creds = AnonymousCredentials()
+        clients = teardown.CloudClients(
+            groups=compute_v1.InstanceGroupManagersClient(credentials=creds, client_options=options),
+            storage=storage.Client(project="proj-1", credentials=creds, client_options=options),
+        )
+        monkeypatch.setattr(teardown, "make_clients", lambda spec: clients)
+        monkeypatch.setattr(lifecycle, "check_credentials", lambda cloud: None)
+        backend = FakeBackend(deployed=set())  # a plain `down` already destroyed the resources
+        _use(monkeypatch, backend)
+        result = run_cli("down", "gdel", "--delete-data", "--yes", "--project-dir", str(tmp_path))
+    finally:
+        cloud.close()
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert "deleted bucket gdel-bucket-old and its 2 object version(s)" in result.stdout
+    assert list(cloud.kept) == ["other-bucket"]  # another stack's bucket stays
+    assert not [c for c in backend.calls if c[0] in ("up", "destroy")]
+    assert (tmp_path / "stacks" / "Pulumi.gdel.yaml").read_text() == before
 
 
 def test_request_ids_match_the_documented_pattern():
