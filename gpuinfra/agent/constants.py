@@ -30,9 +30,12 @@ SYNC_REQUEST_TAG = "gpuinfra:sync-request"
 SYNC_REQUEST_ATTRIBUTE = "gpuinfra-sync-request"
 #: A sync request id: lower-case letters, digits and '-', 1 to 64 characters (``down-<unix seconds>``).
 SYNC_REQUEST_ID_PATTERN = r"[a-z0-9-]{1,64}"
+#: Seconds a node spends on one requested sync before it writes its ack anyway.
+SYNC_REQUEST_BOUND_SECONDS = 300
 #: Default of ``down`` / ``reap --sync-timeout-seconds``: how long the operator waits for every
-#: node's ack before destroying (nodes still uploading then are ended all the same).
-SYNC_REQUEST_WAIT_SECONDS = 300
+#: node's ack before destroying (nodes still uploading then are ended all the same): the node's
+#: bound plus a minute for the node to see the request (its poll period) and upload the ack.
+SYNC_REQUEST_WAIT_SECONDS = SYNC_REQUEST_BOUND_SECONDS + 60
 
 
 def sync_ack_key(stack: str, request_id: str, node: str) -> str:

@@ -167,7 +167,7 @@ def test_down_stops_waiting_once_every_node_acked(run_cli, aws, clock, monkeypat
         ec2, ids, clock, {"stack": "fast", "bucket_name": "gpuinfra-fast-b1", "instance_ids": ids}
     )
     _use(monkeypatch, backend)
-    result = run_cli("down", "fast", "--project-dir", str(project))  # default bound: 300 s
+    result = run_cli("down", "fast", "--project-dir", str(project))  # default bound: 360 s
     assert result.exit_code == 0, result.stderr
     assert backend.seen[0] < 60  # one poll, not the whole bound
     assert all(f"sync {node}: INCOMPLETE, 0 file(s) uploaded" in result.stdout for node in ids)
