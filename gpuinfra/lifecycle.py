@@ -341,6 +341,7 @@ def destroy_cluster(
     status = next((s for s in backend.list_stacks(project_dir) if s.name == stack), None)
     deployed = status is not None and (status.resource_count is None or status.resource_count > 0)
     outputs = backend.outputs(project_dir, stack) if deployed else {}
+    spec = teardown.with_gcp_project(spec, outputs)
     if clients is None:
         try:
             clients = teardown.make_clients(spec)

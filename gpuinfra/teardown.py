@@ -113,7 +113,9 @@ def make_clients(spec: ClusterSpec) -> CloudClients:
     """
     if spec.cloud == "aws":
         session = aws_session(" to end the stack's nodes")
-        return CloudClients(ec2=session.client("ec2", region_name=spec.region), s3=session.client("s3"))
+        return CloudClients(
+            ec2=session.client("ec2", region_name=spec.region), s3=session.client("s3", region_name=spec.region)
+        )
     try:
         from google.cloud import compute_v1
     except ImportError:
@@ -126,6 +128,15 @@ def make_clients(spec: ClusterSpec) -> CloudClients:
         instances=compute_v1.InstancesClient(credentials=credentials),
         storage=cloud_storage("reading the sync acks").Client(project=spec.gcp_project, credentials=credentials),
     )
+
+
+def with_gcp_project(spec: ClusterSpec, outputs: dict) -> ClusterSpec:
+    """``spec`` with ``gcp_project`` filled in from the ``instance_group`` output
+    (``.../projects/<project>/zones/...``) when the stack file leaves it to ``gcp:project``."""
+    if spec.cloud != "gcp" or spec.gcp_project:
+        return spec
+    found = re.search(r"/projects/([^/]+)/", str(outputs.get("instance_group") or ""))
+    return spec.model_copy(update={"gcp_project": found.group(1)}) if found else spec
 
 
 def new_request_id(kind: str, now_seconds: float | None = None) -> str:

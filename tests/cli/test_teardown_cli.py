@@ -676,3 +676,17 @@ def test_request_ids_match_the_documented_pattern():
     assert re.fullmatch(SYNC_REQUEST_ID_PATTERN, teardown.new_request_id("reap"))
     with pytest.raises(Exception, match="does not match"):
         teardown.new_request_id("Down_X")
+
+
+def test_the_gcp_project_comes_from_the_instance_group_output_when_the_stack_file_has_none(run_cli, tmp_path):
+    from gpuinfra.stackfile import read_stack_spec
+
+    made = run_cli(
+        "new", "--instance-type", "a3-megagpu-8g", "--name", "gp", "--gcp-project", "proj-1",
+        "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    spec = read_stack_spec(tmp_path, "gp").model_copy(update={"gcp_project": None})
+    group = "https://www.googleapis.com/compute/v1/projects/proj-9/zones/us-central1-a/instanceGroups/gp-node"
+    assert teardown.with_gcp_project(spec, {"instance_group": group}).gcp_project == "proj-9"
+    assert teardown.with_gcp_project(spec, {}).gcp_project is None
