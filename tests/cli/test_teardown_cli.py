@@ -690,3 +690,38 @@ def test_the_gcp_project_comes_from_the_instance_group_output_when_the_stack_fil
     group = "https://www.googleapis.com/compute/v1/projects/proj-9/zones/us-central1-a/instanceGroups/gp-node"
     assert teardown.with_gcp_project(spec, {"instance_group": group}).gcp_project == "proj-9"
     assert teardown.with_gcp_project(spec, {}).gcp_project is None
+
+
+def test_a_bucket_deletion_that_fails_half_way_is_finished_by_running_it_again(run_cli, aws, clock, monkeypatch):
+    new, ec2, s3 = aws
+    project = new("half")
+    _versioned_bucket(s3, "gpuinfra-half-b1", "half")
+
+    class RefusesOnce:
+        """S3 answering the first DeleteObjects with a per-key error (HTTP 200, ``Errors``)."""
+
+        def __init__(self, real):
+            self.real, self.refused = real, False
+
+        def delete_objects(self, **kwargs):
+            if not self.refused:
+                self.refused = True
+                key = kwargs["Delete"]["Objects"][0]["Key"]
+                return {
+                    "Errors": [{"Key": key, "Code": "InternalError", "Message": "We encountered an internal error"}]
+                }
+            return self.real.delete_objects(**kwargs)
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+    flaky = RefusesOnce(s3)
+    monkeypatch.setattr(teardown, "make_clients", lambda spec: teardown.CloudClients(ec2=ec2, s3=flaky))
+    backend = FakeBackend(deployed={"half"}, outputs={"bucket_name": "gpuinfra-half-b1"})
+    _use(monkeypatch, backend)
+    first = run_cli("down", "half", "--delete-data", "--yes", "--project-dir", str(project))
+    assert first.exit_code == 7 and "deleting bucket gpuinfra-half-b1: 1 object(s) not deleted" in first.stderr
+    assert "gpuinfra-half-b1" in _buckets(s3) and ("destroy", "half") in backend.calls  # the cluster is gone already
+    again = run_cli("down", "half", "--delete-data", "--yes", "--project-dir", str(project))
+    assert again.exit_code == 0, again.stderr
+    assert "nothing to destroy" in again.stdout and "gpuinfra-half-b1" not in _buckets(s3)
