@@ -89,6 +89,10 @@ class Backend(Protocol):
     def outputs(self, project_dir: Path, stack: str) -> dict:
         """The stack's outputs (plain values)."""
 
+    def forget(self, project_dir: Path, stack: str, type_token: str) -> list[str]:
+        """Drop every resource of ``type_token`` from the stack's state without deleting it in the
+        cloud; return their URNs."""
+
 
 class PulumiAutomation:
     """:class:`Backend` over ``pulumi.automation.LocalWorkspace`` on the project folder.
@@ -161,6 +165,46 @@ class PulumiAutomation:
     def outputs(self, project_dir: Path, stack: str) -> dict:
         return {k: v.value for k, v in self._stack(project_dir, stack).outputs().items()}
 
+    def forget(self, project_dir: Path, stack: str, type_token: str) -> list[str]:
+        """Export the state, drop the resources (:func:`forget_resources`), import it again: the
+        state edit Pulumi documents (pulumi.com/docs/iac/operations/stack-management/
+        editing-state-files/: ``pulumi stack export``, edit, ``pulumi stack import``)."""
+        from pulumi import automation as auto
+
+        selected = self._stack(project_dir, stack)
+        exported = selected.export_stack()
+        deployment, removed = forget_resources(dict(exported.deployment or {}), type_token)
+        if removed:
+            selected.import_stack(auto.Deployment(version=exported.version, deployment=deployment))
+        return removed
+
+
+def forget_resources(deployment: dict, type_token: str) -> tuple[dict, list[str]]:
+    """``deployment`` (the ``deployment`` object of ``pulumi stack export``) without the resources
+    of ``type_token`` and without every reference to them (``dependencies``,
+    ``propertyDependencies``, ``deletedWith``), so the import does not refuse a dangling URN.
+
+    Returns:
+        (the new deployment, the removed URNs).
+    """
+    resources = deployment.get("resources") or []
+    removed = [r["urn"] for r in resources if r.get("type") == type_token]
+    kept = []
+    for resource in resources:
+        if resource.get("urn") in removed:
+            continue
+        resource = dict(resource)
+        if resource.get("dependencies"):
+            resource["dependencies"] = [u for u in resource["dependencies"] if u not in removed]
+        if resource.get("propertyDependencies"):
+            resource["propertyDependencies"] = {
+                key: [u for u in urns if u not in removed] for key, urns in resource["propertyDependencies"].items()
+            }
+        if resource.get("deletedWith") in removed:
+            resource.pop("deletedWith")
+        kept.append(resource)
+    return {**deployment, "resources": kept}, removed
+
 
 def _run(operation, stack: str) -> dict:
     from pulumi import automation as auto
@@ -192,12 +236,18 @@ def _run(operation, stack: str) -> dict:
                 f"cloud credentials for stack {stack!r} are expired: log in again "
                 "(`aws sso login` / `gcloud auth application-default login`)"
             ) from None
-        last = [line for line in text.splitlines() if line.strip()][-1:] or ["unknown error"]
+        # the provider's own line when a fleet could not be deleted (destroy_cluster acts on it)
+        fleet = [line for line in text.splitlines() if FLEET_DELETE_ERROR in line][:1]
+        last = fleet or [line for line in text.splitlines() if line.strip()][-1:] or ["unknown error"]
         raise OperationError(f"pulumi failed on stack {stack!r}: {last[0].strip()}") from None
     summary = getattr(result, "summary", None)
     return dict(getattr(summary, "resource_changes", None) or {})
 
 
+#: terraform-provider-aws's message when DeleteFleets fails (``resourceFleetDelete``:
+#: "deleting EC2 Fleet (%s): %s"; it passes over only ``InvalidFleetId.NotFound``).
+FLEET_DELETE_ERROR = "deleting EC2 Fleet"
+FLEET_TYPE = "aws:ec2/fleet:Fleet"
 #: Engine step ops of a replacement (pulumi.automation.events.OpType).
 REPLACE_OPS = frozenset({"replace", "create-replacement", "delete-replaced"})
 #: Resources whose replacement ends the running nodes: an instant fleet cannot be modified, so
@@ -368,9 +418,22 @@ def destroy_cluster(
         )
     changes: dict = {}
     if deployed:
-        if clients is not None:
-            _before_destroy(spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind)
-        changes = backend.destroy(project_dir, stack, on_event)
+        nodes_gone = clients is not None and _before_destroy(
+            spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind
+        )
+        try:
+            changes = backend.destroy(project_dir, stack, on_event)
+        except OperationError as exc:
+            if not (spec.cloud == "aws" and FLEET_DELETE_ERROR in str(exc) and nodes_gone):
+                raise
+            # EC2 refused to delete a fleet whose nodes are all terminated: the TTL backstop
+            # deleted it already (an instant fleet's state can lag: the refresh still saw it)
+            removed = backend.forget(project_dir, stack, FLEET_TYPE)
+            say(
+                f"the fleet was already deleted ({exc}) and its nodes are terminated: dropped "
+                f"{', '.join(u.rsplit('::', 1)[-1] for u in removed)} from the Pulumi state; destroying the rest"
+            )
+            changes = backend.destroy(project_dir, stack, on_event)
     else:
         say(f"stack {stack!r} has no deployed resources: nothing to destroy")
     for bucket in buckets:
@@ -380,9 +443,10 @@ def destroy_cluster(
     return changes
 
 
-def _before_destroy(spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind):
+def _before_destroy(spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind) -> bool:
     """The sync request and the wait for termination; a cloud error is reported and the destroy
-    goes on (it ends the nodes all the same, and leaving them running costs money)."""
+    goes on (it ends the nodes all the same, and leaving them running costs money). True when
+    the stack's nodes are known (AWS ``instance_ids``) and EC2 reports every one terminated."""
     if delete_data:
         say("sync: skipped (--delete-data deletes the bucket)")
     else:
@@ -402,13 +466,14 @@ def _before_destroy(spec, outputs, clients, say, delete_data, sync_timeout_secon
         left = teardown.end_nodes_and_wait(spec, outputs, clients)
     except OperationError as exc:
         say(f"ending the nodes before the destroy failed ({exc}); the destroy ends them")
-        return
+        return False
     if left:
         say(
             f"still not terminated after {teardown.TERMINATION_WAIT_SECONDS} s: "
             + ", ".join(f"{n.name} ({n.state})" for n in left)
             + "; if the destroy fails on the placement group, run the command again"
         )
+    return spec.cloud == "aws" and bool(outputs.get("instance_ids")) and not left
 
 
 def stack_names(project_dir: Path) -> list[str]:

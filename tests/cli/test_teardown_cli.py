@@ -725,3 +725,105 @@ def test_a_bucket_deletion_that_fails_half_way_is_finished_by_running_it_again(r
     again = run_cli("down", "half", "--delete-data", "--yes", "--project-dir", str(project))
     assert again.exit_code == 0, again.stderr
     assert "nothing to destroy" in again.stdout and "gpuinfra-half-b1" not in _buckets(s3)
+
+
+FLEET_URN = "urn:pulumi:late2::gpuinfra::gpuinfra:aws:GpuCluster$aws:ec2/fleet:Fleet::late2-fleet"
+SCHEDULE_URN = "urn:pulumi:late2::gpuinfra::gpuinfra:aws:GpuCluster$aws:scheduler/schedule:Schedule::late2-ttl-backstop"
+PG_URN = "urn:pulumi:late2::gpuinfra::gpuinfra:aws:GpuCluster$aws:ec2/placementGroup:PlacementGroup::late2-pg"
+# What the engine prints when DeleteFleets fails on an instant fleet the backstop deleted while
+# DescribeFleets still says active (the provider ignores only InvalidFleetId.NotFound).
+FLEET_GONE_OUTPUT = (
+    "Diagnostics:\n  aws:ec2:Fleet (late2-fleet):\n    error: deleting EC2 Fleet (fleet-0123): "
+    "fleetNotInDeletableState: The fleet is not in a deletable state\n\nResources:\n    3 unchanged\n"
+)
+
+
+class FleetAlreadyDeleted(PlacementGroupBackend):
+    """A state holding the fleet the backstop deleted: every destroy fails on it until ``forget``."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.state = [FLEET_URN, SCHEDULE_URN, PG_URN]
+
+    def destroy(self, project_dir, stack, on_event):
+        if FLEET_URN in self.state:
+            self.calls.append(("destroy", stack))
+            raise OperationError(f"pulumi failed on stack {stack!r}: {FLEET_GONE_OUTPUT.splitlines()[2].strip()}")
+        return super().destroy(project_dir, stack, on_event)
+
+    def forget(self, project_dir, stack, type_token):
+        self.calls.append(("forget", type_token))
+        gone = [u for u in self.state if f"${type_token}::" in u]
+        self.state = [u for u in self.state if u not in gone]
+        return gone
+
+
+def test_down_after_the_backstop_drops_a_fleet_ec2_will_not_delete_again(run_cli, aws, clock, monkeypatch):
+    new, ec2, s3 = aws
+    project = new("late2")
+    ids = _launch(ec2, "late2", 2)
+    ec2.terminate_instances(InstanceIds=ids)  # the backstop's DeleteFleets ended them
+    backend = FleetAlreadyDeleted(ec2, ids, clock, {"stack": "late2", "bucket_name": "b", "instance_ids": ids})
+    _use(monkeypatch, backend)
+    result = run_cli("down", "late2", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert backend.calls[-3:] == [("destroy", "late2"), ("forget", "aws:ec2/fleet:Fleet"), ("destroy", "late2")]
+    assert (
+        "and its nodes are terminated: dropped late2-fleet from the Pulumi state; destroying the rest" in result.stdout
+    )
+
+
+def test_a_fleet_that_fails_to_delete_while_a_node_runs_is_never_dropped(run_cli, aws, clock, monkeypatch):
+    new, ec2, s3 = aws
+    project = new("late3")
+    ids = _launch(ec2, "late3", 1)
+    slow = SlowShutdown(ec2, clock, 10**9)  # EC2 never reports it terminated
+    monkeypatch.setattr(teardown, "make_clients", lambda spec: teardown.CloudClients(ec2=slow, s3=s3))
+    backend = FleetAlreadyDeleted(slow, ids, clock, {"stack": "late3", "instance_ids": ids})
+    _use(monkeypatch, backend)
+    result = run_cli("down", "late3", "--sync-timeout-seconds", "0", "--project-dir", str(project))
+    assert result.exit_code == 7 and "deleting EC2 Fleet (fleet-0123)" in result.stderr
+    assert ("forget", "aws:ec2/fleet:Fleet") not in backend.calls  # a node may still bill: keep it in the state
+
+
+def test_forget_drops_the_fleet_and_every_reference_to_it_through_export_and_import(monkeypatch, tmp_path):
+    import shutil
+
+    from pulumi import automation as auto
+    from pulumi.automation._cmd import CommandResult
+
+    exported = {
+        "manifest": {"time": "t"},
+        "resources": [
+            {"urn": PG_URN, "type": "aws:ec2/placementGroup:PlacementGroup"},
+            {"urn": FLEET_URN, "type": "aws:ec2/fleet:Fleet", "dependencies": [PG_URN]},
+            {
+                "urn": SCHEDULE_URN,
+                "type": "aws:scheduler/schedule:Schedule",
+                "dependencies": [FLEET_URN, PG_URN],
+                "propertyDependencies": {"target": [FLEET_URN], "description": []},
+                "deletedWith": FLEET_URN,
+            },
+        ],
+    }
+    imported = []
+
+    class _Stack:
+        def export_stack(self):
+            return auto.Deployment(version=3, deployment=exported)
+
+        def import_stack(self, state):
+            imported.append(state)
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/pulumi")
+    monkeypatch.setattr(auto, "select_stack", lambda **kw: _Stack())
+    assert lifecycle.PulumiAutomation().forget(tmp_path, "late2", "aws:ec2/fleet:Fleet") == [FLEET_URN]
+    (state,) = imported
+    assert state.version == 3 and state.deployment["manifest"] == {"time": "t"}
+    urns = json.dumps(state.deployment["resources"])
+    assert FLEET_URN not in urns and urns.count(PG_URN) == 2  # the group itself and the schedule's dependency
+    assert [r["urn"] for r in exported["resources"]] == [PG_URN, FLEET_URN, SCHEDULE_URN]  # the export untouched
+
+    failed = auto.CommandError(CommandResult(FLEET_GONE_OUTPUT, "error: destroy failed", 255))
+    with pytest.raises(OperationError, match=r"deleting EC2 Fleet \(fleet-0123\): fleetNotInDeletableState"):
+        lifecycle._run(lambda: (_ for _ in ()).throw(failed), "late2")
