@@ -6,14 +6,18 @@ fake. Rules:
 
 * nothing starts without the Pulumi CLI (:data:`PULUMI_INSTALL_HINT`, exit code 6) or without
   cloud credentials (exit 6);
-* ``down`` keeps the bucket and its data (the bucket is ``retain_on_delete``); with
-  ``--delete-data`` it first counts the bucket's objects and refuses a non-empty bucket unless
-  confirmed (``--yes`` or an interactive yes), then marks the stack ``delete_bucket_on_destroy``,
-  applies that (``up``) and destroys;
+* ``down`` keeps the bucket and its data (the bucket is ``retain_on_delete``); before it
+  destroys, it asks the running nodes to sync their checkpoints and waits (bounded) for their
+  acks, and on AWS ends the nodes and waits (bounded) until they are terminated; with
+  ``--delete-data`` it counts the objects of every bucket of the stack and refuses a non-empty
+  one unless confirmed (``--yes`` or an interactive yes), destroys, then deletes the buckets
+  through the cloud SDK -- never a ``pulumi up``, never a change of the stack file
+  (:func:`destroy_cluster`);
 * ``up`` that fails because the cloud launched fewer nodes than the cluster needs (the program
   raises :class:`~gpuinfra.errors.CapacityError`) destroys what it created, bucket kept, so a
   cluster that never formed bills nothing (:func:`deploy`); running ``up`` again starts afresh;
-* ``reap --expired`` destroys (keeping data) every stack whose TTL has passed; ``--dry-run``
+* ``reap --expired`` destroys (keeping data, after the same sync request and wait as ``down``)
+  every stack whose TTL has passed; ``--dry-run``
   only lists them. One failed destroy never stops the others: every result is reported at
   the end, and any failure exits 7 (:func:`reap_error`);
 * ``ls`` and ``reap`` list a stack file they cannot read as invalid, with the reason, instead of
@@ -34,10 +38,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
-import yaml
-
+from gpuinfra import teardown
+from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS
 from gpuinfra.bake.stack import list_bakes
-from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, cloud_storage
+from gpuinfra.credentials import aws_session, check_gcp_credentials_configured
 from gpuinfra.errors import (
     CAPACITY_ERROR_MARKER,
     CapacityError,
@@ -47,10 +51,9 @@ from gpuinfra.errors import (
     RequestError,
     SpecError,
 )
-from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
-from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
+from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec
 
 PULUMI_INSTALL_HINT = (
     "the Pulumi CLI is not installed: install it with `curl -fsSL https://get.pulumi.com | sh` "
@@ -85,6 +88,10 @@ class Backend(Protocol):
 
     def outputs(self, project_dir: Path, stack: str) -> dict:
         """The stack's outputs (plain values)."""
+
+    def forget(self, project_dir: Path, stack: str, type_token: str) -> list[str]:
+        """Drop every resource of ``type_token`` from the stack's state without deleting it in the
+        cloud; return their URNs."""
 
 
 class PulumiAutomation:
@@ -145,10 +152,58 @@ class PulumiAutomation:
         return sorted(set(found))
 
     def destroy(self, project_dir: Path, stack: str, on_event) -> dict:
-        return _run(lambda: self._stack(project_dir, stack).destroy(on_event=on_event, color="never"), stack)
+        """``pulumi destroy --refresh``: the state is read back from the cloud first, so a resource
+        already gone (the instant fleet the AWS TTL backstop deleted, a VM that ended itself) is
+        dropped from the state instead of failing its delete (pulumi.com/docs/iac/cli/commands/
+        pulumi_destroy: ``--refresh`` "Refresh the state of the stack's resources before this
+        update"; terraform-provider-aws reads a fleet in a ``deleted*`` state as gone:
+        ``internal/service/ec2/find.go`` ``findFleetByID``)."""
+        return _run(
+            lambda: self._stack(project_dir, stack).destroy(on_event=on_event, color="never", refresh=True), stack
+        )
 
     def outputs(self, project_dir: Path, stack: str) -> dict:
         return {k: v.value for k, v in self._stack(project_dir, stack).outputs().items()}
+
+    def forget(self, project_dir: Path, stack: str, type_token: str) -> list[str]:
+        """Export the state, drop the resources (:func:`forget_resources`), import it again: the
+        state edit Pulumi documents (pulumi.com/docs/iac/operations/stack-management/
+        editing-state-files/: ``pulumi stack export``, edit, ``pulumi stack import``)."""
+        from pulumi import automation as auto
+
+        selected = self._stack(project_dir, stack)
+        exported = selected.export_stack()
+        deployment, removed = forget_resources(dict(exported.deployment or {}), type_token)
+        if removed:
+            selected.import_stack(auto.Deployment(version=exported.version, deployment=deployment))
+        return removed
+
+
+def forget_resources(deployment: dict, type_token: str) -> tuple[dict, list[str]]:
+    """``deployment`` (the ``deployment`` object of ``pulumi stack export``) without the resources
+    of ``type_token`` and without every reference to them (``dependencies``,
+    ``propertyDependencies``, ``deletedWith``), so the import does not refuse a dangling URN.
+
+    Returns:
+        (the new deployment, the removed URNs).
+    """
+    resources = deployment.get("resources") or []
+    removed = [r["urn"] for r in resources if r.get("type") == type_token]
+    kept = []
+    for resource in resources:
+        if resource.get("urn") in removed:
+            continue
+        resource = dict(resource)
+        if resource.get("dependencies"):
+            resource["dependencies"] = [u for u in resource["dependencies"] if u not in removed]
+        if resource.get("propertyDependencies"):
+            resource["propertyDependencies"] = {
+                key: [u for u in urns if u not in removed] for key, urns in resource["propertyDependencies"].items()
+            }
+        if resource.get("deletedWith") in removed:
+            resource.pop("deletedWith")
+        kept.append(resource)
+    return {**deployment, "resources": kept}, removed
 
 
 def _run(operation, stack: str) -> dict:
@@ -181,12 +236,18 @@ def _run(operation, stack: str) -> dict:
                 f"cloud credentials for stack {stack!r} are expired: log in again "
                 "(`aws sso login` / `gcloud auth application-default login`)"
             ) from None
-        last = [line for line in text.splitlines() if line.strip()][-1:] or ["unknown error"]
+        # the provider's own line when a fleet could not be deleted (destroy_cluster acts on it)
+        fleet = [line for line in text.splitlines() if FLEET_DELETE_ERROR in line][:1]
+        last = fleet or [line for line in text.splitlines() if line.strip()][-1:] or ["unknown error"]
         raise OperationError(f"pulumi failed on stack {stack!r}: {last[0].strip()}") from None
     summary = getattr(result, "summary", None)
     return dict(getattr(summary, "resource_changes", None) or {})
 
 
+#: terraform-provider-aws's message when DeleteFleets fails (``resourceFleetDelete``:
+#: "deleting EC2 Fleet (%s): %s"; it passes over only ``InvalidFleetId.NotFound``).
+FLEET_DELETE_ERROR = "deleting EC2 Fleet"
+FLEET_TYPE = "aws:ec2/fleet:Fleet"
 #: Engine step ops of a replacement (pulumi.automation.events.OpType).
 REPLACE_OPS = frozenset({"replace", "create-replacement", "delete-replaced"})
 #: Resources whose replacement ends the running nodes: an instant fleet cannot be modified, so
@@ -280,27 +341,139 @@ def check_credentials(cloud: str) -> None:
         check_gcp_credentials_configured()
 
 
-def count_bucket_objects(cloud: str, bucket: str, client=None) -> int:
-    """Objects in the stack's bucket (S3 via boto3; GCS via google-cloud-storage when installed).
+def destroy_cluster(
+    backend: Backend,
+    project_dir: Path,
+    spec: ClusterSpec,
+    on_event: Callable[[object], None],
+    say: Callable[[str], None],
+    *,
+    delete_data: bool = False,
+    confirm: Callable[[str], bool] = lambda question: False,
+    sync_timeout_seconds: float = SYNC_REQUEST_WAIT_SECONDS,
+    request_kind: str = "down",
+    clients: teardown.CloudClients | None = None,
+) -> dict:
+    """``down`` / ``reap`` of a cluster stack: ask the running nodes to sync and wait for their
+    acks (bounded; skipped with ``delete_data``), end the nodes and wait until the cloud reports
+    them terminated (bounded), ``pulumi destroy`` (refreshing first, so what the TTL backstop or
+    the nodes themselves already deleted drops out of the state instead of failing its delete),
+    then, with ``delete_data``, delete every bucket of the stack through the cloud SDK.
+
+    Data is never deleted through a ``pulumi up``: the stack file is not changed, nothing is
+    deployed, and a failure leaves no flag behind; the bucket is deleted only after the destroy
+    succeeded (a failed destroy keeps the data), and a stack whose resources a plain ``down``
+    already destroyed still has its kept bucket(s) found by tag / label and deleted. Why the
+    cloud SDK: the bucket is ``retain_on_delete``, and Pulumi deletes a retained resource only
+    after "Set ``retainOnDelete: false`` and then run ``pulumi up``" -- a deploy of the whole
+    program -- while a retained resource that a destroy already dropped "will be removed from
+    the Pulumi state", so Pulumi cannot delete it at all; for that case the docs say to "use
+    your provider's manual interface to find and delete the resource"
+    (pulumi.com/docs/iac/concepts/resources/options/retainondelete/).
+
+    Args:
+        say: prints one line of progress.
+        delete_data: delete the stack's buckets too.
+        confirm: asked ``question`` when the buckets hold objects; False refuses.
+        sync_timeout_seconds: bound of the wait for the acks (0: no sync request).
+        request_kind: first word of the sync request id (``down`` / ``reap``).
+        clients: cloud clients (default :func:`gpuinfra.teardown.make_clients`).
+
+    Returns:
+        The destroy's change summary ({} when the stack had no resources).
 
     Raises:
-        MissingDependencyError: GCS check without google-cloud-storage.
+        RequestError: non-empty buckets and ``confirm`` said no (nothing done; exit 2).
+        OperationError: the destroy or a bucket deletion failed (exit 7).
+        MissingDependencyError: ``delete_data`` without the cloud's client libraries or credentials.
     """
-    if cloud == "aws":
-        import boto3
+    stack = spec.stack
+    status = next((s for s in backend.list_stacks(project_dir) if s.name == stack), None)
+    deployed = status is not None and (status.resource_count is None or status.resource_count > 0)
+    outputs = backend.outputs(project_dir, stack) if deployed else {}
+    spec = teardown.with_gcp_project(spec, outputs)
+    if clients is None:
+        try:
+            clients = teardown.make_clients(spec)
+        except MissingDependencyError as exc:
+            if delete_data:
+                raise
+            say(f"sync: skipped ({exc})")
+    buckets: list[str] = []
+    if delete_data:
+        assert clients is not None  # make_clients raised otherwise
+        buckets = teardown.stack_buckets(spec, outputs, clients)
+        counts = {b: teardown.count_objects(spec, clients, b) for b in buckets}
+        total = sum(counts.values())
+        names = ", ".join(buckets) or "none found"
+        if total and not confirm(f"bucket(s) {names} hold {total} object version(s); delete them all?"):
+            raise RequestError(
+                f"bucket(s) {names} are not empty ({total} object versions); nothing was destroyed. "
+                "Pass --yes to delete the data with the cluster, or drop --delete-data to keep it"
+            )
+        say(
+            f"down {stack}: destroying the cluster, then deleting bucket(s) {names} with {total} object version(s)"
+            if buckets
+            else f"down {stack}: no bucket of the stack found (already deleted?); destroying the cluster"
+        )
+    changes: dict = {}
+    if deployed:
+        nodes_gone = clients is not None and _before_destroy(
+            spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind
+        )
+        try:
+            changes = backend.destroy(project_dir, stack, on_event)
+        except OperationError as exc:
+            if not (spec.cloud == "aws" and FLEET_DELETE_ERROR in str(exc) and nodes_gone):
+                raise
+            # EC2 refused to delete a fleet whose nodes are all terminated: the TTL backstop
+            # deleted it already (an instant fleet's state can lag: the refresh still saw it)
+            removed = backend.forget(project_dir, stack, FLEET_TYPE)
+            say(
+                f"the fleet was already deleted ({exc}) and its nodes are terminated: dropped "
+                f"{', '.join(u.rsplit('::', 1)[-1] for u in removed)} from the Pulumi state; destroying the rest"
+            )
+            changes = backend.destroy(project_dir, stack, on_event)
+    else:
+        say(f"stack {stack!r} has no deployed resources: nothing to destroy")
+    for bucket in buckets:
+        assert clients is not None  # make_clients raised otherwise
+        deleted = teardown.delete_bucket(spec, clients, bucket)
+        say(f"deleted bucket {bucket} and its {deleted} object version(s)")
+    return changes
 
-        client = client or boto3.client("s3")
-        return sum(page.get("KeyCount", 0) for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket))
-    client = client or cloud_storage("checking a GCS bucket").Client()
-    return sum(1 for _ in client.list_blobs(bucket))
 
-
-def mark_delete_data(project_dir: Path, stack: str) -> None:
-    """Set ``delete_bucket_on_destroy: true`` in the stack file (written atomically)."""
-    path = stack_file_path(project_dir, stack)
-    doc = yaml.safe_load(path.read_text())
-    doc["config"]["gpuinfra:cluster"]["delete_bucket_on_destroy"] = True
-    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
+def _before_destroy(spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind) -> bool:
+    """The sync request and the wait for termination; a cloud error is reported and the destroy
+    goes on (it ends the nodes all the same, and leaving them running costs money). True when
+    the stack's nodes are known (AWS ``instance_ids``) and EC2 reports every one terminated."""
+    if delete_data:
+        say("sync: skipped (--delete-data deletes the bucket)")
+    else:
+        try:
+            report = teardown.sync_nodes(
+                spec,
+                outputs,
+                clients,
+                teardown.new_request_id(request_kind),
+                sync_timeout_seconds,
+            )
+            for line in report.lines():
+                say(line)
+        except OperationError as exc:
+            say(f"sync: not asked ({exc}); destroying anyway")
+    try:
+        left = teardown.end_nodes_and_wait(spec, outputs, clients)
+    except OperationError as exc:
+        say(f"ending the nodes before the destroy failed ({exc}); the destroy ends them")
+        return False
+    if left:
+        say(
+            f"still not terminated after {teardown.TERMINATION_WAIT_SECONDS} s: "
+            + ", ".join(f"{n.name} ({n.state})" for n in left)
+            + "; if the destroy fails on the placement group, run the command again"
+        )
+    return spec.cloud == "aws" and bool(outputs.get("instance_ids")) and not left
 
 
 def stack_names(project_dir: Path) -> list[str]:
@@ -453,20 +626,33 @@ def reap_expired(
     rows: Iterable[StackRow],
     on_event: Callable[[object], None],
     on_start: Callable[[StackRow], None] = lambda row: None,
+    say: Callable[[str], None] = lambda line: None,
+    sync_timeout_seconds: float = SYNC_REQUEST_WAIT_SECONDS,
 ) -> list[ReapResult]:
-    """Destroy (keeping data) each stack of ``rows``; a failure is recorded and the next stack
-    is destroyed all the same (a stack left running costs money every hour).
+    """Destroy (keeping data; :func:`destroy_cluster`: sync request first) each stack of
+    ``rows``; a failure is recorded and the next stack is destroyed all the same (a stack left
+    running costs money every hour).
 
     Args:
         on_event: the Automation API event printer.
         on_start: called before each stack is destroyed (progress).
+        say: prints a line of progress (sync acks, termination).
+        sync_timeout_seconds: bound of each stack's wait for its nodes' sync acks (0: no request).
     """
     results = []
     for row in rows:
         on_start(row)
         try:
             check_credentials(row.spec.cloud)
-            backend.destroy(Path(project_dir), row.spec.stack, on_event)
+            destroy_cluster(
+                backend,
+                Path(project_dir),
+                row.spec,
+                on_event,
+                say,
+                sync_timeout_seconds=sync_timeout_seconds,
+                request_kind="reap",
+            )
         except GpuinfraError as exc:
             results.append(ReapResult(row.spec.stack, str(exc).replace("\n", "; ")))
         except Exception as exc:  # noqa: BLE001 -- a bug in one destroy must not keep the others running

@@ -31,21 +31,25 @@ RESUME_ENV = "GPUINFRA_RESUME_FROM"
 #: ``<RESUME_ENV>=<path>`` line written by the restore at boot (``gpuinfra-restore.service``)
 #: whatever it found; ``gpuinfra-run`` waits for it and passes the line to the job.
 RESUME_FILE_PATH = "/run/gpuinfra/resume.env"
-#: The operator's sync request (``down`` / ``reap`` ask, the node agent answers). AWS: this
-#: instance tag, read through IMDS ``tags/instance/<tag>`` (instance metadata tags on).
+#: The checkpoint sync request of ``gpuinfra down`` / ``reap``: before destroying, the operator
+#: sets this EC2 instance tag (the node reads it from IMDS ``tags/instance/<key>``, enabled by the
+#: launch template's ``instance_metadata_tags``) or this GCE instance metadata attribute (the node
+#: reads ``instance/attributes/<key>``) to a request id on every running node; the node syncs
+#: its checkpoints and writes the ack object :func:`sync_ack_key`.
 SYNC_REQUEST_TAG = "gpuinfra:sync-request"
-#: GCP: this instance metadata attribute (``instance/attributes/<attribute>``).
 SYNC_REQUEST_ATTRIBUTE = "gpuinfra-sync-request"
-#: A request id: the tag's / attribute's value (a new id is a new request).
+#: A sync request id: lower-case letters, digits and '-', 1 to 64 characters (``down-<unix seconds>``).
 SYNC_REQUEST_ID_PATTERN = r"[a-z0-9-]{1,64}"
-#: Seconds the node spends on one requested sync before it writes its ack anyway; the operator
-#: waits this long plus its own margin for every node's ack.
+#: Seconds a node spends on one requested sync before it writes its ack anyway.
 SYNC_REQUEST_BOUND_SECONDS = 300
+#: Default of ``down`` / ``reap --sync-timeout-seconds``: how long the operator waits for every
+#: node's ack before destroying (nodes still uploading then are ended all the same): the node's
+#: bound plus a minute for the node to see the request (its poll period) and upload the ack.
+SYNC_REQUEST_WAIT_SECONDS = SYNC_REQUEST_BOUND_SECONDS + 60
 
 
-def sync_ack_key(stack: str, request: str, node: str) -> str:
-    """The object a node writes once it has answered sync request ``request``:
-    ``checkpoints/<stack>/.sync/<request>/<node>.json`` holding ``{"request", "node",
-    "uploaded_files", "complete", "finished_at"}`` (``complete``: every complete checkpoint
-    folder on the node is in the bucket; ``finished_at``: ISO 8601 UTC)."""
-    return f"checkpoints/{stack}/.sync/{request}/{node}.json"
+def sync_ack_key(stack: str, request_id: str, node: str) -> str:
+    """Bucket key of a node's ack of sync request ``request_id``: a JSON object with ``request``,
+    ``node``, ``uploaded_files``, ``complete`` and ``finished_at``; ``node`` is the instance id
+    (AWS) or VM name (GCP)."""
+    return f"checkpoints/{stack}/.sync/{request_id}/{node}.json"

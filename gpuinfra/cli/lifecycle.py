@@ -98,16 +98,18 @@ def _up_bake(stack: str, replace_nodes: bool, project_dir: Path) -> None:
 
 def down(
     stack: str = typer.Argument(..., help="Stack name."),
-    delete_data: bool = typer.Option(False, "--delete-data", help="Also delete the bucket and everything in it."),
+    delete_data: bool = typer.Option(
+        False, "--delete-data", help="Also delete the stack's bucket(s) and everything in them (after the destroy)."
+    ),
     yes: bool = typer.Option(False, "--yes", help="Do not ask before deleting a non-empty bucket."),
+    sync_timeout_seconds: int = options.SyncTimeoutSeconds,
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Destroy the cluster; the bucket and its data are kept unless --delete-data. A bake stack keeps its image."""
+    """Destroy the cluster after asking its nodes to sync their checkpoints; the bucket and its data are kept unless --delete-data. A bake stack keeps its image."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import stdout_console
-    from gpuinfra.errors import RequestError
-    from gpuinfra.lifecycle import check_credentials, count_bucket_objects, mark_delete_data
+    from gpuinfra.lifecycle import check_credentials, destroy_cluster
     from gpuinfra.stackfile import read_stack_spec
 
     if is_bake_stack(Path(project_dir), stack):
@@ -117,27 +119,27 @@ def down(
     spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
     out = stdout_console()
-    if delete_data:
-        bucket = backend.outputs(Path(project_dir), stack).get("bucket_name")
-        objects = count_bucket_objects(spec.cloud, bucket) if bucket else 0
-        if (
-            objects
-            and not yes
-            and (
-                not sys.stdin.isatty()
-                or not typer.confirm(f"bucket {bucket} holds {objects} objects; delete them all?")
-            )
-        ):
-            raise RequestError(
-                f"bucket {bucket} is not empty ({objects} objects); nothing was destroyed. "
-                f"Pass --yes to delete the data with the cluster, or drop --delete-data to keep it"
-            )
-        mark_delete_data(Path(project_dir), stack)
-        out.print(f"down {stack}: bucket {bucket} will be deleted with {objects} object(s)")
-        backend.up(Path(project_dir), stack, _progress())  # apply force_destroy / retain_on_delete=false
-    else:
-        out.print(f"down {stack}: destroying the cluster; the bucket and its data are kept")
-    changes = backend.destroy(Path(project_dir), stack, _progress())
+
+    def say(line: str) -> None:
+        out.print(line, soft_wrap=True, markup=False)
+
+    if not delete_data:
+        say(
+            f"down {stack}: destroying the cluster; the stack file sets delete_bucket_on_destroy: true, so "
+            "the bucket and its data are deleted with it"
+            if spec.delete_bucket_on_destroy
+            else f"down {stack}: destroying the cluster; the bucket and its data are kept"
+        )
+    changes = destroy_cluster(
+        backend,
+        Path(project_dir),
+        spec,
+        _progress(),
+        say,
+        delete_data=delete_data,
+        confirm=lambda question: yes or (sys.stdin.isatty() and typer.confirm(question)),
+        sync_timeout_seconds=sync_timeout_seconds,
+    )
     out.print(f"done: {changes}")
 
 
@@ -217,9 +219,10 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
 def reap(
     expired: bool = typer.Option(False, "--expired", help="Destroy every deployed stack whose TTL has passed."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be destroyed."),
+    sync_timeout_seconds: int = options.SyncTimeoutSeconds,
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Destroy expired stacks (data kept), e.g. from cron: `gpuinfra reap --expired`.
+    """Destroy expired stacks (data kept, nodes asked to sync first), e.g. from cron: `gpuinfra reap --expired`.
 
     Every expired stack is tried, then the results are listed; exit 7 when a destroy failed,
     2 when a stack file could not be read (its expiry is unknown).
@@ -251,6 +254,8 @@ def reap(
             on_start=lambda r: out.print(
                 f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept"
             ),
+            say=lambda line: out.print(f"  {line}", soft_wrap=True, markup=False),
+            sync_timeout_seconds=sync_timeout_seconds,
         )
     )
     for result in results:

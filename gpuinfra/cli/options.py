@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS  # imports nothing: cheap at CLI start-up
+
 Cloud = typer.Option(None, "--cloud", help="aws or gcp (default: both).", show_default=False)
 Region = typer.Option(None, "--region", help="Region, e.g. us-east-1 or us-central1.", show_default=False)
 Zone = typer.Option(
@@ -54,4 +56,11 @@ DataSize = typer.Option(
     "--data-size",
     help="Size of the data set (2TB, 500GiB; GB without a unit) instead of listing the bucket.",
     show_default=False,
+)
+SyncTimeoutSeconds = typer.Option(
+    SYNC_REQUEST_WAIT_SECONDS,
+    "--sync-timeout-seconds",
+    min=0,
+    help="Before destroying, ask the running nodes to upload their checkpoints and wait up to this many seconds "
+    "for every node's ack (0: do not ask).",
 )

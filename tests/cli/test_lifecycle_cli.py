@@ -94,7 +94,11 @@ def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
     backend = FakeBackend(deployed={"train"})
     _use(monkeypatch, backend)
     result = run_cli("down", "train", "--project-dir", str(project))
-    assert result.exit_code == 0 and backend.calls == [("destroy", "train")]
+    assert result.exit_code == 0 and backend.calls == [
+        ("list_stacks", project.name),
+        ("outputs", "train"),
+        ("destroy", "train"),
+    ]
     assert "the bucket and its data are kept" in result.stdout
     spec = yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
     assert spec["delete_bucket_on_destroy"] is False
@@ -102,7 +106,7 @@ def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
 
 @pytest.fixture
 def moto_s3(moto_url, monkeypatch):
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
     return boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url)
 
 
@@ -113,13 +117,17 @@ def test_delete_data_refuses_a_non_empty_bucket_without_yes(run_cli, project, mo
     _use(monkeypatch, backend)
     result = run_cli("down", "train", "--delete-data", "--project-dir", str(project))
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: bucket gpuinfra-train-abc is not empty (1 objects); nothing was destroyed.")
-    assert backend.calls == [("outputs", "train")]  # nothing destroyed by surprise
+    assert result.stderr.startswith(
+        "error: bucket(s) gpuinfra-train-abc are not empty (1 object versions); nothing was destroyed."
+    )
+    assert backend.calls == [("list_stacks", project.name), ("outputs", "train")]  # nothing destroyed by surprise
     result = run_cli("down", "train", "--delete-data", "--yes", "--project-dir", str(project))
-    assert result.exit_code == 0
-    assert backend.calls[1:] == [("outputs", "train"), ("up", "train"), ("destroy", "train")]
+    assert result.exit_code == 0, result.stderr
+    assert [c for c in backend.calls[2:] if c[0] != "list_stacks"] == [("outputs", "train"), ("destroy", "train")]
+    assert "deleted bucket gpuinfra-train-abc and its 1 object version(s)" in result.stdout
+    assert "gpuinfra-train-abc" not in [b["Name"] for b in moto_s3.list_buckets()["Buckets"]]
     spec = yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
-    assert spec["delete_bucket_on_destroy"] is True
+    assert spec["delete_bucket_on_destroy"] is False  # the stack file is never changed
 
 
 def test_delete_data_with_an_empty_bucket_needs_no_confirmation(run_cli, project, monkeypatch, moto_s3):
@@ -127,7 +135,7 @@ def test_delete_data_with_an_empty_bucket_needs_no_confirmation(run_cli, project
     backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": "gpuinfra-train-empty"})
     _use(monkeypatch, backend)
     assert run_cli("down", "train", "--delete-data", "--project-dir", str(project)).exit_code == 0
-    assert backend.calls == [("outputs", "train"), ("up", "train"), ("destroy", "train")]
+    assert ("up", "train") not in backend.calls and backend.calls[-1] == ("destroy", "train")
 
 
 def test_unknown_stack(run_cli, project, monkeypatch):

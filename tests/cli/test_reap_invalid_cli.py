@@ -27,6 +27,9 @@ class FailingBackend:
     def list_stacks(self, project_dir):
         return [StackStatus(n, False, datetime.now(UTC) - timedelta(hours=2), 30) for n in sorted(self.deployed)]
 
+    def outputs(self, project_dir, stack):
+        return {}  # no nodes, no bucket: nothing to ask to sync
+
     def destroy(self, project_dir, stack, on_event):
         self.calls.append(("destroy", stack))
         if stack in self.fail:
