@@ -59,6 +59,7 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
             "GPUINFRA_IDLE_GPU_UTILIZATION_PERCENT": spec.profile.idle_gpu_utilization_percent,
             "GPUINFRA_SCRATCH": scratch_mount,
             "GPUINFRA_HEALTH_GATE": spec.profile.health_gate,
+            "GPUINFRA_DEPLOYMENT": spec.deployment_id,
         }
     )
 
