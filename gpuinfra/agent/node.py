@@ -72,7 +72,7 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_CHECKPOINT_DIR": (False, "checkpoint folder to sync instead of <scratch>/checkpoints"),
     "GPUINFRA_AGENT_DRY_RUN": (False, "1: log instead of ending the node"),
     "GPUINFRA_HEALTH_GATE": (False, "enforce | report | off (profile health_gate); empty = off"),
-    "GPUINFRA_DEPLOYMENT": (False, "deployment id of `gpuinfra up`: health results and ranks are scoped to it"),
+    "GPUINFRA_DEPLOYMENT": (False, "deployment id (gpuinfra up)"),
 }
 
 

@@ -68,8 +68,22 @@ def project(run_cli, tmp_path, monkeypatch):
     return tmp_path
 
 
-def _use(monkeypatch, backend):
+def _use(monkeypatch, backend, ec2=None):
+    """Replace the Automation API with ``backend`` and EC2 (the orphan sweep of ``down``) with
+    ``ec2`` (default: an account where no instance of the stack runs)."""
     monkeypatch.setattr(lifecycle, "make_backend", lambda: backend)
+    monkeypatch.setattr(lifecycle, "make_ec2_client", lambda region: ec2 or _EmptyEc2())
+
+
+class _EmptyEc2:
+    """``describe_instances`` pages with no instance; anything else is a test failure."""
+
+    def get_paginator(self, name):
+        assert name == "describe_instances"
+        return self
+
+    def paginate(self, **kwargs):
+        return [{"Reservations": []}]
 
 
 def test_without_pulumi_cli_every_command_says_what_to_install(run_cli, project, monkeypatch):
