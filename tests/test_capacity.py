@@ -15,9 +15,9 @@ from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS, Agent, AgentConfig
 from gpuinfra.capacity import describe_capacity_reservation
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import MissingDependencyError, RequestError, RuleViolationError
-from gpuinfra.planner import PlanRequest, plan_cluster
 from gpuinfra.plan.node_files import node_env
 from gpuinfra.plan.tags import aws_tags
+from gpuinfra.planner import PlanRequest, plan_cluster
 from gpuinfra.profiles import get_profile
 from gpuinfra.stackfile import read_stack_spec
 from tests.conftest import without_aws_credentials
@@ -174,7 +174,9 @@ def test_the_blocks_end_is_read_and_the_ttl_ends_the_nodes_before_ec2_does():
 def test_a_block_that_ends_too_soon_is_refused():
     soon = replace(_cr(), end_date=NOW + timedelta(minutes=80))
     with pytest.raises(RequestError, match="less than 1 h from now"):
-        plan_cluster(load_catalog(), PlanRequest(gpus=None, nodes=2, capacity_reservation=soon), get_profile("llm-pretrain"), NOW)
+        plan_cluster(
+            load_catalog(), PlanRequest(gpus=None, nodes=2, capacity_reservation=soon), get_profile("llm-pretrain"), NOW
+        )
 
 
 def test_preview_refuses_a_ttl_past_the_block_and_the_agent_ends_the_node_before_ec2(run_cli, tmp_path, monkeypatch):
@@ -215,7 +217,13 @@ def test_preview_refuses_a_ttl_past_the_block_and_the_agent_ends_the_node_before
 
     t = [spec.expires_at - timedelta(minutes=1)]
     agent = Agent(
-        AgentConfig.from_env_file(env_file), Busy(), NoMetadata(), None, ended.append, now=lambda: t[0], clock=lambda: 0.0
+        AgentConfig.from_env_file(env_file),
+        Busy(),
+        NoMetadata(),
+        None,
+        ended.append,
+        now=lambda: t[0],
+        clock=lambda: 0.0,
     )
     agent.state_dir = tmp_path / "run"
     agent.step()

@@ -471,6 +471,7 @@ class HealthNode:
             node=self.node,
             stage="cluster",
             address=self.address,
+            deployment=self.config.deployment,
         )
         self.publish(health)
         if health.passed:

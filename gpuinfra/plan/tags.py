@@ -13,7 +13,6 @@ import re
 
 from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL, ClusterSpec
 
-
 #: The deployment a resource belongs to (a new one at every ``up`` that creates the nodes): AWS
 #: peer discovery lists only instances with this deployment's tag, and ``down`` finds the
 #: instances of an interrupted ``up`` by it (:func:`gpuinfra.lifecycle.sweep_orphans`).

@@ -13,9 +13,20 @@ from gpuinfra.plan.boot_aws import aws_node_boot
 from gpuinfra.plan.cluster import cloud_plan
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.stackfile import read_stack_spec
-from tests.cli.test_lifecycle_cli import FakeBackend, _use, project  # noqa: F401 -- fixture
+from tests.cli.test_lifecycle_cli import FakeBackend, _use
 
 FLEET = [("aws:ec2/fleet:Fleet", "train-fleet")]
+
+
+@pytest.fixture
+def project(run_cli, tmp_path, monkeypatch):
+    """A project with the 2 x p4d.24xlarge stack ``train`` (as test_lifecycle_cli's)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    args = ("new", "--instance-type", "p4d.24xlarge", "--nodes", "2", "--name", "train")
+    assert run_cli(*args, "--project-dir", str(tmp_path)).exit_code == 0
+    return tmp_path
 
 
 def deployment(project):
@@ -70,7 +81,9 @@ def ec2(moto_url, monkeypatch):
 def _launch(ec2, tags):
     image = ec2.describe_images()["Images"][0]["ImageId"]
     spec = [{"ResourceType": "instance", "Tags": [{"Key": k, "Value": v} for k, v in tags.items()]}]
-    answer = ec2.run_instances(ImageId=image, MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge", TagSpecifications=spec)
+    answer = ec2.run_instances(
+        ImageId=image, MinCount=1, MaxCount=1, InstanceType="p4d.24xlarge", TagSpecifications=spec
+    )
     return answer["Instances"][0]["InstanceId"]
 
 

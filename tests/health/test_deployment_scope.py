@@ -121,3 +121,12 @@ class _Lines:
 
     def flush(self):
         pass
+
+
+def test_every_result_a_node_uploads_carries_its_deployment(tmp_path):
+    """Local and cluster stage: a result without it would not count for its own peers."""
+    bucket = MemoryBucket()
+    node = gate_node(tmp_path, A, bucket, NEW)
+    assert node.local().deployment == NEW
+    assert node.cluster().deployment == NEW
+    assert set(current_results(bucket.read_prefix("health/train/"), "train", CREATED, NEW)) == {A}
