@@ -13,13 +13,13 @@ fake. Rules:
 * ``up`` that fails because the cloud launched fewer nodes than the cluster needs (the program
   raises :class:`~gpuinfra.errors.CapacityError`) destroys what it created, bucket kept, so a
   cluster that never formed bills nothing (:func:`deploy`); running ``up`` again starts afresh;
-* every ``up`` that creates the nodes (a stack not deployed, or ``--replace-nodes`` when the
-  update replaces them) gives the stack a new deployment id (:func:`record_deployment`) before
+* every ``up`` that creates the nodes (a stack not deployed, ``--replace-nodes`` when the update
+  replaces them, or a rerun of an interrupted ``up`` whose node creation is pending) gives the stack a new deployment id (:func:`record_deployment`) before
   Pulumi runs; the nodes carry it (node.env ``GPUINFRA_DEPLOYMENT``, tag ``gpuinfra:deployment``)
   and scope their health results, rank decisions and peer lists to it. ``down`` then terminates
   any instance still tagged with the stack and its deployment (the fleet of an interrupted ``up``
-  that Pulumi never recorded: :func:`sweep_orphans`), as ``up --replace-nodes`` does for the
-  deployment it replaced;
+  that Pulumi never recorded: :func:`sweep_orphans`), as such an ``up`` does for the deployment
+  it replaced;
 * ``reap --expired`` destroys (keeping data) every stack whose TTL has passed; ``--dry-run``
   only lists them. One failed destroy never stops the others: every result is reported at
   the end, and any failure exits 7 (:func:`reap_error`);
@@ -88,6 +88,10 @@ class Backend(Protocol):
     def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
         """``(type token, logical name)`` of every resource a ``pulumi preview`` would replace."""
 
+    def pending_creates(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
+        """``(type token, logical name)`` of every create an interrupted update left pending in
+        the state (the cloud may hold the resource; Pulumi does not know its id)."""
+
     def destroy(self, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
         """Destroy the stack's resources; return the change summary."""
 
@@ -151,6 +155,18 @@ class PulumiAutomation:
 
         _run(lambda: self._stack(project_dir, stack).preview(on_event=collect, color="never"), stack)
         return sorted(set(found))
+
+    def pending_creates(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
+        # the checkpoint's pending_operations (apitype OperationV2: {"resource": {"urn", "type"},
+        # "type": "creating" | ...}); pulumi.com/docs/iac/troubleshooting/common-issues/interrupted-updates
+        deployment = self._stack(project_dir, stack).export_stack().deployment or {}
+        return sorted(
+            {
+                (op["resource"]["type"], op["resource"]["urn"].split("::")[-1])
+                for op in deployment.get("pending_operations") or []
+                if op.get("type") == "creating" and isinstance(op.get("resource"), dict)
+            }
+        )
 
     def destroy(self, project_dir: Path, stack: str, on_event) -> dict:
         return _run(lambda: self._stack(project_dir, stack).destroy(on_event=on_event, color="never"), stack)
@@ -216,10 +232,10 @@ def deploy(
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
-    creates the nodes (the stack is not deployed, or its update replaces them) records a new
-    deployment id in the stack file first (:func:`record_deployment`); after replacing them,
-    instances of the replaced deployment that Pulumi did not know are terminated
-    (:func:`sweep_orphans`). When the cloud
+    creates the nodes (the stack is not deployed, its update replaces them, or an interrupted
+    ``up`` left their creation pending) records a new deployment id in the stack file first
+    (:func:`record_deployment`); after that ``up``, instances of the replaced deployment that
+    Pulumi did not know are terminated (:func:`sweep_orphans`). When the cloud
     launched fewer nodes than the cluster needs, a stack that did not exist before is destroyed
     again (its new, empty bucket is ``retain_on_delete`` and stays); a deployed stack is left as
     it is, with the fix in the message.
@@ -262,8 +278,15 @@ def deploy(
             "reaches the fleet / group, which cannot be updated in place), ending any training on them; "
             f"run `gpuinfra up {stack} --replace-nodes` to do it, or undo the change in the stack file"
         )
+    # an interrupted `up` may have created nodes Pulumi never recorded (a pending create): this
+    # `up` creates them again, as a new deployment, and then ends the ones left behind
+    orphaned = (
+        [name for rtype, name in backend.pending_creates(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
+        if deployed
+        else []
+    )
     replaced = spec.deployment_id if deployed else None
-    if not deployed or nodes:  # the nodes are created: a new deployment
+    if not deployed or nodes or orphaned:  # the nodes are created: a new deployment
         record_deployment(project_dir, stack, new_deployment_id())
     try:
         changes = backend.up(project_dir, stack, on_event)
@@ -284,7 +307,7 @@ def deploy(
             f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
             f"is empty and kept); run `gpuinfra up {stack}` to try again"
         ) from None
-    if nodes and replaced:  # Pulumi deleted the replaced nodes: any left are an interrupted up's
+    if (nodes or orphaned) and replaced:  # Pulumi deleted the replaced nodes: any left are an interrupted up's
         sweep_orphans(spec, replaced)
     return changes
 

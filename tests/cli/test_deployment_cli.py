@@ -138,3 +138,48 @@ def test_a_failed_ec2_listing_in_down_is_exit_7_with_what_to_check(run_cli, proj
     assert "could not look for or end instances of stack 'train'" in result.stderr
     assert f"Name=tag:gpuinfra:deployment,Values={deployment(project)}" in result.stderr
     assert yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())
+
+
+def test_up_after_an_interrupted_up_is_a_new_deployment_and_ends_the_orphan(run_cli, project, monkeypatch, ec2):
+    """The first ``up`` was killed after EC2 created the fleet and before Pulumi recorded it: the
+    state holds a pending create of the fleet, the cloud its running instances. The next ``up``
+    creates the fleet as a new deployment (its nodes never list the orphan as peers) and then
+    terminates the orphan's instances."""
+    backend = FakeBackend()
+    _use(monkeypatch, backend, ec2)
+    assert run_cli("up", "train", "--project-dir", str(project)).exit_code == 0
+    interrupted = deployment(project)
+    orphan = _launch(ec2, {"gpuinfra:stack": "train", "gpuinfra:deployment": interrupted})
+    backend.pending = FLEET
+    result = run_cli("up", "train", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert deployment(project) not in (None, interrupted)
+    assert _state(ec2, orphan) in ("shutting-down", "terminated")
+
+
+def test_pending_creates_are_read_from_the_exported_checkpoint(monkeypatch, tmp_path):
+    """The Automation API's ``export_stack()`` checkpoint after an interrupted ``up``:
+    ``pending_operations`` with the resource and the operation (Pulumi's apitype OperationV2)."""
+    import shutil
+
+    from pulumi import automation as auto
+
+    from gpuinfra.lifecycle import PulumiAutomation
+
+    urn = "urn:pulumi:train::gpuinfra::gpuinfra:aws:GpuCluster$aws:ec2/fleet:Fleet::train-fleet"
+    checkpoint = {
+        "manifest": {},
+        "resources": [],
+        "pending_operations": [
+            {"resource": {"urn": urn, "type": "aws:ec2/fleet:Fleet", "custom": True}, "type": "creating"},
+            {"resource": {"urn": urn.replace("train-fleet", "train-lt"), "type": "x:y:Z"}, "type": "updating"},
+        ],
+    }
+
+    class _Stack:
+        def export_stack(self):
+            return auto.Deployment(version=3, deployment=checkpoint)
+
+    monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/pulumi")
+    monkeypatch.setattr(auto, "select_stack", lambda **kw: _Stack())
+    assert PulumiAutomation().pending_creates(tmp_path, "train") == [("aws:ec2/fleet:Fleet", "train-fleet")]

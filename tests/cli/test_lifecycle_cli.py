@@ -22,12 +22,17 @@ from tests.conftest import without_aws_credentials
 class FakeBackend:
     """Records every call; answers like a Pulumi backend would."""
 
-    def __init__(self, deployed=(), outputs=None, fail=None, replaced=()):
+    def __init__(self, deployed=(), outputs=None, fail=None, replaced=(), pending=()):
         self.calls = []
         self.deployed = set(deployed)
         self._outputs = outputs or {}
         self.fail = fail
         self.replaced = list(replaced)  # what a preview would replace: (type token, name)
+        self.pending = list(pending)  # creates an interrupted update left pending: (type token, name)
+
+    def pending_creates(self, project_dir, stack):
+        self.calls.append(("pending_creates", stack))
+        return self.pending
 
     def list_stacks(self, project_dir):
         self.calls.append(("list_stacks", Path(project_dir).name))
