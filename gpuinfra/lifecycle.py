@@ -565,8 +565,9 @@ def reap_expired(
     on_event: Callable[[object], None],
     on_start: Callable[[StackRow], None] = lambda row: None,
 ) -> list[ReapResult]:
-    """Destroy (keeping data) each stack of ``rows``; a failure is recorded and the next stack
-    is destroyed all the same (a stack left running costs money every hour).
+    """Destroy (keeping data) each stack of ``rows``, then end what an interrupted ``up`` of its
+    deployment left (:func:`sweep_orphans`); a failure is recorded and the next stack is
+    destroyed all the same (a stack left running costs money every hour).
 
     Args:
         on_event: the Automation API event printer.
@@ -578,6 +579,7 @@ def reap_expired(
         try:
             check_credentials(row.spec.cloud)
             backend.destroy(Path(project_dir), row.spec.stack, on_event)
+            sweep_orphans(row.spec)  # what an interrupted `up` of its deployment left
         except GpuinfraError as exc:
             results.append(ReapResult(row.spec.stack, str(exc).replace("\n", "; ")))
         except Exception as exc:  # noqa: BLE001 -- a bug in one destroy must not keep the others running

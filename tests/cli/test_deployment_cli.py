@@ -183,3 +183,17 @@ def test_pending_creates_are_read_from_the_exported_checkpoint(monkeypatch, tmp_
     monkeypatch.setattr(shutil, "which", lambda name: "/usr/bin/pulumi")
     monkeypatch.setattr(auto, "select_stack", lambda **kw: _Stack())
     assert PulumiAutomation().pending_creates(tmp_path, "train") == [("aws:ec2/fleet:Fleet", "train-fleet")]
+
+
+def test_reap_ends_the_orphan_of_an_expired_stack_too(run_cli, project, monkeypatch, ec2):
+    backend = FakeBackend()
+    _use(monkeypatch, backend, ec2)
+    assert run_cli("up", "train", "--project-dir", str(project)).exit_code == 0
+    orphan = _launch(ec2, {"gpuinfra:stack": "train", "gpuinfra:deployment": deployment(project)})
+    path = project / "stacks" / "Pulumi.train.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["created_at"] = "2026-01-01T00:00:00Z"  # long expired
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    result = run_cli("reap", "--expired", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert ("destroy", "train") in backend.calls and _state(ec2, orphan) in ("shutting-down", "terminated")
