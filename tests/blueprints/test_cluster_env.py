@@ -175,3 +175,17 @@ def test_a_failed_peers_call_does_not_lock_the_node_out_after_an_excluded_node_e
     (tmp_path / "etc" / "cluster.env").unlink()
     waiting, env = run_cluster_env(tmp_path, my_ip="10.0.0.7", ranked=None, listed="10.0.0.7\t10.0.1.5")
     assert waiting.returncode == 75 and env is None and "only 2 of 3 nodes" in waiting.stderr
+
+
+def test_the_instances_carry_the_deployment_tag_the_peers_are_listed_by():
+    """The tag the script filters on is on every instance the launch template starts (and the
+    GCP nodes carry the label)."""
+    from tests.blueprints.helpers import preview
+
+    spec = make_spec("p4d.24xlarge", nodes=2).model_copy(update={"deployment_id": "0123456789ab"})
+    (template,) = preview(spec).of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    instance = next(t for t in template.inputs["tagSpecifications"] if t["resourceType"] == "instance")
+    assert instance["tags"][AWS_DEPLOYMENT_TAG] == "0123456789ab"
+    gcp = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp").model_copy(update={"deployment_id": "0123456789ab"})
+    (instance_template,) = preview(gcp).of_type("gcp:compute/instanceTemplate:InstanceTemplate")
+    assert instance_template.inputs["labels"]["gpuinfra-deployment"] == "0123456789ab"
