@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from gpuinfra.credentials import aws_client_factory
@@ -35,6 +36,10 @@ class CapacityReservation:
         placement_group: name of the cluster placement group the reservation is in, or None.
         capacity_block: ``ReservationType`` is ``capacity-block``.
         state: ``active`` | ``scheduled`` | ...
+        end_date: ``EndDate`` (UTC; API_CapacityReservation: "The date and time at which the
+            Capacity Reservation expires"), None for a reservation without one (``EndDateType``
+            ``unlimited``). A Capacity Block always has one; EC2 begins to end its instances 30
+            minutes before it (:data:`gpuinfra.spec.CAPACITY_BLOCK_TERMINATION_LEAD`).
     """
 
     reservation_id: str
@@ -46,6 +51,7 @@ class CapacityReservation:
     placement_group: str | None
     capacity_block: bool
     state: str
+    end_date: datetime | None = None
 
 
 def describe_capacity_reservation(
@@ -120,4 +126,14 @@ def describe_capacity_reservation(
         placement_group=group_arn.rsplit("/", 1)[-1] if group_arn else None,
         capacity_block=item.get("ReservationType") == "capacity-block",
         state=state,
+        end_date=_utc(item.get("EndDate")),
     )
+
+
+def _utc(value: Any) -> datetime | None:
+    """boto3 parses EC2's ``dateTime`` values into aware datetimes; the UTC value, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

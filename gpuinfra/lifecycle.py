@@ -16,6 +16,13 @@ fake. Rules:
 * ``up`` that fails because the cloud launched fewer nodes than the cluster needs (the program
   raises :class:`~gpuinfra.errors.CapacityError`) destroys what it created, bucket kept, so a
   cluster that never formed bills nothing (:func:`deploy`); running ``up`` again starts afresh;
+* every ``up`` that creates the nodes (a stack not deployed, ``--replace-nodes`` when the update
+  replaces them, or a rerun of an interrupted ``up`` whose node creation is pending) gives the stack a new deployment id (:func:`record_deployment`) before
+  Pulumi runs; the nodes carry it (node.env ``GPUINFRA_DEPLOYMENT``, tag ``gpuinfra:deployment``)
+  and scope their health results, rank decisions and peer lists to it. ``down`` then terminates
+  any instance still tagged with the stack and its deployment (the fleet of an interrupted ``up``
+  that Pulumi never recorded: :func:`sweep_orphans`), as such an ``up`` does for the deployment
+  it replaced;
 * ``reap --expired`` destroys (keeping data, after the same sync request and wait as ``down``)
   every stack whose TTL has passed; ``--dry-run``
   only lists them. One failed destroy never stops the others: every result is reported at
@@ -52,8 +59,9 @@ from gpuinfra.errors import (
     SpecError,
 )
 from gpuinfra.money import usd_json
-from gpuinfra.spec import ClusterSpec
-from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec
+from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
+from gpuinfra.spec import ClusterSpec, new_deployment_id
+from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
 
 PULUMI_INSTALL_HINT = (
     "the Pulumi CLI is not installed: install it with `curl -fsSL https://get.pulumi.com | sh` "
@@ -82,6 +90,10 @@ class Backend(Protocol):
 
     def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
         """``(type token, logical name)`` of every resource a ``pulumi preview`` would replace."""
+
+    def pending_creates(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
+        """``(type token, logical name)`` of every create an interrupted update left pending in
+        the state (the cloud may hold the resource; Pulumi does not know its id)."""
 
     def destroy(self, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
         """Destroy the stack's resources; return the change summary."""
@@ -150,6 +162,18 @@ class PulumiAutomation:
 
         _run(lambda: self._stack(project_dir, stack).preview(on_event=collect, color="never"), stack)
         return sorted(set(found))
+
+    def pending_creates(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
+        # the checkpoint's pending_operations (apitype OperationV2: {"resource": {"urn", "type"},
+        # "type": "creating" | ...}); pulumi.com/docs/iac/troubleshooting/common-issues/interrupted-updates
+        deployment = self._stack(project_dir, stack).export_stack().deployment or {}
+        return sorted(
+            {
+                (op["resource"]["type"], op["resource"]["urn"].split("::")[-1])
+                for op in deployment.get("pending_operations") or []
+                if op.get("type") == "creating" and isinstance(op.get("resource"), dict)
+            }
+        )
 
     def destroy(self, project_dir: Path, stack: str, on_event) -> dict:
         """``pulumi destroy --refresh``: the state is read back from the cloud first, so a resource
@@ -268,7 +292,11 @@ def deploy(
     now: datetime | None = None,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
-    deployed stack that would replace its running nodes unless ``replace_nodes``. When the cloud
+    deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
+    creates the nodes (the stack is not deployed, its update replaces them, or an interrupted
+    ``up`` left their creation pending) records a new deployment id in the stack file first
+    (:func:`record_deployment`); after that ``up``, instances of the replaced deployment that
+    Pulumi did not know are terminated (:func:`sweep_orphans`). When the cloud
     launched fewer nodes than the cluster needs, a stack that did not exist before is destroyed
     again (its new, empty bucket is ``retain_on_delete`` and stays); a deployed stack is left as
     it is, with the fix in the message.
@@ -300,16 +328,29 @@ def deploy(
         )
     status = next((s for s in backend.list_stacks(project_dir) if s.name == stack), None)
     deployed = bool(status and status.resource_count)
-    if deployed and not replace_nodes:
-        nodes = [name for rtype, name in backend.replacements(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
-        if nodes:
-            raise RequestError(
-                f"this update of stack {stack!r} would replace its running nodes ({', '.join(nodes)}: the change "
-                "reaches the fleet / group, which cannot be updated in place), ending any training on them; "
-                f"run `gpuinfra up {stack} --replace-nodes` to do it, or undo the change in the stack file"
-            )
+    nodes = (
+        [name for rtype, name in backend.replacements(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
+        if deployed
+        else []
+    )
+    if nodes and not replace_nodes:
+        raise RequestError(
+            f"this update of stack {stack!r} would replace its running nodes ({', '.join(nodes)}: the change "
+            "reaches the fleet / group, which cannot be updated in place), ending any training on them; "
+            f"run `gpuinfra up {stack} --replace-nodes` to do it, or undo the change in the stack file"
+        )
+    # an interrupted `up` may have created nodes Pulumi never recorded (a pending create): this
+    # `up` creates them again, as a new deployment, and then ends the ones left behind
+    orphaned = (
+        [name for rtype, name in backend.pending_creates(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
+        if deployed
+        else []
+    )
+    replaced = spec.deployment_id if deployed else None
+    if not deployed or nodes or orphaned:  # the nodes are created: a new deployment
+        record_deployment(project_dir, stack, new_deployment_id())
     try:
-        return backend.up(project_dir, stack, on_event)
+        changes = backend.up(project_dir, stack, on_event)
     except CapacityError as exc:
         if deployed:
             raise CapacityError(
@@ -327,6 +368,76 @@ def deploy(
             f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
             f"is empty and kept); run `gpuinfra up {stack}` to try again"
         ) from None
+    if (nodes or orphaned) and replaced:  # Pulumi deleted the replaced nodes: any left are an interrupted up's
+        sweep_orphans(spec, replaced)
+    return changes
+
+
+def record_deployment(project_dir: Path, stack: str, deployment_id: str) -> None:
+    """Write ``gpuinfra:cluster.deployment_id`` into the stack file (atomically), where the stack
+    program reads it (:attr:`gpuinfra.spec.ClusterSpec.deployment_id`)."""
+    path = stack_file_path(project_dir, stack)
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["deployment_id"] = deployment_id
+    atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
+
+
+#: Instance states that still bill or can (``shutting-down`` / ``terminated`` are on their way out).
+LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
+
+
+def make_ec2_client(region: str):
+    """The EC2 client :func:`sweep_orphans` uses (tests replace this function).
+
+    Raises:
+        MissingDependencyError: no AWS credentials.
+    """
+    return aws_session(" to look for instances of an interrupted `up`").client("ec2", region_name=region)
+
+
+def sweep_orphans(spec: ClusterSpec, deployment_id: str | None = None) -> list[str]:
+    """Terminate every live instance tagged with ``spec``'s stack and ``deployment_id`` (default:
+    the spec's): after ``down`` (or an ``up`` that replaced that deployment's nodes) Pulumi has
+    deleted the fleet it knew, so such instances belong to a fleet an interrupted ``up`` created
+    without recording it (a pending CREATE: pulumi.com/docs/iac/troubleshooting/common-issues/
+    interrupted-updates). Nothing outside this stack's own deployment is touched: a same-named
+    stack of another checkout has another deployment id. GCP and stacks without a deployment id:
+    nothing to do.
+
+    Returns:
+        The ids of the instances terminated.
+
+    Raises:
+        OperationError: EC2 refused the listing or the termination (the message says what to check).
+        MissingDependencyError: no AWS credentials.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    deployment_id = deployment_id or spec.deployment_id
+    if spec.cloud != "aws" or not deployment_id:
+        return []
+    filters = [
+        {"Name": "tag:gpuinfra:stack", "Values": [spec.stack]},
+        {"Name": f"tag:{AWS_DEPLOYMENT_TAG}", "Values": [deployment_id]},
+        {"Name": "instance-state-name", "Values": list(LIVE_INSTANCE_STATES)},
+    ]
+    ec2 = make_ec2_client(spec.region)
+    try:
+        ids = sorted(
+            instance["InstanceId"]
+            for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+            for reservation in page.get("Reservations", [])
+            for instance in reservation.get("Instances", [])
+        )
+        if ids:
+            ec2.terminate_instances(InstanceIds=ids)
+    except (BotoCoreError, ClientError) as exc:
+        raise OperationError(
+            f"could not look for or end instances of stack {spec.stack!r} deployment {deployment_id} left by an "
+            f"interrupted `up` ({exc}); check with `aws ec2 describe-instances --region {spec.region} --filters "
+            f"Name=tag:{AWS_DEPLOYMENT_TAG},Values={deployment_id}` and terminate what runs"
+        ) from None
+    return ids
 
 
 def check_credentials(cloud: str) -> None:
@@ -629,9 +740,10 @@ def reap_expired(
     say: Callable[[str], None] = lambda line: None,
     sync_timeout_seconds: float = SYNC_REQUEST_WAIT_SECONDS,
 ) -> list[ReapResult]:
-    """Destroy (keeping data; :func:`destroy_cluster`: sync request first) each stack of
-    ``rows``; a failure is recorded and the next stack is destroyed all the same (a stack left
-    running costs money every hour).
+    """End what an interrupted ``up`` of each stack's deployment left (:func:`sweep_orphans`), then
+    destroy (keeping data; :func:`destroy_cluster`: sync request first) each stack of ``rows``;
+    a failure is recorded and the next stack is destroyed all the same (a stack left running
+    costs money every hour).
 
     Args:
         on_event: the Automation API event printer.
@@ -644,6 +756,7 @@ def reap_expired(
         on_start(row)
         try:
             check_credentials(row.spec.cloud)
+            sweep_orphans(row.spec)  # first: their instances would keep the placement group from being deleted
             destroy_cluster(
                 backend,
                 Path(project_dir),

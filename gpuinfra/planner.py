@@ -49,6 +49,7 @@ from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
 from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
 from gpuinfra.spec import (
+    CAPACITY_BLOCK_END_MARGIN,
     ClusterSpec,
     DataSource,
     NetworkSettings,
@@ -493,7 +494,7 @@ def _make_spec(
         gpu_count=offer.gpu_count,
         nodes=best.nodes,
         spot=best.spot,
-        profile=profile,
+        profile=_ttl_within_block(profile, request.capacity_reservation, now.replace(microsecond=0)),
         run_hours=request.hours if request.hours is not None else profile.default_run_hours,
         created_at=now.replace(microsecond=0),
         gcp_project=request.gcp_project if offer.cloud == "gcp" else None,
@@ -515,10 +516,32 @@ def _make_spec(
     )
 
 
+def _ttl_within_block(profile: Profile, cr: CapacityReservation | None, created_at: datetime) -> Profile:
+    """``profile`` with its TTL cut to whole hours that end at least
+    :data:`gpuinfra.spec.CAPACITY_BLOCK_END_MARGIN` before a Capacity Block's end (EC2 begins to
+    end the block's instances 30 minutes before it; the agent then still has its sync bound).
+
+    Raises:
+        RequestError: the block ends too soon for a TTL of one hour.
+    """
+    if cr is None or not cr.capacity_block or cr.end_date is None:
+        return profile
+    usable = cr.end_date - CAPACITY_BLOCK_END_MARGIN - created_at
+    hours = int(usable.total_seconds() // 3600)
+    if hours < 1:
+        raise RequestError(
+            f"capacity block {cr.reservation_id} ends at {cr.end_date:%Y-%m-%d %H:%M} UTC: less than 1 h from now "
+            f"once the nodes end {int(CAPACITY_BLOCK_END_MARGIN.total_seconds() // 60)} min before it (EC2 begins "
+            "to end a block's instances 30 min before its end); use a block that ends later"
+        )
+    return profile if profile.ttl_hours <= hours else profile.model_copy(update={"ttl_hours": hours})
+
+
 def _reservation_fields(cr: CapacityReservation | None) -> dict:
     if cr is None:
         return {}
     return {
+        "capacity_block_end": cr.end_date if cr.capacity_block else None,
         "capacity_reservation_id": cr.reservation_id,
         "capacity_reservation_instance_type": cr.instance_type,
         "capacity_reservation_zone": cr.zone_id,

@@ -19,6 +19,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gpus import GpuModel
 from gpuinfra.errors import SpecError
@@ -40,6 +41,16 @@ GCP_BUDGET_LABEL = "gpuinfra-max-price-per-hour-usd"
 #: With a budget, the run length travels too, so per-run transfer is spread as in ``preview``.
 AWS_RUN_HOURS_TAG = "gpuinfra:run-hours"
 GCP_RUN_HOURS_LABEL = "gpuinfra-run-hours"
+#: EC2 starts ending the instances of a Capacity Block 30 minutes before the block ends ("Forty
+#: minutes before your Capacity Block reservation ends ... any instances running in the reservation
+#: will begin to terminate in 10 minutes": docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+#: capacity-blocks-monitor.html). A stack in a block ends its nodes earlier by this lead plus the
+#: agent's checkpoint sync bound, so they are ended by the agent, with their checkpoints saved.
+CAPACITY_BLOCK_TERMINATION_LEAD = timedelta(minutes=30)
+CAPACITY_BLOCK_END_MARGIN = CAPACITY_BLOCK_TERMINATION_LEAD + timedelta(seconds=END_SYNC_BOUND_SECONDS)
+#: A deployment id (:func:`new_deployment_id`): 12 lowercase hex digits, valid as an AWS tag value,
+#: a GCP label value and a bucket key part.
+DEPLOYMENT_ID_RE = re.compile(r"^[0-9a-f]{12}$")
 _GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
 
@@ -69,6 +80,14 @@ GCP_PROJECT_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 #: Names a new stack may not take: sub-commands of a command whose first argument is otherwise
 #: a stack name (``gpuinfra cost diff STACK_A STACK_B`` vs ``gpuinfra cost STACK``).
 RESERVED_STACK_NAMES = frozenset({"diff"})
+
+
+def new_deployment_id() -> str:
+    """A fresh deployment id (48 random bits as 12 hex digits, :data:`DEPLOYMENT_ID_RE`): ``gpuinfra
+    up`` gives one to every deployment whose nodes it creates (:func:`gpuinfra.lifecycle.deploy`)."""
+    import secrets
+
+    return secrets.token_hex(6)
 
 
 def check_stack_name(name: str) -> str:
@@ -286,9 +305,16 @@ class ClusterSpec(BaseModel):
             describe-capacity-reservations``: ``AvailabilityZoneId``); must equal ``zone``.
         capacity_reservation_instance_type: instance type it reserves; must equal ``instance_type``.
         capacity_block: the reservation is an EC2 Capacity Block for ML.
+        capacity_block_end: the Capacity Block's ``EndDate`` (UTC, EC2
+            ``DescribeCapacityReservations``); :attr:`expires_at` ends the nodes
+            :data:`CAPACITY_BLOCK_END_MARGIN` before it.
         profile: the resolved workload profile.
         run_hours: expected training time, for cost estimates.
         created_at: when the stack file was written (UTC); TTL counts from here.
+        deployment_id: the current deployment (:func:`new_deployment_id`), written by ``gpuinfra
+            up`` when it creates the nodes (first ``up``, ``up`` after ``down``, ``up
+            --replace-nodes``); the nodes' node.env (``GPUINFRA_DEPLOYMENT``) and tags carry it,
+            and health results, rank decisions and peer lists are scoped to it. None until then.
         gcp_project: GCP project id (GCP only; may also come from ``gcp:project``).
         gcp_reservation: consume this GCP reservation (specific reservation affinity): its name,
             or ``projects/OWNER_PROJECT/reservations/NAME`` for a shared reservation. On types not
@@ -333,9 +359,11 @@ class ClusterSpec(BaseModel):
     capacity_reservation_zone: str | None = None
     capacity_reservation_instance_type: str | None = None
     capacity_block: bool = False
+    capacity_block_end: datetime | None = None
     profile: Profile
     run_hours: float = Field(gt=0, le=8760)
     created_at: datetime
+    deployment_id: str | None = Field(default=None, pattern=DEPLOYMENT_ID_RE.pattern)
     gcp_project: str | None = None
     gcp_reservation: str | None = None
     gcp_reservation_accepts_placement: bool = False
@@ -387,9 +415,11 @@ class ClusterSpec(BaseModel):
             raise ValueError("use 1-100 letters, digits, '-', '_' or '.' (Pulumi's stack-name rule)")
         return value
 
-    @field_validator("created_at")
+    @field_validator("created_at", "capacity_block_end")
     @classmethod
-    def _utc(cls, value: datetime) -> datetime:
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        if value is None:
+            return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
     @model_validator(mode="after")
@@ -400,6 +430,8 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
+        if self.capacity_block_end is not None and not self.capacity_block:
+            raise ValueError("capacity_block_end is the end of a Capacity Block: it needs capacity_block: true")
         if (
             self.capacity_reservation_instance_count
             or self.capacity_reservation_placement_group
@@ -443,9 +475,36 @@ class ClusterSpec(BaseModel):
         return self
 
     @property
-    def expires_at(self) -> datetime:
-        """created_at + profile TTL (UTC): the node agent and ``reap`` end the cluster then."""
+    def ttl_end(self) -> datetime:
+        """created_at + profile TTL (UTC), before any cap."""
         return self.created_at + timedelta(hours=self.profile.ttl_hours)
+
+    @property
+    def expires_at(self) -> datetime:
+        """When the node agent and ``reap`` end the cluster (UTC): :attr:`ttl_end`, capped in a
+        Capacity Block to :attr:`capacity_block_end` minus :data:`CAPACITY_BLOCK_END_MARGIN` (EC2's
+        30-minute lead and the agent's sync bound)."""
+        if self.capacity_block_end is None:
+            return self.ttl_end
+        return min(self.ttl_end, self.capacity_block_end - CAPACITY_BLOCK_END_MARGIN)
+
+    def check_ttl_within_block(self) -> None:
+        """Refuse a TTL that runs past the Capacity Block's end less :data:`CAPACITY_BLOCK_END_MARGIN`
+        (``preview`` and ``new``: the nodes would otherwise be ended by EC2, without the agent's
+        checkpoint sync, instead of by the agent).
+
+        Raises:
+            SpecError: with the latest TTL that fits (exit 2).
+        """
+        if self.capacity_block_end is None or self.ttl_end <= self.expires_at:
+            return
+        fits = int((self.capacity_block_end - CAPACITY_BLOCK_END_MARGIN - self.created_at).total_seconds() // 3600)
+        raise SpecError(
+            f"gpuinfra:cluster.profile.ttl_hours {self.profile.ttl_hours} ends at {self.ttl_end:%Y-%m-%d %H:%M} UTC, "
+            f"past capacity block {self.capacity_reservation_id} (it ends at {self.capacity_block_end:%Y-%m-%d %H:%M} "
+            f"UTC and EC2 begins to end its instances 30 min before): set ttl_hours to at most {max(fits, 0)}, "
+            "so the nodes are ended by the agent with their checkpoints saved"
+        )
 
     @property
     def price_per_hour_usd(self) -> Decimal | None:

@@ -53,8 +53,10 @@ def verify_spec(spec: ClusterSpec, catalog: Catalog | None = None) -> VerifiedPr
 
     Raises:
         RuleViolationError: one line per broken rule (exit 2), also the blueprint's own refusals.
-        SpecError: the blueprint refuses the spec.
+        SpecError: the blueprint refuses the spec, or its TTL runs past its Capacity Block's end
+            (:meth:`ClusterSpec.check_ttl_within_block`).
     """
+    spec.check_ttl_within_block()
     result = run_preview_cached(spec, provider_config(spec))
     summary = cost_summary(spec, result.resources)
     verify_stack(spec, result.resources, catalog or load_catalog(), summary)

@@ -41,7 +41,10 @@ def _backend():
 def up(
     stack: str = typer.Argument(..., help="Stack name (a cluster, or an image bake from `gpuinfra image bake`)."),
     replace_nodes: bool = typer.Option(
-        False, "--replace-nodes", help="Allow an update that replaces the running nodes (ends training on them)."
+        False,
+        "--replace-nodes",
+        help="Allow an update that replaces the running nodes (ends training on them; the new nodes are a new "
+        "deployment, with their own health results and ranks).",
     ),
     project_dir: Path = options.ProjectDir,
 ) -> None:
@@ -130,6 +133,7 @@ def down(
             if spec.delete_bucket_on_destroy
             else f"down {stack}: destroying the cluster; the bucket and its data are kept"
         )
+    _end_orphans(spec)  # first: their instances would keep the placement group from being deleted
     changes = destroy_cluster(
         backend,
         Path(project_dir),
@@ -141,6 +145,22 @@ def down(
         sync_timeout_seconds=sync_timeout_seconds,
     )
     out.print(f"done: {changes}")
+
+
+def _end_orphans(spec) -> None:
+    """Terminate what an interrupted ``up`` left of the stack's deployment (:func:`gpuinfra.lifecycle.sweep_orphans`)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.lifecycle import sweep_orphans
+
+    ended = sweep_orphans(spec)
+    if ended:
+        stdout_console().print(
+            f"ended {len(ended)} instance(s) of deployment {spec.deployment_id} that Pulumi did not know "
+            f"(left by an interrupted `up`): {', '.join(ended)}",
+            soft_wrap=True,
+            markup=False,
+        )
 
 
 def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:

@@ -251,6 +251,8 @@ class NodeHealth:
         stage: ``local`` | ``cluster`` (:data:`STAGES`).
         address: the node's private IP address (peers match results to the addresses they
             rank by), "" when unknown.
+        deployment: the deployment id of the node (``GPUINFRA_DEPLOYMENT``), "" when it has none;
+            peers count only results of their own deployment.
         passed: no check failed.
     """
 
@@ -263,6 +265,7 @@ class NodeHealth:
     checks: tuple[CheckResult, ...]
     stage: str = "cluster"
     address: str = ""
+    deployment: str = ""
     schema_version: str = SCHEMA_VERSION
     passed: bool = field(init=False)
 
@@ -298,6 +301,7 @@ class NodeHealth:
             "checked_at": self.checked_at,
             "stage": self.stage,
             "address": self.address,
+            "deployment": self.deployment,
             "checks": [c.to_dict() for c in self.checks],
             "passed": self.passed,
         }
@@ -335,6 +339,7 @@ class NodeHealth:
                 checks,
                 str(data["stage"]),
                 str(data["address"]),
+                str(data.get("deployment") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"missing or invalid field: {exc!r}") from None
@@ -640,6 +645,7 @@ def decide(
     checked_at: datetime | None = None,
     stage: str = "cluster",
     address: str = "",
+    deployment: str = "",
 ) -> NodeHealth:
     """Run every check on what the node collected.
 
@@ -651,6 +657,7 @@ def decide(
         stage: ``local`` -> the :data:`ALL_REDUCE_CHECKS` are pending (not checked), whatever
             ``outputs`` holds; ``cluster`` -> every check.
         address: the node's private IP, written into the document.
+        deployment: the node's deployment id, written into the document.
 
     Raises:
         ValueError: ``stage`` is not one of :data:`STAGES`.
@@ -679,5 +686,14 @@ def decide(
         checks = tuple(_pending(c) if c.name in ALL_REDUCE_CHECKS else c for c in checks)
     when = (checked_at or datetime.now(timezone.utc)).astimezone(timezone.utc).isoformat(timespec="seconds")
     return NodeHealth(
-        stack, node, expectations.cloud, expectations.instance_type, expectations.nodes, when, checks, stage, address
+        stack,
+        node,
+        expectations.cloud,
+        expectations.instance_type,
+        expectations.nodes,
+        when,
+        checks,
+        stage,
+        address,
+        deployment,
     )

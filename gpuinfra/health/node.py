@@ -13,8 +13,12 @@ package's stdlib modules to ``/usr/local/lib/gpuinfra/gpuinfra/`` and the units 
     fails is marked excluded (``/run/gpuinfra/health-excluded``) and ended the way the node
     agent ends it (AWS instance-initiated shutdown = terminate; GCP leaves its managed instance
     group).
-``peers ADDRESS...``
-    Used by ``gpuinfra-cluster-env`` once all nodes are listed: prints the addresses that may
+``peers [--stored-only] ADDRESS...``
+    With ``--stored-only`` (``gpuinfra-cluster-env`` while it lists fewer nodes than the stack
+    has): the ranking this deployment already decided, when it ranks this node and every node it
+    ranks is listed (a node whose first ``peers`` call failed, retrying after a node the gate left
+    out has ended), else :data:`EXIT_UNDECIDED`. Without it: used by ``gpuinfra-cluster-env`` once
+    all nodes are listed: prints the addresses that may
     take a rank, one per line. With ``report`` all of them. With ``enforce`` the cluster's one
     rank decision (:mod:`gpuinfra.health.ranks`): the one stored in the bucket when a node
     stored it; else, once every listed address has a result (:data:`HEALTH_RESULT_WAIT_SECONDS` at
@@ -33,8 +37,9 @@ package's stdlib modules to ``/usr/local/lib/gpuinfra/gpuinfra/`` and the units 
 failed its local checks ends itself only once ranks are decided (``gpuinfra-cluster-env``
 writes ``/run/gpuinfra/ranks-decided``), so the peers never list one node fewer than they wait
 for. Results are matched to peers by the private address written into each document; a result
-checked before the stack file was written (``results_not_before`` in the expectations file) is
-from an earlier deployment and does not count.
+of another deployment (``GPUINFRA_DEPLOYMENT`` of node.env: a new id at every ``gpuinfra up``
+that creates the nodes), or checked before the stack file was written (``results_not_before``
+in the expectations file), does not count; nor does another deployment's rank decision.
 
 The cluster stage checks the world the ranks were given: when the gate left nodes out,
 ``NNODES`` in ``cluster.env`` is smaller than the stack's node count, and the expectations (rank
@@ -133,13 +138,15 @@ def run_command(argv: list[str], timeout: float, cwd: str | None = None) -> tupl
 
 @dataclass(frozen=True)
 class NodeConfig:
-    """What the runner reads from node.env: cloud, stack, bucket and the gate's mode."""
+    """What the runner reads from node.env: cloud, stack, bucket, the gate's mode and the
+    deployment id ("" when node.env has none)."""
 
     cloud: str
     stack: str
     bucket: str
     mode: str
     dry_run: bool = False
+    deployment: str = ""
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> NodeConfig:
@@ -157,6 +164,7 @@ class NodeConfig:
             env["GPUINFRA_BUCKET"],
             mode,
             env.get("GPUINFRA_AGENT_DRY_RUN") == "1",
+            env.get("GPUINFRA_DEPLOYMENT") or "",
         )
 
 
@@ -266,9 +274,11 @@ def collect_local(exp: Expectations, runner: Runner = run_command) -> GateOutput
     return GateOutputs(nvidia_smi=smi, nvlink_status=nvlink, fabric_manager=fabric, fi_info=fi_info)
 
 
-def current_results(docs: dict[str, bytes], stack: str, not_before: datetime) -> dict[str, NodeHealth]:
-    """Readable results of ``stack`` checked at or after ``not_before``, by address (the newest
-    per address)."""
+def current_results(
+    docs: dict[str, bytes], stack: str, not_before: datetime, deployment: str = ""
+) -> dict[str, NodeHealth]:
+    """Readable results of ``stack`` and ``deployment`` checked at or after ``not_before``, by
+    address (the newest per address)."""
     by_address: dict[str, NodeHealth] = {}
     for body in docs.values():
         try:
@@ -276,7 +286,9 @@ def current_results(docs: dict[str, bytes], stack: str, not_before: datetime) ->
             checked = datetime.fromisoformat(health.checked_at)
         except ValueError:
             continue
-        if health.stack != stack or not health.address or checked.tzinfo is None or checked < not_before:
+        if health.stack != stack or health.deployment != deployment or not health.address:
+            continue
+        if checked.tzinfo is None or checked < not_before:
             continue
         old = by_address.get(health.address)
         if old is None or old.checked_at <= health.checked_at:
@@ -327,7 +339,13 @@ class HealthNode:
 
     def _decide(self, outputs: GateOutputs, stage: str) -> NodeHealth:
         return decide(
-            self.expectations, outputs, stack=self.config.stack, node=self.node, stage=stage, address=self.address
+            self.expectations,
+            outputs,
+            stack=self.config.stack,
+            node=self.node,
+            stage=stage,
+            address=self.address,
+            deployment=self.config.deployment,
         )
 
     def local(self) -> NodeHealth:
@@ -377,13 +395,13 @@ class HealthNode:
             return list(addresses)
         prefix = f"{HEALTH_PREFIX}/{self.config.stack}/"
         not_before = self.results_not_before or datetime.min.replace(tzinfo=timezone.utc)
-        scope = DecisionScope(self.config.stack, tuple(addresses), self.results_not_before)
+        scope = self._scope(addresses)
         deadline = self.clock() + wait_seconds
         while True:
             docs = self.bucket.read_prefix(prefix)
             if (stored := scope.stored(docs)) is not None:
                 return list(stored.ranked)
-            results = current_results(docs, self.config.stack, not_before)
+            results = current_results(docs, self.config.stack, not_before, self.config.deployment)
             complete = all(a in results for a in addresses)
             if complete or self.clock() >= deadline:
                 proposal = scope.propose(
@@ -397,6 +415,19 @@ class HealthNode:
                     settle(self.bucket, scope, proposal, lambda: self.bucket.read_prefix(prefix), self.sleep).ranked
                 )
             self.sleep(poll_seconds)
+
+    def _scope(self, addresses: list[str]) -> DecisionScope:
+        return DecisionScope(self.config.stack, tuple(addresses), self.results_not_before, self.config.deployment)
+
+    def stored_ranking(self, addresses: list[str]) -> list[str] | None:
+        """The ranking this deployment already decided that ranks this node and only ``addresses``
+        (:meth:`~gpuinfra.health.ranks.DecisionScope.ranking_of`), or None.
+
+        Raises:
+            OSError: the bucket could not be read.
+        """
+        docs = self.bucket.read_prefix(f"{HEALTH_PREFIX}/{self.config.stack}/")
+        return self._scope(addresses).ranking_of(docs, self.address)
 
     def world(self, nnodes: int) -> Expectations:
         """The expectations for the world the ranks were given (``NNODES`` of cluster.env)."""
@@ -444,6 +475,7 @@ class HealthNode:
             node=self.node,
             stage="cluster",
             address=self.address,
+            deployment=self.config.deployment,
         )
         self.publish(health)
         if health.passed:
@@ -471,7 +503,9 @@ class HealthNode:
         while True:
             results = {
                 a: r
-                for a, r in current_results(self.bucket.read_prefix(prefix), self.config.stack, since).items()
+                for a, r in current_results(
+                    self.bucket.read_prefix(prefix), self.config.stack, since, self.config.deployment
+                ).items()
                 if r.stage == "cluster" and r.nodes == health.nodes
             }
             missing = [a for a in addresses if a not in results]
@@ -500,6 +534,8 @@ class HealthNode:
             return None
         if (kept.stack, kept.node, kept.stage) != (self.config.stack, self.node, "cluster") or not kept.passed:
             return None
+        if kept.deployment != self.config.deployment:
+            return None  # another deployment's
         if self.results_not_before and datetime.fromisoformat(kept.checked_at) < self.results_not_before:
             return None  # another deployment's
         fresh = {c.name: c for c in local.checks}
@@ -519,6 +555,7 @@ class HealthNode:
             checks,
             "cluster",
             self.address,
+            self.config.deployment,
         )
         self.publish(health)
         self._mark(
@@ -543,6 +580,21 @@ def peers_exit(node: HealthNode, addresses: list[str], out=None, err=None) -> in
         return EXIT_UNDECIDED
     print("\n".join(ranked), file=out or sys.stdout)
     return 0 if node.address in ranked else EXIT_EXCLUDED
+
+
+def stored_exit(node: HealthNode, addresses: list[str], out=None, err=None) -> int:
+    """``peers --stored-only``: print the ranking this deployment already decided
+    (:meth:`HealthNode.stored_ranking`) and return 0, else :data:`EXIT_UNDECIDED` (nothing on
+    ``out``)."""
+    try:
+        ranked = node.stored_ranking(addresses)
+    except OSError as exc:
+        print(f"gpuinfra-health: no stored rank decision readable: {exc}", file=err or sys.stderr)
+        return EXIT_UNDECIDED
+    if ranked is None:
+        return EXIT_UNDECIDED
+    print("\n".join(ranked), file=out or sys.stdout)
+    return 0
 
 
 def cluster_size(path: Path = CLUSTER_ENV_PATH) -> int | None:
@@ -583,7 +635,7 @@ def _build(config: NodeConfig, expectations_path: Path) -> HealthNode:  # pragma
 
 
 def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node
-    """``python3 -m gpuinfra.health.node run | local | cluster | peers ADDRESS...``; exit 0 passed
+    """``python3 -m gpuinfra.health.node run | local | cluster | peers [--stored-only] ADDRESS...``; exit 0 passed
     (or gate off / report), :data:`EXIT_FAILED` failed with ``enforce``, :data:`EXIT_EXCLUDED`
     this node takes no rank (``peers``), :data:`EXIT_UNDECIDED` no rank decision yet
     (``peers``), 2 bad settings."""
@@ -592,6 +644,7 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node
     parser = argparse.ArgumentParser(description="gpuinfra boot health gate")
     parser.add_argument("command", choices=("run", "local", "cluster", "peers"))
     parser.add_argument("addresses", nargs="*")
+    parser.add_argument("--stored-only", action="store_true", help="peers: only a ranking already decided")
     parser.add_argument("--config", type=Path, default=NODE_ENV_PATH)
     parser.add_argument("--expectations", type=Path, default=EXPECTATIONS_PATH)
     args = parser.parse_args(argv)
@@ -604,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:  # pragma: no cover - on a node
         if config.mode == "off":
             print("\n".join(args.addresses))
             return 0
+        if args.stored_only:
+            return stored_exit(_build(config, args.expectations), args.addresses)
         return peers_exit(_build(config, args.expectations), args.addresses)
     if config.mode == "off":
         print("gpuinfra-health: the profile turns the health gate off", file=sys.stderr)

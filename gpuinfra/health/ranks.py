@@ -9,11 +9,12 @@ lands between two nodes' deadlines would split the decision (one node ranks 3 no
 create-only in the stack bucket, and every node, the first one too, ranks with the stored
 decision, never with its own once one exists:
 
-* Key :meth:`DecisionScope.key`: ``health/<stack>/ranks-<not-before>-<digest>.decision``. It
-  is scoped to the deployment (``results_not_before`` of the expectations file, the stack
-  file's ``created_at``, which :func:`gpuinfra.health.node.current_results` filters results by)
-  and to the listed addresses (a cluster re-formed with other addresses decides again). The
-  body repeats both and is checked against them. The key does not end in ``.json``: ``gpuinfra
+* Key :meth:`DecisionScope.key`: ``health/<stack>/ranks-<deployment>-<digest>.decision``. It
+  is scoped to the deployment (``GPUINFRA_DEPLOYMENT`` of node.env: a new id at every ``gpuinfra
+  up`` that creates the nodes, so ``up --replace-nodes`` and ``down`` + ``up`` never read an
+  earlier deployment's decision; nodes without one fall back to ``results_not_before``, the stack
+  file's ``created_at``) and to the listed addresses (a cluster re-formed with other addresses
+  decides again). The body repeats both and is checked against them. The key does not end in ``.json``: ``gpuinfra
   check`` reads every ``.json`` under ``health/<stack>/`` as a node result
   (:func:`gpuinfra.services.health_report.read_health`).
 * Create-only write (:meth:`gpuinfra.health.node.Bucket.put_new`): S3 ``PutObject`` with
@@ -85,6 +86,7 @@ class RankDecision:
         trigger: ``all-results`` (every listed address had a result) or ``deadline``.
         results: what the node saw, address -> ``{"node", "stage", "checked_at", "passed"}``
             (listed addresses without a result are absent).
+        deployment: the deployment id the decision belongs to ("" for nodes without one).
     """
 
     stack: str
@@ -96,6 +98,7 @@ class RankDecision:
     decided_at: str
     trigger: str
     results: dict[str, dict] = field(default_factory=dict)
+    deployment: str = ""
 
     def to_dict(self) -> dict:
         """JSON form, keys in a fixed order."""
@@ -103,6 +106,7 @@ class RankDecision:
             "kind": DECISION_KIND,
             "schema_version": DECISION_SCHEMA_VERSION,
             "stack": self.stack,
+            "deployment": self.deployment,
             "results_not_before": self.results_not_before,
             "listed": list(self.listed),
             "ranked": list(self.ranked),
@@ -143,6 +147,7 @@ class RankDecision:
                 str(data["decided_at"]),
                 str(data["trigger"]),
                 dict(data.get("results") or {}),
+                str(data.get("deployment") or ""),
             )
             datetime.fromisoformat(decision.decided_at)
         except (KeyError, TypeError, ValueError) as exc:
@@ -161,24 +166,54 @@ class DecisionScope:
         addresses: the listed addresses (``peers`` arguments).
         results_not_before: the deployment's ``results_not_before`` (None: unscoped, as the
             results are then).
+        deployment: the node's deployment id (``GPUINFRA_DEPLOYMENT``); "" for nodes without one.
     """
 
     stack: str
     addresses: tuple[str, ...]
     results_not_before: datetime | None = None
+    deployment: str = ""
 
     @property
-    def key(self) -> str:
-        """``health/<stack>/ranks-<not before, UTC, to the second>-<16 hex>.decision``; the hex
-        digits are SHA-256 of the exact ``results_not_before`` and the sorted addresses."""
-        not_before = _iso(self.results_not_before)
-        stamp = (
+    def prefix(self) -> str:
+        """``health/<stack>/ranks-<deployment or not before, UTC, to the second>-``: every
+        decision of this deployment starts with it."""
+        stamp = self.deployment or (
             self.results_not_before.astimezone(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             if self.results_not_before
             else "any"
         )
-        digest = hashlib.sha256("\n".join([not_before or "", *sorted(self.addresses)]).encode()).hexdigest()[:16]
-        return f"{HEALTH_PREFIX}/{self.stack}/ranks-{stamp}-{digest}{DECISION_SUFFIX}"
+        return f"{HEALTH_PREFIX}/{self.stack}/ranks-{stamp}-"
+
+    @property
+    def key(self) -> str:
+        """:attr:`prefix` + ``<16 hex>.decision``; the hex digits are SHA-256 of the deployment,
+        the exact ``results_not_before`` and the sorted addresses."""
+        not_before = _iso(self.results_not_before)
+        parts = [self.deployment, not_before or ""] if self.deployment else [not_before or ""]
+        digest = hashlib.sha256("\n".join([*parts, *sorted(self.addresses)]).encode()).hexdigest()[:16]
+        return f"{self.prefix}{digest}{DECISION_SUFFIX}"
+
+    def ranking_of(self, docs: Mapping[str, bytes], address: str) -> list[str] | None:
+        """A ranking this deployment already decided that gives ``address`` a rank and whose ranked
+        nodes are all among :attr:`addresses` (a node whose ``peers`` call failed, retrying after a
+        node the gate left out has ended, lists fewer nodes than the stack has); None when there is
+        none. Only decisions of this stack and deployment count."""
+        for key in sorted(docs):
+            if not (key.startswith(self.prefix) and key.endswith(DECISION_SUFFIX)):
+                continue
+            try:
+                decision = RankDecision.from_json(docs[key])
+            except ValueError:
+                continue
+            if (
+                (decision.stack, decision.deployment, decision.results_not_before)
+                == (self.stack, self.deployment, _iso(self.results_not_before))
+                and address in decision.ranked
+                and set(decision.ranked) <= set(self.addresses)
+            ):
+                return list(decision.ranked)
+        return None
 
     def stored(self, docs: Mapping[str, bytes]) -> RankDecision | None:
         """The decision stored for this scope among ``docs`` (key -> body, as
@@ -194,6 +229,8 @@ class DecisionScope:
             decision = RankDecision.from_json(body)
             if decision.stack != self.stack:
                 raise ValueError(f"written for stack {decision.stack!r}")
+            if decision.deployment != self.deployment:
+                raise ValueError(f"written for deployment {decision.deployment!r}, this node's is {self.deployment!r}")
             if decision.results_not_before != _iso(self.results_not_before):
                 raise ValueError(
                     f"written for the deployment of {decision.results_not_before}, this node's is "
@@ -242,6 +279,7 @@ class DecisionScope:
             when.isoformat(timespec="seconds"),
             trigger,
             seen,
+            self.deployment,
         )
 
 

@@ -45,6 +45,7 @@ from gpuinfra.plan.node_bundle import (
     health_template_vars,
 )
 from gpuinfra.plan.node_files import docker_on_scratch, node_env, scratch_script
+from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.plan.units import ExecCommand, check_value, shell
 from gpuinfra.spec import ClusterSpec
 
@@ -149,6 +150,8 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         gpus_per_node=spec.gpu_count,
         master_port=TORCHRUN_PORT,
         wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,
+        deployment=spec.deployment_id or "",
+        deployment_tag=AWS_DEPLOYMENT_TAG,
         **health_template_vars(spec),
     )
     cloud = CloudBoot(

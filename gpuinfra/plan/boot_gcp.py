@@ -95,6 +95,14 @@ def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
     return bundle
 
 
+def peers_prefix(spec: ClusterSpec) -> str:
+    """Where the nodes of ``spec`` publish their addresses and ``.formed`` markers:
+    ``gpuinfra-peers/<group>/<deployment id>`` (``gpuinfra-peers/<group>`` for a stack without
+    one), so an earlier deployment's entries of the same group are never read."""
+    base = f"{PEERS_PREFIX}/{node_prefix(spec)}"
+    return f"{base}/{spec.deployment_id}" if spec.deployment_id else base
+
+
 def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeBoot:
     """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the GCP nodes of ``spec``.
 
@@ -116,7 +124,7 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
         wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,
         master_port=TORCHRUN_PORT,
         bucket=bucket,
-        peers_prefix=f"{PEERS_PREFIX}/{prefix}",
+        peers_prefix=peers_prefix(spec),
         **health_template_vars(spec),
     )
     cloud = CloudBoot(

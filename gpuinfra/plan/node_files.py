@@ -77,6 +77,7 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
             "GPUINFRA_HANG_MINUTES": spec.profile.hang.minutes,
             "GPUINFRA_HANG_POWER_PERCENT": spec.profile.hang.power_percent,
             "GPUINFRA_PROGRESS_FILE": f"{scratch_mount}/{PROGRESS_FILE_NAME}",
+            "GPUINFRA_DEPLOYMENT": spec.deployment_id,
         }
     )
 

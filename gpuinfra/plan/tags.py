@@ -1,9 +1,10 @@
 """Standard tags (AWS) and labels (GCP) put on every taggable resource.
 
-Keys: ``gpuinfra:stack``, ``gpuinfra:profile``, ``gpuinfra:expires-at`` on AWS; GCP labels
+Keys: ``gpuinfra:stack``, ``gpuinfra:profile``, ``gpuinfra:expires-at`` and, once ``gpuinfra up``
+gave the stack one, ``gpuinfra:deployment`` (:attr:`gpuinfra.spec.ClusterSpec.deployment_id`) on AWS; GCP labels
 allow only ``[a-z0-9_-]`` in keys and values (cloud.google.com/compute/docs/labeling-resources
 #requirements), so they become ``gpuinfra-stack``, ``gpuinfra-profile`` and
-``gpuinfra-expires-at`` with the timestamp written as ``20261122t0100z``.
+``gpuinfra-expires-at`` (the timestamp written as ``20261122t0100z``) and ``gpuinfra-deployment``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,12 @@ from __future__ import annotations
 import re
 
 from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL, ClusterSpec
+
+#: The deployment a resource belongs to (a new one at every ``up`` that creates the nodes): AWS
+#: peer discovery lists only instances with this deployment's tag, and ``down`` finds the
+#: instances of an interrupted ``up`` by it (:func:`gpuinfra.lifecycle.sweep_orphans`).
+AWS_DEPLOYMENT_TAG = "gpuinfra:deployment"
+GCP_DEPLOYMENT_LABEL = "gpuinfra-deployment"
 
 
 def expires_at_text(spec: ClusterSpec) -> str:
@@ -29,6 +36,7 @@ def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
         "gpuinfra:stack": spec.stack,
         "gpuinfra:profile": spec.profile.name,
         "gpuinfra:expires-at": expires_at_text(spec),
+        **({AWS_DEPLOYMENT_TAG: spec.deployment_id} if spec.deployment_id else {}),
         **budget,
         **extra,
     }
@@ -52,5 +60,6 @@ def gcp_labels(spec: ClusterSpec) -> dict[str, str]:
         "gpuinfra-stack": _label_value(spec.stack),
         "gpuinfra-profile": _label_value(spec.profile.name),
         "gpuinfra-expires-at": spec.expires_at.strftime("%Y%m%dt%H%M%Sz"),
+        **({GCP_DEPLOYMENT_LABEL: spec.deployment_id} if spec.deployment_id else {}),
         **budget,
     }

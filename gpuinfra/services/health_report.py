@@ -51,6 +51,8 @@ class ResultsLocation:
         expected_nodes: nodes that must each have a current, passing result.
         since: results checked before this are stale (None: none is).
         since_source: where ``since`` comes from, for messages.
+        deployment: the stack's current deployment id (stack file ``deployment_id``): results
+            of another deployment are stale; None: not checked.
     """
 
     cloud: str
@@ -59,6 +61,7 @@ class ResultsLocation:
     expected_nodes: int
     since: datetime | None = None
     since_source: str = ""
+    deployment: str | None = None
 
     @property
     def prefix(self) -> str:
@@ -133,6 +136,7 @@ def locate_results(
     flag_cloud, name = _bucket_flag(bucket) if bucket else (None, None)
     when = parse_since(since) if since is not None else None
     cloud: str
+    deployment = None
     if nodes is not None and nodes < 1:
         raise RequestError(f"--nodes {nodes}: give at least 1")
     if stack_file_path(project_dir, stack).is_file():
@@ -144,7 +148,7 @@ def locate_results(
             )
         if nodes is not None and nodes != spec.nodes:
             raise RequestError(f"--nodes {nodes}, but the stack file of {stack!r} says nodes: {spec.nodes}")
-        cloud, expected = spec.cloud, spec.nodes
+        cloud, expected, deployment = spec.cloud, spec.nodes, spec.deployment_id
     else:
         if not flag_cloud or nodes is None:
             raise RequestError(
@@ -180,7 +184,7 @@ def locate_results(
                 "told apart; give --since TIME"
             )
         source = "the stack's last Pulumi update"
-    return ResultsLocation(cloud, name, stack, expected, when, source)
+    return ResultsLocation(cloud, name, stack, expected, when, source, deployment)
 
 
 # ----------------------------------------------------------------------------------- report
@@ -356,7 +360,8 @@ def _gcs_objects(bucket: str, prefix: str, client) -> list[tuple[str, bytes]]:
 
 def read_health(location: ResultsLocation, client=None) -> HealthReport:
     """Every node result under ``location`` (``<bucket>/health/<stack>/*.json``), sorted into
-    current, stale (checked before ``location.since``) and unreadable ones. A current result
+    current, stale (checked before ``location.since``, or of another deployment than
+    ``location.deployment``) and unreadable ones. A current result
     written for another node count than ``location.expected_nodes`` is unreadable (its
     expectations were not the cluster's).
 
@@ -378,6 +383,8 @@ def read_health(location: ResultsLocation, client=None) -> HealthReport:
             invalid.append(result)
         elif location.since is not None and datetime.fromisoformat(result.checked_at) < location.since:
             stale.append(result)
+        elif location.deployment and result.deployment != location.deployment:
+            stale.append(result)  # an earlier deployment's (up --replace-nodes, down + up)
         elif result.nodes != location.expected_nodes:
             invalid.append(
                 InvalidResult(

@@ -24,9 +24,10 @@ pytestmark = [pytest.mark.box]
 BOOT_SECONDS = 300
 
 
-def make_box(rootfs: Path, scenario: Scenario, workdir: Path) -> Box:
-    """A box for ``scenario``'s stack, its boot text rendered by the real renderers."""
-    spec = stack_spec(scenario.stack)
+def make_box(rootfs: Path, scenario: Scenario, workdir: Path, spec=None) -> Box:
+    """A box for ``scenario``'s stack (or ``spec``, a changed copy of it), its boot text rendered
+    by the real renderers."""
+    spec = spec or stack_spec(scenario.stack)
     bucket = f"{spec.stack}-box"
     boot = render_boot(spec, bucket)
     zone = spec.zone or ""
@@ -454,3 +455,36 @@ def test_aws_cluster_from_a_baked_image_uses_the_baked_container_with_no_pull(
             ) in calls_of(box, ["docker", "login"])
             assert node.read("/etc/docker/daemon.json") == '{"default-runtime": "nvidia"}'
     fault_row("baked image (AWS EFA)", "verdict with no pull", ready_seconds)
+
+
+def test_aws_a_new_deployment_never_ranks_with_an_earlier_deployments_decision(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    """``up --replace-nodes`` / ``down`` + ``up`` of the same stack file: the kept bucket holds the
+    earlier deployment's passing results and its rank decision, which left node 1 out, at the
+    addresses the new nodes get (at the key it has with and without a deployment id). The new
+    deployment's nodes rank together on their own results and store their own decision."""
+    from gpuinfra.health.ranks import DecisionScope, RankDecision
+
+    scenario = aws_p5()
+    spec = stack_spec(scenario.stack).model_copy(update={"deployment_id": "0b0b0b0b0b0b"})
+    with make_box(box_rootfs, scenario, tmp_path, spec) as box:
+        first, second = box.nodes
+        addresses = (first.ip, second.ip)
+        health = box.state / "bucket" / box.bucket / "health" / spec.stack
+        health.mkdir(parents=True, exist_ok=True)
+        for earlier in ("", "0a0a0a0a0a0a"):  # a deployment before ids, and one with its own id
+            scope = DecisionScope(spec.stack, addresses, spec.created_at, earlier)
+            (health / scope.key.rsplit("/", 1)[1]).write_text(
+                scope.propose([first.ip], {}, "i-0old", first.ip, "deadline").to_json()
+            )
+        started = time.monotonic()
+        box.start()
+        envs = wait_ranked_and_passed(box)
+        seconds = time.monotonic() - started
+        assert_two_node_ranks(box, envs, "29500")
+        new = DecisionScope(spec.stack, addresses, spec.created_at, "0b0b0b0b0b0b")
+        decision = RankDecision.from_json((health / new.key.rsplit("/", 1)[1]).read_bytes())
+        assert (decision.deployment, decision.ranked) == ("0b0b0b0b0b0b", addresses)
+        assert {r["deployment"] for r in health_results(box, spec.stack).values()} == {"0b0b0b0b0b0b"}
+        fault_row("an earlier deployment's rank decision (node 1 left out) in the bucket", "both nodes ranked", seconds)

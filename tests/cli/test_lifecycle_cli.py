@@ -22,12 +22,17 @@ from tests.conftest import without_aws_credentials
 class FakeBackend:
     """Records every call; answers like a Pulumi backend would."""
 
-    def __init__(self, deployed=(), outputs=None, fail=None, replaced=()):
+    def __init__(self, deployed=(), outputs=None, fail=None, replaced=(), pending=()):
         self.calls = []
         self.deployed = set(deployed)
         self._outputs = outputs or {}
         self.fail = fail
         self.replaced = list(replaced)  # what a preview would replace: (type token, name)
+        self.pending = list(pending)  # creates an interrupted update left pending: (type token, name)
+
+    def pending_creates(self, project_dir, stack):
+        self.calls.append(("pending_creates", stack))
+        return self.pending
 
     def list_stacks(self, project_dir):
         self.calls.append(("list_stacks", Path(project_dir).name))
@@ -68,8 +73,22 @@ def project(run_cli, tmp_path, monkeypatch):
     return tmp_path
 
 
-def _use(monkeypatch, backend):
+def _use(monkeypatch, backend, ec2=None):
+    """Replace the Automation API with ``backend`` and EC2 (the orphan sweep of ``down``) with
+    ``ec2`` (default: an account where no instance of the stack runs)."""
     monkeypatch.setattr(lifecycle, "make_backend", lambda: backend)
+    monkeypatch.setattr(lifecycle, "make_ec2_client", lambda region: ec2 or _EmptyEc2())
+
+
+class _EmptyEc2:
+    """``describe_instances`` pages with no instance; anything else is a test failure."""
+
+    def get_paginator(self, name):
+        assert name == "describe_instances"
+        return self
+
+    def paginate(self, **kwargs):
+        return [{"Reservations": []}]
 
 
 def test_without_pulumi_cli_every_command_says_what_to_install(run_cli, project, monkeypatch):

@@ -472,6 +472,7 @@ def test_node_health_round_trip_and_refusals():
         "checked_at",
         "stage",
         "address",
+        "deployment",
         "checks",
         "passed",
     ]

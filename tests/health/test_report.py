@@ -279,3 +279,30 @@ def test_location_needs_a_deployment_time(project, monkeypatch):
     with pytest.raises(SpecError, match="stack 'train' has no bucket_name output") as caught:
         locate_results("train", project[0])
     assert caught.value.exit_code == 2
+
+
+def test_results_of_an_earlier_deployment_are_stale(s3):
+    """`gpuinfra check` after `up --replace-nodes` (same stack file, same bucket): the replaced
+    nodes' passing results, checked after the last update started, do not pass the new ones."""
+    import json
+    from dataclasses import replace
+
+    from gpuinfra.health.gate import NodeHealth
+
+    def doc(node, deployment):
+        health = NodeHealth.from_dict(json.loads(node_doc(node)))
+        return replace(health, deployment=deployment).to_json()
+
+    _put(
+        s3,
+        "health-deployment",
+        {
+            health_key("train", "i-0a"): doc("i-0a", "0a0a0a0a0a0a"),
+            health_key("train", "i-0b"): doc("i-0b", "0a0a0a0a0a0a"),
+            health_key("train", "i-1a"): doc("i-1a", "0b0b0b0b0b0b"),
+        },
+    )
+    location = replace(where("health-deployment"), deployment="0b0b0b0b0b0b")
+    report = read_health(location, client=s3)
+    assert [n.node for n in report.nodes] == ["i-1a"] and [n.node for n in report.stale] == ["i-0a", "i-0b"]
+    assert report.verdict().passed is False

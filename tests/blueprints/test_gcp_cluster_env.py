@@ -1,0 +1,130 @@
+"""The GCP peer script and its formation watchdog (``templates/gcp-cluster-env.sh.j2``) run for
+real with stand-ins for ``curl`` (the metadata server) and ``gcloud`` (the group and the bucket).
+
+The watchdog releases a group (``resize --size 0``) that never formed, so that a stockout bills
+nothing; it must never release a group that formed, even when a listing fails at that moment."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from gpuinfra.agent.constants import TORCHRUN_PORT
+from gpuinfra.plan.boot import render_cluster_env
+from gpuinfra.plan.boot_gcp import peers_prefix
+from gpuinfra.plan.node_bundle import health_template_vars
+from tests.blueprints.helpers import make_spec
+
+GROUP = "t-node"
+ME, PEER = "t-node-aaaa", "t-node-bbbb"
+MY_IP = "10.128.0.2"
+
+
+def run_peer_script(tmp_path, *, storage_ls: str, running: str = ME, deployment: str = "0123456789ab"):
+    """Render the script of a 2-node spot stack and run it once to its (2 s) deadline.
+
+    Args:
+        storage_ls: the body of the ``gcloud storage ls`` stand-in (``{url}`` is the peers prefix).
+        running: the group's RUNNING VMs (``list-instances``), one per line.
+
+    Returns:
+        (the finished process, the gcloud calls, the peers prefix URL).
+    """
+    if os.name != "posix":
+        pytest.skip("bash only")
+    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, profile="cv-train").model_copy(
+        update={"deployment_id": deployment}
+    )
+    url = f"gs://bkt/{peers_prefix(spec)}"
+    script = render_cluster_env(
+        "gcp-cluster-env.sh.j2",
+        nodes=2,
+        nic_count=0,
+        group=GROUP,
+        zone="me-west1-a",
+        gpus_per_node=8,
+        wait_seconds=2,
+        master_port=TORCHRUN_PORT,
+        bucket="bkt",
+        peers_prefix=peers_prefix(spec),
+        **health_template_vars(spec),
+    )
+    script = (
+        script.replace("/etc/gpuinfra", str(tmp_path / "etc"))
+        .replace("/run/gpuinfra", str(tmp_path / "run"))
+        .replace("/var/lib/gpuinfra", str(tmp_path / "var"))
+        .replace("sleep 15", "sleep 0.2")
+        .replace("sleep 10", "sleep 0.1")
+    )
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "env.sh").write_text(script)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    log = tmp_path / "calls"
+    gcloud = (
+        f'echo "gcloud $*" >> {log}\n'
+        'case "$*" in\n'
+        f"  *list-instances*) printf '%s\\n' {running} ;;\n"
+        f'  "storage ls"*) {storage_ls.format(url=url)} ;;\n'
+        "  *) exit 0 ;;\n"
+        "esac\n"
+    )
+    curl = f'case "$*" in *network-interfaces/0/ip*) echo {MY_IP} ;; *instance/name*) echo {ME} ;; esac\n'
+    for name, body in (("gcloud", gcloud), ("curl", curl)):
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}")
+        (bin_dir / name).chmod(0o755)
+    done = subprocess.run(
+        ["bash", str(tmp_path / "env.sh")],
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return done, log.read_text().splitlines(), url
+
+
+def resizes(calls):
+    return [c for c in calls if "resize" in c]
+
+
+def test_a_group_that_never_formed_is_released(tmp_path):
+    """Control: the bucket listing works, shows only this node and no `.formed` marker, and the
+    group runs 1 of 2 VMs: the cluster never formed and the group is released."""
+    done, calls, url = run_peer_script(tmp_path, storage_ls=f"printf '%s\\n' {{url}}/{ME}/{MY_IP}")
+    assert done.returncode == 75
+    assert resizes(calls) == ["gcloud compute instance-groups managed resize t-node --zone me-west1-a --size 0 --quiet"]
+    assert f"gcloud storage cp - {url}/{ME}/{MY_IP} --quiet" in calls  # published under this deployment
+
+
+def test_a_formed_group_is_never_released_when_a_listing_fails(tmp_path):
+    """Both VMs of a formed group were preempted; the group re-created this one first (fresh boot
+    disk: no local marker). At its deadline the bucket listing fails (HTTP 503): the group is not
+    released. With the listing working, the `.formed` markers of this deployment keep it."""
+    failing = "echo 'ERROR: (gcloud.storage.ls) HTTPError 503: Service Unavailable' >&2; exit 1"
+    done, calls, _ = run_peer_script(tmp_path / "fails", storage_ls=failing)
+    assert done.returncode == 75 and resizes(calls) == []
+    formed = f"printf '%s\\n' {{url}}/{ME}/{MY_IP} {{url}}/.formed/{ME} {{url}}/.formed/{PEER}"
+    done, calls, _ = run_peer_script(tmp_path / "works", storage_ls=formed)
+    assert done.returncode == 75 and resizes(calls) == []
+
+
+def test_a_listing_without_this_node_counts_as_failed(tmp_path):
+    """A listing that exits 0 but lacks this node's own entry (published before the loop) is not
+    a listing of the bucket as it is: the group is not released on it."""
+    done, calls, _ = run_peer_script(tmp_path, storage_ls="printf ''")
+    assert done.returncode == 75 and resizes(calls) == []
+
+
+def test_an_earlier_deployments_markers_are_not_read(tmp_path):
+    """The peers prefix holds the deployment id: `.formed` markers of an earlier deployment of the
+    same group (after `down` + `up`) sit under another prefix and never count as formed."""
+    old = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, profile="cv-train").model_copy(
+        update={"deployment_id": "0a0a0a0a0a0a"}
+    )
+    earlier = f"gs://bkt/{peers_prefix(old)}"
+    listing = f"printf '%s\\n' {{url}}/{ME}/{MY_IP} {earlier}/.formed/{ME} {earlier}/.formed/{PEER}"
+    done, calls, url = run_peer_script(tmp_path, storage_ls=listing)
+    assert url.endswith("/0123456789ab")
+    assert earlier != url and done.returncode == 75 and len(resizes(calls)) == 1
