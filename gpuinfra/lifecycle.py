@@ -45,6 +45,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol
 
+import yaml
+
 from gpuinfra import teardown
 from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS
 from gpuinfra.bake.stack import list_bakes
@@ -58,6 +60,7 @@ from gpuinfra.errors import (
     RequestError,
     SpecError,
 )
+from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.money import usd_json
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.spec import ClusterSpec, new_deployment_id

@@ -18,10 +18,11 @@ once the bundle is in. The agent (:mod:`gpuinfra.agent.node`) imports it lazily 
   draw little power: "the GPU util is 100% but the power consumption is pretty low (~70W)"
   (https://github.com/NVIDIA/nccl/issues/968), about 10% of an H100 SXM's 700 W limit and what an
   idle H100 draws (69-71 W of 700 W in the ``nvidia-smi`` of
-  https://github.com/NVIDIA/nccl/issues/1967; an idle H100 80GB HBM3 with driver 580.159.04 read
-  ``72.12, 700.00`` for this module's query on 2026-11-26). A job is hung when every GPU is busy (at or over
-  the idle threshold) under ``GPUINFRA_HANG_POWER_PERCENT`` of its enforced power limit (profile
-  ``hang.power_percent``, 20 by default: twice that draw), or when the progress file the job
+  https://github.com/NVIDIA/nccl/issues/1967). Measured on an H100 80GB HBM3 (driver 580.159.04,
+  2026-11-26, ``benchmarks/results/hang-power-h100-2026-11-26/``): kernels that only wait, at
+  100% utilization, drew 18.0-19.9% of the 700 W limit; bf16 matrix products 99.7%. A job is hung
+  when every GPU is busy (at or over the idle threshold) under ``GPUINFRA_HANG_POWER_PERCENT`` of
+  its enforced power limit (profile ``hang.power_percent``; empty or 0: no power sign), or when the progress file the job
   touches (``GPUINFRA_PROGRESS_FILE``, given to the job by ``gpuinfra-run``) is older than
   ``GPUINFRA_HANG_MINUTES``, for ``GPUINFRA_HANG_MINUTES``. Action ``alert``: one log line starting
   with :data:`HANG_MARKER` and ``<state-dir>/hang`` (removed once the job moves again); ``end``:
@@ -131,7 +132,7 @@ class Watch:
         self.kernel_log = kernel_log or KernelLog()
         self.action = env.get("GPUINFRA_HANG_ACTION") or "off"
         self.hang_seconds = float(env.get("GPUINFRA_HANG_MINUTES") or 30) * 60
-        self.power_percent = float(env.get("GPUINFRA_HANG_POWER_PERCENT") or 20)
+        self.power_percent = float(env.get("GPUINFRA_HANG_POWER_PERCENT") or 0)  # 0: no power sign
         progress = env.get("GPUINFRA_PROGRESS_FILE")
         self.progress = Path(progress) if progress else None
         self.low_power_since: float | None = None
@@ -153,7 +154,7 @@ class Watch:
         failed power read is no sign)."""
         a = self.agent
         low = False
-        if all(u >= a.config.idle_utilization_percent for u in utilization):
+        if self.power_percent > 0 and all(u >= a.config.idle_utilization_percent for u in utilization):
             try:
                 power = self.power()
             except (OSError, subprocess.SubprocessError):

@@ -87,7 +87,9 @@ class HangSettings(_Strict):
     over ``idle_gpu_utilization_percent`` while drawing under ``power_percent`` of its enforced
     power limit, or the progress file the job touches (``GPUINFRA_PROGRESS_FILE``) not touched,
     for ``minutes``. NCCL hangs read 100% utilization at low power (~70 W of an H100's 700 W:
-    github.com/NVIDIA/nccl/issues/968), hence 20% by default (:mod:`gpuinfra.agent.watch`).
+    github.com/NVIDIA/nccl/issues/968; measured on an H100, kernels that only wait drew 18-20% of
+    the 700 W limit at 100% utilization, bf16 GEMM 99.7%: benchmarks/results/hang-power-h100-2026-11-26/),
+    hence 25% by default (:mod:`gpuinfra.agent.watch`).
 
     Attributes:
         action: ``alert`` -> one agent log line starting ``GPUINFRA-ALERT job hang:`` and
@@ -98,7 +100,7 @@ class HangSettings(_Strict):
 
     action: Literal["alert", "end", "off"] = "alert"
     minutes: int = Field(default=30, ge=5, le=1440)
-    power_percent: int = Field(default=20, ge=1, le=100)
+    power_percent: int = Field(default=25, ge=1, le=100)
 
 
 class Profile(_Strict):

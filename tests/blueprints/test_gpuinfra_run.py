@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpuinfra.agent.constants import RESUME_ENV, RESUME_FILE_PATH
 from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.boot_aws import USER_DATA_LIMIT_BYTES, aws_node_bundle, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, render_startup_script
@@ -64,7 +65,8 @@ LD_WRAPPER = [
     'export LD_LIBRARY_PATH="$GPUINFRA_LD_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; exec "$@"',
     "gpuinfra-run",
 ]
-SCRATCH_ENV = {"GPUINFRA_SCRATCH": "/scratch", "GPUINFRA_CHECKPOINT_DIR": "/scratch/checkpoints"}
+#: what every job gets beside the ranks: scratch, checkpoints, and the checkpoint restored at boot (none here)
+SCRATCH_ENV = {"GPUINFRA_SCRATCH": "/scratch", "GPUINFRA_CHECKPOINT_DIR": "/scratch/checkpoints", RESUME_ENV: ""}
 STUB_DOCKER = """#!/bin/bash
 echo "docker $*" >> "$STUB_CALLS"
 case "$1" in run) exit "${STUB_IMAGE_RC:-0}" ;; esac
@@ -126,6 +128,8 @@ class Node:
         self.script.write_text(files[RUN_SCRIPT_PATH])
         self.write("/etc/gpuinfra/nccl.env", files["/etc/gpuinfra/nccl.env"])
         self.write("/etc/gpuinfra/cluster.env", "".join(f"{k}={v}\n" for k, v in CLUSTER_ENV.items()))
+        # what gpuinfra-restore.service writes at boot when the bucket holds no checkpoint
+        self.write(RESUME_FILE_PATH, f"{RESUME_ENV}=\n")
 
     def write(self, path: str, text: str = "") -> Path:
         target = self.root / path.lstrip("/")
@@ -630,3 +634,18 @@ def test_the_job_gets_the_progress_file_and_a_new_job_starts_without_the_last_on
     result = node.run("--", "python", "train.py")
     assert result.returncode == 0, result.stderr
     assert not stale.exists()  # the node agent's hang check does not read the last job's file
+
+
+def test_the_job_gets_the_checkpoint_restored_at_boot_and_waits_for_the_restore(node_for):
+    node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
+    node.write(RESUME_FILE_PATH, f"{RESUME_ENV}=/scratch/checkpoints/step-000600\n")
+    argv, env = node.dry_run()
+    assert env[RESUME_ENV] == "/scratch/checkpoints/step-000600"
+    # no restore result yet: waits up to --wait, then starts without one and says where to look
+    (node.root / RESUME_FILE_PATH.lstrip("/")).unlink()
+    result = node.run("--wait", "0", "--dry-run", "--", "python", "train.py")
+    assert result.returncode == 0, result.stderr
+    assert "no checkpoint restore after 0 s (journalctl -u gpuinfra-restore); starting without one" in result.stderr
+    assert parse_env((node.root / "run/gpuinfra/run.env").read_text())[RESUME_ENV] == ""
+    # the health gate's own all-reduce does not wait for the restore
+    assert node.run("--skip-health-gate", "--dry-run", "--", "python", "x.py").returncode == 0
