@@ -386,7 +386,6 @@ def record_deployment(project_dir: Path, stack: str, deployment_id: str) -> None
 
 
 #: Instance states that still bill or can (``shutting-down`` / ``terminated`` are on their way out).
-LIVE_INSTANCE_STATES = ("pending", "running", "stopping", "stopped")
 
 
 def make_ec2_client(region: str):
@@ -422,7 +421,7 @@ def sweep_orphans(spec: ClusterSpec, deployment_id: str | None = None) -> list[s
     filters = [
         {"Name": "tag:gpuinfra:stack", "Values": [spec.stack]},
         {"Name": f"tag:{AWS_DEPLOYMENT_TAG}", "Values": [deployment_id]},
-        {"Name": "instance-state-name", "Values": list(LIVE_INSTANCE_STATES)},
+        {"Name": "instance-state-name", "Values": list(teardown.AWS_LIVE_STATES)},
     ]
     ec2 = make_ec2_client(spec.region)
     try:
@@ -531,10 +530,27 @@ def destroy_cluster(
             else f"down {stack}: no bucket of the stack found (already deleted?); destroying the cluster"
         )
     changes: dict = {}
+    orphan_error: OperationError | None = None
     if deployed:
         nodes_gone = clients is not None and _before_destroy(
             spec, outputs, clients, say, delete_data, sync_timeout_seconds, request_kind
         )
+        # after the sync and the known nodes' end: instances an interrupted `up` of this
+        # deployment left (their fleet is not in the state) would hold the placement group too
+        try:
+            orphans = sweep_orphans(spec)
+        except OperationError as exc:  # reported after the destroy, which must run all the same
+            orphans, orphan_error = [], exc
+        if orphans:
+            say(
+                f"ended {len(orphans)} instance(s) of deployment {spec.deployment_id} that Pulumi did not know "
+                f"(left by an interrupted `up`): {', '.join(orphans)}"
+            )
+            if clients is not None:
+                try:
+                    teardown.end_nodes_and_wait(spec, {"instance_ids": orphans}, clients)
+                except OperationError as exc:
+                    say(f"waiting for those instances to end failed ({exc}); destroying anyway")
         try:
             changes = backend.destroy(project_dir, stack, on_event)
         except OperationError as exc:
@@ -550,6 +566,8 @@ def destroy_cluster(
             changes = backend.destroy(project_dir, stack, on_event)
     else:
         say(f"stack {stack!r} has no deployed resources: nothing to destroy")
+    if orphan_error is not None:
+        raise orphan_error
     for bucket in buckets:
         assert clients is not None  # make_clients raised otherwise
         deleted = teardown.delete_bucket(spec, clients, bucket)
@@ -743,8 +761,8 @@ def reap_expired(
     say: Callable[[str], None] = lambda line: None,
     sync_timeout_seconds: float = SYNC_REQUEST_WAIT_SECONDS,
 ) -> list[ReapResult]:
-    """End what an interrupted ``up`` of each stack's deployment left (:func:`sweep_orphans`), then
-    destroy (keeping data; :func:`destroy_cluster`: sync request first) each stack of ``rows``;
+    """Destroy (keeping data; :func:`destroy_cluster`: sync request first, then the instances an
+    interrupted ``up`` left) each stack of ``rows``;
     a failure is recorded and the next stack is destroyed all the same (a stack left running
     costs money every hour).
 
@@ -759,7 +777,6 @@ def reap_expired(
         on_start(row)
         try:
             check_credentials(row.spec.cloud)
-            sweep_orphans(row.spec)  # first: their instances would keep the placement group from being deleted
             destroy_cluster(
                 backend,
                 Path(project_dir),

@@ -32,14 +32,16 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
     # + the nodes' read-only bucket binding (writes are a second, conditional binding: not to the bundle)
     assert doc["resources"] == 20 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
     # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
+    # + noncurrent checkpoint versions (dev allows spot: versioned), at most the 20 GB bucket once
+    #   more: 20 x $0.020 / 730 = $0.000548/h
     assert doc["cost"] == {
-        "hourly_usd": "15.101086",
-        "run_usd": "60.404341",
+        "hourly_usd": "15.101634",
+        "run_usd": "60.406533",
         "hours": "4",
         "pricing": "on-demand",
         "catalog_date": "2026-08-20 (on-demand; spot undated)",
         "price_not_found": [],
-        "monthly_if_left_running_usd": "10872.781388",
+        "monthly_if_left_running_usd": "10873.175908",
     }
     assert doc["sizing"] is None and doc["warnings"] == [] and doc["stack_file"] == str(result.written.stack_file)
     assert read_stack_spec(tmp_path, "gcp-4xa100").instance_type == "a2-highgpu-4g"

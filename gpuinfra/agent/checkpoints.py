@@ -60,7 +60,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -82,6 +82,8 @@ QUIET_SECONDS = 120
 REQUEST_POLL_SECONDS = 10
 #: Seconds between scans for a new completion file where inotify is not available.
 POLL_SECONDS = 30
+#: Seconds one ``LATEST`` write may take (a small object: a slow write is a failing one).
+LATEST_WRITE_SECONDS = 30
 #: Seconds one background pass may take (a pass that outlives it resumes at the next trigger).
 BACKGROUND_PASS_SECONDS = 3600
 CLUSTER_ENV = Path("/etc/gpuinfra/cluster.env")
@@ -159,7 +161,10 @@ def inspect_folder(path: Path, now_s: float, quiet_seconds: float = QUIET_SECOND
                 complete, why = True, marker
                 break
             why = f"{marker} older than the folder's newest file (being rewritten)"
-    if not complete and files and now_s - newest / 1e9 >= quiet_seconds:
+    # quiet only where nothing says how complete looks: never a folder whose marker is stale, a
+    # Hugging Face checkpoint-N without trainer_state.json, or a DCP folder (*.distcp) without .metadata
+    known_kind = bool(completion_files(path.name)[2:]) or any(r.endswith(".distcp") for r in mtimes)
+    if not complete and why == "being written" and not known_kind and now_s - newest / 1e9 >= quiet_seconds:
         complete, why = True, "quiet"
     return Folder(path.name, path, tuple(files), newest, complete, why)
 
@@ -175,6 +180,12 @@ def scan(root: Path, now_s: float, quiet_seconds: float = QUIET_SECONDS) -> list
     except OSError:
         return []
     folders = [inspect_folder(p, now_s, quiet_seconds) for p in entries]
+    if any(f.complete and f.why != "quiet" for f in folders):
+        # a job that marks its checkpoints marks every one: an unmarked folder is an unfinished one
+        folders = [
+            replace(f, complete=False, why="no completion file (its siblings have one)") if f.why == "quiet" else f
+            for f in folders
+        ]
     return sorted(folders, key=lambda f: (f.newest_ns, f.name), reverse=True)
 
 
@@ -288,7 +299,10 @@ class CheckpointSync:
         self.state_file, self.clock, self.wall, self.quiet_seconds = state_file, clock, wall, quiet_seconds
         self.cluster_env = cluster_env
         self.changed = threading.Condition()  # guards uploaded, latest_ns, in_flight
-        self.in_flight: set[str] = set()
+        #: folder -> ident of the thread uploading it (a SIGTERM handler runs on top of a sync
+        #: of its own thread: it takes over that thread's folders instead of waiting for them)
+        self.in_flight: dict[str, int] = {}
+        self.latest_lock = threading.RLock()  # one LATEST write at a time, outside ``changed``
         self.uploaded: dict[str, str] = {}
         self.latest_ns = 0
         try:
@@ -330,8 +344,9 @@ class CheckpointSync:
         while True:
             with self.changed:
                 pending = self.pending()
-                todo = [f for f in pending if f.name not in self.in_flight and f.name not in tried]
-                elsewhere = [f for f in pending if f.name in self.in_flight]
+                me = threading.get_ident()
+                todo = [f for f in pending if self.in_flight.get(f.name, me) == me and f.name not in tried]
+                elsewhere = [f for f in pending if self.in_flight.get(f.name, me) != me]
                 left = deadline - self.clock()
                 if left <= 0 or not (todo or elsewhere):
                     result.complete = result.complete and not pending
@@ -341,12 +356,14 @@ class CheckpointSync:
                     continue
                 folder = todo[0]
                 tried.add(folder.name)
-                self.in_flight.add(folder.name)
+                owner = self.in_flight.get(folder.name)
+                self.in_flight[folder.name] = me
             try:
                 self._upload(folder, deadline, result)
             finally:
                 with self.changed:
-                    self.in_flight.discard(folder.name)
+                    if owner is None:
+                        self.in_flight.pop(folder.name, None)
                     self.changed.notify_all()
         if result.uploaded:
             LOG.info("synced checkpoint(s) %s to %s", ", ".join(result.uploaded), self.bucket.url(self.prefix()))
@@ -369,9 +386,21 @@ class CheckpointSync:
             self.uploaded[folder.name] = folder.signature
             result.uploaded.append(folder.name)
             result.files += len(folder.files)
-            if folder.newest_ns > self.latest_ns and not self._write_latest(folder, key, deadline - self.clock()):
-                result.complete = False
             self._save_state()
+        # LATEST outside ``changed`` (a slow write must not hold a notice's or SIGTERM's sync),
+        # one write at a time, and never back to an older folder than the last one written
+        if not self.latest_lock.acquire(timeout=max(0.0, deadline - self.clock())):
+            result.complete = False
+            return
+        try:
+            if folder.newest_ns > self.latest_ns:
+                left = min(deadline - self.clock(), LATEST_WRITE_SECONDS)
+                if not self._write_latest(folder, key, left):
+                    result.complete = False
+                with self.changed:
+                    self._save_state()
+        finally:
+            self.latest_lock.release()
 
     def _write_latest(self, folder: Folder, key: str, left: float) -> bool:
         """Point ``LATEST`` at ``folder`` (its upload at ``key`` is complete); False when the
@@ -387,7 +416,7 @@ class CheckpointSync:
             "written_at": _utc(self.wall()),
         }
         try:
-            self.bucket.put_text(f"{self.prefix()}/LATEST", json.dumps(doc) + "\n", max(left, 5.0))
+            self.bucket.put_text(f"{self.prefix()}/LATEST", json.dumps(doc) + "\n", max(left, 1.0))
         except (OSError, subprocess.SubprocessError) as exc:
             LOG.info("LATEST not written for %s: %r", folder.name, exc)
             return False
@@ -600,7 +629,21 @@ def main(argv: list[str] | None = None) -> int:
     config = agent_node.AgentConfig.from_env_file(args.config)
     metadata = agent_node.AwsMetadata() if config.cloud == "aws" else agent_node.GcpMetadata()
     sync = for_node(config.cloud, config.bucket, config.stack, config.checkpoint_dir, agent_node.node_name(metadata))
-    restore(sync, args.timeout_seconds)
+    deadline = sync.clock() + args.timeout_seconds
+    # the part to restore is the node's rank's: wait (bounded) for the ranks instead of taking
+    # the node-<id> part, which a new node never has (cluster-env may still be waiting for peers)
+    while not node_part(sync.node, sync.cluster_env).startswith("rank-"):
+        if sync.clock() >= deadline:
+            LOG.info(
+                "no NODE_RANK in %s after %.0f s: the job starts without a checkpoint",
+                sync.cluster_env,
+                args.timeout_seconds,
+            )
+            RESUME_FILE.parent.mkdir(parents=True, exist_ok=True)
+            RESUME_FILE.write_text(f"{RESUME_ENV}=\n")
+            return 0
+        time.sleep(5)
+    restore(sync, max(0.0, deadline - sync.clock()))
     return 0
 
 

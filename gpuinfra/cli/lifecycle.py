@@ -133,7 +133,6 @@ def down(
             if spec.delete_bucket_on_destroy
             else f"down {stack}: destroying the cluster; the bucket and its data are kept"
         )
-    _end_orphans(spec)  # first: their instances would keep the placement group from being deleted
     changes = destroy_cluster(
         backend,
         Path(project_dir),
@@ -145,22 +144,6 @@ def down(
         sync_timeout_seconds=sync_timeout_seconds,
     )
     out.print(f"done: {changes}")
-
-
-def _end_orphans(spec) -> None:
-    """Terminate what an interrupted ``up`` left of the stack's deployment (:func:`gpuinfra.lifecycle.sweep_orphans`)."""
-    # imported on use: CLI start-up time (only the command that runs loads its library modules)
-    from gpuinfra.cli.console import stdout_console
-    from gpuinfra.lifecycle import sweep_orphans
-
-    ended = sweep_orphans(spec)
-    if ended:
-        stdout_console().print(
-            f"ended {len(ended)} instance(s) of deployment {spec.deployment_id} that Pulumi did not know "
-            f"(left by an interrupted `up`): {', '.join(ended)}",
-            soft_wrap=True,
-            markup=False,
-        )
 
 
 def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:

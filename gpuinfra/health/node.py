@@ -446,6 +446,7 @@ class HealthNode:
             [
                 RUN_SCRIPT,
                 "--skip-health-gate",
+                "--no-restore-wait",  # the gate's all-reduce comes before any job: no checkpoint to wait for
                 "--wait",
                 "60",
                 "--name",

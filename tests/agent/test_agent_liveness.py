@@ -331,10 +331,17 @@ def test_a_hang_at_full_utilization_and_10_percent_power_alerts_once_and_clears(
 
 def test_a_hang_with_action_end_syncs_and_ends_the_node(tmp_path):
     clock, ended = Clock(), []
-    env = {"GPUINFRA_HANG_ACTION": "end", "GPUINFRA_HANG_MINUTES": "5"}
+    env = {"GPUINFRA_HANG_ACTION": "end", "GPUINFRA_HANG_MINUTES": "5", "GPUINFRA_HANG_POWER_PERCENT": "25"}
     a, _ = watched(tmp_path, clock, Gpus(100, 100), ended, env)
     run(a, clock, 300)
     assert a.step() == "hang" and ended == ["hang"]
+
+
+def test_no_power_threshold_in_node_env_means_no_power_sign(tmp_path):
+    clock, ended = Clock(), []
+    env = {"GPUINFRA_HANG_ACTION": "end", "GPUINFRA_HANG_MINUTES": "5"}
+    a, _ = watched(tmp_path, clock, Gpus(100, 100), ended, env)  # 70 W of 700 W by default
+    assert set(run(a, clock, 3600)) == {"running"} and not ended
 
 
 @pytest.mark.parametrize(
@@ -347,7 +354,8 @@ def test_a_hang_with_action_end_syncs_and_ends_the_node(tmp_path):
 )
 def test_no_hang_without_every_gpu_at_low_power(tmp_path, power):
     clock, ended = Clock(), []
-    a, _ = watched(tmp_path, clock, Gpus(100, 100), ended, {"GPUINFRA_HANG_ACTION": "end"}, power=lambda: power)
+    env = {"GPUINFRA_HANG_ACTION": "end", "GPUINFRA_HANG_POWER_PERCENT": "25"}
+    a, _ = watched(tmp_path, clock, Gpus(100, 100), ended, env, power=lambda: power)
     assert set(run(a, clock, 3600)) == {"running"} and not ended
 
 

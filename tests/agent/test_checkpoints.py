@@ -78,7 +78,7 @@ def test_completeness_by_each_marker_and_by_the_quiet_period(tmp_path):
         "dcp": (True, ".metadata"),
         "checkpoint-500": (True, "trainer_state.json"),
         "other-500": (False, "being written"),
-        "quiet": (True, "quiet"),
+        "quiet": (False, "no completion file (its siblings have one)"),  # the job marks its checkpoints
         "fresh": (False, "being written"),
         "rewritten": (False, f"{CHECKPOINT_COMPLETE_MARKER} older than the folder's newest file (being rewritten)"),
         "empty": (False, "empty"),
@@ -273,3 +273,57 @@ def test_a_notice_during_a_background_upload_sends_the_newest_at_once(tmp_path):
     background.join(10)
     assert latest(cli, "node-i-0abc")["checkpoint"] == "step-2"  # the older upload does not move it back
     assert sync.uploaded.keys() == {"step-1", "step-2"}
+
+
+def test_quiet_never_completes_a_folder_whose_kind_says_how_complete_looks(tmp_path):
+    """A job killed mid-save leaves a quiet folder: one of a kind with a completion file (HF
+    ``checkpoint-N``, DCP ``*.distcp``, a folder with a stale marker, or any folder of a job
+    that marks its checkpoints) never counts as complete by the quiet period alone."""
+    quiet_at = T0 - ck.QUIET_SECONDS - 60
+    root = tmp_path / "ckpt"
+    checkpoint(root, "checkpoint-700", quiet_at, marker=None)  # HF: no trainer_state.json
+    write(root / "dcp-7", "__0_0.distcp", b"shard", quiet_at)  # DCP: no .metadata
+    stale = checkpoint(root, "step-7", quiet_at - 60)
+    write(stale, "shard-0.pt", b"rewrite cut off", quiet_at)  # marker older than a shard
+    got = {f.name: (f.complete, f.why) for f in ck.scan(root, T0)}
+    assert {name: complete for name, (complete, _) in got.items()} == {
+        "checkpoint-700": False,
+        "dcp-7": False,
+        "step-7": False,
+    }
+    # a job that marks its checkpoints: an unmarked quiet sibling is an unfinished one
+    checkpoint(root, "step-6", quiet_at - 600)  # marked
+    checkpoint(root, "step-8", quiet_at, marker=None)  # quiet, unmarked
+    got = {f.name: (f.complete, f.why) for f in ck.scan(root, T0)}
+    assert got["step-6"] == (True, CHECKPOINT_COMPLETE_MARKER)
+    assert got["step-8"] == (False, "no completion file (its siblings have one)")
+    # with no completion file anywhere, quiet is the only sign there is
+    bare = tmp_path / "bare"
+    checkpoint(bare, "run-1", quiet_at, marker=None)
+    assert [(f.name, f.complete, f.why) for f in ck.scan(bare, T0)] == [("run-1", True, "quiet")]
+
+
+def test_a_sync_started_on_top_of_its_own_threads_upload_takes_that_folder_over(tmp_path):
+    """SIGTERM arrives while the main thread's end sync is uploading the newest folder: the
+    handler's sync runs on the same thread, above the suspended upload, which can never finish.
+    It uploads that folder itself and moves LATEST to it, instead of waiting for it."""
+    clock = Clock()
+    cli = FakeCli(sleep=clock.sleep)
+    sync, _ = make_sync(tmp_path, clock, cli)
+    (tmp_path / "cluster.env").write_text("NNODES=1\nNODE_RANK=0\n")
+    checkpoint(sync.root, "step-1", T0 - 500)
+    checkpoint(sync.root, "step-2", T0 - 100)
+    nested: list = []
+    signalled: list = []
+
+    def signal_during_upload(folder):
+        if folder.name == "step-2" and not signalled:
+            signalled.append(True)
+            nested.append(sync.sync(clock() + 25))  # the SIGTERM handler's bounded sync
+
+    cli.during_upload = signal_during_upload
+    sync.sync(clock() + 300)
+    stop = nested[0]
+    assert stop.uploaded[0] == "step-2" and stop.complete
+    assert latest(cli)["checkpoint"] == "step-2"
+    assert clock() - T0 < 25  # it never waited for its own suspended upload

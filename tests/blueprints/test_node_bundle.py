@@ -38,7 +38,12 @@ MODULE_PATHS = sorted(f"/usr/local/lib/gpuinfra/gpuinfra/{m}" for m in NODE_MODU
 def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
     spec = make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain")
     bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
-    assert bundle.units == ["gpuinfra-image.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"]
+    assert bundle.units == [
+        "gpuinfra-image.service",
+        "gpuinfra-monitoring.service",
+        "gpuinfra-health.service",
+        "gpuinfra-restore.service",
+    ]
     assert sorted(f.path for f in bundle.files) == sorted(
         [
             "/etc/gpuinfra/image/Dockerfile",
@@ -50,6 +55,7 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
             ALLREDUCE_PATH,
             EXPECTATIONS_PATH,
             "/etc/systemd/system/gpuinfra-health.service",
+            "/etc/systemd/system/gpuinfra-restore.service",
         ]
     )
     assert bundle.file("/usr/local/sbin/gpuinfra-monitoring").mode == "0755"
@@ -125,13 +131,14 @@ def test_every_run_step_of_the_efa_recipe_passes_shellcheck(tmp_path):
 def test_nodes_without_efa_or_image_build_nothing():
     spec = make_spec("g5.xlarge", profile="dev")
     bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
-    assert bundle.units == ["gpuinfra-monitoring.service", "gpuinfra-health.service"]
+    assert bundle.units == ["gpuinfra-monitoring.service", "gpuinfra-health.service", "gpuinfra-restore.service"]
     assert f"IMAGE={IMAGE}\n" in bundle.file(RUN_SCRIPT_PATH).content
     off = spec.profile.model_copy(
         update={"health_gate": "off", "monitoring": spec.profile.monitoring.model_copy(update={"enabled": False})}
     )
     bundle = aws_node_bundle(spec.model_copy(update={"profile": off}), plan_aws_cluster(spec))
-    assert bundle.units == [] and ALLREDUCE_PATH in [f.path for f in bundle.files]
+    # the checkpoint restore runs whatever the gate and monitoring settings
+    assert bundle.units == ["gpuinfra-restore.service"] and ALLREDUCE_PATH in [f.path for f in bundle.files]
 
 
 @pytest.mark.parametrize(
@@ -141,16 +148,34 @@ def test_nodes_without_efa_or_image_build_nothing():
         (
             "a3-megagpu-8g",
             "llm-pretrain",
-            ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"],
+            [
+                "gpuinfra-fabric-host.service",
+                "gpuinfra-monitoring.service",
+                "gpuinfra-health.service",
+                "gpuinfra-restore.service",
+            ],
         ),
         (
             "a3-ultragpu-8g",
             "llm-pretrain",
-            ["gpuinfra-fabric-host.service", "gpuinfra-monitoring.service", "gpuinfra-health.service"],
+            [
+                "gpuinfra-fabric-host.service",
+                "gpuinfra-monitoring.service",
+                "gpuinfra-health.service",
+                "gpuinfra-restore.service",
+            ],
         ),
         # A3 High without a baked image: plain networking, nothing to install
-        ("a3-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
-        ("a2-highgpu-8g", "llm-finetune", ["gpuinfra-monitoring.service", "gpuinfra-health.service"]),
+        (
+            "a3-highgpu-8g",
+            "llm-finetune",
+            ["gpuinfra-monitoring.service", "gpuinfra-health.service", "gpuinfra-restore.service"],
+        ),
+        (
+            "a2-highgpu-8g",
+            "llm-finetune",
+            ["gpuinfra-monitoring.service", "gpuinfra-health.service", "gpuinfra-restore.service"],
+        ),
     ],
 )
 def test_gcp_bundles_install_the_fabric_host_stack_where_it_can_be(machine, profile, units):

@@ -150,6 +150,43 @@ def test_down_asks_the_running_nodes_to_sync_and_waits_for_their_acks(run_cli, a
     assert backend.calls[-1] == ("destroy", "syncs")
 
 
+def test_a_deployed_stacks_nodes_are_asked_to_sync_before_anything_ends_them(run_cli, aws, clock, monkeypatch):
+    """A stack ``up`` deployed carries a deployment id, and every node of its fleet the deployment
+    tag: the nodes Pulumi knows are asked to sync while they run, and only then are they (and an
+    instance an interrupted ``up`` left under the same deployment) ended, before the destroy."""
+    new, ec2, s3 = aws
+    project = new("dep")
+    lifecycle.record_deployment(project, "dep", "0c0c0c0c0c0c")
+    monkeypatch.setattr(lifecycle, "make_ec2_client", lambda region: ec2)
+    s3.create_bucket(Bucket="gpuinfra-dep-b1")
+    ids = _launch(ec2, "dep", 3)
+    ec2.create_tags(Resources=ids, Tags=[{"Key": "gpuinfra:deployment", "Value": "0c0c0c0c0c0c"}])
+    known, orphan = ids[:2], ids[2]
+    asked_while_running = {}
+
+    def node_side(now):  # each known node acks once it sees the request, noting its own state
+        for node in known:
+            request = _tag(ec2, node)
+            if request and node not in asked_while_running:
+                asked_while_running[node] = _states(ec2, [node])[node]
+                ack = {"request": request, "node": node, "uploaded_files": 1, "complete": True, "finished_at": "t"}
+                s3.put_object(Bucket="gpuinfra-dep-b1", Key=sync_ack_key("dep", request, node), Body=json.dumps(ack))
+
+    clock.on_wait.append(node_side)
+    backend = PlacementGroupBackend(
+        ec2, ids, clock, {"stack": "dep", "bucket_name": "gpuinfra-dep-b1", "instance_ids": known}
+    )
+    _use(monkeypatch, backend)
+    result = run_cli("down", "dep", "--sync-timeout-seconds", "60", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stdout + result.stderr
+    assert asked_while_running == dict.fromkeys(known, "running")
+    assert _tag(ec2, orphan) is None  # not the stack's known node: never asked
+    assert "ended 1 instance(s) of deployment 0c0c0c0c0c0c that Pulumi did not know" in result.stdout
+    waited, states = backend.seen
+    assert states == dict.fromkeys(ids, "terminated")  # the orphan too, before the placement group went
+    assert backend.calls[-1] == ("destroy", "dep")
+
+
 def test_down_stops_waiting_once_every_node_acked(run_cli, aws, clock, monkeypatch):
     new, ec2, s3 = aws
     project = new("fast")

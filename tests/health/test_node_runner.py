@@ -256,6 +256,7 @@ def test_cluster_stage_passes_at_the_baseline_and_fails_below_it(tmp_path):
     assert run == [
         "/usr/local/bin/gpuinfra-run",
         "--skip-health-gate",
+        "--no-restore-wait",
         "--wait",
         "60",
         "--name",
