@@ -531,14 +531,24 @@ def keep_syncing(
     stop: threading.Event | None = None,
 ) -> None:
     """The background loop: a sync every ``interval_seconds`` and after a write in the
-    checkpoint dir (0: neither, only ``poll``), and ``poll()`` (sync requests, rebalance
-    recommendations) every :data:`REQUEST_POLL_SECONDS`. Runs until ``stop`` is set."""
+    checkpoint dir (0: neither, only ``poll``), and, in a thread of its own so that a long pass
+    never delays an answer, ``poll()`` (sync requests, rebalance recommendations) every
+    :data:`REQUEST_POLL_SECONDS`. Runs until ``stop`` is set."""
     stop = stop or threading.Event()
+
+    def answer() -> None:
+        while not stop.is_set():
+            try:
+                poll()
+            except Exception as exc:  # noqa: BLE001 - the loop never dies
+                LOG.info("sync request poll: %r", exc)
+            stop.wait(REQUEST_POLL_SECONDS)
+
+    threading.Thread(target=answer, name="gpuinfra-sync-requests", daemon=True).start()
     watcher = Watcher(sync.root)
     next_pass = sync.clock() + interval_seconds
     while not stop.is_set():
         try:
-            poll()
             if interval_seconds > 0:
                 wait = max(0.0, min(REQUEST_POLL_SECONDS, next_pass - sync.clock()))
                 written = watcher.wait(wait, lambda: {(f.name, f.signature) for f in sync.pending()})

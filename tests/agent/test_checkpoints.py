@@ -327,3 +327,36 @@ def test_a_sync_started_on_top_of_its_own_threads_upload_takes_that_folder_over(
     assert stop.uploaded[0] == "step-2" and stop.complete
     assert latest(cli)["checkpoint"] == "step-2"
     assert clock() - T0 < 25  # it never waited for its own suspended upload
+
+
+def test_sync_requests_are_answered_while_a_long_background_pass_uploads(tmp_path, monkeypatch):
+    """A background pass may upload for most of an hour; ``down`` waits minutes for the ack: the
+    request poll runs beside the pass, not between passes."""
+    import threading
+    import time
+
+    monkeypatch.setattr(ck, "REQUEST_POLL_SECONDS", 0.05)
+    release, uploading, polls = threading.Event(), threading.Event(), []
+    cli = FakeCli()
+
+    def slow_upload(folder):  # a 1 TB checkpoint: the pass holds here until the test ends it
+        uploading.set()
+        release.wait(10)
+
+    cli.during_upload = slow_upload
+    sync = ck.CheckpointSync(
+        tmp_path / "ckpt", ck.Bucket("aws", "bkt", run=cli), "st", "i-0abc", state_file=tmp_path / "s.json"
+    )
+    checkpoint(sync.root, "step-1", time.time() - 10)
+    stop = threading.Event()
+    loop = threading.Thread(target=ck.keep_syncing, args=(sync, 0.01, lambda: polls.append(1), stop), daemon=True)
+    loop.start()
+    try:
+        assert uploading.wait(10)
+        before = len(polls)
+        time.sleep(0.5)
+        assert len(polls) > before + 3  # answered while the upload runs
+    finally:
+        release.set()
+        stop.set()
+        loop.join(10)
