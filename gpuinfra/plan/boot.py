@@ -69,7 +69,8 @@ SCRATCH_UNIT = "gpuinfra-scratch.service"
 #: The mount unit of :data:`SCRATCH_MOUNT` (systemd.mount(5): named after the escaped path;
 #: ``/scratch`` has nothing to escape, checked here).
 SCRATCH_MOUNT_UNIT = SCRATCH_MOUNT.strip("/") + ".mount"
-assert SCRATCH_MOUNT.strip("/").isalnum(), "SCRATCH_MOUNT needs systemd-escape"
+if not SCRATCH_MOUNT.strip("/").isalnum():  # a path with '/', '-' or others would need systemd-escape
+    raise ImportError(f"SCRATCH_MOUNT {SCRATCH_MOUNT!r}: its mount unit name needs systemd-escape")
 CLUSTER_ENV_UNIT = "gpuinfra-cluster-env.service"
 #: Pulls the profile's training image once Docker and scratch are up (the health gate's
 #: all-reduce runs in it, so the gate is ordered after it on both clouds).

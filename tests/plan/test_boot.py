@@ -118,6 +118,11 @@ def test_systemd_restarts_the_agent_whatever_its_exit_status_and_never_gives_up(
     # systemd.service(5): Restart=always restarts on a clean exit too; StartLimitIntervalSec=0
     # (systemd.unit(5)) turns the start rate limit off
     assert (agent["Restart"], agent["RestartSec"], agent["StartLimitIntervalSec"]) == (["always"], ["10"], ["0"])
+    # stop: SIGTERM to the agent alone (its uploads' CLI children keep running) and time for its
+    # bounded sync (100 s on AWS, inside the 2-minute spot notice) before systemd kills it; it
+    # stops before the network and /scratch go (systemd.unit(5): stop order is the reverse of After=)
+    assert (agent["KillMode"], agent["TimeoutStopSec"]) == (["mixed"], ["115"])
+    assert agent["After"] == ["network-online.target scratch.mount"]
     # the job watch the agent imports once the bundle is in sits beside the agent
     assert "/usr/local/lib/gpuinfra/gpuinfra/agent/watch.py" in {f.path for f in bundle.files}
 
