@@ -305,10 +305,16 @@ class CheckpointSync:
         self.latest_lock = threading.RLock()  # one LATEST write at a time, outside ``changed``
         self.uploaded: dict[str, str] = {}
         self.latest_ns = 0
+        self._load_state()
+
+    def _load_state(self) -> None:
+        """Merge the state file into :attr:`uploaded` and :attr:`latest_ns`: another process (the
+        restore at boot) may have recorded a folder since this one started."""
         try:
-            state = json.loads(state_file.read_text())
-            self.uploaded, self.latest_ns = dict(state["uploaded"]), int(state["latest_ns"])
-        except (OSError, ValueError, KeyError, TypeError):
+            state = json.loads(self.state_file.read_text())
+            self.uploaded.update({str(k): str(v) for k, v in dict(state["uploaded"]).items()})
+            self.latest_ns = max(self.latest_ns, int(state["latest_ns"]))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             pass
 
     def prefix(self) -> str:
@@ -326,6 +332,7 @@ class CheckpointSync:
 
     def pending(self) -> list[Folder]:
         """Complete folders not in the bucket with their current content, newest first."""
+        self._load_state()
         folders = scan(self.root, self.wall(), self.quiet_seconds)
         return [f for f in folders if f.complete and self.uploaded.get(f.name) != f.signature]
 

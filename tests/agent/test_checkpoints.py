@@ -360,3 +360,17 @@ def test_sync_requests_are_answered_while_a_long_background_pass_uploads(tmp_pat
         release.set()
         stop.set()
         loop.join(10)
+
+
+def test_a_folder_the_restore_recorded_after_the_agent_started_is_not_uploaded_again(tmp_path):
+    """The agent's sync is built before ``gpuinfra-restore.service`` runs in its own process and
+    records the folder it put back: the agent reads that record and uploads nothing."""
+    clock = Clock()
+    agent_sync, cli = make_sync(tmp_path, clock)  # the agent's, built first
+    (tmp_path / "cluster.env").write_text("NNODES=1\nNODE_RANK=0\n")
+    folder = checkpoint(agent_sync.root, "step-9", T0 - 300)
+    restore_sync, _ = make_sync(tmp_path, clock, cli)  # the restore's process
+    restore_sync.uploaded["step-9"] = ck.inspect_folder(folder, T0).signature
+    restore_sync.latest_ns = ck.inspect_folder(folder, T0).newest_ns
+    restore_sync._save_state()
+    assert agent_sync.sync(clock() + 60).uploaded == [] and not cli.calls
