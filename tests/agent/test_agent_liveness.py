@@ -256,8 +256,14 @@ def test_main_keeps_polling_after_the_node_started_ending(tmp_path, monkeypatch)
         if len(polls) == 5:
             raise Stop
 
+    import threading
+
+    handlers, syncing = [], threading.Event()
     monkeypatch.setattr(node, "build_agent", lambda config, state_dir, poll_seconds: Ending())
     monkeypatch.setattr(node.time, "sleep", sleep)
+    # the SIGTERM sync and the background sync are set up, not run (not in the test process)
+    monkeypatch.setattr(node.signal, "signal", lambda signum, handler: handlers.append(signum))
+    monkeypatch.setattr(node, "keep_syncing", lambda agent: syncing.set())
     env = tmp_path / "node.env"
     env.write_text(
         "GPUINFRA_CLOUD=aws\nGPUINFRA_STACK=t\nGPUINFRA_BUCKET=b\nGPUINFRA_IDLE_TIMEOUT_MINUTES=30\n"
@@ -266,6 +272,7 @@ def test_main_keeps_polling_after_the_node_started_ending(tmp_path, monkeypatch)
     with pytest.raises(Stop):
         main(["--config", str(env), "--state-dir", str(tmp_path / "run")])
     assert len(polls) == 5  # a crash and four "expired" polls, and still polling
+    assert handlers == [node.signal.SIGTERM] and syncing.wait(5)
 
 
 # ------------------------------------------------------------------ the job watch
