@@ -10,6 +10,14 @@ config.json values) with random weights -- nothing is downloaded -- and runs:
 * inference: ``generate()`` with the default dynamic KV cache, ``batch`` prompts of ``seq - 16``
   random tokens and 16 new tokens.
 
+The optimizer of a case is ``adamw-foreach`` (``torch.optim.AdamW`` default on CUDA, the
+default grids), ``adamw-fused`` (``AdamW(fused=True)``, the HF Trainer default since torch 2.8)
+or ``adamw-8bit`` (bitsandbytes ``AdamW8bit``, block-wise 8-bit state, Dettmers et al. 2022,
+arXiv:2110.02861). Training rows also carry the peak of each phase of the last step (forward,
+backward, optimizer step; ``max_memory_allocated`` reset at each phase's start) and what stays
+allocated between steps, the memory model's phase terms. Each case runs in its own process, so
+one case's allocator pool never shows in the next.
+
 It records, per case, peak ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``, the
 memory the device reports in use (``mem_get_info``: total - free, i.e. reserved + CUDA
 context + library workspaces), median step time and tokens/s, and writes
@@ -18,7 +26,7 @@ library versions and date. Rows use the fixture format of tests/fixtures/sizing/
 (metric ``device_used``, unit ``bytes``) so tests/sizing/test_fixtures.py checks them.
 
 Usage (a CUDA machine with torch, transformers, peft):
-    python benchmarks/measure_gpu_memory.py [--grid default|issue] [--steps 3] [--out DIR]
+    python benchmarks/measure_gpu_memory.py [--grid default|issue|phases] [--steps 3] [--out DIR] [--out-file PATH]
 Without CUDA it prints one line and exits 6 (gpuinfra.errors.ExitCode.MISSING_DEPENDENCY).
 """
 
@@ -39,8 +47,24 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "gpuinfra" / "sizing" / "data" / "models.yaml"
 EXIT_MISSING_DEPENDENCY = 6
 
-#: (model, method, seq, batch, recompute); ``issue`` are the two reference cases of tests/cli/test_size_cli.py.
+#: (model, method, seq, batch, recompute[, optimizer]); ``issue`` are the two reference cases of
+#: tests/cli/test_size_cli.py; ``phases`` adds longer sequences, larger micro-batches and the
+#: optimizer implementations to the handed-over H100 rows (../shared/data/sizing/).
+OPTIMIZERS = ("adamw-foreach", "adamw-fused", "adamw-8bit")
 GRIDS = {
+    "phases": [
+        ("phi-3-mini", "full", 2048, 1, "full", "adamw-fused"),
+        ("phi-3-mini", "full", 2048, 1, "full", "adamw-foreach"),
+        ("phi-3-mini", "full", 2048, 1, "full", "adamw-8bit"),
+        ("phi-3-mini", "full", 8192, 1, "full", "adamw-fused"),
+        ("phi-3-mini", "full", 2048, 8, "full", "adamw-fused"),
+        ("gpt2-xl", "full", 1024, 16, "full", "adamw-fused"),
+        ("gpt2-xl", "full", 1024, 8, "none", "adamw-8bit"),
+        ("llama-3.1-8b", "lora", 8192, 1, "full", "adamw-fused"),
+        ("llama-3.1-8b", "lora", 2048, 8, "full", "adamw-fused"),
+        ("phi-3-mini", "inference", 4096, 16, "none"),
+        ("llama-3.1-8b", "inference", 8192, 8, "none"),
+    ],
     "issue": [("llama-3.1-8b", "lora", 2048, 2, "full"), ("llama-3.1-8b", "inference", 2048, 32, "none")],
     "default": [
         ("llama-3.1-8b", "lora", 2048, 2, "full"),
@@ -110,8 +134,13 @@ def make_row(
     tokens_per_second: float | None,
     status: str = "ok",
     error: str | None = None,
+    optimizer: str = "adamw-foreach",
+    phases: dict | None = None,
 ) -> dict:
-    """One result row in the fixture format (the workload keys of gpuinfra/sizing/calibration.py)."""
+    """One result row in the fixture format (the workload keys of gpuinfra/sizing/calibration.py),
+    plus ``optimizer`` and ``phases`` (bytes; training: ``between_steps`` allocated, then the
+    ``forward``, ``backward``, ``optimizer_step`` peaks of the last step; inference: ``weights``
+    allocated before ``generate()``)."""
     row = {
         "id": case_id(model, method, seq, batch, recompute),
         "model": model,
@@ -134,6 +163,10 @@ def make_row(
         "tokens_per_second": tokens_per_second,
         "status": status,
     }
+    if method != "inference":
+        row["optimizer"] = optimizer
+    if phases:
+        row["phases"] = phases
     if error:
         row["error"] = error
     return row
@@ -151,7 +184,7 @@ def _environment(torch) -> dict:
         or None
     )
     versions = {"torch": torch.__version__, "cuda": torch.version.cuda}
-    for name in ("transformers", "peft", "accelerate"):
+    for name in ("transformers", "peft", "accelerate", "bitsandbytes"):
         try:
             versions[name] = __import__(name).__version__
         except ImportError:
@@ -167,7 +200,25 @@ def _environment(torch) -> dict:
     }
 
 
-def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: str, steps: int) -> dict:
+def _optimizer(torch, params: list, name: str):
+    """The optimizer ``name`` (:data:`OPTIMIZERS`) over ``params``, lr 1e-5."""
+    if name == "adamw-8bit":
+        import bitsandbytes
+
+        return bitsandbytes.optim.AdamW8bit(params, lr=1e-5)
+    return torch.optim.AdamW(params, lr=1e-5, fused=name == "adamw-fused", foreach=name == "adamw-foreach")
+
+
+def _phase_peak(torch) -> tuple[int, int]:
+    """(peak allocated, peak reserved) bytes since the last reset; resets both."""
+    peak = (torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved())
+    torch.cuda.reset_peak_memory_stats()
+    return peak
+
+
+def _run_case(
+    torch, model: str, method: str, seq: int, batch: int, recompute: str, steps: int, optimizer: str = "adamw-foreach"
+) -> dict:
     import transformers
 
     cfg = hf_config_dict(model)
@@ -176,11 +227,14 @@ def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: s
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     dtype = torch.float32 if method == "full" else torch.bfloat16
-    net = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype).cuda()
+    with torch.device("cuda"):  # random init on the GPU: same tensors, minutes faster than on the CPU
+        net = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
     times = []
+    phases: dict = {}
     tokens = seq * batch
     if method == "inference":
         net.eval()
+        phases = {"weights": torch.cuda.memory_allocated()}
         prompt = torch.randint(0, cfg["vocab_size"], (batch, seq - 16), device="cuda")
         for _ in range(steps):
             torch.cuda.synchronize()
@@ -211,20 +265,30 @@ def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: s
             if method == "lora":
                 net.enable_input_require_grads()
         net.train()
-        optim = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-5)
+        optim = _optimizer(torch, [p for p in net.parameters() if p.requires_grad], optimizer)
         ids = torch.randint(0, cfg["vocab_size"], (batch, seq), device="cuda")
+        allocated = reserved = 0
         for _ in range(steps):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
+            peaks = {"between_steps": torch.cuda.memory_allocated()}
+            torch.cuda.reset_peak_memory_stats()
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = net(input_ids=ids, labels=ids).loss
+            peaks["forward"], pool = _phase_peak(torch)
             loss.backward()
+            peaks["backward"], pool_backward = _phase_peak(torch)
             optim.step()
             optim.zero_grad(set_to_none=True)
+            peaks["optimizer_step"], pool_step = _phase_peak(torch)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)
+            allocated = max(allocated, *peaks.values())
+            reserved = max(reserved, pool, pool_backward, pool_step)
+            phases = peaks
     free, total = torch.cuda.mem_get_info()
-    allocated, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
+    if method == "inference":
+        allocated, reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
     context = (total - free) - torch.cuda.memory_reserved()  # CUDA context + library workspaces now
     step = statistics.median(times[1:] or times)
     del net
@@ -239,7 +303,52 @@ def _run_case(torch, model: str, method: str, seq: int, batch: int, recompute: s
         reserved=reserved,
         step_seconds=round(step, 4),
         tokens_per_second=round(tokens / step, 1),
+        optimizer=optimizer,
+        phases=phases,
     )
+
+
+def _case_in_child(case: tuple, steps: int, timeout_seconds: float) -> dict:
+    """Run ``case`` in a fresh Python process (``--one-case``) and return its row; a crash or a
+    timeout becomes a row with ``status`` ``error``."""
+    command = [sys.executable, __file__, "--one-case", json.dumps(list(case)), "--steps", str(steps)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_seconds, check=False)
+        lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+        if done.returncode == 0 and lines:
+            return json.loads(lines[-1])
+        error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    except subprocess.TimeoutExpired:
+        error = f"timed out after {timeout_seconds:.0f} s"
+    return make_row(
+        *case[:5],
+        device_used=None,
+        allocated=None,
+        reserved=None,
+        step_seconds=None,
+        tokens_per_second=None,
+        status="error",
+        error=error,
+        **({"optimizer": case[5]} if len(case) > 5 else {}),
+    )
+
+
+def _one_case(torch, case: tuple, steps: int) -> dict:
+    """Row of one case in this process; an out-of-memory error is a row with ``status`` ``oom``."""
+    try:
+        return _run_case(torch, *case[:5], steps=steps, **({"optimizer": case[5]} if len(case) > 5 else {}))
+    except torch.cuda.OutOfMemoryError as exc:
+        return make_row(
+            *case[:5],
+            device_used=None,
+            allocated=None,
+            reserved=None,
+            step_seconds=None,
+            tokens_per_second=None,
+            status="oom",
+            error=str(exc).splitlines()[0],
+            **({"optimizer": case[5]} if len(case) > 5 else {}),
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grid", choices=sorted(GRIDS), default="default")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument(
+        "--out-file", type=Path, default=None, help="results file (default: DIR/gpu-memory-<gpu>-<date>.json)"
+    )
+    parser.add_argument("--case-timeout-seconds", type=float, default=300.0)
+    parser.add_argument("--one-case", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         import torch
@@ -260,30 +374,19 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print("error: measure_gpu_memory.py needs a CUDA GPU (torch.cuda.is_available() is False)", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
+    if args.one_case is not None:
+        print(json.dumps(_one_case(torch, tuple(json.loads(args.one_case)), args.steps)), flush=True)
+        return 0
     env = _environment(torch)
+    name = env["gpu"].lower().replace("nvidia ", "").replace(" ", "-")
+    path = args.out_file or args.out / f"gpu-memory-{name}-{env['date']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for case in GRIDS[args.grid]:
-        try:
-            rows.append(_run_case(torch, *case, steps=args.steps))
-        except torch.cuda.OutOfMemoryError as exc:
-            rows.append(
-                make_row(
-                    *case,
-                    device_used=None,
-                    allocated=None,
-                    reserved=None,
-                    step_seconds=None,
-                    tokens_per_second=None,
-                    status="oom",
-                    error=str(exc).splitlines()[0],
-                )
-            )
-        torch.cuda.empty_cache()
+        rows.append(_case_in_child(case, args.steps, args.case_timeout_seconds))
         print(json.dumps(rows[-1]), flush=True)
-    name = env["gpu"].lower().replace("nvidia ", "").replace(" ", "-")
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"gpu-memory-{name}-{env['date']}.json"
-    path.write_text(json.dumps({"schema_version": 1, "environment": env, "rows": rows}, indent=1) + "\n")
+        # written after every case: a run stopped at its time limit keeps what it measured
+        path.write_text(json.dumps({"schema_version": 1, "environment": env, "rows": rows}, indent=1) + "\n")
     print(f"wrote {path}")
     return 0
 
