@@ -153,6 +153,17 @@ def test_backstop_role_deletes_its_fleet_and_terminates_its_nodes_only(aws_stack
         assert all(s["Resource"] != "*" for s in document["Statement"])
 
 
+def test_rendered_policies_are_valid_iam_documents(aws_stack):
+    """Every inline policy passes moto's IAM policy document validator (the grammar checks IAM
+    applies on PutRolePolicy: Version, Effect, action ``service:Name`` form, resource ARN form), so
+    the evaluations above judge documents IAM would accept."""
+    from moto.iam.policy_validation import IAMPolicyDocumentValidator
+
+    _, result = aws_stack
+    for policy in result.of_type(ROLE_POLICY):
+        IAMPolicyDocumentValidator(policy.inputs["policy"]).validate()
+
+
 # --- the evaluator itself, on the documented rules it relies on --------------------------------
 def test_evaluator_follows_the_documented_rules():
     """docs.aws.amazon.com/IAM/latest/UserGuide/reference_policies_evaluation-logic.html: an
