@@ -1,11 +1,10 @@
-"""IAM of the nodes: SSM Session Manager access, the stack bucket, (when monitoring is on)
-the CloudWatch agent's metrics and configuration, and (when the nodes boot a baked image) pull
-from the bake's ECR repository, nothing else.
+"""IAM of the nodes: the SSM Agent's Session Manager / Run Command channel (no parameter
+read), the stack bucket, (when monitoring is on) the CloudWatch agent's metrics and its one
+configuration parameter, and (when the nodes boot a baked image) pull from the bake's ECR
+repository, nothing else.
 
-Sources: AmazonSSMManagedInstanceCore for Session Manager
-(docs.aws.amazon.com/systems-manager/latest/userguide/setup-instance-permissions.html);
-``ec2:DescribeInstances`` (read-only, not resource-scopable) lets a node find its peers for the
-torchrun host file.
+Sources: :func:`ssm_agent_policy_document`; ``ec2:DescribeInstances`` (read-only, not
+resource-scopable) lets a node find its peers for the torchrun host file.
 """
 
 from __future__ import annotations
@@ -15,13 +14,68 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from gpuinfra.monitoring.metrics import aws_namespace
+from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_namespace
 from gpuinfra.plan.naming import child
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
-SSM_MANAGED_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
+#: What the SSM Agent on a node calls to register and to serve Session Manager sessions
+#: (``ssmmessages:*Channel``) and Run Command (``ec2messages:*``; ``gpuinfra`` sends
+#: ``AWS-RunShellScript``, :mod:`gpuinfra.plan.fabric`): AmazonSSMManagedInstanceCore
+#: (docs.aws.amazon.com/aws-managed-policy/latest/reference/AmazonSSMManagedInstanceCore.html,
+#: policy v2) less its State Manager / Inventory / Patch Manager actions (gpuinfra uses none), and
+#: less ``ssm:GetParameter`` / ``ssm:GetParameters`` on ``"Resource": "*"``, which let any code on
+#: a node (a container too: IMDS hop limit 2) read every parameter of the account, SecureStrings
+#: included. Session Manager's own minimum is ``ssm:UpdateInstanceInformation`` plus the four
+#: ``ssmmessages`` actions (docs.aws.amazon.com/systems-manager/latest/userguide/
+#: getting-started-create-iam-instance-profile.html; AWS managed policy
+#: AWSCloud9SSMInstanceProfile has exactly those). The ``ssmmessages`` and ``ec2messages`` actions
+#: define no resource type (docs.aws.amazon.com/service-authorization/latest/reference/
+#: list_ssmmessages.html and list_amazonmessagedeliveryservice.html list no resource types),
+#: so ``Resource: "*"`` is the only form; ``ssm:UpdateInstanceInformation`` stays on ``*`` as in
+#: the AWS policies above (a node reports only its own instance). None of them reads account data.
+SSM_AGENT_ACTIONS = (
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+    "ec2messages:AcknowledgeMessage",
+    "ec2messages:DeleteMessage",
+    "ec2messages:FailMessage",
+    "ec2messages:GetEndpoint",
+    "ec2messages:GetMessages",
+    "ec2messages:SendReply",
+)
+
+
+def ssm_agent_policy_document() -> str:
+    """Inline policy JSON: :data:`SSM_AGENT_ACTIONS` (``Resource: "*"``, see there), no
+    ``ssm:GetParameter*``, no other SSM read."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Sid": "SsmAgentChannels", "Effect": "Allow", "Action": list(SSM_AGENT_ACTIONS), "Resource": "*"}
+            ],
+        }
+    )
+
+
+def parameter_arn(region: str, account_id: str, name: str) -> str:
+    """ARN of the SSM parameter ``name`` (``/a/b`` -> ``arn:aws:ssm:<region>:<account>:parameter/a/b``:
+    a hierarchical name's leading ``/`` is the ARN's separator, docs.aws.amazon.com/
+    systems-manager/latest/userguide/sysman-paramstore-access.html,
+    docs.aws.amazon.com/service-authorization/latest/reference/list_awssystemsmanager.html
+    resource type ``parameter``: ``arn:${Partition}:ssm:${Region}:${Account}:parameter/${ParameterNameWithoutLeadingSlash}``).
+
+    Raises:
+        ValueError: ``name`` does not start with ``/``.
+    """
+    if not name.startswith("/"):
+        raise ValueError(f"SSM parameter name {name!r} is not hierarchical (no leading '/')")
+    return f"arn:aws:ssm:{region}:{account_id}:parameter{name}"
 
 
 def bucket_policy_document(bucket_arn: str) -> str:
@@ -92,14 +146,16 @@ def ecr_pull_policy_document(repository_arn: str) -> str:
 
 
 # --- GPU monitoring: the CloudWatch agent's permissions, nothing more ------------------------
-def monitoring_policy_document(stack: str) -> str:
+def monitoring_policy_document(stack: str, region: str, account_id: str) -> str:
     """Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
     into the stack's namespace (condition key ``cloudwatch:namespace``: docs.aws.amazon.com/
     AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html; the action has no
-    resource-level scope, so ``Resource: *``). Reading the agent's configuration parameter
-    (``fetch-config -c ssm:``) needs ``ssm:GetParameter``, which the attached
-    AmazonSSMManagedInstanceCore already grants on every parameter (``"Resource": "*"``), so no
-    statement here could narrow it: none is added. No logs, no tags."""
+    resource-level scope, so ``Resource: *``), and ``ssm:GetParameter`` on the stack's one agent
+    configuration parameter (:func:`gpuinfra.monitoring.metrics.aws_agent_parameter_name`, read by
+    ``amazon-cloudwatch-agent-ctl -a fetch-config -c ssm:<name>``; CloudWatchAgentServerPolicy
+    grants the agent ``ssm:GetParameter`` for this: docs.aws.amazon.com/aws-managed-policy/latest/
+    reference/CloudWatchAgentServerPolicy.html) in ``region`` of ``account_id``. The parameter is a
+    ``String``, so no ``kms:Decrypt``. No logs, no tags."""
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -110,6 +166,12 @@ def monitoring_policy_document(stack: str) -> str:
                     "Action": ["cloudwatch:PutMetricData"],
                     "Resource": "*",
                     "Condition": {"StringEquals": {"cloudwatch:namespace": aws_namespace(stack)}},
+                },
+                {
+                    "Sid": "ReadAgentConfiguration",
+                    "Effect": "Allow",
+                    "Action": ["ssm:GetParameter"],
+                    "Resource": [parameter_arn(region, account_id, aws_agent_parameter_name(stack))],
                 },
             ],
         }
@@ -122,7 +184,10 @@ def monitoring_policy_document(stack: str) -> str:
 def build_instance_profile(
     name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, parent: pulumi.Resource
 ) -> aws.iam.InstanceProfile:
-    """Role (EC2 trust), SSM managed policy, bucket-scoped inline policy, instance profile."""
+    """Role (EC2 trust) with inline policies: the SSM Agent's channels
+    (:func:`ssm_agent_policy_document`), the bucket (:func:`bucket_policy_document`), ECR pull from
+    a bake's repository, monitoring (:func:`monitoring_policy_document`); its instance profile.
+    No managed policy is attached."""
     opts = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(
         child(name, "node-role"),
@@ -137,7 +202,7 @@ def build_instance_profile(
         tags=aws_tags(spec),
         opts=opts,
     )
-    aws.iam.RolePolicyAttachment(child(name, "node-ssm"), role=role.name, policy_arn=SSM_MANAGED_POLICY, opts=opts)
+    aws.iam.RolePolicy(child(name, "node-ssm"), role=role.id, policy=ssm_agent_policy_document(), opts=opts)
     aws.iam.RolePolicy(
         child(name, "node-bucket"), role=role.id, policy=bucket.arn.apply(bucket_policy_document), opts=opts
     )
@@ -147,7 +212,11 @@ def build_instance_profile(
             child(name, "node-ecr"), role=role.id, policy=ecr_pull_policy_document(repository), opts=opts
         )
     if spec.profile.monitoring.enabled:  # GPU monitoring
+        account_id = aws.get_caller_identity_output().account_id
         aws.iam.RolePolicy(
-            child(name, "node-monitoring"), role=role.id, policy=monitoring_policy_document(spec.stack), opts=opts
+            child(name, "node-monitoring"),
+            role=role.id,
+            policy=account_id.apply(lambda account: monitoring_policy_document(spec.stack, spec.region, account)),
+            opts=opts,
         )
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)

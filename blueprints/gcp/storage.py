@@ -8,6 +8,8 @@ uniform_bucket_level_access, public_access_prevention); docs/sources/cluster-fac
 
 from __future__ import annotations
 
+import re
+
 import pulumi
 import pulumi_gcp as gcp
 
@@ -58,37 +60,73 @@ def build_bucket(name: str, spec: ClusterSpec, project: str, parent: pulumi.Reso
     )
 
 
-#: The node service account's roles on the stack bucket. Read, unconditionally: every object,
-#: the node bundle included (``gpuinfra-bundle.service`` fetches it at boot). Write: under the
-#: condition :func:`bundle_write_exclusion`, i.e. everything but the node bundle, which every node
-#: runs as root: Pulumi (the deploy identity, with its own credentials) writes it, the nodes only
-#: read it -- the intent of ``NodeBundleReadOnly`` in :mod:`blueprints.aws.identity`. Permissions
-#: of the roles: cloud.google.com/iam/docs/roles-permissions/storage (objectViewer:
-#: storage.objects.get / list; objectAdmin: storage.objects.*, storage.multipartUploads.*, managed
-#: folders without their IAM policies).
+#: The node service account's roles on the stack bucket (permissions of the roles:
+#: cloud.google.com/iam/docs/roles-permissions/storage). Read, unconditionally: every object, the
+#: node bundle included (``gpuinfra-bundle.service`` fetches it at boot). Create: under
+#: :func:`bundle_write_exclusion` (everything but the node bundle, which every node runs as root:
+#: Pulumi writes it). Overwrite and delete: under :func:`overwrite_condition`, which also leaves
+#: out the checkpoint data under ``checkpoints/``: replacing an existing object needs
+#: ``storage.objects.delete`` as well as ``create`` (cloud.google.com/storage/docs/access-control/
+#: iam-permissions: "storage.objects.delete ... also required ... to overwrite an existing
+#: object"), and delete is what removes a noncurrent version, so a node (or a container on it)
+#: can neither rewrite nor delete any version of an uploaded checkpoint.
+#: objectViewer: storage.objects.get / list; objectCreator: storage.objects.create,
+#: storage.multipartUploads.create / abort / listParts; objectUser: storage.objects.create /
+#: delete / get / list / restore / update, storage.multipartUploads.*.
 NODE_BUCKET_READ_ROLE = "roles/storage.objectViewer"
-NODE_BUCKET_WRITE_ROLE = "roles/storage.objectAdmin"
+NODE_BUCKET_CREATE_ROLE = "roles/storage.objectCreator"
+NODE_BUCKET_WRITE_ROLE = "roles/storage.objectUser"
 NODE_BUNDLE_CONDITION_TITLE = "gpuinfra-node-bundle-read-only"
 NODE_BUNDLE_CONDITION_DESCRIPTION = (
-    f"nodes may create, overwrite and delete any object of the stack bucket except under {BUNDLE_PREFIX} "
+    f"nodes may create any object of the stack bucket except under {BUNDLE_PREFIX} "
     "(the node bundle every node runs at boot; Pulumi writes it)"
+)
+NODE_OVERWRITE_CONDITION_TITLE = "gpuinfra-checkpoints-write-once"
+#: Prefix of the agent's checkpoint uploads (:mod:`gpuinfra.agent.checkpoints` key layout).
+CHECKPOINT_PREFIX = "checkpoints/"
+NODE_OVERWRITE_CONDITION_DESCRIPTION = (
+    f"nodes may overwrite and delete objects except under {BUNDLE_PREFIX} and the checkpoint data "
+    f"under {CHECKPOINT_PREFIX} (its LATEST pointers and sync acks stay writable)"
 )
 #: IAM resource type of a Cloud Storage object
 #: (cloud.google.com/iam/docs/conditions-resource-attributes#resource-type).
 GCS_OBJECT_TYPE = "storage.googleapis.com/Object"
+_GCS_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
+_GCE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def _object_path(bucket_name: str) -> str:
+    """``projects/_/buckets/<bucket>/objects/``: the ``resource.name`` prefix of the bucket's
+    objects (cloud.google.com/iam/docs/conditions-resource-attributes#resource-name).
+
+    Raises:
+        ValueError: ``bucket_name`` holds a character outside ``a-z 0-9 . _ -``
+            (cloud.google.com/storage/docs/buckets#naming), so it cannot go into a CEL literal.
+    """
+    if not _GCS_NAME.fullmatch(bucket_name):
+        raise ValueError(f"bucket name {bucket_name!r}: only a-z 0-9 . _ - allowed")
+    return f"projects/_/buckets/{bucket_name}/objects/"
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` as an RE2 pattern matching only itself, with no backslash (so it needs no CEL
+    escaping): ``.`` becomes ``[.]``; other characters of GCS / GCE names are literal in RE2."""
+    return text.replace(".", "[.]")
 
 
 def bundle_write_exclusion(bucket_name: str) -> str:
-    """The IAM condition (CEL) of the node service account's write role: true for every resource
+    """The IAM condition (CEL) of the node service account's create role: true for every resource
     of ``bucket_name`` except objects whose name starts with :data:`BUNDLE_PREFIX`.
 
     Args:
-        bucket_name: the stack bucket's name (GCS names hold only ``a-z 0-9 - _ .``, so it needs
-            no quoting inside the CEL string literal: cloud.google.com/storage/docs/buckets#naming).
+        bucket_name: the stack bucket's name (checked by :func:`_object_path`).
 
     Returns:
         ``resource.type != "storage.googleapis.com/Object" ||
         !resource.name.startsWith("projects/_/buckets/<bucket>/objects/gpuinfra/")``.
+
+    Raises:
+        ValueError: see :func:`_object_path`.
 
     Why this shape (sources):
 
@@ -109,19 +147,54 @@ def bundle_write_exclusion(bucket_name: str) -> str:
       (cloud.google.com/iam/docs/resource-types-with-conditional-roles, footnote 1):
       :func:`build_bucket` turns it on.
     """
-    prefix = f"projects/_/buckets/{bucket_name}/objects/{BUNDLE_PREFIX}"
+    prefix = _object_path(bucket_name) + BUNDLE_PREFIX
     return f'resource.type != "{GCS_OBJECT_TYPE}" || !resource.name.startsWith("{prefix}")'
+
+
+def overwrite_condition(bucket_name: str) -> str:
+    """The IAM condition (CEL) of the node service account's overwrite / delete role
+    (:data:`NODE_BUCKET_WRITE_ROLE`): :func:`bundle_write_exclusion`, and no object under
+    :data:`CHECKPOINT_PREFIX` except the two kinds the agent rewrites
+    (:mod:`gpuinfra.agent.checkpoints`): ``checkpoints/<stack>/<part>/LATEST`` (rewritten after
+    every upload) and ``checkpoints/<stack>/.sync/...`` (the acks of sync requests). The
+    checkpoint folders themselves are write-once by design (a rewritten folder goes to a new
+    ``<signature>`` key), so the agent never needs to replace or delete them.
+
+    What the node runtime overwrites or deletes elsewhere, all still allowed: the health gate's
+    ``health/<stack>/<node>.json`` (rewritten on each boot), the peer entries
+    ``gpuinfra-peers/<group>/<vm>/<ip>`` (``gcloud storage rm`` of the VM's old entries) and
+    ``.formed`` markers, the temporary parts of gcloud's parallel composite uploads (files from
+    150 MiB; deleted after the compose: cloud.google.com/storage/docs/parallel-composite-uploads;
+    named under gcloud's ``storage/parallel_composite_upload_component_prefix``, by default at
+    the bucket root, outside ``checkpoints/``), and whatever the job writes outside
+    ``checkpoints/``.
+
+    Raises:
+        ValueError: see :func:`_object_path`.
+
+    ``matches`` is CEL's RE2 match, unanchored (it finds the pattern anywhere in the string:
+    github.com/google/cel-spec/blob/master/doc/langdef.md "matches"), so every pattern here
+    carries ``^`` and ``$``; IAM Conditions are CEL (cloud.google.com/iam/docs/conditions-overview).
+    """
+    objects = _object_path(bucket_name)
+    checkpoints = objects + CHECKPOINT_PREFIX
+    rewritten = f"^{_regex_literal(checkpoints)}[^/]+/([.]sync/.+|[^/]+/LATEST)$"
+    return (
+        f"({bundle_write_exclusion(bucket_name)}) && "
+        f'(!resource.name.startsWith("{checkpoints}") || resource.name.matches("{rewritten}"))'
+    )
 
 
 def build_service_account(
     name: str, spec: ClusterSpec, bucket: gcp.storage.Bucket, project: str, parent: pulumi.Resource
 ) -> gcp.serviceaccount.Account:
-    """Node service account with two bindings on the stack bucket only:
-    :data:`NODE_BUCKET_READ_ROLE` (unconditional) and :data:`NODE_BUCKET_WRITE_ROLE` under the
-    condition :func:`bundle_write_exclusion` (``BucketIAMMemberConditionArgs`` title / expression /
+    """Node service account with three bindings on the stack bucket only:
+    :data:`NODE_BUCKET_READ_ROLE` (unconditional), :data:`NODE_BUCKET_CREATE_ROLE` under
+    :func:`bundle_write_exclusion` and :data:`NODE_BUCKET_WRITE_ROLE` under
+    :func:`overwrite_condition` (``BucketIAMMemberConditionArgs`` title / expression /
     description, pulumi_gcp 10.2.0). The provider identifies a binding by role and condition
-    contents, so a change of the condition replaces the write binding; on a stack deployed before
-    the condition existed, ``pulumi up`` swaps the unconditional ``objectAdmin`` binding for it."""
+    contents, so on a stack deployed with the earlier ``objectAdmin`` binding ``pulumi up``
+    replaces it."""
     opts = pulumi.ResourceOptions(parent=parent)
     account = gcp.serviceaccount.Account(
         child(name, "nodes-sa"),
@@ -141,12 +214,24 @@ def build_service_account(
     gcp.storage.BucketIAMMember(
         child(name, "nodes-bucket-access"),
         bucket=bucket.name,
-        role=NODE_BUCKET_WRITE_ROLE,
+        role=NODE_BUCKET_CREATE_ROLE,
         member=member,
         condition=gcp.storage.BucketIAMMemberConditionArgs(
             title=NODE_BUNDLE_CONDITION_TITLE,
             expression=bucket.name.apply(bundle_write_exclusion),
             description=NODE_BUNDLE_CONDITION_DESCRIPTION,
+        ),
+        opts=opts,
+    )
+    gcp.storage.BucketIAMMember(
+        child(name, "nodes-bucket-overwrite"),
+        bucket=bucket.name,
+        role=NODE_BUCKET_WRITE_ROLE,
+        member=member,
+        condition=gcp.storage.BucketIAMMemberConditionArgs(
+            title=NODE_OVERWRITE_CONDITION_TITLE,
+            expression=bucket.name.apply(overwrite_condition),
+            description=NODE_OVERWRITE_CONDITION_DESCRIPTION,
         ),
         opts=opts,
     )
@@ -193,6 +278,38 @@ NODE_ROLE_PERMISSIONS = (
 )
 
 
+def own_group_condition(project: str, zone: str, group_name: str) -> str:
+    """The IAM condition (CEL) of the node role: the group ``group_name`` itself
+    (``resource.name ==``) and the VMs it names, ``<group_name>-`` plus four lower-case letters or
+    digits (``matches``, anchored with ``^`` and ``$``), in ``zone`` of ``project``; nothing of a group whose
+    name merely starts with ``group_name`` (stack ``exp`` vs ``exp-node-2``).
+
+    Sources: ``resource.name`` of Compute Engine resources is
+    ``projects/<project>/zones/<zone>/instances/<name>`` (cloud.google.com/iam/docs/
+    conditions-resource-attributes#resource-name); a MIG names its VMs by appending "a hyphen and
+    a random four-character string to the base instance name" (Compute API
+    InstanceGroupManager.baseInstanceName, cloud.google.com/compute/docs/reference/rest/v1/
+    instanceGroupManagers); :mod:`blueprints.gcp.nodes` uses ``group_name`` as both the group's
+    name and its base instance name. ``matches``: see :func:`overwrite_condition`.
+
+    Args:
+        project: project ID; zone: e.g. ``us-east4-a``; group_name: the MIG's name
+            (:func:`gpuinfra.plan.boot_gcp.node_prefix`).
+
+    Raises:
+        ValueError: a value holds a character outside ``a-z 0-9 -`` (GCE names and project IDs
+            never do), so it cannot go into the CEL literal and the regex as is.
+    """
+    for what, value in (("project", project), ("zone", zone), ("group", group_name)):
+        if not _GCE_NAME.fullmatch(value):
+            raise ValueError(f"{what} {value!r}: only a-z 0-9 - allowed in the node role's condition")
+    zone_path = f"projects/{project}/zones/{zone}"
+    return (
+        f'resource.name == "{zone_path}/instanceGroupManagers/{group_name}" || '
+        f'resource.name.matches("^{zone_path}/instances/{group_name}-[a-z0-9]{{4}}$")'
+    )
+
+
 def build_node_role(
     name: str,
     spec: ClusterSpec,
@@ -218,11 +335,6 @@ def build_node_role(
         project=project,
         opts=opts,
     )
-    zone_path = f"projects/{project}/zones/{spec.zone}"
-    expression = (
-        f'resource.name.startsWith("{zone_path}/instanceGroupManagers/{group_name}") || '
-        f'resource.name.startsWith("{zone_path}/instances/{group_name}-")'
-    )
     return gcp.projects.IAMMember(
         child(name, "node-role-binding"),
         project=project,
@@ -230,7 +342,7 @@ def build_node_role(
         member=account.email.apply(lambda email: f"serviceAccount:{email}"),
         condition=gcp.projects.IAMMemberConditionArgs(
             title="gpuinfra-own-group-only",
-            expression=expression,
+            expression=own_group_condition(project, spec.zone, group_name),
             description="nodes may only see and remove VMs of their own managed instance group",
         ),
         opts=opts,

@@ -1,5 +1,6 @@
-"""GCP nodes read the node bundle but cannot rewrite it; everything else in the stack bucket
-stays theirs to write (blueprints/gcp/storage.py ``build_service_account``).
+"""GCP nodes read the node bundle but cannot rewrite it; they create anything else, and
+overwrite or delete everything but uploaded checkpoint data (blueprints/gcp/storage.py
+``build_service_account``).
 
 The bindings are pinned exactly under Pulumi mocks, then their effect is checked the way IAM
 decides it (a permission is granted when any binding of a role holding it applies: it has no
@@ -57,6 +58,30 @@ def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
     return bool(program.evaluate({"resource": celpy.json_to_cel({"type": resource_type, "name": resource_name})}))
 
 
+#: Permissions of the predefined roles the nodes hold, as Google lists them
+#: (cloud.google.com/iam/docs/roles-permissions/storage; object-level subset).
+ROLE_PERMISSIONS = {
+    "roles/storage.objectViewer": {"storage.objects.get", "storage.objects.list"},
+    "roles/storage.objectCreator": {"storage.objects.create", "storage.multipartUploads.create"},
+    "roles/storage.objectUser": {
+        "storage.objects.create",
+        "storage.objects.delete",
+        "storage.objects.get",
+        "storage.objects.list",
+        "storage.objects.restore",
+        "storage.objects.update",
+        "storage.multipartUploads.create",
+    },
+    "roles/storage.objectAdmin": {
+        "storage.objects.create",
+        "storage.objects.delete",
+        "storage.objects.get",
+        "storage.objects.list",
+        "storage.objects.update",
+    },
+}
+
+
 def granted(bindings: list[dict], roles: set[str], resource_type: str, resource_name: str) -> bool:
     """Whether any binding of one of ``roles`` applies to the resource."""
     return any(
@@ -64,6 +89,13 @@ def granted(bindings: list[dict], roles: set[str], resource_type: str, resource_
         and ("condition" not in b or cel_true(b["condition"]["expression"], resource_type, resource_name))
         for b in bindings
     )
+
+
+def permitted(bindings: list[dict], permission: str, resource_type: str, resource_name: str) -> bool:
+    """Whether IAM grants ``permission`` on the resource: some binding whose role holds it applies."""
+    roles = {role for role, perms in ROLE_PERMISSIONS.items() if permission in perms}
+    assert all(b["role"] in ROLE_PERMISSIONS for b in bindings), "a role this test does not know"
+    return granted(bindings, roles, resource_type, resource_name)
 
 
 @pytest.fixture(scope="module")
@@ -78,18 +110,34 @@ def bindings(result):
 
 def test_exact_bindings(result):
     members = {r.name: r.inputs for r in result.of_type(MEMBER_TYPE)}
+    not_bundle = (
+        'resource.type != "storage.googleapis.com/Object" || '
+        f'!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/gpuinfra/")'
+    )
     assert members == {
         "t-2-nodes-bucket-read": {"bucket": BUCKET, "member": ACCOUNT, "role": "roles/storage.objectViewer"},
         "t-2-nodes-bucket-access": {
             "bucket": BUCKET,
             "member": ACCOUNT,
-            "role": "roles/storage.objectAdmin",
+            "role": "roles/storage.objectCreator",
             "condition": {
                 "title": "gpuinfra-node-bundle-read-only",
-                "expression": 'resource.type != "storage.googleapis.com/Object" || '
-                f'!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/gpuinfra/")',
-                "description": "nodes may create, overwrite and delete any object of the stack bucket except under "
+                "expression": not_bundle,
+                "description": "nodes may create any object of the stack bucket except under "
                 "gpuinfra/ (the node bundle every node runs at boot; Pulumi writes it)",
+            },
+        },
+        "t-2-nodes-bucket-overwrite": {
+            "bucket": BUCKET,
+            "member": ACCOUNT,
+            "role": "roles/storage.objectUser",
+            "condition": {
+                "title": "gpuinfra-checkpoints-write-once",
+                "expression": f"({not_bundle}) && "
+                f'(!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/checkpoints/") || '
+                f'resource.name.matches("^projects/_/buckets/{BUCKET}/objects/checkpoints/[^/]+/([.]sync/.+|[^/]+/LATEST)$"))',
+                "description": "nodes may overwrite and delete objects except under gpuinfra/ and the checkpoint "
+                "data under checkpoints/ (its LATEST pointers and sync acks stay writable)",
             },
         },
     }
@@ -156,15 +204,43 @@ def node_written_keys(result) -> list[str]:
 
 
 def test_nodes_keep_writing_everything_else(result, bindings):
+    """Every key the runtime writes can be created; every key it rewrites (health result,
+    LATEST, sync acks, peer entries and markers, scratch) can also be overwritten and deleted,
+    which GCS requires for a replace (cloud.google.com/storage/docs/access-control/iam-permissions)."""
     keys = node_written_keys(result)
     assert any(k.startswith("gpuinfra-peers/") for k in keys)  # shares the stem, not the prefix
     for key in keys:
         assert not key.startswith(BUNDLE_PREFIX), key
-        assert granted(bindings, {"roles/storage.objectAdmin"}, OBJECT, object_name(key)), key
-        assert granted(bindings, {"roles/storage.objectAdmin"}, OBJECT, object_name(key + "/peer-entry")), key
+        assert permitted(bindings, "storage.objects.create", OBJECT, object_name(key)), key
+        assert permitted(bindings, "storage.objects.get", OBJECT, object_name(key)), key
+        if not key.startswith("checkpoints/"):  # a folder stem of the startup script: its entries
+            assert permitted(bindings, "storage.objects.delete", OBJECT, object_name(key + "/peer-entry")), key
+        if "/step-100/" not in key:  # not checkpoint data: rewritten by the runtime
+            assert permitted(bindings, "storage.objects.delete", OBJECT, object_name(key)), key
     # listing (health gate read_prefix, peer discovery `gcloud storage ls`) is checked on the bucket
-    assert granted(bindings, {"roles/storage.objectAdmin"}, BUCKET_TYPE, BUCKET_NAME)
-    assert granted(bindings, {"roles/storage.objectViewer"}, BUCKET_TYPE, BUCKET_NAME)
+    assert permitted(bindings, "storage.objects.list", BUCKET_TYPE, BUCKET_NAME)
+    assert permitted(bindings, "storage.objects.create", BUCKET_TYPE, BUCKET_NAME)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "checkpoints/t-2/rank-0/step-100/0123456789ab/model.pt",  # an uploaded checkpoint file
+        "checkpoints/t-2/rank-0/step-100/0123456789ab/.metadata",
+        "checkpoints/t-2/rank-0/LATEST-old",  # not the pointer itself
+        "checkpoints/t-2/rank-0/step-100/LATEST",  # a file named LATEST inside a checkpoint folder
+        "checkpoints/t-2/.syncx/model.pt",
+        "checkpoints/LATEST",
+    ],
+)
+def test_nodes_cannot_overwrite_or_delete_checkpoint_data(bindings, key):
+    """Deleting (any generation: a noncurrent version too) and replacing both need
+    storage.objects.delete on the object; the nodes hold it nowhere under checkpoints/ but on the
+    LATEST pointers and sync acks, so versioning keeps every uploaded checkpoint. Creating new
+    checkpoint objects stays allowed."""
+    assert not permitted(bindings, "storage.objects.delete", OBJECT, object_name(key))
+    assert not permitted(bindings, "storage.objects.update", OBJECT, object_name(key))
+    assert permitted(bindings, "storage.objects.create", OBJECT, object_name(key))
 
 
 def test_same_prefix_as_aws():

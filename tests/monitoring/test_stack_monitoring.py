@@ -115,9 +115,10 @@ def test_p5_dashboard_and_idle_alarm(p5):
     assert result.outputs["monitoring_namespace"] == "gpuinfra/t-2"
 
 
-def test_p5_node_role_adds_only_put_metric_data_into_its_namespace(p5):
-    """The parameter read (ssm:GetParameter) is already allowed on every parameter by the attached
-    AmazonSSMManagedInstanceCore, so monitoring adds no SSM statement that would only look narrower."""
+def test_p5_node_role_adds_only_put_metric_data_into_its_namespace_and_reads_its_parameter(p5):
+    """Monitoring adds metric writes into the stack's namespace and the read of the agent's one
+    configuration parameter; the node role has no managed policy (evaluated against other stacks'
+    parameters in tests/blueprints/test_node_iam.py)."""
     spec, result = p5
     policy = next(r for r in result.of_type("aws:iam/rolePolicy:RolePolicy") if r.name == "t-2-node-monitoring")
     doc = json.loads(policy.inputs["policy"])
@@ -129,9 +130,15 @@ def test_p5_node_role_adds_only_put_metric_data_into_its_namespace(p5):
             "Resource": "*",
             "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuinfra/t-2"}},
         },
+        {
+            "Sid": "ReadAgentConfiguration",
+            "Effect": "Allow",
+            "Action": ["ssm:GetParameter"],
+            "Resource": ["arn:aws:ssm:us-east-1:123456789012:parameter/gpuinfra/t-2/cloudwatch-agent"],
+        },
     ]
     attached = {r.inputs["policyArn"] for r in result.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}
-    assert "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore" in attached
+    assert attached == set()
 
 
 def test_alarm_email_adds_a_subscription_and_monitoring_off_removes_everything():
