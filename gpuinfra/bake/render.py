@@ -156,7 +156,7 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PA
     check_host = render(
         "bake/check-host.sh.j2",
         bake=spec.stack,
-        driver_branch=m.driver_branch,
+        driver_branch=shlex.quote(m.driver_branch),
         efa=efa == 1,
         container_image=container_image,
     )
