@@ -156,7 +156,7 @@ class GcpImageBake(pulumi.ComponentResource):
     """The Cloud Build + Packer bake of ``spec`` (module docstring lists the children).
 
     Raises:
-        ValueError: a non-GCP spec.
+        ValueError: a non-GCP spec, or one without a project.
     """
 
     def __init__(self, name: str, spec: BakeSpec, opts: pulumi.ResourceOptions | None = None):
@@ -165,6 +165,8 @@ class GcpImageBake(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, name, None, opts)
         m = spec.manifest
         project = spec.gcp_project
+        if not project:
+            raise ValueError("GcpImageBake needs the bake's gcp_project")
         labels = {"gpuinfra-stack": spec.stack, "gpuinfra-kind": "bake", **m.gcp_labels()}
         kids = pulumi.ResourceOptions(parent=self)
 
