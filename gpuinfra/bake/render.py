@@ -90,8 +90,8 @@ def manifest_script(spec: BakeSpec) -> str:
     return render(
         "bake/write-manifest.sh.j2",
         bake=spec.stack,
-        manifest_path=MANIFEST_PATH,
-        manifest_dir=str(PurePosixPath(MANIFEST_PATH).parent),
+        manifest_path=shlex.quote(MANIFEST_PATH),
+        manifest_dir=shlex.quote(str(PurePosixPath(MANIFEST_PATH).parent)),
         manifest_json=json.dumps(spec.manifest.to_config(), indent=2, sort_keys=True),
     )
 
@@ -174,8 +174,12 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PA
 def container_check_script(spec: BakeSpec, efa: int) -> str:
     """Bash run inside the built container: what ``gpuinfra-run`` requires there
     (:func:`gpuinfra.plan.fabric.aws_fabric`'s ``image`` requirements) and the manifest."""
-    needs = [(shlex.quote(r.target), r.what) for r in aws_fabric(efa).requirements if r.kind == "image"]
-    return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=MANIFEST_PATH)
+    needs = [
+        (shlex.quote(r.target), shlex.quote(f"gpuinfra bake: {r.what} missing ({r.target})"))
+        for r in aws_fabric(efa).requirements
+        if r.kind == "image"
+    ]
+    return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=shlex.quote(MANIFEST_PATH))
 
 
 #: File name of the manifest in the container's build context (copied to ``MANIFEST_PATH``).

@@ -80,6 +80,15 @@ def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
     return bool(program.evaluate({"resource": celpy.json_to_cel({"type": resource_type, "name": resource_name})}))
 
 
+def _iap_allows(expression: str, port: int) -> bool:
+    """An IAP TCP-forwarding condition over ``destination.port`` (cloud.google.com/iap/docs/using-tcp-forwarding)."""
+    import celpy
+
+    env = celpy.Environment()
+    program = env.program(env.compile(expression))
+    return bool(program.evaluate({"destination": celpy.json_to_cel({"ip": "10.128.0.2", "port": port})}))
+
+
 def test_exact_resources_and_zero_violations(preview):
     counts: dict[str, int] = {}
     for r in preview.resources:
@@ -160,7 +169,8 @@ def test_no_project_wide_actas_or_compute_admin(preview):
     )
     tunnel = _one(preview, "gcp:iap/tunnelIamMember:TunnelIamMember").inputs
     assert tunnel["role"] == "roles/iap.tunnelResourceAccessor"
-    assert tunnel["condition"]["expression"] == "destination.port == 22"
+    assert _iap_allows(tunnel["condition"]["expression"], 22)
+    assert not any(_iap_allows(tunnel["condition"]["expression"], port) for port in (3389, 80, 443, 2222))
     subnet_user = _one(preview, "gcp:compute/subnetworkIAMMember:SubnetworkIAMMember").inputs
     assert subnet_user["role"] == "roles/compute.networkUser"
 
