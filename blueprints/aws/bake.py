@@ -12,6 +12,12 @@ Children (``<name>-<role>``), all declared with ``pulumi_aws.imagebuilder`` / ``
   ``ecr:GetAuthorizationToken`` on ``*`` and the layer actions on the repository).
 * ``repository``: ECR ``gpuinfra/<stack>``, tags ``IMMUTABLE`` and scan on push
   (pulumi-aws ``ecr.Repository.image_tag_mutability``: MUTABLE, IMMUTABLE, ...).
+* ``vpc``, ``igw``, ``build-subnet`` (+ ``build-rt``, ``build-default``, ``build-rta``),
+  ``s3-endpoint`` and ``build-sg``: the bake stack's own network (:func:`build_network`), so the
+  build needs no default VPC. Image Builder launches the build instance in the infrastructure
+  configuration's subnet with its security groups, and without them in the default VPC
+  (pulumi-aws ``InfrastructureConfiguration.subnet_id``, "also requires security_group_ids";
+  docs.aws.amazon.com/imagebuilder/latest/userguide/manage-infra-config.html).
 * ``host-component`` + ``image-recipe`` (pinned base AMI, gp3 root volume on the base AMI's
   own root device, read with ``getAmi``) +
   ``infrastructure`` (CPU build instance, IMDSv2, terminate on failure) + ``distribution``
@@ -30,6 +36,7 @@ tests/bake/test_aws_bake.py and by the ``provider-valid-values`` rule).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
@@ -37,6 +44,7 @@ import pulumi_aws as aws
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
 from gpuinfra.errors import BakeError
+from gpuinfra.plan.aws import NODE_SUBNET_CIDR, VPC_CIDR
 from gpuinfra.plan.naming import child
 
 TYPE_TOKEN = "gpuinfra:aws:ImageBake"
@@ -80,6 +88,110 @@ def container_tag(manifest_sha256: str) -> str:
     """ECR tag of a bake's training container: ``bake-<manifest sha256[:12]>`` (one per manifest;
     the repository's tags are immutable)."""
     return f"bake-{manifest_sha256[:12]}"
+
+
+#: Outbound ports of the build instance: HTTPS (Systems Manager, S3, ECR, nvcr.io, the EFA
+#: installer and aws-ofi-nccl downloads) and HTTP (Ubuntu package mirrors in ``apt-get``). DNS
+#: and NTP go to the Amazon resolver and time service, which security groups do not filter
+#: (docs.aws.amazon.com/vpc/latest/userguide/vpc-network-acls.html, "Amazon DNS server").
+BUILD_EGRESS_PORTS = (443, 80)
+
+
+@dataclass(frozen=True)
+class BuildNetwork:
+    """The bake's own subnet and security group (ids, outputs at deploy)."""
+
+    vpc_id: pulumi.Output[str]
+    subnet_id: pulumi.Output[str]
+    security_group_id: pulumi.Output[str]
+
+
+def build_network(name: str, spec: BakeSpec, tags: dict[str, str], kids: pulumi.ResourceOptions) -> BuildNetwork:
+    """The bake stack's own VPC: one public subnet whose instances get a public IPv4 address,
+    and a security group with **no inbound rule** and outbound HTTPS/HTTP only.
+
+    Why a public subnet and not a private one behind a NAT gateway: the build instance needs
+    outbound HTTPS to Systems Manager, S3 and ECR (Image Builder drives the build through SSM
+    and downloads AWSTOE from S3: docs.aws.amazon.com/imagebuilder/latest/userguide/vpc-interface-endpoints.html)
+    and to nvcr.io and the EFA / aws-ofi-nccl downloads, which no VPC endpoint reaches. A NAT
+    gateway bills every hour the stack exists ($0.045/h in us-east-1, ``nat_gateway_per_hour``
+    in prices.yaml: ~$33 a month for a stack that builds once), a public IPv4 address only while
+    the build instance runs ($0.005/h, ``public_ipv4_per_hour``: ~$0.01 a bake). With no inbound
+    rule nothing can open a connection to the instance (security groups are stateful: replies
+    to its own connections return, docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html);
+    Image Builder reaches it through the SSM agent's outbound connection, never inbound.
+
+    Reuses the cluster's address plan (:data:`gpuinfra.plan.aws.VPC_CIDR`,
+    :data:`~gpuinfra.plan.aws.NODE_SUBNET_CIDR`); not :func:`blueprints.aws.network.build_network`,
+    whose security group admits all traffic among its members (EFA) and whose subnet gives no
+    public address (cluster nodes get theirs on the launch template's interface, which Image
+    Builder has no field for). The S3 gateway endpoint (no charge) keeps S3 traffic in AWS.
+
+    Args:
+        name: component name; spec: the bake (its ``region``); tags: tags of every resource;
+        kids: options with the component as parent.
+    """
+    vpc = aws.ec2.Vpc(
+        child(name, "vpc"),
+        cidr_block=VPC_CIDR,
+        enable_dns_hostnames=True,
+        enable_dns_support=True,
+        tags={**tags, "Name": child(name, "vpc")},
+        opts=kids,
+    )
+    igw = aws.ec2.InternetGateway(
+        child(name, "igw"), vpc_id=vpc.id, tags={**tags, "Name": child(name, "igw")}, opts=kids
+    )
+    subnet = aws.ec2.Subnet(
+        child(name, "build-subnet"),
+        vpc_id=vpc.id,
+        cidr_block=NODE_SUBNET_CIDR,
+        map_public_ip_on_launch=True,
+        tags={**tags, "Name": child(name, "build-subnet")},
+        opts=kids,
+    )
+    route_table = aws.ec2.RouteTable(
+        child(name, "build-rt"), vpc_id=vpc.id, tags={**tags, "Name": child(name, "build-rt")}, opts=kids
+    )
+    aws.ec2.Route(
+        child(name, "build-default"),
+        route_table_id=route_table.id,
+        destination_cidr_block="0.0.0.0/0",
+        gateway_id=igw.id,
+        opts=kids,
+    )
+    aws.ec2.RouteTableAssociation(
+        child(name, "build-rta"), subnet_id=subnet.id, route_table_id=route_table.id, opts=kids
+    )
+    aws.ec2.VpcEndpoint(
+        child(name, "s3-endpoint"),
+        vpc_id=vpc.id,
+        service_name=f"com.amazonaws.{spec.region}.s3",
+        vpc_endpoint_type="Gateway",
+        route_table_ids=[route_table.id],
+        tags={**tags, "Name": child(name, "s3-endpoint")},
+        opts=kids,
+    )
+    group = aws.ec2.SecurityGroup(
+        child(name, "build-sg"),
+        vpc_id=vpc.id,
+        description=f"gpuinfra bake {spec.stack}: build instance, no inbound, outbound HTTPS/HTTP",
+        tags={**tags, "Name": child(name, "build-sg")},
+        opts=kids,
+    )
+    for port in BUILD_EGRESS_PORTS:
+        aws.ec2.SecurityGroupRule(
+            child(name, f"build-sg-egress-{port}"),
+            type="egress",
+            security_group_id=group.id,
+            protocol="tcp",
+            from_port=port,
+            to_port=port,
+            cidr_blocks=["0.0.0.0/0"],
+            description=f"outbound TCP {port}: SSM, S3, ECR, registries, packages",
+            opts=kids,
+        )
+    return BuildNetwork(vpc_id=vpc.id, subnet_id=subnet.id, security_group_id=group.id)
 
 
 def _first(resources, kind: str, field: str) -> str:
@@ -167,12 +279,16 @@ class AwsImageBake(pulumi.ComponentResource):
             child(name, "build-ecr"), role=role.id, policy=self.repository.arn.apply(ecr_policy_document), opts=kids
         )
         profile = aws.iam.InstanceProfile(child(name, "build-profile"), role=role.name, tags=tags, opts=kids)
+        network = build_network(name, spec, tags, kids)
         infrastructure = aws.imagebuilder.InfrastructureConfiguration(
             child(name, "infrastructure"),
             name=f"gpuinfra-{spec.stack}",
             description=f"gpuinfra bake {spec.stack}: CPU build instance",
             instance_profile_name=profile.name,
             instance_types=[spec.build_instance_type],
+            # the bake's own subnet and security group, not the default VPC (build_network)
+            subnet_id=network.subnet_id,
+            security_group_ids=[network.security_group_id],
             terminate_instance_on_failure=True,
             # hop limit 1: only the host's AWS CLI reads the instance role; the container build's RUN
             # steps (in Docker's bridge network, one hop further) cannot (IMDSv2 hop limit:

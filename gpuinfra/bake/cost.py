@@ -12,6 +12,10 @@ Quantity estimates (per bake; measure your own with the commands named):
   the container (NGC base pull ~20 GB, EFA installer and aws-ofi-nccl compile on 2 vCPUs, push)
   and the AMI (manifest, checks, snapshot), about 2 h; a second instance tests it
   (``image_tests_enabled``), about 0.5 h. ``aws imagebuilder get-image`` shows the real times.
+* AWS public IPv4 of the build instances: one address for each instance-hour
+  (:data:`AWS_BUILD_INSTANCE_HOURS`): the bake's subnet gives the build instance a public
+  address for its downloads instead of a NAT gateway that would bill every hour the stack
+  exists (blueprints/aws/bake.py ``build_network``).
 * AWS AMI snapshot :data:`IMAGE_STORED_GB` = 100: EBS snapshots bill the blocks written, not the
   200 GiB volume (repost.aws/knowledge-center/ebs-snapshot-billing); the DLAMI's own data plus
   the unpacked container. ``aws ebs list-snapshot-blocks`` counts them.
@@ -21,6 +25,12 @@ Quantity estimates (per bake; measure your own with the commands named):
 * GCP Packer VM hours :data:`GCP_BUILD_VM_HOURS` = 1.0 and Cloud Build minutes
   :data:`GCP_BUILD_MINUTES` = 75 (the build waits for Packer; the container mirror is a pull and
   a push). The 2,500 free build-minutes a month are not deducted (worst case).
+* GCP Cloud NAT: the Packer VM has no external IP and reaches the internet through the bake's
+  Cloud NAT (blueprints/gcp/bake.py): :data:`GCP_BUILD_VM_HOURS` VM-hours of the gateway, and
+  :data:`GCP_NAT_DATA_GIB` = 15 GiB processed, the container base's compressed layers the VM
+  pulls from nvcr.io (as :data:`CONTAINER_STORED_GB`; the host-stack downloads are small;
+  Artifact Registry and other Google APIs go over Private Google Access, not NAT). The gateway
+  bills only VMs that use it (cloud.google.com/nat/pricing), so it costs nothing between bakes.
 * GCP custom image :data:`GCP_IMAGE_STORED_GIB` = 100, in GiB because Compute Engine counts
   storage in JEDEC GB = GiB (cloud.google.com/compute/disks-image-pricing). It is the same rough
   estimate as the AMI's (DLVM base plus the unpacked container), stated in GiB rather than
@@ -54,6 +64,7 @@ CONTAINER_STORED_GB = Decimal(15)
 GCP_BUILD_VM_HOURS = Decimal("1.0")
 GCP_BUILD_MINUTES = Decimal(75)
 GCP_IMAGE_STORED_GIB = Decimal(100)
+GCP_NAT_DATA_GIB = Decimal(15)
 
 #: Price-table key of each build instance / machine type (prices.yaml).
 BUILD_PRICE_KEYS = {
@@ -110,6 +121,15 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
             ),
             _line(
                 "aws",
+                "public_ipv4_per_hour",
+                region,
+                "build instance public IPv4",
+                "once",
+                "address-hours",
+                AWS_BUILD_INSTANCE_HOURS,
+            ),
+            _line(
+                "aws",
                 "ebs_snapshot_standard_per_gb_month",
                 region,
                 "AMI snapshot",
@@ -140,6 +160,8 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
             "build-minutes",
             GCP_BUILD_MINUTES,
         ),
+        _line("gcp", "cloud_nat_per_vm_hour", region, "Cloud NAT (Packer VM)", "once", "VM-hours", GCP_BUILD_VM_HOURS),
+        _line("gcp", "cloud_nat_per_gb", region, "Cloud NAT data", "once", "GiB", GCP_NAT_DATA_GIB),
         _line(
             "gcp",
             "gce_custom_image_storage_per_gib_month",

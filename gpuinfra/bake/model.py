@@ -23,9 +23,11 @@ import json
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpuinfra.spec import model_from_config
+from gpuinfra.errors import SpecError
+from gpuinfra.oci import check_image_reference
+from gpuinfra.spec import GCP_PROJECT_ID_RE, NEW_STACK_NAME_RE, model_from_config
 
 #: Where the bake writes the manifest on the image (and, for the container, in the image).
 MANIFEST_PATH = "/etc/gpuinfra/bake-manifest.json"
@@ -37,6 +39,15 @@ GCP_LABEL_PREFIX = "gpuinfra-bake-"
 #: (github.com/distribution/reference: ``digest := algorithm ":" hex``; sha256 has 64 hex digits).
 DIGEST_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
 _GCP_LABEL_VALUE = re.compile(r"[^a-z0-9_-]")
+#: A pinned image: an AMI id or a GCP image *name* (EC2 ``ami-`` + 8 or 17 hex digits; GCE
+#: ``projects/P/global/images/NAME``, cloud.google.com/compute/docs/reference/rest/v1/images "name").
+IMAGE_ID_PATTERN = (
+    r"^(ami-[0-9a-f]{8,17}|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
+)
+#: Grammar of the short values a bake writes into its scripts, template and labels (names,
+#: regions, zones, machine types, versions): no quote, space, ``$``, ``;`` or line break, so
+#: each is one word wherever it lands (the scripts still quote them: gpuinfra/bake/render.py).
+TOKEN_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}$"
 
 Architecture = Literal["x86_64", "arm64"]
 Fabric = Literal["efa", "sockets", "tcpx", "tcpxo", "gib"]
@@ -68,23 +79,43 @@ class SoftwareManifest(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     schema_version: Literal[1] = 1
-    bake: str = Field(min_length=1)
+    bake: str = Field(pattern=NEW_STACK_NAME_RE.pattern)
     cloud: Literal["aws", "gcp"]
-    family: str = Field(min_length=1)
+    family: str = Field(pattern=TOKEN_PATTERN)
     instance_types: tuple[str, ...] = Field(min_length=1)
     fabric: Fabric
     architecture: Architecture
-    base_image: str = Field(min_length=1)
+    base_image: str = Field(pattern=IMAGE_ID_PATTERN)
     driver_branch: str = Field(pattern=r"^\d{3}$")
     container_base: str = Field(min_length=1)
     container_pinned: bool
-    efa_installer_version: str | None = None
-    aws_ofi_nccl_version: str | None = None
+    efa_installer_version: str | None = Field(default=None, pattern=TOKEN_PATTERN)
+    aws_ofi_nccl_version: str | None = Field(default=None, pattern=TOKEN_PATTERN)
     rxdm_image: str | None = None
     plugin_installer_image: str | None = None
-    dmabuf_import_helper_version: str | None = None
-    nccl_gib_version: str | None = None
-    gpuinfra_version: str
+    dmabuf_import_helper_version: str | None = Field(default=None, pattern=TOKEN_PATTERN)
+    nccl_gib_version: str | None = Field(default=None, pattern=TOKEN_PATTERN)
+    gpuinfra_version: str = Field(pattern=TOKEN_PATTERN)
+
+    @field_validator("instance_types")
+    @classmethod
+    def _types(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            if not re.fullmatch(TOKEN_PATTERN, item):
+                raise ValueError(f"instance type {item!r} is not a machine type name")
+        return value
+
+    @field_validator("container_base", "rxdm_image", "plugin_installer_image")
+    @classmethod
+    def _image(cls, value: str | None) -> str | None:
+        """An OCI image reference (:func:`gpuinfra.oci.check_image_reference`): it lands in
+        ``FROM``, ``docker pull`` and the build's arguments."""
+        if value is not None:
+            try:
+                check_image_reference(value, "")
+            except SpecError as exc:  # pydantic reports ValueError with the field's path
+                raise ValueError(str(exc)) from None
+        return value
 
     def to_config(self) -> dict[str, Any]:
         """JSON-compatible mapping without unset fields."""
@@ -146,9 +177,7 @@ class BakeResult(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    image_id: str = Field(
-        pattern=r"^(ami-[0-9a-f]{8,17}|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
-    )
+    image_id: str = Field(pattern=IMAGE_ID_PATTERN)
     container_image: str = ""
     root_snapshot_gib: int | None = Field(default=None, ge=1, le=65536)
 
@@ -171,11 +200,11 @@ class BakeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schema_version: Literal[1] = 1
-    stack: str = Field(min_length=1)
-    region: str = Field(min_length=1)
-    zone: str = ""
-    gcp_project: str | None = None
-    build_instance_type: str = Field(min_length=1)
+    stack: str = Field(pattern=NEW_STACK_NAME_RE.pattern)
+    region: str = Field(pattern=r"^[a-z]+(?:-[a-z]+)+-?[0-9]{1,2}$")
+    zone: str = Field(default="", pattern=r"^(?:[a-z]+(?:-[a-z]+)+[0-9]{1,2}-[a-z])?$")
+    gcp_project: str | None = Field(default=None, pattern=GCP_PROJECT_ID_RE.pattern)
+    build_instance_type: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,39}$")
     build_volume_size_gib: int = Field(ge=8, le=16384)
     manifest: SoftwareManifest
     result: BakeResult | None = None

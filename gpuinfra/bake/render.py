@@ -17,6 +17,18 @@ Sources:
 * Packer: Cluster Toolkit modules/packer/custom-image (commit in the template's header);
   Cloud Build runs ``hashicorp/packer`` (hub.docker.com/r/hashicorp/packer) as a build step
   (cloud.google.com/build/docs/building/build-vm-images-with-packer).
+* The Packer VM's network (:func:`packer_build`): the googlecompute builder's ``subnetwork``,
+  ``omit_external_ip``, ``use_internal_ip``, ``use_iap``, ``tags`` and ``instance_name``
+  (developer.hashicorp.com/packer/integrations/hashicorp/googlecompute/latest/components/builder/googlecompute;
+  hashicorp/packer-plugin-googlecompute v1.1.6 builder/googlecompute/config.go: "'use_internal_ip'
+  must be true if 'omit_external_ip' is true", and without ``network``/``subnetwork`` the VM goes
+  to ``default``; step_start_tunnel.go: ``use_iap`` runs ``gcloud compute start-iap-tunnel``, so
+  "You must have the gcloud sdk installed on the computer running Packer").
+
+Quoting: every value reaching a script is validated (the bake spec's grammar,
+:mod:`gpuinfra.bake.model`; image references with :func:`gpuinfra.oci.check_image_reference`)
+and written as one shell word (:func:`shlex.quote`); every value in the Packer template is an
+HCL string literal (:func:`hcl_string`).
 """
 
 from __future__ import annotations
@@ -28,6 +40,7 @@ from pathlib import PurePosixPath
 
 from gpuinfra.bake.model import MANIFEST_PATH, BakeSpec
 from gpuinfra.catalog.store import load_catalog
+from gpuinfra.oci import check_image_reference
 from gpuinfra.plan.fabric import aws_fabric, efa_image_build
 from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH, gcp_host_stack
 from gpuinfra.plan.gcp import nccl_env
@@ -37,7 +50,12 @@ from gpuinfra.templating import render
 PACKER_IMAGE = "hashicorp/packer:1.11.2"
 PACKER_REQUIRED_VERSION = "= 1.11.2"
 GOOGLECOMPUTE_PLUGIN_VERSION = "= 1.1.6"
-#: Cloud SDK image for the copy step (gcr.io/google.com/cloudsdktool/cloud-sdk, pinned tag).
+#: Where the ``hashicorp/packer`` image keeps its binary (its ``ENTRYPOINT ["/bin/packer"]``,
+#: github.com/hashicorp/packer Dockerfile) and where the build copies it, so Packer runs in the
+#: Cloud SDK image: ``use_iap`` needs ``gcloud`` next to Packer (module docstring).
+PACKER_BINARY = "/bin/packer"
+WORKSPACE_PACKER = "/workspace/packer"
+#: Cloud SDK image for the copy step and the Packer steps (gcr.io/google.com/cloudsdktool/cloud-sdk, pinned tag).
 CLOUD_SDK_IMAGE = "gcr.io/google.com/cloudsdktool/cloud-sdk:499.0.0-slim"
 #: Cloud Build's Docker builder (cloud.google.com/build/docs/cloud-builders: gcr.io/cloud-builders/docker).
 DOCKER_BUILDER_IMAGE = "gcr.io/cloud-builders/docker"
@@ -72,8 +90,8 @@ def manifest_script(spec: BakeSpec) -> str:
     return render(
         "bake/write-manifest.sh.j2",
         bake=spec.stack,
-        manifest_path=MANIFEST_PATH,
-        manifest_dir=str(PurePosixPath(MANIFEST_PATH).parent),
+        manifest_path=shlex.quote(MANIFEST_PATH),
+        manifest_dir=shlex.quote(str(PurePosixPath(MANIFEST_PATH).parent)),
         manifest_json=json.dumps(spec.manifest.to_config(), indent=2, sort_keys=True),
     )
 
@@ -138,7 +156,7 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PA
     check_host = render(
         "bake/check-host.sh.j2",
         bake=spec.stack,
-        driver_branch=m.driver_branch,
+        driver_branch=shlex.quote(m.driver_branch),
         efa=efa == 1,
         container_image=container_image,
     )
@@ -156,8 +174,12 @@ def aws_host_phases(spec: BakeSpec, container_image: str = "'{{ " + CONTAINER_PA
 def container_check_script(spec: BakeSpec, efa: int) -> str:
     """Bash run inside the built container: what ``gpuinfra-run`` requires there
     (:func:`gpuinfra.plan.fabric.aws_fabric`'s ``image`` requirements) and the manifest."""
-    needs = [(shlex.quote(r.target), r.what) for r in aws_fabric(efa).requirements if r.kind == "image"]
-    return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=MANIFEST_PATH)
+    needs = [
+        (shlex.quote(r.target), shlex.quote(f"gpuinfra bake: {r.what} missing ({r.target})"))
+        for r in aws_fabric(efa).requirements
+        if r.kind == "image"
+    ]
+    return render("bake/check-container.sh.j2", bake=spec.stack, needs=needs, manifest_path=shlex.quote(MANIFEST_PATH))
 
 
 #: File name of the manifest in the container's build context (copied to ``MANIFEST_PATH``).
@@ -183,20 +205,57 @@ class PackerBuild:
     files: dict[str, str]
 
 
-def packer_build(spec: BakeSpec, service_account_email: str, container_image: str, registry_host: str) -> PackerBuild:
+#: Network tag of the Packer VM: the bake network's only ingress rule (SSH from IAP's range)
+#: targets it (googlecompute ``tags``: "Assign network tags to apply firewall rules to VM instance").
+BUILD_VM_TAG = "gpuinfra-bake-build"
+
+
+def packer_instance_name(stack: str) -> str:
+    """Name of the Packer VM, and of its boot disk (googlecompute ``disk_name``: "if unset the
+    instance name will be used"): ``gpuinfra-bake-<stack>``, one fixed name, so the build
+    service account's compute role is granted on exactly this instance and disk
+    (:func:`blueprints.gcp.bake.build_vm_condition`); a second build of the same bake started
+    while one runs fails at instance creation instead of racing it. At most 41 characters for a
+    27-character stack name (GCE names: 63)."""
+    return f"gpuinfra-bake-{stack}"
+
+
+def image_family(stack: str) -> str:
+    """Image family (and image name prefix) of a GCP bake: ``gpuinfra-<stack>``."""
+    return f"gpuinfra-{stack}"
+
+
+def hcl_string(value: object) -> str:
+    """``value`` as one HCL double-quoted string literal: JSON escapes (quotes, backslashes,
+    control characters) plus HCL's own template sequences doubled (``$${`` and ``%%{`` are the
+    literal ``${`` / ``%{``: developer.hashicorp.com/terraform/language/expressions/strings#escape-sequences)."""
+    return json.dumps(str(value)).replace("${", "$${").replace("%{", "%%{")
+
+
+def packer_build(
+    spec: BakeSpec, service_account_email: str, container_image: str, registry_host: str, subnetwork: str
+) -> PackerBuild:
     """The Packer template and the files it provisions for a GCP bake.
+
+    The Packer VM has no external IP and sits in the bake stack's own ``subnetwork`` (Cloud NAT
+    for its downloads, Private Google Access for Google APIs); Packer reaches it over an IAP TCP
+    tunnel (``omit_external_ip``, ``use_internal_ip``, ``use_iap``; module docstring).
 
     Args:
         spec: the bake (GCP).
-        service_account_email: the build VM's service account.
-        container_image: the training container in Artifact Registry (``<host>/<project>/<repo>/train@sha256:...``).
+        service_account_email: the service account the Packer VM runs as.
+        container_image: the training container in Artifact Registry (``<host>/<project>/<repo>/train:<tag>``).
         registry_host: Artifact Registry host (``<region>-docker.pkg.dev``).
+        subnetwork: the bake's subnetwork, ``projects/P/regions/R/subnetworks/N`` (used as is:
+            googlecompute expands only a value without ``/``, lib/common/networking.go).
 
     Raises:
         ValueError: a non-GCP bake.
+        SpecError: ``container_image`` is not an OCI image reference.
     """
     if spec.cloud != "gcp":
         raise ValueError("packer_build is for GCP bakes")
+    check_image_reference(container_image, "container image")
     m = spec.manifest
     files: dict[str, str] = {}
     scripts: list[dict] = []
@@ -211,8 +270,8 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
             "bake/gcp-install-host.sh.j2",
             bake=spec.stack,
             fabric=m.fabric,
-            upload="/tmp/gpuinfra-fabric-host",
-            host_script_path=HOST_SCRIPT_PATH,
+            upload=shlex.quote("/tmp/gpuinfra-fabric-host"),
+            host_script_path=shlex.quote(HOST_SCRIPT_PATH),
             bake_command=host.bake_command,
         )
         scripts.append({"path": "install-host.sh", "expect_disconnect": False, "pause_before": ""})
@@ -221,13 +280,13 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
         bake=spec.stack,
         container_image=shlex.quote(container_image),
         container_base=shlex.quote(m.container_base),
-        registry_host=registry_host,
+        registry_host=shlex.quote(registry_host),
     )
     files["write-manifest.sh"] = manifest_script(spec)
     files["check-image.sh"] = render(
         "bake/check-host.sh.j2",
         bake=spec.stack,
-        driver_branch=m.driver_branch,
+        driver_branch=shlex.quote(m.driver_branch),
         efa=False,
         container_image=shlex.quote(container_image),
     )
@@ -236,24 +295,30 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
         for name in ("pull-container.sh", "write-manifest.sh", "check-image.sh")
     ]
     project, _, image = m.base_image.removeprefix("projects/").partition("/global/images/")
+    hcl = {
+        "bake": spec.stack,
+        "packer_required_version": PACKER_REQUIRED_VERSION,
+        "googlecompute_version": GOOGLECOMPUTE_PLUGIN_VERSION,
+        "image_family": image_family(spec.stack),
+        "project": spec.gcp_project,
+        "zone": spec.zone,
+        "region": spec.region,
+        "machine_type": spec.build_instance_type,
+        "source_image": image,
+        "source_image_project": project,
+        "image_description": f"gpuinfra bake {spec.stack}: manifest sha256 {m.sha256}",
+        "service_account_email": service_account_email,
+        "subnetwork": subnetwork,
+        "instance_name": packer_instance_name(spec.stack),
+        "tag": BUILD_VM_TAG,
+    }
     template = render(
         "bake/gcp-image.pkr.hcl.j2",
-        bake=spec.stack,
-        packer_required_version=PACKER_REQUIRED_VERSION,
-        googlecompute_version=GOOGLECOMPUTE_PLUGIN_VERSION,
-        image_family=f"gpuinfra-{spec.stack}",
-        project=spec.gcp_project,
-        zone=spec.zone,
-        region=spec.region,
-        machine_type=spec.build_instance_type,
-        source_image=image,
-        source_image_project=project,
-        disk_size_gib=spec.build_volume_size_gib,
-        image_description=f"gpuinfra bake {spec.stack}: manifest sha256 {m.sha256}",
-        labels=m.gcp_labels(),
-        service_account_email=service_account_email,
-        uploads=uploads,
-        scripts=scripts,
+        **{key: hcl_string(value) for key, value in hcl.items()},
+        disk_size_gib=int(spec.build_volume_size_gib),
+        labels={hcl_string(k): hcl_string(v) for k, v in m.gcp_labels().items()},
+        uploads=[{k: hcl_string(v) for k, v in u.items()} for u in uploads],
+        scripts=[{**s, "path": hcl_string(s["path"])} for s in scripts],
     )
     return PackerBuild(template=template, files=files)
 
@@ -261,12 +326,20 @@ def packer_build(spec: BakeSpec, service_account_email: str, container_image: st
 def cloud_build_steps(bucket: str, prefix: str, base_container: str, container_image: str) -> list[dict]:
     """Cloud Build steps: copy the template and scripts from ``gs://<bucket>/<prefix>/``, mirror
     the pinned container base into Artifact Registry under ``container_image`` (a tag: the
-    repository's tags are immutable), ``packer init``, ``packer build``.
+    repository's tags are immutable), copy the pinned Packer binary out of its image, then
+    ``packer init`` and ``packer build`` in the Cloud SDK image, where ``use_iap`` finds
+    ``gcloud`` (module docstring). Every argument is one ``args`` item, never a shell line.
 
     Returns:
-        ``[{"id", "name", "args"}...]`` in Cloud Build's step shape
-        (cloud.google.com/build/docs/build-config-file-schema#build_steps).
+        ``[{"id", "name", "args"[, "entrypoint"]}...]`` in Cloud Build's step shape
+        (cloud.google.com/build/docs/build-config-file-schema#build_steps, ``entrypoint``:
+        "the entrypoint to be used instead of the build step's default").
+
+    Raises:
+        SpecError: ``base_container`` or ``container_image`` is not an OCI image reference.
     """
+    check_image_reference(base_container, "container base")
+    check_image_reference(container_image, "container image")
     return [
         {
             "id": "fetch",
@@ -276,6 +349,12 @@ def cloud_build_steps(bucket: str, prefix: str, base_container: str, container_i
         {"id": "pull", "name": DOCKER_BUILDER_IMAGE, "args": ["pull", base_container]},
         {"id": "tag", "name": DOCKER_BUILDER_IMAGE, "args": ["tag", base_container, container_image]},
         {"id": "push", "name": DOCKER_BUILDER_IMAGE, "args": ["push", container_image]},
-        {"id": "init", "name": PACKER_IMAGE, "args": ["init", "image.pkr.hcl"]},
-        {"id": "build", "name": PACKER_IMAGE, "args": ["build", "-color=false", "image.pkr.hcl"]},
+        {"id": "packer", "name": PACKER_IMAGE, "entrypoint": "cp", "args": [PACKER_BINARY, WORKSPACE_PACKER]},
+        {"id": "init", "name": CLOUD_SDK_IMAGE, "entrypoint": WORKSPACE_PACKER, "args": ["init", "image.pkr.hcl"]},
+        {
+            "id": "build",
+            "name": CLOUD_SDK_IMAGE,
+            "entrypoint": WORKSPACE_PACKER,
+            "args": ["build", "-color=false", "image.pkr.hcl"],
+        },
     ]

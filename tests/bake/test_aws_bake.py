@@ -41,7 +41,49 @@ def test_exact_resources(preview):
         f"{IB}infrastructureConfiguration:InfrastructureConfiguration": 1,
         f"{IB}distributionConfiguration:DistributionConfiguration": 1,
         f"{IB}image:Image": 1,
+        "aws:ec2/vpc:Vpc": 1,
+        "aws:ec2/internetGateway:InternetGateway": 1,
+        "aws:ec2/subnet:Subnet": 1,
+        "aws:ec2/routeTable:RouteTable": 1,
+        "aws:ec2/route:Route": 1,
+        "aws:ec2/routeTableAssociation:RouteTableAssociation": 1,
+        "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
+        "aws:ec2/securityGroup:SecurityGroup": 1,
+        "aws:ec2/securityGroupRule:SecurityGroupRule": 2,
     }
+
+
+def _one(preview, token):
+    [record] = preview.of_type(token)
+    return record
+
+
+def test_build_runs_in_the_bakes_own_vpc(preview):
+    """Image Builder without subnet_id/security_group_ids uses the default VPC (pulumi-aws
+    InfrastructureConfiguration.subnet_id); the bake names its own."""
+    vpc = _one(preview, "aws:ec2/vpc:Vpc")
+    subnet = _one(preview, "aws:ec2/subnet:Subnet")
+    group = _one(preview, "aws:ec2/securityGroup:SecurityGroup")
+    infra = _one(preview, f"{IB}infrastructureConfiguration:InfrastructureConfiguration").inputs
+    assert infra["subnetId"] == f"{subnet.name}-id" and infra["securityGroupIds"] == [f"{group.name}-id"]
+    assert subnet.inputs["vpcId"] == group.inputs["vpcId"] == f"{vpc.name}-id"
+    route = _one(preview, "aws:ec2/route:Route").inputs
+    igw = _one(preview, "aws:ec2/internetGateway:InternetGateway")
+    assert route["gatewayId"] == f"{igw.name}-id" and igw.inputs["vpcId"] == f"{vpc.name}-id"
+    association = _one(preview, "aws:ec2/routeTableAssociation:RouteTableAssociation").inputs
+    assert association["subnetId"] == f"{subnet.name}-id"
+
+
+def test_build_instance_accepts_no_inbound_connection(preview):
+    """The subnet gives the instance a public IPv4 for its downloads (blueprints/aws/bake.py
+    build_network says why not a NAT gateway); nothing may connect to it: the security group has
+    no inbound rule, inline or separate, and only TCP 443/80 out."""
+    group = _one(preview, "aws:ec2/securityGroup:SecurityGroup")
+    assert not group.inputs.get("ingress")
+    rules = [r.inputs for r in preview.of_type("aws:ec2/securityGroupRule:SecurityGroupRule")]
+    assert {r["type"] for r in rules} == {"egress"}
+    assert sorted((r["protocol"], r["fromPort"], r["toPort"]) for r in rules) == [("tcp", 80, 80), ("tcp", 443, 443)]
+    assert all(r["securityGroupId"] == f"{group.name}-id" for r in rules)
 
 
 def test_zero_conformance_and_provider_value_violations(preview):

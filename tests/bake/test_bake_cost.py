@@ -15,8 +15,10 @@ def test_p5_bake_in_us_east_1(p5_bake):
     assert lines["build instances (m7i.large)"].unit_price_usd == Decimal("0.1008")
     assert lines["AMI snapshot"].unit_price_usd == Decimal("0.05")
     assert lines["ECR container"].unit_price_usd == Decimal("0.10")
+    # public IPv4 $0.005 per address-hour, in use or idle (aws.amazon.com/vpc/pricing)
+    assert lines["build instance public IPv4"].usd == Decimal("2.5") * Decimal("0.005")
     doc = bake_cost(p5_bake)
-    assert doc["once_usd"] == "0.25"  # 2.5 instance-hours x $0.1008
+    assert doc["once_usd"] == "0.26"  # 2.5 instance-hours x ($0.1008 + $0.005)
     assert doc["monthly_usd"] == "6.50"  # 100 GB x $0.05 + 15 GB x $0.10
     assert doc["price_not_found"] == []
 

@@ -163,7 +163,11 @@ def test_an_unpinned_container_is_recorded_as_built_without_a_lookup(tmp_path):
 def _image_labels(spec) -> dict:
     """The labels the bake's Packer template puts on the image (what the build writes)."""
     build = packer_build(
-        spec, "gb@p.iam.gserviceaccount.com", "us-central1-docker.pkg.dev/p/r/train:x", "us-central1-docker.pkg.dev"
+        spec,
+        "gb@p.iam.gserviceaccount.com",
+        "us-central1-docker.pkg.dev/p/r/train:x",
+        "us-central1-docker.pkg.dev",
+        "projects/p/regions/us-central1/subnetworks/s",
     )
     return _plain(hcl2.loads(build.template))["source"][0]["googlecompute"]["gpuinfra"]["image_labels"]
 

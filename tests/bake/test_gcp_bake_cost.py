@@ -31,11 +31,14 @@ def test_a3_mega_bake_in_us_central1_every_line_priced(a3mega_bake):
     assert lines == [
         ("Packer build VM (n1-standard-8)", "once", "instance-hours", Decimal("1.0"), Decimal("0.38"), Decimal("0.38")),
         ("Cloud Build", "once", "build-minutes", Decimal(75), Decimal("0.006"), Decimal("0.45")),
+        # cloud.google.com/nat/pricing: $0.0014 per VM-hour (up to 32 VMs), $0.045 per GiB processed
+        ("Cloud NAT (Packer VM)", "once", "VM-hours", Decimal("1.0"), Decimal("0.0014"), Decimal("0.0014")),
+        ("Cloud NAT data", "once", "GiB", Decimal(15), Decimal("0.045"), Decimal("0.675")),
         ("custom image storage", "monthly", "GiB-months", Decimal(100), Decimal("0.05"), Decimal("5.00")),
         ("Artifact Registry container", "monthly", "GB-months", Decimal(15), Decimal("0.10"), Decimal("1.50")),
     ]
     doc = bake_cost(a3mega_bake)
-    assert doc["once_usd"] == "0.83"  # 1.0 h x $0.38 + 75 min x $0.006
+    assert doc["once_usd"] == "1.51"  # 1.0 h x $0.38 + 75 min x $0.006 + NAT 1.0 h x $0.0014 + 15 GiB x $0.045
     assert doc["monthly_usd"] == "6.50"  # 100 GiB x $0.05 + 15 GB x $0.10 (free 0.5 GB not deducted)
     assert doc["price_not_found"] == []
 
@@ -52,7 +55,7 @@ def test_image_price_is_per_region_and_fails_closed_elsewhere(a3mega_bake):
     # europe-west4: the build VM ($0.41834/h) and both location-independent prices are known, the
     # image storage price is not read for that region, so the month has no total
     doc = bake_cost(a3mega_bake.model_copy(update={"region": "europe-west4", "zone": "europe-west4-a"}))
-    assert doc["once_usd"] == "0.87"  # 1.0 h x $0.41834 + 75 min x $0.006 = $0.86834
+    assert doc["once_usd"] == "1.54"  # 1.0 h x $0.41834 + 75 min x $0.006 + $0.6764 NAT = $1.54474
     assert doc["monthly_usd"] is None
     assert [m.split(":")[0] for m in doc["price_not_found"]] == ["custom image storage"]
     registry = next(line for line in doc["lines"] if line["component"] == "Artifact Registry container")
@@ -85,9 +88,9 @@ def test_image_cost_cli_prints_the_totals_and_exits_0(run_cli, tmp_path):
     assert result.exit_code == 0, result.stderr
     assert "custom image storage: 100 GiB-months -> $5.00" in result.stdout
     assert "Artifact Registry container: 15 GB-months -> $1.50" in result.stdout
-    assert "cost: $0.83 per bake, $6.50 per month while the image is kept" in result.stdout
+    assert "cost: $1.51 per bake, $6.50 per month while the image is kept" in result.stdout
     doc = json.loads(run_cli("image", "cost", "bake-a3-megagpu-8g", "--json", "--project-dir", str(tmp_path)).stdout)
-    assert (doc["once_usd"], doc["monthly_usd"], doc["price_not_found"]) == ("0.83", "6.50", [])
+    assert (doc["once_usd"], doc["monthly_usd"], doc["price_not_found"]) == ("1.51", "6.50", [])
 
 
 @pytest.mark.parametrize("region", ["europe-west4", "us-east4"])
