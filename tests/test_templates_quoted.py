@@ -39,9 +39,12 @@ def _unfiltered(template: str, source: str | None = None) -> list[str]:
                 continue
             if isinstance(expr, nodes.Filter) and expr.name in SHELL_FILTERS:
                 continue
-            if isinstance(expr, nodes.Getattr) and isinstance(expr.node, nodes.Name):
-                if PRE_QUOTED.get(template) == expr.node.name:
-                    continue
+            if (
+                isinstance(expr, nodes.Getattr)
+                and isinstance(expr.node, nodes.Name)
+                and PRE_QUOTED.get(template) == expr.node.name
+            ):
+                continue
             bad.append(f"line {expr.lineno}: {type(expr).__name__}")
     return bad
 
