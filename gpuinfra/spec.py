@@ -474,9 +474,7 @@ class ClusterSpec(BaseModel):
     def _cross_field(self) -> ClusterSpec:
         # a GCP zone is its region, '-', one letter (cloud.google.com/compute/docs/regions-zones)
         if self.cloud == "gcp" and not re.fullmatch(re.escape(self.region) + r"-[a-z]", self.zone):
-            raise ValueError(
-                f"zone {self.zone!r} is not a zone of region {self.region!r} (use {self.region}-a, -b ...)"
-            )
+            raise ValueError(f"zone {self.zone!r} is not in region {self.region!r} (use {self.region}-a, -b ...)")
         if self.cloud == "aws" and not _AWS_ZONE_ID_RE.fullmatch(self.zone):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
