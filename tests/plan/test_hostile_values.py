@@ -19,6 +19,7 @@ Here every such field is given, through the stack file's own parser (``ClusterSp
 
 from __future__ import annotations
 
+import copy
 import re
 import shlex
 import subprocess
@@ -40,7 +41,7 @@ from gpuinfra.plan.units import systemd_quote
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
 from gpuinfra.templating import PLAIN_WORD_RE
-from tests.blueprints.helpers import gcp_script_files
+from tests.blueprints.helpers import gcp_script_files, make_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = {"aws": "example-p5-2nodes", "gcp": "example-a3mega-2nodes"}
@@ -54,7 +55,18 @@ METACHARACTERS = ["'", '"', "$(id)", "`id`", ";", " && touch /tmp/x", "|", " ", 
 
 
 def _base_config(cloud: str) -> dict:
+    """The stack file's ``gpuinfra:cluster`` of the example stack of ``cloud``; ``aws-prepull``:
+    an AWS stack without EFA, whose nodes pre-pull the image in a boot unit (EFA nodes build their
+    image in the bundle instead)."""
+    if cloud == "aws-prepull":
+        return _prepull_config()
     return read_stack_spec(ROOT, EXAMPLES[cloud]).to_config()
+
+
+@cache
+def _prepull_config() -> dict:
+    spec = make_spec("g5.12xlarge", nodes=2, profile_updates={"high_bandwidth_networking": "off"})
+    return spec.to_config()
 
 
 # ------------------------------------------------------------------------------ the fields
@@ -122,10 +134,10 @@ _GCP_ZONES = st.builds(lambda region, letter: f"{region}-{letter}", _REGIONS, st
 
 #: field -> (clouds it reaches the nodes on, setter, plain value, strategy, stack-file path named in errors)
 FIELDS = {
-    "stack": (("aws", "gcp"), _set_stack, "qqzstack", _STACKS, "gpuinfra:cluster.stack"),
+    "stack": (("aws", "gcp", "aws-prepull"), _set_stack, "qqzstack", _STACKS, "gpuinfra:cluster.stack"),
     "profile.name": (("aws", "gcp"), _set_profile_name, "qqzprofile", _PROFILES, "gpuinfra:cluster.profile.name"),
     "profile.container_image": (
-        ("aws", "gcp"),
+        ("aws", "gcp", "aws-prepull"),
         _set_image,
         "nvcr.io/qqz/pytorch:25.01-py3",
         _IMAGES,
@@ -164,7 +176,7 @@ def _masked(text: str, field: str, value: str) -> str:
 
 # ------------------------------------------------------------------------------ rendering
 def _spec(cloud: str, field: str, value: str) -> ClusterSpec:
-    config = _base_config(cloud)
+    config = copy.deepcopy(_base_config(cloud))
     FIELDS[field][1](config, value)
     return ClusterSpec.from_config(config)
 
@@ -233,7 +245,7 @@ def _assert_stays_data(cloud: str, field: str, value: str, tmp: Path) -> None:
     plain_texts, plain_shells = _plain(cloud, field, tmp)
     texts = _node_text(_spec(cloud, field, value))
     assert sorted(texts) == sorted(plain_texts), "the node gets other files"
-    if cloud == "aws":
+    if cloud.startswith("aws"):
         doc, plain_doc = yaml.safe_load(texts["<boot>"]), yaml.safe_load(plain_texts["<boot>"])
         assert list(doc) == list(plain_doc) == ["write_files", "runcmd"]
         assert [f["path"] for f in doc["write_files"]] == [f["path"] for f in plain_doc["write_files"]]
@@ -275,6 +287,8 @@ def test_the_plain_value_reaches_the_node(cloud, field, tmp_path_factory):
     # the comparison below means something: every field is written into the node's text
     texts, _ = _plain(cloud, field, tmp_path_factory.getbasetemp())
     assert any(FIELDS[field][2] in text for text in texts.values())
+    if cloud == "aws-prepull" and field == "profile.container_image":
+        assert FIELDS[field][2] in texts["/etc/systemd/system/gpuinfra-prepull.service"]
 
 
 @pytest.mark.parametrize(("cloud", "field"), _CASES)
@@ -313,7 +327,7 @@ def test_the_odd_values_the_grammar_admits(field, value, tmp_path_factory):
             _assert_stays_data(cloud, field, value, tmp)
         else:  # "---" / "...": no mark to find; the cloud-config keeps its keys and bash its syntax
             texts = _node_text(spec)
-            if cloud == "aws":
+            if cloud.startswith("aws"):
                 assert list(yaml.safe_load(texts["<boot>"])) == ["write_files", "runcmd"]
             _bash_parse({n: t for n, t in texts.items() if _is_shell(n, t)}, tmp)
 
