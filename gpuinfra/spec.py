@@ -33,6 +33,26 @@ SCHEMA_VERSION: Literal[2] = 2
 #: (pulumi/pulumi sdk/go/common/tokens: ValidateStackName).
 STACK_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 _AWS_ZONE_ID_RE = re.compile(r"^[a-z]{2,}\d+-[a-z0-9-]+$")
+# Grammars of the values a node's boot text, peer-discovery script or a stack output's command
+# carries (every character a plain shell word, no YAML indicator at the start): checked when the
+# spec is built (`new`) and read back (`preview`, the program), and by the rule
+# ``node-values-grammar`` (gpuinfra/rules/node_values.py).
+#: Region names: AWS ``us-east-1``, ``us-gov-west-1``, ``ap-southeast-2``
+#: (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html), GCP
+#: ``us-central1``, ``europe-west4`` (cloud.google.com/compute/docs/regions-zones).
+REGION_RE = re.compile(r"^[a-z]+(?:-[a-z0-9]+){1,3}$")
+#: Zones: AWS AZ IDs ``use1-az4`` (docs.aws.amazon.com/ram/latest/userguide/working-with-az-ids.html),
+#: GCP zones ``us-central1-a`` (a region, ``-``, a letter: cloud.google.com/compute/docs/regions-zones).
+ZONE_RE = re.compile(r"^[a-z]+[a-z0-9]*(?:-[a-z0-9]+){1,4}$")
+#: Instance / machine types: EC2 ``p5.48xlarge`` (family, generation, attributes, ``.``, size:
+#: docs.aws.amazon.com/ec2/latest/instancetypes/instance-type-names.html), GCE ``a3-highgpu-8g``
+#: (cloud.google.com/compute/docs/machine-resource).
+INSTANCE_TYPE_RE = re.compile(r"^[a-z0-9]+(?:[.-][a-z0-9]+){1,4}$")
+#: What each grammar allows, for the one-line error.
+REGION_FORM = "lowercase words joined by '-', e.g. us-east-1 or us-central1"
+ZONE_FORM = "an AWS AZ ID such as use1-az4 or a GCP zone such as us-central1-a"
+INSTANCE_TYPE_FORM = "lowercase letters and digits joined by '.' or '-', e.g. p5.48xlarge or a3-highgpu-8g"
+
 #: Where a stack's ``max_price_per_hour_usd`` travels with its resources for the CrossGuard
 #: budget policy: an AWS tag ``12.5``, a GCP label ``12_5`` (label values take no '.':
 #: cloud.google.com/compute/docs/labeling-resources#requirements).
@@ -82,6 +102,13 @@ GCP_PROJECT_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 RESERVED_STACK_NAMES = frozenset({"diff"})
 
 
+def _shown(value: object) -> str:
+    """``value`` for a one-line message: its repr, cut to 80 characters (a hostile value may be
+    long or hold line breaks; repr writes them as escapes)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def new_deployment_id() -> str:
     """A fresh deployment id (48 random bits as 12 hex digits, :data:`DEPLOYMENT_ID_RE`): ``gpuinfra
     up`` gives one to every deployment whose nodes it creates (:func:`gpuinfra.lifecycle.deploy`)."""
@@ -92,7 +119,7 @@ def new_deployment_id() -> str:
 
 def check_stack_name(name: str) -> str:
     """Return ``name`` if it is a valid Pulumi stack name, else raise :class:`SpecError`."""
-    if not isinstance(name, str) or not STACK_NAME_RE.match(name):
+    if not isinstance(name, str) or not STACK_NAME_RE.fullmatch(name):
         raise SpecError(
             f"invalid stack name {name!r}: use 1-100 letters, digits, '-', '_' or '.' (Pulumi's stack-name rule)"
         )
@@ -107,7 +134,7 @@ def check_new_stack_name(name: str) -> str:
         SpecError: the name says what is wrong and what is allowed.
     """
     check_stack_name(name)
-    if not NEW_STACK_NAME_RE.match(name):
+    if not NEW_STACK_NAME_RE.fullmatch(name):
         size = f" ({len(name)} characters)" if len(name) > NEW_STACK_NAME_MAX else ""
         raise SpecError(
             f"invalid stack name {name!r}{size}: use 1-{NEW_STACK_NAME_MAX} lowercase letters, digits or '-', starting "
@@ -131,7 +158,7 @@ def check_gcp_project_id(project: str, flag: str = "--gcp-project") -> str:
     Raises:
         SpecError: with the rule and where it comes from.
     """
-    if not isinstance(project, str) or not GCP_PROJECT_ID_RE.match(project):
+    if not isinstance(project, str) or not GCP_PROJECT_ID_RE.fullmatch(project):
         raise SpecError(
             f"{flag} {project!r} is not a GCP project ID: use 6-30 lowercase letters, digits or '-', starting with "
             "a letter and not ending with '-' (the project ID, not its display name: `gcloud projects list`; "
@@ -394,7 +421,7 @@ class ClusterSpec(BaseModel):
     def _reservation(cls, value: str | None) -> str | None:
         # A reservation of this project is named by its name; a shared one by
         # projects/OWNER_PROJECT/reservations/NAME (cloud.google.com/compute/docs/instances/reservations-consume)
-        if value is not None and not _GCP_RESERVATION_RE.match(value):
+        if value is not None and not _GCP_RESERVATION_RE.fullmatch(value):
             raise ValueError(f"{value!r} is neither a reservation name nor projects/OWNER_PROJECT/reservations/NAME")
         return value
 
@@ -408,10 +435,31 @@ class ClusterSpec(BaseModel):
                 raise ValueError(str(exc).strip()) from None
         return value
 
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        if not REGION_RE.fullmatch(value):
+            raise ValueError(f"{_shown(value)} is not a region name: use {REGION_FORM}")
+        return value
+
+    @field_validator("zone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if not ZONE_RE.fullmatch(value):
+            raise ValueError(f"{_shown(value)} is not a zone: use {ZONE_FORM}")
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str) -> str:
+        if not INSTANCE_TYPE_RE.fullmatch(value):
+            raise ValueError(f"{_shown(value)} is not an instance type: use {INSTANCE_TYPE_FORM}")
+        return value
+
     @field_validator("stack")
     @classmethod
     def _stack(cls, value: str) -> str:
-        if not STACK_NAME_RE.match(value):
+        if not STACK_NAME_RE.fullmatch(value):
             raise ValueError("use 1-100 letters, digits, '-', '_' or '.' (Pulumi's stack-name rule)")
         return value
 
@@ -424,9 +472,10 @@ class ClusterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _cross_field(self) -> ClusterSpec:
-        if self.cloud == "gcp" and not self.zone.startswith(self.region + "-"):
-            raise ValueError(f"zone {self.zone!r} is not in region {self.region!r}")
-        if self.cloud == "aws" and not _AWS_ZONE_ID_RE.match(self.zone):
+        # a GCP zone is its region, '-', one letter (cloud.google.com/compute/docs/regions-zones)
+        if self.cloud == "gcp" and not re.fullmatch(re.escape(self.region) + r"-[a-z]", self.zone):
+            raise ValueError(f"zone {self.zone!r} is not in region {self.region!r} (use {self.region}-a, -b ...)")
+        if self.cloud == "aws" and not _AWS_ZONE_ID_RE.fullmatch(self.zone):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")

@@ -8,6 +8,8 @@ an error, never an empty string.
 from __future__ import annotations
 
 import ast
+import re
+import shlex
 from functools import lru_cache
 from pathlib import Path
 
@@ -23,6 +25,85 @@ def templates_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "templates"
 
 
+#: A shell word that needs no quotes: ``shlex.quote`` leaves exactly these unchanged
+#: (docs.python.org/3/library/shlex.html#shlex.quote), and none of them is special to bash inside
+#: or outside double quotes (bash(1), "QUOTING": ``$``, backtick, ``\\``, ``"`` and ``!`` are).
+PLAIN_WORD_RE = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+#: The filters that make a ``{{ }}`` in a shell template safe (tests/test_templates_quoted.py
+#: fails on one without): ``sh`` quotes, ``word`` refuses what would need quotes, ``num`` admits
+#: numbers only, ``comment`` one line for a ``#`` comment, ``heredoc`` text for a quoted here-document.
+SHELL_FILTERS = ("sh", "word", "num", "comment", "heredoc")
+
+
+def shell_quote(value: object) -> str:
+    """Filter ``sh``: ``value`` as one shell word (:func:`shlex.quote`), for a word of its own
+    (``cmd {{ x | sh }}``), never inside double quotes.
+
+    Raises:
+        jinja2.TemplateRuntimeError: ``value`` is not a string or number.
+    """
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise jinja2.TemplateRuntimeError(f"sh: {value!r} is not text or a number")
+    return shlex.quote(str(value))
+
+
+def shell_word(value: object) -> str:
+    """Filter ``word``: ``value`` unchanged when it is a plain word (:data:`PLAIN_WORD_RE`), so it
+    may stand inside double quotes, a comment or a longer word (``"gs://{{ bucket | word }}/x"``).
+
+    The empty string passes (inside double quotes it is an empty value; a word of its own uses
+    ``sh``, which writes ``''``).
+
+    Raises:
+        jinja2.TemplateRuntimeError: ``value`` holds anything else (space, quote, ``$``, ``;``,
+            newline ...).
+    """
+    text = str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+    if not isinstance(text, str) or not (text == "" or PLAIN_WORD_RE.fullmatch(text)):
+        raise jinja2.TemplateRuntimeError(
+            f"word: {value!r} is not a plain shell word (letters, digits and _@%+=:,./- only)"
+        )
+    return text
+
+
+def shell_number(value: object) -> str:
+    """Filter ``num``: an ``int`` (not a bool) as decimal digits.
+
+    Raises:
+        jinja2.TemplateRuntimeError: anything else.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise jinja2.TemplateRuntimeError(f"num: {value!r} is not an integer")
+    return str(value)
+
+
+def shell_comment(value: object) -> str:
+    """Filter ``comment``: ``value`` as text for a ``#`` comment line: anything printable (a
+    comment ends only at the line's end, bash(1) "COMMENTS"), no line break or control character.
+
+    Raises:
+        jinja2.TemplateRuntimeError: a line break or other non-printable character.
+    """
+    text = str(value)
+    if not text.isprintable():
+        raise jinja2.TemplateRuntimeError(f"comment: {text!r} has a line break or control character")
+    return text
+
+
+def shell_heredoc(value: object, delimiter: str) -> str:
+    """Filter ``heredoc(DELIMITER)``: ``value`` as the body of a here-document whose delimiter
+    is quoted (``<<'DELIMITER'``: nothing in the body is expanded, bash(1) "Here Documents");
+    it ends only at a line that is exactly ``DELIMITER``, so the body may hold no such line.
+
+    Raises:
+        jinja2.TemplateRuntimeError: a line of ``value`` is ``delimiter``, or ``value`` has a NUL.
+    """
+    text = str(value)
+    if delimiter in text.splitlines() or "\0" in text:
+        raise jinja2.TemplateRuntimeError(f"heredoc: the text has a line {delimiter!r} or a NUL byte")
+    return text
+
+
 def _to_yaml(value: object) -> str:
     return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=100).rstrip("\n")
 
@@ -31,7 +112,10 @@ def _to_yaml(value: object) -> str:
 def environment() -> jinja2.Environment:
     """The shared environment: StrictUndefined, no autoescape (YAML/shell/cloud-config output),
     ``keep_trailing_newline``, comments written ``{## ... ##}`` (shell needs ``${#a[@]}``),
-    and a ``to_yaml`` filter."""
+    a ``to_yaml`` filter (YAML values go through it, never through text indentation) and the
+    shell filters of :data:`SHELL_FILTERS` (:func:`shell_quote`, :func:`shell_word`,
+    :func:`shell_number`, :func:`shell_comment`, :func:`shell_heredoc`): every ``{{ }}`` in a
+    shell template goes through one of them."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
         undefined=jinja2.StrictUndefined,
@@ -44,6 +128,11 @@ def environment() -> jinja2.Environment:
         comment_end_string="##}",
     )
     env.filters["to_yaml"] = _to_yaml
+    env.filters["sh"] = shell_quote
+    env.filters["word"] = shell_word
+    env.filters["num"] = shell_number
+    env.filters["comment"] = shell_comment
+    env.filters["heredoc"] = shell_heredoc
     return env
 
 

@@ -16,11 +16,12 @@ rendered into the AWS cloud-config (``write_files``) and the GCP startup script.
 from __future__ import annotations
 
 from gpuinfra.agent.node import format_node_env
+from gpuinfra.errors import UnitValueError
 from gpuinfra.health.node import ALLREDUCE_TIMEOUT_SECONDS, HEALTH_RESULT_WAIT_SECONDS
 from gpuinfra.plan.tags import expires_at_text
 from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.spec import ClusterSpec
-from gpuinfra.templating import render
+from gpuinfra.templating import PLAIN_WORD_RE, render
 
 #: Seconds the scratch unit waits at boot for udev to link every local NVMe disk.
 SCRATCH_DEVICE_WAIT_SECONDS = 120
@@ -56,10 +57,15 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
     """``/etc/gpuinfra/node.env`` of the nodes of ``spec`` (the node agent's settings), with the
     keys the agent defines (:data:`gpuinfra.agent.node.NODE_ENV_KEYS`).
 
+    Every value is one plain word (:data:`gpuinfra.templating.PLAIN_WORD_RE`): the file is read
+    as data (``parse_node_env``, ``gpuinfra-run``'s ``value``), and a value a shell would expand
+    or split is refused here too, whatever reads it later.
+
     Raises:
-        ValueError: a value would break the file (a newline) -- stack names are validated before.
+        UnitValueError: a value that is not one plain word -- the spec's grammars refuse those
+            before (gpuinfra/spec.py, gpuinfra/profiles).
     """
-    return format_node_env(
+    text = format_node_env(
         {
             "GPUINFRA_CLOUD": cloud,
             "GPUINFRA_STACK": spec.stack,
@@ -80,6 +86,11 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
             "GPUINFRA_DEPLOYMENT": spec.deployment_id,
         }
     )
+    for line in text.splitlines():
+        key, _, value = line.partition("=")
+        if value and not PLAIN_WORD_RE.fullmatch(value):
+            raise UnitValueError(f"node.env {key} {value[:80]!r} is not a plain word (letters, digits, _@%+=:,./-)")
+    return text
 
 
 def scratch_script(

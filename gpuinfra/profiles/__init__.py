@@ -10,6 +10,7 @@ and allowed values.
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -103,6 +104,11 @@ class HangSettings(_Strict):
     power_percent: int = Field(default=25, ge=1, le=100)
 
 
+#: Profile names: letters, digits, ``.``, ``_`` and ``-`` (a name names files, tags and reaches
+#: the boot text as one plain word).
+PROFILE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+
+
 class Profile(_Strict):
     """A resolved workload profile.
 
@@ -138,7 +144,7 @@ class Profile(_Strict):
     """
 
     #: Letters, digits, ``.``, ``_`` and ``-`` (it names files, tags and reaches the boot text).
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    name: str = Field(pattern=rf"^{PROFILE_NAME_RE.pattern}$")
     description: str
     placement: Literal["required", "none"]
     high_bandwidth_networking: Literal["required", "preferred", "off"]

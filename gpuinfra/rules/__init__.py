@@ -24,6 +24,7 @@ from gpuinfra.cost.report import cost_summary
 from gpuinfra.errors import RuleViolationError
 from gpuinfra.rules import aws, gcp
 from gpuinfra.rules.model import ResourceGraph, Violation
+from gpuinfra.rules.node_values import check_node_values
 from gpuinfra.rules.plan_rules import check_plan
 from gpuinfra.rules.provider_values import check_provider_values
 from gpuinfra.rules.spec_rules import RULES, violation
@@ -63,6 +64,7 @@ def check_graph(
     if "gcp" in clouds:
         for check in gcp.CHECKS:
             found += check(graph, facts)
+    found += check_node_values(graph, facts)
     if provider_values:
         found += check_provider_values(graph)
     return sorted(set(found), key=lambda v: (v.rule, v.resource, v.message))

@@ -34,7 +34,9 @@ judge is written by the components, not decided by the plan:
 * ``bucket-not-public``, ``bucket-same-region``, ``aws-s3-deny-insecure-transport`` -- bucket,
   access block and bucket policy resources;
 * ``provider-valid-values`` -- the registered inputs' values against the installed provider
-  SDKs' documented enums.
+  SDKs' documented enums;
+* ``node-values-grammar`` -- the boot text and tags the components render (the spec's own
+  grammars refuse a bad value before any plan: gpuinfra/spec.py).
 
 Parts of two plan rules are preview-only too: the placement group's ``strategy`` and the
 workload policy's type (constants of the components), and the formation watchdog of
@@ -83,6 +85,7 @@ PREVIEW_ONLY_RULES: dict[str, str] = {
     "bucket-same-region": "the bucket resource's location",
     "aws-s3-deny-insecure-transport": "the bucket policy resource",
     "provider-valid-values": "registered input values against the provider SDKs' enums",
+    "node-values-grammar": "the rendered user data / startup script and the tags exist only in the resource graph",
 }
 
 #: Rules a planner (or :func:`gpuinfra.planner.plan_cluster`) refuses with before any plan

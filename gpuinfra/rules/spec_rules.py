@@ -98,6 +98,13 @@ RULES: dict[str, RuleInfo] = {
             "the type is offered in the chosen zone",
         ),
         RuleInfo(
+            "node-values-grammar",
+            "any",
+            "gpuinfra/rules/node_values.py (cloudinit.readthedocs.io/en/latest/reference/modules.html; "
+            "bash(1) QUOTING; github.com/distribution/reference)",
+            "every stack-file and profile value in the nodes' boot text matches its grammar and stays data",
+        ),
+        RuleInfo(
             "bucket-not-public",
             "any",
             "docs.aws.amazon.com/AmazonS3/latest/userguide/access-control-block-public-access.html; "

@@ -394,7 +394,8 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     result = preview(make_spec("p5.48xlarge", nodes=2, profile="llm-pretrain"))
     text = gzip.decompress(base64.b64decode(_one(result, LT)["userData"])).decode()
     assert text.startswith("#cloud-config\n") and len(base64.b64decode(_one(result, LT)["userData"])) < 16 * 1024
-    assert "/dev/disk/by-id/\" -maxdepth 1 -name '*NVMe_Instance_Storage*'" in text
+    assert "DEVICE_GLOB='*NVMe_Instance_Storage*'" in text
+    assert '/dev/disk/by-id/" -maxdepth 1 -name "$DEVICE_GLOB"' in text
     assert (
         "After=local-fs.target systemd-udev-settle.service dlami-nvme.service" in text
     )  # scratch after udev, reboot-safe

@@ -290,7 +290,7 @@ def test_startup_script_passes_shellcheck(tmp_path):
     script = template(result)["metadata"]["startup-script"]
     assert script.startswith("#!/bin/bash")
     assert "NCCL_FASTRAK_IFNAME=enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0" in script
-    assert "-name 'google-local-nvme-ssd-*'" in script
+    assert "DEVICE_GLOB='google-local-nvme-ssd-*'" in script and '-name "$DEVICE_GLOB"' in script
     assert "gcloud compute instance-groups managed list-instances t-2-node --zone" in script
     assert "systemctl daemon-reexec" in script  # the DefaultLimitMEMLOCK drop-in takes effect now
     assert "LimitMEMLOCK=infinity" in script and "systemctl try-restart docker.service" in script

@@ -198,6 +198,8 @@ MUTATIONS = [
     ),
     ("bucket-same-region", "a2", lambda g: _set(_one(g, "gcp:storage/bucket:Bucket").inputs, "location", "EU")),
     ("single-zone", "a2", lambda g: _mig(g).inputs.pop("zone")),
+    # tests/rules/test_node_values.py injects the user data / startup script faults
+    ("node-values-grammar", "p5", lambda g: _set(_fleet(g).inputs, "tags.gpuinfra:stack", "t-2 $(id)")),
 ]
 
 
