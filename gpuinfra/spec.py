@@ -179,8 +179,9 @@ class NetworkSettings(BaseModel):
         ssh_cidr: AWS: allow inbound SSH (TCP 22) from this IPv4 CIDR only; None (default) = no
             SSH, access through SSM Session Manager. A block open to the world
             (:func:`world_open`) is refused unless ``allow_world_ssh``.
-        allow_world_ssh: AWS: ``ssh_cidr`` may be open to the world; written by ``gpuinfra new
-            --allow-world-ssh`` so the stack file shows it was asked for.
+        allow_world_ssh: AWS: ``true``: ``ssh_cidr`` may be open to the world; written by
+            ``gpuinfra new --allow-world-ssh`` so the stack file shows it was asked for (None,
+            the default, is left out of the file).
         iap_ssh: GCP: allow SSH from Identity-Aware Proxy's range 35.235.240.0/20 only
             (OS Login decides who). ``gpuinfra new`` turns it on for GCP stacks: the nodes have
             no public IP, so IAP is the only way in (as SSM is on AWS).
@@ -191,7 +192,7 @@ class NetworkSettings(BaseModel):
     vpc_id: str | None = None
     subnet_id: str | None = None
     ssh_cidr: str | None = None
-    allow_world_ssh: bool = False
+    allow_world_ssh: bool | None = None
     iap_ssh: bool = False
 
     @field_validator("ssh_cidr")
