@@ -619,7 +619,7 @@ def test_report_warns_and_runs_and_extra_env_comes_last(node_for):
     assert env["NCCL_DEBUG"] == "INFO"  # nccl.env says WARN; -e wins
     bad = node.run("--dry-run", "-e", "not-a-var", "--", "python", "train.py")
     assert bad.returncode == 1
-    assert bad.stderr == "gpuinfra-run: -e takes KEY=VALUE, KEY a variable name (the argument is not shown)\n"
+    assert bad.stderr == "gpuinfra-run: -e takes KEY=VALUE or KEY, KEY a variable name (the argument is not shown)\n"
 
 
 #: docker stand-in for a real run: records argv, copies what it read from --env-file (as the
@@ -656,7 +656,13 @@ def test_secrets_from_e_are_root_only_never_logged_and_gone_after_a_run(node_for
     assert parse_env(copy.read_text())["HF_TOKEN"] == SECRET  # docker got it
     assert seen.read_text() == "/dev/fd/3\n" and list(folder.iterdir()) == []  # from a descriptor, file gone
     assert SECRET not in real.stdout + real.stderr + node.calls.read_text()  # not in docker's argv either
-    for args in (["-e", SECRET], ["-e", f"1X={SECRET}"], ["-e", f"A={SECRET}\nB=1"]):
+    # -e KEY: the value from the environment (sudo --preserve-env=KEY), on no command line at all
+    kept = node.run("--dry-run", "-e", "HF_TOKEN", "--", "python", "train.py", HF_TOKEN=SECRET, **stub)
+    assert kept.returncode == 0, kept.stderr
+    assert parse_env((folder / "run.env").read_text())["HF_TOKEN"] == SECRET and SECRET not in kept.stdout + kept.stderr
+    unset = node.run("-e", "HF_TOKEN", "--", "python", "train.py", **stub)
+    assert unset.returncode == 1 and "-e KEY: KEY is not set in gpuinfra-run's environment" in unset.stderr
+    for args in (["-e", SECRET], ["-e", f"-{SECRET}"], ["-e", f"1X={SECRET}"], ["-e", f"A={SECRET}\nB=1"]):
         bad = node.run(*args, "--", "python", "train.py", **stub)
         assert bad.returncode == 1 and SECRET not in bad.stdout + bad.stderr, args
 
