@@ -18,6 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gpuinfra import capacity
 from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
 from gpuinfra.catalog.store import Catalog, load_catalog
@@ -30,6 +32,7 @@ from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
+from gpuinfra.spec import NetworkSettings
 from gpuinfra.stackfile import WrittenFiles, write_stack
 from gpuinfra.verify import VerifiedPreview, verify_spec
 
@@ -55,6 +58,9 @@ class NewStackRequest:
         profiles_dir: folder of user profile YAML files.
         image: ``baked:<name>``: boot a bake's image (:func:`gpuinfra.bake.stack.baked_image`);
             the stack records its id and manifest.
+        ssh_cidr: AWS: allow SSH (TCP 22) from this IPv4 block (``network.ssh_cidr``).
+        allow_world_ssh: with ``ssh_cidr``: it may be open to the world
+            (``network.allow_world_ssh``, else such a block is refused).
     """
 
     plan: PlanRequest
@@ -68,6 +74,8 @@ class NewStackRequest:
     data_size: str | None = None
     profiles_dir: Path | None = None
     image: str | None = None
+    ssh_cidr: str | None = None
+    allow_world_ssh: bool = False
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,8 @@ def create_stack(
         plan, sizing = _plan_sized(catalog, request, planned, resolved, now)
     else:
         plan = plan_cluster(catalog, planned, resolved, now)
+    if request.ssh_cidr or request.allow_world_ssh:
+        plan = with_ssh_access(plan, request.ssh_cidr, request.allow_world_ssh)
     image_config = None
     if request.image:  # a baked image: its id goes into the spec, its manifest next to it
         plan, image_config = apply_baked_image(plan, project_dir, request.image)
@@ -190,6 +200,27 @@ def create_stack(
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
     written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
     return NewStackResult(plan, written, verified, sizing)
+
+
+def with_ssh_access(plan: Plan, ssh_cidr: str | None, allow_world_ssh: bool) -> Plan:
+    """``plan`` with ``network.ssh_cidr`` (and ``network.allow_world_ssh``) set in its spec.
+
+    Raises:
+        RequestError: a GCP stack (its nodes are reached over IAP), ``--allow-world-ssh``
+            without ``--ssh-cidr``, or a block the spec refuses (not IPv4, open to the world
+            without ``--allow-world-ssh``: :class:`gpuinfra.spec.NetworkSettings`); exit 2.
+    """
+    spec = plan.spec
+    if spec.cloud != "aws":
+        raise RequestError("--ssh-cidr and --allow-world-ssh are AWS settings; GCP nodes are reached over IAP")
+    if not ssh_cidr:
+        raise RequestError("--allow-world-ssh goes with --ssh-cidr (the block that may be open to the world)")
+    network = {**spec.network.model_dump(), "ssh_cidr": ssh_cidr, "allow_world_ssh": allow_world_ssh or None}
+    try:
+        checked = NetworkSettings.model_validate(network)
+    except ValidationError as exc:
+        raise RequestError(f"--ssh-cidr: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    return replace(plan, spec=type(spec).model_validate({**spec.model_dump(), "network": checked}))
 
 
 def _plan_sized(

@@ -60,6 +60,9 @@ AWS_BUDGET_TAG = "gpuinfra:max-price-per-hour-usd"
 GCP_BUDGET_LABEL = "gpuinfra-max-price-per-hour-usd"
 #: With a budget, the run length travels too, so per-run transfer is spread as in ``preview``.
 AWS_RUN_HOURS_TAG = "gpuinfra:run-hours"
+#: AWS tag (value ``true``) of a stack written with ``network.allow_world_ssh``: the rule
+#: ``aws-ssh-not-world`` reads it, in ``gpuinfra preview`` and in the CrossGuard pack alike.
+AWS_WORLD_SSH_TAG = "gpuinfra:allow-world-ssh"
 GCP_RUN_HOURS_LABEL = "gpuinfra-run-hours"
 #: EC2 starts ending the instances of a Capacity Block 30 minutes before the block ends ("Forty
 #: minutes before your Capacity Block reservation ends ... any instances running in the reservation
@@ -171,14 +174,41 @@ def check_gcp_project_id(project: str, flag: str = "--gcp-project") -> str:
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
+#: Prefix lengths below which an address block counts as open to the world, by IP version. A
+#: shorter prefix spans more than one of the blocks IANA hands out one at a time (IPv4: the /8
+#: entries of www.iana.org/assignments/ipv4-address-space; IPv6: the /12 blocks given to the
+#: regional registries, www.iana.org/assignments/ipv6-unicast-address-assignments): wider than
+#: the network of anyone SSH should come from. 0.0.0.0/1 + 128.0.0.0/1 is 0.0.0.0/0 in two rules.
+WORLD_PREFIX_BELOW = {4: 8, 6: 12}
+WORLD_SSH_REFUSED = (
+    "network.ssh_cidr {cidr} opens SSH (TCP 22) to the internet: give your own network (e.g. "
+    "203.0.113.7/32) or none (SSM Session Manager); to open it anyway, write the stack with "
+    "`gpuinfra new ... --ssh-cidr {cidr} --allow-world-ssh` (network.allow_world_ssh: true)"
+)
+
+
+def world_open(cidr: str) -> bool:
+    """Whether the IPv4 or IPv6 block ``cidr`` is open to the world (:data:`WORLD_PREFIX_BELOW`).
+
+    Raises:
+        ValueError: not a CIDR block.
+    """
+    network = ipaddress.ip_network(cidr, strict=False)
+    return network.prefixlen < WORLD_PREFIX_BELOW[network.version]
+
+
 class NetworkSettings(BaseModel):
     """Networking overrides.
 
     Attributes:
         vpc_id: reuse an existing AWS VPC (with ``subnet_id``) instead of creating one.
         subnet_id: existing AWS subnet; must be in the spec's AZ (checked by the blueprint).
-        ssh_cidr: AWS: allow inbound SSH (TCP 22) from this CIDR only; None (default) = no
-            SSH, access through SSM Session Manager.
+        ssh_cidr: AWS: allow inbound SSH (TCP 22) from this IPv4 CIDR only; None (default) = no
+            SSH, access through SSM Session Manager. A block open to the world
+            (:func:`world_open`) is refused unless ``allow_world_ssh``.
+        allow_world_ssh: AWS: ``true``: ``ssh_cidr`` may be open to the world; written by
+            ``gpuinfra new --allow-world-ssh`` so the stack file shows it was asked for (None,
+            the default, is left out of the file).
         iap_ssh: GCP: allow SSH from Identity-Aware Proxy's range 35.235.240.0/20 only
             (OS Login decides who). ``gpuinfra new`` turns it on for GCP stacks: the nodes have
             no public IP, so IAP is the only way in (as SSM is on AWS).
@@ -189,6 +219,7 @@ class NetworkSettings(BaseModel):
     vpc_id: str | None = None
     subnet_id: str | None = None
     ssh_cidr: str | None = None
+    allow_world_ssh: bool | None = None
     iap_ssh: bool = False
 
     @field_validator("ssh_cidr")
@@ -196,15 +227,18 @@ class NetworkSettings(BaseModel):
     def _cidr(cls, value: str | None) -> str | None:
         if value is None:
             return None
-        try:
-            return str(ipaddress.ip_network(value, strict=False))
+        try:  # IPv4: the rule's CidrIp is "the IPv4 address range, in CIDR format"
+            # (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_AuthorizeSecurityGroupIngress.html)
+            return str(ipaddress.IPv4Network(value, strict=False))
         except ValueError:
-            raise ValueError(f"not a CIDR block: {value!r} (e.g. 203.0.113.7/32)") from None
+            raise ValueError(f"not an IPv4 CIDR block: {value!r} (e.g. 203.0.113.7/32)") from None
 
     @model_validator(mode="after")
     def _pair(self) -> NetworkSettings:
         if (self.vpc_id is None) != (self.subnet_id is None):
             raise ValueError("vpc_id and subnet_id go together: give both or neither")
+        if self.ssh_cidr and world_open(self.ssh_cidr) and not self.allow_world_ssh:
+            raise ValueError(WORLD_SSH_REFUSED.format(cidr=self.ssh_cidr))
         return self
 
 
@@ -495,9 +529,15 @@ class ClusterSpec(BaseModel):
         if self.spot and self.profile.spot.policy == "forbidden":
             raise ValueError(f"profile {self.profile.name!r} forbids spot capacity")
         if self.cloud == "gcp" and (
-            self.network.vpc_id or self.ami_id or self.network.ssh_cidr or self.capacity_reservation_id
+            self.network.vpc_id
+            or self.ami_id
+            or self.network.ssh_cidr
+            or self.network.allow_world_ssh
+            or self.capacity_reservation_id
         ):
-            raise ValueError("network.vpc_id/subnet_id/ssh_cidr, ami_id and capacity_reservation_id are AWS settings")
+            raise ValueError(
+                "network.vpc_id/subnet_id/ssh_cidr/allow_world_ssh, ami_id and capacity_reservation_id are AWS settings"
+            )
         if self.baked_image and not (self.ami_id or self.gcp_image):
             raise ValueError("baked_image needs the bake's image id in ami_id (AWS) or gcp_image (GCP)")
         if self.gcp_reservation_bound and not self.gcp_reservation:

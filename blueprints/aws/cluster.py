@@ -98,7 +98,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
         network = build_network(name, spec, plan, self)
         self.bucket = build_bucket(name, spec, self)
         profile = build_instance_profile(name, spec, self.bucket, self)
-        self.node_bundle = build_bundle_object(name, spec, self.bucket, cluster_plan.node_bundle.to_json(), self)
+        self.node_bundle = build_bundle_object(name, spec, self.bucket, cluster_plan.node_bundle, self)
         self.launch_template, self.placement_group = build_launch_template(
             name,
             spec,
@@ -110,6 +110,7 @@ class AwsGpuCluster(pulumi.ComponentResource):
             self.bucket,
             self,
             depends_on=[self.node_bundle],
+            bundle=cluster_plan.node_bundle,
         )
         self.fleet = build_fleet(name, spec, plan, self.launch_template, self)
         instances = aws.ec2.get_instances_output(

@@ -34,6 +34,7 @@ from gpuinfra.errors import CAPACITY_ERROR_MARKER, CapacityError
 from gpuinfra.plan.aws import AwsClusterPlan
 from gpuinfra.plan.boot_aws import encode_user_data, render_user_data
 from gpuinfra.plan.naming import child
+from gpuinfra.plan.node_bundle import NodeBundle
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -89,9 +90,11 @@ def build_launch_template(
     bucket: aws.s3.Bucket,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
+    bundle: NodeBundle | None = None,
 ) -> tuple[aws.ec2.LaunchTemplate, aws.ec2.PlacementGroup | None]:
     """Placement group (when planned) and the launch template of the nodes; the template waits
-    for ``depends_on`` (the node bundle object: no node boots before its bundle exists)."""
+    for ``depends_on`` (the node bundle object: no node boots before its bundle exists). The user
+    data pins ``bundle``'s SHA-256 (the bundle object's; None: rendered from the spec)."""
     opts = pulumi.ResourceOptions(parent=parent)
     group = None
     group_name: pulumi.Input[str] | None = plan.placement_group_name
@@ -112,7 +115,9 @@ def build_launch_template(
         )
         for nic in plan.interfaces
     ]
-    user_data = bucket.bucket.apply(lambda bucket_name: encode_user_data(render_user_data(spec, plan, bucket_name)))
+    user_data = bucket.bucket.apply(
+        lambda bucket_name: encode_user_data(render_user_data(spec, plan, bucket_name, bundle))
+    )
     capacity = None
     if spec.capacity_reservation_id:
         capacity = aws.ec2.LaunchTemplateCapacityReservationSpecificationArgs(

@@ -18,7 +18,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.plan.naming import child, dns_safe
-from gpuinfra.plan.node_bundle import BUNDLE_KEY
+from gpuinfra.plan.node_bundle import NodeBundle
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -119,15 +119,17 @@ def build_bucket(name: str, spec: ClusterSpec, parent: pulumi.Resource) -> aws.s
 
 
 def build_bundle_object(
-    name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, body: str, parent: pulumi.Resource
+    name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, bundle: NodeBundle, parent: pulumi.Resource
 ) -> aws.s3.BucketObjectv2:
-    """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
-    in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot."""
+    """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle-<sha256>.json``
+    (:attr:`NodeBundle.key`) in the stack bucket (outside the expiring scratch prefix); nodes
+    fetch it at boot and check it against the SHA-256 their user data pins. A changed bundle is
+    a new key, so the object is replaced, never rewritten under a running node."""
     return aws.s3.BucketObjectv2(
         child(name, "node-bundle"),
         bucket=bucket.id,
-        key=BUNDLE_KEY,
-        content=body,
+        key=bundle.key,
+        content=bundle.to_json(),
         content_type="application/json",
         tags=aws_tags(spec),
         opts=pulumi.ResourceOptions(parent=parent),

@@ -53,9 +53,19 @@ class GcpGpuCluster(pulumi.ComponentResource):
         self.bucket = build_bucket(name, spec, project, self)
         account = build_service_account(name, spec, self.bucket, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
-        self.node_bundle = build_bundle_object(name, self.bucket, cluster_plan.node_bundle.to_json(), self)
+        self.node_bundle = build_bundle_object(name, self.bucket, cluster_plan.node_bundle, self)
         template = build_template(
-            name, spec, plan, networks, account, self.bucket, policy, project, self, depends_on=[self.node_bundle]
+            name,
+            spec,
+            plan,
+            networks,
+            account,
+            self.bucket,
+            policy,
+            project,
+            self,
+            depends_on=[self.node_bundle],
+            bundle=cluster_plan.node_bundle,
         )
         workload = build_workload_policy(name, spec, plan, project, self)
         self.group = build_group(name, spec, plan, template, workload, project, self)

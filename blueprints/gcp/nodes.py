@@ -20,6 +20,7 @@ import pulumi_gcp as gcp
 from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
 from gpuinfra.plan.gcp import GcpClusterPlan
 from gpuinfra.plan.naming import child
+from gpuinfra.plan.node_bundle import NodeBundle
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
@@ -69,9 +70,11 @@ def build_template(
     project: str,
     parent: pulumi.Resource,
     depends_on: list[pulumi.Resource] | None = None,
+    bundle: NodeBundle | None = None,
 ) -> gcp.compute.InstanceTemplate:
     """The instance template: machine, GPUs, gVNIC/MRDMA NICs, disks, scheduling, metadata;
-    created after ``depends_on`` (the node bundle object: no VM boots before its bundle exists)."""
+    created after ``depends_on`` (the node bundle object: no VM boots before its bundle exists).
+    The startup script pins ``bundle``'s SHA-256 (the bundle object's; None: rendered from the spec)."""
     interfaces = []
     for nic_type, subnets in networks:
         for subnet in subnets:
@@ -111,7 +114,7 @@ def build_template(
             seconds=plan.max_run_duration_seconds
         ),
     )
-    startup = bucket.name.apply(lambda bucket_name: render_startup_script(spec, plan, bucket_name))
+    startup = bucket.name.apply(lambda bucket_name: render_startup_script(spec, plan, bucket_name, bundle))
     return gcp.compute.InstanceTemplate(
         child(name, "template"),
         name_prefix=f"{node_prefix(spec)[:30]}-",

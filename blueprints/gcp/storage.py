@@ -14,7 +14,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from gpuinfra.plan.naming import child, dns_safe
-from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX, NodeBundle
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
@@ -377,16 +377,17 @@ def build_monitoring_role(
 
 
 def build_bundle_object(
-    name: str, bucket: gcp.storage.Bucket, body: str, parent: pulumi.Resource
+    name: str, bucket: gcp.storage.Bucket, bundle: NodeBundle, parent: pulumi.Resource
 ) -> gcp.storage.BucketObject:
-    """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle.json``
-    in the stack bucket (outside the expiring scratch prefix); nodes fetch it at boot and cannot
-    rewrite it (:func:`bundle_write_exclusion`)."""
+    """The node bundle (:mod:`gpuinfra.plan.node_bundle`) as ``gpuinfra/node-bundle-<sha256>.json``
+    (:attr:`NodeBundle.key`) in the stack bucket (outside the expiring scratch prefix); nodes
+    fetch it at boot, check it against the SHA-256 their startup script pins, and cannot rewrite
+    it (:func:`bundle_write_exclusion`)."""
     return gcp.storage.BucketObject(
         child(name, "node-bundle"),
         bucket=bucket.name,
-        name=BUNDLE_KEY,
-        content=body,
+        name=bundle.key,
+        content=bundle.to_json(),
         content_type="application/json",
         opts=pulumi.ResourceOptions(parent=parent),
     )

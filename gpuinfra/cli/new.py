@@ -77,6 +77,17 @@ def new(
         help="Boot a baked image: baked:<bake name> (`gpuinfra image bake`); the stack records its id and manifest.",
         show_default=False,
     ),
+    ssh_cidr: str | None = typer.Option(
+        None,
+        "--ssh-cidr",
+        help="AWS: allow SSH (TCP 22) to the nodes from this IPv4 block only (default: none; use SSM Session Manager). A block open to the world (prefix shorter than /8) needs --allow-world-ssh.",
+        show_default=False,
+    ),
+    allow_world_ssh: bool = typer.Option(
+        False,
+        "--allow-world-ssh",
+        help="With --ssh-cidr: let it be open to the world (recorded as network.allow_world_ssh in the stack file).",
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
     strict: bool = typer.Option(
         False,
@@ -123,6 +134,8 @@ def new(
             data_size=data_size,
             profiles_dir=profiles_dir,
             image=image,
+            ssh_cidr=ssh_cidr,
+            allow_world_ssh=allow_world_ssh,
         ),
         project_dir,
         force=force,

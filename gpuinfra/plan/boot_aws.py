@@ -133,12 +133,16 @@ def ecr_login(spec: ClusterSpec) -> tuple[ExecCommand, ...]:
     return (shell(ECR_LOGIN_SCRIPT, check_value("region", region), check_value("registry", ref.registry_host)),)
 
 
-def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeBoot:
+def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str, bundle: NodeBundle | None = None) -> NodeBoot:
     """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the AWS nodes of ``spec``.
 
     AWS specifics: scratch starts after the DLAMI's ``dlami-nvme.service``; peers are found
     through EC2 (``templates/aws-cluster-env.sh.j2``); EFA nodes build their training image in
     the bundle (``gpuinfra-image.service``) instead of pre-pulling the profile's image.
+
+    ``bundle``: the node bundle the bucket holds (its SHA-256 is pinned in the fetch script);
+    None renders it from ``spec`` and ``plan`` (:func:`plan_cluster <gpuinfra.plan.cluster.plan_cluster>`
+    does the same, so both give the same bytes).
 
     Raises:
         SpecError: the profile's container image is not an OCI reference.
@@ -168,7 +172,7 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> NodeB
         cluster_env_script=cluster_env,
         nccl_env=nccl_env(plan, spec.facts),
         node_env=node_env(spec, "aws", bucket, SCRATCH_MOUNT),
-        bundle_fetch_script=fetch_script("aws", bucket),
+        bundle_fetch_script=fetch_script("aws", bucket, (bundle or aws_node_bundle(spec, plan)).sha256()),
         # EFA nodes build the training image from the profile's image at boot (the bundle's
         # gpuinfra-image.service pulls it): no separate pre-pull
         prepull=not plan.efa_count,
@@ -222,7 +226,7 @@ def cloud_config(boot: NodeBoot) -> str:
     return f"#cloud-config\n{header}{body}"
 
 
-def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> str:
+def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str, bundle: NodeBundle | None = None) -> str:
     """The ``#cloud-config`` text for the nodes of ``spec`` (:func:`aws_node_boot`,
     :func:`cloud_config`).
 
@@ -230,12 +234,13 @@ def render_user_data(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str) -> st
         spec: the cluster spec.
         plan: the AWS plan (NICs, EFA count).
         bucket: the stack's S3 bucket name (known at deploy time).
+        bundle: the node bundle whose SHA-256 the user data pins (:func:`aws_node_boot`).
 
     Raises:
         SpecError: the result exceeds EC2's 16 KB user-data limit, or the container image is
             not an OCI reference.
     """
-    text = cloud_config(aws_node_boot(spec, plan, bucket))
+    text = cloud_config(aws_node_boot(spec, plan, bucket, bundle))
     size = len(gzip.compress(text.encode(), mtime=0))
     if size > USER_DATA_LIMIT_BYTES:
         raise SpecError(f"compressed user data is {size} bytes; EC2 allows {USER_DATA_LIMIT_BYTES}")

@@ -103,12 +103,16 @@ def peers_prefix(spec: ClusterSpec) -> str:
     return f"{base}/{spec.deployment_id}" if spec.deployment_id else base
 
 
-def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeBoot:
+def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str, bundle: NodeBundle | None = None) -> NodeBoot:
     """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the GCP nodes of ``spec``.
 
     GCP specifics: peers are found through the managed instance group and the bucket
     (``templates/gcp-cluster-env.sh.j2``); the profile's image is pre-pulled by
     ``gpuinfra-prepull.service`` as on AWS.
+
+    ``bundle``: the node bundle the bucket holds (its SHA-256 is pinned in the fetch script);
+    None renders it from ``spec`` and ``plan`` (:func:`plan_cluster <gpuinfra.plan.cluster.plan_cluster>`
+    does the same, so both give the same bytes).
 
     Raises:
         SpecError: the profile's container image is not an OCI reference.
@@ -140,7 +144,7 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> NodeB
         cluster_env_script=cluster_env,
         nccl_env=nccl_env(plan.nic_layout),
         node_env=node_env(spec, "gcp", bucket, SCRATCH_MOUNT),
-        bundle_fetch_script=fetch_script("gcp", bucket),
+        bundle_fetch_script=fetch_script("gcp", bucket, (bundle or gcp_node_bundle(spec, plan)).sha256()),
         prepull=True,
         registry_login=artifact_registry_login(spec),
     )
@@ -213,14 +217,16 @@ def startup_script(boot: NodeBoot) -> str:
     return "".join(parts)
 
 
-def render_startup_script(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str) -> str:
+def render_startup_script(
+    spec: ClusterSpec, plan: GcpClusterPlan, bucket: str, bundle: NodeBundle | None = None
+) -> str:
     """The startup script text for ``spec`` (:func:`gcp_node_boot`, :func:`startup_script`).
 
     Raises:
         SpecError: the script exceeds the metadata value limit, or the container image is not
             an OCI reference.
     """
-    text = startup_script(gcp_node_boot(spec, plan, bucket))
+    text = startup_script(gcp_node_boot(spec, plan, bucket, bundle))
     if len(text.encode()) > METADATA_VALUE_LIMIT_BYTES:
         raise SpecError(
             f"startup script is {len(text.encode())} bytes; GCE metadata allows {METADATA_VALUE_LIMIT_BYTES}"

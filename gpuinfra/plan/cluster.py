@@ -28,7 +28,7 @@ from gpuinfra.plan.model import (
     aws_network,
     gcp_network,
 )
-from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from gpuinfra.rules.spec_rules import baked_image_violations
 from gpuinfra.spec import ClusterSpec
 
@@ -87,7 +87,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             nodes=_nodes(spec, aws.market),
             storage=ClusterStorage(
                 bucket_scheme="s3",
-                node_bundle_key=BUNDLE_KEY,
+                node_bundle_key=bundle.key,
                 scratch_mount=SCRATCH_MOUNT,
                 scratch_disks=aws.local_nvme_count,
             ),
@@ -109,7 +109,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
         nodes=_nodes(spec, gcp.provisioning_model),
         storage=ClusterStorage(
             bucket_scheme="gs",
-            node_bundle_key=BUNDLE_KEY,
+            node_bundle_key=bundle.key,
             scratch_mount=SCRATCH_MOUNT,
             scratch_disks=gcp.local_ssd_count,
         ),

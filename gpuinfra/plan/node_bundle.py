@@ -1,14 +1,23 @@
 """The node bundle: what every GPU node installs at boot beyond its boot script, as one JSON
-object in the stack bucket (:data:`BUNDLE_KEY`).
+object in the stack bucket (:func:`bundle_key`: named after its SHA-256).
 
 Why an object: EC2 user data is limited to 16 KB gzip'd
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html) and the boot script already holds
 the node agent and the scratch script, which must run even when the bucket cannot be read (a
 node must still end itself). Everything else -- ``gpuinfra-run``, the health gate, the training
 image build, the fabric host stacks and the monitoring agents -- is listed here, fetched by
-``gpuinfra-bundle.service`` (``templates/node-bundle-fetch.sh.j2``) on every boot, written to
-disk and its units started. Pulumi creates the object before the nodes (their launch template /
-instance template depends on it), so a node never boots before its bundle exists.
+``gpuinfra-bundle.service`` (``templates/node-bundle-fetch.sh.j2``), written to disk and its
+units started. Pulumi creates the object before the nodes (their launch template / instance
+template depends on it), so a node never boots before its bundle exists.
+
+Integrity: the boot text carries the bundle's SHA-256 (:meth:`NodeBundle.sha256`) and the object
+key is named after it, so a node only ever runs the bundle of its own deployment. The fetch
+script checks the download with ``sha256sum -c`` before anything in it is used; on a mismatch it
+runs nothing, logs both hashes and writes the ``health-failed`` verdict (the node agent's idle
+clock then ends the node). The verified copy is kept at :data:`BUNDLE_CACHE_PATH`: a reboot
+uses it (checked again) instead of fetching. A bundle that changes changes the boot text, so
+``gpuinfra up`` replaces the nodes (``--replace-nodes``) instead of handing running nodes a
+bundle they did not boot with.
 
 The document (:meth:`NodeBundle.to_json`)::
 
@@ -20,7 +29,9 @@ Pure Python, no Pulumi imports.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,13 +39,14 @@ from gpuinfra.health import node as health_node
 from gpuinfra.health.baselines import baseline_nodes, find_baseline
 from gpuinfra.health.gate import Expectations
 from gpuinfra.plan.monitoring_node import MONITORING_UNITS, monitoring_node_files
-from gpuinfra.plan.units import RUN_DIR, NodeFile, SystemdUnit, command
+from gpuinfra.plan.units import RUN_DIR, NodeFile, SystemdUnit, check_value, command
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
 
-#: Object key; its prefix is write-protected from the nodes (blueprints/aws/identity.py).
+#: Prefix of the object key (:func:`bundle_key`); write-protected from the nodes (blueprints/aws/identity.py).
 BUNDLE_PREFIX = "gpuinfra/"
-BUNDLE_KEY = f"{BUNDLE_PREFIX}node-bundle.json"
+#: The node's verified copy of its bundle (root only, kept across reboots; :func:`fetch_script`).
+BUNDLE_CACHE_PATH = "/var/lib/gpuinfra/node-bundle.json"
 BUNDLE_SCHEMA_VERSION = "1"
 BUNDLE_UNIT = "gpuinfra-bundle.service"
 BUNDLE_FETCH_PATH = "/usr/local/sbin/gpuinfra-bundle"
@@ -110,6 +122,15 @@ class NodeBundle:
                 return f
         raise KeyError(path)
 
+    def sha256(self) -> str:
+        """SHA-256 of :meth:`to_json` (UTF-8), 64 lowercase hex digits: the boot text pins it."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    @property
+    def key(self) -> str:
+        """The object key of this bundle (:func:`bundle_key`)."""
+        return bundle_key(self.sha256())
+
     def to_json(self) -> str:
         """The object's body: files sorted by path, so the same bundle gives the same bytes."""
         return (
@@ -127,6 +148,17 @@ class NodeBundle:
             )
             + "\n"
         )
+
+
+def bundle_key(sha256: str) -> str:
+    """``gpuinfra/node-bundle-<sha256>.json``: a bundle's object key, named after its content.
+
+    Raises:
+        ValueError: ``sha256`` is not 64 lowercase hex digits.
+    """
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"not a SHA-256 hex digest: {sha256!r}")
+    return f"{BUNDLE_PREFIX}node-bundle-{sha256}.json"
 
 
 def node_modules() -> dict[str, str]:
@@ -243,21 +275,32 @@ def health_template_vars(spec: ClusterSpec) -> dict[str, object]:
     }
 
 
-def fetch_script(cloud: str, bucket: str) -> str:
-    """The boot script part that fetches and installs the bundle (``templates/node-bundle-fetch.sh.j2``)."""
+def fetch_script(cloud: str, bucket: str, sha256: str) -> str:
+    """The boot script part that installs the bundle whose SHA-256 is ``sha256``
+    (``templates/node-bundle-fetch.sh.j2``): from :data:`BUNDLE_CACHE_PATH` when that copy still
+    matches, else fetched from ``bucket`` and checked; never a bundle that does not match.
+
+    Raises:
+        ValueError: ``sha256`` is not a SHA-256 hex digest; UnitValueError: a bucket name that
+            cannot be written into a script (validated by the cloud before).
+    """
     scheme = "s3" if cloud == "aws" else "gs"
     return render(
         "node-bundle-fetch.sh.j2",
         cloud=cloud,
-        url=f"{scheme}://{bucket}/{BUNDLE_KEY}",
+        url=check_value("bucket", f"{scheme}://{bucket}/{bundle_key(sha256)}"),
+        sha256=sha256,
         schema_version=BUNDLE_SCHEMA_VERSION,
         run_dir=RUN_DIR,
+        cache_path=BUNDLE_CACHE_PATH,
+        failed_mark=health_node.FAILED_MARK,
     ).rstrip("\n")
 
 
 def fetch_systemd_unit() -> SystemdUnit:
-    """``gpuinfra-bundle.service``: fetch on every boot, retried every 20 s until the bucket
-    answers (``StartLimitIntervalSec=0``: no limit on the retries)."""
+    """``gpuinfra-bundle.service``: install the pinned bundle on every boot (the verified local
+    copy, else a fetch), retried every 20 s while it fails: the bucket does not answer, the object
+    is missing or does not match (``StartLimitIntervalSec=0``: no limit on the retries)."""
     return SystemdUnit(
         BUNDLE_UNIT,
         "gpuinfra: fetch and install the node bundle from the stack bucket",

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 import re
 
-from gpuinfra.spec import AWS_BUDGET_TAG, AWS_RUN_HOURS_TAG, GCP_BUDGET_LABEL, GCP_RUN_HOURS_LABEL, ClusterSpec
+from gpuinfra.spec import (
+    AWS_BUDGET_TAG,
+    AWS_RUN_HOURS_TAG,
+    AWS_WORLD_SSH_TAG,
+    GCP_BUDGET_LABEL,
+    GCP_RUN_HOURS_LABEL,
+    ClusterSpec,
+)
 
 #: The deployment a resource belongs to (a new one at every ``up`` that creates the nodes): AWS
 #: peer discovery lists only instances with this deployment's tag, and ``down`` finds the
@@ -26,7 +33,8 @@ def expires_at_text(spec: ClusterSpec) -> str:
 
 
 def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
-    """AWS tags of every resource of the stack (plus ``Name`` etc. from ``extra``)."""
+    """AWS tags of every resource of the stack (plus ``Name`` etc. from ``extra``); a stack that
+    allows SSH from the world says so (:data:`~gpuinfra.spec.AWS_WORLD_SSH_TAG`)."""
     budget = (
         {AWS_BUDGET_TAG: format(spec.max_price_per_hour_usd, "f"), AWS_RUN_HOURS_TAG: f"{spec.run_hours:g}"}
         if spec.max_price_per_hour_usd
@@ -38,6 +46,7 @@ def aws_tags(spec: ClusterSpec, **extra: str) -> dict[str, str]:
         "gpuinfra:expires-at": expires_at_text(spec),
         **({AWS_DEPLOYMENT_TAG: spec.deployment_id} if spec.deployment_id else {}),
         **budget,
+        **({AWS_WORLD_SSH_TAG: "true"} if spec.network.allow_world_ssh else {}),
         **extra,
     }
 

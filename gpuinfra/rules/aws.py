@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from gpuinfra.catalog.facts_model import AWS_CAPACITY_TYPES, InstanceFacts
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import not_sold, violation
+from gpuinfra.spec import AWS_WORLD_SSH_TAG, world_open
 
 LT = "aws:ec2/launchTemplate:LaunchTemplate"
 FLEET = "aws:ec2/fleet:Fleet"
@@ -387,6 +388,58 @@ def _denies_insecure_transport(policy: object) -> bool:
     )
 
 
+#: The SSH port, and the protocols that reach it (``-1``/``all``: every protocol and port).
+SSH_PORT = 22
+_SSH_PROTOCOLS = ("tcp", "6", "-1", "all")
+
+
+def ssh_from_world_violations(resource: str, rule: dict, allowed: bool) -> list[Violation]:
+    """``aws-ssh-not-world`` for one ingress rule (``protocol``, ``fromPort``, ``toPort``,
+    ``cidrBlocks``, ``ipv6CidrBlocks``; a security group rule's inputs or one ``ingress`` entry
+    of a security group): a world-open block (:func:`gpuinfra.spec.world_open`) that reaches
+    TCP 22, unless the stack ``allowed`` it. Unknown or malformed blocks are skipped."""
+    if allowed or str(rule.get("protocol")).lower() not in _SSH_PROTOCOLS:
+        return []
+    if str(rule.get("protocol")).lower() in ("tcp", "6"):
+        low, high = rule.get("fromPort"), rule.get("toPort")
+        if not (isinstance(low, int) and isinstance(high, int) and low <= SSH_PORT <= high):
+            return []
+    out = []
+    for cidr in [*(rule.get("cidrBlocks") or []), *(rule.get("ipv6CidrBlocks") or [])]:
+        try:
+            wide = isinstance(cidr, str) and world_open(cidr)
+        except ValueError:
+            continue
+        if wide:
+            out.append(
+                violation(
+                    "aws-ssh-not-world",
+                    resource,
+                    f"SSH (TCP 22) is open to {cidr}; allow your own network, or write the stack with "
+                    "`gpuinfra new --allow-world-ssh` (network.allow_world_ssh)",
+                )
+            )
+    return out
+
+
+def check_ssh_not_world(graph: ResourceGraph, facts: Facts) -> list[Violation]:
+    """``aws-ssh-not-world`` (:func:`ssh_from_world_violations`) on every ingress security group
+    rule and every inline ``ingress`` of a security group; allowed when a resource of the stack
+    carries the tag :data:`gpuinfra.spec.AWS_WORLD_SSH_TAG` ``= "true"``."""
+    allowed = any(
+        isinstance(r.inputs.get("tags"), dict) and r.inputs["tags"].get(AWS_WORLD_SSH_TAG) == "true" for r in graph
+    )
+    out = []
+    for rule in graph.of_type(SG_RULE):
+        if rule.inputs.get("type") == "ingress":
+            out += ssh_from_world_violations(rule.name, rule.inputs, allowed)
+    for group in graph.of_type(SG):
+        for entry in group.inputs.get("ingress") or []:
+            if isinstance(entry, dict):
+                out += ssh_from_world_violations(group.name, entry, allowed)
+    return out
+
+
 CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
     check_efa_interfaces,
     check_no_public_ip_multi_nic,
@@ -396,4 +449,5 @@ CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
     check_fleet,
     check_single_zone,
     check_bucket,
+    check_ssh_not_world,
 )

@@ -26,6 +26,8 @@ judge is written by the components, not decided by the plan:
 * ``aws-efa-sg-both-ways`` -- the security group rules and which group each interface names
   are resources of the network component;
 * ``aws-imdsv2`` -- the launch template's metadata options are constants of the component;
+* ``aws-ssh-not-world`` -- the security group rules are resources of the network component
+  (the spec validation refuses a world-open ``network.ssh_cidr`` before any plan);
 * ``aws-fleet-all-or-nothing`` -- the fleet's type and single-type / single-AZ / minimum
   capacity options are constants of the component;
 * ``single-zone`` -- the plan has no zone of its own: the AZs of the subnets, the subnet each
@@ -78,6 +80,7 @@ PLAN_RULES = frozenset(
 PREVIEW_ONLY_RULES: dict[str, str] = {
     "aws-efa-sg-both-ways": "security group rules are resources of the network component",
     "aws-imdsv2": "metadata options are constants of the launch template",
+    "aws-ssh-not-world": "security group rules are resources of the network component",
     "aws-fleet-all-or-nothing": "fleet type and options are constants of the fleet",
     "single-zone": "subnet AZs, interface subnets and MIG zones exist only in the resource graph",
     "gcp-host-maintenance": "scheduling constants of the instance template",

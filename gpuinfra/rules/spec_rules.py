@@ -118,6 +118,15 @@ RULES: dict[str, RuleInfo] = {
             "the bucket is in the cluster's region",
         ),
         RuleInfo(
+            "aws-ssh-not-world",
+            "aws",
+            "CIS Amazon Web Services Foundations Benchmark v6.0.0 6.3 (no security group allows ingress from "
+            "0.0.0.0/0 to remote administration ports, SSH 22, over TCP (6) or ALL (-1)) and its ::/0 twin; "
+            "block sizes: gpuinfra.spec.WORLD_PREFIX_BELOW",
+            "no security group opens SSH (TCP 22) to the world unless the stack file allows it "
+            "(network.allow_world_ssh, written by `gpuinfra new --allow-world-ssh`)",
+        ),
+        RuleInfo(
             "aws-s3-deny-insecure-transport",
             "aws",
             "docs.aws.amazon.com/AmazonS3/latest/userguide/security-best-practices.html (aws:SecureTransport)",

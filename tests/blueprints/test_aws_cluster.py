@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import re
 from datetime import timedelta
 
 import pytest
@@ -408,7 +409,7 @@ def test_user_data_passes_cloud_init_schema_and_shellcheck(tmp_path):
     # an EFA node builds its training image from the profile's image (node bundle): no plain pre-pull
     assert "docker pull" not in text and "gpuinfra-run" not in text.split("write_files:", 1)[1].split("runcmd:")[0]
     assert 'aws s3 cp --only-show-errors --region "$REGION" "$URL"' in text
-    assert "URL=s3://gpuinfra-t-2-0000preview/gpuinfra/node-bundle.json" in text
+    assert re.search(r"^ *URL=s3://gpuinfra-t-2-0000preview/gpuinfra/node-bundle-[0-9a-f]{64}\.json$", text, re.M)
     assert "NNODES=2" in text and "GPUINFRA_BUCKET=gpuinfra-t-2-0000preview" in text
     assert "GPUINFRA_HEALTH_GATE=enforce" in text
     shellcheck_cloud_config(text, tmp_path)

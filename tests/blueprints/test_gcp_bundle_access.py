@@ -23,7 +23,7 @@ from gpuinfra.agent.checkpoints import node_part
 from gpuinfra.agent.constants import sync_ack_key
 from gpuinfra.agent.node import AgentConfig
 from gpuinfra.health.gate import health_key
-from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from tests.blueprints.helpers import make_spec, preview
 
 MEMBER_TYPE = "gcp:storage/bucketIAMMember:BucketIAMMember"
@@ -159,14 +159,14 @@ def test_conditions_need_uniform_bucket_level_access(result):
 def test_bundle_object_is_under_the_protected_prefix(result):
     (bundle,) = result.of_type("gcp:storage/bucketObject:BucketObject")
     assert bundle.inputs["bucket"] == BUCKET
-    assert bundle.inputs["name"] == BUNDLE_KEY == "gpuinfra/node-bundle.json"
+    assert re.fullmatch(r"gpuinfra/node-bundle-[0-9a-f]{64}\.json", bundle.inputs["name"])
     assert bundle.inputs["name"].startswith(BUNDLE_PREFIX)
 
 
 @pytest.mark.parametrize(
     ("resource_type", "resource_name"),
     [
-        (OBJECT, object_name("gpuinfra/node-bundle.json")),  # overwrite / delete the bundle
+        (OBJECT, object_name("gpuinfra/node-bundle-" + "0" * 64 + ".json")),  # overwrite / delete the bundle
         (OBJECT, object_name("gpuinfra/extra-unit.json")),  # add a file next to it
         (OBJECT, object_name("gpuinfra/")),  # the "folder" placeholder itself
     ],
@@ -192,7 +192,9 @@ def node_written_keys(result) -> list[str]:
     )
     (template,) = result.of_type("gcp:compute/instanceTemplate:InstanceTemplate")
     script = template.inputs["metadata"]["startup-script"]
-    script_keys = set(re.findall(rf"gs://{re.escape(BUCKET)}/([^\s\"']+)", script)) - {BUNDLE_KEY, BUNDLE_KEY + "),"}
+    (bundle,) = result.of_type("gcp:storage/bucketObject:BucketObject")
+    key = bundle.inputs["name"]
+    script_keys = set(re.findall(rf"gs://{re.escape(BUCKET)}/([^\s\"']+)", script)) - {key}
     assert script_keys, "the startup script names no bucket path besides the bundle"
     return sorted(script_keys) + [
         health_key(spec.stack, "t-2-node-x1y2"),

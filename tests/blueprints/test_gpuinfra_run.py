@@ -162,13 +162,13 @@ class Node:
         assert result.returncode == 0, result.stderr
         argv = shlex.split(result.stdout)
         env_file = argv[argv.index("--env-file") + 1]
-        assert env_file == f"{self.root}/run/gpuinfra/run.env"
+        assert env_file == f"{self.root}/run/gpuinfra/env/run.env"
         return argv, parse_env(Path(env_file).read_text())
 
     def expected_tail(self, *, wrapper=False, image=IMAGE):
         work = str(self.work)
         return (
-            ["-v", f"{work}:{work}", "-w", work, "--env-file", f"{self.root}/run/gpuinfra/run.env", image]
+            ["-v", f"{work}:{work}", "-w", work, "--env-file", f"{self.root}/run/gpuinfra/env/run.env", image]
             + (LD_WRAPPER if wrapper else [])
             + TORCHRUN
             + ["python", "train.py"]
@@ -486,7 +486,7 @@ def test_options_image_no_torchrun_and_checkpoints_outside_scratch(node_for):
     argv = shlex.split(result.stdout)
     assert _volumes(argv) == ["/scratch:/scratch", "/data/ckpt:/data/ckpt", f"{node.work}:{node.work}"]
     assert argv[argv.index("my/image:1") :] == ["my/image:1", "bash", "-c", "echo $RANK"]
-    assert "GPUINFRA_CHECKPOINT_DIR=/data/ckpt" in (node.root / "run" / "gpuinfra" / "run.env").read_text()
+    assert "GPUINFRA_CHECKPOINT_DIR=/data/ckpt" in (node.root / "run" / "gpuinfra" / "env" / "run.env").read_text()
     assert (node.root / "data" / "ckpt").is_dir()
 
 
@@ -554,7 +554,7 @@ def test_gcp_startup_script_fetches_the_bundle_with_gpuinfra_run(tmp_path):
     spec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
     plan = plan_gcp_cluster(spec)
     script = render_startup_script(spec, plan, "bucket-x")
-    assert "URL=gs://bucket-x/gpuinfra/node-bundle.json" in script and 'gcloud storage cp "$URL"' in script
+    assert f"URL=gs://bucket-x/{gcp_node_bundle(spec, plan).key}" in script and 'gcloud storage cp "$URL"' in script
     assert gcp_node_bundle(spec, plan).file(RUN_SCRIPT_PATH).mode == "0755"
     path = tmp_path / "startup.sh"
     path.write_text(script)
@@ -615,10 +615,56 @@ def test_report_warns_and_runs_and_extra_env_comes_last(node_for):
     result = node.run("--dry-run", "-e", "NCCL_DEBUG=INFO", "--", "python", "train.py")
     assert result.returncode == 0
     assert result.stderr.startswith("gpuinfra-run: warning: the health gate failed (allreduce_busbw: 3.10 GB/s")
-    env = parse_env((node.root / "run/gpuinfra/run.env").read_text())
+    env = parse_env((node.root / "run/gpuinfra/env/run.env").read_text())
     assert env["NCCL_DEBUG"] == "INFO"  # nccl.env says WARN; -e wins
     bad = node.run("--dry-run", "-e", "not-a-var", "--", "python", "train.py")
-    assert bad.returncode == 1 and bad.stderr == "gpuinfra-run: -e takes KEY=VALUE, got 'not-a-var'\n"
+    assert bad.returncode == 1
+    assert bad.stderr == "gpuinfra-run: -e takes KEY=VALUE or KEY, KEY a variable name (the argument is not shown)\n"
+
+
+#: docker stand-in for a real run: records argv, copies what it read from --env-file (as the
+#: docker CLI reads it once, at start) and whether that path was still a file on disk
+STUB_DOCKER_READS_ENV = """#!/bin/bash
+echo "docker $*" >> "$STUB_CALLS"
+prev=""
+for a; do
+  if [ "$prev" = --env-file ]; then cat "$a" > "$STUB_ENV_COPY"; echo "$a" > "$STUB_ENV_PATH"; fi
+  prev="$a"
+done
+"""
+SECRET = "hf_Zq7TokenThatMustNotLeak"
+
+
+def test_secrets_from_e_are_root_only_never_logged_and_gone_after_a_run(node_for):
+    """``-e HF_TOKEN=...``: the env file is 0600 in a 0700 folder (a dry run keeps it to be
+    read); a real run hands it to docker through a descriptor with the file already deleted; the
+    value is on no command line and in no output, a malformed or multi-line -e included."""
+    node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
+    (node.bin / "docker").write_text(STUB_DOCKER_READS_ENV)
+    copy, seen = node.root.parent / "env-copy", node.root.parent / "env-path"
+    stub = {"STUB_ENV_COPY": str(copy), "STUB_ENV_PATH": str(seen)}
+    folder = node.root / "run/gpuinfra/env"
+    dry = node.run("--dry-run", "-e", f"HF_TOKEN={SECRET}", "--", "python", "train.py", **stub)
+    assert dry.returncode == 0, dry.stderr
+    kept = folder / "run.env"
+    assert oct(folder.stat().st_mode & 0o777) == "0o700" and oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert parse_env(kept.read_text())["HF_TOKEN"] == SECRET
+    assert SECRET not in dry.stdout + dry.stderr
+    kept.unlink()
+    real = node.run("--name", "job", "-e", f"HF_TOKEN={SECRET}", "--", "python", "train.py", **stub)
+    assert real.returncode == 0, real.stderr
+    assert parse_env(copy.read_text())["HF_TOKEN"] == SECRET  # docker got it
+    assert seen.read_text() == "/dev/fd/3\n" and list(folder.iterdir()) == []  # from a descriptor, file gone
+    assert SECRET not in real.stdout + real.stderr + node.calls.read_text()  # not in docker's argv either
+    # -e KEY: the value from the environment (sudo --preserve-env=KEY), on no command line at all
+    kept = node.run("--dry-run", "-e", "HF_TOKEN", "--", "python", "train.py", HF_TOKEN=SECRET, **stub)
+    assert kept.returncode == 0, kept.stderr
+    assert parse_env((folder / "run.env").read_text())["HF_TOKEN"] == SECRET and SECRET not in kept.stdout + kept.stderr
+    unset = node.run("-e", "HF_TOKEN", "--", "python", "train.py", **stub)
+    assert unset.returncode == 1 and "-e KEY: KEY is not set in gpuinfra-run's environment" in unset.stderr
+    for args in (["-e", SECRET], ["-e", f"-{SECRET}"], ["-e", f"1X={SECRET}"], ["-e", f"A={SECRET}\nB=1"]):
+        bad = node.run(*args, "--", "python", "train.py", **stub)
+        assert bad.returncode == 1 and SECRET not in bad.stdout + bad.stderr, args
 
 
 def test_the_job_gets_the_progress_file_and_a_new_job_starts_without_the_last_ones(node_for):
@@ -646,7 +692,7 @@ def test_the_job_gets_the_checkpoint_restored_at_boot_and_waits_for_the_restore(
     result = node.run("--wait", "0", "--dry-run", "--", "python", "train.py")
     assert result.returncode == 0, result.stderr
     assert "no checkpoint restore after 0 s (journalctl -u gpuinfra-restore); starting without one" in result.stderr
-    assert parse_env((node.root / "run/gpuinfra/run.env").read_text())[RESUME_ENV] == ""
+    assert parse_env((node.root / "run/gpuinfra/env/run.env").read_text())[RESUME_ENV] == ""
     # a job run past a failed gate waits too; only the health gate's own all-reduce does not
     skipped = node.run("--skip-health-gate", "--wait", "0", "--dry-run", "--", "python", "x.py")
     assert skipped.returncode == 0 and "no checkpoint restore after 0 s" in skipped.stderr

@@ -4,6 +4,9 @@ EFA training image recipe."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import json
 import os
 import re
@@ -22,10 +25,10 @@ from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.plan.health import expectations_for
 from gpuinfra.plan.node_bundle import (
     ALLREDUCE_PATH,
-    BUNDLE_KEY,
     EXPECTATIONS_PATH,
     NODE_MODULES,
     NodeBundle,
+    bundle_key,
     fetch_script,
 )
 from tests.blueprints.helpers import make_spec, need_tool, preview
@@ -212,22 +215,92 @@ def test_bundle_document_is_deterministic_and_refuses_bad_paths():
         bundle.add("rel", "x")
 
 
-def test_preview_creates_the_bundle_object_before_the_nodes():
+def _pinned_sha256(boot_text: str) -> str:
+    """The SHA-256 the fetch script in a node's boot text checks the bundle against."""
+    (pinned,) = re.findall(r"^ *SHA256=([0-9a-f]{64})$", boot_text, re.M)
+    return pinned
+
+
+def test_preview_creates_the_bundle_object_before_the_nodes_and_pins_its_hash():
+    """The object the nodes fetch is named after the SHA-256 of its bytes, and the boot text of
+    the same preview pins that SHA-256 (hashed here, independently of the bundle code)."""
     spec = make_spec("p4d.24xlarge", nodes=2, profile="llm-pretrain")
     result = preview(spec)
     (obj,) = result.of_type("aws:s3/bucketObjectv2:BucketObjectv2")
-    assert obj.inputs["key"] == BUNDLE_KEY == "gpuinfra/node-bundle.json"
+    content = obj.inputs["content"]
+    assert content == aws_node_bundle(spec, plan_aws_cluster(spec)).to_json()
+    digest = hashlib.sha256(content.encode()).hexdigest()
+    assert obj.inputs["key"] == f"gpuinfra/node-bundle-{digest}.json"
     assert obj.inputs["contentType"] == "application/json"
-    assert obj.inputs["content"] == aws_node_bundle(spec, plan_aws_cluster(spec)).to_json()
+    (template,) = result.of_type("aws:ec2/launchTemplate:LaunchTemplate")
+    user_data = gzip.decompress(base64.b64decode(template.inputs["userData"])).decode()
+    assert _pinned_sha256(user_data) == digest and f"/{obj.inputs['key']}\n" in user_data
     gspec = make_spec("a3-megagpu-8g", nodes=2, profile="llm-pretrain", cloud="gcp")
-    (gobj,) = preview(gspec).of_type("gcp:storage/bucketObject:BucketObject")
-    assert gobj.inputs["name"] == BUNDLE_KEY
-    content = gobj.inputs["content"]  # the provider marks a GCS object's content secret
-    assert isinstance(content, dict) and content["value"] == gcp_node_bundle(gspec, plan_gcp_cluster(gspec)).to_json()
+    gresult = preview(gspec)
+    (gobj,) = gresult.of_type("gcp:storage/bucketObject:BucketObject")
+    gcontent = gobj.inputs["content"]  # the provider marks a GCS object's content secret
+    assert isinstance(gcontent, dict) and gcontent["value"] == gcp_node_bundle(gspec, plan_gcp_cluster(gspec)).to_json()
+    gdigest = hashlib.sha256(gcontent["value"].encode()).hexdigest()
+    assert gobj.inputs["name"] == f"gpuinfra/node-bundle-{gdigest}.json"
+    (gtemplate,) = gresult.of_type("gcp:compute/instanceTemplate:InstanceTemplate")
+    assert _pinned_sha256(gtemplate.inputs["metadata"]["startup-script"]) == gdigest
 
 
-@pytest.mark.parametrize("cloud", ["aws", "gcp"])
-def test_fetch_script_installs_the_files_and_starts_the_units(tmp_path, cloud):
+def test_a_changed_bundle_is_a_new_key_and_a_new_boot_text():
+    """Bundles that differ in one byte get different keys and different fetch scripts (so a
+    changed bundle changes the boot text and `up` replaces the nodes instead of handing running
+    nodes a bundle they did not boot with)."""
+    a = NodeBundle()
+    a.add("/a", "one")
+    b = NodeBundle()
+    b.add("/a", "two")
+    assert a.key != b.key and fetch_script("aws", "bkt", a.sha256()) != fetch_script("aws", "bkt", b.sha256())
+    with pytest.raises(ValueError, match="not a SHA-256"):
+        bundle_key("ABC")
+
+
+class FetchNode:
+    """The fetch script run for real (bash) with stand-in aws / gcloud / curl / systemctl: the
+    bucket's object is ``self.object``; /run/gpuinfra and /var/lib/gpuinfra live under ``tmp``."""
+
+    def __init__(self, tmp_path: Path, cloud: str, bundle: NodeBundle) -> None:
+        self.tmp, self.cloud, self.bundle = tmp_path, cloud, bundle
+        self.object = tmp_path / "bucket-object.json"
+        self.object.write_text(bundle.to_json())
+        self.calls = tmp_path / "calls.log"
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        stubs = {
+            # the CLIs copy the bucket's object to the destination (last argument), or fail when it is absent
+            "aws": 'echo "aws $*" >> "$CALLS"; for a; do dest="$a"; done; cp "$OBJECT" "$dest"',
+            "gcloud": 'echo "gcloud $*" >> "$CALLS"; for a; do dest="$a"; done; cp "$OBJECT" "$dest"',
+            "curl": 'case "$*" in *api/token*) echo token ;; *placement/region*) echo us-east-1 ;; esac',
+            "systemctl": 'echo "systemctl $*" >> "$CALLS"',
+        }
+        for name, body in stubs.items():
+            (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+            (bin_dir / name).chmod(0o755)
+        self.script = tmp_path / "fetch.sh"
+        text = fetch_script(cloud, "bkt", bundle.sha256())
+        text = text.replace("/run/gpuinfra", str(tmp_path / "run")).replace("/var/lib/gpuinfra", str(tmp_path / "var"))
+        self.script.write_text(text)
+        self.env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(self.calls), "OBJECT": str(self.object)}
+
+    def boot(self) -> subprocess.CompletedProcess:
+        """One run of the script (one boot); the calls log starts empty."""
+        self.calls.write_text("")
+        return subprocess.run(["bash", str(self.script)], env=self.env, capture_output=True, text=True, timeout=60)
+
+    def fetched(self) -> list[str]:
+        key = self.bundle.key
+        dest = f"{self.tmp}/run/node-bundle.json.tmp"
+        if self.cloud == "aws":
+            return [f"aws s3 cp --only-show-errors --region us-east-1 s3://bkt/{key} {dest}"]
+        return [f"gcloud storage cp gs://bkt/{key} {dest}"]
+
+
+@pytest.fixture
+def fetch_node(tmp_path):
     if os.name != "posix":
         pytest.skip("bash only")
     root = tmp_path / "root"
@@ -235,32 +308,16 @@ def test_fetch_script_installs_the_files_and_starts_the_units(tmp_path, cloud):
     bundle.add(f"{root}/usr/local/bin/tool", "#!/bin/sh\necho hi", "0755")
     bundle.add(f"{root}/etc/gpuinfra/x.json", "{}")
     bundle.units += ["gpuinfra-health.service", "gpuinfra-image.service"]
-    (tmp_path / "bundle.json").write_text(bundle.to_json())
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    calls = tmp_path / "calls.log"
-    stubs = {
-        # the CLIs copy the local bundle to the destination (last argument)
-        "aws": 'echo "aws $*" >> "$CALLS"; for a; do dest="$a"; done; cp "$BUNDLE" "$dest"',
-        "gcloud": 'echo "gcloud $*" >> "$CALLS"; for a; do dest="$a"; done; cp "$BUNDLE" "$dest"',
-        "curl": 'case "$*" in *api/token*) echo token ;; *placement/region*) echo us-east-1 ;; esac',
-        "systemctl": 'echo "systemctl $*" >> "$CALLS"',
-    }
-    for name, body in stubs.items():
-        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    script = tmp_path / "fetch.sh"
-    script.write_text(fetch_script(cloud, "bkt").replace("/run/gpuinfra", str(tmp_path / "run")))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "CALLS": str(calls), "BUNDLE": str(tmp_path / "bundle.json")}
-    result = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    return lambda cloud: (FetchNode(tmp_path, cloud, bundle), root)
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_fetch_script_installs_the_files_and_starts_the_units(fetch_node, cloud):
+    node, root = fetch_node(cloud)
+    result = node.boot()
     assert result.returncode == 0, result.stderr
-    fetched = (
-        "aws s3 cp --only-show-errors --region us-east-1 s3://bkt/gpuinfra/node-bundle.json"
-        if cloud == "aws"
-        else "gcloud storage cp gs://bkt/gpuinfra/node-bundle.json"
-    )
-    assert calls.read_text().splitlines() == [
-        f"{fetched} {tmp_path}/run/node-bundle.json.tmp",
+    assert node.calls.read_text().splitlines() == [
+        *node.fetched(),
         "systemctl daemon-reload",
         "systemctl enable --now --no-block gpuinfra-health.service",
         "systemctl enable --now --no-block gpuinfra-image.service",
@@ -268,8 +325,60 @@ def test_fetch_script_installs_the_files_and_starts_the_units(tmp_path, cloud):
     tool = root / "usr/local/bin/tool"
     assert tool.read_text() == "#!/bin/sh\necho hi\n" and oct(tool.stat().st_mode & 0o777) == "0o755"
     assert oct((root / "etc/gpuinfra/x.json").stat().st_mode & 0o777) == "0o644"
-    check = subprocess.run([need_tool("shellcheck"), "--severity=style", str(script)], capture_output=True, text=True)
+    assert (node.tmp / "var/node-bundle.json").read_text() == node.object.read_text()  # the verified copy
+    check = subprocess.run(
+        [need_tool("shellcheck"), "--severity=style", str(node.script)], capture_output=True, text=True
+    )
     assert check.returncode == 0, check.stdout
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_fetch_script_refuses_a_bundle_whose_hash_differs(fetch_node, cloud):
+    """The object was rewritten in the bucket (same key): nothing of it is written or started,
+    the script fails (systemd retries it), and the verdict names both hashes."""
+    node, root = fetch_node(cloud)
+    tampered = node.bundle.to_json().replace("echo hi", "echo pwned")
+    node.object.write_text(tampered)
+    result = node.boot()
+    assert result.returncode == 1
+    assert node.calls.read_text().splitlines() == node.fetched()  # no daemon-reload, no unit started
+    assert not (root / "usr/local/bin/tool").exists() and not (root / "etc/gpuinfra/x.json").exists()
+    assert not (node.tmp / "var/node-bundle.json").exists() and not (node.tmp / "run/node-bundle.json").exists()
+    got = hashlib.sha256(tampered.encode()).hexdigest()
+    want = hashlib.sha256(node.bundle.to_json().encode()).hexdigest()
+    verdict = (node.tmp / "run/health-failed").read_text()
+    assert verdict == (
+        f"node bundle refused: {'s3' if cloud == 'aws' else 'gs'}://bkt/{node.bundle.key} has SHA-256 {got}, "
+        f"this deployment's is {want}; nothing from it was run\n"
+    )
+    assert verdict.strip() in result.stderr
+    # the object is put right: the next try (systemd's restart) installs it
+    node.object.write_text(node.bundle.to_json())
+    assert node.boot().returncode == 0 and (root / "usr/local/bin/tool").exists()
+
+
+def test_fetch_script_fails_when_the_object_cannot_be_fetched(fetch_node):
+    node, root = fetch_node("aws")
+    node.object.unlink()
+    result = node.boot()
+    assert result.returncode == 1 and "gpuinfra-bundle: cannot fetch s3://bkt/" in result.stderr
+    assert not (root / "usr/local/bin/tool").exists() and not (node.tmp / "run/health-failed").exists()
+
+
+def test_a_reboot_installs_the_verified_copy_without_fetching(fetch_node):
+    node, root = fetch_node("gcp")
+    assert node.boot().returncode == 0
+    (root / "usr/local/bin/tool").unlink()
+    node.object.write_text(node.bundle.to_json().replace("echo hi", "echo newer"))  # whatever the bucket holds now
+    result = node.boot()
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in node.calls.read_text().splitlines() if c.startswith("gcloud")]
+    assert (root / "usr/local/bin/tool").read_text() == "#!/bin/sh\necho hi\n"
+    # a kept copy that no longer matches (disk corruption, an edit) is not used: fetched and checked again
+    (node.tmp / "var/node-bundle.json").write_text("{}")
+    node.object.write_text(node.bundle.to_json())
+    assert node.boot().returncode == 0
+    assert node.calls.read_text().splitlines()[:1] == node.fetched()
 
 
 def test_nodes_cannot_rewrite_the_bundle_they_run():
@@ -285,7 +394,7 @@ def test_nodes_cannot_rewrite_the_bundle_they_run():
         "Action": ["s3:PutObject", "s3:DeleteObject"],
         "Resource": ["arn:aws:s3:::b/gpuinfra/*"],
     }
-    assert BUNDLE_KEY.startswith("gpuinfra/")
+    assert NodeBundle().key.startswith("gpuinfra/")
     allow = next(st for st in doc["Statement"] if st["Sid"] == "ReadWriteStackBucket")
     assert "s3:GetObject" in allow["Action"]  # health results, checkpoints and the bundle are read
 

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.box.render import BUNDLE_KEY, BootText
+from tests.box.render import BootText
 from tests.box.scenario import Scenario
 
 HERE = Path(__file__).resolve().parent
@@ -439,7 +439,7 @@ class Box:
         self.state.mkdir(parents=True)
         (self.state / "scenario.json").write_text(json.dumps(self.scenario.to_json(self.region, self.zone, attributes)))
         self.set_states("running")
-        bundle = self.state / "bucket" / self.bucket / BUNDLE_KEY
+        bundle = self.state / "bucket" / self.bucket / self.boot.bundle_key
         bundle.parent.mkdir(parents=True)
         bundle.write_text(self.boot.bundle)
         run(["ip", "netns", "add", self.netns])

@@ -15,11 +15,11 @@ from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
 from gpuinfra.plan.boot_aws import aws_node_bundle, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, node_prefix, render_startup_script
 from gpuinfra.plan.gcp import GcpClusterPlan, plan_gcp_cluster
-from gpuinfra.plan.node_bundle import BUNDLE_KEY
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX, NodeBundle
 from gpuinfra.spec import BakedImageRef, ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
 
-__all__ = ["BUNDLE_KEY", "BootText", "baked_variant", "render_boot", "stack_spec"]
+__all__ = ["BUNDLE_PREFIX", "BootText", "baked_variant", "render_boot", "stack_spec"]
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,13 +30,15 @@ class BootText:
     Attributes:
         cloud: ``aws`` | ``gcp``.
         text: the ``#cloud-config`` (AWS user data) or the bash startup script (GCP metadata).
-        bundle: the node bundle document (JSON text) stored at :data:`BUNDLE_KEY` in the bucket.
+        bundle: the node bundle document (JSON text) stored at :attr:`bundle_key` in the bucket.
+        bundle_key: the bundle's object key (named after its SHA-256, which the boot text pins).
         group: the GCP managed instance group's base name (VM names are ``<group>-<suffix>``); "" on AWS.
         efa_devices: EFA interfaces per node (AWS plan); 0 on GCP.
     """
 
-    def __init__(self, cloud: str, text: str, bundle: str, group: str = "", efa_devices: int = 0) -> None:
-        self.cloud, self.text, self.bundle, self.group, self.efa_devices = cloud, text, bundle, group, efa_devices
+    def __init__(self, cloud: str, text: str, bundle: NodeBundle, group: str = "", efa_devices: int = 0) -> None:
+        self.cloud, self.text, self.group, self.efa_devices = cloud, text, group, efa_devices
+        self.bundle, self.bundle_key = bundle.to_json(), bundle.key
 
 
 def stack_spec(stack: str) -> ClusterSpec:
@@ -78,17 +80,19 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
     try:
         if spec.cloud == "aws":
             aws_plan: AwsClusterPlan = plan_aws_cluster(spec)
+            bundle = aws_node_bundle(spec, aws_plan)
             return BootText(
                 "aws",
-                render_user_data(spec, aws_plan, bucket),
-                aws_node_bundle(spec, aws_plan).to_json(),
+                render_user_data(spec, aws_plan, bucket, bundle),
+                bundle,
                 efa_devices=aws_plan.efa_count,
             )
         gcp_plan: GcpClusterPlan = plan_gcp_cluster(spec)
+        bundle = gcp_node_bundle(spec, gcp_plan)
         return BootText(
             "gcp",
-            render_startup_script(spec, gcp_plan, bucket),
-            gcp_node_bundle(spec, gcp_plan).to_json(),
+            render_startup_script(spec, gcp_plan, bucket, bundle),
+            bundle,
             node_prefix(spec),
         )
     finally:

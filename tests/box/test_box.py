@@ -7,6 +7,7 @@ calls). Wall times go to the pytest summary.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import replace
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.box.box import EXIT_REBOOT, Box
-from tests.box.render import BUNDLE_KEY, baked_variant, render_boot, stack_spec
+from tests.box.render import BUNDLE_PREFIX, baked_variant, render_boot, stack_spec
 from tests.box.scenario import Scenario, aws_p5, gcp_a3mega, healthy_a3mega
 
 pytestmark = [pytest.mark.box]
@@ -107,7 +108,7 @@ def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box
                     "--only-show-errors",
                     "--region",
                     "us-east-1",
-                    f"s3://{box.bucket}/{BUNDLE_KEY}",
+                    f"s3://{box.bucket}/{box.boot.bundle_key}",
                     "/run/gpuinfra/node-bundle.json.tmp",
                 ],
             ) in fetches
@@ -141,7 +142,13 @@ def test_gcp_a3mega_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs,
         for node in box.nodes:
             assert (
                 node.name,
-                ["gcloud", "storage", "cp", f"gs://{box.bucket}/{BUNDLE_KEY}", "/run/gpuinfra/node-bundle.json.tmp"],
+                [
+                    "gcloud",
+                    "storage",
+                    "cp",
+                    f"gs://{box.bucket}/{box.boot.bundle_key}",
+                    "/run/gpuinfra/node-bundle.json.tmp",
+                ],
             ) in calls_of(box, ["gcloud", "storage", "cp"])
             assert (
                 node.name,
@@ -190,6 +197,8 @@ def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer,
         box.start()
         before = wait_ranked_and_passed(box)
         node = box.nodes[1]
+        # the verdict is marked before the node keeps its result (once every peer's is in the bucket)
+        box.wait_for("the kept cluster result", lambda: node.read("/var/lib/gpuinfra/health-cluster.json"), 60)
         node.exec(["systemctl", "reboot"], check=False)
         assert node.wait_exit(120) == EXIT_REBOOT
         node.start()
@@ -198,18 +207,20 @@ def test_aws_node_reboots_and_rejoins_with_the_same_ranks(box_rootfs, box_timer,
         assert after == [before[1]]
         assert node.read("/var/lib/gpuinfra/ranked-hostfile") == f"{box.nodes[0].ip}\n{node.ip}\n"
         assert box.nodes[0].running() and node.boots == 2
-        # every boot fetches the bundle; the all-reduce ran once: after the reboot the gate rejoined
-        # with its kept cluster result (gpuinfra/health/node.py HealthNode.rejoin)
+        # the bundle was fetched once: the reboot installed the verified copy kept on the disk; the
+        # all-reduce ran once: after the reboot the gate rejoined with its kept cluster result
+        # (gpuinfra/health/node.py HealthNode.rejoin)
         assert (
             len(
                 [
                     1
                     for n, argv in calls_of(box, ["aws", "s3", "cp"])
-                    if n == node.name and argv[-2] == f"s3://{box.bucket}/{BUNDLE_KEY}"
+                    if n == node.name and argv[-2] == f"s3://{box.bucket}/{box.boot.bundle_key}"
                 ]
             )
-            == 2
+            == 1
         )
+        assert node.read("/var/lib/gpuinfra/node-bundle.json") == box.boot.bundle
         assert (
             len(
                 [
@@ -337,7 +348,7 @@ def test_aws_gate_without_a_verdict_counts_as_failed_and_the_idle_node_ends(box_
             "GPUINFRA_HEALTH_WAIT_SECONDS": "20",
             "GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05",
         },
-        failing_calls=(f"aws s3 cp * s3://*/{BUNDLE_KEY} *",),
+        failing_calls=(f"aws s3 cp * s3://*/{BUNDLE_PREFIX}node-bundle-* *",),
     )
     with make_box(box_rootfs, scenario, tmp_path) as box:
         started = time.time()
@@ -349,6 +360,30 @@ def test_aws_gate_without_a_verdict_counts_as_failed_and_the_idle_node_ends(box_
         assert calls_of(box, ["shutdown"]) == [(node.name, ["shutdown", "-h", "now", "gpuinfra agent: idle"])]
         assert not list((box.state / "bucket" / box.bucket).glob("health/**/*.json"))
         fault_row("no health verdict (bound 20 s)", "gate failed, idle end", end - started)
+
+
+def test_aws_tampered_bundle_is_refused_and_the_idle_node_ends(box_rootfs, box_timer, fault_row, tmp_path):
+    # someone with write access to the bucket rewrote the bundle object after `up`: one more file
+    scenario = variant(aws_p5(), node_env={"GPUINFRA_HEALTH_GATE": "enforce", "GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.25"})
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        obj = box.state / "bucket" / box.bucket / box.boot.bundle_key
+        doc = json.loads(obj.read_text())
+        doc["files"].append({"path": "/etc/gpuinfra/tampered", "mode": "0755", "content": "#!/bin/sh\n"})
+        obj.write_text(json.dumps(doc))
+        started = time.time()
+        box.start()
+        node = box.nodes[0]
+        failed = box.wait_for("the refused bundle's verdict", lambda: node.read("/run/gpuinfra/health-failed"), 120)
+        assert failed.startswith(f"node bundle refused: s3://{box.bucket}/{box.boot.bundle_key} has SHA-256 ")
+        pinned, got = (hashlib.sha256(t.encode()).hexdigest() for t in (box.boot.bundle, obj.read_text()))
+        assert failed.endswith(f" has SHA-256 {got}, this deployment's is {pinned}; nothing from it was run\n")
+        end = ended_at(box, 90)
+        assert calls_of(box, ["shutdown"]) == [(node.name, ["shutdown", "-h", "now", "gpuinfra agent: idle"])]
+        disk = node.dir / "upper"
+        for path in ("etc/gpuinfra/tampered", "usr/local/bin/gpuinfra-run", "var/lib/gpuinfra/node-bundle.json"):
+            assert not (disk / path).exists(), path  # nothing of the bundle was written, nor kept
+        assert not list((box.state / "bucket" / box.bucket).glob("health/**/*.json"))
+        fault_row("node bundle object rewritten in the bucket", "refused, gate failed, idle end", end - started)
 
 
 def test_gcp_hung_job_at_full_utilization_and_low_power_ends_the_node(box_rootfs, box_timer, fault_row, tmp_path):

@@ -130,7 +130,7 @@ def test_aws_spot_notice_sync_request_reboot_restore_and_power_off(box_rootfs, b
         second.exec(
             ["/usr/local/bin/gpuinfra-run", "--dry-run", "--wait", "60", "--", "python", "train.py"], timeout=90
         )
-        job_env = env_file(second.read("/run/gpuinfra/run.env") or "")
+        job_env = env_file(second.read("/run/gpuinfra/env/run.env") or "")
         assert job_env["GPUINFRA_RESUME_FROM"] == f"{CKPT}/step-00200"
         assert second.read(f"{CKPT}/step-00200/{CHECKPOINT_COMPLETE_MARKER}") == ""
         fault_row("reboot mid-run onto empty scratch", "newest checkpoint restored, job env names it", seconds)

@@ -12,7 +12,7 @@ from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.cluster import plan_cluster
 from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
 from gpuinfra.plan.health import deployed_network
-from gpuinfra.plan.node_bundle import BUNDLE_KEY, BUNDLE_PREFIX
+from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from tests.health.conftest import spec_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_aws_plan_wraps_the_aws_planner():
     assert (plan.network.efa_per_node, plan.network.nic_layout) == deployed_network(spec)
     assert plan.placement.compact and plan.placement.existing_group is None
     assert (plan.nodes.count, plan.nodes.instance_type, plan.nodes.gpus_per_node) == (2, "p5.48xlarge", 8)
-    assert plan.storage.bucket_scheme == "s3" and plan.storage.node_bundle_key == BUNDLE_KEY
+    assert plan.storage.bucket_scheme == "s3" and plan.storage.node_bundle_key == plan.node_bundle.key
     assert plan.storage.scratch_mount == SCRATCH_MOUNT
     assert plan.identity.bucket_read_only_prefix == BUNDLE_PREFIX and plan.identity.remote_shell == "ssm"
     assert plan.outputs.torchrun_port == TORCHRUN_PORT

@@ -122,6 +122,17 @@ MUTATIONS = [
     ),
     ("aws-placement-group", "p5", lambda g: _lt(g).inputs.pop("placement")),
     ("aws-imdsv2", "p5", lambda g: _set(_lt(g).inputs, "metadataOptions.httpTokens", "optional")),
+    (
+        "aws-ssh-not-world",
+        "p5",
+        lambda g: g.resources.append(
+            type(_lt(g))(
+                "aws:ec2/securityGroupRule:SecurityGroupRule",
+                "t-2-sg-ssh",
+                {"type": "ingress", "protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/1"]},
+            )
+        ),
+    ),
     ("aws-fleet-all-or-nothing", "p5", lambda g: _set(_fleet(g).inputs, "onDemandOptions.minTargetCapacity", 1)),
     (
         "provisioning-model-offered",
