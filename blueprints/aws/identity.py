@@ -16,7 +16,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.monitoring.metrics import aws_namespace
-from gpuinfra.plan.naming import child
+from gpuinfra.plan.naming import child, stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
@@ -148,6 +148,6 @@ def build_instance_profile(
         )
     if spec.profile.monitoring.enabled:  # GPU monitoring
         aws.iam.RolePolicy(
-            child(name, "node-monitoring"), role=role.id, policy=monitoring_policy_document(spec.stack), opts=opts
+            child(name, "node-monitoring"), role=role.id, policy=monitoring_policy_document(stack_id(spec)), opts=opts
         )
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)
