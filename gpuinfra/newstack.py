@@ -33,6 +33,7 @@ from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import NoOfferError, RequestError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
@@ -294,7 +295,8 @@ def cloud_stack_warning(spec: ClusterSpec, tagging=None) -> str:
     AWS only, and only when credentials are found: Resource Groups Tagging API ``GetResources``
     with ``TagFilters=[{Key: gpuinfra:stack, Values: [<stack>]}]`` in the stack's region
     (docs.aws.amazon.com/resourcegroupstagging/latest/APIReference/API_GetResources.html; the
-    caller needs ``tag:GetResources``). Any error (no permission, no network) gives "": the check
+    caller needs ``tag:GetResources``), leaving out the stack's own (its ``gpuinfra:stack-id``,
+    after ``new --force`` of a deployed stack). Any error (no permission, no network) gives "": the check
     only warns, it never stops ``new``. GCP is not asked (a label search needs Cloud Asset
     Inventory or a list per resource type).
 
@@ -323,6 +325,8 @@ def cloud_stack_warning(spec: ClusterSpec, tagging=None) -> str:
         ).get("ResourceTagMappingList", [])
     except Exception:  # noqa: BLE001 - a warning only: no credentials, permission or network is no reason to stop
         return ""
+    own = stack_id(spec)  # `new --force` of a deployed stack: its own resources are no other stack's
+    found = [r for r in found if {t.get("Key"): t.get("Value") for t in r.get("Tags", [])}.get(AWS_STACK_ID_TAG) != own]
     if not found:
         return ""
     return (

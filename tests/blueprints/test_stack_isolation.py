@@ -248,6 +248,8 @@ def test_new_warns_when_the_region_already_has_a_stack_of_that_name(monkeypatch)
         assert warning.startswith(f"{spec.region} already has 1 resource(s) of a stack named 'train'")
         assert ":instance/i-" in warning and f"train-{spec.name_suffix}" in warning
         assert cloud_stack_warning(spec.model_copy(update={"stack": "t-9"})) == ""  # only in us-west-2
+        # `new --force` of the stack whose resources these are: its own id, no warning
+        assert cloud_stack_warning(spec.model_copy(update={"name_suffix": "zz9zz9"})) == ""
 
     class Failing:
         def get_resources(self, **_):
@@ -256,3 +258,47 @@ def test_new_warns_when_the_region_already_has_a_stack_of_that_name(monkeypatch)
     assert cloud_stack_warning(spec, tagging=Failing()) == ""  # a warning only: never stops `new`
     gcp = make_spec("a3-megagpu-8g", cloud="gcp", profile="llm-pretrain")
     assert cloud_stack_warning(gcp, tagging=Failing()) == ""
+
+
+def test_the_longest_new_stack_name_fits_every_gcp_name_and_keeps_its_suffix():
+    """A 27-character name (the most `new` allows) with its suffix stays within GCE's 63-character
+    names and the MIG's 58-character base instance name (cloud.google.com/compute/docs/reference/
+    rest/v1/instanceGroupManagers), the service account id's 6-30 characters
+    (cloud.google.com/iam/docs/service-accounts-create) and the custom role id's 64
+    (cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create); a cut name keeps the
+    suffix, so two long names that differ only past the cut still differ."""
+    from tests.blueprints.helpers import make_spec
+
+    name = "a" * 26 + "b"
+    specs = [
+        make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain", stack=name, name_suffix=suffix)
+        for suffix in ("k3x9q2", "p0p0p0")
+    ]
+    seen = []
+    for spec in specs:
+        result = preview(spec)
+        (group,) = result.of_type("gcp:compute/instanceGroupManager:InstanceGroupManager")
+        (account,) = result.of_type("gcp:serviceaccount/account:Account")
+        (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
+        base, account_id, role_id = group.inputs["baseInstanceName"], account.inputs["accountId"], role.inputs["roleId"]
+        assert re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", base) and len(base) <= 58
+        assert len(base) + len("-abcd") <= 63  # the VMs' names
+        assert re.fullmatch(r"[a-z][-a-z0-9]{4,28}[a-z0-9]", account_id)
+        assert re.fullmatch(r"[A-Za-z0-9_.]{3,64}", role_id)
+        assert all(spec.name_suffix in n for n in (base, account_id, role_id))
+        seen.append({base, account_id, role_id})
+    assert not seen[0] & seen[1]
+
+
+def test_up_refuses_a_stack_file_without_a_name_suffix_before_pulumi_runs(tmp_path):
+    from gpuinfra import lifecycle
+    from tests.blueprints.helpers import make_spec
+
+    class NoBackend:
+        def __getattr__(self, name):
+            pytest.fail(f"the backend was asked for {name} before the refusal")
+
+    spec = make_spec("p5.48xlarge", nodes=2, name_suffix=None)
+    with pytest.raises(SpecError, match="no gpuinfra:cluster.name_suffix") as refused:
+        lifecycle.deploy(NoBackend(), tmp_path, spec, lambda event: None, now=NOW)
+    assert refused.value.exit_code == 2
