@@ -316,12 +316,14 @@ def deploy(
         The change summary of the ``up``.
 
     Raises:
-        SpecError: less than :data:`MIN_TTL_LEFT` of the TTL is left (exit 2).
+        SpecError: less than :data:`MIN_TTL_LEFT` of the TTL is left, or the stack file has no
+            ``name_suffix`` (:meth:`ClusterSpec.check_name_suffix`) (exit 2).
         RequestError: the update would replace running nodes and ``replace_nodes`` is False (exit 2).
         CapacityError: not all nodes launched (exit 7).
         OperationError: any other failure, or the clean-up failed too (then says to run ``down``).
     """
     stack = spec.stack
+    spec.check_name_suffix()  # an old stack file would share its cloud names with any stack of its name
     now = now or datetime.now(UTC)
     if spec.expires_at - now < MIN_TTL_LEFT:
         raise SpecError(

@@ -8,6 +8,14 @@ it in the stack's cloud, region and markets, and the cheapest plan among them: :
 run the real program offline over the spec as validation (:func:`gpuinfra.verify.verify_spec`: previewed, priced,
 every cloud rule checked) and only then write ``stacks/Pulumi.<stack>.yaml``. Nothing is
 written when any step refuses.
+
+Names: a ``--name`` a stack file of the project folder already has is refused before anything
+else (exit 5, unless ``--force``). The stack gets a random ``name_suffix``
+(:func:`gpuinfra.spec.new_name_suffix`; ``--force`` keeps the replaced file's) that every fixed
+cloud name of the stack carries (:mod:`gpuinfra.plan.naming`). With AWS credentials, ``new``
+also asks the Resource Groups Tagging API whether the region already has resources tagged
+``gpuinfra:stack=<name>`` (another folder's or another user's stack of that name) and warns:
+the two stacks stay apart, but ``gpuinfra:stack`` cost reports and tag searches would mix them.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import NoOfferError, RequestError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
-from gpuinfra.spec import NetworkSettings
-from gpuinfra.stackfile import WrittenFiles, write_stack
+from gpuinfra.spec import ClusterSpec, NetworkSettings, new_name_suffix
+from gpuinfra.stackfile import WrittenFiles, check_stack_free, recorded_name_suffix, write_stack
 from gpuinfra.verify import VerifiedPreview, verify_spec
 
 
@@ -151,10 +160,13 @@ def create_stack(
         RuleViolationError: the verified preview breaks a cloud rule (exit 2).
         NoOfferError: nothing fits (exit 4).
         MissingDependencyError: a lookup (reservation, bucket) needs credentials (exit 6).
-        FileExistsGpuinfraError: the stack file exists and not ``force`` (exit 5).
+        FileExistsGpuinfraError: the stack file exists and not ``force`` (exit 5; checked first when
+            ``--name`` is given, so nothing is planned or asked of a cloud).
         ProjectDirError: ``project_dir`` cannot be written (exit 2).
     """
     planned, profile = request.plan, request.profile
+    if planned.name and not force:  # before any planning or cloud call: one clear refusal, nothing written
+        check_stack_free(project_dir, planned.name)
     sized = bool(request.model or request.params)
     if sized:
         if planned.gpus or planned.instance_type or request.capacity_reservation:
@@ -197,6 +209,11 @@ def create_stack(
     checkpoint = None
     if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
         checkpoint = sizing.checkpoint_plan.to_json()
+    suffix = (recorded_name_suffix(project_dir, plan.spec.stack) if force else None) or new_name_suffix()
+    plan = replace(plan, spec=plan.spec.model_copy(update={"name_suffix": suffix}))
+    elsewhere = cloud_stack_warning(plan.spec)
+    if elsewhere:
+        plan = replace(plan, warnings=(*plan.warnings, elsewhere))
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
     written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
     return NewStackResult(plan, written, verified, sizing)
@@ -298,4 +315,54 @@ def _plan_sized(
     passed_over = tuple(why for refused_candidate, why in refused if refused_candidate is not candidate)
     return plan, sizing.planned(
         candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type, plan.spec.spot
+    )
+
+
+def cloud_stack_warning(spec: ClusterSpec, tagging=None) -> str:
+    """A warning when the cloud already has resources of a stack named ``spec.stack`` (written
+    from another project folder or by someone else), else "".
+
+    AWS only, and only when credentials are found: Resource Groups Tagging API ``GetResources``
+    with ``TagFilters=[{Key: gpuinfra:stack, Values: [<stack>]}]`` in the stack's region
+    (docs.aws.amazon.com/resourcegroupstagging/latest/APIReference/API_GetResources.html; the
+    caller needs ``tag:GetResources``), leaving out the stack's own (its ``gpuinfra:stack-id``,
+    after ``new --force`` of a deployed stack). Any error (no permission, no network) gives "": the check
+    only warns, it never stops ``new``. GCP is not asked (a label search needs Cloud Asset
+    Inventory or a list per resource type).
+
+    Args:
+        spec: the new stack (its ``name_suffix`` already drawn).
+        tagging: a ``resourcegroupstaggingapi`` client (tests); default: one from the default
+            credential chain, with 5 s timeouts and no retries.
+    """
+    if spec.cloud != "aws":
+        return ""
+    try:
+        if tagging is None:
+            import boto3
+            from botocore.config import Config
+
+            session = boto3.Session()
+            if session.get_credentials() is None:
+                return ""
+            tagging = session.client(
+                "resourcegroupstaggingapi",
+                region_name=spec.region,
+                config=Config(connect_timeout=5, read_timeout=5, retries={"max_attempts": 1}),
+            )
+        found = tagging.get_resources(
+            TagFilters=[{"Key": "gpuinfra:stack", "Values": [spec.stack]}], ResourcesPerPage=50
+        ).get("ResourceTagMappingList", [])
+    except Exception:  # noqa: BLE001 - a warning only: no credentials, permission or network is no reason to stop
+        return ""
+    own = stack_id(spec)  # `new --force` of a deployed stack: its own resources are no other stack's
+    found = [r for r in found if {t.get("Key"): t.get("Value") for t in r.get("Tags", [])}.get(AWS_STACK_ID_TAG) != own]
+    if not found:
+        return ""
+    return (
+        f"{spec.region} already has {len(found)}{'+' if len(found) >= 50 else ''} resource(s) of a stack named "
+        f"{spec.stack!r} (tag gpuinfra:stack, e.g. {found[0].get('ResourceARN', '?')}), written from another "
+        f"project folder or by someone else; this stack's cloud names carry its own suffix "
+        f"({spec.stack}-{spec.name_suffix}) so the two stay apart, but pick another --name to tell them apart in "
+        "the console and cost reports"
     )

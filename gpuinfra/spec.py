@@ -74,6 +74,15 @@ CAPACITY_BLOCK_END_MARGIN = CAPACITY_BLOCK_TERMINATION_LEAD + timedelta(seconds=
 #: A deployment id (:func:`new_deployment_id`): 12 lowercase hex digits, valid as an AWS tag value,
 #: a GCP label value and a bucket key part.
 DEPLOYMENT_ID_RE = re.compile(r"^[0-9a-f]{12}$")
+#: A stack's name suffix (:func:`new_name_suffix`): 6 lowercase letters or digits. ``gpuinfra new``
+#: writes one into the stack file once; every fixed physical name of the stack carries it
+#: (:func:`gpuinfra.plan.naming.stack_id`), so two stacks with the same name (two project folders,
+#: two users) in one account or project never share a resource. The alphabet is the intersection
+#: of what those names allow: GCE names ``[a-z]([-a-z0-9]*[a-z0-9])?``
+#: (cloud.google.com/compute/docs/naming-resources#resource-name-format), IAM custom role ids
+#: ``[a-zA-Z0-9_.]`` (cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create), AWS tag
+#: values, SSM parameter names, CloudWatch dashboard / alarm and SNS topic names.
+NAME_SUFFIX_RE = re.compile(r"^[a-z0-9]{6}$")
 _GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
 _GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
 
@@ -118,6 +127,16 @@ def new_deployment_id() -> str:
     import secrets
 
     return secrets.token_hex(6)
+
+
+def new_name_suffix() -> str:
+    """A fresh stack name suffix (:data:`NAME_SUFFIX_RE`): 6 random lowercase letters or digits
+    (36^6, about 2.2e9 values), drawn once by ``gpuinfra new``."""
+    import secrets
+    import string
+
+    alphabet = string.ascii_lowercase + string.digits
+    return "".join(secrets.choice(alphabet) for _ in range(6))
 
 
 def check_stack_name(name: str) -> str:
@@ -376,6 +395,12 @@ class ClusterSpec(BaseModel):
             up`` when it creates the nodes (first ``up``, ``up`` after ``down``, ``up
             --replace-nodes``); the nodes' node.env (``GPUINFRA_DEPLOYMENT``) and tags carry it,
             and health results, rank decisions and peer lists are scoped to it. None until then.
+        name_suffix: the stack's random name suffix (:data:`NAME_SUFFIX_RE`), written once by
+            ``gpuinfra new`` and never changed (``up`` and ``new --force`` keep it): physical names,
+            the ``gpuinfra:stack-id`` tag / ``gpuinfra-stack-id`` label and node selection use
+            ``<stack>-<suffix>`` (:func:`gpuinfra.plan.naming.stack_id`). None in stack files
+            written before it existed: ``preview`` and ``up`` refuse those
+            (:meth:`check_name_suffix`).
         gcp_project: GCP project id (GCP only; may also come from ``gcp:project``).
         gcp_reservation: consume this GCP reservation (specific reservation affinity): its name,
             or ``projects/OWNER_PROJECT/reservations/NAME`` for a shared reservation. On types not
@@ -425,6 +450,7 @@ class ClusterSpec(BaseModel):
     run_hours: float = Field(gt=0, le=8760)
     created_at: datetime
     deployment_id: str | None = Field(default=None, pattern=DEPLOYMENT_ID_RE.pattern)
+    name_suffix: str | None = Field(default=None, pattern=NAME_SUFFIX_RE.pattern)
     gcp_project: str | None = None
     gcp_reservation: str | None = None
     gcp_reservation_accepts_placement: bool = False
@@ -562,6 +588,25 @@ class ClusterSpec(BaseModel):
         if self.facts.guest_accelerators and not self.gpu_facts.gcp_accelerator_type:
             raise ValueError(f"{self.gpu} cannot be attached to {self.instance_type} (no GCP accelerator type)")
         return self
+
+    def check_name_suffix(self) -> None:
+        """Refuse a stack file without :attr:`name_suffix` (written before it existed): its
+        physical names (SSM parameter, dashboard, alarm, topic; GCP group, service account, role)
+        and node selection would be those of every other stack with the same name in the account
+        or project. ``preview`` and ``up`` call it; ``down`` does not, so old stacks can still be
+        destroyed.
+
+        Raises:
+            SpecError: with the line to add (exit 2).
+        """
+        if self.name_suffix is None:
+            raise SpecError(
+                f"stack {self.stack!r} has no gpuinfra:cluster.name_suffix (written before stack files had one), so "
+                "its cloud names would collide with any other stack of that name in the account or project: add "
+                f"`name_suffix: {new_name_suffix()}` (any 6 lowercase letters or digits) under gpuinfra:cluster; on a "
+                "stack that is up, this renames and so replaces its monitoring resources (AWS) or its node group, "
+                "service account and role (GCP), so run `gpuinfra down` first if it is running"
+            )
 
     @property
     def ttl_end(self) -> datetime:

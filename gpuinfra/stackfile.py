@@ -18,7 +18,7 @@ from gpuinfra import __version__
 from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, SpecError
 from gpuinfra.fsutil import NewFiles, folder_problem
 from gpuinfra.planner import Plan
-from gpuinfra.spec import ClusterSpec
+from gpuinfra.spec import NAME_SUFFIX_RE, ClusterSpec
 from gpuinfra.templating import render
 
 PROJECT_NAME = "gpuinfra"
@@ -120,6 +120,29 @@ def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
             f"to Pulumi.{spec.stack}.yaml)"
         )
     return spec
+
+
+def check_stack_free(project_dir: Path, stack: str) -> None:
+    """Refuse a stack name a stack file of this project folder already has (``gpuinfra new``
+    checks it before planning, :func:`write_stack` again when writing).
+
+    Raises:
+        FileExistsGpuinfraError: ``stacks/Pulumi.<stack>.yaml`` exists (exit 5); nothing is written.
+    """
+    target = stack_file_path(project_dir, stack)
+    if target.exists():
+        raise _exists(target)
+
+
+def recorded_name_suffix(project_dir: Path, stack: str) -> str | None:
+    """The ``gpuinfra:cluster.name_suffix`` an existing stack file holds, or None (no file, not
+    readable, none recorded): ``new --force`` keeps it, so the stack's cloud names never change."""
+    try:
+        doc = yaml.safe_load(stack_file_path(project_dir, stack).read_text()) or {}
+        suffix = doc["config"]["gpuinfra:cluster"].get("name_suffix")
+    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        return None
+    return suffix if isinstance(suffix, str) and NAME_SUFFIX_RE.match(suffix) else None
 
 
 def write_stack(

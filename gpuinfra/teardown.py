@@ -52,7 +52,7 @@ from gpuinfra.agent.constants import SYNC_REQUEST_ATTRIBUTE, SYNC_REQUEST_ID_PAT
 from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError
 from gpuinfra.plan.boot_gcp import node_prefix
-from gpuinfra.plan.naming import dns_safe
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, dns_safe, stack_id
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
@@ -378,37 +378,41 @@ def aws_bucket_prefix(stack: str) -> str:
 def stack_buckets(spec: ClusterSpec, outputs: dict, clients: CloudClients) -> list[str]:
     """Every bucket of the stack: the ``bucket_name`` output and, since a plain ``down`` keeps the
     bucket but drops it from the state (``retain_on_delete``) and each later ``up`` makes a new
-    one, every bucket carrying the stack's tag (AWS ``gpuinfra:stack``, with the stack's name
-    prefix) or label (GCP ``gpuinfra-stack``, in the stack's project).
+    one, every bucket carrying the stack's tag (AWS, with the stack's name prefix) or label (GCP,
+    in the stack's project): its own id (``gpuinfra:stack-id`` / ``gpuinfra-stack-id``,
+    :func:`gpuinfra.plan.naming.stack_id`), so the buckets of a same-named stack from another
+    folder are never deleted; a stack file without ``name_suffix`` (written before it existed)
+    matches ``gpuinfra:stack`` / ``gpuinfra-stack`` as before.
 
     Raises:
         OperationError: the listing failed.
     """
     found = {outputs["bucket_name"]} if outputs.get("bucket_name") else set()
+    tag, key = (AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL) if spec.name_suffix else ("gpuinfra:stack", "gpuinfra-stack")
     try:
         if spec.cloud == "aws":
             for bucket in clients.s3.list_buckets().get("Buckets", []):
                 name = bucket["Name"]
-                if name.startswith(aws_bucket_prefix(spec.stack)) and _s3_stack_tag(clients.s3, name) == spec.stack:
+                if name.startswith(aws_bucket_prefix(spec.stack)) and _s3_tag(clients.s3, name, tag) == stack_id(spec):
                     found.add(name)
         else:
-            label = gcp_labels(spec)["gpuinfra-stack"]
+            label = gcp_labels(spec)[key]
             for bucket in clients.storage.list_buckets(project=spec.gcp_project):
-                if (bucket.labels or {}).get("gpuinfra-stack") == label:
+                if (bucket.labels or {}).get(key) == label:
                     found.add(bucket.name)
     except Exception as exc:  # noqa: BLE001 -- one line with its cause
         raise _cloud_error("listing the stack's buckets", exc) from None
     return sorted(found)
 
 
-def _s3_stack_tag(s3, bucket: str) -> str | None:
+def _s3_tag(s3, bucket: str, key: str) -> str | None:
     from botocore.exceptions import ClientError
 
     try:
         tags = s3.get_bucket_tagging(Bucket=bucket)["TagSet"]
     except ClientError:  # NoSuchTagSet, or a bucket of someone else
         return None
-    return next((t["Value"] for t in tags if t["Key"] == "gpuinfra:stack"), None)
+    return next((t["Value"] for t in tags if t["Key"] == key), None)
 
 
 def count_objects(spec: ClusterSpec, clients: CloudClients, bucket: str) -> int:

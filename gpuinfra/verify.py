@@ -67,7 +67,10 @@ def verify_stack_file(project_dir: Path, stack: str) -> VerifiedPreview:
     """:func:`verify_spec` of ``<project_dir>/stacks/Pulumi.<stack>.yaml``.
 
     Raises:
-        SpecError: no such stack, or an invalid stack file.
+        SpecError: no such stack, an invalid stack file, or one without ``name_suffix``
+            (:meth:`ClusterSpec.check_name_suffix`: its cloud names would collide).
         RuleViolationError: as :func:`verify_spec`.
     """
-    return verify_spec(read_stack_spec(project_dir, stack))
+    spec = read_stack_spec(project_dir, stack)
+    spec.check_name_suffix()
+    return verify_spec(spec)

@@ -41,7 +41,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.plan.backstop import backstop_at
-from gpuinfra.plan.naming import child
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, child, stack_id
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -74,7 +74,11 @@ def trust_policy_document(account_id: str) -> str:
 
 
 def terminate_policy_document(spec: ClusterSpec, account_id: str, fleet_arn: str) -> str:
-    """Inline policy: delete this fleet; terminate this region's instances tagged with the stack."""
+    """Inline policy: delete this fleet; terminate this region's instances tagged with this stack's
+    own :data:`gpuinfra.plan.naming.AWS_STACK_ID_TAG` (stack name and random name suffix: a stack of
+    the same name from another folder carries the same ``gpuinfra:stack`` but another stack id).
+    ``aws:ResourceTag/<key>`` on ``ec2:TerminateInstances``: docs.aws.amazon.com/service-authorization/
+    latest/reference/list_amazonec2.html (instance resource condition keys)."""
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -90,7 +94,7 @@ def terminate_policy_document(spec: ClusterSpec, account_id: str, fleet_arn: str
                     "Effect": "Allow",
                     "Action": "ec2:TerminateInstances",
                     "Resource": f"arn:aws:ec2:{spec.region}:{account_id}:instance/*",
-                    "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}},
+                    "Condition": {"StringEquals": {f"aws:ResourceTag/{AWS_STACK_ID_TAG}": stack_id(spec)}},
                 },
             ],
         }

@@ -17,6 +17,7 @@ from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json
 from gpuinfra.plan.aws import AwsClusterPlan
 from gpuinfra.plan.cluster import plan_cluster
+from gpuinfra.plan.tags import aws_selection_tags
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:aws:GpuCluster"
@@ -114,7 +115,9 @@ class AwsGpuCluster(pulumi.ComponentResource):
         )
         self.fleet = build_fleet(name, spec, plan, self.launch_template, self)
         instances = aws.ec2.get_instances_output(
-            instance_tags={"gpuinfra:stack": spec.stack},
+            # this stack's own instances (its unique stack-id tag and deployment), never every
+            # instance of a stack with the same name in the region
+            instance_tags=aws_selection_tags(spec),
             instance_state_names=["pending", "running"],
             opts=pulumi.InvokeOutputOptions(depends_on=[self.fleet]),
         )

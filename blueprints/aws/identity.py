@@ -15,7 +15,7 @@ import pulumi
 import pulumi_aws as aws
 
 from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_namespace
-from gpuinfra.plan.naming import child
+from gpuinfra.plan.naming import child, stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
@@ -147,7 +147,8 @@ def ecr_pull_policy_document(repository_arn: str) -> str:
 
 # --- GPU monitoring: the CloudWatch agent's permissions, nothing more ------------------------
 def monitoring_policy_document(stack: str, region: str, account_id: str) -> str:
-    """Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
+    """``stack`` is the stack's id in physical names (:func:`gpuinfra.plan.naming.stack_id`).
+    Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
     into the stack's namespace (condition key ``cloudwatch:namespace``: docs.aws.amazon.com/
     AmazonCloudWatch/latest/monitoring/iam-cw-condition-keys-namespace.html; the action has no
     resource-level scope, so ``Resource: *``), and ``ssm:GetParameter`` on the stack's one agent
@@ -216,7 +217,7 @@ def build_instance_profile(
         aws.iam.RolePolicy(
             child(name, "node-monitoring"),
             role=role.id,
-            policy=account_id.apply(lambda account: monitoring_policy_document(spec.stack, spec.region, account)),
+            policy=account_id.apply(lambda account: monitoring_policy_document(stack_id(spec), spec.region, account)),
             opts=opts,
         )
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)

@@ -24,7 +24,7 @@ import pulumi_aws as aws
 
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.dashboards import ALARM_PERIOD_SECONDS, alarm_periods, aws_dashboard_body
-from gpuinfra.plan.naming import child
+from gpuinfra.plan.naming import aws_agent_parameter, aws_metric_namespace, aws_monitoring_name, child, stack_id
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -54,26 +54,27 @@ class AwsMonitoring(pulumi.ComponentResource):
         own = pulumi.ResourceOptions(parent=self)
         tags = aws_tags(spec)
         stack = spec.stack
+        # physical names carry the stack's name suffix (gpuinfra.plan.naming): a stack of the same
+        # name from another folder in this account and region has names of its own
+        unique = stack_id(spec)
         self.parameter = aws.ssm.Parameter(
             child(name, "cw-agent-config"),
-            name=m.aws_agent_parameter_name(stack),
+            name=aws_agent_parameter(spec),
             type="String",
             tier="Standard",
-            insecure_value=json.dumps(m.aws_agent_config(stack), sort_keys=True),  # not secret: shown in previews
+            insecure_value=json.dumps(m.aws_agent_config(unique), sort_keys=True),  # not secret: shown in previews
             description=f"CloudWatch agent configuration of the gpuinfra stack {stack}",
             tags=tags,
             opts=own,
         )
-        dashboard_name = m.aws_resource_name(stack)
+        dashboard_name = aws_monitoring_name(spec)
         self.dashboard = aws.cloudwatch.Dashboard(
             child(name, "gpu-dashboard"),
             dashboard_name=dashboard_name,
-            dashboard_body=aws_dashboard_body(stack, spec.region, spec.profile.idle_gpu_utilization_percent),
+            dashboard_body=aws_dashboard_body(unique, spec.region, spec.profile.idle_gpu_utilization_percent),
             opts=own,
         )
-        self.topic = aws.sns.Topic(
-            child(name, "alarms"), name=m.aws_resource_name(stack, "alarms"), tags=tags, opts=own
-        )
+        self.topic = aws.sns.Topic(child(name, "alarms"), name=aws_monitoring_name(spec, "alarms"), tags=tags, opts=own)
         if settings.alarm_email:
             aws.sns.TopicSubscription(
                 child(name, "alarm-email"),
@@ -84,11 +85,11 @@ class AwsMonitoring(pulumi.ComponentResource):
             )
         periods = alarm_periods(settings.idle_alarm_minutes)
         threshold = spec.profile.idle_gpu_utilization_percent
-        alarm_name = m.aws_resource_name(stack, "gpus-idle")
+        alarm_name = aws_monitoring_name(spec, "gpus-idle")
         self.alarm = aws.cloudwatch.MetricAlarm(
             child(name, "gpus-idle"),
             name=alarm_name,
-            namespace=m.aws_namespace(stack),
+            namespace=aws_metric_namespace(spec),
             metric_name=m.AWS_UTILIZATION_METRIC,
             statistic="Maximum",
             period=ALARM_PERIOD_SECONDS,
@@ -106,12 +107,12 @@ class AwsMonitoring(pulumi.ComponentResource):
             opts=own,
         )
         self.outputs = {
-            "monitoring_namespace": m.aws_namespace(stack),
+            "monitoring_namespace": aws_metric_namespace(spec),
             "monitoring_dashboard": dashboard_name,
             "monitoring_dashboard_url": dashboard_url(spec.region, dashboard_name),
             "monitoring_idle_alarm": alarm_name,
             "monitoring_alarm_topic_arn": self.topic.arn,
-            "monitoring_agent_parameter": m.aws_agent_parameter_name(stack),
+            "monitoring_agent_parameter": aws_agent_parameter(spec),
         }
         self.register_outputs(self.outputs)
 

@@ -47,7 +47,7 @@ class GcpMonitoring(pulumi.ComponentResource):
         settings = spec.profile.monitoring
         own = pulumi.ResourceOptions(parent=self)
         labels = gcp_labels(spec)
-        stack_label = labels["gpuinfra-stack"]
+        stack_label = labels[m.GCP_STACK_ID_LABEL_KEY]  # this stack's own VMs, not every stack of its name
         threshold = spec.profile.idle_gpu_utilization_percent
         self.dashboard = gcp.monitoring.Dashboard(
             child(name, "gpu-dashboard"),

@@ -13,7 +13,7 @@ import re
 import pulumi
 import pulumi_gcp as gcp
 
-from gpuinfra.plan.naming import child, dns_safe
+from gpuinfra.plan.naming import child, gcp_role_id, gcp_service_account_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX, NodeBundle
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
@@ -198,7 +198,7 @@ def build_service_account(
     opts = pulumi.ResourceOptions(parent=parent)
     account = gcp.serviceaccount.Account(
         child(name, "nodes-sa"),
-        account_id=dns_safe(f"gi-{spec.stack}", 30).ljust(6, "0"),
+        account_id=gcp_service_account_id(spec),
         display_name=f"gpuinfra nodes of {spec.stack}",
         project=project,
         opts=opts,
@@ -328,7 +328,7 @@ def build_node_role(
     opts = pulumi.ResourceOptions(parent=parent)
     role = gcp.projects.IAMCustomRole(
         child(name, "node-role"),
-        role_id=("gpuinfra_" + dns_safe(spec.stack, 50).replace("-", "_"))[:64],
+        role_id=gcp_role_id(spec),
         title=f"gpuinfra nodes of {spec.stack}"[:100],
         description="list own MIG VMs, read their IPs, delete self from the MIG",
         permissions=list(NODE_ROLE_PERMISSIONS),

@@ -96,10 +96,11 @@ def aws_dashboard_body(stack: str, region: str, idle_percent: int) -> str:
 
 def gcp_stack_filter(metric_type: str, stack_label: str) -> str:
     """Monitoring filter selecting ``metric_type`` of the stack's VMs (their
-    ``gpuinfra-stack`` label, :func:`gpuinfra.plan.tags.gcp_labels`)."""
+    :data:`gpuinfra.monitoring.metrics.GCP_STACK_ID_LABEL_KEY` label, value ``stack_label``:
+    :func:`gpuinfra.plan.tags.gcp_labels`)."""
     return (
         f'metric.type = "{metric_type}" AND resource.type = "gce_instance" AND '
-        f'metadata.user_labels."gpuinfra-stack" = "{stack_label}"'
+        f'metadata.user_labels."{m.GCP_STACK_ID_LABEL_KEY}" = "{stack_label}"'
     )
 
 

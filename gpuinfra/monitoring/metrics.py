@@ -131,6 +131,10 @@ def aws_custom_metric_count(gpus_per_node: int, nodes: int) -> int:
 METRIC_WRITER_ROLE = "roles/monitoring.metricWriter"
 #: Label key carrying the stack on every GCP resource of it.
 GCP_STACK_LABEL_KEY = "gpuinfra-stack"
+#: Label key carrying the stack's unique id (stack name and random name suffix,
+#: :func:`gpuinfra.plan.naming.stack_id`): the dashboard, the idle alert and ``gpuinfra status``
+#: select the stack's VMs by it, so a stack of the same name in the project is never counted.
+GCP_STACK_ID_LABEL_KEY = "gpuinfra-stack-id"
 
 
 def gcp_stack_label(stack: str) -> str:

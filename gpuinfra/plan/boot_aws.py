@@ -36,6 +36,7 @@ from gpuinfra.plan.fabric import (
     render_run_script,
 )
 from gpuinfra.plan.health import expectations_for
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
 from gpuinfra.plan.node_bundle import (
     NodeBundle,
     add_checkpoint_restore,
@@ -149,7 +150,8 @@ def aws_node_boot(spec: ClusterSpec, plan: AwsClusterPlan, bucket: str, bundle: 
     """
     cluster_env = render_cluster_env(
         "aws-cluster-env.sh.j2",
-        stack=spec.stack,
+        stack=stack_id(spec),
+        stack_tag=AWS_STACK_ID_TAG,
         nodes=spec.nodes,
         gpus_per_node=spec.gpu_count,
         master_port=TORCHRUN_PORT,

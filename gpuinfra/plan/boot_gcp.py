@@ -23,7 +23,7 @@ from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
 from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
 from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
 from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.naming import dns_safe
+from gpuinfra.plan.naming import gcp_group_name
 from gpuinfra.plan.node_bundle import (
     NodeBundle,
     add_checkpoint_restore,
@@ -60,8 +60,9 @@ def artifact_registry_login(spec: ClusterSpec) -> tuple[ExecCommand, ...]:
 
 
 def node_prefix(spec: ClusterSpec) -> str:
-    """Base instance name of the MIG: VMs are ``<prefix>-<random suffix>``."""
-    return f"{dns_safe(spec.stack, 40)}-node"
+    """Name and base instance name of the MIG (:func:`gpuinfra.plan.naming.gcp_group_name`): VMs
+    are ``<prefix>-<random suffix>``."""
+    return gcp_group_name(spec)
 
 
 def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:

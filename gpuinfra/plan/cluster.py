@@ -28,6 +28,7 @@ from gpuinfra.plan.model import (
     aws_network,
     gcp_network,
 )
+from gpuinfra.plan.naming import stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from gpuinfra.rules.spec_rules import baked_image_violations
 from gpuinfra.spec import ClusterSpec
@@ -94,7 +95,7 @@ def plan_cluster(spec: ClusterSpec) -> ClusterPlan:
             identity=_identity(spec, "ssm", "ec2-describe-instances"),
             outputs=ClusterOutputs(
                 nccl_env=boot_aws.nccl_env(aws, spec.facts),
-                run_command=aws_run_command(spec.region, spec.stack),
+                run_command=aws_run_command(spec.region, stack_id(spec)),
                 torchrun_port=TORCHRUN_PORT,
             ),
         )

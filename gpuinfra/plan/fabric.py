@@ -27,6 +27,7 @@ from gpuinfra.agent.constants import RESUME_ENV, RESUME_FILE_PATH, SCRATCH_MOUNT
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.fabrics import EFA, FABRICS, GVNIC, Fabric, NcclPlugin
 from gpuinfra.health import node as health_node
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG
 from gpuinfra.plan.units import CLUSTER_ENV_PATH, ETC_DIR, NCCL_ENV_PATH, NODE_ENV_PATH, SystemdUnit, shell
 from gpuinfra.templating import render
 
@@ -376,13 +377,17 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
     )
 
 
-def aws_run_command(region: str, stack: str) -> str:
+def aws_run_command(region: str, stack_id: str) -> str:
     """Stack output: start :data:`EXAMPLE_COMMAND` on every node of the stack through SSM Run
-    Command (nodes carry the ``gpuinfra:stack`` tag; ``AWS-RunShellScript`` runs as root)."""
+    Command (``AWS-RunShellScript`` runs as root). The target is the stack's own
+    :data:`gpuinfra.plan.naming.AWS_STACK_ID_TAG` (``stack_id``: :func:`gpuinfra.plan.naming.stack_id`),
+    never ``gpuinfra:stack``, which a stack of the same name from another folder also carries (one
+    ``Key=tag:<key>,Values=<value>`` target: docs.aws.amazon.com/systems-manager/latest/userguide/
+    send-commands-multiple.html)."""
     params = shlex.quote(f'workingDirectory=["{SCRATCH_MOUNT}"],commands=["{EXAMPLE_COMMAND}"]')
     return (
         f"aws ssm send-command --region {region} --document-name AWS-RunShellScript "
-        f"--targets Key=tag:gpuinfra:stack,Values={stack} --parameters {params}"
+        f"--targets Key=tag:{AWS_STACK_ID_TAG},Values={stack_id} --parameters {params}"
     )
 
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import yaml
 
-from gpuinfra.monitoring.metrics import aws_agent_parameter_name, gcp_ops_agent_config
+from gpuinfra.monitoring.metrics import gcp_ops_agent_config
+from gpuinfra.plan.naming import aws_agent_parameter
 from gpuinfra.plan.units import SystemdUnit, command
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import render
@@ -99,7 +100,7 @@ def monitoring_node_files(spec: ClusterSpec, cloud: str) -> dict[str, str]:
             "cloud": "aws",
             "agent_version": AWS_AGENT_VERSION,
             "agent_package_url": AWS_AGENT_PACKAGE_URL,
-            "parameter_name": aws_agent_parameter_name(spec.stack),
+            "parameter_name": aws_agent_parameter(spec),
         }
         agent_name = "amazon-cloudwatch-agent"
         extra: dict[str, str] = {}

@@ -1,9 +1,45 @@
-"""Names of child resources. Child logical names derive from the component name
-(``<stack>-vpc``), never from values that can change, so Pulumi URNs stay stable."""
+"""Names of a stack's resources.
+
+Two kinds, kept apart:
+
+* **Logical (Pulumi) names** of child resources derive from the component name
+  (``<stack>-vpc``, :func:`child`), never from values that can change, so Pulumi URNs stay stable.
+  Resources Pulumi auto-names (VPC, subnets, security group, launch template, fleet, IAM roles,
+  bucket prefix, GCE network/firewall/template prefix ...) get a random suffix from Pulumi
+  already (www.pulumi.com/docs/iac/concepts/resources/names/#autonaming).
+* **Fixed physical names** -- the ones gpuinfra spells out because something else finds the
+  resource by its name (the nodes, the IAM conditions, ``gpuinfra status``) -- carry the stack's
+  random name suffix (:attr:`gpuinfra.spec.ClusterSpec.name_suffix`) through :func:`stack_id`,
+  so two stacks with the same name in one account/region or project never share one. The IAM
+  conditions of the nodes import the GCP names from here (:func:`gcp_group_name`,
+  :func:`gcp_instance_name_pattern`), so each is defined once.
+"""
 
 from __future__ import annotations
 
 import re
+
+from gpuinfra.monitoring.metrics import (
+    GCP_STACK_ID_LABEL_KEY,
+    aws_agent_parameter_name,
+    aws_namespace,
+    aws_resource_name,
+)
+from gpuinfra.spec import ClusterSpec
+
+#: AWS tag / GCP label naming the stack's own resources by :func:`stack_id` (unique per stack, unlike
+#: ``gpuinfra:stack``): run_command targets, the backstop's TerminateInstances condition, the
+#: ``private_ips`` output and the nodes' peer discovery select by it (with the deployment tag).
+AWS_STACK_ID_TAG = "gpuinfra:stack-id"
+GCP_STACK_ID_LABEL = GCP_STACK_ID_LABEL_KEY
+#: GCE resource names: ``[a-z]([-a-z0-9]*[a-z0-9])?``, at most 63 characters
+#: (cloud.google.com/compute/docs/naming-resources#resource-name-format).
+GCE_NAME_MAX = 63
+#: Characters a GCE MIG adds to its base instance name: ``-`` and 4 random characters
+#: (cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers: ``baseInstanceName``
+#: "The base instance name is a prefix that you want to attach to the names of all VMs in a MIG.
+#: The maximum character length is 58"; VMs are ``<base>-<4 characters>``).
+GCE_BASE_INSTANCE_NAME_MAX = 58
 
 
 def child(name: str, role: str) -> str:
@@ -15,3 +51,76 @@ def dns_safe(text: str, max_len: int = 40) -> str:
     """Lower-case letters, digits and '-' only (S3/GCS bucket and GCE resource names)."""
     cleaned = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
     return (cleaned or "gpuinfra")[:max_len].rstrip("-")
+
+
+def stack_id(spec: ClusterSpec) -> str:
+    """The stack's unique id in physical names: ``<stack>-<name_suffix>`` (``gpu-a1b2c3``), or the
+    bare stack name for a stack file written before it had a suffix (``preview`` and ``up``
+    refuse those: :meth:`gpuinfra.spec.ClusterSpec.check_name_suffix`). Letters, digits and
+    ``-_.`` only: valid in an SSM parameter path segment, a CloudWatch namespace, dashboard and
+    alarm name, an SNS topic name and an AWS tag value."""
+    return f"{spec.stack}-{spec.name_suffix}" if spec.name_suffix else spec.stack
+
+
+def _short(spec: ClusterSpec, room: int, sep: str = "-") -> str:
+    """:func:`stack_id` fitted into ``room`` characters: the stack name is cut, never the
+    suffix (the suffix is what keeps two stacks apart)."""
+    stack = dns_safe(spec.stack, 100)
+    if not spec.name_suffix:
+        return stack[:room].rstrip("-")
+    keep = room - len(spec.name_suffix) - len(sep)
+    return f"{stack[:keep].rstrip('-')}{sep}{spec.name_suffix}"
+
+
+def gcp_group_name(spec: ClusterSpec) -> str:
+    """The GCP managed instance group's name, also its base instance name (the agent finds its
+    group from its VM name): ``<stack>-<suffix>-node``, within
+    :data:`GCE_BASE_INSTANCE_NAME_MAX` (a 27-character stack name gives 39)."""
+    return f"{_short(spec, GCE_BASE_INSTANCE_NAME_MAX - len('-node'))}-node"
+
+
+def gcp_instance_name_pattern(spec: ClusterSpec) -> str:
+    """RE2 pattern (anchored) of the names of the group's VMs: ``<group>-`` and the MIG's 4
+    random lowercase letters or digits (:data:`GCE_BASE_INSTANCE_NAME_MAX`)."""
+    return f"^{re.escape(gcp_group_name(spec))}-[a-z0-9]{{4}}$"
+
+
+def gcp_service_account_id(spec: ClusterSpec) -> str:
+    """The nodes' service account id: ``gi-<stack>-<suffix>`` in 6 to 30 lowercase letters,
+    digits or ``-`` (cloud.google.com/iam/docs/service-accounts-create: "must be between 6 and 30
+    characters", ``[a-z]([-a-z0-9]*[a-z0-9])``); a long stack name is cut, the suffix kept."""
+    return f"gi-{_short(spec, 30 - len('gi-'))}".ljust(6, "0")
+
+
+def gcp_role_id(spec: ClusterSpec) -> str:
+    """The nodes' custom role id: ``gpuinfra_<stack>_<suffix>`` in at most 64 letters, digits,
+    ``_`` or ``.`` (cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create: roleId
+    "can only include letters, digits, underscores and periods", at most 64)."""
+    return "gpuinfra_" + _short(spec, 64 - len("gpuinfra_"), "_").replace("-", "_")
+
+
+def aws_agent_parameter(spec: ClusterSpec) -> str:
+    """The stack's SSM parameter holding its CloudWatch agent configuration:
+    ``/gpuinfra/<stack>-<suffix>/cloudwatch-agent``
+    (:func:`gpuinfra.monitoring.metrics.aws_agent_parameter_name` of :func:`stack_id`; parameter
+    names take ``a-zA-Z0-9_.-/``, at most 1011 characters after ``arn:...:parameter``:
+    docs.aws.amazon.com/systems-manager/latest/userguide/sysman-paramstore-su-create.html). The
+    nodes read it and only it."""
+    return aws_agent_parameter_name(stack_id(spec))
+
+
+def aws_monitoring_name(spec: ClusterSpec, role: str = "") -> str:
+    """The stack's CloudWatch dashboard (``role`` empty), SNS topic (``alarms``) or alarm
+    (``gpus-idle``) name: ``gpuinfra-<stack>-<suffix>[-role]``
+    (:func:`gpuinfra.monitoring.metrics.aws_resource_name`: dashboards, alarms and topics allow
+    ``A-Za-z0-9_-`` in at most 255 / 255 / 256 characters:
+    docs.aws.amazon.com/AmazonCloudWatch/latest/APIReference/API_PutDashboard.html,
+    docs.aws.amazon.com/sns/latest/api/API_CreateTopic.html)."""
+    return aws_resource_name(stack_id(spec), role)
+
+
+def aws_metric_namespace(spec: ClusterSpec) -> str:
+    """The stack's CloudWatch namespace ``gpuinfra/<stack>-<suffix>``
+    (:func:`gpuinfra.monitoring.metrics.aws_namespace`): the idle alarm and dashboard read only
+    this stack's metrics, and the nodes may write only here."""
+    return aws_namespace(stack_id(spec))

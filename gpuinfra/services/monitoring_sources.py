@@ -3,7 +3,7 @@
 * Which stack: the stack file (spec: cloud, region/zone, prices, TTL, idle settings) and the
   stack's Pulumi outputs (``monitoring_namespace`` on AWS, ``monitoring_project`` on GCP,
   written by :mod:`blueprints.aws.monitoring` / :mod:`blueprints.gcp.monitoring`).
-* AWS: EC2 ``DescribeInstances`` (tag ``gpuinfra:stack``, every state -- terminated instances
+* AWS: EC2 ``DescribeInstances`` (tag ``gpuinfra:stack-id``: the stack's own nodes, every state -- terminated instances
   stay listed for about an hour, docs.aws.amazon.com/AWSEC2/latest/UserGuide/
   terminating-instances.html: id, state, ``LaunchTime`` (start of the latest run), the stop /
   termination time from ``StateTransitionReason`` ("User initiated (YYYY-MM-DD HH:MM:SS GMT)",
@@ -13,7 +13,7 @@
   CloudWatch ``ListMetrics`` (the per-GPU series of the stack's namespace) and
   ``GetMetricData`` (``Average`` per 60 s over the last hour; docs.aws.amazon.com/
   AmazonCloudWatch/latest/APIReference/API_GetMetricData.html).
-* GCP: Compute ``instances.list`` (label ``gpuinfra-stack``, the stack output
+* GCP: Compute ``instances.list`` (label ``gpuinfra-stack-id``, the stack output
   ``monitoring_stack_label``: name, status, ``lastStartTimestamp`` -- the latest start only --,
   ``lastStopTimestamp``, ``creationTimestamp``; cloud.google.com/compute/docs/reference/rest/v1/
   instances) and Cloud Monitoring ``projects.timeSeries.list`` with
@@ -35,6 +35,7 @@ from gpuinfra.credentials import gcp_credentials, no_aws_credentials, no_gcp_cre
 from gpuinfra.errors import MissingDependencyError, OperationError, SpecError
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.status import WINDOW, ClusterStatus, GpuSeries, Node, build_status
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
 from gpuinfra.spec import ClusterSpec, check_stack_name
 from gpuinfra.stackfile import read_stack_spec, stack_file_path
 
@@ -123,7 +124,7 @@ def _read_aws(spec: ClusterSpec, outputs: dict, now: datetime, ec2=None, cloudwa
         nodes = []
         for page in ec2.get_paginator("describe_instances").paginate(
             Filters=[
-                {"Name": "tag:gpuinfra:stack", "Values": [spec.stack]},
+                {"Name": f"tag:{AWS_STACK_ID_TAG}", "Values": [stack_id(spec)]},
                 {"Name": "instance-state-name", "Values": list(AWS_STATES)},
             ]
         ):
@@ -267,11 +268,11 @@ def _read_gcp(spec: ClusterSpec, outputs: dict, now: datetime, compute=None, mon
         raise SpecError(f"stack {spec.stack!r} names no GCP project (gcp_project in the stack file)")
     if compute is None or monitoring is None:
         compute, monitoring, api = make_gcp_clients()
-    label = outputs.get("monitoring_stack_label") or m.gcp_stack_label(spec.stack)
+    label = outputs.get("monitoring_stack_label") or m.gcp_stack_label(stack_id(spec))
     try:
         nodes, ids = [], {}
         for inst in compute.list(
-            request={"project": project, "zone": spec.zone, "filter": f'labels.gpuinfra-stack = "{label}"'}
+            request={"project": project, "zone": spec.zone, "filter": f'labels.{m.GCP_STACK_ID_LABEL_KEY} = "{label}"'}
         ):
             nodes.append(gcp_node(inst))
             ids[str(inst.id)] = inst.name

@@ -17,6 +17,8 @@ from gpuinfra.profiles import get_profile
 from gpuinfra.stackfile import provider_config
 
 NOW = datetime(2026, 11, 22, 1, 0, tzinfo=UTC)
+#: The name suffix `gpuinfra new` draws at random, fixed here so previews are repeatable.
+NAME_SUFFIX = "t3st0a"
 
 
 def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune", cloud: str = "aws", **overrides):
@@ -33,7 +35,7 @@ def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune",
         resolved,
         NOW,
     )
-    spec = plan.spec
+    spec = plan.spec.model_copy(update={"name_suffix": NAME_SUFFIX})
     if overrides:
         spec = type(spec).model_validate({**spec.model_dump(), **overrides})
     return spec

@@ -498,7 +498,8 @@ def test_ttl_backstop_deletes_the_fleet_after_the_agent_had_its_turn():
             "Effect": "Allow",
             "Action": "ec2:TerminateInstances",
             "Resource": f"arn:aws:ec2:{spec.region}:123456789012:instance/*",
-            "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack": spec.stack}},
+            # this stack's own id (name + suffix): a stack of the same name elsewhere is not terminated
+            "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack-id": f"{spec.stack}-{spec.name_suffix}"}},
         },
     ]
     assert result.outputs["instance_ids"] == ["i-preview0000", "i-preview0001"]

@@ -10,6 +10,7 @@ import pytest
 
 from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.plan.boot import render_cluster_env
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG
 from gpuinfra.plan.node_bundle import health_template_vars
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from tests.blueprints.helpers import make_spec
@@ -39,7 +40,8 @@ def run_cluster_env(
     spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
     script = render_cluster_env(
         "aws-cluster-env.sh.j2",
-        stack="train",
+        stack="train-abc123",
+        stack_tag=AWS_STACK_ID_TAG,
         nodes=3,
         gpus_per_node=8,
         master_port=TORCHRUN_PORT,
@@ -141,7 +143,8 @@ def test_peers_are_listed_by_this_deployment_and_strangers_get_no_rank(tmp_path)
     result, env = run_cluster_env(tmp_path / "a", my_ip="10.0.0.7", ranked=None, gate="off")
     assert result.returncode == 0 and env["NNODES"] == "3"
     filters = (tmp_path / "a" / "aws-args").read_text()
-    assert "Name=tag:gpuinfra:stack,Values=train" in filters
+    assert "Name=tag:gpuinfra:stack-id,Values=train-abc123" in filters  # the stack's own id, not its bare name
+    assert "Name=tag:gpuinfra:stack," not in filters
     assert "Name=tag:gpuinfra:deployment,Values=0123456789ab" in filters
     five = "10.0.0.7\t10.0.1.5\t10.0.0.20\t10.0.0.3\t10.0.0.9"  # 3 own nodes + 2 of an orphaned fleet
     for me in ("10.0.0.7", "10.0.0.20"):

@@ -28,7 +28,7 @@ from tests.blueprints.helpers import make_spec, preview
 
 MEMBER_TYPE = "gcp:storage/bucketIAMMember:BucketIAMMember"
 BUCKET = "t-2-bucket-0000preview"  # the offline preview's name for the auto-named bucket
-ACCOUNT = "serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
+ACCOUNT = "serviceAccount:gi-t-2-t3st0a@gpuinfra-preview.iam.gserviceaccount.com"
 #: Cloud Storage IAM resource types and names (cloud.google.com/iam/docs/conditions-resource-attributes)
 OBJECT, BUCKET_TYPE = "storage.googleapis.com/Object", "storage.googleapis.com/Bucket"
 BUCKET_NAME = f"projects/_/buckets/{BUCKET}"

@@ -17,7 +17,7 @@ SUBNET = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 MIG = "gcp:compute/instanceGroupManager:InstanceGroupManager"
-LABELS = {"gpuinfra-stack", "gpuinfra-profile", "gpuinfra-expires-at"}
+LABELS = {"gpuinfra-stack", "gpuinfra-stack-id", "gpuinfra-profile", "gpuinfra-expires-at"}
 
 
 def gcp_spec(itype, nodes=2, profile="llm-finetune", **kw):
@@ -159,8 +159,10 @@ def test_bucket_and_service_account_scope():
     # pinned in tests/blueprints/test_gcp_bundle_access.py; here: on this bucket, this account
     members = result.of_type("gcp:storage/bucketIAMMember:BucketIAMMember")
     assert {m.inputs["bucket"] for m in members} == {"t-2-bucket-0000preview"}
-    assert {m.inputs["member"] for m in members} == {"serviceAccount:gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"}
-    assert template(result)["serviceAccount"]["email"] == "gi-t-2@gpuinfra-preview.iam.gserviceaccount.com"
+    # the account id carries the stack's name suffix: a stack t-2 of another folder has its own account
+    email = "gi-t-2-t3st0a@gpuinfra-preview.iam.gserviceaccount.com"
+    assert {m.inputs["member"] for m in members} == {f"serviceAccount:{email}"}
+    assert template(result)["serviceAccount"]["email"] == email
     # a custom role with four permissions instead of project-wide compute.viewer and
     # instanceAdmin.v1 (each would let a node read or change its peers), bound to this stack's MIG and its VMs only
     (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")
@@ -291,11 +293,11 @@ def test_startup_script_passes_shellcheck(tmp_path):
     assert script.startswith("#!/bin/bash")
     assert "NCCL_FASTRAK_IFNAME=enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0" in script
     assert "DEVICE_GLOB='google-local-nvme-ssd-*'" in script and '-name "$DEVICE_GLOB"' in script
-    assert "gcloud compute instance-groups managed list-instances t-2-node --zone" in script
+    assert "gcloud compute instance-groups managed list-instances t-2-t3st0a-node --zone" in script
     assert "systemctl daemon-reexec" in script  # the DefaultLimitMEMLOCK drop-in takes effect now
     assert "LimitMEMLOCK=infinity" in script and "systemctl try-restart docker.service" in script
     # peers publish their IPs under the expiring scratch prefix; the watchdog never fires once formed
-    assert 'PEERS="gs://t-2-bucket-0000preview/gpuinfra-peers/t-2-node"' in script
+    assert 'PEERS="gs://t-2-bucket-0000preview/gpuinfra-peers/t-2-t3st0a-node"' in script
     assert 'if [ ! -e "$FORMED" ] && [ "$GROUP_FORMED" = 0 ] && [ "$LISTED" = 1 ]' in script
     assert 'gcloud storage rm "$PEERS/$MY_NAME/**"' in script  # stale entries of a re-created VM
     assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script

@@ -20,6 +20,7 @@ from gpuinfra.plan.boot_aws import USER_DATA_LIMIT_BYTES, aws_node_bundle, rende
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, render_startup_script
 from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, aws_run_command, efa_image_build, gcp_fabric, gcp_run_command
 from gpuinfra.plan.gcp import nccl_env, plan_gcp_cluster
+from gpuinfra.plan.naming import stack_id
 from tests.blueprints.helpers import gcp_script_files, make_spec, need_tool, preview, shellcheck_cloud_config
 
 IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:96990c82825613c3bdeebb66675c7c91b0123f64a5895623316dc5b824e0d7a9"  # the profiles' pinned default
@@ -570,17 +571,17 @@ def test_run_command_outputs():
     result = preview(aws)
     assert (
         result.outputs["run_command"]
-        == aws_run_command(aws.region, aws.stack)
+        == aws_run_command(aws.region, stack_id(aws))
         == (
             f"aws ssm send-command --region {aws.region} --document-name AWS-RunShellScript "
-            f"--targets Key=tag:gpuinfra:stack,Values={aws.stack} "
+            f"--targets Key=tag:gpuinfra:stack-id,Values={aws.stack}-{aws.name_suffix} "
             '--parameters \'workingDirectory=["/scratch"],commands=["gpuinfra-run -- python train.py"]\''
         )
     )
     gcp = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain")
     out = preview(gcp).outputs["run_command"]
-    assert out == gcp_run_command(gcp.zone, "t-2-node", gcp.network.iap_ssh)
-    assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2-node --zone ")
+    assert out == gcp_run_command(gcp.zone, "t-2-t3st0a-node", gcp.network.iap_ssh)  # the stack's own MIG
+    assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2-t3st0a-node --zone ")
     assert "--tunnel-through-iap --command 'cd /scratch && sudo gpuinfra-run -- python train.py' & done; wait" in out
 
 

@@ -17,7 +17,8 @@ import pytest
 
 from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_namespace
 from gpuinfra.plan.boot_gcp import node_prefix
-from gpuinfra.plan.node_bundle import BUNDLE_KEY
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
+from gpuinfra.plan.node_bundle import bundle_key
 from gpuinfra.preview import PREVIEW_ACCOUNT
 from tests.blueprints.helpers import make_spec, preview
 from tests.blueprints.iam_policy import Decision, evaluate
@@ -46,7 +47,9 @@ def ssm_parameter(region: str, account: str, name: str) -> str:
 def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
     """(must allow, must deny): (action, resource, context) each."""
     region, account = spec.region, PREVIEW_ACCOUNT
-    own_parameter = ssm_parameter(region, account, aws_agent_parameter_name(spec.stack))
+    own = stack_id(spec)  # the stack's name and its random suffix, as in every physical name
+    own_parameter = ssm_parameter(region, account, aws_agent_parameter_name(own))
+    bundle = bundle_key("0" * 64)
     instance = f"arn:aws:ec2:{region}:{account}:instance/i-0123456789abcdef0"
     allow = [
         # SSM Agent: registration, Session Manager channels, Run Command messages
@@ -60,20 +63,20 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
         ),
         # CloudWatch agent: its configuration, its metrics
         ("ssm:GetParameter", own_parameter, {}),
-        ("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": aws_namespace(spec.stack)}),
+        ("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": aws_namespace(own)}),
         # node agent, health gate, peer discovery
         ("s3:ListBucket", bucket_arn, {}),
-        ("s3:GetObject", f"{bucket_arn}/{BUNDLE_KEY}", {}),
+        ("s3:GetObject", f"{bucket_arn}/{bundle}", {}),
         ("s3:PutObject", f"{bucket_arn}/checkpoints/{spec.stack}/rank-0/LATEST", {}),
         ("s3:PutObject", f"{bucket_arn}/health/{spec.stack}/i-0123.json", {}),
         ("ec2:DescribeInstances", "*", {}),
     ]
-    other = "exp-node-2"  # a stack whose names start with this one's
+    other = f"{own}-node-2"  # a stack whose names start with this one's
     deny = [
         # another stack's, another region's, another account's configuration parameter
         ("ssm:GetParameter", ssm_parameter(region, account, aws_agent_parameter_name(other)), {}),
-        ("ssm:GetParameter", ssm_parameter("eu-west-1", account, aws_agent_parameter_name(spec.stack)), {}),
-        ("ssm:GetParameter", ssm_parameter(region, OTHER_ACCOUNT, aws_agent_parameter_name(spec.stack)), {}),
+        ("ssm:GetParameter", ssm_parameter("eu-west-1", account, aws_agent_parameter_name(own)), {}),
+        ("ssm:GetParameter", ssm_parameter(region, OTHER_ACCOUNT, aws_agent_parameter_name(own)), {}),
         ("ssm:GetParameter", own_parameter + "-x", {}),
         # the account's secrets: SecureStrings, Secrets Manager references, public parameters
         ("ssm:GetParameter", ssm_parameter(region, account, "/prod/db/password"), {}),
@@ -92,7 +95,7 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
         # metrics elsewhere, writes to the bundle, deleting object versions, other buckets
         ("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": aws_namespace(other)}),
         ("cloudwatch:PutMetricData", "*", {}),
-        ("s3:PutObject", f"{bucket_arn}/{BUNDLE_KEY}", {}),
+        ("s3:PutObject", f"{bucket_arn}/{bundle}", {}),
         ("s3:DeleteObjectVersion", f"{bucket_arn}/checkpoints/{spec.stack}/rank-0/LATEST", {}),
         ("s3:GetObject", "arn:aws:s3:::another-bucket/x", {}),
         ("ec2:TerminateInstances", instance, {}),
@@ -124,7 +127,7 @@ def test_node_role_allows_what_the_node_calls_and_nothing_of_other_stacks(aws_st
 def test_node_role_without_monitoring_reads_no_parameter():
     spec = make_spec("p5.48xlarge", nodes=1, stack="exp", profile_updates={"monitoring": {"enabled": False}})
     documents = role_documents(preview(spec), "exp-node-role-id")
-    own = ssm_parameter(spec.region, PREVIEW_ACCOUNT, aws_agent_parameter_name(spec.stack))
+    own = ssm_parameter(spec.region, PREVIEW_ACCOUNT, aws_agent_parameter_name(stack_id(spec)))
     assert evaluate(documents, "ssm:GetParameter", own) is Decision.IMPLICIT_DENY
     assert evaluate(documents, "ssm:UpdateInstanceInformation", "*") is Decision.ALLOW
 
@@ -135,12 +138,14 @@ def test_backstop_role_deletes_its_fleet_and_terminates_its_nodes_only(aws_stack
     (fleet_arn,) = [s["Resource"] for d in documents for s in d["Statement"] if s["Action"] == "ec2:DeleteFleets"]
     region, account = spec.region, PREVIEW_ACCOUNT
     instance = f"arn:aws:ec2:{region}:{account}:instance/i-0123456789abcdef0"
-    own_tag = {"aws:ResourceTag/gpuinfra:stack": spec.stack}
+    own_tag = {f"aws:ResourceTag/{AWS_STACK_ID_TAG}": stack_id(spec)}
     assert evaluate(documents, "ec2:DeleteFleets", fleet_arn) is Decision.ALLOW
     assert evaluate(documents, "ec2:TerminateInstances", instance, own_tag) is Decision.ALLOW
     denied = [
         ("ec2:DeleteFleets", f"arn:aws:ec2:{region}:{account}:fleet/fleet-0123", {}),
-        ("ec2:TerminateInstances", instance, {"aws:ResourceTag/gpuinfra:stack": "exp-node-2"}),
+        ("ec2:TerminateInstances", instance, {f"aws:ResourceTag/{AWS_STACK_ID_TAG}": f"{stack_id(spec)}-node-2"}),
+        # a same-named stack of another project folder: same stack tag, another stack id
+        ("ec2:TerminateInstances", instance, {"aws:ResourceTag/gpuinfra:stack": spec.stack}),
         ("ec2:TerminateInstances", instance, {}),  # an untagged instance
         ("ec2:TerminateInstances", f"arn:aws:ec2:eu-west-1:{account}:instance/i-0123456789abcdef0", own_tag),
         ("ec2:StopInstances", instance, own_tag),

@@ -119,7 +119,8 @@ def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box
             "--region",
             "us-east-1",
             "--filters",
-            f"Name=tag:gpuinfra:stack,Values={stack}",
+            # the stack's own id (name and name suffix), never the bare name every same-named stack has
+            f"Name=tag:gpuinfra:stack-id,Values={stack}-{stack_spec(scenario.stack).name_suffix}",
             "Name=instance-state-name,Values=pending,running",
             "--query",
             "Reservations[].Instances[].PrivateIpAddress",

@@ -53,6 +53,12 @@ def aws_project(run_cli, tmp_path):
     return tmp_path
 
 
+def _stack_id(project) -> str:
+    """``watch-<suffix>``: the stack id `new` gave stack ``watch`` (tag ``gpuinfra:stack-id``,
+    namespace ``gpuinfra/<stack id>``); status lists instances by it."""
+    return f"watch-{read_stack_spec(project, 'watch').name_suffix}"
+
+
 def _launch(moto_url, stack: str, count: int) -> list[tuple[str, datetime]]:
     ec2 = boto3.client("ec2", region_name="us-east-1", endpoint_url=moto_url)
     image = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
@@ -61,7 +67,12 @@ def _launch(moto_url, stack: str, count: int) -> list[tuple[str, datetime]]:
         MinCount=count,
         MaxCount=count,
         InstanceType="p5.48xlarge",
-        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "gpuinfra:stack", "Value": stack}]}],
+        TagSpecifications=[
+            {
+                "ResourceType": "instance",
+                "Tags": [{"Key": "gpuinfra:stack", "Value": "watch"}, {"Key": "gpuinfra:stack-id", "Value": stack}],
+            }
+        ],
     )
     return sorted((i["InstanceId"], i["LaunchTime"]) for i in made["Instances"])
 
@@ -99,10 +110,10 @@ def _put(
 
 def test_aws_status_reads_moto_and_computes_exact_figures(run_cli, aws_env, aws_project, monkeypatch):
     stack = "watch"
-    (i1, launched), (i2, _) = _launch(aws_env, stack, 2)
+    (i1, launched), (i2, _) = _launch(aws_env, _stack_id(aws_project), 2)
     now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=90)
     start = now.replace(second=0) - timedelta(minutes=59)
-    namespace = f"gpuinfra/{stack}"
+    namespace = f"gpuinfra/{_stack_id(aws_project)}"
     # i1 GPU 0: 60 minutes at 90 % -> mean 90; GPU 1: 30 min at 0 then 30 min at 80 -> mean 40
     _put(aws_env, namespace, i1, "0", start, [90.0] * 60, 40960.0)
     _put(aws_env, namespace, i1, "1", start, [0.0] * 30 + [80.0] * 30, 1024.0)
@@ -134,7 +145,7 @@ def test_aws_status_reads_moto_and_computes_exact_figures(run_cli, aws_env, aws_
 
 def test_aws_idle_cluster_and_table_and_html(run_cli, aws_env, aws_project, monkeypatch, tmp_path):
     stack = "watch"
-    (i1, launched), (i2, _) = _launch(aws_env, stack, 2)
+    (i1, launched), (i2, _) = _launch(aws_env, _stack_id(aws_project), 2)
     namespace = "gpuinfra/idle-test"
     now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=70)
     start = now.replace(second=0) - timedelta(minutes=59)
@@ -320,7 +331,8 @@ def test_gcp_status_through_the_real_clients(run_cli, tmp_path, monkeypatch):
     assert any("resource.labels.instance_id+%3D+one_of%28%22111%22%29" in p for p in sent)
     assert any("aggregation.perSeriesAligner=ALIGN_MEAN" in p and "aggregation.alignmentPeriod=60s" in p for p in sent)
     compute = [path for _, path, _, _ in server.requests if "/instances" in path][0]
-    assert "labels.gpuinfra-stack" in compute.replace("%2D", "-") or "labels.gpuinfra-stack" in compute
+    # the stack's own VMs: its unique stack-id label, not the name every stack called gwatch shares
+    assert "labels.gpuinfra-stack-id" in compute.replace("%2D", "-")
 
 
 # ------------------------------------------------------------------------------ --watch, errors
@@ -333,10 +345,20 @@ def test_watch_keeps_the_last_view_on_a_failed_refresh_and_ctrl_c_exits_0(run_cl
     from gpuinfra.monitoring import render
 
     stack = "watch"
-    (i1, launched), _ = _launch(aws_env, stack, 2)
+    (i1, launched), _ = _launch(aws_env, _stack_id(aws_project), 2)
     now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=30)
-    _put(aws_env, f"gpuinfra/{stack}", i1, "0", now.replace(second=0) - timedelta(minutes=9), [77.0] * 10, 100.0)
-    monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({"monitoring_namespace": f"gpuinfra/{stack}"}))
+    _put(
+        aws_env,
+        f"gpuinfra/{_stack_id(aws_project)}",
+        i1,
+        "0",
+        now.replace(second=0) - timedelta(minutes=9),
+        [77.0] * 10,
+        100.0,
+    )
+    monkeypatch.setattr(
+        lifecycle, "make_backend", lambda: Backend({"monitoring_namespace": f"gpuinfra/{_stack_id(aws_project)}"})
+    )
     monkeypatch.setattr(sources, "utc_now", lambda: now)
     real_collect, calls, pauses = sources.collect, [], []
 

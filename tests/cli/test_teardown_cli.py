@@ -390,9 +390,19 @@ def test_the_destroy_refreshes_so_a_fleet_the_backstop_deleted_is_not_deleted_ag
 
 
 # ------------------------------------------------------------------------------- delete data
-def _versioned_bucket(s3, name, stack):
+def _stack_id(project, stack: str) -> str:
+    """``<stack>-<name suffix>``: the id `new` gave ``stack`` (tag ``gpuinfra:stack-id``)."""
+    from gpuinfra.stackfile import read_stack_spec
+
+    return f"{stack}-{read_stack_spec(project, stack).name_suffix}"
+
+
+def _versioned_bucket(s3, name, stack, stack_id=None):
+    """A versioned bucket tagged as a bucket of ``stack`` (and its id ``stack_id``) by the blueprint."""
     s3.create_bucket(Bucket=name)
-    s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": [{"Key": "gpuinfra:stack", "Value": stack}]})
+    tags = [{"Key": "gpuinfra:stack", "Value": stack}]
+    tags += [{"Key": "gpuinfra:stack-id", "Value": stack_id}] if stack_id else []
+    s3.put_bucket_tagging(Bucket=name, Tagging={"TagSet": tags})
     s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": "Enabled"})
     s3.put_object(Bucket=name, Key="checkpoints/a/step-1/model.pt", Body=b"v1")
     s3.put_object(Bucket=name, Key="checkpoints/a/step-1/model.pt", Body=b"v2")
@@ -406,8 +416,9 @@ def _buckets(s3):
 def test_delete_data_after_a_plain_down_deploys_nothing_and_deletes_the_kept_bucket(run_cli, aws, clock, monkeypatch):
     new, ec2, s3 = aws
     project = new("gone")
-    _versioned_bucket(s3, "gpuinfra-gone-kept1", "gone")
+    _versioned_bucket(s3, "gpuinfra-gone-kept1", "gone", _stack_id(project, "gone"))
     s3.create_bucket(Bucket="gpuinfra-gone-someone-else")  # same prefix, not the stack's tag
+    _versioned_bucket(s3, "gpuinfra-gone-twin", "gone", "gone-zz9zz9")  # a stack `gone` of another folder
     _versioned_bucket(s3, "gpuinfra-gone2-x", "gone2")  # another stack
     before = (project / "stacks" / "Pulumi.gone.yaml").read_text()
     backend = FakeBackend(deployed=set())  # the plain `down` destroyed every resource
@@ -421,14 +432,14 @@ def test_delete_data_after_a_plain_down_deploys_nothing_and_deletes_the_kept_buc
     assert not [c for c in backend.calls if c[0] in ("up", "destroy")]  # nothing deployed, nothing to destroy
     assert "deleted bucket gpuinfra-gone-kept1 and its 3 object version(s)" in result.stdout
     assert "gpuinfra-gone-kept1" not in _buckets(s3)
-    assert {"gpuinfra-gone-someone-else", "gpuinfra-gone2-x"} <= _buckets(s3)
+    assert {"gpuinfra-gone-someone-else", "gpuinfra-gone2-x", "gpuinfra-gone-twin"} <= _buckets(s3)
     assert (project / "stacks" / "Pulumi.gone.yaml").read_text() == before
 
 
 def test_a_failed_delete_data_keeps_the_data_and_leaves_no_flag(run_cli, aws, clock, monkeypatch):
     new, ec2, s3 = aws
     project = new("fails")
-    _versioned_bucket(s3, "gpuinfra-fails-b1", "fails")
+    _versioned_bucket(s3, "gpuinfra-fails-b1", "fails", _stack_id(project, "fails"))
     before = (project / "stacks" / "Pulumi.fails.yaml").read_text()
     ids = _launch(ec2, "fails", 1)
     outputs = {"stack": "fails", "bucket_name": "gpuinfra-fails-b1", "instance_ids": ids}
@@ -683,10 +694,15 @@ def test_gcp_delete_data_deletes_every_generation_of_the_labelled_buckets(run_cl
     before = (tmp_path / "stacks" / "Pulumi.gdel.yaml").read_text()
     cloud = GcpStandIn("proj-1", "none", "none", [], "unused", "gdel")
     cloud.kept["gdel-bucket-old"] = {
-        "labels": {"gpuinfra-stack": "gdel"},
+        "labels": {"gpuinfra-stack": "gdel", "gpuinfra-stack-id": _stack_id(tmp_path, "gdel")},
         "versions": {("ckpt/a.pt", 1), ("ckpt/a.pt", 2)},
     }
     cloud.kept["other-bucket"] = {"labels": {"gpuinfra-stack": "gdel2"}, "versions": {("x", 1)}}
+    # a stack gdel of another project folder in the same project: its own id, so its bucket stays
+    cloud.kept["twin-bucket"] = {
+        "labels": {"gpuinfra-stack": "gdel", "gpuinfra-stack-id": "gdel-zz9zz9"},
+        "versions": {("y", 1)},
+    }
     try:
         options = {"api_endpoint": cloud.url}
         creds = AnonymousCredentials()
@@ -703,7 +719,7 @@ def test_gcp_delete_data_deletes_every_generation_of_the_labelled_buckets(run_cl
         cloud.close()
     assert result.exit_code == 0, result.stdout + result.stderr
     assert "deleted bucket gdel-bucket-old and its 2 object version(s)" in result.stdout
-    assert list(cloud.kept) == ["other-bucket"]  # another stack's bucket stays
+    assert list(cloud.kept) == ["other-bucket", "twin-bucket"]  # another stack's buckets stay
     assert not [c for c in backend.calls if c[0] in ("up", "destroy")]
     assert (tmp_path / "stacks" / "Pulumi.gdel.yaml").read_text() == before
 
@@ -732,7 +748,7 @@ def test_the_gcp_project_comes_from_the_instance_group_output_when_the_stack_fil
 def test_a_bucket_deletion_that_fails_half_way_is_finished_by_running_it_again(run_cli, aws, clock, monkeypatch):
     new, ec2, s3 = aws
     project = new("half")
-    _versioned_bucket(s3, "gpuinfra-half-b1", "half")
+    _versioned_bucket(s3, "gpuinfra-half-b1", "half", _stack_id(project, "half"))
 
     class RefusesOnce:
         """S3 answering the first DeleteObjects with a per-key error (HTTP 200, ``Errors``)."""

@@ -44,7 +44,7 @@ def test_files_units_and_shellcheck(cloud, instance_type, paths, tmp_path):
 
 def test_aws_script_fetches_the_stack_parameter_and_installs_the_pinned_agent():
     script = monitoring_node_files(make_spec("p5.48xlarge"), "aws")[SCRIPT_PATH]
-    assert '-a fetch-config -m ec2 -c "ssm:/gpuinfra/t-1/cloudwatch-agent" -s' in script
+    assert '-a fetch-config -m ec2 -c "ssm:/gpuinfra/t-1-t3st0a/cloudwatch-agent" -s' in script
     assert AWS_AGENT_PACKAGE_URL == (
         "https://amazoncloudwatch-agent.s3.amazonaws.com/ubuntu/amd64/1.300072.0b1766/amazon-cloudwatch-agent.deb"
     )

@@ -46,12 +46,12 @@ def test_p5_agent_configuration_in_ssm_names_the_gpu_metrics(p5):
     spec, result = p5
     param = one(result, "aws:ssm/parameter:Parameter")
     assert (param.inputs["name"], param.inputs["type"], param.inputs["tier"]) == (
-        "/gpuinfra/t-2/cloudwatch-agent",
+        "/gpuinfra/t-2-t3st0a/cloudwatch-agent",
         "String",
         "Standard",
     )
     config = json.loads(param.inputs["insecureValue"])
-    assert config["metrics"]["namespace"] == "gpuinfra/t-2"
+    assert config["metrics"]["namespace"] == "gpuinfra/t-2-t3st0a"
     assert config["metrics"]["metrics_collected"]["nvidia_gpu"]["measurement"] == [
         "utilization_gpu",
         "memory_used",
@@ -67,7 +67,7 @@ def test_p5_agent_configuration_in_ssm_names_the_gpu_metrics(p5):
 def test_p5_dashboard_and_idle_alarm(p5):
     spec, result = p5
     dash = one(result, "aws:cloudwatch/dashboard:Dashboard")
-    assert dash.inputs["dashboardName"] == "gpuinfra-t-2"
+    assert dash.inputs["dashboardName"] == "gpuinfra-t-2-t3st0a"
     body = json.loads(dash.inputs["dashboardBody"])
     text = json.dumps(body)
     for metric in (
@@ -97,8 +97,8 @@ def test_p5_dashboard_and_idle_alarm(p5):
             "treatMissingData",
         )
     } == {
-        "name": "gpuinfra-t-2-gpus-idle",
-        "namespace": "gpuinfra/t-2",
+        "name": "gpuinfra-t-2-t3st0a-gpus-idle",
+        "namespace": "gpuinfra/t-2-t3st0a",
         "metricName": "nvidia_smi_utilization_gpu",
         "statistic": "Maximum",
         "period": 60,
@@ -112,7 +112,7 @@ def test_p5_dashboard_and_idle_alarm(p5):
     topic = one(result, "aws:sns/topic:Topic")
     assert alarm.inputs["alarmActions"] == [f"arn:preview:aws:sns/topic:Topic:{topic.name}"]
     assert result.of_type("aws:sns/topicSubscription:TopicSubscription") == []
-    assert result.outputs["monitoring_namespace"] == "gpuinfra/t-2"
+    assert result.outputs["monitoring_namespace"] == "gpuinfra/t-2-t3st0a"
 
 
 def test_p5_node_role_adds_only_put_metric_data_into_its_namespace_and_reads_its_parameter(p5):
@@ -128,7 +128,7 @@ def test_p5_node_role_adds_only_put_metric_data_into_its_namespace_and_reads_its
             "Effect": "Allow",
             "Action": ["cloudwatch:PutMetricData"],
             "Resource": "*",
-            "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuinfra/t-2"}},
+            "Condition": {"StringEquals": {"cloudwatch:namespace": "gpuinfra/t-2-t3st0a"}},
         },
         {
             "Sid": "ReadAgentConfiguration",
@@ -188,7 +188,7 @@ def test_a3_mega_ops_agent_dashboard_alert_and_role(a3):
     condition = policy.inputs["conditions"][0]["conditionThreshold"]
     assert condition["filter"] == (
         'metric.type = "agent.googleapis.com/gpu/utilization" AND resource.type = '
-        '"gce_instance" AND metadata.user_labels."gpuinfra-stack" = "t-2"'
+        '"gce_instance" AND metadata.user_labels."gpuinfra-stack-id" = "t-2-t3st0a"'
     )
     assert (condition["comparison"], condition["thresholdValue"], condition["duration"]) == (
         "COMPARISON_LT",
@@ -239,10 +239,10 @@ def test_every_dashboard_metric_entry_is_an_array_and_searches_quote_the_namespa
         for entry in entries:
             searches += [item["expression"] for item in entry if isinstance(item, dict) and "expression" in item]
             if isinstance(entry[0], str):
-                assert entry[0] == "gpuinfra/t-2"  # [namespace, metric name, {options}]
+                assert entry[0] == "gpuinfra/t-2-t3st0a"  # [namespace, metric name, {options}]
     assert len(searches) == 4
     for expression in searches:
-        assert expression.startswith('SEARCH(\'"gpuinfra/t-2" MetricName="nvidia_smi_'), expression
+        assert expression.startswith('SEARCH(\'"gpuinfra/t-2-t3st0a" MetricName="nvidia_smi_'), expression
         assert expression.endswith("', 60)") and "{" not in expression  # schema-less: any dimension set
 
 
