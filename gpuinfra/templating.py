@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import re
 import shlex
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 
@@ -145,6 +146,7 @@ def render(template: str, **context: object) -> str:
     return environment().get_template(template).render(**context)
 
 
+@lru_cache(maxsize=1)
 def agent_source() -> str:
     """Source of the standalone node agent (``gpuinfra/agent/node.py``) that the user data
     writes to ``/usr/local/lib/gpuinfra/gpuinfra_agent.py``, without its docstrings and
@@ -160,6 +162,14 @@ def compact_source(source: str) -> str:
     Raises:
         SyntaxError: ``source`` is not valid Python.
     """
+    # In this test suite CPython 3.11 raised "SystemError: AST constructor recursion depth
+    # mismatch" from ast.parse called deep inside Pulumi's chain of awaits (the user data is
+    # rendered in an Output.apply); a thread of its own starts with an empty stack.
+    with ThreadPoolExecutor(max_workers=1) as worker:
+        return worker.submit(_compact, source).result()
+
+
+def _compact(source: str) -> str:
     tree = ast.parse(source)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):

@@ -29,8 +29,8 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
     # 14.69354 $/h (Cyclenerd pricing.yml 2026-08-20) x the dev profile's 4 h
     assert (doc["price_per_hour_usd"], doc["run_hours"], doc["run_cost_usd"]) == ("14.693540", 4.0, "58.774160")
     # 14 + the node bundle object + GPU monitoring (component, dashboard, alert policy, metricWriter binding)
-    # + the nodes' read-only bucket binding (writes are a second, conditional binding: not to the bundle)
-    assert doc["resources"] == 20 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
+    # + the nodes' bucket bindings: read, create (not the bundle), overwrite (not the bundle or checkpoint data)
+    assert doc["resources"] == 21 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
     # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
     # + noncurrent checkpoint versions (dev allows spot: versioned), at most the 20 GB bucket once
     #   more: 20 x $0.020 / 730 = $0.000548/h

@@ -218,12 +218,14 @@ def gcp_condition(stack: str):
     return spec, binding["condition"]["expression"], zone_path, mig.inputs
 
 
-@pytest.mark.parametrize(("own", "other"), [("exp", "exp-node-2"), ("llm", "llm-nodes"), ("a", "a-node-b")])
-def test_gcp_node_role_covers_its_own_group_only(own, other):
+@pytest.mark.parametrize(("own", "tail"), [("exp", "-node-2"), ("llm", "s"), ("a", "-node-b")])
+def test_gcp_node_role_covers_its_own_group_only(own, tail):
     spec, expression, zone_path, mig = gcp_condition(own)
     group = node_prefix(spec)
     assert mig["name"] == mig["baseInstanceName"] == group  # the condition's names are the MIG's
-    other_group = node_prefix(spec.model_copy(update={"stack": other}))
+    # a stack named after this one's group (the random suffix keeps other names apart, but a name
+    # can be chosen to start with it): its group and VMs start with this group's name
+    other_group = node_prefix(spec.model_copy(update={"stack": f"{group}{tail}"}))
     assert other_group.startswith(group)  # the case a prefix condition got wrong
     allowed = [
         (MIG_TYPE, f"{zone_path}/instanceGroupManagers/{group}"),

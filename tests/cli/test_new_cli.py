@@ -45,7 +45,7 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     # #choose_number_local_ssds) at $0.08/GiB-month in us-central1: 1500 GiB / 730 h x 0.08 = $0.1644/h
     # + GPU monitoring (one alert condition at $1.50/month and the agent's series: tests/monitoring)
     # + noncurrent checkpoint versions, at most the 500 GB bucket once more: 500 x $0.020 / 730 = $0.0137/h
-    assert "compute: $14.69/h ($3.673/GPU-h); all 20 resources: $15.21/h, $365.08 for a 24 h run" in result.stdout
+    assert "compute: $14.69/h ($3.673/GPU-h); all 21 resources: $15.21/h, $365.08 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
     assert "catalog 2026-08-20 (on-demand; spot undated)" in stack.read_text()
 

@@ -110,10 +110,12 @@ def _put(
 
 def test_aws_status_reads_moto_and_computes_exact_figures(run_cli, aws_env, aws_project, monkeypatch):
     stack = "watch"
-    (i1, launched), (i2, _) = _launch(aws_env, _stack_id(aws_project), 2)
+    (i1, launched), (i2, launched2) = _launch(aws_env, _stack_id(aws_project), 2)
     now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=90)
     start = now.replace(second=0) - timedelta(minutes=59)
     namespace = f"gpuinfra/{_stack_id(aws_project)}"
+    # each node bills from its own LaunchTime (moto may give the two a second apart)
+    node_hours = sum(Decimal(str((now - t).total_seconds())) / 3600 for t in (launched, launched2))
     # i1 GPU 0: 60 minutes at 90 % -> mean 90; GPU 1: 30 min at 0 then 30 min at 80 -> mean 40
     _put(aws_env, namespace, i1, "0", start, [90.0] * 60, 40960.0)
     _put(aws_env, namespace, i1, "1", start, [0.0] * 30 + [80.0] * 30, 1024.0)
@@ -131,13 +133,16 @@ def test_aws_status_reads_moto_and_computes_exact_figures(run_cli, aws_env, aws_
     assert gpus[(i1, "0")]["utilization_percent_now"] == 90.0 and gpus[(i2, "0")]["utilization_percent_now"] == 1.0
     assert gpus[(i1, "0")]["memory_used_gib_now"] == 40.0  # 40960 MiB
     assert doc["utilization_percent_hour_mean"] == 57.28  # (90 + 40 + 41.8333) / 3
-    # cost: the stack file's on-demand p5.48xlarge price (the catalog's) x 1.5 h x 2 nodes
+    # cost: the stack file's on-demand p5.48xlarge price (the catalog's) x about 1.5 h x 2 nodes
     spec = read_stack_spec(aws_project, stack)
     per_node = Decimal(spec.price.on_demand_price_per_hour_usd)
     assert Decimal(doc["price_per_node_hour_usd"]) == per_node
-    assert Decimal(doc["cost_so_far_usd"]) == (per_node * 3).quantize(Decimal("0.01"))
+    assert abs(node_hours - 3) < Decimal("0.001")
+    assert Decimal(doc["cost_so_far_usd"]) == (per_node * node_hours).quantize(Decimal("0.01"))
     hours_left = Decimal(int((spec.expires_at - now).total_seconds())) / 3600
-    assert Decimal(doc["projected_to_ttl_usd"]) == (per_node * 3 + per_node * 2 * hours_left).quantize(Decimal("0.01"))
+    assert Decimal(doc["projected_to_ttl_usd"]) == (per_node * node_hours + per_node * 2 * hours_left).quantize(
+        Decimal("0.01")
+    )
     assert [n["state"] for n in doc["nodes"]] == ["running", "running"]
     # every GPU under 5 % only in the last minute? no: i1 GPU 0 is at 90 %, so the cluster is busy
     assert doc["idle_since"] is None

@@ -134,7 +134,7 @@ def test_p5_node_role_adds_only_put_metric_data_into_its_namespace_and_reads_its
             "Sid": "ReadAgentConfiguration",
             "Effect": "Allow",
             "Action": ["ssm:GetParameter"],
-            "Resource": ["arn:aws:ssm:us-east-1:123456789012:parameter/gpuinfra/t-2/cloudwatch-agent"],
+            "Resource": ["arn:aws:ssm:us-east-1:123456789012:parameter/gpuinfra/t-2-t3st0a/cloudwatch-agent"],
         },
     ]
     attached = {r.inputs["policyArn"] for r in result.of_type("aws:iam/rolePolicyAttachment:RolePolicyAttachment")}

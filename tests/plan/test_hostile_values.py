@@ -309,7 +309,7 @@ def test_an_admitted_value_stays_data(cloud, field, tmp_path_factory):
         ("stack", "---"),
         ("stack", "..."),
         ("stack", "-qqz"),
-        ("stack", "qqz" + "x" * 97),
+        ("stack", "qqz" + "x" * 24),  # the longest name `new` gives (27 characters)
         ("profile.container_image", "qqz:5000/a__b---c.d/e@sha256:" + "a" * 64),
         ("profile.container_image", "-qqz"),
     ],
