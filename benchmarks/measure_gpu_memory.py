@@ -308,6 +308,26 @@ def _run_case(
     )
 
 
+def _optimizer_option(case: tuple) -> dict:
+    """``{"optimizer": ...}`` when the grid case names one (a 6th element), else ``{}``."""
+    return {"optimizer": case[5]} if len(case) > 5 else {}
+
+
+def _failed_row(case: tuple, status: str, error: str) -> dict:
+    """The row of a case that measured nothing (``status`` ``oom`` or ``error``)."""
+    return make_row(
+        *case[:5],
+        device_used=None,
+        allocated=None,
+        reserved=None,
+        step_seconds=None,
+        tokens_per_second=None,
+        status=status,
+        error=error,
+        **_optimizer_option(case),
+    )
+
+
 def _case_in_child(case: tuple, steps: int, timeout_seconds: float) -> dict:
     """Run ``case`` in a fresh Python process (``--one-case``) and return its row; a crash or a
     timeout becomes a row with ``status`` ``error``."""
@@ -320,35 +340,15 @@ def _case_in_child(case: tuple, steps: int, timeout_seconds: float) -> dict:
         error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
     except subprocess.TimeoutExpired:
         error = f"timed out after {timeout_seconds:.0f} s"
-    return make_row(
-        *case[:5],
-        device_used=None,
-        allocated=None,
-        reserved=None,
-        step_seconds=None,
-        tokens_per_second=None,
-        status="error",
-        error=error,
-        **({"optimizer": case[5]} if len(case) > 5 else {}),
-    )
+    return _failed_row(case, "error", error)
 
 
 def _one_case(torch, case: tuple, steps: int) -> dict:
     """Row of one case in this process; an out-of-memory error is a row with ``status`` ``oom``."""
     try:
-        return _run_case(torch, *case[:5], steps=steps, **({"optimizer": case[5]} if len(case) > 5 else {}))
+        return _run_case(torch, *case[:5], steps=steps, **_optimizer_option(case))
     except torch.cuda.OutOfMemoryError as exc:
-        return make_row(
-            *case[:5],
-            device_used=None,
-            allocated=None,
-            reserved=None,
-            step_seconds=None,
-            tokens_per_second=None,
-            status="oom",
-            error=str(exc).splitlines()[0],
-            **({"optimizer": case[5]} if len(case) > 5 else {}),
-        )
+        return _failed_row(case, "oom", str(exc).splitlines()[0])
 
 
 def main(argv: list[str] | None = None) -> int:
