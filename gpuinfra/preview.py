@@ -236,6 +236,10 @@ class PreviewMocks:
             )
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
             state.update(latestVersion=1, defaultVersion=1)
+        elif typ == "aws:ec2/subnet:Subnet" and not inputs.get("availabilityZoneId"):
+            # a subnet created without a zone (the AWS bake's build subnet): EC2 picks one at deploy
+            self._note(f"subnet {name}: EC2 picks its Availability Zone at deploy time")
+            state["availabilityZoneId"] = f"<zone EC2 picks for {name}>"
         elif typ == "aws:ec2/placementGroup:PlacementGroup":
             state.setdefault("name", name)
         elif typ == "aws:ec2/fleet:Fleet":

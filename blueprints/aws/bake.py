@@ -12,9 +12,11 @@ Children (``<name>-<role>``), all declared with ``pulumi_aws.imagebuilder`` / ``
   ``ecr:GetAuthorizationToken`` on ``*`` and the layer actions on the repository).
 * ``repository``: ECR ``gpuinfra/<stack>``, tags ``IMMUTABLE`` and scan on push
   (pulumi-aws ``ecr.Repository.image_tag_mutability``: MUTABLE, IMMUTABLE, ...).
-* ``vpc``, ``igw``, ``build-subnet`` (+ ``build-rt``, ``build-default``, ``build-rta``),
-  ``s3-endpoint`` and ``build-sg``: the bake stack's own network (:func:`build_network`), so the
-  build needs no default VPC. Image Builder launches the build instance in the infrastructure
+* ``vpc``, ``igw``, ``build-subnet`` (private: no public IPv4; + ``build-rt``, ``build-rta``,
+  ``build-default`` to the NAT gateway), ``nat`` + ``nat-rt`` + ``nat-default`` + ``nat-rta``
+  + ``nat-eip`` + ``nat-gw`` (the NAT gateway in a public /28, shared with the cluster:
+  :func:`blueprints.aws.network.nat_egress`), ``s3-endpoint`` and ``build-sg`` (no inbound
+  rule): the bake stack's own network (:func:`build_network`), so the build needs no default VPC. Image Builder launches the build instance in the infrastructure
   configuration's subnet with its security groups, and without them in the default VPC
   (pulumi-aws ``InfrastructureConfiguration.subnet_id``, "also requires security_group_ids";
   docs.aws.amazon.com/imagebuilder/latest/userguide/manage-infra-config.html).
@@ -41,6 +43,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from blueprints.aws.network import nat_egress
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import CONTAINER_PARAMETER, aws_host_phases, component_document
 from gpuinfra.errors import BakeError
@@ -99,84 +102,100 @@ BUILD_EGRESS_PORTS = (443, 80)
 
 @dataclass(frozen=True)
 class BuildNetwork:
-    """The bake's own subnet and security group (ids, outputs at deploy)."""
+    """The bake's own private subnet and security group (ids, outputs at deploy), and the
+    resources the build waits for before Image Builder launches its instance (the subnet's
+    default route through the NAT gateway, its route table association, the S3 endpoint)."""
 
     vpc_id: pulumi.Output[str]
     subnet_id: pulumi.Output[str]
     security_group_id: pulumi.Output[str]
+    egress_ready: list[pulumi.Resource]
 
 
 def build_network(name: str, spec: BakeSpec, tags: dict[str, str], kids: pulumi.ResourceOptions) -> BuildNetwork:
-    """The bake stack's own VPC: one public subnet whose instances get a public IPv4 address,
-    and a security group with **no inbound rule** and outbound HTTPS/HTTP only.
+    """The bake stack's own VPC: a **private** subnet for the build instance (no public IPv4:
+    ``map_public_ip_on_launch`` off), egress through a NAT gateway in a public /28
+    (:func:`blueprints.aws.network.nat_egress`, the cluster's own), and a security group with
+    **no inbound rule** and outbound HTTPS/HTTP only.
 
-    Why a public subnet and not a private one behind a NAT gateway: the build instance needs
-    outbound HTTPS to Systems Manager, S3 and ECR (Image Builder drives the build through SSM
-    and downloads AWSTOE from S3: docs.aws.amazon.com/imagebuilder/latest/userguide/vpc-interface-endpoints.html)
-    and to nvcr.io and the EFA / aws-ofi-nccl downloads, which no VPC endpoint reaches. A NAT
-    gateway bills every hour the stack exists ($0.045/h in us-east-1, ``nat_gateway_per_hour``
-    in prices.yaml: ~$33 a month for a stack that builds once), a public IPv4 address only while
-    the build instance runs ($0.005/h, ``public_ipv4_per_hour``: ~$0.01 a bake). With no inbound
-    rule nothing can open a connection to the instance (security groups are stateful: replies
-    to its own connections return, docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html);
-    Image Builder reaches it through the SSM agent's outbound connection, never inbound.
+    What the build instance must reach: Image Builder drives the build through the Systems
+    Manager agent on the instance, which opens outbound HTTPS connections to the SSM endpoints,
+    and the instance downloads the AWSTOE component manager from S3
+    (docs.aws.amazon.com/imagebuilder/latest/userguide/vpc-interface-endpoints.html: "Image
+    Builder downloads the AWSTOE component manager application and accesses managed resources
+    from S3 buckets"; the agent calls the ``ssm``, ``ssmmessages`` and ``ec2messages`` endpoints:
+    docs.aws.amazon.com/systems-manager/latest/userguide/systems-manager-setting-up-messageAPIs.html); the build also
+    pulls from nvcr.io, downloads the EFA installer and aws-ofi-nccl, runs ``apt-get`` and pushes
+    to ECR. A private subnet reaches all of them through the NAT gateway, and nothing on the
+    internet can open a connection to the instance (docs.aws.amazon.com/vpc/latest/userguide/vpc-nat-gateway.html).
+    S3 goes through the gateway endpoint (no charge, and no NAT per-GB charge). Interface
+    endpoints for SSM/ECR would bill per endpoint-hour as well and cannot reach nvcr.io: the NAT
+    gateway is still needed, so there are none.
+
+    Image Builder launches the build (and test) instance in the infrastructure configuration's
+    subnet with its security groups (docs.aws.amazon.com/imagebuilder/latest/userguide/manage-infra-config.html;
+    pulumi-aws ``InfrastructureConfiguration.subnet_id`` "also requires security_group_ids");
+    with no inbound rule nothing can open a connection to it (security groups are stateful:
+    replies to its own connections return, docs.aws.amazon.com/vpc/latest/userguide/vpc-security-groups.html).
+
+    Cost: the NAT gateway and its Elastic IP bill every hour the bake stack exists, from the
+    start of ``gpuinfra up`` until ``gpuinfra down`` (:mod:`gpuinfra.bake.cost`), plus each GB
+    the build moves through it.
 
     Reuses the cluster's address plan (:data:`gpuinfra.plan.aws.VPC_CIDR`,
-    :data:`~gpuinfra.plan.aws.NODE_SUBNET_CIDR`); not :func:`blueprints.aws.network.build_network`,
-    whose security group admits all traffic among its members (EFA) and whose subnet gives no
-    public address (cluster nodes get theirs on the launch template's interface, which Image
-    Builder has no field for). The S3 gateway endpoint (no charge) keeps S3 traffic in AWS.
+    :data:`~gpuinfra.plan.aws.NODE_SUBNET_CIDR`, :data:`~gpuinfra.plan.aws.NAT_SUBNET_CIDR`)
+    and NAT egress; not the cluster's security group, which admits all traffic among its members
+    (EFA).
 
     Args:
         name: component name; spec: the bake (its ``region``); tags: tags of every resource;
         kids: options with the component as parent.
     """
+
+    def tagged(tag_name: str) -> dict[str, str]:
+        return {**tags, "Name": tag_name}
+
     vpc = aws.ec2.Vpc(
         child(name, "vpc"),
         cidr_block=VPC_CIDR,
         enable_dns_hostnames=True,
         enable_dns_support=True,
-        tags={**tags, "Name": child(name, "vpc")},
+        tags=tagged(child(name, "vpc")),
         opts=kids,
     )
-    igw = aws.ec2.InternetGateway(
-        child(name, "igw"), vpc_id=vpc.id, tags={**tags, "Name": child(name, "igw")}, opts=kids
-    )
+    igw = aws.ec2.InternetGateway(child(name, "igw"), vpc_id=vpc.id, tags=tagged(child(name, "igw")), opts=kids)
     subnet = aws.ec2.Subnet(
         child(name, "build-subnet"),
         vpc_id=vpc.id,
         cidr_block=NODE_SUBNET_CIDR,
-        map_public_ip_on_launch=True,
-        tags={**tags, "Name": child(name, "build-subnet")},
+        map_public_ip_on_launch=False,
+        tags=tagged(child(name, "build-subnet")),
         opts=kids,
     )
     route_table = aws.ec2.RouteTable(
-        child(name, "build-rt"), vpc_id=vpc.id, tags={**tags, "Name": child(name, "build-rt")}, opts=kids
+        child(name, "build-rt"), vpc_id=vpc.id, tags=tagged(child(name, "build-rt")), opts=kids
     )
-    aws.ec2.Route(
-        child(name, "build-default"),
-        route_table_id=route_table.id,
-        destination_cidr_block="0.0.0.0/0",
-        gateway_id=igw.id,
-        opts=kids,
+    # the NAT subnet in the build subnet's zone (EC2 picks that one)
+    egress = nat_egress(
+        name, vpc.id, igw.id, route_table.id, subnet.availability_zone_id, tagged, kids, route_name="build-default"
     )
-    aws.ec2.RouteTableAssociation(
+    association = aws.ec2.RouteTableAssociation(
         child(name, "build-rta"), subnet_id=subnet.id, route_table_id=route_table.id, opts=kids
     )
-    aws.ec2.VpcEndpoint(
+    s3_endpoint = aws.ec2.VpcEndpoint(
         child(name, "s3-endpoint"),
         vpc_id=vpc.id,
         service_name=f"com.amazonaws.{spec.region}.s3",
         vpc_endpoint_type="Gateway",
         route_table_ids=[route_table.id],
-        tags={**tags, "Name": child(name, "s3-endpoint")},
+        tags=tagged(child(name, "s3-endpoint")),
         opts=kids,
     )
     group = aws.ec2.SecurityGroup(
         child(name, "build-sg"),
         vpc_id=vpc.id,
         description=f"gpuinfra bake {spec.stack}: build instance, no inbound, outbound HTTPS/HTTP",
-        tags={**tags, "Name": child(name, "build-sg")},
+        tags=tagged(child(name, "build-sg")),
         opts=kids,
     )
     for port in BUILD_EGRESS_PORTS:
@@ -191,7 +210,12 @@ def build_network(name: str, spec: BakeSpec, tags: dict[str, str], kids: pulumi.
             description=f"outbound TCP {port}: SSM, S3, ECR, registries, packages",
             opts=kids,
         )
-    return BuildNetwork(vpc_id=vpc.id, subnet_id=subnet.id, security_group_id=group.id)
+    return BuildNetwork(
+        vpc_id=vpc.id,
+        subnet_id=subnet.id,
+        security_group_id=group.id,
+        egress_ready=[egress.default_route, association, s3_endpoint],
+    )
 
 
 def _first(resources, kind: str, field: str) -> str:
@@ -372,7 +396,10 @@ class AwsImageBake(pulumi.ComponentResource):
             # the provider waits 60 min by default (terraform-provider-aws imagebuilder_image
             # "Timeouts"); this build also builds and pushes the container (7,200 s step limit)
             tags=tags,
-            opts=pulumi.ResourceOptions(parent=self, custom_timeouts=pulumi.CustomTimeouts(create="4h")),
+            # the build instance starts with this: its subnet must already route out through the NAT
+            opts=pulumi.ResourceOptions(
+                parent=self, custom_timeouts=pulumi.CustomTimeouts(create="4h"), depends_on=network.egress_ready
+            ),
         )
         self.image_id = self.image.output_resources.apply(lambda r: _first(r, "amis", "image"))
         self.container_uri = container_uri

@@ -10,6 +10,7 @@ security group itself").
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pulumi
@@ -63,7 +64,9 @@ def build_network(name: str, spec: ClusterSpec, plan: AwsClusterPlan, parent: pu
             child(name, "nodes-rt"), vpc_id=vpc.id, tags=aws_tags(spec, Name=child(name, "nodes-rt")), opts=opts
         )
         if plan.egress == "nat":
-            _nat_egress(name, spec, vpc, igw, route_table, opts)
+            nat_egress(
+                name, vpc.id, igw.id, route_table.id, spec.zone, lambda tag_name: aws_tags(spec, Name=tag_name), opts
+            )
         else:
             aws.ec2.Route(
                 child(name, "nodes-default"),
@@ -89,44 +92,88 @@ def build_network(name: str, spec: ClusterSpec, plan: AwsClusterPlan, parent: pu
     return Network(vpc_id=vpc_id, subnet_id=subnet_id, security_group_id=security_group.id)
 
 
-def _nat_egress(name, spec, vpc, igw, route_table, opts) -> None:
-    """Multi-card nodes get no public IPv4: egress through a NAT gateway in a /28 of the same AZ."""
+@dataclass(frozen=True)
+class NatEgress:
+    """What :func:`nat_egress` made that callers wait for: the gateway and the private route
+    table's default route through it (a build that must reach the internet depends on it)."""
+
+    nat_gateway: aws.ec2.NatGateway
+    default_route: aws.ec2.Route
+
+
+def nat_egress(
+    name: str,
+    vpc_id: pulumi.Input[str],
+    igw_id: pulumi.Input[str],
+    route_table_id: pulumi.Input[str],
+    zone_id: pulumi.Input[str] | None,
+    tags: Callable[[str], dict[str, str]],
+    opts: pulumi.ResourceOptions,
+    route_name: str = "nodes-default",
+) -> NatEgress:
+    """Egress without a public address on the instances: a public NAT gateway with an Elastic IP
+    in its own /28 (:data:`~gpuinfra.plan.aws.NAT_SUBNET_CIDR`) whose route table sends
+    ``0.0.0.0/0`` to the internet gateway, and ``0.0.0.0/0`` of the private route table
+    ``route_table_id`` to that NAT gateway. Used by the cluster (multi-card nodes, which get no
+    public IPv4) and by the AWS image bake (its build instance).
+
+    A public NAT gateway must sit in a public subnet and have an Elastic IP; instances in a
+    private subnet reach the internet through it, and nothing on the internet can open a
+    connection to them (docs.aws.amazon.com/vpc/latest/userguide/vpc-nat-gateway.html,
+    "Public NAT gateways"; its scenario page nat-gateway-scenarios.html, "Access the internet
+    from a private subnet"). A NAT gateway serves one Availability Zone: ``zone_id`` keeps its
+    subnet in the instances' zone (cross-zone traffic would bill as inter-AZ transfer).
+
+    Children (``<name>-<role>``): ``nat`` (subnet), ``nat-rt`` + ``nat-default`` (to the
+    internet gateway) + ``nat-rta``, ``nat-eip``, ``nat-gw``, and ``route_name`` (the private
+    default route). Billing: the gateway per hour and per GB processed, its Elastic IP as a
+    public IPv4 address per hour (prices.yaml ``nat_gateway_per_hour``, ``nat_gateway_per_gb``,
+    ``public_ipv4_per_hour``), for as long as the gateway exists.
+
+    Args:
+        name: component name (prefix of the children's names).
+        vpc_id, igw_id, route_table_id: the VPC, its internet gateway, the private route table.
+        zone_id: AZ id of the NAT subnet (e.g. ``use1-az4``; an output is accepted), None to let
+            EC2 choose.
+        tags: tags of a child from its ``Name``.
+        opts: options of every child (the component as parent).
+        route_name: role of the private default route (the cluster's ``nodes-default``).
+    """
     nat_subnet = aws.ec2.Subnet(
         child(name, "nat"),
-        vpc_id=vpc.id,
+        vpc_id=vpc_id,
         cidr_block=NAT_SUBNET_CIDR,
-        availability_zone_id=spec.zone,
-        tags=aws_tags(spec, Name=child(name, "nat")),
+        availability_zone_id=zone_id,
+        tags=tags(child(name, "nat")),
         opts=opts,
     )
-    public_rt = aws.ec2.RouteTable(
-        child(name, "nat-rt"), vpc_id=vpc.id, tags=aws_tags(spec, Name=child(name, "nat-rt")), opts=opts
-    )
+    public_rt = aws.ec2.RouteTable(child(name, "nat-rt"), vpc_id=vpc_id, tags=tags(child(name, "nat-rt")), opts=opts)
     aws.ec2.Route(
         child(name, "nat-default"),
         route_table_id=public_rt.id,
         destination_cidr_block="0.0.0.0/0",
-        gateway_id=igw.id,
+        gateway_id=igw_id,
         opts=opts,
     )
     aws.ec2.RouteTableAssociation(
         child(name, "nat-rta"), subnet_id=nat_subnet.id, route_table_id=public_rt.id, opts=opts
     )
-    eip = aws.ec2.Eip(child(name, "nat-eip"), domain="vpc", tags=aws_tags(spec, Name=child(name, "nat-eip")), opts=opts)
+    eip = aws.ec2.Eip(child(name, "nat-eip"), domain="vpc", tags=tags(child(name, "nat-eip")), opts=opts)
     nat = aws.ec2.NatGateway(
         child(name, "nat-gw"),
         subnet_id=nat_subnet.id,
         allocation_id=eip.id,
-        tags=aws_tags(spec, Name=child(name, "nat-gw")),
+        tags=tags(child(name, "nat-gw")),
         opts=opts,
     )
-    aws.ec2.Route(
-        child(name, "nodes-default"),
-        route_table_id=route_table.id,
+    route = aws.ec2.Route(
+        child(name, route_name),
+        route_table_id=route_table_id,
         destination_cidr_block="0.0.0.0/0",
         nat_gateway_id=nat.id,
         opts=opts,
     )
+    return NatEgress(nat_gateway=nat, default_route=route)
 
 
 def _security_group(name: str, spec: ClusterSpec, vpc_id, opts) -> aws.ec2.SecurityGroup:

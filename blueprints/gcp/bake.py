@@ -3,8 +3,9 @@
 
 Children (``<name>-<role>``):
 
-* ``network`` + ``subnet`` (Private Google Access on), ``router`` + ``nat`` (Cloud NAT: the build
-  downloads packages, the EFA/TCPX host pieces and the container base), ``allow-iap-ssh`` (TCP 22
+* ``network`` + ``subnet`` (Private Google Access on), ``router`` + ``nat`` (Cloud NAT, the
+  cluster's own :func:`blueprints.gcp.network.cloud_nat`: the build downloads packages, the
+  EFA/TCPX host pieces and the container base), ``allow-iap-ssh`` (TCP 22
   from IAP's TCP-forwarding range :data:`~gpuinfra.plan.gcp.IAP_SSH_RANGE`, to the Packer VM's
   network tag only: cloud.google.com/iap/docs/using-tcp-forwarding#create-firewall-rule). No
   other ingress; the Packer VM has no external IP (:func:`gpuinfra.bake.render.packer_build`).
@@ -58,6 +59,7 @@ import functools
 import pulumi
 import pulumi_gcp as gcp
 
+from blueprints.gcp.network import cloud_nat
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.bake.render import (
     BUILD_VM_TAG,
@@ -310,18 +312,7 @@ class GcpImageBake(pulumi.ComponentResource):
             project=project,
             opts=kids,
         )
-        router = gcp.compute.Router(
-            child(name, "router"), network=network.id, region=spec.region, project=project, opts=kids
-        )
-        gcp.compute.RouterNat(
-            child(name, "nat"),
-            router=router.name,
-            region=spec.region,
-            nat_ip_allocate_option="AUTO_ONLY",
-            source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
-            project=project,
-            opts=kids,
-        )
+        cloud_nat(name, network.id, spec.region, project, kids)  # the cluster's Cloud NAT
         gcp.compute.Firewall(
             child(name, "allow-iap-ssh"),
             network=network.id,

@@ -16,6 +16,41 @@ from gpuinfra.plan.naming import child
 from gpuinfra.spec import ClusterSpec
 
 
+def cloud_nat(
+    name: str, network_id: pulumi.Input[str], region: str, project: str, opts: pulumi.ResourceOptions
+) -> gcp.compute.RouterNat:
+    """Egress for VMs without an external IP: a Cloud Router ``<name>-router`` on ``network_id``
+    in ``region`` and a public Cloud NAT gateway ``<name>-nat`` on it for every subnet range.
+    Used by the cluster's system network and by the GCP image bake's network.
+
+    Public NAT lets VMs without external IPv4 addresses make outbound connections to the
+    internet and receive their replies, never unsolicited inbound ones
+    (cloud.google.com/nat/docs/overview). ``AUTO_ONLY``: Cloud NAT adds regional external
+    addresses as VMs need source ports and removes one when no source port on it is in use
+    (cloud.google.com/nat/docs/ports-and-addresses, "Automatic NAT IP address allocation"), so
+    a network without running VMs holds none; the gateway bills per VM using it and per GB
+    processed (cloud.google.com/nat/pricing; prices.yaml ``cloud_nat_per_vm_hour``,
+    ``cloud_nat_per_gb``).
+
+    Args:
+        name: component name (prefix of the children's names).
+        network_id: the VPC network (an output is accepted).
+        region: the region of the router and the gateway (e.g. ``us-central1``).
+        project: the project id.
+        opts: options of both children (the component as parent).
+    """
+    router = gcp.compute.Router(child(name, "router"), network=network_id, region=region, project=project, opts=opts)
+    return gcp.compute.RouterNat(
+        child(name, "nat"),
+        router=router.name,
+        region=region,
+        nat_ip_allocate_option="AUTO_ONLY",
+        source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
+        project=project,
+        opts=opts,
+    )
+
+
 def build_networks(
     name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str, parent: pulumi.Resource
 ) -> list[tuple[str, list[gcp.compute.Subnetwork]]]:
@@ -60,18 +95,7 @@ def build_networks(
                 opts=opts,
             )
         if net.role == "system":
-            router = gcp.compute.Router(
-                child(name, "router"), network=network.id, region=spec.region, project=project, opts=opts
-            )
-            gcp.compute.RouterNat(
-                child(name, "nat"),
-                router=router.name,
-                region=spec.region,
-                nat_ip_allocate_option="AUTO_ONLY",
-                source_subnetwork_ip_ranges_to_nat="ALL_SUBNETWORKS_ALL_IP_RANGES",
-                project=project,
-                opts=opts,
-            )
+            cloud_nat(name, network.id, spec.region, project, opts)
             if spec.network.iap_ssh:
                 gcp.compute.Firewall(
                     child(name, "allow-iap-ssh"),

@@ -1,5 +1,9 @@
 """What a bake costs: build instance hours once, image and registry storage per month.
 
+Three kinds of line (``when``): ``once`` per bake, ``monthly`` while the image and the
+container are kept (after ``down`` too), ``stack`` per month while the bake stack exists
+after its build (until ``gpuinfra down``); each kind has its own total.
+
 Unit prices come from ``gpuinfra/catalog/data/prices.yaml`` (each with its source and date);
 quantities are estimates stated here, since no cloud is reachable to measure a bake. Money fails
 closed: a line whose price the table lacks keeps ``unit_price_usd = None``, is listed in
@@ -12,10 +16,30 @@ Quantity estimates (per bake; measure your own with the commands named):
   the container (NGC base pull ~20 GB, EFA installer and aws-ofi-nccl compile on 2 vCPUs, push)
   and the AMI (manifest, checks, snapshot), about 2 h; a second instance tests it
   (``image_tests_enabled``), about 0.5 h. ``aws imagebuilder get-image`` shows the real times.
-* AWS public IPv4 of the build instances: one address for each instance-hour
-  (:data:`AWS_BUILD_INSTANCE_HOURS`): the bake's subnet gives the build instance a public
-  address for its downloads instead of a NAT gateway that would bill every hour the stack
-  exists (blueprints/aws/bake.py ``build_network``).
+* AWS NAT gateway: the build instance has no public IPv4 and reaches Systems Manager, ECR,
+  nvcr.io and the package mirrors through the bake stack's NAT gateway (blueprints/aws/bake.py
+  ``build_network``). **Lifetime:** the gateway and its Elastic IP are created at the start of
+  ``gpuinfra up`` and exist until ``gpuinfra down`` of the bake; ``up`` does not remove them
+  after the build (the bake stack stays, like a cluster stack). So:
+
+  - ``once`` (the build): :data:`AWS_BUILD_INSTANCE_HOURS` gateway-hours and as many
+    public-IPv4 address-hours (the Elastic IP bills like any public IPv4 address, in use or
+    idle: aws.amazon.com/vpc/pricing), and :data:`AWS_NAT_DATA_GB` = 30 GB processed: the
+    container base pulled from nvcr.io and the container pushed to ECR, each
+    :data:`CONTAINER_STORED_GB` (NAT gateways bill each GB in either direction; S3 goes over
+    the free gateway endpoint; the host-stack downloads are small). This is the cost of a
+    bake whose stack is destroyed (``gpuinfra down``) right after ``up``.
+  - ``stack`` (each month the bake stack stays up after the build): :data:`HOURS_PER_MONTH`
+    gateway-hours and as many address-hours. Nothing else of the stack bills by the hour.
+
+  Creating the gateway only for the build (a second update that removes it once the image
+  exists) would cut the ``stack`` lines to nothing, at the price of a second ``pulumi up`` per
+  bake and a stack that differs from its program between bakes; it is not done: ``down`` after
+  the bake is the documented way to stop the charge.
+* GCP bake stack: no ``stack`` line. Cloud NAT bills per VM that uses it and per GB
+  (cloud.google.com/nat/pricing), and its automatically allocated addresses are released
+  when no VM needs a port on them (cloud.google.com/nat/docs/ports-and-addresses); between
+  builds the stack holds the Packer template (bytes in a bucket), a trigger and a topic.
 * AWS AMI snapshot :data:`IMAGE_STORED_GB` = 100: EBS snapshots bill the blocks written, not the
   200 GiB volume (repost.aws/knowledge-center/ebs-snapshot-billing); the DLAMI's own data plus
   the unpacked container. ``aws ebs list-snapshot-blocks`` counts them.
@@ -56,7 +80,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.catalog.prices import price
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, price
 
 AWS_BUILD_INSTANCE_HOURS = Decimal("2.5")
 IMAGE_STORED_GB = Decimal(100)
@@ -65,6 +89,9 @@ GCP_BUILD_VM_HOURS = Decimal("1.0")
 GCP_BUILD_MINUTES = Decimal(75)
 GCP_IMAGE_STORED_GIB = Decimal(100)
 GCP_NAT_DATA_GIB = Decimal(15)
+AWS_NAT_DATA_GB = 2 * CONTAINER_STORED_GB
+#: Kinds of cost line and the cost document's total of each (module docstring).
+WHEN_TOTALS = {"once": "once_usd", "monthly": "monthly_usd", "stack": "stack_monthly_usd"}
 
 #: Price-table key of each build instance / machine type (prices.yaml).
 BUILD_PRICE_KEYS = {
@@ -79,7 +106,8 @@ class BakeCostLine:
     """One priced component: ``quantity`` of ``unit`` at ``unit_price_usd`` (None = not found).
 
     Attributes:
-        when: ``once`` (per bake) or ``monthly`` (while the image is kept).
+        when: ``once`` (per bake), ``monthly`` (while the image is kept) or ``stack`` (per
+            month while the bake stack exists after its build).
     """
 
     component: str
@@ -121,12 +149,40 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
             ),
             _line(
                 "aws",
+                "nat_gateway_per_hour",
+                region,
+                "NAT gateway (during the build)",
+                "once",
+                "gateway-hours",
+                AWS_BUILD_INSTANCE_HOURS,
+            ),
+            _line(
+                "aws",
                 "public_ipv4_per_hour",
                 region,
-                "build instance public IPv4",
+                "NAT gateway Elastic IP (during the build)",
                 "once",
                 "address-hours",
                 AWS_BUILD_INSTANCE_HOURS,
+            ),
+            _line("aws", "nat_gateway_per_gb", region, "NAT gateway data processed", "once", "GB", AWS_NAT_DATA_GB),
+            _line(
+                "aws",
+                "nat_gateway_per_hour",
+                region,
+                "NAT gateway while the bake stack exists",
+                "stack",
+                "gateway-hours",
+                HOURS_PER_MONTH,
+            ),
+            _line(
+                "aws",
+                "public_ipv4_per_hour",
+                region,
+                "NAT gateway Elastic IP while the bake stack exists",
+                "stack",
+                "address-hours",
+                HOURS_PER_MONTH,
             ),
             _line(
                 "aws",
@@ -185,8 +241,10 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
 
 def bake_cost(spec: BakeSpec) -> dict:
     """The cost document of a bake: ``lines`` (component, when, quantity, unit, unit price,
-    USD, source, date; prices as strings), ``once_usd`` and ``monthly_usd`` (strings; None when
-    a line of that kind is unpriced) and ``price_not_found`` (one description per unpriced line).
+    USD, source, date; prices as strings), the totals ``once_usd``, ``monthly_usd`` and
+    ``stack_monthly_usd`` (:data:`WHEN_TOTALS`; strings, None when a line of that kind is
+    unpriced, "0.00" when there is none) and ``price_not_found`` (one description per unpriced
+    line).
     """
     lines = bake_cost_lines(spec)
     doc_lines, missing = [], []
@@ -211,4 +269,5 @@ def bake_cost(spec: BakeSpec) -> dict:
         known = [v for v in values if v is not None]
         return None if len(known) < len(values) else f"{sum(known, Decimal(0)):.2f}"
 
-    return {"lines": doc_lines, "once_usd": total("once"), "monthly_usd": total("monthly"), "price_not_found": missing}
+    totals = {key: total(when) for when, key in WHEN_TOTALS.items()}
+    return {"lines": doc_lines, **totals, "price_not_found": missing}

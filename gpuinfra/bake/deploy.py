@@ -258,6 +258,8 @@ def deploy_bake(
             (
                 f"recorded image {result.image_id}{container} in {stack_file_path(project_dir, name)}",
                 f"use: gpuinfra new ... --image baked:{name}",
+                f"then: gpuinfra down {name}   (the bake's NAT gateway bills every hour its stack exists; "
+                "the AMI and the ECR repository stay)",
             ),
         )
     changed = any(op != "same" and count for op, count in changes.items())

@@ -51,6 +51,11 @@ def render_bake_stack(spec: BakeSpec, generated_at: datetime | None = None) -> s
         f"# Build:   {build}\n"
         f"# Use:     gpuinfra new ... --image baked:{spec.stack}\n"
         f"# Remove:  gpuinfra down {spec.stack}   (the build resources; the image stays for the clusters that boot it)\n"
+        + (
+            "#          Run it once the image is recorded: the bake's NAT gateway bills every hour the stack exists.\n"
+            if spec.cloud == "aws"
+            else ""
+        )
     )
     config = {**bake_provider_config(spec), f"gpuinfra:{BAKE_CONFIG_KEY}": spec.to_config()}
     return header + yaml.safe_dump({"config": config}, sort_keys=False, width=100)

@@ -14,7 +14,10 @@ def next_step(spec) -> str:
     """The command after ``image bake`` (AWS: ``up`` builds and records; GCP: ``up`` starts the
     build, ``record --from-outputs`` once it finished)."""
     if spec.cloud == "aws":
-        return f"gpuinfra up {spec.stack}   (builds the container and the AMI and records them)"
+        return (
+            f"gpuinfra up {spec.stack}   (builds the container and the AMI and records them)   then   "
+            f"gpuinfra down {spec.stack}   (its NAT gateway bills by the hour; the image stays)"
+        )
     return f"gpuinfra up {spec.stack}   (starts the build)   then   gpuinfra image record {spec.stack} --from-outputs"
 
 
@@ -128,6 +131,15 @@ def _print_cost(out, cost: dict) -> None:
     once = f"${cost['once_usd']}" if cost["once_usd"] is not None else "no total (a price is missing)"
     monthly = f"${cost['monthly_usd']}" if cost["monthly_usd"] is not None else "no total (a price is missing)"
     out.print(f"  cost: {once} per bake, {monthly} per month while the image is kept")
+    if any(line["when"] == "stack" for line in cost["lines"]):
+        stack = (
+            f"${cost['stack_monthly_usd']}"
+            if cost["stack_monthly_usd"] is not None
+            else "no total (a price is missing)"
+        )
+        out.print(
+            f"  cost: {stack} per month while the bake stack exists: `gpuinfra down` it once the image is recorded"
+        )
 
 
 @app.command("cost")
@@ -136,7 +148,7 @@ def cost(
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:
-    """Price a bake: build hours once, image and registry storage per month (exit 4 when a price is missing)."""
+    """Price a bake: the build once, image and registry storage per month, and (AWS) the NAT gateway per month while the bake stack exists (exit 4 when a price is missing)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.cost import bake_cost
     from gpuinfra.bake.stack import read_bake

@@ -4,6 +4,7 @@ through shellcheck."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import jsonschema
@@ -15,7 +16,8 @@ from gpuinfra.bake.render import aws_host_phases, component_document, container_
 from gpuinfra.plan.fabric import efa_image_build
 from tests.bake.awstoe_schema import SCHEMA
 from tests.bake.conftest import AMI, NGC
-from tests.blueprints.helpers import need_tool
+from tests.blueprints.helpers import make_spec, need_tool
+from tests.blueprints.helpers import preview as run_preview
 
 IB = "aws:imagebuilder/"
 
@@ -43,10 +45,13 @@ def test_exact_resources(preview):
         f"{IB}image:Image": 1,
         "aws:ec2/vpc:Vpc": 1,
         "aws:ec2/internetGateway:InternetGateway": 1,
-        "aws:ec2/subnet:Subnet": 1,
-        "aws:ec2/routeTable:RouteTable": 1,
-        "aws:ec2/route:Route": 1,
-        "aws:ec2/routeTableAssociation:RouteTableAssociation": 1,
+        # the build subnet (private) and the NAT gateway's /28 (public), each with its route table
+        "aws:ec2/subnet:Subnet": 2,
+        "aws:ec2/routeTable:RouteTable": 2,
+        "aws:ec2/route:Route": 2,
+        "aws:ec2/routeTableAssociation:RouteTableAssociation": 2,
+        "aws:ec2/eip:Eip": 1,
+        "aws:ec2/natGateway:NatGateway": 1,
         "aws:ec2/vpcEndpoint:VpcEndpoint": 1,
         "aws:ec2/securityGroup:SecurityGroup": 1,
         "aws:ec2/securityGroupRule:SecurityGroupRule": 2,
@@ -58,26 +63,102 @@ def _one(preview, token):
     return record
 
 
+def _by_name(preview, token):
+    return {r.name: r.inputs for r in preview.of_type(token)}
+
+
+def _build_subnet(preview):
+    """The subnet the infrastructure configuration launches the build instance in."""
+    infra = _one(preview, f"{IB}infrastructureConfiguration:InfrastructureConfiguration").inputs
+    [subnet] = [r for r in preview.of_type("aws:ec2/subnet:Subnet") if f"{r.name}-id" == infra["subnetId"]]
+    return subnet
+
+
+def _default_route(preview, subnet_name):
+    """The 0.0.0.0/0 route of the route table associated with ``subnet_name``."""
+    [table_id] = [
+        a["routeTableId"]
+        for a in _by_name(preview, "aws:ec2/routeTableAssociation:RouteTableAssociation").values()
+        if a["subnetId"] == f"{subnet_name}-id"
+    ]
+    [route] = [
+        r
+        for r in _by_name(preview, "aws:ec2/route:Route").values()
+        if r["routeTableId"] == table_id and r["destinationCidrBlock"] == "0.0.0.0/0"
+    ]
+    return route
+
+
 def test_build_runs_in_the_bakes_own_vpc(preview):
     """Image Builder without subnet_id/security_group_ids uses the default VPC (pulumi-aws
-    InfrastructureConfiguration.subnet_id); the bake names its own."""
+    InfrastructureConfiguration.subnet_id); the bake names its own subnet and group, in its own VPC."""
     vpc = _one(preview, "aws:ec2/vpc:Vpc")
-    subnet = _one(preview, "aws:ec2/subnet:Subnet")
     group = _one(preview, "aws:ec2/securityGroup:SecurityGroup")
     infra = _one(preview, f"{IB}infrastructureConfiguration:InfrastructureConfiguration").inputs
-    assert infra["subnetId"] == f"{subnet.name}-id" and infra["securityGroupIds"] == [f"{group.name}-id"]
+    subnet = _build_subnet(preview)
+    assert infra["securityGroupIds"] == [f"{group.name}-id"]
     assert subnet.inputs["vpcId"] == group.inputs["vpcId"] == f"{vpc.name}-id"
-    route = _one(preview, "aws:ec2/route:Route").inputs
+    assert all(s.inputs["vpcId"] == f"{vpc.name}-id" for s in preview.of_type("aws:ec2/subnet:Subnet"))
+
+
+def test_build_instance_gets_no_public_ip_and_egresses_through_the_nat_gateway(preview):
+    """A private subnet (a public IPv4 only where a subnet maps one on launch, or an EIP /
+    interface asks for one: docs.aws.amazon.com/vpc/latest/userguide/vpc-ip-addressing.html);
+    its default route goes to a NAT gateway that sits in a subnet routed to the internet gateway,
+    with the only Elastic IP of the stack (docs.aws.amazon.com/vpc/latest/userguide/vpc-nat-gateway.html)."""
+    subnets = preview.of_type("aws:ec2/subnet:Subnet")
+    assert subnets and not any(s.inputs.get("mapPublicIpOnLaunch") for s in subnets)
+    assert not any(
+        r.inputs.get("associatePublicIpAddress") for r in preview.resources
+    )  # neither on the infrastructure configuration nor elsewhere
+    assert not preview.of_type("aws:ec2/eipAssociation:EipAssociation")
+    assert not preview.of_type("aws:ec2/instance:Instance")
+
+    build = _build_subnet(preview)
+    route = _default_route(preview, build.name)
+    assert "gatewayId" not in route, "the build subnet must not route straight to the internet gateway"
+    [nat] = [r for r in preview.of_type("aws:ec2/natGateway:NatGateway") if f"{r.name}-id" == route["natGatewayId"]]
+    assert nat.inputs.get("connectivityType", "public") == "public"
+    assert nat.inputs["subnetId"] != f"{build.name}-id"
+    [eip] = preview.of_type("aws:ec2/eip:Eip")
+    assert nat.inputs["allocationId"] == f"{eip.name}-id" and eip.inputs["domain"] == "vpc"
     igw = _one(preview, "aws:ec2/internetGateway:InternetGateway")
-    assert route["gatewayId"] == f"{igw.name}-id" and igw.inputs["vpcId"] == f"{vpc.name}-id"
-    association = _one(preview, "aws:ec2/routeTableAssociation:RouteTableAssociation").inputs
-    assert association["subnetId"] == f"{subnet.name}-id"
+    nat_subnet = nat.inputs["subnetId"][: -len("-id")]
+    assert _default_route(preview, nat_subnet)["gatewayId"] == f"{igw.name}-id"
+    # the NAT subnet follows the build subnet's zone (one NAT gateway serves one zone)
+    [nat_subnet_inputs] = [s.inputs for s in subnets if s.name == nat_subnet]
+    assert nat_subnet_inputs["availabilityZoneId"] == f"<zone EC2 picks for {build.name}>"
+    # S3 (AWSTOE, the AMI's snapshots) stays off the NAT: the gateway endpoint is on the build route table
+    endpoint = _one(preview, "aws:ec2/vpcEndpoint:VpcEndpoint").inputs
+    assert route["routeTableId"] in endpoint["routeTableIds"] and endpoint["vpcEndpointType"] == "Gateway"
+
+
+def _nat_children(result, prefix):
+    """The NAT egress children of a preview, by role, inputs without names and tags."""
+    roles = ("nat", "nat-rt", "nat-default", "nat-rta", "nat-eip", "nat-gw")
+    out = {}
+    for r in result.resources:
+        role = r.name[len(prefix) + 1 :] if r.name.startswith(prefix + "-") else None
+        if role in roles:
+            inputs = {k: v for k, v in r.inputs.items() if k not in ("tags", "tagsAll", "availabilityZoneId")}
+            out[role] = (r.type, json.dumps(inputs, sort_keys=True).replace(prefix, "<name>"))
+    return out
+
+
+def test_nat_egress_is_the_clusters(preview):
+    """The bake's NAT egress is the cluster's (blueprints.aws.network.nat_egress): a p5 cluster
+    (multi-card nodes, egress ``nat``) previews the same children with the same inputs, up to
+    names, tags and the zone."""
+    spec = make_spec("p5.48xlarge", nodes=2)
+    cluster = run_preview(spec)
+    cluster_nat = _nat_children(cluster, spec.stack)
+    assert len(cluster_nat) == 6
+    assert _nat_children(preview, "bake-p5") == cluster_nat
 
 
 def test_build_instance_accepts_no_inbound_connection(preview):
-    """The subnet gives the instance a public IPv4 for its downloads (blueprints/aws/bake.py
-    build_network says why not a NAT gateway); nothing may connect to it: the security group has
-    no inbound rule, inline or separate, and only TCP 443/80 out."""
+    """Nothing may connect to the build instance: the security group has no inbound rule,
+    inline or separate, and only TCP 443/80 out (through the NAT gateway)."""
     group = _one(preview, "aws:ec2/securityGroup:SecurityGroup")
     assert not group.inputs.get("ingress")
     rules = [r.inputs for r in preview.of_type("aws:ec2/securityGroupRule:SecurityGroupRule")]

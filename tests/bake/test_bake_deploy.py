@@ -103,6 +103,8 @@ def test_aws_up_records_the_ami_and_the_container_by_digest(p5_bake, tmp_path, e
     assert done.lines == (
         f"recorded image {AMI}, container {uri}@{digest} in {tmp_path}/stacks/Pulumi.bake-p5.yaml",
         "use: gpuinfra new ... --image baked:bake-p5",
+        "then: gpuinfra down bake-p5   (the bake's NAT gateway bills every hour its stack exists; "
+        "the AMI and the ECR repository stay)",
     )
 
 

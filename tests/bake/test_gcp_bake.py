@@ -7,6 +7,7 @@ account holds no project-wide compute or actAs role, and its IAM condition is ev
 from __future__ import annotations
 
 import ipaddress
+import json
 import subprocess
 
 import hcl2
@@ -17,7 +18,8 @@ from gpuinfra.bake.render import PACKER_IMAGE, cloud_build_steps, hcl_string, pa
 from gpuinfra.errors import SpecError
 from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH
 from tests.bake.conftest import GCP_BASE, NGC
-from tests.blueprints.helpers import need_tool
+from tests.blueprints.helpers import make_spec, need_tool
+from tests.blueprints.helpers import preview as run_preview
 
 HOST = "us-central1-docker.pkg.dev"
 SUBNET = "projects/p/regions/us-central1/subnetworks/s"
@@ -284,3 +286,25 @@ def test_every_script_passes_shellcheck(build, tmp_path):
         path.write_text(text)
         result = subprocess.run([shellcheck, "--severity=style", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, name + result.stdout
+
+
+def _nat_inputs(result, prefix):
+    """Router and RouterNat inputs of a preview with the resource-name prefix blanked."""
+    out = {}
+    for r in result.resources:
+        if r.type in ("gcp:compute/router:Router", "gcp:compute/routerNat:RouterNat"):
+            inputs = {k: v for k, v in r.inputs.items() if k not in ("network", "project", "region")}
+            out[r.type] = json.dumps(inputs, sort_keys=True).replace(prefix, "<name>")
+    return out
+
+
+def test_cloud_nat_is_the_clusters(preview, a3mega_bake):
+    """The bake's Router + Cloud NAT is the cluster's (blueprints.gcp.network.cloud_nat): an
+    a3-megagpu-8g cluster previews the same two resources with the same inputs, up to names,
+    the network and the project; both on their own network in their region."""
+    spec = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp")
+    cluster = run_preview(spec)
+    assert len(_nat_inputs(cluster, spec.stack)) == 2
+    assert _nat_inputs(preview, a3mega_bake.stack) == _nat_inputs(cluster, spec.stack)
+    nat = _one(preview, "gcp:compute/routerNat:RouterNat").inputs
+    assert nat["natIpAllocateOption"] == "AUTO_ONLY" and nat["region"] == a3mega_bake.region
