@@ -53,8 +53,12 @@ Quantity estimates (per bake; measure your own with the commands named):
   Cloud NAT (blueprints/gcp/bake.py): :data:`GCP_BUILD_VM_HOURS` VM-hours of the gateway, and
   :data:`GCP_NAT_DATA_GIB` = 15 GiB processed, the container base's compressed layers the VM
   pulls from nvcr.io (as :data:`CONTAINER_STORED_GB`; the host-stack downloads are small;
-  Artifact Registry and other Google APIs go over Private Google Access, not NAT). The gateway
-  bills only VMs that use it (cloud.google.com/nat/pricing), so it costs nothing between bakes.
+  Artifact Registry and other Google APIs go over Private Google Access, not NAT), and one
+  external address for the same hours: with automatic allocation Cloud NAT adds an address
+  while the VM needs source ports and removes it afterwards
+  (cloud.google.com/nat/docs/ports-and-addresses), billed as an in-use external IP
+  (``external_ip_per_hour``). The gateway bills only VMs that use it
+  (cloud.google.com/nat/pricing), so it costs nothing between bakes.
 * GCP custom image :data:`GCP_IMAGE_STORED_GIB` = 100, in GiB because Compute Engine counts
   storage in JEDEC GB = GiB (cloud.google.com/compute/disks-image-pricing). It is the same rough
   estimate as the AMI's (DLVM base plus the unpacked container), stated in GiB rather than
@@ -218,6 +222,15 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
         ),
         _line("gcp", "cloud_nat_per_vm_hour", region, "Cloud NAT (Packer VM)", "once", "VM-hours", GCP_BUILD_VM_HOURS),
         _line("gcp", "cloud_nat_per_gb", region, "Cloud NAT data", "once", "GiB", GCP_NAT_DATA_GIB),
+        _line(
+            "gcp",
+            "external_ip_per_hour",
+            region,
+            "Cloud NAT address (Packer VM)",
+            "once",
+            "address-hours",
+            GCP_BUILD_VM_HOURS,
+        ),
         _line(
             "gcp",
             "gce_custom_image_storage_per_gib_month",

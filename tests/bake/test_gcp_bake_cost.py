@@ -34,12 +34,17 @@ def test_a3_mega_bake_in_us_central1_every_line_priced(a3mega_bake):
         # cloud.google.com/nat/pricing: $0.0014 per VM-hour (up to 32 VMs), $0.045 per GiB processed
         ("Cloud NAT (Packer VM)", "once", "VM-hours", Decimal("1.0"), Decimal("0.0014"), Decimal("0.0014")),
         ("Cloud NAT data", "once", "GiB", Decimal(15), Decimal("0.045"), Decimal("0.675")),
+        # the NAT's automatically allocated address while the VM uses it: an in-use external IPv4
+        # address, $0.005 per hour (cloud.google.com/vpc/network-pricing#ipaddress)
+        ("Cloud NAT address (Packer VM)", "once", "address-hours", Decimal("1.0"), Decimal("0.005"), Decimal("0.005")),
         ("custom image storage", "monthly", "GiB-months", Decimal(100), Decimal("0.05"), Decimal("5.00")),
         ("Artifact Registry container", "monthly", "GB-months", Decimal(15), Decimal("0.10"), Decimal("1.50")),
     ]
     doc = bake_cost(a3mega_bake)
-    assert doc["once_usd"] == "1.51"  # 1.0 h x $0.38 + 75 min x $0.006 + NAT 1.0 h x $0.0014 + 15 GiB x $0.045
+    # 1.0 h x $0.38 + 75 min x $0.006 + NAT 1.0 h x ($0.0014 + $0.005) + 15 GiB x $0.045 = $1.5114
+    assert doc["once_usd"] == "1.51"
     assert doc["monthly_usd"] == "6.50"  # 100 GiB x $0.05 + 15 GB x $0.10 (free 0.5 GB not deducted)
+    assert doc["stack_monthly_usd"] == "0.00"  # nothing bills by the hour between builds
     assert doc["price_not_found"] == []
 
 
@@ -55,7 +60,7 @@ def test_image_price_is_per_region_and_fails_closed_elsewhere(a3mega_bake):
     # europe-west4: the build VM ($0.41834/h) and both location-independent prices are known, the
     # image storage price is not read for that region, so the month has no total
     doc = bake_cost(a3mega_bake.model_copy(update={"region": "europe-west4", "zone": "europe-west4-a"}))
-    assert doc["once_usd"] == "1.54"  # 1.0 h x $0.41834 + 75 min x $0.006 + $0.6764 NAT = $1.54474
+    assert doc["once_usd"] == "1.55"  # 1.0 h x $0.41834 + 75 min x $0.006 + $0.6814 NAT = $1.54974
     assert doc["monthly_usd"] is None
     assert [m.split(":")[0] for m in doc["price_not_found"]] == ["custom image storage"]
     registry = next(line for line in doc["lines"] if line["component"] == "Artifact Registry container")
