@@ -259,3 +259,24 @@ def test_every_component_fits_image_builders_inline_data_limit(family):
     spec = plan_bake(aws_request(family=family), load_catalog().facts, DLVM_FAMILY)
     [component] = run_bake_preview(spec).of_type(f"{IB}component:Component")
     assert 0 < len(component.inputs["data"]) <= 16000
+
+
+def test_image_waits_for_the_nat_route(p5_bake, monkeypatch):
+    """Image Builder launches the build instance when the Image is created; without the NAT
+    route in place the SSM agent cannot register and the build fails, so the Image depends on
+    the build subnet's default route, its route table association and the S3 endpoint."""
+    import pulumi_aws as aws
+
+    seen = {}
+    real = aws.imagebuilder.Image
+
+    def spy(name, *args, opts=None, **kwargs):
+        seen["depends_on"] = list(opts.depends_on or [])
+        return real(name, *args, opts=opts, **kwargs)
+
+    monkeypatch.setattr(aws.imagebuilder, "Image", spy)
+    run_bake_preview(p5_bake)
+    kinds = sorted(type(r).__name__ for r in seen["depends_on"])
+    assert kinds == ["Route", "RouteTableAssociation", "VpcEndpoint"]
+    [route] = [r for r in seen["depends_on"] if isinstance(r, aws.ec2.Route)]
+    assert route._name == "bake-p5-build-default"
