@@ -34,7 +34,14 @@ Children (``<name>-<role>``):
     permissions"): Packer's ``use_iap`` tunnel to the VM; the googlecompute docs ask for the
     role at project level (packer-plugin-googlecompute ``.web-docs/README.md``, "Running on
     Google Cloud": instanceAdmin.v1, serviceAccountUser, iap.tunnelResourceAccessor); the VM
-    does not exist before the build, so no instance-level binding can name it.
+    does not exist before the build, so no instance-level binding can name it, and IAP is not
+    among the services whose resource-name attribute a condition can test
+    (cloud.google.com/iam/docs/configuring-resource-based-access lists them), so the condition
+    cannot name the VM either: IAP documents ``destination.ip`` / ``destination.port`` for TCP
+    forwarding. What the port-22 tunnel to another VM of the project gives is a TCP connection
+    to its sshd, and only where that VM's firewall admits IAP's range: no login, since this
+    account can set SSH keys (``instances.setMetadata``) on its own Packer VM only (``build-vm``
+    condition).
   - read on the bake's bucket, write on its repository.
 
   Packer's documented roles (``compute.instanceAdmin.v1`` + ``iam.serviceAccountUser`` on the
@@ -66,6 +73,7 @@ from gpuinfra.bake.render import (
     PackerBuild,
     cloud_build_steps,
     image_family,
+    image_name_prefix,
     packer_build,
     packer_instance_name,
 )
@@ -83,7 +91,8 @@ PROJECT_ROLES = ("roles/logging.logWriter",)
 #: the network tag; disks.create for the boot disk; images.useReadOnly on the source image),
 #: ``instances.get`` / ``getSerialPortOutput`` (state, startup script), ``setMetadata``,
 #: ``instances.delete``, ``disks.get`` / ``disks.delete``, ``images.insert`` from the disk
-#: (images.create, disks.useReadOnly), ``images.get`` (the existing-image check and the result).
+#: (images.create, disks.useReadOnly; images.setLabels for the labels in its body: the builder
+#: never calls images.setLabels on its own), ``images.get`` (the existing-image check and the result).
 #: ``gcloud compute start-iap-tunnel`` reads the instance (instances.get).
 BUILD_VM_PERMISSIONS = (
     "compute.disks.create",
@@ -126,22 +135,28 @@ def _build_file(build: PackerBuild, file: str) -> str:
 def build_vm_condition(project: str, zone: str, stack: str, base_image: str) -> str:
     """CEL condition of the ``build-vm`` binding: the Packer VM and its disk by their exact
     name (:func:`gpuinfra.bake.render.packer_instance_name`), images whose name starts with
-    ``gpuinfra-<stack>-`` (the family's images: Packer names them ``<family>-<UTC time>``), and
+    ``gpuinfra-<stack>--`` (:func:`gpuinfra.bake.render.image_name_prefix`; Packer names them
+    ``<prefix><UTC time>``), and
     the pinned base image by its exact name when it is in the bake's project (a public base is
     readable by every account). Resource names: cloud.google.com/iam/docs/conditions-resource-attributes#resource-name
     (Compute Engine ``projects/P/zones/Z/instances/N``, ``.../disks/N``, ``projects/P/global/images/N``).
 
-    The image prefix cannot be anchored at its end (IAM's CEL has no regular expressions):
-    it also covers images named for a bake stack ``<stack>-...``. It grants image creation and
-    reads, no deletion; ``image record`` takes an image only when its label carries this
-    bake's manifest SHA-256 (:mod:`gpuinfra.bake.deploy`).
+    Only functions IAM documents for ``resource.name`` are used (``==`` and ``startsWith``:
+    cloud.google.com/iam/docs/conditions-attribute-reference#resource-name). The image prefix is
+    self-delimiting (no stack name holds ``--``: see :func:`~gpuinfra.bake.render.image_name_prefix`),
+    so no other bake's image name starts with it: this account creates and reads its own bake's
+    images, never another bake's, and deletes none. An image's family is chosen by its creator,
+    so ``image record`` goes by the name prefix too, not the family alone (:mod:`gpuinfra.bake.deploy`).
+
+    Raises:
+        ValueError: see :func:`~gpuinfra.bake.render.image_name_prefix`.
     """
     vm = packer_instance_name(stack)
     clauses = [
         f'resource.name == "projects/{project}/zones/{zone}/instances/{vm}"',
         f'resource.name == "projects/{project}/zones/{zone}/disks/{vm}"',
         f'(resource.type == "compute.googleapis.com/Image" && '
-        f'resource.name.startsWith("projects/{project}/global/images/{image_family(stack)}-"))',
+        f'resource.name.startsWith("projects/{project}/global/images/{image_name_prefix(stack)}"))',
     ]
     if base_image.startswith(f"projects/{project}/global/images/"):
         clauses.append(f'resource.name == "{base_image}"')

@@ -40,6 +40,7 @@ import yaml
 from gpuinfra.bake import BAKE_CONFIG_KEY, IMAGE_CONFIG_KEY, gcp_api
 from gpuinfra.bake.gcp_api import GcpApis
 from gpuinfra.bake.model import GCP_LABEL_PREFIX, BakeSpec
+from gpuinfra.bake.render import image_family, image_name_prefix
 from gpuinfra.bake.stack import record_result
 from gpuinfra.credentials import aws_session, no_aws_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError
@@ -162,7 +163,22 @@ def record_from_outputs(
         return record_result(project_dir, name, image_id, container, spec.build_volume_size_gib)
     family = _output(outputs, "image_family", name).rsplit("/", 1)[-1]
     project = spec.gcp_project or ""
-    image = gcp_api.newest_family_image(gcp or gcp_api.make_gcp_apis(), project, family)
+    prefix = image_name_prefix(name)
+    # the family is whatever an image's creator set; the name prefix is this bake's own
+    # (render.image_name_prefix): an image of the family named otherwise is not this bake's
+    own = [
+        image
+        for image in gcp_api.family_images(gcp or gcp_api.make_gcp_apis(), project, family)
+        if str(image.get("name", "")).startswith(prefix)
+        and (image.get("deprecated") or {}).get("state", "ACTIVE") == "ACTIVE"
+    ]
+    if not own:
+        raise OperationError(
+            f"project {project} has no image of family {family} named {prefix}*: the build of this bake has "
+            f"not made one yet (`gcloud builds list --project {project} --limit 3`); images of the family "
+            "with other names are not this bake's and are never recorded"
+        )
+    image = max(own, key=lambda item: str(item["name"]))  # the name ends in the build's UTC time
     label = f"{GCP_LABEL_PREFIX}sha256"
     want = spec.manifest.gcp_labels()[label]
     if image.get("status") != "READY":
@@ -172,7 +188,7 @@ def record_from_outputs(
         )
     if (image.get("labels") or {}).get(label) != want:
         raise OperationError(
-            f"the newest image of family {family} ({image.get('name')}) was baked from another manifest "
+            f"the newest image of this bake ({image.get('name')}) was baked from another manifest "
             f"({label}={(image.get('labels') or {}).get(label)}, this bake is {want}): the build of "
             f"this bake has not finished (`gcloud builds list --project {project} --limit 3`)"
         )
@@ -348,7 +364,7 @@ def leftovers(spec: BakeSpec, outputs: dict) -> list[Leftover]:
             ),
         ]
     project = spec.gcp_project or ""
-    family = f"gpuinfra-{name}"
+    family = image_family(name)
     why = "Packer creates the images through the Compute API during the build: they are not Pulumi resources"
     items = [
         Leftover(

@@ -84,13 +84,28 @@ def publish_build(apis: GcpApis, topic: str) -> str:
     return (answer.get("messageIds") or ["?"])[0]
 
 
-def newest_family_image(apis: GcpApis, project: str, family: str) -> dict:
-    """The Compute ``Image`` that ``GET {compute}/compute/v1/projects/{project}/global/images/family/{family}``
-    returns: "the latest image that is part of an image family and is not deprecated"
-    (cloud.google.com/compute/docs/reference/rest/v1/images/getFromFamily)."""
-    return _gcp_call(
-        apis,
-        "get",
-        f"{apis.compute}/compute/v1/projects/{project}/global/images/family/{family}",
-        f"looking up image family {family} in project {project}",
-    )
+def family_images(apis: GcpApis, project: str, family: str) -> list[dict]:
+    """Every Compute ``Image`` of ``project`` whose family is ``family``, all pages:
+    ``GET {compute}/compute/v1/projects/{project}/global/images`` with
+    ``filter=family = "<family>"`` (AIP-160 form), ``maxResults`` 500 and ``pageToken`` until the
+    answer has no ``nextPageToken`` (cloud.google.com/compute/docs/reference/rest/v1/images/list).
+
+    Raises:
+        OperationError / MissingDependencyError: see :func:`_gcp_call`.
+    """
+    images: list[dict] = []
+    token = ""
+    while True:
+        # pageToken first: each page's URL starts with it, which the tests' replay server routes on
+        params = ({"pageToken": token} if token else {}) | {"filter": f'family = "{family}"', "maxResults": 500}
+        answer = _gcp_call(
+            apis,
+            "get",
+            f"{apis.compute}/compute/v1/projects/{project}/global/images",
+            f"listing the images of family {family} in project {project}",
+            params=params,
+        )
+        images += answer.get("items") or []
+        token = answer.get("nextPageToken") or ""
+        if not token:
+            return images

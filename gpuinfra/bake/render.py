@@ -221,8 +221,28 @@ def packer_instance_name(stack: str) -> str:
 
 
 def image_family(stack: str) -> str:
-    """Image family (and image name prefix) of a GCP bake: ``gpuinfra-<stack>``."""
+    """Image family of a GCP bake: ``gpuinfra-<stack>``. A family is an attribute whoever creates
+    an image chooses, so it says nothing about who made the image: :func:`image_name_prefix` does."""
     return f"gpuinfra-{stack}"
+
+
+def image_name_prefix(stack: str) -> str:
+    """Prefix of every image name a GCP bake makes: ``gpuinfra-<stack>--`` (the Packer template
+    appends the build's UTC time, ``YYYYMMDDtHHMMSSz``, so names sort in build order).
+
+    The prefix is self-delimiting: a stack name never holds ``--`` and never ends with ``-``
+    (:data:`gpuinfra.spec.NEW_STACK_NAME_RE` and :func:`gpuinfra.spec.check_new_stack_name`), so
+    the first ``--`` after ``gpuinfra-`` ends the stack name, and no image of another bake starts
+    with this prefix. That is what lets the build account's IAM condition (a ``startsWith`` on the
+    name: :func:`blueprints.gcp.bake.build_vm_condition`) and ``image record`` tell this bake's
+    images from every other bake's.
+
+    Raises:
+        ValueError: ``stack`` holds ``--`` or ends with ``-`` (the prefix would not delimit it).
+    """
+    if "--" in stack or stack.endswith("-"):
+        raise ValueError(f"bake name {stack!r}: a bake name never holds '--' nor ends with '-'")
+    return f"{image_family(stack)}--"
 
 
 def hcl_string(value: object) -> str:
@@ -300,6 +320,7 @@ def packer_build(
         "packer_required_version": PACKER_REQUIRED_VERSION,
         "googlecompute_version": GOOGLECOMPUTE_PLUGIN_VERSION,
         "image_family": image_family(spec.stack),
+        "image_name_prefix": image_name_prefix(spec.stack),
         "project": spec.gcp_project,
         "zone": spec.zone,
         "region": spec.region,

@@ -1,5 +1,5 @@
 """`gpuinfra up` / `down` of a bake (gpuinfra.bake.deploy): the ECR digest looked up in moto on
-127.0.0.1, the Pub/Sub publish and Compute images.getFromFamily answered by a local server
+127.0.0.1, the Pub/Sub publish and Compute images.list answered by a local server
 speaking their documented REST API through google-auth's AuthorizedSession, what `down` leaves."""
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ GCP_OUTPUTS = {
     "run_command": "gcloud pubsub topics publish gpuinfra-bake-a3-megagpu-8g-run --message=bake",
 }
 TOPIC_PATH = f"/v1/projects/{PROJECT}/topics/gpuinfra-bake-a3-megagpu-8g-run:publish"
-FAMILY_PATH = f"/compute/v1/projects/{PROJECT}/global/images/family/gpuinfra-bake-a3-megagpu-8g"
+IMAGES_PATH = f"/compute/v1/projects/{PROJECT}/global/images"
+OWN = "gpuinfra-bake-a3-megagpu-8g--"  # this bake's image name prefix
 
 
 def test_gcp_up_starts_one_build_through_pubsub(a3mega_bake, tmp_path):
@@ -224,7 +225,7 @@ def test_gcp_up_of_an_unchanged_recorded_bake_starts_no_build(a3mega_bake, tmp_p
 
 def test_gcp_record_takes_the_newest_ready_image_of_this_manifest(a3mega_bake, tmp_path):
     write_bake_stack(a3mega_bake, tmp_path)
-    name = "gpuinfra-bake-a3-megagpu-8g-20261123t101500z"
+    name = OWN + "20261123t101500z"
     answer = {
         "kind": "compute#image",
         "name": name,
@@ -233,8 +234,11 @@ def test_gcp_record_takes_the_newest_ready_image_of_this_manifest(a3mega_bake, t
         "labels": _image_labels(a3mega_bake),
         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{PROJECT}/global/images/{name}",
     }
-    with ReplayServer([("GET", FAMILY_PATH, None, answer)]) as server:
+    older = {**answer, "name": OWN + "20261122t101500z", "labels": {}}
+    with ReplayServer([("GET", IMAGES_PATH, None, {"items": [older, answer]})]) as server:
         recorded = record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
+    [(method, path, _, _)] = server.requests
+    assert path.startswith(IMAGES_PATH + "?") and "filter=family+%3D+%22gpuinfra-bake-a3-megagpu-8g%22" in path
     assert recorded.result.image_id == f"projects/{PROJECT}/global/images/{name}"
     assert read_bake(tmp_path, "bake-a3-megagpu-8g").result.image_id == recorded.result.image_id
     assert recorded.result.container_image == ""
@@ -244,14 +248,14 @@ def test_gcp_record_takes_the_newest_ready_image_of_this_manifest(a3mega_bake, t
 def test_gcp_record_keeps_the_images_disk_size(a3mega_bake, tmp_path):
     # Compute REST Image.diskSizeGb is an int64, which JSON carries as a string
     write_bake_stack(a3mega_bake, tmp_path)
-    name = "gpuinfra-bake-a3-megagpu-8g-20261123t101500z"
+    name = OWN + "20261123t101500z"
     answer = {
         "name": name,
         "status": "READY",
         "diskSizeGb": "250",
         "labels": _image_labels(a3mega_bake),
     }
-    with ReplayServer([("GET", FAMILY_PATH, None, answer)]) as server:
+    with ReplayServer([("GET", IMAGES_PATH, None, {"items": [answer]})]) as server:
         recorded = record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
     assert (
         read_bake(tmp_path, "bake-a3-megagpu-8g").result.root_snapshot_gib == recorded.result.root_snapshot_gib == 250
@@ -263,14 +267,17 @@ def test_gcp_record_keeps_the_images_disk_size(a3mega_bake, tmp_path):
     [
         ({"status": "PENDING"}, OperationError, "is PENDING, not READY"),
         ({"labels": {"gpuinfra-bake-sha256": "0" * 32}}, OperationError, "was baked from another manifest"),
+        # an image another account put into the family, named for another bake (or no bake)
+        ({"name": "gpuinfra-bake-a3-megagpu-8g-2--20261124t000000z"}, OperationError, "has no image of family"),
+        ({"name": "gpuinfra-bake-a3-megagpu-8g-20261124t000000z"}, OperationError, "has no image of family"),
+        ({"deprecated": {"state": "DEPRECATED"}}, OperationError, "has no image of family"),
         (
             (
                 404,
                 {
                     "error": {
                         "code": 404,
-                        "message": "The resource 'projects/gpuinfra-test-1/global/images/family/"
-                        "gpuinfra-bake-a3-megagpu-8g' was not found",
+                        "message": "The resource 'projects/gpuinfra-test-1' was not found",
                         "status": "NOT_FOUND",
                     }
                 },
@@ -284,7 +291,7 @@ def test_gcp_record_keeps_the_images_disk_size(a3mega_bake, tmp_path):
                 {
                     "error": {
                         "code": 403,
-                        "message": "Required 'compute.images.getFromFamily' permission",
+                        "message": "Required 'compute.images.list' permission",
                         "status": "PERMISSION_DENIED",
                     }
                 },
@@ -297,10 +304,11 @@ def test_gcp_record_keeps_the_images_disk_size(a3mega_bake, tmp_path):
 def test_gcp_record_refuses_what_is_not_this_bakes_finished_image(a3mega_bake, tmp_path, change, error, message):
     write_bake_stack(a3mega_bake, tmp_path)
     before = (tmp_path / "stacks" / "Pulumi.bake-a3-megagpu-8g.yaml").read_text()
-    answer = {"name": "gpuinfra-bake-a3-megagpu-8g-1", "status": "READY", "labels": _image_labels(a3mega_bake)}
-    response = change if isinstance(change, tuple) else {**answer, **change}  # (status, JSON body) or an Image
+    answer = {"name": OWN + "20261123t101500z", "status": "READY", "labels": _image_labels(a3mega_bake)}
+    # (status, JSON body), or the list answer with the one image changed
+    response = change if isinstance(change, tuple) else {"items": [{**answer, **change}]}
     with (
-        ReplayServer([("GET", FAMILY_PATH, None, response)]) as server,
+        ReplayServer([("GET", IMAGES_PATH, None, response)]) as server,
         pytest.raises(error, match=message.replace("(", r"\(")),
     ):
         record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
@@ -389,3 +397,25 @@ def test_gcp_up_whose_publish_fails_says_the_trigger_is_there_and_how_to_start(a
         "(resource=gpuinfra-bake-a3-megagpu-8g-run).); start it with `gcloud pubsub topics publish "
         f"gpuinfra-bake-a3-megagpu-8g-run --project {PROJECT} --message=bake`"
     )
+
+
+def test_gcp_record_never_takes_an_image_planted_in_the_family(a3mega_bake, tmp_path):
+    # Another bake's account (or anyone who may create images in the project) can put an image
+    # into this bake's family and give it this manifest's label; only the name prefix, which the
+    # build account's IAM condition keeps to this bake, tells this bake's images apart.
+    write_bake_stack(a3mega_bake, tmp_path)
+    labels = _image_labels(a3mega_bake)
+    family = "gpuinfra-bake-a3-megagpu-8g"
+    own = {"name": OWN + "20261123t101500z", "status": "READY", "family": family, "labels": labels}
+    planted = {"name": "gpuinfra-bake-a3-megagpu-8g-2--20261125t000000z", "status": "READY", "family": family}
+    planted |= {"labels": labels}
+    newer_planted = {**planted, "name": "zz-" + OWN + "20261126t000000z"}  # sorts after OWN, not a prefix match
+    pages = [
+        # page 2 first: the replay server answers with the first route whose prefix matches
+        ("GET", IMAGES_PATH + "?pageToken=p2", None, {"items": [newer_planted]}),
+        ("GET", IMAGES_PATH, None, {"items": [planted, own], "nextPageToken": "p2"}),
+    ]
+    with ReplayServer(pages) as server:
+        recorded = record_from_outputs(tmp_path, a3mega_bake, GCP_OUTPUTS, gcp=_apis(server))
+    assert len(server.requests) == 2  # both pages read
+    assert recorded.result.image_id == f"projects/{PROJECT}/global/images/{own['name']}"

@@ -65,11 +65,15 @@ def _one(preview, token):
     return record
 
 
-def _previewed_template(preview) -> dict:
+def _previewed_hcl(preview) -> dict:
     [obj] = [r for r in preview.of_type("gcp:storage/bucketObject:BucketObject") if r.inputs["name"].endswith(".hcl")]
     content = obj.inputs["content"]
     content = content["value"] if isinstance(content, dict) else content  # recorded as a secret
-    return _plain(hcl2.loads(content))["source"][0]["googlecompute"]["gpuinfra"]
+    return _plain(hcl2.loads(content))
+
+
+def _previewed_template(preview) -> dict:
+    return _previewed_hcl(preview)["source"][0]["googlecompute"]["gpuinfra"]
 
 
 def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
@@ -192,8 +196,13 @@ def test_build_vm_condition_allows_its_own_vm_disk_and_images(preview, a3mega_ba
     zone = f"projects/{PROJECT}/zones/{ZONE}"
     assert cel_true(expression, INSTANCE, f"{zone}/instances/{vm}")
     assert cel_true(expression, DISK, f"{zone}/disks/{vm}")
-    image = f"projects/{PROJECT}/global/images/gpuinfra-{a3mega_bake.stack}-20261126t190000z"
+    image = f"projects/{PROJECT}/global/images/gpuinfra-{a3mega_bake.stack}--20261126t190000z"
     assert cel_true(expression, IMAGE, image)
+    # Packer names the image <prefix><UTC time>: the prefix the condition grants
+    [local] = _previewed_hcl(preview)["locals"]
+    assert local["prefix"] == f"gpuinfra-{a3mega_bake.stack}--"
+    assert local["image_name"].startswith("${local.prefix}${formatdate(")
+    assert _previewed_template(preview)["image_name"] == "${local.image_name}"
 
 
 @pytest.mark.parametrize(
@@ -208,6 +217,9 @@ def test_build_vm_condition_allows_its_own_vm_disk_and_images(preview, a3mega_ba
         (INSTANCE, f"projects/other-project/zones/{ZONE}/instances/gpuinfra-bake-bake-a3-megagpu-8g"),
         # other images, another project's image of the family, the project itself
         (IMAGE, f"projects/{PROJECT}/global/images/gpuinfra-exp-20261126t190000z"),
+        # the images of a bake whose name starts with this one's, in either name form
+        (IMAGE, f"projects/{PROJECT}/global/images/gpuinfra-bake-a3-megagpu-8g-2--20261126t190000z"),
+        (IMAGE, f"projects/{PROJECT}/global/images/gpuinfra-bake-a3-megagpu-8g-x-20261126t190000z"),
         (IMAGE, "projects/other-project/global/images/gpuinfra-bake-a3-megagpu-8g-20261126t190000z"),
         (DISK, f"projects/{PROJECT}/zones/{ZONE}/disks/gpuinfra-bake-a3-megagpu-8g-20261126t190000z"),
         ("cloudresourcemanager.googleapis.com/Project", f"projects/{PROJECT}"),
