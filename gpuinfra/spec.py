@@ -149,8 +149,8 @@ def check_stack_name(name: str) -> str:
 
 
 def check_new_stack_name(name: str) -> str:
-    """Return ``name`` if a new stack may take it (:data:`NEW_STACK_NAME_RE`, not one of
-    :data:`RESERVED_STACK_NAMES`), else raise.
+    """Return ``name`` if a new stack may take it (:data:`NEW_STACK_NAME_RE`, no ``--``: see
+    :func:`gpuinfra.bake.render.image_name_prefix`; not one of :data:`RESERVED_STACK_NAMES`), else raise.
 
     Raises:
         SpecError: the name says what is wrong and what is allowed.
@@ -162,6 +162,11 @@ def check_new_stack_name(name: str) -> str:
             f"invalid stack name {name!r}{size}: use 1-{NEW_STACK_NAME_MAX} lowercase letters, digits or '-', starting "
             "with a letter and not ending with '-' (it becomes part of cloud resource names: GCE names and the "
             "service account gi-<stack> on GCP, the S3 bucket prefix gpuinfra-<stack>- on AWS)"
+        )
+    if "--" in name:
+        raise SpecError(
+            f"invalid stack name {name!r}: '--' is not allowed in a stack name (gpuinfra ends the stack name with "
+            "'--' in the names it gives a GCP bake's images, so that no other stack's names start the same way)"
         )
     if name in RESERVED_STACK_NAMES:
         raise SpecError(

@@ -6,6 +6,11 @@ import os
 import sys
 from pathlib import Path
 
+# hypothesis is imported here, at collection, not lazily by its plugin at the terminal summary:
+# that late import runs pytest's assertion rewriter (ast.parse) after the Pulumi previews, where
+# CPython 3.11.7 raised "SystemError: AST constructor recursion depth mismatch" and the run
+# ended with a traceback after every test had passed.
+import hypothesis  # noqa: F401
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -177,7 +177,7 @@ def build_network(name: str, spec: BakeSpec, tags: dict[str, str], kids: pulumi.
     )
     # the NAT subnet in the build subnet's zone (EC2 picks that one)
     egress = nat_egress(
-        name, vpc.id, igw.id, route_table.id, subnet.availability_zone_id, tagged, kids, route_name="build-default"
+        name, vpc.id, igw, route_table.id, subnet.availability_zone_id, tagged, kids, route_name="build-default"
     )
     association = aws.ec2.RouteTableAssociation(
         child(name, "build-rta"), subnet_id=subnet.id, route_table_id=route_table.id, opts=kids
@@ -214,7 +214,7 @@ def build_network(name: str, spec: BakeSpec, tags: dict[str, str], kids: pulumi.
         vpc_id=vpc.id,
         subnet_id=subnet.id,
         security_group_id=group.id,
-        egress_ready=[egress.default_route, association, s3_endpoint],
+        egress_ready=[*egress.ready, association, s3_endpoint],
     )
 
 

@@ -65,7 +65,7 @@ def build_network(name: str, spec: ClusterSpec, plan: AwsClusterPlan, parent: pu
         )
         if plan.egress == "nat":
             nat_egress(
-                name, vpc.id, igw.id, route_table.id, spec.zone, lambda tag_name: aws_tags(spec, Name=tag_name), opts
+                name, vpc.id, igw, route_table.id, spec.zone, lambda tag_name: aws_tags(spec, Name=tag_name), opts
             )
         else:
             aws.ec2.Route(
@@ -94,17 +94,26 @@ def build_network(name: str, spec: ClusterSpec, plan: AwsClusterPlan, parent: pu
 
 @dataclass(frozen=True)
 class NatEgress:
-    """What :func:`nat_egress` made that callers wait for: the gateway and the private route
-    table's default route through it (a build that must reach the internet depends on it)."""
+    """What :func:`nat_egress` made that callers wait for: the gateway, the private route
+    table's default route through it, and the NAT subnet's own way out (its default route to
+    the internet gateway and that route table's association): a build that must reach the
+    internet depends on all of them (:attr:`ready`)."""
 
     nat_gateway: aws.ec2.NatGateway
     default_route: aws.ec2.Route
+    public_route: aws.ec2.Route
+    public_association: aws.ec2.RouteTableAssociation
+
+    @property
+    def ready(self) -> list[pulumi.Resource]:
+        """The resources after which instances of the private route table reach the internet."""
+        return [self.nat_gateway, self.default_route, self.public_route, self.public_association]
 
 
 def nat_egress(
     name: str,
     vpc_id: pulumi.Input[str],
-    igw_id: pulumi.Input[str],
+    igw: aws.ec2.InternetGateway,
     route_table_id: pulumi.Input[str],
     zone_id: pulumi.Input[str] | None,
     tags: Callable[[str], dict[str, str]],
@@ -132,7 +141,11 @@ def nat_egress(
 
     Args:
         name: component name (prefix of the children's names).
-        vpc_id, igw_id, route_table_id: the VPC, its internet gateway, the private route table.
+        vpc_id, igw, route_table_id: the VPC, its internet gateway (the resource: the Elastic IP
+            and the NAT gateway wait for it, since a NAT gateway created in a VPC with no
+            internet gateway attached fails with ``Gateway.NotAttached``:
+            docs.aws.amazon.com/AWSEC2/latest/APIReference/API_NatGateway.html, ``failureCode``),
+            the private route table.
         zone_id: AZ id of the NAT subnet (e.g. ``use1-az4``; an output is accepted), None to let
             EC2 choose.
         tags: tags of a child from its ``Name``.
@@ -148,23 +161,24 @@ def nat_egress(
         opts=opts,
     )
     public_rt = aws.ec2.RouteTable(child(name, "nat-rt"), vpc_id=vpc_id, tags=tags(child(name, "nat-rt")), opts=opts)
-    aws.ec2.Route(
+    public_route = aws.ec2.Route(
         child(name, "nat-default"),
         route_table_id=public_rt.id,
         destination_cidr_block="0.0.0.0/0",
-        gateway_id=igw_id,
+        gateway_id=igw.id,
         opts=opts,
     )
-    aws.ec2.RouteTableAssociation(
+    public_association = aws.ec2.RouteTableAssociation(
         child(name, "nat-rta"), subnet_id=nat_subnet.id, route_table_id=public_rt.id, opts=opts
     )
-    eip = aws.ec2.Eip(child(name, "nat-eip"), domain="vpc", tags=tags(child(name, "nat-eip")), opts=opts)
+    after_igw = pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[igw]))
+    eip = aws.ec2.Eip(child(name, "nat-eip"), domain="vpc", tags=tags(child(name, "nat-eip")), opts=after_igw)
     nat = aws.ec2.NatGateway(
         child(name, "nat-gw"),
         subnet_id=nat_subnet.id,
         allocation_id=eip.id,
         tags=tags(child(name, "nat-gw")),
-        opts=opts,
+        opts=after_igw,
     )
     route = aws.ec2.Route(
         child(name, route_name),
@@ -173,7 +187,9 @@ def nat_egress(
         nat_gateway_id=nat.id,
         opts=opts,
     )
-    return NatEgress(nat_gateway=nat, default_route=route)
+    return NatEgress(
+        nat_gateway=nat, default_route=route, public_route=public_route, public_association=public_association
+    )
 
 
 def _security_group(name: str, spec: ClusterSpec, vpc_id, opts) -> aws.ec2.SecurityGroup:

@@ -81,7 +81,7 @@ Quantity estimates (per bake; measure your own with the commands named):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from gpuinfra.bake.model import BakeSpec
 from gpuinfra.catalog.prices import HOURS_PER_MONTH, price
@@ -94,6 +94,9 @@ GCP_BUILD_MINUTES = Decimal(75)
 GCP_IMAGE_STORED_GIB = Decimal(100)
 GCP_NAT_DATA_GIB = Decimal(15)
 AWS_NAT_DATA_GB = 2 * CONTAINER_STORED_GB
+#: NAT gateway-hours a build is billed: "each partial NAT Gateway-hour consumed is billed as a
+#: full hour" (aws.amazon.com/vpc/pricing/, NAT Gateway pricing), so the 2.5 h build bills 3.
+AWS_BUILD_NAT_GATEWAY_HOURS = AWS_BUILD_INSTANCE_HOURS.to_integral_value(rounding=ROUND_CEILING)
 #: Kinds of cost line and the cost document's total of each (module docstring).
 WHEN_TOTALS = {"once": "once_usd", "monthly": "monthly_usd", "stack": "stack_monthly_usd"}
 
@@ -158,7 +161,7 @@ def bake_cost_lines(spec: BakeSpec) -> list[BakeCostLine]:
                 "NAT gateway (during the build)",
                 "once",
                 "gateway-hours",
-                AWS_BUILD_INSTANCE_HOURS,
+                AWS_BUILD_NAT_GATEWAY_HOURS,
             ),
             _line(
                 "aws",

@@ -96,7 +96,6 @@ def family_images(apis: GcpApis, project: str, family: str) -> list[dict]:
     images: list[dict] = []
     token = ""
     while True:
-        # pageToken first: each page's URL starts with it, which the tests' replay server routes on
         params = ({"pageToken": token} if token else {}) | {"filter": f'family = "{family}"', "maxResults": 500}
         answer = _gcp_call(
             apis,

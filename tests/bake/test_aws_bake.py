@@ -264,7 +264,8 @@ def test_every_component_fits_image_builders_inline_data_limit(family):
 def test_image_waits_for_the_nat_route(p5_bake, monkeypatch):
     """Image Builder launches the build instance when the Image is created; without the NAT
     route in place the SSM agent cannot register and the build fails, so the Image depends on
-    the build subnet's default route, its route table association and the S3 endpoint."""
+    the NAT gateway, the build subnet's default route and its route table association, the NAT
+    subnet's own route to the internet gateway and its association, and the S3 endpoint."""
     import pulumi_aws as aws
 
     seen = {}
@@ -277,6 +278,25 @@ def test_image_waits_for_the_nat_route(p5_bake, monkeypatch):
     monkeypatch.setattr(aws.imagebuilder, "Image", spy)
     run_bake_preview(p5_bake)
     kinds = sorted(type(r).__name__ for r in seen["depends_on"])
-    assert kinds == ["Route", "RouteTableAssociation", "VpcEndpoint"]
-    [route] = [r for r in seen["depends_on"] if isinstance(r, aws.ec2.Route)]
-    assert route._name == "bake-p5-build-default"
+    assert kinds == ["NatGateway", "Route", "Route", "RouteTableAssociation", "RouteTableAssociation", "VpcEndpoint"]
+    routes = sorted(r._name for r in seen["depends_on"] if isinstance(r, aws.ec2.Route))
+    assert routes == ["bake-p5-build-default", "bake-p5-nat-default"]  # the private way out and the NAT's own
+
+
+def test_nat_gateway_and_its_address_wait_for_the_internet_gateway(p5_bake, monkeypatch):
+    """A NAT gateway created before the VPC has an internet gateway attached fails
+    (``Gateway.NotAttached``: EC2 API reference, NatGateway ``failureCode``): the Elastic IP and
+    the gateway depend on the internet gateway, which no input of theirs references."""
+    import pulumi_aws as aws
+
+    seen = {}
+    for kind in ("Eip", "NatGateway"):
+        real = getattr(aws.ec2, kind)
+
+        def spy(name, *args, opts=None, _real=real, _kind=kind, **kwargs):
+            seen[_kind] = [type(r).__name__ for r in (opts.depends_on or [])]
+            return _real(name, *args, opts=opts, **kwargs)
+
+        monkeypatch.setattr(aws.ec2, kind, spy)
+    run_bake_preview(p5_bake)
+    assert seen == {"Eip": ["InternetGateway"], "NatGateway": ["InternetGateway"]}

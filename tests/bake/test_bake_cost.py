@@ -20,14 +20,15 @@ def test_p5_bake_in_us_east_1(p5_bake):
     assert lines["ECR container"].unit_price_usd == Decimal("0.10")
     # aws.amazon.com/vpc/pricing, us-east-1: NAT gateway $0.045 per hour and $0.045 per GB
     # processed; a public IPv4 address (the gateway's Elastic IP) $0.005 per hour, in use or idle
-    assert lines["NAT gateway (during the build)"].usd == Decimal("2.5") * Decimal("0.045")
+    # a partial NAT gateway-hour bills as a full one (aws.amazon.com/vpc/pricing): 2.5 h -> 3
+    assert lines["NAT gateway (during the build)"].usd == Decimal(3) * Decimal("0.045")
     assert lines["NAT gateway Elastic IP (during the build)"].usd == Decimal("2.5") * Decimal("0.005")
     assert lines["NAT gateway data processed"].usd == 30 * Decimal("0.045")  # nvcr.io pull + ECR push
     # a month is 730 hours (AWS pricing calculator); the gateway bills while the bake stack exists
     assert lines["NAT gateway while the bake stack exists"].usd == 730 * Decimal("0.045")
     assert lines["NAT gateway Elastic IP while the bake stack exists"].usd == 730 * Decimal("0.005")
     doc = bake_cost(p5_bake)
-    assert doc["once_usd"] == "1.73"  # 2.5 h x ($0.1008 + $0.045 + $0.005) + 30 GB x $0.045 = $1.727
+    assert doc["once_usd"] == "1.75"  # 2.5 h x ($0.1008 + $0.005) + 3 h x $0.045 + 30 GB x $0.045 = $1.7495
     assert doc["monthly_usd"] == "6.50"  # 100 GB x $0.05 + 15 GB x $0.10
     assert doc["stack_monthly_usd"] == "36.50"  # 730 h x ($0.045 + $0.005)
     assert doc["price_not_found"] == []
@@ -79,7 +80,7 @@ def test_image_cost_cli_shows_the_stack_line_and_says_to_destroy(run_cli, tmp_pa
     result = run_cli("image", "cost", "bake-p5", "--project-dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     assert "cost stack: NAT gateway while the bake stack exists: 730 gateway-hours -> $32.85" in result.stdout
-    assert "cost: $1.73 per bake, $6.50 per month while the image is kept" in result.stdout
+    assert "cost: $1.75 per bake, $6.50 per month while the image is kept" in result.stdout
     assert "cost: $36.50 per month while the bake stack exists: `gpuinfra down` it" in result.stdout
     doc = json.loads(run_cli("image", "cost", "bake-p5", "--json", "--project-dir", str(tmp_path)).stdout)
-    assert (doc["once_usd"], doc["monthly_usd"], doc["stack_monthly_usd"]) == ("1.73", "6.50", "36.50")
+    assert (doc["once_usd"], doc["monthly_usd"], doc["stack_monthly_usd"]) == ("1.75", "6.50", "36.50")

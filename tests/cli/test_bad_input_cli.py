@@ -358,3 +358,31 @@ def test_profiles_dir_from_the_environment_that_does_not_exist(run_cli, tmp_path
 )
 def test_command_line_mistakes_are_one_line_too(run_cli, args, message):
     _refused(run_cli(*args), 2, message)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("new", "--gpus", "4xA100", "--cloud", "gcp"),
+        (
+            "image",
+            "bake",
+            "--cloud",
+            "gcp",
+            "--family",
+            "a3-megagpu-8g",
+            "--gcp-project",
+            "my-proj-123",
+            "--base-image",
+            "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+            "--container-base",
+            "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64,
+        ),
+    ],
+)
+def test_a_stack_name_with_a_double_hyphen_is_refused(run_cli, tmp_path, argv):
+    # a GCP bake's image names are gpuinfra-<name>--<time>: a name holding '--' could start
+    # another bake's names (bake 'x' and bake 'x--y' would share the prefix gpuinfra-x--)
+    result = run_cli(*argv, "--name", "exp--2", "--project-dir", str(tmp_path / "p"))
+    _refused(result, 2, "invalid stack name 'exp--2': '--' is not allowed in a stack name")
+    assert not (tmp_path / "p").exists()
