@@ -91,6 +91,9 @@ NODE_OVERWRITE_CONDITION_DESCRIPTION = (
 #: IAM resource type of a Cloud Storage object
 #: (cloud.google.com/iam/docs/conditions-resource-attributes#resource-type).
 GCS_OBJECT_TYPE = "storage.googleapis.com/Object"
+#: IAM resource types of a Compute Engine VM and managed instance group (same page).
+GCE_INSTANCE_TYPE = "compute.googleapis.com/Instance"
+GCE_GROUP_TYPE = "compute.googleapis.com/InstanceGroupManager"
 _GCS_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _GCE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -106,12 +109,6 @@ def _object_path(bucket_name: str) -> str:
     if not _GCS_NAME.fullmatch(bucket_name):
         raise ValueError(f"bucket name {bucket_name!r}: only a-z 0-9 . _ - allowed")
     return f"projects/_/buckets/{bucket_name}/objects/"
-
-
-def _regex_literal(text: str) -> str:
-    """``text`` as an RE2 pattern matching only itself, with no backslash (so it needs no CEL
-    escaping): ``.`` becomes ``[.]``; other characters of GCS / GCE names are literal in RE2."""
-    return text.replace(".", "[.]")
 
 
 def bundle_write_exclusion(bucket_name: str) -> str:
@@ -151,14 +148,21 @@ def bundle_write_exclusion(bucket_name: str) -> str:
     return f'resource.type != "{GCS_OBJECT_TYPE}" || !resource.name.startsWith("{prefix}")'
 
 
-def overwrite_condition(bucket_name: str) -> str:
+def overwrite_condition(bucket_name: str, stack: str) -> str:
     """The IAM condition (CEL) of the node service account's overwrite / delete role
     (:data:`NODE_BUCKET_WRITE_ROLE`): :func:`bundle_write_exclusion`, and no object under
     :data:`CHECKPOINT_PREFIX` except the two kinds the agent rewrites
-    (:mod:`gpuinfra.agent.checkpoints`): ``checkpoints/<stack>/<part>/LATEST`` (rewritten after
-    every upload) and ``checkpoints/<stack>/.sync/...`` (the acks of sync requests). The
-    checkpoint folders themselves are write-once by design (a rewritten folder goes to a new
-    ``<signature>`` key), so the agent never needs to replace or delete them.
+    (:mod:`gpuinfra.agent.checkpoints`, :func:`gpuinfra.agent.constants.sync_ack_key`):
+    ``checkpoints/<stack>/<part>/LATEST`` (rewritten after every upload; ``<part>`` is
+    ``rank-<N>`` or ``node-<vm>``) and ``checkpoints/<stack>/.sync/...`` (the acks of sync
+    requests). The checkpoint folders themselves are write-once by design (a rewritten folder
+    goes to a new ``<signature>`` key), so the agent never needs to replace or delete them.
+
+    Only functions IAM documents for ``resource.name`` are used (``startsWith`` and ``endsWith``:
+    cloud.google.com/iam/docs/conditions-attribute-reference#resource-name). Without an
+    anchored pattern, "a LATEST of a part" is written as "under ``checkpoints/<stack>/`` and
+    ending in ``/LATEST``": it also admits an object named ``LATEST`` deeper in an uploaded
+    checkpoint folder, the one piece of checkpoint data a node could still replace.
 
     What the node runtime overwrites or deletes elsewhere, all still allowed: the health gate's
     ``health/<stack>/<node>.json`` (rewritten on each boot), the peer entries
@@ -169,19 +173,24 @@ def overwrite_condition(bucket_name: str) -> str:
     the bucket root, outside ``checkpoints/``), and whatever the job writes outside
     ``checkpoints/``.
 
-    Raises:
-        ValueError: see :func:`_object_path`.
+    Args:
+        bucket_name: the stack bucket; stack: the stack name the agent writes under
+            (``GPUINFRA_STACK``, :mod:`gpuinfra.plan.node_files`).
 
-    ``matches`` is CEL's RE2 match, unanchored (it finds the pattern anywhere in the string:
-    github.com/google/cel-spec/blob/master/doc/langdef.md "matches"), so every pattern here
-    carries ``^`` and ``$``; IAM Conditions are CEL (cloud.google.com/iam/docs/conditions-overview).
+    Raises:
+        ValueError: see :func:`_object_path`; a stack name with a character outside
+            ``a-z A-Z 0-9 . _ -`` (:data:`gpuinfra.spec.STACK_NAME_RE`), which could not go into the
+            CEL literal as is.
     """
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", stack):
+        raise ValueError(f"stack {stack!r}: only letters, digits and . _ - allowed in the overwrite condition")
     objects = _object_path(bucket_name)
     checkpoints = objects + CHECKPOINT_PREFIX
-    rewritten = f"^{_regex_literal(checkpoints)}[^/]+/([.]sync/.+|[^/]+/LATEST)$"
+    own = f"{checkpoints}{stack}/"
     return (
         f"({bundle_write_exclusion(bucket_name)}) && "
-        f'(!resource.name.startsWith("{checkpoints}") || resource.name.matches("{rewritten}"))'
+        f'(!resource.name.startsWith("{checkpoints}") || resource.name.startsWith("{own}.sync/") || '
+        f'(resource.name.startsWith("{own}") && resource.name.endsWith("/LATEST")))'
     )
 
 
@@ -230,7 +239,7 @@ def build_service_account(
         member=member,
         condition=gcp.storage.BucketIAMMemberConditionArgs(
             title=NODE_OVERWRITE_CONDITION_TITLE,
-            expression=bucket.name.apply(overwrite_condition),
+            expression=bucket.name.apply(lambda bucket_name: overwrite_condition(bucket_name, spec.stack)),
             description=NODE_OVERWRITE_CONDITION_DESCRIPTION,
         ),
         opts=opts,
@@ -279,18 +288,29 @@ NODE_ROLE_PERMISSIONS = (
 
 
 def own_group_condition(project: str, zone: str, group_name: str) -> str:
-    """The IAM condition (CEL) of the node role: the group ``group_name`` itself
-    (``resource.name ==``) and the VMs it names, ``<group_name>-`` plus four lower-case letters or
-    digits (``matches``, anchored with ``^`` and ``$``), in ``zone`` of ``project``; nothing of a group whose
-    name merely starts with ``group_name`` (stack ``exp`` vs ``exp-node-2``).
+    """The IAM condition (CEL) of the node role: the group ``group_name`` itself (its exact
+    ``resource.name``) and the VMs it names, instances whose name starts with ``<group_name>-``,
+    in ``zone`` of ``project``; each clause also checks the resource type.
+
+    Only functions IAM documents for ``resource.name`` are used (``==`` and ``startsWith``:
+    cloud.google.com/iam/docs/conditions-attribute-reference#resource-name); IAM's CEL has no
+    anchored pattern, so the prefix must end where the group's name ends. It does:
+    :func:`gpuinfra.plan.naming.gcp_group_name` is ``<stack>--<suffix>-node`` with a stack part
+    holding no ``--`` and not ending in ``-``, and a 6-character suffix of ``a-z 0-9``. In
+    another stack's group or VM name the first ``--`` ends that stack's part, so the name starts
+    with ``<stack>--`` only for the same stack part, and then with ``<stack>--<suffix>-node-``
+    only for the same suffix: no other stack's group or VM (``exp`` vs ``exp-node-2`` vs a stack
+    named ``exp-<suffix>-node-2``) is granted. What the prefix still admits is a VM someone names
+    ``<group_name>-...`` by hand in that zone.
 
     Sources: ``resource.name`` of Compute Engine resources is
-    ``projects/<project>/zones/<zone>/instances/<name>`` (cloud.google.com/iam/docs/
-    conditions-resource-attributes#resource-name); a MIG names its VMs by appending "a hyphen and
-    a random four-character string to the base instance name" (Compute API
+    ``projects/<project>/zones/<zone>/instances/<name>`` and the types are
+    ``compute.googleapis.com/Instance`` / ``compute.googleapis.com/InstanceGroupManager``
+    (cloud.google.com/iam/docs/conditions-resource-attributes); a MIG names its VMs by appending
+    "a hyphen and a random four-character string to the base instance name" (Compute API
     InstanceGroupManager.baseInstanceName, cloud.google.com/compute/docs/reference/rest/v1/
     instanceGroupManagers); :mod:`blueprints.gcp.nodes` uses ``group_name`` as both the group's
-    name and its base instance name. ``matches``: see :func:`overwrite_condition`.
+    name and its base instance name.
 
     Args:
         project: project ID; zone: e.g. ``us-east4-a``; group_name: the MIG's name
@@ -298,15 +318,15 @@ def own_group_condition(project: str, zone: str, group_name: str) -> str:
 
     Raises:
         ValueError: a value holds a character outside ``a-z 0-9 -`` (GCE names and project IDs
-            never do), so it cannot go into the CEL literal and the regex as is.
+            never do), so it cannot go into the CEL literal as is.
     """
     for what, value in (("project", project), ("zone", zone), ("group", group_name)):
         if not _GCE_NAME.fullmatch(value):
             raise ValueError(f"{what} {value!r}: only a-z 0-9 - allowed in the node role's condition")
     zone_path = f"projects/{project}/zones/{zone}"
     return (
-        f'resource.name == "{zone_path}/instanceGroupManagers/{group_name}" || '
-        f'resource.name.matches("^{zone_path}/instances/{group_name}-[a-z0-9]{{4}}$")'
+        f'(resource.type == "{GCE_GROUP_TYPE}" && resource.name == "{zone_path}/instanceGroupManagers/{group_name}") || '
+        f'(resource.type == "{GCE_INSTANCE_TYPE}" && resource.name.startsWith("{zone_path}/instances/{group_name}-"))'
     )
 
 

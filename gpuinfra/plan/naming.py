@@ -12,7 +12,7 @@ Two kinds, kept apart:
   random name suffix (:attr:`gpuinfra.spec.ClusterSpec.name_suffix`) through :func:`stack_id`,
   so two stacks with the same name in one account/region or project never share one. The IAM
   conditions of the nodes import the GCP names from here (:func:`gcp_group_name`,
-  :func:`gcp_instance_name_pattern`), so each is defined once.
+  :func:`gcp_instance_name_prefix`), so each is defined once.
 """
 
 from __future__ import annotations
@@ -62,10 +62,13 @@ def stack_id(spec: ClusterSpec) -> str:
     return f"{spec.stack}-{spec.name_suffix}" if spec.name_suffix else spec.stack
 
 
-def _short(spec: ClusterSpec, room: int, sep: str = "-") -> str:
+def _short(spec: ClusterSpec, room: int, sep: str = "-", collapse: bool = False) -> str:
     """:func:`stack_id` fitted into ``room`` characters: the stack name is cut, never the
-    suffix (the suffix is what keeps two stacks apart)."""
+    suffix (the suffix is what keeps two stacks apart); ``sep`` between them; ``collapse``
+    turns every run of ``-`` in the stack name into one."""
     stack = dns_safe(spec.stack, 100)
+    if collapse:
+        stack = re.sub("-+", "-", stack)
     if not spec.name_suffix:
         return stack[:room].rstrip("-")
     keep = room - len(spec.name_suffix) - len(sep)
@@ -74,15 +77,20 @@ def _short(spec: ClusterSpec, room: int, sep: str = "-") -> str:
 
 def gcp_group_name(spec: ClusterSpec) -> str:
     """The GCP managed instance group's name, also its base instance name (the agent finds its
-    group from its VM name): ``<stack>-<suffix>-node``, within
-    :data:`GCE_BASE_INSTANCE_NAME_MAX` (a 27-character stack name gives 39)."""
-    return f"{_short(spec, GCE_BASE_INSTANCE_NAME_MAX - len('-node'))}-node"
+    group from its VM name): ``<stack>--<suffix>-node``, within
+    :data:`GCE_BASE_INSTANCE_NAME_MAX` (a 27-character stack name gives 40).
+
+    The stack part has every run of ``-`` collapsed to one (so it never holds ``--``) and never
+    ends in ``-``; the ``--`` after it therefore ends it, which makes ``<group>-`` a prefix of no
+    other stack's group or VM names (the node role's IAM condition relies on it:
+    :func:`blueprints.gcp.storage.own_group_condition`)."""
+    return f"{_short(spec, GCE_BASE_INSTANCE_NAME_MAX - len('-node'), '--', collapse=True)}-node"
 
 
-def gcp_instance_name_pattern(spec: ClusterSpec) -> str:
-    """RE2 pattern (anchored) of the names of the group's VMs: ``<group>-`` and the MIG's 4
-    random lowercase letters or digits (:data:`GCE_BASE_INSTANCE_NAME_MAX`)."""
-    return f"^{re.escape(gcp_group_name(spec))}-[a-z0-9]{{4}}$"
+def gcp_instance_name_prefix(spec: ClusterSpec) -> str:
+    """What every VM name of the stack's group starts with: ``<group>-`` (the MIG appends 4
+    random characters: :data:`GCE_BASE_INSTANCE_NAME_MAX`)."""
+    return f"{gcp_group_name(spec)}-"
 
 
 def gcp_service_account_id(spec: ClusterSpec) -> str:

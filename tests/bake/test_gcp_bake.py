@@ -20,6 +20,8 @@ from gpuinfra.plan.fabric_host import HOST_SCRIPT_PATH
 from tests.bake.conftest import GCP_BASE, NGC
 from tests.blueprints.helpers import make_spec, need_tool
 from tests.blueprints.helpers import preview as run_preview
+from tests.iam_cel import cel_true as iam_cel_true
+from tests.iam_cel import resource_allowed as cel_true
 
 HOST = "us-central1-docker.pkg.dev"
 SUBNET = "projects/p/regions/us-central1/subnetworks/s"
@@ -76,23 +78,9 @@ def _previewed_template(preview) -> dict:
     return _previewed_hcl(preview)["source"][0]["googlecompute"]["gpuinfra"]
 
 
-def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
-    """Evaluate an IAM condition with cel-python (github.com/cloud-custodian/cel-python) over the
-    resource attributes IAM gives a request (cloud.google.com/iam/docs/conditions-resource-attributes)."""
-    import celpy
-
-    env = celpy.Environment()
-    program = env.program(env.compile(expression))
-    return bool(program.evaluate({"resource": celpy.json_to_cel({"type": resource_type, "name": resource_name})}))
-
-
 def _iap_allows(expression: str, port: int) -> bool:
     """An IAP TCP-forwarding condition over ``destination.port`` (cloud.google.com/iap/docs/using-tcp-forwarding)."""
-    import celpy
-
-    env = celpy.Environment()
-    program = env.program(env.compile(expression))
-    return bool(program.evaluate({"destination": celpy.json_to_cel({"ip": "10.128.0.2", "port": port})}))
+    return iam_cel_true(expression, {"destination": {"ip": "10.128.0.2", "port": port}})
 
 
 def test_exact_resources_and_zero_violations(preview):

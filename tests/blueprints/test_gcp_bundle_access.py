@@ -25,6 +25,7 @@ from gpuinfra.agent.node import AgentConfig
 from gpuinfra.health.gate import health_key
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from tests.blueprints.helpers import make_spec, preview
+from tests.iam_cel import resource_allowed as cel_true
 
 MEMBER_TYPE = "gcp:storage/bucketIAMMember:BucketIAMMember"
 BUCKET = "t-2-bucket-0000preview"  # the offline preview's name for the auto-named bucket
@@ -46,16 +47,6 @@ WRITE_ROLES = {
 
 def object_name(key: str) -> str:
     return f"{BUCKET_NAME}/objects/{key}"
-
-
-def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
-    """Evaluate an IAM condition with cel-python (a CEL implementation, github.com/cloud-custodian/
-    cel-python) over the two resource attributes IAM gives a Cloud Storage request."""
-    import celpy
-
-    env = celpy.Environment()
-    program = env.program(env.compile(expression))
-    return bool(program.evaluate({"resource": celpy.json_to_cel({"type": resource_type, "name": resource_name})}))
 
 
 #: Permissions of the predefined roles the nodes hold, as Google lists them
@@ -135,7 +126,9 @@ def test_exact_bindings(result):
                 "title": "gpuinfra-checkpoints-write-once",
                 "expression": f"({not_bundle}) && "
                 f'(!resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/checkpoints/") || '
-                f'resource.name.matches("^projects/_/buckets/{BUCKET}/objects/checkpoints/[^/]+/([.]sync/.+|[^/]+/LATEST)$"))',
+                f'resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/checkpoints/t-2/.sync/") || '
+                f'(resource.name.startsWith("projects/_/buckets/{BUCKET}/objects/checkpoints/t-2/") && '
+                'resource.name.endsWith("/LATEST")))',
                 "description": "nodes may overwrite and delete objects except under gpuinfra/ and the checkpoint "
                 "data under checkpoints/ (its LATEST pointers and sync acks stay writable)",
             },
@@ -230,9 +223,12 @@ def test_nodes_keep_writing_everything_else(result, bindings):
         "checkpoints/t-2/rank-0/step-100/0123456789ab/model.pt",  # an uploaded checkpoint file
         "checkpoints/t-2/rank-0/step-100/0123456789ab/.metadata",
         "checkpoints/t-2/rank-0/LATEST-old",  # not the pointer itself
-        "checkpoints/t-2/rank-0/step-100/LATEST",  # a file named LATEST inside a checkpoint folder
         "checkpoints/t-2/.syncx/model.pt",
+        "checkpoints/t-2/rank-0/.sync/model.pt",  # .sync/ only right under the stack
         "checkpoints/LATEST",
+        "checkpoints/t-2-other/.sync/r/n.json",  # another stack's folder in the bucket
+        "checkpoints/t-2-other/rank-0/LATEST",
+        "checkpoints/t-2-other/LATEST",
     ],
 )
 def test_nodes_cannot_overwrite_or_delete_checkpoint_data(bindings, key):
@@ -250,3 +246,12 @@ def test_same_prefix_as_aws():
     doc = json.loads(bucket_policy_document("arn:aws:s3:::b"))
     (deny,) = [s for s in doc["Statement"] if s["Effect"] == "Deny"]
     assert deny["Resource"] == [f"arn:aws:s3:::b/{BUNDLE_PREFIX}*"]
+
+
+def test_what_the_overwrite_condition_still_admits_under_checkpoints(bindings):
+    """IAM's CEL has no anchored pattern for resource.name, so "the LATEST of a part" is written
+    as "under checkpoints/<stack>/ and ending in /LATEST": a checkpoint file named exactly
+    LATEST inside an uploaded folder is the one piece of checkpoint data still replaceable."""
+    key = "checkpoints/t-2/rank-0/step-100/0123456789ab/LATEST"
+    assert permitted(bindings, "storage.objects.delete", OBJECT, object_name(key))
+    assert not permitted(bindings, "storage.objects.delete", OBJECT, object_name(key + ".pt"))

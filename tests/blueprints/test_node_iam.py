@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_namespace
 from gpuinfra.plan.boot_gcp import node_prefix
@@ -22,6 +24,7 @@ from gpuinfra.plan.node_bundle import bundle_key
 from gpuinfra.preview import PREVIEW_ACCOUNT
 from tests.blueprints.helpers import make_spec, preview
 from tests.blueprints.iam_policy import Decision, evaluate
+from tests.iam_cel import resource_allowed as cel_true
 
 ROLE_POLICY = "aws:iam/rolePolicy:RolePolicy"
 ATTACHMENT = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
@@ -195,13 +198,12 @@ def test_evaluator_follows_the_documented_rules():
 
 
 # --- GCP: the node role's condition ------------------------------------------------------------
-def cel_true(expression: str, resource_type: str, resource_name: str) -> bool:
-    """An IAM condition evaluated with cel-python (github.com/cloud-custodian/cel-python)."""
-    import celpy
-
-    env = celpy.Environment()
-    program = env.program(env.compile(expression))
-    return bool(program.evaluate({"resource": celpy.json_to_cel({"type": resource_type, "name": resource_name})}))
+def test_the_evaluator_refuses_what_iam_refuses():
+    # IAM documents startsWith / endsWith / extract for resource.name; cel-python runs all of CEL
+    for expression in ('resource.name.matches("^a$")', 'resource.name.contains("a")', "size(resource.name) == 1"):
+        with pytest.raises(AssertionError, match="IAM conditions do not document"):
+            cel_true(expression, "t", "a")
+    assert cel_true('resource.name.startsWith("a") && resource.name.endsWith("a")', "t", "a")
 
 
 INSTANCE_TYPE, MIG_TYPE = "compute.googleapis.com/Instance", "compute.googleapis.com/InstanceGroupManager"
@@ -218,30 +220,30 @@ def gcp_condition(stack: str):
     return spec, binding["condition"]["expression"], zone_path, mig.inputs
 
 
-@pytest.mark.parametrize(("own", "tail"), [("exp", "-node-2"), ("llm", "s"), ("a", "-node-b")])
-def test_gcp_node_role_covers_its_own_group_only(own, tail):
+@pytest.mark.parametrize("own", ["exp", "llm", "a-b"])
+def test_gcp_node_role_covers_its_own_group_only(own):
     spec, expression, zone_path, mig = gcp_condition(own)
     group = node_prefix(spec)
     assert mig["name"] == mig["baseInstanceName"] == group  # the condition's names are the MIG's
-    # a stack named after this one's group (the random suffix keeps other names apart, but a name
-    # can be chosen to start with it): its group and VMs start with this group's name
-    other_group = node_prefix(spec.model_copy(update={"stack": f"{group}{tail}"}))
-    assert other_group.startswith(group)  # the case a prefix condition got wrong
+    suffix = spec.name_suffix
+    # stacks whose names a bare prefix condition would confuse with this one: a longer name, the
+    # same name with another suffix, names chosen to start with this stack's group or id
+    others = [f"{own}-node-2", f"{own}s", f"{own}-{suffix}", f"{own}-{suffix}-node-2", f"{group}-b", f"{group}s"]
+    other_groups = [node_prefix(spec.model_copy(update={"stack": name})) for name in others]
+    other_groups.append(node_prefix(spec.model_copy(update={"name_suffix": "zz9zz9"})))
     allowed = [
         (MIG_TYPE, f"{zone_path}/instanceGroupManagers/{group}"),
         (INSTANCE_TYPE, f"{zone_path}/instances/{group}-x7q2"),  # a MIG VM: base name, '-', 4 chars
         (INSTANCE_TYPE, f"{zone_path}/instances/{group}-0a9z"),
     ]
     denied = [
-        (MIG_TYPE, f"{zone_path}/instanceGroupManagers/{other_group}"),
-        (INSTANCE_TYPE, f"{zone_path}/instances/{other_group}-x7q2"),
+        *[(MIG_TYPE, f"{zone_path}/instanceGroupManagers/{other}") for other in other_groups],
+        *[(INSTANCE_TYPE, f"{zone_path}/instances/{other}-x7q2") for other in other_groups],
         (MIG_TYPE, f"{zone_path}/instanceGroupManagers/{group}-x7q2"),
-        (INSTANCE_TYPE, f"{zone_path}/instances/{group}-x7q2z"),
-        (INSTANCE_TYPE, f"{zone_path}/instances/{group}-x7q"),
-        (INSTANCE_TYPE, f"{zone_path}/instances/{group}-X7Q2"),
+        (MIG_TYPE, f"{zone_path}/instances/{group}-x7q2"),  # a VM's name with the group's type
+        (INSTANCE_TYPE, f"{zone_path}/instanceGroupManagers/{group}"),
         (INSTANCE_TYPE, f"{zone_path}/instances/{group}"),
-        (INSTANCE_TYPE, f"{zone_path}/instances/{group}-x7q2/extra"),
-        (INSTANCE_TYPE, f"x/{zone_path}/instances/{group}-x7q2"),  # matches is unanchored: ^ is needed
+        (INSTANCE_TYPE, f"x/{zone_path}/instances/{group}-x7q2"),
         (INSTANCE_TYPE, f"projects/other-project/zones/{spec.zone}/instances/{group}-x7q2"),
         (INSTANCE_TYPE, f"{zone_path.rsplit('/', 1)[0]}/us-west1-b/instances/{group}-x7q2"),
         ("compute.googleapis.com/Disk", f"{zone_path}/disks/{group}-x7q2"),
@@ -253,3 +255,22 @@ def test_gcp_node_role_covers_its_own_group_only(own, tail):
     ]
     assert [r for r in allowed if not cel_true(expression, *r)] == []
     assert [r for r in denied if cel_true(expression, *r)] == []
+
+
+_STACK_NAMES = st.from_regex(r"[a-z](?:[-a-z0-9]{0,25}[a-z0-9])?", fullmatch=True).filter(lambda n: "--" not in n)
+_SUFFIXES = st.from_regex(r"[a-z0-9]{6}", fullmatch=True)
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.tuples(_STACK_NAMES, _SUFFIXES), b=st.tuples(_STACK_NAMES, _SUFFIXES), vm=_SUFFIXES)
+def test_no_other_stack_has_a_vm_or_group_name_under_this_groups_prefix(a, b, vm):
+    # the node role grants <zone>/instances/<group>- by prefix (IAM's CEL has no anchored match):
+    # that is exact only if no other (stack name, suffix) yields a group or VM name under it
+    from gpuinfra.plan.naming import gcp_group_name
+
+    base = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", stack="base")
+    group_a = gcp_group_name(base.model_copy(update={"stack": a[0], "name_suffix": a[1]}))
+    group_b = gcp_group_name(base.model_copy(update={"stack": b[0], "name_suffix": b[1]}))
+    if a != b:
+        assert not f"{group_b}-{vm[:4]}".startswith(f"{group_a}-")
+        assert not group_b.startswith(f"{group_a}-")
