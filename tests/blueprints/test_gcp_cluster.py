@@ -293,11 +293,11 @@ def test_startup_script_passes_shellcheck(tmp_path):
     assert script.startswith("#!/bin/bash")
     assert "NCCL_FASTRAK_IFNAME=enp6s0,enp7s0,enp13s0,enp14s0,enp134s0,enp135s0,enp141s0,enp142s0" in script
     assert "DEVICE_GLOB='google-local-nvme-ssd-*'" in script and '-name "$DEVICE_GLOB"' in script
-    assert "gcloud compute instance-groups managed list-instances t-2-t3st0a-node --zone" in script
+    assert "gcloud compute instance-groups managed list-instances t-2--t3st0a-node --zone" in script
     assert "systemctl daemon-reexec" in script  # the DefaultLimitMEMLOCK drop-in takes effect now
     assert "LimitMEMLOCK=infinity" in script and "systemctl try-restart docker.service" in script
     # peers publish their IPs under the expiring scratch prefix; the watchdog never fires once formed
-    assert 'PEERS="gs://t-2-bucket-0000preview/gpuinfra-peers/t-2-t3st0a-node"' in script
+    assert 'PEERS="gs://t-2-bucket-0000preview/gpuinfra-peers/t-2--t3st0a-node"' in script
     assert 'if [ ! -e "$FORMED" ] && [ "$GROUP_FORMED" = 0 ] && [ "$LISTED" = 1 ]' in script
     assert 'gcloud storage rm "$PEERS/$MY_NAME/**"' in script  # stale entries of a re-created VM
     assert "systemctl enable --now --no-block gpuinfra-cluster-env.service" in script

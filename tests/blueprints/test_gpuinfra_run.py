@@ -580,8 +580,8 @@ def test_run_command_outputs():
     )
     gcp = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain")
     out = preview(gcp).outputs["run_command"]
-    assert out == gcp_run_command(gcp.zone, "t-2-t3st0a-node", gcp.network.iap_ssh)  # the stack's own MIG
-    assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2-t3st0a-node --zone ")
+    assert out == gcp_run_command(gcp.zone, "t-2--t3st0a-node", gcp.network.iap_ssh)  # the stack's own MIG
+    assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2--t3st0a-node --zone ")
     assert "--tunnel-through-iap --command 'cd /scratch && sudo gpuinfra-run -- python train.py' & done; wait" in out
 
 

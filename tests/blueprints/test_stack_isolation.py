@@ -163,7 +163,7 @@ def test_two_gcp_stacks_named_alike_get_their_own_group_account_and_role(tmp_pat
         names = _physical_names(result)
         (group,) = result.of_type("gcp:compute/instanceGroupManager:InstanceGroupManager")
         group_name = group.inputs["name"]
-        assert group_name == group.inputs["baseInstanceName"] == f"train-{spec.name_suffix}-node"
+        assert group_name == group.inputs["baseInstanceName"] == f"train--{spec.name_suffix}-node"
         (account,) = result.of_type("gcp:serviceaccount/account:Account")
         assert 6 <= len(account.inputs["accountId"]) <= 30  # cloud.google.com/iam/docs/service-accounts-create
         (role,) = result.of_type("gcp:projects/iAMCustomRole:IAMCustomRole")

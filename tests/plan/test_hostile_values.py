@@ -14,18 +14,23 @@ Here every such field is given, through the stack file's own parser (``ClusterSp
   whose body is the script: bash prints the parsed commands, comments dropped) equals the parse
   with a plain value once the value is replaced by a placeholder, with the same number of words
   on each line; every other file (units, node.env, JSON) is the same text but for the value; the
-  cloud-config parses to the same top-level keys, write_files paths and runcmd lists.
+  cloud-config parses to the same top-level keys, write_files paths and runcmd lists;
+* hostile values set after validation (``model_copy``), as if a grammar had a hole: each render
+  either refuses the value with one of the writers' errors (the template filters, the unit and
+  node.env checks) or keeps it data by the same comparison.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shlex
 import subprocess
 from functools import cache
 from pathlib import Path
 
+import jinja2
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -165,10 +170,17 @@ def _forms(field: str, value: str) -> list[str]:
         forms.add(value)
     if field == "stack":
         forms.add(dns_safe(value, 40))
+        forms.add(re.sub("-+", "-", dns_safe(value, 100)) + "--")  # the GCP group name's stack part
     return sorted((f for f in forms if f), key=len, reverse=True)
 
 
-def _masked(text: str, field: str, value: str) -> str:
+def _masked(text: str, field: str, value: str, json_file: bool = False) -> str:
+    if json_file:  # a JSON string (json.dumps escapes quotes, backslashes and control characters)
+        text = text.replace(json.dumps(value), '"<VALUE>"')
+    # a comment line holds the raw value (the ``comment`` filter admits one line only)
+    text = "\n".join(
+        line.replace(value, "<VALUE>") if line.lstrip().startswith("#") else line for line in text.split("\n")
+    )
     for form in _forms(field, value):
         text = text.replace(form, "<VALUE>")
     return HASH_RE.sub("<HASH>", text)  # content hashes (the EFA image tag) follow the value
@@ -240,10 +252,10 @@ def _plain(cloud: str, field: str, tmp: Path) -> tuple[dict[str, str], dict[str,
     return texts, shells
 
 
-def _assert_stays_data(cloud: str, field: str, value: str, tmp: Path) -> None:
+def _assert_stays_data(cloud: str, field: str, value: str, tmp: Path, texts: dict[str, str] | None = None) -> None:
     plain_value = FIELDS[field][2]
     plain_texts, plain_shells = _plain(cloud, field, tmp)
-    texts = _node_text(_spec(cloud, field, value))
+    texts = _node_text(_spec(cloud, field, value)) if texts is None else texts
     assert sorted(texts) == sorted(plain_texts), "the node gets other files"
     if cloud.startswith("aws"):
         doc, plain_doc = yaml.safe_load(texts["<boot>"]), yaml.safe_load(plain_texts["<boot>"])
@@ -260,7 +272,9 @@ def _assert_stays_data(cloud: str, field: str, value: str, tmp: Path) -> None:
                 assert _words(line) == _words(plain_line), f"{name}: {line!r} has another word count"
     for name, text in texts.items():
         if name not in shells:
-            mine, plain = _masked(text, field, value), _masked(plain_texts[name], field, plain_value)
+            is_json = name.endswith(".json")
+            mine = _masked(text, field, value, is_json)
+            plain = _masked(plain_texts[name], field, plain_value, is_json)
             assert mine == plain, f"{name} differs beyond the value {value!r}"
             for line, plain_line in zip(text.splitlines(), plain_texts[name].splitlines(), strict=True):
                 if line.startswith("Exec") and plain_value in plain_line:  # systemd splits it as shell words
@@ -358,3 +372,53 @@ def test_a_stack_name_past_the_grammar_is_still_refused_by_the_writers(cloud, va
     spec = read_stack_spec(ROOT, EXAMPLES[cloud]).model_copy(update={"stack": value})
     with pytest.raises(Exception, match=r"not a plain shell word|line break|control character|not a"):
         _node_text(spec)
+
+
+# ------------------------------------------------------------------- past the grammar
+def _bypassed(cloud: str, field: str, value: str) -> ClusterSpec:
+    """The plain spec of ``cloud`` with ``field`` set to ``value`` after validation
+    (``model_copy`` does not validate): what a writer gets if a grammar has a hole."""
+    spec = _spec(cloud, field, FIELDS[field][2])
+    if field == "stack":
+        return spec.model_copy(update={"stack": value})
+    if field.startswith("profile."):
+        return spec.model_copy(update={"profile": spec.profile.model_copy(update={field[8:]: value})})
+    if field == "instance_type":
+        return spec.model_copy(
+            update={"instance_type": value, "facts": spec.facts.model_copy(update={"instance_type": value})}
+        )
+    if field == "zone":
+        return spec.model_copy(update={"zone": value})
+    # as _set_region: a GCP zone is its region, '-', a letter
+    return spec.model_copy(update={"region": value, **({"zone": f"{value}-b"} if cloud == "gcp" else {})})
+
+
+#: What the writers say when they refuse a value they cannot keep data (the template filters,
+#: gpuinfra.plan.units.check_value, the node.env and OCI checks).
+_WRITER_REFUSALS = r"not a plain shell word|line break|control character|not a|invalid|refus"
+_HOSTILE = st.builds(
+    lambda pre, piece, post: MARK + pre + piece + post,
+    st.text(_ALNUM + "-._/:", max_size=6),
+    st.sampled_from(METACHARACTERS + ["'$(id)'", '"`id`"', "\\", "${IFS}", "#", "*", "?", "~", "{a,b}", "!"]),
+    st.text(_ALNUM + "-._/:", max_size=6),
+)
+
+
+@pytest.mark.parametrize(("cloud", "field"), _CASES)
+def test_a_hostile_value_past_the_grammar_is_refused_or_stays_data(cloud, field, tmp_path_factory):
+    """The grammar is the first guard; the writers are the second. With every field set to a
+    hostile value after validation, each render either refuses it (one of the writers' errors)
+    or keeps it data: bash parses the same program, the cloud-config has the same keys."""
+    tmp = tmp_path_factory.getbasetemp()
+
+    @settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(_HOSTILE)
+    def check(value):
+        try:
+            texts = _node_text(_bypassed(cloud, field, value))
+        except (ValueError, SpecError, jinja2.TemplateRuntimeError) as refused:
+            assert re.search(_WRITER_REFUSALS, str(refused)), f"{field}={value!r}: {refused}"
+            return
+        _assert_stays_data(cloud, field, value, tmp, texts)
+
+    check()
