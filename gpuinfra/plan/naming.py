@@ -11,8 +11,8 @@ Two kinds, kept apart:
   resource by its name (the nodes, the IAM conditions, ``gpuinfra status``) -- carry the stack's
   random name suffix (:attr:`gpuinfra.spec.ClusterSpec.name_suffix`) through :func:`stack_id`,
   so two stacks with the same name in one account/region or project never share one. The IAM
-  conditions of the nodes import the GCP names from here (:func:`gcp_group_name`,
-  :func:`gcp_instance_name_prefix`), so each is defined once.
+  conditions of the nodes import the GCP group name from here (:func:`gcp_group_name`; its VMs
+  are ``<group>-`` and 4 characters), so each is defined once.
 """
 
 from __future__ import annotations
@@ -85,12 +85,6 @@ def gcp_group_name(spec: ClusterSpec) -> str:
     other stack's group or VM names (the node role's IAM condition relies on it:
     :func:`blueprints.gcp.storage.own_group_condition`)."""
     return f"{_short(spec, GCE_BASE_INSTANCE_NAME_MAX - len('-node'), '--', collapse=True)}-node"
-
-
-def gcp_instance_name_prefix(spec: ClusterSpec) -> str:
-    """What every VM name of the stack's group starts with: ``<group>-`` (the MIG appends 4
-    random characters: :data:`GCE_BASE_INSTANCE_NAME_MAX`)."""
-    return f"{gcp_group_name(spec)}-"
 
 
 def gcp_service_account_id(spec: ClusterSpec) -> str:
