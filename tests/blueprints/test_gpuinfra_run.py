@@ -504,12 +504,28 @@ def test_an_image_that_cannot_be_pulled_is_named(node_for):
         ((), "no command; usage: gpuinfra-run"),
         (("--bogus", "--", "x"), "unknown argument '--bogus'"),
         (("--wait", "soon", "--", "x"), "--wait takes whole seconds"),
+        # docker refuses these names (moby daemon/names: [a-zA-Z0-9][a-zA-Z0-9_.-]+); '/' and '..'
+        # would also move the run's env file out of its folder
+        *(
+            (("--name", bad, "--", "x"), "--name takes a docker container name")
+            for bad in ("../../etc/x", "a/b", "-x", "_x", "a", "a b", "a;touch x", "a\nb", "ä1")
+        ),
     ],
 )
 def test_usage_errors(node_for, args, message):
     node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
     result = node.run(*args)
     assert result.returncode == 1 and message in result.stderr
+
+
+@pytest.mark.parametrize("name", ["gpuinfra-health", "job.1_a", "9x", "A-"])
+def test_a_docker_container_name_is_taken(node_for, name):
+    node = node_for(aws_files("g5.xlarge", nodes=1, profile="dev"))
+    result = node.run("--dry-run", "--name", name, "--", "x")
+    assert result.returncode == 0, result.stderr
+    argv = shlex.split(result.stdout)
+    assert argv[argv.index("--name") + 1] == name
+    assert argv[argv.index("--env-file") + 1] == f"{node.root}/run/gpuinfra/env/run-{name}.env"
 
 
 def test_a_profile_without_image_needs_image(node_for):
