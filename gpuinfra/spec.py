@@ -17,7 +17,15 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS
 from gpuinfra.catalog.facts_model import InstanceFacts
@@ -84,7 +92,22 @@ DEPLOYMENT_ID_RE = re.compile(r"^[0-9a-f]{12}$")
 #: values, SSM parameter names, CloudWatch dashboard / alarm and SNS topic names.
 NAME_SUFFIX_RE = re.compile(r"^[a-z0-9]{6}$")
 _GCP_NAME = r"[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?"
-_GCP_RESERVATION_RE = re.compile(rf"^(?:projects/[a-z][-a-z0-9]{{4,28}}[a-z0-9]/reservations/)?{_GCP_NAME}$")
+_GCP_PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
+#: EC2 resource ids: the resource's prefix, ``-``, then 8 (older) or 17 lowercase hex digits
+#: (docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html). Prefixes: ``ami`` (an AMI,
+#: docs.aws.amazon.com/AWSEC2/latest/UserGuide/finding-an-ami.html), ``vpc``, ``subnet``
+#: (docs.aws.amazon.com/vpc/latest/userguide/how-it-works.html).
+AMI_ID_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
+VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+#: A GCE image by name, ``projects/PROJECT/global/images/NAME``, or the newest of a family,
+#: ``projects/PROJECT/global/images/family/FAMILY`` (cloud.google.com/compute/docs/images/image-families-best-practices,
+#: cloud.google.com/compute/docs/reference/rest/v1/instances/insert ``initializeParams.sourceImage``);
+#: PROJECT a project ID, NAME and FAMILY GCE names (cloud.google.com/compute/docs/naming-resources).
+GCP_IMAGE_RE = re.compile(
+    rf"^projects/(?P<project>{_GCP_PROJECT})/global/images/(?:family/(?P<family>{_GCP_NAME})|(?P<name>{_GCP_NAME}))$"
+)
+_GCP_RESERVATION_RE = re.compile(rf"^(?:projects/{_GCP_PROJECT}/reservations/)?{_GCP_NAME}$")
 
 
 #: Names of new stacks (``gpuinfra new --name``). The name becomes part of cloud resource names,
@@ -256,6 +279,14 @@ class NetworkSettings(BaseModel):
             return str(ipaddress.IPv4Network(value, strict=False))
         except ValueError:
             raise ValueError(f"not an IPv4 CIDR block: {value!r} (e.g. 203.0.113.7/32)") from None
+
+    @field_validator("vpc_id", "subnet_id")
+    @classmethod
+    def _aws_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        grammar, prefix = (VPC_ID_RE, "vpc") if info.field_name == "vpc_id" else (SUBNET_ID_RE, "subnet")
+        if value is not None and not grammar.fullmatch(value):
+            raise ValueError(f"{_shown(value)} is not a {prefix} id: {prefix}- and 8 or 17 lowercase hex digits")
+        return value
 
     @model_validator(mode="after")
     def _pair(self) -> NetworkSettings:
@@ -488,6 +519,23 @@ class ClusterSpec(BaseModel):
         # projects/OWNER_PROJECT/reservations/NAME (cloud.google.com/compute/docs/instances/reservations-consume)
         if value is not None and not _GCP_RESERVATION_RE.fullmatch(value):
             raise ValueError(f"{value!r} is neither a reservation name nor projects/OWNER_PROJECT/reservations/NAME")
+        return value
+
+    @field_validator("ami_id")
+    @classmethod
+    def _ami_id(cls, value: str | None) -> str | None:
+        if value is not None and not AMI_ID_RE.fullmatch(value):
+            raise ValueError(f"{_shown(value)} is not an AMI id: ami- and 8 or 17 lowercase hex digits")
+        return value
+
+    @field_validator("gcp_image")
+    @classmethod
+    def _gcp_image(cls, value: str | None) -> str | None:
+        if value is not None and not GCP_IMAGE_RE.fullmatch(value):
+            raise ValueError(
+                f"{_shown(value)} is not a GCE image: projects/PROJECT/global/images/NAME or "
+                "projects/PROJECT/global/images/family/FAMILY"
+            )
         return value
 
     @field_validator("gcp_project")

@@ -35,7 +35,7 @@ from gpuinfra.bake.model import DIGEST_RE, BakeSpec, SoftwareManifest
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.errors import BakeError
 from gpuinfra.fabrics import FABRICS
-from gpuinfra.spec import check_gcp_project_id, check_new_stack_name
+from gpuinfra.spec import AMI_ID_RE, GCP_IMAGE_RE, check_gcp_project_id, check_new_stack_name
 
 #: Architecture of every GPU type in gpuinfra's catalog (module docstring gives the sources).
 CATALOG_ARCHITECTURE = "x86_64"
@@ -58,10 +58,6 @@ BUILD_VOLUME_SIZE_GIB = 200
 #: (docs.amazonaws.cn/dlami/latest/devguide/aws-deep-learning-ami-gpubasesinglecuda-ul2204-2026-01-02.md,
 #: quoted in docs/sources/cluster-facts.md section 3.7). The bake's check fails on another branch.
 DLAMI_DRIVER_BRANCH = "580"
-_AMI_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
-_GCP_IMAGE_RE = re.compile(
-    r"^projects/(?P<project>[a-z][-a-z0-9]{4,28}[a-z0-9])/global/images/(?P<name>[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
-)
 _DRIVER_RE = re.compile(r"nvidia-(\d{3})(?:\D|$)")
 #: Public GCP image projects (the DLVM, Ubuntu accelerator and plain Ubuntu images): none carries
 #: the linux-gcp-tcpx kernel A3 High's GPUDirect-TCPX needs (rule fabric-installable-at-boot).
@@ -157,15 +153,15 @@ def base_architecture(cloud: str, base_image: str, given: str | None) -> str:
     if given is not None and given not in ("x86_64", "arm64"):
         raise BakeError(f"--base-arch {given!r}: allowed x86_64, arm64")
     if cloud == "aws":
-        if not _AMI_RE.match(base_image):
+        if not AMI_ID_RE.match(base_image):
             raise BakeError(
                 f"--base-image {base_image!r} is not an AMI id (ami- and 8 or 17 hex digits); "
                 "a bake pins its base: resolve the DLAMI once with `aws ssm get-parameter --name "
                 "/aws/service/deeplearning/ami/x86_64/<type>/latest/ami-id`"
             )
         return given or CATALOG_ARCHITECTURE
-    match = _GCP_IMAGE_RE.match(base_image)
-    if not match:
+    match = GCP_IMAGE_RE.match(base_image)
+    if not match or match.group("family"):  # a bake pins its base: an image, not a family
         raise BakeError(
             f"--base-image {base_image!r} is not a pinned GCP image: use projects/PROJECT/global/images/NAME "
             "(an image name; a family moves: `gcloud compute images describe-from-family F --project P`)"
@@ -223,7 +219,7 @@ def plan_bake(
         check_gcp_project_id(request.gcp_project)
     name = check_new_stack_name(request.name or f"bake-{request.family.replace('.', '-')}")
     versions = _fabric_versions(lead)
-    gcp_image = _GCP_IMAGE_RE.match(request.base_image) if request.cloud == "gcp" else None  # checked above
+    gcp_image = GCP_IMAGE_RE.match(request.base_image) if request.cloud == "gcp" else None  # checked above
     base_project = gcp_image.group("project") if gcp_image else ""
     if versions["fabric"] == "tcpx" and base_project in PUBLIC_IMAGE_PROJECTS:
         raise BakeError(

@@ -281,7 +281,7 @@ class _Recording(PreviewMocks):
 
     def call_result(self, token, args):
         if token == "aws:ec2/getSubnet:getSubnet":
-            return {"id": args["id"], "availabilityZoneId": self.subnet_zone, "vpcId": "vpc-0abc"}
+            return {"id": args["id"], "availabilityZoneId": self.subnet_zone, "vpcId": "vpc-0abc1234"}
         return super().call_result(token, args)
 
 
@@ -319,9 +319,9 @@ class _Recording(PreviewMocks):
             "provisioning-model-offered: g5.xlarge is not sold as capacity-block",
         ),
         (
-            dict(itype="p4d.24xlarge", network={"vpc_id": "vpc-0abc", "subnet_id": "subnet-0abc"}),
+            dict(itype="p4d.24xlarge", network={"vpc_id": "vpc-0abc1234", "subnet_id": "subnet-0abc1234"}),
             "use1-az9",
-            "subnet subnet-0abc is in use1-az9, but the cluster's zone is",
+            "subnet subnet-0abc1234 is in use1-az9, but the cluster's zone is",
         ),
         (dict(itype="p4d.24xlarge", ami_type="no-such-dlami"), None, "does not resolve in us-east-1"),
     ],
