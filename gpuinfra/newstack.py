@@ -31,11 +31,13 @@ from pydantic import ValidationError
 from gpuinfra import capacity
 from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import NoOfferError, RequestError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
-from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
+from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
@@ -330,13 +332,15 @@ def cloud_stack_warning(spec: ClusterSpec, tagging=None) -> str:
     only warns, it never stops ``new``. GCP is not asked (a label search needs Cloud Asset
     Inventory or a list per resource type).
 
+    GCP (:func:`gcp_stack_warning`): the project's VMs labelled ``gpuinfra-stack=<stack>``.
+
     Args:
         spec: the new stack (its ``name_suffix`` already drawn).
         tagging: a ``resourcegroupstaggingapi`` client (tests); default: one from the default
             credential chain, with 5 s timeouts and no retries.
     """
-    if spec.cloud != "aws":
-        return ""
+    if spec.cloud == "gcp":
+        return gcp_stack_warning(spec)
     try:
         if tagging is None:
             import boto3
@@ -362,6 +366,60 @@ def cloud_stack_warning(spec: ClusterSpec, tagging=None) -> str:
     return (
         f"{spec.region} already has {len(found)}{'+' if len(found) >= 50 else ''} resource(s) of a stack named "
         f"{spec.stack!r} (tag gpuinfra:stack, e.g. {found[0].get('ResourceARN', '?')}), written from another "
+        f"project folder or by someone else; this stack's cloud names carry its own suffix "
+        f"({spec.stack}-{spec.name_suffix}) so the two stay apart, but pick another --name to tell them apart in "
+        "the console and cost reports"
+    )
+
+
+def gcp_stack_warning(spec: ClusterSpec, session=None, compute_api: str = "https://compute.googleapis.com") -> str:
+    """The GCP side of :func:`cloud_stack_warning`: a warning when the project already has VMs of a
+    stack named ``spec.stack`` (not this one's ``gpuinfra-stack-id``), else "".
+
+    One Compute ``instances.aggregatedList`` over all zones,
+    ``GET {compute_api}/compute/v1/projects/{project}/aggregated/instances`` with
+    ``filter=labels.gpuinfra-stack = "<label value>"`` (the label :func:`gpuinfra.plan.tags.gcp_labels`
+    puts on every resource; VMs get it from their template) and ``maxResults=50``; the answer's
+    ``items`` maps ``zones/<zone>`` to ``{"instances": [...]}`` or a ``warning``
+    (cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList; the caller needs
+    ``compute.instances.list``). Only when Application Default Credentials are found; any error
+    (no credentials, permission, network, an unexpected answer) gives "": it never stops ``new``.
+
+    Args:
+        spec: the new GCP stack; its project is ``gcp_project`` or the credentials' project.
+        session: a ``requests``-like session (tests); default: google-auth's ``AuthorizedSession``.
+        compute_api: the Compute REST root (tests point it at a local fake).
+    """
+    labels = gcp_labels(spec)
+    project = spec.gcp_project
+    try:
+        if session is None:
+            check_gcp_credentials_configured()  # a file check: no metadata-server probe off GCP
+            from google.auth.transport.requests import AuthorizedSession
+
+            credentials, default_project = gcp_credentials()
+            project = project or default_project
+            session = AuthorizedSession(credentials)
+        if not project:
+            return ""
+        response = session.get(
+            f"{compute_api}/compute/v1/projects/{project}/aggregated/instances",
+            params={"filter": f'labels.gpuinfra-stack = "{labels["gpuinfra-stack"]}"', "maxResults": 50},
+            timeout=5,
+        )
+        if response.status_code != 200:
+            return ""
+        zones = response.json().get("items", {})
+        found = [vm for scope in zones.values() for vm in scope.get("instances", [])]
+    except Exception:  # noqa: BLE001 - a warning only: no credentials, permission or network is no reason to stop
+        return ""
+    own = labels[GCP_STACK_ID_LABEL]  # `new --force` of a deployed stack: its own VMs are no other stack's
+    found = [vm for vm in found if (vm.get("labels") or {}).get(GCP_STACK_ID_LABEL) != own]
+    if not found:
+        return ""
+    return (
+        f"project {project} already has {len(found)}{'+' if len(found) >= 50 else ''} VM(s) of a stack named "
+        f"{spec.stack!r} (label gpuinfra-stack, e.g. {found[0].get('name', '?')}), written from another "
         f"project folder or by someone else; this stack's cloud names carry its own suffix "
         f"({spec.stack}-{spec.name_suffix}) so the two stay apart, but pick another --name to tell them apart in "
         "the console and cost reports"

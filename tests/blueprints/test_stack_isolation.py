@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import base64
 import gzip
+import http.server
 import json
 import re
+import threading
+import urllib.parse
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import pytest
 
 from gpuinfra.errors import FileExistsGpuinfraError
-from gpuinfra.newstack import NewStackRequest, cloud_stack_warning, create_stack
+from gpuinfra.newstack import NewStackRequest, cloud_stack_warning, create_stack, gcp_stack_warning
 from gpuinfra.planner import PlanRequest
 from gpuinfra.preview import PreviewMocks
 from gpuinfra.spec import NAME_SUFFIX_RE, SpecError
@@ -302,3 +306,75 @@ def test_up_refuses_a_stack_file_without_a_name_suffix_before_pulumi_runs(tmp_pa
     with pytest.raises(SpecError, match="no gpuinfra:cluster.name_suffix") as refused:
         lifecycle.deploy(NoBackend(), tmp_path, spec, lambda event: None, now=NOW)
     assert refused.value.exit_code == 2
+
+
+class _FakeCompute(http.server.BaseHTTPRequestHandler):
+    """Compute ``instances.aggregatedList`` as documented
+    (https://cloud.google.com/compute/docs/reference/rest/v1/instances/aggregatedList): ``items``
+    maps ``zones/<zone>`` to ``{"instances": [...]}``, or to a ``warning`` for a zone without
+    matches; the ``filter`` ``labels.gpuinfra-stack = "<value>"`` is applied to ``VMS``."""
+
+    VMS: ClassVar[list[dict]] = []
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self):  # noqa: N802 - http.server's name
+        type(self).requests.append(self.path)
+        url = urllib.parse.urlsplit(self.path)
+        if url.path != "/compute/v1/projects/my-proj-123/aggregated/instances":
+            self.send_response(404)
+            self.end_headers()
+            return
+        query = urllib.parse.parse_qs(url.query)
+        match = re.fullmatch(r'labels\.gpuinfra-stack = "([a-z0-9_-]+)"', query["filter"][0])
+        vms = [vm for vm in self.VMS if match and vm["labels"].get("gpuinfra-stack") == match.group(1)]
+        items: dict = {"zones/us-east1-b": {"warning": {"code": "NO_RESULTS_ON_PAGE", "message": "none"}}}
+        for vm in vms:
+            items.setdefault(f"zones/{vm['zone']}", {"instances": []})["instances"].append(vm)
+        body = json.dumps({"kind": "compute#instanceAggregatedList", "items": items}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_compute():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FakeCompute)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    _FakeCompute.VMS, _FakeCompute.requests = [], []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_new_warns_when_the_gcp_project_has_vms_of_a_stack_of_that_name(fake_compute):
+    import requests
+
+    from tests.blueprints.helpers import make_spec
+
+    spec = make_spec("a3-megagpu-8g", cloud="gcp", profile="llm-pretrain", stack="train")
+    spec = spec.model_copy(update={"gcp_project": "my-proj-123"})
+    session = requests.Session()
+    assert gcp_stack_warning(spec, session, fake_compute) == ""  # nothing there yet
+    assert 'labels.gpuinfra-stack = "train"' in urllib.parse.unquote_plus(_FakeCompute.requests[-1])
+    _FakeCompute.VMS = [
+        {
+            "name": "train-zz9zz9-node-ab12",
+            "zone": "us-central1-a",
+            "labels": {"gpuinfra-stack": "train", "gpuinfra-stack-id": "train-zz9zz9"},
+        },
+        {"name": "t-9-node-cd34", "zone": "europe-west4-a", "labels": {"gpuinfra-stack": "t-9"}},
+    ]
+    warning = gcp_stack_warning(spec, session, fake_compute)
+    assert warning.startswith("project my-proj-123 already has 1 VM(s) of a stack named 'train'"), warning
+    assert "train-zz9zz9-node-ab12" in warning and f"train-{spec.name_suffix}" in warning
+    assert gcp_stack_warning(spec.model_copy(update={"stack": "other"}), session, fake_compute) == ""
+    # `new --force` of the stack whose VMs these are: its own id, no warning
+    assert gcp_stack_warning(spec.model_copy(update={"name_suffix": "zz9zz9"}), session, fake_compute) == ""
+    # an error answer (another project: 404 here) or no server at all: no warning, `new` goes on
+    assert gcp_stack_warning(spec.model_copy(update={"gcp_project": "other-proj-1"}), session, fake_compute) == ""
+    assert gcp_stack_warning(spec, session, "http://127.0.0.1:9") == ""
