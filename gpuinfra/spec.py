@@ -97,9 +97,9 @@ _GCP_PROJECT = r"[a-z][-a-z0-9]{4,28}[a-z0-9]"
 #: (docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html). Prefixes: ``ami`` (an AMI,
 #: docs.aws.amazon.com/AWSEC2/latest/UserGuide/finding-an-ami.html), ``vpc``, ``subnet``
 #: (docs.aws.amazon.com/vpc/latest/userguide/how-it-works.html).
-AMI_ID_RE = re.compile(r"^ami-[0-9a-f]{8,17}$")
-VPC_ID_RE = re.compile(r"^vpc-[0-9a-f]{8,17}$")
-SUBNET_ID_RE = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+AMI_ID_RE = re.compile(r"^ami-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+VPC_ID_RE = re.compile(r"^vpc-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
+SUBNET_ID_RE = re.compile(r"^subnet-(?:[0-9a-f]{8}|[0-9a-f]{17})$")
 #: A GCE image by name, ``projects/PROJECT/global/images/NAME``, or the newest of a family,
 #: ``projects/PROJECT/global/images/family/FAMILY`` (cloud.google.com/compute/docs/images/image-families-best-practices,
 #: cloud.google.com/compute/docs/reference/rest/v1/instances/insert ``initializeParams.sourceImage``);
@@ -189,7 +189,8 @@ def check_new_stack_name(name: str) -> str:
     if "--" in name:
         raise SpecError(
             f"invalid stack name {name!r}: '--' is not allowed in a stack name (gpuinfra ends the stack name with "
-            "'--' in the names it gives a GCP bake's images, so that no other stack's names start the same way)"
+            "'--' in the GCP node group's name and a GCP bake's image names, so that no other stack's names start "
+            "the same way)"
         )
     if name in RESERVED_STACK_NAMES:
         raise SpecError(

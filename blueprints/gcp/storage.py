@@ -91,9 +91,8 @@ NODE_OVERWRITE_CONDITION_DESCRIPTION = (
 #: IAM resource type of a Cloud Storage object
 #: (cloud.google.com/iam/docs/conditions-resource-attributes#resource-type).
 GCS_OBJECT_TYPE = "storage.googleapis.com/Object"
-#: IAM resource types of a Compute Engine VM and managed instance group (same page).
+#: IAM resource type of a Compute Engine VM (same page).
 GCE_INSTANCE_TYPE = "compute.googleapis.com/Instance"
-GCE_GROUP_TYPE = "compute.googleapis.com/InstanceGroupManager"
 _GCS_NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _GCE_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
@@ -290,12 +289,15 @@ NODE_ROLE_PERMISSIONS = (
 def own_group_condition(project: str, zone: str, group_name: str) -> str:
     """The IAM condition (CEL) of the node role: the group ``group_name`` itself (its exact
     ``resource.name``) and the VMs it names, instances whose name starts with ``<group_name>-``,
-    in ``zone`` of ``project``; each clause also checks the resource type.
+    in ``zone`` of ``project``. The VM clause also checks the resource type
+    (``compute.googleapis.com/Instance``); the group clause names the group's full resource name,
+    which no other type has.
 
     Only functions IAM documents for ``resource.name`` are used (``==`` and ``startsWith``:
     cloud.google.com/iam/docs/conditions-attribute-reference#resource-name); IAM's CEL has no
     anchored pattern, so the prefix must end where the group's name ends. It does:
-    :func:`gpuinfra.plan.naming.gcp_group_name` is ``<stack>--<suffix>-node`` with a stack part
+    :func:`gpuinfra.plan.naming.gcp_group_name` of a stack with a name suffix (``preview`` and
+    ``up`` refuse one without) is ``<stack>--<suffix>-node`` with a stack part
     holding no ``--`` and not ending in ``-``, and a 6-character suffix of ``a-z 0-9``. In
     another stack's group or VM name the first ``--`` ends that stack's part, so the name starts
     with ``<stack>--`` only for the same stack part, and then with ``<stack>--<suffix>-node-``
@@ -304,9 +306,8 @@ def own_group_condition(project: str, zone: str, group_name: str) -> str:
     ``<group_name>-...`` by hand in that zone.
 
     Sources: ``resource.name`` of Compute Engine resources is
-    ``projects/<project>/zones/<zone>/instances/<name>`` and the types are
-    ``compute.googleapis.com/Instance`` / ``compute.googleapis.com/InstanceGroupManager``
-    (cloud.google.com/iam/docs/conditions-resource-attributes); a MIG names its VMs by appending
+    ``projects/<project>/zones/<zone>/instances/<name>`` and a VM's type is
+    ``compute.googleapis.com/Instance`` (cloud.google.com/iam/docs/conditions-resource-attributes); a MIG names its VMs by appending
     "a hyphen and a random four-character string to the base instance name" (Compute API
     InstanceGroupManager.baseInstanceName, cloud.google.com/compute/docs/reference/rest/v1/
     instanceGroupManagers); :mod:`blueprints.gcp.nodes` uses ``group_name`` as both the group's
@@ -325,7 +326,7 @@ def own_group_condition(project: str, zone: str, group_name: str) -> str:
             raise ValueError(f"{what} {value!r}: only a-z 0-9 - allowed in the node role's condition")
     zone_path = f"projects/{project}/zones/{zone}"
     return (
-        f'(resource.type == "{GCE_GROUP_TYPE}" && resource.name == "{zone_path}/instanceGroupManagers/{group_name}") || '
+        f'resource.name == "{zone_path}/instanceGroupManagers/{group_name}" || '
         f'(resource.type == "{GCE_INSTANCE_TYPE}" && resource.name.startsWith("{zone_path}/instances/{group_name}-"))'
     )
 

@@ -41,9 +41,7 @@ DIGEST_RE = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
 _GCP_LABEL_VALUE = re.compile(r"[^a-z0-9_-]")
 #: A pinned image: an AMI id or a GCP image *name* (EC2 ``ami-`` + 8 or 17 hex digits; GCE
 #: ``projects/P/global/images/NAME``, cloud.google.com/compute/docs/reference/rest/v1/images "name").
-IMAGE_ID_PATTERN = (
-    r"^(ami-[0-9a-f]{8,17}|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
-)
+IMAGE_ID_PATTERN = r"^(ami-(?:[0-9a-f]{8}|[0-9a-f]{17})|projects/[a-z][-a-z0-9]{4,28}[a-z0-9]/global/images/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)$"
 #: Grammar of the short values a bake writes into its scripts, template and labels (names,
 #: regions, zones, machine types, versions): no quote, space, ``$``, ``;`` or line break, so
 #: each is one word wherever it lands (the scripts still quote them: gpuinfra/bake/render.py).

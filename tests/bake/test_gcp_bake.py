@@ -200,7 +200,7 @@ def test_build_vm_condition_allows_its_own_vm_disk_and_images(preview, a3mega_ba
         (INSTANCE, f"projects/{PROJECT}/zones/{ZONE}/instances/gpuinfra-bake-bake-a3-megagpu-8g-2"),
         (DISK, f"projects/{PROJECT}/zones/{ZONE}/disks/gpuinfra-bake-bake-a3-megagpu-8g-2"),
         # a cluster node, the same name in another zone or project
-        (INSTANCE, f"projects/{PROJECT}/zones/{ZONE}/instances/exp-node-2-abcd"),
+        (INSTANCE, f"projects/{PROJECT}/zones/{ZONE}/instances/exp--k3x9q2-node-abcd"),
         (INSTANCE, f"projects/{PROJECT}/zones/us-central1-b/instances/gpuinfra-bake-bake-a3-megagpu-8g"),
         (INSTANCE, f"projects/other-project/zones/{ZONE}/instances/gpuinfra-bake-bake-a3-megagpu-8g"),
         # other images, another project's image of the family, the project itself

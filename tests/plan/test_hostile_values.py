@@ -41,7 +41,7 @@ from gpuinfra.plan.aws import plan_aws_cluster
 from gpuinfra.plan.boot_aws import aws_node_bundle, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, render_startup_script
 from gpuinfra.plan.gcp import plan_gcp_cluster
-from gpuinfra.plan.naming import dns_safe
+from gpuinfra.plan.naming import GCE_BASE_INSTANCE_NAME_MAX, dns_safe
 from gpuinfra.plan.units import systemd_quote
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
@@ -170,17 +170,24 @@ def _forms(field: str, value: str) -> list[str]:
         forms.add(value)
     if field == "stack":
         forms.add(dns_safe(value, 40))
-        forms.add(re.sub("-+", "-", dns_safe(value, 100)) + "--")  # the GCP group name's stack part
+        # the GCP group name's stack part: runs of '-' collapsed, cut to what leaves room for
+        # '--', the 6-character suffix and '-node' in a base instance name
+        keep = GCE_BASE_INSTANCE_NAME_MAX - len("--") - 6 - len("-node")
+        forms.add(re.sub("-+", "-", dns_safe(value, 100))[:keep].rstrip("-") + "--")
     return sorted((f for f in forms if f), key=len, reverse=True)
 
 
-def _masked(text: str, field: str, value: str, json_file: bool = False) -> str:
+def _masked(text: str, field: str, value: str, json_file: bool = False, comments: bool = False) -> str:
+    """``text`` with every form of ``value`` replaced by ``<VALUE>``. ``json_file``: also its JSON
+    string form; ``comments``: also the raw value on a comment line of a file that is not
+    parsed by bash (a cloud-config or unit: the ``comment`` filter admits one line only). Never
+    on bash's parse, where a ``#`` line left is the body of a here-document or a string."""
     if json_file:  # a JSON string (json.dumps escapes quotes, backslashes and control characters)
         text = text.replace(json.dumps(value), '"<VALUE>"')
-    # a comment line holds the raw value (the ``comment`` filter admits one line only)
-    text = "\n".join(
-        line.replace(value, "<VALUE>") if line.lstrip().startswith("#") else line for line in text.split("\n")
-    )
+    if comments:
+        text = "\n".join(
+            line.replace(value, "<VALUE>") if line.lstrip().startswith("#") else line for line in text.split("\n")
+        )
     for form in _forms(field, value):
         text = text.replace(form, "<VALUE>")
     return HASH_RE.sub("<HASH>", text)  # content hashes (the EFA image tag) follow the value
@@ -273,8 +280,8 @@ def _assert_stays_data(cloud: str, field: str, value: str, tmp: Path, texts: dic
     for name, text in texts.items():
         if name not in shells:
             is_json = name.endswith(".json")
-            mine = _masked(text, field, value, is_json)
-            plain = _masked(plain_texts[name], field, plain_value, is_json)
+            mine = _masked(text, field, value, is_json, comments=True)
+            plain = _masked(plain_texts[name], field, plain_value, is_json, comments=True)
             assert mine == plain, f"{name} differs beyond the value {value!r}"
             for line, plain_line in zip(text.splitlines(), plain_texts[name].splitlines(), strict=True):
                 if line.startswith("Exec") and plain_value in plain_line:  # systemd splits it as shell words
@@ -324,6 +331,8 @@ def test_an_admitted_value_stays_data(cloud, field, tmp_path_factory):
         ("stack", "..."),
         ("stack", "-qqz"),
         ("stack", "qqz" + "x" * 24),  # the longest name `new` gives (27 characters)
+        ("stack", "qqz" + "x" * 60),  # a longer one of an older stack file: the group name cuts it
+        ("stack", "qqz" + "ab-" * 20),
         ("profile.container_image", "qqz:5000/a__b---c.d/e@sha256:" + "a" * 64),
         ("profile.container_image", "-qqz"),
     ],
@@ -395,7 +404,10 @@ def _bypassed(cloud: str, field: str, value: str) -> ClusterSpec:
 
 #: What the writers say when they refuse a value they cannot keep data (the template filters,
 #: gpuinfra.plan.units.check_value, the node.env and OCI checks).
-_WRITER_REFUSALS = r"not a plain shell word|line break|control character|not a|invalid|refus"
+_WRITER_REFUSALS = (
+    r"is not a plain shell word|is not a plain word|has a line break or control character|"
+    r"holds a line break or control character|is not an OCI image reference"
+)
 _HOSTILE = st.builds(
     lambda pre, piece, post: MARK + pre + piece + post,
     st.text(_ALNUM + "-._/:", max_size=6),
