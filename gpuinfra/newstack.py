@@ -324,15 +324,14 @@ def cloud_stack_warning(spec: ClusterSpec, tagging=None) -> str:
     """A warning when the cloud already has resources of a stack named ``spec.stack`` (written
     from another project folder or by someone else), else "".
 
-    AWS only, and only when credentials are found: Resource Groups Tagging API ``GetResources``
+    Only when credentials are found. AWS: Resource Groups Tagging API ``GetResources``
     with ``TagFilters=[{Key: gpuinfra:stack, Values: [<stack>]}]`` in the stack's region
     (docs.aws.amazon.com/resourcegroupstagging/latest/APIReference/API_GetResources.html; the
     caller needs ``tag:GetResources``), leaving out the stack's own (its ``gpuinfra:stack-id``,
     after ``new --force`` of a deployed stack). Any error (no permission, no network) gives "": the check
-    only warns, it never stops ``new``. GCP is not asked (a label search needs Cloud Asset
-    Inventory or a list per resource type).
-
-    GCP (:func:`gcp_stack_warning`): the project's VMs labelled ``gpuinfra-stack=<stack>``.
+    only warns, it never stops ``new``. GCP (:func:`gcp_stack_warning`): the project's VMs
+    labelled ``gpuinfra-stack=<stack>`` (a label search over every resource type would need
+    Cloud Asset Inventory; a stack's VMs are what costs money).
 
     Args:
         spec: the new stack (its ``name_suffix`` already drawn).
