@@ -169,6 +169,8 @@ def _forms(field: str, value: str) -> list[str]:
     if PLAIN_WORD_RE.fullmatch(value):
         forms.add(value)
     if field == "stack":
+        if PLAIN_WORD_RE.fullmatch(value):  # the stack id <stack>-<suffix>, raw where it is a plain word
+            forms.add(f"{value}-")
         forms.add(dns_safe(value, 40))
         # the GCP group name's stack part: runs of '-' collapsed, cut to what leaves room for
         # '--', the 6-character suffix and '-node' in a base instance name
@@ -330,6 +332,7 @@ def test_an_admitted_value_stays_data(cloud, field, tmp_path_factory):
         ("stack", "---"),
         ("stack", "..."),
         ("stack", "-qqz"),
+        ("stack", "qqz-"),  # its stack id qqz--<suffix> looks like a GCP group name's start
         ("stack", "qqz" + "x" * 24),  # the longest name `new` gives (27 characters)
         ("stack", "qqz" + "x" * 60),  # a longer one of an older stack file: the group name cuts it
         ("stack", "qqz" + "ab-" * 20),
