@@ -44,6 +44,7 @@ def print_cost_table(doc: dict) -> None:
 
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
+    from gpuinfra.cost.report import document_total
 
     out = stdout_console()
     table = Table(
@@ -78,11 +79,15 @@ def print_cost_table(doc: dict) -> None:
             ", ".join(x for x in (line["price_source"].split(" (")[0], line["price_date"], line["note"]) if x),
         )
     out.print(table)
-    out.print(
-        f"total: ${Decimal(doc['hourly_usd']):,.2f}/h, ${Decimal(doc['run_usd']):,.2f} for {doc['hours']} h "
-        f"(* usage-based: profile defaults or --usage)"
-    )
-    out.print(f"warning: left running for 30 days this costs ${Decimal(doc['monthly_if_left_running_usd']):,.2f}")
+    hourly, run = document_total(doc, "hourly_usd"), document_total(doc, "run_usd")
+    if hourly.complete:
+        out.print(
+            f"total: {hourly.text(suffix='/h')}, {run.text()} for {doc['hours']} h "
+            f"(* usage-based: profile defaults or --usage)"
+        )
+        out.print(f"warning: left running for 30 days this costs {document_total(doc, 'monthly_if_left_running_usd').text()}")
+    else:
+        out.print(f"total: {hourly.text()} (* usage-based: profile defaults or --usage)")
     if doc["spot_savings_percent"] is not None:
         verb = "saves" if doc["pricing"] == "spot" else "would save"
         out.print(
@@ -91,7 +96,7 @@ def print_cost_table(doc: dict) -> None:
         )
     if doc["price_not_found"]:
         out.print(
-            f"{len(doc['price_not_found'])} line(s) with no price (not counted in the total): "
+            f"{len(doc['price_not_found'])} line(s) with no price (so no total): "
             + "; ".join(doc["price_not_found"])
         )
     if doc["not_priced"]:
@@ -165,11 +170,13 @@ def diff(
     """Compare two stacks: + / ~ / - per resource, and the change in $/h and run total."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import print_json, stdout_console
-    from gpuinfra.services.cost_document import cost_diff_document, pricing_market
+    from gpuinfra.money import Total
+    from gpuinfra.services.cost_document import check_diff_totals, cost_diff_document, pricing_market
 
     doc = cost_diff_document(before, after, project_dir, hours, pricing_market(spot, on_demand), usage)
     if as_json:
         print_json(doc)
+        check_diff_totals(doc)  # after the document: its unpriced lines are what the error names
         return
     out = stdout_console()
     out.print(f"cost diff {before} -> {after}   (+ added, ~ changed, - removed)")
@@ -177,9 +184,12 @@ def diff(
         before_text = "-" if r["before_hourly_usd"] is None else f"${Decimal(r['before_hourly_usd']):,.4f}/h"
         after_text = "-" if r["after_hourly_usd"] is None else f"${Decimal(r['after_hourly_usd']):,.4f}/h"
         out.print(f" {r['change']} {r['resource']}: {r['component']}  {before_text} -> {after_text}")
-    hourly_change, run_change = Decimal(doc["hourly_change_usd"]), Decimal(doc["run_change_usd"])
+    sides = {side: len(doc[f"{side}_price_not_found"]) for side in ("before", "after")}
+    hourly = {side: Total.from_json(doc[f"{side}_hourly_usd"], sides[side]) for side in sides}
+    change = {key: Total.from_json(doc[f"{key}_change_usd"], sum(sides.values())) for key in ("hourly", "run")}
     out.print(
-        f"change: {'+' if hourly_change >= 0 else '-'}${abs(hourly_change):,.2f}/h "
-        f"(${Decimal(doc['before_hourly_usd']):,.2f} -> ${Decimal(doc['after_hourly_usd']):,.2f}); "
-        f"run total {'+' if run_change >= 0 else '-'}${abs(run_change):,.2f}"
+        f"change: {change['hourly'].text(suffix='/h', signed=True)} "
+        f"({hourly['before'].text()} -> {hourly['after'].text()}); "
+        f"run total {change['run'].text(signed=True)}"
     )
+    check_diff_totals(doc)  # after the text: its unpriced lines are what the error names

@@ -97,10 +97,9 @@ def new(
     as_json: bool = options.Json,
 ) -> None:
     """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
-    from decimal import Decimal
-
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
+    from gpuinfra.cost.report import document_total, unpriced_lines
     from gpuinfra.newstack import NewStackRequest, create_stack
     from gpuinfra.planner import PlanRequest
     from gpuinfra.requests import spot_choice
@@ -174,24 +173,29 @@ def new(
         )
     if plan.locality_note:
         out.print(f"  note: {plan.locality_note}")
+    hourly, run = document_total(summary, "hourly_usd"), document_total(summary, "run_usd")
+    totals = (
+        f"{hourly.text(suffix='/h')}, {run.text()} for a {spec.run_hours:g} h run"
+        if hourly.complete
+        else f"{hourly.text()} ({spec.run_hours:g} h run)"
+    )
     out.print(
         f"  compute: {usd(offer.price_per_hour_usd)}/h ({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h); "
-        f"all {len(result.verified.preview.resources)} resources: {usd(Decimal(summary['hourly_usd']))}/h, "
-        f"{usd(Decimal(summary['run_usd']))} for a {spec.run_hours:g} h run (catalog {plan.catalog_date}; "
+        f"all {len(result.verified.preview.resources)} resources: {totals} (catalog {plan.catalog_date}; "
         f"breakdown: gpuinfra cost {spec.stack})"
     )
     out.print(
-        f"  30 days left running would cost {usd(Decimal(summary['monthly_if_left_running_usd']))}; "
+        f"  30 days left running would cost {document_total(summary, 'monthly_if_left_running_usd').text()}; "
         f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
         f"{spec.expires_at:%Y-%m-%d %H:%M} UTC"
     )
     for path in written.scaffolded:
         out.print(f"  scaffolded {path}")
     out.print(f"  wrote {written.stack_file}")
-    missing = summary["price_not_found"]
+    missing = unpriced_lines(summary)
     if missing:
         note(
-            f"warning: the totals above leave out {len(missing)} line(s) with no price, so `gpuinfra cost "
+            f"warning: no total: {len(missing)} line(s) have no price, so `gpuinfra cost "
             f"{spec.stack}` exits 4: {'; '.join(missing)}"
         )
     if spec.cloud == "gcp" and not spec.gcp_project:

@@ -65,11 +65,10 @@ def preview(
     if as_json:
         print_json(verified.to_json())
         return
-    from decimal import Decimal
-
     from rich.tree import Tree
 
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cost.report import document_total, unpriced_lines
     from gpuinfra.rules import RULES
 
     spec, result, summary = verified.spec, verified.preview, verified.cost
@@ -86,10 +85,15 @@ def preview(
     out.print(tree)
     for note in result.notes:
         out.print(f"note: {note}")
+    hourly, run = document_total(summary, "hourly_usd"), document_total(summary, "run_usd")
+    totals = f"{hourly.text(suffix='/h')}, {run.text()}" if hourly.complete else hourly.text()
     out.print(
-        f"cost: ${Decimal(summary['hourly_usd']):,.2f}/h, ${Decimal(summary['run_usd']):,.2f} for {summary['hours']} h "
+        f"cost: {totals} for {summary['hours']} h "
         f"({summary['pricing']}, catalog {summary['catalog_date']}); breakdown: gpuinfra cost {stack}"
     )
+    missing = unpriced_lines(summary)
+    if missing:
+        out.print(f"warning: no price for {'; '.join(missing)}; `gpuinfra cost {stack}` exits 4", markup=False)
     out.print(
         f"conformance: {len(RULES)} rules checked offline, no violation "
         "(capacity and quotas are known only to the cloud)"

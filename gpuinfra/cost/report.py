@@ -5,15 +5,21 @@ JSON schema (``schema_version`` "2"): money as :func:`gpuinfra.money.usd_json` s
 "run_usd", "monthly_if_left_running_usd", "spot_savings_percent", "lines": [{"resource",
 "resource_type", "component", "unit", "quantity", "unit_price_usd", "hourly_usd", "run_usd",
 "usage_based", "price_source", "price_date", "note"}], "price_not_found", "not_priced",
-"free_resources"}``. ``quantity`` is units per hour; lines whose price is not found carry null
-prices and are listed in ``price_not_found``; ``hourly_usd`` is the sum of the priced lines.
+"free_resources", "lines_without_price"}``. ``quantity`` is units per hour; lines whose price is
+not found carry null prices and are listed in ``price_not_found``, resources with no cost model
+in ``not_priced``; ``lines_without_price`` counts both. The totals (``hourly_usd``, ``run_usd``,
+``monthly_if_left_running_usd``) are :class:`gpuinfra.money.Total`: ``null`` when
+``lines_without_price`` > 0 (a sum of the priced lines is never shown as the total), and
+``spot_savings_percent`` is null when a compute line has no price.
 Version 2 (was 1): ``monthly_usd_if_left_running`` became ``monthly_if_left_running_usd`` (every
 money key ends in ``_usd``).
 
 Diff schema (``schema_version`` "2", :func:`diff_json`): ``{"schema_version", "before", "after",
 "before_hourly_usd", "after_hourly_usd", "before_run_usd", "after_run_usd", "hourly_change_usd",
-"run_change_usd", "rows": [{"change", "resource", "component", "before_hourly_usd",
-"after_hourly_usd"}]}``. Version 2 (was 1): ``hourly_usd_change`` / ``run_usd_change`` became
+"run_change_usd", "before_price_not_found", "after_price_not_found", "rows": [{"change",
+"resource", "component", "before_hourly_usd", "after_hourly_usd"}]}``. A side with a line
+without a price has null totals and lists it in ``<side>_price_not_found``; then both changes
+are null (``cost diff`` exits 4). Version 2 (was 1): ``hourly_usd_change`` / ``run_usd_change`` became
 ``hourly_change_usd`` / ``run_change_usd``; the four totals were added.
 """
 
@@ -26,7 +32,7 @@ from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.cost.estimate import Estimate, estimate
 from gpuinfra.cost.lines import CostLine
-from gpuinfra.money import usd_json
+from gpuinfra.money import Total, usd_json
 
 SCHEMA_VERSION = "2"
 DIFF_SCHEMA_VERSION = "2"
@@ -34,22 +40,17 @@ LEFT_RUNNING_HOURS = Decimal(720)  # 30 days
 _Q = Decimal("0.000001")
 
 
-def compute_hourly(est: Estimate) -> Decimal:
-    """$/h of the compute lines (instances, GCP host + GPUs)."""
-    return sum(
-        (
-            (line.hourly_usd or Decimal(0))
-            for line in est.lines
-            if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))
-        ),
-        Decimal(0),
-    )
+def compute_hourly(est: Estimate) -> Decimal | None:
+    """$/h of the compute lines (instances, GCP host + GPUs); None when one has no price."""
+    return Total.of(
+        line.hourly_usd for line in est.lines if line.component.startswith(("Instance usage", "Machine (", "GPUs ("))
+    ).amount_usd
 
 
 def spot_savings_percent(est: Estimate, market: str) -> Decimal | None:
     """How much cheaper spot compute is than on-demand for this plan, in percent."""
     current, other = compute_hourly(est), est.alternative_compute_hourly_usd
-    if other is None or current == 0:
+    if other is None or current is None or current == 0:
         return None
     spot, on_demand = (current, other) if market == "spot" else (other, current)
     if on_demand == 0:
@@ -64,8 +65,9 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
     adds up ``lines`` gets exactly ``hourly_usd`` and ``run_usd``.
     """
     lines = [_line_json(line, hours) for line in est.lines]
-    hourly = sum((Decimal(line["hourly_usd"]) for line in lines if line["hourly_usd"] is not None), Decimal(0))
-    run = sum((Decimal(line["run_usd"]) for line in lines if line["run_usd"] is not None), Decimal(0))
+    no_model = Total.unpriced(len(est.not_priced))
+    hourly = Total.of(_amount(line["hourly_usd"]) for line in lines) + no_model
+    run = Total.of(_amount(line["run_usd"]) for line in lines) + no_model
     return {
         "schema_version": SCHEMA_VERSION,
         "stack": stack,
@@ -73,9 +75,9 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
         "catalog_date": catalog_date,
         "pricing": market,
         "hours": format(hours.normalize(), "f"),
-        "hourly_usd": usd_json(hourly),
-        "run_usd": usd_json(run),
-        "monthly_if_left_running_usd": usd_json(_left_running(est, hours)),
+        "hourly_usd": hourly.json(),
+        "run_usd": run.json(),
+        "monthly_if_left_running_usd": (_left_running(est, hours) + no_model).json(),
         "spot_savings_percent": None if (s := spot_savings_percent(est, market)) is None else str(s),
         "lines": lines,
         "price_not_found": [
@@ -83,14 +85,31 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
         ],
         "not_priced": [{"resource": n, "resource_type": t_, "reason": why} for n, t_, why in est.not_priced],
         "free_resources": est.free,
+        "lines_without_price": hourly.missing,
     }
 
 
-def _left_running(est: Estimate, hours: Decimal) -> Decimal:
+def document_total(doc: dict, key: str) -> Total:
+    """The :class:`~gpuinfra.money.Total` behind ``doc[key]`` of a :func:`to_json` document."""
+    return Total.from_json(doc[key], doc["lines_without_price"])
+
+
+def unpriced_lines(doc: dict) -> list[str]:
+    """Every line of a :func:`to_json` document without a price, a resource with no cost model too."""
+    return doc["price_not_found"] + [
+        f"{r['resource']} ({r['resource_type']}: {r['reason']})" for r in doc["not_priced"]
+    ]
+
+
+def _amount(value: str | None) -> Decimal | None:
+    return None if value is None else Decimal(value)
+
+
+def _left_running(est: Estimate, hours: Decimal) -> Total:
     """30 days of the recurring lines plus the one-time lines once."""
-    recurring = sum((line.hourly_usd or Decimal(0)) for line in est.lines if not line.one_time)
-    once = sum((line.hourly_usd or Decimal(0)) * hours for line in est.lines if line.one_time)
-    return recurring * LEFT_RUNNING_HOURS + once
+    recurring = Total.of(line.hourly_usd for line in est.lines if not line.one_time)
+    once = Total.of(line.hourly_usd for line in est.lines if line.one_time)
+    return recurring * LEFT_RUNNING_HOURS + once * hours
 
 
 def _line_json(line: CostLine, hours: Decimal) -> dict:
@@ -127,11 +146,12 @@ def _key(line: dict, stack: str) -> tuple[str, str]:
     return line["resource"].removeprefix(f"{stack}-"), line["component"].split(" (")[0]
 
 
-def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
+def diff(before: dict, after: dict) -> tuple[list[DiffRow], Total, Total]:
     """Compare two cost JSON documents by (resource role, component).
 
     Resource names are matched without their stack prefix (``a-lt`` vs ``b-lt`` are the same
-    role). Returns the rows and the changes in $/h and run total.
+    role). Returns the rows and the changes in $/h and run total (incomplete when either side
+    has a line without a price).
     """
     old = {_key(line, before["stack"]): line for line in before["lines"]}
     new = {_key(line, after["stack"]): line for line in after["lines"]}
@@ -155,8 +175,8 @@ def diff(before: dict, after: dict) -> tuple[list[DiffRow], Decimal, Decimal]:
                     bh,
                 )
             )
-    hourly_change = Decimal(after["hourly_usd"]) - Decimal(before["hourly_usd"])
-    run_change = Decimal(after["run_usd"]) - Decimal(before["run_usd"])
+    hourly_change = document_total(after, "hourly_usd") - document_total(before, "hourly_usd")
+    run_change = document_total(after, "run_usd") - document_total(before, "run_usd")
     return rows, hourly_change, run_change
 
 
@@ -175,8 +195,10 @@ def diff_json(before: dict, after: dict) -> dict:
         "after_hourly_usd": after["hourly_usd"],
         "before_run_usd": before["run_usd"],
         "after_run_usd": after["run_usd"],
-        "hourly_change_usd": usd_json(hourly_change),
-        "run_change_usd": usd_json(run_change),
+        "hourly_change_usd": hourly_change.json(),
+        "run_change_usd": run_change.json(),
+        "before_price_not_found": unpriced_lines(before),
+        "after_price_not_found": unpriced_lines(after),
         "rows": [
             {
                 "change": r.symbol,
@@ -194,7 +216,8 @@ def cost_summary(spec, resources: list) -> dict:
     """Totals of the cost preview of ``resources`` planned for ``spec`` (a ClusterSpec), for the
     stack's own run hours and pricing: ``hourly_usd``, ``run_usd``, ``monthly_if_left_running_usd``
     (:func:`gpuinfra.money.usd_json` strings), ``hours``, ``pricing``, ``catalog_date``,
-    ``price_not_found`` (as in :func:`to_json`)."""
+    ``price_not_found``, ``not_priced``, ``lines_without_price`` (as in :func:`to_json`: the
+    totals are null when ``lines_without_price`` > 0)."""
     hours = Decimal(str(spec.run_hours))
     catalog = load_catalog()
     est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)
@@ -208,6 +231,8 @@ def cost_summary(spec, resources: list) -> dict:
             "pricing",
             "catalog_date",
             "price_not_found",
+            "not_priced",
+            "lines_without_price",
             "monthly_if_left_running_usd",
         )
     }

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.cost.report import cost_summary
+from gpuinfra.cost.report import cost_summary, unpriced_lines
 from gpuinfra.errors import RuleViolationError
 from gpuinfra.rules import aws, gcp
 from gpuinfra.rules.model import ResourceGraph, Violation
@@ -132,10 +132,10 @@ def check_budget(spec: Any, resources: Iterable[Any], summary: dict | None = Non
         return []
     if summary is None:
         summary = cost_summary(spec, list(resources))
-    if summary["price_not_found"]:
+    missing = unpriced_lines(summary)
+    if missing or summary["hourly_usd"] is None:
         return [
-            violation("budget-max-price", "", f"no price for {missing}; a missing price is never $0")
-            for missing in summary["price_not_found"]
+            violation("budget-max-price", "", f"no price for {line}; a missing price is never $0") for line in missing
         ]
     hourly = Decimal(summary["hourly_usd"])
     if hourly > limit:

@@ -16,7 +16,7 @@ from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.cost.estimate import estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
-from gpuinfra.cost.report import diff_json, to_json
+from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
@@ -187,9 +187,7 @@ def check_totals(doc: dict, budget_usd: Decimal | None = None) -> None:
             fails closed, so an unpriced line is never $0 and no budget passes it.
         BudgetExceededError: ``run_usd`` is over ``budget_usd`` (exit 3).
     """
-    unpriced = doc["price_not_found"] + [
-        f"{r['resource']} ({r['resource_type']}: {r['reason']})" for r in doc["not_priced"]
-    ]
+    unpriced = unpriced_lines(doc)
     if unpriced:
         raise PriceMissingError(unpriced)
     if budget_usd is not None and Decimal(doc["run_usd"]) > budget_usd:
@@ -211,7 +209,8 @@ def cost_diff_document(
         project_dir, hours, market, usage_file: as in :func:`stack_cost_document`, for both.
 
     Returns:
-        The :func:`gpuinfra.cost.report.diff_json` document.
+        The :func:`gpuinfra.cost.report.diff_json` document (null totals and changes when a
+        side has a line without a price: :func:`check_diff_totals` refuses it).
 
     Raises:
         as :func:`stack_cost_document`.
@@ -221,3 +220,19 @@ def cost_diff_document(
         stack_cost_document(before, project_dir, hours, market, usage_file, catalog),
         stack_cost_document(after, project_dir, hours, market, usage_file, catalog),
     )
+
+
+def check_diff_totals(doc: dict) -> None:
+    """Refuse a ``cost diff`` document when either side has a line without a price: its change
+    would compare a partial sum with a total (a move into an unpriced zone is no saving).
+
+    Args:
+        doc: a :func:`cost_diff_document`.
+
+    Raises:
+        PriceMissingError: a side has a line without a price (exit 4); the message names each
+            line with its side's stack.
+    """
+    unpriced = [f"{doc[side]}: {line}" for side in ("before", "after") for line in doc[f"{side}_price_not_found"]]
+    if unpriced:
+        raise PriceMissingError(unpriced)
