@@ -50,6 +50,8 @@ import yaml
 from gpuinfra import teardown
 from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS
 from gpuinfra.bake.stack import list_bakes
+from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.estimate import node_hour_price_usd
 from gpuinfra.credentials import aws_session, check_gcp_credentials_configured
 from gpuinfra.errors import (
     CAPACITY_ERROR_MARKER,
@@ -61,7 +63,7 @@ from gpuinfra.errors import (
     SpecError,
 )
 from gpuinfra.fsutil import atomic_write_text
-from gpuinfra.money import usd_json
+from gpuinfra.money import Total, usd_json
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
@@ -623,11 +625,16 @@ class StackRow:
     spec: ClusterSpec
     status: StackStatus | None
     now: datetime
+    #: The catalog to price from (default: the one in use).
+    catalog: Catalog | None = None
 
     @property
     def price_per_hour_usd(self) -> Decimal | None:
-        """Cluster $/h recorded in the stack file."""
-        return self.spec.price_per_hour_usd
+        """Cluster compute $/h from the catalog for the stack's instance type, zone, market and
+        nodes (:func:`gpuinfra.cost.estimate.node_hour_price_usd`; never the price recorded in
+        the stack file, which anyone may edit); None when the catalog has no price."""
+        per_node = node_hour_price_usd(self.catalog or load_catalog(), self.spec)
+        return None if per_node is None else per_node * self.spec.nodes
 
     @property
     def deployed(self) -> bool | None:
@@ -638,16 +645,29 @@ class StackRow:
 
     @property
     def cost_so_far_usd(self) -> Decimal | None:
-        """$/h x hours since the last update, for deployed stacks."""
-        if (
-            not self.deployed
-            or self.status is None
-            or self.status.last_update is None
-            or self.price_per_hour_usd is None
-        ):
+        """$/h x hours since the last update, for deployed stacks (None when not deployed or
+        the catalog has no price)."""
+        hourly = self.price_per_hour_usd
+        if not self.deployed or self.status is None or self.status.last_update is None or hourly is None:
             return None
         hours = Decimal(str(max(0.0, (self.now - self.status.last_update).total_seconds() / 3600)))
-        return self.price_per_hour_usd * hours
+        return hourly * hours
+
+    def price_text(self) -> str:
+        """``$/h`` for people: the amount, or "incomplete: 1 line without a price"."""
+        return Total.of([self.price_per_hour_usd]).text()
+
+    def cost_so_far_text(self) -> str:
+        """``so far`` for people: ``-`` when not deployed (or unknown since when), the amount,
+        or "incomplete: 1 line without a price" when the catalog has no price."""
+        if not self.deployed or self.status is None or self.status.last_update is None:
+            return "-"
+        return Total.of([self.cost_so_far_usd]).text()
+
+    @property
+    def catalog_date(self) -> str:
+        """Date of the catalog the row is priced from."""
+        return (self.catalog or load_catalog()).date_for(self.spec.cloud)
 
     @property
     def expired(self) -> bool:
@@ -672,7 +692,7 @@ class StackRow:
             "deployed": self.deployed,
             "price_per_hour_usd": usd_json(self.price_per_hour_usd),
             "cost_so_far_usd": usd_json(self.cost_so_far_usd),
-            "catalog_date": None if spec.price is None else spec.price.catalog_date,
+            "catalog_date": self.catalog_date,
             "invalid": None,
         }
 
@@ -732,6 +752,7 @@ def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None
     now = now or datetime.now(UTC)
     statuses = {s.name: s for s in backend.list_stacks(project_dir)} if backend is not None else {}
     listing = StackListing([], [])
+    catalog = load_catalog()
     bakes = {b.stack for b in list_bakes(project_dir)}
     for name in stack_names(project_dir):
         if name in bakes:
@@ -742,7 +763,7 @@ def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None
             listing.invalid.append(InvalidStack(name, str(exc).replace("\n", "; ")))
             continue
         status = statuses.get(name, StackStatus(name, False, None, 0)) if backend is not None else None
-        listing.rows.append(StackRow(spec, status, now))
+        listing.rows.append(StackRow(spec, status, now, catalog))
     return listing
 
 

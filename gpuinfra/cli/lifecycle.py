@@ -174,7 +174,7 @@ def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
     """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far; unreadable stack files as invalid."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
-    from gpuinfra.cli.console import note, print_json, stdout_console, usd
+    from gpuinfra.cli.console import note, print_json, stdout_console
     from gpuinfra.errors import MissingDependencyError
     from gpuinfra.lifecycle import list_stacks
 
@@ -207,9 +207,9 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
             f"{age:.1f} h",
             ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
             {True: "yes", False: "no", None: "?"}[r.deployed],
-            usd(r.price_per_hour_usd),
-            usd(r.cost_so_far_usd),
-            "-" if r.spec.price is None else r.spec.price.catalog_date,
+            r.price_text(),
+            r.cost_so_far_text(),
+            r.catalog_date,
         )
     for bad in listing.invalid:
         table.add_row(bad.name, "INVALID", *["-"] * 8)

@@ -159,6 +159,28 @@ def _find_offer(catalog: Catalog, facts: ClusterFacts):
     return None
 
 
+def node_hour_price_usd(catalog: Catalog, spec) -> Decimal | None:
+    """One node-hour of a stack's instance type in its zone and market, from the catalog (never
+    from the stack file's recorded price, which anyone may edit): what ``ls`` and ``status``
+    price node-hours with, the same offer :func:`estimate` prices compute from.
+
+    Args:
+        catalog: the catalog in use (:func:`gpuinfra.catalog.store.load_catalog`).
+        spec: a :class:`gpuinfra.spec.ClusterSpec` (cloud, instance type, zone, GPU, market).
+
+    Returns:
+        USD per node-hour; None when the catalog has no such offer or no price in the stack's
+        market (a Capacity Block's price is set per reservation: always None).
+    """
+    if spec.capacity_block:
+        return None
+    facts = ClusterFacts(
+        spec.cloud, spec.region, spec.zone, spec.instance_type, spec.nodes, gpu=spec.gpu, gpu_count=spec.gpu_count
+    )
+    offer = _find_offer(catalog, facts)
+    return None if offer is None else offer.price_per_hour_usd("spot" if spec.spot else "on-demand")
+
+
 def _compute_lines(
     catalog: Catalog, facts: ClusterFacts, resource: str, rtype: str, market: str
 ) -> tuple[list[CostLine], Decimal | None]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from gpuinfra.errors import OperationError
+from gpuinfra.money import incomplete_text
 from gpuinfra.monitoring.status import ClusterStatus
 
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -44,7 +45,7 @@ def _usd(value, at_least=None) -> str:
         return f"${value:,.2f}"
     if at_least is not None:
         return f"unknown, at least ${at_least:,.2f} (see the notes)"
-    return "unknown (no price in the stack file)"
+    return incomplete_text(1)  # the one line status prices, node-hours, has no catalog price
 
 
 def _left(until: datetime, now: datetime) -> str:

@@ -4,12 +4,13 @@
   :data:`FRESH_SECONDS` old) and the mean of its 1-minute samples over the last hour; memory
   used now (GiB).
 * Cluster timeline: per minute, the mean and the maximum over every GPU that reported.
-* Cost so far: the stack's recorded per-node price (``spec.price``, the catalog price the stack
-  was priced with, spot or on-demand as planned) x every listed node's billed hours: from the
+* Cost so far: the catalog's per-node price for the stack's instance type, zone and market
+  (:func:`gpuinfra.cost.estimate.node_hour_price_usd`, never the price recorded in the stack
+  file, which anyone may edit) x every listed node's billed hours: from the
   start of its run (``launched_at``) to now while it runs, to its stop / termination
   (``ended_at``) once it ended; a node still starting has none (billed states below). Projected to
   the TTL: that plus every running or starting node's price x hours left until
-  ``spec.expires_at``. No recorded price: both are None (never $0). When money already spent
+  ``spec.expires_at``. No catalog price: both are None (never $0), shown as "incomplete". When money already spent
   cannot be counted -- a run's end time unknown, a node that ran before its latest start, fewer
   nodes listed than the stack has (AWS lists terminated instances for only about an hour, GCP
   none once deleted) -- both totals are None and ``*_at_least_usd`` carry the lower bound, with
@@ -25,6 +26,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.estimate import node_hour_price_usd
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
 
@@ -240,15 +243,16 @@ class Costs:
     notes: tuple[str, ...] = ()
 
 
-def costs(spec: ClusterSpec, nodes: list[Node], now: datetime) -> Costs:
-    """Cost so far and projected to the TTL from the stack's recorded per-node price (module
-    docstring); every figure None (never 0) when the stack file records no price."""
-    if spec.price is None:
+def costs(spec: ClusterSpec, nodes: list[Node], now: datetime, catalog: Catalog | None = None) -> Costs:
+    """Cost so far and projected to the TTL from the catalog's per-node price (module
+    docstring); every figure None (never 0) when the catalog has no price for the stack.
+
+    Args:
+        catalog: the catalog to price from (default: the one in use).
+    """
+    rate = node_hour_price_usd(catalog or load_catalog(), spec)
+    if rate is None:
         return Costs(None, None, None)
-    per_node = spec.price.spot_price_per_hour_usd if spec.spot else spec.price.on_demand_price_per_hour_usd
-    if per_node is None:
-        return Costs(None, None, None)
-    rate = Decimal(per_node)
     counted, notes = Decimal(0), []
     for n in nodes:
         interval = n.billed_interval(now)
@@ -292,12 +296,14 @@ def build_status(
     now: datetime,
     monitoring: bool,
     notes: list[str] | None = None,
+    catalog: Catalog | None = None,
 ) -> ClusterStatus:
-    """Assemble :class:`ClusterStatus` (see the module docstring for every figure)."""
+    """Assemble :class:`ClusterStatus` (see the module docstring for every figure; ``catalog``
+    prices the node-hours, default: the one in use)."""
     points = timeline(series)
     threshold = spec.profile.idle_gpu_utilization_percent
     since = idle_since(points, threshold)
-    money = costs(spec, nodes, now)
+    money = costs(spec, nodes, now, catalog)
     gpus = sorted((gpu_status(s, now) for s in series), key=lambda g: (g.node_id, _gpu_key(g.gpu)))
     return ClusterStatus(
         stack=spec.stack,
