@@ -41,6 +41,8 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
         "pricing": "on-demand",
         "catalog_date": "2026-08-20 (on-demand; spot undated)",
         "price_not_found": [],
+        "not_priced": [],
+        "lines_without_price": 0,
         "monthly_if_left_running_usd": "10873.175908",
     }
     assert doc["sizing"] is None and doc["warnings"] == [] and doc["stack_file"] == str(result.written.stack_file)

@@ -114,7 +114,8 @@ def test_new_warns_when_its_totals_leave_out_an_unpriced_line(run_cli, tmp_path)
         "warn",
     )
     assert result.exit_code == 0
-    assert "warning: the totals above leave out 1 line(s) with no price" in result.stderr
+    assert "warning: no total: 1 line(s) have no price" in result.stderr
+    assert "incomplete: 1 line without a price" in result.stdout
     assert "hyperdisk-balanced boot disk" in result.stderr
 
 

@@ -1,6 +1,6 @@
 """Totals, the versioned JSON schema, the text table and the diff of two estimates.
 
-JSON schema (``schema_version`` "2"): money as :func:`gpuinfra.money.usd_json` strings (6 places),
+JSON schema (``schema_version`` "3"): money as :func:`gpuinfra.money.usd_json` strings (6 places),
 ``{"schema_version", "stack", "currency", "catalog_date", "pricing", "hours", "hourly_usd",
 "run_usd", "monthly_if_left_running_usd", "spot_savings_percent", "lines": [{"resource",
 "resource_type", "component", "unit", "quantity", "unit_price_usd", "hourly_usd", "run_usd",
@@ -12,15 +12,18 @@ in ``not_priced``; ``lines_without_price`` counts both. The totals (``hourly_usd
 ``lines_without_price`` > 0 (a sum of the priced lines is never shown as the total), and
 ``spot_savings_percent`` is null when a compute line has no price.
 Version 2 (was 1): ``monthly_usd_if_left_running`` became ``monthly_if_left_running_usd`` (every
-money key ends in ``_usd``).
+money key ends in ``_usd``). Version 3 (was 2): the totals are null when a line has no price (they
+were the sum of the priced lines); ``lines_without_price`` was added.
 
-Diff schema (``schema_version`` "2", :func:`diff_json`): ``{"schema_version", "before", "after",
+Diff schema (``schema_version`` "3", :func:`diff_json`): ``{"schema_version", "before", "after",
 "before_hourly_usd", "after_hourly_usd", "before_run_usd", "after_run_usd", "hourly_change_usd",
 "run_change_usd", "before_price_not_found", "after_price_not_found", "rows": [{"change",
 "resource", "component", "before_hourly_usd", "after_hourly_usd"}]}``. A side with a line
 without a price has null totals and lists it in ``<side>_price_not_found``; then both changes
 are null (``cost diff`` exits 4). Version 2 (was 1): ``hourly_usd_change`` / ``run_usd_change`` became
-``hourly_change_usd`` / ``run_change_usd``; the four totals were added.
+``hourly_change_usd`` / ``run_change_usd``; the four totals were added. Version 3 (was 2): null
+totals and changes when a side is incomplete; ``before_price_not_found`` / ``after_price_not_found``
+were added.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from gpuinfra.cost.estimate import Estimate, estimate
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.money import Total, usd_json
 
-SCHEMA_VERSION = "2"
-DIFF_SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+DIFF_SCHEMA_VERSION = "3"
 LEFT_RUNNING_HOURS = Decimal(720)  # 30 days
 _Q = Decimal("0.000001")
 

@@ -63,7 +63,7 @@ def test_gp3_root_disk_price_per_hour(run_cli, tmp_path):
 def test_json_totals_are_the_sum_of_lines_and_schema(run_cli, tmp_path):
     doc = _cost(run_cli, tmp_path, _new(run_cli, tmp_path, "--gpus", "8xH100", "--nodes", "2", "--cloud", "aws"))
     assert (
-        doc["schema_version"] == "2"
+        doc["schema_version"] == "3"
         and doc["currency"] == "USD"
         and doc["catalog_date"] == "undated (imported 2026-11-22)"
     )
@@ -122,7 +122,8 @@ def test_price_not_found_is_counted_not_zero(run_cli, tmp_path):
     assert compute["unit_price_usd"] is None and compute["hourly_usd"] is None
     assert len(cost["price_not_found"]) == 1 and "Capacity Block" in cost["price_not_found"][0]
     result = run_cli("cost", stack, "--project-dir", str(tmp_path))
-    assert "1 line(s) with no price (not counted in the total)" in result.stdout and "not found" in result.stdout
+    assert "1 line(s) with no price (so no total)" in result.stdout and "not found" in result.stdout
+    assert "total: incomplete: 1 line without a price" in result.stdout
     # money fails closed: no total passes for one, and no budget passes it
     assert result.exit_code == 4
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: price-known: no price for cb-fleet")
@@ -150,7 +151,7 @@ def test_cost_diff(run_cli, tmp_path):
     doc = json.loads(run_cli("cost", "diff", a, b, "--project-dir", str(tmp_path), "--json").stdout)
     changed = {(r["change"], r["component"].split(" (")[0]) for r in doc["rows"]}
     assert ("~", "Instance usage") in changed and ("~", "EBS gp3 root volume") in changed
-    assert doc["schema_version"] == "2" and (doc["before"], doc["after"]) == ("a", "b")
+    assert doc["schema_version"] == "3" and (doc["before"], doc["after"]) == ("a", "b")
     assert Decimal(doc["hourly_change_usd"]) > 2 * Decimal("21.95764")
     assert Decimal(doc["hourly_change_usd"]) == Decimal(doc["after_hourly_usd"]) - Decimal(doc["before_hourly_usd"])
     assert Decimal(doc["run_change_usd"]) == Decimal(doc["after_run_usd"]) - Decimal(doc["before_run_usd"])

@@ -15,6 +15,7 @@ from gpuinfra.planner import PlanRequest
 from gpuinfra.services.cost_document import (
     check_budget,
     check_hours,
+    check_diff_totals,
     check_totals,
     cost_diff_document,
     preview_file_cost_document,
@@ -69,7 +70,7 @@ def test_profile_run_hours():
 
 def test_stack_cost_document_exact_totals(p4d_project):
     doc = stack_cost_document("one", p4d_project)
-    assert (doc["schema_version"], doc["stack"], doc["pricing"], doc["hours"]) == ("2", "one", "on-demand", "24")
+    assert (doc["schema_version"], doc["stack"], doc["pricing"], doc["hours"]) == ("3", "one", "on-demand", "24")
     # GPU monitoring adds $0.022107/h to the p4d: 42 custom metrics x $0.30 / 730 h, the dashboard
     # $3 / 730 h, one alarm metric $0.10 / 730 h, 60 PutMetricData an hour at $0.01 per 1,000;
     # the versioned bucket's noncurrent versions at most the 500 GB it holds: 500 x $0.023 / 730 h
@@ -115,7 +116,7 @@ def test_preview_file_document_takes_the_files_stack_and_hours():
 def test_cost_diff_document(p4d_project):
     doc = cost_diff_document("one", "two", p4d_project)
     assert {k: v for k, v in doc.items() if k != "rows"} == {
-        "schema_version": "2",
+        "schema_version": "3",
         "before": "one",
         "after": "two",
         "before_hourly_usd": "22.345671",
@@ -124,6 +125,8 @@ def test_cost_diff_document(p4d_project):
         "after_run_usd": "1064.165110",
         "hourly_change_usd": "21.994542",
         "run_change_usd": "527.868993",
+        "before_price_not_found": [],
+        "after_price_not_found": [],
     }
     fleet = next(row for row in doc["rows"] if row["resource"] == "fleet")
     assert fleet == {
@@ -141,6 +144,9 @@ def _doc(stack, hourly, *lines):
         "hourly_usd": hourly,
         "run_usd": str(Decimal(hourly) * 10),
         "lines": [{"resource": f"{stack}-{r}", "component": c, "hourly_usd": h} for r, c, h in lines],
+        "price_not_found": [],
+        "not_priced": [],
+        "lines_without_price": 0,
     }
 
 
@@ -169,3 +175,16 @@ def test_diff_json_of_small_documents():
             "after_hourly_usd": "0.500000",
         },
     ]
+
+
+def test_diff_json_with_an_incomplete_side_has_no_change():
+    """One side's NAT line has no price: its total is null, and so is every change (no saving
+    is computed against a partial sum), with the line named on its side."""
+    before = _doc("a", "3.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"))
+    after = _doc("b", "2.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("nat", "NAT gateway", None))
+    after.update(hourly_usd=None, run_usd=None, price_not_found=["b-nat: NAT gateway (no price)"], lines_without_price=1)
+    doc = diff_json(before, after)
+    assert (doc["hourly_change_usd"], doc["run_change_usd"], doc["after_hourly_usd"]) == (None, None, None)
+    assert (doc["before_price_not_found"], doc["after_price_not_found"]) == ([], ["b-nat: NAT gateway (no price)"])
+    with pytest.raises(PriceMissingError, match="no price for b: b-nat: NAT gateway"):
+        check_diff_totals(doc)

@@ -1,11 +1,13 @@
 """The figures of `gpuinfra status` from small hand-made inputs: hour means, the idle run, cost so
-far from the recorded per-node price and launch times, and the sparkline."""
+far from the catalog's per-node price and launch times, and the sparkline."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
+from gpuinfra.catalog.store import load_catalog
 from gpuinfra.monitoring.render import sparkline, summary_lines
 from gpuinfra.monitoring.status import GpuSeries, Node, build_status, idle_since
 from gpuinfra.services.monitoring_sources import aws_node, gcp_node
@@ -137,11 +139,24 @@ def test_gcp_last_stop_and_restart_from_instances_list():
     assert (restarted.ended_at, restarted.earlier_runs) == (None, True)  # lastStartTimestamp drops the first run
 
 
-def test_no_recorded_price_is_unknown_never_zero():
-    spec = make_spec("p4d.24xlarge").model_copy(update={"price": None})
-    status = build_status(spec, [Node("i-1", "running", NOW - timedelta(hours=1))], [], NOW, True)
+def test_node_hours_are_priced_from_the_catalog_not_the_stack_file():
+    """A hand-edited price in the stack file changes nothing: the p4d.24xlarge node-hour is the
+    catalog's on-demand price, $21.95764 in us-east-1 (https://aws.amazon.com/ec2/pricing/on-demand/)."""
+    spec = make_spec("p4d.24xlarge")
+    edited = spec.model_copy(update={"price": spec.price.model_copy(update={"on_demand_price_per_hour_usd": "0.01"})})
+    status = build_status(edited, [Node("i-1", "running", NOW - timedelta(hours=1))], [], NOW, True)
+    assert status.price_per_node_hour_usd == Decimal("21.95764") and status.cost_so_far_usd == Decimal("21.95764")
+
+
+def test_no_catalog_price_is_incomplete_never_zero():
+    spec = make_spec("p4d.24xlarge")
+    catalog = load_catalog()
+    without = replace(catalog, offers=tuple(o for o in catalog.offers if o.instance_type != spec.instance_type))
+    status = build_status(spec, [Node("i-1", "running", NOW - timedelta(hours=1))], [], NOW, True, catalog=without)
     assert (status.cost_so_far_usd, status.projected_to_ttl_usd) == (None, None)
-    assert status.to_dict()["cost_so_far_usd"] is None
+    assert status.to_dict()["cost_so_far_usd"] is None and status.to_dict()["price_per_node_hour_usd"] is None
+    cost_line = next(line for line in summary_lines(status) if line.startswith("cost so far"))
+    assert "incomplete: 1 line without a price" in cost_line and "$" not in cost_line
 
 
 def test_idle_run_is_the_trailing_minutes_under_the_threshold():
