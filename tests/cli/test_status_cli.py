@@ -11,6 +11,7 @@ from decimal import Decimal
 
 import boto3
 import pytest
+import yaml
 
 from gpuinfra import lifecycle
 from gpuinfra.services import monitoring_sources as sources
@@ -505,3 +506,30 @@ def test_gcp_server_error_is_exit_7_and_forbidden_exit_6(run_cli, tmp_path, monk
             result = run_cli("status", "gwatch", "--project-dir", str(tmp_path))
         assert (result.exit_code, result.stdout) == (exit_code, ""), result.stderr
         assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
+
+
+def test_status_prices_from_the_catalog_and_says_incomplete_without_a_price(run_cli, aws_env, aws_project, monkeypatch):
+    """A hand-edited price in the stack file is not used: the node-hour is the catalog's
+    p5.48xlarge on-demand price in us-east-1, $55.04 (https://aws.amazon.com/ec2/pricing/on-demand/);
+    moved by hand into a zone with no offer, the stack has no price: null in JSON, "incomplete"
+    in the text, never $0."""
+    (_i1, launched), _ = _launch(aws_env, _stack_id(aws_project), 2)
+    now = launched.astimezone(UTC).replace(microsecond=0) + timedelta(minutes=30)
+    namespace = f"gpuinfra/{_stack_id(aws_project)}"
+    monkeypatch.setattr(lifecycle, "make_backend", lambda: Backend({"monitoring_namespace": namespace}))
+    monkeypatch.setattr(sources, "utc_now", lambda: now)
+    path = aws_project / "stacks" / "Pulumi.watch.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gpuinfra:cluster"]["price"]["on_demand_price_per_hour_usd"] = "0.01"
+    path.write_text(yaml.safe_dump(doc))
+    edited = json.loads(run_cli("status", "watch", "--json", "--project-dir", str(aws_project)).stdout)
+    assert edited["price_per_node_hour_usd"] == "55.040000" and Decimal(edited["cost_so_far_usd"]) > 50
+    doc["config"]["gpuinfra:cluster"]["zone"] = "use1-az9"  # no p5 offer there
+    path.write_text(yaml.safe_dump(doc))
+    moved = run_cli("status", "watch", "--json", "--project-dir", str(aws_project))
+    assert moved.exit_code == 0, moved.stderr
+    figures = json.loads(moved.stdout)
+    assert [k for k in ("price_per_node_hour_usd", "cost_so_far_usd", "projected_to_ttl_usd") if figures[k]] == []
+    text = run_cli("status", "watch", "--project-dir", str(aws_project)).stdout
+    cost_line = next(line for line in text.splitlines() if "cost so far" in line)
+    assert "cost so far incomplete: 1 line without a price" in cost_line and "$" not in cost_line
