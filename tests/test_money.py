@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuinfra.money import usd_json
+from gpuinfra.money import Total, usd_json
 
 
 @pytest.mark.parametrize(
@@ -32,3 +32,20 @@ def test_usd_json(value, text):
 def test_usd_json_refuses_floats_and_other_types(value):
     with pytest.raises(TypeError, match="USD amounts must be Decimal or int"):
         usd_json(value)
+
+
+def test_a_total_with_a_missing_price_has_no_amount_and_stays_incomplete():
+    """One unpriced line makes the total unknown, through every sum, difference and scaling:
+    never the sum of the other lines (money fails closed)."""
+    priced = Total.of([Decimal("21.95764"), Decimal("0.08")])
+    gap = Total.of([Decimal("21.95764"), None, None])
+    assert (priced.amount_usd, priced.json(), priced.complete) == (Decimal("22.03764"), "22.037640", True)
+    assert (gap.amount_usd, gap.missing, gap.json()) == (None, 2, None)
+    assert (priced - gap).json() is None and (gap - priced).missing == 2 and (gap + gap).missing == 4
+    assert (gap * 24).json() is None and (priced * 24).json() == "528.903360"
+    assert gap.text(suffix="/h") == "incomplete: 2 lines without a price"
+    assert Total.unpriced(1).text() == "incomplete: 1 line without a price"
+    assert priced.text(suffix="/h") == "$22.04/h" and (Total.of([]) - priced).text(signed=True) == "-$22.04"
+    assert Total.from_json("22.037640", 0) == priced and Total.from_json("22.037640", 1).json() is None
+    with pytest.raises(ValueError):
+        Total(Decimal(1), missing=1)
