@@ -85,7 +85,9 @@ def print_cost_table(doc: dict) -> None:
             f"total: {hourly.text(suffix='/h')}, {run.text()} for {doc['hours']} h "
             f"(* usage-based: profile defaults or --usage)"
         )
-        out.print(f"warning: left running for 30 days this costs {document_total(doc, 'monthly_if_left_running_usd').text()}")
+        out.print(
+            f"warning: left running for 30 days this costs {document_total(doc, 'monthly_if_left_running_usd').text()}"
+        )
     else:
         out.print(f"total: {hourly.text()} (* usage-based: profile defaults or --usage)")
     if doc["spot_savings_percent"] is not None:
@@ -96,8 +98,7 @@ def print_cost_table(doc: dict) -> None:
         )
     if doc["price_not_found"]:
         out.print(
-            f"{len(doc['price_not_found'])} line(s) with no price (so no total): "
-            + "; ".join(doc["price_not_found"])
+            f"{len(doc['price_not_found'])} line(s) with no price (so no total): " + "; ".join(doc["price_not_found"])
         )
     if doc["not_priced"]:
         out.print(

@@ -14,8 +14,8 @@ from gpuinfra.newstack import NewStackRequest, create_stack
 from gpuinfra.planner import PlanRequest
 from gpuinfra.services.cost_document import (
     check_budget,
-    check_hours,
     check_diff_totals,
+    check_hours,
     check_totals,
     cost_diff_document,
     preview_file_cost_document,
@@ -182,7 +182,9 @@ def test_diff_json_with_an_incomplete_side_has_no_change():
     is computed against a partial sum), with the line named on its side."""
     before = _doc("a", "3.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"))
     after = _doc("b", "2.000000", ("fleet", "Instance usage (on-demand, x)", "2.000000"), ("nat", "NAT gateway", None))
-    after.update(hourly_usd=None, run_usd=None, price_not_found=["b-nat: NAT gateway (no price)"], lines_without_price=1)
+    after.update(
+        hourly_usd=None, run_usd=None, price_not_found=["b-nat: NAT gateway (no price)"], lines_without_price=1
+    )
     doc = diff_json(before, after)
     assert (doc["hourly_change_usd"], doc["run_change_usd"], doc["after_hourly_usd"]) == (None, None, None)
     assert (doc["before_price_not_found"], doc["after_price_not_found"]) == ([], ["b-nat: NAT gateway (no price)"])
