@@ -51,7 +51,6 @@ from gpuinfra import teardown
 from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS
 from gpuinfra.bake.stack import list_bakes
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.cost.estimate import node_hour_price_usd
 from gpuinfra.credentials import aws_session, check_gcp_credentials_configured
 from gpuinfra.errors import (
     CAPACITY_ERROR_MARKER,
@@ -631,9 +630,9 @@ class StackRow:
     @property
     def price_per_hour_usd(self) -> Decimal | None:
         """Cluster compute $/h from the catalog for the stack's instance type, zone, market and
-        nodes (:func:`gpuinfra.cost.estimate.node_hour_price_usd`; never the price recorded in
+        nodes (:meth:`gpuinfra.catalog.store.Catalog.node_hour_price_usd`; never the price recorded in
         the stack file, which anyone may edit); None when the catalog has no price."""
-        per_node = node_hour_price_usd(self.catalog or load_catalog(), self.spec)
+        per_node = (self.catalog or load_catalog()).node_hour_price_usd(self.spec)
         return None if per_node is None else per_node * self.spec.nodes
 
     @property

@@ -17,6 +17,7 @@ import csv
 import json
 import os
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,6 +80,43 @@ class Catalog:
     def fact(self, cloud: str, instance_type: str) -> InstanceFacts | None:
         """Facts of a type, or None when the catalog has none."""
         return self.facts.get((cloud, instance_type))
+
+    def find_offer(
+        self,
+        cloud: str,
+        instance_type: str | None,
+        zone: str | None,
+        gpu: str | None = None,
+        gpu_count: int | None = None,
+    ) -> Offer | None:
+        """The offer of ``instance_type`` in ``zone`` (with ``gpu`` x ``gpu_count`` when given), or None."""
+        for offer in self.offers:
+            if (
+                offer.cloud == cloud
+                and offer.instance_type == instance_type
+                and offer.zone == zone
+                and (gpu is None or (offer.gpu == gpu and offer.gpu_count == gpu_count))
+            ):
+                return offer
+        return None
+
+    def node_hour_price_usd(self, spec) -> Decimal | None:
+        """One node-hour of a stack's instance type in its zone and market, from this catalog
+        (never from the stack file's recorded price, which anyone may edit): what ``ls`` and
+        ``status`` price node-hours with, the offer ``cost`` prices compute from.
+
+        Args:
+            spec: a :class:`gpuinfra.spec.ClusterSpec` (``cloud``, ``instance_type``, ``zone``,
+                ``gpu``, ``gpu_count``, ``spot``, ``capacity_block``).
+
+        Returns:
+            USD per node-hour; None when there is no such offer or no price in the stack's market
+            (a Capacity Block's price is set per reservation: always None).
+        """
+        if spec.capacity_block:
+            return None
+        offer = self.find_offer(spec.cloud, spec.instance_type, spec.zone, spec.gpu, spec.gpu_count)
+        return None if offer is None else offer.price_per_hour_usd("spot" if spec.spot else "on-demand")
 
     def regions(self, cloud: str | None = None) -> list[str]:
         """Sorted regions with at least one offer (of ``cloud`` when given)."""

@@ -148,37 +148,7 @@ def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
 
 
 def _find_offer(catalog: Catalog, facts: ClusterFacts):
-    for offer in catalog.offers:
-        if (
-            offer.cloud == facts.cloud
-            and offer.instance_type == facts.instance_type
-            and offer.zone == facts.zone
-            and (facts.gpu is None or (offer.gpu == facts.gpu and offer.gpu_count == facts.gpu_count))
-        ):
-            return offer
-    return None
-
-
-def node_hour_price_usd(catalog: Catalog, spec) -> Decimal | None:
-    """One node-hour of a stack's instance type in its zone and market, from the catalog (never
-    from the stack file's recorded price, which anyone may edit): what ``ls`` and ``status``
-    price node-hours with, the same offer :func:`estimate` prices compute from.
-
-    Args:
-        catalog: the catalog in use (:func:`gpuinfra.catalog.store.load_catalog`).
-        spec: a :class:`gpuinfra.spec.ClusterSpec` (cloud, instance type, zone, GPU, market).
-
-    Returns:
-        USD per node-hour; None when the catalog has no such offer or no price in the stack's
-        market (a Capacity Block's price is set per reservation: always None).
-    """
-    if spec.capacity_block:
-        return None
-    facts = ClusterFacts(
-        spec.cloud, spec.region, spec.zone, spec.instance_type, spec.nodes, gpu=spec.gpu, gpu_count=spec.gpu_count
-    )
-    offer = _find_offer(catalog, facts)
-    return None if offer is None else offer.price_per_hour_usd("spot" if spec.spot else "on-demand")
+    return catalog.find_offer(facts.cloud, facts.instance_type, facts.zone, facts.gpu, facts.gpu_count)
 
 
 def _compute_lines(

@@ -5,7 +5,7 @@
   used now (GiB).
 * Cluster timeline: per minute, the mean and the maximum over every GPU that reported.
 * Cost so far: the catalog's per-node price for the stack's instance type, zone and market
-  (:func:`gpuinfra.cost.estimate.node_hour_price_usd`, never the price recorded in the stack
+  (:meth:`gpuinfra.catalog.store.Catalog.node_hour_price_usd`, never the price recorded in the stack
   file, which anyone may edit) x every listed node's billed hours: from the
   start of its run (``launched_at``) to now while it runs, to its stop / termination
   (``ended_at``) once it ended; a node still starting has none (billed states below). Projected to
@@ -27,7 +27,6 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.cost.estimate import node_hour_price_usd
 from gpuinfra.money import usd_json
 from gpuinfra.spec import ClusterSpec
 
@@ -250,7 +249,7 @@ def costs(spec: ClusterSpec, nodes: list[Node], now: datetime, catalog: Catalog 
     Args:
         catalog: the catalog to price from (default: the one in use).
     """
-    rate = node_hour_price_usd(catalog or load_catalog(), spec)
+    rate = (catalog or load_catalog()).node_hour_price_usd(spec)
     if rate is None:
         return Costs(None, None, None)
     counted, notes = Decimal(0), []
