@@ -87,7 +87,9 @@ class Total:
     def from_json(cls, value: str | None, missing: int) -> Total:
         """A total read back from a document: ``value`` as written by :meth:`json` (None when
         incomplete) and the document's count of lines without a price."""
-        return cls(None, missing) if missing or value is None else cls(Decimal(value))
+        if value is None:  # a null total is incomplete even where the count is missing
+            return cls(None, max(missing, 1))
+        return cls(None, missing) if missing else cls(Decimal(value))
 
     @property
     def complete(self) -> bool:
