@@ -52,7 +52,5 @@ def test_a_total_with_a_missing_price_has_no_amount_and_stays_incomplete():
 
 
 def test_a_null_total_read_back_is_incomplete_whatever_its_count():
-    from gpuinfra.money import Total
-
     assert Total.from_json(None, 0).text() == "incomplete: 1 line without a price"
     assert Total.from_json(None, 3).missing == 3 and Total.from_json("1.500000", 0).text() == "$1.50"
