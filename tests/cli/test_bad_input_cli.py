@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.bake.conftest import GCP_BASE, NGC
+
 
 def _files(folder: Path) -> dict[str, float]:
     """Every file under ``folder`` with its modification time (to prove nothing was written)."""
@@ -374,9 +376,9 @@ def test_command_line_mistakes_are_one_line_too(run_cli, args, message):
             "--gcp-project",
             "my-proj-123",
             "--base-image",
-            "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+            GCP_BASE,
             "--container-base",
-            "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64,
+            NGC,
         ),
     ],
 )
