@@ -10,10 +10,9 @@ import yaml
 
 from gpuinfra.bake.preview import check_bake, run_bake_preview
 from gpuinfra.stackfile import read_stack_spec
+from tests.bake.conftest import GCP_BASE, NGC
 from tests.blueprints.helpers import preview
 
-NGC = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64
-DLVM = "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020"
 OWN = "projects/my-proj-123/global/images/ubuntu-2204-gcp-tcpx-nvidia-570-v1"
 BUILT = "projects/my-proj-123/global/images/gpuinfra-bake-a3-highgpu-8g-20261123t000000z"
 
@@ -58,7 +57,7 @@ def _new(run_cli, project: Path, name: str, *extra: str):
 
 
 def test_a_public_base_image_is_refused_with_the_reason(run_cli, tmp_path):
-    result = _bake(run_cli, tmp_path, DLVM)
+    result = _bake(run_cli, tmp_path, GCP_BASE)
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert "needs the linux-gcp-tcpx kernel, which no public image carries" in result.stderr
     assert not (tmp_path / "stacks").exists()

@@ -19,9 +19,7 @@ from decimal import Decimal
 import pytest
 
 from gpuinfra.bake.cost import bake_cost, bake_cost_lines
-
-NGC = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64
-GCP_BASE = "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020"
+from tests.bake.conftest import GCP_BASE, NGC
 
 
 def test_a3_mega_bake_in_us_central1_every_line_priced(a3mega_bake):

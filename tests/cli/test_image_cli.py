@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-NGC = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64
-AMI = "ami-0123456789abcdef0"
+from tests.bake.conftest import AMI, GCP_BASE, NGC
+
 BUILT = "ami-0fedcba9876543210"
 
 
@@ -114,7 +114,7 @@ def test_image_cost_exit_4_when_a_price_is_missing(run_cli, tmp_path):
         "--region",
         "europe-west4",
         "--base-image",
-        "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+        GCP_BASE,
         "--container-base",
         NGC,
         "--project-dir",
@@ -140,7 +140,7 @@ def test_gcp_cluster_from_a_bake_takes_its_cloud_type_and_image(run_cli, tmp_pat
             "--gcp-project",
             "my-proj-123",
             "--base-image",
-            "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+            GCP_BASE,
             "--container-base",
             NGC,
             "--region",

@@ -16,6 +16,7 @@ import yaml
 from gpuinfra import lifecycle
 from gpuinfra.errors import MissingDependencyError, OperationError
 from gpuinfra.lifecycle import StackStatus
+from tests.bake.conftest import GCP_BASE, NGC
 from tests.conftest import without_aws_credentials
 
 
@@ -326,7 +327,6 @@ def test_up_refuses_a_stack_whose_ttl_is_over(run_cli, project, monkeypatch):
 
 
 # ------------------------------------------------------------------------- image bakes
-NGC = "nvcr.io/nvidia/pytorch:25.01-py3@sha256:" + "a" * 64
 BASE_AMI = "ami-0123456789abcdef0"
 BUILT_AMI = "ami-0fedcba9876543210"
 
@@ -544,7 +544,7 @@ GCP_BAKE = (
     "--gcp-project",
     "my-proj-123",
     "--base-image",
-    "projects/deeplearning-platform-release/global/images/common-cu128-ubuntu-2204-nvidia-570-v20251020",
+    GCP_BASE,
     "--container-base",
     NGC,
 )
