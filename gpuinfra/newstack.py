@@ -133,7 +133,7 @@ class NewStackResult:
             "run_cost_usd": usd_json(self.plan.run_cost_usd),
             "catalog_date": self.plan.catalog_date,
             "expires_at": spec.expires_at.isoformat(),
-            "next": f"pulumi up -s {spec.stack}",
+            "next": f"gpuinfra up {spec.stack}",
             "resources": len(self.verified.preview.resources),
             "cost": self.verified.cost,
             "data": None if spec.data is None else spec.data.model_dump(mode="json"),

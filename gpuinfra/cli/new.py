@@ -199,5 +199,7 @@ def new(
             f"{spec.stack}` exits 4: {'; '.join(missing)}"
         )
     if spec.cloud == "gcp" and not spec.gcp_project:
-        note(f"warning: no GCP project set; before `pulumi up` run: pulumi config set gcp:project <id> -s {spec.stack}")
-    out.print(f"next: gpuinfra preview {spec.stack}   then   pulumi up -s {spec.stack}")
+        note(
+            f"warning: no GCP project set; before `gpuinfra up` run: pulumi config set gcp:project <id> -s {spec.stack}"
+        )
+    out.print(f"next: gpuinfra preview {spec.stack}   then   gpuinfra up {spec.stack}")

@@ -98,4 +98,4 @@ def preview(
         f"conformance: {len(RULES)} rules checked offline, no violation "
         "(capacity and quotas are known only to the cloud)"
     )
-    out.print(f"next: pulumi up -s {stack}")
+    out.print(f"next: gpuinfra up {stack}")

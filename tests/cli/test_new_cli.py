@@ -46,8 +46,16 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     # + GPU monitoring (one alert condition at $1.50/month and the agent's series: tests/monitoring)
     # + noncurrent checkpoint versions, at most the 500 GB bucket once more: 500 x $0.020 / 730 = $0.0137/h
     assert "compute: $14.69/h ($3.673/GPU-h); all 21 resources: $15.21/h, $365.08 for a 24 h run" in result.stdout
-    assert "next: gpuinfra preview gcp-4xa100   then   pulumi up -s gcp-4xa100" in result.stdout
+    assert "next: gpuinfra preview gcp-4xa100   then   gpuinfra up gcp-4xa100" in result.stdout
     assert "catalog 2026-08-20 (on-demand; spot undated)" in stack.read_text()
+    # the header points at gpuinfra's own up/down (they check TTL, formation and sync checkpoints);
+    # plain Pulumi is named only as the path that skips those
+    header = [line for line in stack.read_text().splitlines() if line.startswith("#")]
+    assert any(line.startswith("#                 gpuinfra up gcp-4xa100 ") for line in header)
+    assert any(line.startswith("# Destroy after training: gpuinfra down gcp-4xa100 ") for line in header)
+    assert [line for line in header if "pulumi up" in line or "pulumi destroy" in line] == [
+        "# `pulumi up` / `pulumi destroy -s gcp-4xa100` work too but skip those checks and the sync."
+    ]
 
 
 def test_new_never_overwrites_without_force(run_cli, tmp_path):
@@ -71,6 +79,7 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     assert data["price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal("21.957640")
     assert data["run_cost_usd"] == "526.983360"  # 24 h of the llm-finetune profile x $21.95764/h
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
+    assert data["next"] == f"gpuinfra up {data['stack']}"
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
     assert doc["config"]["aws:region"] == "us-east-1"
     by_type = json.loads(

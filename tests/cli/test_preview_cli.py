@@ -51,7 +51,7 @@ def test_preview_tree_names_key_inputs(run_cli, tmp_path):
     out = run_cli("preview", "p4", "--project-dir", str(tmp_path)).stdout
     assert "gpuinfra:aws:GpuCluster p4" in out
     assert "NICs=4 (1 efa, 3 efa-only; cards 0..3)" in out and "httpTokens=required" in out
-    assert "strategy=cluster" in out and "next: pulumi up -s p4" in out
+    assert "strategy=cluster" in out and "next: gpuinfra up p4" in out
 
 
 def test_preview_of_an_unknown_stack(run_cli, tmp_path):
