@@ -18,8 +18,9 @@ from gpuinfra import __version__
 from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, SpecError
 from gpuinfra.fsutil import NewFiles, folder_problem
 from gpuinfra.planner import Plan
-from gpuinfra.spec import NAME_SUFFIX_RE, ClusterSpec
+from gpuinfra.spec import NAME_SUFFIX_RE, ClusterSpec, check_stack_name
 from gpuinfra.templating import render
+from gpuinfra.userfile import read_user_file
 
 PROJECT_NAME = "gpuinfra"
 STACKS_DIRNAME = "stacks"
@@ -93,25 +94,42 @@ def render_stack(
     return text
 
 
+def read_stack_config(project_dir: Path, stack: str) -> dict:
+    """The ``config`` mapping of ``stacks/Pulumi.<stack>.yaml``, read through the one user-file
+    reader (:func:`gpuinfra.userfile.read_user_file`: UTF-8 YAML, no duplicate keys, bounded
+    depth and alias expansion, finite numbers, no symlink out of the project folder).
+
+    Raises:
+        SpecError: a name Pulumi does not allow for a stack, no such stack file (the message lists
+            the stacks there), or a file that is not a stack file (one line naming the file and
+            the problem).
+    """
+    path = stack_file_path(project_dir, check_stack_name(stack))
+    if not path.exists() and not path.is_symlink():
+        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
+        hint = f" Stacks in {path.parent}: {', '.join(known)}." if known else ""
+        raise SpecError(f"no stack {stack!r}: {path} does not exist.{hint}")
+    doc = read_user_file(path, kind="stack file", error=SpecError, root=Path(project_dir))
+    config = doc.get("config")
+    if not isinstance(config, dict):
+        raise SpecError(f"stack file {path}: 'config' must be a mapping of Pulumi config keys")
+    return config
+
+
 def read_stack_spec(project_dir: Path, stack: str) -> ClusterSpec:
     """Read ``gpuinfra:cluster`` back from a stack file.
 
     Raises:
-        SpecError: no such stack file, not YAML, an invalid spec, or a spec whose ``stack`` is
-            not the name in the file name (Pulumi picks the file by the stack's name).
+        SpecError: no such stack file, not a readable stack file (:func:`read_stack_config`), an
+            invalid spec, or a spec whose ``stack`` is not the name in the file name (Pulumi
+            picks the file by the stack's name).
     """
     path = stack_file_path(project_dir, stack)
-    if not path.is_file():
-        known = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
-        hint = f" Stacks in {path.parent}: {', '.join(known)}." if known else ""
-        raise SpecError(f"no stack {stack!r}: {path} does not exist.{hint}")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path} is not valid YAML: {exc}") from None
-    value = (doc.get("config") or {}).get("gpuinfra:cluster")
+    value = read_stack_config(project_dir, stack).get("gpuinfra:cluster")
     if value is None:
         raise SpecError(f"{path} has no gpuinfra:cluster config (was it written by `gpuinfra new`?)")
+    if not isinstance(value, dict):
+        raise SpecError(f"stack file {path}: gpuinfra:cluster must be a mapping, not {type(value).__name__}")
     spec = ClusterSpec.from_config(value)
     if spec.stack != stack:
         raise SpecError(
@@ -138,9 +156,8 @@ def recorded_name_suffix(project_dir: Path, stack: str) -> str | None:
     """The ``gpuinfra:cluster.name_suffix`` an existing stack file holds, or None (no file, not
     readable, none recorded): ``new --force`` keeps it, so the stack's cloud names never change."""
     try:
-        doc = yaml.safe_load(stack_file_path(project_dir, stack).read_text()) or {}
-        suffix = doc["config"]["gpuinfra:cluster"].get("name_suffix")
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+        suffix = read_stack_config(project_dir, stack)["gpuinfra:cluster"].get("name_suffix")
+    except (SpecError, KeyError, TypeError, AttributeError):
         return None
     return suffix if isinstance(suffix, str) and NAME_SUFFIX_RE.match(suffix) else None
 

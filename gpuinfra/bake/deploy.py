@@ -35,16 +35,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import yaml
-
 from gpuinfra.bake import BAKE_CONFIG_KEY, IMAGE_CONFIG_KEY, gcp_api
 from gpuinfra.bake.gcp_api import GcpApis
 from gpuinfra.bake.model import GCP_LABEL_PREFIX, BakeSpec
 from gpuinfra.bake.render import image_family, image_name_prefix
 from gpuinfra.bake.stack import record_result
 from gpuinfra.credentials import aws_session, no_aws_credentials
-from gpuinfra.errors import MissingDependencyError, OperationError
-from gpuinfra.stackfile import STACKS_DIRNAME, stack_file_path
+from gpuinfra.errors import MissingDependencyError, OperationError, SpecError
+from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_config, stack_file_path
 
 #: ``<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:<tag>]`` (ECR registry URI format,
 #: docs.aws.amazon.com/AmazonECR/latest/userguide/Registries.html).
@@ -67,13 +65,11 @@ _AWS_ACCESS = (
 def is_bake_stack(project_dir: Path, name: str) -> bool:
     """True when ``stacks/Pulumi.<name>.yaml`` holds ``gpuinfra:bake`` (parsed, not validated);
     False for a cluster stack, a missing or unreadable file."""
-    path = stack_file_path(Path(project_dir), name)
     try:
-        doc = yaml.safe_load(path.read_text()) if path.is_file() else None
-    except (OSError, yaml.YAMLError):
+        config = read_stack_config(Path(project_dir), name)
+    except SpecError:
         return False
-    config = doc.get("config") if isinstance(doc, dict) else None
-    return isinstance(config, dict) and f"gpuinfra:{BAKE_CONFIG_KEY}" in config
+    return f"gpuinfra:{BAKE_CONFIG_KEY}" in config
 
 
 def ecr_digest_reference(ecr, container_uri: str) -> str:
@@ -393,8 +389,8 @@ def clusters_using(project_dir: Path, image_id: str) -> list[str]:
     found = []
     for path in sorted((Path(project_dir) / STACKS_DIRNAME).glob("Pulumi.*.yaml")):
         try:
-            config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-        except (OSError, yaml.YAMLError, AttributeError):
+            config = read_stack_config(Path(project_dir), path.name[len("Pulumi.") : -len(".yaml")])
+        except SpecError:
             continue
         cluster = config.get("gpuinfra:cluster") if isinstance(config, dict) else None
         image = config.get(f"gpuinfra:{IMAGE_CONFIG_KEY}") if isinstance(config, dict) else None

@@ -28,7 +28,7 @@ from gpuinfra.errors import BakeError, FileExistsGpuinfraError, ProjectDirError,
 from gpuinfra.fsutil import NewFiles, atomic_write_text, folder_problem
 from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
 from gpuinfra.spec import BakedImageRef
-from gpuinfra.stackfile import stack_file_path
+from gpuinfra.stackfile import read_stack_config, stack_file_path
 
 #: ``gpuinfra new --image`` value naming a bake.
 BAKED_PREFIX = "baked:"
@@ -95,15 +95,13 @@ def read_bake(project_dir: Path, name: str) -> BakeSpec:
         SpecError: an invalid ``gpuinfra:bake``.
     """
     path = stack_file_path(project_dir, name)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise BakeError(f"no bake {name!r}: {path} does not exist (create it with `gpuinfra image bake`)")
-    try:
-        doc = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise SpecError(f"{path} is not valid YAML: {exc}") from None
-    value = (doc.get("config") or {}).get(f"gpuinfra:{BAKE_CONFIG_KEY}")
+    value = read_stack_config(project_dir, name).get(f"gpuinfra:{BAKE_CONFIG_KEY}")
     if value is None:
         raise BakeError(f"{path} is not a bake stack (no gpuinfra:{BAKE_CONFIG_KEY})")
+    if not isinstance(value, dict):
+        raise SpecError(f"stack file {path}: gpuinfra:{BAKE_CONFIG_KEY} must be a mapping, not {type(value).__name__}")
     return BakeSpec.from_config(value)
 
 
@@ -211,13 +209,24 @@ def baked_image_targets(project_dir: Path, value: str) -> tuple[str, tuple[str, 
 def list_bakes(project_dir: Path) -> list[BakeSpec]:
     """Every bake stack of the project (files with ``gpuinfra:bake``), by name; cluster stacks
     and unreadable files are skipped."""
-    found = []
+    return bake_listing(project_dir)[0]
+
+
+def bake_listing(project_dir: Path) -> tuple[list[BakeSpec], list[tuple[str, str]]]:
+    """``gpuinfra image ls``: the project's bakes by name, and ``(name, reason)`` of every stack
+    file that is unreadable as a stack file (so it could be a bake) or is a bake with an invalid
+    ``gpuinfra:bake``. Cluster stacks are left out (``gpuinfra ls`` lists them)."""
+    found: list[BakeSpec] = []
+    invalid: list[tuple[str, str]] = []
     for path in sorted((Path(project_dir) / "stacks").glob("Pulumi.*.yaml")):
+        name = path.name[len("Pulumi.") : -len(".yaml")]
         try:
-            found.append(read_bake(project_dir, path.name[len("Pulumi.") : -len(".yaml")]))
-        except (BakeError, SpecError):
-            continue
-    return found
+            found.append(read_bake(project_dir, name))
+        except BakeError:
+            continue  # a cluster stack
+        except SpecError as exc:
+            invalid.append((name, str(exc).replace("\n", "; ")))
+    return found, invalid
 
 
 def baked_image(project_dir: Path, value: str, cloud: str, instance_type: str, region: str) -> BakedImage:

@@ -18,11 +18,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from gpuinfra.errors import UsageError
+from gpuinfra.userfile import read_user_file
 
 DATA_DIR = Path(__file__).parent / "data"
 #: Infracost/AWS/GCP convention: a month is 730 hours.
 HOURS_PER_MONTH = Decimal(730)
 USAGE_KEYS = ("bucket_storage_gb", "internet_egress_gb", "nat_processed_gb")
+#: Largest usage quantity a usage file may give, in GB: 10^9 GB is an exabyte, beyond any one
+#: training run, and keeps every product with a price exact in Decimal arithmetic.
+MAX_USAGE_QUANTITY = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -161,20 +165,13 @@ def usage_for(profile: str | None, usage_file: Path | None = None) -> dict[str, 
     """
     usage = {k: Decimal(str(v)) for k, v in _defaults().get(profile or "", _defaults()["dev"]).items()}
     if usage_file is not None:
-        try:
-            doc = yaml.safe_load(Path(usage_file).read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"cannot read usage file {usage_file}: {exc}") from None
-        if not isinstance(doc, dict):
-            raise UsageError(f"usage file {usage_file} must be a mapping of {', '.join(USAGE_KEYS)}")
+        doc = read_user_file(Path(usage_file), kind="usage file", error=UsageError, empty={})
         for key, value in doc.items():
             if key not in USAGE_KEYS:
                 raise UsageError(f"unknown usage key {key!r} in {usage_file}; allowed: {', '.join(USAGE_KEYS)}")
-            try:
-                number = Decimal(str(value))
-            except Exception:
-                raise UsageError(f"usage {key} in {usage_file} must be a number, got {value!r}") from None
-            if number < 0:
-                raise UsageError(f"usage {key} in {usage_file} must be >= 0, got {value}")
-            usage[key] = number
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UsageError(f"usage {key} in {usage_file} must be a number, got {value!r}")
+            if not 0 <= value <= MAX_USAGE_QUANTITY:
+                raise UsageError(f"usage {key} in {usage_file} must be from 0 to {MAX_USAGE_QUANTITY:,}, got {value}")
+            usage[key] = Decimal(str(value))
     return usage

@@ -166,12 +166,12 @@ def cost(
 
 @app.command("ls")
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
-    """List the project's bakes: cloud, family, fabric, recorded image id."""
+    """List the project's bakes: cloud, family, fabric, recorded image id; unreadable stack files as invalid."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
-    from gpuinfra.bake.stack import list_bakes
+    from gpuinfra.bake.stack import bake_listing
     from gpuinfra.cli.console import print_json, stdout_console
 
-    bakes = list_bakes(project_dir)
+    bakes, invalid = bake_listing(project_dir)
     rows = [
         {
             "name": b.stack,
@@ -180,14 +180,21 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
             "fabric": b.manifest.fabric,
             "image_id": b.result.image_id if b.result else None,
             "manifest_sha256": b.manifest.sha256,
+            "invalid": None,
         }
         for b in bakes
+    ] + [
+        {"name": name, **dict.fromkeys(("cloud", "family", "fabric", "image_id", "manifest_sha256")), "invalid": reason}
+        for name, reason in invalid
     ]
     if as_json:
         print_json(rows)
         return
     out = stdout_console()
     for row in rows:
+        if row["invalid"]:
+            out.print(f"{row['name']}  INVALID  {row['invalid']}", markup=False)
+            continue
         out.print(
             f"{row['name']}  {row['cloud']} {row['family']} ({row['fabric']})  "
             f"{row['image_id'] or 'not built yet (gpuinfra up ' + str(row['name']) + ')'}",

@@ -15,12 +15,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gpuinfra.errors import ProfileError, SpecError
 from gpuinfra.fsutil import folder_problem
 from gpuinfra.oci import check_image_reference
+from gpuinfra.userfile import read_user_file
 
 BUILTIN_PROFILES_FILE = Path(__file__).parent / "data" / "profiles.yaml"
 DEFAULT_PROFILE = "llm-finetune"
@@ -182,16 +182,19 @@ class Profile(_Strict):
 
 
 def _read_profiles_file(path: Path) -> dict[str, Profile]:
-    try:
-        doc = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"cannot read profiles file {path}: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ProfileError(f"profiles file {path} must map profile names to settings")
+    doc = read_user_file(path, kind="profiles file", error=ProfileError)
     profiles = {}
     for name, settings in doc.items():
+        if not isinstance(name, str):
+            raise ProfileError(f"profiles file {path}: profile name {name!r} must be a string")
         if not isinstance(settings, dict):
             raise ProfileError(f"profile {name!r} in {path} must be a mapping of settings")
+        odd = [key for key in settings if not isinstance(key, str) or key == "name"]
+        if odd:
+            raise ProfileError(
+                f"profile {name!r} in {path}: {odd[0]!r} is not a setting (a profile's name is its key in the "
+                f"file; settings are: {', '.join(sorted(f for f in Profile.model_fields if f != 'name'))})"
+            )
         try:
             profiles[str(name)] = Profile(name=str(name), **settings)
         except ValidationError as exc:
