@@ -101,10 +101,19 @@ def split_uri(uri: str) -> tuple[str, str, str]:
     Raises:
         DataSourceError: another scheme or no bucket.
     """
-    match = re.match(r"^(s3|gs)://([a-z0-9][a-z0-9._-]{1,221}[a-z0-9])(?:/(.*))?$", uri or "")
-    if not match:
+    form = re.match(r"^(s3|gs)://([^/]*)(?:/(.*))?$", uri or "")
+    if not form:
         raise DataSourceError(f"--data {uri!r} must be s3://bucket[/prefix] or gs://bucket[/prefix]")
-    return ("aws" if match.group(1) == "s3" else "gcp"), match.group(2), match.group(3) or ""
+    bucket = form.group(2)
+    # S3: 3-63 characters of a-z, 0-9, '.', '-', starting and ending with a letter or digit
+    # (docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html); GCS: the same, up
+    # to 222 with dots (cloud.google.com/storage/docs/buckets#naming), '_' allowed
+    if not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,221}[a-z0-9]", bucket):
+        raise DataSourceError(
+            f"--data {uri!r}: bucket name {bucket!r} is not a bucket name: use 3-63 (GCS with dots: up to 222) "
+            "lowercase letters, digits, '.', '-' (and '_' on GCS), starting and ending with a letter or digit"
+        )
+    return ("aws" if form.group(1) == "s3" else "gcp"), bucket, form.group(3) or ""
 
 
 def resolve_data_set(

@@ -33,7 +33,7 @@ from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.datasource import resolve_data_set
-from gpuinfra.errors import NoOfferError, RequestError
+from gpuinfra.errors import NoOfferError, RequestError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
@@ -177,7 +177,10 @@ def create_stack(
                 "--capacity-reservation, not both"
             )
 
-        profile = profile or PROFILE_FOR_METHOD[request.method or "full"]
+        method = request.method or "full"
+        if method not in PROFILE_FOR_METHOD:
+            raise SizingError(f"--method must be one of {', '.join(PROFILE_FOR_METHOD)}, got {method!r}")
+        profile = profile or PROFILE_FOR_METHOD[method]
     elif request.method:
         raise RequestError("--method goes with --model or --params")
     resolved = get_profile(profile or DEFAULT_PROFILE, request.profiles_dir)

@@ -410,11 +410,24 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
     pricing = query.market
     bigger = [c for c in by_count if c > request.gpu_count]
     if by_count and all(c < request.gpu_count or c > MAX_ROUND_UP_FACTOR * request.gpu_count for c in by_count):
-        advice = (
-            f" Ask for --gpus {min(bigger)}x{request.gpu} to take the next size."
-            if bigger
-            else f" No {request.gpu} machine has {request.gpu_count} GPUs per node; use more nodes."
+        elsewhere = sorted(
+            {
+                o.instance_type
+                for o in catalog.offers
+                if o.gpu == request.gpu and request.gpu_count <= o.gpu_count <= MAX_ROUND_UP_FACTOR * request.gpu_count
+            }
         )
+        if bigger:
+            advice = f" Ask for --gpus {min(bigger)}x{request.gpu} to take the next size."
+        elif query.instance_type and elsewhere:
+            advice = (
+                f" {request.gpu_count}x{request.gpu} per node needs another type ({', '.join(elsewhere[:3])}): "
+                f"drop --instance-type, or ask for fewer GPUs per node and more nodes."
+            )
+        elif elsewhere:
+            advice = f" {', '.join(elsewhere[:3])} carry {request.gpu_count}x{request.gpu} elsewhere: widen --cloud/--region/--zone."
+        else:
+            advice = f" No {request.gpu} machine has {request.gpu_count} GPUs per node; use more nodes."
         return (
             (
                 f"no offer {where} fits {request.gpu_count}x{request.gpu} per node: {listing} "

@@ -21,9 +21,6 @@ from gpuinfra.catalog.store import GpuModel, load_gpu_models
 from gpuinfra.errors import RequestError
 
 MAX_GPUS_PER_NODE = 64
-#: gpuinfra's own cap on nodes: the node subnets hold one address per node (AWS 10.0.0.0/18,
-#: GCP 10.128.0.0/20 in ``blueprints/*/plan.py``).
-MAX_NODES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +62,12 @@ CLOUD_NODE_LIMITS = {
     ),
 }
 
+#: The most nodes any request may name: the larger of the clouds' one-request limits (the node
+#: subnets, AWS 10.0.0.0/18 and GCP 10.128.0.0/20 in ``blueprints/*/plan.py``, hold more). A
+#: count up to 1,000 times that is refused later by the cloud's own limit (with its source,
+#: :func:`gpuinfra.offers.find_offers`); one beyond is refused at once, naming both limits.
+MAX_NODES = max(limit.nodes for limit in CLOUD_NODE_LIMITS.values())
+
 _COUNT_FIRST = re.compile(r"^(?P<count>[+-]?\d+)\s*[x*]\s*(?P<model>[a-z0-9][a-z0-9_-]*)$", re.I | re.A)
 _MODEL_FIRST = re.compile(r"^(?P<model>[a-z0-9][a-z0-9_-]*?)\s*:\s*(?P<count>[+-]?\d+)$", re.I | re.A)
 _BARE_MODEL = re.compile(r"^(?P<model>[a-z][a-z0-9_-]*)$", re.I | re.A)
@@ -80,7 +83,7 @@ class GpuRequest:
     Attributes:
         gpu: canonical GPU model name (``A100-80GB``).
         gpu_count: GPUs per node, 1..64.
-        nodes: number of nodes, 1..4096.
+        nodes: number of nodes, 1..:data:`MAX_NODES`.
     """
 
     gpu: str
@@ -121,8 +124,13 @@ def resolve_gpu_name(text: str) -> str:
     if key in table:
         return table[key]
     known = ", ".join(m.name for m in models)
-    close = difflib.get_close_matches(key, list(table), n=1, cutoff=0.6)
-    hint = f" Did you mean {table[close[0]]}?" if close else ""
+    # a name of the same family first (B100 -> B200, A100-160GB -> A100-80GB), then any close one
+    family = [name for name in table if name[:1] == key[:1]]
+    close = difflib.get_close_matches(key, family, n=4, cutoff=0.5) or difflib.get_close_matches(
+        key, list(table), n=1, cutoff=0.6
+    )
+    suggestions = list(dict.fromkeys(table[name] for name in close))[:2]
+    hint = f" Did you mean {' or '.join(suggestions)}?" if suggestions else ""
     raise RequestError(f"unknown GPU {text.strip()!r}.{hint} Known GPUs: {known}.")
 
 
@@ -131,7 +139,7 @@ def parse_gpu_spec(spec: str, nodes: int = 1) -> GpuRequest:
 
     Args:
         spec: see the module grammar.
-        nodes: node count, 1..4096.
+        nodes: node count, 1..:data:`MAX_NODES`.
 
     Raises:
         RequestError: any malformed input (never another exception type); the message
@@ -139,8 +147,9 @@ def parse_gpu_spec(spec: str, nodes: int = 1) -> GpuRequest:
     """
     if not isinstance(spec, str):
         raise RequestError(f"GPU spec must be text like {_EXAMPLES}")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
-        raise RequestError(f"--nodes must be a whole number from 1 to {MAX_NODES}, got {nodes!r}")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= 1000 * MAX_NODES:
+        limits = "; ".join(f"{cloud}: {limit.nodes:,} {limit.what}" for cloud, limit in CLOUD_NODE_LIMITS.items())
+        raise RequestError(f"--nodes must be a whole number from 1 to {MAX_NODES:,} ({limits}), got {nodes!r}")
     text = spec.strip()
     if not text:
         raise RequestError(f"empty GPU spec; use a form like {_EXAMPLES}")

@@ -133,5 +133,5 @@ def test_gpu_request_from_gpus_or_instance_type():
     assert gpu_request(cat, None, "p4d.24xlarge", None, 3) == parse_gpu_spec("8xA100", 3)
     with pytest.raises(RequestError, match=r"^give --gpus \(e.g. 4xA100\) or --instance-type \(e.g. p4d.24xlarge\)$"):
         gpu_request(cat, None, None, None, 1)
-    with pytest.raises(RequestError, match="--nodes must be a whole number from 1 to 4096, got 0"):
+    with pytest.raises(RequestError, match="--nodes must be a whole number from 1 to 1,000 .*, got 0"):
         gpu_request(cat, None, "p4d.24xlarge", None, 0)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from gpuinfra.cli import options
+
 app = typer.Typer(help="Inspect or rebuild the instance/price catalog.", no_args_is_help=True)
 
 
@@ -39,13 +41,7 @@ def refresh(
     regions: str | None = typer.Option(
         None, "--regions", help="Comma-separated regions (default: all enabled).", show_default=False
     ),
-    gcp_project: str | None = typer.Option(
-        None,
-        "--gcp-project",
-        envvar="GOOGLE_CLOUD_PROJECT",
-        help="Project for the Compute machine-types call.",
-        show_default=False,
-    ),
+    gcp_project: str | None = options.gcp_project_option("Project for the Compute machine-types call."),
     accept_price_cuts: bool = typer.Option(
         False,
         "--accept-price-cuts",

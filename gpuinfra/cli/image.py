@@ -63,9 +63,7 @@ def bake(
         None, "--region", help="Build and image region (default us-east-1 / us-central1).", show_default=False
     ),
     zone: str | None = typer.Option(None, "--zone", help="GCP build zone (default <region>-a).", show_default=False),
-    gcp_project: str | None = typer.Option(
-        None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help="GCP project of the image.", show_default=False
-    ),
+    gcp_project: str | None = options.gcp_project_option("GCP project of the image."),
     profile: str | None = typer.Option(
         None, "--profile", help="Workload profile (container image and driver branch defaults).", show_default=False
     ),

@@ -31,6 +31,26 @@ def _profiles_folder(value: Path | None) -> Path | None:
     return check_profiles_folder(value)
 
 
+def _gcp_project(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
+    """``--gcp-project`` or ``$GOOGLE_CLOUD_PROJECT``: a value from the environment is checked
+    here, so a bad one is reported as the variable's, not as a flag the user never gave."""
+    source = ctx.get_parameter_source(param.name or "")
+    # compared by name: typer ships its own copy of click, whose ParameterSource is another enum
+    if value is not None and getattr(source, "name", None) == "ENVIRONMENT":
+        # imported on use: CLI start-up time
+        from gpuinfra.spec import check_gcp_project_id
+
+        check_gcp_project_id(value, flag="$GOOGLE_CLOUD_PROJECT (no --gcp-project given)")
+    return value
+
+
+def gcp_project_option(help_text: str):
+    """A ``--gcp-project`` option that falls back to ``$GOOGLE_CLOUD_PROJECT`` (see :func:`_gcp_project`)."""
+    return typer.Option(
+        None, "--gcp-project", envvar="GOOGLE_CLOUD_PROJECT", help=help_text, show_default=False, callback=_gcp_project
+    )
+
+
 ProfilesDir: Path | None = typer.Option(
     None,
     "--profiles-dir",

@@ -84,11 +84,13 @@ def size(
     from gpuinfra.cli.console import print_json, stdout_console
     from gpuinfra.errors import SizingError
     from gpuinfra.offers import OfferScope
+    from gpuinfra.sizing.checkpoint import check_interruption_rate
     from gpuinfra.sizing.recommend import nothing_fits, sizing_request
     from gpuinfra.sizing.report import size_document, size_markets
 
-    if nodes < 1 or interruption_rate <= 0:
-        raise SizingError(f"--nodes must be >= 1 and --interruption-rate > 0, got {nodes} and {interruption_rate}")
+    if nodes < 1:
+        raise SizingError(f"--nodes must be >= 1, got {nodes}")
+    check_interruption_rate(interruption_rate)
     req = sizing_request(
         model,
         params,
@@ -132,6 +134,8 @@ def size(
             out.print(f"  CPU memory per node for offload: {doc['cpu_memory_per_node_gib']:.1f} GiB")
     if doc.get("interconnect_note"):
         out.print(f"note: {doc['interconnect_note']}")
+    if doc.get("offer_note"):
+        out.print(f"note: {doc['offer_note']}")
     if doc["candidates"]:
         ranked = (
             "cost to finish" if doc["ranked_by"] == "run_cost_usd" else "$/h (give --tokens to rank by cost to finish)"

@@ -29,10 +29,31 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpuinfra.errors import SizingError
+
 NOTICE_SECONDS = {"aws": 120, "gcp": 30}
 #: Interruptions per node per hour assumed when the user gives none (an input, not a fact:
 #: AWS Spot Instance Advisor publishes monthly frequency buckets per type and region).
 DEFAULT_INTERRUPTIONS_PER_NODE_HOUR = 0.05
+#: Most interruptions per node-hour a plan takes: one an hour per node is already far beyond
+#: the highest band of the AWS Spot Instance Advisor (">20%" of instances interrupted per month,
+#: aws.amazon.com/ec2/spot/instance-advisor/), so a larger rate is a typo, not a forecast.
+MAX_INTERRUPTIONS_PER_NODE_HOUR = 1.0
+
+
+def check_interruption_rate(rate: float) -> float:
+    """Return ``rate`` (interruptions per node-hour) if it is a finite number in
+    (0, :data:`MAX_INTERRUPTIONS_PER_NODE_HOUR`].
+
+    Raises:
+        SizingError: NaN, infinite, zero, negative or over the bound (one line, exit 2).
+    """
+    if not math.isfinite(rate) or not 0 < rate <= MAX_INTERRUPTIONS_PER_NODE_HOUR:
+        raise SizingError(
+            f"--interruption-rate must be a number above 0 and at most {MAX_INTERRUPTIONS_PER_NODE_HOUR:g} "
+            f"interruptions per node-hour, got {rate}"
+        )
+    return rate
 
 
 @dataclass(frozen=True)

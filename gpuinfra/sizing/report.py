@@ -7,7 +7,9 @@ Document (``gpuinfra size --json``; USD as :func:`gpuinfra.money.usd_json` strin
 "scope": {"cloud", "region", "markets"} (where configurations were looked for, and the markets
 they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, best first), "fits",
 "recommendation", "next_command" (:func:`next_command`; None when nothing fits),
-"interconnect_note", "checkpoint_plan"}`` and, when a configuration was
+"interconnect_note", "offer_note" (with ``gpus``: no machine in the scope carries that many
+GPUs per node, even rounded up as ``gpuinfra new`` would; the recommendation is then the best
+fitting configuration instead), "checkpoint_plan"}`` and, when a configuration was
 evaluated, ``"gpus", "nodes", "total_gpus", "memory_per_gpu_gib", "gpu_memory_gib",
 "cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...}, "training_hours",
 "compute_hours", "communication_hours", "mfu", "mfu_source", "run_cost_usd",
@@ -22,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.offers import OfferScope, validate_location
+from gpuinfra.offers import MAX_ROUND_UP_FACTOR, OfferScope, validate_location
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
 from gpuinfra.sizing.recommend import (
@@ -110,6 +112,7 @@ def size_document(
         "catalog_date": catalog.catalog_date,
         "candidates": [candidate_json(c) for c in ranked[:SHOWN_CANDIDATES]],
         "interconnect_note": None,
+        "offer_note": None,
         "checkpoint_plan": None,
     }
     chosen: Candidate | None
@@ -135,13 +138,24 @@ def size_document(
         )
         if offer is not None:
             chosen = priced(chosen, offer, nodes)
+        shapes = cheapest_offers(catalog, False, scope) if multi else offers
+        if not any(
+            gpu == request.gpu and request.gpu_count <= count <= MAX_ROUND_UP_FACTOR * request.gpu_count
+            for gpu, count in shapes
+        ):
+            sold = sorted(count for gpu, count in shapes if gpu == request.gpu)
+            doc["offer_note"] = (
+                f"no machine carries {request.gpu_count}x{request.gpu} per node{scope.describe()} "
+                f"(`gpuinfra new` rounds up at most {MAX_ROUND_UP_FACTOR}x; {request.gpu} per node there: "
+                f"{', '.join(map(str, sold)) or 'none'})"
+            )
     else:
         chosen = ranked[0] if ranked else None
     if chosen is None:
         doc.update(fits=False, recommendation=None, memory_per_gpu_gib=None, gpu_memory_gib=None, breakdown=None)
         return doc
     view = candidate_json(chosen)
-    usable = chosen.fits and doc["interconnect_note"] is None
+    usable = chosen.fits and doc["interconnect_note"] is None and doc["offer_note"] is None
     best = chosen if usable else (ranked[0] if ranked else None)
     doc.update(
         gpus=view["gpus"],

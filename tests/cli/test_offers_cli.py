@@ -84,7 +84,11 @@ def test_aws_table_puts_p4d_first_with_round_up_note(run_cli):
     [
         (["--gpus", "3xH100", "--cloud", "aws"], 4, "error: no offer on aws fits 3xH100 per node"),
         (["--gpus", "4xZ100"], 2, "error: unknown GPU 'Z100'. Did you mean V100?"),
-        (["--gpus", "4xA100", "--nodes", "0"], 2, "error: --nodes must be a whole number from 1 to 4096, got 0"),
+        (
+            ["--gpus", "4xA100", "--nodes", "0"],
+            2,
+            "error: --nodes must be a whole number from 1 to 1,000 (aws: 1,000 instances",
+        ),
         (["--gpus", "4xA100", "--region", "mars-1"], 2, "error: unknown region 'mars-1'."),
         (["--gpus", "4x"], 2, "error: malformed GPU spec '4x'"),
         (["--gpus", "x4"], 2, "error: malformed GPU spec 'x4'"),
