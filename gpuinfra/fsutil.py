@@ -46,9 +46,12 @@ def folder_problem(path: Path) -> str | None:
     """Why ``path`` cannot be used as an existing folder ("does not exist", "is a file, not a
     folder"), or None when it is a folder."""
     path = Path(path)
-    if path.is_dir():
-        return None
-    return "is a file, not a folder" if path.exists() else "does not exist"
+    try:
+        if path.is_dir():
+            return None
+        return "is a file, not a folder" if path.exists() else "does not exist"
+    except OSError as exc:  # e.g. ENAMETOOLONG: a path longer than the file system takes
+        return f"cannot be used: {exc.strerror or exc}"
 
 
 class NewFiles:

@@ -94,6 +94,21 @@ def render_stack(
     return text
 
 
+def check_project_to_list(project_dir: Path) -> None:
+    """A ``--project-dir`` a listing (``ls``, ``reap``, ``image ls``) can read: an existing folder
+    whose ``stacks`` is a folder or absent (no stacks yet); a typo is refused, never "0 stacks".
+
+    Raises:
+        ProjectDirError: the folder does not exist or is a file, or its ``stacks`` is a file (exit 2).
+    """
+    problem = folder_problem(Path(project_dir))
+    if problem:
+        raise ProjectDirError(f"--project-dir {project_dir} {problem}")
+    stacks = Path(project_dir) / STACKS_DIRNAME
+    if stacks.exists() and not stacks.is_dir():
+        raise ProjectDirError(f"{stacks} is a file, not a folder: stack files live in the folder {STACKS_DIRNAME}/")
+
+
 def read_stack_config(project_dir: Path, stack: str) -> dict:
     """The ``config`` mapping of ``stacks/Pulumi.<stack>.yaml``, read through the one user-file
     reader (:func:`gpuinfra.userfile.read_user_file`: UTF-8 YAML, no duplicate keys, bounded
@@ -148,7 +163,11 @@ def check_stack_free(project_dir: Path, stack: str) -> None:
         FileExistsGpuinfraError: ``stacks/Pulumi.<stack>.yaml`` exists (exit 5); nothing is written.
     """
     target = stack_file_path(project_dir, stack)
-    if target.exists():
+    try:
+        exists = target.exists()
+    except OSError as exc:  # e.g. ENAMETOOLONG
+        raise ProjectDirError(f"--project-dir {project_dir} cannot be used: {exc.strerror or exc}") from None
+    if exists:
         raise _exists(target)
 
 

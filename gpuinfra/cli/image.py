@@ -168,7 +168,9 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.stack import bake_listing
     from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.stackfile import check_project_to_list
 
+    check_project_to_list(Path(project_dir))
     bakes, invalid = bake_listing(project_dir)
     rows = [
         {

@@ -58,8 +58,8 @@ def up(
     if is_bake_stack(Path(project_dir), stack):
         _up_bake(stack, replace_nodes, Path(project_dir))
         return
+    spec = read_stack_spec(project_dir, stack)  # first: "no stack X" comes before anything about Pulumi
     backend = _backend()
-    spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
     out = stdout_console()
     out.print(
@@ -82,8 +82,8 @@ def _up_bake(stack: str, replace_nodes: bool, project_dir: Path) -> None:
         raise RequestError(
             f"--replace-nodes is for cluster stacks; {stack!r} is an image bake (no nodes): run `gpuinfra up {stack}`"
         )
-    backend = _backend()
     spec = read_bake(project_dir, stack)
+    backend = _backend()
     check_credentials(spec.cloud)
     m = spec.manifest
     work = (
@@ -118,8 +118,8 @@ def down(
     if is_bake_stack(Path(project_dir), stack):
         _down_bake(stack, delete_data, Path(project_dir))
         return
+    spec = read_stack_spec(project_dir, stack)  # first: "no stack X" comes before anything about Pulumi
     backend = _backend()
-    spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
     out = stdout_console()
 
@@ -160,8 +160,8 @@ def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
             f"--delete-data is for cluster stacks (their data bucket); {stack!r} is an image bake, which "
             f"has none; nothing was destroyed: run `gpuinfra down {stack}`"
         )
-    backend = _backend()
     spec = read_bake(project_dir, stack)
+    backend = _backend()
     check_credentials(spec.cloud)
     out = stdout_console()
     out.print(f"down {stack}: destroying the bake's build resources; its image is kept", markup=False)
@@ -177,7 +177,9 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     from gpuinfra.cli.console import note, print_json, stdout_console
     from gpuinfra.errors import MissingDependencyError
     from gpuinfra.lifecycle import list_stacks
+    from gpuinfra.stackfile import check_project_to_list
 
+    check_project_to_list(Path(project_dir))
     try:
         backend = _backend()
     except MissingDependencyError as exc:
@@ -234,9 +236,11 @@ def reap(
     from gpuinfra.cli.console import stdout_console
     from gpuinfra.errors import RequestError
     from gpuinfra.lifecycle import list_stacks, reap_error, reap_expired
+    from gpuinfra.stackfile import check_project_to_list
 
     if not expired:
         raise RequestError("reap needs --expired (the only selection so far); add --dry-run to see the list first")
+    check_project_to_list(Path(project_dir))
     backend = _backend()
     out = stdout_console()
     listing = list_stacks(Path(project_dir), backend)

@@ -20,7 +20,24 @@ InstanceType = typer.Option(None, "--instance-type", help="Restrict to one insta
 Nodes = typer.Option(1, "--nodes", help="Number of nodes; --gpus counts GPUs per node.")
 LocalZones = typer.Option(False, "--include-local-zones", help="Also consider AWS Local Zones.")
 Json = typer.Option(False, "--json", help="Print JSON on stdout instead of a table.")
-ProjectDir = typer.Option(Path("."), "--project-dir", help="Pulumi project folder (stacks/ lives here).")
+
+
+def _project_dir(value: Path) -> Path:
+    """``--project-dir``: a path the file system takes, with room for ``stacks/Pulumi.<stack>.yaml``
+    of the longest stack name (100 characters); whether it must exist is each command's matter."""
+    # imported on use: CLI start-up time
+    from gpuinfra.errors import ProjectDirError
+
+    try:
+        (Path(value) / "stacks" / f"Pulumi.{'x' * 100}.yaml").exists()
+    except OSError as exc:  # ENAMETOOLONG: too long for the file system
+        raise ProjectDirError(f"--project-dir {str(value)[:80]}... cannot be used: {exc.strerror or exc}") from None
+    return value
+
+
+ProjectDir = typer.Option(
+    Path("."), "--project-dir", help="Pulumi project folder (stacks/ lives here).", callback=_project_dir
+)
 
 
 def _profiles_folder(value: Path | None) -> Path | None:

@@ -106,3 +106,35 @@ def test_size_of_a_shape_new_rounds_up_is_kept(run_cli):
     # 3xA100-80GB: `new` takes a 4-GPU machine (round-up within 2x), so the configuration stands
     doc = json.loads(run_cli("size", "--params", "1B", "--gpus", "3xA100-80GB", "--json").stdout)
     assert doc["offer_note"] is None and doc["recommendation"]["gpus"] == "3xA100-80GB"
+
+
+@pytest.mark.parametrize("command", [("up",), ("down", "--yes")])
+def test_up_or_down_of_a_stack_that_does_not_exist_says_so_before_anything_about_pulumi(
+    run_cli, tmp_path, monkeypatch, command
+):
+    # even where the Pulumi CLI is missing (exit 6 otherwise), the first thing wrong is the name
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    assert run_cli("new", "--gpus", "1xL4", "--name", "real", "--project-dir", str(tmp_path)).exit_code == 0
+    result = run_cli(command[0], "nonexistent", *command[1:], "--project-dir", str(tmp_path))
+    _refused(result, 2, "no stack 'nonexistent'", "Stacks in", "real")
+    assert "Pulumi CLI" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [("ls",), ("image", "ls"), ("reap", "--expired", "--dry-run")])
+def test_listing_a_project_dir_that_is_not_there_is_refused_not_zero_stacks(run_cli, tmp_path, command):
+    _refused(
+        run_cli(*command, "--project-dir", str(tmp_path / "nope")),
+        2,
+        f"--project-dir {tmp_path / 'nope'} does not exist",
+    )
+    (tmp_path / "stacks").write_text("a file where the folder belongs")
+    _refused(run_cli(*command, "--project-dir", str(tmp_path)), 2, f"{tmp_path / 'stacks'} is a file, not a folder")
+
+
+@pytest.mark.parametrize(
+    "command", [("new", "--gpus", "4xA100", "--name", "lp"), ("ls",), ("cost", "x"), ("preview", "x")]
+)
+def test_a_project_dir_longer_than_the_file_system_takes(run_cli, tmp_path, command):
+    deep = tmp_path.joinpath(*["d" * 200] * 25)  # about 5,000 characters: over Linux's PATH_MAX of 4,096
+    _refused(run_cli(*command, "--project-dir", str(deep)), 2, "cannot be used: File name too long")
+    assert list(tmp_path.iterdir()) == []
