@@ -49,6 +49,7 @@ from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
 from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
 from gpuinfra.spec import (
+    check_run_hours,
     CAPACITY_BLOCK_END_MARGIN,
     ClusterSpec,
     DataSource,
@@ -346,8 +347,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         check_gcp_project_id(request.gcp_project)
     if request.capacity_reservation is not None:
         request = _with_reservation(request)
-    if request.hours is not None and not 0 < request.hours <= 8760:
-        raise RequestError(f"--hours must be more than 0 and at most 8760, got {request.hours}")
+    check_run_hours(request.hours)
     gpu_request = offer_gpu_request(catalog, request.gpus, request.instance_type, request.cloud, request.nodes)
     if request.spot and profile.spot.policy == "forbidden":
         raise RequestError(

@@ -290,7 +290,9 @@ def estimate(
             if (inputs.get("versioning") or {}).get("enabled"):
                 lines.append(_noncurrent_line(name, t, cloud, reg, usage, "gcs_standard_per_gb_month"))
         elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
-            lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""))
+            lines += _gcp_template_disks(
+                name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""), chosen
+            )
         elif t == "gcp:compute/routerNat:RouterNat":
             per_vm = price("gcp", "cloud_nat_per_vm_hour", reg)
             cap = price_cap("gcp", "cloud_nat_per_vm_hour")
@@ -465,11 +467,14 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
     return lines
 
 
-def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine) -> list[CostLine]:
+def _gcp_template_disks(
+    name: str, t: str, inputs: dict, facts: ClusterFacts, machine, market: str
+) -> list[CostLine]:
     """Boot disk and local SSD lines; local SSDs that come with the machine type
     (``InstanceFacts.local_ssd.bundled_count``) are in the machine price. Attached local SSDs
     of Spot VMs are priced at the Spot rate (cloud.google.com/compute/disks-image-pricing,
-    "Local SSD pricing")."""
+    "Local SSD pricing"); ``market`` is the market being priced (``cost --spot`` on an
+    on-demand plan prices them at the Spot rate, as its compute)."""
     lines = []
     reg, nodes = facts.region, Decimal(facts.nodes)
     bundled = machine is not None and machine.local_ssd.bundled_count > 0
@@ -496,7 +501,7 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             )
         )
     if scratch and not bundled:
-        key = "local_ssd_spot_per_gb_month" if facts.market == "spot" else "local_ssd_per_gb_month"
+        key = "local_ssd_spot_per_gb_month" if market == "spot" else "local_ssd_per_gb_month"
         lines.append(
             _line(
                 name,

@@ -39,9 +39,11 @@ def p4d_project(tmp_path):
 
 
 def test_hours_and_budget_checks():
-    assert check_hours(None) is None and check_hours(10.0) == Decimal("10.0") and check_hours(87600) == Decimal(87600)
-    for bad in (0, -1, 87600.5):
-        with pytest.raises(RequestError, match=f"--hours must be more than 0 and at most 87600, got {bad}"):
+    assert check_hours(None) is None and check_hours(10.0) == Decimal("10.0") and check_hours(8760) == Decimal(8760)
+    # one minute, the billing minimum of EC2 (60 s) and Compute Engine (1 min), is the shortest run
+    assert check_hours(1 / 60) == Decimal(str(1 / 60))
+    for bad in (0, -1, 8760.5, 87600, 1e-9, 1e-300, 0.016, float("nan"), float("inf"), 1e308):
+        with pytest.raises(RequestError, match=r"--hours must be at least 1 minute .* at most 8760 \(one year\)"):
             check_hours(bad)
     assert check_budget(None) is None and check_budget(0) == Decimal(0) and check_budget(12.5) == Decimal("12.5")
     for bad in (float("nan"), float("inf"), -0.01):
