@@ -23,6 +23,11 @@ DATA_DIR = Path(__file__).parent / "data"
 #: Infracost/AWS/GCP convention: a month is 730 hours.
 HOURS_PER_MONTH = Decimal(730)
 USAGE_KEYS = ("bucket_storage_gb", "internet_egress_gb", "nat_processed_gb")
+#: GB one node pulls from nvcr.io at boot: the compressed layers of the NGC PyTorch container
+#: (registries store and send compressed layers; ``aws ecr describe-images`` ``imageSizeInBytes``
+#: of the baked copy). Every node pulls it, so the NAT data it causes scales with the nodes; the
+#: bake's registry copy (:mod:`gpuinfra.bake.cost`) is the same layers.
+CONTAINER_PULL_GB = Decimal(15)
 
 
 @dataclass(frozen=True)

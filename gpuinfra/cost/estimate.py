@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from gpuinfra.catalog.prices import HOURS_PER_MONTH, Price, price, price_cap
+from gpuinfra.catalog.prices import CONTAINER_PULL_GB, HOURS_PER_MONTH, Price, price, price_cap
 from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
@@ -247,16 +247,20 @@ def estimate(
                     missing_source=f"no NAT gateway price for {reg}",
                 )
             )
+            gb, what = _nat_processed_gb(resources, usage, facts.nodes)
             lines.append(
-                _line(
-                    name,
-                    t,
-                    "NAT data processed",
-                    "GB",
-                    usage["nat_processed_gb"] / hours,
-                    price("aws", "nat_gateway_per_gb", reg),
-                    usage_based=True,
-                    missing_source=f"no NAT gateway price for {reg}",
+                _one_time(
+                    _line(
+                        name,
+                        t,
+                        f"NAT data processed ({what})",
+                        "GB",
+                        gb / hours,
+                        price("aws", "nat_gateway_per_gb", reg),
+                        usage_based=True,
+                        note="once per run",
+                        missing_source=f"no NAT gateway price for {reg}",
+                    )
                 )
             )
         elif t == "aws:ec2/eip:Eip":
@@ -312,15 +316,19 @@ def estimate(
                     missing_source=f"no external IP price for {reg}",
                 )
             )
+            gb, what = _nat_processed_gb(resources, usage, facts.nodes)
             lines.append(
-                _line(
-                    name,
-                    t,
-                    "Cloud NAT data processed",
-                    "GB",
-                    usage["nat_processed_gb"] / hours,
-                    price("gcp", "cloud_nat_per_gb", reg),
-                    usage_based=True,
+                _one_time(
+                    _line(
+                        name,
+                        t,
+                        f"Cloud NAT data processed ({what})",
+                        "GB",
+                        gb / hours,
+                        price("gcp", "cloud_nat_per_gb", reg),
+                        usage_based=True,
+                        note="once per run",
+                    )
                 )
             )
         elif t in MONITORING_TYPES:  # GPU monitoring: gpuinfra/cost/monitoring.py
@@ -347,6 +355,46 @@ def estimate(
         )
     )
     return result
+
+
+def _nodes_have_public_ip(resources: list) -> bool:
+    """True when the nodes get a public address of their own: an AWS launch template network
+    interface with ``associatePublicIpAddress``, or a GCP instance template interface with an
+    ``accessConfigs`` entry (cloud.google.com/compute/docs/ip-addresses#ephemeraladdress)."""
+    for r in resources:
+        for nic in r.inputs.get("networkInterfaces") or []:
+            aws_public = nic.get("associatePublicIpAddress") in ("true", True)
+            if (r.type == "aws:ec2/launchTemplate:LaunchTemplate" and aws_public) or (
+                r.type == "gcp:compute/instanceTemplate:InstanceTemplate" and nic.get("accessConfigs")
+            ):
+                return True
+    return False
+
+
+def _nat_processed_gb(resources: list, usage: dict[str, Decimal], nodes: int) -> tuple[Decimal, str]:
+    """GB one run sends through the NAT gateway, and how it is made up.
+
+    * ``nat_processed_gb`` of the usage: what the cluster fetches from outside the cloud
+      besides the container (packages, data sets), once per run;
+    * :data:`~gpuinfra.catalog.prices.CONTAINER_PULL_GB` per node: every node pulls the NGC
+      container from nvcr.io through the NAT (an upper bound for a baked image, which holds it);
+    * ``internet_egress_gb`` when the nodes have no public address of their own: their
+      traffic to the internet leaves through the NAT, which bills it as processed data on top
+      of the egress charge (cloud.google.com/nat/pricing: "data processed ... in both
+      directions"; aws.amazon.com/vpc/pricing/: "Data Processing charge ... for each gigabyte
+      processed by the NAT gateway regardless of the traffic's source or destination"). Egress
+      of nodes with a public IP (AWS inference nodes) does not pass the NAT.
+
+    Transfer is once per run: a cluster left running idle moves no new data, so these lines
+    (and ``Internet egress``) count once in ``monthly_if_left_running_usd``.
+    """
+    pulls = CONTAINER_PULL_GB * nodes
+    gb = usage["nat_processed_gb"] + pulls
+    what = f"{usage['nat_processed_gb']:f} GB fetched + {nodes} x {CONTAINER_PULL_GB:f} GB container pulls"
+    if not _nodes_have_public_ip(resources):
+        gb += usage["internet_egress_gb"]
+        what += f" + {usage['internet_egress_gb']:f} GB egress from the nodes"
+    return gb, what
 
 
 def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
@@ -563,14 +611,17 @@ def _storage_lines(name, t, cloud, reg, usage, hours, key, label) -> list[CostLi
             usage_based=True,
             missing_source=f"no storage price for {reg}",
         ),
-        _line(
-            name,
-            t,
-            "Internet egress",
-            "GB",
-            usage["internet_egress_gb"] / hours,
-            price(cloud, "internet_egress_per_gb", reg),
-            usage_based=True,
-            missing_source=f"no egress price for {reg}",
+        _one_time(
+            _line(
+                name,
+                t,
+                "Internet egress",
+                "GB",
+                usage["internet_egress_gb"] / hours,
+                price(cloud, "internet_egress_per_gb", reg),
+                usage_based=True,
+                note="once per run",
+                missing_source=f"no egress price for {reg}",
+            )
         ),
     ]

@@ -75,22 +75,25 @@ def test_stack_cost_document_exact_totals(p4d_project):
     assert (doc["schema_version"], doc["stack"], doc["pricing"], doc["hours"]) == ("3", "one", "on-demand", "24")
     # GPU monitoring adds $0.022107/h to the p4d: 42 custom metrics x $0.30 / 730 h, the dashboard
     # $3 / 730 h, one alarm metric $0.10 / 730 h, 60 PutMetricData an hour at $0.01 per 1,000;
-    # the versioned bucket's noncurrent versions at most the 500 GB it holds: 500 x $0.023 / 730 h
+    # the versioned bucket's noncurrent versions at most the 500 GB it holds: 500 x $0.023 / 730 h;
+    # NAT data: 100 GB fetched + 15 GB container pull + the 20 GB egress of the node (no public IP)
+    # = 135 GB x $0.045 = $6.075 a run. Left running 30 days counts transfer once (egress 20 x $0.09
+    # + NAT $6.075 = $7.875), not 30 times
     assert (doc["hourly_usd"], doc["run_usd"], doc["monthly_if_left_running_usd"]) == (
-        "22.345671",
-        "536.296117",
-        "16088.883486",
+        "22.411296",
+        "537.871117",
+        "15907.758486",
     )
     spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
     assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == (
         "spot",
         "10",
-        "3.221031",
-        "32.210316",
+        "3.378531",
+        "33.785316",
     )
-    check_totals(doc, Decimal(537))  # every line priced, under budget: passes
-    with pytest.raises(BudgetExceededError, match=r"^run total \$536.30 exceeds the budget \$536.00$"):
-        check_totals(doc, Decimal(536))
+    check_totals(doc, Decimal(538))  # every line priced, under budget: passes
+    with pytest.raises(BudgetExceededError, match=r"^run total \$537.87 exceeds the budget \$537.00$"):
+        check_totals(doc, Decimal(537))
 
 
 def test_check_totals_fails_closed_before_the_budget():
@@ -121,12 +124,12 @@ def test_cost_diff_document(p4d_project):
         "schema_version": "3",
         "before": "one",
         "after": "two",
-        "before_hourly_usd": "22.345671",
-        "after_hourly_usd": "44.340213",
-        "before_run_usd": "536.296117",
-        "after_run_usd": "1064.165110",
-        "hourly_change_usd": "21.994542",
-        "run_change_usd": "527.868993",
+        "before_hourly_usd": "22.411296",
+        "after_hourly_usd": "44.433963",
+        "before_run_usd": "537.871117",
+        "after_run_usd": "1066.415110",
+        "hourly_change_usd": "22.022667",
+        "run_change_usd": "528.543993",
         "before_price_not_found": [],
         "after_price_not_found": [],
     }

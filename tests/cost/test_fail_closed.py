@@ -77,3 +77,24 @@ def test_new_and_preview_with_an_unpriced_line_have_null_totals(run_cli, tmp_pat
     assert pcost["hourly_usd"] is None and pcost["run_usd"] is None and pcost["lines_without_price"] > 0
     shown = run_cli("preview", "l4w")
     assert shown.exit_code == 0 and "cost: incomplete: " in shown.stdout and "lines without a price" in shown.stdout
+
+
+def test_gcp_nat_data_counts_each_nodes_container_pull_and_the_nodes_egress(run_cli, tmp_path):
+    # llm-finetune usage: 100 GB fetched, 20 GB egress; 2 nodes each pull the 15 GB NGC layers;
+    # GCP nodes have no external IP, so their egress passes Cloud NAT too: 100 + 2 x 15 + 20 = 150 GB
+    _new(
+        run_cli, tmp_path, "two", "--gpus", "4xA100", "--cloud", "gcp", "--region", "us-central1", "--nodes", "2",
+        "--profile", "llm-finetune", "--hours", "10",
+    )  # fmt: skip
+    _, doc = _cost(run_cli, tmp_path, "two")
+    nat = next(line for line in doc["lines"] if line["component"].startswith("Cloud NAT data processed"))
+    assert "(100 GB fetched + 2 x 15 GB container pulls + 20 GB egress from the nodes)" in nat["component"]
+    # Cloud NAT data processing $0.045/GB (cloud.google.com/nat/pricing): 150 x 0.045 = $6.75 a run
+    assert Decimal(nat["run_usd"]) == Decimal("6.750000") and nat["note"].startswith("once per run")
+    # left running 30 days: the transfer lines count once, the recurring lines 720 h
+    lines = doc["lines"]
+    once = sum(Decimal(x["run_usd"]) for x in lines if x["note"].startswith("once per run"))
+    recurring = sum(Decimal(x["hourly_usd"]) for x in lines if not x["note"].startswith("once per run"))
+    # (the lines' hourly amounts are rounded to 6 places: x 720 they may differ by under a cent)
+    assert abs(Decimal(doc["monthly_if_left_running_usd"]) - (recurring * 720 + once)) < Decimal("0.01")
+    assert once == Decimal("9.150000")  # egress 20 GB x $0.12 (us-central1) + the NAT $6.75
