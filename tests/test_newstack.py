@@ -27,7 +27,11 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
         "on-demand",
     )
     # 14.69354 $/h (Cyclenerd pricing.yml 2026-08-20) x the dev profile's 4 h
-    assert (doc["price_per_hour_usd"], doc["run_hours"], doc["run_cost_usd"]) == ("14.693540", 4.0, "58.774160")
+    assert (doc["compute_price_per_hour_usd"], doc["run_hours"], doc["compute_run_cost_usd"]) == (
+        "14.693540",
+        4.0,
+        "58.774160",
+    )
     # 14 + the node bundle object + GPU monitoring (component, dashboard, alert policy, metricWriter binding)
     # + the nodes' bucket bindings: read, create (not the bundle), overwrite (not the bundle or checkpoint data)
     assert doc["resources"] == 21 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
