@@ -534,8 +534,11 @@ def _gcp_template_disks(
             continue
         size = Decimal(str(disk.get("diskSizeGb", 10)))
         dtype = disk.get("diskType", "pd-balanced")
-        # Hyperdisk Balanced has no price from a source read for gpuinfra (prices.yaml): its
-        # line stays unpriced, so the cost exits 4 instead of guessing
+        # Hyperdisk Balanced has no price from a dated source read for gpuinfra: Cyclenerd
+        # pricing.yml @dac31281 (the GCP tables' source) prices Hyperdisk Extreme only
+        # (build/mapping.csv: gce.storage.hyperdisk.extreme), and the undated figures other
+        # repositories hard-code disagree (0.06 to 0.12 per GiB-month). Its line stays unpriced,
+        # so the cost exits 4 instead of guessing
         key = {"pd-balanced": "pd_balanced_per_gb_month"}.get(dtype)
         lines.append(
             _line(
