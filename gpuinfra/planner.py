@@ -49,7 +49,6 @@ from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
 from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
 from gpuinfra.spec import (
-    check_run_hours,
     CAPACITY_BLOCK_END_MARGIN,
     ClusterSpec,
     DataSource,
@@ -57,6 +56,7 @@ from gpuinfra.spec import (
     PriceSnapshot,
     check_gcp_project_id,
     check_new_stack_name,
+    check_run_hours,
     format_validation_error,
 )
 

@@ -167,7 +167,7 @@ def check_run_hours(hours: float | None, flag: str = "--hours") -> Decimal | Non
     if hours is None:
         return None
     # compared in whole milliseconds, so 1/60 h written as a float (0.01666...6) is one minute
-    ok = math.isfinite(hours) and 0 < hours <= MAX_RUN_HOURS and MIN_RUN_SECONDS <= round(Decimal(str(hours)) * 3600, 3)
+    ok = math.isfinite(hours) and 0 < hours <= MAX_RUN_HOURS and round(Decimal(str(hours)) * 3600, 3) >= MIN_RUN_SECONDS
     if not ok:
         raise RequestError(
             f"{flag} must be at least 1 minute (0.0167 h, the billing minimum) and at most "

@@ -195,7 +195,18 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
         title=f"{len(rows) + len(listing.invalid)} stacks{invalid} in {Path(project_dir).resolve() / 'stacks'}",
         title_justify="left",
     )
-    for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "compute $/h", "compute so far", "catalog"):
+    for header in (
+        "stack",
+        "cloud",
+        "GPUs",
+        "nodes",
+        "age",
+        "expires",
+        "deployed",
+        "compute $/h",
+        "compute so far",
+        "catalog",
+    ):
         table.add_column(header)
     for r in rows:
         age = (r.now - r.spec.created_at).total_seconds() / 3600

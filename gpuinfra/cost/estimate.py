@@ -294,9 +294,7 @@ def estimate(
             if (inputs.get("versioning") or {}).get("enabled"):
                 lines.append(_noncurrent_line(name, t, cloud, reg, usage, "gcs_standard_per_gb_month"))
         elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
-            lines += _gcp_template_disks(
-                name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""), chosen
-            )
+            lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""), chosen)
         elif t == "gcp:compute/routerNat:RouterNat":
             per_vm = price("gcp", "cloud_nat_per_vm_hour", reg)
             cap = price_cap("gcp", "cloud_nat_per_vm_hour")
@@ -515,9 +513,7 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
     return lines
 
 
-def _gcp_template_disks(
-    name: str, t: str, inputs: dict, facts: ClusterFacts, machine, market: str
-) -> list[CostLine]:
+def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine, market: str) -> list[CostLine]:
     """Boot disk and local SSD lines; local SSDs that come with the machine type
     (``InstanceFacts.local_ssd.bundled_count``) are in the machine price. Attached local SSDs
     of Spot VMs are priced at the Spot rate (cloud.google.com/compute/disks-image-pricing,

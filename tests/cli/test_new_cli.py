@@ -70,7 +70,9 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     # 31 + the TTL backstop (scheduler role, its policy, the schedule) + the node bundle object + GPU monitoring
     # (component, agent config parameter, dashboard, idle alarm, SNS topic, the nodes' PutMetricData policy)
     assert data["resources"] == 41
-    assert data["compute_price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal("21.957640")
+    assert data["compute_price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal(
+        "21.957640"
+    )
     assert data["compute_run_cost_usd"] == "526.983360"  # 24 h of the llm-finetune profile x $21.95764/h
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
