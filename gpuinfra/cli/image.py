@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.money import incomplete_text
 
 
 def next_step(spec) -> str:
@@ -126,7 +127,6 @@ def bake(
 def _print_cost(out, cost: dict) -> None:
     """One line per cost component, then the totals (or, in their place, "incomplete: N lines
     without a price")."""
-    from gpuinfra.money import incomplete_text
 
     for line in cost["lines"]:
         usd = f"${line['usd']}" if line["usd"] is not None else "price not found"
