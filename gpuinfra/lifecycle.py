@@ -675,7 +675,9 @@ class StackRow:
 
     def to_json(self) -> dict[str, Any]:
         """The ``gpuinfra ls --json`` row (keys :data:`LS_ROW_KEYS` plus ``stack`` and
-        ``invalid``: null; USD as :func:`gpuinfra.money.usd_json` strings)."""
+        ``invalid``: null; USD as :func:`gpuinfra.money.usd_json` strings). The USD figures are
+        compute only, as their keys say: the nodes' instance-hours priced from the catalog
+        (``gpuinfra cost`` prices every line from the stack's preview, too slow for a listing)."""
         spec = self.spec
         return {
             "stack": spec.stack,
@@ -689,8 +691,8 @@ class StackRow:
             "expires_at": spec.expires_at.isoformat(),
             "expired": self.expired,
             "deployed": self.deployed,
-            "price_per_hour_usd": usd_json(self.price_per_hour_usd),
-            "cost_so_far_usd": usd_json(self.cost_so_far_usd),
+            "compute_price_per_hour_usd": usd_json(self.price_per_hour_usd),
+            "compute_cost_so_far_usd": usd_json(self.cost_so_far_usd),
             "catalog_date": self.catalog_date,
             "invalid": None,
         }
@@ -708,8 +710,8 @@ LS_ROW_KEYS = (
     "expires_at",
     "expired",
     "deployed",
-    "price_per_hour_usd",
-    "cost_so_far_usd",
+    "compute_price_per_hour_usd",
+    "compute_cost_so_far_usd",
     "catalog_date",
 )
 

@@ -128,9 +128,10 @@ class NewStackResult:
             "pricing": self.pricing,
             "profile": spec.profile.name,
             "round_up": offer.round_up,
-            "price_per_hour_usd": usd_json(offer.price_per_hour_usd),
+            # compute only (the nodes' instance-hours); every line's total is under "cost"
+            "compute_price_per_hour_usd": usd_json(offer.price_per_hour_usd),
             "run_hours": spec.run_hours,
-            "run_cost_usd": usd_json(self.plan.run_cost_usd),
+            "compute_run_cost_usd": usd_json(self.plan.run_cost_usd),
             "catalog_date": self.plan.catalog_date,
             "expires_at": spec.expires_at.isoformat(),
             "next": f"gpuinfra up {spec.stack}",

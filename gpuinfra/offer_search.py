@@ -20,10 +20,7 @@ from gpuinfra.errors import RequestError
 from gpuinfra.locality import RunCost, rank_runs
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request
-from gpuinfra.spec import DataSource
-
-#: Longest run ``offers --hours`` prices the data transfer against (one year).
-MAX_RUN_HOURS = 8760
+from gpuinfra.spec import MAX_RUN_HOURS, DataSource, check_run_hours
 
 
 def market_option(market: str, spot: bool) -> str:
@@ -92,7 +89,7 @@ def search_offers(
         market, spot: the market to rank by (:func:`market_option`).
         include_local_zones: also AWS Local Zones.
         data, data_region, data_size: the training data set (:func:`gpuinfra.datasource.resolve_data_set`).
-        hours: run length in hours; needed with a data set (more than 0, at most 8760), refused without.
+        hours: run length in hours; needed with a data set (one minute to :data:`gpuinfra.spec.MAX_RUN_HOURS`), refused without.
 
     Raises:
         RequestError: bad or contradicting options.
@@ -113,15 +110,15 @@ def search_offers(
     data_set = resolve_data_set(data, data_region, data_size)
     if data_set is None and hours is not None:
         raise RequestError("--hours goes with --data or --data-region (it sets the run length for the data transfer)")
-    if data_set is not None and (hours is None or not 0 < hours <= MAX_RUN_HOURS):
+    if data_set is not None and hours is None:
         raise RequestError(
-            f"--data needs --hours, more than 0 and at most {MAX_RUN_HOURS}: the run length decides "
+            f"--data needs --hours, at least 1 minute and at most {MAX_RUN_HOURS}: the run length decides "
             "whether moving the data pays"
         )
+    run_hours = check_run_hours(hours)
     ranked = find_offers(catalog, query)
-    if data_set is None:
+    if data_set is None or run_hours is None:
         return OfferSearch(query, ranked)
-    run_hours = Decimal(str(hours))
     return OfferSearch(query, ranked, data_set, run_hours, rank_runs(ranked, data_set, run_hours))
 
 

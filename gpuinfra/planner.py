@@ -56,6 +56,7 @@ from gpuinfra.spec import (
     PriceSnapshot,
     check_gcp_project_id,
     check_new_stack_name,
+    check_run_hours,
     format_validation_error,
 )
 
@@ -346,8 +347,7 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         check_gcp_project_id(request.gcp_project)
     if request.capacity_reservation is not None:
         request = _with_reservation(request)
-    if request.hours is not None and not 0 < request.hours <= 8760:
-        raise RequestError(f"--hours must be more than 0 and at most 8760, got {request.hours}")
+    check_run_hours(request.hours)
     gpu_request = offer_gpu_request(catalog, request.gpus, request.instance_type, request.cloud, request.nodes)
     if request.spot and profile.spot.policy == "forbidden":
         raise RequestError(

@@ -12,6 +12,7 @@ in the stack file win over the profile's defaults because the program only reads
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -30,7 +31,7 @@ from pydantic import (
 from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gpus import GpuModel
-from gpuinfra.errors import SpecError
+from gpuinfra.errors import RequestError, SpecError
 from gpuinfra.profiles import Profile
 
 #: 2: the spec carries the facts it was planned from (``facts``, ``gpu_facts``).
@@ -135,6 +136,44 @@ GCP_PROJECT_ID_RE = re.compile(r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
 #: Names a new stack may not take: sub-commands of a command whose first argument is otherwise
 #: a stack name (``gpuinfra cost diff STACK_A STACK_B`` vs ``gpuinfra cost STACK``).
 RESERVED_STACK_NAMES = frozenset({"diff"})
+
+#: Shortest run a cost may be asked for (:data:`MIN_RUN_HOURS` in hours): one minute, the billing minimum of both clouds. EC2
+#: bills Linux instances per second with a 60-second minimum
+#: (https://aws.amazon.com/ec2/pricing/on-demand/, "Per-second billing";
+#: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-instance-lifecycle.html), Compute
+#: Engine per second with a 1-minute minimum
+#: (https://cloud.google.com/compute/vm-instance-pricing, "Billing model for virtual machine
+#: instances"). A shorter run is billed as this minimum, so its cost is the cost of this one;
+#: refusing it keeps 1e-9 h from printing billions per hour (per-run charges spread over the run).
+MIN_RUN_SECONDS = 60
+MIN_RUN_HOURS = Decimal(MIN_RUN_SECONDS) / Decimal(3600)
+#: Longest run a cost may be asked for (``new --hours``, ``cost --hours``, ``run_hours`` in the
+#: stack file): one year, the longest TTL a stack may have (``Profile.ttl_hours`` <= 8760), so no
+#: run is priced that its nodes could not live through.
+MAX_RUN_HOURS = 8760
+
+
+def check_run_hours(hours: float | None, flag: str = "--hours") -> Decimal | None:
+    """A run length in hours (``--hours`` of ``new`` and ``cost``) as a Decimal; None stays None.
+
+    Args:
+        hours: the run length in hours, as given (a float from the command line).
+        flag: how the value is named in the message.
+
+    Raises:
+        RequestError: not a number from :data:`MIN_RUN_HOURS` (one minute) to
+            :data:`MAX_RUN_HOURS` (nan and inf included).
+    """
+    if hours is None:
+        return None
+    # compared in whole milliseconds, so 1/60 h written as a float (0.01666...6) is one minute
+    ok = math.isfinite(hours) and 0 < hours <= MAX_RUN_HOURS and round(Decimal(str(hours)) * 3600, 3) >= MIN_RUN_SECONDS
+    if not ok:
+        raise RequestError(
+            f"{flag} must be at least 1 minute (0.0167 h, the billing minimum) and at most "
+            f"{MAX_RUN_HOURS} (one year), got {hours}"
+        )
+    return Decimal(str(hours))
 
 
 def _shown(value: object) -> str:
@@ -484,7 +523,7 @@ class ClusterSpec(BaseModel):
     capacity_block: bool = False
     capacity_block_end: datetime | None = None
     profile: Profile
-    run_hours: float = Field(gt=0, le=8760)
+    run_hours: float = Field(ge=float(MIN_RUN_HOURS), le=MAX_RUN_HOURS)
     created_at: datetime
     deployment_id: str | None = Field(default=None, pattern=DEPLOYMENT_ID_RE.pattern)
     name_suffix: str | None = Field(default=None, pattern=NAME_SUFFIX_RE.pattern)

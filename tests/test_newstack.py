@@ -27,23 +27,30 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
         "on-demand",
     )
     # 14.69354 $/h (Cyclenerd pricing.yml 2026-08-20) x the dev profile's 4 h
-    assert (doc["price_per_hour_usd"], doc["run_hours"], doc["run_cost_usd"]) == ("14.693540", 4.0, "58.774160")
+    assert (doc["compute_price_per_hour_usd"], doc["run_hours"], doc["compute_run_cost_usd"]) == (
+        "14.693540",
+        4.0,
+        "58.774160",
+    )
     # 14 + the node bundle object + GPU monitoring (component, dashboard, alert policy, metricWriter binding)
     # + the nodes' bucket bindings: read, create (not the bundle), overwrite (not the bundle or checkpoint data)
     assert doc["resources"] == 21 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
     # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
     # + noncurrent checkpoint versions (dev allows spot: versioned), at most the 20 GB bucket once
     #   more: 20 x $0.020 / 730 = $0.000548/h
+    # + Cloud NAT data: 20 GB fetched + 1 node x 15 GB container pull + the 5 GB egress (GCP nodes
+    #   have no external IP, so it leaves through the NAT) = 40 GB x $0.045 / 4 h = $0.45/h
+    # left running 30 days: transfer (egress 5 GB x $0.12, NAT $1.80) counted once, not 30 times
     assert doc["cost"] == {
-        "hourly_usd": "15.101634",
-        "run_usd": "60.406533",
+        "hourly_usd": "15.326634",
+        "run_usd": "61.306533",
         "hours": "4",
         "pricing": "on-demand",
         "catalog_date": "2026-08-20 (on-demand; spot undated)",
         "price_not_found": [],
         "not_priced": [],
         "lines_without_price": 0,
-        "monthly_if_left_running_usd": "10873.175908",
+        "monthly_if_left_running_usd": "10605.575908",
     }
     assert doc["sizing"] is None and doc["warnings"] == [] and doc["stack_file"] == str(result.written.stack_file)
     assert read_stack_spec(tmp_path, "gcp-4xa100").instance_type == "a2-highgpu-4g"
@@ -81,7 +88,7 @@ def test_contradicting_options_write_nothing(tmp_path, request_, message):
 
 
 def test_a_stack_over_its_budget_is_refused_before_it_is_written(tmp_path):
-    with pytest.raises(RuleViolationError, match="^budget-max-price: the stack costs \\$15.10/h"):
+    with pytest.raises(RuleViolationError, match="^budget-max-price: the stack costs \\$15.33/h"):
         create_stack(
             NewStackRequest(
                 PlanRequest("4xA100", cloud="gcp", region="us-central1", max_price_per_hour_usd=15.0), profile="dev"

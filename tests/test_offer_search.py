@@ -69,7 +69,7 @@ def test_data_ranks_runs_and_needs_hours():
         "0.000000",
         "526.983360",
     )
-    with pytest.raises(RequestError, match="--data needs --hours, more than 0 and at most 8760"):
+    with pytest.raises(RequestError, match="--data needs --hours, at least 1 minute and at most 8760"):
         search_offers(catalog, gpus="4xA100", data_region="us-east-1", data_size="50TB")
     with pytest.raises(RequestError, match="--hours goes with --data or --data-region"):
         search_offers(catalog, gpus="4xA100", hours=24)

@@ -84,11 +84,11 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, Decimal
 
 from gpuinfra.bake.model import BakeSpec
-from gpuinfra.catalog.prices import HOURS_PER_MONTH, price
+from gpuinfra.catalog.prices import CONTAINER_PULL_GB, HOURS_PER_MONTH, price
 
 AWS_BUILD_INSTANCE_HOURS = Decimal("2.5")
 IMAGE_STORED_GB = Decimal(100)
-CONTAINER_STORED_GB = Decimal(15)
+CONTAINER_STORED_GB = CONTAINER_PULL_GB
 GCP_BUILD_VM_HOURS = Decimal("1.0")
 GCP_BUILD_MINUTES = Decimal(75)
 GCP_IMAGE_STORED_GIB = Decimal(100)

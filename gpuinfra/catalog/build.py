@@ -21,6 +21,8 @@ Defects handled on purpose, each counted in :class:`BuildReport` (printed by the
 
 * a GCP on-demand price that no cited source gives is dropped (``None``), never guessed;
 * a spot price above on-demand is dropped (AWS: never paid by default; GCP: a wrong SKU);
+* an AWS spot price below 10% of on-demand is dropped (AWS sells spot at up to 90% off:
+  :mod:`gpuinfra.catalog.gates`, ``aws-spot-not-below-10-percent-of-on-demand``);
 * GCP spot prices of machines with bundled Local SSD add the Local SSD spot price of the
   region (``prices.yaml`` ``local_ssd_spot_per_gb_month``), else they are dropped;
 * AWS Local Zones / Wavelength zones are kept with ``local_zone=True`` and filtered at query
@@ -41,7 +43,7 @@ from pathlib import Path
 
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
-from gpuinfra.catalog.gates import check_offers
+from gpuinfra.catalog.gates import aws_spot_below_floor, check_offers
 from gpuinfra.catalog.model import (
     CATALOG_SCHEMA_VERSION,
     OFFER_COLUMNS,
@@ -142,6 +144,9 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
         spot = parse_price(row["SpotPrice"]) or None
         if spot is not None and on_demand is not None and spot > on_demand:
             report.count("aws spot price above on-demand (spot dropped)")
+            spot = None
+        if aws_spot_below_floor(on_demand, spot):
+            report.count("aws spot price below 10% of on-demand, AWS's largest spot discount (spot dropped)")
             spot = None
         if on_demand is None and spot is None:
             continue

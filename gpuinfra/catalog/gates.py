@@ -9,6 +9,13 @@ above on-demand):
   price (docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-instances.html, "Pricing and
   savings"), so a spot price above on-demand is never what a default request pays: a data
   error (the snapshot's import drops such spot prices and counts them).
+* ``aws-spot-not-below-10-percent-of-on-demand``: AWS sells Spot Instances "at up to a 90%
+  discount compared to On-Demand prices" (aws.amazon.com/ec2/spot/, "Amazon EC2 Spot
+  Instances"; aws.amazon.com/ec2/spot/pricing/), so a spot price below 10% of the same
+  offer's on-demand price (by more than :data:`SPOT_PRICE_ROUNDING_USD`, the snapshot's
+  4-decimal rounding) is no price AWS charges: a data error (the snapshot build drops such
+  spot prices and counts them in ``catalog.json`` ``dropped_on_build``). A price just above
+  the floor (p4d.24xlarge use1-az1 at 11%) passes: no cited source rules it out.
 * ``gcp-on-demand-not-below-spot``: a GCP on-demand price below the same machine's spot
   price means one of them is from the wrong SKU (Spot VMs are discounted,
   cloud.google.com/compute/docs/instances/spot).
@@ -16,7 +23,11 @@ above on-demand):
   type's (same GPU count) on-demand price in us-central1. us-central1 is among the cheapest
   GCP regions for every GPU machine (cloud.google.com/compute/vm-instance-pricing lists
   regional prices); a price far below it is a discounted SKU posing as on-demand, as the
-  DWS ("... attached to DWS Defined Duration VMs") GPU SKUs did at 0.45-0.55x. The reference
+  DWS ("... attached to DWS Defined Duration VMs") GPU SKUs did at 0.45-0.55x. A machine
+  type with no on-demand price in us-central1 (a3-megagpu-8g: Cyclenerd pricing.yml
+  @dac31281 lists none there) is checked against the median of its on-demand prices over
+  the regions that list one (lowest zone per region), so one discounted SKU among them is
+  still caught; :func:`reference_prices` builds both. The reference
   must be independent of the prices checked where a discounted SKU could also sit in
   us-central1: ``catalog refresh`` uses the higher of the shipped catalog's (cited) and the
   fresh us-central1 price; the snapshot build's on-demand prices are the cited table itself.
@@ -32,6 +43,19 @@ from gpuinfra.errors import CatalogGateError
 
 REFERENCE_REGION = "us-central1"
 MIN_FRACTION_OF_REFERENCE = Decimal("0.8")
+#: Lowest spot price AWS sells, as a fraction of on-demand: "up to a 90% discount"
+#: (aws.amazon.com/ec2/spot/).
+MIN_SPOT_FRACTION_OF_ON_DEMAND = Decimal("0.1")
+#: Rounding allowed below that floor: the snapshot's spot prices have 4 decimal places.
+SPOT_PRICE_ROUNDING_USD = Decimal("0.0001")
+
+
+def aws_spot_below_floor(on_demand: Decimal | None, spot: Decimal | None) -> bool:
+    """True when an AWS ``spot`` price (USD/h) is below :data:`MIN_SPOT_FRACTION_OF_ON_DEMAND`
+    x ``on_demand`` by more than :data:`SPOT_PRICE_ROUNDING_USD` (False when either is None)."""
+    if on_demand is None or spot is None:
+        return False
+    return spot + SPOT_PRICE_ROUNDING_USD < MIN_SPOT_FRACTION_OF_ON_DEMAND * on_demand
 
 
 def _key(offer: Offer) -> tuple[str, str, int]:
@@ -39,12 +63,23 @@ def _key(offer: Offer) -> tuple[str, str, int]:
 
 
 def reference_prices(offers: Iterable[Offer]) -> dict[tuple[str, str, int], Decimal]:
-    """Lowest GCP on-demand price per (machine type, GPU, GPU count) in :data:`REFERENCE_REGION`."""
-    ref: dict[tuple[str, str, int], Decimal] = {}
+    """The GCP on-demand reference per (machine type, GPU, GPU count): its lowest on-demand
+    price in :data:`REFERENCE_REGION`; for a machine with none there, the median over regions of
+    its lowest on-demand price per region (module docstring)."""
+    by_region: dict[tuple[str, str, int], dict[str, Decimal]] = {}
     for o in offers:
-        if o.cloud == "gcp" and o.region == REFERENCE_REGION and o.on_demand_price_per_hour_usd is not None:
-            k = _key(o)
-            ref[k] = min(ref.get(k, o.on_demand_price_per_hour_usd), o.on_demand_price_per_hour_usd)
+        od = o.on_demand_price_per_hour_usd
+        if o.cloud == "gcp" and od is not None:
+            regions = by_region.setdefault(_key(o), {})
+            regions[o.region] = min(regions.get(o.region, od), od)
+    ref: dict[tuple[str, str, int], Decimal] = {}
+    for k, regions in by_region.items():
+        if REFERENCE_REGION in regions:
+            ref[k] = regions[REFERENCE_REGION]
+        else:
+            ordered = sorted(regions.values())
+            mid = len(ordered) // 2
+            ref[k] = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
     return ref
 
 
@@ -72,6 +107,11 @@ def gate_failures(offers: Iterable[Offer], reference: dict[tuple[str, str, int],
         od, spot = o.on_demand_price_per_hour_usd, o.spot_price_per_hour_usd
         if o.cloud == "aws" and od is not None and spot is not None and spot > od:
             failures.append(f"aws-spot-not-above-on-demand: {where} spot {spot} > on-demand {od}")
+        if o.cloud == "aws" and aws_spot_below_floor(od, spot):
+            failures.append(
+                f"aws-spot-not-below-10-percent-of-on-demand: {where} spot {spot} < "
+                f"{MIN_SPOT_FRACTION_OF_ON_DEMAND} x on-demand {od}"
+            )
         if o.cloud == "gcp" and od is not None:
             if spot is not None and od < spot:
                 failures.append(f"gcp-on-demand-not-below-spot: {where} on-demand {od} < spot {spot}")
@@ -79,7 +119,7 @@ def gate_failures(offers: Iterable[Offer], reference: dict[tuple[str, str, int],
             if base is not None and od < MIN_FRACTION_OF_REFERENCE * base:
                 failures.append(
                     f"gcp-on-demand-vs-us-central1: {where} on-demand {od} < "
-                    f"{MIN_FRACTION_OF_REFERENCE} x {base} ({REFERENCE_REGION})"
+                    f"{MIN_FRACTION_OF_REFERENCE} x {base} ({REFERENCE_REGION} or the median region)"
                 )
     return failures
 

@@ -27,6 +27,11 @@ USAGE_KEYS = ("bucket_storage_gb", "internet_egress_gb", "nat_processed_gb")
 #: Largest usage quantity a usage file may give, in GB: 10^9 GB is an exabyte, beyond any one
 #: training run, and keeps every product with a price exact in Decimal arithmetic.
 MAX_USAGE_QUANTITY = 1_000_000_000
+#: GB one node pulls from nvcr.io at boot: the compressed layers of the NGC PyTorch container
+#: (registries store and send compressed layers; ``aws ecr describe-images`` ``imageSizeInBytes``
+#: of the baked copy). Every node pulls it, so the NAT data it causes scales with the nodes; the
+#: bake's registry copy (:mod:`gpuinfra.bake.cost`) is the same layers.
+CONTAINER_PULL_GB = Decimal(15)
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ Calls, per region (docs.aws.amazon.com/AWSEC2/latest/APIReference/):
   by ID, which is the same in every account) and which zones are Local/Wavelength zones;
 * ``DescribeInstanceTypeOfferings`` (``LocationType=availability-zone-id``) -> where each type
   is sold;
-* ``DescribeSpotPriceHistory`` (``Linux/UNIX``, from now) -> current spot price per AZ;
+* ``DescribeSpotPriceHistory`` (``Linux/UNIX``, from now) -> current spot price per AZ (one
+  above on-demand or below 10% of it is dropped: :mod:`gpuinfra.catalog.gates`);
 * Price List ``GetProducts`` (service ``AmazonEC2``, Linux, shared tenancy, no pre-installed
   software, ``capacitystatus=Used``) -> on-demand price per type and region
   (docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html).
@@ -25,6 +26,7 @@ from typing import Any
 
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.gates import aws_spot_below_floor
 from gpuinfra.catalog.model import Offer, parse_price
 
 PRICING_REGION = "us-east-1"
@@ -150,6 +152,8 @@ def fetch_aws(
             od, sp = on_demand.get(itype), spot.get((itype, zone_id))
             if od is not None and sp is not None and sp > od:
                 sp = None  # never paid by a default spot request (gate aws-spot-not-above-on-demand)
+            if aws_spot_below_floor(od, sp):
+                sp = None  # below AWS's largest spot discount (gate aws-spot-not-below-10-percent-of-on-demand)
             if od is None and sp is None:
                 continue
             offers.append(

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.money import incomplete_text
 
 
 def next_step(spec) -> str:
@@ -122,19 +123,21 @@ def bake(
 
 
 def _print_cost(out, cost: dict) -> None:
-    """One line per cost component, then the totals (or why there is none)."""
+    """One line per cost component, then the totals (or, in their place, "incomplete: N lines
+    without a price")."""
+
     for line in cost["lines"]:
         usd = f"${line['usd']}" if line["usd"] is not None else "price not found"
         out.print(f"  cost {line['when']}: {line['component']}: {line['quantity']} {line['unit']} -> {usd}")
-    once = f"${cost['once_usd']}" if cost["once_usd"] is not None else "no total (a price is missing)"
-    monthly = f"${cost['monthly_usd']}" if cost["monthly_usd"] is not None else "no total (a price is missing)"
+
+    def total(when: str, key: str) -> str:
+        missing = sum(1 for line in cost["lines"] if line["when"] == when and line["usd"] is None)
+        return incomplete_text(missing) if cost[key] is None else f"${cost[key]}"
+
+    once, monthly = total("once", "once_usd"), total("monthly", "monthly_usd")
     out.print(f"  cost: {once} per bake, {monthly} per month while the image is kept")
     if any(line["when"] == "stack" for line in cost["lines"]):
-        stack = (
-            f"${cost['stack_monthly_usd']}"
-            if cost["stack_monthly_usd"] is not None
-            else "no total (a price is missing)"
-        )
+        stack = total("stack", "stack_monthly_usd")
         out.print(
             f"  cost: {stack} per month while the bake stack exists: `gpuinfra down` it once the image is recorded"
         )

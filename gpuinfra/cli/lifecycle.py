@@ -172,7 +172,7 @@ def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
 
 
 def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
-    """List stacks: cloud, GPUs, nodes, age, expiry, $/h and cost so far; unreadable stack files as invalid."""
+    """List stacks: cloud, GPUs, nodes, age, expiry, compute $/h and compute cost so far; unreadable stack files as invalid."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console
     from gpuinfra.errors import MissingDependencyError
@@ -197,7 +197,18 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
         title=f"{len(rows) + len(listing.invalid)} stacks{invalid} in {Path(project_dir).resolve() / 'stacks'}",
         title_justify="left",
     )
-    for header in ("stack", "cloud", "GPUs", "nodes", "age", "expires", "deployed", "$/h", "so far", "catalog"):
+    for header in (
+        "stack",
+        "cloud",
+        "GPUs",
+        "nodes",
+        "age",
+        "expires",
+        "deployed",
+        "compute $/h",
+        "compute so far",
+        "catalog",
+    ):
         table.add_column(header)
     for r in rows:
         age = (r.now - r.spec.created_at).total_seconds() / 3600

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from gpuinfra.catalog.prices import HOURS_PER_MONTH, Price, price, price_cap
+from gpuinfra.catalog.prices import CONTAINER_PULL_GB, HOURS_PER_MONTH, Price, price, price_cap
 from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
@@ -247,16 +247,20 @@ def estimate(
                     missing_source=f"no NAT gateway price for {reg}",
                 )
             )
+            gb, what = _nat_processed_gb(resources, usage, facts.nodes)
             lines.append(
-                _line(
-                    name,
-                    t,
-                    "NAT data processed",
-                    "GB",
-                    usage["nat_processed_gb"] / hours,
-                    price("aws", "nat_gateway_per_gb", reg),
-                    usage_based=True,
-                    missing_source=f"no NAT gateway price for {reg}",
+                _one_time(
+                    _line(
+                        name,
+                        t,
+                        f"NAT data processed ({what})",
+                        "GB",
+                        gb / hours,
+                        price("aws", "nat_gateway_per_gb", reg),
+                        usage_based=True,
+                        note="once per run",
+                        missing_source=f"no NAT gateway price for {reg}",
+                    )
                 )
             )
         elif t == "aws:ec2/eip:Eip":
@@ -290,7 +294,7 @@ def estimate(
             if (inputs.get("versioning") or {}).get("enabled"):
                 lines.append(_noncurrent_line(name, t, cloud, reg, usage, "gcs_standard_per_gb_month"))
         elif t == "gcp:compute/instanceTemplate:InstanceTemplate":
-            lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""))
+            lines += _gcp_template_disks(name, t, inputs, facts, catalog.fact("gcp", facts.instance_type or ""), chosen)
         elif t == "gcp:compute/routerNat:RouterNat":
             per_vm = price("gcp", "cloud_nat_per_vm_hour", reg)
             cap = price_cap("gcp", "cloud_nat_per_vm_hour")
@@ -310,15 +314,19 @@ def estimate(
                     missing_source=f"no external IP price for {reg}",
                 )
             )
+            gb, what = _nat_processed_gb(resources, usage, facts.nodes)
             lines.append(
-                _line(
-                    name,
-                    t,
-                    "Cloud NAT data processed",
-                    "GB",
-                    usage["nat_processed_gb"] / hours,
-                    price("gcp", "cloud_nat_per_gb", reg),
-                    usage_based=True,
+                _one_time(
+                    _line(
+                        name,
+                        t,
+                        f"Cloud NAT data processed ({what})",
+                        "GB",
+                        gb / hours,
+                        price("gcp", "cloud_nat_per_gb", reg),
+                        usage_based=True,
+                        note="once per run",
+                    )
                 )
             )
         elif t in MONITORING_TYPES:  # GPU monitoring: gpuinfra/cost/monitoring.py
@@ -345,6 +353,46 @@ def estimate(
         )
     )
     return result
+
+
+def _nodes_have_public_ip(resources: list) -> bool:
+    """True when the nodes get a public address of their own: an AWS launch template network
+    interface with ``associatePublicIpAddress``, or a GCP instance template interface with an
+    ``accessConfigs`` entry (cloud.google.com/compute/docs/ip-addresses#ephemeraladdress)."""
+    for r in resources:
+        for nic in r.inputs.get("networkInterfaces") or []:
+            aws_public = nic.get("associatePublicIpAddress") in ("true", True)
+            if (r.type == "aws:ec2/launchTemplate:LaunchTemplate" and aws_public) or (
+                r.type == "gcp:compute/instanceTemplate:InstanceTemplate" and nic.get("accessConfigs")
+            ):
+                return True
+    return False
+
+
+def _nat_processed_gb(resources: list, usage: dict[str, Decimal], nodes: int) -> tuple[Decimal, str]:
+    """GB one run sends through the NAT gateway, and how it is made up.
+
+    * ``nat_processed_gb`` of the usage: what the cluster fetches from outside the cloud
+      besides the container (packages, data sets), once per run;
+    * :data:`~gpuinfra.catalog.prices.CONTAINER_PULL_GB` per node: every node pulls the NGC
+      container from nvcr.io through the NAT (an upper bound for a baked image, which holds it);
+    * ``internet_egress_gb`` when the nodes have no public address of their own: their
+      traffic to the internet leaves through the NAT, which bills it as processed data on top
+      of the egress charge (cloud.google.com/nat/pricing: "data processed ... in both
+      directions"; aws.amazon.com/vpc/pricing/: "Data Processing charge ... for each gigabyte
+      processed by the NAT gateway regardless of the traffic's source or destination"). Egress
+      of nodes with a public IP (AWS inference nodes) does not pass the NAT.
+
+    Transfer is once per run: a cluster left running idle moves no new data, so these lines
+    (and ``Internet egress``) count once in ``monthly_if_left_running_usd``.
+    """
+    pulls = CONTAINER_PULL_GB * nodes
+    gb = usage["nat_processed_gb"] + pulls
+    what = f"{usage['nat_processed_gb']:f} GB fetched + {nodes} x {CONTAINER_PULL_GB:f} GB container pulls"
+    if not _nodes_have_public_ip(resources):
+        gb += usage["internet_egress_gb"]
+        what += f" + {usage['internet_egress_gb']:f} GB egress from the nodes"
+    return gb, what
 
 
 def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
@@ -465,11 +513,12 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
     return lines
 
 
-def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine) -> list[CostLine]:
+def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine, market: str) -> list[CostLine]:
     """Boot disk and local SSD lines; local SSDs that come with the machine type
     (``InstanceFacts.local_ssd.bundled_count``) are in the machine price. Attached local SSDs
     of Spot VMs are priced at the Spot rate (cloud.google.com/compute/disks-image-pricing,
-    "Local SSD pricing")."""
+    "Local SSD pricing"); ``market`` is the market being priced (``cost --spot`` on an
+    on-demand plan prices them at the Spot rate, as its compute)."""
     lines = []
     reg, nodes = facts.region, Decimal(facts.nodes)
     bundled = machine is not None and machine.local_ssd.bundled_count > 0
@@ -481,8 +530,11 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             continue
         size = Decimal(str(disk.get("diskSizeGb", 10)))
         dtype = disk.get("diskType", "pd-balanced")
-        # Hyperdisk Balanced has no price from a source read for gpuinfra (prices.yaml): its
-        # line stays unpriced, so the cost exits 4 instead of guessing
+        # Hyperdisk Balanced has no price from a dated source read for gpuinfra: Cyclenerd
+        # pricing.yml @dac31281 (the GCP tables' source) prices Hyperdisk Extreme only
+        # (build/mapping.csv: gce.storage.hyperdisk.extreme), and the undated figures other
+        # repositories hard-code disagree (0.06 to 0.12 per GiB-month). Its line stays unpriced,
+        # so the cost exits 4 instead of guessing
         key = {"pd-balanced": "pd_balanced_per_gb_month"}.get(dtype)
         lines.append(
             _line(
@@ -496,7 +548,7 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             )
         )
     if scratch and not bundled:
-        key = "local_ssd_spot_per_gb_month" if facts.market == "spot" else "local_ssd_per_gb_month"
+        key = "local_ssd_spot_per_gb_month" if market == "spot" else "local_ssd_per_gb_month"
         lines.append(
             _line(
                 name,
@@ -558,14 +610,17 @@ def _storage_lines(name, t, cloud, reg, usage, hours, key, label) -> list[CostLi
             usage_based=True,
             missing_source=f"no storage price for {reg}",
         ),
-        _line(
-            name,
-            t,
-            "Internet egress",
-            "GB",
-            usage["internet_egress_gb"] / hours,
-            price(cloud, "internet_egress_per_gb", reg),
-            usage_based=True,
-            missing_source=f"no egress price for {reg}",
+        _one_time(
+            _line(
+                name,
+                t,
+                "Internet egress",
+                "GB",
+                usage["internet_egress_gb"] / hours,
+                price(cloud, "internet_egress_per_gb", reg),
+                usage_based=True,
+                note="once per run",
+                missing_source=f"no egress price for {reg}",
+            )
         ),
     ]

@@ -65,7 +65,9 @@ def summary_lines(status: ClusterStatus) -> list[str]:
     ]
     rate = status.price_per_node_hour_usd
     lines.append(
-        f"cost so far {_usd(status.cost_so_far_usd, status.cost_so_far_at_least_usd)}"
+        # compute only: the nodes' billed hours at the catalog's node-hour price (`gpuinfra cost`
+        # prices disks, NAT, storage and transfer)
+        f"compute cost so far {_usd(status.cost_so_far_usd, status.cost_so_far_at_least_usd)}"
         + (f" at ${rate:,.4f} per node-hour" if rate is not None else "")
         + f"; projected to the TTL {_usd(status.projected_to_ttl_usd, status.projected_to_ttl_at_least_usd)}"
     )

@@ -164,6 +164,8 @@ class ClusterStatus:
             "timeline": [
                 {"minute": iso(t), "mean_percent": _round(a), "max_percent": _round(b)} for t, a, b in self.timeline
             ],
+            # the USD figures below are compute only (the nodes' billed hours x this price)
+            "priced": "compute only",
             "price_per_node_hour_usd": usd_json(self.price_per_node_hour_usd),
             "cost_so_far_usd": usd_json(_cents(self.cost_so_far_usd)),
             "projected_to_ttl_usd": usd_json(_cents(self.projected_to_ttl_usd)),

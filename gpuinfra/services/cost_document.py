@@ -21,25 +21,21 @@ from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
+from gpuinfra.spec import check_run_hours
 from gpuinfra.stackfile import provider_config, read_stack_spec
 
-#: Longest run ``--hours`` may price: ten years.
-MAX_HOURS = 87600
 #: Run hours of a preview file whose workload profile is unknown (no ``gpuinfra:profile`` tag).
 FALLBACK_RUN_HOURS = Decimal(24)
 
 
 def check_hours(hours: float | None) -> Decimal | None:
-    """``--hours`` as a Decimal (None stays None: the stack's or profile's own run hours).
+    """``--hours`` as a Decimal (None stays None: the stack's or profile's own run hours); the
+    one validator of ``new`` and ``cost`` (:func:`gpuinfra.spec.check_run_hours`).
 
     Raises:
-        RequestError: not more than 0 and at most :data:`MAX_HOURS`.
+        RequestError: not from one minute (the billing minimum) to one year.
     """
-    if hours is None:
-        return None
-    if not 0 < hours <= MAX_HOURS:
-        raise RequestError(f"--hours must be more than 0 and at most {MAX_HOURS}, got {hours}")
-    return Decimal(str(hours))
+    return check_run_hours(hours)
 
 
 def check_budget(budget: float | None) -> Decimal | None:

@@ -103,4 +103,9 @@ def test_image_cost_cli_exit_4_in_a_region_without_an_image_price(run_cli, tmp_p
     assert result.exit_code == 4
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
     assert f"gce_custom_image_storage_per_gib_month in {region}" in result.stderr
-    assert "no total (a price is missing) per month" in result.stdout
+    # the image storage line has no price: the monthly total is not a number
+    assert "incomplete: 1 line without a price per month while the image is kept" in result.stdout
+    assert (
+        json.loads(run_cli("image", "cost", "b1", "--json", "--project-dir", str(tmp_path)).stdout)["monthly_usd"]
+        is None
+    )

@@ -71,11 +71,13 @@ def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path)
     assert all(
         o.on_demand_price_per_hour_usd == Decimal("21.95764") and o.gpu == "A100" and o.gpu_count == 8 for o in p4d
     )
-    # spot from DescribeSpotPriceHistory (moto answers 0.00001 for every type)
-    assert all(o.spot_price_per_hour_usd == Decimal("0.00001") for o in p4d)
+    # spot from DescribeSpotPriceHistory: moto answers 0.00001 for every type, below 10% of the
+    # p4d's on-demand price (AWS sells spot at up to 90% off): dropped, never kept
+    assert all(o.spot_price_per_hour_usd is None for o in p4d)
     # types without a Price List entry keep their spot price and have no on-demand price (never $0)
     g6 = [o for o in aws if o.instance_type == "g6.xlarge"]
     assert g6 and all(o.on_demand_price_per_hour_usd is None for o in g6)
+    assert all(o.spot_price_per_hour_usd == Decimal("0.00001") for o in g6)
     # facts come from DescribeInstanceTypes and match the shipped ones
     shipped = load_catalog()
     for itype in ("p4d.24xlarge", "p5.48xlarge", "g5.xlarge", "p5en.48xlarge"):
@@ -99,11 +101,12 @@ def test_refreshed_catalog_is_used_by_offers(moto_server, aws_env, tmp_path, mon
             ["aws"], out_dir=tmp_path, regions=["us-east-1"], aws_factory=_factory(moto_server, price_list.url), now=NOW
         )
     monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
-    result = run_cli("offers", "--gpus", "8xH100", "--cloud", "aws", "--spot", "--json")
+    result = run_cli("offers", "--gpus", "1xL4", "--cloud", "aws", "--spot", "--json")
     assert result.exit_code == 0, result.stderr
     offers = json.loads(result.stdout)
     assert {o["region"] for o in offers} == {"us-east-1"}
-    assert offers[0]["spot_price_per_hour_usd"] == "0.000010"  # the moto spot price, USD as a 6-place string
+    # the moto spot price of a type without an on-demand price, USD as a 6-place string
+    assert offers[0]["spot_price_per_hour_usd"] == "0.000010"
 
 
 def _gcp_clients(url):

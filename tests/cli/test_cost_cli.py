@@ -101,7 +101,14 @@ def test_hours_spot_and_usage_override(run_cli, tmp_path):
     usage = tmp_path / "usage.yaml"
     usage.write_text("bucket_storage_gb: 0\ninternet_egress_gb: 0\nnat_processed_gb: 0\n")
     zero = _cost(run_cli, tmp_path, stack, "--usage", str(usage))
-    assert all(line["hourly_usd"] in ("0.000000", None) for line in zero["lines"] if line["usage_based"])
+    used = [line for line in zero["lines"] if line["usage_based"]]
+    nat = [line for line in used if line["component"].startswith("Cloud NAT data processed")]
+    assert all(line["hourly_usd"] in ("0.000000", None) for line in used if line not in nat)
+    # with no usage the NAT still carries each node's 15 GB container pull from nvcr.io
+    assert [line["component"] for line in nat] == [
+        "Cloud NAT data processed (0 GB fetched + 1 x 15 GB container pulls + 0 GB egress from the nodes)"
+    ]
+    assert Decimal(nat[0]["hourly_usd"]) == (Decimal(15) * Decimal("0.045") / 24).quantize(Decimal("0.000001"))
     usage.write_text("gpu_hours: 3\n")
     bad = run_cli("cost", stack, "--usage", str(usage), "--project-dir", str(tmp_path))
     assert bad.exit_code == 2 and "unknown usage key 'gpu_hours'" in bad.stderr

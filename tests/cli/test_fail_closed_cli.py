@@ -159,8 +159,8 @@ def test_ls_prices_from_the_catalog_not_the_stack_file_and_fails_closed(run_cli,
     # 2 x p4d.24xlarge on-demand in us-east-1, $21.95764/h each: what `cost` prices the nodes at
     cost = json.loads(run_cli("cost", "edited", "--project-dir", str(tmp_path), "--json").stdout)
     compute = next(line for line in cost["lines"] if line["component"].startswith("Instance usage"))
-    assert rows["edited"]["price_per_hour_usd"] == compute["hourly_usd"] == "43.915280"
-    assert rows["moved"]["price_per_hour_usd"] is None and rows["moved"]["cost_so_far_usd"] is None
+    assert rows["edited"]["compute_price_per_hour_usd"] == compute["hourly_usd"] == "43.915280"
+    assert rows["moved"]["compute_price_per_hour_usd"] is None and rows["moved"]["compute_cost_so_far_usd"] is None
     text = run_cli("ls", "--project-dir", str(tmp_path)).stdout
     assert "$0.01" not in text and "$43.92" in text
     moved = next(x for x in text.splitlines() if x.strip().startswith("moved") or "│ moved" in x)

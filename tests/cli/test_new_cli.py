@@ -45,7 +45,9 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     # #choose_number_local_ssds) at $0.08/GiB-month in us-central1: 1500 GiB / 730 h x 0.08 = $0.1644/h
     # + GPU monitoring (one alert condition at $1.50/month and the agent's series: tests/monitoring)
     # + noncurrent checkpoint versions, at most the 500 GB bucket once more: 500 x $0.020 / 730 = $0.0137/h
-    assert "compute: $14.69/h ($3.673/GPU-h); all 21 resources: $15.21/h, $365.08 for a 24 h run" in result.stdout
+    # + Cloud NAT data: the node's 15 GB container pull and its 20 GB egress (no external IP on GCP)
+    #   on top of the 100 GB fetched: 35 GB x $0.045 = $1.575 more a run
+    assert "compute: $14.69/h ($3.673/GPU-h); all 21 resources: $15.28/h, $366.66 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   gpuinfra up gcp-4xa100" in result.stdout
     assert "catalog 2026-08-20 (on-demand; spot undated)" in stack.read_text()
     # the header points at gpuinfra's own up/down (they check TTL, formation and sync checkpoints);
@@ -76,8 +78,10 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     # 31 + the TTL backstop (scheduler role, its policy, the schedule) + the node bundle object + GPU monitoring
     # (component, agent config parameter, dashboard, idle alarm, SNS topic, the nodes' PutMetricData policy)
     assert data["resources"] == 41
-    assert data["price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal("21.957640")
-    assert data["run_cost_usd"] == "526.983360"  # 24 h of the llm-finetune profile x $21.95764/h
+    assert data["compute_price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal(
+        "21.957640"
+    )
+    assert data["compute_run_cost_usd"] == "526.983360"  # 24 h of the llm-finetune profile x $21.95764/h
     assert data["instance_type"] == "p4d.24xlarge" and data["round_up"] is True and data["gpu_count"] == 8
     assert data["next"] == f"gpuinfra up {data['stack']}"
     doc = yaml.safe_load(Path(data["stack_file"]).read_text())
@@ -97,7 +101,7 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
         ).stdout
     )
     assert (by_type["gpu"], by_type["gpu_count"], by_type["nodes"]) == ("H100", 8, 2)
-    assert by_type["price_per_hour_usd"] == "110.080000"  # 2 x $55.04/h, USD as a 6-place decimal string
+    assert by_type["compute_price_per_hour_usd"] == "110.080000"  # 2 x $55.04/h, USD as a 6-place decimal string
 
 
 @pytest.mark.parametrize(
@@ -117,7 +121,7 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
             2,
             "error: profile-spot-policy: profile 'inference' forbids spot",
         ),
-        (["--gpus", "4xA100", "--hours", "0"], 2, "error: --hours must be more than 0"),
+        (["--gpus", "4xA100", "--hours", "0"], 2, "error: --hours must be at least 1 minute"),
     ],
 )
 def test_new_bad_input_writes_nothing(run_cli, tmp_path, args, code, message):

@@ -39,9 +39,11 @@ def p4d_project(tmp_path):
 
 
 def test_hours_and_budget_checks():
-    assert check_hours(None) is None and check_hours(10.0) == Decimal("10.0") and check_hours(87600) == Decimal(87600)
-    for bad in (0, -1, 87600.5):
-        with pytest.raises(RequestError, match=f"--hours must be more than 0 and at most 87600, got {bad}"):
+    assert check_hours(None) is None and check_hours(10.0) == Decimal("10.0") and check_hours(8760) == Decimal(8760)
+    # one minute, the billing minimum of EC2 (60 s) and Compute Engine (1 min), is the shortest run
+    assert check_hours(1 / 60) == Decimal(str(1 / 60))
+    for bad in (0, -1, 8760.5, 87600, 1e-9, 1e-300, 0.016, float("nan"), float("inf"), 1e308):
+        with pytest.raises(RequestError, match=r"--hours must be at least 1 minute .* at most 8760 \(one year\)"):
             check_hours(bad)
     assert check_budget(None) is None and check_budget(0) == Decimal(0) and check_budget(12.5) == Decimal("12.5")
     for bad in (float("nan"), float("inf"), -0.01):
@@ -73,22 +75,25 @@ def test_stack_cost_document_exact_totals(p4d_project):
     assert (doc["schema_version"], doc["stack"], doc["pricing"], doc["hours"]) == ("3", "one", "on-demand", "24")
     # GPU monitoring adds $0.022107/h to the p4d: 42 custom metrics x $0.30 / 730 h, the dashboard
     # $3 / 730 h, one alarm metric $0.10 / 730 h, 60 PutMetricData an hour at $0.01 per 1,000;
-    # the versioned bucket's noncurrent versions at most the 500 GB it holds: 500 x $0.023 / 730 h
+    # the versioned bucket's noncurrent versions at most the 500 GB it holds: 500 x $0.023 / 730 h;
+    # NAT data: 100 GB fetched + 15 GB container pull + the 20 GB egress of the node (no public IP)
+    # = 135 GB x $0.045 = $6.075 a run. Left running 30 days counts transfer once (egress 20 x $0.09
+    # + NAT $6.075 = $7.875), not 30 times
     assert (doc["hourly_usd"], doc["run_usd"], doc["monthly_if_left_running_usd"]) == (
-        "22.345671",
-        "536.296117",
-        "16088.883486",
+        "22.411296",
+        "537.871117",
+        "15907.758486",
     )
     spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
     assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == (
         "spot",
         "10",
-        "3.221031",
-        "32.210316",
+        "3.378531",
+        "33.785316",
     )
-    check_totals(doc, Decimal(537))  # every line priced, under budget: passes
-    with pytest.raises(BudgetExceededError, match=r"^run total \$536.30 exceeds the budget \$536.00$"):
-        check_totals(doc, Decimal(536))
+    check_totals(doc, Decimal(538))  # every line priced, under budget: passes
+    with pytest.raises(BudgetExceededError, match=r"^run total \$537.87 exceeds the budget \$537.00$"):
+        check_totals(doc, Decimal(537))
 
 
 def test_check_totals_fails_closed_before_the_budget():
@@ -119,12 +124,12 @@ def test_cost_diff_document(p4d_project):
         "schema_version": "3",
         "before": "one",
         "after": "two",
-        "before_hourly_usd": "22.345671",
-        "after_hourly_usd": "44.340213",
-        "before_run_usd": "536.296117",
-        "after_run_usd": "1064.165110",
-        "hourly_change_usd": "21.994542",
-        "run_change_usd": "527.868993",
+        "before_hourly_usd": "22.411296",
+        "after_hourly_usd": "44.433963",
+        "before_run_usd": "537.871117",
+        "after_run_usd": "1066.415110",
+        "hourly_change_usd": "22.022667",
+        "run_change_usd": "528.543993",
         "before_price_not_found": [],
         "after_price_not_found": [],
     }

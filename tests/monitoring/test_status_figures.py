@@ -155,7 +155,7 @@ def test_no_catalog_price_is_incomplete_never_zero():
     status = build_status(spec, [Node("i-1", "running", NOW - timedelta(hours=1))], [], NOW, True, catalog=without)
     assert (status.cost_so_far_usd, status.projected_to_ttl_usd) == (None, None)
     assert status.to_dict()["cost_so_far_usd"] is None and status.to_dict()["price_per_node_hour_usd"] is None
-    cost_line = next(line for line in summary_lines(status) if line.startswith("cost so far"))
+    cost_line = next(line for line in summary_lines(status) if line.startswith("compute cost so far"))
     assert "incomplete: 1 line without a price" in cost_line and "$" not in cost_line
 
 
