@@ -188,6 +188,9 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
 
     shown = _shown(ranked, limit, as_json=False)
     dates = sorted({catalog.date_for(r.offer.cloud) for r in shown})
+    if any(r.commitment for r in shown):  # ranked by commitment rates: their sources' own dates
+        sources = {catalog.commitments.source_of(r.commitment)["date"] for r in shown if r.commitment}
+        dates = [f"commitments of {', '.join(sorted(sources))}; on-demand {', '.join(dates)}"]
     pricing = market
     from rich import box
 
