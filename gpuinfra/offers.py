@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.commitments import COMMITMENT_MARKETS, CommitmentPrice
+from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import CatalogError, NoOfferError, RequestError
