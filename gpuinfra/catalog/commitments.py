@@ -46,6 +46,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from gpuinfra.catalog.model import parse_price, quantize_price
+from gpuinfra.fsutil import atomic_write_text
 
 #: The commitment markets (ranked by ``offers``, shown by ``cost``; never provisioned).
 COMMITMENT_MARKETS: tuple[str, ...] = ("commit-1y", "commit-3y")
@@ -300,8 +301,6 @@ def read_commitments(folder: Path) -> Commitments:
 
 def write_commitments(out_dir: Path, snapshot_dir: Path) -> int:
     """Write ``commitments.csv`` and ``commitments.json`` into ``out_dir``; returns the row count."""
-    from gpuinfra.fsutil import atomic_write_text
-
     prices = build_commitments(snapshot_dir)
     doc = {
         "what": "committed USD per node-hour; the nodes stay on-demand VMs (a billing construct)",
