@@ -119,3 +119,20 @@ def test_trim_keeps_the_standard_no_upfront_rates_and_bundled_gpu_machines_only(
     gcp = trim_gcp(pricing, "src")
     assert gcp["_date"] == "2026-07-30" and list(gcp["prices"]) == ["a3-highgpu-8g"]
     assert gcp["prices"]["a3-highgpu-8g"]["us-central1"] == {"hour": "88.4899999025753", "month_1y": "44810.08066464"}
+
+
+@pytest.mark.parametrize(
+    ("machine", "region", "market", "month_usd"),
+    [
+        # pricing.yml @dac31281 (2026-08-20, the commit the GCP on-demand prices cite), read from the
+        # stored public file: the A3 CUDs did not change between 2026-07-30 and 2026-08-20
+        ("a3-highgpu-8g", "us-central1", "commit-1y", "44810.08066464"),
+        ("a3-highgpu-8g", "us-east4", "commit-1y", "44840.32514976"),
+        ("a3-megagpu-8g", "us-east4", "commit-1y", "46678.66370976"),
+        ("a3-megagpu-8g", "us-east4", "commit-3y", "29555.25790768"),
+        ("a3-highgpu-8g", "europe-west4", "commit-3y", "36078.20074112"),
+    ],
+)
+def test_gcp_cud_equals_the_later_release_the_on_demand_prices_cite(table, machine, region, market, month_usd):
+    price = table.price("gcp", machine, region, market).price_per_hour_usd
+    assert price == (Decimal(month_usd) / 730).quantize(Decimal("0.00001"))
