@@ -4,6 +4,7 @@ figures quoted independently of the build, and failing closed where a source has
 from __future__ import annotations
 
 import json
+import shutil
 from decimal import Decimal
 
 import pytest
@@ -136,3 +137,11 @@ def test_trim_keeps_the_standard_no_upfront_rates_and_bundled_gpu_machines_only(
 def test_gcp_cud_equals_the_later_release_the_on_demand_prices_cite(table, machine, region, market, month_usd):
     price = table.price("gcp", machine, region, market).price_per_hour_usd
     assert price == (Decimal(month_usd) / 730).quantize(Decimal("0.00001"))
+
+
+def test_a_refreshed_catalog_folder_without_commitments_uses_the_shipped_table(tmp_path):
+    for name in ("offers.csv", "instance_types.json", "catalog.json"):
+        shutil.copy(PACKAGE_DATA_DIR / name, tmp_path / name)
+    refreshed = load_catalog(tmp_path)
+    price = refreshed.commitments.price("gcp", "a3-highgpu-8g", "us-central1", "commit-1y")
+    assert price is not None and price.price_per_hour_usd == Decimal("61.38367")

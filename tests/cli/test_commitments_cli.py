@@ -103,3 +103,9 @@ def test_cost_commitment_without_a_rate_is_not_priced_and_spot_gets_no_view(run_
     spot = _json(run_cli("cost", stack, "--spot", "--project-dir", str(tmp_path), "--json"))
     assert not spot["commitments"]["applies"] and spot["commitments"]["terms"] == []
     assert "--on-demand" in spot["commitments"]["reason"]
+
+
+def test_cost_on_demand_view_of_a_spot_stack(run_cli, tmp_path):
+    stack = _new(run_cli, tmp_path, "--gpus", "8xH100", "--cloud", "gcp", "--region", "us-central1", "--spot")
+    doc = _json(run_cli("cost", stack, "--on-demand", "--project-dir", str(tmp_path), "--json"))
+    assert doc["commitments"]["applies"] and Decimal(doc["commitments"]["terms"][0]["per_node_hour_usd"]) == A3_1Y
