@@ -39,7 +39,9 @@ def offers(
     market: str = typer.Option(
         "on-demand",
         "--market",
-        help="Market to rank by: on-demand, spot or flex (GCP flex-start / DWS). Offers without a price there, or of types the cloud does not sell there, are left out.",
+        help="Market to rank by: on-demand, spot, flex (GCP flex-start / DWS), commit-1y or commit-3y (committed rate "
+        "of on-demand VMs: AWS standard RI no upfront, GCP resource-based CUD). Offers without a price there, or of "
+        "types the cloud does not sell there, are left out.",
     ),
     spot: bool = typer.Option(False, "--spot", help="Same as --market spot."),
     nodes: int = options.Nodes,
