@@ -2,17 +2,16 @@
 
 A commitment is a **billing construct, not a provisioning model**: the nodes are ordinary
 on-demand VMs, and the commitment changes what their hours cost in exchange for paying for
-every hour of the term whether a VM runs or not ("You pay for your commitment whether you use
-it or not": docs.aws.amazon.com/savingsplans/latest/userguide/what-is-savings-plans.html for
-AWS; "you are billed for the commitment ... even if you don't use the resources",
-cloud.google.com/compute/docs/instances/signing-up-committed-use-discounts for GCP). So the
+every hour of the term whether a VM runs or not (AWS: docs.aws.amazon.com/savingsplans/latest/
+userguide/what-is-savings-plans.html; GCP: cloud.google.com/compute/docs/instances/
+signing-up-committed-use-discounts). So the
 markets ``commit-1y`` / ``commit-3y`` rank offers (``gpuinfra offers --market commit-1y``) and
 ``gpuinfra cost`` shows an on-demand stack's commitment view, but no stack is *provisioned* in
 them: ``new`` stays on-demand.
 
 The markets, precisely:
 
-* AWS: **EC2 Standard Reserved Instance, regional, no upfront, Linux/UNIX, shared tenancy**
+* AWS: **EC2 Standard Reserved Instance, regional, no upfront, Linux/UNIX**
   (Vantage's ``linux.reserved`` ``yrTerm1Standard.noUpfront`` / ``yrTerm3Standard.noUpfront``,
   USD per instance-hour). Chosen because it is the only commitment rate the dated public
   source carries per type and region (Vantage's extract has no Savings Plans rates), and it is
@@ -51,9 +50,11 @@ from gpuinfra.fsutil import atomic_write_text
 #: The commitment markets (ranked by ``offers``, shown by ``cost``; never provisioned).
 COMMITMENT_MARKETS: tuple[str, ...] = ("commit-1y", "commit-3y")
 
-#: Hours a commitment obliges you to pay for: 365 x 24 per year (AWS: "1-year (31,536,000
-#: seconds)" and "3-year (94,608,000 seconds)", docs.aws.amazon.com/AWSEC2/latest/UserGuide/
-#: reserved-instances-types.html; GCP commitments run 1 or 3 years).
+#: Hours a commitment obliges you to pay for: a year is 365 x 24 h (EC2 reservation terms are
+#: "the number of seconds in a year (365x24x60x60) times one of the supported durations (1 or
+#: 3)": docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeHostReservationOfferings.html;
+#: GCP commitments run 1 or 3 years, cloud.google.com/compute/docs/instances/
+#: signing-up-committed-use-discounts).
 TERM_HOURS: dict[str, int] = {"commit-1y": 8760, "commit-3y": 26280}
 
 #: Hours per month of the GCP source's monthly figures (Cyclenerd build/pricing.pl ``hours``).

@@ -1,12 +1,9 @@
 """What an on-demand stack's compute would cost under a 1-year or 3-year commitment.
 
-A commitment is billed for every hour of its term whether the nodes run or not: "You pay for
-your commitment whether you use it or not" (AWS, docs.aws.amazon.com/savingsplans/latest/
-userguide/what-is-savings-plans.html; a Reserved Instance is billed "for every hour during the
-entire Reserved Instance term ... regardless of whether an instance is running",
-docs.aws.amazon.com/AWSEC2/latest/UserGuide/concepts-reserved-instances-application.html) and
-"you are billed for the commitment ... even if you don't use the resources" (GCP,
-cloud.google.com/compute/docs/instances/signing-up-committed-use-discounts). So for one node:
+A commitment is billed for every hour of its term whether the nodes run or not (AWS Savings
+Plans and Reserved Instances: docs.aws.amazon.com/savingsplans/latest/userguide/
+what-is-savings-plans.html; GCP committed use discounts: cloud.google.com/compute/docs/
+instances/signing-up-committed-use-discounts). So for one node:
 
 * obligation = committed rate x term hours (8,760 for 1 year, 26,280 for 3 years);
 * break-even = obligation / on-demand rate: the on-demand hours over the term above which the
