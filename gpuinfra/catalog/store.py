@@ -145,7 +145,8 @@ class Catalog:
     def summary(self) -> dict:
         """What ``gpuinfra catalog show --json`` prints: ``{"path", "catalog_date", "sources"
         (per cloud: prices, date ...), "offers" (count per cloud), "instance_types" (count per
-        cloud), "gpus" (sorted GPU names)}``."""
+        cloud), "gpus" (sorted GPU names), "commitment_sources" (source key -> market, source,
+        date: :mod:`gpuinfra.catalog.commitments`)}``."""
         from collections import Counter
 
         counts = Counter(o.cloud for o in self.offers)
@@ -156,6 +157,7 @@ class Catalog:
             "offers": dict(counts),
             "instance_types": {c: len(self.instance_types(c)) for c in sorted(counts)},
             "gpus": sorted({o.gpu for o in self.offers}),
+            "commitment_sources": dict(self.commitments.sources),
         }
 
 

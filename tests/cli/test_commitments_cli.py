@@ -109,3 +109,10 @@ def test_cost_on_demand_view_of_a_spot_stack(run_cli, tmp_path):
     stack = _new(run_cli, tmp_path, "--gpus", "8xH100", "--cloud", "gcp", "--region", "us-central1", "--spot")
     doc = _json(run_cli("cost", stack, "--on-demand", "--project-dir", str(tmp_path), "--json"))
     assert doc["commitments"]["applies"] and Decimal(doc["commitments"]["terms"][0]["per_node_hour_usd"]) == A3_1Y
+
+
+def test_catalog_show_names_the_commitment_sources_and_dates(run_cli):
+    info = _json(run_cli("catalog", "show", "--json"))
+    dates = sorted(s["date"] for s in info["commitment_sources"].values())
+    assert dates == ["2025-11-30", "2026-07-30"]
+    assert "commitments: EC2 Standard Reserved Instance" in run_cli("catalog", "show").stdout
