@@ -27,7 +27,8 @@ def market_option(market: str, spot: bool) -> str:
     """The catalog market named by ``--market`` (and ``--spot``).
 
     Args:
-        market: ``on-demand``, ``spot`` or ``flex`` (and the aliases :func:`parse_market` takes).
+        market: ``on-demand``, ``spot``, ``flex``, ``commit-1y`` or ``commit-3y`` (and the
+            aliases :func:`parse_market` takes).
         spot: ``--spot``, the same as ``--market spot``.
 
     Raises:
@@ -35,7 +36,7 @@ def market_option(market: str, spot: bool) -> str:
     """
     chosen = parse_market(market)
     if chosen is None:
-        raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex")
+        raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex, commit-1y, commit-3y")
     if spot and chosen not in ("spot", "on-demand"):
         raise RequestError(f"--spot contradicts --market {market}")
     return "spot" if spot else chosen
@@ -156,6 +157,28 @@ def offer_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any]:
         "provisioning_models": list(fact.provisioning_models) if fact else None,
         "local_zone": offer.local_zone,
         "catalog_date": catalog.date_for(offer.cloud),
+        "commitment": commitment_json(ranked, catalog),
+    }
+
+
+def commitment_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any] | None:
+    """The committed rate an offer is ranked by (``offers --market commit-1y|commit-3y``):
+    ``{"market", "commitment", "price_per_node_hour_usd", "term_hours", "obligation_usd" (all
+    nodes, whole term, paid used or not), "source", "source_field", "source_date"}``; None in
+    the other markets."""
+    c = ranked.commitment
+    if c is None:
+        return None
+    src = catalog.commitments.source_of(c)
+    return {
+        "market": c.market,
+        "commitment": src["market"],
+        "price_per_node_hour_usd": usd_json(c.price_per_hour_usd),
+        "term_hours": c.term_hours,
+        "obligation_usd": usd_json(c.obligation_usd * ranked.nodes),
+        "source": src["source"],
+        "source_field": c.source.split(":", 1)[1],
+        "source_date": src["date"],
     }
 
 

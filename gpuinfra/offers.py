@@ -10,6 +10,9 @@ Rules:
 * Price is the total per hour for all ``nodes`` in the market asked for (on-demand by
   default, spot or flex-start); offers without a price in that market, or whose type the cloud
   does not sell in it (``InstanceFacts.provisioning_models``), are left out, never priced at $0.
+* The commitment markets ``commit-1y`` / ``commit-3y`` rank by the committed hourly rate of
+  the offer's type in its region (:mod:`gpuinfra.catalog.commitments`). A commitment is a
+  billing construct over on-demand VMs, so only offers sold and priced on demand take part.
 * Order: total $/h ascending; at equal price, exact GPU counts first; then cloud, region,
   zone, type for a stable result.
 * AWS Local Zones are left out unless ``include_local_zones`` or the zone is named.
@@ -25,6 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
+from gpuinfra.catalog.commitments import COMMITMENT_MARKETS, CommitmentPrice
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer
 from gpuinfra.catalog.store import Catalog
@@ -45,7 +49,8 @@ class OfferQuery:
         region: region name or None.
         zone: AWS AZ ID (``use1-az4``) or GCP zone (``us-central1-a``) or None.
         instance_type: restrict to one type, or None.
-        market: ``on-demand``, ``spot`` or ``flex-start`` (:data:`MARKETS`).
+        market: ``on-demand``, ``spot`` or ``flex-start`` (:data:`MARKETS`), or
+            ``commit-1y`` / ``commit-3y`` (:data:`COMMITMENT_MARKETS`).
         include_local_zones: keep AWS Local Zones / Wavelength zones.
     """
 
@@ -122,14 +127,17 @@ class RankedOffer:
     Attributes:
         offer: the catalog row (per-node prices).
         nodes: node count.
-        market: which market ``price_per_hour_usd`` uses (:data:`MARKETS`).
+        market: which market ``price_per_hour_usd`` uses (:data:`MARKETS` or
+            :data:`COMMITMENT_MARKETS`).
         requested_gpu_count: GPUs per node asked for (``offer.gpu_count`` may be larger).
+        commitment: the committed rate when ``market`` is a commitment market, else None.
     """
 
     offer: Offer
     nodes: int
     market: str
     requested_gpu_count: int
+    commitment: CommitmentPrice | None = None
 
     @property
     def spot(self) -> bool:
@@ -139,12 +147,16 @@ class RankedOffer:
     @property
     def price_per_hour_usd(self) -> Decimal:
         """Total $/h for all nodes in the market asked for."""
-        price = self.offer.price_per_hour_usd(self.market)
+        price = self.market_price_per_hour_usd(self.market)
         assert price is not None  # filtered in find_offers
-        return price * self.nodes
+        return price
 
     def market_price_per_hour_usd(self, market: str) -> Decimal | None:
-        """Total $/h for all nodes in ``market`` (None: no price known there)."""
+        """Total $/h for all nodes in ``market`` (None: no price known there; a commitment
+        market other than the one ranked by is not looked up)."""
+        if market in COMMITMENT_MARKETS:
+            c = self.commitment if market == self.market else None
+            return None if c is None else c.price_per_hour_usd * self.nodes
         p = self.offer.price_per_hour_usd(market)
         return None if p is None else p * self.nodes
 
@@ -308,16 +320,23 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
         NoOfferError: nothing fits; the message says what GPU counts exist for that model.
         RequestError: offers fit, but none takes ``request.nodes`` nodes (:func:`node_limit`).
     """
-    if query.market not in MARKETS:
-        raise CatalogError(f"unknown market {query.market!r}; choose one of: {', '.join(MARKETS)}")
+    if query.market not in MARKETS + COMMITMENT_MARKETS:
+        choices = ", ".join(MARKETS + COMMITMENT_MARKETS)
+        raise CatalogError(f"unknown market {query.market!r}; choose one of: {choices}")
     validate_location(catalog, query)
     request = query.request
     located = [o for o in catalog.offers if matches_location(o, query)]
     market = query.market
     priced = [
-        RankedOffer(offer=o, nodes=request.nodes, market=market, requested_gpu_count=request.gpu_count)
+        RankedOffer(
+            offer=o,
+            nodes=request.nodes,
+            market=market,
+            requested_gpu_count=request.gpu_count,
+            commitment=commitment_of(catalog, o, market),
+        )
         for o in located
-        if fits(o, request) and o.price_per_hour_usd(market) is not None and sold_as(catalog, o, market)
+        if fits(o, request) and _priced_in(catalog, o, market) and sold_as(catalog, o, market)
     ]
     ranked = [r for r in priced if request.nodes <= _limit_of(catalog, r.offer).nodes]
     if priced and not ranked:
@@ -351,7 +370,13 @@ def find_offers(catalog: Catalog, query: OfferQuery) -> list[RankedOffer]:
     return ranked
 
 
-_AS = {"on-demand": "on demand", "spot": "as spot", "flex-start": "as flex-start"}
+_AS = {
+    "on-demand": "on demand",
+    "spot": "as spot",
+    "flex-start": "as flex-start",
+    "commit-1y": "on demand (a 1-year commitment covers on-demand VMs)",
+    "commit-3y": "on demand (a 3-year commitment covers on-demand VMs)",
+}
 
 
 def _limit_of(catalog: Catalog, offer: Offer) -> NodeLimit:
@@ -379,9 +404,24 @@ def _over_node_limit(catalog: Catalog, request: GpuRequest, offers: list[RankedO
 def sold_as(catalog: Catalog, offer: Offer, market: str) -> bool:
     """The cloud sells the offer's type in ``market`` (``InstanceFacts.provisioning_models``;
     a3-highgpu-1g/2g/4g, A3 Ultra and A4 are not sold on demand, whatever a price row says).
+    A commitment market counts as on-demand: the committed nodes are on-demand VMs.
     Types without facts are kept (the planner refuses them later)."""
     fact = catalog.fact(offer.cloud, offer.instance_type)
-    return fact is None or fact.offers_model(market)
+    return fact is None or fact.offers_model("on-demand" if market in COMMITMENT_MARKETS else market)
+
+
+def commitment_of(catalog: Catalog, offer: Offer, market: str) -> CommitmentPrice | None:
+    """The committed rate of the offer's type in its region when ``market`` is a commitment
+    market (None otherwise, or when no cited source prices it)."""
+    if market not in COMMITMENT_MARKETS:
+        return None
+    return catalog.commitments.price(offer.cloud, offer.instance_type, offer.region, market)
+
+
+def _priced_in(catalog: Catalog, offer: Offer, market: str) -> bool:
+    if market in COMMITMENT_MARKETS:  # a commitment discounts an on-demand price: both must be known
+        return offer.on_demand_price_per_hour_usd is not None and commitment_of(catalog, offer, market) is not None
+    return offer.price_per_hour_usd(market) is not None
 
 
 def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -> str:
@@ -438,6 +478,10 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
         )
     others = [m for m in MARKETS if m != pricing]
     hint = {
+        "commit-1y": " No cited source has a 1-year commitment price for it here (AWS: EC2 Standard RI no upfront, "
+        "GCP: resource-based CUD; see README, price table).",
+        "commit-3y": " No cited source has a 3-year commitment price for it here (AWS: EC2 Standard RI no upfront, "
+        "GCP: resource-based CUD; see README, price table).",
         "flex-start": " This catalog has no flex-start (DWS) price for it (the shipped snapshot has none); "
         "`gpuinfra catalog refresh --cloud gcp` reads them from the Cloud Billing Catalog.",
     }.get(pricing, "")

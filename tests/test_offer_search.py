@@ -27,7 +27,7 @@ def test_market_option(market, spot, chosen):
 @pytest.mark.parametrize(
     ("market", "spot", "message"),
     [
-        ("reserved", False, "unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
+        ("reserved", False, "unknown --market 'reserved'; choose one of: on-demand, spot, flex, commit-1y, commit-3y"),
         ("flex", True, "--spot contradicts --market flex"),
     ],
 )

@@ -8,6 +8,8 @@ known defects) plus the instance-fact inputs beside it:
   and their **spot** prices (host row + GPU row). Its on-demand GPU prices are **not used**
   except for the GPUs attached to N1 hosts: for A100, A100-80GB, H100, H100-Mega and H200
   they are DWS / flex-start SKUs posing as on-demand (data/snapshot/README.md, known defects);
+* ``aws_reserved.json``, ``gcp_commitments.json`` -- commitment rates (written to
+  ``commitments.csv`` / ``commitments.json``, :mod:`gpuinfra.catalog.commitments`);
 * ``gcp_on_demand.csv`` -- on-demand price per machine type and region, one cited source
   per row (``source_ref``, ``source_date``): the whole machine as billed (vCPUs, memory,
   GPUs, bundled Local SSD).
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from gpuinfra.catalog.commitments import write_commitments
 from gpuinfra.catalog.facts import aws_facts_from_describe, aws_gpu_name, gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import aws_spot_below_floor, check_offers
@@ -412,7 +415,8 @@ def main() -> None:  # pragma: no cover - developer entry point
     args = parser.parse_args()
     offers, facts, meta, report = build_from_snapshot(args.snapshot)
     write_catalog(args.out, offers, facts, meta)
-    print(f"wrote {len(offers)} offers and {len(facts)} instance types to {args.out}")
+    commitments = write_commitments(args.out, args.snapshot)
+    print(f"wrote {len(offers)} offers, {len(facts)} instance types and {commitments} commitment prices to {args.out}")
     for line in report.lines():
         print(f"  {line}")
 

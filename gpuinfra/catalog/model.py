@@ -109,6 +109,9 @@ MARKET_ALIASES: dict[str, str] = {
     "flex": "flex-start",
     "flex-start": "flex-start",
     "dws": "flex-start",
+    # commitments: ranked by ``offers``, never provisioned (gpuinfra/catalog/commitments.py)
+    "commit-1y": "commit-1y",
+    "commit-3y": "commit-3y",
 }
 
 

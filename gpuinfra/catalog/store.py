@@ -21,6 +21,7 @@ from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 
+from gpuinfra.catalog.commitments import Commitments, read_commitments
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gpus import GpuModel, load_gpu_models  # noqa: F401  (re-export)
 from gpuinfra.catalog.model import CATALOG_SCHEMA_VERSION, Offer
@@ -67,6 +68,17 @@ class Catalog:
     facts: dict[tuple[str, str], InstanceFacts]
     meta: dict
     path: Path
+
+    @property
+    def commitments(self) -> Commitments:
+        """1-year / 3-year committed rates (:mod:`gpuinfra.catalog.commitments`): the folder's
+        ``commitments.csv``, else the one shipped with gpuinfra (``catalog refresh`` does not
+        rebuild them). Read on first use.
+
+        Raises:
+            CatalogError: the file is malformed.
+        """
+        return _load_commitments(self.path)
 
     @property
     def catalog_date(self) -> str:
@@ -133,7 +145,8 @@ class Catalog:
     def summary(self) -> dict:
         """What ``gpuinfra catalog show --json`` prints: ``{"path", "catalog_date", "sources"
         (per cloud: prices, date ...), "offers" (count per cloud), "instance_types" (count per
-        cloud), "gpus" (sorted GPU names)}``."""
+        cloud), "gpus" (sorted GPU names), "commitment_sources" (source key -> market, source,
+        date: :mod:`gpuinfra.catalog.commitments`)}``."""
         from collections import Counter
 
         counts = Counter(o.cloud for o in self.offers)
@@ -144,6 +157,7 @@ class Catalog:
             "offers": dict(counts),
             "instance_types": {c: len(self.instance_types(c)) for c in sorted(counts)},
             "gpus": sorted({o.gpu for o in self.offers}),
+            "commitment_sources": dict(self.commitments.sources),
         }
 
 
@@ -169,6 +183,15 @@ def _load(path: Path) -> Catalog:
     except (ValueError, KeyError, TypeError) as exc:
         raise CatalogError(f"catalog folder {path} is corrupt: {exc}") from None
     return Catalog(offers=offers, facts=facts, meta=meta, path=path)
+
+
+@lru_cache(maxsize=4)
+def _load_commitments(path: Path) -> Commitments:
+    folder = path if (path / "commitments.csv").is_file() else PACKAGE_DATA_DIR
+    try:
+        return read_commitments(folder)
+    except (ValueError, KeyError, OSError) as exc:
+        raise CatalogError(f"commitment prices in {folder} are corrupt: {exc}") from None
 
 
 def load_catalog(path: Path | None = None) -> Catalog:

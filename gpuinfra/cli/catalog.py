@@ -30,6 +30,8 @@ def show(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> N
             f"prices of {source.get('date')} from {source.get('prices')}"
         )
     out.print(f"  GPUs: {', '.join(info['gpus'])}")
+    for source in info["commitment_sources"].values():
+        out.print(f"  commitments: {source['market']}, prices of {source['date']} from {source['source']}")
 
 
 @app.command("refresh")

@@ -96,6 +96,9 @@ def print_cost_table(doc: dict) -> None:
             f"spot {verb} {doc['spot_savings_percent']}% on compute; spot nodes can be interrupted "
             "(2 min notice on AWS, 30 s on GCP): checkpoint often"
         )
+    if doc.get("commitments"):
+        for text in commitment_lines(doc["commitments"]):
+            out.print(text)
     if doc["price_not_found"]:
         out.print(
             f"{len(doc['price_not_found'])} line(s) with no price (so no total): " + "; ".join(doc["price_not_found"])
@@ -105,6 +108,28 @@ def print_cost_table(doc: dict) -> None:
             f"{len(doc['not_priced'])} resource(s) not priced: " + ", ".join(n["resource"] for n in doc["not_priced"])
         )
     out.print(f"{len(doc['free_resources'])} resources have no charge of their own")
+
+
+def commitment_lines(view: dict) -> list[str]:
+    """The text of a cost document's ``commitments`` object (gpuinfra/cost/commitment.py)."""
+    if not view["applies"]:
+        return [f"commitments: not shown ({view['reason']})"]
+    lines = [
+        f"commitments ({view['nodes']} node(s), {view['hours']} h; the nodes stay on-demand VMs, a commitment "
+        "is paid every hour of its term, used or not):"
+    ]
+    for t in view["terms"]:
+        if not t["priced"]:
+            lines.append(f"  {t['market']}: not priced ({t['reason']})")
+            continue
+        lines.append(
+            f"  {t['market']}: ${Decimal(t['per_node_hour_usd']):,.4f}/node-h -> this run's compute "
+            f"${Decimal(t['run_compute_usd']):,.2f} (on-demand ${Decimal(t['on_demand_run_compute_usd']):,.2f}); "
+            f"obligation ${Decimal(t['obligation_usd']):,.2f} over {t['term_hours']:,} h; cheaper than on-demand "
+            f"above {Decimal(t['break_even_hours_per_year']):,} on-demand h/year per node "
+            f"({t['commitment']}, {t['source_date']})"
+        )
+    return lines
 
 
 def _num(text: str) -> str:

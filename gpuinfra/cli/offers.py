@@ -39,7 +39,9 @@ def offers(
     market: str = typer.Option(
         "on-demand",
         "--market",
-        help="Market to rank by: on-demand, spot or flex (GCP flex-start / DWS). Offers without a price there, or of types the cloud does not sell there, are left out.",
+        help="Market to rank by: on-demand, spot, flex (GCP flex-start / DWS), commit-1y or commit-3y (committed rate "
+        "of on-demand VMs: AWS standard RI no upfront, GCP resource-based CUD). Offers without a price there, or of "
+        "types the cloud does not sell there, are left out.",
     ),
     spot: bool = typer.Option(False, "--spot", help="Same as --market spot."),
     nodes: int = options.Nodes,
@@ -188,6 +190,9 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
 
     shown = _shown(ranked, limit, as_json=False)
     dates = sorted({catalog.date_for(r.offer.cloud) for r in shown})
+    if any(r.commitment for r in shown):  # ranked by commitment rates: their sources' own dates
+        sources = {catalog.commitments.source_of(r.commitment)["date"] for r in shown if r.commitment}
+        dates = [f"commitments of {', '.join(sorted(sources))}; on-demand {', '.join(dates)}"]
     pricing = market
     from rich import box
 

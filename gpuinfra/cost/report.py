@@ -11,6 +11,8 @@ in ``not_priced``; ``lines_without_price`` counts both. The totals (``hourly_usd
 ``monthly_if_left_running_usd``) are :class:`gpuinfra.money.Total`: ``null`` when
 ``lines_without_price`` > 0 (a sum of the priced lines is never shown as the total), and
 ``spot_savings_percent`` is null when a compute line has no price.
+The service adds ``commitments`` (:mod:`gpuinfra.cost.commitment`): the plan's compute under
+1-year / 3-year commitments, outside the totals.
 Version 2 (was 1): ``monthly_usd_if_left_running`` became ``monthly_if_left_running_usd`` (every
 money key ends in ``_usd``). Version 3 (was 2): the totals are null when a line has no price (they
 were the sum of the priced lines); ``lines_without_price`` was added.

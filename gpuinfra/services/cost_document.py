@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.commitment import commitments_json
 from gpuinfra.cost.estimate import estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
@@ -168,7 +169,10 @@ def _document(
 ) -> dict:
     catalog = catalog or load_catalog()
     est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
-    return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), market or est.facts.market)
+    priced_as = market or est.facts.market
+    doc = to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), priced_as)
+    doc["commitments"] = commitments_json(catalog, est.facts, run_hours, priced_as)
+    return doc
 
 
 def check_totals(doc: dict, budget_usd: Decimal | None = None) -> None:

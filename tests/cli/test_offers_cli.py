@@ -146,7 +146,10 @@ def test_types_not_sold_on_demand_are_not_offered_on_demand(run_cli):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--market", "reserved"], "error: unknown --market 'reserved'; choose one of: on-demand, spot, flex"),
+        (
+            ["--market", "reserved"],
+            "error: unknown --market 'reserved'; choose one of: on-demand, spot, flex, commit-1y, commit-3y",
+        ),
         (["--market", "flex", "--spot"], "error: --spot contradicts --market flex"),
     ],
 )
