@@ -198,8 +198,8 @@ def test_a_p5_stack_gets_a_complete_total(run_cli, tmp_path, region):
     if region == "eu-west-2":
         # S3 price feed (StephenWetzel/aws_s3_pricing_scraper outputs, 2024-09-25): "EU (London),eu-west-2,0.024"
         assert _unit(doc, "S3 Standard storage") == Decimal("0.024")
-        # AWS Price List for eu-west-2 (AmazonEC2 offer 20260904231117 in togen's aws.json): EUW2-NatGateway-Hours 0.05
-        assert _unit(doc, "NAT gateway") == Decimal("0.05")
+        # QuinnyPig/aws-price-watcher processed/datatransfer.json (2025-06): first 10 TB out, EU (London) 0.09
+        assert _unit(doc, "Internet egress") == Decimal("0.09")
     else:
         # rajesh.medampudi.com/blog/aws-nat-gateway-hidden-tax: "In us-east-1 (N. Virginia) and us-east-2
         # (Ohio) this is $0.045 per NAT Gateway-hour"; hub.pointfive.co (CER-0325): "$0.045/GB in US East Ohio"
