@@ -1,0 +1,211 @@
+"""Every AWS region with a GPU offer has every non-compute price the stacks ask for.
+
+The regions come from the shipped offer list (offers.csv, AWS, local zones left out); the tables
+are the ``aws`` price keys the cost code itself asks for (found in its source, so a new price key
+is covered without editing this file). A pair no dated public source prices is listed in
+``UNPRICED`` with the reason; such a pair fails closed (the cost exits 4 with "price not found"),
+and README "Prices and their sources" names the same gaps.
+
+The complete-total checks compare a few lines against figures read from a source other than the
+one the table cites (named next to each figure).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpuinfra.catalog.prices import DATA_DIR, PriceBook, price, price_book
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The code that turns a stack or an image bake into cost lines.
+PRICED_BY = [
+    "gpuinfra/cost/estimate.py",
+    "gpuinfra/cost/monitoring.py",
+    "gpuinfra/bake/cost.py",
+    "gpuinfra/locality.py",
+]
+
+# (table, regions) no dated public source found on 2026-11-27 prices; never filled from another region.
+UNPRICED: dict[str, set[str]] = {
+    # the extract (cloudkeep-io/ebs-pricing, 2022-02-10) predates both regions
+    "ebs_gp3_per_gb_month": {"eu-south-2", "me-central-1"},
+    "ebs_gp3_iops_per_month": {"eu-south-2", "me-central-1"},
+    "ebs_gp3_throughput_per_mibps_month": {"eu-south-2", "me-central-1"},
+    # the AmazonEC2 extract (togen, offer 20260904231117) has no Hong Kong or Jakarta row
+    "nat_gateway_per_hour": {"ap-east-1", "ap-southeast-3"},
+    # no multi-region extract of <region>-NatGateway-Bytes was found; priced only where one
+    # dated figure per region was (us-east-1, us-east-2, eu-west-2, ap-southeast-1)
+    "nat_gateway_per_gb": {
+        "af-south-1",
+        "ap-east-1",
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-northeast-3",
+        "ap-south-1",
+        "ap-southeast-2",
+        "ap-southeast-3",
+        "ca-central-1",
+        "eu-central-1",
+        "eu-north-1",
+        "eu-south-1",
+        "eu-south-2",
+        "eu-west-1",
+        "eu-west-3",
+        "me-central-1",
+        "me-south-1",
+        "us-west-1",
+        "us-west-2",
+    },  # fmt: skip
+    # inter-region rates depend on the destination; only the two cited source->destination
+    # figures are in the table (used by the data-locality ranking, not by a stack's cost)
+    "inter_region_transfer_per_gb": {
+        "af-south-1",
+        "ap-east-1",
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-northeast-3",
+        "ap-south-1",
+        "ap-southeast-1",
+        "ap-southeast-2",
+        "ap-southeast-3",
+        "ca-central-1",
+        "eu-central-1",
+        "eu-north-1",
+        "eu-south-1",
+        "eu-south-2",
+        "eu-west-1",
+        "eu-west-3",
+        "me-central-1",
+        "me-south-1",
+        "us-east-2",
+        "us-west-1",
+        "us-west-2",
+    },  # fmt: skip
+    # image bakes only: the pricing-page feed (aws-price-watcher, 2025-06-13) has no row here
+    "ec2_m7i_large_per_hour": {"af-south-1", "ap-east-1", "ap-northeast-3", "eu-south-1", "me-central-1", "me-south-1"},
+    "ec2_m7g_large_per_hour": {"eu-south-1"},
+    # image bakes only: no multi-region extract of <region>-EBS:SnapshotUsage was found
+    "ebs_snapshot_standard_per_gb_month": {
+        "af-south-1",
+        "ap-east-1",
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-northeast-3",
+        "ap-south-1",
+        "ap-southeast-1",
+        "ap-southeast-2",
+        "ap-southeast-3",
+        "ca-central-1",
+        "eu-central-1",
+        "eu-north-1",
+        "eu-south-1",
+        "eu-south-2",
+        "eu-west-1",
+        "eu-west-2",
+        "eu-west-3",
+        "me-central-1",
+        "me-south-1",
+        "us-east-2",
+        "us-west-1",
+        "us-west-2",
+    },  # fmt: skip
+}
+
+
+def gpu_regions() -> set[str]:
+    """AWS regions with at least one GPU offer in the shipped offer list (local zones left out)."""
+    with (DATA_DIR / "offers.csv").open() as fh:
+        return {row["region"] for row in csv.DictReader(fh) if row["cloud"] == "aws" and row["local_zone"] != "1"}
+
+
+def stack_tables(book: PriceBook) -> set[str]:
+    """The ``aws`` price keys named in the code that prices stacks and bakes."""
+    text = "\n".join((ROOT / path).read_text() for path in PRICED_BY)
+    return {key for key in re.findall(r'"([a-z0-9_]+)"', text) if key in book.aws}
+
+
+def missing_pairs(book: PriceBook, regions: set[str], tables: set[str]) -> dict[str, set[str]]:
+    """{table: regions without a price} over ``regions`` x ``tables``."""
+    missing = {t: {r for r in regions if book.aws[t].lookup(r) is None} for t in tables}
+    return {t: rs for t, rs in missing.items() if rs}
+
+
+def test_the_offer_list_and_the_code_give_the_expected_scope():
+    book = price_book()
+    regions, tables = gpu_regions(), stack_tables(book)
+    # 23 regions sell a GPU instance in the shipped list; a stack or bake prices 18 AWS tables
+    assert len(regions) == 23 and {"us-east-2", "eu-west-2", "ap-southeast-3", "me-central-1"} <= regions
+    assert "nat_gateway_per_gb" in tables and "cloudwatch_custom_metric_per_month" in tables
+    assert len(tables) == 18
+
+
+def test_every_gpu_region_has_every_price_but_the_listed_gaps():
+    book = price_book()
+    missing = missing_pairs(book, gpu_regions(), stack_tables(book))
+    assert missing == UNPRICED
+    priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
+    assert priced == 337  # of 414; 92 before the regional tables were filled
+
+
+def test_a_region_dropped_from_a_table_is_reported():
+    doc = yaml.safe_load((DATA_DIR / "prices.yaml").read_text())
+    for group in doc["aws"]["scheduler_per_million_invocations"]["prices"]:
+        (group.get("regions") or {}).pop("us-east-2", None)
+    book = PriceBook.model_validate(doc)
+    missing = missing_pairs(book, gpu_regions(), stack_tables(book))
+    assert missing["scheduler_per_million_invocations"] == {"us-east-2"}
+
+
+def test_no_price_is_copied_from_another_region():
+    # regions that really differ keep their own figure (the AWS Price List values, not us-east-1's)
+    assert price("aws", "scheduler_per_million_invocations", "ap-northeast-1").usd == Decimal("1.25")
+    assert price("aws", "scheduler_per_million_invocations", "ap-southeast-3").usd == Decimal("2.25")
+    assert price("aws", "s3_standard_per_gb_month", "af-south-1").usd == Decimal("0.0274")
+    assert price("aws", "internet_egress_per_gb", "af-south-1").usd == Decimal("0.154")
+    assert price("aws", "ebs_gp3_per_gb_month", "af-south-1").usd == Decimal("0.1047")
+    assert price("aws", "nat_gateway_per_hour", "sa-east-1") is None  # no GPU offer there, not filled
+
+
+def _cost(run_cli, tmp_path, region: str) -> dict:
+    name = f"p5-{region}"
+    created = run_cli(
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", region, "--project-dir", str(tmp_path), "--name", name
+    )
+    assert created.exit_code == 0, created.stderr
+    result = run_cli("cost", name, "--json", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _unit(doc: dict, component: str) -> Decimal:
+    (line,) = [line for line in doc["lines"] if line["component"].split(" (")[0] == component]
+    return Decimal(line["unit_price_usd"])
+
+
+@pytest.mark.parametrize("region", ["us-east-2", "eu-west-2"])
+def test_a_p5_stack_gets_a_complete_total(run_cli, tmp_path, region):
+    doc = _cost(run_cli, tmp_path, region)
+    assert doc["price_not_found"] == [] and doc["lines_without_price"] == 0
+    assert doc["run_usd"] is not None and Decimal(doc["run_usd"]) > 0
+    if region == "eu-west-2":
+        # S3 price feed (StephenWetzel/aws_s3_pricing_scraper outputs, 2024-09-25): "EU (London),eu-west-2,0.024"
+        assert _unit(doc, "S3 Standard storage") == Decimal("0.024")
+        # QuinnyPig/aws-price-watcher processed/datatransfer.json (2025-06): first 10 TB out, EU (London) 0.09
+        assert _unit(doc, "Internet egress") == Decimal("0.09")
+    else:
+        # rajesh.medampudi.com/blog/aws-nat-gateway-hidden-tax: "In us-east-1 (N. Virginia) and us-east-2
+        # (Ohio) this is $0.045 per NAT Gateway-hour"; hub.pointfive.co (CER-0325): "$0.045/GB in US East Ohio"
+        assert _unit(doc, "NAT gateway") == Decimal("0.045")
+        assert _unit(doc, "NAT data processed") == Decimal("0.045")
+        # QuinnyPig/aws-price-watcher processed/s3.json (2025-06): "Standard Storage First 50 TB per GB Mo",
+        # US East (Ohio) 0.023; processed/datatransfer.json: first 10 TB out, US East (Ohio) 0.09
+        assert _unit(doc, "S3 Standard storage") == Decimal("0.023")
+        assert _unit(doc, "Internet egress") == Decimal("0.09")
