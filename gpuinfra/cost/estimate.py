@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from gpuinfra.catalog.prices import HOURS_PER_MONTH, Price, price, price_cap
 from gpuinfra.catalog.store import Catalog, load_gpu_models
+from gpuinfra.cost.after_down import KeptLine, left_after_down
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
 from gpuinfra.locality import quote_transfer
@@ -95,6 +96,8 @@ class Estimate:
     free: list[str] = field(default_factory=list)
     not_priced: list[tuple[str, str, str]] = field(default_factory=list)
     alternative_compute_hourly_usd: Decimal | None = None  # the other market (spot <-> on-demand)
+    #: monthly charges of what ``down`` keeps (:mod:`gpuinfra.cost.after_down`)
+    left_after_down: list[KeptLine] = field(default_factory=list)
 
 
 def _line(
@@ -332,6 +335,7 @@ def estimate(
             result.not_priced.append((name, t, "no cost model for this resource type"))
     if data is not None and cloud:
         lines.append(_data_line(data, cloud, reg or "", hours))
+    result.left_after_down = left_after_down(resources, reg or "", usage["bucket_storage_gb"])
     key = "aws_per_gb" if cloud == "aws" else "gcp_per_gb"
     lines.append(
         _line(

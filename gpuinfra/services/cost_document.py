@@ -236,3 +236,24 @@ def check_diff_totals(doc: dict) -> None:
     unpriced = [f"{doc[side]}: {line}" for side in ("before", "after") for line in doc[f"{side}_price_not_found"]]
     if unpriced:
         raise PriceMissingError(unpriced)
+
+
+def left_after_down_block(stack: str, project_dir: Path, delete_data: bool = False) -> dict:
+    """What ``gpuinfra down STACK`` leaves behind, per month: the ``left_after_down`` block of
+    the stack's cost document (:mod:`gpuinfra.cost.after_down`), or an empty complete block when
+    ``delete_data`` deletes the bucket too.
+
+    Args:
+        stack: stack name; project_dir: the Pulumi project folder.
+        delete_data: ``down --delete-data`` (nothing is kept).
+
+    Returns:
+        ``{"monthly_usd", "lines_without_price", "lines"}`` (``monthly_usd`` null when a line
+        has no price).
+
+    Raises:
+        SpecError: no such stack, or its file is invalid.
+    """
+    if delete_data:
+        return {"monthly_usd": "0.000000", "lines_without_price": 0, "lines": []}
+    return stack_cost_document(stack, project_dir)["left_after_down"]
