@@ -119,6 +119,10 @@ def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
         ("destroy", "train"),
     ]
     assert "the bucket and its data are kept" in result.stdout
+    # llm-finetune keeps 500 GB at S3's $0.023/GB-month (aws.amazon.com/s3/pricing, us-east-1) and
+    # at most 500 GB of earlier versions for 7 of the month's 730 / 24 days
+    assert "left after down, per month: $14.15/month" in result.stdout
+    assert "S3 Standard storage, bucket kept (500 GB): $11.50/month" in result.stdout
     spec = yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
     assert spec["delete_bucket_on_destroy"] is False
 
