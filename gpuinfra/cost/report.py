@@ -38,7 +38,7 @@ from decimal import Decimal
 from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.cost.after_down import kept_json
-from gpuinfra.cost.estimate import Estimate, estimate
+from gpuinfra.cost.estimate import Estimate, capacity_block_price, estimate
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.money import Total, usd_json
 
@@ -230,7 +230,15 @@ def cost_summary(spec, resources: list) -> dict:
     per month)."""
     hours = Decimal(str(spec.run_hours))
     catalog = load_catalog()
-    est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)
+    est = estimate(
+        resources,
+        catalog,
+        spec.region,
+        usage_for(spec.profile.name),
+        hours,
+        data=spec.data,
+        capacity_block_price=capacity_block_price(spec),
+    )
     doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
     return {
         k: doc[k]

@@ -12,9 +12,9 @@ import math
 from decimal import Decimal
 from pathlib import Path
 
-from gpuinfra.catalog.prices import usage_for
+from gpuinfra.catalog.prices import Price, usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
-from gpuinfra.cost.estimate import estimate, read_cluster_facts
+from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
@@ -118,6 +118,7 @@ def stack_cost_document(
         usage_file,
         spec.data,
         catalog,
+        capacity_block_price(spec),
     )
 
 
@@ -169,9 +170,10 @@ def _document(
     usage_file: Path | None,
     data,
     catalog: Catalog | None,
+    block_price: Price | None = None,
 ) -> dict:
     catalog = catalog or load_catalog()
-    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
+    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data, block_price)
     return to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), market or est.facts.market)
 
 
