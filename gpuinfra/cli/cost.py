@@ -116,6 +116,8 @@ def left_after_down_text(block: dict) -> list[str]:
     from gpuinfra.money import Total
 
     total = Total.from_json(block["monthly_usd"], block["lines_without_price"])
+    if "error" in block:
+        return [f"left after down, per month: unknown ({block['error']})"]
     if not block["lines"]:
         return ["left after down: nothing (the bucket is deleted with the stack)"]
     rows = [f"left after down, per month: {total.text(suffix='/month')}"]

@@ -17,7 +17,7 @@ from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
-from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
+from gpuinfra.errors import BudgetExceededError, GpuinfraError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
@@ -251,11 +251,12 @@ def left_after_down_block(stack: str, project_dir: Path, delete_data: bool = Fal
 
     Returns:
         ``{"monthly_usd", "lines_without_price", "lines"}`` (``monthly_usd`` null when a line
-        has no price).
-
-    Raises:
-        SpecError: no such stack, or its file is invalid.
+        has no price); when the stack cannot be priced at all (its file or preview fails), an
+        incomplete block with ``"error"`` saying why: ``down`` is never stopped by its price.
     """
     if delete_data:
         return {"monthly_usd": "0.000000", "lines_without_price": 0, "lines": []}
-    return stack_cost_document(stack, project_dir)["left_after_down"]
+    try:
+        return stack_cost_document(stack, project_dir)["left_after_down"]
+    except GpuinfraError as exc:
+        return {"monthly_usd": None, "lines_without_price": 1, "lines": [], "error": str(exc)}

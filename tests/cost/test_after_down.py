@@ -85,3 +85,13 @@ def test_no_storage_price_leaves_the_block_incomplete_never_zero():
     text = left_after_down_text(block)
     assert text[0] == "left after down, per month: incomplete: 2 lines without a price"
     assert all("not found" in row for row in text[1:])
+
+
+def test_a_stack_that_cannot_be_priced_does_not_stop_down(tmp_path):
+    from gpuinfra.services.cost_document import left_after_down_block
+
+    block = left_after_down_block("nosuch", tmp_path)
+    assert block["monthly_usd"] is None and block["lines_without_price"] == 1
+    (text,) = left_after_down_text(block)
+    assert text.startswith("left after down, per month: unknown (")
+    assert left_after_down_block("nosuch", tmp_path, delete_data=True)["lines"] == []
