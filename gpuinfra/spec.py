@@ -609,7 +609,9 @@ class ClusterSpec(BaseModel):
         price = (self.capacity_block_upfront_usd, self.capacity_block_price_source, self.capacity_block_price_date)
         if any(x is not None for x in price):
             if not self.capacity_block:
-                raise ValueError("capacity_block_upfront_usd is the fee of a Capacity Block: it needs capacity_block: true")
+                raise ValueError(
+                    "capacity_block_upfront_usd is the fee of a Capacity Block: it needs capacity_block: true"
+                )
             if any(x is None for x in price):
                 raise ValueError(
                     "capacity_block_upfront_usd, capacity_block_price_source and capacity_block_price_date go together"

@@ -113,6 +113,7 @@ def left_after_down_text(block: dict) -> list[str]:
     """The "left after down" lines of a cost document's ``left_after_down`` block: one per kept
     charge (``$/month``, unit price, source, note), then the monthly total or, when a line has no
     price, ``incomplete: N lines without a price``."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.money import Total
 
     total = Total.from_json(block["monthly_usd"], block["lines_without_price"])

@@ -122,6 +122,7 @@ def down(
     spec = read_stack_spec(project_dir, stack)
     check_credentials(spec.cloud)
     out = stdout_console()
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.cost import left_after_down_text
     from gpuinfra.services.cost_document import left_after_down_block
 

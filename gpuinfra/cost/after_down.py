@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import partial
 
-from gpuinfra.catalog.prices import HOURS_PER_MONTH, price
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, Price, price
 from gpuinfra.money import Total, usd_json
 
 AWS_BUCKET = "aws:s3/bucket:Bucket"
@@ -131,22 +132,8 @@ def left_after_down(resources: list, region: str, stored_gb: Decimal) -> list[Ke
         if bucket.type not in _STANDARD_KEY or bucket.inputs.get("forceDestroy") in (True, "true"):
             continue
         cloud, key = _STANDARD_KEY[bucket.type]
-        unit = price(cloud, key, region)
-        missing = f"no storage price for {region}"
         label = "S3 Standard" if cloud == "aws" else "GCS Standard"
-
-        def line(component: str, qty: Decimal, note: str) -> KeptLine:
-            return KeptLine(
-                bucket.name,
-                component,
-                "GB-months",
-                qty,
-                None if unit is None else unit.usd,
-                missing if unit is None else unit.source,
-                "" if unit is None else unit.date,
-                note,
-            )
-
+        line = partial(_kept_line, bucket.name, price(cloud, key, region), f"no storage price for {region}")
         lines.append(line(f"{label} storage, bucket kept ({stored_gb} GB)", stored_gb, "every month until deleted"))
         if not _versioned(bucket, resources):
             continue
@@ -169,6 +156,19 @@ def left_after_down(resources: list, region: str, stored_gb: Decimal) -> list[Ke
             )
         )
     return lines
+
+
+def _kept_line(resource: str, unit: Price | None, missing: str, component: str, qty: Decimal, note: str) -> KeptLine:
+    return KeptLine(
+        resource,
+        component,
+        "GB-months",
+        qty,
+        None if unit is None else unit.usd,
+        missing if unit is None else unit.source,
+        "" if unit is None else unit.date,
+        note,
+    )
 
 
 def kept_total(lines: list[KeptLine]) -> Total:

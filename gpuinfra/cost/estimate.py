@@ -613,4 +613,6 @@ def capacity_block_price(spec) -> Price | None:
     recorded)."""
     if not getattr(spec, "capacity_block", False) or spec.capacity_block_upfront_usd is None:
         return None
-    return Price(Decimal(spec.capacity_block_upfront_usd), spec.capacity_block_price_source, spec.capacity_block_price_date)
+    return Price(
+        Decimal(spec.capacity_block_upfront_usd), spec.capacity_block_price_source, spec.capacity_block_price_date
+    )
