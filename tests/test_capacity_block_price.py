@@ -89,6 +89,9 @@ def _new_block(run_cli, tmp_path, monkeypatch, offerings):
     finally:
         server.__exit__(None, None, None)
     assert result.exit_code == 0, result.stderr
+    # llm-pretrain's 5,000 GB at S3's $0.023/GB-month (aws.amazon.com/s3/pricing) and at most as much
+    # again in earlier versions for 7 days: $115 + $26.47
+    assert "left after down: $141.47/month (the kept bucket;" in result.stdout
     return yaml.safe_load((tmp_path / "stacks" / "Pulumi.block.yaml").read_text())["config"]["gpuinfra:cluster"]
 
 
