@@ -15,8 +15,9 @@ is billed:
   docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-configuration-examples.html; GCS
   lifecycle ``daysSinceNoncurrentTime``,
   cloud.google.com/storage/docs/lifecycle#dayssincenoncurrenttime): the line is the first month
-  after ``down``, ``GB x min(days, month) / month`` GB-months; without an expiry rule on the
-  whole bucket the full bound stays every month.
+  after ``down``, ``GB x min(days, month) / month`` GB-months (on GCS plus the bucket's
+  soft-delete retention, :func:`soft_delete_days`); without an expiry rule on the whole bucket the
+  full bound stays every month.
 
 Nothing else of a cluster stack survives ``down``: the NAT gateway, its Elastic IP, Cloud NAT,
 disks and nodes are destroyed with it; images and registries belong to bake stacks (``gpuinfra
@@ -115,6 +116,27 @@ def noncurrent_expiry_days(bucket, resources: list) -> int | None:
     return min(days) if days else None
 
 
+#: Cloud Storage keeps a deleted object (a noncurrent version a lifecycle rule deletes included)
+#: soft-deleted, and billed, for the bucket's soft-delete retention: 7 days unless the bucket
+#: sets another (cloud.google.com/storage/docs/soft-delete: "Soft delete is enabled by default on
+#: all buckets and has a retention duration of seven days"; soft-deleted objects are billed as
+#: stored, cloud.google.com/storage/pricing). S3 has no such state.
+GCS_DEFAULT_SOFT_DELETE_DAYS = 7
+SECONDS_PER_DAY = 86400
+
+
+def soft_delete_days(bucket) -> int:
+    """Days a deleted object of ``bucket`` stays billed after its delete: the planned
+    ``softDeletePolicy.retentionDurationSeconds`` (rounded up to days) of a GCS bucket, else
+    :data:`GCS_DEFAULT_SOFT_DELETE_DAYS`; 0 for S3."""
+    if bucket.type != GCP_BUCKET:
+        return 0
+    seconds = (bucket.inputs.get("softDeletePolicy") or {}).get("retentionDurationSeconds")
+    if seconds is None:
+        return GCS_DEFAULT_SOFT_DELETE_DAYS
+    return -(-int(seconds) // SECONDS_PER_DAY)
+
+
 def left_after_down(resources: list, region: str, stored_gb: Decimal) -> list[KeptLine]:
     """The monthly lines of what ``down`` keeps (module docstring).
 
@@ -147,10 +169,13 @@ def left_after_down(resources: list, region: str, stored_gb: Decimal) -> list[Ke
                 )
             )
             continue
-        share = min(Decimal(days * HOURS_PER_DAY), HOURS_PER_MONTH) / HOURS_PER_MONTH
+        soft = soft_delete_days(bucket)
+        billed = days + soft
+        share = min(Decimal(billed * HOURS_PER_DAY), HOURS_PER_MONTH) / HOURS_PER_MONTH
+        extra = f" + {soft} days soft-deleted" if soft else ""
         lines.append(
             line(
-                f"Noncurrent object versions (at most {stored_gb} GB for {days} days)",
+                f"Noncurrent object versions (at most {stored_gb} GB for {days} days{extra})",
                 stored_gb * share,
                 f"upper bound; first month only: they expire {days} days after they were replaced",
             )

@@ -63,7 +63,10 @@ def test_gcp_kept_bucket_is_priced_at_the_gcs_rate():
     spec = make_spec("a2-highgpu-8g", cloud="gcp", region="us-central1", zone="us-central1-a")
     storage, noncurrent = _doc(spec)["lines"]
     assert Decimal(storage["monthly_usd"]) == 5000 * GCS_US_CENTRAL1 == Decimal(100)
-    assert "7 days" in noncurrent["component"]
+    # deleted by the 7-day rule, then soft-deleted and still billed for GCS's default 7 days
+    # (cloud.google.com/storage/docs/soft-delete)
+    assert "7 days + 7 days soft-deleted" in noncurrent["component"]
+    assert Decimal(noncurrent["monthly_usd"]) == (5000 * GCS_US_CENTRAL1 * 14 * 24 / 730).quantize(Decimal("0.000001"))
 
 
 def test_a_bucket_deleted_with_the_stack_leaves_nothing():
