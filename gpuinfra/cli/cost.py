@@ -121,7 +121,10 @@ def left_after_down_text(block: dict) -> list[str]:
         return [f"left after down, per month: unknown ({block['error']})"]
     if not block["lines"]:
         return ["left after down: nothing (the bucket is deleted with the stack)"]
-    rows = [f"left after down, per month: {total.text(suffix='/month')}"]
+    if all(line["component"].startswith("Soft-deleted") for line in block["lines"]):
+        rows = [f"left after down, per month: {total.text(suffix='/month')} (the bucket is deleted with the stack)"]
+    else:
+        rows = [f"left after down, per month: {total.text(suffix='/month')}"]
     for line in block["lines"]:
         amount = "not found" if line["monthly_usd"] is None else f"${Decimal(line['monthly_usd']):,.2f}/month"
         unit = "" if line["unit_price_usd"] is None else f" at ${Decimal(line['unit_price_usd']):,.6g}/{line['unit']}"

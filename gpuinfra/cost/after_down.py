@@ -137,25 +137,41 @@ def soft_delete_days(bucket) -> int:
     return -(-int(seconds) // SECONDS_PER_DAY)
 
 
-def left_after_down(resources: list, region: str, stored_gb: Decimal) -> list[KeptLine]:
+def left_after_down(resources: list, region: str, stored_gb: Decimal, delete_data: bool = False) -> list[KeptLine]:
     """The monthly lines of what ``down`` keeps (module docstring).
 
     Args:
         resources: the plan's resources (``type``, ``name``, ``inputs``).
         region: the stack's region (prices are per region).
         stored_gb: GB the bucket holds (usage ``bucket_storage_gb``).
+        delete_data: ``down --delete-data`` deletes the bucket too.
 
     Returns:
-        One storage line per kept bucket, plus a noncurrent-versions line when it is versioned;
-        empty when ``down`` deletes the bucket (``forceDestroy``).
+        One storage line per kept bucket, plus a noncurrent-versions line when it is versioned.
+        A bucket ``down`` deletes (``forceDestroy``, or ``delete_data``) has none on S3; on GCS
+        its objects (and versions) stay soft-deleted, and billed, for :func:`soft_delete_days`:
+        one line for that, in the first month.
     """
     lines: list[KeptLine] = []
     for bucket in resources:
-        if bucket.type not in _STANDARD_KEY or bucket.inputs.get("forceDestroy") in (True, "true"):
+        if bucket.type not in _STANDARD_KEY:
             continue
         cloud, key = _STANDARD_KEY[bucket.type]
         label = "S3 Standard" if cloud == "aws" else "GCS Standard"
         line = partial(_kept_line, bucket.name, price(cloud, key, region), f"no storage price for {region}")
+        if delete_data or bucket.inputs.get("forceDestroy") in (True, "true"):
+            soft = soft_delete_days(bucket)
+            if soft:
+                held = stored_gb * (2 if _versioned(bucket, resources) else 1)
+                share = min(Decimal(soft * HOURS_PER_DAY), HOURS_PER_MONTH) / HOURS_PER_MONTH
+                lines.append(
+                    line(
+                        f"Soft-deleted objects of the deleted bucket (at most {held} GB for {soft} days)",
+                        held * share,
+                        "upper bound; first month only: the soft-delete retention",
+                    )
+                )
+            continue
         lines.append(line(f"{label} storage, bucket kept ({stored_gb} GB)", stored_gb, "every month until deleted"))
         if not _versioned(bucket, resources):
             continue

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from gpuinfra.catalog.prices import Price, usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.after_down import kept_json, left_after_down
 from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
@@ -242,8 +243,8 @@ def check_diff_totals(doc: dict) -> None:
 
 def left_after_down_block(stack: str, project_dir: Path, delete_data: bool = False) -> dict:
     """What ``gpuinfra down STACK`` leaves behind, per month: the ``left_after_down`` block of
-    the stack's cost document (:mod:`gpuinfra.cost.after_down`), or an empty complete block when
-    ``delete_data`` deletes the bucket too.
+    the stack's cost document (:mod:`gpuinfra.cost.after_down`); with ``delete_data`` only what
+    outlives the bucket's delete (GCS soft-deleted objects).
 
     Args:
         stack: stack name; project_dir: the Pulumi project folder.
@@ -254,9 +255,12 @@ def left_after_down_block(stack: str, project_dir: Path, delete_data: bool = Fal
         has no price); when the stack cannot be priced at all (its file or preview fails), an
         incomplete block with ``"error"`` saying why: ``down`` is never stopped by its price.
     """
-    if delete_data:
-        return {"monthly_usd": "0.000000", "lines_without_price": 0, "lines": []}
     try:
-        return stack_cost_document(stack, project_dir)["left_after_down"]
+        if not delete_data:
+            return stack_cost_document(stack, project_dir)["left_after_down"]
+        spec = read_stack_spec(project_dir, stack)
+        resources = run_preview_cached(spec, provider_config(spec)).resources
+        stored_gb = usage_for(spec.profile.name)["bucket_storage_gb"]
+        return kept_json(left_after_down(resources, spec.region, stored_gb, delete_data=True))
     except GpuinfraError as exc:
         return {"monthly_usd": None, "lines_without_price": 1, "lines": [], "error": str(exc)}

@@ -98,3 +98,15 @@ def test_a_stack_that_cannot_be_priced_does_not_stop_down(tmp_path):
     (text,) = left_after_down_text(block)
     assert text.startswith("left after down, per month: unknown (")
     assert left_after_down_block("nosuch", tmp_path, delete_data=True)["lines"] == []
+
+
+def test_a_gcs_bucket_deleted_with_the_stack_still_bills_its_soft_deleted_objects():
+    spec = make_spec(
+        "a2-highgpu-8g", cloud="gcp", region="us-central1", zone="us-central1-a", delete_bucket_on_destroy=True
+    )
+    (soft,) = _doc(spec)["lines"]
+    # the data and at most as much in versions, soft-deleted for GCS's default 7 days
+    assert "Soft-deleted" in soft["component"] and "10000 GB for 7 days" in soft["component"]
+    assert Decimal(soft["monthly_usd"]) == (10000 * GCS_US_CENTRAL1 * 7 * 24 / 730).quantize(Decimal("0.000001"))
+    text = left_after_down_text(_doc(spec))
+    assert text[0].endswith("(the bucket is deleted with the stack)") and "$" in text[0]
