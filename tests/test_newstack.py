@@ -34,6 +34,10 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
     # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
     # + noncurrent checkpoint versions (dev allows spot: versioned), at most the 20 GB bucket once
     #   more: 20 x $0.020 / 730 = $0.000548/h
+    # after down: the kept 20 GB at $0.020/GB-month (cloud.google.com/storage/pricing) and at most
+    # as much in versions for 7 days + 7 days soft-deleted: 0.40 + 0.40 x 336 / 730
+    kept = doc["cost"].pop("left_after_down")
+    assert (kept["monthly_usd"], kept["lines_without_price"]) == ("0.584110", 0)
     assert doc["cost"] == {
         "hourly_usd": "15.101634",
         "run_usd": "60.406533",
