@@ -127,7 +127,11 @@ def left_after_down_text(block: dict) -> list[str]:
         rows = [f"left after down, per month: {total.text(suffix='/month')}"]
     for line in block["lines"]:
         amount = "not found" if line["monthly_usd"] is None else f"${Decimal(line['monthly_usd']):,.2f}/month"
-        unit = "" if line["unit_price_usd"] is None else f" at ${Decimal(line['unit_price_usd']):,.6g}/{line['unit']}"
+        unit = (
+            ""
+            if line["unit_price_usd"] is None
+            else f" at ${Decimal(line['unit_price_usd']).normalize():f}/{line['unit']}"
+        )
         where = ", ".join(x for x in (line["price_source"].split(" (")[0], line["price_date"], line["note"]) if x)
         rows.append(f"  {line['resource']}: {line['component']}: {amount}{unit} ({where})")
     return rows

@@ -76,6 +76,14 @@ def test_a_bucket_deleted_with_the_stack_leaves_nothing():
     assert left_after_down_text(block) == ["left after down: nothing (the bucket is deleted with the stack)"]
 
 
+def test_the_text_names_each_line_with_its_unit_price():
+    text = left_after_down_text(_doc(make_spec("p5.48xlarge", profile="llm-pretrain")))
+    assert text[0] == "left after down, per month: $141.47/month"
+    assert text[1].startswith(
+        "  t-1-bucket: S3 Standard storage, bucket kept (5000 GB): $115.00/month at $0.023/GB-months ("
+    )
+
+
 def test_unversioned_bucket_has_no_noncurrent_line():
     (storage,) = _doc(make_spec("g5.xlarge", profile="inference"))["lines"]
     assert "bucket kept" in storage["component"]
