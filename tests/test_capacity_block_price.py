@@ -150,3 +150,23 @@ def test_a_fee_needs_a_block_and_its_source_and_date():
                 "capacity_block_price_date": "2026-11-22",
             }
         )
+
+
+def test_the_amount_of_the_bill_written_by_hand_is_what_cost_totals(run_cli, tmp_path, monkeypatch):
+    _new_block(run_cli, tmp_path, monkeypatch, OFFERINGS.replace("us-east-1b", "us-east-1c"))  # no quote
+    path = tmp_path / "stacks" / "Pulumi.block.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["config"]["gpuinfra:cluster"].update(
+        capacity_block_upfront_usd="25000.5",
+        capacity_block_price_source="AWS bill, invoice line for cr-0123456789abcdef0",
+        capacity_block_price_date="2026-11-20",
+    )
+    path.write_text(yaml.safe_dump(data))
+    result = run_cli("cost", "block", "--json", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    (block,) = [x for x in json.loads(result.stdout)["lines"] if x["component"].startswith("Capacity Block")]
+    assert (block["run_usd"], block["price_source"], block["price_date"]) == (
+        "25000.500000",
+        "AWS bill, invoice line for cr-0123456789abcdef0",
+        "2026-11-20",
+    )
