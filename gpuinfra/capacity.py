@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpuinfra.credentials import aws_client_factory
@@ -52,6 +53,30 @@ class CapacityReservation:
     capacity_block: bool
     state: str
     end_date: datetime | None = None
+    start_date: datetime | None = None
+    availability_zone: str | None = None
+    upfront_price: CapacityBlockPrice | None = None
+
+
+@dataclass(frozen=True)
+class CapacityBlockPrice:
+    """The upfront fee of a Capacity Block, with where it was read and when.
+
+    A Capacity Block is paid once, up front, for the whole block (docs.aws.amazon.com/AWSEC2/
+    latest/UserGuide/capacity-blocks-pricing-billing.html); ``DescribeCapacityReservations``
+    carries no price, the offering does (API_CapacityBlockOffering ``UpfrontFee``: "The total
+    price to be paid up front", docs.aws.amazon.com/AWSEC2/latest/APIReference/
+    API_DescribeCapacityBlockOfferings.html), and the paid amount is on the purchase's bill.
+
+    Attributes:
+        upfront_usd: the fee in USD for the whole block.
+        source: where it comes from (the offering id read, or the bill).
+        date: the day it was read (``YYYY-MM-DD``, UTC).
+    """
+
+    upfront_usd: Decimal
+    source: str
+    date: str
 
 
 def describe_capacity_reservation(
@@ -127,7 +152,78 @@ def describe_capacity_reservation(
         capacity_block=item.get("ReservationType") == "capacity-block",
         state=state,
         end_date=_utc(item.get("EndDate")),
+        start_date=_utc(item.get("StartDate")),
+        availability_zone=item.get("AvailabilityZone"),
     )
+
+
+def quote_capacity_block(
+    block: CapacityReservation, client_factory: Callable[[str, str], Any] | None = None, now: datetime | None = None
+) -> CapacityBlockPrice | None:
+    """The upfront fee EC2 quotes for a Capacity Block like ``block``: same instance type, count,
+    AZ, start and end (``DescribeCapacityBlockOfferings``, docs.aws.amazon.com/AWSEC2/latest/
+    APIReference/API_DescribeCapacityBlockOfferings.html: InstanceType, InstanceCount and
+    CapacityDurationHours required; StartDateRange / EndDateRange bound the offerings).
+
+    Capacity Block prices change with supply and demand (docs.aws.amazon.com/AWSEC2/latest/
+    UserGuide/capacity-blocks-pricing-billing.html), so an offering read after the purchase is a
+    quote for the same block, not the amount paid; the source says which offering and when. The
+    paid amount is on the bill: write it in the stack file
+    (``capacity_block_upfront_usd``) to price the stack at it.
+
+    Args:
+        block: a Capacity Block read by :func:`describe_capacity_reservation` (start and end
+            dates set).
+        client_factory: ``(service, region) -> boto3 client`` (default: the credential chain).
+        now: the read time (default: now, UTC); its day is the price's date.
+
+    Returns:
+        The price, or None when the block has no dates, EC2 offers no block that matches it
+        exactly, the offering is not in USD, its fee is not a number, there are no credentials,
+        or EC2 refuses the call (then the stack's total stays incomplete).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if not block.capacity_block or block.start_date is None or block.end_date is None:
+        return None
+    hours = int((block.end_date - block.start_date).total_seconds() // 3600)
+    try:
+        if client_factory is None:
+            client_factory = aws_client_factory()
+        answer = client_factory("ec2", block.region).describe_capacity_block_offerings(
+            InstanceType=block.instance_type,
+            InstanceCount=block.total_instance_count,
+            CapacityDurationHours=hours,
+            StartDateRange=block.start_date,
+            EndDateRange=block.end_date,
+        )
+    except (ClientError, BotoCoreError, MissingDependencyError):
+        return None
+    for offer in answer.get("CapacityBlockOfferings") or []:
+        same = (
+            offer.get("InstanceType") == block.instance_type
+            and int(offer.get("InstanceCount", 0)) == block.total_instance_count
+            and _utc(offer.get("StartDate")) == block.start_date
+            and _utc(offer.get("EndDate")) == block.end_date
+            and offer.get("AvailabilityZone") in (None, block.availability_zone)
+            and offer.get("CurrencyCode") == "USD"
+        )
+        if not same:
+            continue
+        try:
+            fee = Decimal(offer.get("UpfrontFee", ""))
+        except InvalidOperation:
+            return None
+        if not fee.is_finite() or fee <= 0:
+            return None
+        fee = fee.quantize(Decimal("0.000001"))
+        day = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%d")
+        source = (
+            f"EC2 DescribeCapacityBlockOfferings {offer.get('CapacityBlockOfferingId', '')}: quote for the same "
+            f"type, count, AZ, start and end as {block.reservation_id}"
+        )
+        return CapacityBlockPrice(fee, source, day)
+    return None
 
 
 def _utc(value: Any) -> datetime | None:

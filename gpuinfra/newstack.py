@@ -199,6 +199,8 @@ def create_stack(
         if not planned.region:
             raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
         reservation = capacity.describe_capacity_reservation(request.capacity_reservation, planned.region)
+        if reservation.capacity_block:  # its upfront fee, for the cost (None: the total stays incomplete)
+            reservation = replace(reservation, upfront_price=capacity.quote_capacity_block(reservation))
         planned = replace(planned, capacity_reservation=reservation)
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
     now = now or datetime.now(UTC)

@@ -548,6 +548,15 @@ def _reservation_fields(cr: CapacityReservation | None) -> dict:
         "capacity_reservation_instance_count": cr.available_instance_count,
         "capacity_reservation_placement_group": cr.placement_group,
         "capacity_block": cr.capacity_block,
+        **(
+            {
+                "capacity_block_upfront_usd": _money(cr.upfront_price.upfront_usd),
+                "capacity_block_price_source": cr.upfront_price.source,
+                "capacity_block_price_date": cr.upfront_price.date,
+            }
+            if cr.capacity_block and cr.upfront_price is not None
+            else {}
+        ),
     }
 
 

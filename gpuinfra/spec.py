@@ -464,6 +464,14 @@ class ClusterSpec(BaseModel):
         capacity_block_end: the Capacity Block's ``EndDate`` (UTC, EC2
             ``DescribeCapacityReservations``); :attr:`expires_at` ends the nodes
             :data:`CAPACITY_BLOCK_END_MARGIN` before it.
+        capacity_block_upfront_usd: the Capacity Block's upfront fee for the whole block (USD,
+            a plain decimal string as :func:`gpuinfra.money.usd_json` writes it); ``cost``
+            shows it as one upfront line and the total includes it. ``new`` writes the quote
+            of ``DescribeCapacityBlockOfferings`` for the same block
+            (:func:`gpuinfra.capacity.quote_capacity_block`); replace it with the amount on the
+            purchase's bill when known. None: the total stays incomplete (never $0).
+        capacity_block_price_source / capacity_block_price_date: where that fee comes from and
+            the day it was read (``YYYY-MM-DD``); set together with the fee.
         profile: the resolved workload profile.
         run_hours: expected training time, for cost estimates.
         created_at: when the stack file was written (UTC); TTL counts from here.
@@ -522,6 +530,9 @@ class ClusterSpec(BaseModel):
     capacity_reservation_instance_type: str | None = None
     capacity_block: bool = False
     capacity_block_end: datetime | None = None
+    capacity_block_upfront_usd: str | None = Field(default=None, pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$")
+    capacity_block_price_source: str | None = Field(default=None, min_length=1, max_length=300)
+    capacity_block_price_date: str | None = Field(default=None, pattern=r"^20[0-9]{2}-[01][0-9]-[0-3][0-9]$")
     profile: Profile
     run_hours: float = Field(ge=float(MIN_RUN_HOURS), le=MAX_RUN_HOURS)
     created_at: datetime
@@ -634,6 +645,16 @@ class ClusterSpec(BaseModel):
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
         if self.capacity_block_end is not None and not self.capacity_block:
             raise ValueError("capacity_block_end is the end of a Capacity Block: it needs capacity_block: true")
+        price = (self.capacity_block_upfront_usd, self.capacity_block_price_source, self.capacity_block_price_date)
+        if any(x is not None for x in price):
+            if not self.capacity_block:
+                raise ValueError(
+                    "capacity_block_upfront_usd is the fee of a Capacity Block: it needs capacity_block: true"
+                )
+            if any(x is None for x in price):
+                raise ValueError(
+                    "capacity_block_upfront_usd, capacity_block_price_source and capacity_block_price_date go together"
+                )
         if (
             self.capacity_reservation_instance_count
             or self.capacity_reservation_placement_group

@@ -107,6 +107,7 @@ def test_new_with_a_capacity_reservation_writes_and_previews(run_cli, tmp_path, 
 
     cr = _cr()
     monkeypatch.setattr(capacity, "describe_capacity_reservation", lambda rid, region, factory=None: cr)
+    monkeypatch.setattr(capacity, "quote_capacity_block", lambda block, factory=None, now=None: None)
     result = run_cli(
         "new",
         "--capacity-reservation",

@@ -41,6 +41,10 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
     # + Cloud NAT data: 20 GB fetched + 1 node x 15 GB container pull + the 5 GB egress (GCP nodes
     #   have no external IP, so it leaves through the NAT) = 40 GB x $0.045 / 4 h = $0.45/h
     # left running 30 days: transfer (egress 5 GB x $0.12, NAT $1.80) counted once, not 30 times
+    # after down: the kept 20 GB at $0.020/GB-month (cloud.google.com/storage/pricing) and at most
+    # as much in versions for 7 days + 7 days soft-deleted: 0.40 + 0.40 x 336 / 730
+    kept = doc["cost"].pop("left_after_down")
+    assert (kept["monthly_usd"], kept["lines_without_price"]) == ("0.584110", 0)
     assert doc["cost"] == {
         "hourly_usd": "15.326634",
         "run_usd": "61.306533",

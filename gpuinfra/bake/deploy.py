@@ -36,12 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuinfra.bake import BAKE_CONFIG_KEY, IMAGE_CONFIG_KEY, gcp_api
+from gpuinfra.bake.cost import BakeCostLine, bake_cost_lines
 from gpuinfra.bake.gcp_api import GcpApis
 from gpuinfra.bake.model import GCP_LABEL_PREFIX, BakeSpec
 from gpuinfra.bake.render import image_family, image_name_prefix
 from gpuinfra.bake.stack import record_result
 from gpuinfra.credentials import aws_session, no_aws_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, SpecError
+from gpuinfra.money import Total
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_config, stack_file_path
 
 #: ``<account>.dkr.ecr.<region>.amazonaws.com/<repository>[:<tag>]`` (ECR registry URI format,
@@ -409,6 +411,8 @@ class BakeDown:
     leftovers: list[Leftover] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     clusters: list[str] = field(default_factory=list)
+    #: the image and registry storage that stays, per month (:func:`gpuinfra.bake.cost.bake_cost_lines`)
+    monthly: list[BakeCostLine] = field(default_factory=list)
 
     @property
     def lines(self) -> list[str]:
@@ -424,6 +428,12 @@ class BakeDown:
                 f"cluster stacks that boot this image: {', '.join(self.clusters)} (keep the image until "
                 "`gpuinfra down` of each)"
             )
+        if self.monthly:  # fails closed: an unpriced storage line leaves no total
+            total = Total.of(line.usd for line in self.monthly)
+            parts = "; ".join(
+                f"{line.component} {'not found' if line.usd is None else f'${line.usd:,.2f}'}" for line in self.monthly
+            )
+            out.append(f"left after down, per month: {total.text(suffix='/month')} ({parts}; estimated sizes)")
         return out
 
 
@@ -450,4 +460,7 @@ def destroy_bake(backend, project_dir: Path, spec: BakeSpec, on_event: Callable[
     outputs = backend.outputs(project_dir, spec.stack)
     changes = backend.destroy(project_dir, spec.stack, on_event)
     image = (outputs.get("image_id") if spec.cloud == "aws" else "") or (spec.result.image_id if spec.result else "")
-    return BakeDown(changes, leftovers(spec, outputs), deleted_with_stack(spec), clusters_using(project_dir, image))
+    monthly = [line for line in bake_cost_lines(spec) if line.when == "monthly"]
+    return BakeDown(
+        changes, leftovers(spec, outputs), deleted_with_stack(spec), clusters_using(project_dir, image), monthly
+    )

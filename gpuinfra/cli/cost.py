@@ -108,6 +108,36 @@ def print_cost_table(doc: dict) -> None:
             f"{len(doc['not_priced'])} resource(s) not priced: " + ", ".join(n["resource"] for n in doc["not_priced"])
         )
     out.print(f"{len(doc['free_resources'])} resources have no charge of their own")
+    for text in left_after_down_text(doc["left_after_down"]):
+        out.print(text, soft_wrap=True, markup=False)
+
+
+def left_after_down_text(block: dict) -> list[str]:
+    """The "left after down" lines of a cost document's ``left_after_down`` block: one per kept
+    charge (``$/month``, unit price, source, note), then the monthly total or, when a line has no
+    price, ``incomplete: N lines without a price``."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.money import Total
+
+    total = Total.from_json(block["monthly_usd"], block["lines_without_price"])
+    if "error" in block:
+        return [f"left after down, per month: unknown ({block['error']})"]
+    if not block["lines"]:
+        return ["left after down: nothing (the bucket is deleted with the stack)"]
+    if all(line["component"].startswith("Soft-deleted") for line in block["lines"]):
+        rows = [f"left after down, per month: {total.text(suffix='/month')} (the bucket is deleted with the stack)"]
+    else:
+        rows = [f"left after down, per month: {total.text(suffix='/month')}"]
+    for line in block["lines"]:
+        amount = "not found" if line["monthly_usd"] is None else f"${Decimal(line['monthly_usd']):,.2f}/month"
+        unit = (
+            ""
+            if line["unit_price_usd"] is None
+            else f" at ${Decimal(line['unit_price_usd']).normalize():f}/{line['unit']}"
+        )
+        where = ", ".join(x for x in (line["price_source"].split(" (")[0], line["price_date"], line["note"]) if x)
+        rows.append(f"  {line['resource']}: {line['component']}: {amount}{unit} ({where})")
+    return rows
 
 
 def commitment_lines(view: dict) -> list[str]:

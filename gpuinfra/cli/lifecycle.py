@@ -108,7 +108,7 @@ def down(
     sync_timeout_seconds: int = options.SyncTimeoutSeconds,
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Destroy the cluster after asking its nodes to sync their checkpoints; the bucket and its data are kept unless --delete-data. A bake stack keeps its image."""
+    """Destroy the cluster after asking its nodes to sync their checkpoints; the bucket and its data are kept unless --delete-data, and what they cost per month is printed. A bake stack keeps its image."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import stdout_console
@@ -122,6 +122,11 @@ def down(
     backend = _backend()
     check_credentials(spec.cloud)
     out = stdout_console()
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.cost import left_after_down_text
+    from gpuinfra.services.cost_document import left_after_down_block
+
+    kept = left_after_down_block(stack, Path(project_dir), delete_data or spec.delete_bucket_on_destroy)
 
     def say(line: str) -> None:
         out.print(line, soft_wrap=True, markup=False)
@@ -144,6 +149,8 @@ def down(
         sync_timeout_seconds=sync_timeout_seconds,
     )
     out.print(f"done: {changes}")
+    for line in left_after_down_text(kept):
+        out.print(line, soft_wrap=True, markup=False)
 
 
 def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:

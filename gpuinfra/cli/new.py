@@ -94,6 +94,7 @@ def new(
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
     from gpuinfra.cost.report import document_total, unpriced_lines
+    from gpuinfra.money import Total
     from gpuinfra.newstack import NewStackRequest, create_stack
     from gpuinfra.planner import PlanRequest
     from gpuinfra.requests import spot_choice
@@ -182,6 +183,13 @@ def new(
         f"  30 days left running would cost {document_total(summary, 'monthly_if_left_running_usd').text()}; "
         f"nodes end themselves after {spec.profile.idle_timeout_minutes} min idle or at "
         f"{spec.expires_at:%Y-%m-%d %H:%M} UTC"
+    )
+    kept = summary["left_after_down"]
+    kept_total = Total.from_json(kept["monthly_usd"], kept["lines_without_price"])
+    out.print(
+        f"  left after down: {kept_total.text(suffix='/month')} (the kept bucket; `gpuinfra cost {spec.stack}` lists it)"
+        if kept["lines"]
+        else "  left after down: nothing (the bucket is deleted with the stack)"
     )
     for path in written.scaffolded:
         out.print(f"  scaffolded {path}")

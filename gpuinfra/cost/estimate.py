@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from gpuinfra.catalog.prices import CONTAINER_PULL_GB, HOURS_PER_MONTH, Price, price, price_cap
 from gpuinfra.catalog.store import Catalog, load_gpu_models
+from gpuinfra.cost.after_down import KeptLine, left_after_down
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
 from gpuinfra.locality import quote_transfer
@@ -95,6 +96,8 @@ class Estimate:
     free: list[str] = field(default_factory=list)
     not_priced: list[tuple[str, str, str]] = field(default_factory=list)
     alternative_compute_hourly_usd: Decimal | None = None  # the other market (spot <-> on-demand)
+    #: monthly charges of what ``down`` keeps (:mod:`gpuinfra.cost.after_down`)
+    left_after_down: list[KeptLine] = field(default_factory=list)
 
 
 def _line(
@@ -151,14 +154,40 @@ def _find_offer(catalog: Catalog, facts: ClusterFacts):
     return catalog.find_offer(facts.cloud, facts.instance_type, facts.zone, facts.gpu, facts.gpu_count)
 
 
+def _capacity_block_line(facts: ClusterFacts, resource: str, rtype: str, fee: Price, hours: Decimal) -> CostLine:
+    """A Capacity Block's upfront fee as one line paid once: the fee covers the whole block
+    whatever the run's length (EC2 charges it up front at purchase; the price does not change
+    after: docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-pricing-billing.html)."""
+    return CostLine(
+        resource,
+        rtype,
+        f"Capacity Block, paid up front ({facts.instance_type})",
+        "blocks",
+        Decimal(1) / hours,
+        fee.usd,
+        fee.source,
+        fee.date,
+        note="upfront fee for the whole block, counted once",
+        one_time=True,
+    )
+
+
 def _compute_lines(
-    catalog: Catalog, facts: ClusterFacts, resource: str, rtype: str, market: str
+    catalog: Catalog,
+    facts: ClusterFacts,
+    resource: str,
+    rtype: str,
+    market: str,
+    block_price: Price | None = None,
+    hours: Decimal = Decimal(1),
 ) -> tuple[list[CostLine], Decimal | None]:
     offer = _find_offer(catalog, facts)
     date = catalog.date_for(facts.cloud)
     spot = market == "spot"
     label = "spot" if spot else market
     source = f"{CATALOG_SOURCE} ({facts.cloud} {facts.zone})"
+    if market == "capacity-block" and block_price is not None:
+        return [_capacity_block_line(facts, resource, rtype, block_price, hours)], None
     if offer is None or market == "capacity-block":
         reason = (
             "Capacity Block prices are set per reservation"
@@ -210,6 +239,7 @@ def estimate(
     hours: Decimal,
     market: str | None = None,
     data=None,
+    capacity_block_price: Price | None = None,
 ) -> Estimate:
     """Price ``resources`` (objects with ``type``, ``name``, ``inputs``).
 
@@ -222,6 +252,9 @@ def estimate(
         market: price compute as ``spot`` / ``on-demand`` instead of what the plan says.
         data: the stack's data set (:class:`gpuinfra.spec.DataSource`): moving it to the
             cluster once is a line spread over the run (:mod:`gpuinfra.locality`).
+        capacity_block_price: a Capacity Block stack's upfront fee (the stack file's
+            ``capacity_block_upfront_usd``, :func:`capacity_block_price`): its compute is one
+            upfront line; None leaves a Capacity Block's compute unpriced.
     """
     facts = read_cluster_facts(resources, region)
     chosen = market or facts.market
@@ -231,7 +264,9 @@ def estimate(
     for r in resources:
         t, name, inputs = r.type, r.name, r.inputs
         if t in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
-            compute, result.alternative_compute_hourly_usd = _compute_lines(catalog, facts, name, t, chosen)
+            compute, result.alternative_compute_hourly_usd = _compute_lines(
+                catalog, facts, name, t, chosen, capacity_block_price, hours
+            )
             lines += compute
         elif t == "aws:ec2/launchTemplate:LaunchTemplate":
             lines += _aws_launch_template(name, t, inputs, facts)
@@ -340,6 +375,7 @@ def estimate(
             result.not_priced.append((name, t, "no cost model for this resource type"))
     if data is not None and cloud:
         lines.append(_data_line(data, cloud, reg or "", hours))
+    result.left_after_down = left_after_down(resources, reg or "", usage["bucket_storage_gb"])
     key = "aws_per_gb" if cloud == "aws" else "gcp_per_gb"
     lines.append(
         _line(
@@ -624,3 +660,14 @@ def _storage_lines(name, t, cloud, reg, usage, hours, key, label) -> list[CostLi
             )
         ),
     ]
+
+
+def capacity_block_price(spec) -> Price | None:
+    """The upfront fee a stack file records for its Capacity Block (``capacity_block_upfront_usd``
+    with its source and date, :class:`gpuinfra.spec.ClusterSpec`), or None (no block, or no fee
+    recorded)."""
+    if not getattr(spec, "capacity_block", False) or spec.capacity_block_upfront_usd is None:
+        return None
+    return Price(
+        Decimal(spec.capacity_block_upfront_usd), spec.capacity_block_price_source, spec.capacity_block_price_date
+    )

@@ -5,7 +5,9 @@ JSON schema (``schema_version`` "3"): money as :func:`gpuinfra.money.usd_json` s
 "run_usd", "monthly_if_left_running_usd", "spot_savings_percent", "lines": [{"resource",
 "resource_type", "component", "unit", "quantity", "unit_price_usd", "hourly_usd", "run_usd",
 "usage_based", "price_source", "price_date", "note"}], "price_not_found", "not_priced",
-"free_resources", "lines_without_price"}``. ``quantity`` is units per hour; lines whose price is
+"free_resources", "lines_without_price", "left_after_down": {"monthly_usd",
+"lines_without_price", "lines": [{"resource", "component", "unit", "monthly_quantity",
+"unit_price_usd", "monthly_usd", "price_source", "price_date", "note"}]}}``. ``quantity`` is units per hour; lines whose price is
 not found carry null prices and are listed in ``price_not_found``, resources with no cost model
 in ``not_priced``; ``lines_without_price`` counts both. The totals (``hourly_usd``, ``run_usd``,
 ``monthly_if_left_running_usd``) are :class:`gpuinfra.money.Total`: ``null`` when
@@ -15,7 +17,9 @@ The service adds ``commitments`` (:mod:`gpuinfra.cost.commitment`): the plan's c
 1-year / 3-year commitments, outside the totals.
 Version 2 (was 1): ``monthly_usd_if_left_running`` became ``monthly_if_left_running_usd`` (every
 money key ends in ``_usd``). Version 3 (was 2): the totals are null when a line has no price (they
-were the sum of the priced lines); ``lines_without_price`` was added.
+were the sum of the priced lines); ``lines_without_price`` was added. ``left_after_down`` (what
+``down`` keeps, per month: :mod:`gpuinfra.cost.after_down`; its ``monthly_usd`` null when one of
+its lines has no price, apart from the run's totals) was added to version 3 (a new key only).
 
 Diff schema (``schema_version`` "3", :func:`diff_json`): ``{"schema_version", "before", "after",
 "before_hourly_usd", "after_hourly_usd", "before_run_usd", "after_run_usd", "hourly_change_usd",
@@ -35,7 +39,8 @@ from decimal import Decimal
 
 from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.cost.estimate import Estimate, estimate
+from gpuinfra.cost.after_down import kept_json
+from gpuinfra.cost.estimate import Estimate, capacity_block_price, estimate
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.money import Total, usd_json
 
@@ -91,6 +96,7 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
         "not_priced": [{"resource": n, "resource_type": t_, "reason": why} for n, t_, why in est.not_priced],
         "free_resources": est.free,
         "lines_without_price": hourly.missing,
+        "left_after_down": kept_json(est.left_after_down),
     }
 
 
@@ -222,10 +228,19 @@ def cost_summary(spec, resources: list) -> dict:
     stack's own run hours and pricing: ``hourly_usd``, ``run_usd``, ``monthly_if_left_running_usd``
     (:func:`gpuinfra.money.usd_json` strings), ``hours``, ``pricing``, ``catalog_date``,
     ``price_not_found``, ``not_priced``, ``lines_without_price`` (as in :func:`to_json`: the
-    totals are null when ``lines_without_price`` > 0)."""
+    totals are null when ``lines_without_price`` > 0), ``left_after_down`` (what ``down`` keeps,
+    per month)."""
     hours = Decimal(str(spec.run_hours))
     catalog = load_catalog()
-    est = estimate(resources, catalog, spec.region, usage_for(spec.profile.name), hours, data=spec.data)
+    est = estimate(
+        resources,
+        catalog,
+        spec.region,
+        usage_for(spec.profile.name),
+        hours,
+        data=spec.data,
+        capacity_block_price=capacity_block_price(spec),
+    )
     doc = to_json(est, spec.stack, hours, catalog.date_for(spec.cloud), est.facts.market)
     return {
         k: doc[k]
@@ -239,5 +254,6 @@ def cost_summary(spec, resources: list) -> dict:
             "not_priced",
             "lines_without_price",
             "monthly_if_left_running_usd",
+            "left_after_down",
         )
     }

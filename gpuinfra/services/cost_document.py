@@ -12,13 +12,14 @@ import math
 from decimal import Decimal
 from pathlib import Path
 
-from gpuinfra.catalog.prices import usage_for
+from gpuinfra.catalog.prices import Price, usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.after_down import kept_json, left_after_down
 from gpuinfra.cost.commitment import commitments_json
-from gpuinfra.cost.estimate import estimate, read_cluster_facts
+from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
-from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
+from gpuinfra.errors import BudgetExceededError, GpuinfraError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
@@ -115,6 +116,7 @@ def stack_cost_document(
         usage_file,
         spec.data,
         catalog,
+        capacity_block_price(spec),
     )
 
 
@@ -166,9 +168,10 @@ def _document(
     usage_file: Path | None,
     data,
     catalog: Catalog | None,
+    block_price: Price | None = None,
 ) -> dict:
     catalog = catalog or load_catalog()
-    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data)
+    est = estimate(resources, catalog, region, usage_for(profile, usage_file), run_hours, market, data, block_price)
     priced_as = market or est.facts.market
     doc = to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), priced_as)
     doc["commitments"] = commitments_json(catalog, est.facts, run_hours, priced_as)
@@ -236,3 +239,28 @@ def check_diff_totals(doc: dict) -> None:
     unpriced = [f"{doc[side]}: {line}" for side in ("before", "after") for line in doc[f"{side}_price_not_found"]]
     if unpriced:
         raise PriceMissingError(unpriced)
+
+
+def left_after_down_block(stack: str, project_dir: Path, delete_data: bool = False) -> dict:
+    """What ``gpuinfra down STACK`` leaves behind, per month: the ``left_after_down`` block of
+    the stack's cost document (:mod:`gpuinfra.cost.after_down`); with ``delete_data`` only what
+    outlives the bucket's delete (GCS soft-deleted objects).
+
+    Args:
+        stack: stack name; project_dir: the Pulumi project folder.
+        delete_data: ``down --delete-data`` (nothing is kept).
+
+    Returns:
+        ``{"monthly_usd", "lines_without_price", "lines"}`` (``monthly_usd`` null when a line
+        has no price); when the stack cannot be priced at all (its file or preview fails), an
+        incomplete block with ``"error"`` saying why: ``down`` is never stopped by its price.
+    """
+    try:
+        if not delete_data:
+            return stack_cost_document(stack, project_dir)["left_after_down"]
+        spec = read_stack_spec(project_dir, stack)
+        resources = run_preview_cached(spec, provider_config(spec)).resources
+        stored_gb = usage_for(spec.profile.name)["bucket_storage_gb"]
+        return kept_json(left_after_down(resources, spec.region, stored_gb, delete_data=True))
+    except GpuinfraError as exc:
+        return {"monthly_usd": None, "lines_without_price": 1, "lines": [], "error": str(exc)}

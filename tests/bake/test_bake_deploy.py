@@ -338,6 +338,9 @@ def test_aws_down_keeps_the_ami_and_the_repository_and_names_the_clusters(p5_bak
         "bake fails while it exists (ECR RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
         "    aws ecr delete-repository --repository-name gpuinfra/bake-p5 --force --region us-east-1",
         "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)",
+        # 100 GB of EBS snapshot at $0.05/GB-month and 15 GB in ECR at $0.10/GB-month
+        # (aws.amazon.com/ebs/pricing, aws.amazon.com/ecr/pricing; sizes estimated: README "What a bake costs")
+        "left after down, per month: $6.50/month (AMI snapshot $5.00; ECR container $1.50; estimated sizes)",
     ]
 
 

@@ -120,6 +120,10 @@ def test_down_keeps_data_by_default(run_cli, project, monkeypatch):
         ("destroy", "train"),
     ]
     assert "the bucket and its data are kept" in result.stdout
+    # llm-finetune keeps 500 GB at S3's $0.023/GB-month (aws.amazon.com/s3/pricing, us-east-1) and
+    # at most 500 GB of earlier versions for 7 of the month's 730 / 24 days
+    assert "left after down, per month: $14.15/month" in result.stdout
+    assert "S3 Standard storage, bucket kept (500 GB): $11.50/month" in result.stdout
     spec = yaml.safe_load((project / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
     assert spec["delete_bucket_on_destroy"] is False
 
@@ -502,6 +506,9 @@ def test_down_of_a_bake_destroys_it_keeps_the_image_and_says_what_stays(run_cli,
         "while it exists (ECR RepositoryAlreadyExistsException): delete it first, once no cluster needs it",
         "    aws ecr delete-repository --repository-name gpuinfra/bake-p5 --force --region us-east-1",
         "cluster stacks that boot this image: c1 (keep the image until `gpuinfra down` of each)",
+        # 100 GB of EBS snapshot at $0.05/GB-month and 15 GB in ECR at $0.10/GB-month
+        # (aws.amazon.com/ebs/pricing, aws.amazon.com/ecr/pricing; sizes estimated: README "What a bake costs")
+        "left after down, per month: $6.50/month (AMI snapshot $5.00; ECR container $1.50; estimated sizes)",
     ]
     assert _bake_file(project)["result"]["image_id"] == BUILT_AMI  # the record stays: c1 and new clusters use it
 
