@@ -19,30 +19,11 @@ from decimal import Decimal, InvalidOperation
 
 from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials, no_aws_credentials
 from gpuinfra.errors import DataSourceError
-from gpuinfra.spec import DataSource
+from gpuinfra.spec import AWS_REGION, GCP_REGION, GCS_MULTI_REGIONS, DataSource  # noqa: F401 (re-exported)
 
 #: How the credentials errors of a bucket lookup read (gpuinfra.credentials).
 LOOKUP, LOOKUP_ALTERNATIVE = " to look up the bucket", ", or give --data-region and --data-size"
 
-#: AWS region names: ``us-east-1``, ``ap-southeast-2``, ``us-gov-west-1``
-#: (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html).
-AWS_REGION = re.compile(r"^[a-z]{2}(?:-gov)?-[a-z]+-\d$")
-#: GCP region names: ``us-central1``, ``europe-west4``, ``northamerica-northeast2``
-#: (cloud.google.com/compute/docs/regions-zones).
-GCP_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
-#: Cloud Storage multi-regions and predefined dual-regions with the continent they sit in
-#: (cloud.google.com/storage/docs/locations#location-mr, #location-dr).
-GCS_MULTI_REGIONS: dict[str, str] = {
-    "us": "us",
-    "eu": "europe",
-    "asia": "asia",
-    "nam4": "us",
-    "eur4": "europe",
-    "eur5": "europe",
-    "eur7": "europe",
-    "eur8": "europe",
-    "asia1": "asia",
-}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|PB|KIB|MIB|GIB|TIB|PIB)?\s*$", re.IGNORECASE)
 _UNITS_GB = {
     "B": Decimal("1e-9"),

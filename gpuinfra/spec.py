@@ -33,6 +33,7 @@ from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gpus import GpuModel
 from gpuinfra.errors import RequestError, SpecError
 from gpuinfra.profiles import Profile
+from gpuinfra.requests import CLOUD_NODE_LIMITS
 
 #: 2: the spec carries the facts it was planned from (``facts``, ``gpu_facts``).
 SCHEMA_VERSION: Literal[2] = 2
@@ -50,6 +51,28 @@ _AWS_ZONE_ID_RE = re.compile(r"^[a-z]{2,}\d+-[a-z0-9-]+$")
 #: (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html), GCP
 #: ``us-central1``, ``europe-west4`` (cloud.google.com/compute/docs/regions-zones).
 REGION_RE = re.compile(r"^[a-z]+(?:-[a-z0-9]+){1,3}$")
+#: How far ``created_at`` may lie ahead of this machine's clock (two clocks differ a little); a
+#: later time is a hand edit that would move the TTL, the cluster's main watchdog.
+CREATED_AT_CLOCK_SKEW = timedelta(minutes=10)
+#: AWS region names: ``us-east-1``, ``ap-southeast-2``, ``us-gov-west-1``
+#: (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html).
+AWS_REGION = re.compile(r"^[a-z]{2}(?:-gov)?-[a-z]+-\d$")
+#: GCP region names: ``us-central1``, ``europe-west4``, ``northamerica-northeast2``
+#: (cloud.google.com/compute/docs/regions-zones).
+GCP_REGION = re.compile(r"^[a-z]+-[a-z]+\d+$")
+#: Cloud Storage multi-regions and predefined dual-regions with the continent they sit in
+#: (cloud.google.com/storage/docs/locations#location-mr, #location-dr).
+GCS_MULTI_REGIONS: dict[str, str] = {
+    "us": "us",
+    "eu": "europe",
+    "asia": "asia",
+    "nam4": "us",
+    "eur4": "europe",
+    "eur5": "europe",
+    "eur7": "europe",
+    "eur8": "europe",
+    "asia1": "asia",
+}
 #: Zones: AWS AZ IDs ``use1-az4`` (docs.aws.amazon.com/ram/latest/userguide/working-with-az-ids.html),
 #: GCP zones ``us-central1-a`` (a region, ``-``, a letter: cloud.google.com/compute/docs/regions-zones).
 ZONE_RE = re.compile(r"^[a-z]+[a-z0-9]*(?:-[a-z0-9]+){1,4}$")
@@ -387,6 +410,22 @@ class DataSource(BaseModel):
     size_gb: Decimal = Field(gt=0, allow_inf_nan=False)
     uri: str = ""
 
+    @model_validator(mode="after")
+    def _location_of_its_cloud(self) -> DataSource:
+        known = (
+            AWS_REGION.fullmatch(self.location)
+            if self.cloud == "aws"
+            else (GCP_REGION.fullmatch(self.location) or self.location in GCS_MULTI_REGIONS)
+        )
+        if not known:
+            allowed = (
+                "an AWS region like us-east-1"
+                if self.cloud == "aws"
+                else f"a GCP region like us-central1 or a Cloud Storage multi-/dual-region ({', '.join(GCS_MULTI_REGIONS)})"
+            )
+            raise ValueError(f"data location {self.location!r} is not {allowed}")
+        return self
+
     def describe(self) -> str:
         """``2000 GB in s3://bucket/prefix (aws us-east-1)``."""
         where = f"{self.uri} ({self.cloud} {self.location})" if self.uri else f"{self.cloud} {self.location}"
@@ -520,8 +559,8 @@ class ClusterSpec(BaseModel):
     zone: str = Field(min_length=1)
     instance_type: str = Field(min_length=1)
     gpu: str = Field(min_length=1)
-    gpu_count: int = Field(ge=1, le=64)
-    nodes: int = Field(ge=1, le=4096)
+    gpu_count: int = Field(ge=1, le=64, strict=True)
+    nodes: int = Field(ge=1, strict=True)
     spot: bool = False
     capacity_reservation_id: str | None = Field(default=None, pattern=r"^cr-[0-9a-f]{8,17}$")
     capacity_reservation_instance_count: int | None = Field(default=None, ge=1)
@@ -636,6 +675,17 @@ class ClusterSpec(BaseModel):
 
     @model_validator(mode="after")
     def _cross_field(self) -> ClusterSpec:
+        limit = CLOUD_NODE_LIMITS[self.cloud]
+        if self.nodes > limit.nodes:
+            raise ValueError(
+                f"nodes {self.nodes} is over the {self.cloud.upper()} limit of {limit.nodes} {limit.what} "
+                f"(source: {limit.source})"
+            )
+        if self.created_at > datetime.now(UTC) + CREATED_AT_CLOCK_SKEW:
+            raise ValueError(
+                f"created_at {self.created_at.isoformat()} is in the future: the TTL and the age count from it "
+                "(write the stack again with `gpuinfra new ... --force`)"
+            )
         # a GCP zone is its region, '-', one letter (cloud.google.com/compute/docs/regions-zones)
         if self.cloud == "gcp" and not re.fullmatch(re.escape(self.region) + r"-[a-z]", self.zone):
             raise ValueError(f"zone {self.zone!r} is not in region {self.region!r} (use {self.region}-a, -b ...)")

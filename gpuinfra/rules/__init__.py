@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from gpuinfra.catalog.facts_model import InstanceFacts
+from gpuinfra.catalog.gpus import load_gpu_models
 from gpuinfra.cost.report import cost_summary, unpriced_lines
 from gpuinfra.errors import RuleViolationError
 from gpuinfra.rules import aws, gcp
@@ -84,6 +85,24 @@ def check_preview(spec: Any, resources: Iterable[Any], provider_values: bool = T
 def check_offered_in_zone(spec: Any, catalog: Any) -> list[Violation]:
     """``offered-in-zone``: the catalog has an offer of the spec's type in its zone (skipped
     when the catalog does not know the type at all, e.g. a newer type than the catalog)."""
+    regions = {o.region for o in catalog.offers if o.cloud == spec.cloud}
+    if regions and spec.region not in regions:
+        return [
+            violation(
+                "offered-in-zone",
+                "",
+                f"region {spec.region!r} has no {spec.cloud.upper()} GPU offer in the catalog (an unknown or mistyped region)",
+            )
+        ]
+    zone_regions = {o.region for o in catalog.offers if o.cloud == spec.cloud and o.zone == spec.zone}
+    if zone_regions and spec.region not in zone_regions:
+        return [
+            violation(
+                "offered-in-zone",
+                "",
+                f"zone {spec.zone} is in {', '.join(sorted(zone_regions))}, not in the stack's region {spec.region}",
+            )
+        ]
     zones = {o.zone for o in catalog.offers if o.cloud == spec.cloud and o.instance_type == spec.instance_type}
     if zones and spec.zone not in zones:
         near = sorted(z for z in zones if z.startswith(spec.region) or spec.cloud == "aws")[:6]
@@ -100,14 +119,29 @@ def check_offered_in_zone(spec: Any, catalog: Any) -> list[Violation]:
 def check_facts_current(spec: Any, catalog: Any) -> list[Violation]:
     """``facts-current``: the facts in the stack file equal the catalog's facts of the type
     (skipped when the catalog does not know the type)."""
+    found = []
+    gpu = next((m for m in load_gpu_models() if m.name == spec.gpu), None)
+    if gpu is not None and gpu != spec.gpu_facts:
+        fields = sorted(
+            k for k in type(gpu).model_fields if getattr(gpu, k) != getattr(spec.gpu_facts, k, None) and k != "source"
+        )
+        if fields:
+            found.append(
+                violation(
+                    "facts-current",
+                    "",
+                    f"the stack's gpu_facts of {spec.gpu} differ from the catalog's in {', '.join(fields)}; "
+                    "write the stack again (`gpuinfra new ... --force`)",
+                )
+            )
     current = catalog.fact(spec.cloud, spec.instance_type)
     if current is None or current == spec.facts:
-        return []
+        return found
     recorded, now = spec.facts.to_dict(), current.to_dict()
     fields = sorted(k for k in now if now[k] != recorded.get(k) and k != "sources")
     if not fields:
-        return []
-    return [
+        return found
+    return found + [
         violation(
             "facts-current",
             "",

@@ -95,7 +95,7 @@ RULES: dict[str, RuleInfo] = {
             "offered-in-zone",
             "any",
             "the catalog's offers (EC2 DescribeInstanceTypeOfferings / Compute machineTypes.list per zone)",
-            "the type is offered in the chosen zone",
+            "the region is one the catalog has GPU offers in, the zone lies in that region, and the type is offered in the zone",
         ),
         RuleInfo(
             "node-values-grammar",
@@ -248,7 +248,7 @@ RULES: dict[str, RuleInfo] = {
             "facts-current",
             "any",
             "gpuinfra/catalog/facts_model.py (the stack records the facts it was planned from)",
-            "the facts recorded in the stack file are the catalog's facts of the type (no hand edits, no stale plan)",
+            "the facts (and gpu_facts) recorded in the stack file are the catalog's facts of the type and GPU (no hand edits, no stale plan)",
         ),
         RuleInfo(
             "profile-spot-policy",

@@ -54,29 +54,30 @@ def test_one_minute_is_the_shortest_run(run_cli, tmp_path):
 
 
 def test_new_and_preview_with_an_unpriced_line_have_null_totals(run_cli, tmp_path, monkeypatch):
-    # 1 x L4 inference in us-west-2: no S3, egress, CloudWatch or Scheduler price for the region
+    # 8 x H100 training in us-west-2: no dated price for NAT gateway data processed there
+    # (prices.yaml nat_gateway_per_gb), and the cluster's nodes reach the internet through one
     result = run_cli(
-        "new", "--gpus", "1xL4", "--cloud", "aws", "--region", "us-west-2", "--profile", "inference",
-        "--project-dir", str(tmp_path), "--name", "l4w", "--json",
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", "us-west-2",
+        "--project-dir", str(tmp_path), "--name", "p5w", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     cost = doc["cost"]
     assert cost["hourly_usd"] is None and cost["run_usd"] is None and cost["monthly_if_left_running_usd"] is None
-    assert cost["lines_without_price"] > 0
+    assert cost["lines_without_price"] == 1
     text = run_cli(
-        "new", "--gpus", "1xL4", "--cloud", "aws", "--region", "us-west-2", "--profile", "inference",
-        "--project-dir", str(tmp_path), "--name", "l4t",
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", "us-west-2",
+        "--project-dir", str(tmp_path), "--name", "p5t",
     )  # fmt: skip
     assert text.exit_code == 0
-    assert f"all 34 resources: incomplete: {cost['lines_without_price']} lines without a price" in text.stdout
+    assert "all 41 resources: incomplete: 1 line without a price" in text.stdout
     monkeypatch.chdir(tmp_path)
-    preview = run_cli("preview", "l4w", "--json")
+    preview = run_cli("preview", "p5w", "--json")
     assert preview.exit_code == 0, preview.stderr
     pcost = json.loads(preview.stdout)["cost"]
-    assert pcost["hourly_usd"] is None and pcost["run_usd"] is None and pcost["lines_without_price"] > 0
-    shown = run_cli("preview", "l4w")
-    assert shown.exit_code == 0 and "cost: incomplete: " in shown.stdout and "lines without a price" in shown.stdout
+    assert pcost["hourly_usd"] is None and pcost["run_usd"] is None and pcost["lines_without_price"] == 1
+    shown = run_cli("preview", "p5w")
+    assert shown.exit_code == 0 and "cost: incomplete: 1 line without a price" in shown.stdout
 
 
 def test_gcp_nat_data_counts_each_nodes_container_pull_and_the_nodes_egress(run_cli, tmp_path):
