@@ -84,7 +84,21 @@ PRICE_SOURCES: dict[str, dict[str, str]] = {
         "@dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (compute.instance.<type>.cost.<region>.hour)",
         "date": "2026-08-20 (the file's own 'generated: Thu Aug 20 04:22:20 2026')",
     },
+    "cyclenerd-2026-07-30-spot": {
+        "what": "GCP spot per machine type and region (Spot VM vCPU + memory + GPUs + bundled Local SSD at "
+        "the Spot rate), built from the Cloud Billing Catalog spot SKUs",
+        "source": "github.com/Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml "
+        "@fd66b26ff84fee5cdd94f341ea89206e76c06b99 (compute.instance.<type>.cost.<region>.hour_spot)",
+        "date": "2026-07-30 (the file's own 'generated: Thu Jul 30 06:13:17 2026'); GCP spot prices "
+        "can change up to once a day (cloud.google.com/spot-vms/pricing)",
+    },
 }
+
+#: ``spot_price_date`` of spot prices from the undated SkyPilot rows.
+UNDATED_SPOT = f"undated (imported {IMPORT_DATE})"
+
+#: ``spot_price_date`` of spot prices from ``gcp_spot.csv`` (its source's own date).
+GCP_SPOT_DATE = "2026-07-30"
 
 
 def is_local_zone(zone_id: str) -> bool:
@@ -159,6 +173,7 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
                 spot_price_per_hour_usd=spot,
                 price_source="all:skypilot-v8-aws",
                 local_zone=is_local_zone(row["AvailabilityZone"]),
+                spot_price_date=UNDATED_SPOT if spot is not None else "",
             )
         )
     return sorted(offers, key=lambda o: (o.instance_type, o.region, o.zone))
@@ -194,6 +209,32 @@ def load_gcp_on_demand(path: Path) -> dict[tuple[str, str], Decimal]:
     return prices
 
 
+def load_gcp_spot(path: Path) -> dict[tuple[str, str], Decimal]:
+    """Read ``gcp_spot.csv``: (machine type, region) -> spot USD per node-hour (whole machine).
+
+    Each row is ``hour_spot`` of ``compute.instance.<type>.cost.<region>`` in Cyclenerd's
+    ``pricing.yml`` (``source_ref``), which already includes bundled Local SSD at the Spot VM
+    rate (its ``build/pricing.pl``: ``$costs_spot + $costs_local_ssd_hour_spot``).
+
+    Raises:
+        ValueError: a row without a source or date, a price <= 0, ``hour_spot x 730`` that
+            disagrees with the file's own ``month_spot`` (a transcription error), or a duplicate.
+    """
+    prices: dict[tuple[str, str], Decimal] = {}
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            key = (row["machine_type"], row["region"])
+            if not row.get("source_ref") or not row.get("source_date"):
+                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
+            hour, month = Decimal(row["spot_price_per_hour_usd"]), Decimal(row["spot_price_per_month_usd"])
+            if hour <= 0 or abs(hour * HOURS_PER_MONTH - month) > Decimal("0.01"):
+                raise ValueError(f"{path.name} line {n}: hour_spot {hour} x 730 != month_spot {month}")
+            if key in prices:
+                raise ValueError(f"{path.name} line {n}: duplicate {key}")
+            prices[key] = quantize_price(hour)
+    return prices
+
+
 def normalize_gcp(
     rows: Iterable[Mapping[str, str]],
     curated: Mapping,
@@ -201,6 +242,7 @@ def normalize_gcp(
     on_demand: Mapping[tuple[str, str], Decimal],
     local_ssd_spot_per_gib_month: Mapping[str, Decimal],
     report: BuildReport | None = None,
+    dated_spot: Mapping[tuple[str, str], Decimal] | None = None,
 ) -> list[Offer]:
     """Combine GCP host rows and GPU rows of the same zone into machine offers.
 
@@ -215,6 +257,11 @@ def normalize_gcp(
         local_ssd_spot_per_gib_month: region -> Local SSD price for Spot VMs, added to the
             spot price of machines with bundled Local SSD.
         report: counts of dropped prices.
+        dated_spot: dated spot prices, (machine type, region) -> USD per node-hour, whole
+            machine (:func:`load_gcp_spot`). A machine type it prices takes its spot price
+            only from there (dated); in a region it does not price, that type has no spot
+            price (never the undated row). Types it does not price at all (N1 hosts with
+            attached GPUs, A3 Ultra, A4) keep the undated host row + GPU row.
 
     Returns:
         One offer per (machine type, GPU, GPU count, zone) the snapshot lists with a price in
@@ -231,6 +278,8 @@ def normalize_gcp(
         satisfy (cloud.google.com/compute/docs/gpus#n1-gpus).
     """
     report = report if report is not None else BuildReport()
+    dated_spot = dated_spot or {}
+    dated_types = {t for t, _ in dated_spot}
     rows = list(rows)
     hosts: dict[tuple[str, str], Mapping[str, str]] = {}
     for row in rows:
@@ -280,7 +329,13 @@ def normalize_gcp(
                     report.count("gcp on-demand price without a cited source (on-demand dropped)")
             spot = add_prices(parse_price(host["SpotPrice"]), parse_price(row["SpotPrice"])) or None
             bundled_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
-            if spot is not None and bundled_gib:
+            spot_source, spot_date = "skypilot-v8-gcp", UNDATED_SPOT
+            if not attached and machine_type in dated_types:
+                spot = dated_spot.get((machine_type, region))
+                spot_source, spot_date = "cyclenerd-2026-07-30-spot", GCP_SPOT_DATE
+                if spot is None:
+                    report.count("gcp spot price without a dated source for the region (spot dropped)")
+            elif spot is not None and bundled_gib:
                 lssd = local_ssd_spot_per_gib_month.get(region)
                 if lssd is None:
                     report.count("gcp spot price without a Local SSD spot price for the region (spot dropped)")
@@ -291,7 +346,7 @@ def normalize_gcp(
                 report.count("gcp spot price above on-demand (spot dropped)")
                 spot = None
             if spot is not None:
-                sources["spot"] = "skypilot-v8-gcp"
+                sources["spot"] = spot_source
             if od is None and spot is None:
                 continue
             offers.append(
@@ -308,6 +363,7 @@ def normalize_gcp(
                     spot_price_per_hour_usd=spot,
                     price_source=_sources(**sources),
                     accelerator_type=accelerator_type,
+                    spot_price_date=spot_date if spot is not None else "",
                 )
             )
     return sorted(offers, key=lambda o: (o.instance_type, o.gpu, o.gpu_count, o.region, o.zone))
@@ -365,8 +421,15 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
     gpu_types = {g.name: g.gcp_accelerator_type or "" for g in load_gpu_models()}
     report = BuildReport()
     on_demand = load_gcp_on_demand(snapshot_dir / "gcp_on_demand.csv")
+    dated_spot = load_gcp_spot(snapshot_dir / "gcp_spot.csv")
     offers = normalize_aws(aws_rows, report) + normalize_gcp(
-        gcp_rows, curated, gpu_types, on_demand, region_prices("gcp", "local_ssd_spot_per_gb_month"), report
+        gcp_rows,
+        curated,
+        gpu_types,
+        on_demand,
+        region_prices("gcp", "local_ssd_spot_per_gb_month"),
+        report,
+        dated_spot,
     )
     described = [(it, describe["_source"]) for it in describe["InstanceTypes"]]
     described += [(it, extra["_about"]) for it in extra["InstanceTypes"]]
@@ -385,8 +448,11 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
                 "prices": "on-demand: "
                 + PRICE_SOURCES["cyclenerd-2026-08-20"]["source"]
                 + "; spot: "
-                + PRICE_SOURCES["skypilot-v8-gcp"]["source"],
-                "date": "2026-08-20 (on-demand; spot undated)",
+                + PRICE_SOURCES["cyclenerd-2026-07-30-spot"]["source"]
+                + " (N1 hosts with attached GPUs, A3 Ultra, A4: "
+                + PRICE_SOURCES["skypilot-v8-gcp"]["source"]
+                + ")",
+                "date": f"2026-08-20 (on-demand); 2026-07-30 (spot; N1-attached, A3 Ultra, A4 spot {UNDATED_SPOT})",
                 "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)",
             },
         },

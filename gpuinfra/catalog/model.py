@@ -47,6 +47,9 @@ OFFER_COLUMNS: tuple[str, ...] = (
     "price_source",
     "accelerator_type",
     "local_zone",
+    "spot_price_date",
+    "spot_price_min_per_hour_usd",
+    "spot_price_max_per_hour_usd",
 )
 
 
@@ -152,6 +155,11 @@ class Offer:
         accelerator_type: GCP accelerator type name (``nvidia-tesla-t4``) for guest
             accelerators attached to N1 hosts and bundled ones; "" on AWS.
         local_zone: AWS Local Zone / Wavelength zone (excluded from ranking unless asked).
+        spot_price_date: the spot price's own source date (``2026-07-30``), or a text saying
+            it is undated (``undated (imported 2026-11-22)``); "" when there is no spot price.
+        spot_price_min_per_hour_usd / spot_price_max_per_hour_usd: the lowest / highest spot
+            price the source saw over its window (``catalog refresh`` reads
+            ``DescribeSpotPriceHistory`` over a window); None when the source gives one point.
     """
 
     cloud: str
@@ -168,6 +176,9 @@ class Offer:
     price_source: str = ""
     accelerator_type: str = ""
     local_zone: bool = False
+    spot_price_date: str = ""
+    spot_price_min_per_hour_usd: Decimal | None = None
+    spot_price_max_per_hour_usd: Decimal | None = None
 
     @property
     def spot_not_discounted(self) -> bool:
@@ -209,6 +220,9 @@ class Offer:
             "price_source": self.price_source,
             "accelerator_type": self.accelerator_type,
             "local_zone": "1" if self.local_zone else "0",
+            "spot_price_date": self.spot_price_date,
+            "spot_price_min_per_hour_usd": format_price(self.spot_price_min_per_hour_usd),
+            "spot_price_max_per_hour_usd": format_price(self.spot_price_max_per_hour_usd),
         }
 
     @classmethod
@@ -233,6 +247,9 @@ class Offer:
             price_source=row["price_source"],
             accelerator_type=row["accelerator_type"],
             local_zone=row["local_zone"] == "1",
+            spot_price_date=row.get("spot_price_date") or "",
+            spot_price_min_per_hour_usd=parse_price(row.get("spot_price_min_per_hour_usd")),
+            spot_price_max_per_hour_usd=parse_price(row.get("spot_price_max_per_hour_usd")),
         )
 
 

@@ -89,37 +89,82 @@ def test_machines_without_a_cited_on_demand_price_have_none():
         offers = [o for o in catalog.offers if o.instance_type == itype]
         assert offers and all(o.on_demand_price_per_hour_usd is None for o in offers)
         assert all(o.spot_price_per_hour_usd is not None for o in offers)
-    # pricing.yml of 2026-08-20 lists a3-megagpu-8g in 9 regions, not us-central1
-    assert _gcp("a3-megagpu-8g", "us-central1-a").on_demand_price_per_hour_usd is None
+    # pricing.yml lists a3-megagpu-8g in 9 regions, not us-central1 (neither on-demand on
+    # 2026-08-20 nor spot on 2026-07-30): no price in any market, so no offer there
+    assert not any(o.instance_type == "a3-megagpu-8g" and o.region == "us-central1" for o in catalog.offers)
     assert _gcp("a3-megagpu-8g", "us-east4-a").on_demand_price_per_hour_usd is not None
 
 
-def test_gcp_spot_adds_bundled_local_ssd_at_the_spot_rate():
+#: ``hour_spot`` figures as printed in Cyclenerd's pricing.yml @fd66b26 (generated
+#: 2026-07-30), compute.instance.<type>.cost.<region>; the a3 figures include 16 x 375 GiB
+#: of bundled Local SSD at the Spot rate (its build/pricing.pl adds it).
+PRICING_YML_2026_07_30_HOUR_SPOT = {
+    ("a3-highgpu-8g", "us-central1-a"): "50.6095408219178",
+    ("a3-highgpu-8g", "europe-north1-c"): "10.2054766027397",
+    ("a3-highgpu-1g", "us-central1-a"): "6.32619260273973",
+    ("a3-megagpu-8g", "us-east4-a"): "23.2752366027397",
+    ("a2-highgpu-4g", "us-central1-a"): "7.71208",
+    ("a2-highgpu-1g", "us-west1-b"): "1.92802",
+    ("g2-standard-4", "us-west1-a"): "0.397336",
+}
+
+
+@pytest.mark.parametrize(("itype", "zone"), sorted(PRICING_YML_2026_07_30_HOUR_SPOT))
+def test_gcp_spot_is_the_dated_pricing_yml_hour_spot(itype, zone):
+    offer = _gcp(itype, zone)
+    expected = Decimal(PRICING_YML_2026_07_30_HOUR_SPOT[(itype, zone)]).quantize(Decimal("0.00001"))
+    assert offer.spot_price_per_hour_usd == expected
+    assert offer.spot_price_date == "2026-07-30"
+    assert "spot:cyclenerd-2026-07-30-spot" in offer.price_source
+
+
+def test_gcp_spot_rows_cite_their_source_and_agree_with_month_spot():
+    rows = _snapshot_rows("gcp_spot.csv")
+    assert len(rows) == 844
+    for r in rows:
+        assert r["source_ref"] == (
+            "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@fd66b26ff84fee5cdd94f341ea89206e76c06b99"
+            f" compute.instance.{r['machine_type']}.cost.{r['region']}.hour_spot"
+        )
+        assert r["source_date"] == "2026-07-30"
+        # the file's two independently rounded figures: hour_spot x 730 = month_spot
+        assert abs(Decimal(r["spot_price_per_hour_usd"]) * 730 - Decimal(r["spot_price_per_month_usd"])) < Decimal(
+            "0.01"
+        )
+
+
+def test_gcp_spot_of_a_priced_type_never_falls_back_to_the_undated_rows(built):
+    # types the dated file prices take spot only from it; in a region it lacks, no spot price
+    dated = {r["machine_type"] for r in _snapshot_rows("gcp_spot.csv")}
+    for o in load_catalog().offers:
+        if o.cloud == "gcp" and o.instance_type in dated and o.spot_price_per_hour_usd is not None:
+            assert o.spot_price_date == "2026-07-30", o
+    assert built[3].dropped["gcp spot price without a dated source for the region (spot dropped)"] == 5
+
+
+def test_gcp_spot_of_n1_attached_gpus_is_host_row_plus_gpu_row_undated():
     gcp = _snapshot_rows("gcp_vms.csv")
-    host = next(r for r in gcp if r["InstanceType"] == "a3-highgpu-8g" and r["AvailabilityZone"] == "us-central1-a")
+    host = next(r for r in gcp if r["InstanceType"] == "n1-standard-8" and r["AvailabilityZone"] == "us-central1-a")
     gpu = next(
         r
         for r in gcp
         if not r["InstanceType"]
-        and r["AcceleratorName"] == "H100"
-        and r["AcceleratorCount"] == "8"
+        and r["AcceleratorName"] == "T4"
+        and r["AcceleratorCount"] == "1"
         and r["AvailabilityZone"] == "us-central1-a"
     )
-    # 16 x 375 GiB at $0.048/GiB-month for Spot VMs in us-central1 (pricing.yml local month_spot)
-    expected = Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"]) + Decimal(6000) * Decimal("0.048") / 730
-    assert _gcp("a3-highgpu-8g", "us-central1-a").spot_price_per_hour_usd == expected.quantize(Decimal("0.00001"))
-    # no bundled SSD: host + GPU spot rows only
-    a2 = _gcp("a2-highgpu-4g", "us-central1-a")
-    host = next(r for r in gcp if r["InstanceType"] == "a2-highgpu-4g" and r["AvailabilityZone"] == "us-central1-a")
-    gpu = next(
-        r
-        for r in gcp
-        if not r["InstanceType"]
-        and r["AcceleratorName"] == "A100"
-        and r["AcceleratorCount"] == "4"
-        and r["AvailabilityZone"] == "us-central1-a"
+    t4 = next(
+        o
+        for o in load_catalog().offers
+        if o.instance_type == "n1-standard-8" and o.gpu == "T4" and o.gpu_count == 1 and o.zone == "us-central1-a"
     )
-    assert a2.spot_price_per_hour_usd == Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"])
+    assert t4.spot_price_per_hour_usd == Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"])
+    assert t4.spot_price_date == "undated (imported 2026-11-22)"
+
+
+def test_aws_spot_is_marked_undated():
+    p5 = next(o for o in load_catalog().offers if o.instance_type == "p5.48xlarge" and o.zone == "use1-az2")
+    assert p5.spot_price_date == "undated (imported 2026-11-22)"
 
 
 def test_n1_gpu_on_demand_is_host_row_plus_gpu_row():
@@ -176,7 +221,7 @@ def test_spot_equal_to_on_demand_is_flagged_and_never_above():
 def test_every_offer_names_sources_that_the_catalog_describes():
     catalog = load_catalog()
     described = catalog.meta["price_sources"]
-    assert set(described) == {"skypilot-v8-aws", "skypilot-v8-gcp", "cyclenerd-2026-08-20"}
+    assert set(described) == {"skypilot-v8-aws", "skypilot-v8-gcp", "cyclenerd-2026-08-20", "cyclenerd-2026-07-30-spot"}
     assert described["cyclenerd-2026-08-20"]["date"].startswith("2026-08-20")
     from gpuinfra.catalog.model import price_source_keys
 
