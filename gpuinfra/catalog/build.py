@@ -84,6 +84,14 @@ PRICE_SOURCES: dict[str, dict[str, str]] = {
         "@dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (compute.instance.<type>.cost.<region>.hour)",
         "date": "2026-08-20 (the file's own 'generated: Thu Aug 20 04:22:20 2026')",
     },
+    "vantage-2025-11-30-spot": {
+        "what": "AWS spot per instance type and region: lowest, average and highest Linux spot price over "
+        "the extract's window (per region, all AZs); budgets use the highest (capped at on-demand, the "
+        "default maximum price of a spot request)",
+        "source": "github.com/tsaol/aws-gpu data/gpu_instances_raw.json @2d0108c7bd261c8e40493fbd35135437bd6c9099 "
+        "(Vantage instances.json extract: pricing.<region>.linux.spot_min/spot_avg/spot_max)",
+        "date": "2025-11-30 (the commit's date; the extract has no date of its own)",
+    },
     "cyclenerd-2026-07-30-spot": {
         "what": "GCP spot per machine type and region (Spot VM vCPU + memory + GPUs + bundled Local SSD at "
         "the Spot rate), built from the Cloud Billing Catalog spot SKUs",
@@ -96,6 +104,9 @@ PRICE_SOURCES: dict[str, dict[str, str]] = {
 
 #: ``spot_price_date`` of spot prices from the undated SkyPilot rows.
 UNDATED_SPOT = f"undated (imported {IMPORT_DATE})"
+
+#: ``spot_price_date`` of AWS spot ranges from ``aws_spot_range.csv`` (its source's own date).
+AWS_SPOT_RANGE_DATE = "2025-11-30"
 
 #: ``spot_price_date`` of spot prices from ``gcp_spot.csv`` (its source's own date).
 GCP_SPOT_DATE = "2026-07-30"
@@ -135,7 +146,49 @@ def _sources(**by_market: str) -> str:
     return ";".join(f"{market.replace('_', '-')}:{key}" for market, key in by_market.items())
 
 
-def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None = None) -> list[Offer]:
+@dataclass(frozen=True)
+class SpotRange:
+    """A dated spot price range of one instance type in one region (USD per node-hour).
+
+    Attributes:
+        min_usd / avg_usd / max_usd: lowest, average and highest spot price in the window.
+        interruption_band: AWS Spot Instance Advisor frequency of interruption band for the
+            type and region (``"<5%"``, ``"5-10%"``, ... ``">20%"`` of instances interrupted per
+            month, aws.amazon.com/ec2/spot/instance-advisor/), "" when the source has none.
+    """
+
+    min_usd: Decimal
+    avg_usd: Decimal
+    max_usd: Decimal
+    interruption_band: str = ""
+
+
+def load_aws_spot_ranges(path: Path) -> dict[tuple[str, str], SpotRange]:
+    """Read ``aws_spot_range.csv``: (instance type, region) -> :class:`SpotRange`.
+
+    Raises:
+        ValueError: a row without source or date, or not ``0 < min <= avg <= max``, or a duplicate.
+    """
+    ranges: dict[tuple[str, str], SpotRange] = {}
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            key = (row["instance_type"], row["region"])
+            if not row.get("source_ref") or not row.get("source_date"):
+                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
+            lo, avg, hi = (quantize_price(Decimal(row[f"spot_{k}_per_hour_usd"])) for k in ("min", "avg", "max"))
+            if not 0 < lo <= avg <= hi:
+                raise ValueError(f"{path.name} line {n}: need 0 < min <= avg <= max, got {lo}, {avg}, {hi}")
+            if key in ranges:
+                raise ValueError(f"{path.name} line {n}: duplicate {key}")
+            ranges[key] = SpotRange(lo, avg, hi, row["interruption_band"])
+    return ranges
+
+
+def normalize_aws(
+    rows: Iterable[Mapping[str, str]],
+    report: BuildReport | None = None,
+    ranges: Mapping[tuple[str, str], SpotRange] | None = None,
+) -> list[Offer]:
     """Turn SkyPilot-v8 AWS rows (one per type per AZ ID) into offers.
 
     Args:
@@ -143,6 +196,15 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
             AcceleratorCount, vCPUs, MemoryGiB, GpuInfo, Price, SpotPrice, Region,
             AvailabilityZone``.
         report: counts of dropped prices (spot above on-demand).
+        ranges: dated regional spot ranges (:func:`load_aws_spot_ranges`). Where one exists
+            for the type and region, the offer's spot price is the range's **maximum** (the
+            highest price seen in the window: a budget at that price holds for every AZ of
+            the region over the whole window, and the fleet's maximum spot price is set to it,
+            so the bill never exceeds the budget's basis), capped at on-demand (a spot
+            request's default maximum price, docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+            using-spot-instances.html); the min/max are carried and the date is the source's.
+            The undated per-AZ snapshot price is used only where no range exists, dated
+            "undated (imported ...)"; snapshot prices outside the dated range are counted.
 
     Returns:
         Offers sorted by (instance type, region, zone); rows with neither an on-demand nor a
@@ -157,6 +219,19 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
         if spot is not None and on_demand is not None and spot > on_demand:
             report.count("aws spot price above on-demand (spot dropped)")
             spot = None
+        spot_date = UNDATED_SPOT
+        spot_min = spot_max = None
+        source = "all:skypilot-v8-aws"
+        dated = (ranges or {}).get((row["InstanceType"], row["Region"]))
+        if dated is not None:
+            if spot is not None and not dated.min_usd <= spot <= dated.max_usd:
+                report.count("aws undated spot price outside the dated regional range (replaced)")
+            spot, spot_min, spot_max = dated.max_usd, dated.min_usd, dated.max_usd
+            if on_demand is not None and spot > on_demand:
+                report.count("aws dated spot maximum above on-demand (capped at on-demand)")
+                spot = on_demand
+            spot_date = AWS_SPOT_RANGE_DATE
+            source = "on-demand:skypilot-v8-aws;spot:vantage-2025-11-30-spot"
         if on_demand is None and spot is None:
             continue
         offers.append(
@@ -171,9 +246,12 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
                 zone=row["AvailabilityZone"],
                 on_demand_price_per_hour_usd=on_demand,
                 spot_price_per_hour_usd=spot,
-                price_source="all:skypilot-v8-aws",
+                price_source=source,
                 local_zone=is_local_zone(row["AvailabilityZone"]),
-                spot_price_date=UNDATED_SPOT if spot is not None else "",
+                spot_price_date=spot_date if spot is not None else "",
+                spot_price_min_per_hour_usd=spot_min,
+                spot_price_max_per_hour_usd=spot_max,
+                spot_interruption_band=dated.interruption_band if dated is not None else "",
             )
         )
     return sorted(offers, key=lambda o: (o.instance_type, o.region, o.zone))
@@ -422,7 +500,8 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
     report = BuildReport()
     on_demand = load_gcp_on_demand(snapshot_dir / "gcp_on_demand.csv")
     dated_spot = load_gcp_spot(snapshot_dir / "gcp_spot.csv")
-    offers = normalize_aws(aws_rows, report) + normalize_gcp(
+    ranges = load_aws_spot_ranges(snapshot_dir / "aws_spot_range.csv")
+    offers = normalize_aws(aws_rows, report, ranges) + normalize_gcp(
         gcp_rows,
         curated,
         gpu_types,
@@ -440,8 +519,10 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
         "catalog_date": IMPORT_DATE,
         "sources": {
             "aws": {
-                "prices": PRICE_SOURCES["skypilot-v8-aws"]["source"],
-                "date": f"undated (imported {IMPORT_DATE})",
+                "prices": PRICE_SOURCES["skypilot-v8-aws"]["source"]
+                + "; spot where a dated regional range exists: "
+                + PRICE_SOURCES["vantage-2025-11-30-spot"]["source"],
+                "date": f"undated (imported {IMPORT_DATE}); spot ranges {AWS_SPOT_RANGE_DATE}",
                 "facts": describe["_source"],
             },
             "gcp": {

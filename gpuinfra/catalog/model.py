@@ -50,6 +50,7 @@ OFFER_COLUMNS: tuple[str, ...] = (
     "spot_price_date",
     "spot_price_min_per_hour_usd",
     "spot_price_max_per_hour_usd",
+    "spot_interruption_band",
 )
 
 
@@ -160,6 +161,10 @@ class Offer:
         spot_price_min_per_hour_usd / spot_price_max_per_hour_usd: the lowest / highest spot
             price the source saw over its window (``catalog refresh`` reads
             ``DescribeSpotPriceHistory`` over a window); None when the source gives one point.
+        spot_interruption_band: AWS Spot Instance Advisor frequency of interruption for the
+            type and region as the dated source gives it (``"<5%"``, ``"5-10%"``, ``"10-15%"``,
+            ``"15-20%"``, ``">20%"`` of instances per month,
+            aws.amazon.com/ec2/spot/instance-advisor/); "" when unknown (GCP publishes none).
     """
 
     cloud: str
@@ -179,6 +184,7 @@ class Offer:
     spot_price_date: str = ""
     spot_price_min_per_hour_usd: Decimal | None = None
     spot_price_max_per_hour_usd: Decimal | None = None
+    spot_interruption_band: str = ""
 
     @property
     def spot_not_discounted(self) -> bool:
@@ -223,6 +229,7 @@ class Offer:
             "spot_price_date": self.spot_price_date,
             "spot_price_min_per_hour_usd": format_price(self.spot_price_min_per_hour_usd),
             "spot_price_max_per_hour_usd": format_price(self.spot_price_max_per_hour_usd),
+            "spot_interruption_band": self.spot_interruption_band,
         }
 
     @classmethod
@@ -250,6 +257,7 @@ class Offer:
             spot_price_date=row.get("spot_price_date") or "",
             spot_price_min_per_hour_usd=parse_price(row.get("spot_price_min_per_hour_usd")),
             spot_price_max_per_hour_usd=parse_price(row.get("spot_price_max_per_hour_usd")),
+            spot_interruption_band=row.get("spot_interruption_band") or "",
         )
 
 

@@ -162,11 +162,6 @@ def test_gcp_spot_of_n1_attached_gpus_is_host_row_plus_gpu_row_undated():
     assert t4.spot_price_date == "undated (imported 2026-11-22)"
 
 
-def test_aws_spot_is_marked_undated():
-    p5 = next(o for o in load_catalog().offers if o.instance_type == "p5.48xlarge" and o.zone == "use1-az2")
-    assert p5.spot_price_date == "undated (imported 2026-11-22)"
-
-
 def test_n1_gpu_on_demand_is_host_row_plus_gpu_row():
     gcp = _snapshot_rows("gcp_vms.csv")
     host = next(r for r in gcp if r["InstanceType"] == "n1-standard-8" and r["AvailabilityZone"] == "us-central1-a")
@@ -202,8 +197,12 @@ def test_missing_price_is_not_offered_never_zero():
         if r["SpotPrice"] and r["Price"] and Decimal(r["SpotPrice"]) > Decimal(r["Price"]) > 0
     ]
     assert len(above) == 16  # spot above on-demand: the spot price is dropped
+    # a dated regional spot range gives a spot price to rows the snapshot left without one
+    ranged = {(r["instance_type"], r["region"]) for r in _snapshot_rows("aws_spot_range.csv")}
+    unranged = [r for r in no_spot_rows + above if (r["InstanceType"], r["Region"]) not in ranged]
     catalog_no_spot = [o for o in load_catalog().offers if o.cloud == "aws" and o.spot_price_per_hour_usd is None]
-    assert len(catalog_no_spot) == 38 + 16  # nothing to rent in the 5 price-less rows: dropped, not $0
+    # nothing to rent in a price-less row: dropped, not $0
+    assert len(catalog_no_spot) == len([r for r in unranged if r["Price"]]) == 20
     assert all(o.on_demand_price_per_hour_usd > 0 for o in catalog_no_spot)
 
 
@@ -221,7 +220,13 @@ def test_spot_equal_to_on_demand_is_flagged_and_never_above():
 def test_every_offer_names_sources_that_the_catalog_describes():
     catalog = load_catalog()
     described = catalog.meta["price_sources"]
-    assert set(described) == {"skypilot-v8-aws", "skypilot-v8-gcp", "cyclenerd-2026-08-20", "cyclenerd-2026-07-30-spot"}
+    assert set(described) == {
+        "skypilot-v8-aws",
+        "skypilot-v8-gcp",
+        "cyclenerd-2026-08-20",
+        "cyclenerd-2026-07-30-spot",
+        "vantage-2025-11-30-spot",
+    }
     assert described["cyclenerd-2026-08-20"]["date"].startswith("2026-08-20")
     from gpuinfra.catalog.model import price_source_keys
 
@@ -274,3 +279,50 @@ def test_memory_variants_are_distinct_models():
     assert {o.gpu for o in catalog.offers if o.instance_type == "p3dn.24xlarge"} == {"V100-32GB"}
     mega = {(o.gpu, o.accelerator_type) for o in catalog.offers if o.instance_type == "a3-megagpu-8g"}
     assert mega == {("H100", "nvidia-h100-mega-80gb")}
+
+
+#: Linux spot_min / spot_avg / spot_max and pct_interrupt as printed in tsaol/aws-gpu
+#: data/gpu_instances_raw.json @2d0108c (Vantage extract, 2025-11-30), pricing.us-east-1.linux.
+GPU_INSTANCES_RAW_2025_11_30_US_EAST_1 = {
+    "p5.48xlarge": ("13.2182", "28.106467", "52.0766", "5-10%"),
+    "p4d.24xlarge": ("8.0468", "8.59075", "9.1506", ">20%"),
+    "p5en.48xlarge": ("17.1932", "17.50195", "17.8107", "10-15%"),
+    "g5.xlarge": ("0.3837", "0.39388", "0.4034", ">20%"),
+}
+
+
+@pytest.mark.parametrize("itype", sorted(GPU_INSTANCES_RAW_2025_11_30_US_EAST_1))
+def test_aws_spot_budgets_on_the_dated_regional_maximum(itype):
+    lo, _avg, hi, band = GPU_INSTANCES_RAW_2025_11_30_US_EAST_1[itype]
+    offers = [o for o in load_catalog().offers if o.instance_type == itype and o.region == "us-east-1"]
+    assert offers
+    for o in offers:  # every AZ of the region: the one regional range, dated
+        assert o.spot_price_per_hour_usd == Decimal(hi)
+        assert (o.spot_price_min_per_hour_usd, o.spot_price_max_per_hour_usd) == (Decimal(lo), Decimal(hi))
+        assert o.spot_price_date == "2025-11-30"
+        assert o.spot_interruption_band == band
+        assert o.price_source == "on-demand:skypilot-v8-aws;spot:vantage-2025-11-30-spot"
+
+
+def test_aws_snapshot_spot_outside_the_dated_range_is_counted(built):
+    # the snapshot's p4d use1-az1 spot (2.4655) is 69% below the dated minimum 8.0468
+    row = next(
+        r
+        for r in _snapshot_rows("aws_vms.csv")
+        if r["InstanceType"] == "p4d.24xlarge" and r["AvailabilityZone"] == "use1-az1"
+    )
+    assert Decimal(row["SpotPrice"]) < Decimal("8.0468")
+    assert built[3].dropped["aws undated spot price outside the dated regional range (replaced)"] > 0
+
+
+def test_aws_spot_without_a_dated_range_keeps_the_snapshot_point_undated():
+    ranged = {(r["instance_type"], r["region"]) for r in _snapshot_rows("aws_spot_range.csv")}
+    undated = [
+        o
+        for o in load_catalog().offers
+        if o.cloud == "aws" and o.spot_price_per_hour_usd is not None and (o.instance_type, o.region) not in ranged
+    ]
+    assert undated
+    assert all(
+        o.spot_price_date == "undated (imported 2026-11-22)" and o.spot_price_max_per_hour_usd is None for o in undated
+    )
