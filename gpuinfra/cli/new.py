@@ -58,6 +58,12 @@ def new(
         help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).",
         show_default=False,
     ),
+    spot_max_price: float | None = typer.Option(
+        None,
+        "--spot-max-price",
+        help="AWS spot: the most the fleet may pay per instance-hour in USD (positive, not above on-demand; default: the budgeted spot price of the offer). GCP Spot VMs have no max price.",
+        show_default=False,
+    ),
     gcp_project: str | None = typer.Option(
         None,
         "--gcp-project",
@@ -101,8 +107,9 @@ def new(
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
     from gpuinfra.cost.report import document_total, unpriced_lines
     from gpuinfra.newstack import NewStackRequest, create_stack
+    from gpuinfra.offers import spot_price_note
     from gpuinfra.planner import PlanRequest
-    from gpuinfra.requests import spot_choice
+    from gpuinfra.requests import spot_choice, spot_max_price_usd
 
     planned = PlanRequest(
         gpus=gpus,
@@ -135,6 +142,7 @@ def new(
             image=image,
             ssh_cidr=ssh_cidr,
             allow_world_ssh=allow_world_ssh,
+            spot_max_price_usd=None if spot_max_price is None else spot_max_price_usd(spot_max_price),
         ),
         project_dir,
         force=force,
@@ -164,6 +172,8 @@ def new(
     )
     if offer.round_up:
         out.print(f"  note: {offer.round_up_note}")
+    if spec.spot:
+        out.print(f"  {spot_price_note(offer.offer, spec.spot_max_price_per_hour_usd)}")
     if plan.spot_from_profile:
         out.print(f"  note: spot chosen because profile {spec.profile.name} prefers it (--on-demand to change)")
     if spec.data is not None:
