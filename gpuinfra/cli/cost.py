@@ -96,6 +96,11 @@ def print_cost_table(doc: dict) -> None:
             f"spot {verb} {doc['spot_savings_percent']}% on compute; spot nodes can be interrupted "
             "(2 min notice on AWS, 30 s on GCP): checkpoint often"
         )
+    if doc.get("spot"):
+        from gpuinfra.cost.spot import spot_outlook_lines
+
+        for text in spot_outlook_lines(doc["spot"]):
+            out.print(text)
     if doc["price_not_found"]:
         out.print(
             f"{len(doc['price_not_found'])} line(s) with no price (so no total): " + "; ".join(doc["price_not_found"])

@@ -12,16 +12,19 @@ import math
 from decimal import Decimal
 from pathlib import Path
 
+import yaml
+
 from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.cost.estimate import estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
+from gpuinfra.cost.spot import spot_outlook
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
-from gpuinfra.stackfile import provider_config, read_stack_spec
+from gpuinfra.stackfile import provider_config, read_stack_spec, stack_file_path
 
 #: Longest run ``--hours`` may price: ten years.
 MAX_HOURS = 87600
@@ -108,7 +111,7 @@ def stack_cost_document(
     run_hours = check_hours(hours)
     spec = read_stack_spec(project_dir, stack)
     result = run_preview_cached(spec, provider_config(spec))
-    return _document(
+    doc = _document(
         result.resources,
         stack,
         spec.region,
@@ -119,6 +122,17 @@ def stack_cost_document(
         spec.data,
         catalog,
     )
+    if doc["pricing"] == "spot" and not spec.capacity_block:
+        offer = (catalog or load_catalog()).find_offer(
+            spec.cloud, spec.instance_type, spec.zone, spec.gpu, spec.gpu_count
+        )
+        if offer is not None:
+            raw = yaml.safe_load(stack_file_path(project_dir, stack).read_text()) or {}
+            plan = (raw.get("config") or {}).get("gpuinfra:checkpoint_plan")
+            doc["spot"] = spot_outlook(
+                offer, spec.nodes, Decimal(doc["hours"]), plan if isinstance(plan, dict) else None
+            )
+    return doc
 
 
 def preview_file_cost_document(
