@@ -36,7 +36,7 @@ def test_gcp_4xa100_compute_is_the_cited_on_demand_price(run_cli, tmp_path):
     # 4 x 3.673385: Cyclenerd pricing.yml generated 2026-08-20, compute.instance.a2-highgpu-4g.cost.us-central1.hour
     assert Decimal(machine["unit_price_usd"]) == Decimal("14.69354") and machine["quantity"] == "1.000000"
     assert "a2-highgpu-4g: 4x A100, 48 vCPU, 340 GiB" in machine["component"]
-    assert machine["price_date"] == "2026-08-20 (on-demand; spot undated)"
+    assert machine["price_date"].startswith("2026-08-20 (on-demand); 2026-07-30 (spot")
 
 
 def test_two_node_p4d_doubles_compute(run_cli, tmp_path):
@@ -65,7 +65,7 @@ def test_json_totals_are_the_sum_of_lines_and_schema(run_cli, tmp_path):
     assert (
         doc["schema_version"] == "3"
         and doc["currency"] == "USD"
-        and doc["catalog_date"] == "undated (imported 2026-11-22)"
+        and doc["catalog_date"] == "undated (imported 2026-11-22); spot ranges 2025-11-30"
     )
     for key in ("hourly_usd", "run_usd", "hours", "lines"):
         assert key in doc
@@ -209,7 +209,8 @@ def test_gcp_stack_moved_to_a_zone_without_an_on_demand_price_fails_closed(run_c
     stack = _new(run_cli, tmp_path, "--instance-type", "a3-megagpu-8g", "--name", "mega")
     path = tmp_path / "stacks" / "Pulumi.mega.yaml"
     doc = yaml.safe_load(path.read_text())
-    # pricing.yml of 2026-08-20 gives a3-megagpu-8g no us-central1 price: the catalog has spot only there
+    # pricing.yml gives a3-megagpu-8g no us-central1 price (on-demand of 2026-08-20, spot of
+    # 2026-07-30): the catalog has no offer there
     doc["config"]["gpuinfra:cluster"].update(zone="us-central1-a", region="us-central1")
     doc["config"]["gcp:zone"], doc["config"]["gcp:region"] = "us-central1-a", "us-central1"
     path.write_text(yaml.safe_dump(doc))
@@ -217,7 +218,7 @@ def test_gcp_stack_moved_to_a_zone_without_an_on_demand_price_fails_closed(run_c
         result = run_cli("cost", stack, *extra, "--project-dir", str(tmp_path))
         assert result.exit_code == 4, (extra, result.stderr)
         assert result.stderr.count("\n") == 1
-        assert "no on-demand price for a3-megagpu-8g in us-central1-a" in result.stderr
+        assert "no catalog offer for a3-megagpu-8g in us-central1-a" in result.stderr
 
 
 def test_cost_help_shows_the_stack_options_and_the_diff_sub_command(run_cli):
