@@ -142,6 +142,16 @@ class NewStackResult:
             "cost": self.verified.cost,
             "data": None if spec.data is None else spec.data.model_dump(mode="json"),
             "locality_note": self.plan.locality_note or None,
+            "spot": None
+            if not spec.spot
+            else {
+                "spot_price_per_node_hour_usd": usd_json(offer.offer.spot_price_per_hour_usd),
+                "spot_price_date": offer.offer.spot_price_date or None,
+                "spot_price_min_per_node_hour_usd": usd_json(offer.offer.spot_price_min_per_hour_usd),
+                "spot_price_max_per_node_hour_usd": usd_json(offer.offer.spot_price_max_per_hour_usd),
+                "spot_not_discounted": offer.offer.spot_not_discounted,
+                "fleet_max_price_per_instance_hour_usd": usd_json(spec.spot_max_price_per_hour_usd),
+            },
             "warnings": list(self.plan.warnings),
             "sizing": None if self.sizing is None else self.sizing.to_json(),
         }

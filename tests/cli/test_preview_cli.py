@@ -199,3 +199,43 @@ def test_spot_max_price_flag_is_validated_and_written(run_cli, tmp_path):
     cluster = yaml.safe_load((tmp_path / "d" / "stacks" / "Pulumi.p5m.yaml").read_text())["config"]["gpuinfra:cluster"]
     assert Decimal(cluster["spot_max_price_per_hour_usd"]) == Decimal("30.5")
     assert "fleet max price $30.50000/instance-h" in ok.stdout
+
+
+def test_new_flags_a_spot_price_equal_to_on_demand(run_cli, tmp_path):
+    # an AWS offer whose spot equals on-demand (a dated maximum above on-demand is capped there,
+    # or the snapshot's point equals it)
+    from gpuinfra.catalog.store import load_catalog
+
+    flagged = next(o for o in load_catalog().offers if o.cloud == "aws" and o.spot_not_discounted and not o.local_zone)
+    result = run_cli(
+        "new",
+        "--instance-type",
+        flagged.instance_type,
+        "--zone",
+        flagged.zone,
+        "--spot",
+        "--profile",
+        "dev",
+        "--project-dir",
+        str(tmp_path),
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    spot = json.loads(result.stdout)["spot"]
+    assert spot["spot_not_discounted"] is True
+    assert spot["spot_price_per_node_hour_usd"] == spot["fleet_max_price_per_instance_hour_usd"]
+    text = run_cli(
+        "new",
+        "--instance-type",
+        flagged.instance_type,
+        "--zone",
+        flagged.zone,
+        "--spot",
+        "--profile",
+        "dev",
+        "--name",
+        "t2",
+        "--project-dir",
+        str(tmp_path),
+    ).stdout
+    assert "! spot is not below on-demand here: no saving" in text
