@@ -97,7 +97,8 @@ def print_cost_table(doc: dict) -> None:
             "(2 min notice on AWS, 30 s on GCP): checkpoint often"
         )
     if doc.get("spot"):
-        from gpuinfra.cost.spot import spot_outlook_lines
+        # imported on use: CLI start-up time (only the command that runs loads its library modules)
+        from gpuinfra.services.spot_outlook import spot_outlook_lines
 
         for text in spot_outlook_lines(doc["spot"]):
             out.print(text)

@@ -19,11 +19,11 @@ from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.cost.estimate import estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
-from gpuinfra.cost.spot import spot_outlook
 from gpuinfra.errors import BudgetExceededError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
+from gpuinfra.services.spot_outlook import spot_outlook
 from gpuinfra.stackfile import provider_config, read_stack_spec, stack_file_path
 
 #: Longest run ``--hours`` may price: ten years.
