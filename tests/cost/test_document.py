@@ -80,11 +80,13 @@ def test_stack_cost_document_exact_totals(p4d_project):
         "16088.883486",
     )
     spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
+    # compute at p4d.24xlarge us-east-1 spot_max 9.1506 (tsaol/aws-gpu gpu_instances_raw.json
+    # @2d0108c, 2025-11-30) + the same $0.755531/h of other lines
     assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == (
         "spot",
         "10",
-        "3.221031",
-        "32.210316",
+        "9.906131",
+        "99.061316",
     )
     check_totals(doc, Decimal(537))  # every line priced, under budget: passes
     with pytest.raises(BudgetExceededError, match=r"^run total \$536.30 exceeds the budget \$536.00$"):
