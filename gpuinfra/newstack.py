@@ -72,6 +72,9 @@ class NewStackRequest:
         ssh_cidr: AWS: allow SSH (TCP 22) from this IPv4 block (``network.ssh_cidr``).
         allow_world_ssh: with ``ssh_cidr``: it may be open to the world
             (``network.allow_world_ssh``, else such a block is refused).
+        spot_max_price_usd: AWS spot: the fleet's maximum price per instance-hour
+            (``spot_max_price_per_hour_usd`` of the spec, :func:`with_spot_max_price`); None:
+            the budgeted spot price.
     """
 
     plan: PlanRequest
@@ -87,6 +90,7 @@ class NewStackRequest:
     image: str | None = None
     ssh_cidr: str | None = None
     allow_world_ssh: bool = False
+    spot_max_price_usd: Decimal | None = None
 
 
 @dataclass(frozen=True)
@@ -139,6 +143,16 @@ class NewStackResult:
             "cost": self.verified.cost,
             "data": None if spec.data is None else spec.data.model_dump(mode="json"),
             "locality_note": self.plan.locality_note or None,
+            "spot": None
+            if not spec.spot
+            else {
+                "spot_price_per_node_hour_usd": usd_json(offer.offer.spot_price_per_hour_usd),
+                "spot_price_date": offer.offer.spot_price_date or None,
+                "spot_price_min_per_node_hour_usd": usd_json(offer.offer.spot_price_min_per_hour_usd),
+                "spot_price_max_per_node_hour_usd": usd_json(offer.offer.spot_price_max_per_hour_usd),
+                "spot_not_discounted": offer.offer.spot_not_discounted,
+                "fleet_max_price_per_instance_hour_usd": usd_json(spec.spot_max_price_per_hour_usd),
+            },
             "warnings": list(self.plan.warnings),
             "sizing": None if self.sizing is None else self.sizing.to_json(),
         }
@@ -211,6 +225,7 @@ def create_stack(
         plan = plan_cluster(catalog, planned, resolved, now)
     if request.ssh_cidr or request.allow_world_ssh:
         plan = with_ssh_access(plan, request.ssh_cidr, request.allow_world_ssh)
+    plan = with_spot_max_price(plan, request.spot_max_price_usd)
     image_config = None
     if request.image:  # a baked image: its id goes into the spec, its manifest next to it
         plan, image_config = apply_baked_image(plan, project_dir, request.image)
@@ -225,6 +240,42 @@ def create_stack(
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
     written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
     return NewStackResult(plan, written, verified, sizing)
+
+
+def with_spot_max_price(plan: Plan, requested_usd: Decimal | None) -> Plan:
+    """``plan`` with the AWS fleet's maximum spot price per instance-hour in its spec.
+
+    Default: the offer's catalog spot price per node-hour, the price the budget and the cost
+    estimate use, so the bill never exceeds its basis (EC2 Fleet ``MaxPrice`` /
+    ``MaxTotalPrice``: docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SpotOptionsRequest.html).
+    GCP Spot VMs take no maximum price (cloud.google.com/compute/docs/instances/spot): the
+    spec keeps None there.
+
+    Args:
+        requested_usd: ``--spot-max-price``: USD per instance-hour, or None for the default.
+
+    Raises:
+        RequestError: ``requested_usd`` on a non-spot or GCP stack, not positive, or above the
+            offer's on-demand price (exit 2).
+    """
+    spec, offer = plan.spec, plan.offer.offer
+    if not (spec.spot and spec.cloud == "aws"):
+        if requested_usd is not None:
+            raise RequestError("--spot-max-price goes with an AWS spot stack (--spot; GCP Spot VMs have no max price)")
+        return plan
+    price = requested_usd if requested_usd is not None else offer.spot_price_per_hour_usd
+    on_demand = offer.on_demand_price_per_hour_usd
+    if price is None:
+        return plan  # no spot price: the stack is unpriced and fails closed elsewhere
+    if not price.is_finite() or price <= 0:
+        raise RequestError(f"--spot-max-price must be a positive USD amount per instance-hour, got {price}")
+    if on_demand is not None and price > on_demand:
+        raise RequestError(
+            f"--spot-max-price {price.normalize():f} is above the on-demand price {on_demand.normalize():f} of "
+            f"{offer.instance_type}: "
+            "take on-demand instead"
+        )
+    return replace(plan, spec=spec.model_copy(update={"spot_max_price_per_hour_usd": price}))
 
 
 def with_ssh_access(plan: Plan, ssh_cidr: str | None, allow_world_ssh: bool) -> Plan:

@@ -123,6 +123,10 @@ def search_offers(
     return OfferSearch(query, ranked, data_set, run_hours, rank_runs(ranked, data_set, run_hours))
 
 
+def _times(value: Decimal | None, nodes: int) -> Decimal | None:
+    return None if value is None else value * nodes
+
+
 def offer_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any]:
     """The JSON object of one ranked offer (stable keys, documented in README.md; prices are
     totals for all nodes, null where the catalog has none)."""
@@ -148,6 +152,10 @@ def offer_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any]:
         "spot_price_per_hour_usd": usd_json(ranked.market_price_per_hour_usd("spot")),
         "flex_start_price_per_hour_usd": usd_json(ranked.market_price_per_hour_usd("flex-start")),
         "spot_not_discounted": offer.spot_not_discounted,
+        "spot_price_date": offer.spot_price_date or None,
+        "spot_price_min_per_hour_usd": usd_json(_times(offer.spot_price_min_per_hour_usd, ranked.nodes)),
+        "spot_price_max_per_hour_usd": usd_json(_times(offer.spot_price_max_per_hour_usd, ranked.nodes)),
+        "spot_interruption_band": offer.spot_interruption_band or None,
         "price_source": offer.price_source,
         "efa_interfaces": fact.max_efa_interfaces if fact else None,
         "gpu_nics": fact.gpu_nic_count if fact else None,

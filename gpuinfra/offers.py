@@ -530,3 +530,32 @@ def gpu_request(
         parse_gpu_spec(f"{request.gpu_count}x{request.gpu}", nodes)  # validates nodes
         return request
     raise RequestError("give --gpus (e.g. 4xA100) or --instance-type (e.g. p4d.24xlarge)")
+
+
+def spot_price_note(offer: Offer, fleet_max_price_usd: Decimal | None = None) -> str:
+    """One line on an offer's spot price for ``new`` / ``cost``: its source date, the window
+    range where known, the fleet's maximum price (AWS) or that GCP has none, and a flag when
+    spot is not below on-demand (no saving there).
+
+    Args:
+        offer: the catalog offer (per node-hour prices).
+        fleet_max_price_usd: the stack's ``spot_max_price_per_hour_usd`` (AWS), or None.
+    """
+    spot = offer.spot_price_per_hour_usd
+    if spot is None:
+        return "spot: no spot price in the catalog (unpriced)"
+    parts = [f"spot ${spot:,.2f}/node-h, dated {offer.spot_price_date or 'unknown'}"]
+    lo, hi = offer.spot_price_min_per_hour_usd, offer.spot_price_max_per_hour_usd
+    if lo is not None and hi is not None:
+        parts.append(f"window range ${lo:,.2f}-${hi:,.2f}")
+    if offer.cloud == "aws":
+        parts.append(
+            f"fleet max price ${fleet_max_price_usd:,.5f}/instance-h"
+            if fleet_max_price_usd is not None
+            else "no fleet max price (AWS caps at on-demand)"
+        )
+    else:
+        parts.append("GCP Spot VMs have no max price")
+    if offer.spot_not_discounted:
+        parts.append("! spot is not below on-demand here: no saving")
+    return "; ".join(parts)

@@ -14,8 +14,10 @@ A bare model means one GPU. The count is **per node**; the number of nodes is se
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 
 from gpuinfra.catalog.store import GpuModel, load_gpu_models
 from gpuinfra.errors import RequestError
@@ -182,3 +184,15 @@ def spot_choice(spot: bool, on_demand: bool, default: str = "the profile's spot 
     if spot and on_demand:
         raise RequestError(f"--spot and --on-demand exclude each other: give one of them, or neither for {default}")
     return True if spot else (False if on_demand else None)
+
+
+def spot_max_price_usd(value: float) -> Decimal:
+    """``--spot-max-price``: USD per instance-hour as a Decimal (its text as typed, no float noise).
+
+    Raises:
+        RequestError: not a finite number above 0 (exit 2); the on-demand bound is checked
+            against the chosen offer (:func:`gpuinfra.newstack.with_spot_max_price`).
+    """
+    if not math.isfinite(value) or value <= 0:
+        raise RequestError(f"--spot-max-price must be a positive USD amount per instance-hour, got {value:g}")
+    return Decimal(str(value))

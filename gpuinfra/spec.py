@@ -544,6 +544,15 @@ class ClusterSpec(BaseModel):
         max_price_per_hour_usd: the stack's budget: ``preview`` / ``new`` refuse a stack whose
             priced $/h is over it or has an unpriced line (rule ``budget-max-price``), and the
             nodes carry it as a tag / label for the CrossGuard budget policy.
+        spot_max_price_per_hour_usd: AWS spot only: the most the EC2 Fleet may pay per
+            instance-hour (the fleet's launch template override ``MaxPrice``; ``MaxTotalPrice``
+            is this times ``nodes``), so a node never bills above the price its budget was
+            checked against. ``gpuinfra new`` sets it to the budgeted spot price (the catalog's
+            spot price of the offer) unless ``--spot-max-price`` gives another, positive and
+            not above on-demand. None: no maximum (AWS then caps at the on-demand price).
+            docs.aws.amazon.com/AWSEC2/latest/APIReference/API_FleetLaunchTemplateOverridesRequest.html,
+            docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SpotOptionsRequest.html. GCP
+            Spot VMs have no maximum price (cloud.google.com/compute/docs/instances/spot).
         facts: the hardware facts of ``instance_type`` the plan was built from (copied from the
             catalog by ``gpuinfra new``); the blueprints read these, never the catalog.
         gpu_facts: the GPU model's facts (memory, GCP accelerator type).
@@ -588,6 +597,7 @@ class ClusterSpec(BaseModel):
     delete_bucket_on_destroy: bool = False
     price: PriceSnapshot | None = None
     max_price_per_hour_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
+    spot_max_price_per_hour_usd: Decimal | None = Field(default=None, gt=0, allow_inf_nan=False)
     facts: InstanceFacts
     gpu_facts: GpuModel
     data: DataSource | None = None

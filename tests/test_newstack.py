@@ -50,7 +50,7 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
         "run_usd": "61.306533",
         "hours": "4",
         "pricing": "on-demand",
-        "catalog_date": "2026-08-20 (on-demand; spot undated)",
+        "catalog_date": "2026-08-20 (on-demand); 2026-07-30 (spot; N1-attached, A3 Ultra, A4 spot undated (imported 2026-11-22))",
         "price_not_found": [],
         "not_priced": [],
         "lines_without_price": 0,

@@ -185,9 +185,18 @@ def build_fleet(
     }
     on_demand = None
     spot = None
+    max_price = spec.spot_max_price_per_hour_usd if plan.market == "spot" else None
     if plan.market == "spot":
+        # MaxTotalPrice: the most the fleet pays per hour for all its Spot Instances
+        # (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SpotOptionsRequest.html); with
+        # MaxPrice per instance-hour in the override below, a node never bills above the price
+        # the budget was checked against. AWS advises against a maximum price because it can
+        # raise interruptions (same page); here it is the price the budget rests on, by design.
         spot = aws.ec2.FleetSpotOptionsArgs(
-            allocation_strategy="price-capacity-optimized", instance_interruption_behavior="terminate", **single
+            allocation_strategy="price-capacity-optimized",
+            instance_interruption_behavior="terminate",
+            max_total_price=None if max_price is None else format(max_price * spec.nodes, "f"),
+            **single,
         )
     else:
         on_demand = aws.ec2.FleetOnDemandOptionsArgs(
@@ -215,6 +224,11 @@ def build_fleet(
                     launch_template_id=template.id,
                     version=template.latest_version.apply(str),
                 ),
+                # MaxPrice per instance-hour (docs.aws.amazon.com/AWSEC2/latest/APIReference/
+                # API_FleetLaunchTemplateOverridesRequest.html)
+                overrides=None
+                if max_price is None
+                else [aws.ec2.FleetLaunchTemplateConfigOverrideArgs(max_price=format(max_price, "f"))],
             )
         ],
         target_capacity_specification=aws.ec2.FleetTargetCapacitySpecificationArgs(

@@ -89,7 +89,32 @@ PRICE_SOURCES: dict[str, dict[str, str]] = {
         "@dac31281f2a4575f0a8bff20ac04fc71a5ff2190 (compute.instance.<type>.cost.<region>.hour)",
         "date": "2026-08-20 (the file's own 'generated: Thu Aug 20 04:22:20 2026')",
     },
+    "vantage-2025-11-30-spot": {
+        "what": "AWS spot per instance type and region: lowest, average and highest Linux spot price over "
+        "the extract's window (per region, all AZs); budgets use the highest (capped at on-demand, the "
+        "default maximum price of a spot request)",
+        "source": "github.com/tsaol/aws-gpu data/gpu_instances_raw.json @2d0108c7bd261c8e40493fbd35135437bd6c9099 "
+        "(Vantage instances.json extract: pricing.<region>.linux.spot_min/spot_avg/spot_max)",
+        "date": "2025-11-30 (the commit's date; the extract has no date of its own)",
+    },
+    "cyclenerd-2026-07-30-spot": {
+        "what": "GCP spot per machine type and region (Spot VM vCPU + memory + GPUs + bundled Local SSD at "
+        "the Spot rate), built from the Cloud Billing Catalog spot SKUs",
+        "source": "github.com/Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml "
+        "@fd66b26ff84fee5cdd94f341ea89206e76c06b99 (compute.instance.<type>.cost.<region>.hour_spot)",
+        "date": "2026-07-30 (the file's own 'generated: Thu Jul 30 06:13:17 2026'); GCP spot prices "
+        "can change up to once a day (cloud.google.com/spot-vms/pricing)",
+    },
 }
+
+#: ``spot_price_date`` of spot prices from the undated SkyPilot rows.
+UNDATED_SPOT = f"undated (imported {IMPORT_DATE})"
+
+#: ``spot_price_date`` of AWS spot ranges from ``aws_spot_range.csv`` (its source's own date).
+AWS_SPOT_RANGE_DATE = "2025-11-30"
+
+#: ``spot_price_date`` of spot prices from ``gcp_spot.csv`` (its source's own date).
+GCP_SPOT_DATE = "2026-07-30"
 
 
 def is_local_zone(zone_id: str) -> bool:
@@ -126,7 +151,49 @@ def _sources(**by_market: str) -> str:
     return ";".join(f"{market.replace('_', '-')}:{key}" for market, key in by_market.items())
 
 
-def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None = None) -> list[Offer]:
+@dataclass(frozen=True)
+class SpotRange:
+    """A dated spot price range of one instance type in one region (USD per node-hour).
+
+    Attributes:
+        min_usd / avg_usd / max_usd: lowest, average and highest spot price in the window.
+        interruption_band: AWS Spot Instance Advisor frequency of interruption band for the
+            type and region (``"<5%"``, ``"5-10%"``, ... ``">20%"`` of instances interrupted per
+            month, aws.amazon.com/ec2/spot/instance-advisor/), "" when the source has none.
+    """
+
+    min_usd: Decimal
+    avg_usd: Decimal
+    max_usd: Decimal
+    interruption_band: str = ""
+
+
+def load_aws_spot_ranges(path: Path) -> dict[tuple[str, str], SpotRange]:
+    """Read ``aws_spot_range.csv``: (instance type, region) -> :class:`SpotRange`.
+
+    Raises:
+        ValueError: a row without source or date, or not ``0 < min <= avg <= max``, or a duplicate.
+    """
+    ranges: dict[tuple[str, str], SpotRange] = {}
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            key = (row["instance_type"], row["region"])
+            if not row.get("source_ref") or not row.get("source_date"):
+                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
+            lo, avg, hi = (quantize_price(Decimal(row[f"spot_{k}_per_hour_usd"])) for k in ("min", "avg", "max"))
+            if not 0 < lo <= avg <= hi:
+                raise ValueError(f"{path.name} line {n}: need 0 < min <= avg <= max, got {lo}, {avg}, {hi}")
+            if key in ranges:
+                raise ValueError(f"{path.name} line {n}: duplicate {key}")
+            ranges[key] = SpotRange(lo, avg, hi, row["interruption_band"])
+    return ranges
+
+
+def normalize_aws(
+    rows: Iterable[Mapping[str, str]],
+    report: BuildReport | None = None,
+    ranges: Mapping[tuple[str, str], SpotRange] | None = None,
+) -> list[Offer]:
     """Turn SkyPilot-v8 AWS rows (one per type per AZ ID) into offers.
 
     Args:
@@ -134,6 +201,15 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
             AcceleratorCount, vCPUs, MemoryGiB, GpuInfo, Price, SpotPrice, Region,
             AvailabilityZone``.
         report: counts of dropped prices (spot above on-demand).
+        ranges: dated regional spot ranges (:func:`load_aws_spot_ranges`). Where one exists
+            for the type and region, the offer's spot price is the range's **maximum** (the
+            highest price seen in the window: a budget at that price holds for every AZ of
+            the region over the whole window, and the fleet's maximum spot price is set to it,
+            so the bill never exceeds the budget's basis), capped at on-demand (a spot
+            request's default maximum price, docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+            using-spot-instances.html); the min/max are carried and the date is the source's.
+            The undated per-AZ snapshot price is used only where no range exists, dated
+            "undated (imported ...)"; snapshot prices outside the dated range are counted.
 
     Returns:
         Offers sorted by (instance type, region, zone); rows with neither an on-demand nor a
@@ -151,6 +227,19 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
         if aws_spot_below_floor(on_demand, spot):
             report.count("aws spot price below 10% of on-demand, AWS's largest spot discount (spot dropped)")
             spot = None
+        spot_date = UNDATED_SPOT
+        spot_min = spot_max = None
+        source = "all:skypilot-v8-aws"
+        dated = (ranges or {}).get((row["InstanceType"], row["Region"]))
+        if dated is not None:
+            if spot is not None and not dated.min_usd <= spot <= dated.max_usd:
+                report.count("aws undated spot price outside the dated regional range (replaced)")
+            spot, spot_min, spot_max = dated.max_usd, dated.min_usd, dated.max_usd
+            if on_demand is not None and spot > on_demand:
+                report.count("aws dated spot maximum above on-demand (capped at on-demand)")
+                spot = on_demand
+            spot_date = AWS_SPOT_RANGE_DATE
+            source = "on-demand:skypilot-v8-aws;spot:vantage-2025-11-30-spot"
         if on_demand is None and spot is None:
             continue
         offers.append(
@@ -165,8 +254,12 @@ def normalize_aws(rows: Iterable[Mapping[str, str]], report: BuildReport | None 
                 zone=row["AvailabilityZone"],
                 on_demand_price_per_hour_usd=on_demand,
                 spot_price_per_hour_usd=spot,
-                price_source="all:skypilot-v8-aws",
+                price_source=source,
                 local_zone=is_local_zone(row["AvailabilityZone"]),
+                spot_price_date=spot_date if spot is not None else "",
+                spot_price_min_per_hour_usd=spot_min,
+                spot_price_max_per_hour_usd=spot_max,
+                spot_interruption_band=dated.interruption_band if dated is not None else "",
             )
         )
     return sorted(offers, key=lambda o: (o.instance_type, o.region, o.zone))
@@ -202,6 +295,32 @@ def load_gcp_on_demand(path: Path) -> dict[tuple[str, str], Decimal]:
     return prices
 
 
+def load_gcp_spot(path: Path) -> dict[tuple[str, str], Decimal]:
+    """Read ``gcp_spot.csv``: (machine type, region) -> spot USD per node-hour (whole machine).
+
+    Each row is ``hour_spot`` of ``compute.instance.<type>.cost.<region>`` in Cyclenerd's
+    ``pricing.yml`` (``source_ref``), which already includes bundled Local SSD at the Spot VM
+    rate (its ``build/pricing.pl``: ``$costs_spot + $costs_local_ssd_hour_spot``).
+
+    Raises:
+        ValueError: a row without a source or date, a price <= 0, ``hour_spot x 730`` that
+            disagrees with the file's own ``month_spot`` (a transcription error), or a duplicate.
+    """
+    prices: dict[tuple[str, str], Decimal] = {}
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            key = (row["machine_type"], row["region"])
+            if not row.get("source_ref") or not row.get("source_date"):
+                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
+            hour, month = Decimal(row["spot_price_per_hour_usd"]), Decimal(row["spot_price_per_month_usd"])
+            if hour <= 0 or abs(hour * HOURS_PER_MONTH - month) > Decimal("0.01"):
+                raise ValueError(f"{path.name} line {n}: hour_spot {hour} x 730 != month_spot {month}")
+            if key in prices:
+                raise ValueError(f"{path.name} line {n}: duplicate {key}")
+            prices[key] = quantize_price(hour)
+    return prices
+
+
 def normalize_gcp(
     rows: Iterable[Mapping[str, str]],
     curated: Mapping,
@@ -209,6 +328,7 @@ def normalize_gcp(
     on_demand: Mapping[tuple[str, str], Decimal],
     local_ssd_spot_per_gib_month: Mapping[str, Decimal],
     report: BuildReport | None = None,
+    dated_spot: Mapping[tuple[str, str], Decimal] | None = None,
 ) -> list[Offer]:
     """Combine GCP host rows and GPU rows of the same zone into machine offers.
 
@@ -223,6 +343,11 @@ def normalize_gcp(
         local_ssd_spot_per_gib_month: region -> Local SSD price for Spot VMs, added to the
             spot price of machines with bundled Local SSD.
         report: counts of dropped prices.
+        dated_spot: dated spot prices, (machine type, region) -> USD per node-hour, whole
+            machine (:func:`load_gcp_spot`). A machine type it prices takes its spot price
+            only from there (dated); in a region it does not price, that type has no spot
+            price (never the undated row). Types it does not price at all (N1 hosts with
+            attached GPUs, A3 Ultra, A4) keep the undated host row + GPU row.
 
     Returns:
         One offer per (machine type, GPU, GPU count, zone) the snapshot lists with a price in
@@ -239,6 +364,8 @@ def normalize_gcp(
         satisfy (cloud.google.com/compute/docs/gpus#n1-gpus).
     """
     report = report if report is not None else BuildReport()
+    dated_spot = dated_spot or {}
+    dated_types = {t for t, _ in dated_spot}
     rows = list(rows)
     hosts: dict[tuple[str, str], Mapping[str, str]] = {}
     for row in rows:
@@ -288,7 +415,13 @@ def normalize_gcp(
                     report.count("gcp on-demand price without a cited source (on-demand dropped)")
             spot = add_prices(parse_price(host["SpotPrice"]), parse_price(row["SpotPrice"])) or None
             bundled_gib = fact.local_ssd.bundled_count * fact.local_ssd.size_gib
-            if spot is not None and bundled_gib:
+            spot_source, spot_date = "skypilot-v8-gcp", UNDATED_SPOT
+            if not attached and machine_type in dated_types:
+                spot = dated_spot.get((machine_type, region))
+                spot_source, spot_date = "cyclenerd-2026-07-30-spot", GCP_SPOT_DATE
+                if spot is None:
+                    report.count("gcp spot price without a dated source for the region (spot dropped)")
+            elif spot is not None and bundled_gib:
                 lssd = local_ssd_spot_per_gib_month.get(region)
                 if lssd is None:
                     report.count("gcp spot price without a Local SSD spot price for the region (spot dropped)")
@@ -299,7 +432,7 @@ def normalize_gcp(
                 report.count("gcp spot price above on-demand (spot dropped)")
                 spot = None
             if spot is not None:
-                sources["spot"] = "skypilot-v8-gcp"
+                sources["spot"] = spot_source
             if od is None and spot is None:
                 continue
             offers.append(
@@ -316,6 +449,7 @@ def normalize_gcp(
                     spot_price_per_hour_usd=spot,
                     price_source=_sources(**sources),
                     accelerator_type=accelerator_type,
+                    spot_price_date=spot_date if spot is not None else "",
                 )
             )
     return sorted(offers, key=lambda o: (o.instance_type, o.gpu, o.gpu_count, o.region, o.zone))
@@ -373,8 +507,16 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
     gpu_types = {g.name: g.gcp_accelerator_type or "" for g in load_gpu_models()}
     report = BuildReport()
     on_demand = load_gcp_on_demand(snapshot_dir / "gcp_on_demand.csv")
-    offers = normalize_aws(aws_rows, report) + normalize_gcp(
-        gcp_rows, curated, gpu_types, on_demand, region_prices("gcp", "local_ssd_spot_per_gb_month"), report
+    dated_spot = load_gcp_spot(snapshot_dir / "gcp_spot.csv")
+    ranges = load_aws_spot_ranges(snapshot_dir / "aws_spot_range.csv")
+    offers = normalize_aws(aws_rows, report, ranges) + normalize_gcp(
+        gcp_rows,
+        curated,
+        gpu_types,
+        on_demand,
+        region_prices("gcp", "local_ssd_spot_per_gb_month"),
+        report,
+        dated_spot,
     )
     described = [(it, describe["_source"]) for it in describe["InstanceTypes"]]
     described += [(it, extra["_about"]) for it in extra["InstanceTypes"]]
@@ -385,16 +527,21 @@ def build_from_snapshot(snapshot_dir: Path) -> tuple[list[Offer], list[InstanceF
         "catalog_date": IMPORT_DATE,
         "sources": {
             "aws": {
-                "prices": PRICE_SOURCES["skypilot-v8-aws"]["source"],
-                "date": f"undated (imported {IMPORT_DATE})",
+                "prices": PRICE_SOURCES["skypilot-v8-aws"]["source"]
+                + "; spot where a dated regional range exists: "
+                + PRICE_SOURCES["vantage-2025-11-30-spot"]["source"],
+                "date": f"undated (imported {IMPORT_DATE}); spot ranges {AWS_SPOT_RANGE_DATE}",
                 "facts": describe["_source"],
             },
             "gcp": {
                 "prices": "on-demand: "
                 + PRICE_SOURCES["cyclenerd-2026-08-20"]["source"]
                 + "; spot: "
-                + PRICE_SOURCES["skypilot-v8-gcp"]["source"],
-                "date": "2026-08-20 (on-demand; spot undated)",
+                + PRICE_SOURCES["cyclenerd-2026-07-30-spot"]["source"]
+                + " (N1 hosts with attached GPUs, A3 Ultra, A4: "
+                + PRICE_SOURCES["skypilot-v8-gcp"]["source"]
+                + ")",
+                "date": f"2026-08-20 (on-demand); 2026-07-30 (spot; N1-attached, A3 Ultra, A4 spot {UNDATED_SPOT})",
                 "facts": "gpuinfra/catalog/data/gcp_machine_facts.json (curated, sources per family)",
             },
         },

@@ -47,6 +47,10 @@ OFFER_COLUMNS: tuple[str, ...] = (
     "price_source",
     "accelerator_type",
     "local_zone",
+    "spot_price_date",
+    "spot_price_min_per_hour_usd",
+    "spot_price_max_per_hour_usd",
+    "spot_interruption_band",
 )
 
 
@@ -155,6 +159,15 @@ class Offer:
         accelerator_type: GCP accelerator type name (``nvidia-tesla-t4``) for guest
             accelerators attached to N1 hosts and bundled ones; "" on AWS.
         local_zone: AWS Local Zone / Wavelength zone (excluded from ranking unless asked).
+        spot_price_date: the spot price's own source date (``2026-07-30``), or a text saying
+            it is undated (``undated (imported 2026-11-22)``); "" when there is no spot price.
+        spot_price_min_per_hour_usd / spot_price_max_per_hour_usd: the lowest / highest spot
+            price the source saw over its window (``catalog refresh`` reads
+            ``DescribeSpotPriceHistory`` over a window); None when the source gives one point.
+        spot_interruption_band: AWS Spot Instance Advisor frequency of interruption for the
+            type and region as the dated source gives it (``"<5%"``, ``"5-10%"``, ``"10-15%"``,
+            ``"15-20%"``, ``">20%"`` of instances per month,
+            aws.amazon.com/ec2/spot/instance-advisor/); "" when unknown (GCP publishes none).
     """
 
     cloud: str
@@ -171,6 +184,10 @@ class Offer:
     price_source: str = ""
     accelerator_type: str = ""
     local_zone: bool = False
+    spot_price_date: str = ""
+    spot_price_min_per_hour_usd: Decimal | None = None
+    spot_price_max_per_hour_usd: Decimal | None = None
+    spot_interruption_band: str = ""
 
     @property
     def spot_not_discounted(self) -> bool:
@@ -212,6 +229,10 @@ class Offer:
             "price_source": self.price_source,
             "accelerator_type": self.accelerator_type,
             "local_zone": "1" if self.local_zone else "0",
+            "spot_price_date": self.spot_price_date,
+            "spot_price_min_per_hour_usd": format_price(self.spot_price_min_per_hour_usd),
+            "spot_price_max_per_hour_usd": format_price(self.spot_price_max_per_hour_usd),
+            "spot_interruption_band": self.spot_interruption_band,
         }
 
     @classmethod
@@ -236,6 +257,10 @@ class Offer:
             price_source=row["price_source"],
             accelerator_type=row["accelerator_type"],
             local_zone=row["local_zone"] == "1",
+            spot_price_date=row.get("spot_price_date") or "",
+            spot_price_min_per_hour_usd=parse_price(row.get("spot_price_min_per_hour_usd")),
+            spot_price_max_per_hour_usd=parse_price(row.get("spot_price_max_per_hour_usd")),
+            spot_interruption_band=row.get("spot_interruption_band") or "",
         )
 
 

@@ -8,8 +8,13 @@ Calls, per region (docs.aws.amazon.com/AWSEC2/latest/APIReference/):
   by ID, which is the same in every account) and which zones are Local/Wavelength zones;
 * ``DescribeInstanceTypeOfferings`` (``LocationType=availability-zone-id``) -> where each type
   is sold;
-* ``DescribeSpotPriceHistory`` (``Linux/UNIX``, from now) -> current spot price per AZ (one
-  above on-demand or below 10% of it is dropped: :mod:`gpuinfra.catalog.gates`);
+* ``DescribeSpotPriceHistory`` (``Linux/UNIX``, ``StartTime`` = now - :data:`SPOT_WINDOW`,
+  ``EndTime`` = now) -> per AZ the lowest, highest and latest spot price over the window; the
+  offer's spot price is the window's highest (the price budgets and the fleet's maximum price
+  use, as in the shipped catalog), dated with the refresh day
+  (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html: the
+  history goes back 90 days; a price in effect at StartTime is returned too); one below 10% of on-demand
+  is dropped: :mod:`gpuinfra.catalog.gates`);
 * Price List ``GetProducts`` (service ``AmazonEC2``, Linux, shared tenancy, no pre-installed
   software, ``capacitystatus=Used``) -> on-demand price per type and region
   (docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html).
@@ -20,7 +25,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -30,6 +36,9 @@ from gpuinfra.catalog.gates import aws_spot_below_floor
 from gpuinfra.catalog.model import Offer, parse_price
 
 PRICING_REGION = "us-east-1"
+
+#: How far back ``catalog refresh`` reads the spot price history (at most 90 days are kept).
+SPOT_WINDOW = timedelta(days=30)
 _SOURCE = "EC2 DescribeInstanceTypes via gpuinfra catalog refresh"
 
 #: boto3 client factory: (service, region) -> client. Tests pass one that points at moto.
@@ -46,24 +55,40 @@ def _gpu_types(ec2) -> list[dict]:
     return types
 
 
-def _latest_spot_prices(ec2, instance_types: list[str], now: datetime) -> dict[tuple[str, str], Decimal]:
-    """Most recent Linux/UNIX spot price per (instance type, AZ name)."""
-    latest: dict[tuple[str, str], tuple[datetime, Decimal]] = {}
+@dataclass(frozen=True)
+class SpotWindow:
+    """Spot prices of one type in one AZ over the history window (USD per instance-hour)."""
+
+    min_usd: Decimal
+    max_usd: Decimal
+    latest_usd: Decimal
+
+
+def spot_windows(
+    ec2, instance_types: list[str], now: datetime, window: timedelta = SPOT_WINDOW
+) -> dict[tuple[str, str], SpotWindow]:
+    """Lowest, highest and latest Linux/UNIX spot price per (instance type, AZ name) from
+    ``DescribeSpotPriceHistory`` between ``now - window`` and ``now``."""
+    seen: dict[tuple[str, str], list[tuple[datetime, Decimal]]] = {}
     paginator = ec2.get_paginator("describe_spot_price_history")
     for chunk_start in range(0, len(instance_types), 50):
         pages = paginator.paginate(
             InstanceTypes=instance_types[chunk_start : chunk_start + 50],
             ProductDescriptions=["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
-            StartTime=now,
+            StartTime=now - window,
+            EndTime=now,
         )
         for page in pages:
             for item in page["SpotPriceHistory"]:
-                key = (item["InstanceType"], item["AvailabilityZone"])
-                stamp = item["Timestamp"]
                 price = parse_price(item["SpotPrice"])
-                if price is not None and (key not in latest or stamp > latest[key][0]):
-                    latest[key] = (stamp, price)
-    return {key: price for key, (_, price) in latest.items()}
+                if price is not None and price > 0:
+                    seen.setdefault((item["InstanceType"], item["AvailabilityZone"]), []).append(
+                        (item["Timestamp"], price)
+                    )
+    return {
+        key: SpotWindow(min(p for _, p in points), max(p for _, p in points), max(points, key=lambda x: x[0])[1])
+        for key, points in seen.items()
+    }
 
 
 def parse_price_list_item(text: str) -> tuple[str, str, Decimal] | None:
@@ -142,18 +167,21 @@ def fetch_aws(
             Filters=[{"Name": "instance-type", "Values": sorted(types)}],
         ):
             offered.update((o["InstanceType"], o["Location"]) for o in page["InstanceTypeOfferings"])
-        spot_by_name = _latest_spot_prices(ec2, sorted(types), now)
-        spot = {(t, zones[z]["ZoneId"]): p for (t, z), p in spot_by_name.items() if z in zones}
+        spot_by_name = spot_windows(ec2, sorted(types), now)
+        spot = {(t, zones[z]["ZoneId"]): w for (t, z), w in spot_by_name.items() if z in zones}
         on_demand = on_demand_prices(pricing, region, sorted(types))
         for itype, zone_id in sorted(offered):
             it = types[itype]
             gpu = it["GpuInfo"]["Gpus"][0]
             memory_mib = int(gpu.get("MemoryInfo", {}).get("SizeInMiB", 0))
-            od, sp = on_demand.get(itype), spot.get((itype, zone_id))
+            od, win = on_demand.get(itype), spot.get((itype, zone_id))
+            sp = None if win is None else win.max_usd
             if od is not None and sp is not None and sp > od:
-                sp = None  # never paid by a default spot request (gate aws-spot-not-above-on-demand)
+                sp = od  # a default spot request never pays above on-demand (its default max price)
             if aws_spot_below_floor(od, sp):
                 sp = None  # below AWS's largest spot discount (gate aws-spot-not-below-10-percent-of-on-demand)
+            if sp is None:
+                win = None
             if od is None and sp is None:
                 continue
             offers.append(
@@ -170,6 +198,9 @@ def fetch_aws(
                     spot_price_per_hour_usd=sp,
                     price_source="all:aws-price-list-and-spot-history",
                     local_zone=zone_type_by_id.get(zone_id, "availability-zone") != "availability-zone",
+                    spot_price_date=f"{now:%Y-%m-%d} ({SPOT_WINDOW.days}-day window)" if win else "",
+                    spot_price_min_per_hour_usd=None if win is None else win.min_usd,
+                    spot_price_max_per_hour_usd=None if win is None else win.max_usd,
                 )
             )
     offers.sort(key=lambda o: (o.instance_type, o.region, o.zone))

@@ -96,6 +96,12 @@ def print_cost_table(doc: dict) -> None:
             f"spot {verb} {doc['spot_savings_percent']}% on compute; spot nodes can be interrupted "
             "(2 min notice on AWS, 30 s on GCP): checkpoint often"
         )
+    if doc.get("spot"):
+        # imported on use: CLI start-up time (only the command that runs loads its library modules)
+        from gpuinfra.services.spot_outlook import spot_outlook_lines
+
+        for text in spot_outlook_lines(doc["spot"]):
+            out.print(text)
     if doc.get("commitments"):
         for text in commitment_lines(doc["commitments"]):
             out.print(text)

@@ -58,6 +58,12 @@ def new(
         help="Budget in USD per hour for the whole stack: refused when its priced $/h is over it (also enforced by the CrossGuard policy pack).",
         show_default=False,
     ),
+    spot_max_price: float | None = typer.Option(
+        None,
+        "--spot-max-price",
+        help="AWS spot: the most the fleet may pay per instance-hour in USD (positive, not above on-demand; default: the budgeted spot price of the offer). GCP Spot VMs have no max price.",
+        show_default=False,
+    ),
     gcp_project: str | None = options.gcp_project_option("GCP project id written as gcp:project."),
     include_local_zones: bool = options.LocalZones,
     data: str | None = options.Data,
@@ -96,8 +102,9 @@ def new(
     from gpuinfra.cost.report import document_total, unpriced_lines
     from gpuinfra.money import Total
     from gpuinfra.newstack import NewStackRequest, create_stack
+    from gpuinfra.offers import spot_price_note
     from gpuinfra.planner import PlanRequest
-    from gpuinfra.requests import spot_choice
+    from gpuinfra.requests import spot_choice, spot_max_price_usd
 
     planned = PlanRequest(
         gpus=gpus,
@@ -130,6 +137,7 @@ def new(
             image=image,
             ssh_cidr=ssh_cidr,
             allow_world_ssh=allow_world_ssh,
+            spot_max_price_usd=None if spot_max_price is None else spot_max_price_usd(spot_max_price),
         ),
         project_dir,
         force=force,
@@ -159,6 +167,8 @@ def new(
     )
     if offer.round_up:
         out.print(f"  note: {offer.round_up_note}")
+    if spec.spot:
+        out.print(f"  {spot_price_note(offer.offer, spec.spot_max_price_per_hour_usd)}")
     if plan.spot_from_profile:
         out.print(f"  note: spot chosen because profile {spec.profile.name} prefers it (--on-demand to change)")
     if spec.data is not None:

@@ -94,6 +94,8 @@ def offers(
         return
     if found.runs is not None:
         _print_runs(found, limit)
+    elif found.query.market == "spot":
+        _print_spot_table(found.ranked, found.query.request, limit)
     else:
         _print_table(found.ranked, catalog, found.query.request, found.query.market, limit)
 
@@ -179,6 +181,75 @@ def _other_markets_cell(r) -> str:
             + (" !" if m == "spot" and r.offer.spot_not_discounted else "")
         )
     return "  ".join(cells)
+
+
+def _spot_range_cell(r) -> str:
+    lo, hi = r.offer.spot_price_min_per_hour_usd, r.offer.spot_price_max_per_hour_usd
+    if lo is None or hi is None:
+        return "-"
+    return f"{lo * r.nodes:,.2f}-{hi * r.nodes:,.2f}"
+
+
+def _spot_date_cell(date: str) -> str:
+    return "undated" if date.startswith("undated") else date
+
+
+def _print_spot_table(ranked, request, limit: int | None) -> None:
+    """The spot table: each price with its own source date, its window range where the source
+    has one, and the AWS Spot Instance Advisor interruption band (fits 100 columns)."""
+    from rich import box
+    from rich.console import JustifyMethod
+    from rich.table import Table
+
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.console import stdout_console, usd
+
+    shown = _shown(ranked, limit, as_json=False)
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        title=f"{len(ranked)} offers for {request} (spot; each price with its source date)",
+        title_justify="left",
+        padding=(0, 1, 0, 0),
+        pad_edge=False,
+    )
+    columns: list[tuple[str, JustifyMethod]] = [
+        ("location", "left"),
+        ("instance", "left"),
+        ("spot $/h", "right"),
+        ("range $/h", "right"),
+        ("spot date", "left"),
+        ("od $/h", "right"),
+        ("intr/mo", "left"),
+    ]
+    for header, justify in columns:
+        table.add_column(header, justify=justify, no_wrap=True)
+    for r in shown:
+        o = r.offer
+        od = r.market_price_per_hour_usd("on-demand")
+        table.add_row(
+            f"aws {o.region}/{o.zone}" if o.cloud == "aws" else f"gcp {o.zone}",
+            o.instance_type + (" *" if r.round_up else ""),
+            usd(r.price_per_hour_usd) + (" !" if o.spot_not_discounted else ""),
+            _spot_range_cell(r),
+            _spot_date_cell(o.spot_price_date),
+            "-" if od is None else usd(od),
+            o.spot_interruption_band or "-",
+        )
+    console = stdout_console()
+    console.print(table)
+    console.print(
+        "spot $/h: AWS: the highest price of the dated window (the fleet's maximum price); "
+        "GCP: the dated list price (no maximum price on GCP)."
+    )
+    undated = sorted({r.offer.spot_price_date for r in shown if _spot_date_cell(r.offer.spot_price_date) == "undated"})
+    if undated:
+        console.print(f"undated: from a snapshot without a date of its own: {', '.join(undated)}.")
+    if any(r.offer.spot_not_discounted for r in shown):
+        console.print("! spot price is not below on-demand: spot saves nothing there")
+    if request.nodes > 1:
+        console.print(f"Prices are totals for {request.nodes} nodes.")
+    if len(shown) < len(ranked):
+        console.print(f"{len(ranked) - len(shown)} more offers: use --limit 0 to see all, or --json.")
 
 
 def _print_table(ranked, catalog, request, market: str, limit: int | None) -> None:

@@ -44,9 +44,21 @@ def _launch_template_summary(inputs: dict) -> str:
     )
 
 
+def _fleet_summary(inputs: dict) -> str:
+    keys = KEY_INPUTS["aws:ec2/fleet:Fleet"]
+    text = " ".join(f"{k}={inputs[k]}" for k in keys if k in inputs)
+    overrides = (inputs.get("launchTemplateConfigs") or [{}])[0].get("overrides") or [{}]
+    if "maxPrice" in overrides[0]:  # the spot max price (EC2 Fleet MaxPrice per instance-hour)
+        text += f" spot maxPrice={overrides[0]['maxPrice']}/instance-h"
+        text += f" maxTotalPrice={(inputs.get('spotOptions') or {}).get('maxTotalPrice')}/h"
+    return text
+
+
 def _summary(record) -> str:
     if record.type == "aws:ec2/launchTemplate:LaunchTemplate":
         return _launch_template_summary(record.inputs)
+    if record.type == "aws:ec2/fleet:Fleet":
+        return _fleet_summary(record.inputs)
     keys = KEY_INPUTS.get(record.type, [])
     return " ".join(f"{k}={record.inputs[k]}" for k in keys if k in record.inputs)
 

@@ -23,8 +23,9 @@ from gpuinfra.errors import BudgetExceededError, GpuinfraError, PriceMissingErro
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
+from gpuinfra.services.spot_outlook import spot_outlook
 from gpuinfra.spec import check_run_hours
-from gpuinfra.stackfile import provider_config, read_stack_spec
+from gpuinfra.stackfile import provider_config, read_stack_config, read_stack_spec
 
 #: Run hours of a preview file whose workload profile is unknown (no ``gpuinfra:profile`` tag).
 FALLBACK_RUN_HOURS = Decimal(24)
@@ -106,7 +107,7 @@ def stack_cost_document(
     run_hours = check_hours(hours)
     spec = read_stack_spec(project_dir, stack)
     result = run_preview_cached(spec, provider_config(spec))
-    return _document(
+    doc = _document(
         result.resources,
         stack,
         spec.region,
@@ -118,6 +119,16 @@ def stack_cost_document(
         catalog,
         capacity_block_price(spec),
     )
+    if doc["pricing"] == "spot" and not spec.capacity_block:
+        offer = (catalog or load_catalog()).find_offer(
+            spec.cloud, spec.instance_type, spec.zone, spec.gpu, spec.gpu_count
+        )
+        if offer is not None:
+            plan = read_stack_config(project_dir, stack).get("gpuinfra:checkpoint_plan")
+            doc["spot"] = spot_outlook(
+                offer, spec.nodes, Decimal(doc["hours"]), plan if isinstance(plan, dict) else None
+            )
+    return doc
 
 
 def preview_file_cost_document(

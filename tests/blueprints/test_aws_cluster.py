@@ -7,6 +7,7 @@ import gzip
 import json
 import re
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 
@@ -214,6 +215,14 @@ def test_spot_and_on_demand_fleets():
         "singleInstanceType": True,
     }
     assert "onDemandOptions" not in spot
+    assert "overrides" not in spot["launchTemplateConfigs"][0]  # no max price set: none sent
+    # a max price: MaxPrice per instance-hour on the override, MaxTotalPrice for all nodes
+    # (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SpotOptionsRequest.html)
+    capped = _one(
+        preview(make_spec("p4d.24xlarge", nodes=4, spot=True, spot_max_price_per_hour_usd=Decimal("9.1506"))), FLEET
+    )
+    assert capped["launchTemplateConfigs"][0]["overrides"] == [{"maxPrice": "9.1506"}]
+    assert capped["spotOptions"]["maxTotalPrice"] == "36.6024"
     on_demand = _one(preview(make_spec("p4d.24xlarge", nodes=4)), FLEET)
     assert on_demand["targetCapacitySpecification"]["defaultTargetCapacityType"] == "on-demand"
     # the provider's spelling (pulumi_aws FleetOnDemandOptionsArgs: "Valid values: `lowestPrice`,

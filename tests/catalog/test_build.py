@@ -89,37 +89,77 @@ def test_machines_without_a_cited_on_demand_price_have_none():
         offers = [o for o in catalog.offers if o.instance_type == itype]
         assert offers and all(o.on_demand_price_per_hour_usd is None for o in offers)
         assert all(o.spot_price_per_hour_usd is not None for o in offers)
-    # pricing.yml of 2026-08-20 lists a3-megagpu-8g in 9 regions, not us-central1
-    assert _gcp("a3-megagpu-8g", "us-central1-a").on_demand_price_per_hour_usd is None
+    # pricing.yml lists a3-megagpu-8g in 9 regions, not us-central1 (neither on-demand on
+    # 2026-08-20 nor spot on 2026-07-30): no price in any market, so no offer there
+    assert not any(o.instance_type == "a3-megagpu-8g" and o.region == "us-central1" for o in catalog.offers)
     assert _gcp("a3-megagpu-8g", "us-east4-a").on_demand_price_per_hour_usd is not None
 
 
-def test_gcp_spot_adds_bundled_local_ssd_at_the_spot_rate():
+#: ``hour_spot`` figures as printed in Cyclenerd's pricing.yml @fd66b26 (generated
+#: 2026-07-30), compute.instance.<type>.cost.<region>; the a3 figures include 16 x 375 GiB
+#: of bundled Local SSD at the Spot rate (its build/pricing.pl adds it).
+PRICING_YML_2026_07_30_HOUR_SPOT = {
+    ("a3-highgpu-8g", "us-central1-a"): "50.6095408219178",
+    ("a3-highgpu-8g", "europe-north1-c"): "10.2054766027397",
+    ("a3-highgpu-1g", "us-central1-a"): "6.32619260273973",
+    ("a3-megagpu-8g", "us-east4-a"): "23.2752366027397",
+    ("a2-highgpu-4g", "us-central1-a"): "7.71208",
+    ("a2-highgpu-1g", "us-west1-b"): "1.92802",
+    ("g2-standard-4", "us-west1-a"): "0.397336",
+}
+
+
+@pytest.mark.parametrize(("itype", "zone"), sorted(PRICING_YML_2026_07_30_HOUR_SPOT))
+def test_gcp_spot_is_the_dated_pricing_yml_hour_spot(itype, zone):
+    offer = _gcp(itype, zone)
+    expected = Decimal(PRICING_YML_2026_07_30_HOUR_SPOT[(itype, zone)]).quantize(Decimal("0.00001"))
+    assert offer.spot_price_per_hour_usd == expected
+    assert offer.spot_price_date == "2026-07-30"
+    assert "spot:cyclenerd-2026-07-30-spot" in offer.price_source
+
+
+def test_gcp_spot_rows_cite_their_source_and_agree_with_month_spot():
+    rows = _snapshot_rows("gcp_spot.csv")
+    assert len(rows) == 844
+    for r in rows:
+        assert r["source_ref"] == (
+            "Cyclenerd/google-cloud-pricing-cost-calculator pricing.yml@fd66b26ff84fee5cdd94f341ea89206e76c06b99"
+            f" compute.instance.{r['machine_type']}.cost.{r['region']}.hour_spot"
+        )
+        assert r["source_date"] == "2026-07-30"
+        # the file's two independently rounded figures: hour_spot x 730 = month_spot
+        assert abs(Decimal(r["spot_price_per_hour_usd"]) * 730 - Decimal(r["spot_price_per_month_usd"])) < Decimal(
+            "0.01"
+        )
+
+
+def test_gcp_spot_of_a_priced_type_never_falls_back_to_the_undated_rows(built):
+    # types the dated file prices take spot only from it; in a region it lacks, no spot price
+    dated = {r["machine_type"] for r in _snapshot_rows("gcp_spot.csv")}
+    for o in load_catalog().offers:
+        if o.cloud == "gcp" and o.instance_type in dated and o.spot_price_per_hour_usd is not None:
+            assert o.spot_price_date == "2026-07-30", o
+    assert built[3].dropped["gcp spot price without a dated source for the region (spot dropped)"] == 5
+
+
+def test_gcp_spot_of_n1_attached_gpus_is_host_row_plus_gpu_row_undated():
     gcp = _snapshot_rows("gcp_vms.csv")
-    host = next(r for r in gcp if r["InstanceType"] == "a3-highgpu-8g" and r["AvailabilityZone"] == "us-central1-a")
+    host = next(r for r in gcp if r["InstanceType"] == "n1-standard-8" and r["AvailabilityZone"] == "us-central1-a")
     gpu = next(
         r
         for r in gcp
         if not r["InstanceType"]
-        and r["AcceleratorName"] == "H100"
-        and r["AcceleratorCount"] == "8"
+        and r["AcceleratorName"] == "T4"
+        and r["AcceleratorCount"] == "1"
         and r["AvailabilityZone"] == "us-central1-a"
     )
-    # 16 x 375 GiB at $0.048/GiB-month for Spot VMs in us-central1 (pricing.yml local month_spot)
-    expected = Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"]) + Decimal(6000) * Decimal("0.048") / 730
-    assert _gcp("a3-highgpu-8g", "us-central1-a").spot_price_per_hour_usd == expected.quantize(Decimal("0.00001"))
-    # no bundled SSD: host + GPU spot rows only
-    a2 = _gcp("a2-highgpu-4g", "us-central1-a")
-    host = next(r for r in gcp if r["InstanceType"] == "a2-highgpu-4g" and r["AvailabilityZone"] == "us-central1-a")
-    gpu = next(
-        r
-        for r in gcp
-        if not r["InstanceType"]
-        and r["AcceleratorName"] == "A100"
-        and r["AcceleratorCount"] == "4"
-        and r["AvailabilityZone"] == "us-central1-a"
+    t4 = next(
+        o
+        for o in load_catalog().offers
+        if o.instance_type == "n1-standard-8" and o.gpu == "T4" and o.gpu_count == 1 and o.zone == "us-central1-a"
     )
-    assert a2.spot_price_per_hour_usd == Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"])
+    assert t4.spot_price_per_hour_usd == Decimal(host["SpotPrice"]) + Decimal(gpu["SpotPrice"])
+    assert t4.spot_price_date == "undated (imported 2026-11-22)"
 
 
 def test_n1_gpu_on_demand_is_host_row_plus_gpu_row():
@@ -157,8 +197,12 @@ def test_missing_price_is_not_offered_never_zero():
         if r["SpotPrice"] and r["Price"] and Decimal(r["SpotPrice"]) > Decimal(r["Price"]) > 0
     ]
     assert len(above) == 16  # spot above on-demand: the spot price is dropped
+    # a dated regional spot range gives a spot price to rows the snapshot left without one
+    ranged = {(r["instance_type"], r["region"]) for r in _snapshot_rows("aws_spot_range.csv")}
+    unranged = [r for r in no_spot_rows + above if (r["InstanceType"], r["Region"]) not in ranged]
     catalog_no_spot = [o for o in load_catalog().offers if o.cloud == "aws" and o.spot_price_per_hour_usd is None]
-    assert len(catalog_no_spot) == 38 + 16  # nothing to rent in the 5 price-less rows: dropped, not $0
+    # nothing to rent in a price-less row: dropped, not $0
+    assert len(catalog_no_spot) == len([r for r in unranged if r["Price"]]) == 20
     assert all(o.on_demand_price_per_hour_usd > 0 for o in catalog_no_spot)
 
 
@@ -176,7 +220,13 @@ def test_spot_equal_to_on_demand_is_flagged_and_never_above():
 def test_every_offer_names_sources_that_the_catalog_describes():
     catalog = load_catalog()
     described = catalog.meta["price_sources"]
-    assert set(described) == {"skypilot-v8-aws", "skypilot-v8-gcp", "cyclenerd-2026-08-20"}
+    assert set(described) == {
+        "skypilot-v8-aws",
+        "skypilot-v8-gcp",
+        "cyclenerd-2026-08-20",
+        "cyclenerd-2026-07-30-spot",
+        "vantage-2025-11-30-spot",
+    }
     assert described["cyclenerd-2026-08-20"]["date"].startswith("2026-08-20")
     from gpuinfra.catalog.model import price_source_keys
 
@@ -229,3 +279,50 @@ def test_memory_variants_are_distinct_models():
     assert {o.gpu for o in catalog.offers if o.instance_type == "p3dn.24xlarge"} == {"V100-32GB"}
     mega = {(o.gpu, o.accelerator_type) for o in catalog.offers if o.instance_type == "a3-megagpu-8g"}
     assert mega == {("H100", "nvidia-h100-mega-80gb")}
+
+
+#: Linux spot_min / spot_avg / spot_max and pct_interrupt as printed in tsaol/aws-gpu
+#: data/gpu_instances_raw.json @2d0108c (Vantage extract, 2025-11-30), pricing.us-east-1.linux.
+GPU_INSTANCES_RAW_2025_11_30_US_EAST_1 = {
+    "p5.48xlarge": ("13.2182", "28.106467", "52.0766", "5-10%"),
+    "p4d.24xlarge": ("8.0468", "8.59075", "9.1506", ">20%"),
+    "p5en.48xlarge": ("17.1932", "17.50195", "17.8107", "10-15%"),
+    "g5.xlarge": ("0.3837", "0.39388", "0.4034", ">20%"),
+}
+
+
+@pytest.mark.parametrize("itype", sorted(GPU_INSTANCES_RAW_2025_11_30_US_EAST_1))
+def test_aws_spot_budgets_on_the_dated_regional_maximum(itype):
+    lo, _avg, hi, band = GPU_INSTANCES_RAW_2025_11_30_US_EAST_1[itype]
+    offers = [o for o in load_catalog().offers if o.instance_type == itype and o.region == "us-east-1"]
+    assert offers
+    for o in offers:  # every AZ of the region: the one regional range, dated
+        assert o.spot_price_per_hour_usd == Decimal(hi)
+        assert (o.spot_price_min_per_hour_usd, o.spot_price_max_per_hour_usd) == (Decimal(lo), Decimal(hi))
+        assert o.spot_price_date == "2025-11-30"
+        assert o.spot_interruption_band == band
+        assert o.price_source == "on-demand:skypilot-v8-aws;spot:vantage-2025-11-30-spot"
+
+
+def test_aws_snapshot_spot_outside_the_dated_range_is_counted(built):
+    # the snapshot's p4d use1-az1 spot (2.4655) is 69% below the dated minimum 8.0468
+    row = next(
+        r
+        for r in _snapshot_rows("aws_vms.csv")
+        if r["InstanceType"] == "p4d.24xlarge" and r["AvailabilityZone"] == "use1-az1"
+    )
+    assert Decimal(row["SpotPrice"]) < Decimal("8.0468")
+    assert built[3].dropped["aws undated spot price outside the dated regional range (replaced)"] > 0
+
+
+def test_aws_spot_without_a_dated_range_keeps_the_snapshot_point_undated():
+    ranged = {(r["instance_type"], r["region"]) for r in _snapshot_rows("aws_spot_range.csv")}
+    undated = [
+        o
+        for o in load_catalog().offers
+        if o.cloud == "aws" and o.spot_price_per_hour_usd is not None and (o.instance_type, o.region) not in ranged
+    ]
+    assert undated
+    assert all(
+        o.spot_price_date == "undated (imported 2026-11-22)" and o.spot_price_max_per_hour_usd is None for o in undated
+    )

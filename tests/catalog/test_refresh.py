@@ -90,7 +90,7 @@ def test_aws_refresh_against_moto_and_price_list(moto_server, aws_env, tmp_path)
     # the GCP part of the shipped catalog is kept, with its own date
     assert sum(o.cloud == "gcp" for o in catalog.offers) == sum(o.cloud == "gcp" for o in shipped.offers)
     assert catalog.date_for("aws") == "2026-11-22"
-    assert catalog.meta["sources"]["gcp"]["date"] == "2026-08-20 (on-demand; spot undated)"
+    assert catalog.meta["sources"]["gcp"]["date"].startswith("2026-08-20 (on-demand); 2026-07-30 (spot")
     assert "Price List" in catalog.meta["sources"]["aws"]["prices"]
 
 
@@ -330,3 +330,49 @@ def test_an_older_user_catalog_is_a_clear_error_and_refresh_starts_over(tmp_path
     with ReplayServer(routes) as server:
         refresh_catalog(["gcp"], out_dir=out, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW)
     assert load_catalog(out).meta["schema_version"] == 3
+
+
+def test_spot_window_reads_the_history_between_start_and_end_and_keeps_min_max_latest():
+    # real boto3 with botocore's Stubber: the request must carry StartTime = now - 30 days and
+    # EndTime = now (docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DescribeSpotPriceHistory.html)
+    from datetime import timedelta
+
+    from botocore.stub import Stubber
+
+    from gpuinfra.catalog.refresh_aws import spot_windows
+
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="y")
+    history = [
+        ("p5.48xlarge", "us-east-1a", "31.5", NOW - timedelta(days=20)),
+        ("p5.48xlarge", "us-east-1a", "52.0766", NOW - timedelta(days=9)),
+        ("p5.48xlarge", "us-east-1a", "13.2182", NOW - timedelta(days=1)),
+        ("p5.48xlarge", "us-east-1b", "28.1", NOW - timedelta(days=2)),
+    ]
+    with Stubber(ec2) as stub:
+        stub.add_response(
+            "describe_spot_price_history",
+            {
+                "SpotPriceHistory": [
+                    {
+                        "InstanceType": t,
+                        "AvailabilityZone": z,
+                        "SpotPrice": p,
+                        "Timestamp": ts,
+                        "ProductDescription": "Linux/UNIX",
+                    }
+                    for t, z, p, ts in history
+                ]
+            },
+            {
+                "InstanceTypes": ["p5.48xlarge"],
+                "ProductDescriptions": ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"],
+                "StartTime": NOW - timedelta(days=30),
+                "EndTime": NOW,
+            },
+        )
+        windows = spot_windows(ec2, ["p5.48xlarge"], NOW)
+        stub.assert_no_pending_responses()
+    a = windows[("p5.48xlarge", "us-east-1a")]
+    assert (a.min_usd, a.max_usd, a.latest_usd) == (Decimal("13.2182"), Decimal("52.0766"), Decimal("13.2182"))
+    b = windows[("p5.48xlarge", "us-east-1b")]
+    assert (b.min_usd, b.max_usd, b.latest_usd) == (Decimal("28.1"), Decimal("28.1"), Decimal("28.1"))

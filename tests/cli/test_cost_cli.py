@@ -36,7 +36,7 @@ def test_gcp_4xa100_compute_is_the_cited_on_demand_price(run_cli, tmp_path):
     # 4 x 3.673385: Cyclenerd pricing.yml generated 2026-08-20, compute.instance.a2-highgpu-4g.cost.us-central1.hour
     assert Decimal(machine["unit_price_usd"]) == Decimal("14.69354") and machine["quantity"] == "1.000000"
     assert "a2-highgpu-4g: 4x A100, 48 vCPU, 340 GiB" in machine["component"]
-    assert machine["price_date"] == "2026-08-20 (on-demand; spot undated)"
+    assert machine["price_date"].startswith("2026-08-20 (on-demand); 2026-07-30 (spot")
 
 
 def test_two_node_p4d_doubles_compute(run_cli, tmp_path):
@@ -65,7 +65,7 @@ def test_json_totals_are_the_sum_of_lines_and_schema(run_cli, tmp_path):
     assert (
         doc["schema_version"] == "3"
         and doc["currency"] == "USD"
-        and doc["catalog_date"] == "undated (imported 2026-11-22)"
+        and doc["catalog_date"] == "undated (imported 2026-11-22); spot ranges 2025-11-30"
     )
     for key in ("hourly_usd", "run_usd", "hours", "lines"):
         assert key in doc
@@ -216,7 +216,8 @@ def test_gcp_stack_moved_to_a_zone_without_an_on_demand_price_fails_closed(run_c
     stack = _new(run_cli, tmp_path, "--instance-type", "a3-megagpu-8g", "--name", "mega")
     path = tmp_path / "stacks" / "Pulumi.mega.yaml"
     doc = yaml.safe_load(path.read_text())
-    # pricing.yml of 2026-08-20 gives a3-megagpu-8g no us-central1 price: the catalog has spot only there
+    # pricing.yml gives a3-megagpu-8g no us-central1 price (on-demand of 2026-08-20, spot of
+    # 2026-07-30): the catalog has no offer there
     doc["config"]["gpuinfra:cluster"].update(zone="us-central1-a", region="us-central1")
     doc["config"]["gcp:zone"], doc["config"]["gcp:region"] = "us-central1-a", "us-central1"
     path.write_text(yaml.safe_dump(doc))
@@ -224,7 +225,7 @@ def test_gcp_stack_moved_to_a_zone_without_an_on_demand_price_fails_closed(run_c
         result = run_cli("cost", stack, *extra, "--project-dir", str(tmp_path))
         assert result.exit_code == 4, (extra, result.stderr)
         assert result.stderr.count("\n") == 1
-        assert "no on-demand price for a3-megagpu-8g in us-central1-a" in result.stderr
+        assert "no catalog offer for a3-megagpu-8g in us-central1-a" in result.stderr
 
 
 def test_cost_help_shows_the_stack_options_and_the_diff_sub_command(run_cli):
@@ -254,3 +255,40 @@ def test_cost_diff_needs_two_stacks_and_diff_is_no_stack_name(run_cli, tmp_path)
     assert refused.stderr == (
         "error: stack name 'diff' is reserved (`gpuinfra cost diff` is a sub-command); choose another --name\n"
     )
+
+
+def test_cost_spot_gcp_expected_cost_with_rework_and_assumed_rate(run_cli, tmp_path):
+    args = ("--gpus", "8xH100", "--cloud", "gcp", "--zone", "us-central1-a", "--spot", "--hours", "10")
+    assert run_cli("new", *args, "--name", "g8", "--project-dir", str(tmp_path)).exit_code == 0
+    spot = _cost(run_cli, tmp_path, "g8")["spot"]
+    # pricing.yml @fd66b26 (generated 2026-07-30) a3-highgpu-8g us-central1 hour_spot 50.6095408219178
+    assert (spot["spot_price_per_node_hour_usd"], spot["spot_price_date"]) == ("50.609540", "2026-07-30")
+    assert (
+        spot["interruption_rate_assumed"]
+        and "GCP publishes no Spot VM interruption rate" in spot["interruption_rate_source"]
+    )
+    assert spot["checkpoint_interval_assumed"] and "no maximum price" in spot["max_price"]
+    # 0.05 interruptions/node-h x 1 node x 10 h = 0.5; each redoes half a 60 min interval: 0.25 h
+    assert (spot["expected_interruptions"], spot["expected_redone_hours"]) == ("0.5000", "0.2500")
+    assert Decimal(spot["expected_compute_run_usd_with_rework"]) == (Decimal("50.60954") * Decimal("10.25")).quantize(
+        Decimal("0.000001")
+    )
+    # on-demand: pricing.yml @dac31281 (2026-08-20) a3-highgpu-8g us-central1 hour 88.49
+    assert Decimal(spot["on_demand_compute_run_usd"]) == Decimal("884.9")
+    text = run_cli("cost", "g8", "--project-dir", str(tmp_path)).stdout
+    assert "spot $50.61/node-h, dated 2026-07-30; max price: none: GCP Spot VMs take no maximum price" in text
+    # "spot saves" from the dated price: (88.49 - 50.60954) / 88.49 = 42.8%
+    assert "spot saves 42.8% on compute" in text
+
+
+def test_cost_spot_aws_uses_the_advisor_band_and_flags_no_discount(run_cli, tmp_path):
+    args = ("--gpus", "8xH100", "--cloud", "aws", "--region", "us-east-1", "--spot", "--hours", "100")
+    assert run_cli("new", *args, "--name", "p5", "--project-dir", str(tmp_path)).exit_code == 0
+    spot = _cost(run_cli, tmp_path, "p5")["spot"]
+    # tsaol/aws-gpu gpu_instances_raw.json @2d0108c (2025-11-30): p5.48xlarge us-east-1
+    # spot_max 52.0766, spot_min 13.2182, pct_interrupt "5-10%" -> 0.10 / 730 per node-hour
+    assert spot["spot_price_per_node_hour_usd"] == "52.076600"
+    assert (spot["spot_price_min_per_node_hour_usd"], spot["spot_price_date"]) == ("13.218200", "2025-11-30")
+    assert Decimal(spot["interruptions_per_node_hour"]) == (Decimal("0.10") / 730).quantize(Decimal("0.0000001"))
+    assert not spot["interruption_rate_assumed"]
+    assert spot["spot_not_discounted"] is False

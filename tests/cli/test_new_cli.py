@@ -36,8 +36,8 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     assert cluster["profile"]["name"] == "llm-finetune" and cluster["profile"]["ttl_hours"] == 72
     assert cluster["price"] == {
         "on_demand_price_per_hour_usd": "14.69354",
-        "spot_price_per_hour_usd": "7.2154",
-        "catalog_date": "2026-08-20 (on-demand; spot undated)",
+        "spot_price_per_hour_usd": "7.71208",  # pricing.yml @fd66b26 (2026-07-30) hour_spot
+        "catalog_date": "2026-08-20 (on-demand); 2026-07-30 (spot; N1-attached, A3 Ultra, A4 spot undated (imported 2026-11-22))",
     }
     spec = read_stack_spec(tmp_path, "gcp-4xa100")
     assert spec.instance_type == "a2-highgpu-4g" and spec.run_hours == 24
@@ -49,7 +49,7 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     #   on top of the 100 GB fetched: 35 GB x $0.045 = $1.575 more a run
     assert "compute: $14.69/h ($3.673/GPU-h); all 21 resources: $15.28/h, $366.66 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   gpuinfra up gcp-4xa100" in result.stdout
-    assert "catalog 2026-08-20 (on-demand; spot undated)" in stack.read_text()
+    assert "catalog 2026-08-20 (on-demand); 2026-07-30 (spot" in stack.read_text()
     # the header points at gpuinfra's own up/down (they check TTL, formation and sync checkpoints);
     # plain Pulumi is named only as the path that skips those
     header = [line for line in stack.read_text().splitlines() if line.startswith("#")]

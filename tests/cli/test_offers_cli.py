@@ -42,8 +42,10 @@ def test_gcp_4xa100_first_offer_is_the_real_on_demand_price(run_cli):
         "14.693540",
     )
     assert first["price_per_gpu_hour_usd"] == "3.673385"  # 14.69354 / 4 GPUs, USD as a 6-place decimal string
-    assert first["market"] == "on-demand" and first["catalog_date"] == "2026-08-20 (on-demand; spot undated)"
-    assert first["price_source"] == "on-demand:cyclenerd-2026-08-20;spot:skypilot-v8-gcp"
+    assert first["market"] == "on-demand" and first["catalog_date"].startswith(
+        "2026-08-20 (on-demand); 2026-07-30 (spot"
+    )
+    assert first["price_source"] == "on-demand:cyclenerd-2026-08-20;spot:cyclenerd-2026-07-30-spot"
     a2 = [o for o in offers if o["instance_type"] == "a2-highgpu-4g"]
     assert len(a2) == 19
     for o in a2:
@@ -65,7 +67,9 @@ def test_json_totals_are_for_all_nodes(run_cli):
 def test_json_spot_price_null_when_none(run_cli):
     offers = json.loads(run_cli("offers", "--instance-type", "p5.4xlarge", "--json").stdout)
     no_spot = [o for o in offers if o["spot_price_per_hour_usd"] is None]
-    assert len(no_spot) == 17  # the snapshot has 17 p5.4xlarge rows without a spot price
+    # the snapshot has 17 p5.4xlarge rows without a spot price; 3 (ap-south-1, eu-west-2) get
+    # one from the dated regional range (data/snapshot/aws_spot_range.csv)
+    assert len(no_spot) == 14
     assert all(Decimal(o["on_demand_price_per_hour_usd"]) > 0 for o in no_spot)
 
 
@@ -73,7 +77,10 @@ def test_aws_table_puts_p4d_first_with_round_up_note(run_cli):
     result = run_cli("offers", "--gpus", "4xA100", "--cloud", "aws")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
-    assert "offers for 4xA100 (on-demand, prices from catalog undated (imported 2026-11-22))" in result.stdout
+    assert (
+        "offers for 4xA100 (on-demand, prices from catalog undated (imported 2026-11-22); spot ranges 2025-11-30)"
+        in result.stdout
+    )
     first_row = next(line for line in lines if "p4d.24xlarge" in line)
     assert "8xA100 *" in first_row and "4 EFA" in first_row and "8x931 GiB" in first_row
     assert "* round-up: p4d.24xlarge has 8xA100 per node; you asked for 4 (rounded up)" in result.stdout
@@ -119,11 +126,47 @@ def test_limit_and_spot(run_cli):
 
 
 def test_market_column_and_other_markets(run_cli):
-    result = run_cli("offers", "--gpus", "4xA100", "--cloud", "gcp", "--market", "spot", "--limit", "3")
-    assert result.exit_code == 0, result.stderr
-    assert "(spot, prices from catalog" in result.stdout
+    result = run_cli("offers", "--gpus", "4xA100", "--cloud", "gcp", "--market", "flex", "--limit", "3")
+    assert result.exit_code == 4  # no flex price: the on-demand table shows the other markets
+    result = run_cli("offers", "--gpus", "4xA100", "--cloud", "gcp", "--limit", "3")
     row = next(line for line in result.stdout.splitlines() if "a2-highgpu-4g" in line)
-    assert " spot " in row and "od $" in row and "flex -" in row
+    assert " on-demand " in row and "spot $" in row and "flex -" in row
+
+
+def test_spot_table_dates_every_price_and_shows_ranges_in_100_columns(run_cli, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    result = run_cli("offers", "--gpus", "8xH100", "--spot", "--limit", "0")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 100
+    # p5.48xlarge us-east-1: Vantage extract of 2025-11-30 (tsaol/aws-gpu gpu_instances_raw.json
+    # @2d0108c), spot_min 13.2182, spot_max 52.0766, pct_interrupt 5-10%; on-demand 55.04
+    row = next(line for line in lines if "us-east-1/use1-az2" in line)
+    assert row.split() == [
+        "aws",
+        "us-east-1/use1-az2",
+        "p5.48xlarge",
+        "$52.08",
+        "13.22-52.08",
+        "2025-11-30",
+        "$55.04",
+        "5-10%",
+    ]
+    # a3-highgpu-8g us-central1: pricing.yml @fd66b26 (2026-07-30) hour_spot 50.6095408219178
+    row = next(line for line in lines if "us-central1-a" in line and "a3-highgpu-8g" in line)
+    assert row.split() == ["gcp", "us-central1-a", "a3-highgpu-8g", "$50.61", "-", "2026-07-30", "$88.49", "-"]
+    assert "no maximum price on GCP" in result.stdout
+
+
+def test_spot_json_carries_date_range_and_band(run_cli):
+    offers = json.loads(
+        run_cli("offers", "--gpus", "8xH100", "--spot", "--region", "us-east-1", "--nodes", "2", "--json").stdout
+    )
+    p5 = next(o for o in offers if o["instance_type"] == "p5.48xlarge")
+    assert (p5["spot_price_date"], p5["spot_interruption_band"]) == ("2025-11-30", "5-10%")
+    # totals for the 2 nodes, like every price in the JSON
+    assert (p5["spot_price_min_per_hour_usd"], p5["spot_price_max_per_hour_usd"]) == ("26.436400", "104.153200")
+    assert p5["spot_price_per_hour_usd"] == "104.153200"
 
 
 def test_flex_market_without_prices_exits_4_naming_why(run_cli):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 
 import yaml
 
@@ -149,3 +150,92 @@ def test_preview_refuses_hand_edited_rule_violations_by_rule_name(run_cli, tmp_p
         result.stderr.startswith("error: facts-current: the stack's facts of a2-highgpu-4g differ")
         and "local_ssd" in result.stderr
     )
+
+
+def test_spot_fleet_max_price_is_the_budgeted_spot_price(run_cli, tmp_path, monkeypatch):
+    args = ("--gpus", "8xH100", "--nodes", "2", "--cloud", "aws", "--region", "us-east-1", "--spot")
+    new = run_cli("new", *args, "--profile", "llm-pretrain", "--name", "p5s", "--project-dir", str(tmp_path), "--json")
+    assert new.exit_code == 0, new.stderr
+    # us-east-1 p5.48xlarge: spot_max 52.0766 of the Vantage extract of 2025-11-30
+    # (tsaol/aws-gpu data/gpu_instances_raw.json @2d0108c), the price budgets use
+    cluster = yaml.safe_load((tmp_path / "stacks" / "Pulumi.p5s.yaml").read_text())["config"]["gpuinfra:cluster"]
+    assert Decimal(cluster["spot_max_price_per_hour_usd"]) == Decimal("52.0766")
+    cost = json.loads(run_cli("cost", "p5s", "--project-dir", str(tmp_path), "--json").stdout)
+    compute = next(line for line in cost["lines"] if line["component"].startswith("Instance usage"))
+    doc = json.loads(run_cli("preview", "p5s", "--project-dir", str(tmp_path), "--json").stdout)
+    fleet = next(r for r in doc["resources"] if r["type"] == "aws:ec2/fleet:Fleet")["inputs"]
+    max_price = fleet["launchTemplateConfigs"][0]["overrides"][0]["maxPrice"]
+    assert Decimal(max_price) == Decimal("52.0766")
+    assert Decimal(max_price) == Decimal(compute["unit_price_usd"])  # exactly the estimate's spot price
+    assert Decimal(fleet["spotOptions"]["maxTotalPrice"]) == 2 * Decimal(max_price)
+    monkeypatch.setenv("COLUMNS", "400")  # the fleet's tree line unwrapped
+    preview_text = run_cli("preview", "p5s", "--project-dir", str(tmp_path)).stdout
+    assert "spot maxPrice=52.07660/instance-h maxTotalPrice=104.15320/h" in preview_text
+
+
+def test_spot_max_price_flag_is_validated_and_written(run_cli, tmp_path):
+    base = ("new", "--gpus", "8xH100", "--cloud", "aws", "--region", "us-east-1", "--spot", "--project-dir")
+    above = run_cli(*base, str(tmp_path / "a"), "--spot-max-price", "60")
+    assert above.exit_code == 2
+    assert above.stderr.startswith("error: --spot-max-price 60 is above the on-demand price 55.04 of p5.48xlarge")
+    assert not (tmp_path / "a").exists()
+    negative = run_cli(*base, str(tmp_path / "b"), "--spot-max-price", "-1")
+    assert negative.exit_code == 2 and "must be a positive USD amount" in negative.stderr
+    gcp = run_cli(
+        "new",
+        "--gpus",
+        "8xH100",
+        "--cloud",
+        "gcp",
+        "--spot",
+        "--spot-max-price",
+        "40",
+        "--project-dir",
+        str(tmp_path / "c"),
+    )
+    assert gcp.exit_code == 2 and "GCP Spot VMs have no max price" in gcp.stderr
+    ok = run_cli(*base, str(tmp_path / "d"), "--spot-max-price", "30.5", "--name", "p5m")
+    assert ok.exit_code == 0, ok.stderr
+    cluster = yaml.safe_load((tmp_path / "d" / "stacks" / "Pulumi.p5m.yaml").read_text())["config"]["gpuinfra:cluster"]
+    assert Decimal(cluster["spot_max_price_per_hour_usd"]) == Decimal("30.5")
+    assert "fleet max price $30.50000/instance-h" in ok.stdout
+
+
+def test_new_flags_a_spot_price_equal_to_on_demand(run_cli, tmp_path):
+    # an AWS offer whose spot equals on-demand (a dated maximum above on-demand is capped there,
+    # or the snapshot's point equals it)
+    from gpuinfra.catalog.store import load_catalog
+
+    flagged = next(o for o in load_catalog().offers if o.cloud == "aws" and o.spot_not_discounted and not o.local_zone)
+    result = run_cli(
+        "new",
+        "--instance-type",
+        flagged.instance_type,
+        "--zone",
+        flagged.zone,
+        "--spot",
+        "--profile",
+        "dev",
+        "--project-dir",
+        str(tmp_path),
+        "--json",
+    )
+    assert result.exit_code == 0, result.stderr
+    spot = json.loads(result.stdout)["spot"]
+    assert spot["spot_not_discounted"] is True
+    assert spot["spot_price_per_node_hour_usd"] == spot["fleet_max_price_per_instance_hour_usd"]
+    text = run_cli(
+        "new",
+        "--instance-type",
+        flagged.instance_type,
+        "--zone",
+        flagged.zone,
+        "--spot",
+        "--profile",
+        "dev",
+        "--name",
+        "t2",
+        "--project-dir",
+        str(tmp_path),
+    ).stdout
+    assert "! spot is not below on-demand here: no saving" in text

@@ -85,11 +85,13 @@ def test_stack_cost_document_exact_totals(p4d_project):
         "15907.758486",
     )
     spot = stack_cost_document("one", p4d_project, hours=10, market="spot")
+    # compute at p4d.24xlarge us-east-1 spot_max 9.1506 (tsaol/aws-gpu gpu_instances_raw.json
+    # @2d0108c, 2025-11-30) + the same $0.913031/h of other lines
     assert (spot["pricing"], spot["hours"], spot["hourly_usd"], spot["run_usd"]) == (
         "spot",
         "10",
-        "3.378531",
-        "33.785316",
+        "10.063631",
+        "100.636316",
     )
     check_totals(doc, Decimal(538))  # every line priced, under budget: passes
     with pytest.raises(BudgetExceededError, match=r"^run total \$537.87 exceeds the budget \$537.00$"):

@@ -50,12 +50,13 @@ def test_spot_scope_prices_spot():
         scope=OfferScope(region="us-central1", markets=("spot",)),
     )
     best = doc["candidates"][0]
-    # a2-highgpu-1g us-central1: $1.80385/h spot (SkyPilot v8 GCP catalog), $3.67338/h on demand (Cyclenerd)
+    # a2-highgpu-1g us-central1: $1.92802/h spot (Cyclenerd pricing.yml @fd66b26 hour_spot, 2026-07-30),
+    # $3.67338/h on demand (Cyclenerd @dac31281)
     assert (best["gpus"], best["instance_type"], best["market"], best["price_per_hour_usd"]) == (
         "1xA100",
         "a2-highgpu-1g",
         "spot",
-        "1.803850",
+        "1.928020",
     )
     assert doc["scope"] == {"cloud": None, "region": "us-central1", "markets": ["spot"]}
     assert (
