@@ -715,6 +715,17 @@ class ClusterSpec(BaseModel):
                 raise ValueError(
                     "capacity_block_upfront_usd, capacity_block_price_source and capacity_block_price_date go together"
                 )
+            if Decimal(str(self.capacity_block_upfront_usd)) <= 0:
+                raise ValueError(
+                    f"capacity_block_upfront_usd must be above 0 (a Capacity Block is paid up front), "
+                    f"got {self.capacity_block_upfront_usd}"
+                )
+            try:
+                datetime.strptime(str(self.capacity_block_price_date), "%Y-%m-%d")
+            except ValueError:
+                raise ValueError(
+                    f"capacity_block_price_date {self.capacity_block_price_date!r} is not a date (YYYY-MM-DD)"
+                ) from None
         if (
             self.capacity_reservation_instance_count
             or self.capacity_reservation_placement_group

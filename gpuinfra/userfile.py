@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ MAX_DEPTH = 64
 #: Most nodes (scalars, mappings, lists) a document may expand to, counting every alias as a copy
 #: of what its anchor names.
 MAX_NODES = 1_000_000
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def read_user_file(
@@ -124,6 +126,8 @@ class _StrictLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False) -> dict:  # noqa: D102 (PyYAML hook)
         seen: dict = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a `<<` merge key (yaml.org/type/merge.html): its keys may be overridden here
             key = self.construct_object(key_node, deep=True)
             try:
                 hash(key)
@@ -150,9 +154,15 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct
 def _parse_yaml(text: str) -> Any:
     _check_events(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
+        doc = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise _Refused(f"is not valid YAML: {_one_line(exc)}") from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        # PyYAML's value builders raise these for a date like 2026-13-45, `!!int abc`, `!!set`
+        # and integers beyond Python's digit limit
+        raise _Refused(f"holds a value YAML cannot build: {_one_line(exc)}") from None
+    _check_values(doc)
+    return doc
 
 
 def _check_events(text: str) -> None:
@@ -197,24 +207,35 @@ def _parse_json(text: str) -> Any:
     def constant(name):
         raise _Refused(f"{name} is not a finite number")
 
+    def finite(text):
+        value = float(text)
+        if not math.isfinite(value):
+            raise _Refused(f"{text} is not a finite number")
+        return value
+
     try:
-        doc = json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+        doc = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=finite)
     except RecursionError:
         raise _Refused(f"nests deeper than {MAX_DEPTH} levels of objects and arrays") from None
     except ValueError as exc:
         raise _Refused(f"is not valid JSON: {_one_line(exc)}") from None
-    _check_depth(doc)
+    _check_values(doc)
     return doc
 
 
-def _check_depth(doc: Any) -> None:
+def _check_values(doc: Any) -> None:
+    """Depth within MAX_DEPTH, and no text with a lone surrogate (``"\\ud800"``: not a character,
+    it cannot be printed or written as UTF-8), walked without recursion."""
     stack = [(doc, 0)]
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, (dict, list)):
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                raise _Refused(f"holds text with a lone surrogate escape ({value[:40]!r}): not a character")
+        elif isinstance(value, (dict, list)):
             if depth >= MAX_DEPTH:
                 raise _Refused(f"nests deeper than {MAX_DEPTH} levels of objects and arrays")
-            children = value.values() if isinstance(value, dict) else value
+            children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
             stack.extend((child, depth + 1) for child in children)
 
 

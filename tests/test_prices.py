@@ -32,10 +32,9 @@ def test_every_group_names_a_source_and_a_date():
         "cloud-dot-devsite-v2-prod.appspot.com",
         "cloud.google.com",
         "cloudburn.io",
-        "cloudpipelines.pages.dev",
         "skypilot-org",
     ]
-    assert len(undated) == 10
+    assert len(undated) == 9
 
 
 @pytest.mark.parametrize(

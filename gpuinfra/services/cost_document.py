@@ -19,7 +19,7 @@ from gpuinfra.cost.commitment import commitments_json
 from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
-from gpuinfra.errors import BudgetExceededError, GpuinfraError, PriceMissingError, RequestError
+from gpuinfra.errors import BudgetExceededError, GpuinfraError, PreviewFileError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
@@ -155,18 +155,33 @@ def preview_file_cost_document(
     run_hours = check_hours(hours)
     resources, config, name = read_pulumi_preview(path)
     region = config.get("aws:region") or config.get("gcp:region")
-    profile = read_cluster_facts(resources, region).profile
-    return _document(
-        resources,
-        stack or name,
-        region,
-        profile,
-        profile_run_hours(profile, run_hours),
-        market,
-        usage_file,
-        None,
-        catalog,
-    )
+    try:
+        profile = read_cluster_facts(resources, region).profile
+        doc = _document(
+            resources,
+            stack or name,
+            region,
+            profile,
+            profile_run_hours(profile, run_hours),
+            market,
+            usage_file,
+            None,
+            catalog,
+        )
+    except (AttributeError, TypeError, ValueError, KeyError, IndexError, ArithmeticError) as exc:
+        # the estimate reads resource inputs of the shapes Pulumi writes; another shape in a
+        # hand-made or damaged file is the file's fault, said in one line
+        raise PreviewFileError(
+            f"preview file {path}: a resource input has a shape `pulumi preview --json` does not write "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
+    negative = [line for line in doc["lines"] if line["quantity"] is not None and Decimal(line["quantity"]) < 0]
+    if negative:
+        raise PreviewFileError(
+            f"preview file {path}: {negative[0]['resource']} {negative[0]['component']} has a negative quantity "
+            f"({negative[0]['quantity']}): node counts and sizes are whole positive numbers"
+        )
+    return doc
 
 
 def _document(

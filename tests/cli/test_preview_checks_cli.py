@@ -61,6 +61,29 @@ EDITS = {
         lambda d, c: (c.update(region="us-east-2"), d["config"].update({"aws:region": "us-east-2"})),
         "is in us-east-1, not in the stack's region us-east-2",
     ),
+    # a Capacity Block is paid up front: a fee of 0 would price a p4d block at nothing
+    "block-fee-zero": (
+        "a1",
+        lambda d, c: c.update(
+            capacity_block=True,
+            capacity_reservation_id="cr-0123456789abcdef0",
+            capacity_block_upfront_usd="0",
+            capacity_block_price_source="the bill",
+            capacity_block_price_date="2026-11-20",
+        ),
+        "capacity_block_upfront_usd must be above 0",
+    ),
+    "block-date-bad": (
+        "a1",
+        lambda d, c: c.update(
+            capacity_block=True,
+            capacity_reservation_id="cr-0123456789abcdef0",
+            capacity_block_upfront_usd="1234.5",
+            capacity_block_price_source="the bill",
+            capacity_block_price_date="2026-19-39",
+        ),
+        "capacity_block_price_date '2026-19-39' is not a date",
+    ),
 }
 
 

@@ -196,3 +196,69 @@ def test_gpuinfras_own_stack_file_reads_back_unchanged(project):
     """The strict reader takes every stack file `new` writes: same values as a plain YAML load."""
     path = project / "stacks" / "Pulumi.t1.yaml"
     assert read_user_file(path, kind="stack file", error=SpecError, root=project) == yaml.safe_load(path.read_text())
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        ("bucket_storage_gb: 5\nnote: 2026-13-45\n", "holds a value YAML cannot build: month must be in 1..12"),
+        ("bucket_storage_gb: !!int abc\n", "holds a value YAML cannot build"),
+        ("bucket_storage_gb: !!set [1]\n", "holds a value YAML cannot build"),
+        ("bucket_storage_gb: " + "9" * 5000 + "\n", "holds a value YAML cannot build"),
+        ('note: "\\ud800"\n', "lone surrogate"),
+    ],
+)
+def test_values_yaml_cannot_build_are_one_line(run_cli, project, tmp_path_factory, content, words):
+    usage = tmp_path_factory.mktemp("usage") / "u.yaml"
+    usage.write_text(content)
+    _refused(run_cli("cost", "t1", "--usage", str(usage), "--project-dir", str(project)), "usage file", words)
+    # the same line in a stack file: ls lists it as INVALID, preview refuses it
+    (project / "stacks" / "Pulumi.odd.yaml").write_text("config:\n  " + content.replace("\n", "\n  "))
+    _refused(run_cli("preview", "odd", "--project-dir", str(project)), words)
+    rows = {r["stack"]: r for r in json.loads(run_cli("ls", "--project-dir", str(project), "--json").stdout)}
+    assert words.split(":")[0] in rows["odd"]["invalid"]
+
+
+def test_yaml_merge_keys_are_yaml(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("base: &b {x: 1, y: 2}\nd:\n  <<: *b\n  y: 3\n")
+    assert read_user_file(path, kind="f", error=SpecError)["d"] == {"x": 1, "y": 3}
+
+
+@pytest.mark.parametrize(
+    ("doc", "words"),
+    [
+        ('{"steps": [], "x": 1e999}', "1e999 is not a finite number"),
+        ('{"steps": [{"newState": {"type": "a", "urn": "u", "inputs": {"n": "\\ud800"}}}]}', "lone surrogate"),
+    ],
+)
+def test_a_preview_file_with_a_non_finite_number_or_a_non_character(run_cli, project, tmp_path_factory, doc, words):
+    path = tmp_path_factory.mktemp("preview") / "plan.json"
+    path.write_text(doc)
+    _refused(run_cli("cost", "t1", "--from-preview", str(path), "--project-dir", str(project)), words)
+
+
+def _fleet_preview(target) -> str:
+    step = {
+        "op": "create",
+        "urn": "urn:pulumi:s::gpuinfra::aws:ec2/fleet:Fleet::s-fleet",
+        "newState": {"type": "aws:ec2/fleet:Fleet", "urn": "urn:pulumi:s::gpuinfra::aws:ec2/fleet:Fleet::s-fleet",
+                     "inputs": {"targetCapacitySpecification": target}},
+    }  # fmt: skip
+    return json.dumps({"config": {"aws:region": "us-east-1"}, "steps": [step]})
+
+
+@pytest.mark.parametrize(
+    ("target", "words"),
+    [
+        ({"totalTargetCapacity": -2, "defaultTargetCapacityType": "on-demand"}, "has a negative quantity"),
+        (None, "a resource input has a shape `pulumi preview --json` does not write"),
+        ([1, 2], "a resource input has a shape"),
+        ({"totalTargetCapacity": "two"}, "a resource input has a shape"),
+    ],
+)
+def test_a_preview_file_with_inputs_of_the_wrong_shape_or_sign(run_cli, project, tmp_path_factory, target, words):
+    path = tmp_path_factory.mktemp("preview") / "plan.json"
+    path.write_text(_fleet_preview(target))
+    result = run_cli("cost", "t1", "--from-preview", str(path), "--project-dir", str(project), "--budget", "1")
+    _refused(result, "preview file", words)
