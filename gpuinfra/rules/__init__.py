@@ -122,8 +122,13 @@ def check_facts_current(spec: Any, catalog: Any) -> list[Violation]:
     found = []
     gpu = next((m for m in load_gpu_models() if m.name == spec.gpu), None)
     if gpu is not None and gpu != spec.gpu_facts:
+        # a fact the stack file does not record (written before the fact was added) is not an edit
         fields = sorted(
-            k for k in type(gpu).model_fields if getattr(gpu, k) != getattr(spec.gpu_facts, k, None) and k != "source"
+            k
+            for k in type(gpu).model_fields
+            if getattr(spec.gpu_facts, k, None) is not None
+            and getattr(gpu, k) != getattr(spec.gpu_facts, k)
+            and not k.endswith("source")
         )
         if fields:
             found.append(

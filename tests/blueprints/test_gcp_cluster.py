@@ -260,10 +260,6 @@ def _edited(spec, **changes):
             "gcp-placement-supported: n1-standard-8 supports neither a compact placement policy nor a workload policy",
         ),
         (
-            lambda: _edited(gcp_spec("a3-megagpu-8g"), nodes=1501),
-            "gcp-placement-max-vms: 1501 VMs are over the limit of 1500",
-        ),
-        (
             lambda: _edited(gcp_spec("a3-ultragpu-8g", spot=True), spot=False),
             "provisioning-model-offered: a3-ultragpu-8g is not sold as on-demand",
         ),
@@ -272,6 +268,14 @@ def _edited(spec, **changes):
 def test_bad_input_before_any_resource(build, message):
     with pytest.raises(SpecError, match=message):
         preview(build())
+
+
+def test_more_nodes_than_one_zonal_mig_holds_are_refused_by_the_spec():
+    # the MIG's 1,000 VMs come before a compact placement policy's 1,500 (gcp-placement-max-vms):
+    # cloud.google.com/compute/docs/instance-groups/creating-groups-of-managed-instances#limitations
+    with pytest.raises(ValidationError, match="nodes 1001 is over the GCP limit of 1000 VMs in one zonal managed"):
+        _edited(gcp_spec("a3-megagpu-8g"), nodes=1001)
+    assert _edited(gcp_spec("a3-megagpu-8g"), nodes=1000).nodes == 1000
 
 
 def test_spec_refuses_a_gpu_the_machine_does_not_carry():
