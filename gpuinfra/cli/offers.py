@@ -244,12 +244,7 @@ def _print_spot_table(ranked, request, limit: int | None) -> None:
     undated = sorted({r.offer.spot_price_date for r in shown if _spot_date_cell(r.offer.spot_price_date) == "undated"})
     if undated:
         console.print(f"undated: from a snapshot without a date of its own: {', '.join(undated)}.")
-    if any(r.offer.spot_not_discounted for r in shown):
-        console.print("! spot price is not below on-demand: spot saves nothing there")
-    if request.nodes > 1:
-        console.print(f"Prices are totals for {request.nodes} nodes.")
-    if len(shown) < len(ranked):
-        console.print(f"{len(ranked) - len(shown)} more offers: use --limit 0 to see all, or --json.")
+    _print_footer(console, shown, ranked, request, "! spot price is not below on-demand: spot saves nothing there")
 
 
 def _print_table(ranked, catalog, request, market: str, limit: int | None) -> None:
@@ -315,8 +310,19 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
     console.print(table)
     for text in notes:
         console.print(f"* round-up: {text}")
+    _print_footer(
+        console,
+        shown,
+        ranked,
+        request,
+        "! spot price in the snapshot is not below on-demand (data defect or no discount there)",
+    )
+
+
+def _print_footer(console, shown, ranked, request, not_discounted: str) -> None:
+    """The lines under an offers table: the spot = on-demand mark, node totals, what was left out."""
     if any(r.offer.spot_not_discounted for r in shown):
-        console.print("! spot price in the snapshot is not below on-demand (data defect or no discount there)")
+        console.print(not_discounted)
     if request.nodes > 1:
         console.print(f"Prices are totals for {request.nodes} nodes.")
     if len(shown) < len(ranked):

@@ -282,22 +282,12 @@ def estimate(
                     missing_source=f"no NAT gateway price for {reg}",
                 )
             )
-            gb, what = _nat_processed_gb(resources, usage, facts.nodes)
             lines.append(
-                _one_time(
-                    _line(
-                        name,
-                        t,
-                        f"NAT data processed ({what})",
-                        "GB",
-                        gb / hours,
-                        price("aws", "nat_gateway_per_gb", reg),
-                        usage_based=True,
-                        note="once per run",
-                        missing_source=f"no NAT gateway price for {reg}",
-                    )
+                _nat_data_line(
+                    name, t, "NAT data processed", resources, usage, facts.nodes, hours,
+                    price("aws", "nat_gateway_per_gb", reg), f"no NAT gateway price for {reg}",
                 )
-            )
+            )  # fmt: skip
         elif t == "aws:ec2/eip:Eip":
             lines.append(_line(name, t, "Public IPv4 address", "hours", 1, price("aws", "public_ipv4_per_hour", reg)))
         elif t == "aws:scheduler/schedule:Schedule":
@@ -349,21 +339,12 @@ def estimate(
                     missing_source=f"no external IP price for {reg}",
                 )
             )
-            gb, what = _nat_processed_gb(resources, usage, facts.nodes)
             lines.append(
-                _one_time(
-                    _line(
-                        name,
-                        t,
-                        f"Cloud NAT data processed ({what})",
-                        "GB",
-                        gb / hours,
-                        price("gcp", "cloud_nat_per_gb", reg),
-                        usage_based=True,
-                        note="once per run",
-                    )
+                _nat_data_line(
+                    name, t, "Cloud NAT data processed", resources, usage, facts.nodes, hours,
+                    price("gcp", "cloud_nat_per_gb", reg), "",
                 )
-            )
+            )  # fmt: skip
         elif t in MONITORING_TYPES:  # GPU monitoring: gpuinfra/cost/monitoring.py
             priced = monitoring_lines(name, t, facts, catalog, inputs)
             lines += priced
@@ -459,6 +440,24 @@ def _data_line(data, cloud: str, region: str, hours: Decimal) -> CostLine:
         note="once per run",
     )
     return _one_time(line)
+
+
+def _nat_data_line(name, t, label, resources, usage, nodes, hours, unit_price, missing_source) -> CostLine:
+    """The NAT data line of either cloud: :func:`_nat_processed_gb` GB once per run at ``unit_price``."""
+    gb, what = _nat_processed_gb(resources, usage, nodes)
+    return _one_time(
+        _line(
+            name,
+            t,
+            f"{label} ({what})",
+            "GB",
+            gb / hours,
+            unit_price,
+            usage_based=True,
+            note="once per run",
+            missing_source=missing_source,
+        )
+    )
 
 
 def _one_time(line: CostLine) -> CostLine:
