@@ -23,23 +23,25 @@ from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, gpu_request
 from gpuinfra.spec import MAX_RUN_HOURS, DataSource, check_run_hours
 
 
-def market_option(market: str, spot: bool) -> str:
+def market_option(market: str | None, spot: bool) -> str:
     """The catalog market named by ``--market`` (and ``--spot``).
 
     Args:
         market: ``on-demand``, ``spot``, ``flex``, ``commit-1y`` or ``commit-3y`` (and the
-            aliases :func:`parse_market` takes).
+            aliases :func:`parse_market` takes), or None for none given (on-demand).
         spot: ``--spot``, the same as ``--market spot``.
 
     Raises:
-        RequestError: an unknown market, or ``--spot`` with another ``--market``.
+        RequestError: an unknown market, or ``--spot`` with a ``--market`` other than spot.
     """
+    if market is None:
+        return "spot" if spot else "on-demand"
     chosen = parse_market(market)
     if chosen is None:
         raise RequestError(f"unknown --market {market!r}; choose one of: on-demand, spot, flex, commit-1y, commit-3y")
-    if spot and chosen not in ("spot", "on-demand"):
-        raise RequestError(f"--spot contradicts --market {market}")
-    return "spot" if spot else chosen
+    if spot and chosen != "spot":
+        raise RequestError(f"--spot contradicts --market {market}: give one of them")
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def search_offers(
     cloud: str | None = None,
     region: str | None = None,
     zone: str | None = None,
-    market: str = "on-demand",
+    market: str | None = None,
     spot: bool = False,
     include_local_zones: bool = False,
     data: str | None = None,

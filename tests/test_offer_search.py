@@ -15,7 +15,9 @@ from gpuinfra.offer_search import market_option, offer_json, run_json, search_of
     ("market", "spot", "chosen"),
     [
         ("on-demand", False, "on-demand"),
-        ("on-demand", True, "spot"),
+        (None, False, "on-demand"),
+        (None, True, "spot"),
+        ("spot", True, "spot"),
         ("spot", False, "spot"),
         ("flex", False, "flex-start"),
     ],
@@ -29,6 +31,8 @@ def test_market_option(market, spot, chosen):
     [
         ("reserved", False, "unknown --market 'reserved'; choose one of: on-demand, spot, flex, commit-1y, commit-3y"),
         ("flex", True, "--spot contradicts --market flex"),
+        # both given and saying different things: refused, never silently spot
+        ("on-demand", True, "--spot contradicts --market on-demand: give one of them"),
     ],
 )
 def test_market_option_refuses(market, spot, message):

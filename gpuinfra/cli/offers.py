@@ -36,8 +36,8 @@ def offers(
     region: str | None = options.Region,
     zone: str | None = options.Zone,
     instance_type: str | None = options.InstanceType,
-    market: str = typer.Option(
-        "on-demand",
+    market: str | None = typer.Option(
+        None,
         "--market",
         help="Market to rank by: on-demand, spot, flex (GCP flex-start / DWS), commit-1y or commit-3y (committed rate "
         "of on-demand VMs: AWS standard RI no upfront, GCP resource-based CUD). Offers without a price there, or of "

@@ -138,3 +138,14 @@ def test_a_project_dir_longer_than_the_file_system_takes(run_cli, tmp_path, comm
     deep = tmp_path.joinpath(*["d" * 200] * 25)  # about 5,000 characters: over Linux's PATH_MAX of 4,096
     _refused(run_cli(*command, "--project-dir", str(deep)), 2, "cannot be used: File name too long")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_spot_with_another_market_is_refused_not_silently_spot(run_cli):
+    _refused(
+        run_cli("offers", "--gpus", "4xA100", "--spot", "--market", "on-demand"),
+        2,
+        "--spot contradicts --market on-demand: give one of them",
+    )
+    both = run_cli("offers", "--gpus", "4xA100", "--spot", "--market", "spot", "--json")
+    alone = run_cli("offers", "--gpus", "4xA100", "--spot", "--json")
+    assert both.exit_code == 0 and json.loads(both.stdout) == json.loads(alone.stdout)

@@ -193,7 +193,7 @@ def test_types_not_sold_on_demand_are_not_offered_on_demand(run_cli):
             ["--market", "reserved"],
             "error: unknown --market 'reserved'; choose one of: on-demand, spot, flex, commit-1y, commit-3y",
         ),
-        (["--market", "flex", "--spot"], "error: --spot contradicts --market flex"),
+        (["--market", "flex", "--spot"], "error: --spot contradicts --market flex: give one of them"),
     ],
 )
 def test_bad_market_is_exit_2(run_cli, args, message):
