@@ -215,7 +215,7 @@ def test_ls_and_reap_expired(run_cli, project, monkeypatch):
     assert rows["old"]["expired"] is True and rows["train"]["expired"] is False
     assert rows["train"]["deployed"] is True and rows["train"]["compute_price_per_hour_usd"] == "43.915280"
     assert 87 < Decimal(rows["train"]["compute_cost_so_far_usd"]) < 88  # 2 h x $43.92/h
-    assert rows["train"]["catalog_date"] == "undated (imported 2026-11-22)"
+    assert rows["train"]["catalog_date"] == "undated (imported 2026-11-22); spot ranges 2025-11-30"
     dry = run_cli("reap", "--expired", "--dry-run", "--project-dir", str(project))
     assert "would destroy old" in dry.stdout and not [c for c in backend.calls if c[0] == "destroy"]
     assert run_cli("reap", "--expired", "--project-dir", str(project)).exit_code == 0
