@@ -168,6 +168,26 @@ class SpotRange:
     interruption_band: str = ""
 
 
+def _cited_rows(path: Path, key_fields: tuple[str, ...]) -> Iterable[tuple[int, tuple[str, ...], dict]]:
+    """``(line number, key, row)`` of a vendored price CSV whose every row names its source
+    (``source_ref``) and that source's date (``source_date``), one row per key.
+
+    Raises:
+        ValueError: a row without source or date (before the caller reads it), or a key seen
+            before (after the caller has checked that row's values).
+    """
+    seen: set[tuple[str, ...]] = set()
+    with open(path, newline="") as f:
+        for n, row in enumerate(csv.DictReader(f), start=2):
+            if not row.get("source_ref") or not row.get("source_date"):
+                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
+            key = tuple(row[k] for k in key_fields)
+            yield n, key, row
+            if key in seen:
+                raise ValueError(f"{path.name} line {n}: duplicate {key}")
+            seen.add(key)
+
+
 def load_aws_spot_ranges(path: Path) -> dict[tuple[str, str], SpotRange]:
     """Read ``aws_spot_range.csv``: (instance type, region) -> :class:`SpotRange`.
 
@@ -175,17 +195,11 @@ def load_aws_spot_ranges(path: Path) -> dict[tuple[str, str], SpotRange]:
         ValueError: a row without source or date, or not ``0 < min <= avg <= max``, or a duplicate.
     """
     ranges: dict[tuple[str, str], SpotRange] = {}
-    with open(path, newline="") as f:
-        for n, row in enumerate(csv.DictReader(f), start=2):
-            key = (row["instance_type"], row["region"])
-            if not row.get("source_ref") or not row.get("source_date"):
-                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
-            lo, avg, hi = (quantize_price(Decimal(row[f"spot_{k}_per_hour_usd"])) for k in ("min", "avg", "max"))
-            if not 0 < lo <= avg <= hi:
-                raise ValueError(f"{path.name} line {n}: need 0 < min <= avg <= max, got {lo}, {avg}, {hi}")
-            if key in ranges:
-                raise ValueError(f"{path.name} line {n}: duplicate {key}")
-            ranges[key] = SpotRange(lo, avg, hi, row["interruption_band"])
+    for n, (itype, region), row in _cited_rows(path, ("instance_type", "region")):
+        lo, avg, hi = (quantize_price(Decimal(row[f"spot_{k}_per_hour_usd"])) for k in ("min", "avg", "max"))
+        if not 0 < lo <= avg <= hi:
+            raise ValueError(f"{path.name} line {n}: need 0 < min <= avg <= max, got {lo}, {avg}, {hi}")
+        ranges[(itype, region)] = SpotRange(lo, avg, hi, row["interruption_band"])
     return ranges
 
 
@@ -281,17 +295,11 @@ def load_gcp_on_demand(path: Path) -> dict[tuple[str, str], Decimal]:
         ValueError: a row without a source or date, a price <= 0, or a duplicate key.
     """
     prices: dict[tuple[str, str], Decimal] = {}
-    with open(path, newline="") as f:
-        for n, row in enumerate(csv.DictReader(f), start=2):
-            key = (row["machine_type"], row["region"])
-            price = parse_price(row["price_per_hour_usd"])
-            if not row.get("source_ref") or not row.get("source_date"):
-                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
-            if price is None or price <= 0:
-                raise ValueError(f"{path.name} line {n}: price must be > 0, got {row['price_per_hour_usd']!r}")
-            if key in prices:
-                raise ValueError(f"{path.name} line {n}: duplicate {key}")
-            prices[key] = price
+    for n, (machine_type, region), row in _cited_rows(path, ("machine_type", "region")):
+        price = parse_price(row["price_per_hour_usd"])
+        if price is None or price <= 0:
+            raise ValueError(f"{path.name} line {n}: price must be > 0, got {row['price_per_hour_usd']!r}")
+        prices[(machine_type, region)] = price
     return prices
 
 
@@ -307,17 +315,11 @@ def load_gcp_spot(path: Path) -> dict[tuple[str, str], Decimal]:
             disagrees with the file's own ``month_spot`` (a transcription error), or a duplicate.
     """
     prices: dict[tuple[str, str], Decimal] = {}
-    with open(path, newline="") as f:
-        for n, row in enumerate(csv.DictReader(f), start=2):
-            key = (row["machine_type"], row["region"])
-            if not row.get("source_ref") or not row.get("source_date"):
-                raise ValueError(f"{path.name} line {n}: every price needs source_ref and source_date")
-            hour, month = Decimal(row["spot_price_per_hour_usd"]), Decimal(row["spot_price_per_month_usd"])
-            if hour <= 0 or abs(hour * HOURS_PER_MONTH - month) > Decimal("0.01"):
-                raise ValueError(f"{path.name} line {n}: hour_spot {hour} x 730 != month_spot {month}")
-            if key in prices:
-                raise ValueError(f"{path.name} line {n}: duplicate {key}")
-            prices[key] = quantize_price(hour)
+    for n, (machine_type, region), row in _cited_rows(path, ("machine_type", "region")):
+        hour, month = Decimal(row["spot_price_per_hour_usd"]), Decimal(row["spot_price_per_month_usd"])
+        if hour <= 0 or abs(hour * HOURS_PER_MONTH - month) > Decimal("0.01"):
+            raise ValueError(f"{path.name} line {n}: hour_spot {hour} x 730 != month_spot {month}")
+        prices[(machine_type, region)] = quantize_price(hour)
     return prices
 
 
