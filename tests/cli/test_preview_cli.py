@@ -207,35 +207,11 @@ def test_new_flags_a_spot_price_equal_to_on_demand(run_cli, tmp_path):
     from gpuinfra.catalog.store import load_catalog
 
     flagged = next(o for o in load_catalog().offers if o.cloud == "aws" and o.spot_not_discounted and not o.local_zone)
-    result = run_cli(
-        "new",
-        "--instance-type",
-        flagged.instance_type,
-        "--zone",
-        flagged.zone,
-        "--spot",
-        "--profile",
-        "dev",
-        "--project-dir",
-        str(tmp_path),
-        "--json",
-    )
+    args = ("new", "--instance-type", flagged.instance_type, "--zone", flagged.zone, "--spot", "--profile", "dev")
+    result = run_cli(*args, "--project-dir", str(tmp_path), "--json")
     assert result.exit_code == 0, result.stderr
     spot = json.loads(result.stdout)["spot"]
     assert spot["spot_not_discounted"] is True
     assert spot["spot_price_per_node_hour_usd"] == spot["fleet_max_price_per_instance_hour_usd"]
-    text = run_cli(
-        "new",
-        "--instance-type",
-        flagged.instance_type,
-        "--zone",
-        flagged.zone,
-        "--spot",
-        "--profile",
-        "dev",
-        "--name",
-        "t2",
-        "--project-dir",
-        str(tmp_path),
-    ).stdout
+    text = run_cli(*args, "--name", "t2", "--project-dir", str(tmp_path)).stdout
     assert "! spot is not below on-demand here: no saving" in text
