@@ -26,7 +26,7 @@ library versions and date. Rows use the fixture format of tests/fixtures/sizing/
 (metric ``device_used``, unit ``bytes``) so tests/sizing/test_fixtures.py checks them.
 
 Usage (a CUDA machine with torch, transformers, peft):
-    python benchmarks/measure_gpu_memory.py [--grid default|issue|phases] [--steps 3] [--out DIR] [--out-file PATH]
+    python benchmarks/measure_gpu_memory.py [--grid default|issue|phases|kv-throughput] [--steps 3] [--out DIR] [--out-file PATH]
 Without CUDA it prints one line and exits 6 (gpuinfra.errors.ExitCode.MISSING_DEPENDENCY).
 """
 
@@ -49,7 +49,9 @@ EXIT_MISSING_DEPENDENCY = 6
 
 #: (model, method, seq, batch, recompute[, optimizer]); ``issue`` are the two reference cases of
 #: tests/cli/test_size_cli.py; ``phases`` adds longer sequences, larger micro-batches and the
-#: optimizer implementations to the handed-over H100 rows (../shared/data/sizing/).
+#: optimizer implementations to the handed-over H100 rows (../shared/data/sizing/); ``kv-throughput``
+#: adds HF ``generate`` over a range of KV-cache sizes (batch x sequence, four architectures) and
+#: larger training micro-batches for step time.
 OPTIMIZERS = ("adamw-foreach", "adamw-fused", "adamw-8bit")
 GRIDS = {
     "phases": [
@@ -64,6 +66,19 @@ GRIDS = {
         ("llama-3.1-8b", "lora", 2048, 8, "full", "adamw-fused"),
         ("phi-3-mini", "inference", 4096, 16, "none"),
         ("llama-3.1-8b", "inference", 8192, 8, "none"),
+    ],
+    "kv-throughput": [
+        ("llama-3.1-8b", "inference", 1024, 64, "none"),
+        ("llama-3.1-8b", "inference", 4096, 16, "none"),
+        ("llama-3.1-8b", "inference", 16384, 2, "none"),
+        ("llama-3.1-8b", "inference", 32768, 1, "none"),
+        ("phi-3-mini", "inference", 2048, 32, "none"),
+        ("qwen2.5-7b", "inference", 8192, 4, "none"),
+        ("gpt2-xl", "inference", 1024, 16, "none"),
+        ("llama-3.1-8b", "lora", 4096, 4, "full", "adamw-fused"),
+        ("qwen2.5-7b", "lora", 2048, 4, "full", "adamw-fused"),
+        ("phi-3-mini", "full", 4096, 4, "full", "adamw-fused"),
+        ("gpt2-xl", "full", 1024, 32, "full", "adamw-fused"),
     ],
     "issue": [("llama-3.1-8b", "lora", 2048, 2, "full"), ("llama-3.1-8b", "inference", 2048, 32, "none")],
     "default": [
