@@ -233,3 +233,262 @@ def _utc(value: Any) -> datetime | None:
     if isinstance(value, str):
         value = datetime.fromisoformat(value.replace("Z", "+00:00"))
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+#: Durations EC2 sells a Capacity Block in: "1-day increments up to 14 days, and in 7-day increments
+#: up to 182 days" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-purchase.html;
+#: API_DescribeCapacityBlockOfferings ``CapacityDurationHours``), in hours.
+CAPACITY_BLOCK_DURATIONS_HOURS: tuple[int, ...] = tuple(24 * d for d in range(1, 15)) + tuple(
+    24 * d for d in range(21, 183, 7)
+)
+
+
+@dataclass(frozen=True)
+class CapacityBlockOffering:
+    """One offering of ``DescribeCapacityBlockOfferings`` (API_CapacityBlockOffering,
+    docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CapacityBlockOffering.html).
+
+    Attributes:
+        offering_id: ``capacityBlockOfferingId`` (what a purchase names).
+        instance_type, availability_zone, instance_count: what the block holds and where.
+        start / end: the block's window (UTC); EC2 begins to end its instances 30 minutes before
+            ``end`` (:data:`gpuinfra.spec.CAPACITY_BLOCK_TERMINATION_LEAD`).
+        duration_hours: ``capacityBlockDurationHours``.
+        upfront_usd: ``upfrontFee`` ("The total price to be paid up front") in USD; None when
+            the fee is missing, not a positive number or not in USD (never $0).
+        region: the region it was read in.
+    """
+
+    offering_id: str
+    instance_type: str
+    availability_zone: str
+    instance_count: int
+    start: datetime
+    end: datetime
+    duration_hours: int
+    upfront_usd: Decimal | None
+    region: str
+
+
+def capacity_block_duration_hours(run_hours: Decimal) -> int:
+    """The shortest Capacity Block duration (:data:`CAPACITY_BLOCK_DURATIONS_HOURS`) that holds a run
+    of ``run_hours`` before EC2 starts ending the instances 30 minutes before the block's end.
+
+    Raises:
+        RequestError: the run is longer than the longest block (182 days).
+    """
+    need = run_hours + Decimal(1) / 2
+    for hours in CAPACITY_BLOCK_DURATIONS_HOURS:
+        if hours >= need:
+            return hours
+    raise RequestError(f"a run of {run_hours} h is longer than the longest Capacity Block (182 days)")
+
+
+def capacity_block_offerings(
+    instance_type: str,
+    instance_count: int,
+    duration_hours: int,
+    start_from: datetime,
+    end_by: datetime,
+    region: str,
+    client_factory: Callable[[str, str], Any] | None = None,
+) -> list[CapacityBlockOffering]:
+    """The Capacity Blocks EC2 offers for ``instance_count`` x ``instance_type`` for
+    ``duration_hours`` that start on or after ``start_from`` and end by ``end_by``
+    (``DescribeCapacityBlockOfferings``: InstanceType, InstanceCount, CapacityDurationHours,
+    StartDateRange, EndDateRange; docs.aws.amazon.com/AWSEC2/latest/APIReference/
+    API_DescribeCapacityBlockOfferings.html; "we provide the details of up to 6 available blocks",
+    docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-blocks-purchase.html).
+
+    Args:
+        duration_hours: one of :data:`CAPACITY_BLOCK_DURATIONS_HOURS`.
+        client_factory: ``(service, region) -> boto3 client`` (default: the credential chain).
+
+    Returns:
+        The offerings of that type and count, earliest start first.
+
+    Raises:
+        MissingDependencyError: no AWS credentials, or EC2 refused them.
+        RequestError: EC2 refused the request (its code and message).
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    if client_factory is None:
+        client_factory = aws_client_factory()
+    try:
+        answer = client_factory("ec2", region).describe_capacity_block_offerings(
+            InstanceType=instance_type,
+            InstanceCount=instance_count,
+            CapacityDurationHours=duration_hours,
+            StartDateRange=start_from,
+            EndDateRange=end_by,
+        )
+    except NoCredentialsError:
+        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID") from None
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired"):
+            raise MissingDependencyError(f"EC2 refused the credentials ({code})") from None
+        raise RequestError(f"DescribeCapacityBlockOfferings in {region}: {code}") from None
+    except BotoCoreError as exc:
+        raise RequestError(f"DescribeCapacityBlockOfferings in {region}: {exc}") from None
+    found = []
+    for offer in answer.get("CapacityBlockOfferings") or []:
+        start, end = _utc(offer.get("StartDate")), _utc(offer.get("EndDate"))
+        if start is None or end is None or offer.get("InstanceType") != instance_type:
+            continue
+        if int(offer.get("InstanceCount", 0)) != instance_count:
+            continue
+        found.append(
+            CapacityBlockOffering(
+                offering_id=offer.get("CapacityBlockOfferingId", ""),
+                instance_type=instance_type,
+                availability_zone=offer.get("AvailabilityZone", ""),
+                instance_count=instance_count,
+                start=start,
+                end=end,
+                duration_hours=int(offer.get("CapacityBlockDurationHours") or 0),
+                upfront_usd=_fee_usd(offer),
+                region=region,
+            )
+        )
+    return sorted(found, key=lambda o: (o.start, o.upfront_usd is None, o.upfront_usd or 0, o.offering_id))
+
+
+def _fee_usd(offer: dict) -> Decimal | None:
+    """``UpfrontFee`` in USD, or None unless it is a positive number in USD."""
+    if offer.get("CurrencyCode") != "USD":
+        return None
+    try:
+        fee = Decimal(offer.get("UpfrontFee", ""))
+    except InvalidOperation:
+        return None
+    return fee.quantize(Decimal("0.000001")) if fee.is_finite() and fee > 0 else None
+
+
+def held_capacity_reservations(
+    region: str, instance_types: list[str], client_factory: Callable[[str, str], Any] | None = None
+) -> list[CapacityReservation]:
+    """The account's capacity reservations (ODCRs and Capacity Blocks) of ``instance_types`` in
+    ``region`` that take or will take launches (``DescribeCapacityReservations`` with the filters
+    ``instance-type`` and ``state`` = active | scheduled, docs.aws.amazon.com/AWSEC2/latest/
+    APIReference/API_DescribeCapacityReservations.html); Linux/UNIX default-tenancy ones only
+    (what gpuinfra launches).
+
+    Raises:
+        MissingDependencyError: no AWS credentials, or EC2 refused them.
+        RequestError: another EC2 error.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    if client_factory is None:
+        client_factory = aws_client_factory()
+    try:
+        answer = client_factory("ec2", region).describe_capacity_reservations(
+            Filters=[
+                {"Name": "instance-type", "Values": list(instance_types)},
+                {"Name": "state", "Values": list(LAUNCHABLE_STATES)},
+            ]
+        )
+    except NoCredentialsError:
+        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID") from None
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired"):
+            raise MissingDependencyError(f"EC2 refused the credentials ({code})") from None
+        raise RequestError(f"DescribeCapacityReservations in {region}: {code}") from None
+    except BotoCoreError as exc:
+        raise RequestError(f"DescribeCapacityReservations in {region}: {exc}") from None
+    held = []
+    for item in answer.get("CapacityReservations") or []:
+        state = item.get("State", "")
+        platform, tenancy = item.get("InstancePlatform", "Linux/UNIX"), item.get("Tenancy", "default")
+        if state not in LAUNCHABLE_STATES or not platform.startswith("Linux/UNIX") or tenancy != "default":
+            continue
+        if item.get("InstanceType") not in instance_types:
+            continue
+        total = int(item.get("TotalInstanceCount", 0))
+        group_arn = item.get("PlacementGroupArn") or ""
+        held.append(
+            CapacityReservation(
+                reservation_id=item.get("CapacityReservationId", ""),
+                instance_type=item["InstanceType"],
+                zone_id=item.get("AvailabilityZoneId", ""),
+                region=region,
+                total_instance_count=total,
+                available_instance_count=total if state == "scheduled" else int(item.get("AvailableInstanceCount", 0)),
+                placement_group=group_arn.rsplit("/", 1)[-1] if group_arn else None,
+                capacity_block=item.get("ReservationType") == "capacity-block",
+                state=state,
+                end_date=_utc(item.get("EndDate")),
+                start_date=_utc(item.get("StartDate")),
+                availability_zone=item.get("AvailabilityZone"),
+            )
+        )
+    return held
+
+
+@dataclass(frozen=True)
+class GcpReservation:
+    """One Compute Engine reservation the project holds (``reservations.aggregatedList``,
+    cloud.google.com/compute/docs/reference/rest/v1/reservations/aggregatedList; the Reservation
+    resource, cloud.google.com/compute/docs/reference/rest/v1/reservations).
+
+    Attributes:
+        name: the reservation's name; zone: its zone (``us-central1-a``).
+        machine_type: ``specificReservation.instanceProperties.machineType``.
+        count / in_use: ``specificReservation.count`` / ``inUseCount``.
+        end: ``deleteAtTime`` (when Compute Engine deletes it; calendar-mode reservations end so),
+            None when it has none.
+        calendar: ``reservationMode`` is ``CALENDAR`` ("The price for this reservation is
+            different from on-demand", v1beta Reservation.ReservationMode).
+    """
+
+    name: str
+    zone: str
+    machine_type: str
+    count: int
+    in_use: int
+    end: datetime | None
+    calendar: bool
+
+
+def held_gcp_reservations(
+    project: str, session: Any, compute_api: str = "https://compute.googleapis.com"
+) -> list[GcpReservation]:
+    """The project's READY reservations in every zone: one ``GET {compute_api}/compute/v1/projects/
+    {project}/aggregated/reservations`` through ``session`` (google-auth's ``AuthorizedSession``);
+    the answer's ``items`` maps ``zones/<zone>`` to ``{"reservations": [...]}`` or a ``warning``.
+
+    Raises:
+        MissingDependencyError: the API refused the credentials (401/403).
+        RequestError: another HTTP error or an answer that is not the documented JSON.
+    """
+    response = session.get(f"{compute_api}/compute/v1/projects/{project}/aggregated/reservations", timeout=10)
+    if response.status_code in (401, 403):
+        raise MissingDependencyError(f"Compute Engine refused the credentials (HTTP {response.status_code})")
+    if response.status_code != 200:
+        raise RequestError(f"reservations.aggregatedList in {project}: HTTP {response.status_code}")
+    try:
+        scopes = response.json().get("items", {})
+    except ValueError:
+        raise RequestError(f"reservations.aggregatedList in {project}: not JSON") from None
+    held = []
+    for scope in scopes.values():
+        for item in scope.get("reservations", []):
+            specific = item.get("specificReservation") or {}
+            machine = (specific.get("instanceProperties") or {}).get("machineType", "")
+            if item.get("status") != "READY" or not machine:
+                continue
+            held.append(
+                GcpReservation(
+                    name=item.get("name", ""),
+                    zone=str(item.get("zone", "")).rsplit("/", 1)[-1],
+                    machine_type=machine,
+                    count=int(specific.get("count", 0)),
+                    in_use=int(specific.get("inUseCount", 0)),
+                    end=_utc(item.get("deleteAtTime")),
+                    calendar=item.get("reservationMode") == "CALENDAR",
+                )
+            )
+    return held

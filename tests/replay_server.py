@@ -13,8 +13,16 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+def _matches(amz: str | None, target: str | None, body: bytes) -> bool:
+    """A route's third field: None (any request), an X-Amz-Target, or ``Action=<name>`` matched in
+    the form body (EC2's query API names the action there)."""
+    if amz is None or amz == target:
+        return True
+    return amz.startswith("Action=") and (amz + "&").encode() in body + b"&"
+
+
 class ReplayServer:
-    """Serve ``routes``: list of (method, path_prefix, amz_target or None, body dict)."""
+    """Serve ``routes``: list of (method, path_prefix, amz_target or ``Action=...`` or None, body dict)."""
 
     def __init__(self, routes):
         self.routes = routes
@@ -28,7 +36,7 @@ class ReplayServer:
                 target = self.headers.get("X-Amz-Target")
                 server.requests.append((method, self.path, target, body))
                 for m, prefix, amz, response in server.routes:
-                    if m == method and self.path.startswith(prefix) and (amz is None or amz == target):
+                    if m == method and self.path.startswith(prefix) and _matches(amz, target, body):
                         status, response = response if isinstance(response, tuple) else (200, response)
                         if isinstance(response, str):
                             payload, kind = response.encode(), "text/xml;charset=UTF-8"

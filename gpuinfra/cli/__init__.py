@@ -29,6 +29,9 @@ def _register() -> None:
     app.command("preview")(preview.preview)
     app.command("profiles")(profiles.profiles)
     app.command("size")(size.size)
+    from gpuinfra.cli import plan  # the deadline planner (gpuinfra plan)
+
+    app.command("plan")(plan.plan)
     app.command("up")(lifecycle.up)
     app.command("down")(lifecycle.down)
     app.command("ls")(lifecycle.ls)

@@ -62,6 +62,24 @@ def interruption_rate(offer: Offer) -> tuple[Decimal, str]:
     return Decimal(str(DEFAULT_INTERRUPTIONS_PER_NODE_HOUR)), f"assumed ({why})"
 
 
+def redone_hours_each(checkpoint_plan: dict | None) -> tuple[Decimal, Decimal, bool]:
+    """Hours of work redone after one interruption (module docstring): half the checkpoint interval
+    plus one checkpoint write.
+
+    Args:
+        checkpoint_plan: ``gpuinfra:checkpoint_plan`` / ``size --json`` ``checkpoint_plan``, or None.
+
+    Returns:
+        (redone hours, the interval in minutes, True when the interval is
+        :data:`ASSUMED_CHECKPOINT_INTERVAL_MINUTES` for want of a plan).
+    """
+    interval = (checkpoint_plan or {}).get("interval_minutes")
+    write_s = (checkpoint_plan or {}).get("upload_seconds") or 0
+    assumed = interval is None
+    interval_min = Decimal(str(ASSUMED_CHECKPOINT_INTERVAL_MINUTES if assumed else interval))
+    return interval_min / 2 / 60 + Decimal(str(write_s)) / 3600, interval_min, assumed
+
+
 def spot_outlook(offer: Offer, nodes: int, run_hours: Decimal, checkpoint_plan: dict | None) -> dict:
     """The ``spot`` object of the ``cost --spot`` document (module docstring).
 
@@ -75,11 +93,7 @@ def spot_outlook(offer: Offer, nodes: int, run_hours: Decimal, checkpoint_plan: 
         JSON-ready dict; money as :func:`gpuinfra.money.usd_json`, null when a price is missing.
     """
     rate, rate_source = interruption_rate(offer)
-    interval = (checkpoint_plan or {}).get("interval_minutes")
-    write_s = (checkpoint_plan or {}).get("upload_seconds") or 0
-    assumed_interval = interval is None
-    interval_min = Decimal(str(ASSUMED_CHECKPOINT_INTERVAL_MINUTES if assumed_interval else interval))
-    redone_each_h = interval_min / 2 / 60 + Decimal(str(write_s)) / 3600
+    redone_each_h, interval_min, assumed_interval = redone_hours_each(checkpoint_plan)
     expected = rate * nodes * run_hours
     redone_h = expected * redone_each_h
     spot, od = offer.spot_price_per_hour_usd, offer.on_demand_price_per_hour_usd

@@ -1,0 +1,91 @@
+"""``gpuinfra plan``: every way to buy the GPUs for a run by a deadline, priced side by side
+(:mod:`gpuinfra.services.deadline` does the work; this module parses and prints)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+
+import typer
+
+from gpuinfra.cli import options
+
+
+def plan(
+    by: str = typer.Option(..., "--by", help="Deadline: 2026-12-20 (00:00 UTC that day) or 2026-12-20T18:00Z."),
+    gpus: str | None = typer.Option(
+        None, "--gpus", help="GPUs per node: 8xH100 ... (with --hours).", show_default=False
+    ),
+    nodes: int = options.Nodes,
+    hours: float | None = typer.Option(None, "--hours", help="Run hours (with --gpus).", show_default=False),
+    model: str | None = typer.Option(
+        None,
+        "--model",
+        help="Size the run for this model (with --method and --tokens) instead of --gpus/--hours.",
+        show_default=False,
+    ),
+    method: str = typer.Option("full", "--method", help="With --model: pretrain | full | lora | qlora."),
+    tokens: str | None = typer.Option(
+        None, "--tokens", help="With --model: training tokens, e.g. 500B.", show_default=False
+    ),
+    budget: float | None = typer.Option(
+        None, "--budget", help="Most the run may cost in USD; plans over it are marked.", show_default=False
+    ),
+    cloud: str | None = options.Cloud,
+    region: str | None = options.Region,
+    restart_minutes: float | None = typer.Option(
+        None,
+        "--restart-minutes",
+        help="Spot: minutes to resume after an interruption (default: an assumption, 15).",
+        show_default=False,
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Plan a run by a deadline: on-demand, spot, AWS Capacity Blocks, GCP flex-start, calendar-mode
+    reservations and reservations you hold, with start, finish, total and risk, cheapest that meets it first."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.services.deadline import (
+        DeadlineRequest,
+        check_budget,
+        check_restart_minutes,
+        check_run_source,
+        deadline_document,
+        parse_deadline,
+        plan_lines,
+        sized_run,
+    )
+    from gpuinfra.spec import check_run_hours
+
+    now = datetime.now(UTC)
+    deadline = parse_deadline(by, now)
+    check_run_source(gpus, hours, model, tokens)
+    catalog = load_catalog()
+    checkpoint, sized = None, None
+    run_hours: Decimal | None
+    if model:
+        assert tokens is not None
+        gpus, nodes, run_hours, checkpoint, sized = sized_run(model, method, tokens, cloud, region, catalog)
+    else:
+        run_hours = check_run_hours(hours)
+    assert gpus is not None and run_hours is not None
+    req = DeadlineRequest(
+        gpus=gpus,
+        nodes=nodes,
+        run_hours=run_hours,
+        by=deadline,
+        now=now,
+        budget_usd=check_budget(budget),
+        cloud=cloud,
+        region=region,
+        checkpoint_plan=checkpoint,
+        restart_minutes=check_restart_minutes(restart_minutes),
+    )
+    doc = deadline_document(catalog, req, sized=sized)
+    if as_json:
+        print_json(doc)
+        return
+    out = stdout_console()
+    for line in plan_lines(doc):
+        out.print(line, markup=False)

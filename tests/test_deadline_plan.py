@@ -1,0 +1,236 @@
+"""`gpuinfra plan`: ways to buy a run by a deadline, read through the real boto3 EC2 client and the
+real google-auth session from local stand-ins answering in the documented formats, ranked with
+exact prices, starts and finishes; offline, the catalog plans and the options that need credentials."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.capacity import CAPACITY_BLOCK_DURATIONS_HOURS, capacity_block_duration_hours
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.errors import RequestError
+from gpuinfra.services.deadline import DeadlineRequest, deadline_document, parse_deadline, poisson_tail
+from tests.replay_server import ReplayServer
+from tests.test_capacity import _factory
+
+FIXTURES = Path(__file__).parent / "fixtures"
+OFFERINGS = (FIXTURES / "ec2_describe_capacity_block_offerings_deadline.xml").read_text()
+HELD = (FIXTURES / "ec2_describe_capacity_reservations_block.xml").read_text()
+NOW = datetime(2026, 11, 27, 6, 0, tzinfo=UTC)
+BY = datetime(2026, 12, 12, 0, 0, tzinfo=UTC)
+#: catalog p5.48xlarge in us-east-1 (use1-az1): on-demand and spot $/node-h, Spot Instance Advisor band 5-10%
+P5_ON_DEMAND, P5_SPOT, BAND_UPPER = Decimal("55.04"), Decimal("52.0766"), Decimal("0.10")
+
+
+def _aws_doc(by=BY, budget=None, offerings=OFFERINGS, held=HELD):
+    routes = [
+        ("POST", "/", "Action=DescribeCapacityBlockOfferings", offerings),
+        ("POST", "/", "Action=DescribeCapacityReservations", held),
+    ]
+    req = DeadlineRequest("8xH100", 2, Decimal(72), by, NOW, budget, cloud="aws", region="us-east-1")
+    with ReplayServer(routes) as server:
+        doc = deadline_document(load_catalog(), req, aws_client_factory=_factory(server.url))
+    return doc, server.requests
+
+
+def test_plans_are_ranked_for_the_deadline_with_exact_prices_and_starts():
+    doc, requests = _aws_doc()
+    rows = [(p["way"], p["offering_id"] or p["reservation_id"], p["total_usd"], p["marks"]) for p in doc["plans"]]
+    # the run is 72 h; Poisson mean = 0.10/730 per node-h x 2 nodes x 72 h, each interruption 15 min restart
+    # (assumed) + 30 min re-work (half the assumed 60 min interval)
+    mean = BAND_UPPER / 730 * 2 * 72
+    spot_usd = P5_SPOT * 2 * (72 + mean * Decimal("0.75"))
+    assert rows[0] == ("held-reservation", "cr-0123456789abcdef0", "0.000000", [])
+    assert rows[1] == ("capacity-block", "cb-0ddddddddddddddd4", "6144.000000", [])
+    assert rows[2][0] == "spot" and Decimal(rows[2][2]) == spot_usd.quantize(Decimal("0.000001")) and rows[2][3] == []
+    assert rows[3] == ("on-demand", None, str(P5_ON_DEMAND * 2 * 72) + "0000", [])
+    # the cheaper block starts too late to finish by the deadline; the one priced in EUR has no USD price
+    assert rows[4] == ("capacity-block", "cb-0ccccccccccccccc3", "5000.000000", ["misses deadline"])
+    assert rows[5] == ("capacity-block", "cb-0eeeeeeeeeeeeeee5", None, ["unpriced"])
+    block = doc["plans"][1]
+    assert (block["start"], block["finish"], block["window_end"], block["upfront"]) == (
+        "2026-11-28T11:30:00Z",
+        "2026-12-01T11:30:00Z",
+        "2026-12-02T11:30:00Z",
+        True,
+    )
+    assert "cannot be modified or cancelled" in block["risk"] and block["zone"] == "us-east-1b"
+    held = doc["plans"][0]
+    assert (held["start"], held["finish"]) == ("2026-11-27T06:00:00Z", "2026-11-30T06:00:00Z")
+    assert doc["meets_deadline"] == 4 and doc["not_seen"] == []
+    forms = [r[3].decode() for r in requests]
+    (ask,) = [f for f in forms if "Action=DescribeCapacityBlockOfferings" in f]
+    # 72 h + EC2's 30 min lead fit the 4-day block (1-day steps up to 14 days)
+    for part in (
+        "InstanceType=p5.48xlarge",
+        "InstanceCount=2",
+        "CapacityDurationHours=96",
+        "StartDateRange=2026-11-27T06%3A00%3A00",
+        "EndDateRange=2026-12-12T00%3A00%3A00",
+    ):
+        assert part in ask, part
+    (held_ask,) = [f for f in forms if "Action=DescribeCapacityReservations" in f]
+    assert "p5.48xlarge" in held_ask and "scheduled" in held_ask
+
+
+def test_a_budget_marks_the_plans_over_it_and_puts_them_after():
+    doc, _ = _aws_doc(budget=Decimal(7000))
+    marks = {(p["way"], p["offering_id"]): p["marks"] for p in doc["plans"]}
+    assert marks[("on-demand", None)] == ["over budget"] and marks[("spot", None)] == ["over budget"]
+    assert marks[("capacity-block", "cb-0ddddddddddddddd4")] == []
+    assert [p["way"] for p in doc["plans"][:2]] == ["held-reservation", "capacity-block"]
+
+
+def test_a_block_ending_before_the_run_does_not_meet_the_deadline():
+    # the held block ends 2026-11-30 11:30 and EC2 ends its instances from 11:00: a 72 h run from
+    # 2026-11-27 06:00 fits, an 80 h one does not
+    req = DeadlineRequest("8xH100", 2, Decimal(80), BY, NOW, cloud="aws", region="us-east-1")
+    routes = [
+        ("POST", "/", "Action=DescribeCapacityReservations", HELD),
+        ("POST", "/", "Action=DescribeCapacityBlockOfferings", OFFERINGS),
+    ]
+    with ReplayServer(routes) as server:
+        doc = deadline_document(load_catalog(), req, aws_client_factory=_factory(server.url))
+    (held,) = [p for p in doc["plans"] if p["way"] == "held-reservation"]
+    assert held["marks"] == ["misses deadline"]
+
+
+def test_spot_miss_probability_follows_the_poisson_model():
+    assert poisson_tail(2.0, 1) == pytest.approx(1 - 3 * math.exp(-2))
+    assert poisson_tail(0.5, -1) == 1.0
+    # slack 0.5 h is less than one interruption (0.75 h): any interruption misses the deadline
+    by = NOW + timedelta(hours=72.5)
+    doc, _ = _aws_doc(by=by)
+    (spot,) = [p for p in doc["plans"] if p["way"] == "spot"]
+    mean = 0.10 / 730 * 2 * 72
+    assert spot["miss_probability"] == pytest.approx(1 - math.exp(-mean), abs=1e-4)
+    assert "Poisson" in spot["risk"] and "restart assumed" in spot["risk"]
+    # a deadline shorter than the run itself: every plan misses it
+    doc, _ = _aws_doc(by=NOW + timedelta(hours=70))
+    assert doc["meets_deadline"] == 0 and all("misses deadline" in p["marks"] for p in doc["plans"])
+
+
+def test_ec2_errors_become_notes_not_failures():
+    error = (FIXTURES / "ec2_error_capacity_reservation_not_found.xml").read_text()
+    doc, _ = _aws_doc(offerings=(400, error), held=(400, error))
+    assert [p["way"] for p in doc["plans"]] == ["spot", "on-demand"]
+    assert any("DescribeCapacityBlockOfferings in us-east-1" in n for n in doc["notes"])
+
+
+def test_capacity_block_durations_are_the_documented_steps():
+    # 1-day steps up to 14 days, then 7-day steps up to 182 days (capacity-blocks-purchase.html)
+    assert CAPACITY_BLOCK_DURATIONS_HOURS[:3] == (24, 48, 72) and CAPACITY_BLOCK_DURATIONS_HOURS[13] == 14 * 24
+    assert CAPACITY_BLOCK_DURATIONS_HOURS[14] == 21 * 24 and CAPACITY_BLOCK_DURATIONS_HOURS[-1] == 182 * 24
+    assert capacity_block_duration_hours(Decimal("23.5")) == 24
+    assert capacity_block_duration_hours(Decimal("23.6")) == 48
+    assert capacity_block_duration_hours(Decimal(15 * 24)) == 21 * 24
+    with pytest.raises(RequestError, match="182 days"):
+        capacity_block_duration_hours(Decimal(182 * 24))
+
+
+def test_gcp_reservations_are_read_with_the_real_google_session():
+    from google.auth.credentials import AnonymousCredentials
+    from google.auth.transport.requests import AuthorizedSession
+
+    zone_url = "https://www.googleapis.com/compute/v1/projects/proj-1/zones/us-central1-a"
+    answer = {  # reservations.aggregatedList, cloud.google.com/compute/docs/reference/rest/v1/reservations/aggregatedList
+        "kind": "compute#reservationAggregatedList",
+        "items": {
+            "zones/us-central1-a": {
+                "reservations": [
+                    {
+                        "name": "a3-res",
+                        "zone": zone_url,
+                        "status": "READY",
+                        "specificReservation": {
+                            "count": "4",
+                            "inUseCount": "1",
+                            "instanceProperties": {"machineType": "a3-highgpu-8g"},
+                        },
+                    },
+                    {
+                        "name": "a3-full",
+                        "zone": zone_url,
+                        "status": "READY",
+                        "specificReservation": {
+                            "count": "2",
+                            "inUseCount": "1",
+                            "instanceProperties": {"machineType": "a3-highgpu-8g"},
+                        },
+                    },
+                ]
+            },
+            "zones/europe-west4-b": {"warning": {"code": "NO_RESULTS_ON_PAGE", "message": "none"}},
+        },
+    }
+    req = DeadlineRequest("8xH100", 2, Decimal(72), BY, NOW, cloud="gcp")
+    with ReplayServer([("GET", "/compute/v1/projects/proj-1/aggregated/reservations", None, answer)]) as server:
+        doc = deadline_document(
+            load_catalog(),
+            req,
+            gcp_session=AuthorizedSession(AnonymousCredentials()),
+            gcp_project="proj-1",
+            compute_api=server.url,
+        )
+    (held,) = [p for p in doc["plans"] if p["way"] == "held-reservation"]
+    # a3-highgpu-8g on demand in us-central1-a: $88.49 per node-hour (catalog) x 2 x 72 h
+    assert (held["reservation_id"], held["zone"], held["total_usd"]) == ("a3-res", "us-central1-a", "12742.560000")
+    assert "not seen" not in json.dumps(doc["not_seen"]) and doc["not_seen"] == []
+    assert len(server.requests) == 1
+
+
+def test_offline_plan_prints_catalog_plans_and_names_what_needs_credentials(run_cli):
+    by = (datetime.now(UTC) + timedelta(days=20)).strftime("%Y-%m-%d")
+    result = run_cli("plan", "--gpus", "8xH100", "--nodes", "2", "--hours", "72", "--by", by)
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    for way in ("on-demand", "spot", "flex-start", "calendar-reservation"):
+        assert way in out, way
+    assert "not seen: AWS Capacity Blocks (DescribeCapacityBlockOfferings): no AWS credentials" in out
+    assert "not seen: AWS reservations you hold (DescribeCapacityReservations)" in out
+    assert "not seen: GCP reservations you hold" in out
+    # the shipped catalog has no DWS price: flex-start is shown unpriced, never $0
+    (flex,) = [line for line in out.splitlines() if " flex-start " in line]
+    assert "incomplete" in flex and "[unpriced]" in flex
+    doc = json.loads(run_cli("plan", "--gpus", "8xH100", "--nodes", "2", "--hours", "72", "--by", by, "--json").stdout)
+    first = doc["plans"][0]
+    assert first["marks"] == [] and first["total_usd"] is not None
+    priced = [Decimal(p["total_usd"]) for p in doc["plans"] if not p["marks"]]
+    assert priced == sorted(priced)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--gpus", "8xH100", "--hours", "72", "--by", "2020-01-01"), "not in the future"),
+        (("--gpus", "8xH100", "--hours", "72", "--by", "soon"), "is not a date"),
+        (("--gpus", "8xH100", "--by", "2099-01-01"), "--gpus needs --hours"),
+        (("--model", "llama-3.1-8b", "--gpus", "8xH100", "--hours", "1", "--by", "2099-01-01"), "either --model"),
+        (("--gpus", "8xH100", "--hours", "72", "--budget", "-5", "--by", "2099-01-01"), "--budget"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(run_cli, args, message):
+    result = run_cli("plan", *args)
+    assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_named_model_gives_the_hours_through_sizing(run_cli):
+    by = (datetime.now(UTC) + timedelta(days=60)).strftime("%Y-%m-%d")
+    result = run_cli("plan", "--model", "llama-3.1-8b", "--method", "full", "--tokens", "2B", "--by", by, "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    cand = doc["sized"]["candidate"]
+    assert (doc["gpus"], doc["nodes"]) == (cand["gpus"], cand["nodes"])
+    assert Decimal(doc["run_hours"]) >= Decimal(str(cand["training_hours"]))
+
+
+def test_deadline_parsing():
+    assert parse_deadline("2026-12-20", NOW) == datetime(2026, 12, 20, tzinfo=UTC)
+    assert parse_deadline("2026-12-20T18:00Z", NOW) == datetime(2026, 12, 20, 18, tzinfo=UTC)
+    assert parse_deadline("2026-12-20T19:00+01:00", NOW) == datetime(2026, 12, 20, 18, tzinfo=UTC)
