@@ -67,11 +67,37 @@ def build_bake(spec):
     return bake
 
 
+def build_purchase(spec):
+    """Create the purchase component of a purchase stack (``gpuinfra:purchase``, written by
+    ``gpuinfra plan --buy``) and export its outputs.
+
+    Args:
+        spec: a :class:`gpuinfra.plan.purchase.PurchaseSpec` (AWS Capacity Blocks only).
+
+    Returns:
+        The component resource.
+    """
+    # only a purchase stack loads its component (and pulumi_aws)
+    from blueprints.aws.purchase import AwsCapacityBlockPurchase
+
+    purchase = AwsCapacityBlockPurchase(spec.stack, spec)
+    for key, value in purchase.exports().items():
+        pulumi.export(key, value)
+    return purchase
+
+
 def main() -> None:
-    """Program entry: load the spec of the selected stack (a cluster, or an image bake when the
-    stack has ``gpuinfra:bake``) and build it."""
+    """Program entry: load the spec of the selected stack (a cluster, an image bake when the
+    stack has ``gpuinfra:bake``, a purchase when it has ``gpuinfra:purchase``) and build it."""
     bake = pulumi.Config("gpuinfra").get_object("bake")
     if bake is not None:
         build_bake(BakeSpec.from_config(bake))
+        return
+    purchase = pulumi.Config("gpuinfra").get_object("purchase")
+    if purchase is not None:
+        # the purchase spec model: only for purchase stacks
+        from gpuinfra.plan.purchase import PurchaseSpec
+
+        build_purchase(PurchaseSpec.from_config(purchase))
         return
     build(load_spec())

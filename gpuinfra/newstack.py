@@ -40,6 +40,7 @@ from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
+from gpuinfra.services.purchase import purchased_block_price
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
@@ -214,7 +215,9 @@ def create_stack(
             raise RequestError("--capacity-reservation needs --region (EC2 reads reservations per region)")
         reservation = capacity.describe_capacity_reservation(request.capacity_reservation, planned.region)
         if reservation.capacity_block:  # its upfront fee, for the cost (None: the total stays incomplete)
-            reservation = replace(reservation, upfront_price=capacity.quote_capacity_block(reservation))
+            # the fee `gpuinfra plan --buy` bought it at, else a fresh quote of the same block
+            bought = purchased_block_price(project_dir, reservation)
+            reservation = replace(reservation, upfront_price=bought or capacity.quote_capacity_block(reservation))
         planned = replace(planned, capacity_reservation=reservation)
     planned = replace(planned, data=resolve_data_set(request.data, request.data_region, request.data_size))
     now = now or datetime.now(UTC)

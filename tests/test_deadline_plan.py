@@ -234,3 +234,130 @@ def test_deadline_parsing():
     assert parse_deadline("2026-12-20", NOW) == datetime(2026, 12, 20, tzinfo=UTC)
     assert parse_deadline("2026-12-20T18:00Z", NOW) == datetime(2026, 12, 20, 18, tzinfo=UTC)
     assert parse_deadline("2026-12-20T19:00+01:00", NOW) == datetime(2026, 12, 20, 18, tzinfo=UTC)
+
+
+# --- buying: plan --buy N writes a purchase stack, only with the confirmed amount ---------------
+
+
+def _buy_doc():
+    doc, _ = _aws_doc()
+    number = next(i for i, p in enumerate(doc["plans"], 1) if p["offering_id"] == "cb-0ddddddddddddddd4")
+    return doc, number
+
+
+def test_buying_is_refused_without_the_exact_confirmation(tmp_path):
+    from gpuinfra.services.purchase import buy
+
+    doc, number = _buy_doc()
+    for confirm in (None, "6000", "yes", "6144.01"):
+        with pytest.raises(RequestError, match=r"--confirm-non-refundable 6144\.00 to buy it \(--yes is not enough\)"):
+            buy(doc, number, confirm, "train", tmp_path)
+    assert not (tmp_path / "stacks").exists()
+    # a plan that is no Capacity Block, an unpriced one, and a number out of range
+    with pytest.raises(RequestError, match="buys AWS Capacity Blocks; plan 1 is held-reservation"):
+        buy(doc, 1, "0", "train", tmp_path)
+    unpriced = next(i for i, p in enumerate(doc["plans"], 1) if p["offering_id"] == "cb-0eeeeeeeeeeeeeee5")
+    with pytest.raises(RequestError, match="no USD price"):
+        buy(doc, unpriced, "5900", "train", tmp_path)
+    with pytest.raises(RequestError, match="there are 6 plans"):
+        buy(doc, 7, "1", "train", tmp_path)
+
+
+def test_the_purchase_stack_records_the_offering_and_previews_with_zero_violations(tmp_path):
+    import yaml
+
+    from gpuinfra.plan.purchase import PurchaseSpec
+    from gpuinfra.services.purchase import buy, preview_purchase
+
+    doc, number = _buy_doc()
+    path, spec = buy(doc, number, "$6,144.00", "train", tmp_path)
+    assert path == tmp_path / "stacks" / "Pulumi.train-block.yaml"
+    config = yaml.safe_load(path.read_text())["config"]
+    assert config["aws:region"] == "us-east-1"
+    recorded = PurchaseSpec.from_config(config["gpuinfra:purchase"])
+    assert (recorded.offering_id, recorded.upfront_usd, recorded.confirmed_non_refundable_usd) == (
+        "cb-0ddddddddddddddd4",
+        "6144.000000",
+        "6144.000000",
+    )
+    assert (recorded.start, recorded.end) == (
+        datetime(2026, 11, 28, 11, 30, tzinfo=UTC),
+        datetime(2026, 12, 2, 11, 30, tzinfo=UTC),
+    )
+    assert (
+        recorded.cluster_stack == "train"
+        and "DescribeCapacityBlockOfferings cb-0ddddddddddddddd4" in recorded.price_source
+    )
+    result, violations = preview_purchase(spec)
+    assert violations == []
+    (block,) = [r for r in result.resources if r.type == "aws:ec2/capacityBlockReservation:CapacityBlockReservation"]
+    # pulumi-aws CapacityBlockReservation: the offering and the platform gpuinfra's nodes run
+    assert block.inputs["capacityBlockOfferingId"] == "cb-0ddddddddddddddd4"
+    assert block.inputs["instancePlatform"] == "Linux/UNIX"
+    assert block.inputs["tags"]["gpuinfra:cluster-stack"] == "train"
+
+
+def test_new_prices_the_bought_block_at_the_recorded_fee(tmp_path):
+    from gpuinfra.capacity import CapacityReservation
+    from gpuinfra.services.purchase import buy, purchased_block_price
+
+    doc, number = _buy_doc()
+    buy(doc, number, "6144", "train", tmp_path)
+    bought = CapacityReservation(
+        reservation_id="cr-0aaaaaaaaaaaaaaa1",
+        instance_type="p5.48xlarge",
+        zone_id="use1-az2",
+        region="us-east-1",
+        total_instance_count=2,
+        available_instance_count=2,
+        placement_group=None,
+        capacity_block=True,
+        state="scheduled",
+        start_date=datetime(2026, 11, 28, 11, 30, tzinfo=UTC),
+        end_date=datetime(2026, 12, 2, 11, 30, tzinfo=UTC),
+        availability_zone="us-east-1b",
+    )
+    price = purchased_block_price(tmp_path, bought)
+    assert price is not None and price.upfront_usd == Decimal("6144") and "train-block" in price.source
+    from dataclasses import replace
+
+    assert purchased_block_price(tmp_path, replace(bought, availability_zone="us-east-1c")) is None
+
+
+def test_plan_buy_on_the_command_line_needs_the_confirmation(run_cli, tmp_path, monkeypatch):
+    from gpuinfra.services import deadline
+
+    monkeypatch.setattr(deadline, "default_aws_client_factory", lambda: _factory(server.url))
+    routes = [
+        ("POST", "/", "Action=DescribeCapacityBlockOfferings", OFFERINGS),
+        ("POST", "/", "Action=DescribeCapacityReservations", HELD),
+    ]
+    args = (
+        "plan",
+        "--gpus",
+        "8xH100",
+        "--nodes",
+        "2",
+        "--hours",
+        "72",
+        "--by",
+        "2026-12-12",
+        "--cloud",
+        "aws",
+        "--region",
+        "us-east-1",
+        "--project-dir",
+        str(tmp_path),
+    )
+    with ReplayServer(routes) as server:
+        listing = run_cli(*args, "--json")
+        if listing.exit_code == 2 and "not in the future" in listing.stderr:
+            pytest.skip("the recorded offerings' deadline has passed")
+        plans = json.loads(listing.stdout)["plans"]
+        number = next(i for i, p in enumerate(plans, 1) if p["offering_id"] == "cb-0ddddddddddddddd4")
+        refused = run_cli(*args, "--buy", str(number))
+        bought = run_cli(*args, "--buy", str(number), "--confirm-non-refundable", "6144.00", "--name", "train")
+    assert refused.exit_code == 2 and "--confirm-non-refundable 6144.00" in refused.stderr
+    assert bought.exit_code == 0, bought.stderr
+    assert "0 rule violations" in bought.stdout and "pulumi up --stack train-block" in bought.stdout
+    assert (tmp_path / "stacks" / "Pulumi.train-block.yaml").is_file()

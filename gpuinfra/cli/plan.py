@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import typer
 
@@ -40,12 +41,27 @@ def plan(
         show_default=False,
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
+    buy: int | None = typer.Option(
+        None, "--buy", help="Write the purchase stack of plan N (an AWS Capacity Block) as listed.", show_default=False
+    ),
+    confirm_non_refundable: str | None = typer.Option(
+        None,
+        "--confirm-non-refundable",
+        help="With --buy: the Capacity Block's upfront fee in USD, paid up front and never refunded.",
+        show_default=False,
+    ),
+    name: str = typer.Option(
+        "deadline", "--name", help="With --buy: the cluster stack's name; the purchase stack is <name>-block."
+    ),
+    project_dir: Path = options.ProjectDir,
+    force: bool = typer.Option(False, "--force", help="With --buy: replace an existing purchase stack file."),
 ) -> None:
     """Plan a run by a deadline: on-demand, spot, AWS Capacity Blocks, GCP flex-start, calendar-mode
     reservations and reservations you hold, with start, finish, total and risk, cheapest that meets it first."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.catalog.store import load_catalog
     from gpuinfra.cli.console import print_json, stdout_console
+    from gpuinfra.services import purchase
     from gpuinfra.services.deadline import (
         DeadlineRequest,
         check_budget,
@@ -56,7 +72,7 @@ def plan(
         plan_lines,
         sized_run,
     )
-    from gpuinfra.spec import check_run_hours
+    from gpuinfra.spec import check_new_stack_name, check_run_hours
 
     now = datetime.now(UTC)
     deadline = parse_deadline(by, now)
@@ -83,6 +99,25 @@ def plan(
         restart_minutes=check_restart_minutes(restart_minutes),
     )
     doc = deadline_document(catalog, req, sized=sized)
+    if buy is not None:
+        check_new_stack_name(name)
+        path, spec = purchase.buy(doc, buy, confirm_non_refundable, name, project_dir, force)
+        out = stdout_console()
+        out.print(
+            f"wrote {path}: Capacity Block {spec.offering_id}, {spec.instance_count} x {spec.instance_type} in "
+            f"{spec.availability_zone}, {spec.start:%Y-%m-%d %H:%M} to {spec.end:%Y-%m-%d %H:%M} UTC, "
+            f"${Decimal(spec.upfront_usd):,.2f} up front (not refundable); previewed offline with 0 rule violations",
+            markup=False,
+        )
+        out.print(
+            f"buy:  pulumi up --stack {spec.stack}   (in {project_dir}; output capacity_reservation_id)", markup=False
+        )
+        out.print(
+            f"then: gpuinfra new --capacity-reservation <capacity_reservation_id> --region {spec.region} "
+            f"--nodes {spec.instance_count} --name {name}; gpuinfra up {name} from {spec.start:%Y-%m-%d %H:%M} UTC",
+            markup=False,
+        )
+        return
     if as_json:
         print_json(doc)
         return

@@ -1,0 +1,220 @@
+"""``gpuinfra plan --buy N``: turn plan N into a purchase stack, with consent naming the amount.
+
+Only AWS Capacity Blocks are bought this way (:mod:`gpuinfra.plan.purchase`). A Capacity Block is
+paid up front and "You can't modify or cancel a Capacity Block"
+(docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-release.html), so buying needs
+``--confirm-non-refundable USD`` equal to the offering's upfront fee; anything else is refused
+with one message naming the amount (``--yes`` is not a confirmation of an amount).
+
+The purchase stack records the offering (id, type, count, AZ, window, fee, source, date) and the
+cluster stack meant to use it. After ``pulumi up`` of that stack bought the block, ``gpuinfra new
+--capacity-reservation cr-...`` writes the cluster stack through its usual path (type, AZ and
+count from the reservation, TTL capped to the block's end) and prices the block at the fee
+recorded here (:func:`purchased_block_price`).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import yaml
+
+from gpuinfra import __version__
+from gpuinfra.capacity import CapacityBlockPrice, CapacityReservation
+from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, RequestError, RuleViolationError, SpecError
+from gpuinfra.fsutil import NewFiles, folder_problem
+from gpuinfra.money import usd_json
+from gpuinfra.plan.purchase import PURCHASE_CONFIG_KEY, PurchaseSpec
+from gpuinfra.preview import PreviewMocks, PreviewResult, run_program
+from gpuinfra.rules import check_graph
+from gpuinfra.rules.model import ResourceGraph, Violation
+from gpuinfra.stackfile import stack_file_path
+
+
+def check_confirmation(plan: dict, confirm_usd: str | None) -> Decimal:
+    """The upfront fee of ``plan`` when ``confirm_usd`` names exactly that amount.
+
+    Args:
+        plan: one entry of the plan document's ``plans`` (:func:`gpuinfra.services.deadline.deadline_document`).
+        confirm_usd: ``--confirm-non-refundable`` as given (``6144``, ``6144.00``), or None.
+
+    Raises:
+        RequestError: the plan is not a priced Capacity Block, or the confirmation is missing or
+            names another amount (one line, naming the amount; exit 2).
+    """
+    if plan["way"] != "capacity-block":
+        raise RequestError(
+            f"--buy buys AWS Capacity Blocks; plan {plan.get('index', '?')} is {plan['way']} "
+            "(create it with `gpuinfra new`, or request it in the cloud console)"
+        )
+    if plan["total_usd"] is None:
+        raise RequestError(f"Capacity Block offering {plan['offering_id']} has no USD price: not bought")
+    fee = Decimal(plan["total_usd"])
+    amount = f"{fee:.2f}"
+    ask = (
+        f"Capacity Block {plan['offering_id']} ({plan['nodes']} x {plan['instance_type']}, {plan['zone']}, "
+        f"{plan['start']} to {plan['window_end']}) costs ${fee:,.2f} paid up front, cannot be cancelled and is not "
+        f"refunded if the stack is destroyed: pass --confirm-non-refundable {amount} to buy it (--yes is not enough)"
+    )
+    if confirm_usd is None:
+        raise RequestError(ask)
+    try:
+        confirmed = Decimal(confirm_usd.strip().lstrip("$").replace(",", ""))
+    except InvalidOperation:
+        raise RequestError(ask) from None
+    if not confirmed.is_finite() or confirmed.quantize(Decimal("0.01")) != fee.quantize(Decimal("0.01")):
+        raise RequestError(ask)
+    return fee
+
+
+def purchase_spec(plan: dict, name: str, cluster_stack: str, confirmed_usd: Decimal, read_on: str) -> PurchaseSpec:
+    """The purchase spec of Capacity Block plan ``plan`` (checked by :func:`check_confirmation`).
+
+    Args:
+        name / cluster_stack: the purchase stack's and the cluster stack's names.
+        read_on: the day the offering was read (``YYYY-MM-DD``).
+
+    Raises:
+        SpecError: a field the offering gave does not validate (the message names it).
+    """
+    try:
+        return PurchaseSpec.model_validate(
+            dict(
+                stack=name,
+                cluster_stack=cluster_stack,
+                region=plan["region"],
+                availability_zone=plan["zone"],
+                offering_id=plan["offering_id"],
+                instance_type=plan["instance_type"],
+                instance_count=plan["nodes"],
+                start=plan["start"],
+                end=plan["window_end"],
+                upfront_usd=str(usd_json(Decimal(plan["total_usd"]))),
+                price_source=plan["price_source"][:300],
+                price_date=read_on,
+                confirmed_non_refundable_usd=str(usd_json(confirmed_usd)),
+            )
+        )
+    except ValueError as exc:
+        raise SpecError(f"the offering does not make a valid purchase: {exc}") from None
+
+
+def render_purchase_stack(spec: PurchaseSpec) -> str:
+    """The purchase stack file's text: a header with the next steps, ``aws:region`` and
+    ``gpuinfra:purchase``."""
+    header = (
+        f'# Pulumi stack "{spec.stack}" of the gpuinfra project: a Capacity Block purchase, written by '
+        f"gpuinfra {__version__} (gpuinfra plan --buy).\n"
+        f"# {spec.instance_count} x {spec.instance_type} in {spec.availability_zone}, {spec.start:%Y-%m-%d %H:%M} to "
+        f"{spec.end:%Y-%m-%d %H:%M} UTC, ${Decimal(spec.upfront_usd):,.2f} paid up front, NOT refundable.\n"
+        f"# Buy:  pulumi up --stack {spec.stack}   (output capacity_reservation_id)\n"
+        f"# Use:  gpuinfra new --capacity-reservation <capacity_reservation_id> --region {spec.region} "
+        f"--nodes {spec.instance_count} --name {spec.cluster_stack}\n"
+        f"#       then gpuinfra up {spec.cluster_stack} from {spec.start:%Y-%m-%d %H:%M} UTC (the block takes "
+        "instances from its start)\n"
+    )
+    config = {"aws:region": spec.region, f"gpuinfra:{PURCHASE_CONFIG_KEY}": spec.to_config()}
+    return header + yaml.safe_dump({"config": config}, sort_keys=False, width=100)
+
+
+def write_purchase_stack(spec: PurchaseSpec, project_dir: Path, force: bool = False) -> Path:
+    """Write ``stacks/Pulumi.<name>.yaml`` for ``spec`` (all or nothing).
+
+    Raises:
+        FileExistsGpuinfraError: the file exists and not ``force`` (exit 5).
+        ProjectDirError: ``project_dir`` cannot be written (exit 2).
+    """
+    project_dir = Path(project_dir)
+    if project_dir.exists() and folder_problem(project_dir):
+        raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
+    target = stack_file_path(project_dir, spec.stack)
+    if target.exists() and not force:
+        raise FileExistsGpuinfraError(f"stack file {target} already exists; pass --force or pick another --name")
+    try:
+        with NewFiles() as files:
+            files.write(target, render_purchase_stack(spec), exclusive=not force)
+    except OSError as exc:
+        raise ProjectDirError(
+            f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)"
+        ) from None
+    return target
+
+
+def preview_purchase(spec: PurchaseSpec) -> tuple[PreviewResult, list[Violation]]:
+    """The purchase stack's resources offline (the real program under Pulumi's mocks,
+    :func:`gpuinfra.preview.run_program`) and the rule violations over them."""
+
+    def program():
+        # imported when the program runs: blueprints load Pulumi and the cloud provider SDK
+        from blueprints.program import build_purchase
+
+        return build_purchase(spec)
+
+    config = {f"gpuinfra:{PURCHASE_CONFIG_KEY}": json.dumps(spec.to_config()), "aws:region": spec.region}
+    result = run_program(spec.stack, PreviewMocks(spec), config, program)
+    return result, check_graph(ResourceGraph.from_records(result.resources), {})
+
+
+def buy(
+    doc: dict, number: int, confirm_usd: str | None, name: str, project_dir: Path, force: bool = False
+) -> tuple[Path, PurchaseSpec]:
+    """Write the purchase stack of plan ``number`` (1-based, as listed) of ``doc``.
+
+    Args:
+        doc: :func:`gpuinfra.services.deadline.deadline_document`.
+        confirm_usd: ``--confirm-non-refundable``; name: the cluster stack's name (the purchase
+            stack is ``<name>-block``).
+
+    Raises:
+        RequestError: no plan ``number``, not a priced Capacity Block, or no matching confirmation.
+        RuleViolationError: the purchase stack's offline preview breaks a rule (nothing written).
+        FileExistsGpuinfraError / ProjectDirError: as :func:`write_purchase_stack`.
+    """
+    plans = doc["plans"]
+    if not 1 <= number <= len(plans):
+        raise RequestError(f"--buy {number}: there are {len(plans)} plans (1 to {len(plans)})")
+    plan = {**plans[number - 1], "index": number}
+    fee = check_confirmation(plan, confirm_usd)
+    spec = purchase_spec(plan, f"{name}-block", name, fee, str(doc["now"])[:10])
+    _, violations = preview_purchase(spec)
+    if violations:
+        raise RuleViolationError(violations)
+    return write_purchase_stack(spec, project_dir, force), spec
+
+
+def purchased_block_price(project_dir: Path, block: CapacityReservation) -> CapacityBlockPrice | None:
+    """The fee recorded by the purchase stack in ``project_dir`` that bought a block like ``block``
+    (same instance type, count, AZ, start and end), or None.
+
+    Returns:
+        The recorded fee with its source (the offering and the purchase stack) and the day it was
+        read; None when no purchase stack matches or a stack file is unreadable.
+    """
+    folder = Path(project_dir) / "stacks"
+    if not block.capacity_block or not folder.is_dir():
+        return None
+    for path in sorted(folder.glob("Pulumi.*.yaml")):
+        try:
+            config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
+            raw = config.get(f"gpuinfra:{PURCHASE_CONFIG_KEY}")
+            if raw is None:
+                continue
+            spec = PurchaseSpec.from_config(raw)
+        except (OSError, yaml.YAMLError, SpecError, AttributeError):
+            continue
+        same = (
+            spec.instance_type == block.instance_type
+            and spec.instance_count == block.total_instance_count
+            and spec.availability_zone == block.availability_zone
+            and spec.start == block.start_date
+            and spec.end == block.end_date
+        )
+        if same:
+            return CapacityBlockPrice(
+                Decimal(spec.upfront_usd),
+                f"bought with purchase stack {spec.stack}: {spec.price_source}"[:300],
+                spec.price_date,
+            )
+    return None
