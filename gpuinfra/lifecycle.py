@@ -63,6 +63,7 @@ from gpuinfra.errors import (
 )
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.money import Total, usd_json
+from gpuinfra.plan.purchase import purchase_stacks
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
@@ -749,12 +750,14 @@ class StackListing:
 def list_stacks(project_dir: Path, backend: Backend | None, now: datetime | None = None) -> StackListing:
     """Every cluster stack file of the project, joined with the backend's view when available; a
     file that cannot be read is listed as invalid with the reason. Bake stacks (``gpuinfra image
-    ls`` lists them) are left out: they have no nodes, TTL or price per hour."""
+    ls`` lists them) and purchase stacks (``gpuinfra plan --buy``) are left out: they have no nodes,
+    TTL or price per hour."""
     now = now or datetime.now(UTC)
     statuses = {s.name: s for s in backend.list_stacks(project_dir)} if backend is not None else {}
     listing = StackListing([], [])
     catalog = load_catalog()
     bakes = {b.stack for b in list_bakes(project_dir)}
+    bakes |= purchase_stacks(project_dir)  # `gpuinfra plan --buy` purchases: no nodes, no TTL
     for name in stack_names(project_dir):
         if name in bakes:
             continue

@@ -542,6 +542,7 @@ def _reservation_fields(cr: CapacityReservation | None) -> dict:
         return {}
     return {
         "capacity_block_end": cr.end_date if cr.capacity_block else None,
+        "capacity_block_start": cr.start_date if cr.capacity_block else None,
         "capacity_reservation_id": cr.reservation_id,
         "capacity_reservation_instance_type": cr.instance_type,
         "capacity_reservation_zone": cr.zone_id,

@@ -503,6 +503,9 @@ class ClusterSpec(BaseModel):
         capacity_block_end: the Capacity Block's ``EndDate`` (UTC, EC2
             ``DescribeCapacityReservations``); :attr:`expires_at` ends the nodes
             :data:`CAPACITY_BLOCK_END_MARGIN` before it.
+        capacity_block_start: the Capacity Block's ``StartDate`` (UTC): it takes no instances before
+            it (state ``scheduled``, API_CapacityReservation ``State``), so ``up`` refuses to run
+            earlier (:meth:`check_block_started`). None for other stacks.
         capacity_block_upfront_usd: the Capacity Block's upfront fee for the whole block (USD,
             a plain decimal string as :func:`gpuinfra.money.usd_json` writes it); ``cost``
             shows it as one upfront line and the total includes it. ``new`` writes the quote
@@ -578,6 +581,7 @@ class ClusterSpec(BaseModel):
     capacity_reservation_instance_type: str | None = None
     capacity_block: bool = False
     capacity_block_end: datetime | None = None
+    capacity_block_start: datetime | None = None
     capacity_block_upfront_usd: str | None = Field(default=None, pattern=r"^[0-9]{1,12}(\.[0-9]{1,6})?$")
     capacity_block_price_source: str | None = Field(default=None, min_length=1, max_length=300)
     capacity_block_price_date: str | None = Field(default=None, pattern=r"^20[0-9]{2}-[01][0-9]-[0-3][0-9]$")
@@ -676,7 +680,7 @@ class ClusterSpec(BaseModel):
             raise ValueError("use 1-100 letters, digits, '-', '_' or '.' (Pulumi's stack-name rule)")
         return value
 
-    @field_validator("created_at", "capacity_block_end")
+    @field_validator("created_at", "capacity_block_end", "capacity_block_start")
     @classmethod
     def _utc(cls, value: datetime | None) -> datetime | None:
         if value is None:
@@ -703,6 +707,8 @@ class ClusterSpec(BaseModel):
             raise ValueError(f"AWS zone must be an AZ ID such as use1-az4, got {self.zone!r}")
         if self.capacity_block and not self.capacity_reservation_id:
             raise ValueError("capacity_block needs capacity_reservation_id (the Capacity Block's cr-... id)")
+        if self.capacity_block_start is not None and not self.capacity_block:
+            raise ValueError("capacity_block_start is the start of a Capacity Block: it needs capacity_block: true")
         if self.capacity_block_end is not None and not self.capacity_block:
             raise ValueError("capacity_block_end is the end of a Capacity Block: it needs capacity_block: true")
         price = (self.capacity_block_upfront_usd, self.capacity_block_price_source, self.capacity_block_price_date)
@@ -806,6 +812,19 @@ class ClusterSpec(BaseModel):
         if self.capacity_block_end is None:
             return self.ttl_end
         return min(self.ttl_end, self.capacity_block_end - CAPACITY_BLOCK_END_MARGIN)
+
+    def check_block_started(self, now: datetime) -> None:
+        """Refuse ``up`` before the Capacity Block's start (:attr:`capacity_block_start`): until then
+        the block is ``scheduled`` and takes no instances, so the launch would fail.
+
+        Raises:
+            SpecError: with the start time (exit 2).
+        """
+        if self.capacity_block_start is not None and now < self.capacity_block_start:
+            raise SpecError(
+                f"capacity block {self.capacity_reservation_id} starts at {self.capacity_block_start:%Y-%m-%d %H:%M} UTC "
+                f"and takes no instances before: run `gpuinfra up {self.stack}` then or later"
+            )
 
     def check_ttl_within_block(self) -> None:
         """Refuse a TTL that runs past the Capacity Block's end less :data:`CAPACITY_BLOCK_END_MARGIN`

@@ -295,6 +295,11 @@ def test_the_purchase_stack_records_the_offering_and_previews_with_zero_violatio
     assert block.inputs["capacityBlockOfferingId"] == "cb-0ddddddddddddddd4"
     assert block.inputs["instancePlatform"] == "Linux/UNIX"
     assert block.inputs["tags"]["gpuinfra:cluster-stack"] == "train"
+    # no nodes and no TTL: `ls` and `reap` leave the purchase out (not listed as an invalid cluster)
+    from gpuinfra.lifecycle import list_stacks
+
+    listing = list_stacks(tmp_path, None)
+    assert listing.rows == [] and listing.invalid == []
 
 
 def test_new_prices_the_bought_block_at_the_recorded_fee(tmp_path):
@@ -361,3 +366,65 @@ def test_plan_buy_on_the_command_line_needs_the_confirmation(run_cli, tmp_path, 
     assert bought.exit_code == 0, bought.stderr
     assert "0 rule violations" in bought.stdout and "pulumi up --stack train-block" in bought.stdout
     assert (tmp_path / "stacks" / "Pulumi.train-block.yaml").is_file()
+
+
+def test_a_bought_block_gives_new_its_fee_and_up_waits_for_its_start(run_cli, tmp_path, monkeypatch):
+    """The cluster stack of a block bought with `plan --buy`: `new --capacity-reservation` records
+    the purchase stack's fee (so `cost` totals the block) and the block's start, and `up` refuses
+    to launch before that start (a scheduled block takes no instances)."""
+    from dataclasses import replace as dc_replace
+
+    import yaml
+
+    from gpuinfra import capacity
+    from gpuinfra.plan.purchase import PurchaseSpec
+    from gpuinfra.services.purchase import write_purchase_stack
+    from tests.test_capacity import _cr
+
+    start = (datetime.now(UTC) + timedelta(days=2)).replace(hour=11, minute=30, second=0, microsecond=0)
+    end = start + timedelta(days=4)
+    block = dc_replace(
+        _cr(), state="scheduled", start_date=start, end_date=end, total_instance_count=2, available_instance_count=2
+    )
+    monkeypatch.setattr(capacity, "describe_capacity_reservation", lambda rid, region, factory=None: block)
+    bought = PurchaseSpec(
+        stack="train-block",
+        cluster_stack="train",
+        region="us-east-1",
+        availability_zone=block.availability_zone,
+        offering_id="cb-0ddddddddddddddd4",
+        instance_type="p5.48xlarge",
+        instance_count=2,
+        start=start,
+        end=end,
+        upfront_usd="6144.000000",
+        price_source="EC2 DescribeCapacityBlockOfferings cb-0ddddddddddddddd4",
+        price_date="2026-11-27",
+        confirmed_non_refundable_usd="6144.000000",
+    )
+    write_purchase_stack(bought, tmp_path)
+    result = run_cli(
+        "new",
+        "--capacity-reservation",
+        "cr-0123456789abcdef0",
+        "--region",
+        "us-east-1",
+        "--nodes",
+        "2",
+        "--profile",
+        "llm-pretrain",
+        "--name",
+        "train",
+        "--project-dir",
+        str(tmp_path),
+    )
+    assert result.exit_code == 0, result.stderr
+    cluster = yaml.safe_load((tmp_path / "stacks" / "Pulumi.train.yaml").read_text())["config"]["gpuinfra:cluster"]
+    assert Decimal(cluster["capacity_block_upfront_usd"]) == Decimal(6144)
+    assert cluster["capacity_block_price_source"].startswith("bought with purchase stack train-block")
+    assert datetime.fromisoformat(cluster["capacity_block_start"].replace("Z", "+00:00")) == start
+    cost = json.loads(run_cli("cost", "train", "--json", "--project-dir", str(tmp_path)).stdout)
+    (line,) = [x for x in cost["lines"] if x["component"].startswith("Capacity Block, paid up front")]
+    assert Decimal(line["run_usd"]) == Decimal(6144)
+    refused = run_cli("up", "train", "--project-dir", str(tmp_path))
+    assert refused.exit_code == 2 and f"starts at {start:%Y-%m-%d %H:%M} UTC" in refused.stderr

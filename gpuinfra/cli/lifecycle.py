@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -59,6 +60,7 @@ def up(
         _up_bake(stack, replace_nodes, Path(project_dir))
         return
     spec = read_stack_spec(project_dir, stack)  # first: "no stack X" comes before anything about Pulumi
+    spec.check_block_started(datetime.now(UTC))  # a Capacity Block takes instances from its start only
     backend = _backend()
     check_credentials(spec.cloud)
     out = stdout_console()
