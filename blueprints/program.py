@@ -72,15 +72,22 @@ def build_purchase(spec):
     ``gpuinfra plan --buy``) and export its outputs.
 
     Args:
-        spec: a :class:`gpuinfra.plan.purchase.PurchaseSpec` (AWS Capacity Blocks only).
+        spec: a :class:`gpuinfra.plan.purchase.PurchaseSpec` (an AWS Capacity Block or a GCP
+            calendar-mode future reservation).
 
     Returns:
         The component resource.
     """
-    # only a purchase stack loads its component (and pulumi_aws)
-    from blueprints.aws.purchase import AwsCapacityBlockPurchase
+    if spec.cloud == "aws":
+        # only a purchase stack loads its component (and its cloud's provider SDK)
+        from blueprints.aws.purchase import AwsCapacityBlockPurchase
 
-    purchase = AwsCapacityBlockPurchase(spec.stack, spec)
+        purchase: AwsCapacityBlockPurchase | GcpCalendarReservation = AwsCapacityBlockPurchase(spec.stack, spec)
+    else:
+        # only a purchase stack loads its component (and its cloud's provider SDK)
+        from blueprints.gcp.purchase import GcpCalendarReservation
+
+        purchase = GcpCalendarReservation(spec.stack, spec)
     for key, value in purchase.exports().items():
         pulumi.export(key, value)
     return purchase

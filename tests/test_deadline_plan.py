@@ -254,7 +254,9 @@ def test_buying_is_refused_without_the_exact_confirmation(tmp_path):
             buy(doc, number, confirm, "train", tmp_path)
     assert not (tmp_path / "stacks").exists()
     # a plan that is no Capacity Block, an unpriced one, and a number out of range
-    with pytest.raises(RequestError, match="buys AWS Capacity Blocks; plan 1 is held-reservation"):
+    with pytest.raises(
+        RequestError, match="buys AWS Capacity Blocks and GCP calendar-mode reservations; plan 1 is held-reservation"
+    ):
         buy(doc, 1, "0", "train", tmp_path)
     unpriced = next(i for i, p in enumerate(doc["plans"], 1) if p["offering_id"] == "cb-0eeeeeeeeeeeeeee5")
     with pytest.raises(RequestError, match="no USD price"):
@@ -428,3 +430,76 @@ def test_a_bought_block_gives_new_its_fee_and_up_waits_for_its_start(run_cli, tm
     assert Decimal(line["run_usd"]) == Decimal(6144)
     refused = run_cli("up", "train", "--project-dir", str(tmp_path))
     assert refused.exit_code == 2 and f"starts at {start:%Y-%m-%d %H:%M} UTC" in refused.stderr
+
+
+def _dws_catalog(price=Decimal("40.00")):
+    """The shipped catalog with a DWS (flex-start) price for a3-highgpu-8g in us-central1-a, as
+    `catalog refresh --cloud gcp` would add it (the shipped snapshot has none)."""
+    from dataclasses import replace as dc_replace
+
+    catalog = load_catalog()
+    offers = tuple(
+        dc_replace(o, flex_start_price_per_hour_usd=price)
+        if (o.cloud, o.instance_type, o.zone) == ("gcp", "a3-highgpu-8g", "us-central1-a")
+        else o
+        for o in catalog.offers
+    )
+    return dc_replace(catalog, offers=offers)
+
+
+def _gcp_doc():
+    from google.auth.credentials import AnonymousCredentials
+    from google.auth.transport.requests import AuthorizedSession
+
+    req = DeadlineRequest("8xH100", 2, Decimal("71.5"), BY, NOW, cloud="gcp", region="us-central1")
+    empty = {"kind": "compute#reservationAggregatedList", "items": {}}
+    with ReplayServer([("GET", "/compute/v1/projects/proj-1/aggregated/reservations", None, empty)]) as server:
+        return deadline_document(
+            _dws_catalog(),
+            req,
+            gcp_session=AuthorizedSession(AnonymousCredentials()),
+            gcp_project="proj-1",
+            compute_api=server.url,
+        )
+
+
+def test_flex_start_and_calendar_mode_are_priced_at_the_dws_rate():
+    doc = _gcp_doc()
+    by_way = {p["way"]: p for p in doc["plans"]}
+    flex, calendar = by_way["flex-start"], by_way["calendar-reservation"]
+    # $40/node-h x 2 nodes x 71.5 h; calendar mode bills the whole window, 72 whole hours
+    assert flex["total_usd"] == "5720.000000" and flex["marks"] == []
+    assert flex["finish"] == "2026-11-30T07:30:00Z"  # now + the 2 h queue bound + 71.5 h
+    assert calendar["total_usd"] == "5760.000000" and calendar["marks"] == []
+    assert (calendar["window_start"], calendar["window_end"]) == ("2026-12-09T00:00:00Z", "2026-12-12T00:00:00Z")
+    # a run longer than flex-start's seven days misses (about-flex-start-vms)
+    long = DeadlineRequest("8xH100", 2, Decimal(169), BY, NOW, cloud="gcp", region="us-central1")
+    from gpuinfra.services.deadline import flex_start_plans
+
+    (too_long,) = flex_start_plans(_dws_catalog(), long)
+    assert not too_long.meets_deadline and "168 h maximum" in too_long.risk
+
+
+def test_a_calendar_mode_request_is_bought_with_its_amount_and_previews_clean(tmp_path):
+    from gpuinfra.services.purchase import buy, preview_purchase
+
+    doc = _gcp_doc()
+    number = next(i for i, p in enumerate(doc["plans"], 1) if p["way"] == "calendar-reservation")
+    with pytest.raises(RequestError, match=r"--confirm-non-refundable 5760\.00"):
+        buy(doc, number, None, "train", tmp_path)
+    path, spec = buy(doc, number, "5760", "train", tmp_path, gcp_project="proj-1")
+    assert (spec.cloud, spec.kind, spec.availability_zone, spec.offering_id) == (
+        "gcp",
+        "calendar-reservation",
+        "us-central1-a",
+        None,
+    )
+    text = path.read_text()
+    assert "gcp:zone: us-central1-a" in text and "gcp:project: proj-1" in text
+    result, violations = preview_purchase(spec)
+    assert violations == []
+    (request,) = [r for r in result.resources if r.type == "gcp:compute/futureReservation:FutureReservation"]
+    assert request.inputs["reservationMode"] == "CALENDAR" and request.inputs["planningStatus"] == "SUBMITTED"
+    assert request.inputs["timeWindow"] == {"startTime": "2026-12-09T00:00:00Z", "endTime": "2026-12-12T00:00:00Z"}
+    sku = request.inputs["specificSkuProperties"]
+    assert sku["totalCount"] == "2" and sku["instanceProperties"]["machineType"] == "a3-highgpu-8g"

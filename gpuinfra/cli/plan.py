@@ -53,6 +53,13 @@ def plan(
     name: str = typer.Option(
         "deadline", "--name", help="With --buy: the cluster stack's name; the purchase stack is <name>-block."
     ),
+    gcp_project: str | None = typer.Option(
+        None,
+        "--gcp-project",
+        help="GCP project: its reservations are listed, and a calendar-mode request is made in it "
+        "(default: the credentials' project).",
+        show_default=False,
+    ),
     project_dir: Path = options.ProjectDir,
     force: bool = typer.Option(False, "--force", help="With --buy: replace an existing purchase stack file."),
 ) -> None:
@@ -72,7 +79,7 @@ def plan(
         plan_lines,
         sized_run,
     )
-    from gpuinfra.spec import check_new_stack_name, check_run_hours
+    from gpuinfra.spec import check_gcp_project_id, check_new_stack_name, check_run_hours
 
     now = datetime.now(UTC)
     deadline = parse_deadline(by, now)
@@ -98,25 +105,22 @@ def plan(
         checkpoint_plan=checkpoint,
         restart_minutes=check_restart_minutes(restart_minutes),
     )
-    doc = deadline_document(catalog, req, sized=sized)
+    if gcp_project is not None:
+        check_gcp_project_id(gcp_project)
+    doc = deadline_document(catalog, req, gcp_project=gcp_project, sized=sized)
     if buy is not None:
         check_new_stack_name(name)
-        path, spec = purchase.buy(doc, buy, confirm_non_refundable, name, project_dir, force)
+        path, spec = purchase.buy(doc, buy, confirm_non_refundable, name, project_dir, force, gcp_project)
         out = stdout_console()
+        what = f"Capacity Block {spec.offering_id}" if spec.kind == "capacity-block" else "calendar-mode request"
         out.print(
-            f"wrote {path}: Capacity Block {spec.offering_id}, {spec.instance_count} x {spec.instance_type} in "
-            f"{spec.availability_zone}, {spec.start:%Y-%m-%d %H:%M} to {spec.end:%Y-%m-%d %H:%M} UTC, "
-            f"${Decimal(spec.upfront_usd):,.2f} up front (not refundable); previewed offline with 0 rule violations",
+            f"wrote {path}: {what}, {spec.instance_count} x {spec.instance_type} in {spec.availability_zone}, "
+            f"{spec.start:%Y-%m-%d %H:%M} to {spec.end:%Y-%m-%d %H:%M} UTC, ${Decimal(spec.upfront_usd):,.2f}; "
+            "previewed offline with 0 rule violations",
             markup=False,
         )
-        out.print(
-            f"buy:  pulumi up --stack {spec.stack}   (in {project_dir}; output capacity_reservation_id)", markup=False
-        )
-        out.print(
-            f"then: gpuinfra new --capacity-reservation <capacity_reservation_id> --region {spec.region} "
-            f"--nodes {spec.instance_count} --name {name}; gpuinfra up {name} from {spec.start:%Y-%m-%d %H:%M} UTC",
-            markup=False,
-        )
+        for line in purchase.next_steps(spec, project_dir):
+            out.print(line, markup=False)
         return
     if as_json:
         print_json(doc)

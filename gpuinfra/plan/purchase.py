@@ -13,6 +13,14 @@ that buys it:
   Pulumi resource refunds nothing, so the resource is protected and the spec records the amount
   the user confirmed.
 
+* ``calendar-reservation``: a GCP future reservation request in calendar mode
+  (``gcp.compute.FutureReservation`` with ``reservation_mode`` ``CALENDAR`` and ``planning_status``
+  ``SUBMITTED``; cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode):
+  the machine type and count in one zone for the window ending at the deadline. Google Cloud
+  approves or declines it (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview);
+  it is priced at the catalog's DWS rate for the whole window and bought only with that amount
+  confirmed.
+
 The spec records the offering's window, fee, its source and date, and the cluster stack meant
 to use it, so ``new --capacity-reservation`` prices the block at the fee bought
 (:func:`gpuinfra.services.purchase.purchased_block_price`).
@@ -45,7 +53,8 @@ class PurchaseSpec(BaseModel):
         stack: the purchase stack's name; cluster_stack: the cluster stack meant to use it.
         cloud / kind: ``aws`` / ``capacity-block``.
         region, availability_zone: where the block is.
-        offering_id: ``cb-...`` (``capacityBlockOfferingId``).
+        offering_id: ``cb-...`` (``capacityBlockOfferingId``), Capacity Blocks only.
+        gcp_project: the project of a calendar-mode request (else the ``gcp:project`` config).
         instance_type / instance_count: what it holds.
         start / end: the block's window (UTC).
         upfront_usd: the offering's fee (USD, :func:`gpuinfra.money.usd_json` form); price_source /
@@ -59,12 +68,13 @@ class PurchaseSpec(BaseModel):
     schema_version: Literal[1] = 1
     stack: str = Field(pattern=NEW_STACK_NAME_RE.pattern)
     cluster_stack: str = Field(pattern=NEW_STACK_NAME_RE.pattern)
-    cloud: Literal["aws"] = "aws"
-    kind: Literal["capacity-block"] = "capacity-block"
-    region: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9]$")
-    availability_zone: str = Field(pattern=r"^[a-z]{2}(-[a-z]+)+-[0-9][a-z]$")
-    offering_id: str = Field(pattern=r"^cb-[0-9a-f]{8,17}$")
-    instance_type: str = Field(pattern=r"^[a-z0-9]+\.[a-z0-9]+$")
+    cloud: Literal["aws", "gcp"] = "aws"
+    kind: Literal["capacity-block", "calendar-reservation"] = "capacity-block"
+    region: str = Field(pattern=r"^[a-z]{2}-[a-z]+[0-9]?(-[0-9])?$")
+    availability_zone: str = Field(pattern=r"^[a-z]{2}-[a-z]+[0-9]?-[0-9]?[a-z]$")
+    offering_id: str | None = Field(default=None, pattern=r"^cb-[0-9a-f]{8,17}$")
+    gcp_project: str | None = Field(default=None, pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
+    instance_type: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,40}$")
     instance_count: int = Field(ge=1, le=64, strict=True)
     start: datetime
     end: datetime
@@ -82,7 +92,15 @@ class PurchaseSpec(BaseModel):
     def _window(self) -> PurchaseSpec:
         if self.end <= self.start:
             raise ValueError("end must be after start")
+        if (self.kind == "capacity-block") != (self.cloud == "aws"):
+            raise ValueError("a capacity-block is bought on aws, a calendar-reservation on gcp")
+        if (self.kind == "capacity-block") != (self.offering_id is not None):
+            raise ValueError("offering_id is the Capacity Block offering: set for capacity-block only")
         return self
+
+    def gcp_labels(self) -> dict[str, str]:
+        """Labels of a calendar-mode request's description (GCP label rules: lowercase, digits, ``-``)."""
+        return {"gpuinfra-stack": self.stack, "gpuinfra-cluster-stack": self.cluster_stack}
 
     def aws_tags(self) -> dict[str, str]:
         """Tags of the purchased block: the purchase stack, the cluster stack and the fee."""
@@ -95,7 +113,7 @@ class PurchaseSpec(BaseModel):
 
     def to_config(self) -> dict[str, Any]:
         """The JSON-compatible mapping stored under ``gpuinfra:purchase``."""
-        return self.model_dump(mode="json")
+        return self.model_dump(mode="json", exclude_none=True)
 
     @classmethod
     def from_config(cls, value: Any) -> PurchaseSpec:

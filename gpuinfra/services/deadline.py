@@ -130,7 +130,9 @@ class BuyPlan:
             by it can still be requested).
         miss_probability: spot only: P(missing the deadline) under the Poisson model.
         offering_id / reservation_id: the Capacity Block offering, or the held reservation.
-        window_end: the end of a Capacity Block or held reservation (UTC), else None.
+        window_end: the end of a Capacity Block, held reservation or calendar-mode window (UTC).
+        window_start: the start of a Capacity Block or of the calendar-mode window (the latest
+            start that ends by the deadline), else None.
         price_source: where the price comes from.
     """
 
@@ -152,6 +154,7 @@ class BuyPlan:
     reservation_id: str | None = None
     window_end: datetime | None = None
     start_text: str = ""
+    window_start: datetime | None = None
     marks: tuple[str, ...] = field(default=())
 
     def to_json(self) -> dict[str, Any]:
@@ -175,6 +178,7 @@ class BuyPlan:
             "price_source": self.price_source,
             "offering_id": self.offering_id,
             "reservation_id": self.reservation_id,
+            "window_start": _iso(self.window_start),
             "window_end": _iso(self.window_end),
             "marks": list(self.marks),
         }
@@ -457,6 +461,8 @@ def calendar_plans(catalog: Catalog, req: DeadlineRequest) -> list[BuyPlan]:
                     "at most 90 days (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview)"
                 ),
                 meets_deadline=fits,
+                window_start=latest,
+                window_end=req.by,
                 price_source=(_source(catalog, r.offer) + ", DWS price")
                 if priced
                 else "no DWS price in the catalog: `gpuinfra catalog refresh --cloud gcp` reads them",
@@ -509,6 +515,7 @@ def capacity_block_plans(
                         meets_deadline=finish <= req.by and finish <= usable_end,
                         price_source=f"EC2 DescribeCapacityBlockOfferings {o.offering_id}, read {req.now:%Y-%m-%d}",
                         offering_id=o.offering_id,
+                        window_start=o.start,
                         window_end=o.end,
                     )
                 )

@@ -1,6 +1,8 @@
 """``gpuinfra plan --buy N``: turn plan N into a purchase stack, with consent naming the amount.
 
-Only AWS Capacity Blocks are bought this way (:mod:`gpuinfra.plan.purchase`). A Capacity Block is
+AWS Capacity Blocks and GCP calendar-mode future reservations are bought this way
+(:mod:`gpuinfra.plan.purchase`); a calendar-mode request is bought with its DWS-priced total
+confirmed the same way. A Capacity Block is
 paid up front and "You can't modify or cancel a Capacity Block"
 (docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-release.html), so buying needs
 ``--confirm-non-refundable USD`` equal to the offering's upfront fee; anything else is refused
@@ -32,6 +34,9 @@ from gpuinfra.rules import check_graph
 from gpuinfra.rules.model import ResourceGraph, Violation
 from gpuinfra.stackfile import stack_file_path
 
+#: The ways to buy ``--buy`` writes a purchase stack for.
+BUYABLE = ("capacity-block", "calendar-reservation")
+
 
 def check_confirmation(plan: dict, confirm_usd: str | None) -> Decimal:
     """The upfront fee of ``plan`` when ``confirm_usd`` names exactly that amount.
@@ -44,19 +49,29 @@ def check_confirmation(plan: dict, confirm_usd: str | None) -> Decimal:
         RequestError: the plan is not a priced Capacity Block, or the confirmation is missing or
             names another amount (one line, naming the amount; exit 2).
     """
-    if plan["way"] != "capacity-block":
+    if plan["way"] not in BUYABLE:
         raise RequestError(
-            f"--buy buys AWS Capacity Blocks; plan {plan.get('index', '?')} is {plan['way']} "
-            "(create it with `gpuinfra new`, or request it in the cloud console)"
+            f"--buy buys AWS Capacity Blocks and GCP calendar-mode reservations; plan {plan.get('index', '?')} is "
+            f"{plan['way']} (create it with `gpuinfra new`, or request it in the cloud console)"
         )
+    block = plan["way"] == "capacity-block"
+    what = f"Capacity Block {plan['offering_id']}" if block else f"calendar-mode reservation in {plan['zone']}"
     if plan["total_usd"] is None:
-        raise RequestError(f"Capacity Block offering {plan['offering_id']} has no USD price: not bought")
+        raise RequestError(
+            f"{what} has no USD price: not bought"
+            + ("" if block else " (`gpuinfra catalog refresh --cloud gcp` reads the DWS prices)")
+        )
     fee = Decimal(plan["total_usd"])
     amount = f"{fee:.2f}"
+    terms = (
+        "paid up front, cannot be cancelled and is not refunded if the stack is destroyed"
+        if block
+        else "billed for the whole window once Google Cloud approves and delivers it"
+    )
     ask = (
-        f"Capacity Block {plan['offering_id']} ({plan['nodes']} x {plan['instance_type']}, {plan['zone']}, "
-        f"{plan['start']} to {plan['window_end']}) costs ${fee:,.2f} paid up front, cannot be cancelled and is not "
-        f"refunded if the stack is destroyed: pass --confirm-non-refundable {amount} to buy it (--yes is not enough)"
+        f"{what} ({plan['nodes']} x {plan['instance_type']}, {plan['zone']}, {plan['window_start']} to "
+        f"{plan['window_end']}) costs ${fee:,.2f}, {terms}: pass --confirm-non-refundable {amount} to buy it "
+        "(--yes is not enough)"
     )
     if confirm_usd is None:
         raise RequestError(ask)
@@ -69,8 +84,10 @@ def check_confirmation(plan: dict, confirm_usd: str | None) -> Decimal:
     return fee
 
 
-def purchase_spec(plan: dict, name: str, cluster_stack: str, confirmed_usd: Decimal, read_on: str) -> PurchaseSpec:
-    """The purchase spec of Capacity Block plan ``plan`` (checked by :func:`check_confirmation`).
+def purchase_spec(
+    plan: dict, name: str, cluster_stack: str, confirmed_usd: Decimal, read_on: str, gcp_project: str | None = None
+) -> PurchaseSpec:
+    """The purchase spec of plan ``plan`` (checked by :func:`check_confirmation`).
 
     Args:
         name / cluster_stack: the purchase stack's and the cluster stack's names.
@@ -84,12 +101,15 @@ def purchase_spec(plan: dict, name: str, cluster_stack: str, confirmed_usd: Deci
             dict(
                 stack=name,
                 cluster_stack=cluster_stack,
+                cloud=plan["cloud"],
+                kind=plan["way"],
                 region=plan["region"],
                 availability_zone=plan["zone"],
                 offering_id=plan["offering_id"],
+                gcp_project=gcp_project,
                 instance_type=plan["instance_type"],
                 instance_count=plan["nodes"],
-                start=plan["start"],
+                start=plan["window_start"],
                 end=plan["window_end"],
                 upfront_usd=str(usd_json(Decimal(plan["total_usd"]))),
                 price_source=plan["price_source"][:300],
@@ -101,21 +121,60 @@ def purchase_spec(plan: dict, name: str, cluster_stack: str, confirmed_usd: Deci
         raise SpecError(f"the offering does not make a valid purchase: {exc}") from None
 
 
+def purchase_provider_config(spec: PurchaseSpec) -> dict[str, str]:
+    """Provider settings of a purchase stack: ``aws:region``, or ``gcp:region`` / ``gcp:zone``
+    (and ``gcp:project`` when the spec names one)."""
+    if spec.cloud == "aws":
+        return {"aws:region": spec.region}
+    project = {"gcp:project": spec.gcp_project} if spec.gcp_project else {}
+    return {**project, "gcp:region": spec.region, "gcp:zone": spec.availability_zone}
+
+
+def next_steps(spec: PurchaseSpec, project_dir: Path) -> list[str]:
+    """What to run after ``plan --buy`` wrote ``spec``'s stack (``gpuinfra up`` does not run
+    purchase stacks: ``pulumi up`` does)."""
+    if spec.kind == "capacity-block":
+        return [
+            f"buy:  pulumi up --stack {spec.stack}   (in {project_dir}; output capacity_reservation_id)",
+            f"then: gpuinfra new --capacity-reservation <capacity_reservation_id> --region {spec.region} "
+            f"--nodes {spec.instance_count} --name {spec.cluster_stack}; gpuinfra up {spec.cluster_stack} from "
+            f"{spec.start:%Y-%m-%d %H:%M} UTC",
+        ]
+    return [
+        f"request: pulumi up --stack {spec.stack}   (in {project_dir}; Google Cloud approves or declines it)",
+        f"then: gpuinfra new --cloud gcp --instance-type {spec.instance_type} --zone {spec.availability_zone} "
+        f"--nodes {spec.instance_count} --name {spec.cluster_stack}, with gcp_reservation set to the delivered "
+        f"reservation and gcp_reservation_bound: true; gpuinfra up {spec.cluster_stack} from "
+        f"{spec.start:%Y-%m-%d %H:%M} UTC",
+    ]
+
+
 def render_purchase_stack(spec: PurchaseSpec) -> str:
-    """The purchase stack file's text: a header with the next steps, ``aws:region`` and
+    """The purchase stack file's text: a header with the next steps, the provider settings and
     ``gpuinfra:purchase``."""
+    window = f"{spec.start:%Y-%m-%d %H:%M} to {spec.end:%Y-%m-%d %H:%M} UTC"
+    if spec.kind == "capacity-block":
+        what = f"a Capacity Block purchase ({window}, ${Decimal(spec.upfront_usd):,.2f} paid up front, NOT refundable)"
+        use = (
+            f"# Buy:  pulumi up --stack {spec.stack}   (output capacity_reservation_id)\n"
+            f"# Use:  gpuinfra new --capacity-reservation <capacity_reservation_id> --region {spec.region} "
+            f"--nodes {spec.instance_count} --name {spec.cluster_stack}\n"
+            f"#       then gpuinfra up {spec.cluster_stack} from {spec.start:%Y-%m-%d %H:%M} UTC (the block takes "
+            "instances from its start)\n"
+        )
+    else:
+        what = f"a calendar-mode reservation request ({window}, ${Decimal(spec.upfront_usd):,.2f} at DWS rates)"
+        use = (
+            f"# Request: pulumi up --stack {spec.stack}   (Google Cloud approves or declines it)\n"
+            f"# Use:     gpuinfra new --cloud gcp --instance-type {spec.instance_type} --zone {spec.availability_zone} "
+            f"--nodes {spec.instance_count} --name {spec.cluster_stack}, then set gcp_reservation and "
+            "gcp_reservation_bound: true in its stack file (README, stack-file settings)\n"
+        )
     header = (
-        f'# Pulumi stack "{spec.stack}" of the gpuinfra project: a Capacity Block purchase, written by '
-        f"gpuinfra {__version__} (gpuinfra plan --buy).\n"
-        f"# {spec.instance_count} x {spec.instance_type} in {spec.availability_zone}, {spec.start:%Y-%m-%d %H:%M} to "
-        f"{spec.end:%Y-%m-%d %H:%M} UTC, ${Decimal(spec.upfront_usd):,.2f} paid up front, NOT refundable.\n"
-        f"# Buy:  pulumi up --stack {spec.stack}   (output capacity_reservation_id)\n"
-        f"# Use:  gpuinfra new --capacity-reservation <capacity_reservation_id> --region {spec.region} "
-        f"--nodes {spec.instance_count} --name {spec.cluster_stack}\n"
-        f"#       then gpuinfra up {spec.cluster_stack} from {spec.start:%Y-%m-%d %H:%M} UTC (the block takes "
-        "instances from its start)\n"
+        f'# Pulumi stack "{spec.stack}" of the gpuinfra project: {what}, written by gpuinfra {__version__} '
+        f"(gpuinfra plan --buy).\n# {spec.instance_count} x {spec.instance_type} in {spec.availability_zone}.\n" + use
     )
-    config = {"aws:region": spec.region, f"gpuinfra:{PURCHASE_CONFIG_KEY}": spec.to_config()}
+    config = {**purchase_provider_config(spec), f"gpuinfra:{PURCHASE_CONFIG_KEY}": spec.to_config()}
     return header + yaml.safe_dump({"config": config}, sort_keys=False, width=100)
 
 
@@ -152,20 +211,26 @@ def preview_purchase(spec: PurchaseSpec) -> tuple[PreviewResult, list[Violation]
 
         return build_purchase(spec)
 
-    config = {f"gpuinfra:{PURCHASE_CONFIG_KEY}": json.dumps(spec.to_config()), "aws:region": spec.region}
+    config = {f"gpuinfra:{PURCHASE_CONFIG_KEY}": json.dumps(spec.to_config()), **purchase_provider_config(spec)}
     result = run_program(spec.stack, PreviewMocks(spec), config, program)
     return result, check_graph(ResourceGraph.from_records(result.resources), {})
 
 
 def buy(
-    doc: dict, number: int, confirm_usd: str | None, name: str, project_dir: Path, force: bool = False
+    doc: dict,
+    number: int,
+    confirm_usd: str | None,
+    name: str,
+    project_dir: Path,
+    force: bool = False,
+    gcp_project: str | None = None,
 ) -> tuple[Path, PurchaseSpec]:
     """Write the purchase stack of plan ``number`` (1-based, as listed) of ``doc``.
 
     Args:
         doc: :func:`gpuinfra.services.deadline.deadline_document`.
         confirm_usd: ``--confirm-non-refundable``; name: the cluster stack's name (the purchase
-            stack is ``<name>-block``).
+            stack is ``<name>-block``); gcp_project: the project of a calendar-mode request.
 
     Raises:
         RequestError: no plan ``number``, not a priced Capacity Block, or no matching confirmation.
@@ -177,7 +242,7 @@ def buy(
         raise RequestError(f"--buy {number}: there are {len(plans)} plans (1 to {len(plans)})")
     plan = {**plans[number - 1], "index": number}
     fee = check_confirmation(plan, confirm_usd)
-    spec = purchase_spec(plan, f"{name}-block", name, fee, str(doc["now"])[:10])
+    spec = purchase_spec(plan, f"{name}-block", name, fee, str(doc["now"])[:10], gcp_project)
     _, violations = preview_purchase(spec)
     if violations:
         raise RuleViolationError(violations)
