@@ -62,8 +62,7 @@ from gpuinfra.capacity import (
 )
 from gpuinfra.catalog.model import Offer
 from gpuinfra.catalog.store import Catalog
-from gpuinfra.credentials import aws_client_factory as default_aws_client_factory
-from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
+from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.errors import GpuinfraError, MissingDependencyError, NoOfferError, RequestError, SizingError
 from gpuinfra.money import Total, usd_json
 from gpuinfra.offers import OfferQuery, OfferScope, RankedOffer, find_offers, sold_as
@@ -741,6 +740,20 @@ def deadline_document(
         "not_seen": not_seen,
         "notes": notes,
     }
+
+
+def default_aws_client_factory() -> Callable[[str, str], Any]:
+    """boto3 clients from the default credential chain with short timeouts and few retries (one
+    plan asks EC2 in every region that has the type: an unreachable endpoint must not stall it).
+
+    Raises:
+        MissingDependencyError: no AWS credentials are configured.
+    """
+    from botocore.config import Config  # botocore: only once credentials were found
+
+    session = aws_session()
+    config = Config(connect_timeout=5, read_timeout=20, retries={"max_attempts": 2, "mode": "standard"})
+    return lambda service, region: session.client(service, region_name=region, config=config)
 
 
 def _gcp_session(project: str | None) -> tuple[Any, str | None]:
