@@ -213,6 +213,9 @@ def test_offline_plan_prints_catalog_plans_and_names_what_needs_credentials(run_
         (("--gpus", "8xH100", "--by", "2099-01-01"), "--gpus needs --hours"),
         (("--model", "llama-3.1-8b", "--gpus", "8xH100", "--hours", "1", "--by", "2099-01-01"), "either --model"),
         (("--gpus", "8xH100", "--hours", "72", "--budget", "-5", "--by", "2099-01-01"), "--budget"),
+        (("--gpus", "8xH100", "--hours", "72", "--by", "2099-01-01", "--cloud", "azure"), "unknown cloud 'azure'"),
+        (("--gpus", "8xZ100", "--hours", "72", "--by", "2099-01-01"), "unknown GPU 'Z100'"),
+        (("--gpus", "8xH100", "--hours", "72", "--by", "2099-01-01", "--restart-minutes", "-1"), "--restart-minutes"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(run_cli, args, message):

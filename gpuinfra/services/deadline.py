@@ -86,6 +86,7 @@ FLEX_START_MAX_RUN_HOURS = 7 * 24
 #: (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview).
 CALENDAR_MAX_HOURS = 90 * 24
 
+#: The ways to buy a plan names (``way`` in the document), in the module docstring's order.
 WAYS = ("on-demand", "spot", "capacity-block", "flex-start", "calendar-reservation", "held-reservation")
 
 
