@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -78,10 +77,11 @@ def plan(
         parse_deadline,
         plan_lines,
         sized_run,
+        utc_now,
     )
     from gpuinfra.spec import check_gcp_project_id, check_new_stack_name, check_run_hours
 
-    now = datetime.now(UTC)
+    now = utc_now()
     deadline = parse_deadline(by, now)
     check_run_source(gpus, hours, model, tokens)
     catalog = load_catalog()

@@ -218,6 +218,11 @@ def sized_run(
     return best["gpus"], int(best["nodes"]), hours, spot.get("checkpoint_plan"), sized
 
 
+def utc_now() -> datetime:
+    """The planning time: now, in UTC (one function, so tests can set the clock)."""
+    return datetime.now(UTC)
+
+
 def parse_deadline(text: str, now: datetime) -> datetime:
     """``--by``: ``YYYY-MM-DD`` (00:00 UTC that day: the conservative reading) or an ISO 8601 time
     (``2026-12-20T18:00Z``; without an offset, UTC).
