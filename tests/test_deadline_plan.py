@@ -41,7 +41,7 @@ def _aws_doc(by=BY, budget=None, offerings=OFFERINGS, held=HELD):
 
 def test_plans_are_ranked_for_the_deadline_with_exact_prices_and_starts():
     doc, requests = _aws_doc()
-    rows = [(p["way"], p["offering_id"] or p["reservation_id"], p["total_usd"], p["marks"]) for p in doc["plans"]]
+    rows = [(p["way"], p["offering_id"] or p["reservation_id"], p["compute_cost_usd"], p["marks"]) for p in doc["plans"]]
     # the run is 72 h; Poisson mean = 0.10/730 per node-h x 2 nodes x 72 h, each interruption 15 min restart
     # (assumed) + 30 min re-work (half the assumed 60 min interval)
     mean = BAND_UPPER / 730 * 2 * 72
@@ -180,7 +180,7 @@ def test_gcp_reservations_are_read_with_the_real_google_session():
         )
     (held,) = [p for p in doc["plans"] if p["way"] == "held-reservation"]
     # a3-highgpu-8g on demand in us-central1-a: $88.49 per node-hour (catalog) x 2 x 72 h
-    assert (held["reservation_id"], held["zone"], held["total_usd"]) == ("a3-res", "us-central1-a", "12742.560000")
+    assert (held["reservation_id"], held["zone"], held["compute_cost_usd"]) == ("a3-res", "us-central1-a", "12742.560000")
     assert "not seen" not in json.dumps(doc["not_seen"]) and doc["not_seen"] == []
     assert len(server.requests) == 1
 
@@ -200,8 +200,8 @@ def test_offline_plan_prints_catalog_plans_and_names_what_needs_credentials(run_
     assert "incomplete" in flex and "[unpriced]" in flex
     doc = json.loads(run_cli("plan", "--gpus", "8xH100", "--nodes", "2", "--hours", "72", "--by", by, "--json").stdout)
     first = doc["plans"][0]
-    assert first["marks"] == [] and first["total_usd"] is not None
-    priced = [Decimal(p["total_usd"]) for p in doc["plans"] if not p["marks"]]
+    assert first["marks"] == [] and first["compute_cost_usd"] is not None
+    priced = [Decimal(p["compute_cost_usd"]) for p in doc["plans"] if not p["marks"]]
     assert priced == sorted(priced)
 
 
@@ -470,9 +470,9 @@ def test_flex_start_and_calendar_mode_are_priced_at_the_dws_rate():
     by_way = {p["way"]: p for p in doc["plans"]}
     flex, calendar = by_way["flex-start"], by_way["calendar-reservation"]
     # $40/node-h x 2 nodes x 71.5 h; calendar mode bills the whole window, 72 whole hours
-    assert flex["total_usd"] == "5720.000000" and flex["marks"] == []
+    assert flex["compute_cost_usd"] == "5720.000000" and flex["marks"] == []
     assert flex["finish"] == "2026-11-30T07:30:00Z"  # now + the 2 h queue bound + 71.5 h
-    assert calendar["total_usd"] == "5760.000000" and calendar["marks"] == []
+    assert calendar["compute_cost_usd"] == "5760.000000" and calendar["marks"] == []
     assert (calendar["window_start"], calendar["window_end"]) == ("2026-12-09T00:00:00Z", "2026-12-12T00:00:00Z")
     # a run longer than flex-start's seven days misses (about-flex-start-vms)
     long = DeadlineRequest("8xH100", 2, Decimal(169), BY, NOW, cloud="gcp", region="us-central1")

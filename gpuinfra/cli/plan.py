@@ -29,7 +29,7 @@ def plan(
         None, "--tokens", help="With --model: training tokens, e.g. 500B.", show_default=False
     ),
     budget: float | None = typer.Option(
-        None, "--budget", help="Most the run may cost in USD; plans over it are marked.", show_default=False
+        None, "--budget", help="Most the run's compute may cost in USD; plans over it are marked.", show_default=False
     ),
     cloud: str | None = options.Cloud,
     region: str | None = options.Region,

@@ -169,7 +169,7 @@ class BuyPlan:
             "start": _iso(self.start),
             "start_text": self.start_text,
             "finish": _iso(self.finish),
-            "total_usd": self.total.json(),
+            "compute_cost_usd": self.total.json(),
             "lines_without_price": self.total.missing,
             "upfront": self.upfront,
             "meets_deadline": self.meets_deadline,
@@ -781,19 +781,20 @@ def plan_lines(doc: dict[str, Any]) -> list[str]:
         f"{doc['nodes']} x {doc['gpus']} for {Decimal(doc['run_hours']):.1f} h, by {doc['by']} "
         f"(catalog {doc['catalog_date']}"
         + ("" if doc["budget_usd"] is None else f", budget ${Decimal(doc['budget_usd']):,.2f}")
-        + "):"
+        + "); compute and Capacity Block fees only: the stack's storage, network and bucket come on top "
+        "(`gpuinfra cost` after `gpuinfra new`):"
     ]
     if not doc["plans"]:
         lines.append("  no way to buy fits this request in the scope")
     for i, p in enumerate(doc["plans"], 1):
-        total = Total.from_json(p["total_usd"], p["lines_without_price"]).text()
+        total = Total.from_json(p["compute_cost_usd"], p["lines_without_price"]).text()
         finish = p["finish"] or "-"
         marks = f"  [{', '.join(p['marks'])}]" if p["marks"] else ""
         ident = p["offering_id"] or p["reservation_id"]
         lines.append(
             f"{i:>2}. {p['way']:<20} {p['cloud']} {p['region']} {p['zone']} {p['instance_type']} x{p['nodes']}"
             + (f" ({ident})" if ident else "")
-            + f": start {p['start_text']}, finish {finish}, {total}{' up front' if p['upfront'] else ''}{marks}"
+            + f": start {p['start_text']}, finish {finish}, compute {total}{' up front' if p['upfront'] else ''}{marks}"
         )
         lines.append(f"      risk: {p['risk']}")
         lines.append(f"      price: {p['price_source']}")

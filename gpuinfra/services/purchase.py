@@ -56,12 +56,12 @@ def check_confirmation(plan: dict, confirm_usd: str | None) -> Decimal:
         )
     block = plan["way"] == "capacity-block"
     what = f"Capacity Block {plan['offering_id']}" if block else f"calendar-mode reservation in {plan['zone']}"
-    if plan["total_usd"] is None:
+    if plan["compute_cost_usd"] is None:
         raise RequestError(
             f"{what} has no USD price: not bought"
             + ("" if block else " (`gpuinfra catalog refresh --cloud gcp` reads the DWS prices)")
         )
-    fee = Decimal(plan["total_usd"])
+    fee = Decimal(plan["compute_cost_usd"])
     amount = f"{fee:.2f}"
     terms = (
         "paid up front, cannot be cancelled and is not refunded if the stack is destroyed"
@@ -111,7 +111,7 @@ def purchase_spec(
                 instance_count=plan["nodes"],
                 start=plan["window_start"],
                 end=plan["window_end"],
-                upfront_usd=str(usd_json(Decimal(plan["total_usd"]))),
+                upfront_usd=str(usd_json(Decimal(plan["compute_cost_usd"]))),
                 price_source=plan["price_source"][:300],
                 price_date=read_on,
                 confirmed_non_refundable_usd=str(usd_json(confirmed_usd)),
