@@ -35,6 +35,12 @@ def _register() -> None:
     app.command("reap")(lifecycle.reap)
     app.command("check")(check.check)
     app.command("status")(status.status)
+    from gpuinfra.cli import run  # noqa: PLC0415  (thin: gpuinfra run / logs / jobs / cancel)
+
+    app.command("run")(run.run)
+    app.command("logs")(run.logs)
+    app.command("jobs")(run.jobs_)
+    app.command("cancel")(run.cancel)
     app.add_typer(cost.app, name="cost")
     app.add_typer(catalog.app, name="catalog")
     app.add_typer(image.app, name="image")
