@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from gpuinfra.agent.job import JobSpec, job_prefix
-from gpuinfra.errors import HealthGateError
+from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
+from gpuinfra.errors import HealthGateError, RequestError
 from gpuinfra.services import jobs
 
 #: Default bound of the wait for the health verdict: the nodes' own bound for the ranks and the
@@ -122,6 +122,11 @@ def run(
 
     spec = read_stack_spec(project_dir, stack)
     job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
+    for name in job.secrets.values():
+        try:
+            secret_command(spec.cloud, stack, name)  # the names the nodes may read
+        except ValueError as exc:
+            raise RequestError(f"--secret: {exc}") from None
     backend = lifecycle.make_backend()
     lifecycle.check_credentials(spec.cloud)
     outputs = backend.outputs(project_dir, stack)
