@@ -443,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     Waits for the ranks (cluster.env), then :meth:`JobRunner.serve`."""
     import argparse
 
+    # imported here: node -> watch -> job at import, so job importing node at the top would be a cycle
     from gpuinfra.agent import checkpoints
     from gpuinfra.agent import node as agent_node
 

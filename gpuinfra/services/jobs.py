@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from gpuinfra.agent.job import STATES_FINAL, JobSpec, final_key, job_prefix, spec_key
+from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError, SpecError
 
 
@@ -48,8 +49,6 @@ class S3Store:
 
     def _call(self, what: str, fn):
         from botocore.exceptions import ClientError, NoCredentialsError
-
-        from gpuinfra.credentials import no_aws_credentials
 
         try:
             return fn()
@@ -86,16 +85,12 @@ class GcsStore:
     """:class:`JobStore` over google-cloud-storage (errors as :class:`S3Store`)."""
 
     def __init__(self, bucket: str, client=None) -> None:
-        from gpuinfra.credentials import cloud_storage
-
         storage = cloud_storage("running a job")
         self.bucket, self.client = bucket, client or storage.Client()
 
     def _call(self, what: str, fn):
         from google.api_core import exceptions as gexc
         from google.auth.exceptions import DefaultCredentialsError
-
-        from gpuinfra.credentials import no_gcp_credentials
 
         try:
             return fn()

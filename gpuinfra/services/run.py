@@ -19,9 +19,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
+from gpuinfra import lifecycle
 from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
+from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import HealthGateError, RequestError
 from gpuinfra.services import jobs
+from gpuinfra.services.health_report import locate_results, read_health
+from gpuinfra.stackfile import read_stack_spec
 
 #: Default bound of the wait for the health verdict: the nodes' own bound for the ranks and the
 #: gate (:data:`gpuinfra.plan.fabric.CLUSTER_ENV_WAIT_SECONDS`, 3600 s) -- a first boot builds the image.
@@ -45,8 +49,6 @@ class RunResult:
 
 def hourly_usd(spec) -> Decimal | None:
     """The cluster's hourly compute price from the catalog (never the stack file's), or None."""
-    from gpuinfra.catalog.store import load_catalog
-
     per_node = load_catalog().node_hour_price_usd(spec)
     return None if per_node is None else per_node * spec.nodes
 
@@ -66,8 +68,6 @@ def wait_for_health(
     Raises:
         HealthGateError: a node failed, or no verdict within ``wait_seconds``.
     """
-    from gpuinfra.services.health_report import locate_results, read_health
-
     location = locate_results(stack, project_dir, bucket=url)
     deadline, said = clock() + wait_seconds, ""
     while True:
@@ -117,9 +117,6 @@ def run(
         RequestError: a job field a node could not run; SpecError, MissingDependencyError,
             OperationError: as ``up`` / ``down``; HealthGateError: the gate failed (nothing submitted).
     """
-    from gpuinfra import lifecycle
-    from gpuinfra.stackfile import read_stack_spec
-
     spec = read_stack_spec(project_dir, stack)
     job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
     for name in job.secrets.values():
