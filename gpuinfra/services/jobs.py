@@ -311,3 +311,21 @@ def history(store: JobStore, stack: str) -> Iterator[str]:
     """Job ids that wrote anything for the stack, newest first."""
     ids = {k.split("/")[2] for k in store.keys(f"jobs/{stack}/") if k.count("/") >= 3}
     yield from sorted(ids, reverse=True)
+
+
+def job_over(backend, project_dir, spec) -> str | None:
+    """The final state of a deployed stack's current job (``gpuinfra reap --job-over``), or None
+    while it runs, when there is none, or when the stack has no bucket output.
+
+    Raises:
+        MissingDependencyError, SpecError, OperationError: the bucket cannot be read.
+    """
+    bucket = backend.outputs(project_dir, spec.stack).get("bucket_name")
+    if not bucket:
+        return None
+    store = store_for(spec.cloud, bucket)
+    current = current_spec(store, spec.stack)
+    if current is None:
+        return None
+    view = read_view(store, spec.stack, current)
+    return view.state if view.final is not None else None

@@ -170,3 +170,22 @@ def test_logs_of_a_stack_without_a_job_says_so(run_cli, project, monkeypatch, s3
     _use(monkeypatch, FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET}))
     result = run_cli("logs", "train", "--project-dir", str(project))
     assert result.exit_code == 2 and "has no job: `gpuinfra run train -- CMD`" in result.stderr
+
+
+def test_reap_job_over_destroys_a_stack_whose_job_is_over_and_keeps_a_running_one(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    spec = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), spec.to_json())
+    put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "running"}))
+    running = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert running.exit_code == 0, running.stderr
+    assert "no deployed stack has expired or a job that is over" in running.stdout
+    assert ("destroy", "train") not in backend.calls
+    put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "succeeded", "exit_code": 0}))
+    put(s3, final_key("train", spec.id), json.dumps({"state": "succeeded"}))
+    dry = run_cli("reap", "--job-over", "--dry-run", "--project-dir", str(project))
+    assert "would destroy train (job succeeded)" in dry.stdout and ("destroy", "train") not in backend.calls
+    reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert reaped.exit_code == 0, reaped.stderr
+    assert "destroying train (job succeeded); data kept" in reaped.stdout and ("destroy", "train") in backend.calls
