@@ -34,9 +34,58 @@ def _stack_store(stack: str, project_dir: Path):
     return spec, jobs.store_for(spec.cloud, bucket)
 
 
+def _write_stack(project_dir: Path, new_args: dict) -> None:
+    """``gpuinfra new`` with ``new_args`` (flag -> value; True: a bare flag), through the command
+    line itself, so its checks, messages and exit codes are new's own.
+
+    Raises:
+        GpuinfraError: whatever ``new`` refuses (exit code kept).
+    """
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    import click
+
+    from gpuinfra.cli import app
+    from gpuinfra.errors import ExitCode, GpuinfraError
+
+    argv = ["new", "--project-dir", str(project_dir)]
+    for flag, value in new_args.items():
+        if value is True:
+            argv.append(flag)
+        elif value not in (None, False):
+            argv += [flag, str(value)]
+    try:
+        code = app(args=argv, prog_name="gpuinfra", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    if code not in (None, 0):
+        error = GpuinfraError(f"gpuinfra {' '.join(argv)} failed; nothing was deployed")
+        error.exit_code = ExitCode(code)
+        raise error
+
+
 def run(
-    stack: str = typer.Argument(..., help="Stack name (brought up first when it is not)."),
-    command: list[str] = typer.Argument(..., help="After `--`: the command torchrun starts on every node."),
+    stack: str | None = typer.Argument(
+        None, help="Stack name (brought up first when it is not); with --gpus there is none.", show_default=False
+    ),
+    command: list[str] | None = typer.Argument(None, help="After `--`: the command torchrun starts on every node."),
+    gpus: str | None = typer.Option(
+        None,
+        "--gpus",
+        help="Write the stack first, as `gpuinfra new --gpus SPEC --name NAME [--cloud] [--region] [--zone] "
+        "[--nodes] [--profile] [--spot|--on-demand] [--hours]` would; needs --name.",
+        show_default=False,
+    ),
+    name: str | None = typer.Option(None, "--name", help="With --gpus: the new stack's name.", show_default=False),
+    cloud: str | None = options.Cloud,
+    region: str | None = options.Region,
+    zone: str | None = options.Zone,
+    nodes: int | None = typer.Option(
+        None, "--nodes", help="With --gpus: number of nodes (new's default: 1).", show_default=False
+    ),
+    profile: str | None = typer.Option(None, "--profile", help="With --gpus: workload profile.", show_default=False),
+    spot: bool = typer.Option(False, "--spot", help="With --gpus: spot capacity."),
+    on_demand: bool = typer.Option(False, "--on-demand", help="With --gpus: on-demand capacity."),
+    hours: float | None = typer.Option(None, "--hours", help="With --gpus: expected run hours.", show_default=False),
     image: str = typer.Option("", "--image", help="Container image (default: the profile's)."),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE given to the job (repeat)."),
     secret: list[str] = typer.Option(
@@ -57,14 +106,30 @@ def run(
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
 ) -> None:
-    """Run CMD on every node of STACK (`gpuinfra run STACK -- python train.py`): up if needed, wait for the health verdict, stream the rank-prefixed logs, then `down` (data kept) unless --keep. Ctrl-C detaches; the run goes on."""
+    """Run CMD on every node of STACK (`gpuinfra run STACK -- python train.py`, or `gpuinfra run --gpus 4xA100 --name NAME ... -- CMD`, with some of new's options, to write the stack first): up if needed, wait for the health verdict, stream the rank-prefixed logs, then `down` (data kept) unless --keep. Ctrl-C detaches; the run goes on."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console
     from gpuinfra.cli.lifecycle import _progress
-    from gpuinfra.errors import OperationError
+    from gpuinfra.errors import OperationError, RequestError
     from gpuinfra.services import jobs
     from gpuinfra.services.run import run as run_job
 
+    words = [w for w in [stack, *(command or [])] if w is not None]
+    new_args = {
+        "--cloud": cloud, "--region": region, "--zone": zone, "--nodes": nodes, "--profile": profile,
+        "--spot": spot, "--on-demand": on_demand, "--hours": hours,
+    }  # fmt: skip
+    if gpus is None:
+        given = [flag for flag, value in {**new_args, "--name": name}.items() if value not in (None, False)]
+        if given:
+            raise RequestError(f"{', '.join(given)}: only with --gpus (which writes the stack first)")
+        stack, words = (words[0] if words else None), words[1:]
+        if stack is None:
+            raise RequestError("give STACK -- CMD, or --gpus SPEC --name NAME -- CMD")
+    elif name is None:
+        raise RequestError("--gpus needs --name NAME: the stack run writes, ups and runs")
+    if not words:
+        raise RequestError("no command: give it after `--`, e.g. gpuinfra run STACK -- python train.py")
     fields = {
         "image": image,
         "env": jobs.parse_env(env, "--env"),
@@ -86,11 +151,16 @@ def run(
             status["line"] = line
             note(line)  # stderr: the log on stdout stays clean
 
+    if gpus is not None:
+        # the job's own input is checked before a stack file is written
+        jobs.make_spec(words, **fields)
+        _write_stack(Path(project_dir), {"--gpus": gpus, "--name": name, **new_args})
+        stack = name
     result = run_job(
         Path(project_dir),
         stack,
         fields,
-        list(command),
+        words,
         keep=keep,
         say=say,
         on_line=(lambda line: None) if as_json else (lambda line: out.print(line, soft_wrap=True, markup=False)),

@@ -189,3 +189,39 @@ def test_reap_job_over_destroys_a_stack_whose_job_is_over_and_keeps_a_running_on
     reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
     assert reaped.exit_code == 0, reaped.stderr
     assert "destroying train (job succeeded); data kept" in reaped.stdout and ("destroy", "train") in backend.calls
+
+
+def test_run_gpus_writes_the_stack_first_then_ups_and_runs_it(run_cli, tmp_path, monkeypatch, s3):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+    class NotUpYet(FakeBackend):
+        def outputs(self, project_dir, stack):
+            self.calls.append(("outputs", stack))
+            return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+    backend = NotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    args = ("--gpus", "4xA100", "--cloud", "aws", "--nodes", "2", "--name", "ft", "--project-dir", str(tmp_path))
+    result = run_cli("run", *args, "--", "python", "train.py")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "stacks" / "Pulumi.ft.yaml").is_file()
+    assert ("up", "ft") in backend.calls and ("destroy", "ft") in backend.calls
+    spec = JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("ft"))["Body"].read().decode())
+    assert spec.argv == ("python", "train.py")
+    # the stack exists now: new refuses to overwrite it (exit 5), nothing else runs
+    again = run_cli("run", *args, "--", "python", "train.py")
+    assert again.exit_code == 5 and backend.calls.count(("up", "ft")) == 1
+
+
+def test_run_form_errors(run_cli, tmp_path):
+    for args, message in [
+        (["--gpus", "4xA100", "--", "python"], "--gpus needs --name NAME"),
+        ([], "give STACK -- CMD, or --gpus SPEC --name NAME -- CMD"),
+        (["train", "--nodes", "2", "--", "python"], "--nodes: only with --gpus"),
+        (["train"], "no command: give it after `--`"),
+    ]:
+        result = run_cli("run", *args, "--project-dir", str(tmp_path))
+        assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+    assert not (tmp_path / "stacks").exists()
