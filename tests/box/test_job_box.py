@@ -92,3 +92,37 @@ def test_aws_two_nodes_run_a_training_job_to_the_end_and_end_themselves(box_root
             f"box job: {STEPS} steps, final loss {progress['loss']}, job {(finished - began).total_seconds():.0f} s, "
             f"nodes ended {ended:.0f} s after the job, wall {time.monotonic() - started:.0f} s"
         )
+
+
+def test_aws_a_job_that_keeps_failing_is_restarted_from_its_checkpoint_then_ends_the_nodes(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    scenario = aws_p5()
+    stack = stack_spec(scenario.stack).stack
+    argv = ("python3", f"{JOB_DIR}/train_tiny.py", "--steps", "20", "--checkpoint-every", "5", "--fail-at-step", "8")
+    spec = JobSpec(id="j-box-failing", argv=argv, nproc_per_node=1, max_restarts=1)
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        install_job(box)
+        submit(box, stack, spec)
+        box.start()
+        final = box.wait_for(
+            "the job's final object", lambda: bucket_json(box, final_key(stack, spec.id)), JOB_SECONDS, poll=2
+        )
+        over = time.monotonic()
+        codes = [node.wait_exit(END_SYNC_BOUND_SECONDS + 120) for node in box.nodes]
+        ended = time.monotonic() - over
+        assert codes == [0, 0], [n.diagnostics() for n in box.nodes]
+        assert final["state"] == "failed"
+        statuses = [bucket_json(box, status_key(stack, spec.id, f"rank-{r}")) for r in (0, 1)]
+        assert [s["state"] for s in statuses] == ["failed", "failed"]
+        # one restart on each node, caused by the exit, at the step it reached; the restart resumed
+        # from the newest checkpoint (step 5) and failed at step 8 again
+        assert [[(r["cause"], r["step"]) for r in s["restarts"]] for s in statuses][0] == [("exit status 1", 8)]
+        assert all(len(s["restarts"]) == 1 and s["restarts"][0]["cause"].startswith("exit status") for s in statuses)
+        logs = sorted((box.state / "bucket" / box.bucket / f"jobs/{stack}/{spec.id}/logs/rank-0").glob("*.log"))
+        text = "".join(p.read_text() for p in logs)
+        assert "[rank-0] resumed from step 5" in text and text.count("[rank-0] failing at step=8 on purpose") == 2
+        assert ended <= END_SYNC_BOUND_SECONDS + 120
+        fault_row(
+            "job crashes at step 8 every time, 1 restart allowed", "restarted from step 5, failed, nodes ended", ended
+        )

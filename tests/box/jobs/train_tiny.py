@@ -56,6 +56,7 @@ def main() -> int:
     parser.add_argument("--checkpoint-every", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep per step (a slower run)")
+    parser.add_argument("--fail-at-step", type=int, default=0, help="every process exits 3 there (a crash)")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world, local = dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
@@ -101,6 +102,9 @@ def main() -> int:
             out.mkdir(parents=True, exist_ok=True)
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, out / "state.pt")
             (out / MARKER).write_text(f"{step}\n")
+        if step == args.fail_at_step:
+            print(f"failing at step={step} on purpose", flush=True)
+            raise SystemExit(3)
         time.sleep(args.step_seconds)
     final = total.item() / world
     if rank == 0:
