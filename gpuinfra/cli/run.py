@@ -41,11 +41,12 @@ def _write_stack(project_dir: Path, new_args: dict) -> None:
     Raises:
         GpuinfraError: whatever ``new`` refuses (exit code kept).
     """
-    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    # imported on use: CLI start-up time; gpuinfra.cli imports this module (app is defined there)
     import click
 
+    # imported on use: gpuinfra.cli imports this module at start-up, so app exists only by now
     from gpuinfra.cli import app
-    from gpuinfra.errors import ExitCode, GpuinfraError
+    from gpuinfra.errors import ExitCode, GpuinfraError  # imported on use: CLI start-up time
 
     argv = ["new", "--project-dir", str(project_dir)]
     for flag, value in new_args.items():
@@ -156,6 +157,7 @@ def run(
         jobs.make_spec(words, **fields)
         _write_stack(Path(project_dir), {"--gpus": gpus, "--name": name, **new_args})
         stack = name
+    assert stack is not None  # checked above: STACK, or --gpus with --name
     result = run_job(
         Path(project_dir),
         stack,
