@@ -119,6 +119,8 @@ def run(
     """
     spec = read_stack_spec(project_dir, stack)
     job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
+    if job.min_nodes > spec.nodes:
+        raise RequestError(f"--min-nodes {job.min_nodes}: the stack has {spec.nodes} node(s)")
     for name in job.secrets.values():
         try:
             secret_command(spec.cloud, stack, name)  # the names the nodes may read

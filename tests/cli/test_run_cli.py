@@ -131,6 +131,7 @@ def test_bad_job_input_is_refused_before_anything_is_deployed(run_cli, project, 
     for args, message in [
         (["-e", "NOEQUALS"], "--env 'NOEQUALS': give KEY=VALUE"),
         (["--restart", "always"], "restart 'always' is not one of"),
+        (["--min-nodes", "3"], "--min-nodes 3: the stack has 2 node(s)"),
         # the node may read only the stack's own names (/gpuinfra/<stack>/... in SSM Parameter Store)
         (["--secret", "TOKEN=/prod/token"], "--secret: secret '/prod/token': AWS names are /gpuinfra/train/..."),
     ]:
