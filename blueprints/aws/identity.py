@@ -182,12 +182,46 @@ def monitoring_policy_document(stack: str, region: str, account_id: str) -> str:
 # --- end GPU monitoring --------------------------------------------------------------------
 
 
+def job_secrets_policy_document(stack: str, region: str, account_id: str) -> str:
+    """Inline policy JSON: the secrets a job may name (``gpuinfra run --secret``, read on the node
+    by :func:`gpuinfra.agent.job.secret_command`), and nothing else: ``ssm:GetParameter`` on
+    ``parameter/gpuinfra/<stack>/*`` (:func:`parameter_arn`) and ``secretsmanager:GetSecretValue``
+    on ``secret:gpuinfra/<stack>/*`` (resource type ``secret``,
+    ``arn:${Partition}:secretsmanager:${Region}:${Account}:secret:${SecretId}``, whose id ends in
+    ``-`` and 6 random characters: docs.aws.amazon.com/service-authorization/latest/reference/
+    list_awssecretsmanager.html) in ``region`` of ``account_id``. ``stack`` is the stack name
+    (``GPUINFRA_STACK`` on the node). Values under the AWS managed keys ``aws/ssm`` /
+    ``aws/secretsmanager`` need no ``kms:Decrypt`` grant (their key policies allow use through
+    the service by the account's principals: docs.aws.amazon.com/secretsmanager/latest/userguide/
+    security-encryption.html); a customer managed key needs its own grant, which this does not give."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ReadJobParameters",
+                    "Effect": "Allow",
+                    "Action": ["ssm:GetParameter"],
+                    "Resource": [parameter_arn(region, account_id, f"/gpuinfra/{stack}/*")],
+                },
+                {
+                    "Sid": "ReadJobSecrets",
+                    "Effect": "Allow",
+                    "Action": ["secretsmanager:GetSecretValue"],
+                    "Resource": [f"arn:aws:secretsmanager:{region}:{account_id}:secret:gpuinfra/{stack}/*"],
+                },
+            ],
+        }
+    )
+
+
 def build_instance_profile(
     name: str, spec: ClusterSpec, bucket: aws.s3.Bucket, parent: pulumi.Resource
 ) -> aws.iam.InstanceProfile:
     """Role (EC2 trust) with inline policies: the SSM Agent's channels
     (:func:`ssm_agent_policy_document`), the bucket (:func:`bucket_policy_document`), ECR pull from
-    a bake's repository, monitoring (:func:`monitoring_policy_document`); its instance profile.
+    a bake's repository, monitoring (:func:`monitoring_policy_document`), the job's secrets
+    (:func:`job_secrets_policy_document`); its instance profile.
     No managed policy is attached."""
     opts = pulumi.ResourceOptions(parent=parent)
     role = aws.iam.Role(
@@ -220,4 +254,12 @@ def build_instance_profile(
             policy=account_id.apply(lambda account: monitoring_policy_document(stack_id(spec), spec.region, account)),
             opts=opts,
         )
+    aws.iam.RolePolicy(
+        child(name, "node-job-secrets"),
+        role=role.id,
+        policy=aws.get_caller_identity_output().account_id.apply(
+            lambda account: job_secrets_policy_document(spec.stack, spec.region, account)
+        ),
+        opts=opts,
+    )
     return aws.iam.InstanceProfile(child(name, "node-profile"), role=role.name, tags=aws_tags(spec), opts=opts)

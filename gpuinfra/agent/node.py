@@ -27,7 +27,8 @@ Every ``--poll-seconds`` it:
   left out (``health-excluded``) ends once the ranks are decided;
 * once the node bundle is in, runs the job watch (:mod:`gpuinfra.agent.watch`, not in the user
   data): a fatal Xid in the kernel log is a GPU fault; a hung job (busy GPUs at low power, or a
-  stale progress file) triggers the profile's ``hang.action``.
+  stale progress file) triggers the profile's ``hang.action``; a job that is over (the job unit,
+  :mod:`gpuinfra.agent.job`) ends the node.
 
 Checkpoints (complete folders, newest first, one bucket part per node rank) are synced by
 :mod:`gpuinfra.agent.checkpoints`, which the node bundle installs beside this file: in a
@@ -110,7 +111,7 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_HEALTH_GATE": (False, "enforce | report | off (profile health_gate); empty = off"),
     "GPUINFRA_HEALTH_WAIT_SECONDS": (False, "no verdict by then fails the gate"),
     "GPUINFRA_GPU_COUNT": (False, "GPUs per node"),
-    "GPUINFRA_HANG_ACTION": (False, "alert | end | off"),
+    "GPUINFRA_HANG_ACTION": (False, "alert | end | restart | off"),
     "GPUINFRA_HANG_MINUTES": (False, "hang duration"),
     "GPUINFRA_HANG_POWER_PERCENT": (False, "hang power threshold"),
     "GPUINFRA_PROGRESS_FILE": (False, "job progress file"),
@@ -511,7 +512,7 @@ class Agent:
     def step(self) -> str:
         """One poll. Returns ``running`` | ``starting`` | ``hung`` | ``interrupted`` or, once
         the node is ending (every later poll tries again, :meth:`end_try`), ``idle`` |
-        ``expired`` | ``gpu-fault`` | ``hang`` | ``excluded``.
+        ``expired`` | ``gpu-fault`` | ``job-done`` | ``hang`` | ``excluded``.
 
         An error reading the metadata service is logged and the poll goes on: the TTL, GPU and
         idle checks still run.
@@ -535,6 +536,9 @@ class Agent:
         utilization, fault = self.gpu_fault()
         if fault:
             return self._finish("gpu-fault", f"GPU fault: {fault}")
+        done = self.job_watch.job_done() if self.job_watch else ""
+        if done:
+            return self._finish("job-done", done)
         state = self.gate()
         if state:
             if self.idle_since is not None:

@@ -26,7 +26,12 @@ once the bundle is in. The agent (:mod:`gpuinfra.agent.node`) imports it lazily 
   touches (``GPUINFRA_PROGRESS_FILE``, given to the job by ``gpuinfra-run``) is older than
   ``GPUINFRA_HANG_MINUTES``, for ``GPUINFRA_HANG_MINUTES``. Action ``alert``: one log line starting
   with :data:`HANG_MARKER` and ``<state-dir>/hang`` (removed once the job moves again); ``end``:
-  the agent syncs the checkpoints and ends the node.
+  the agent syncs the checkpoints and ends the node; ``restart``: the alert, plus
+  ``<state-dir>/job-restart`` once per hang, on which the job unit (:mod:`gpuinfra.agent.job`)
+  stops the job and starts it again (it resumes from its newest checkpoint) while restarts are
+  left.
+* **The job is over.** The job unit writes ``<state-dir>/job-done``; :meth:`Watch.job_done`
+  makes the agent sync the checkpoints (bounded) and end the node.
 """
 
 from __future__ import annotations
@@ -35,6 +40,8 @@ import os
 import re
 import subprocess
 from pathlib import Path
+
+from gpuinfra.agent.job import JOB_DONE_MARK, JOB_RESTART_MARK
 
 #: NVRM Xid codes that need a GPU reset or a reboot (module docstring): 46 GPU timeout, 62 PMU
 #: halt, 64 DRAM retirement failure, 79 fallen off the bus, 95 uncontained error, 109 context
@@ -149,6 +156,15 @@ class Watch:
                 self.agent._log(f"cannot read the kernel log: {exc}")
             return ""
 
+    def job_done(self) -> str:
+        """The job unit's done mark's text (why the node ends now), or ""."""
+        if self.agent.state_dir is None:
+            return ""
+        try:
+            return "job over: " + (Path(self.agent.state_dir) / JOB_DONE_MARK).read_text().strip()
+        except OSError:
+            return ""
+
     def why_hung(self, utilization: list[int]) -> str:
         """Why the job looks hung now, or "" (power is read only while every GPU is busy; a
         failed power read is no sign)."""
@@ -178,7 +194,7 @@ class Watch:
         """``running``, or for a hung job (:meth:`why_hung`) ``hung`` (action ``alert``: one
         :data:`HANG_MARKER` line and ``<state-dir>/hang``) or the agent's end (action ``end``)."""
         a = self.agent
-        why = self.why_hung(utilization) if self.action in ("alert", "end") else ""
+        why = self.why_hung(utilization) if self.action in ("alert", "end", "restart") else ""
         mark = None if a.state_dir is None else Path(a.state_dir) / HANG_MARK
         if not why:
             if self.hung and mark is not None:
@@ -192,4 +208,6 @@ class Watch:
             a._log(f"{HANG_MARKER} {why}")
             if mark is not None:
                 mark.write_text(why + "\n")
+                if self.action == "restart":
+                    (mark.parent / JOB_RESTART_MARK).write_text(why + "\n")
         return "hung"

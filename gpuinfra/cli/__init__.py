@@ -22,7 +22,7 @@ app = typer.Typer(
 
 
 def _register() -> None:
-    from gpuinfra.cli import catalog, check, cost, image, lifecycle, new, offers, preview, profiles, size, status  # noqa: F401  (thin command modules)  # noqa: F401  (image bakes, GPU monitoring status)
+    from gpuinfra.cli import catalog, check, cost, image, lifecycle, new, offers, preview, profiles, run, size, status  # noqa: F401  (thin command modules)  # noqa: F401  (image bakes, GPU monitoring status)
 
     app.command("offers")(offers.offers)
     app.command("new")(new.new)
@@ -38,6 +38,10 @@ def _register() -> None:
     app.command("reap")(lifecycle.reap)
     app.command("check")(check.check)
     app.command("status")(status.status)
+    app.command("run")(run.run)
+    app.command("logs")(run.logs)
+    app.command("jobs")(run.jobs_)
+    app.command("cancel")(run.cancel)
     app.add_typer(cost.app, name="cost")
     app.add_typer(catalog.app, name="catalog")
     app.add_typer(image.app, name="image")

@@ -243,33 +243,54 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
 
 def reap(
     expired: bool = typer.Option(False, "--expired", help="Destroy every deployed stack whose TTL has passed."),
+    job_over: bool = typer.Option(
+        False,
+        "--job-over",
+        help="Destroy every deployed stack whose `gpuinfra run` job is over (its nodes ended themselves; "
+        "the laptop that ran it may be gone).",
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Only list what would be destroyed."),
     sync_timeout_seconds: int = options.SyncTimeoutSeconds,
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Destroy expired stacks (data kept, nodes asked to sync first), e.g. from cron: `gpuinfra reap --expired`.
+    """Destroy expired stacks, or stacks whose job is over (data kept, nodes asked to sync first), e.g. from cron: `gpuinfra reap --expired --job-over`.
 
     Every expired stack is tried, then the results are listed; exit 7 when a destroy failed,
     2 when a stack file could not be read (its expiry is unknown).
     """
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
-    from gpuinfra.errors import RequestError
+    from gpuinfra.errors import GpuinfraError, RequestError
     from gpuinfra.lifecycle import list_stacks, reap_error, reap_expired
+    from gpuinfra.services.jobs import job_over as state_of_job
     from gpuinfra.stackfile import check_project_to_list
 
-    if not expired:
-        raise RequestError("reap needs --expired (the only selection so far); add --dry-run to see the list first")
+    if not expired and not job_over:
+        raise RequestError("reap needs --expired and/or --job-over; add --dry-run to see the list first")
     check_project_to_list(Path(project_dir))
     backend = _backend()
     out = stdout_console()
     listing = list_stacks(Path(project_dir), backend)
-    victims = listing.expired_deployed
+    victims = listing.expired_deployed if expired else []
+    why = {r.spec.stack: f"expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC" for r in victims}
+    if job_over:
+        for r in listing.rows:
+            if r.deployed and r.spec.stack not in why:
+                try:
+                    state = state_of_job(backend, Path(project_dir), r.spec)
+                except GpuinfraError as exc:
+                    out.print(f"{r.spec.stack}: job state unknown, not reaped ({exc})", soft_wrap=True, markup=False)
+                    continue
+                if state is not None:
+                    victims.append(r)
+                    why[r.spec.stack] = f"job {state}"
     if not victims:
-        out.print("no deployed stack has expired")
+        out.print(
+            "no deployed stack has expired" if not job_over else "no deployed stack has expired or a job that is over"
+        )
     elif dry_run:
         for r in victims:
-            out.print(f"would destroy {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC)")
+            out.print(f"would destroy {r.spec.stack} ({why[r.spec.stack]})")
     results = (
         []
         if dry_run
@@ -278,9 +299,7 @@ def reap(
             backend,
             victims,
             _progress(),
-            on_start=lambda r: out.print(
-                f"destroying {r.spec.stack} (expired {r.spec.expires_at:%Y-%m-%d %H:%M} UTC); data kept"
-            ),
+            on_start=lambda r: out.print(f"destroying {r.spec.stack} ({why[r.spec.stack]}); data kept"),
             say=lambda line: out.print(f"  {line}", soft_wrap=True, markup=False),
             sync_timeout_seconds=sync_timeout_seconds,
         )

@@ -41,6 +41,7 @@ from gpuinfra.plan.node_bundle import (
     NodeBundle,
     add_checkpoint_restore,
     add_health_gate,
+    add_job,
     add_monitoring,
     fetch_script,
     health_template_vars,
@@ -106,6 +107,7 @@ def aws_node_bundle(spec: ClusterSpec, plan: AwsClusterPlan) -> NodeBundle:
     add_monitoring(bundle, spec, "aws")
     add_health_gate(bundle, spec, expectations_for(spec), after)
     add_checkpoint_restore(bundle)
+    add_job(bundle)
     return bundle
 
 

@@ -28,6 +28,7 @@ from gpuinfra.plan.node_bundle import (
     NodeBundle,
     add_checkpoint_restore,
     add_health_gate,
+    add_job,
     add_monitoring,
     fetch_script,
     health_template_vars,
@@ -93,6 +94,7 @@ def gcp_node_bundle(spec: ClusterSpec, plan: GcpClusterPlan) -> NodeBundle:
     add_monitoring(bundle, spec, "gcp")
     add_health_gate(bundle, spec, expectations_for(spec), after)
     add_checkpoint_restore(bundle)
+    add_job(bundle)
     return bundle
 
 

@@ -39,6 +39,10 @@ RXDM_UNIT = "gpuinfra-rxdm.service"
 #: gate's verdict: a first boot of an EFA node builds the image, then the gate waits for every
 #: peer's result (:data:`gpuinfra.health.node.HEALTH_RESULT_WAIT_SECONDS`) and runs the all-reduce.
 CLUSTER_ENV_WAIT_SECONDS = 3600
+#: AWS-RunShellScript's ``executionTimeout`` maximum, seconds (the document's parameter:
+#: ``"default": "3600"``, "Maximum is 172800 (48 hours)"; SSM User Guide, AWS-RunShellScript
+#: content as shown by ``aws ssm get-document --name AWS-RunShellScript``).
+SSM_EXECUTION_TIMEOUT_SECONDS = 172800
 #: How a user starts a job (stack output ``run_command``).
 EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
 #: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
@@ -383,8 +387,14 @@ def aws_run_command(region: str, stack_id: str) -> str:
     :data:`gpuinfra.plan.naming.AWS_STACK_ID_TAG` (``stack_id``: :func:`gpuinfra.plan.naming.stack_id`),
     never ``gpuinfra:stack``, which a stack of the same name from another folder also carries (one
     ``Key=tag:<key>,Values=<value>`` target: docs.aws.amazon.com/systems-manager/latest/userguide/
-    send-commands-multiple.html)."""
-    params = shlex.quote(f'workingDirectory=["{SCRATCH_MOUNT}"],commands=["{EXAMPLE_COMMAND}"]')
+    send-commands-multiple.html). A fallback: ``gpuinfra run`` delivers jobs through the bucket
+    with no time limit (docs/run.md). ``executionTimeout`` is AWS-RunShellScript's maximum,
+    :data:`SSM_EXECUTION_TIMEOUT_SECONDS`, not its 3600 s default, which also counts
+    ``gpuinfra-run``'s own wait for the ranks and the health verdict."""
+    params = shlex.quote(
+        f'workingDirectory=["{SCRATCH_MOUNT}"],commands=["{EXAMPLE_COMMAND}"],'
+        f'executionTimeout=["{SSM_EXECUTION_TIMEOUT_SECONDS}"]'
+    )
     return (
         f"aws ssm send-command --region {region} --document-name AWS-RunShellScript "
         f"--targets Key=tag:{AWS_STACK_ID_TAG},Values={stack_id} --parameters {params}"

@@ -62,6 +62,7 @@ NODE_MODULES = (
     "agent/__init__.py",
     "agent/constants.py",
     "agent/checkpoints.py",
+    "agent/job.py",
     "agent/node.py",
     "agent/watch.py",
     "health/__init__.py",
@@ -252,6 +253,35 @@ def restore_systemd_unit() -> SystemdUnit:
 def add_checkpoint_restore(bundle: NodeBundle) -> None:
     """The restore unit (the node modules come with :func:`add_health_gate`)."""
     bundle.add_unit(restore_systemd_unit())
+
+
+#: Runs the stack's job from the bucket on every node (:mod:`gpuinfra.agent.job`; docs/run.md).
+JOB_UNIT = "gpuinfra-job.service"
+
+
+def job_systemd_unit() -> SystemdUnit:
+    """``gpuinfra-job.service``: ``python3 -m gpuinfra.agent.job`` after the bundle, scratch, the
+    ranks, the health gate and the restore (``gpuinfra-run`` waits for the last three itself,
+    bounded); restarted on failure every 30 s without limit (a crash of the unit is not the job's
+    failure: the job's own restarts are counted in the bucket). Stopping it ends the job's
+    process group (``KillMode=control-group``, systemd.kill(5))."""
+    return SystemdUnit(
+        JOB_UNIT,
+        "gpuinfra: run the stack's job from the bucket (gpuinfra run)",
+        wants=("network-online.target",),
+        after=("network-online.target", BUNDLE_UNIT, "gpuinfra-scratch.service", "gpuinfra-cluster-env.service"),
+        start_limit_interval_sec=0,
+        environment=(("PYTHONPATH", NODE_LIB),),
+        exec_start=(command("/usr/bin/python3", "-m", "gpuinfra.agent.job"),),
+        restart="on-failure",
+        restart_sec=30,
+        delivery="bundle",
+    )
+
+
+def add_job(bundle: NodeBundle) -> None:
+    """The job unit (the node modules come with :func:`add_health_gate`)."""
+    bundle.add_unit(job_systemd_unit())
 
 
 def add_monitoring(bundle: NodeBundle, spec: ClusterSpec, cloud: str) -> None:

@@ -94,12 +94,14 @@ class HangSettings(_Strict):
 
     Attributes:
         action: ``alert`` -> one agent log line starting ``GPUINFRA-ALERT job hang:`` and
-            ``/run/gpuinfra/hang``; ``end`` -> sync the checkpoints and end the node; ``off``.
+            ``/run/gpuinfra/hang``; ``end`` -> sync the checkpoints and end the node; ``restart``
+            -> the alert, and the job unit stops the job and starts it again from its newest
+            checkpoint while the job's ``max_restarts`` allow (else it ends as failed, docs/run.md); ``off``.
         minutes: how long the signs must last (5-1440).
         power_percent: percent of the enforced power limit under which busy GPUs look hung (1-100).
     """
 
-    action: Literal["alert", "end", "off"] = "alert"
+    action: Literal["alert", "end", "restart", "off"] = "alert"
     minutes: int = Field(default=30, ge=5, le=1440)
     power_percent: int = Field(default=25, ge=1, le=100)
 

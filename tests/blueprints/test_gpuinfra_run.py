@@ -591,7 +591,10 @@ def test_run_command_outputs():
         == (
             f"aws ssm send-command --region {aws.region} --document-name AWS-RunShellScript "
             f"--targets Key=tag:gpuinfra:stack-id,Values={aws.stack}-{aws.name_suffix} "
-            '--parameters \'workingDirectory=["/scratch"],commands=["gpuinfra-run -- python train.py"]\''
+            # executionTimeout: AWS-RunShellScript's maximum, 172800 s (its default, 3600 s, also
+            # counts gpuinfra-run's wait for the ranks and the health verdict)
+            '--parameters \'workingDirectory=["/scratch"],commands=["gpuinfra-run -- python train.py"],'
+            'executionTimeout=["172800"]\''
         )
     )
     gcp = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain")

@@ -46,6 +46,7 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
         "gpuinfra-monitoring.service",
         "gpuinfra-health.service",
         "gpuinfra-restore.service",
+        "gpuinfra-job.service",
     ]
     assert sorted(f.path for f in bundle.files) == sorted(
         [
@@ -59,6 +60,7 @@ def test_p5_bundle_builds_the_efa_image_and_runs_the_gate_after_it():
             EXPECTATIONS_PATH,
             "/etc/systemd/system/gpuinfra-health.service",
             "/etc/systemd/system/gpuinfra-restore.service",
+            "/etc/systemd/system/gpuinfra-job.service",
         ]
     )
     assert bundle.file("/usr/local/sbin/gpuinfra-monitoring").mode == "0755"
@@ -134,14 +136,21 @@ def test_every_run_step_of_the_efa_recipe_passes_shellcheck(tmp_path):
 def test_nodes_without_efa_or_image_build_nothing():
     spec = make_spec("g5.xlarge", profile="dev")
     bundle = aws_node_bundle(spec, plan_aws_cluster(spec))
-    assert bundle.units == ["gpuinfra-monitoring.service", "gpuinfra-health.service", "gpuinfra-restore.service"]
+    assert bundle.units == [
+        "gpuinfra-monitoring.service",
+        "gpuinfra-health.service",
+        "gpuinfra-restore.service",
+        "gpuinfra-job.service",
+    ]
     assert f"IMAGE={IMAGE}\n" in bundle.file(RUN_SCRIPT_PATH).content
     off = spec.profile.model_copy(
         update={"health_gate": "off", "monitoring": spec.profile.monitoring.model_copy(update={"enabled": False})}
     )
     bundle = aws_node_bundle(spec.model_copy(update={"profile": off}), plan_aws_cluster(spec))
-    # the checkpoint restore runs whatever the gate and monitoring settings
-    assert bundle.units == ["gpuinfra-restore.service"] and ALLREDUCE_PATH in [f.path for f in bundle.files]
+    # the checkpoint restore and the job unit run whatever the gate and monitoring settings
+    assert bundle.units == ["gpuinfra-restore.service", "gpuinfra-job.service"] and ALLREDUCE_PATH in [
+        f.path for f in bundle.files
+    ]
 
 
 @pytest.mark.parametrize(
@@ -156,6 +165,7 @@ def test_nodes_without_efa_or_image_build_nothing():
                 "gpuinfra-monitoring.service",
                 "gpuinfra-health.service",
                 "gpuinfra-restore.service",
+                "gpuinfra-job.service",
             ],
         ),
         (
@@ -166,18 +176,29 @@ def test_nodes_without_efa_or_image_build_nothing():
                 "gpuinfra-monitoring.service",
                 "gpuinfra-health.service",
                 "gpuinfra-restore.service",
+                "gpuinfra-job.service",
             ],
         ),
         # A3 High without a baked image: plain networking, nothing to install
         (
             "a3-highgpu-8g",
             "llm-finetune",
-            ["gpuinfra-monitoring.service", "gpuinfra-health.service", "gpuinfra-restore.service"],
+            [
+                "gpuinfra-monitoring.service",
+                "gpuinfra-health.service",
+                "gpuinfra-restore.service",
+                "gpuinfra-job.service",
+            ],
         ),
         (
             "a2-highgpu-8g",
             "llm-finetune",
-            ["gpuinfra-monitoring.service", "gpuinfra-health.service", "gpuinfra-restore.service"],
+            [
+                "gpuinfra-monitoring.service",
+                "gpuinfra-health.service",
+                "gpuinfra-restore.service",
+                "gpuinfra-job.service",
+            ],
         ),
     ],
 )

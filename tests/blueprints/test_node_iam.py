@@ -56,6 +56,7 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
     own_parameter = ssm_parameter(region, account, aws_agent_parameter_name(own))
     bundle = bundle_key("0" * 64)
     instance = f"arn:aws:ec2:{region}:{account}:instance/i-0123456789abcdef0"
+    secrets = f"arn:aws:secretsmanager:{region}:{account}"  # + :secret:<name>-<6 random characters>
     allow = [
         # SSM Agent: registration, Session Manager channels, Run Command messages
         # (docs.aws.amazon.com/systems-manager/latest/userguide/getting-started-create-iam-instance-profile.html)
@@ -75,6 +76,9 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
         ("s3:PutObject", f"{bucket_arn}/checkpoints/{spec.stack}/rank-0/LATEST", {}),
         ("s3:PutObject", f"{bucket_arn}/health/{spec.stack}/i-0123.json", {}),
         ("ec2:DescribeInstances", "*", {}),
+        # the job's secrets by reference (gpuinfra run --secret): the stack's own names
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}/hf-token"), {}),
+        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{spec.stack}/db-AbCdEf", {}),
     ]
     other = f"{own}-node-2"  # a stack whose names start with this one's
     deny = [
@@ -93,6 +97,15 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
         ("ssm:DescribeParameters", "*", {}),
         ("kms:Decrypt", f"arn:aws:kms:{region}:{account}:key/1234abcd-12ab-34cd-56ef-1234567890ab", {}),
         ("secretsmanager:GetSecretValue", f"arn:aws:secretsmanager:{region}:{account}:secret:prod-db", {}),
+        # another stack's job secrets, even one whose name starts with this one's
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}-node-2/hf-token"), {}),
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}"), {}),
+        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{spec.stack}-node-2/db-AbCdEf", {}),
+        (
+            "secretsmanager:GetSecretValue",
+            f"arn:aws:secretsmanager:eu-west-1:{account}:secret:gpuinfra/{spec.stack}/db-AbCdEf",
+            {},
+        ),
         # reaching other nodes through SSM, State Manager documents
         ("ssm:SendCommand", instance, {}),
         ("ssm:StartSession", instance, {}),
@@ -120,7 +133,7 @@ def test_node_role_has_no_managed_policy(aws_stack):
 def test_node_role_allows_what_the_node_calls_and_nothing_of_other_stacks(aws_stack):
     spec, result = aws_stack
     documents = role_documents(result, "exp-node-role-id")
-    assert len(documents) == 3  # SSM agent, bucket, monitoring
+    assert len(documents) == 4  # SSM agent, bucket, monitoring, the job's secrets
     (bucket,) = result.of_type("aws:s3/bucket:Bucket")
     bucket_arn = f"arn:aws:s3:::{bucket.inputs['bucketPrefix']}0000preview"  # the offline preview's name
     allow, deny = node_requests(spec, bucket_arn)

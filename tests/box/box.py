@@ -178,8 +178,13 @@ class Node:
         self.write("/etc/hostname", self.name + "\n")
         self.write(
             "/etc/hosts",
-            f"127.0.0.1 localhost\n{self.ip} {self.name}\n{METADATA_ADDRESS} metadata.google.internal metadata\n",
+            f"127.0.0.1 localhost\n{self.ip} {self.name}\n{METADATA_ADDRESS} metadata.google.internal metadata\n"
+            # every node's name, as the clouds' VPC DNS resolves them (torchrun's elastic agent
+            # hands its workers the rank-0 node's host name as MASTER_ADDR)
+            + "".join(f"{n.ip} {n.name}\n" for n in self.box.nodes if n is not self),
         )
+        # torchrun for the training job (tests/box/jobs/): Debian's, with the box's one fix
+        self.write("/usr/local/bin/torchrun", (HERE / "jobs" / "torchrun_box.py").read_text(), 0o755)
         self.write("/usr/local/lib/box/standin.py", (HERE / "standin.py").read_text(), 0o755)
         for path in STANDIN_PROGRAMS:
             link = self.merged / path.lstrip("/")

@@ -52,6 +52,8 @@ def host_mirror() -> str:
 #: user data), curl (IMDS and metadata reads), iproute2 (the GCP NIC wait), mdadm/e2fsprogs (the
 #: scratch script), python3 (agent, health gate, bundle installer); python3-cffi-backend is named
 #: because debootstrap does not resolve the virtual package cloud-init needs through python3-cryptography.
+#: python3-torch: Debian's CPU build of PyTorch 1.13.1 (torch.distributed.run, gloo) for the box's
+#: training job (``tests/box/jobs/train_tiny.py``), without the CUDA libraries PyPI's wheel pulls.
 PACKAGES = (
     "systemd",
     "systemd-sysv",
@@ -64,6 +66,7 @@ PACKAGES = (
     "e2fsprogs",
     "ca-certificates",
     "python3-cffi-backend",
+    "python3-torch",
 )
 BUILD_TIMEOUT_SECONDS = 900
 LOCK_TIMEOUT_SECONDS = 1200

@@ -76,6 +76,7 @@ class Cli:
         self.argv, self.files, self.stdin, self.node, self.scenario = argv, files, stdin, node, scenario
         self.writes: dict[str, bytes] = {}
         self.after: list[str] = []
+        self.exec: dict | None = None  # a job's command the stand-in execs (_docker_run_job)
 
     def answer(self) -> tuple[int, str, str]:
         """``(exit code, stdout, stderr)`` of the call (:attr:`writes` and :attr:`after` set as a
@@ -154,8 +155,46 @@ class Cli:
             self._images(add=args[args.index("--tag") + 1])
         if args[:1] == ["run"] and any(a.endswith("gpuinfra_allreduce.py") for a in args):
             return 0, self.scenario["gpus"]["all_reduce"], ""
+        if args[:1] == ["run"] and "torchrun" in args:
+            return self._docker_run_job(args[1:])
         if args[:1] == ["logs"]:
             return 0, "Buffer manager initialization complete\n", ""
+        return 0, "", ""
+
+    #: ``docker run`` options that take a value (the ones ``gpuinfra-run`` passes).
+    DOCKER_RUN_VALUE_OPTIONS = frozenset(
+        (
+            "--name",
+            "--entrypoint",
+            "--ulimit",
+            "--cap-add",
+            "--device",
+            "-v",
+            "-w",
+            "--env-file",
+            "--gpus",
+            "--network",
+            "--ipc",
+        )
+    )
+
+    def _docker_run_job(self, args: list[str]) -> tuple[int, str, str]:
+        """A training job's ``docker run [OPTIONS] IMAGE COMMAND...``: the stand-in execs COMMAND
+        on the node itself (the box has no containers), with the variables of ``--env-file``
+        (sent by the stand-in; docs.docker.com/reference/cli/docker/container/run/#env: one
+        ``KEY=VALUE`` per line) and ``-w``'s working folder."""
+        opts: dict[str, str] = {}
+        i = 0
+        while i < len(args) and args[i].startswith("-"):
+            if args[i] in self.DOCKER_RUN_VALUE_OPTIONS:
+                opts[args[i]] = args[i + 1]
+                i += 2
+            else:
+                i += 1
+        command = args[i + 1 :]
+        text = self.files.get(opts.get("--env-file", ""), b"").decode()
+        env = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+        self.exec = {"argv": command, "env": env, "cwd": opts.get("-w", "/")}
         return 0, "", ""
 
     def _shutdown(self) -> tuple[int, str, str]:
@@ -364,6 +403,7 @@ class Handler(BaseHTTPRequestHandler):
                     "stdout": out,
                     "stderr": err,
                     "after": cli.after,
+                    "exec": cli.exec,
                     "writes": {k: base64.b64encode(v).decode() for k, v in cli.writes.items()},
                 }
             ),

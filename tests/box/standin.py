@@ -61,6 +61,10 @@ def main() -> int:
     sys.stderr.write(answer["stderr"])
     sys.stdout.flush()
     sys.stderr.flush()
+    if answer.get("exec"):  # a training job's docker run: its command runs here, in place of the container
+        job = answer["exec"]
+        os.chdir(job["cwd"])
+        os.execvpe(job["argv"][0], job["argv"], {**os.environ, **job["env"]})
     if answer["after"]:
         os.execv(answer["after"][0], answer["after"]) if answer["after"][0].endswith("shutdown") else subprocess.run(
             answer["after"], check=False

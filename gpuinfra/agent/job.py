@@ -1,0 +1,467 @@
+"""The job: one spec in the stack bucket, run on every node by ``gpuinfra-job.service``.
+
+Standard library only (the node bundle ships it, :data:`gpuinfra.plan.node_bundle.NODE_MODULES`);
+``gpuinfra run`` (:mod:`gpuinfra.services.jobs`) writes the spec and reads what the nodes write.
+No SSH, no open port, no SSM Run Command: the nodes poll the bucket. User docs: docs/run.md.
+
+**The contract** (what lets a node that boots at any time -- a replacement too -- find the
+current job and join it):
+
+* The spec is ``gpuinfra/jobs/<stack>/job.json`` (:func:`spec_key`), under the prefix the nodes
+  may only read (the node bundle's). ``gpuinfra run`` writes it; ``gpuinfra cancel`` rewrites
+  it with ``"cancel": true``. Fields: :class:`JobSpec`.
+* Every node's ``gpuinfra-job.service`` (``python3 -m gpuinfra.agent.job``) reads the spec every
+  :data:`POLL_SECONDS` until it finds one whose job is not finished (no :func:`final_key`
+  object), then runs ``gpuinfra-run --name gpuinfra-job --rdzv-id <id> --nnodes <min_nodes>:<NNODES>
+  -- <argv>``: torchrun's ``c10d`` rendezvous at ``MASTER_ADDR:MASTER_PORT`` of
+  ``/etc/gpuinfra/cluster.env`` (the rank-0 node hosts the store), ``--rdzv-id`` the job id, so
+  a node started later runs the same command and joins the next rendezvous round
+  (pytorch.org/docs/stable/elastic/run.html, "Elastic (min=1, max=4, tolerates up to 3
+  membership changes or failures)").
+* Restarts are the unit's: a job that exits non-zero (or that the agent's hang watch asks to
+  restart, ``hang.action: restart``) runs again while ``restart == "on-failure"`` and fewer than
+  ``max_restarts`` restarts happened on that node; the job resumes from the newest checkpoint
+  in ``GPUINFRA_CHECKPOINT_DIR`` itself.
+* What the node writes (``<part>`` = ``rank-<NODE_RANK>``): :func:`status_key` (JSON:
+  ``state`` ``waiting | running | succeeded | failed | cancelled``, ``exit_code``,
+  ``restarts`` [``{"at", "cause", "step"}``], ``progress`` (the ``key=value`` numbers of the last
+  log line that has ``step=N``), ``node``, ``updated_at``), the log as chunks
+  :func:`log_key` (lines prefixed ``[<part>] ``, every :data:`LOG_CHUNK_SECONDS`), the outputs
+  folder (``GPUINFRA_OUTPUT_DIR``) under ``jobs/<stack>/<id>/outputs/<part>/`` and, once the job
+  is over, :func:`final_key` (any node; the first one wins nothing, they all say the same).
+* End on exit: a finished job writes ``/run/gpuinfra/job-done``; the agent then syncs the
+  checkpoints (bounded, ``END_SYNC_BOUND_SECONDS``) and ends the node (:mod:`gpuinfra.agent.watch`).
+
+Secrets go by reference only (``secrets``: variable -> name): ``aws ssm get-parameter
+--with-decryption`` for ``/gpuinfra/<stack>/...`` names, ``aws secretsmanager get-secret-value``
+for ``gpuinfra/<stack>/...`` names (AWS), ``gcloud secrets versions access latest`` (GCP). The
+values reach ``gpuinfra-run`` through its environment (``-e KEY``), never a command line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+#: Seconds between reads of the spec (waiting for a job, and for a cancel while one runs).
+POLL_SECONDS = 10
+#: Seconds between log chunk uploads (a chunk also goes when it reaches :data:`LOG_CHUNK_BYTES`).
+LOG_CHUNK_SECONDS = 10
+LOG_CHUNK_BYTES = 1 << 20
+#: Seconds a cancelled or hung job gets between SIGTERM and SIGKILL of its process group.
+STOP_GRACE_SECONDS = 30
+#: Seconds the outputs upload may take after the job (inside the agent's end sync bound).
+OUTPUT_SYNC_SECONDS = 240
+JOB_ID_PATTERN = r"j-[a-z0-9-]{1,60}"
+ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
+RESTART_POLICIES = ("on-failure", "never")
+STATES_FINAL = ("succeeded", "failed", "cancelled")
+GPUINFRA_RUN = "/usr/local/bin/gpuinfra-run"
+STATE_DIR = Path("/run/gpuinfra")
+#: Written when the job is over (its text says how); the agent's watch ends the node on it.
+JOB_DONE_MARK = "job-done"
+#: Written by the agent's watch for a hung job with ``hang.action: restart`` (its text: why).
+JOB_RESTART_MARK = "job-restart"
+_PROGRESS = re.compile(r"\bstep=(\d+)\b")
+_NUMBER = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9][0-9.eE+-]*)\b")
+
+
+def spec_key(stack: str) -> str:
+    """Bucket key of the stack's job spec (read-only for the nodes)."""
+    return f"gpuinfra/jobs/{stack}/job.json"
+
+
+def job_prefix(stack: str, job_id: str) -> str:
+    """Bucket prefix of everything the nodes write for one job."""
+    return f"jobs/{stack}/{job_id}"
+
+
+def status_key(stack: str, job_id: str, part: str) -> str:
+    """Bucket key of one node's status document."""
+    return f"{job_prefix(stack, job_id)}/status/{part}.json"
+
+
+def log_key(stack: str, job_id: str, part: str, seq: int) -> str:
+    """Bucket key of one node's log chunk ``seq`` (zero-padded: keys sort in order)."""
+    return f"{job_prefix(stack, job_id)}/logs/{part}/{seq:06d}.log"
+
+
+def final_key(stack: str, job_id: str) -> str:
+    """Bucket key written once the job is over on a node: a later node does not start it."""
+    return f"{job_prefix(stack, job_id)}/final.json"
+
+
+def utc_now() -> str:
+    """Now, ISO 8601 UTC, seconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """The job ``gpuinfra run`` submits (the JSON of :func:`spec_key`).
+
+    Attributes:
+        id: ``j-...`` (:data:`JOB_ID_PATTERN`), new for every submission.
+        argv: the command torchrun starts on every node (``--no-python``: ``["python", "train.py"]``).
+        image: container image; "" = the profile's.
+        env: variables given to the job (names: :data:`ENV_NAME_PATTERN`; values on one line).
+        secrets: variable -> secret name (module docstring), resolved on the node.
+        restart: ``on-failure`` | ``never``.
+        max_restarts: restarts per node before the job counts as failed (0-100).
+        min_nodes: torchrun ``--nnodes MIN:MAX`` MIN (0: all the cluster's nodes).
+        nproc_per_node: processes per node (0: one per GPU, cluster.env ``NPROC_PER_NODE``).
+        workdir: the job's working folder on the node ("": the scratch mount).
+        cancel: set by ``gpuinfra cancel``: stop the job and end the nodes.
+        submitted_at: ISO 8601 UTC.
+    """
+
+    id: str
+    argv: tuple[str, ...]
+    image: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict)
+    restart: str = "on-failure"
+    max_restarts: int = 3
+    min_nodes: int = 0
+    nproc_per_node: int = 0
+    workdir: str = ""
+    cancel: bool = False
+    submitted_at: str = ""
+
+    def __post_init__(self) -> None:
+        """Raises ValueError on any field that could not reach a node's command line safely."""
+        bad = []
+        if not re.fullmatch(JOB_ID_PATTERN, self.id):
+            bad.append(f"id {self.id!r} is not {JOB_ID_PATTERN}")
+        if not self.argv or any(not isinstance(a, str) or "\x00" in a for a in self.argv):
+            bad.append("argv must be a non-empty list of strings")
+        for name, value in {**self.env, **self.secrets}.items():
+            if not re.fullmatch(ENV_NAME_PATTERN, name) or not all(c.isprintable() for c in str(value)):
+                bad.append(f"variable {name!r}: a name is {ENV_NAME_PATTERN}, a value one printable line")
+        if set(self.env) & set(self.secrets):
+            bad.append(f"{sorted(set(self.env) & set(self.secrets))} both in env and secrets")
+        if self.restart not in RESTART_POLICIES:
+            bad.append(f"restart {self.restart!r} is not one of {RESTART_POLICIES}")
+        if not 0 <= self.max_restarts <= 100 or self.min_nodes < 0 or self.nproc_per_node < 0:
+            bad.append("max_restarts is 0-100, min_nodes and nproc_per_node are >= 0")
+        if self.image and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/:@-]*", self.image):
+            bad.append(f"image {self.image!r} is not an image reference")
+        if self.workdir and not re.fullmatch(r"/[A-Za-z0-9._/-]*", self.workdir):
+            bad.append(f"workdir {self.workdir!r} is not an absolute path of plain characters")
+        if bad:
+            raise ValueError("job spec: " + "; ".join(bad))
+
+    def to_json(self) -> str:
+        """The spec's JSON text."""
+        return json.dumps({**asdict(self), "argv": list(self.argv), "schema_version": "1"}, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        """Parse :meth:`to_json` text.
+
+        Raises:
+            ValueError: not JSON, unknown fields or an invalid value.
+        """
+        doc = json.loads(text)
+        if not isinstance(doc, dict) or doc.pop("schema_version", "1") != "1":
+            raise ValueError("job spec: not a schema 1 object")
+        unknown = sorted(set(doc) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"job spec: unknown fields {unknown}")
+        return cls(**{**doc, "argv": tuple(doc.get("argv") or ())})
+
+
+def secret_command(cloud: str, stack: str, name: str) -> list[str]:
+    """The CLI call that prints secret ``name``'s value (module docstring: which names).
+
+    Sources: docs.aws.amazon.com/cli/latest/reference/ssm/get-parameter.html (``--with-decryption``),
+    docs.aws.amazon.com/cli/latest/reference/secretsmanager/get-secret-value.html (``SecretString``),
+    cloud.google.com/sdk/gcloud/reference/secrets/versions/access.
+
+    Raises:
+        ValueError: ``name`` is outside the stack's names (the node may read nothing else).
+    """
+    if cloud == "gcp":
+        if not re.fullmatch(rf"gpuinfra-{re.escape(stack)}-[A-Za-z0-9_-]+", name):
+            raise ValueError(f"secret {name!r}: GCP secrets of this stack are named gpuinfra-{stack}-...")
+        return ["gcloud", "secrets", "versions", "access", "latest", f"--secret={name}"]
+    text = ["--output", "text"]
+    if re.fullmatch(rf"/gpuinfra/{re.escape(stack)}/[A-Za-z0-9_./-]+", name):
+        return ["aws", "ssm", "get-parameter", "--with-decryption", "--name", name, "--query", "Parameter.Value", *text]
+    if re.fullmatch(rf"gpuinfra/{re.escape(stack)}/[A-Za-z0-9_./+=@-]+", name):
+        return ["aws", "secretsmanager", "get-secret-value", "--secret-id", name, "--query", "SecretString", *text]
+    raise ValueError(
+        f"secret {name!r}: AWS names are /gpuinfra/{stack}/... (SSM) or gpuinfra/{stack}/... (Secrets Manager)"
+    )
+
+
+def progress_of(line: str) -> dict[str, float] | None:
+    """The ``key=number`` pairs of a log line that has ``step=N`` (else None)."""
+    if not _PROGRESS.search(line):
+        return None
+    found = {}
+    for key, value in _NUMBER.findall(line):
+        try:
+            found[key] = int(value) if key == "step" else float(value)
+        except ValueError:
+            continue
+    return found
+
+
+class JobRunner:
+    """One node's side of the job (module docstring).
+
+    Args:
+        bucket: :class:`gpuinfra.agent.checkpoints.Bucket` (``put_text``, ``get_text``, ``put_tree``).
+        cloud, stack: from node.env.
+        part: ``rank-<NODE_RANK>`` (:func:`gpuinfra.agent.checkpoints.node_part`).
+        node: this node's id (instance id or VM name).
+        nnodes: the cluster's node count (cluster.env ``NNODES``).
+        scratch: the scratch mount (default workdir; outputs under ``<scratch>/outputs``).
+        state_dir: where the done and restart marks are.
+        run: the ``gpuinfra-run`` path.
+    """
+
+    def __init__(
+        self, bucket, cloud: str, stack: str, part: str, node: str, nnodes: int, scratch: str, state_dir: Path = STATE_DIR,
+        run: str = GPUINFRA_RUN,
+    ) -> None:  # fmt: skip
+        self.bucket, self.cloud, self.stack, self.part, self.node = bucket, cloud, stack, part, node
+        self.nnodes, self.scratch, self.state_dir, self.run_path = nnodes, scratch, Path(state_dir), run
+        self.status: dict = {}
+        self.lines: list[str] = []
+        self.seq = 0
+        self.lock = threading.Lock()
+
+    # ---------------------------------------------------------------- bucket
+    def read_spec(self) -> JobSpec | None:
+        """The current spec, or None (none yet, unreadable or invalid: logged)."""
+        try:
+            return JobSpec.from_json(self.bucket.get_text(spec_key(self.stack), 60))
+        except OSError:
+            return None  # no job yet (the CLI answers "not found" with an error)
+        except (ValueError, TypeError) as exc:
+            print(f"gpuinfra-job: ignoring an invalid job spec: {exc}", flush=True)
+            return None
+
+    def finished(self, job_id: str) -> bool:
+        """Whether some node wrote the job's final object."""
+        try:
+            self.bucket.get_text(final_key(self.stack, job_id), 60)
+            return True
+        except OSError:
+            return False
+
+    def put_status(self, spec: JobSpec, **changes) -> None:
+        """Update and upload this node's status (an upload error is logged, never raised)."""
+        self.status.update(changes, node=self.node, part=self.part, job=spec.id, updated_at=utc_now())
+        try:
+            self.bucket.put_text(status_key(self.stack, spec.id, self.part), json.dumps(self.status) + "\n", 60)
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: status upload failed: {exc}", flush=True)
+
+    def flush_log(self, spec: JobSpec) -> None:
+        """Upload the lines gathered since the last chunk as the next chunk."""
+        with self.lock:
+            lines, self.lines = self.lines, []
+        if not lines:
+            return
+        try:
+            self.bucket.put_text(log_key(self.stack, spec.id, self.part, self.seq), "".join(lines), 60)
+            self.seq += 1
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: log upload failed, keeping the lines: {exc}", flush=True)
+            with self.lock:
+                self.lines[:0] = lines
+
+    # ---------------------------------------------------------------- the job
+    def command(self, spec: JobSpec) -> tuple[list[str], dict[str, str]]:
+        """(``gpuinfra-run`` argv, its environment: the spec's env and resolved secrets).
+
+        Raises:
+            ValueError: a secret outside the stack's names; OSError / subprocess errors: a
+                secret cannot be read.
+        """
+        env = dict(spec.env)
+        for var, name in spec.secrets.items():
+            argv = secret_command(self.cloud, self.stack, name)
+            env[var] = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout.rstrip("\n")
+        low = spec.min_nodes or self.nnodes
+        argv = [self.run_path, "--name", "gpuinfra-job", "--rdzv-id", spec.id, "--nnodes", f"{low}:{self.nnodes}"]
+        if spec.image:
+            argv += ["--image", spec.image]
+        if spec.nproc_per_node:
+            argv += ["--nproc-per-node", str(spec.nproc_per_node)]
+        outputs = f"{self.scratch}/outputs"
+        env["GPUINFRA_OUTPUT_DIR"] = outputs
+        env["GPUINFRA_JOB_ID"] = spec.id
+        for var in env:
+            argv += ["-e", var]  # gpuinfra-run takes each value from its environment: off the command line
+        return [*argv, "--", *spec.argv], env
+
+    def _read(self, proc: subprocess.Popen, spec: JobSpec) -> None:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            print(line, end="", flush=True)
+            with self.lock:
+                self.lines.append(f"[{self.part}] {line}" if line.endswith("\n") else f"[{self.part}] {line}\n")
+            progress = progress_of(line)
+            if progress:
+                self.status["progress"] = progress
+
+    def _stop(self, proc: subprocess.Popen) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(STOP_GRACE_SECONDS)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def attempt(self, spec: JobSpec) -> tuple[int, str]:
+        """Run the job once. Returns (exit code, why it stopped early: ``cancelled``, a hang
+        cause, or "")."""
+        argv, env = self.command(spec)
+        Path(f"{self.scratch}/outputs").mkdir(parents=True, exist_ok=True)
+        workdir = spec.workdir or self.scratch
+        proc = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
+            env={**os.environ, **env}, cwd=workdir, start_new_session=True,
+        )  # fmt: skip
+        reader = threading.Thread(target=self._read, args=(proc, spec), daemon=True)
+        reader.start()
+        mark, why, last_spec = self.state_dir / JOB_RESTART_MARK, "", time.monotonic()
+        while proc.poll() is None:
+            time.sleep(1)
+            if mark.exists():
+                why = "hang: " + mark.read_text().strip()
+                mark.unlink(missing_ok=True)
+            elif time.monotonic() - last_spec >= POLL_SECONDS:
+                last_spec = time.monotonic()
+                current = self.read_spec()
+                if current is not None and (current.cancel or current.id != spec.id):
+                    why = "cancelled"
+            if why:
+                self._stop(proc)
+                break
+            self.flush_log(spec) if len(self.lines) and self._due() else None
+        proc.wait()
+        reader.join(30)
+        self.flush_log(spec)
+        return proc.returncode, why
+
+    def _due(self) -> bool:
+        now = time.monotonic()
+        size = sum(len(line) for line in self.lines)
+        if size >= LOG_CHUNK_BYTES or now - getattr(self, "_flushed", 0.0) >= LOG_CHUNK_SECONDS:
+            self._flushed = now
+            return True
+        return False
+
+    def run(self, spec: JobSpec) -> str:
+        """Run ``spec`` with its restart policy, then record the end. Returns the final state."""
+        restarts: list[dict] = self.status.get("restarts", [])
+        self.put_status(spec, state="running", restarts=restarts, exit_code=None, started_at=utc_now())
+        while True:
+            try:
+                code, why = self.attempt(spec)
+            except (OSError, ValueError, subprocess.SubprocessError) as exc:
+                code, why = 127, ""
+                self.lines.append(f"[{self.part}] gpuinfra-job: cannot start the job: {exc}\n")
+                self.flush_log(spec)
+            if why == "cancelled":
+                state = "cancelled"
+                break
+            if code == 0 and not why:
+                state = "succeeded"
+                break
+            cause = why or f"exit status {code}"
+            if spec.restart != "on-failure" or len(restarts) >= spec.max_restarts:
+                state = "failed"
+                break
+            restarts.append({"at": utc_now(), "cause": cause, "step": self.status.get("progress", {}).get("step")})
+            self.put_status(spec, state="running", restarts=restarts, last_exit_code=code)
+        self.finish(spec, state, code)
+        return state
+
+    def finish(self, spec: JobSpec, state: str, code: int) -> None:
+        """Upload the outputs (bounded), the status and the final object; write the done mark."""
+        outputs = Path(f"{self.scratch}/outputs")
+        try:
+            if outputs.is_dir() and any(outputs.iterdir()):
+                key = f"{job_prefix(self.stack, spec.id)}/outputs/{self.part}"
+                self.bucket.put_tree(outputs, key, OUTPUT_SYNC_SECONDS)
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: outputs upload failed: {exc}", flush=True)
+        self.put_status(spec, state=state, exit_code=code, finished_at=utc_now())
+        final = {"job": spec.id, "state": state, "exit_code": code, "node": self.node, "at": utc_now()}
+        try:
+            self.bucket.put_text(final_key(self.stack, spec.id), json.dumps(final) + "\n", 60)
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: final upload failed: {exc}", flush=True)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / JOB_DONE_MARK).write_text(f"job {spec.id} {state} (exit status {code})\n")
+
+    def serve(self, poll_seconds: float = POLL_SECONDS) -> int:
+        """Wait for a job that is not finished, run it, and return 0 once it is over (the node
+        then ends). A finished or cancelled job seen at start also ends the node."""
+        while True:
+            spec = self.read_spec()
+            if spec is not None:
+                if spec.cancel or self.finished(spec.id):
+                    self.state_dir.mkdir(parents=True, exist_ok=True)
+                    (self.state_dir / JOB_DONE_MARK).write_text(f"job {spec.id} is over\n")
+                    return 0
+                self.run(spec)
+                return 0
+            time.sleep(poll_seconds)
+
+
+def _value(path: Path, key: str) -> str:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith(f"{key}="):
+                return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python3 -m gpuinfra.agent.job [--config /etc/gpuinfra/node.env]``: the node's job unit.
+    Waits for the ranks (cluster.env), then :meth:`JobRunner.serve`."""
+    import argparse
+
+    # imported here: node -> watch -> job at import, so job importing node at the top would be a cycle
+    from gpuinfra.agent import checkpoints
+    from gpuinfra.agent import node as agent_node
+
+    parser = argparse.ArgumentParser(description="gpuinfra job unit")
+    parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
+    args = parser.parse_args(argv)
+    config = agent_node.AgentConfig.from_env_file(args.config)
+    while not _value(checkpoints.CLUSTER_ENV, "NNODES").isdigit():
+        time.sleep(5)
+    metadata = agent_node.AwsMetadata() if config.cloud == "aws" else agent_node.GcpMetadata()
+    node = agent_node.node_name(metadata)
+    scratch = config.env.get("GPUINFRA_SCRATCH") or "/scratch"
+    runner = JobRunner(
+        checkpoints.Bucket(config.cloud, config.bucket), config.cloud, config.stack,
+        checkpoints.node_part(node), node, int(_value(checkpoints.CLUSTER_ENV, "NNODES")), scratch,
+    )  # fmt: skip
+    return runner.serve()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""``gpuinfra run STACK -- CMD``: up if needed, the health verdict, the job, its logs, the end.
+
+1. ``up`` when the stack has no ``bucket_name`` output yet (:func:`gpuinfra.lifecycle.deploy`:
+   up's checks and guards);
+2. wait for the health verdict (unless the profile's gate is ``off``): every node's result in
+   the bucket passed (:mod:`gpuinfra.services.health_report`); a failed node stops the run (exit 8);
+3. the job spec into the bucket (:mod:`gpuinfra.services.jobs`), then every node's log lines
+   (``[rank-N] ...``) under a status line until the job is over; Ctrl-C detaches (the run goes on
+   and the nodes still end themselves when it is over);
+4. the exit status, where checkpoints and outputs are, the run's cost from the catalog's price,
+   then ``down`` (data kept) unless ``keep``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+
+from gpuinfra import lifecycle
+from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.errors import HealthGateError, RequestError
+from gpuinfra.services import jobs
+from gpuinfra.services.health_report import locate_results, read_health
+from gpuinfra.stackfile import read_stack_spec
+
+#: Default bound of the wait for the health verdict: the nodes' own bound for the ranks and the
+#: gate (:data:`gpuinfra.plan.fabric.CLUSTER_ENV_WAIT_SECONDS`, 3600 s) -- a first boot builds the image.
+HEALTH_WAIT_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: ``view`` (None when detached before the end), ``detached``, the seconds
+    from submission, the cost line, where data is and whether the stack was destroyed."""
+
+    spec: JobSpec
+    view: jobs.JobView | None
+    detached: bool
+    seconds: float
+    cost: str
+    checkpoints_url: str
+    outputs_url: str
+    destroyed: bool
+
+
+def hourly_usd(spec) -> Decimal | None:
+    """The cluster's hourly compute price from the catalog (never the stack file's), or None."""
+    per_node = load_catalog().node_hour_price_usd(spec)
+    return None if per_node is None else per_node * spec.nodes
+
+
+def wait_for_health(
+    stack: str,
+    project_dir: Path,
+    url: str,
+    say: Callable[[str], None],
+    wait_seconds: float,
+    poll_seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Poll the nodes' health results until every node passed.
+
+    Raises:
+        HealthGateError: a node failed, or no verdict within ``wait_seconds``.
+    """
+    location = locate_results(stack, project_dir, bucket=url)
+    deadline, said = clock() + wait_seconds, ""
+    while True:
+        report = read_health(location)
+        if report.passed:
+            say("health gate: passed on every node")
+            return
+        if report.failed:
+            raise HealthGateError(
+                f"health gate: {report.verdict().reason}; the job was not submitted (gpuinfra check {stack})"
+            )
+        line = f"waiting for the health verdict: {len(report.nodes)}/{location.expected_nodes} nodes reported"
+        if line != said:
+            say(line)
+            said = line
+        if clock() >= deadline:
+            raise HealthGateError(f"no health verdict after {wait_seconds:.0f} s: {report.verdict().reason}")
+        sleep(poll_seconds)
+
+
+def run(
+    project_dir: Path,
+    stack: str,
+    job_fields: dict,
+    argv: list[str],
+    *,
+    keep: bool,
+    say: Callable[[str], None],
+    on_line: Callable[[str], None],
+    on_status: Callable[[str], None],
+    on_event: Callable[[object], None],
+    health_wait_seconds: float = HEALTH_WAIT_SECONDS,
+    poll_seconds: float = 5.0,
+    store: jobs.JobStore | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RunResult:
+    """The whole run (module docstring).
+
+    Args:
+        job_fields: :class:`JobSpec` fields besides ``id`` / ``argv`` (image, env, secrets, restart ...).
+        on_line: prints one log line; on_status: shows the status line; on_event: the
+            Automation API event printer of ``up`` / ``down``.
+        store: the bucket (default: the stack's, through the cloud SDK).
+
+    Raises:
+        RequestError: a job field a node could not run; SpecError, MissingDependencyError,
+            OperationError: as ``up`` / ``down``; HealthGateError: the gate failed (nothing submitted).
+    """
+    spec = read_stack_spec(project_dir, stack)
+    job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
+    if job.min_nodes > spec.nodes:
+        raise RequestError(f"--min-nodes {job.min_nodes}: the stack has {spec.nodes} node(s)")
+    for name in job.secrets.values():
+        try:
+            secret_command(spec.cloud, stack, name)  # the names the nodes may read
+        except ValueError as exc:
+            raise RequestError(f"--secret: {exc}") from None
+    backend = lifecycle.make_backend()
+    lifecycle.check_credentials(spec.cloud)
+    outputs = backend.outputs(project_dir, stack)
+    if not outputs.get("bucket_name"):
+        say(f"run {stack}: the stack is not up; up {stack} first")
+        lifecycle.deploy(backend, project_dir, spec, on_event)
+        outputs = backend.outputs(project_dir, stack)
+    bucket = outputs["bucket_name"]
+    scheme = "s3" if spec.cloud == "aws" else "gs"
+    if spec.profile.health_gate != "off":
+        wait_for_health(
+            stack, project_dir, f"{scheme}://{bucket}", say, health_wait_seconds, poll_seconds, clock, sleep
+        )
+    store = store or jobs.store_for(spec.cloud, bucket)
+    jobs.submit(store, stack, job)
+    say(f"job {job.id} submitted: {' '.join(job.argv)}")
+    price = hourly_usd(spec)
+    started = clock()
+    view, detached = None, False
+    try:
+        view = jobs.follow(
+            store,
+            stack,
+            job,
+            on_line,
+            lambda v: on_status(jobs.status_line(v, spec.nodes, clock() - started, price)),
+            poll_seconds,
+            sleep,
+        )
+    except KeyboardInterrupt:
+        detached = True
+    seconds = clock() - started
+    destroyed = False
+    if view is not None and not keep:
+        say(f"job over ({view.state}): down {stack}, the bucket and its data are kept")
+        lifecycle.destroy_cluster(backend, project_dir, spec, on_event, say)
+        destroyed = True
+    return RunResult(
+        job,
+        view,
+        detached,
+        seconds,
+        jobs.cost_text(price, seconds).replace(" so far", ""),
+        f"{scheme}://{bucket}/checkpoints/{stack}/",
+        f"{scheme}://{bucket}/{job_prefix(stack, job.id)}/outputs/",
+        destroyed,
+    )

@@ -1,0 +1,250 @@
+"""The node's job unit (:mod:`gpuinfra.agent.job`) against a folder bucket and a stand-in
+``gpuinfra-run`` (a bash script that prints, records its argv and environment, and exits as told),
+plus the agent's side: a finished job ends the node, a hang with ``restart`` asks for a restart."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuinfra.agent import job as jobmod
+from gpuinfra.agent import watch as w
+from gpuinfra.agent.job import JobRunner, JobSpec, final_key, log_key, secret_command, spec_key, status_key
+from tests.agent.test_agent_liveness import Clock, Gpus, run, watched
+
+STACK = "train"
+
+
+class FolderBucket:
+    """The node's bucket calls (``put_text``/``get_text``/``put_tree``) over a folder; a missing
+    object raises OSError as the CLI's non-zero exit does."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def put_text(self, key, text, timeout):
+        path = self.root / key
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+    def get_text(self, key, timeout):
+        try:
+            return (self.root / key).read_text()
+        except FileNotFoundError:
+            raise OSError(f"aws s3 cp exited 1: {key} not found") from None
+
+    def put_tree(self, folder, key, timeout):
+        for path in Path(folder).rglob("*"):
+            if path.is_file():
+                self.put_text(f"{key}/{path.relative_to(folder)}", path.read_text(), timeout)
+
+
+#: The stand-in gpuinfra-run: records argv and the job's variables, prints progress, then exits
+#: with the next code of $CODES (one per attempt) or sleeps when the code is "sleep".
+FAKE_RUN = r"""#!/bin/bash
+n=$(cat "$STATE/attempts" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/attempts"
+printf '%s\n' "$@" > "$STATE/argv-$n"
+env > "$STATE/env-$n"
+echo "starting attempt $n"
+echo "step=$((n * 10 + 5)) loss=0.5$n lr=0.01"
+echo '{"result": 1}' > "$GPUINFRA_OUTPUT_DIR/result.json"
+code=$(echo "$CODES" | cut -d, -f$((n + 1)))
+if [ "$code" = sleep ]; then sleep 60; code=0; fi
+exit "${code:-0}"
+"""
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    monkeypatch.setattr(jobmod, "POLL_SECONDS", 0.2)
+    monkeypatch.setattr(jobmod, "STOP_GRACE_SECONDS", 5)
+    state = tmp_path / "state"
+    state.mkdir()
+    script = tmp_path / "gpuinfra-run"
+    script.write_text(FAKE_RUN)
+    script.chmod(0o755)
+    monkeypatch.setenv("STATE", str(state))
+    bucket = FolderBucket(tmp_path / "bucket")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    runner = JobRunner(bucket, "aws", STACK, "rank-1", "i-0abc", 2, str(scratch), tmp_path / "run", str(script))
+    return runner, bucket, state
+
+
+def spec(**kw) -> JobSpec:
+    return JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py", "--lr", "1e-4"), **kw)
+
+
+def bucket_json(bucket: FolderBucket, key: str) -> dict:
+    return json.loads(bucket.get_text(key, 1))
+
+
+def test_a_job_that_exits_0_is_recorded_with_its_logs_outputs_and_the_done_mark(node, monkeypatch):
+    runner, bucket, state = node
+    monkeypatch.setenv("CODES", "0")
+    assert runner.run(spec(env={"WANDB_MODE": "offline"})) == "succeeded"
+    argv = (state / "argv-0").read_text().splitlines()
+    # torchrun's elastic form: the job id names the rendezvous; MIN:MAX = every node (min_nodes 0)
+    assert argv[:6] == ["--name", "gpuinfra-job", "--rdzv-id", "j-20261127-040000-abc123", "--nnodes", "2:2"]
+    assert argv[argv.index("--") + 1 :] == ["python", "train.py", "--lr", "1e-4"]
+    env = dict(line.split("=", 1) for line in (state / "env-0").read_text().splitlines() if "=" in line)
+    assert env["WANDB_MODE"] == "offline" and env["GPUINFRA_JOB_ID"] == "j-20261127-040000-abc123"
+    status = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))
+    assert status["state"] == "succeeded" and status["exit_code"] == 0 and status["restarts"] == []
+    assert status["progress"] == {"step": 5, "loss": 0.50, "lr": 0.01}
+    log = bucket.get_text(log_key(STACK, "j-20261127-040000-abc123", "rank-1", 0), 1)
+    assert log == "[rank-1] starting attempt 0\n[rank-1] step=5 loss=0.50 lr=0.01\n"
+    outputs = f"jobs/{STACK}/j-20261127-040000-abc123/outputs/rank-1/result.json"
+    assert json.loads(bucket.get_text(outputs, 1)) == {"result": 1}
+    assert bucket_json(bucket, final_key(STACK, "j-20261127-040000-abc123"))["state"] == "succeeded"
+    assert (runner.state_dir / jobmod.JOB_DONE_MARK).read_text().startswith("job j-20261127-040000-abc123 succeeded")
+
+
+def test_failures_restart_until_max_restarts_with_cause_and_step(node, monkeypatch):
+    runner, bucket, state = node
+    monkeypatch.setenv("CODES", "3,1,0")
+    assert runner.run(spec(max_restarts=2)) == "succeeded"
+    status = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))
+    assert [(r["cause"], r["step"]) for r in status["restarts"]] == [("exit status 3", 5), ("exit status 1", 15)]
+    monkeypatch.setenv("CODES", "3,1,0")
+    (state / "attempts").unlink()
+    runner.status = {}
+    assert runner.run(spec(max_restarts=1)) == "failed"  # the second failure has no restart left
+    status = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))
+    assert status["state"] == "failed" and status["exit_code"] == 1 and len(status["restarts"]) == 1
+
+
+def test_restart_never_fails_at_the_first_non_zero_exit(node, monkeypatch):
+    runner, bucket, _ = node
+    monkeypatch.setenv("CODES", "2,0")
+    assert runner.run(spec(restart="never", max_restarts=5)) == "failed"
+
+
+def test_cancel_in_the_bucket_stops_a_running_job_within_seconds(node, monkeypatch):
+    runner, bucket, _ = node
+    monkeypatch.setenv("CODES", "sleep")
+    job = spec()
+    bucket.put_text(spec_key(STACK), job.to_json(), 1)
+    result = []
+    thread = threading.Thread(target=lambda: result.append(runner.run(job)))
+    started = time.monotonic()
+    thread.start()
+    time.sleep(1)
+    bucket.put_text(spec_key(STACK), replace(job, cancel=True).to_json(), 1)
+    thread.join(30)
+    assert result == ["cancelled"] and time.monotonic() - started < 15
+    assert bucket_json(bucket, final_key(STACK, job.id))["state"] == "cancelled"
+
+
+def test_a_hang_restart_request_stops_the_job_and_runs_it_again(node, monkeypatch):
+    runner, bucket, state = node
+    monkeypatch.setenv("CODES", "sleep,0")
+    result = []
+    thread = threading.Thread(target=lambda: result.append(runner.run(spec(max_restarts=1))))
+    thread.start()
+    time.sleep(1)
+    runner.state_dir.mkdir(parents=True, exist_ok=True)  # /run/gpuinfra on a node
+    (runner.state_dir / jobmod.JOB_RESTART_MARK).write_text("every GPU busy under 25% of its power limit for 30 min\n")
+    thread.join(30)
+    assert result == ["succeeded"]
+    status = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))
+    assert [r["cause"] for r in status["restarts"]] == ["hang: every GPU busy under 25% of its power limit for 30 min"]
+
+
+def test_secrets_reach_the_job_through_the_environment_never_the_command_line(node, monkeypatch, tmp_path):
+    runner, _, state = node
+    monkeypatch.setenv("CODES", "0")
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        return type("Done", (), {"stdout": "s3cr3t-token\n", "returncode": 0})()
+
+    monkeypatch.setattr(jobmod.subprocess, "run", fake_run)
+    runner.run(spec(secrets={"HF_TOKEN": "/gpuinfra/train/hf-token"}))
+    assert calls == [secret_command("aws", STACK, "/gpuinfra/train/hf-token")]
+    argv = (state / "argv-0").read_text()
+    assert "s3cr3t-token" not in argv and "-e\nHF_TOKEN\n" in argv
+    assert "HF_TOKEN=s3cr3t-token\n" in (state / "env-0").read_text()
+
+
+def test_a_node_that_boots_after_the_job_is_over_does_not_start_it(node, monkeypatch):
+    runner, bucket, state = node
+    job = spec()
+    bucket.put_text(spec_key(STACK), job.to_json(), 1)
+    bucket.put_text(final_key(STACK, job.id), '{"state": "succeeded"}\n', 1)
+    assert runner.serve(poll_seconds=0.1) == 0
+    assert not (state / "attempts").exists() and (runner.state_dir / jobmod.JOB_DONE_MARK).exists()
+
+
+def test_secret_names_are_the_stacks_only():
+    # aws ssm get-parameter --with-decryption / secretsmanager get-secret-value / gcloud secrets versions access
+    assert secret_command("aws", STACK, "/gpuinfra/train/db")[:4] == [
+        "aws",
+        "ssm",
+        "get-parameter",
+        "--with-decryption",
+    ]
+    assert secret_command("aws", STACK, "gpuinfra/train/db")[:3] == ["aws", "secretsmanager", "get-secret-value"]
+    assert secret_command("gcp", STACK, "gpuinfra-train-db") == [
+        "gcloud", "secrets", "versions", "access", "latest", "--secret=gpuinfra-train-db",
+    ]  # fmt: skip
+    for cloud, name in [("aws", "/prod/db"), ("aws", "/gpuinfra/other/db"), ("gcp", "gpuinfra-other-db")]:
+        with pytest.raises(ValueError, match="secret"):
+            secret_command(cloud, STACK, name)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"id": "job 1"}, "id"),
+        ({"argv": ()}, "argv"),
+        ({"env": {"BAD-NAME": "x"}}, "BAD-NAME"),
+        ({"env": {"A": "two\nlines"}}, "'A'"),
+        ({"restart": "always"}, "restart"),
+        ({"image": "img; rm -rf /"}, "image"),
+        ({"workdir": "../etc"}, "workdir"),
+    ],
+)
+def test_a_spec_a_node_could_not_run_safely_is_refused(change, message):
+    with pytest.raises(ValueError, match=message):
+        JobSpec(**{"id": "j-1", "argv": ("python",), **change})
+
+
+def test_the_spec_round_trips_and_refuses_unknown_fields():
+    job = spec(env={"A": "1"}, secrets={"B": "/gpuinfra/train/b"}, min_nodes=1)
+    assert JobSpec.from_json(job.to_json()) == job
+    doc = json.loads(job.to_json())
+    doc["surprise"] = 1
+    with pytest.raises(ValueError, match="surprise"):
+        JobSpec.from_json(json.dumps(doc))
+
+
+# ------------------------------------------------------------------ the agent's side
+
+
+def test_the_done_mark_makes_the_agent_sync_and_end_the_node(tmp_path):
+    clock, ended = Clock(), []
+    a, _ = watched(tmp_path, clock, Gpus(0, 0), ended, {})
+    assert a.step() == "running"
+    (tmp_path / "run" / jobmod.JOB_DONE_MARK).write_text("job j-1 succeeded (exit status 0)\n")
+    assert a.step() == "job-done" and ended == ["job-done"]
+    assert any("job over: job j-1 succeeded (exit status 0)" in e for e in a.events)
+
+
+def test_hang_action_restart_asks_the_job_unit_once_per_hang(tmp_path):
+    clock, ended = Clock(), []
+    env = {"GPUINFRA_HANG_ACTION": "restart", "GPUINFRA_HANG_MINUTES": "5", "GPUINFRA_HANG_POWER_PERCENT": "25"}
+    a, _ = watched(tmp_path, clock, Gpus(100, 100), ended, env)  # 70 W of 700 W: 10%
+    states = run(a, clock, 300 + 30)
+    assert states[-1] == "hung" and not ended
+    mark = tmp_path / "run" / w.JOB_RESTART_MARK
+    assert mark.read_text() == "every GPU busy under 25% of its power limit for 5 min\n"
+    mark.unlink()  # the job unit took it
+    run(a, clock, 60)
+    assert not mark.exists()  # the same hang asks once

@@ -1,0 +1,128 @@
+"""``gpuinfra run`` in the box: a job spec in the bucket, a real 2-node PyTorch training job (CPU,
+gloo) started by every node's ``gpuinfra-job.service`` through the real ``gpuinfra-run`` and
+torchrun's c10d rendezvous, its logs and status written back to the bucket, then every node
+ending itself (agent: job over -> bounded checkpoint sync -> ``shutdown -h now``).
+
+The training job is ``tests/box/jobs/train_tiny.py`` (one place: the interrupted scenario runs it
+too). The box's ``docker`` stand-in runs the job's command on the node itself.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import pytest
+
+from gpuinfra.agent.job import JobSpec, final_key, spec_key, status_key
+from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS
+from tests.box.box import HERE, Box
+from tests.box.render import stack_spec
+from tests.box.scenario import aws_p5
+from tests.box.test_box import make_box
+
+pytestmark = [pytest.mark.box]
+
+JOB_DIR = "/opt/box-job"
+#: The job: 40 steps, a checkpoint every 5, one process per node (2 cores shared by the box).
+STEPS = 40
+JOB_ARGV = ("python3", f"{JOB_DIR}/train_tiny.py", "--steps", str(STEPS), "--checkpoint-every", "5")
+#: Boot, gate, rendezvous and 40 steps on 2 shared cores, generous.
+JOB_SECONDS = 600
+
+
+def submit(box: Box, stack: str, spec: JobSpec) -> None:
+    """Put the spec where ``gpuinfra run`` puts it (the stand-in bucket is a folder)."""
+    path = box.state / "bucket" / box.bucket / spec_key(stack)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(spec.to_json())
+
+
+def install_job(box: Box) -> None:
+    """The training script on every node (in a real cluster: in the image or on shared storage)."""
+    for node in box.nodes:
+        node.write(f"{JOB_DIR}/train_tiny.py", (HERE / "jobs" / "train_tiny.py").read_text(), 0o755)
+
+
+def bucket_json(box: Box, key: str) -> dict | None:
+    path = box.state / "bucket" / box.bucket / key
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def test_aws_two_nodes_run_a_training_job_to_the_end_and_end_themselves(box_rootfs, box_timer, tmp_path):
+    scenario = aws_p5()
+    stack = stack_spec(scenario.stack).stack
+    spec = JobSpec(id="j-box-uninterrupted", argv=JOB_ARGV, nproc_per_node=1, max_restarts=1)
+    started = time.monotonic()
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        install_job(box)
+        submit(box, stack, spec)
+        box.start()
+        final = box.wait_for(
+            "the job's final object", lambda: bucket_json(box, final_key(stack, spec.id)), JOB_SECONDS, poll=2
+        )
+        over = time.monotonic()
+        codes = [node.wait_exit(END_SYNC_BOUND_SECONDS + 120) for node in box.nodes]
+        ended = time.monotonic() - over
+        assert codes == [0, 0], [n.diagnostics() for n in box.nodes]
+        assert final["state"] == "succeeded" and final["exit_code"] == 0
+        statuses = [bucket_json(box, status_key(stack, spec.id, f"rank-{r}")) for r in (0, 1)]
+        assert [s["state"] for s in statuses] == ["succeeded", "succeeded"]
+        assert [s["restarts"] for s in statuses] == [[], []]
+        progress = statuses[0]["progress"]
+        assert progress["step"] == STEPS and progress["loss"] > 0
+        logs = sorted((box.state / "bucket" / box.bucket / f"jobs/{stack}/{spec.id}/logs/rank-0").glob("*.log"))
+        text = "".join(p.read_text() for p in logs)
+        assert f"[rank-0] step={STEPS} loss=" in text and f"[rank-0] final step={STEPS} loss=" in text
+        result = bucket_json(box, f"jobs/{stack}/{spec.id}/outputs/rank-0/result.json")
+        assert result == {"step": STEPS, "loss": round(progress["loss"], 6)}
+        # every 5 steps a complete checkpoint on each node; the node synced the newest before it ended
+        latest = [bucket_json(box, f"checkpoints/{stack}/rank-{r}/LATEST") for r in (0, 1)]
+        assert [d["checkpoint"] for d in latest] == [f"step-{STEPS}", f"step-{STEPS}"]
+        shutdowns = [c for c in box.calls() if c["argv"][0] == "shutdown"]
+        assert sorted(c["node"] for c in shutdowns) == sorted(n.name for n in box.nodes)
+        assert ended <= END_SYNC_BOUND_SECONDS + 120
+        finished = datetime.fromisoformat(statuses[0]["finished_at"])
+        began = datetime.fromisoformat(statuses[0]["started_at"])
+        print(
+            f"box job: {STEPS} steps, final loss {progress['loss']}, job {(finished - began).total_seconds():.0f} s, "
+            f"nodes ended {ended:.0f} s after the job, wall {time.monotonic() - started:.0f} s"
+        )
+
+
+def test_aws_a_job_that_keeps_failing_is_restarted_from_its_checkpoint_then_ends_the_nodes(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    scenario = aws_p5()
+    stack = stack_spec(scenario.stack).stack
+    argv = ("python3", f"{JOB_DIR}/train_tiny.py", "--steps", "20", "--checkpoint-every", "5", "--fail-at-step", "8")
+    spec = JobSpec(id="j-box-failing", argv=argv, nproc_per_node=1, max_restarts=1)
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        install_job(box)
+        submit(box, stack, spec)
+        box.start()
+        final = box.wait_for(
+            "the job's final object", lambda: bucket_json(box, final_key(stack, spec.id)), JOB_SECONDS, poll=2
+        )
+        over = time.monotonic()
+        codes = [node.wait_exit(END_SYNC_BOUND_SECONDS + 120) for node in box.nodes]
+        ended = time.monotonic() - over
+        assert codes == [0, 0], [n.diagnostics() for n in box.nodes]
+        assert final["state"] == "failed"
+        statuses = [bucket_json(box, status_key(stack, spec.id, f"rank-{r}")) for r in (0, 1)]
+        assert [s["state"] for s in statuses] == ["failed", "failed"]
+        # one restart on each node, caused by the exit, at the step it reached; the restart resumed
+        # from the newest checkpoint (step 5) and failed at step 8 again
+        assert [[(r["cause"], r["step"]) for r in s["restarts"]] for s in statuses][0] == [("exit status 1", 8)]
+        assert all(len(s["restarts"]) == 1 and s["restarts"][0]["cause"].startswith("exit status") for s in statuses)
+        logs = sorted((box.state / "bucket" / box.bucket / f"jobs/{stack}/{spec.id}/logs/rank-0").glob("*.log"))
+        text = "".join(p.read_text() for p in logs)
+        assert "[rank-0] resumed from step 5" in text and text.count("[rank-0] failing at step=8 on purpose") == 2
+        assert ended <= END_SYNC_BOUND_SECONDS + 120
+        fault_row(
+            "job crashes at step 8 every time, 1 restart allowed", "restarted from step 5, failed, nodes ended", ended
+        )

@@ -1,0 +1,228 @@
+"""`gpuinfra run` / `logs` / `jobs` / `cancel` with the Automation API replaced at its boundary
+(the recording fake of the lifecycle tests) and the stack bucket in moto S3 on 127.0.0.1; the
+nodes are played by writing what :mod:`gpuinfra.agent.job` writes (status, log chunks, final)."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+
+from gpuinfra.agent.job import JobSpec, final_key, log_key, spec_key, status_key
+from gpuinfra.services import jobs
+from gpuinfra.services import run as run_service
+from tests.cli.test_lifecycle_cli import FakeBackend, _use, project  # noqa: F401  (fixture)
+
+BUCKET = "gpuinfra-train-abc"
+
+
+@pytest.fixture
+def s3(moto_url, monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    client = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url)
+    client.create_bucket(Bucket=BUCKET)
+    yield client
+    for o in client.list_objects_v2(Bucket=BUCKET).get("Contents", []):
+        client.delete_object(Bucket=BUCKET, Key=o["Key"])
+    client.delete_bucket(Bucket=BUCKET)
+
+
+def put(s3, key, body):
+    s3.put_object(Bucket=BUCKET, Key=key, Body=body.encode())
+
+
+def nodes_finish(s3, monkeypatch, exit_codes=(0, 0), restarts=()):
+    """Once the spec is submitted, both nodes 'run' it: logs, status, final (what the job unit writes)."""
+    submit = jobs.submit
+    seen = {}
+
+    def submit_and_run(store, stack, spec):
+        submit(store, stack, spec)
+        seen["spec"] = spec
+        for rank, code in enumerate(exit_codes):
+            part = f"rank-{rank}"
+            put(s3, log_key(stack, spec.id, part, 0), f"[{part}] step=10 loss=0.25\n[{part}] done\n")
+            state = "succeeded" if code == 0 else "failed"
+            doc = {
+                "state": state,
+                "exit_code": code,
+                "restarts": list(restarts) if rank == 0 else [],
+                "progress": {"step": 10},
+            }
+            put(s3, status_key(stack, spec.id, part), json.dumps(doc))
+        put(s3, final_key(stack, spec.id), json.dumps({"state": "succeeded" if not any(exit_codes) else "failed"}))
+
+    monkeypatch.setattr(jobs, "submit", submit_and_run)
+    monkeypatch.setattr(run_service, "wait_for_health", lambda *a, **k: None)
+    return seen
+
+
+def test_run_submits_streams_rank_prefixed_logs_prints_where_data_is_and_downs(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    seen = nodes_finish(s3, monkeypatch)
+    result = run_cli(
+        "run", "train", "--project-dir", str(project), "-e", "SEED=1", "--", "python", "train.py", "--lr", "3e-4"
+    )
+    assert result.exit_code == 0, result.stderr
+    spec = JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("train"))["Body"].read().decode())
+    assert spec.argv == ("python", "train.py", "--lr", "3e-4") and spec.env == {"SEED": "1"} and spec == seen["spec"]
+    for line in (
+        "[rank-0] step=10 loss=0.25",
+        "[rank-1] done",
+        f"job {spec.id} succeeded, exit status 0, 0 restart(s)",
+    ):
+        assert line in result.stdout
+    assert f"checkpoints: s3://{BUCKET}/checkpoints/train/" in result.stdout
+    assert f"outputs: s3://{BUCKET}/jobs/train/{spec.id}/outputs/" in result.stdout
+    assert "cluster: destroyed, bucket kept" in result.stdout
+    assert ("destroy", "train") in backend.calls and ("up", "train") not in backend.calls
+    assert f"job {spec.id} succeeded: 0/" in result.stderr  # the status line, on stderr
+
+
+def test_run_brings_a_stack_that_is_not_up_up_first(run_cli, project, monkeypatch, s3):  # noqa: F811
+    class NotUpYet(FakeBackend):
+        def outputs(self, project_dir, stack):
+            self.calls.append(("outputs", stack))
+            return {"bucket_name": BUCKET} if "train" in self.deployed else {}
+
+    backend = NotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    result = run_cli("run", "train", "--keep", "--project-dir", str(project), "--", "python", "train.py")
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls.index(("up", "train")) < len(backend.calls) - 1
+    assert ("destroy", "train") not in backend.calls and "cluster: kept (--keep)" in result.stdout
+
+
+def test_a_failed_job_exits_7_after_down_with_its_restarts(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    restart = {"at": "2026-11-27T04:00:00+00:00", "cause": "exit status 1", "step": 5}
+    nodes_finish(s3, monkeypatch, exit_codes=(0, 1), restarts=[restart])
+    result = run_cli("run", "train", "--project-dir", str(project), "--json", "--", "python", "train.py")
+    assert result.exit_code == 7
+    doc = json.loads(result.stdout)
+    assert doc["state"] == "failed" and doc["exit_code"] == 1 and doc["destroyed"] is True
+    assert doc["restarts"] == [{**restart, "part": "rank-0"}]
+    assert result.stderr.strip().endswith(f"error: job {doc['job']} failed (exit status 1)")
+
+
+def test_ctrl_c_detaches_and_leaves_the_cluster_running(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    monkeypatch.setattr(run_service, "wait_for_health", lambda *a, **k: None)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(jobs, "read_view", interrupted)
+    result = run_cli("run", "train", "--project-dir", str(project), "--", "python", "train.py")
+    assert result.exit_code == 0, result.stderr
+    assert "detached; job j-" in result.stdout and "`gpuinfra logs train -f`" in result.stdout
+    assert ("destroy", "train") not in backend.calls
+    assert s3.get_object(Bucket=BUCKET, Key=spec_key("train"))  # the job stays submitted
+
+
+def test_bad_job_input_is_refused_before_anything_is_deployed(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    for args, message in [
+        (["-e", "NOEQUALS"], "--env 'NOEQUALS': give KEY=VALUE"),
+        (["--restart", "always"], "restart 'always' is not one of"),
+        (["--min-nodes", "3"], "--min-nodes 3: the stack has 2 node(s)"),
+        # the node may read only the stack's own names (/gpuinfra/<stack>/... in SSM Parameter Store)
+        (["--secret", "TOKEN=/prod/token"], "--secret: secret '/prod/token': AWS names are /gpuinfra/train/..."),
+    ]:
+        result = run_cli("run", "train", "--project-dir", str(project), *args, "--", "python", "train.py")
+        assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
+    assert ("up", "train") not in backend.calls
+
+
+def test_logs_jobs_and_cancel(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    spec = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), spec.to_json())
+    put(s3, log_key("train", spec.id, "rank-1", 0), "[rank-1] step=3 loss=1.0\n")
+    put(s3, log_key("train", spec.id, "rank-0", 0), "[rank-0] step=3 loss=1.0\n")
+    put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "running", "progress": {"step": 3}}))
+    logs = run_cli("logs", "train", "--project-dir", str(project))
+    assert logs.exit_code == 0 and logs.stdout == "[rank-0] step=3 loss=1.0\n[rank-1] step=3 loss=1.0\n"
+    listed = run_cli("jobs", "train", "--project-dir", str(project), "--json")
+    assert json.loads(listed.stdout)[0] | {"nodes": None} == {
+        "job": spec.id,
+        "argv": ["python", "train.py"],
+        "state": "running",
+        "exit_code": None,
+        "submitted_at": "",
+        "restarts": [],
+        "nodes": None,
+    }
+    cancelled = run_cli("cancel", "train", "--project-dir", str(project))
+    assert cancelled.exit_code == 0, cancelled.stderr
+    after = JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("train"))["Body"].read().decode())
+    assert after.cancel is True and after.id == spec.id
+    assert ("destroy", "train") in backend.calls
+
+
+def test_logs_of_a_stack_without_a_job_says_so(run_cli, project, monkeypatch, s3):  # noqa: F811
+    _use(monkeypatch, FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET}))
+    result = run_cli("logs", "train", "--project-dir", str(project))
+    assert result.exit_code == 2 and "has no job: `gpuinfra run train -- CMD`" in result.stderr
+
+
+def test_reap_job_over_destroys_a_stack_whose_job_is_over_and_keeps_a_running_one(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    spec = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), spec.to_json())
+    put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "running"}))
+    running = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert running.exit_code == 0, running.stderr
+    assert "no deployed stack has expired or a job that is over" in running.stdout
+    assert ("destroy", "train") not in backend.calls
+    put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "succeeded", "exit_code": 0}))
+    put(s3, final_key("train", spec.id), json.dumps({"state": "succeeded"}))
+    dry = run_cli("reap", "--job-over", "--dry-run", "--project-dir", str(project))
+    assert "would destroy train (job succeeded)" in dry.stdout and ("destroy", "train") not in backend.calls
+    reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert reaped.exit_code == 0, reaped.stderr
+    assert "destroying train (job succeeded); data kept" in reaped.stdout and ("destroy", "train") in backend.calls
+
+
+def test_run_gpus_writes_the_stack_first_then_ups_and_runs_it(run_cli, tmp_path, monkeypatch, s3):
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+    class NotUpYet(FakeBackend):
+        def outputs(self, project_dir, stack):
+            self.calls.append(("outputs", stack))
+            return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+    backend = NotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    args = ("--gpus", "4xA100", "--cloud", "aws", "--nodes", "2", "--name", "ft", "--project-dir", str(tmp_path))
+    result = run_cli("run", *args, "--", "python", "train.py")
+    assert result.exit_code == 0, result.stderr
+    assert (tmp_path / "stacks" / "Pulumi.ft.yaml").is_file()
+    assert ("up", "ft") in backend.calls and ("destroy", "ft") in backend.calls
+    spec = JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("ft"))["Body"].read().decode())
+    assert spec.argv == ("python", "train.py")
+    # the stack exists now: new refuses to overwrite it (exit 5), nothing else runs
+    again = run_cli("run", *args, "--", "python", "train.py")
+    assert again.exit_code == 5 and backend.calls.count(("up", "ft")) == 1
+
+
+def test_run_form_errors(run_cli, tmp_path):
+    for args, message in [
+        (["--gpus", "4xA100", "--", "python"], "--gpus needs --name NAME"),
+        ([], "give STACK -- CMD, or --gpus SPEC --name NAME -- CMD"),
+        (["train", "--nodes", "2", "--", "python"], "--nodes: only with --gpus"),
+        (["train"], "no command: give it after `--`"),
+    ]:
+        result = run_cli("run", *args, "--project-dir", str(tmp_path))
+        assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
+    assert not (tmp_path / "stacks").exists()
