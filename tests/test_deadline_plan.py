@@ -41,7 +41,9 @@ def _aws_doc(by=BY, budget=None, offerings=OFFERINGS, held=HELD):
 
 def test_plans_are_ranked_for_the_deadline_with_exact_prices_and_starts():
     doc, requests = _aws_doc()
-    rows = [(p["way"], p["offering_id"] or p["reservation_id"], p["compute_cost_usd"], p["marks"]) for p in doc["plans"]]
+    rows = [
+        (p["way"], p["offering_id"] or p["reservation_id"], p["compute_cost_usd"], p["marks"]) for p in doc["plans"]
+    ]
     # the run is 72 h; Poisson mean = 0.10/730 per node-h x 2 nodes x 72 h, each interruption 15 min restart
     # (assumed) + 30 min re-work (half the assumed 60 min interval)
     mean = BAND_UPPER / 730 * 2 * 72
@@ -180,7 +182,11 @@ def test_gcp_reservations_are_read_with_the_real_google_session():
         )
     (held,) = [p for p in doc["plans"] if p["way"] == "held-reservation"]
     # a3-highgpu-8g on demand in us-central1-a: $88.49 per node-hour (catalog) x 2 x 72 h
-    assert (held["reservation_id"], held["zone"], held["compute_cost_usd"]) == ("a3-res", "us-central1-a", "12742.560000")
+    assert (held["reservation_id"], held["zone"], held["compute_cost_usd"]) == (
+        "a3-res",
+        "us-central1-a",
+        "12742.560000",
+    )
     assert "not seen" not in json.dumps(doc["not_seen"]) and doc["not_seen"] == []
     assert len(server.requests) == 1
 
