@@ -71,6 +71,7 @@ PLAN_RULES = frozenset(
         "gcp-placement-supported",
         "gcp-placement-max-vms",
         "gcp-mig-all-or-nothing",
+        "gcp-mig-replaces-lost-nodes",
         "gcp-reservation-bound",
         "gcp-boot-disk-type",
     }
@@ -168,6 +169,7 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     out += gcp.bulk_mode_violations(
         "plan.all_or_nothing", plan.provisioning_model, ["BULK"] if plan.all_or_nothing else []
     )
+    out += gcp.repair_violations("plan.action_on_failure", plan.provisioning_model, plan.action_on_failure)
     out += gcp.model_offered_violations("plan.provisioning_model", fact, plan.provisioning_model)
     out += gcp.reservation_bound_violations("plan.provisioning_model", plan.provisioning_model, reserved)
     out += gcp.boot_disk_violations("plan.boot_disk_type", fact, plan.boot_disk_type)

@@ -208,6 +208,13 @@ RULES: dict[str, RuleInfo] = {
             "nodes' formation watchdog releases the group",
         ),
         RuleInfo(
+            "gcp-mig-replaces-lost-nodes",
+            "gcp",
+            "cloud.google.com/compute/docs/instance-groups/about-repair; Compute API "
+            "InstanceGroupManagerInstanceLifecyclePolicy.defaultActionOnFailure",
+            "a SPOT / STANDARD MIG repairs (recreates) a preempted or failed node; a bulk-mode group does not",
+        ),
+        RuleInfo(
             "gcp-reservation-bound",
             "gcp",
             "cloud.google.com/compute/docs/instances/reservations-consume; pulumi-gcp InstanceTemplateSchedulingArgs "

@@ -174,6 +174,18 @@ MUTATIONS = [
     ("gcp-mig-all-or-nothing", "a3ultra-res", lambda g: _mig(g).inputs.pop("targetSizePolicies")),
     ("gcp-mig-all-or-nothing", "a3mega", lambda g: _set(_mig(g).inputs, "targetSizePolicies", [{"mode": "BULK"}])),
     ("gcp-mig-all-or-nothing", "a2", lambda g: _set(_tpl(g).inputs, "metadata.startup-script", "#!/bin/bash\n")),
+    (
+        "gcp-mig-replaces-lost-nodes",
+        "a2",
+        lambda g: _set(_mig(g).inputs, "instanceLifecyclePolicy.defaultActionOnFailure", "DO_NOTHING"),
+    ),
+    # unset is the API's default, REPAIR
+    ("gcp-mig-replaces-lost-nodes", "a3ultra-res", lambda g: _mig(g).inputs.pop("instanceLifecyclePolicy")),
+    (
+        "gcp-mig-replaces-lost-nodes",
+        "a3ultra-res",
+        lambda g: _set(_mig(g).inputs, "instanceLifecyclePolicy.defaultActionOnFailure", "REPAIR"),
+    ),
     ("gcp-reservation-bound", "a3ultra-res", lambda g: _tpl(g).inputs.pop("reservationAffinity")),
     (
         "provisioning-model-offered",
