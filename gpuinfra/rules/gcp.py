@@ -221,7 +221,7 @@ def repair_violations(resource: str, model: str, action: object) -> list[Violati
     preempted or failed SPOT / STANDARD node is recreated, a bulk-mode group's is not."""
     wanted = action_on_failure(model)
     got = action or REPAIR
-    if got == wanted or got == UNKNOWN:
+    if got in (wanted, UNKNOWN):
         return []
     why = (
         "a preempted or failed node is never replaced and the job cannot re-form"
