@@ -1,0 +1,92 @@
+"""A lost node's replacement in the box: a formed 2-node AWS cluster, the rank-0 node gets a spot
+notice and powers off, and a replacement boots from the same rendered boot text (the box stands
+in for the cloud's replacement -- the Spot replacement function on AWS, the MIG's repair on GCP --
+with a fresh container and disk). It takes the lost node's rank, not the one its address sorts
+to, and restores the lost node's newest complete checkpoint from the stand-in bucket before
+``gpuinfra-run`` starts the job; the survivor keeps its rank.
+
+The stack runs with ``GPUINFRA_CHECKPOINT_INTERVAL_MINUTES=0``: the spot notice's sync is what
+puts the checkpoints in the bucket (as in test_checkpoints_box.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import pytest
+
+from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
+from tests.box.box import Node
+from tests.box.render import stack_spec
+from tests.box.scenario import Scenario, aws_p5
+from tests.box.test_box import BOOT_SECONDS, env_file, make_box, wait_ranked_and_passed
+from tests.box.test_checkpoints_box import CKPT, NO_INTERVAL, latest, objects, write_checkpoints
+
+pytestmark = [pytest.mark.box]
+
+
+def add_node(box, index: int) -> Node:
+    """A fresh node (new container, empty disk, next address) booting the box's boot text."""
+    node = Node(box, index)
+    box.nodes.append(node)
+    node.plumb()
+    node.mount()
+    node.provision()
+    box.set_states("running", [node.name])
+    return node
+
+
+def test_aws_replacement_takes_the_lost_rank_and_restores_its_newest_checkpoint(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    scenario = Scenario(**{**aws_p5().__dict__, "node_env": NO_INTERVAL})
+    stack = stack_spec(scenario.stack).stack
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        box.start()
+        envs = wait_ranked_and_passed(box)
+        lost, survivor = box.nodes
+        assert [e["NODE_RANK"] for e in envs] == ["0", "1"]
+
+        write_checkpoints(lost, ["step-00010", "step-00020"], writing="step-00030")
+        box.notify(lost, "spot", {"action": "terminate", "time": "2026-11-26T12:02:00Z"})
+        doc = box.wait_for(
+            "LATEST at the newest complete checkpoint",
+            lambda: (d := latest(box, stack, "rank-0")) and d["checkpoint"] == "step-00020" and d,
+            120,
+            poll=0.5,
+        )
+        in_bucket = {k[len(doc["key"]) + 1 :]: v for k, v in objects(box, doc["key"]).items()}
+        assert sorted(in_bucket) == sorted(["shard-0.pt", "shard-1.pt", CHECKPOINT_COMPLETE_MARKER])
+
+        started = time.monotonic()
+        lost.stop()  # EC2 terminates it at the notice's time
+        box.set_states("terminated", [lost.name])
+        replacement = add_node(box, 2)  # 10.77.0.13: sorts after the survivor's 10.77.0.12
+        replacement.start()
+        resume = box.wait_for(
+            "the replacement's resume file", lambda: replacement.read("/run/gpuinfra/resume.env"), BOOT_SECONDS
+        )
+        seconds = time.monotonic() - started
+        assert resume == f"GPUINFRA_RESUME_FROM={CKPT}/step-00020\n"
+        (mine,) = wait_ranked_and_passed(box, [replacement])
+        # the lost node's rank; the world and the survivor's ranks stand
+        assert (mine["NODE_RANK"], mine["NNODES"]) == ("0", "2")
+        assert replacement.read("/etc/gpuinfra/hostfile") == f"{replacement.ip}\n{survivor.ip}\n"
+        assert env_file(survivor.read("/etc/gpuinfra/cluster.env"))["NODE_RANK"] == "1"
+        # the restored folder is the uploaded one, byte for byte; the half-written step is not there
+        listing = replacement.exec(["/bin/ls", "-A", CKPT]).stdout.split()
+        assert listing == ["step-00020"]
+        for rel, body in in_bucket.items():
+            local = replacement.exec(["/usr/bin/sha256sum", f"{CKPT}/step-00020/{rel}"]).stdout.split()[0]
+            assert local == hashlib.sha256(body).hexdigest(), rel
+        replacement.exec(
+            ["/usr/local/bin/gpuinfra-run", "--dry-run", "--wait", "60", "--", "python", "train.py"], timeout=90
+        )
+        job_env = env_file(replacement.read("/run/gpuinfra/env/run.env") or "")
+        assert job_env["GPUINFRA_RESUME_FROM"] == f"{CKPT}/step-00020"
+        fault_row(
+            "AWS spot notice + power-off of rank 0; a replacement boots from the same boot text",
+            "takes rank 0, restores step-00020 before the job",
+            seconds,
+        )
