@@ -63,11 +63,9 @@ from pathlib import Path
 from gpuinfra.plan import replace_function
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
 from gpuinfra.plan.tags import expires_at_text
+from gpuinfra.rules.aws import SPOT_INTERRUPTION_PATTERN as SPOT_INTERRUPTION_PATTERN  # the rule's event pattern
 from gpuinfra.spec import ClusterSpec
 
-#: The event EC2 emits two minutes before it interrupts a Spot Instance
-#: (docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html, example event).
-SPOT_INTERRUPTION_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
 REPLACES_TAG = replace_function.REPLACES_TAG
 #: Lambda runtime (docs.aws.amazon.com/lambda/latest/dg/lambda-runtimes.html) and architecture
 #: (arm64: the "Lambda Duration-ARM" price).

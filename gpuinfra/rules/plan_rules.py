@@ -83,6 +83,7 @@ PREVIEW_ONLY_RULES: dict[str, str] = {
     "aws-imdsv2": "metadata options are constants of the launch template",
     "aws-ssh-not-world": "security group rules are resources of the network component",
     "aws-fleet-all-or-nothing": "fleet type and options are constants of the fleet",
+    "aws-spot-replacement": "the rule, target, function and permission are resources of the replacement component",
     "single-zone": "subnet AZs, interface subnets and MIG zones exist only in the resource graph",
     "gcp-host-maintenance": "scheduling constants of the instance template",
     "bucket-not-public": "bucket and access block resources",

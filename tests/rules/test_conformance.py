@@ -19,6 +19,7 @@ SHAPES = {
     "a3mega": dict(instance_type="a3-megagpu-8g", nodes=2, cloud="gcp"),
     "a3ultra": dict(instance_type="a3-ultragpu-8g", nodes=2, cloud="gcp", spot=True),
     "a2": dict(instance_type="a2-highgpu-4g", nodes=2, cloud="gcp"),
+    "p4d-spot": dict(instance_type="p4d.24xlarge", nodes=2, cloud="aws", spot=True),
     # an A3 Ultra reservation (shared, named by its owner project): RESERVATION_BOUND + BULK
     "a3ultra-res": dict(
         instance_type="a3-ultragpu-8g",
@@ -152,6 +153,13 @@ MUTATIONS = [
         ),
     ),
     ("aws-s3-deny-insecure-transport", "p5", lambda g: _drop(g, "aws:s3/bucketPolicy:BucketPolicy", "")),
+    ("aws-spot-replacement", "p4d-spot", lambda g: _drop(g, "aws:cloudwatch/eventRule:EventRule", "")),
+    ("aws-spot-replacement", "p4d-spot", lambda g: _drop(g, "aws:lambda/permission:Permission", "")),
+    (
+        "aws-spot-replacement",
+        "p4d-spot",
+        lambda g: _set(_one(g, "aws:cloudwatch/eventRule:EventRule").inputs, "eventPattern", '{"source": ["aws.ec2"]}'),
+    ),
     ("gcp-local-ssd-count", "a2", lambda g: _tpl(g).inputs["disks"].pop()),  # 3 of {4, 8}
     (
         "gcp-local-ssd-count",
