@@ -14,7 +14,12 @@ Resources (Spot stacks only, :func:`gpuinfra.plan.replacement.replaces_lost_node
 * ``<name>-spot-interruption`` (``aws.cloudwatch.EventRule`` on the default bus),
   ``<name>-spot-interruption-target`` (``EventTarget`` -> the function) and
   ``<name>-spot-interruption-invoke`` (``lambda_.Permission`` for ``events.amazonaws.com``, only
-  from this rule's ARN: "source_arn ... the ARN of the EventBridge rule", pulumi_aws ``lambda_.Permission``).
+  from this rule's ARN: "source_arn ... the ARN of the EventBridge rule", pulumi_aws ``lambda_.Permission``);
+* ``<name>-replace-backstop`` (``aws.scheduler.Schedule``, one-time, at the fleet backstop's time:
+  invokes the function with :data:`gpuinfra.plan.replacement.END_EVENT`, which terminates the
+  stack's replacements) with ``<name>-replace-backstop-role`` (trusted by this account's
+  EventBridge Scheduler) and ``<name>-replace-backstop-invoke`` (``lambda:InvokeFunction`` on this
+  function only).
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from blueprints.aws.backstop import RETRY_MAX_ATTEMPTS, RETRY_MAX_EVENT_AGE_SECONDS, schedule_expression
+from blueprints.aws.backstop import trust_policy_document as scheduler_trust_policy_document
 from gpuinfra.plan import replacement as plan
 from gpuinfra.plan.naming import child
 from gpuinfra.plan.tags import aws_tags
@@ -103,5 +110,35 @@ def build_replacement(
         rule=rule.name,
         arn=function.arn,
         opts=pulumi.ResourceOptions(parent=parent, depends_on=[permission]),
+    )
+    scheduler_role = aws.iam.Role(
+        child(name, "replace-backstop-role"),
+        assume_role_policy=account_id.apply(scheduler_trust_policy_document),
+        tags=tags,
+        opts=opts,
+    )
+    invoke = aws.iam.RolePolicy(
+        child(name, "replace-backstop-invoke"),
+        role=scheduler_role.id,
+        policy=function.arn.apply(plan.invoke_policy_document),
+        opts=opts,
+    )
+    aws.scheduler.Schedule(
+        child(name, "replace-backstop"),
+        description=f"gpuinfra: end the Spot replacements of stack {spec.stack} after its TTL",
+        schedule_expression=schedule_expression(spec),
+        schedule_expression_timezone="UTC",
+        flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+        action_after_completion="NONE",
+        target=aws.scheduler.ScheduleTargetArgs(
+            arn=function.arn,
+            role_arn=scheduler_role.arn,
+            input=json.dumps(plan.END_EVENT),
+            retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(
+                maximum_event_age_in_seconds=RETRY_MAX_EVENT_AGE_SECONDS,
+                maximum_retry_attempts=RETRY_MAX_ATTEMPTS,
+            ),
+        ),
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=[invoke]),
     )
     return function

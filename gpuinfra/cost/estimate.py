@@ -479,7 +479,8 @@ def _nat_data_line(name, t, label, resources, usage, nodes, hours, unit_price, m
 
 def _lambda_lines(name, t, inputs, resources, facts: ClusterFacts, reg, hours) -> list[CostLine]:
     """The Spot replacement function (:mod:`blueprints.aws.replacement`): per run,
-    :data:`PRICED_INTERRUPTIONS_PER_NODE` interruptions per node, each invoked once plus its
+    :data:`PRICED_INTERRUPTIONS_PER_NODE` interruptions per node and one call of each schedule
+    that targets it (the TTL backstop), each invoked once plus its
     retries (the function's ``FunctionEventInvokeConfig``, else Lambda's default), each billed for
     the whole timeout at its memory size (an upper bound). Only arm64 prices are in the table: any
     other architecture is not priced (fails closed)."""
@@ -490,11 +491,23 @@ def _lambda_lines(name, t, inputs, resources, facts: ClusterFacts, reg, hours) -
         and r.inputs.get("functionName") == inputs.get("name", name)
     ]
     retries = int(configs[0].get("maximumRetryAttempts", LAMBDA_DEFAULT_RETRIES)) if configs else LAMBDA_DEFAULT_RETRIES
-    invocations = Decimal(facts.nodes * PRICED_INTERRUPTIONS_PER_NODE * (1 + retries))
+    # the backstop schedule that invokes it once at the TTL (blueprints/aws/replacement.py), with
+    # retries: a schedule whose target is this Lambda function (its ARN ends in :function:<name>)
+    function_name = str(inputs.get("name") or name)
+    backstops = [
+        r
+        for r in resources
+        if r.type == "aws:scheduler/schedule:Schedule"
+        and str((r.inputs.get("target") or {}).get("arn", "")).endswith(f":function:{function_name}")
+    ]
+    invocations = Decimal((facts.nodes * PRICED_INTERRUPTIONS_PER_NODE + len(backstops)) * (1 + retries))
     arm = list(inputs.get("architectures") or ["x86_64"]) == ["arm64"]
     gb_seconds = invocations * Decimal(int(inputs.get("memorySize") or 128)) / 1024 * int(inputs.get("timeout") or 3)
     why = "" if arm else f"no Lambda price for architecture {inputs.get('architectures') or ['x86_64']}"
-    note = f"{invocations} invocations a run: {PRICED_INTERRUPTIONS_PER_NODE} Spot interruption per node, {retries} retries"
+    note = (
+        f"{invocations} invocations a run: {PRICED_INTERRUPTIONS_PER_NODE} Spot interruption per node"
+        f"{' and the TTL backstop' if backstops else ''}, each with {retries} retries"
+    )
     return [
         _one_time(
             _line(

@@ -5,7 +5,11 @@ Standard library plus boto3, which the Lambda Python runtime provides ("The Pyth
 the AWS SDK for Python (Boto3)": docs.aws.amazon.com/lambda/latest/dg/lambda-python.html); it
 imports nothing else of gpuinfra, because Lambda runs this file alone.
 
-One call per ``EC2 Spot Instance Interruption Warning`` event of the account and region
+**End** (event ``{"gpuinfra-action": "end"}``, from the stack's one-time EventBridge Scheduler
+schedule at the TTL backstop time): terminate this stack's live replacements. They are not in the
+stack's instant fleet, so the fleet backstop (deleting the fleet) does not reach them.
+
+**Replace**: one call per ``EC2 Spot Instance Interruption Warning`` event of the account and region
 (``detail.instance-id``: docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html).
 The function launches one replacement from the stack's launch template -- same AMI, user data,
 EFA NICs, subnet, security group and cluster placement group -- unless:
@@ -71,6 +75,22 @@ def _tags(instance: dict) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in instance.get("Tags") or []}
 
 
+def end_replacements(ec2: Any, stack_id: str, stack_tag: str) -> dict:
+    """Terminate this stack's live instances that carry :data:`REPLACES_TAG`; ``{"ended": [ids]}``."""
+    found = ec2.describe_instances(
+        Filters=[
+            {"Name": f"tag:{stack_tag}", "Values": [stack_id]},
+            {"Name": "tag-key", "Values": [REPLACES_TAG]},
+            {"Name": "instance-state-name", "Values": [*LIVE_STATES, "stopping", "stopped"]},
+        ]
+    )
+    ids = sorted(i["InstanceId"] for r in found.get("Reservations") or [] for i in r.get("Instances") or [])
+    if ids:
+        ec2.terminate_instances(InstanceIds=ids)
+    print(f"gpuinfra-replace: TTL backstop: ended {', '.join(ids) or 'no replacement'}")
+    return {"ended": ids}
+
+
 def handler(event: dict, context: object = None, ec2: Any = None) -> dict:
     """Lambda entry point (``index.handler``); ``ec2``: a boto3 EC2 client (tests pass one).
 
@@ -85,6 +105,8 @@ def handler(event: dict, context: object = None, ec2: Any = None) -> dict:
         import boto3
 
         ec2 = boto3.client("ec2")
+    if event.get("gpuinfra-action") == "end":
+        return end_replacements(ec2, env["GPUINFRA_STACK_ID"], env.get("GPUINFRA_STACK_ID_TAG", "gpuinfra:stack-id"))
     interrupted = str((event.get("detail") or {}).get("instance-id") or "")
     if not interrupted.startswith("i-"):
         return {"skipped": "no instance id in the event"}

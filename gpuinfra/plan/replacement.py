@@ -50,8 +50,16 @@ upper bound of a few thousandths of a dollar.
 ARNs: docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html), run instances
 only from this stack's launch template (condition ``ec2:LaunchTemplate``, same reference; the
 "launch template" example in docs.aws.amazon.com/AWSEC2/latest/UserGuide/ExamplePolicies_EC2.html),
-tag only what that launch creates (``ec2:CreateAction`` = ``RunInstances``), and pass only the
-node role, only to EC2 (``iam:PassedToService``). It has no CloudWatch Logs permission (nothing to
+tag only what that launch creates (``ec2:CreateAction`` = ``RunInstances``), pass only the
+node role, only to EC2 (``iam:PassedToService``), and terminate only instances tagged with this
+stack's id (``aws:ResourceTag/<key>``, as the fleet backstop's role: :mod:`blueprints.aws.backstop`).
+
+**TTL backstop of replacements.** A replacement is not in the instant fleet, so the fleet
+backstop (an EventBridge Scheduler schedule deleting the fleet at TTL + the backstop delay) does not
+end it. A second one-time schedule at the same time invokes the function with
+:data:`END_EVENT`, which terminates the stack's live replacements (Scheduler's templated Lambda
+``Invoke`` target: docs.aws.amazon.com/scheduler/latest/UserGuide/managing-targets-templated.html;
+its role may invoke only this function). It has no CloudWatch Logs permission (nothing to
 price or to leave behind after ``down``); its record is the replacement's :data:`REPLACES_TAG`.
 """
 
@@ -83,6 +91,8 @@ RETRY_ATTEMPTS = 2
 MAX_EVENT_AGE_SECONDS = 600
 #: No replacement in the stack's last hour: it could not boot, restore and train before the TTL end.
 MIN_SECONDS_LEFT = 3600
+#: What the backstop schedule sends the function (:func:`gpuinfra.plan.replace_function.handler`).
+END_EVENT = {"gpuinfra-action": "end"}
 #: What ``cost`` prices: one interruption per node and run, each invocation retried twice.
 PRICED_INTERRUPTIONS_PER_NODE = 1
 INVOCATIONS_PER_INTERRUPTION = 1 + RETRY_ATTEMPTS
@@ -111,6 +121,23 @@ def function_environment(spec: ClusterSpec, launch_template_id: str, launch_temp
         "GPUINFRA_LAUNCH_TEMPLATE_VERSION": launch_template_version,
         "GPUINFRA_SPOT_MAX_PRICE": "" if max_price is None else format(max_price, "f"),
     }
+
+
+def invoke_policy_document(function_arn: str) -> str:
+    """The backstop schedule's role: invoke this function only."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "InvokeTheReplacementFunction",
+                    "Effect": "Allow",
+                    "Action": "lambda:InvokeFunction",
+                    "Resource": function_arn,
+                }
+            ],
+        }
+    )
 
 
 def trust_policy_document() -> str:
@@ -162,6 +189,13 @@ def function_policy_document(spec: ClusterSpec, account_id: str, launch_template
                         f"{ec2}:spot-instances-request/*",
                     ],
                     "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+                },
+                {
+                    "Sid": "EndThisStacksReplacementsAtTheBackstop",
+                    "Effect": "Allow",
+                    "Action": "ec2:TerminateInstances",
+                    "Resource": f"{ec2}:instance/*",
+                    "Condition": {"StringEquals": {f"aws:ResourceTag/{AWS_STACK_ID_TAG}": stack_id(spec)}},
                 },
                 {
                     "Sid": "PassTheNodeRoleToEc2",

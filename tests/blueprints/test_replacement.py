@@ -98,6 +98,21 @@ def test_spot_stack_has_the_rule_the_function_and_the_invoke_permission(spot):
         {"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "sts:AssumeRole"}
     ]
     assert fn["role"] == f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/{role.name}"
+    backstop = next(r for r in result.resources if r.name.endswith("-replace-backstop"))
+    fleet_backstop = next(r for r in result.resources if r.name.endswith("-ttl-backstop"))
+    # at the fleet backstop's time, the function with the end event; its role may invoke only it
+    assert backstop.inputs["scheduleExpression"] == fleet_backstop.inputs["scheduleExpression"]
+    assert backstop.inputs["target"]["arn"] == target.inputs["arn"]
+    assert json.loads(backstop.inputs["target"]["input"]) == {"gpuinfra-action": "end"}
+    invoke = next(r for r in result.of_type(ROLE_POLICY) if r.name.endswith("-replace-backstop-invoke"))
+    assert json.loads(invoke.inputs["policy"])["Statement"] == [
+        {
+            "Sid": "InvokeTheReplacementFunction",
+            "Effect": "Allow",
+            "Action": "lambda:InvokeFunction",
+            "Resource": target.inputs["arn"],
+        }
+    ]
     for resource in (rule, function, role):
         assert resource.inputs["tags"]["gpuinfra:stack-id"] == f"{spec.stack}-{spec.name_suffix}"
 
@@ -158,6 +173,13 @@ def test_the_functions_permissions_are_exactly_these_statements(spot):
             "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
         },
         {
+            "Sid": "EndThisStacksReplacementsAtTheBackstop",
+            "Effect": "Allow",
+            "Action": "ec2:TerminateInstances",
+            "Resource": f"{ec2}:instance/*",
+            "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack-id": f"{spec.stack}-{spec.name_suffix}"}},
+        },
+        {
             "Sid": "PassTheNodeRoleToEc2",
             "Effect": "Allow",
             "Action": "iam:PassRole",
@@ -184,6 +206,8 @@ def test_the_policy_allows_only_this_stacks_launch(spot):
         ("ec2:CreateTags", f"{ec2}:instance/i-new", {"ec2:CreateAction": "RunInstances"}, Decision.ALLOW),
         ("ec2:CreateTags", f"{ec2}:instance/i-0running", {}, Decision.IMPLICIT_DENY),  # retagging a live node
         ("ec2:TerminateInstances", f"{ec2}:instance/i-0running", {}, Decision.IMPLICIT_DENY),
+        ("ec2:TerminateInstances", f"{ec2}:instance/i-0mine", {"aws:ResourceTag/gpuinfra:stack-id": f"{spec.stack}-{spec.name_suffix}"}, Decision.ALLOW),
+        ("ec2:TerminateInstances", f"{ec2}:instance/i-0other", {"aws:ResourceTag/gpuinfra:stack-id": f"{spec.stack}-zz9zz9"}, Decision.IMPLICIT_DENY),
         ("iam:PassRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/{node_role.name}", {"iam:PassedToService": "ec2.amazonaws.com"}, Decision.ALLOW),
         ("iam:PassRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/{node_role.name}", {"iam:PassedToService": "lambda.amazonaws.com"}, Decision.IMPLICIT_DENY),
         ("iam:PassRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/admin", {"iam:PassedToService": "ec2.amazonaws.com"}, Decision.IMPLICIT_DENY),
@@ -200,17 +224,21 @@ def _lines(result, region, resources=None):
 def test_cost_prices_the_function_and_lists_the_rest_as_free(spot):
     spec, result = spot
     est, lines = _lines(result, spec.region)
-    # 2 nodes x 1 interruption x (1 + 2 retries) = 6 invocations, once per 24 h run
+    # (2 nodes x 1 interruption + 1 backstop call) x (1 + 2 retries) = 9 invocations, once per 24 h run
     requests, duration = lines
     assert (requests.component, requests.unit, requests.one_time) == (
         "Lambda requests (Spot replacement)",
         "million requests",
         True,
     )
-    assert requests.hourly_quantity == Decimal(6) / Decimal(1_000_000) / 24
+    assert requests.hourly_quantity == Decimal(9) / Decimal(1_000_000) / 24
     assert requests.unit_price_usd == REQUEST_USD_PER_MILLION
     assert duration.unit == "GB-seconds"
-    assert duration.hourly_quantity == Decimal(6) * Decimal(128) / 1024 * 60 / 24  # whole 60 s timeout, 0.125 GB
+    assert duration.hourly_quantity == Decimal(9) * Decimal(128) / 1024 * 60 / 24  # whole 60 s timeout, 0.125 GB
+    # the backstop schedule itself is one EventBridge Scheduler invocation, priced as the fleet's
+    schedule = next(r for r in result.resources if r.name.endswith("-replace-backstop"))
+    (scheduler_line,) = [line for line in est.lines if line.resource == schedule.name]
+    assert scheduler_line.unit_price_usd is not None and scheduler_line.one_time
     assert duration.unit_price_usd == GB_SECOND_USD
     assert "lambda.json" in requests.source and "Lambda Requests-ARM" in requests.source
     names = {r.name for r in result.resources if r.type in (RULE, TARGET, PERMISSION, RETRIES)}
@@ -342,3 +370,17 @@ def test_down_ends_the_replacements_the_fleet_does_not_know(ec2, monkeypatch):
     assert {states[i] for i in [*fleet, replacement]} == {"terminated"} and states[stranger] == "running"
     on_demand = make_spec("p4d.24xlarge", nodes=2, cloud="aws")  # no replacement function: fleet ids only
     assert [n.name for n in teardown.list_nodes(on_demand, {"instance_ids": fleet[1:]}, clients)] == fleet[1:]
+
+
+def test_the_backstop_call_ends_only_this_stacks_replacements(ec2):
+    """The fleet backstop deletes the fleet, which ends its own nodes only: at the same time the
+    schedule's end event makes the function terminate the replacements, and nothing else."""
+    client, image = ec2
+    fleet_node = _node(client, image)
+    replacement = _node(client, image, extra=[{"Key": "gpuinfra:replaces", "Value": "i-0gone"}])
+    stranger = _node(client, image, stack_id="other-zz9zz9", extra=[{"Key": "gpuinfra:replaces", "Value": "i-1"}])
+    assert replace_function.handler({"gpuinfra-action": "end"}, None, client) == {"ended": [replacement]}
+    states = {
+        i["InstanceId"]: i["State"]["Name"] for r in client.describe_instances()["Reservations"] for i in r["Instances"]
+    }
+    assert (states[replacement], states[fleet_node], states[stranger]) == ("terminated", "running", "running")
