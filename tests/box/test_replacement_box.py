@@ -12,6 +12,7 @@ puts the checkpoints in the bucket (as in test_checkpoints_box.py).
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 
 import pytest
@@ -88,5 +89,90 @@ def test_aws_replacement_takes_the_lost_rank_and_restores_its_newest_checkpoint(
         fault_row(
             "AWS spot notice + power-off of rank 0; a replacement boots from the same boot text",
             "takes rank 0, restores step-00020 before the job",
+            seconds,
+        )
+
+
+#: A stand-in training job (standard library): a fixed-seed loss that depends on every earlier
+#: step, a checkpoint folder every 5 steps (``state.json``, then the completion marker last), a
+#: resume from ``GPUINFRA_RESUME_FROM``; ``final.json`` at the end. It stands in for r27's job unit
+#: (torchrun over both nodes), which the box cannot run yet: one process on the lost node, then
+#: one on its replacement.
+STANDIN_JOB = f"""
+import json, os, pathlib, sys, time
+total, ckpt = int(sys.argv[1]), pathlib.Path("{CKPT}")
+step, loss = 0, 1.0
+resume = os.environ.get("GPUINFRA_RESUME_FROM", "")
+if resume:
+    state = json.loads((pathlib.Path(resume) / "state.json").read_text())
+    step, loss = state["step"], state["loss"]
+first = step
+while step < total:
+    step += 1
+    loss = round(loss * 0.97 + ((step * 7919) % 13) / 13000, 12)
+    time.sleep(0.3)
+    if step % 5 == 0:
+        folder = ckpt / f"step-{{step:05d}}"
+        folder.mkdir(parents=True)
+        (folder / "state.json").write_text(json.dumps({{"step": step, "loss": loss}}))
+        (folder / "{CHECKPOINT_COMPLETE_MARKER}").write_text("")
+pathlib.Path("/var/lib/box-job").mkdir(exist_ok=True)
+pathlib.Path("/var/lib/box-job/final.json").write_text(json.dumps({{"first": first, "step": step, "loss": loss}}))
+"""
+
+
+def reference_run(total: int) -> dict:
+    """The uninterrupted run, computed here with the same arithmetic."""
+    step, loss = 0, 1.0
+    while step < total:
+        step += 1
+        loss = round(loss * 0.97 + ((step * 7919) % 13) / 13000, 12)
+    return {"first": 0, "step": step, "loss": loss}
+
+
+def test_aws_standin_job_resumed_on_the_replacement_ends_like_an_uninterrupted_run(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    total = 60
+    scenario = Scenario(**{**aws_p5().__dict__, "node_env": NO_INTERVAL})
+    stack = stack_spec(scenario.stack).stack
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        box.start()
+        wait_ranked_and_passed(box)
+        lost = box.nodes[0]
+        lost.exec(["/bin/sh", "-c", f"cat > /root/job.py <<'PY'\n{STANDIN_JOB}\nPY"])
+        lost.exec(["systemd-run", "--unit", "box-job", "/usr/bin/python3", "/root/job.py", str(total)])
+        box.wait_for(
+            "the job's step-00025 checkpoint", lambda: lost.read(f"{CKPT}/step-00025/state.json"), 60, poll=0.3
+        )
+        box.notify(lost, "spot", {"action": "terminate", "time": "2026-11-26T12:02:00Z"})
+        box.wait_for("LATEST in the bucket", lambda: latest(box, stack, "rank-0"), 120, poll=0.5)
+        lost.exec(["systemctl", "kill", "--signal=SIGKILL", "box-job"], check=False)  # EC2 takes the node
+        reached = max(
+            int(p.split("-")[1]) for p in lost.exec(["/bin/ls", CKPT]).stdout.split() if p.startswith("step-")
+        )
+        started = time.monotonic()
+        lost.stop()  # its shutdown sync may upload a newer checkpoint than the notice's first one
+        doc = latest(box, stack, "rank-0")
+        box.set_states("terminated", [lost.name])
+        replacement = add_node(box, 2)
+        replacement.start()
+        resume = box.wait_for(
+            "the replacement's resume file", lambda: replacement.read("/run/gpuinfra/resume.env"), BOOT_SECONDS
+        )
+        assert resume == f"GPUINFRA_RESUME_FROM={CKPT}/{doc['checkpoint']}\n"
+        replacement.exec(["/bin/sh", "-c", f"cat > /root/job.py <<'PY'\n{STANDIN_JOB}\nPY"])
+        replacement.exec(
+            ["/bin/sh", "-c", f"set -a; . /run/gpuinfra/resume.env; exec /usr/bin/python3 /root/job.py {total}"],
+            timeout=120,
+        )
+        seconds = time.monotonic() - started
+        final = json.loads(replacement.read("/var/lib/box-job/final.json"))
+        resumed_at = int(doc["checkpoint"].split("-")[1])
+        assert final == {**reference_run(total), "first": resumed_at}  # same final step and loss
+        assert resumed_at >= 25 and reached >= resumed_at
+        fault_row(
+            f"stand-in job: spot notice + power-off (newest checkpoint on the node: step {reached})",
+            f"replacement resumed at step {resumed_at}; final step {total} and loss as uninterrupted",
             seconds,
         )
