@@ -26,7 +26,12 @@ VM", pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``). Interplay:
   first ones is not documented;
 * workload policy (A3 8g / Mega / Ultra / A4): applies to every VM the MIG creates, repairs included;
 * ``force_update_on_repair = NO``: a repaired VM keeps the group's update policy (template edits
-  never replace running training nodes: ``update_policy`` OPPORTUNISTIC with minimal action NONE).
+  never replace running training nodes: ``update_policy`` OPPORTUNISTIC with minimal action NONE);
+* ``instance_redistribution_type`` is left unset: it is "The instance redistribution policy for
+  regional managed instance groups" (pulumi_gcp ``InstanceGroupManagerUpdatePolicyArgs``), and
+  this group is zonal (one zone: one compact policy, one fabric);
+* no autohealing health check: a repair on a failed *application* check would recreate a node
+  mid-job; only VMs that fail or that Compute Engine deletes are recreated.
 """
 
 from __future__ import annotations
