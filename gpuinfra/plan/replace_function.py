@@ -1,8 +1,8 @@
 """The AWS Lambda function that replaces an interrupted Spot node (shipped as the function's
 ``index.py``; :mod:`gpuinfra.plan.replacement` says why this mechanism and declares its settings).
 
-Standard library plus boto3, which the Lambda Python runtime provides ("The Python runtimes include
-the AWS SDK for Python (Boto3)": docs.aws.amazon.com/lambda/latest/dg/lambda-python.html); it
+Standard library plus boto3, which the Lambda Python runtime provides ("Your code runs in an
+environment that includes the SDK for Python (Boto3)": docs.aws.amazon.com/lambda/latest/dg/lambda-python.html); it
 imports nothing else of gpuinfra, because Lambda runs this file alone.
 
 **End** (event ``{"gpuinfra-action": "end"}``, from the stack's one-time EventBridge Scheduler

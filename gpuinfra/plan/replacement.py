@@ -17,9 +17,12 @@ its IAM policy, scoped to this stack. :mod:`blueprints.aws.replacement` register
   fleet is deleted.
 * *An Auto Scaling group* with the launch template and the placement group
   (``CreateAutoScalingGroup`` ``PlacementGroup``: "A cluster placement group is a logical grouping
-  of instances within a single Availability Zone") keeps its desired capacity: an instance "in any
-  state other than running" is unhealthy and replaced (docs.aws.amazon.com/autoscaling/ec2/
-  userguide/ec2-auto-scaling-health-checks.html), nodes that ended themselves included, unless each node first lowers the
+  of instances within a single Availability Zone") keeps its desired capacity: an unhealthy
+  instance is replaced "with a new instance to maintain the desired capacity of the group"
+  (docs.aws.amazon.com/autoscaling/ec2/userguide/healthcheck.html), and "If any instance
+  terminates unexpectedly, Auto Scaling detects the termination and launches a replacement
+  instance" (docs.aws.amazon.com/elasticbeanstalk/latest/dg/environmentconfig-autoscaling-healthchecktype.html),
+  nodes that ended themselves included, unless each node first lowers the
   desired capacity or detaches itself (more node permissions), and it has no all-or-nothing start
   either. It retries a launch until capacity comes, which this function does not.
 * *This rule + function* keeps the instant fleet's all-or-nothing start, fires only on a Spot
