@@ -230,8 +230,8 @@ class DecisionScope:
         does not rank put, in address order, into the slots of its ranked nodes that are no
         longer listed, in rank order. So the replacement takes the lost node's rank -- and its
         checkpoint part ``rank-<N>`` (:mod:`gpuinfra.agent.checkpoints`) -- and the survivors keep
-        theirs. None when no decision applies: none stored, every ranked node still listed, or
-        more new addresses than lost slots before this one.
+        theirs. None when no decision applies: none stored, every ranked node still listed,
+        ``address`` not listed, or more new addresses sorting before ``address`` than lost slots.
         """
         best: RankDecision | None = None
         for key in sorted(docs):
@@ -254,7 +254,7 @@ class DecisionScope:
         ranked = list(best.ranked)
         lost = [i for i, a in enumerate(ranked) if a not in self.addresses]
         new = sorted((a for a in self.addresses if a not in ranked), key=_address_order)
-        if not lost or new.index(address) >= len(lost):
+        if not lost or address not in new or new.index(address) >= len(lost):
             return None
         for slot, newcomer in zip(lost, new, strict=False):
             ranked[slot] = newcomer
