@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 
 import pytest
 
 from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
-from tests.box.box import Node
+from tests.box.box import Node, run
 from tests.box.render import stack_spec
-from tests.box.scenario import Scenario, aws_p5
+from tests.box.scenario import Scenario, aws_p5, gcp_a3mega
 from tests.box.test_box import BOOT_SECONDS, env_file, make_box, wait_ranked_and_passed
 from tests.box.test_checkpoints_box import CKPT, NO_INTERVAL, latest, objects, write_checkpoints
 
@@ -174,5 +175,56 @@ def test_aws_standin_job_resumed_on_the_replacement_ends_like_an_uninterrupted_r
         fault_row(
             f"stand-in job: spot notice + power-off (newest checkpoint on the node: step {reached})",
             f"replacement resumed at step {resumed_at}; final step {total} and loss as uninterrupted",
+            seconds,
+        )
+
+
+def test_gcp_mig_recreates_a_preempted_node_which_restores_its_newest_checkpoint(
+    box_rootfs, box_timer, fault_row, tmp_path
+):
+    """GCP: the MIG recreates a preempted Spot VM under the same name from the same template
+    (``defaultActionOnFailure = REPAIR``). The box stands in for that with a fresh disk booting the
+    same startup script at the same name and address; the node finds its group formed (the
+    watchdog never releases it), keeps rank 0 and restores step-00020."""
+    scenario = Scenario(**{**gcp_a3mega().__dict__, "node_env": NO_INTERVAL})
+    stack = stack_spec(scenario.stack).stack
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        box.start()
+        wait_ranked_and_passed(box)
+        lost, survivor = box.nodes
+        write_checkpoints(lost, ["step-00010", "step-00020"])
+        box.notify(lost, "preempted", True)
+        lost.exec(["systemctl", "poweroff", "--no-block"], check=False)  # the ACPI soft-off
+        box.wait_for(
+            "LATEST at the newest complete checkpoint",
+            lambda: (d := latest(box, stack, "rank-0")) and d["checkpoint"] == "step-00020",
+            30,
+            poll=0.5,
+        )
+        assert lost.wait_exit(60) == 0
+        started = time.monotonic()
+        box.set_states("terminated", [lost.name])  # Compute Engine deletes it (DELETE on preemption)
+        run(["umount", str(lost.merged)])
+        shutil.rmtree(lost.dir)  # a new VM: a new boot disk and local SSD
+        lost.mount()
+        lost.provision()
+        box.set_states("running", [lost.name])
+        doc = json.loads((box.state / "nodes.json").read_text())
+        for entry in doc["nodes"]:
+            entry["notices"] = {} if entry["name"] == lost.name else entry["notices"]  # a new VM: not preempted
+        box._write_nodes(doc)
+        lost.start()
+        resume = box.wait_for(
+            "the recreated VM's resume file", lambda: lost.read("/run/gpuinfra/resume.env"), BOOT_SECONDS
+        )
+        seconds = time.monotonic() - started
+        assert resume == f"GPUINFRA_RESUME_FROM={CKPT}/step-00020\n"
+        (mine,) = wait_ranked_and_passed(box, [lost])
+        assert mine["NODE_RANK"] == "0" and env_file(survivor.read("/etc/gpuinfra/cluster.env"))["NODE_RANK"] == "1"
+        # the formation watchdog did not release the group
+        assert not [c for c in box.calls() if "resize" in c["argv"]]
+        fault_row(
+            "GCP preemption; the MIG recreates the VM (fresh disk, same name)",
+            "finds its group formed, keeps rank 0, restores step-00020",
             seconds,
         )
