@@ -235,7 +235,17 @@ class PreviewMocks:
                 repositoryUrl=f"{PREVIEW_ACCOUNT}.dkr.ecr.{self.spec.region}.amazonaws.com/{repo}",
             )
         elif typ == "aws:ec2/launchTemplate:LaunchTemplate":
-            state.update(latestVersion=1, defaultVersion=1)
+            state.update(
+                latestVersion=1,
+                defaultVersion=1,
+                arn=f"arn:aws:ec2:{self.spec.region}:{PREVIEW_ACCOUNT}:launch-template/{rid}",
+            )
+        elif typ == "aws:lambda/function:Function":
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:lambda:{self.spec.region}:{PREVIEW_ACCOUNT}:function:{state['name']}"
+        elif typ == "aws:cloudwatch/eventRule:EventRule":
+            state.setdefault("name", name)
+            state["arn"] = f"arn:aws:events:{self.spec.region}:{PREVIEW_ACCOUNT}:rule/{state['name']}"
         elif typ == "aws:ec2/subnet:Subnet" and not inputs.get("availabilityZoneId"):
             # a subnet created without a zone (the AWS bake's build subnet): EC2 picks one at deploy
             self._note(f"subnet {name}: EC2 picks its Availability Zone at deploy time")

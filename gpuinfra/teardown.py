@@ -53,6 +53,7 @@ from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError
 from gpuinfra.plan.boot_gcp import node_prefix
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, dns_safe, stack_id
+from gpuinfra.plan.replacement import REPLACES_TAG, replaces_lost_nodes
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
 
@@ -158,15 +159,26 @@ def _cloud_error(what: str, exc: Exception) -> OperationError:
 # ------------------------------------------------------------------------------------- nodes
 def list_nodes(spec: ClusterSpec, outputs: dict, clients: CloudClients) -> list[Node]:
     """The stack's nodes that EC2 / GCE still lists: AWS, the fleet's ``instance_ids`` output (an
-    instance terminated over about an hour ago is gone); GCP, the VMs of the stack's MIG (none
-    when the group does not exist).
+    instance terminated over about an hour ago is gone) and, on a Spot stack, the replacements the
+    stack's replacement function launched (tagged with this stack's id and
+    :data:`~gpuinfra.plan.replacement.REPLACES_TAG`; they are not in the fleet, so deleting the
+    fleet does not end them); GCP, the VMs of the stack's MIG (none when the group does not exist).
 
     Raises:
         OperationError: the cloud call failed (exit 7).
     """
     if spec.cloud == "aws":
         ids = [str(i) for i in outputs.get("instance_ids") or []]
-        return _aws_nodes(clients.ec2, ids) if ids else []
+        nodes = _aws_nodes(clients.ec2, _ids(ids)) if ids else []
+        if replaces_lost_nodes(spec):
+            nodes += _aws_nodes(
+                clients.ec2,
+                [
+                    {"Name": f"tag:{AWS_STACK_ID_TAG}", "Values": [stack_id(spec)]},
+                    {"Name": "tag-key", "Values": [REPLACES_TAG]},
+                ],
+            )
+        return sorted(set(nodes))
     from google.api_core.exceptions import NotFound
 
     try:
@@ -182,9 +194,9 @@ def list_nodes(spec: ClusterSpec, outputs: dict, clients: CloudClients) -> list[
         raise _cloud_error(f"listing the VMs of MIG {node_prefix(spec)}", exc) from None
 
 
-def _aws_nodes(ec2, ids: list[str]) -> list[Node]:
+def _aws_nodes(ec2, filters: list[dict]) -> list[Node]:
     try:
-        pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-id", "Values": ids}])
+        pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
         return sorted(
             Node(i["InstanceId"], i["State"]["Name"])
             for page in pages
@@ -359,14 +371,19 @@ def end_nodes_and_wait(
             clients.ec2.terminate_instances(InstanceIds=live)
         except Exception as exc:  # noqa: BLE001 -- one line with its cause
             raise _cloud_error(f"terminating {', '.join(live)}", exc) from None
-        nodes = _aws_nodes(clients.ec2, [n.name for n in nodes])
+        nodes = _aws_nodes(clients.ec2, _ids(n.name for n in nodes))
     start = clock_seconds()
     while True:
         left = [n for n in nodes if n.state != "terminated"]
         if not left or clock_seconds() - start >= timeout_seconds:
             return left
         wait_seconds(POLL_SECONDS)
-        nodes = _aws_nodes(clients.ec2, [n.name for n in left])
+        nodes = _aws_nodes(clients.ec2, _ids(n.name for n in left))
+
+
+def _ids(names) -> list[dict]:
+    """The ``DescribeInstances`` filter selecting these instance ids."""
+    return [{"Name": "instance-id", "Values": list(names)}]
 
 
 # ------------------------------------------------------------------------------------- data

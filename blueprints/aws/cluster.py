@@ -12,6 +12,7 @@ from blueprints.aws.identity import build_instance_profile
 from blueprints.aws.monitoring import build_monitoring
 from blueprints.aws.network import build_network
 from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
+from blueprints.aws.replacement import build_replacement
 from blueprints.aws.storage import build_bucket, build_bundle_object
 from gpuinfra.errors import SpecError
 from gpuinfra.money import usd_json
@@ -126,6 +127,8 @@ class AwsGpuCluster(pulumi.ComponentResource):
         # fails the update when the fleet launched fewer than `nodes` instances
         self.instance_ids = self.fleet.fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec))
         self.ttl_backstop = build_ttl_backstop(name, spec, self.fleet, self.instance_ids, self)
+        # Spot stacks: an interrupted node is replaced from the same launch template
+        self.replacement = build_replacement(name, spec, self.launch_template, profile, self)
         port = cluster_plan.outputs.torchrun_port
         first_instance = self.instance_ids.apply(lambda ids: ids[0] if ids else None)
         self.outputs = {

@@ -7,9 +7,31 @@ reaches its time limit, the MIG automatically terminates (deletes) that VM"
 (cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs), and since 2024 it is
 not recreated: "When a VM in a MIG reaches its time limit, the MIG deletes that VM instead of
 repairing it" (Compute Engine release notes, 2024-04-29, marked breaking). Failed VMs are not
-repaired either (``default_action_on_failure = DO_NOTHING``: "MIG does not repair a failed VM",
-pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``) and template edits never
-replace running training nodes (``update_policy`` OPPORTUNISTIC with minimal action NONE).
+repaired.
+
+Lost nodes: a SPOT / STANDARD group repairs a VM that Compute Engine preempts (the template's
+``instance_termination_action = DELETE`` deletes it) or that fails on its host
+(``default_action_on_failure = REPAIR``, :data:`gpuinfra.rules.gcp.REPAIR` says why and cites
+cloud.google.com/compute/docs/instance-groups/about-repair): the MIG recreates it under the same
+name from the same template, and it restores the newest complete checkpoint and rejoins. Nodes
+that end themselves go through the MIG (``delete-instances``, resize to 0), which the MIG never
+repairs. Bulk-mode (reservation-bound) groups keep ``DO_NOTHING`` ("MIG does not repair a failed
+VM", pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``). Interplay:
+
+* compact placement: the recreated VM comes from the same template, so the same compact policy
+  (``vm_count`` = nodes, one of them gone) applies to it; when the zone has no capacity for it the
+  MIG keeps retrying ("the group will retry until it creates that VM successfully", REPAIR's
+  description in the Compute alpha API) while the survivors wait (the job re-forms with elastic
+  rendezvous, ``gpuinfra run``); whether a recreated VM lands as close to the others as the
+  first ones is not documented;
+* workload policy (A3 8g / Mega / Ultra / A4): applies to every VM the MIG creates, repairs included;
+* ``force_update_on_repair = NO``: a repaired VM keeps the group's update policy (template edits
+  never replace running training nodes: ``update_policy`` OPPORTUNISTIC with minimal action NONE);
+* ``instance_redistribution_type`` is left unset: it is "The instance redistribution policy for
+  regional managed instance groups" (pulumi_gcp ``InstanceGroupManagerUpdatePolicyArgs``), and
+  this group is zonal (one zone: one compact policy, one fabric);
+* no autohealing health check: a repair on a failed *application* check would recreate a node
+  mid-job; only VMs that fail or that Compute Engine deletes are recreated.
 """
 
 from __future__ import annotations
@@ -191,7 +213,7 @@ def build_group(
             max_unavailable_fixed=1,
         ),
         instance_lifecycle_policy=gcp.compute.InstanceGroupManagerInstanceLifecyclePolicyArgs(
-            default_action_on_failure="DO_NOTHING",
+            default_action_on_failure=plan.action_on_failure,
             force_update_on_repair="NO",
         ),
         wait_for_instances=True,

@@ -63,10 +63,25 @@ FREE_TYPES = frozenset(
         "gcp:storage/bucketIAMMember:BucketIAMMember",
         "gcp:projects/iAMMember:IAMMember",
         "gcp:projects/iAMCustomRole:IAMCustomRole",
+        # Spot replacement (gpuinfra/plan/replacement.py): EventBridge ingests "AWS management
+        # events ... for free", $0.00 per million (aws.amazon.com/eventbridge/pricing/), and a rule,
+        # its target, the invoke permission and the retry settings have no charge of their own;
+        # the function is priced below
+        "aws:cloudwatch/eventRule:EventRule",
+        "aws:cloudwatch/eventTarget:EventTarget",
+        "aws:lambda/permission:Permission",
+        "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig",
     }
 )
 #: The backstop schedule fires once per run: one invocation, in the price's unit (millions).
 SCHEDULER_INVOCATIONS_PER_RUN = Decimal("0.000001")
+#: Spot interruptions ``cost`` prices per node and run for the replacement function (an assumption:
+#: EC2 publishes no interruption rate per instance; a run with more costs more, a few ten-thousandths
+#: of a dollar each).
+PRICED_INTERRUPTIONS_PER_NODE = 1
+#: Lambda's retries of an asynchronous invocation when the function sets none: "by default Lambda
+#: attempts to run it two more times" (docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html).
+LAMBDA_DEFAULT_RETRIES = 2
 GP3_FREE_IOPS = 3000
 GP3_FREE_THROUGHPUT = 125
 CATALOG_SOURCE = "gpuinfra instance catalog"
@@ -305,6 +320,8 @@ def estimate(
                     )
                 )
             )
+        elif t == "aws:lambda/function:Function":
+            lines += _lambda_lines(name, t, inputs, resources, facts, reg, hours)
         elif t == "aws:s3/bucket:Bucket":
             lines += _storage_lines(
                 name, t, cloud, reg, usage, hours, "s3_standard_per_gb_month", "S3 Standard storage"
@@ -458,6 +475,58 @@ def _nat_data_line(name, t, label, resources, usage, nodes, hours, unit_price, m
             missing_source=missing_source,
         )
     )
+
+
+def _lambda_lines(name, t, inputs, resources, facts: ClusterFacts, reg, hours) -> list[CostLine]:
+    """The Spot replacement function (:mod:`blueprints.aws.replacement`): per run,
+    :data:`PRICED_INTERRUPTIONS_PER_NODE` interruptions per node and one call of each schedule
+    that targets it (the TTL backstop), each invoked once plus its
+    retries (the function's ``FunctionEventInvokeConfig``, else Lambda's default), each billed for
+    the whole timeout at its memory size (an upper bound). Only arm64 prices are in the table: any
+    other architecture is not priced (fails closed)."""
+    configs = [
+        r.inputs
+        for r in resources
+        if r.type == "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig"
+        and r.inputs.get("functionName") == inputs.get("name", name)
+    ]
+    retries = int(configs[0].get("maximumRetryAttempts", LAMBDA_DEFAULT_RETRIES)) if configs else LAMBDA_DEFAULT_RETRIES
+    # the backstop schedule that invokes it once at the TTL (blueprints/aws/replacement.py), with
+    # retries: a schedule whose target is this Lambda function (its ARN ends in :function:<name>)
+    function_name = str(inputs.get("name") or name)
+    backstops = [
+        r
+        for r in resources
+        if r.type == "aws:scheduler/schedule:Schedule"
+        and str((r.inputs.get("target") or {}).get("arn", "")).endswith(f":function:{function_name}")
+    ]
+    invocations = Decimal((facts.nodes * PRICED_INTERRUPTIONS_PER_NODE + len(backstops)) * (1 + retries))
+    arm = list(inputs.get("architectures") or ["x86_64"]) == ["arm64"]
+    gb_seconds = invocations * Decimal(int(inputs.get("memorySize") or 128)) / 1024 * int(inputs.get("timeout") or 3)
+    why = "" if arm else f"no Lambda price for architecture {inputs.get('architectures') or ['x86_64']}"
+    note = (
+        f"{invocations} invocations a run: {PRICED_INTERRUPTIONS_PER_NODE} Spot interruption per node"
+        f"{' and the TTL backstop' if backstops else ''}, each with {retries} retries"
+    )
+    return [
+        _one_time(
+            _line(
+                name, t, "Lambda requests (Spot replacement)", "million requests",
+                invocations / Decimal(1_000_000) / hours,
+                price("aws", "lambda_requests_per_million", reg) if arm else None,
+                note=note, missing_source=why or f"no Lambda request price for {reg}",
+            )
+        ),
+        _one_time(
+            _line(
+                name, t, "Lambda duration (Spot replacement)", "GB-seconds",
+                gb_seconds / hours,
+                price("aws", "lambda_duration_arm_per_gb_second", reg) if arm else None,
+                note=f"{note}, each billed for the whole timeout",
+                missing_source=why or f"no Lambda duration price for {reg}",
+            )
+        ),
+    ]  # fmt: skip
 
 
 def _one_time(line: CostLine) -> CostLine:

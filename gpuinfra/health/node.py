@@ -383,7 +383,9 @@ class HealthNode:
     ) -> list[str]:
         """Addresses that take a rank, in rank order; with ``report`` at once (all of them).
         With ``enforce`` the cluster's one decision (:mod:`gpuinfra.health.ranks`): the stored
-        one as soon as there is one; else, once every address has a result or after
+        one as soon as there is one; for a node that passed its checks and that an earlier
+        decision of this deployment does not rank (a replacement), that decision with this node
+        in a lost node's slot (:meth:`~gpuinfra.health.ranks.DecisionScope.takeover`); else, once every address has a result or after
         ``wait_seconds``, this node's :func:`ranked_addresses`, stored create-only (or the
         decision another node stored first).
 
@@ -402,6 +404,14 @@ class HealthNode:
             if (stored := scope.stored(docs)) is not None:
                 return list(stored.ranked)
             results = current_results(docs, self.config.stack, not_before, self.config.deployment)
+            mine = results.get(self.address)
+            # a node booting after its cluster formed (a replacement) takes a lost node's rank,
+            # once its own checks passed; the survivors' ranks stand
+            if mine is not None and mine.passed and (taken := scope.takeover(docs, self.address)):
+                proposal = scope.propose(taken, results, self.node, self.address, "replacement")
+                return list(
+                    settle(self.bucket, scope, proposal, lambda: self.bucket.read_prefix(prefix), self.sleep).ranked
+                )
             complete = all(a in results for a in addresses)
             if complete or self.clock() >= deadline:
                 proposal = scope.propose(

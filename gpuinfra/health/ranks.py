@@ -67,6 +67,12 @@ class DecisionBucket(Protocol):
     def put_new(self, key: str, path: Path) -> None: ...  # pragma: no cover - protocol
 
 
+def _address_order(address: str) -> tuple:
+    """Numeric order of dotted IPv4 addresses (as the nodes sort them), text after numbers."""
+    parts = address.split(".")
+    return (0, tuple(int(p) for p in parts)) if all(p.isdigit() for p in parts) else (1, address)
+
+
 def _iso(when: datetime | None) -> str | None:
     return when.astimezone(timezone.utc).isoformat() if when else None
 
@@ -83,7 +89,9 @@ class RankDecision:
         ranked: the addresses that take a rank, in rank order (a subsequence of ``listed``).
         decided_by, decided_by_address: the deciding node's id and private address.
         decided_at: ISO 8601 UTC time of the decision.
-        trigger: ``all-results`` (every listed address had a result) or ``deadline``.
+        trigger: ``all-results`` (every listed address had a result), ``deadline``, or
+            ``replacement`` (a node that booted after the cluster formed took a lost node's rank:
+            :meth:`DecisionScope.takeover`).
         results: what the node saw, address -> ``{"node", "stage", "checked_at", "passed"}``
             (listed addresses without a result are absent).
         deployment: the deployment id the decision belongs to ("" for nodes without one).
@@ -214,6 +222,43 @@ class DecisionScope:
             ):
                 return list(decision.ranked)
         return None
+
+    def takeover(self, docs: Mapping[str, bytes], address: str) -> list[str] | None:
+        """The ranking of a node that boots after its cluster formed (a replacement of a lost
+        node: the MIG's repair on GCP, the Spot replacement function on AWS): the newest
+        decision of this deployment that does not rank ``address``, with the listed addresses it
+        does not rank put, in address order, into the slots of its ranked nodes that are no
+        longer listed, in rank order. So the replacement takes the lost node's rank -- and its
+        checkpoint part ``rank-<N>`` (:mod:`gpuinfra.agent.checkpoints`) -- and the survivors keep
+        theirs. None when no decision applies: none stored, every ranked node still listed,
+        ``address`` not listed, or more new addresses sorting before ``address`` than lost slots.
+        """
+        best: RankDecision | None = None
+        for key in sorted(docs):
+            if not (key.startswith(self.prefix) and key.endswith(DECISION_SUFFIX)):
+                continue
+            try:
+                decision = RankDecision.from_json(docs[key])
+            except ValueError:
+                continue
+            if (decision.stack, decision.deployment, decision.results_not_before) != (
+                self.stack,
+                self.deployment,
+                _iso(self.results_not_before),
+            ) or address in decision.ranked:
+                continue
+            if best is None or decision.decided_at > best.decided_at:
+                best = decision
+        if best is None:
+            return None
+        ranked = list(best.ranked)
+        lost = [i for i, a in enumerate(ranked) if a not in self.addresses]
+        new = sorted((a for a in self.addresses if a not in ranked), key=_address_order)
+        if not lost or address not in new or new.index(address) >= len(lost):
+            return None
+        for slot, newcomer in zip(lost, new, strict=False):
+            ranked[slot] = newcomer
+        return ranked
 
     def stored(self, docs: Mapping[str, bytes]) -> RankDecision | None:
         """The decision stored for this scope among ``docs`` (key -> body, as

@@ -32,7 +32,7 @@ from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import FABRICS, GVNIC
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
-from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS
+from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS, action_on_failure
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
 
@@ -88,6 +88,9 @@ class GcpClusterPlan:
             bulk mode: there the nodes release the whole group (resize to 0) when the cluster has
             not formed within the peer wait (``templates/gcp-cluster-env.sh.j2``), so a stockout bills
             a partial cluster for at most that long.
+        action_on_failure: the MIG's ``defaultActionOnFailure``: ``REPAIR`` for SPOT / STANDARD
+            VMs (the MIG recreates a preempted or failed node, which restores its checkpoint and
+            rejoins), ``DO_NOTHING`` for bulk-mode groups (:func:`gpuinfra.rules.gcp.action_on_failure`).
     """
 
     networks: tuple[NetworkPlan, ...]
@@ -105,6 +108,7 @@ class GcpClusterPlan:
     local_ssd_listed: int
     local_ssd_interface: str
     local_ssd_size_gib: int
+    action_on_failure: str
 
 
 def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
@@ -266,4 +270,5 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         nic_layout=facts.nic_layout if hbn != "off" else "gvnic",
         provisioning_model=model,
         all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later
+        action_on_failure=action_on_failure(model),
     )

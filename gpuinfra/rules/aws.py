@@ -31,6 +31,13 @@ PG = "aws:ec2/placementGroup:PlacementGroup"
 BUCKET = "aws:s3/bucket:Bucket"
 PAB = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+EVENT_RULE = "aws:cloudwatch/eventRule:EventRule"
+EVENT_TARGET = "aws:cloudwatch/eventTarget:EventTarget"
+FUNCTION = "aws:lambda/function:Function"
+INVOKE_PERMISSION = "aws:lambda/permission:Permission"
+#: The event EC2 emits two minutes before it interrupts a Spot Instance (its ``source`` and
+#: ``detail-type``: docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html).
+SPOT_INTERRUPTION_PATTERN = {"source": ["aws.ec2"], "detail-type": ["EC2 Spot Instance Interruption Warning"]}
 
 
 @dataclass(frozen=True)
@@ -440,6 +447,56 @@ def check_ssh_not_world(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     return out
 
 
+def spot_replacement_violations(resource: str, missing: Sequence[str]) -> list[Violation]:
+    """``aws-spot-replacement``: a Spot fleet's stack has the interruption rule, its target, the
+    function and EventBridge's permission to invoke it (``missing``: the parts not found)."""
+    if not missing:
+        return []
+    return [
+        violation(
+            "aws-spot-replacement",
+            resource,
+            f"Spot fleet without {', '.join(missing)}: an interrupted node is never replaced",
+        )
+    ]
+
+
+def _pattern(rule: Resource) -> object:
+    text = rule.inputs.get("eventPattern")
+    if text == UNKNOWN or not isinstance(text, str):
+        return UNKNOWN
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def check_spot_replacement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
+    """``aws-spot-replacement`` on each Spot fleet (:func:`spot_replacement_violations`)."""
+    out = []
+    for fleet in graph.of_type(FLEET):
+        if fleet.get("targetCapacitySpecification.defaultTargetCapacityType") != "spot":
+            continue
+        rules = [r for r in graph.of_type(EVENT_RULE) if _pattern(r) in (SPOT_INTERRUPTION_PATTERN, UNKNOWN)]
+        names = {n for r in rules for n in (r.name, str(r.inputs.get("name", "")))} - {""}
+        targets = [
+            t for t in graph.of_type(EVENT_TARGET) if t.inputs.get("rule") in names or t.inputs.get("rule") == UNKNOWN
+        ]
+        permits = [p for p in graph.of_type(INVOKE_PERMISSION) if p.inputs.get("principal") == "events.amazonaws.com"]
+        missing = [
+            what
+            for what, found in (
+                ("the Spot interruption rule", rules),
+                ("its target", targets),
+                ("the replacement function", graph.of_type(FUNCTION)),
+                ("EventBridge's invoke permission", permits),
+            )
+            if not found
+        ]
+        out += spot_replacement_violations(fleet.name, missing)
+    return out
+
+
 CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
     check_efa_interfaces,
     check_no_public_ip_multi_nic,
@@ -450,4 +507,5 @@ CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
     check_single_zone,
     check_bucket,
     check_ssh_not_world,
+    check_spot_replacement,
 )

@@ -30,6 +30,28 @@ BUCKET = "gcp:storage/bucket:Bucket"
 #: supported with instance templates that specify either a reservation-bound or flex-start
 #: provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations).
 BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
+#: What the MIG does with a VM that fails or that Compute Engine deletes (a preempted Spot VM with
+#: ``instance_termination_action = DELETE``, a host failure): ``REPAIR`` recreates it -- "If a VM
+#: fails or is deleted by an action not initiated by the MIG, then the MIG automatically repairs the
+#: failed VM", while "If the MIG intentionally stops a VM ... then the MIG doesn't repair that VM"
+#: (cloud.google.com/compute/docs/instance-groups/about-repair), so a node that ends itself through
+#: the MIG (``delete-instances``, the formation watchdog's resize to 0) stays gone, and a VM at its
+#: ``max_run_duration`` is deleted, not repaired (Compute Engine release notes, 2024-04-29).
+#: ``DO_NOTHING``: "MIG does not repair a failed VM" (Compute API
+#: ``InstanceGroupManagerInstanceLifecyclePolicy.defaultActionOnFailure``).
+#: Bulk-mode groups (reservation-bound / flex-start) keep ``DO_NOTHING``: their VMs' capacity is a
+#: reservation or a run duration that ends by itself, and a repaired VM "will retry until it
+#: creates that VM successfully" (the REPAIR value's description in the Compute alpha API enum) --
+#: after a reservation's end that is a group retrying forever.
+REPAIR = "REPAIR"
+DO_NOTHING = "DO_NOTHING"
+
+
+def action_on_failure(model: str) -> str:
+    """The MIG's ``defaultActionOnFailure`` for VMs of provisioning ``model`` (:data:`REPAIR`)."""
+    return DO_NOTHING if model in BULK_PROVISIONING_MODELS else REPAIR
+
+
 #: Marker of the node-side formation watchdog in the startup script (templates/gcp-cluster-env.sh.j2).
 FORMATION_MARKER = "gpuinfra-formation-deadline"
 #: The workload policy type of a GPU cluster's MIG.
@@ -191,6 +213,28 @@ def bulk_mode_violations(resource: str, model: str, modes: Sequence[object]) -> 
             )
         )
     return out
+
+
+def repair_violations(resource: str, model: str, action: object) -> list[Violation]:
+    """``gcp-mig-replaces-lost-nodes``: the MIG's ``defaultActionOnFailure`` (``action``; unset is
+    the API's default ``REPAIR``) is :func:`action_on_failure` of the template's ``model``: a
+    preempted or failed SPOT / STANDARD node is recreated, a bulk-mode group's is not."""
+    wanted = action_on_failure(model)
+    got = action or REPAIR
+    if got in (wanted, UNKNOWN):
+        return []
+    why = (
+        "a preempted or failed node is never replaced and the job cannot re-form"
+        if wanted == REPAIR
+        else "a repair after the reservation or run duration ended would retry forever"
+    )
+    return [
+        violation(
+            "gcp-mig-replaces-lost-nodes",
+            resource,
+            f"defaultActionOnFailure {got} with {model} VMs (want {wanted}): {why}",
+        )
+    ]
 
 
 def model_offered_violations(resource: str, fact: InstanceFacts | None, model: str) -> list[Violation]:
@@ -373,6 +417,17 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     return out
 
 
+def check_repair(graph: ResourceGraph, facts: Facts) -> list[Violation]:
+    """``gcp-mig-replaces-lost-nodes`` on each MIG (:func:`repair_violations`)."""
+    template = graph.first(TEMPLATE)
+    model = (template.get("scheduling.provisioningModel") or "STANDARD") if template else "STANDARD"
+    out = []
+    for mig in graph.of_type(MIG):
+        policy = mig.inputs.get("instanceLifecyclePolicy") or {}
+        out += repair_violations(mig.name, model, policy.get("defaultActionOnFailure"))
+    return out
+
+
 def check_scheduling(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     """``gcp-host-maintenance``, ``provisioning-model-offered`` (:func:`model_offered_violations`),
     ``gcp-reservation-bound`` (:func:`reservation_bound_violations`)."""
@@ -466,6 +521,7 @@ CHECKS: tuple[Callable[[ResourceGraph, Facts], list[Violation]], ...] = (
     check_local_ssd,
     check_placement,
     check_all_or_nothing,
+    check_repair,
     check_scheduling,
     check_networks,
     check_boot_disk,

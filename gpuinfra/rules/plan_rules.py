@@ -71,6 +71,7 @@ PLAN_RULES = frozenset(
         "gcp-placement-supported",
         "gcp-placement-max-vms",
         "gcp-mig-all-or-nothing",
+        "gcp-mig-replaces-lost-nodes",
         "gcp-reservation-bound",
         "gcp-boot-disk-type",
     }
@@ -82,6 +83,7 @@ PREVIEW_ONLY_RULES: dict[str, str] = {
     "aws-imdsv2": "metadata options are constants of the launch template",
     "aws-ssh-not-world": "security group rules are resources of the network component",
     "aws-fleet-all-or-nothing": "fleet type and options are constants of the fleet",
+    "aws-spot-replacement": "the rule, target, function and permission are resources of the replacement component",
     "single-zone": "subnet AZs, interface subnets and MIG zones exist only in the resource graph",
     "gcp-host-maintenance": "scheduling constants of the instance template",
     "bucket-not-public": "bucket and access block resources",
@@ -168,6 +170,7 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     out += gcp.bulk_mode_violations(
         "plan.all_or_nothing", plan.provisioning_model, ["BULK"] if plan.all_or_nothing else []
     )
+    out += gcp.repair_violations("plan.action_on_failure", plan.provisioning_model, plan.action_on_failure)
     out += gcp.model_offered_violations("plan.provisioning_model", fact, plan.provisioning_model)
     out += gcp.reservation_bound_violations("plan.provisioning_model", plan.provisioning_model, reserved)
     out += gcp.boot_disk_violations("plan.boot_disk_type", fact, plan.boot_disk_type)

@@ -208,6 +208,20 @@ RULES: dict[str, RuleInfo] = {
             "nodes' formation watchdog releases the group",
         ),
         RuleInfo(
+            "aws-spot-replacement",
+            "aws",
+            "docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-instance-termination-notices.html "
+            "(EC2 Spot Instance Interruption Warning event); gpuinfra/plan/replacement.py",
+            "a Spot stack has the interruption rule, its target, the replacement function and the invoke permission",
+        ),
+        RuleInfo(
+            "gcp-mig-replaces-lost-nodes",
+            "gcp",
+            "cloud.google.com/compute/docs/instance-groups/about-repair; Compute API "
+            "InstanceGroupManagerInstanceLifecyclePolicy.defaultActionOnFailure",
+            "a SPOT / STANDARD MIG repairs (recreates) a preempted or failed node; a bulk-mode group does not",
+        ),
+        RuleInfo(
             "gcp-reservation-bound",
             "gcp",
             "cloud.google.com/compute/docs/instances/reservations-consume; pulumi-gcp InstanceTemplateSchedulingArgs "

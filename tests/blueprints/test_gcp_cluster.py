@@ -104,7 +104,11 @@ def test_a3_mega_two_nodes_must_show():
     assert group[0].inputs["versions"][0]["instanceTemplate"] == (
         f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1"
     )
-    assert group[0].inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "DO_NOTHING"
+    # STANDARD VMs: a VM that fails or that Compute Engine deletes is recreated (about-repair)
+    assert group[0].inputs["instanceLifecyclePolicy"] == {
+        "defaultActionOnFailure": "REPAIR",
+        "forceUpdateOnRepair": "NO",
+    }
     assert group[0].inputs["resourcePolicies"]["workloadPolicy"].endswith(f"/resourcePolicies/{policy[0].name}")
     # STANDARD VMs cannot use bulk mode (about-bulk-mode#limitations): the nodes' formation
     # watchdog releases the group instead
@@ -146,6 +150,16 @@ def test_scheduling_spot_and_max_run_duration():
         "preemptible": True,
         "provisioningModel": "SPOT",
     }
+
+
+def test_spot_group_recreates_a_preempted_node():
+    """A preempted Spot VM is deleted by Compute Engine (``instanceTerminationAction`` DELETE), an
+    action the MIG did not initiate, so REPAIR recreates it (cloud.google.com/compute/docs/
+    instance-groups/about-repair); with DO_NOTHING the node would stay lost."""
+    result = preview(gcp_spec("a2-highgpu-8g", nodes=2, spot=True))
+    assert template(result)["scheduling"]["instanceTerminationAction"] == "DELETE"
+    (group,) = result.of_type(MIG)
+    assert group.inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "REPAIR"
 
 
 def test_bucket_and_service_account_scope():
@@ -239,6 +253,8 @@ def test_reservation_bound_group_is_all_or_nothing():
     }
     (group,) = result.of_type(MIG)
     assert group.inputs["targetSizePolicies"] == [{"mode": "BULK"}]
+    # reservation-bound VMs end with the reservation: a repair then would retry forever
+    assert group.inputs["instanceLifecyclePolicy"]["defaultActionOnFailure"] == "DO_NOTHING"
     # bulk mode is fixed at creation and the group grows only from 0: a new size replaces it
     assert group.replace_on_changes == ("targetSizePolicies", "targetSize") and group.delete_before_replace is True
     one = preview(_edited(spec, nodes=1))

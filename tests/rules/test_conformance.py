@@ -19,6 +19,7 @@ SHAPES = {
     "a3mega": dict(instance_type="a3-megagpu-8g", nodes=2, cloud="gcp"),
     "a3ultra": dict(instance_type="a3-ultragpu-8g", nodes=2, cloud="gcp", spot=True),
     "a2": dict(instance_type="a2-highgpu-4g", nodes=2, cloud="gcp"),
+    "p4d-spot": dict(instance_type="p4d.24xlarge", nodes=2, cloud="aws", spot=True),
     # an A3 Ultra reservation (shared, named by its owner project): RESERVATION_BOUND + BULK
     "a3ultra-res": dict(
         instance_type="a3-ultragpu-8g",
@@ -152,6 +153,13 @@ MUTATIONS = [
         ),
     ),
     ("aws-s3-deny-insecure-transport", "p5", lambda g: _drop(g, "aws:s3/bucketPolicy:BucketPolicy", "")),
+    ("aws-spot-replacement", "p4d-spot", lambda g: _drop(g, "aws:cloudwatch/eventRule:EventRule", "")),
+    ("aws-spot-replacement", "p4d-spot", lambda g: _drop(g, "aws:lambda/permission:Permission", "")),
+    (
+        "aws-spot-replacement",
+        "p4d-spot",
+        lambda g: _set(_one(g, "aws:cloudwatch/eventRule:EventRule").inputs, "eventPattern", '{"source": ["aws.ec2"]}'),
+    ),
     ("gcp-local-ssd-count", "a2", lambda g: _tpl(g).inputs["disks"].pop()),  # 3 of {4, 8}
     (
         "gcp-local-ssd-count",
@@ -174,6 +182,18 @@ MUTATIONS = [
     ("gcp-mig-all-or-nothing", "a3ultra-res", lambda g: _mig(g).inputs.pop("targetSizePolicies")),
     ("gcp-mig-all-or-nothing", "a3mega", lambda g: _set(_mig(g).inputs, "targetSizePolicies", [{"mode": "BULK"}])),
     ("gcp-mig-all-or-nothing", "a2", lambda g: _set(_tpl(g).inputs, "metadata.startup-script", "#!/bin/bash\n")),
+    (
+        "gcp-mig-replaces-lost-nodes",
+        "a2",
+        lambda g: _set(_mig(g).inputs, "instanceLifecyclePolicy.defaultActionOnFailure", "DO_NOTHING"),
+    ),
+    # unset is the API's default, REPAIR
+    ("gcp-mig-replaces-lost-nodes", "a3ultra-res", lambda g: _mig(g).inputs.pop("instanceLifecyclePolicy")),
+    (
+        "gcp-mig-replaces-lost-nodes",
+        "a3ultra-res",
+        lambda g: _set(_mig(g).inputs, "instanceLifecyclePolicy.defaultActionOnFailure", "REPAIR"),
+    ),
     ("gcp-reservation-bound", "a3ultra-res", lambda g: _tpl(g).inputs.pop("reservationAffinity")),
     (
         "provisioning-model-offered",

@@ -57,6 +57,7 @@ PLAN_FAULTS = [
     ("a2", lambda p: replace(p, local_ssd_listed=3), ["gcp-local-ssd-count"]),
     ("a2", lambda p: replace(p, local_ssd_interface="SCSI"), ["gcp-local-ssd-count"]),
     ("a2", lambda p: replace(p, all_or_nothing=True), ["gcp-mig-all-or-nothing"]),  # BULK with STANDARD VMs
+    ("a2", lambda p: replace(p, action_on_failure="DO_NOTHING"), ["gcp-mig-replaces-lost-nodes"]),  # lost stays lost
     ("a3mega", lambda p: replace(p, workload_policy=False), ["gcp-placement-supported"]),
     ("a3mega", lambda p: replace(p, compact_placement=True), ["gcp-placement-supported"]),
     ("a3mega", lambda p: _network(p, "gpu-3", mtu=1460), ["mtu-matches-facts"]),
@@ -65,8 +66,8 @@ PLAN_FAULTS = [
     (
         "a3ultra",
         lambda p: replace(p, provisioning_model="RESERVATION_BOUND"),
-        ["gcp-mig-all-or-nothing", "gcp-reservation-bound"],
-    ),  # no BULK mode, no reservation named
+        ["gcp-mig-all-or-nothing", "gcp-mig-replaces-lost-nodes", "gcp-reservation-bound"],
+    ),  # no BULK mode, a repairing group, no reservation named
     ("a3ultra", lambda p: _network(p, "roce", firewall=True), ["gcp-roce-no-firewall"]),
     ("a3ultra", lambda p: replace(p, boot_disk_type="pd-balanced"), ["gcp-boot-disk-type"]),
 ]
