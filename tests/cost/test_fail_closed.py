@@ -70,7 +70,7 @@ def test_new_and_preview_with_an_unpriced_line_have_null_totals(run_cli, tmp_pat
         "--project-dir", str(tmp_path), "--name", "p5t",
     )  # fmt: skip
     assert text.exit_code == 0
-    assert "all 41 resources: incomplete: 1 line without a price" in text.stdout
+    assert "all 42 resources: incomplete: 1 line without a price" in text.stdout
     monkeypatch.chdir(tmp_path)
     preview = run_cli("preview", "p5w", "--json")
     assert preview.exit_code == 0, preview.stderr
