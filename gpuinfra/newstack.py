@@ -40,6 +40,7 @@ from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
+from gpuinfra.services.preflight import run_preflight
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
@@ -102,12 +103,15 @@ class NewStackResult:
         written: the stack file and any scaffolded project files.
         verified: the offline preview that passed every rule, with its cost summary.
         sizing: how a model was sized into the GPU request; None for ``gpus``/``instance_type``.
+        preflight: the quota preflight's note lines (:func:`gpuinfra.services.preflight.run_preflight`;
+            one line saying it did not run when no credentials are found).
     """
 
     plan: Plan
     written: WrittenFiles
     verified: VerifiedPreview
     sizing: StackSizing | None = None
+    preflight: tuple[str, ...] = ()
 
     @property
     def pricing(self) -> str:
@@ -180,6 +184,8 @@ def create_stack(
         FileExistsGpuinfraError: the stack file exists and not ``force`` (exit 5; checked first when
             ``--name`` is given, so nothing is planned or asked of a cloud).
         ProjectDirError: ``project_dir`` cannot be written (exit 2).
+        QuotaError: with credentials, the quota preflight found a shortfall (exit 9; nothing written).
+        NotOfferedError: with credentials, the zone does not offer the type (exit 4; nothing written).
     """
     planned, profile = request.plan, request.profile
     if planned.name and not force:  # before any planning or cloud call: one clear refusal, nothing written
@@ -238,8 +244,9 @@ def create_stack(
     if elsewhere:
         plan = replace(plan, warnings=(*plan.warnings, elsewhere))
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
+    preflight = run_preflight(plan.spec, catalog)  # quotas and offerings, when credentials are found
     written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
-    return NewStackResult(plan, written, verified, sizing)
+    return NewStackResult(plan, written, verified, sizing, tuple(preflight))
 
 
 def with_spot_max_price(plan: Plan, requested_usd: Decimal | None) -> Plan:

@@ -51,7 +51,7 @@ def up(
     """Create or update the stack (`pulumi up` through the Automation API); a bake stack builds and records its image."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
-    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.cli.console import note, stdout_console
     from gpuinfra.lifecycle import check_credentials, deploy
     from gpuinfra.stackfile import read_stack_spec
 
@@ -65,7 +65,7 @@ def up(
     out.print(
         f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)"
     )
-    changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes)
+    changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes, notes=note)
     out.print(f"done: {changes}")
 
 

@@ -145,6 +145,8 @@ def new(
     plan, written, summary, sized = result.plan, result.written, result.verified.cost, result.sizing
     for warning in plan.warnings:
         note(f"warning: {warning}")
+    for line in result.preflight:
+        note(f"preflight: {line}")
     if as_json:
         print_json(result.to_json())
         return
