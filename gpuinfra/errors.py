@@ -109,6 +109,9 @@ class GpuinfraError(Exception):
     """
 
     exit_code: ExitCode = ExitCode.BAD_INPUT
+    #: Launch failures only (:data:`LAUNCH_ERRORS`): the text that starts the error's line in
+    #: Pulumi's output, where ``gpuinfra up`` finds it.
+    marker: str = ""
 
 
 class RequestError(GpuinfraError):

@@ -66,7 +66,7 @@ from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.launch_errors import PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
 from gpuinfra.money import Total, usd_json
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
-from gpuinfra.services.preflight import run_preflight
+from gpuinfra.preflight import run_preflight
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
 
@@ -285,7 +285,7 @@ def launch_failure(text: str) -> GpuinfraError | None:
     """The launch error the cluster program raised, found by its class's marker in Pulumi's output
     (:data:`gpuinfra.errors.LAUNCH_ERRORS`, most specific class first), or None."""
     for cls in LAUNCH_ERRORS:
-        marker = cls.marker  # type: ignore[attr-defined]
+        marker = cls.marker
         line = next((line for line in text.splitlines() if marker in line), None)
         if line is not None:
             return cls(line[line.index(marker) + len(marker) :].strip())
@@ -333,7 +333,7 @@ def deploy(
     :data:`~gpuinfra.launch_errors.PROFILE_RETRY_SECONDS`.
 
     Before Pulumi creates the nodes of a stack not deployed yet, the quota and availability
-    preflight runs (:func:`gpuinfra.services.preflight.run_preflight`): a shortfall refuses with
+    preflight runs (:func:`gpuinfra.preflight.run_preflight`): a shortfall refuses with
     nothing created.
 
     Args:

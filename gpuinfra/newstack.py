@@ -39,8 +39,8 @@ from gpuinfra.offers import OfferScope
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
+from gpuinfra.preflight import run_preflight
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
-from gpuinfra.services.preflight import run_preflight
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
@@ -103,7 +103,7 @@ class NewStackResult:
         written: the stack file and any scaffolded project files.
         verified: the offline preview that passed every rule, with its cost summary.
         sizing: how a model was sized into the GPU request; None for ``gpus``/``instance_type``.
-        preflight: the quota preflight's note lines (:func:`gpuinfra.services.preflight.run_preflight`;
+        preflight: the quota preflight's note lines (:func:`gpuinfra.preflight.run_preflight`;
             one line saying it did not run when no credentials are found).
     """
 

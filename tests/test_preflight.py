@@ -12,8 +12,8 @@ import boto3
 import pytest
 import yaml
 
+from gpuinfra import preflight
 from gpuinfra.errors import ExitCode, NotOfferedError, QuotaError
-from gpuinfra.services import preflight
 from tests.blueprints.helpers import make_spec
 from tests.replay_server import ReplayServer
 

@@ -125,16 +125,13 @@ class AwsGpuCluster(pulumi.ComponentResource):
         self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or [], key=ipaddress.ip_address))
         # fails the update when the fleet launched fewer than `nodes` instances, with the class of
         # its errors (read from EC2 only in a real update: a preview launches nothing)
-        self.instance_ids = self.fleet.id.apply(
-            lambda fleet_id: self.fleet.fleet_instance_sets.apply(
-                lambda sets: launched_instance_ids(
-                    sets,
-                    spec,
-                    None if pulumi.runtime.is_dry_run() else fleet_errors_reader(spec.region, fleet_id),
-                    fleet_id or "",
-                )
-            )
-        )
+        fleet_instance_sets = self.fleet.fleet_instance_sets
+
+        def instance_ids(fleet_id: str) -> pulumi.Output[list[str]]:
+            reader = None if pulumi.runtime.is_dry_run() else fleet_errors_reader(spec.region, fleet_id)
+            return fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec, reader, fleet_id or ""))
+
+        self.instance_ids: pulumi.Output[list[str]] = self.fleet.id.apply(instance_ids)
         self.ttl_backstop = build_ttl_backstop(name, spec, self.fleet, self.instance_ids, self)
         port = cluster_plan.outputs.torchrun_port
         first_instance = self.instance_ids.apply(lambda ids: ids[0] if ids else None)

@@ -61,6 +61,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.errors import MissingDependencyError, NotOfferedError, QuotaError
 from gpuinfra.spec import ClusterSpec
 
@@ -159,9 +160,7 @@ def make_gcp_clients(project: str | None) -> tuple[Any, Any, Any, str]:
     Raises:
         PreflightUnavailable: no client library, no credentials or no project.
     """
-    from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
-
-    try:
+    try:  # google-cloud-compute is an optional extra
         from google.cloud import compute_v1
     except ImportError:
         raise PreflightUnavailable(
