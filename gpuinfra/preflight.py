@@ -362,7 +362,7 @@ def check_gcp(spec: ClusterSpec, catalog: Catalog) -> list[str]:
             f"Compute Engine does not offer {accelerator} in {spec.zone} (acceleratorTypes.get: 404)",
             f"pick another zone: `gpuinfra offers --instance-type {spec.instance_type}`",
         ) from None
-    except google_errors.GoogleAPIError as exc:
+    except Exception as exc:  # noqa: BLE001 - API, transport or auth failure: a note, the launch still fails closed
         notes.append(f"accelerator in {spec.zone} not checked: {exc}")
     if spec.gcp_reservation:
         return [*notes, f"GPU quota not checked: the VMs consume reservation {spec.gcp_reservation}"]
@@ -379,7 +379,7 @@ def check_gcp(spec: ClusterSpec, catalog: Catalog) -> list[str]:
     ):
         try:
             found = next((q for q in read() if q.metric == name), None)
-        except google_errors.GoogleAPIError as exc:
+        except Exception as exc:  # noqa: BLE001 - API, transport or auth failure: a note, the launch still fails closed
             notes.append(f"quota {name} not checked: {exc}")
             continue
         if found is None:

@@ -397,3 +397,32 @@ def test_new_without_credentials_says_the_preflight_did_not_run(run_cli, tmp_pat
     assert [line for line in result.stderr.splitlines() if line.startswith("preflight:")] == [
         "preflight: quota preflight not run: no AWS credentials found"
     ]
+
+
+def test_gcp_unreachable_api_is_notes_not_a_refusal(monkeypatch):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    monkeypatch.setattr(preflight, "CHECKS", {"aws": preflight.check_aws, "gcp": preflight.check_gcp})
+    kwargs = {
+        "credentials": AnonymousCredentials(),
+        "client_options": ClientOptions(api_endpoint="http://127.0.0.1:9"),  # nothing listens there
+        "transport": "rest",
+    }
+    monkeypatch.setattr(
+        preflight,
+        "make_gcp_clients",
+        lambda project: (
+            compute_v1.RegionsClient(**kwargs),
+            compute_v1.ProjectsClient(**kwargs),
+            compute_v1.AcceleratorTypesClient(**kwargs),
+            project,
+        ),
+    )
+    notes = preflight.run_preflight(_h100_spec())
+    assert [n.split(":")[0] for n in notes] == [
+        f"accelerator in {_h100_spec().zone} not checked",
+        "quota NVIDIA_H100_GPUS not checked",
+        "quota GPUS_ALL_REGIONS not checked",
+    ]
