@@ -277,7 +277,10 @@ def _print_ladder(out, written) -> None:
     for why in written.passed_over:
         out.print(f"  passed over {why}", soft_wrap=True, markup=False)
     if len(ladder.rungs) - 1 < written.asked:
-        out.print(f"  note: the ranking has no more alternatives that pass; {len(ladder.rungs) - 1} written")
+        out.print(
+            f"  note: {len(ladder.rungs) - 1} written: no more offers of the ranking pass the checks"
+            + (" within --max-price-per-hour" if ladder.max_price_per_hour_usd is not None else "")
+        )
     out.print(
         f"  wrote {len(ladder.rungs)} stack file(s) and {written.record_file}; line by line: gpuinfra cost diff {ladder.first} <rung>"
     )

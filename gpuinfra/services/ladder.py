@@ -361,15 +361,21 @@ def write_ladder(
     images = [ready.image_config]
     rungs = [_rung(ready.plan, ready.verified, None)]
     passed_over: list[str] = []
+    over_budget: set[str] = set()
     if alternatives:
         for plan in plan_alternatives(ready.catalog, ready.planned, ready.profile, ready.now, ready.plan):
             if len(plans) > alternatives or len(passed_over) >= MAX_PASSED_OVER:
                 break
             offer = plan.offer
             where = " ".join(placement_key(plan.spec)[:3]) + f" {offer.offer.instance_type} {offer.market}"
+            if offer.market in over_budget:
+                continue
             if budget is not None and offer.price_per_hour_usd > Decimal(str(budget)):
+                # each market is ranked cheapest first: the rest of it is over the budget too
+                over_budget.add(offer.market)
                 passed_over.append(
-                    f"{where}: compute ${offer.price_per_hour_usd:,.2f}/h is over --max-price-per-hour {budget:g}"
+                    f"{where} and every later {offer.market} offer: compute ${offer.price_per_hour_usd:,.2f}/h "
+                    f"is over --max-price-per-hour {budget:g}"
                 )
                 continue
             name = names[len(plans)]
