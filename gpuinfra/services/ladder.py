@@ -25,8 +25,8 @@ launch in full is destroyed again before the next is tried). Only a capacity fai
 (:class:`~gpuinfra.errors.CapacityError`, exit 7) moves on to the next rung; any other failure
 stops the ladder with its own error and exit code. With a budget, the ladder stops at the
 first rung whose priced $/h (its offline preview priced from the catalog, never the price
-written in a file) is over it or unknown. ``gpuinfra run`` forms its cluster through the same
-function.
+written in a file) is over it or unknown. The API is small so that ``gpuinfra run`` can form
+its cluster through the same ladder.
 """
 
 from __future__ import annotations
