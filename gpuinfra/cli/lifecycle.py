@@ -72,7 +72,7 @@ def up(
 
     if is_bake_stack(Path(project_dir), stack):
         if fallback or max_price_per_hour is not None:
-            from gpuinfra.errors import RequestError
+            from gpuinfra.errors import RequestError  # imported on use: CLI start-up time
 
             raise RequestError(
                 f"--fallback and --max-price-per-hour are for cluster stacks; {stack!r} is an image bake"

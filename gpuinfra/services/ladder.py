@@ -39,6 +39,7 @@ from typing import Any
 
 import yaml
 
+from gpuinfra.cost.report import document_total
 from gpuinfra.errors import (
     BakeError,
     CapacityError,
@@ -53,8 +54,9 @@ from gpuinfra.lifecycle import Backend, check_credentials, deploy
 from gpuinfra.money import Total, usd_json
 from gpuinfra.newstack import NewStackRequest, NewStackResult, finish_plan, prepare_stack
 from gpuinfra.planner import Plan, placement_key, plan_alternatives
+from gpuinfra.services.cost_document import stack_cost_document
 from gpuinfra.spec import NEW_STACK_NAME_MAX, check_new_stack_name, check_stack_name
-from gpuinfra.stackfile import WrittenFiles, check_stack_free, render_stack, write_stack_files
+from gpuinfra.stackfile import WrittenFiles, check_stack_free, read_stack_spec, render_stack, write_stack_files
 from gpuinfra.userfile import read_user_file
 from gpuinfra.verify import VerifiedPreview
 
@@ -290,8 +292,6 @@ class WrittenLadder:
 def _rung(plan: Plan, verified: VerifiedPreview, first: VerifiedPreview | None) -> Rung:
     """The record's rung of a finished, verified plan; ``first``: the first rung's preview (None
     for the first rung itself)."""
-    from gpuinfra.cost.report import document_total
-
     spec = plan.spec
     hourly, run = document_total(verified.cost, "hourly_usd"), document_total(verified.cost, "run_usd")
     base = verified if first is None else first
@@ -449,9 +449,6 @@ class FormedRung:
 def _priced_hourly(stack: str, project_dir: Path) -> Total:
     """The stack's whole $/h, its offline preview priced from the catalog now
     (:func:`gpuinfra.services.cost_document.stack_cost_document`)."""
-    from gpuinfra.cost.report import document_total
-    from gpuinfra.services.cost_document import stack_cost_document
-
     return document_total(stack_cost_document(stack, project_dir), "hourly_usd")
 
 
@@ -489,8 +486,6 @@ def form_first_rung(
         SpecError: the record or a rung's stack file is not readable (exit 2).
         GpuinfraError: any other failure of a rung (its own exit code); the ladder stops there.
     """
-    from gpuinfra.stackfile import read_stack_spec
-
     budget = max_price_per_hour_usd
     if budget is not None and (not budget.is_finite() or budget <= 0):
         raise RequestError(f"--max-price-per-hour must be a positive USD amount per hour, got {budget}")
