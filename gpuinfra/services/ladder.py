@@ -518,12 +518,12 @@ def form_first_rung(
                 attempts.append({"stack": stack, "outcome": f"not tried: {why}", "at": _now(now)})
                 say(f"{why}: the ladder stops here")
                 break
-        check_credentials(spec.cloud)
         say(
             f"rung {index} {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} ({spec.cloud} {spec.region}, "
             f"{'spot' if spec.spot else 'on-demand'})" + (" (deployed: updating it)" if live else "")
         )
         try:
+            check_credentials(spec.cloud)  # per rung: another cloud's only when its rung is tried
             changes = deploy(backend, project_dir, spec, on_event, replace_nodes=replace_nodes, now=now)
         except CapacityError as exc:
             attempts.append({"stack": stack, "outcome": f"no capacity: {exc}", "at": _now(now)})

@@ -280,3 +280,19 @@ def test_up_fallback_of_an_unknown_stack_and_a_bad_budget(run_cli, tmp_path, mon
     bad = run_cli("up", "train", "--fallback", "--max-price-per-hour", "-3", "--project-dir", str(tmp_path))
     assert bad.exit_code == 2 and "--max-price-per-hour must be a positive USD amount" in bad.stderr
     assert [c for c in backend.calls if c[0] == "up"] == []
+
+
+def test_a_rung_on_the_other_cloud_needs_its_credentials_only_when_tried(run_cli, tmp_path, monkeypatch):
+    # spot 8xH100 pairs: three AWS zones, then a GCP zone (the spot price ranking of the catalog)
+    result = run_cli(*H100_PAIR, "--spot", "--name", "h", "--fallback", "3", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    clouds = [r["cloud"] for r in _record(tmp_path, "h")["rungs"]]
+    assert clouds == ["aws", "aws", "aws", "gcp"]
+    _with_aws_credentials(monkeypatch)
+    monkeypatch.delenv("GOOGLE_APPLICATION_CREDENTIALS", raising=False)
+    backend = StockoutBackend({s: CapacityError(f"launched 0 of 2 for {s}") for s in ("h", "h-fb1", "h-fb2")})
+    _use(monkeypatch, backend)
+    up = run_cli("up", "h", "--fallback", "--project-dir", str(tmp_path))
+    assert up.exit_code == 6, up.stderr  # no GCP credentials: not a capacity failure, so the ladder stops
+    assert [c[1] for c in backend.calls if c[0] == "up"] == ["h", "h-fb1", "h-fb2"]
+    assert _record(tmp_path, "h")["attempts"][-1]["outcome"].startswith("failed (exit 6)")
