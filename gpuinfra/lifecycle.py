@@ -316,6 +316,7 @@ def deploy(
     now: datetime | None = None,
     notes: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    preflight: bool = True,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
@@ -334,7 +335,9 @@ def deploy(
 
     Before Pulumi creates the nodes of a stack not deployed yet, the quota and availability
     preflight runs (:func:`gpuinfra.preflight.run_preflight`): a shortfall refuses with
-    nothing created.
+    nothing created. ``up --fallback`` runs it itself for each rung (a rung it refuses is
+    skipped, not failed: :func:`gpuinfra.services.ladder.form_first_rung`) and passes
+    ``preflight=False``.
 
     Args:
         backend: the Automation API boundary.
@@ -345,6 +348,7 @@ def deploy(
         now: the current time (UTC; tests).
         notes: receives the preflight's note lines and each relaunch (default: dropped).
         sleep: waits between relaunches (tests).
+        preflight: run the preflight (False: the caller ran it for this stack).
 
     Returns:
         The change summary of the ``up``.
@@ -391,7 +395,7 @@ def deploy(
         else []
     )
     replaced = spec.deployment_id if deployed else None
-    if not deployed:  # nothing of it runs yet: all its nodes add to the quotas' usage
+    if preflight and not deployed:  # nothing of it runs yet: all its nodes add to the quotas' usage
         for line in run_preflight(spec):
             notes(f"preflight: {line}")
     if not deployed or nodes or orphaned:  # the nodes are created: a new deployment
