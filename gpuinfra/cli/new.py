@@ -93,7 +93,8 @@ def new(
         "--fallback",
         min=0,
         help="Also write N alternatives from the same ranking (other zones, regions, the other cloud unless "
-        "--cloud pins one, the other market when the flags and profile allow), each checked like the first and "
+        "--cloud pins one, the other market when the flags and profile allow; one per region and market before "
+        "a second zone of any, kept in price order), each checked like the first and "
         "named <stack>-fb1 ... <stack>-fbN, with its $/h and its change against the first; alternatives over "
         "--max-price-per-hour are left out. The order is recorded in ladders/<stack>.yaml; `gpuinfra up <stack> "
         "--fallback` tries them in order. All files are written or none.",

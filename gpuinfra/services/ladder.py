@@ -226,8 +226,9 @@ class Ladder:
         """The record's file text."""
         head = (
             f"# Fallback ladder of stack {self.first}, written by `gpuinfra new --fallback`.\n"
-            f"# `gpuinfra up {self.first} --fallback` tries the rungs in this order; only a capacity\n"
-            "# failure moves on to the next. The prices are as written: `up` prices each rung again.\n"
+            f"# `gpuinfra up {self.first} --fallback` tries the rungs in this order: a rung the quota\n"
+            "# preflight refuses is skipped; at launch only a capacity failure moves on to the next.\n"
+            "# The prices are as written: `up` prices each rung again.\n"
         )
         return head + yaml.safe_dump(self.to_json(), sort_keys=False, width=100)
 
@@ -587,7 +588,7 @@ def form_first_rung(
             check_credentials(spec.cloud)  # per rung: another cloud's only when its rung is tried
             if stack not in deployed:  # before anything of the rung is created
                 for line in run_preflight(spec):
-                    notes(f"rung {index} {stack}: preflight: {line}")
+                    notes(f"{f'rung {index} {stack}: ' if len(stacks) > 1 else ''}preflight: {line}")
         except (QuotaError, NotOfferedError) as exc:  # nothing was created: another region or market may have it
             shortfall = "; ".join(str(exc).splitlines()) or type(exc).__name__
             attempts.append(
