@@ -16,6 +16,12 @@ Exit codes (stable, documented in README.md):
 * 6 -- a required external tool or credential is missing or expired (Pulumi CLI, cloud credentials)
 * 7 -- a Pulumi operation failed or could not start (stack locked by another update, engine error)
 * 8 -- a node failed its boot health gate, or its result is unreadable or missing (``gpuinfra check``)
+* 9 -- a cloud quota is too small for the cluster: the preflight of ``new`` / ``up`` found a
+  shortfall before anything was created, or EC2 refused the launch with a quota error
+* 10 -- the cloud refused the launch's parameters (EC2 Fleet: an invalid parameter, an unsupported
+  configuration, or an error gpuinfra does not classify); nothing is retried elsewhere
+* 11 -- the cloud refused the launch for permissions (EC2 Fleet: ``UnauthorizedOperation``, or an
+  instance profile still not usable after the propagation retries)
 
 Classes and their exit codes (a subclass keeps its base's code unless listed):
 
@@ -42,6 +48,11 @@ FileExistsGpuinfraError     5     a file would be overwritten without ``--force`
 MissingDependencyError      6     Pulumi CLI, client library or credentials missing
 OperationError              7     a Pulumi operation failed
 CapacityError               7     the cloud launched fewer nodes than the cluster needs
+QuotaError                  9     a quota is too small (preflight shortfall, or EC2's quota error)
+LaunchRejectedError         10    the cloud refused the launch's parameters
+LaunchDeniedError           11    the cloud refused the launch for permissions (IAM)
+InstanceProfileNotReady     11    the new instance profile is not usable yet (``up`` retries it)
+NotOfferedError             4     the cloud does not offer the type / accelerator in the zone
 HealthGateError             8     a node failed its boot health gate (``gpuinfra check``)
 ==========================  ====  =========================================================
 
@@ -85,6 +96,9 @@ class ExitCode(IntEnum):
     MISSING_DEPENDENCY = 6
     OPERATION_FAILED = 7
     HEALTH_FAILED = 8
+    QUOTA_EXCEEDED = 9
+    LAUNCH_REJECTED = 10
+    LAUNCH_DENIED = 11
 
 
 class GpuinfraError(Exception):
@@ -95,6 +109,9 @@ class GpuinfraError(Exception):
     """
 
     exit_code: ExitCode = ExitCode.BAD_INPUT
+    #: Launch failures only (:data:`LAUNCH_ERRORS`): the text that starts the error's line in
+    #: Pulumi's output, where ``gpuinfra up`` finds it.
+    marker: str = ""
 
 
 class RequestError(GpuinfraError):
@@ -255,7 +272,61 @@ CAPACITY_ERROR_MARKER = "gpuinfra-capacity:"
 
 class CapacityError(OperationError):
     """The cloud launched fewer nodes than the cluster needs (an instant EC2 Fleet that found no
-    capacity for all of them); exit 7."""
+    capacity for all of them); exit 7. The only launch failure another zone, region or market
+    can cure: ``up --fallback`` moves to the next rung on it alone."""
+
+    marker = CAPACITY_ERROR_MARKER
+
+
+class NotOfferedError(NoOfferError):
+    """The cloud does not offer the instance type (EC2 ``DescribeInstanceTypeOfferings``) or the
+    accelerator type (Compute ``acceleratorTypes.get``) in the stack's zone (exit 4)."""
+
+
+class QuotaError(GpuinfraError):
+    """A cloud quota is too small for the cluster (exit 9): the preflight found a shortfall before
+    anything was created (the message names the quota, what is needed, what is granted and how to
+    ask for more), or EC2 refused the launch with a quota error (``VcpuLimitExceeded``,
+    ``MaxSpotInstanceCountExceeded``, ``InstanceLimitExceeded``)."""
+
+    exit_code = ExitCode.QUOTA_EXCEEDED
+    marker = "gpuinfra-quota:"
+
+
+class LaunchRejectedError(GpuinfraError):
+    """The cloud refused the launch's parameters (exit 10): EC2 Fleet errors such as
+    ``InvalidParameterValue``, ``InvalidParameterCombination``, ``Unsupported``,
+    ``InvalidBlockDeviceMapping``, or an error gpuinfra does not classify (the message quotes it)."""
+
+    exit_code = ExitCode.LAUNCH_REJECTED
+    marker = "gpuinfra-launch-rejected:"
+
+
+class LaunchDeniedError(GpuinfraError):
+    """The cloud refused the launch for permissions (exit 11): ``UnauthorizedOperation`` /
+    ``AuthFailure``, or an instance profile EC2 still calls invalid after the propagation retries."""
+
+    exit_code = ExitCode.LAUNCH_DENIED
+    marker = "gpuinfra-launch-denied:"
+
+
+class InstanceProfileNotReady(LaunchDeniedError):
+    """EC2 refused the launch with ``Invalid IAM Instance Profile``: a just-created instance profile
+    has not propagated yet (exit 11 once ``up``'s bounded retries are spent)."""
+
+    marker = "gpuinfra-profile-not-ready:"
+
+
+#: Launch failures the cluster program reports (each class's ``marker`` starts its line in
+#: Pulumi's output); ``up`` destroys a stack that did not exist before on any of them. The most
+#: specific class comes first (a marker search takes the first that matches).
+LAUNCH_ERRORS: tuple[type[GpuinfraError], ...] = (
+    InstanceProfileNotReady,
+    LaunchDeniedError,
+    LaunchRejectedError,
+    QuotaError,
+    CapacityError,
+)
 
 
 class HealthGateError(GpuinfraError):

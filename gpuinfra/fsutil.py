@@ -3,6 +3,7 @@ nothing half-written is ever left on disk."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import tempfile
@@ -55,9 +56,9 @@ def folder_problem(path: Path) -> str | None:
 
 
 class NewFiles:
-    """Write several files all or nothing: on any error inside the ``with`` block, the files
-    and folders it created are removed again (files it replaced keep their new content, so
-    write the file that may replace one last).
+    """Write several files all or nothing: on any error inside the ``with`` block (an
+    interrupt too), the files and folders it created are removed again and the files it
+    replaced get their old content back.
 
     Example::
 
@@ -68,6 +69,7 @@ class NewFiles:
 
     def __init__(self) -> None:
         self._created: list[Path] = []
+        self._replaced: list[tuple[Path, bytes]] = []
 
     def __enter__(self) -> NewFiles:
         return self
@@ -87,6 +89,7 @@ class NewFiles:
         path = Path(path)
         self._make_folders(path.parent)
         existed = path.exists()
+        old = path.read_bytes() if existed and path.is_file() else None
         try:
             atomic_write_text(path, text, exclusive=exclusive)
         except FileExistsError:
@@ -95,6 +98,8 @@ class NewFiles:
             raise OSError(exc.errno, exc.strerror, str(path)) from None
         if not existed:
             self._created.append(path)
+        elif old is not None:
+            self._replaced.append((path, old))
 
     def _make_folders(self, folder: Path) -> None:
         missing = []
@@ -108,7 +113,12 @@ class NewFiles:
             self._created.append(path)
 
     def rollback(self) -> None:
-        """Remove what this object created, newest first (best effort)."""
+        """Put back what this object replaced, then remove what it created, newest first (best
+        effort)."""
+        for path, old in reversed(self._replaced):
+            with contextlib.suppress(OSError, UnicodeDecodeError):
+                atomic_write_text(path, old.decode("utf-8"))
+        self._replaced.clear()
         for path in reversed(self._created):
             try:
                 if path.is_dir():

@@ -38,6 +38,7 @@ fake. Rules:
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -53,18 +54,20 @@ from gpuinfra.bake.stack import list_bakes
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.credentials import aws_session, check_gcp_credentials_configured
 from gpuinfra.errors import (
-    CAPACITY_ERROR_MARKER,
-    CapacityError,
+    LAUNCH_ERRORS,
     GpuinfraError,
+    InstanceProfileNotReady,
     MissingDependencyError,
     OperationError,
     RequestError,
     SpecError,
 )
 from gpuinfra.fsutil import atomic_write_text
+from gpuinfra.launch_errors import PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
 from gpuinfra.money import Total, usd_json
 from gpuinfra.plan.purchase import purchase_stacks
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
+from gpuinfra.preflight import run_preflight
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
 
@@ -90,8 +93,11 @@ class Backend(Protocol):
     def list_stacks(self, project_dir: Path) -> list[StackStatus]:
         """Stacks of the project known to the Pulumi backend."""
 
-    def up(self, project_dir: Path, stack: str, on_event: Callable[[object], None]) -> dict:
-        """Create or update the stack; return the change summary."""
+    def up(
+        self, project_dir: Path, stack: str, on_event: Callable[[object], None], replace_types: tuple[str, ...] = ()
+    ) -> dict:
+        """Create or update the stack; return the change summary. ``replace_types``: type tokens
+        whose resources in the state are replaced even without a change (``pulumi up --replace``)."""
 
     def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
         """``(type token, logical name)`` of every resource a ``pulumi preview`` would replace."""
@@ -154,8 +160,13 @@ class PulumiAutomation:
             result.append(StackStatus(s.name, bool(s.update_in_progress), last, s.resource_count))
         return result
 
-    def up(self, project_dir: Path, stack: str, on_event) -> dict:
-        return _run(lambda: self._stack(project_dir, stack, create=True).up(on_event=on_event, color="never"), stack)
+    def up(self, project_dir: Path, stack: str, on_event, replace_types: tuple[str, ...] = ()) -> dict:
+        selected = self._stack(project_dir, stack, create=True)
+        replace = None
+        if replace_types:  # `pulumi up --replace <urn>` (pulumi.automation Stack.up ``replace``)
+            resources = (selected.export_stack().deployment or {}).get("resources") or []
+            replace = [r["urn"] for r in resources if r.get("type") in replace_types] or None
+        return _run(lambda: selected.up(on_event=on_event, color="never", replace=replace), stack)
 
     def replacements(self, project_dir: Path, stack: str) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
@@ -247,11 +258,9 @@ def _run(operation, stack: str) -> dict:
         ) from None
     except auto.CommandError as exc:
         text = str(exc)
-        capacity = next((line for line in text.splitlines() if CAPACITY_ERROR_MARKER in line), None)
-        if capacity is not None:
-            raise CapacityError(
-                capacity[capacity.index(CAPACITY_ERROR_MARKER) + len(CAPACITY_ERROR_MARKER) :].strip()
-            ) from None
+        launch = launch_failure(text)
+        if launch is not None:
+            raise launch from None
         if any(
             marker in text
             for marker in (
@@ -271,6 +280,17 @@ def _run(operation, stack: str) -> dict:
         raise OperationError(f"pulumi failed on stack {stack!r}: {last[0].strip()}") from None
     summary = getattr(result, "summary", None)
     return dict(getattr(summary, "resource_changes", None) or {})
+
+
+def launch_failure(text: str) -> GpuinfraError | None:
+    """The launch error the cluster program raised, found by its class's marker in Pulumi's output
+    (:data:`gpuinfra.errors.LAUNCH_ERRORS`, most specific class first), or None."""
+    for cls in LAUNCH_ERRORS:
+        marker = cls.marker
+        line = next((line for line in text.splitlines() if marker in line), None)
+        if line is not None:
+            return cls(line[line.index(marker) + len(marker) :].strip())
+    return None
 
 
 #: terraform-provider-aws's message when DeleteFleets fails (``resourceFleetDelete``:
@@ -295,6 +315,9 @@ def deploy(
     on_event: Callable[[object], None],
     replace_nodes: bool = False,
     now: datetime | None = None,
+    notes: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    preflight: bool = True,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
@@ -304,7 +327,18 @@ def deploy(
     Pulumi did not know are terminated (:func:`sweep_orphans`). When the cloud
     launched fewer nodes than the cluster needs, a stack that did not exist before is destroyed
     again (its new, empty bucket is ``retain_on_delete`` and stays); a deployed stack is left as
-    it is, with the fix in the message.
+    it is, with the fix in the message. The same holds for every classified launch failure
+    (:data:`gpuinfra.errors.LAUNCH_ERRORS`: capacity exit 7, quota 9, invalid parameter 10, IAM
+    11). A fleet refused because its new instance profile has not propagated yet is launched again
+    (the fleet replaced, everything else kept) every
+    :data:`~gpuinfra.launch_errors.PROFILE_RETRY_WAIT_SECONDS` for at most
+    :data:`~gpuinfra.launch_errors.PROFILE_RETRY_SECONDS`.
+
+    Before Pulumi creates the nodes of a stack not deployed yet, the quota and availability
+    preflight runs (:func:`gpuinfra.preflight.run_preflight`): a shortfall refuses with
+    nothing created. ``up --fallback`` runs it itself for each rung (a rung it refuses is
+    skipped, not failed: :func:`gpuinfra.services.ladder.form_first_rung`) and passes
+    ``preflight=False``.
 
     Args:
         backend: the Automation API boundary.
@@ -313,6 +347,9 @@ def deploy(
         on_event: engine event callback (progress).
         replace_nodes: allow an update that replaces the running nodes.
         now: the current time (UTC; tests).
+        notes: receives the preflight's note lines and each relaunch (default: dropped).
+        sleep: waits between relaunches (tests).
+        preflight: run the preflight (False: the caller ran it for this stack).
 
     Returns:
         The change summary of the ``up``.
@@ -321,9 +358,14 @@ def deploy(
         SpecError: less than :data:`MIN_TTL_LEFT` of the TTL is left, or the stack file has no
             ``name_suffix`` (:meth:`ClusterSpec.check_name_suffix`) (exit 2).
         RequestError: the update would replace running nodes and ``replace_nodes`` is False (exit 2).
-        CapacityError: not all nodes launched (exit 7).
+        CapacityError: not all nodes launched for lack of capacity (exit 7).
+        QuotaError: the preflight found a shortfall, or EC2 refused the launch for a quota (exit 9).
+        NotOfferedError: the preflight found the type / accelerator not offered in the zone (exit 4).
+        LaunchRejectedError, LaunchDeniedError: EC2 refused the launch's parameters (exit 10) or
+            permissions (exit 11; also a profile still not usable after the retries).
         OperationError: any other failure, or the clean-up failed too (then says to run ``down``).
     """
+    notes = notes or (lambda _line: None)
     stack = spec.stack
     spec.check_name_suffix()  # an old stack file would share its cloud names with any stack of its name
     now = now or datetime.now(UTC)
@@ -354,13 +396,17 @@ def deploy(
         else []
     )
     replaced = spec.deployment_id if deployed else None
+    if preflight and not deployed:  # nothing of it runs yet: all its nodes add to the quotas' usage
+        for line in run_preflight(spec):
+            notes(f"preflight: {line}")
     if not deployed or nodes or orphaned:  # the nodes are created: a new deployment
         record_deployment(project_dir, stack, new_deployment_id())
     try:
-        changes = backend.up(project_dir, stack, on_event)
-    except CapacityError as exc:
+        changes = _up_retrying_profile(backend, project_dir, spec, on_event, notes, sleep)
+    except LAUNCH_ERRORS as exc:
+        kind = type(exc)
         if deployed:
-            raise CapacityError(
+            raise kind(
                 f"{exc}. The stack's other resources are unchanged; run `gpuinfra up {stack}` to try "
                 f"again, or `gpuinfra down {stack}` so nothing keeps billing"
             ) from None
@@ -371,13 +417,49 @@ def deploy(
                 f"{exc}; removing the half-created stack failed too ({cleanup}): run "
                 f"`gpuinfra down {stack}` so nothing keeps billing"
             ) from None
-        raise CapacityError(
+        raise kind(
             f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
             f"is empty and kept); run `gpuinfra up {stack}` to try again"
         ) from None
     if (nodes or orphaned) and replaced:  # Pulumi deleted the replaced nodes: any left are an interrupted up's
         sweep_orphans(spec, replaced)
     return changes
+
+
+def _up_retrying_profile(
+    backend: Backend,
+    project_dir: Path,
+    spec: ClusterSpec,
+    on_event: Callable[[object], None],
+    notes: Callable[[str], None],
+    sleep: Callable[[float], None],
+) -> dict:
+    """``backend.up``, relaunched while EC2 calls the stack's new instance profile invalid
+    (:class:`InstanceProfileNotReady`): the fleet (which launched nothing) is replaced, everything
+    else is kept, every :data:`PROFILE_RETRY_WAIT_SECONDS` for at most :data:`PROFILE_RETRY_SECONDS`
+    (terraform-provider-aws retries RunInstances on the same error within the same 2 minutes:
+    ``internal/service/ec2/ec2_instance.go``, ``iamPropagationTimeout`` in ``wait.go``).
+
+    Raises:
+        InstanceProfileNotReady: still refused when the time is up (exit 11).
+    """
+    waited = 0.0
+    try:
+        return backend.up(project_dir, spec.stack, on_event)
+    except InstanceProfileNotReady as exc:
+        last = exc
+    while waited + PROFILE_RETRY_WAIT_SECONDS <= PROFILE_RETRY_SECONDS:
+        notes(
+            f"the new instance profile is not usable yet ({last}); launching the fleet again in "
+            f"{PROFILE_RETRY_WAIT_SECONDS} s ({waited:g} of {PROFILE_RETRY_SECONDS} s waited)"
+        )
+        sleep(PROFILE_RETRY_WAIT_SECONDS)
+        waited += PROFILE_RETRY_WAIT_SECONDS
+        try:
+            return backend.up(project_dir, spec.stack, on_event, replace_types=(FLEET_TYPE,))
+        except InstanceProfileNotReady as exc:
+            last = exc
+    raise InstanceProfileNotReady(f"{last} (still refused after {PROFILE_RETRY_SECONDS} s of relaunches)")
 
 
 def record_deployment(project_dir: Path, stack: str, deployment_id: str) -> None:

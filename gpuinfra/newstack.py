@@ -39,6 +39,7 @@ from gpuinfra.offers import OfferScope
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
+from gpuinfra.preflight import run_preflight
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.services.purchase import purchased_block_price
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
@@ -103,12 +104,15 @@ class NewStackResult:
         written: the stack file and any scaffolded project files.
         verified: the offline preview that passed every rule, with its cost summary.
         sizing: how a model was sized into the GPU request; None for ``gpus``/``instance_type``.
+        preflight: the quota preflight's note lines (:func:`gpuinfra.preflight.run_preflight`;
+            one line saying it did not run when no credentials are found).
     """
 
     plan: Plan
     written: WrittenFiles
     verified: VerifiedPreview
     sizing: StackSizing | None = None
+    preflight: tuple[str, ...] = ()
 
     @property
     def pricing(self) -> str:
@@ -159,6 +163,33 @@ class NewStackResult:
         }
 
 
+@dataclass(frozen=True)
+class PreparedStack:
+    """A stack planned and verified, not yet written (:func:`prepare_stack`).
+
+    Attributes:
+        plan, verified, sizing: as in :class:`NewStackResult`.
+        image_config: ``gpuinfra:image`` of a baked image, or None.
+        checkpoint_plan: ``gpuinfra:checkpoint_plan`` of a spot stack sized from a model, or None.
+        planned: the planner request ``plan`` came from (with a model: the sized GPUs and nodes).
+        profile: the resolved workload profile.
+        catalog: the catalog it was planned and verified with.
+        now: its creation time (UTC).
+        preflight: the quota preflight's note lines for ``plan`` (:func:`gpuinfra.preflight.run_preflight`).
+    """
+
+    plan: Plan
+    verified: VerifiedPreview
+    sizing: StackSizing | None
+    image_config: dict | None
+    checkpoint_plan: dict | None
+    planned: PlanRequest
+    profile: Profile
+    catalog: Catalog
+    now: datetime
+    preflight: tuple[str, ...] = ()
+
+
 def create_stack(
     request: NewStackRequest, project_dir: Path, force: bool = False, now: datetime | None = None
 ) -> NewStackResult:
@@ -181,6 +212,26 @@ def create_stack(
         FileExistsGpuinfraError: the stack file exists and not ``force`` (exit 5; checked first when
             ``--name`` is given, so nothing is planned or asked of a cloud).
         ProjectDirError: ``project_dir`` cannot be written (exit 2).
+        QuotaError: with credentials, the quota preflight found a shortfall (exit 9; nothing written).
+        NotOfferedError: with credentials, the zone does not offer the type (exit 4; nothing written).
+    """
+    ready = prepare_stack(request, project_dir, force, now)
+    written = write_stack(
+        ready.plan, project_dir, force=force, image_config=ready.image_config, checkpoint_plan=ready.checkpoint_plan
+    )
+    return NewStackResult(ready.plan, written, ready.verified, ready.sizing, ready.preflight)
+
+
+def prepare_stack(
+    request: NewStackRequest, project_dir: Path, force: bool = False, now: datetime | None = None
+) -> PreparedStack:
+    """Everything :func:`create_stack` does but the write: plan, :func:`finish_plan`, then the
+    quota preflight of the plan (:func:`gpuinfra.preflight.run_preflight`, when credentials are
+    found). ``new --fallback`` runs it for the chosen stack only; each alternative is preflighted
+    by ``up --fallback`` when it is tried.
+
+    Raises:
+        as :func:`create_stack`, but nothing is written.
     """
     planned, profile = request.plan, request.profile
     if planned.name and not force:  # before any planning or cloud call: one clear refusal, nothing written
@@ -223,26 +274,51 @@ def create_stack(
     now = now or datetime.now(UTC)
     sizing = None
     if sized:
-        plan, sizing = _plan_sized(catalog, request, planned, resolved, now)
+        plan, sizing, planned = _plan_sized(catalog, request, planned, resolved, now)
     else:
         plan = plan_cluster(catalog, planned, resolved, now)
+    checkpoint = None
+    if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
+        checkpoint = sizing.checkpoint_plan.to_json()
+    plan, verified, image_config = finish_plan(plan, request, project_dir, catalog, force=force)
+    preflight = run_preflight(plan.spec, catalog)  # quotas and offerings, when credentials are found
+    return PreparedStack(
+        plan, verified, sizing, image_config, checkpoint, planned, resolved, catalog, now, tuple(preflight)
+    )
+
+
+def finish_plan(
+    plan: Plan, request: NewStackRequest, project_dir: Path, catalog: Catalog, force: bool = False
+) -> tuple[Plan, VerifiedPreview, dict | None]:
+    """The user's settings a planned offer gets before it is written -- SSH access
+    (:func:`with_ssh_access`), the fleet's spot maximum price (:func:`with_spot_max_price`), a
+    baked image (:func:`gpuinfra.bake.stack.apply_baked_image`), a new ``name_suffix`` (``force``:
+    the replaced file's) and the warning about a same-named stack in the cloud
+    (:func:`cloud_stack_warning`) -- then the check of every cloud rule
+    (:func:`gpuinfra.verify.verify_spec`). ``gpuinfra new`` runs it on its plan, and
+    ``new --fallback`` on each rung of the ladder.
+
+    Returns:
+        The finished plan, its verified preview and ``gpuinfra:image`` (None without an image).
+
+    Raises:
+        RequestError: a setting the plan's cloud or market does not take (exit 2).
+        BakeError: the baked image does not suit the plan (exit 2).
+        RuleViolationError, SpecError: the verified preview breaks a cloud rule (exit 2).
+    """
     if request.ssh_cidr or request.allow_world_ssh:
         plan = with_ssh_access(plan, request.ssh_cidr, request.allow_world_ssh)
     plan = with_spot_max_price(plan, request.spot_max_price_usd)
     image_config = None
     if request.image:  # a baked image: its id goes into the spec, its manifest next to it
         plan, image_config = apply_baked_image(plan, project_dir, request.image)
-    checkpoint = None
-    if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
-        checkpoint = sizing.checkpoint_plan.to_json()
     suffix = (recorded_name_suffix(project_dir, plan.spec.stack) if force else None) or new_name_suffix()
     plan = replace(plan, spec=plan.spec.model_copy(update={"name_suffix": suffix}))
     elsewhere = cloud_stack_warning(plan.spec)
     if elsewhere:
         plan = replace(plan, warnings=(*plan.warnings, elsewhere))
     verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
-    written = write_stack(plan, project_dir, force=force, image_config=image_config, checkpoint_plan=checkpoint)
-    return NewStackResult(plan, written, verified, sizing)
+    return plan, verified, image_config
 
 
 def with_spot_max_price(plan: Plan, requested_usd: Decimal | None) -> Plan:
@@ -304,7 +380,7 @@ def with_ssh_access(plan: Plan, ssh_cidr: str | None, allow_world_ssh: bool) -> 
 
 def _plan_sized(
     catalog: Catalog, request: NewStackRequest, planned: PlanRequest, profile: Profile, now: datetime
-) -> tuple[Plan, StackSizing]:
+) -> tuple[Plan, StackSizing, PlanRequest]:
     """Size the model in the stack's scope (cloud, region, zone, type, the baked image's fabric
     and the markets the planner tries, :func:`gpuinfra.planner.markets_tried`), then plan the
     fitting configurations best first and keep the cheapest plan: the planner may round a
@@ -314,6 +390,10 @@ def _plan_sized(
     ``--max-price-per-hour`` is passed over. A configuration sharded over several nodes is
     planned only on types with a high-bandwidth GPU network
     (:func:`gpuinfra.sizing.supply.fast_types`), with the profile's required settings enforced.
+
+    Returns:
+        The plan, its sizing, and the planner request it was planned from (the sized GPUs and
+        nodes; a fallback ladder ranks its alternatives from it).
 
     Raises:
         NoOfferError: nothing in the scope fits, or every configuration that does was passed
@@ -331,7 +411,7 @@ def _plan_sized(
     sizing = size_for_stack(request.model, request.params, request.method, catalog, scope, command="new")
     budget = planned.max_price_per_hour_usd
     refused: list[tuple[Candidate, str]] = []
-    best: tuple[Plan, Candidate] | None = None
+    best: tuple[Plan, Candidate, PlanRequest] | None = None
     for candidate in sizing.candidates:
         price = candidate.price_per_hour_usd
         if best is not None and price is not None and price >= best[0].offer.price_per_hour_usd:
@@ -345,13 +425,9 @@ def _plan_sized(
         )
         for instance_type in types:
             where = f"{candidate.spec} x {candidate.nodes} node(s){' as ' + instance_type if instance_type else ''}"
+            used = replace(sized, instance_type=instance_type, strict=True) if instance_type else sized
             try:
-                plan = plan_cluster(
-                    catalog,
-                    replace(sized, instance_type=instance_type, strict=True) if instance_type else sized,
-                    profile,
-                    now,
-                )
+                plan = plan_cluster(catalog, used, profile, now)
             except NoOfferError as exc:  # the planner's advice (--strict, another type) is not the user's to take here
                 refused.append((candidate, f"{where}: {exc.reason}"))
                 continue
@@ -365,7 +441,7 @@ def _plan_sized(
                     )
                 )
             elif best is None or price < best[0].offer.price_per_hour_usd:
-                best = (plan, candidate)
+                best = (plan, candidate, used)
             break
     if best is None:
         raise NoOfferError(
@@ -373,10 +449,12 @@ def _plan_sized(
             f"but none can be planned with profile {profile.name!r}: "
             f"{'; '.join(why for _, why in refused[:3])}"
         )
-    plan, candidate = best
+    plan, candidate, used = best
     passed_over = tuple(why for refused_candidate, why in refused if refused_candidate is not candidate)
-    return plan, sizing.planned(
-        candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type, plan.spec.spot
+    return (
+        plan,
+        sizing.planned(candidate, passed_over, catalog, plan.spec.cloud, plan.spec.instance_type, plan.spec.spot),
+        used,
     )
 
 

@@ -31,7 +31,8 @@ All decisions read :class:`~gpuinfra.catalog.facts_model.InstanceFacts`, never a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -47,6 +48,7 @@ from gpuinfra.locality import cheapest_gpu_note, rank_runs
 from gpuinfra.offers import OfferQuery, RankedOffer, find_offers
 from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
+from gpuinfra.requests import GpuRequest
 from gpuinfra.rules.spec_rules import rule_error, type_fabric_blocker
 from gpuinfra.spec import (
     CAPACITY_BLOCK_END_MARGIN,
@@ -341,6 +343,26 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         SpecError: a stack name cloud resources cannot carry, or a GCP project that is not a
             project ID.
     """
+    request, gpu_request = _prepared(catalog, request, profile)
+    spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
+    last_error: NoOfferError | None = None
+    for market in markets_tried(request.spot, profile):
+        try:
+            kept, recorded, warnings = _market_offers(catalog, request, profile, gpu_request, market)
+        except NoOfferError as exc:
+            last_error = exc
+            continue
+        best, note = _best_run(kept, request, recorded) if request.data is not None else (kept[0], "")
+        return _build_plan(
+            catalog, request, recorded, best, now, spot_from_profile and market == "spot", note, warnings
+        )
+    assert last_error is not None
+    raise last_error
+
+
+def _prepared(catalog: Catalog, request: PlanRequest, profile: Profile) -> tuple[PlanRequest, GpuRequest]:
+    """The checks :func:`plan_cluster` makes before ranking, the request narrowed to a capacity
+    reservation, and the parsed GPU request (raises as :func:`plan_cluster`)."""
     if request.name is not None:
         check_new_stack_name(request.name)
     if request.gcp_project is not None and request.cloud != "aws":
@@ -354,47 +376,134 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             f"profile-spot-policy: profile {profile.name!r} forbids spot capacity; "
             "drop --spot or pick another --profile"
         )
-    spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
-    last_error: NoOfferError | None = None
-    for market in markets_tried(request.spot, profile):
-        spot = market == "spot"
-        query = OfferQuery(
-            request=gpu_request,
-            cloud=request.cloud,
-            region=request.region,
-            zone=request.zone,
-            instance_type=request.instance_type,
-            market=market,
-            include_local_zones=request.include_local_zones,
+    return request, gpu_request
+
+
+def _market_offers(
+    catalog: Catalog, request: PlanRequest, profile: Profile, gpu_request: GpuRequest, market: str
+) -> tuple[list[RankedOffer], Profile, tuple[str, ...]]:
+    """The offers of ``market`` the profile takes, cheapest first (:func:`gpuinfra.offers.find_offers`
+    order), with the profile the stack records and its warnings (an explicit type's relaxed
+    settings).
+
+    Raises:
+        NoOfferError: nothing fits in ``market``, or nothing the profile takes.
+    """
+    query = OfferQuery(
+        request=gpu_request,
+        cloud=request.cloud,
+        region=request.region,
+        zone=request.zone,
+        instance_type=request.instance_type,
+        market=market,
+        include_local_zones=request.include_local_zones,
+    )
+    ranked = find_offers(catalog, query)
+    kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes, request.image_fabric)
+    recorded, warnings = profile, tuple[str, ...]()
+    if request.instance_type:  # the user's choice: every offer is of this one type
+        kept, recorded, warnings = _keep_explicit_type(
+            catalog,
+            ranked,
+            kept,
+            profile,
+            gpu_request.nodes,
+            request.strict,
+            request.warnings_are_errors,
+            request.image_fabric,
         )
-        try:
-            ranked = find_offers(catalog, query)
-        except NoOfferError as exc:
-            last_error = exc
-            continue
-        kept, reasons = _profile_filter(catalog, ranked, profile, gpu_request.nodes, request.image_fabric)
-        recorded, warnings = profile, tuple[str, ...]()
-        if request.instance_type:  # the user's choice: every offer is of this one type
-            kept, recorded, warnings = _keep_explicit_type(
-                catalog,
-                ranked,
-                kept,
-                profile,
-                gpu_request.nodes,
-                request.strict,
-                request.warnings_are_errors,
-                request.image_fabric,
-            )
-        if kept:
-            best, note = _best_run(kept, request, recorded) if request.data is not None else (kept[0], "")
-            return _build_plan(catalog, request, recorded, best, now, spot_from_profile and spot, note, warnings)
-        last_error = NoOfferError(
+    if not kept:
+        raise NoOfferError(
             f"{len(ranked)} offers carry {gpu_request}, but profile {profile.name!r} needs "
             f"{' and '.join(reasons)} and none of them has it",
             "pick another --profile or type",
         )
-    assert last_error is not None
-    raise last_error
+    return kept, recorded, warnings
+
+
+def placement_key(spec: ClusterSpec) -> tuple[str, str, str, str]:
+    """``(cloud, region, zone, market)`` of a stack: where its capacity comes from. A fallback
+    ladder's rungs differ in it (:func:`plan_alternatives`), so a stockout of one capacity pool
+    is never retried as the next rung."""
+    return (spec.cloud, spec.region, spec.zone, "spot" if spec.spot else "on-demand")
+
+
+def plan_alternatives(
+    catalog: Catalog, request: PlanRequest, profile: Profile, now: datetime, first: Plan
+) -> Iterator[Plan]:
+    """Plans for the offers that follow ``first`` in the ranking :func:`plan_cluster` chose it
+    from: the markets of :func:`markets_tried` in order (``--spot`` / ``--on-demand`` alone; spot
+    then on-demand for a profile that prefers spot), each market's offers cheapest first (by run
+    cost with a data set, :func:`gpuinfra.locality.rank_runs`), over every zone, region and
+    cloud the request's filters allow. Only the first offer of each :func:`placement_key` is
+    planned, and none of ``first``'s. The plans are named like ``first`` (the caller renames
+    them) and are not yet checked against the cloud rules (:func:`gpuinfra.verify.verify_spec`).
+
+    Args:
+        request, profile, now: what ``first`` was planned from (``plan_cluster``'s arguments).
+        first: the plan :func:`plan_cluster` returned.
+
+    Raises:
+        as :func:`plan_cluster` for the request itself; a market with no offer is passed over.
+    """
+    request, gpu_request = _prepared(catalog, replace(request, name=first.spec.stack), profile)
+    seen = {placement_key(first.spec)}
+    spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
+    for market in markets_tried(request.spot, profile):
+        try:
+            kept, recorded, warnings = _market_offers(catalog, request, profile, gpu_request, market)
+        except NoOfferError:
+            continue
+        if request.data is not None:
+            hours = Decimal(str(request.hours if request.hours is not None else recorded.default_run_hours))
+            kept = [run.ranked for run in rank_runs(kept, request.data, hours) if run.run_usd is not None]
+        for ranked in kept:
+            key = (ranked.offer.cloud, ranked.offer.region, ranked.offer.zone, ranked.market)
+            if key in seen:
+                continue
+            seen.add(key)
+            yield _build_plan(
+                catalog, request, recorded, ranked, now, spot_from_profile and market == "spot", "", warnings
+            )
+
+
+def region_key(spec: ClusterSpec) -> tuple[str, str, str]:
+    """``(cloud, region, market)`` of a stack: :func:`placement_key` without the zone. A stockout
+    of a large GPU type is often region-wide, and a quota is per region and market (EC2 Service
+    Quotas are regional; Compute Engine's GPU quotas are per region, one for on-demand and one
+    ``PREEMPTIBLE_`` for Spot: docs/capacity.md), so a ladder spreads over these first
+    (:func:`spread_alternatives`)."""
+    cloud, region, _zone, market = placement_key(spec)
+    return (cloud, region, market)
+
+
+def spread_alternatives(first: Plan, ranked: list[Plan], count: int) -> list[Plan]:
+    """The ``count`` alternatives of a fallback ladder, picked from ``ranked``
+    (:func:`plan_alternatives` order) so that they spread: each pick is the best-ranked plan of
+    the :func:`region_key` (cloud, region, market) that has the fewest rungs so far, ``first``'s
+    included. So no (cloud, region, market) gets a second rung (another zone) while one the
+    ranking offers has none, nor a third before every one has two. The picks are returned in
+    ``ranked`` order (the ranking's price order among the chosen rungs).
+
+    Args:
+        first: rung 0 (:func:`plan_cluster`'s choice).
+        ranked: candidate plans in ranking order, one per :func:`placement_key`, none of ``first``'s.
+        count: how many to pick (fewer when ``ranked`` has fewer).
+
+    Returns:
+        The picked plans, a sub-sequence of ``ranked``.
+    """
+    rungs = {region_key(first.spec): 1}
+    picked: set[int] = set()
+    for _ in range(min(count, len(ranked))):
+        index = min(
+            (i for i in range(len(ranked)) if i not in picked),
+            key=lambda i: (rungs.get(region_key(ranked[i].spec), 0), i),
+        )
+        picked.add(index)
+        key = region_key(ranked[index].spec)
+        rungs[key] = rungs.get(key, 0) + 1
+    return [ranked[i] for i in sorted(picked)]
 
 
 def markets_tried(spot: bool | None, profile: Profile) -> tuple[str, ...]:
@@ -431,8 +540,6 @@ def _with_reservation(request: PlanRequest) -> PlanRequest:
             region, or spot).
         RuleViolationError: ``aws-capacity-reservation``: more nodes than it has available.
     """
-    from dataclasses import replace
-
     cr = request.capacity_reservation
     assert cr is not None  # called only for a request with a reservation
     for flag, given, reserved in (

@@ -205,29 +205,76 @@ def write_stack(
         ProjectDirError: ``project_dir`` exists but is not a folder, or a file or folder in it
             cannot be written (no permission, read-only file system, disk full).
     """
+    stack_text = render_stack(plan, image_config=image_config, checkpoint_plan=checkpoint_plan)
+    written = write_stack_files([(plan.spec.stack, stack_text)], project_dir, force=force)
+    return WrittenFiles(stack_file=written.stack_file, scaffolded=written.scaffolded)
+
+
+@dataclass(frozen=True)
+class WrittenStacks:
+    """What :func:`write_stack_files` wrote.
+
+    Attributes:
+        stack_files: the stack files, in the order given.
+        scaffolded: the project files scaffolded (empty when the project existed).
+        extra: the other files written (``also``), in the order given.
+    """
+
+    stack_files: tuple[Path, ...]
+    scaffolded: tuple[Path, ...]
+    extra: tuple[Path, ...] = ()
+
+    @property
+    def stack_file(self) -> Path:
+        """The first stack file."""
+        return self.stack_files[0]
+
+
+def write_stack_files(
+    stacks: list[tuple[str, str]], project_dir: Path, force: bool = False, also: dict[Path, str] | None = None
+) -> WrittenStacks:
+    """Write rendered stack files (and ``also``: other project files, e.g. a fallback ladder's
+    record) all or nothing, scaffolding ``Pulumi.yaml`` + ``program/`` if absent: when any file
+    cannot be written, or the write is interrupted, the files and folders written so far are
+    removed again and replaced files get their old content back (:class:`~gpuinfra.fsutil.NewFiles`).
+
+    Args:
+        stacks: ``(stack name, stack file text)`` pairs (:func:`render_stack`).
+        project_dir: folder of the Pulumi project (created if missing).
+        force: replace existing stack files (the ``also`` files are always replaced).
+        also: path -> text of the other files, written after the stack files.
+
+    Raises:
+        FileExistsGpuinfraError: a stack file exists and ``force`` is False (nothing written).
+        ProjectDirError: as :func:`write_stack`.
+    """
     project_dir = Path(project_dir)
     if project_dir.exists() and folder_problem(project_dir):
         raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
-    target = stack_file_path(project_dir, plan.spec.stack)
-    if target.exists() and not force:
-        raise _exists(target)
-    stack_text = render_stack(plan, image_config=image_config, checkpoint_plan=checkpoint_plan)
+    targets = [stack_file_path(project_dir, name) for name, _ in stacks]
+    for target in targets:
+        if target.exists() and not force:
+            raise _exists(target)
     scaffold: dict[Path, str] = {}
     if not (project_dir / "Pulumi.yaml").exists():
         scaffold[project_dir / "Pulumi.yaml"] = render("Pulumi.yaml.j2", project_name=PROJECT_NAME)
         scaffold[project_dir / "program" / "__main__.py"] = render("program_main.py.j2")
+    extra = dict(also or {})
     try:
         with NewFiles() as files:
             for path, text in scaffold.items():
                 files.write(path, text)
-            files.write(target, stack_text, exclusive=not force)  # last: the only file it may replace
+            for target, (_, text) in zip(targets, stacks, strict=True):
+                files.write(target, text, exclusive=not force)
+            for path, text in extra.items():
+                files.write(path, text)
     except FileExistsError as exc:
-        if Path(exc.filename2 or "") == target:  # another process wrote it since the check above
-            raise _exists(target) from None
+        if Path(exc.filename2 or "") in targets:  # another process wrote it since the check above
+            raise _exists(Path(exc.filename2 or "")) from None
         raise _not_writable(exc, project_dir) from None
     except OSError as exc:
         raise _not_writable(exc, project_dir) from None
-    return WrittenFiles(stack_file=target, scaffolded=tuple(scaffold))
+    return WrittenStacks(tuple(targets), tuple(scaffold), tuple(extra))
 
 
 def _exists(target: Path) -> FileExistsGpuinfraError:

@@ -35,6 +35,10 @@ def _isolated_env(tmp_path_factory, monkeypatch):
     ):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("COLUMNS", "200")
+    from gpuinfra import preflight
+
+    # the quota preflight of `new` / `up` never reaches a cloud unless a test puts its checks back
+    monkeypatch.setattr(preflight, "CHECKS", {"aws": lambda spec, catalog: [], "gcp": lambda spec, catalog: []})
     from gpuinfra.catalog import store
 
     store._load.cache_clear()

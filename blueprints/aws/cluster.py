@@ -11,7 +11,7 @@ from blueprints.aws.backstop import build_ttl_backstop, schedule_expression
 from blueprints.aws.identity import build_instance_profile
 from blueprints.aws.monitoring import build_monitoring
 from blueprints.aws.network import build_network
-from blueprints.aws.nodes import build_fleet, build_launch_template, launched_instance_ids
+from blueprints.aws.nodes import build_fleet, build_launch_template, fleet_errors_reader, launched_instance_ids
 from blueprints.aws.replacement import build_replacement
 from blueprints.aws.storage import build_bucket, build_bundle_object
 from gpuinfra.errors import SpecError
@@ -124,8 +124,15 @@ class AwsGpuCluster(pulumi.ComponentResource):
         )
         # numeric order, as the nodes sort (sort -t . -k1,1n ...): 10.0.0.20 before 10.0.0.100, not as strings
         self.private_ips = instances.private_ips.apply(lambda ips: sorted(ips or [], key=ipaddress.ip_address))
-        # fails the update when the fleet launched fewer than `nodes` instances
-        self.instance_ids = self.fleet.fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec))
+        # fails the update when the fleet launched fewer than `nodes` instances, with the class of
+        # its errors (read from EC2 only in a real update: a preview launches nothing)
+        fleet_instance_sets = self.fleet.fleet_instance_sets
+
+        def instance_ids(fleet_id: str) -> pulumi.Output[list[str]]:
+            reader = None if pulumi.runtime.is_dry_run() else fleet_errors_reader(spec.region, fleet_id)
+            return fleet_instance_sets.apply(lambda sets: launched_instance_ids(sets, spec, reader, fleet_id or ""))
+
+        self.instance_ids: pulumi.Output[list[str]] = self.fleet.id.apply(instance_ids)
         self.ttl_backstop = build_ttl_backstop(name, spec, self.fleet, self.instance_ids, self)
         # Spot stacks: an interrupted node is replaced from the same launch template
         self.replacement = build_replacement(name, spec, self.launch_template, profile, self)

@@ -11,8 +11,9 @@ section 6 rules 2, 5, 6; ParallelCluster queues_stack.py launch templates.
 Lifecycle:
 
 * an instant fleet that launched fewer than ``nodes`` instances "succeeds" in the provider; the
-  program reads ``fleet_instance_sets`` and fails the update with :class:`CapacityError`
-  (``gpuinfra up`` then destroys what was created, keeping the bucket);
+  program reads ``fleet_instance_sets``, then the fleet's errors (``DescribeFleets``), and fails
+  the update with the class of the cause (:mod:`gpuinfra.launch_errors`: capacity, quota, invalid
+  parameter, IAM; ``gpuinfra up`` then destroys what was created, keeping the bucket);
 * an instant fleet cannot be modified (ModifyFleet takes only ``maintain`` fleets:
   docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifyFleet.html), so any change replaces
   it, the old one deleted first (its instances terminated) so two clusters never bill at once;
@@ -23,14 +24,14 @@ Lifecycle:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
 from blueprints.aws.network import Network
-from gpuinfra.errors import CAPACITY_ERROR_MARKER, CapacityError
+from gpuinfra.launch_errors import FleetError, describe_fleet_errors, fleet_launch_error
 from gpuinfra.plan.aws import AwsClusterPlan
 from gpuinfra.plan.boot_aws import encode_user_data, render_user_data
 from gpuinfra.plan.naming import child
@@ -39,27 +40,59 @@ from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
 
-def launched_instance_ids(fleet_instance_sets: Sequence | None, spec: ClusterSpec) -> list[str]:
+def launched_instance_ids(
+    fleet_instance_sets: Sequence | None,
+    spec: ClusterSpec,
+    read_errors: Callable[[], list[FleetError]] | None = None,
+    fleet_id: str = "",
+) -> list[str]:
     """Instance ids the instant fleet launched, when it launched all ``spec.nodes``.
 
     Args:
         fleet_instance_sets: the fleet's ``fleet_instance_sets`` output (SDK objects with
             ``instance_ids``).
+        read_errors: reads the fleet's launch errors (``DescribeFleets``:
+            :func:`gpuinfra.launch_errors.describe_fleet_errors`); None: none are read (a
+            preview, where nothing launched).
+        fleet_id: the fleet's id, for the message when its errors cannot be read.
 
     Raises:
-        CapacityError: fewer than ``spec.nodes`` instances (with ``min_target_capacity`` =
-            nodes EC2 launches none when it cannot launch all).
+        CapacityError: fewer than ``spec.nodes`` instances for lack of capacity (with
+            ``min_target_capacity`` = nodes EC2 launches none when it cannot launch all).
+        QuotaError, LaunchRejectedError, LaunchDeniedError, InstanceProfileNotReady: fewer
+            for another cause (:func:`gpuinfra.launch_errors.launch_error`).
     """
     ids = [i for item in fleet_instance_sets or [] for i in (item.instance_ids or [])]
     if len(ids) < spec.nodes:
-        launched = ", ".join(ids) or "none"
-        raise CapacityError(
-            f"{CAPACITY_ERROR_MARKER} the EC2 Fleet launched {len(ids)} of {spec.nodes} {spec.instance_type} "
-            f"instances in {spec.zone} (launched: {launched}); EC2 had no capacity for all of them at once. "
-            f"Try later, another zone (`gpuinfra offers --instance-type {spec.instance_type}`), spot, or a "
-            "capacity reservation / Capacity Block"
+        raise fleet_launch_error(
+            read_errors or list,
+            len(ids),
+            spec.nodes,
+            spec.instance_type,
+            spec.zone,
+            spec.region,
+            spec.stack,
+            fleet_id,
         )
     return sorted(ids)
+
+
+def fleet_errors_reader(region: str, fleet_id: str) -> Callable[[], list[FleetError]]:
+    """Reads the launch errors of fleet ``fleet_id`` with boto3 (the credentials ``pulumi up`` runs
+    with; 10 s timeouts, 2 attempts)."""
+
+    def read() -> list[FleetError]:
+        import boto3
+        from botocore.config import Config
+
+        ec2 = boto3.client(
+            "ec2",
+            region_name=region,
+            config=Config(connect_timeout=10, read_timeout=10, retries={"max_attempts": 2}),
+        )
+        return describe_fleet_errors(ec2, fleet_id)
+
+    return read
 
 
 #: Fleet inputs that terraform-provider-aws updates through ModifyFleet (not ForceNew:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import typer
@@ -47,28 +48,81 @@ def up(
         help="Allow an update that replaces the running nodes (ends training on them; the new nodes are a new "
         "deployment, with their own health results and ranks).",
     ),
+    fallback: bool = typer.Option(
+        False,
+        "--fallback",
+        help="Try the stack's fallback ladder (`gpuinfra new --fallback N`) in order: a rung whose quota preflight "
+        "finds a shortfall or its type not offered is skipped; a rung the cloud cannot launch in full is destroyed "
+        "again and the next is tried; any other failure stops with its own exit code. The rung that formed is "
+        "printed and recorded in ladders/<stack>.yaml. None formed: exit 7 if any was out of capacity, else 9 "
+        "(quota), else 4. Without a ladder: a plain up.",
+    ),
+    max_price_per_hour: float | None = typer.Option(
+        None,
+        "--max-price-per-hour",
+        help="Budget in USD per hour for the whole stack: the ladder stops at the first rung whose $/h (its "
+        "preview priced from the catalog now) is over it or unknown; exit 2 when that is the first.",
+        show_default=False,
+    ),
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Create or update the stack (`pulumi up` through the Automation API); a bake stack builds and records its image."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
-    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.cli.console import note, stdout_console
     from gpuinfra.lifecycle import check_credentials, deploy
     from gpuinfra.stackfile import read_stack_spec
 
     if is_bake_stack(Path(project_dir), stack):
+        if fallback or max_price_per_hour is not None:
+            from gpuinfra.errors import RequestError  # imported on use: CLI start-up time
+
+            raise RequestError(
+                f"--fallback and --max-price-per-hour are for cluster stacks; {stack!r} is an image bake"
+            )
         _up_bake(stack, replace_nodes, Path(project_dir))
         return
     spec = read_stack_spec(project_dir, stack)  # first: "no stack X" comes before anything about Pulumi
     spec.check_block_started(datetime.now(UTC))  # a Capacity Block takes instances from its start only
+    if fallback or max_price_per_hour is not None:
+        _up_ladder(stack, replace_nodes, fallback, max_price_per_hour, Path(project_dir))
+        return
     backend = _backend()
     check_credentials(spec.cloud)
     out = stdout_console()
     out.print(
         f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)"
     )
-    changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes)
+    changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes, notes=note)
     out.print(f"done: {changes}")
+
+
+def _up_ladder(
+    stack: str, replace_nodes: bool, fallback: bool, max_price_per_hour: float | None, project_dir: Path
+) -> None:
+    """``up --fallback`` / ``up --max-price-per-hour`` (:func:`gpuinfra.services.ladder.form_first_rung`)."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.console import note, stdout_console
+    from gpuinfra.services.ladder import form_first_rung
+
+    budget = None if max_price_per_hour is None else Decimal(str(max_price_per_hour))
+    backend = _backend()
+    out = stdout_console()
+    formed = form_first_rung(
+        backend,
+        project_dir,
+        stack,
+        _progress(),
+        lambda line: out.print(line, soft_wrap=True, markup=False),
+        fallback=fallback,
+        max_price_per_hour_usd=budget,
+        replace_nodes=replace_nodes,
+        notes=note,
+    )
+    out.print(f"formed rung {formed.index}: {formed.stack}", markup=False)
+    out.print(f"done: {formed.changes}")
+    if formed.index:
+        out.print(f"next: the cluster is stack {formed.stack}: `gpuinfra down {formed.stack}` ends it", markup=False)
 
 
 def _up_bake(stack: str, replace_nodes: bool, project_dir: Path) -> None:

@@ -88,6 +88,18 @@ def new(
         "--allow-world-ssh",
         help="With --ssh-cidr: let it be open to the world (recorded as network.allow_world_ssh in the stack file).",
     ),
+    fallback: int | None = typer.Option(
+        None,
+        "--fallback",
+        min=0,
+        help="Also write N alternatives from the same ranking (other zones, regions, the other cloud unless "
+        "--cloud pins one, the other market when the flags and profile allow; one per region and market before "
+        "a second zone of any, kept in price order), each checked like the first and "
+        "named <stack>-fb1 ... <stack>-fbN, with its $/h and its change against the first; alternatives over "
+        "--max-price-per-hour are left out. The order is recorded in ladders/<stack>.yaml; `gpuinfra up <stack> "
+        "--fallback` tries them in order. All files are written or none.",
+        show_default=False,
+    ),
     force: bool = typer.Option(False, "--force", help="Replace an existing stack file."),
     strict: bool = typer.Option(
         False,
@@ -105,6 +117,7 @@ def new(
     from gpuinfra.offers import spot_price_note
     from gpuinfra.planner import PlanRequest
     from gpuinfra.requests import spot_choice, spot_max_price_usd
+    from gpuinfra.services.ladder import write_ladder
 
     planned = PlanRequest(
         gpus=gpus,
@@ -122,31 +135,35 @@ def new(
         strict=strict,
         warnings_are_errors=strict,
     )
-    result = create_stack(
-        NewStackRequest(
-            planned,
-            profile=profile,
-            model=model,
-            params=params,
-            method=method,
-            capacity_reservation=capacity_reservation,
-            data=data,
-            data_region=data_region,
-            data_size=data_size,
-            profiles_dir=profiles_dir,
-            image=image,
-            ssh_cidr=ssh_cidr,
-            allow_world_ssh=allow_world_ssh,
-            spot_max_price_usd=None if spot_max_price is None else spot_max_price_usd(spot_max_price),
-        ),
-        project_dir,
-        force=force,
+    stack_request = NewStackRequest(
+        planned,
+        profile=profile,
+        model=model,
+        params=params,
+        method=method,
+        capacity_reservation=capacity_reservation,
+        data=data,
+        data_region=data_region,
+        data_size=data_size,
+        profiles_dir=profiles_dir,
+        image=image,
+        ssh_cidr=ssh_cidr,
+        allow_world_ssh=allow_world_ssh,
+        spot_max_price_usd=None if spot_max_price is None else spot_max_price_usd(spot_max_price),
     )
+    ladder = None
+    if fallback is None:
+        result = create_stack(stack_request, project_dir, force=force)
+    else:
+        ladder = write_ladder(stack_request, project_dir, fallback, force=force)
+        result = ladder.first
     plan, written, summary, sized = result.plan, result.written, result.verified.cost, result.sizing
     for warning in plan.warnings:
         note(f"warning: {warning}")
+    for line in result.preflight:
+        note(f"preflight: {line}")
     if as_json:
-        print_json(result.to_json())
+        print_json(result.to_json() if ladder is None else {**result.to_json(), "ladder": ladder.to_json()})
         return
     spec, offer = plan.spec, plan.offer
     out = stdout_console()
@@ -214,4 +231,59 @@ def new(
         note(
             f"warning: no GCP project set; before `gpuinfra up` run: pulumi config set gcp:project <id> -s {spec.stack}"
         )
+    if ladder is not None:
+        _print_ladder(out, ladder)
+        out.print(f"next: gpuinfra preview {spec.stack}   then   gpuinfra up {spec.stack} --fallback")
+        return
     out.print(f"next: gpuinfra preview {spec.stack}   then   gpuinfra up {spec.stack}")
+
+
+def _print_ladder(out, written) -> None:
+    """The fallback ladder as a table: rung, stack, place, market, $/h and the change against the first."""
+    from rich.table import Table
+
+    ladder = written.ladder
+    table = Table(
+        title=f"fallback ladder {ladder.first}: {len(ladder.rungs) - 1} of {written.asked} alternative(s), "
+        f"tried in this order by `gpuinfra up {ladder.first} --fallback`",
+        title_justify="left",
+    )
+    for header in (
+        "rung",
+        "stack",
+        "cloud",
+        "region",
+        "zone",
+        "type",
+        "market",
+        "$/h",
+        "vs first $/h",
+        "run",
+        "vs first run",
+    ):
+        table.add_column(header, justify="right" if "$" in header or "run" in header else "left")
+    for index, rung in enumerate(ladder.rungs):
+        table.add_row(
+            str(index),
+            rung.stack,
+            rung.cloud,
+            rung.region,
+            rung.zone,
+            rung.instance_type,
+            rung.market,
+            rung.hourly.text(suffix="/h"),
+            "-" if index == 0 else rung.hourly_change.text(signed=True),
+            rung.run.text(),
+            "-" if index == 0 else rung.run_change.text(signed=True),
+        )
+    out.print(table)
+    for why in written.passed_over:
+        out.print(f"  passed over {why}", soft_wrap=True, markup=False)
+    if len(ladder.rungs) - 1 < written.asked:
+        out.print(
+            f"  note: {len(ladder.rungs) - 1} written: no more offers of the ranking pass the checks"
+            + (" within --max-price-per-hour" if ladder.max_price_per_hour_usd is not None else "")
+        )
+    out.print(
+        f"  wrote {len(ladder.rungs)} stack file(s) and {written.record_file}; line by line: gpuinfra cost diff {ladder.first} <rung>"
+    )

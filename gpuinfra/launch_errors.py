@@ -1,0 +1,201 @@
+"""Why an instant EC2 Fleet launched fewer nodes than the cluster needs: its errors, classified.
+
+An instant fleet's launch errors come back in the fleet's ``Errors`` list, never as an API error:
+the ``CreateFleet`` response and ``DescribeFleets`` (``FleetData.Errors``, "Valid only when Type
+is set to instant", docs.aws.amazon.com/AWSEC2/latest/APIReference/API_FleetData.html; each a
+``DescribeFleetError`` with ``ErrorCode`` / ``ErrorMessage`` / ``Lifecycle``). pulumi_aws's
+``Fleet`` exposes no errors (terraform-provider-aws ``ec2_fleet.go`` ``resourceFleetCreate`` does
+not read ``output.Errors``), so the cluster program reads them with ``DescribeFleets`` on the
+fleet id it got (:func:`describe_fleet_errors`) and raises one error class per cause
+(:func:`launch_error`):
+
+=================  ====  ======================================================================
+class              exit  EC2 error codes (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html)
+=================  ====  ======================================================================
+capacity           7     ``InsufficientInstanceCapacity``, ``InsufficientHostCapacity``,
+                         ``InsufficientCapacity``, ``InsufficientCapacityOnHost``,
+                         ``UnfulfillableCapacity``: another zone, region or market may have it
+quota              9     ``VcpuLimitExceeded``, ``InstanceLimitExceeded``,
+                         ``MaxSpotInstanceCountExceeded``: ask for more quota
+profile not ready  11    ``InvalidParameterValue`` "Invalid IAM Instance Profile ...": a new
+                         instance profile not yet usable; ``up`` retries (:data:`PROFILE_RETRY_SECONDS`)
+IAM                11    ``UnauthorizedOperation``, ``AuthFailure``
+invalid parameter  10    ``InvalidParameterValue``, ``InvalidParameterCombination``,
+                         ``InvalidParameter``, ``Unsupported``, ``UnsupportedOperation``,
+                         ``InvalidBlockDeviceMapping`` and every code not listed here
+=================  ====  ======================================================================
+
+When several causes come back, the one no other rung can cure wins: IAM before invalid parameter
+before quota before capacity (a fleet that also hit a quota would hit it in any zone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from gpuinfra.errors import (
+    CapacityError,
+    GpuinfraError,
+    InstanceProfileNotReady,
+    LaunchDeniedError,
+    LaunchRejectedError,
+    QuotaError,
+)
+
+#: EC2 error codes that mean "no capacity now" (errors-overview.html: "There is not enough
+#: capacity to fulfill your request"; UnfulfillableCapacity: "there isn't enough spare capacity
+#: to fulfill your request for Spot Instances").
+CAPACITY_CODES = frozenset(
+    {
+        "InsufficientInstanceCapacity",
+        "InsufficientHostCapacity",
+        "InsufficientCapacity",
+        "InsufficientCapacityOnHost",
+        "UnfulfillableCapacity",
+    }
+)
+#: Quota codes (errors-overview.html: VcpuLimitExceeded "You've reached the limit on the number
+#: of vCPUs ... assigned to the running instances"; InstanceLimitExceeded "Capacity Reservations
+#: count towards your On-Demand Instance limits"; MaxSpotInstanceCountExceeded).
+QUOTA_CODES = frozenset({"VcpuLimitExceeded", "InstanceLimitExceeded", "MaxSpotInstanceCountExceeded"})
+#: Permission codes (errors-overview.html, common client errors).
+IAM_CODES = frozenset({"UnauthorizedOperation", "AuthFailure"})
+#: The message of an instance profile EC2 does not know yet (terraform-provider-aws
+#: ``internal/service/ec2/ec2_instance.go`` ``resourceInstanceCreate`` retries RunInstances on
+#: ``InvalidParameterValue`` containing it: "IAM instance profiles can take ~10 seconds to
+#: propagate in AWS").
+PROFILE_NOT_READY_TEXT = "Invalid IAM Instance Profile"
+#: How long ``up`` keeps relaunching the fleet while a new instance profile propagates: the
+#: bound terraform-provider-aws uses for the same retry (``iamPropagationTimeout = 2 *
+#: time.Minute``, internal/service/ec2/wait.go: "We have settled on 2 minutes as the best timeout
+#: value").
+PROFILE_RETRY_SECONDS = 120
+#: Wait between two such relaunches (AWS: about 10 s to propagate, per the comment above).
+PROFILE_RETRY_WAIT_SECONDS = 10
+
+
+@dataclass(frozen=True)
+class FleetError:
+    """One ``DescribeFleetError`` (or ``CreateFleetError``) of an instant fleet.
+
+    Attributes:
+        code: ``ErrorCode``; message: ``ErrorMessage``; lifecycle: ``spot`` | ``on-demand`` | "".
+    """
+
+    code: str
+    message: str = ""
+    lifecycle: str = ""
+
+    @property
+    def kind(self) -> str:
+        """``capacity`` | ``quota`` | ``profile`` | ``iam`` | ``invalid`` (module docstring)."""
+        if self.code in CAPACITY_CODES:
+            return "capacity"
+        if self.code in QUOTA_CODES:
+            return "quota"
+        if PROFILE_NOT_READY_TEXT.lower() in self.message.lower():
+            return "profile"
+        if self.code in IAM_CODES:
+            return "iam"
+        return "invalid"
+
+    def line(self) -> str:
+        """``Code: message`` as EC2 gave them."""
+        return f"{self.code}: {self.message}" if self.message else self.code
+
+
+#: Which class each kind raises, most specific (no other rung cures it) first.
+_PRECEDENCE: tuple[tuple[str, type[GpuinfraError]], ...] = (
+    ("iam", LaunchDeniedError),
+    ("profile", InstanceProfileNotReady),
+    ("invalid", LaunchRejectedError),
+    ("quota", QuotaError),
+    ("capacity", CapacityError),
+)
+
+_ADVICE = {
+    "capacity": "EC2 had no capacity for all of them at once. Try later, another zone (`gpuinfra offers "
+    "--instance-type {itype}`), spot, or a capacity reservation / Capacity Block",
+    "quota": "a quota is too small: see `aws service-quotas list-service-quotas --service-code ec2 --region "
+    "{region}` and ask for more in the Service Quotas console (docs/capacity.md)",
+    "profile": "the stack's new instance profile was not usable yet (IAM propagates in seconds to a minute); "
+    "run `gpuinfra up {stack}` again",
+    "iam": "the credentials `gpuinfra up` runs with may not launch these instances: check their IAM policy "
+    "(ec2:CreateFleet, ec2:RunInstances, iam:PassRole on the node role)",
+    "invalid": "EC2 refused the launch's settings; nothing else is tried (another zone would refuse them too)",
+}
+
+
+def launch_error(
+    errors: Iterable[FleetError], launched: int, nodes: int, instance_type: str, zone: str, region: str, stack: str
+) -> GpuinfraError:
+    """The error to raise for an instant fleet that launched ``launched`` of ``nodes`` instances.
+
+    Args:
+        errors: the fleet's errors (may be empty: then capacity, as EC2 with
+            ``min_target_capacity`` = nodes launches none when it cannot launch all).
+        launched, nodes: instances launched / needed.
+        instance_type, zone, region, stack: for the message.
+
+    Returns:
+        An instance of the class of the most specific cause (module docstring); its message
+        starts with the class's ``marker`` (the line ``gpuinfra up`` finds in Pulumi's output) and
+        quotes EC2's codes and messages (at most three, de-duplicated).
+    """
+    errors = list(errors)
+    kinds = {e.kind for e in errors} or {"capacity"}
+    kind, cls = next((k, c) for k, c in _PRECEDENCE if k in kinds)
+    seen: list[str] = []
+    for error in errors:
+        if error.kind == kind and error.line() not in seen:
+            seen.append(error.line())
+    said = f"; EC2 said: {' | '.join(seen[:3])}" if seen else "; EC2 reported no error"
+    advice = _ADVICE[kind].format(itype=instance_type, region=region, stack=stack)
+    return cls(
+        f"{cls.marker} the EC2 Fleet launched {launched} of {nodes} {instance_type} instances in {zone}{said}. {advice}"
+    )
+
+
+def describe_fleet_errors(ec2, fleet_id: str) -> list[FleetError]:
+    """The errors EC2 records for the instant fleet ``fleet_id`` (``DescribeFleets``,
+    ``FleetData.Errors``: docs.aws.amazon.com/AWSEC2/latest/APIReference/API_FleetData.html).
+
+    Args:
+        ec2: a boto3 EC2 client in the fleet's region.
+        fleet_id: ``fleet-...``.
+
+    Raises:
+        botocore ``ClientError`` / ``BotoCoreError``: the call failed (the caller decides).
+    """
+    fleets = ec2.describe_fleets(FleetIds=[fleet_id]).get("Fleets", [])
+    return [
+        FleetError(e.get("ErrorCode", ""), e.get("ErrorMessage", ""), e.get("Lifecycle", ""))
+        for fleet in fleets
+        for e in fleet.get("Errors", [])
+    ]
+
+
+def fleet_launch_error(
+    read_errors: Callable[[], list[FleetError]],
+    launched: int,
+    nodes: int,
+    instance_type: str,
+    zone: str,
+    region: str,
+    stack: str,
+    fleet_id: str,
+) -> GpuinfraError:
+    """:func:`launch_error` with the errors ``read_errors`` returns; when they cannot be read, a
+    :class:`LaunchRejectedError` that says so (never capacity: an unknown cause must not send
+    ``up --fallback`` to the next rung).
+    """
+    try:
+        errors = read_errors()
+    except Exception as exc:  # noqa: BLE001 - any failure to read them is reported, with the command to read them
+        return LaunchRejectedError(
+            f"{LaunchRejectedError.marker} the EC2 Fleet {fleet_id} launched {launched} of {nodes} {instance_type} "
+            f"instances in {zone} and its errors could not be read ({exc}); read them with `aws ec2 describe-fleets "
+            f"--region {region} --fleet-ids {fleet_id} --query Fleets[0].Errors`"
+        )
+    return launch_error(errors, launched, nodes, instance_type, zone, region, stack)
