@@ -32,8 +32,10 @@ WORKLOAD_KEYS = (
     "lora_rank",
     "lora_sites",
     "fp32_loss",
-    "foreach_optimizer",
+    "optimizer",
     "adapter_bytes",
+    "engine",
+    "grads_between_steps",
 )
 
 
