@@ -84,7 +84,7 @@ def test_inference_has_kv_cache_and_no_gradients(run_cli):
     )
     assert doc["breakdown"]["gradients_gib"] == 0 and doc["breakdown"]["optimizer_gib"] == 0
     assert abs(doc["breakdown"]["kv_cache_gib"] - 4 * 2.0) < 0.01  # 2 GiB per 16k-token sequence (HF llama31 table)
-    assert doc["gpu_memory_gib"] == 79.11  # what an H100 80GB reports to PyTorch, not 80
+    assert doc["gpu_memory_gib"] == 79.18  # what an H100 80GB reports to PyTorch (measured), not 80
 
 
 def test_bad_sizing_input(run_cli):

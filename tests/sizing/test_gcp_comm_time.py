@@ -95,7 +95,7 @@ def test_ranked_multi_node_gcp_candidate_has_a_time_and_a_cost(run_cli, gcp_cata
     doc = _size(
         run_cli,
         "--params",
-        "30B",
+        "45B",
         "--method",
         "full",
         "--strategy",
@@ -107,16 +107,17 @@ def test_ranked_multi_node_gcp_candidate_has_a_time_and_a_cost(run_cli, gcp_cata
         "--spot",
     )
     best = doc["candidates"][0]
-    # 30B ZeRO-3 does not fit one 8 x H100 node (81.9 GiB per GPU); two a3-megagpu-8g nodes do.
+    # 45B ZeRO-3 does not fit one 8 x H100 node (16 B x 45e9 / 8 = 84 GiB of model states per GPU);
+    # two a3-megagpu-8g nodes do.
     # A3 Mega: 8 GPU NICs x 200 Gbps for 8 GPUs (GKE gpu-bandwidth-gpudirect-tcpx). A3 High is not
     # ranked: its TCPX cannot be installed at boot (rule fabric-installable-at-boot).
     assert (best["gpus"], best["nodes"], best["instance_type"]) == ("8xH100", 2, "a3-megagpu-8g")
     assert "a3-highgpu-8g" not in {c["instance_type"] for c in doc["candidates"] if c["nodes"] > 1}
     assert best["network_bandwidth_gbps"] == 1600
-    assert best["communication_hours"] == round(_zero3_comm_hours(30e9, 10e9, 8, 2, 8 * 200), 2)
+    assert best["communication_hours"] == round(_zero3_comm_hours(45e9, 10e9, 8, 2, 8 * 200), 2)
     assert best["run_cost_usd"] is not None
-    # 14 x 30e9 / 2 B over the 200 Gbps primary NIC = 8.4 s
-    assert doc["checkpoint_plan"]["upload_seconds"] == round(_upload_seconds(30e9, 2, 200), 1) == 8.4
+    # 14 x 45e9 / 2 B over the 200 Gbps primary NIC = 12.6 s
+    assert doc["checkpoint_plan"]["upload_seconds"] == round(_upload_seconds(45e9, 2, 200), 1) == 12.6
 
 
 def test_a3_high_with_a_slow_interconnect_is_timed_over_its_primary_nic(run_cli, gcp_catalog):

@@ -70,8 +70,9 @@ def test_size_for_stack_picks_the_cheapest_fit_and_the_methods_profile():
     # an L4 reports 22.03 GiB to PyTorch (gpus.json device_memory_gib), not EC2's 22.35
     assert (data["gpu_memory_gib"], data["method"], data["checkpoint_plan"]) == (22.03, "qlora", None)
     # NF4 + double quantization for the 6.98B block weights, bf16 for the 1.05B embedding + head,
-    # fp32 LoRA adapters with their bf16 autocast copies
-    assert data["breakdown"]["weights_gib"] == 5.386 and data["breakdown"]["cuda_context_gib"] == 1.5
+    # fp32 LoRA adapters (their bf16 autocast copies live only in the forward pass; the peak is
+    # the backward pass); the CUDA context measured on an H100 (memory.CUDA_CONTEXT_BYTES)
+    assert data["breakdown"]["weights_gib"] == 5.361 and data["breakdown"]["cuda_context_gib"] == 1.26
     assert data["memory_per_gpu_gib"] * 1.1 <= 22.03
     assert size_for_stack(None, "7B").profile == "llm-finetune"  # method full by default
 
