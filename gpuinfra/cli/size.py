@@ -19,12 +19,35 @@ def size(
         None, "--params", help="Parameter count instead of a model: 7B, 1.3B, 350M.", show_default=False
     ),
     method: str = typer.Option("full", "--method", help="pretrain | full | lora | qlora | inference."),
-    seq: int = typer.Option(2048, "--seq", help="Sequence length in tokens (inference: prompt + output)."),
-    batch: int = typer.Option(1, "--batch", help="Micro-batch per GPU (inference: concurrent sequences)."),
-    precision: str = typer.Option(
-        "bf16",
+    seq: int | None = typer.Option(
+        None,
+        "--seq",
+        help="Sequence length in tokens (inference: prompt + output); at most the model's context. "
+        "Default: 2048, capped at the model's context.",
+        show_default=False,
+    ),
+    batch: int | None = typer.Option(
+        None, "--batch", help="Micro-batch per GPU (inference: concurrent sequences). Default: 1.", show_default=False
+    ),
+    precision: str | None = typer.Option(
+        None,
         "--precision",
-        help="Training: compute precision bf16 | fp16 | fp32. Inference: weights fp32 | bf16 | fp16 | int8 | int4.",
+        help="Training: compute precision bf16 | fp16 | fp32. Inference: weights fp32 | bf16 | fp16 | int8 | int4. "
+        "Default: bf16.",
+        show_default=False,
+    ),
+    optimizer: str | None = typer.Option(
+        None,
+        "--optimizer",
+        help="adamw-fused | adamw-foreach | adamw-8bit | adafactor | sgd. Default: adamw-fused "
+        "(HF Trainer's adamw_torch_fused).",
+        show_default=False,
+    ),
+    engine: str | None = typer.Option(
+        None,
+        "--engine",
+        help="Inference engine: hf (generate(), growing KV cache) | vllm (preallocates 0.9 of the device). Default: hf.",
+        show_default=False,
     ),
     base_precision: str | None = typer.Option(
         None,
@@ -39,7 +62,9 @@ def size(
         None, "--recompute", help="none | selective | full (default per method).", show_default=False
     ),
     offload: str = typer.Option(
-        "none", "--offload", help="CPU offload: none | optimizer (ZeRO) | params (ZeRO-3, FSDP)."
+        "none",
+        "--offload",
+        help="CPU offload: none | optimizer (ZeRO; lora/qlora: the adapters' optimizer) | params (ZeRO-3, FSDP).",
     ),
     attention: str | None = typer.Option(
         None, "--attention", help="sdpa | eager (default: sdpa where FlashAttention runs).", show_default=False
@@ -48,14 +73,33 @@ def size(
         None, "--gpus", help="Check this configuration (GPUs per node), e.g. 8xA100-80GB.", show_default=False
     ),
     nodes: int = typer.Option(1, "--nodes", help="Nodes for --gpus; sharding spans all GPUs of all nodes."),
+    gpu_memory: float | None = typer.Option(
+        None,
+        "--gpu-memory",
+        help="GiB the device reports, for a --gpus GPU the catalog does not sell (e.g. --gpus 1xRTX-4090 "
+        "--gpu-memory 23.6): checked, not priced.",
+        show_default=False,
+    ),
     tokens: str | None = typer.Option(
         None,
         "--tokens",
         help="Training tokens for time and cost, e.g. 2T, 500B (ranks by cost to finish).",
         show_default=False,
     ),
-    headroom: float = typer.Option(
-        DEFAULT_HEADROOM_FRACTION, "--headroom", help="Free GPU memory to keep, fraction of the need."
+    samples: str | None = typer.Option(
+        None,
+        "--samples",
+        help="Instead of --tokens: training sequences (50K); tokens = samples x epochs x seq.",
+        show_default=False,
+    ),
+    epochs: float | None = typer.Option(
+        None, "--epochs", help="Passes over --samples (default 1).", show_default=False
+    ),
+    headroom: float | None = typer.Option(
+        None,
+        "--headroom",
+        help=f"Free GPU memory to keep, fraction of the need. Default: {DEFAULT_HEADROOM_FRACTION}.",
+        show_default=False,
     ),
     allow_slow_interconnect: bool = typer.Option(
         False,
@@ -91,24 +135,51 @@ def size(
     if nodes < 1:
         raise SizingError(f"--nodes must be >= 1, got {nodes}")
     check_interruption_rate(interruption_rate)
+    if gpu_memory is not None and not gpus:
+        raise SizingError("--gpu-memory needs --gpus NxNAME (the GPU it describes)")
+    given = {
+        "seq": seq,
+        "batch": batch,
+        "precision": precision,
+        "strategy": strategy,
+        "recompute": recompute,
+        "attention": attention,
+        "headroom": headroom,
+        "optimizer": optimizer,
+        "engine": engine,
+        "base_precision": base_precision,
+    }
     req = sizing_request(
         model,
         params,
         method,
         seq,
-        batch,
-        precision,
+        1 if batch is None else batch,
+        precision or "bf16",
         strategy,
         recompute,
         tokens,
         base_precision,
         offload,
         attention,
-        headroom,
+        DEFAULT_HEADROOM_FRACTION if headroom is None else headroom,
         allow_slow_interconnect,
+        optimizer,
+        engine,
+        samples,
+        epochs,
+        frozenset(k for k, v in given.items() if v is not None),
     )
     scope = OfferScope(cloud=cloud, region=region, markets=size_markets(spot))
-    doc = size_document(req, gpus, nodes, spot=spot, interruptions_per_node_hour=interruption_rate, scope=scope)
+    doc = size_document(
+        req,
+        gpus,
+        nodes,
+        spot=spot,
+        interruptions_per_node_hour=interruption_rate,
+        scope=scope,
+        gpu_memory_gib=gpu_memory,
+    )
     if as_json:
         print_json(doc)
         if not doc["candidates"]:
@@ -120,16 +191,28 @@ def size(
         f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
         f"{req.precision}{base}, {req.strategy}, recompute {req.recompute}, offload {req.offload}, "
         f"seq {req.seq}, micro-batch {req.batch}"
+        + (f", {req.engine}" if req.method == "inference" else f", {req.optimizer}")
     )
     if doc.get("breakdown"):
         b = doc["breakdown"]
         verdict = "fits" if doc["fits"] else "does NOT fit"
+        vllm = req.method == "inference" and req.engine == "vllm"
+        rule = "inside vLLM's preallocated 0.9 of the device" if vllm else f"after {req.headroom:.0%} headroom"
         out.print(
             f"{doc['gpus']} x {doc['nodes']} node(s): {doc['memory_per_gpu_gib']:.1f} GiB per GPU of "
-            f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB after "
-            f"{req.headroom:.0%} headroom)"
+            f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB {rule})"
         )
-        out.print("  " + ", ".join(f"{k.removesuffix('_gib')} {v:.2f}" for k, v in b.items()) + " (GiB)")
+        out.print(
+            "  "
+            + ", ".join(f"{k.removesuffix('_gib')} {v:.2f}" for k, v in b.items())
+            + f" (GiB, at the {doc['peak_phase'].replace('_', ' ')} peak)"
+        )
+        if doc.get("phases_gib"):
+            out.print(
+                "  allocated by phase: "
+                + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in doc["phases_gib"].items())
+                + " (GiB)"
+            )
         if doc.get("cpu_memory_per_node_gib"):
             out.print(f"  CPU memory per node for offload: {doc['cpu_memory_per_node_gib']:.1f} GiB")
     if doc.get("interconnect_note"):
@@ -165,6 +248,9 @@ def size(
             f"{plan['notice_seconds']} s notice; checkpoint {interval} (Young/Daly, "
             f"{plan['interruptions_per_node_hour']} interruptions per node-hour)"
         )
+    out.print("assumed (not given):")
+    for a in doc["assumptions"]:
+        out.print(f"  {a['name']} {a['value']}: {a['source']}", soft_wrap=True)
     if doc.get("next_command"):
         out.print(f"next: {doc['next_command']}")
     if not doc["candidates"]:

@@ -68,8 +68,14 @@ ALLOCATOR_RESERVE_FRACTION = 0.085
 #: and kv-throughput files) show 0.16-0.46: the model errs high for short outputs.
 HF_KV_RESERVE_FRACTION = 0.60
 #: vLLM preallocates this fraction of the device memory for weights, activations and its paged
-#: KV cache (``gpu_memory_utilization``, default 0.9: docs.vllm.ai/en/latest/configuration/engine_args.html).
+#: KV cache ("vLLM pre-allocates GPU cache using this percentage of memory", ``gpu_memory_utilization``,
+#: default 0.9: docs.vllm.ai/en/stable/configuration/optimization/).
 VLLM_GPU_MEMORY_UTILIZATION = 0.9
+#: Tokens of one vLLM forward pass (``max_num_batched_tokens``; chunked prefill splits longer
+#: prompts): the activation peak vLLM's profile run reserves. 8192 as in the example of
+#: docs.vllm.ai/en/stable/configuration/optimization/ (an assumption: the default depends on
+#: the vLLM version and GPU).
+VLLM_MAX_NUM_BATCHED_TOKENS = 8192
 METHODS = ("pretrain", "full", "lora", "qlora", "inference")
 STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
 RECOMPUTE = ("none", "selective", "full")
@@ -380,7 +386,11 @@ def _inference(w: Workload, c: int) -> Breakdown:
     c = 4 if w.storage == "fp32" or w.compute == "fp32" else 2
     weights = weight_bytes(shape, w.storage)
     kv = kv_cache_bytes(shape, w.seq, w.batch, kv_bytes)
-    workspace = prefill_workspace_bytes(shape, w.seq, w.batch, c, w.attention)
+    if w.engine == "vllm":  # chunked prefill: one pass of at most max_num_batched_tokens
+        chunk = min(w.seq * w.batch, VLLM_MAX_NUM_BATCHED_TOKENS)
+        workspace = prefill_workspace_bytes(shape, chunk, 1, c, w.attention)
+    else:
+        workspace = prefill_workspace_bytes(shape, w.seq, w.batch, c, w.attention)
     if w.storage in QUANTIZED:
         workspace += c * shape.largest_matrix_params
     reserve = 0.0 if w.engine == "vllm" else HF_KV_RESERVE_FRACTION * kv / t

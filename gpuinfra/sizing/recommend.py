@@ -24,9 +24,17 @@ from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
 from gpuinfra.sizing.memory import (
+    ALLOCATOR_RESERVE_FRACTION,
     ATTENTION,
     COMPUTE_PRECISIONS,
+    CUDA_CONTEXT_BYTES,
+    DEFAULT_LORA_RANK,
+    DEFAULT_OPTIMIZER,
+    ENGINES,
     GIB,
+    HF_KV_RESERVE_FRACTION,
+    OPTIMIZERS,
+    VLLM_GPU_MEMORY_UTILIZATION,
     METHODS,
     OFFLOAD,
     OFFLOAD_STRATEGIES,
@@ -54,6 +62,22 @@ PROFILE_FOR_METHOD = {
 INFERENCE_PRECISIONS = ("fp32", "bf16", "fp16", "int8", "int4")
 BASE_PRECISIONS = {"lora": ("bf16", "fp16", "fp32", "int8"), "qlora": ("nf4", "nf4-dq")}
 MAX_SEQ, MAX_BATCH = 1_048_576, 4096
+#: Sequence length when ``--seq`` is not given (capped at the model's context).
+DEFAULT_SEQ = 2048
+#: Where each default comes from (the ``assumptions`` of ``gpuinfra size``).
+DEFAULT_SOURCES = {
+    "seq": f"{DEFAULT_SEQ} tokens, capped at the model's context (max_position_embeddings)",
+    "batch": "micro-batch 1 per GPU",
+    "precision": "bf16 autocast over fp32 weights (HF Trainer bf16=True)",
+    "strategy": "per method: fsdp for pretrain/full, ddp for lora/qlora/inference",
+    "recompute": "per method: selective for pretrain/full (Megatron-LM), full for lora/qlora (HF gradient_checkpointing)",
+    "attention": "sdpa where the GPU runs FlashAttention-2 (Ampere or newer), else eager",
+    "optimizer": "adamw-fused: transformers TrainingArguments optim default adamw_torch_fused (torch >= 2.8)",
+    "engine": "hf: transformers generate() with the dynamic KV cache",
+    "base_precision": "lora: the compute precision; qlora: nf4-dq (QLoRA paper, arXiv:2305.14314)",
+    "lora_rank": "16 on q, k, v, o (PEFT LoraConfig r; targets as in the H100 measurements)",
+    "headroom": "10% of the need kept free (model error, allocator growth)",
+}
 
 
 @dataclass(frozen=True)
@@ -79,6 +103,9 @@ class SizingRequest:
     attention: str | None = None
     headroom: float = DEFAULT_HEADROOM_FRACTION
     allow_slow_interconnect: bool = False
+    optimizer: str = DEFAULT_OPTIMIZER
+    engine: str = "hf"
+    given: frozenset[str] = frozenset()
 
     def resolved(self) -> SizingRequest:
         """Defaults filled in per method; validated.
@@ -113,11 +140,80 @@ class SizingRequest:
         if self.attention is not None and self.attention not in ATTENTION:
             raise SizingError(f"--attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         _check_offload(self.offload, m, strategy)
+        if self.optimizer not in OPTIMIZERS:
+            raise SizingError(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.engine not in ENGINES:
+            raise SizingError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+        if self.engine != "hf" and m != "inference":
+            raise SizingError(f"--engine {self.engine} applies to --method inference only")
         if not 1 <= self.seq <= MAX_SEQ or not 1 <= self.batch <= MAX_BATCH:
             raise SizingError(f"--seq must be 1..{MAX_SEQ} and --batch 1..{MAX_BATCH}, got {self.seq} and {self.batch}")
+        context = self.shape.context
+        if context and self.seq > context:
+            raise SizingError(
+                f"--seq {self.seq} is beyond the context of {self.shape.name}: {context} tokens "
+                f"(max_position_embeddings in {self.shape.source})"
+            )
         if not 0 <= self.headroom <= 1:
             raise SizingError(f"--headroom must be a fraction 0..1, got {self.headroom}")
         return replace(self, strategy=strategy, recompute=recompute, base_precision=base)
+
+    def assumptions(self) -> list[dict]:
+        """Every value the user did not give and the sizing assumed: ``[{"name", "value",
+        "source"}]`` (defaults of this request, then the memory model's measured constants)."""
+        out = []
+        values = {
+            "seq": self.seq,
+            "batch": self.batch,
+            "precision": self.precision,
+            "strategy": self.strategy,
+            "recompute": self.recompute,
+            "attention": self.attention or "sdpa",
+            "headroom": self.headroom,
+        }
+        if self.method == "inference":
+            values["engine"] = self.engine
+        else:
+            values["optimizer"] = self.optimizer
+        if self.method in BASE_PRECISIONS:
+            values["base_precision"] = self.base_precision
+            values["lora_rank"] = DEFAULT_LORA_RANK
+        for name, value in values.items():
+            if name not in self.given:
+                out.append({"name": name, "value": value, "source": DEFAULT_SOURCES[name]})
+        out.append(
+            {
+                "name": "cuda_context_gib",
+                "value": round(CUDA_CONTEXT_BYTES / GIB, 2),
+                "source": "largest measured on an H100 (memory.CUDA_CONTEXT_BYTES: benchmarks/results/*-h100-*)",
+            }
+        )
+        if self.method == "inference" and self.engine == "vllm":
+            out.append(
+                {
+                    "name": "gpu_memory_utilization",
+                    "value": VLLM_GPU_MEMORY_UTILIZATION,
+                    "source": "vLLM engine argument default (docs.vllm.ai engine_args)",
+                }
+            )
+        elif self.method == "inference":
+            out.append(
+                {
+                    "name": "hf_kv_reserve_fraction",
+                    "value": HF_KV_RESERVE_FRACTION,
+                    "source": "allocator reserve of HF generate() per KV-cache byte, measured on an H100 "
+                    "(memory.HF_KV_RESERVE_FRACTION)",
+                }
+            )
+        else:
+            out.append(
+                {
+                    "name": "allocator_reserve_fraction",
+                    "value": ALLOCATOR_RESERVE_FRACTION,
+                    "source": "mean reserved/allocated excess of 19 H100 training rows (memory.ALLOCATOR_RESERVE_FRACTION)",
+                }
+            )
+        return out
 
     @property
     def storage(self) -> str:
@@ -144,10 +240,18 @@ def _check_offload(offload: str, method: str, strategy: str) -> None:
         raise SizingError(f"--offload must be one of {', '.join(OFFLOAD)}, got {offload!r}")
     if offload == "none":
         return
+    if method in ("lora", "qlora"):
+        if offload != "optimizer":
+            raise SizingError(
+                f"--offload {offload} has no meaning for --method {method}: the frozen base stays on the GPU; "
+                "--offload optimizer moves the adapters' optimizer to the CPU (DeepSpeed ZeRO-Offload)"
+            )
+        return
     if method not in ("pretrain", "full"):
         raise SizingError(
             f"--offload {offload} has no meaning for --method {method}: CPU offload is for "
-            "--method full or pretrain with --strategy zero1/zero2/zero3 (optimizer) or zero3/fsdp (params)"
+            "--method full or pretrain with --strategy zero1/zero2/zero3 (optimizer) or zero3/fsdp (params), "
+            "or --method lora/qlora (optimizer)"
         )
     if strategy not in OFFLOAD_STRATEGIES[offload]:
         raise SizingError(
@@ -161,7 +265,7 @@ def sizing_request(
     model: str | None = None,
     params: str | None = None,
     method: str = "full",
-    seq: int = 2048,
+    seq: int | None = None,
     batch: int = 1,
     precision: str = "bf16",
     strategy: str | None = None,
@@ -172,6 +276,11 @@ def sizing_request(
     attention: str | None = None,
     headroom: float = DEFAULT_HEADROOM_FRACTION,
     allow_slow_interconnect: bool = False,
+    optimizer: str | None = None,
+    engine: str | None = None,
+    samples: str | None = None,
+    epochs: float | None = None,
+    given: frozenset[str] = frozenset(),
 ) -> SizingRequest:
     """A validated :class:`SizingRequest` with the method's defaults filled in.
 
@@ -179,14 +288,30 @@ def sizing_request(
         model: a known model name (``llama-3.1-8b``); exactly one of ``model`` / ``params``.
         params: a parameter count (``7B``, ``350M``; at most 1000T) for a derived shape.
         tokens: training tokens (``2T``, ``500B``) for time and cost, or None.
+        samples, epochs: instead of ``tokens``: ``samples`` sequences (``50K``) of ``seq`` tokens,
+            ``epochs`` times (default 1): tokens = samples x epochs x seq.
+        seq: None = :data:`DEFAULT_SEQ` capped at the model's context.
+        given: names of the values the user gave (the rest are listed as assumptions).
         Others: as in :class:`SizingRequest`.
 
     Raises:
-        SizingError: neither or both of ``model`` / ``params``, an unknown model, or a bad value.
+        SizingError: neither or both of ``model`` / ``params``, an unknown model, a bad value,
+            ``--tokens`` with ``--samples``, or ``--epochs`` without ``--samples``.
     """
     if (model is None) == (params is None):
         raise SizingError("give exactly one of --model NAME or --params COUNT (e.g. --params 7B)")
     shape = get_model(model) if model else shape_from_params(parse_count(params or ""))  # exactly one is given
+    if seq is None:
+        seq = min(DEFAULT_SEQ, shape.context) if shape.context else DEFAULT_SEQ
+    count = parse_count(tokens, "--tokens") if tokens else None
+    if samples is not None:
+        if tokens:
+            raise SizingError("give --tokens or --samples (with --epochs and --seq), not both")
+        if epochs is not None and not 0 < epochs <= 1000:
+            raise SizingError(f"--epochs must be more than 0 and at most 1000, got {epochs}")
+        count = parse_count(samples, "--samples") * (epochs or 1) * seq
+    elif epochs is not None:
+        raise SizingError("--epochs needs --samples (the number of training sequences)")
     return SizingRequest(
         shape,
         method,
@@ -195,12 +320,15 @@ def sizing_request(
         recompute,
         seq,
         batch,
-        parse_count(tokens, "--tokens") if tokens else None,
+        count,
         base_precision,
         offload,
         attention,
         headroom,
         allow_slow_interconnect,
+        optimizer or DEFAULT_OPTIMIZER,
+        engine or "hf",
+        given,
     ).resolved()
 
 
@@ -237,6 +365,7 @@ class Candidate:
     host_memory_gib: float | None = None
     network_bandwidth_gbps: float | None = None
     storage_bandwidth_gbps: float | None = None
+    usable_fraction: float = 1.0
 
     @property
     def memory_per_gpu_gib(self) -> float:
@@ -250,8 +379,10 @@ class Candidate:
 
     @property
     def fits(self) -> bool:
-        """Fits with the headroom (and, with offload, in the host memory)."""
-        if self.memory_per_gpu_gib * (1 + self.headroom) > self.gpu_memory_gib:
+        """Fits with the headroom in the usable share of the device (vLLM: its
+        ``gpu_memory_utilization``, no headroom: the pool is preallocated) and, with offload,
+        the CPU memory in the host memory."""
+        if self.memory_per_gpu_gib * (1 + self.headroom) > self.gpu_memory_gib * self.usable_fraction:
             return False
         return not (
             self.cpu_memory_gib and self.host_memory_gib is not None and self.cpu_memory_gib > self.host_memory_gib
@@ -281,12 +412,14 @@ def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Wo
     attention = req.attention or ("sdpa" if flash else "eager")
     compute = req.precision if req.method != "inference" else ("fp32" if req.precision == "fp32" else "bf16")
     assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
+    # one GPU shards nothing: FSDP / ZeRO there hold what DDP holds (the single-GPU stack)
+    single = gpus_per_node * nodes == 1 and req.offload == "none"
     return Workload(
         req.shape,
         req.method,
         compute,
         req.storage,
-        req.strategy,
+        "ddp" if single else req.strategy,
         req.recompute,
         req.seq,
         req.batch,
@@ -294,6 +427,8 @@ def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Wo
         gpus_per_node,
         attention,
         req.offload,
+        optimizer=req.optimizer,
+        engine=req.engine,
     )
 
 
@@ -324,15 +459,17 @@ def evaluate(
             req.batch,
             network_bandwidth_gbps,
         )
+    vllm = req.method == "inference" and req.engine == "vllm"
     return Candidate(
         gpu,
         gpus_per_node,
         nodes,
         gpu_memory_gib,
         breakdown,
-        req.headroom,
+        0.0 if vllm else req.headroom,
         time=time,
         network_bandwidth_gbps=network_bandwidth_gbps,
+        usable_fraction=VLLM_GPU_MEMORY_UTILIZATION if vllm else 1.0,
     )
 
 
@@ -401,7 +538,7 @@ def candidate_json(c: Candidate) -> dict:
         "gpu_memory_gib": c.gpu_memory_gib,
         "cpu_memory_per_node_gib": round(c.cpu_memory_gib, 2),
         "fits": c.fits,
-        "margin_gib": round(c.gpu_memory_gib - c.memory_per_gpu_gib * (1 + c.headroom), 2),
+        "margin_gib": round(c.gpu_memory_gib * c.usable_fraction - c.memory_per_gpu_gib * (1 + c.headroom), 2),
         "price_per_hour_usd": usd_json(c.price_per_hour_usd),
         "training_hours": None if c.hours is None else round(c.hours, 2),
         "compute_hours": None if t is None else round(t.compute_hours, 2),

@@ -3,7 +3,7 @@
 Document (``gpuinfra size --json``; USD as :func:`gpuinfra.money.usd_json` strings):
 ``{"model": {"name", "params", "layers", "hidden", "heads", "kv_heads", "vocab", "source"},
 "method", "precision", "base_precision", "strategy", "recompute", "offload", "seq", "batch",
-"tokens", "headroom", "ranked_by" ("run_cost_usd" with tokens, else "price_per_hour_usd"),
+"optimizer" (training), "engine" (inference), "tokens", "headroom", "ranked_by" ("run_cost_usd" with tokens, else "price_per_hour_usd"),
 "scope": {"cloud", "region", "markets"} (where configurations were looked for, and the markets
 they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, best first), "fits",
 "recommendation", "next_command" (:func:`next_command`; None when nothing fits),
@@ -11,19 +11,25 @@ they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, 
 GPUs per node, even rounded up as ``gpuinfra new`` would; the recommendation is then the best
 fitting configuration instead), "checkpoint_plan"}`` and, when a configuration was
 evaluated, ``"gpus", "nodes", "total_gpus", "memory_per_gpu_gib", "gpu_memory_gib",
-"cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...}, "training_hours",
+"cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...} (at the peak phase),
+"peak_phase" (forward | backward | optimizer_step | generate | vllm_pool), "phases_gib"
+({"between_steps", "forward", "backward", "optimizer_step"} allocated GiB; training), "training_hours",
 "compute_hours", "communication_hours", "mfu", "mfu_source", "run_cost_usd",
 "price_per_hour_usd"``; a candidate is :func:`gpuinfra.sizing.recommend.candidate_json`.
 ``checkpoint_plan`` (:class:`gpuinfra.sizing.checkpoint.CheckpointPlan`) is set with ``spot``
-for training methods.
+for training methods. ``assumptions`` lists every value the user did not give, with its
+source (:meth:`gpuinfra.sizing.recommend.SizingRequest.assumptions`); ``gpus`` with
+``gpu_memory_gib`` checks a GPU the catalog does not sell (no price, no cost).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.errors import SizingError
 from gpuinfra.offers import MAX_ROUND_UP_FACTOR, OfferScope, validate_location
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
@@ -58,6 +64,7 @@ def size_document(
     spot: bool = False,
     interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
     scope: OfferScope | None = None,
+    gpu_memory_gib: float | None = None,
 ) -> dict[str, Any]:
     """Memory per GPU of ``req`` and the best configurations that fit (module docstring).
 
@@ -72,6 +79,8 @@ def size_document(
         interruptions_per_node_hour: spot interruption rate for the checkpoint interval.
         scope: where to look (cloud, region ...; default: the whole catalog); its markets are
             set here (:func:`size_markets`).
+        gpu_memory_gib: with ``gpus``: the memory the device reports, GiB, for a GPU the
+            catalog does not sell (``1xRTX-4090``): checked, never priced.
 
     Returns:
         The document; ``candidates`` is empty when nothing in the scope fits (the caller
@@ -105,6 +114,8 @@ def size_document(
         "offload": req.offload,
         "seq": req.seq,
         "batch": req.batch,
+        "optimizer": None if req.method == "inference" else req.optimizer,
+        "engine": req.engine if req.method == "inference" else None,
         "tokens": req.tokens,
         "headroom": req.headroom,
         "ranked_by": "run_cost_usd" if training else "price_per_hour_usd",
@@ -114,9 +125,16 @@ def size_document(
         "interconnect_note": None,
         "offer_note": None,
         "checkpoint_plan": None,
+        "assumptions": req.assumptions(),
     }
     chosen: Candidate | None
-    if gpus:
+    if gpus and gpu_memory_gib is not None:
+        count, name = _outside_gpu(gpus, gpu_memory_gib)
+        chosen = evaluate(req, name, gpu_memory_gib, count, nodes)
+        doc["assumptions"].append(
+            {"name": "gpu_memory_gib", "value": gpu_memory_gib, "source": f"--gpu-memory for {name} (not in the catalog)"}
+        )
+    elif gpus:
         request = parse_gpu_spec(gpus, nodes)
         multi = req.sharded and nodes > 1
         offers = cheapest_offers(catalog, multi and not req.allow_slow_interconnect, scope)
@@ -167,6 +185,8 @@ def size_document(
         fits=chosen.fits,
         margin_gib=view["margin_gib"],
         breakdown=chosen.breakdown.gib(),
+        peak_phase=chosen.breakdown.phase,
+        phases_gib=chosen.breakdown.phases_gib(),
         **{
             k: view[k]
             for k in (
@@ -199,6 +219,21 @@ def size_document(
         )
         doc["checkpoint_plan"] = plan.to_json()
     return doc
+
+
+def _outside_gpu(gpus: str, gpu_memory_gib: float) -> tuple[int, str]:
+    """(count, name) of ``--gpus NxNAME`` for a GPU outside the catalog, checked with
+    ``--gpu-memory``.
+
+    Raises:
+        SizingError: a malformed spec, a count outside 1..16, or memory outside 1..1024 GiB.
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*x\s*([A-Za-z0-9][A-Za-z0-9._-]{0,39})\s*", gpus)
+    if not match or not 1 <= int(match.group(1)) <= 16:
+        raise SizingError(f"--gpus with --gpu-memory must look like 1xRTX-4090 (1..16 GPUs), got {gpus!r}")
+    if not 1 <= gpu_memory_gib <= 1024:
+        raise SizingError(f"--gpu-memory must be 1..1024 GiB, got {gpu_memory_gib}")
+    return int(match.group(1)), match.group(2).upper()
 
 
 def next_command(req: SizingRequest, best: Candidate, scope: OfferScope) -> str:

@@ -97,8 +97,8 @@ def test_bad_sizing_input(run_cli):
         (["--params", "10000T"], "--params must be at most 1000T, got '10000T'"),
         (["--params", "7B", "--seq", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
         (
-            ["--params", "7B", "--method", "lora", "--offload", "optimizer"],
-            "--offload optimizer has no meaning for --method lora",
+            ["--params", "7B", "--method", "lora", "--offload", "params"],
+            "--offload params has no meaning for --method lora: the frozen base stays on the GPU",
         ),
         (
             ["--params", "7B", "--method", "inference", "--offload", "params"],
@@ -181,3 +181,70 @@ def test_spot_plan_in_text_output(run_cli):
         and "spot checkpoint: 104.7 GiB per node" in result.stdout
         and "120 s notice" in result.stdout
     )
+
+
+def test_seq_beyond_the_models_context_is_refused(run_cli):
+    # bert-large-uncased config.json: max_position_embeddings 512
+    result = run_cli("size", "--model", "bert-large", "--method", "full", "--seq", "100000")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (
+        "error: --seq 100000 is beyond the context of bert-large-uncased: 512 tokens "
+        "(max_position_embeddings in huggingface.co/google-bert/bert-large-uncased config.json)"
+    )
+    doc = _size(run_cli, "--model", "gpt2", "--method", "full", "--gpus", "1xH100")
+    assert doc["seq"] == 1024  # the default 2048 capped at GPT-2's n_positions
+
+
+def test_every_assumed_value_is_listed_with_its_source(run_cli):
+    doc = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--gpus", "1xH100")
+    names = {a["name"]: a for a in doc["assumptions"]}
+    assert {"seq", "batch", "precision", "strategy", "recompute", "attention", "optimizer", "headroom"} <= set(names)
+    assert {"base_precision", "lora_rank", "cuda_context_gib", "allocator_reserve_fraction"} <= set(names)
+    assert names["optimizer"]["value"] == "adamw-fused" and all(a["source"] for a in doc["assumptions"])
+    given = _size(
+        run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--seq", "1024", "--optimizer", "adamw-8bit"
+    )
+    assert not {"seq", "optimizer"} & {a["name"] for a in given["assumptions"]}
+    text = run_cli("size", "--model", "llama-3.1-8b", "--method", "lora", "--gpus", "1xH100")
+    assert "\n  seq 2048: 2048 tokens, capped at the model's context" in text.stdout
+    assert "\n  optimizer adamw-fused: " in text.stdout
+    helped = run_cli("size", "--help")
+    for flag in ("--optimizer", "--engine", "--gpu-memory", "--samples", "--epochs", "adamw-fused", "0.9"):
+        assert flag in helped.stdout
+
+
+def test_a_gpu_outside_the_catalog_is_checked_not_priced(run_cli):
+    # an RTX 4090 reports 23.68 GiB to PyTorch (the OOM message of zai-org/CogVideo issue 36)
+    doc = _size(run_cli, "--model", "llama-3.1-8b", "--method", "qlora", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68")
+    assert (doc["gpus"], doc["gpu_memory_gib"], doc["fits"]) == ("1xRTX-4090", 23.68, True)
+    assert doc["price_per_hour_usd"] is None and doc["run_cost_usd"] is None
+    full = _size(run_cli, "--model", "llama-3.1-8b", "--method", "full", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68")
+    assert full["fits"] is False  # 16 B per parameter alone is 120 GiB
+    bad = run_cli("size", "--params", "7B", "--gpu-memory", "24")
+    assert bad.exit_code == 2 and "--gpu-memory needs --gpus" in bad.stderr
+
+
+def test_samples_and_epochs_give_the_tokens(run_cli):
+    doc = _size(run_cli, "--params", "1B", "--method", "full", "--samples", "50K", "--epochs", "3", "--seq", "1024")
+    assert doc["tokens"] == 50_000 * 3 * 1024
+    both = run_cli("size", "--params", "1B", "--tokens", "1B", "--samples", "5K")
+    assert both.exit_code == 2 and "not both" in both.stderr
+
+
+def test_lora_offload_moves_the_adapters_optimizer_to_the_cpu(run_cli):
+    on_gpu = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--gpus", "1xH100")
+    off = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--offload", "optimizer", "--gpus", "1xH100")
+    assert off["breakdown"]["optimizer_gib"] == 0 and on_gpu["breakdown"]["optimizer_gib"] > 0
+    assert off["cpu_memory_per_node_gib"] > 0
+
+
+def test_vllm_fits_inside_its_preallocated_share(run_cli):
+    # vLLM takes gpu_memory_utilization (0.9) of the device; weights + KV must fit inside it
+    small = _size(
+        run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--engine", "vllm", "--batch", "8", "--gpus", "1xH100"
+    )
+    assert small["fits"] is True and small["breakdown"]["allocator_reserve_gib"] == 0
+    assert small["margin_gib"] == round(0.9 * 79.18 - small["memory_per_gpu_gib"], 2)
+    hf = _size(run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--batch", "8", "--gpus", "1xH100")
+    assert hf["breakdown"]["allocator_reserve_gib"] > 0  # the growing KV cache's blocks
+
