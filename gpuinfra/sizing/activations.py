@@ -52,8 +52,11 @@ def layer_bytes_per_token(
     lora_sites: int = 0,
     drop_scores: bool = False,
     residual_bytes: int | None = None,
+    lora_dropout: bool = True,
 ) -> float:
-    """Bytes one transformer layer saves for backward, per token of the micro-batch.
+    """Bytes one transformer layer saves for backward, per token of the micro-batch
+    (checked against autograd's saved tensors on an H100:
+    benchmarks/results/saved-bytes-h100-2026-11-27).
 
     Args:
         shape: model shape (``mlp``, ``norm``, ``dropout``, ``fused_qkv`` select the terms).
@@ -66,6 +69,8 @@ def layer_bytes_per_token(
         residual_bytes: bytes of a residual-stream value: 4 when fp32 weights run under
             ``torch.autocast`` (the embedding and every residual add stay fp32), else
             ``compute_bytes`` (default).
+        lora_dropout: each LoRA site applies dropout (p > 0): a 1-byte mask and the dropped input
+            (``lora_A``'s input); p = 0 (PEFT's default): the input only.
     """
     c, h, f, a, kv = compute_bytes, shape.hidden, shape.ffn_size, shape.heads, shape.kv_dim
     r = residual_bytes or c
@@ -96,7 +101,7 @@ def layer_bytes_per_token(
         total += 12 * f + c * f + (c * f if trained else 0)
     else:
         total += c * f * (2 if trained else 1)  # fc1 output (GELU input) and GELU output
-    total += lora_sites * (1 + c) * h
+    total += lora_sites * ((1 + c) if lora_dropout else c) * h
     return float(total)
 
 
@@ -152,11 +157,12 @@ def training_activation_phases(
     lora_sites: int = 0,
     fp32_loss: bool = True,
     residual_bytes: int | None = None,
+    lora_dropout: bool = True,
 ) -> ActivationPhases:
     """Activation bytes per phase of one micro-batch on one GPU (no tensor/pipeline parallelism).
 
     Args:
-        shape, compute_bytes, attention, frozen, lora_sites, residual_bytes: as in
+        shape, compute_bytes, attention, frozen, lora_sites, residual_bytes, lora_dropout: as in
             :func:`layer_bytes_per_token`.
         seq, batch: tokens per sequence and sequences per micro-batch.
         recompute: ``none`` | ``selective`` | ``full`` (HF ``gradient_checkpointing``: each
@@ -166,7 +172,7 @@ def training_activation_phases(
     c, r, h = compute_bytes, residual_bytes or compute_bytes, shape.hidden
     tokens = seq * batch
     layer = tokens * layer_bytes_per_token(
-        shape, c, seq, attention, frozen, lora_sites, recompute == "selective", residual_bytes
+        shape, c, seq, attention, frozen, lora_sites, recompute == "selective", residual_bytes, lora_dropout
     )
     embedding = tokens * (h if shape.dropout else 0)  # embedding dropout mask
     head = tokens * (4 * h + (0 if frozen else c * h)) if shape.head == "lm" else 0.0  # final norm, LM-head input

@@ -31,6 +31,7 @@ WORKLOAD_KEYS = (
     "offload",
     "lora_rank",
     "lora_sites",
+    "lora_dropout",
     "fp32_loss",
     "optimizer",
     "adapter_bytes",

@@ -146,7 +146,8 @@ class Workload:
         attention: sdpa (FlashAttention / SDPA) | eager.
         offload: none | optimizer | params (CPU offload: full/pretrain with ZeRO or FSDP;
             lora/qlora: the adapters' optimizer on the CPU, DeepSpeed ZeRO-Offload).
-        lora_rank, lora_sites: LoRA rank; LoRA inputs with their own dropout per layer.
+        lora_rank, lora_sites: LoRA rank; LoRA-adapted linear layers per layer.
+        lora_dropout: the adapters apply dropout (p > 0); False: PEFT's default p = 0.
         fp32_loss: the loss upcasts logits to fp32 (transformers); False: 16-bit chunked loss.
         optimizer: one of :data:`OPTIMIZERS`.
         adapter_bytes: bytes per stored adapter weight (4: PEFT fp32; 2: 16-bit "true" precision).
@@ -171,6 +172,7 @@ class Workload:
     offload: str = "none"
     lora_rank: int = DEFAULT_LORA_RANK
     lora_sites: int = DEFAULT_LORA_SITES
+    lora_dropout: bool = True
     fp32_loss: bool = True
     optimizer: str = DEFAULT_OPTIMIZER
     adapter_bytes: int = 4
@@ -345,6 +347,7 @@ def _training(w: Workload, c: int) -> Breakdown:
         w.lora_sites if frozen else 0,
         w.fp32_loss,
         residual,
+        w.lora_dropout,
     )
     persistent = weights + state + (grads if w.grads_between_steps else 0.0)
     if w.grads_between_steps:
