@@ -11,8 +11,15 @@ import transformers
 
 def saved_bytes(layers: int, lora: bool, dropout: float, tokens: int = 2048) -> int:
     cfg = transformers.AutoConfig.for_model(
-        "llama", num_hidden_layers=layers, hidden_size=3072, num_attention_heads=32, num_key_value_heads=32,
-        intermediate_size=8192, vocab_size=256, max_position_embeddings=8192, tie_word_embeddings=False,
+        "llama",
+        num_hidden_layers=layers,
+        hidden_size=3072,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        intermediate_size=8192,
+        vocab_size=256,
+        max_position_embeddings=8192,
+        tie_word_embeddings=False,
     )
     cfg._attn_implementation = "sdpa"
     with torch.device("cuda"):
@@ -20,8 +27,12 @@ def saved_bytes(layers: int, lora: bool, dropout: float, tokens: int = 2048) -> 
     if lora:
         import peft
 
-        net = peft.get_peft_model(net, peft.LoraConfig(r=16, lora_alpha=32, lora_dropout=dropout,
-                                                       target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+        net = peft.get_peft_model(
+            net,
+            peft.LoraConfig(
+                r=16, lora_alpha=32, lora_dropout=dropout, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]
+            ),
+        )
     net.train()
     seen = {}
 
@@ -34,9 +45,8 @@ def saved_bytes(layers: int, lora: bool, dropout: float, tokens: int = 2048) -> 
         return t
 
     ids = torch.randint(0, 256, (1, tokens), device="cuda")
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = net(input_ids=ids, labels=ids).loss
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = net(input_ids=ids, labels=ids).loss
     params = {p.untyped_storage().data_ptr() for p in net.parameters()}
     total = sum(v for k, v in seen.items() if k not in params)
     del loss, net

@@ -7,23 +7,30 @@ PyTorch autograd saves in the Hugging Face implementations (transformers
 ``models/llama/modeling_llama.py``, ``models/gpt2/modeling_gpt2.py``,
 ``models/bert/modeling_bert.py``):
 
+* residual stream: fp32 weights under ``torch.autocast`` (full training with DDP) keep it fp32
+  (the embedding output is fp32 and autocast does not cast additions); 16-bit weights keep it
+  16-bit.
 * norms: RMSNorm upcasts its input to fp32 (``hidden_states.to(torch.float32)``) and saves
-  it (4 B per value); LayerNorm under autocast runs in fp32 (autocast fp32 op list,
-  pytorch.org/docs/stable/amp.html) and saves its fp32 input. The normalized output is saved
-  (compute dtype) when the next linear layer trains its weight.
-* attention: SDPA / FlashAttention saves q, k, v, the output and a log-sum-exp (no s x s
-  term); eager attention also saves the fp32 softmax (``softmax(..., dtype=float32)`` /
+  it (4 B per value), and ``weight * normed`` saves the normalized value when the weight
+  trains; LayerNorm under autocast runs in fp32 (autocast fp32 op list,
+  pytorch.org/docs/stable/amp.html) and saves its fp32 input. Under autocast each linear layer
+  that reads an fp32 norm output casts it to 16 bits itself and saves its own cast (q, k, v: 3
+  casts; gate, up: 2).
+* attention: SDPA / FlashAttention saves q, k, v (after RoPE; RoPE's products save only
+  cos/sin), the output (which o_proj reads) and a log-sum-exp (no s x s term); eager attention also saves the fp32 softmax (``softmax(..., dtype=float32)`` /
   autocast), its cast to the compute dtype, and a dropout mask + output when p > 0. Eager
   GQA expands k and v to all heads (``repeat_kv``) before the matmuls that save them.
 * MLP: SwiGLU saves the gate output (SiLU input), the SiLU output, the up output and the
-  product (input of ``down_proj``); GELU saves fc1 output and GELU output.
+  product (input of ``down_proj``); GELU saves fc1 output and GELU output; GPT-2's
+  ``gelu_new`` (transformers ``NewGELUActivation``, Python ops) saves the fp32 input of
+  ``pow`` (autocast fp32 op), tanh's output, ``1 + tanh``, ``0.5 * x`` and the cast product.
 * frozen linear layers (LoRA/QLoRA base) save nothing for their weight; each LoRA site saves
   a dropout mask and the dropped input (PEFT ``lora_dropout``).
-* loss: transformers' ``ForCausalLMLoss`` upcasts logits to fp32; at the start of backward
-  the 16-bit logits, the fp32 log-probabilities saved by ``log_softmax`` and two fp32
-  gradients of the same size are alive: ``(c + 12) * v`` bytes per token.
-* recompute: ``full`` (HF ``gradient_checkpointing``) keeps each layer's input (``c*h`` per
-  token) plus one layer's activations while it is recomputed; ``selective`` (Megatron) drops
+* loss: transformers' ``ForCausalLMLoss`` upcasts logits to fp32: in the forward the 16-bit
+  logits, the fp32 copy and the fp32 log-probabilities ``(c + 8) * v`` bytes per token; at the
+  start of backward the log-probabilities and two fp32 gradients ``12 * v``.
+* recompute: ``full`` (HF ``gradient_checkpointing``) keeps each layer's input (residual
+  bytes x h per token) plus one layer's activations while it is computed or recomputed; ``selective`` (Megatron) drops
   the s x s attention terms (paper section 4.2).
 
 Inference (``generate()`` with a KV cache, no autograd): the prompt is prefilled in one pass;

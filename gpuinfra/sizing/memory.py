@@ -1,34 +1,46 @@
 """Per-GPU memory of training and inference as the device sees it, in bytes (GiB at the edge).
 
 A :class:`Workload` says what runs (method, storage and compute precision, strategy, offload,
-recompute, attention, shape of the batch); :func:`memory_per_gpu` returns a
-:class:`Breakdown`: model states (:mod:`gpuinfra.sizing.states`), activations / logits /
-KV cache / workspace (:mod:`gpuinfra.sizing.activations`), the caching allocator's reserve
-and the CUDA context. ``allocated`` is what ``torch.cuda.max_memory_allocated`` reports,
-``reserved`` what ``max_memory_reserved`` reports, ``total`` what ``nvidia-smi`` shows for the
-process.
+recompute, attention, optimizer, engine, shape of the batch); :func:`memory_per_gpu` returns a
+:class:`Breakdown` at the peak phase with the allocated bytes of every phase. ``allocated`` is
+what ``torch.cuda.max_memory_allocated`` reports, ``reserved`` what ``max_memory_reserved``
+reports, ``total`` what the device shows in use for the process.
+
+Training = persistent memory + the largest phase of a step (checked phase by phase against
+benchmarks/results/memory-phases-h100-2026-11-26):
+
+* between steps: weights (full training with DDP: the fp32 parameters, 4 B; LoRA: the frozen
+  base + fp32 adapters) and the optimizer state (:data:`OPTIMIZERS`);
+* forward: + the 16-bit copies ``torch.autocast`` caches of every fp32 weight (2 B/param, freed
+  when autocast exits) + the saved activations (or, with recompute, each layer's input) + the
+  loss (:mod:`gpuinfra.sizing.activations`);
+* backward: gradients exist from here on (fp32, 4 B per trainable parameter): the larger of the
+  start (saved activations, the casts autograd saved, the loss's backward) and the end (all
+  gradients + one layer's recomputed activations);
+* optimizer step: gradients + the optimizer's workspace (foreach AdamW 4 B/param, fused none).
+  ``zero_grad(set_to_none=True)`` frees the gradients before the next step.
+
+ZeRO / FSDP shard as in :mod:`gpuinfra.sizing.states` (one GPU shards nothing: sized as DDP).
 
 Other formulas:
 
 * KV cache: 2 * L * kv_heads * head_dim * seq * batch * bytes (transformers
-  ``docs/source/en/llm_tutorial_optimization.md``), with the model's real KV heads.
+  ``docs/source/en/llm_tutorial_optimization.md``), with the model's real KV heads. HF
+  ``generate()`` keeps :data:`HF_KV_RESERVE_FRACTION` of it reserved on top; vLLM
+  preallocates :data:`VLLM_GPU_MEMORY_UTILIZATION` of the device and must hold it all inside.
 * Quantized weights (bitsandbytes through transformers): int8 (LLM.int8, arXiv:2208.07339)
   1 B per linear weight; 4-bit (NF4/FP4, QLoRA arXiv:2305.14314 section 3) 4 bits plus one
   fp32 absmax per 64 weights = 4.5 bits, 4.127 bits with double quantization; embeddings and
   the LM head stay 16-bit. 4-bit matmuls dequantize one weight to the compute dtype at a time
   (workspace: the largest matrix).
 * LoRA (arXiv:2106.09685): adapters r*(d_in + d_out) on q, k, v, o of every layer, kept in
-  fp32 by PEFT (``autocast_adapter_dtype``) and trained with Adam: 16 B per adapter parameter
-  plus the 16-bit copy autocast makes.
+  fp32 by PEFT (``autocast_adapter_dtype``); their 16-bit autocast copies live in the forward.
 * QLoRA: bitsandbytes' 4-bit matmul saves its input for backward like a trained linear layer
-  (bitsandbytes/autograd/_functions.py ``MatMul4Bit``), so its activations are those of full
-  training minus nothing; plain LoRA's frozen 16-bit linears save no input.
-* Optimizer step: PyTorch's default foreach AdamW (torch/optim/adamw.py ``_multi_tensor_adamw``)
-  allocates ``sqrt(exp_avg_sq)`` for all parameters at once: 4 B per trainable parameter on
-  the GPU, after the activations are freed (counted only where it exceeds them).
-* Allocator reserve: :data:`ALLOCATOR_RESERVE_FRACTION` of allocated memory; CUDA context
-  :data:`CUDA_CONTEXT_BYTES` (transformers ``model_memory_anatomy.md`` measures 1343 MiB on a
-  V100; rounded up).
+  (bitsandbytes/autograd/_functions.py ``MatMul4Bit``); plain LoRA's frozen 16-bit linears save
+  no input.
+* Allocator reserve (training): :data:`ALLOCATOR_RESERVE_FRACTION` of the allocated peak; CUDA
+  context and libraries: :data:`CUDA_CONTEXT_BYTES`. Both measured on an H100 (the files are
+  named at each constant).
 """
 
 from __future__ import annotations
@@ -58,8 +70,8 @@ CUDA_CONTEXT_BYTES = 1.26 * GIB
 #: the allocated peak: the mean of (max_memory_reserved - max_memory_allocated) /
 #: max_memory_allocated over the 19 training rows measured on an H100 (the six that fit in
 #: h100-measured-2026-11-22.jsonl, the nine of memory-phases-h100-2026-11-26, the four of
-#: kv-throughput-h100-2026-11-27): 0.026-0.151, mean 0.085.
-ALLOCATOR_RESERVE_FRACTION = 0.085
+#: kv-throughput-h100-2026-11-27): 0.026-0.151, mean 0.081.
+ALLOCATOR_RESERVE_FRACTION = 0.081
 #: HF ``generate()`` with the dynamic KV cache: every decode step reallocates each layer's K and
 #: V one token longer (``torch.cat`` in ``DynamicLayer.update``), and the caching allocator keeps
 #: the blocks the shorter tensors leave. Reserved - allocated, as a fraction of the KV cache, in

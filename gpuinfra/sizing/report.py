@@ -132,7 +132,11 @@ def size_document(
         count, name = _outside_gpu(gpus, gpu_memory_gib)
         chosen = evaluate(req, name, gpu_memory_gib, count, nodes)
         doc["assumptions"].append(
-            {"name": "gpu_memory_gib", "value": gpu_memory_gib, "source": f"--gpu-memory for {name} (not in the catalog)"}
+            {
+                "name": "gpu_memory_gib",
+                "value": gpu_memory_gib,
+                "source": f"--gpu-memory for {name} (not in the catalog)",
+            }
         )
     elif gpus:
         request = parse_gpu_spec(gpus, nodes)

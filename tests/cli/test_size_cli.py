@@ -201,9 +201,7 @@ def test_every_assumed_value_is_listed_with_its_source(run_cli):
     assert {"seq", "batch", "precision", "strategy", "recompute", "attention", "optimizer", "headroom"} <= set(names)
     assert {"base_precision", "lora_rank", "cuda_context_gib", "allocator_reserve_fraction"} <= set(names)
     assert names["optimizer"]["value"] == "adamw-fused" and all(a["source"] for a in doc["assumptions"])
-    given = _size(
-        run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--seq", "1024", "--optimizer", "adamw-8bit"
-    )
+    given = _size(run_cli, "--model", "llama-3.1-8b", "--method", "lora", "--seq", "1024", "--optimizer", "adamw-8bit")
     assert not {"seq", "optimizer"} & {a["name"] for a in given["assumptions"]}
     text = run_cli("size", "--model", "llama-3.1-8b", "--method", "lora", "--gpus", "1xH100")
     assert "\n  seq 2048: 2048 tokens, capped at the model's context" in text.stdout
@@ -215,10 +213,14 @@ def test_every_assumed_value_is_listed_with_its_source(run_cli):
 
 def test_a_gpu_outside_the_catalog_is_checked_not_priced(run_cli):
     # an RTX 4090 reports 23.68 GiB to PyTorch (the OOM message of zai-org/CogVideo issue 36)
-    doc = _size(run_cli, "--model", "llama-3.1-8b", "--method", "qlora", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68")
+    doc = _size(
+        run_cli, "--model", "llama-3.1-8b", "--method", "qlora", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68"
+    )
     assert (doc["gpus"], doc["gpu_memory_gib"], doc["fits"]) == ("1xRTX-4090", 23.68, True)
     assert doc["price_per_hour_usd"] is None and doc["run_cost_usd"] is None
-    full = _size(run_cli, "--model", "llama-3.1-8b", "--method", "full", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68")
+    full = _size(
+        run_cli, "--model", "llama-3.1-8b", "--method", "full", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68"
+    )
     assert full["fits"] is False  # 16 B per parameter alone is 120 GiB
     bad = run_cli("size", "--params", "7B", "--gpu-memory", "24")
     assert bad.exit_code == 2 and "--gpu-memory needs --gpus" in bad.stderr
@@ -241,10 +243,19 @@ def test_lora_offload_moves_the_adapters_optimizer_to_the_cpu(run_cli):
 def test_vllm_fits_inside_its_preallocated_share(run_cli):
     # vLLM takes gpu_memory_utilization (0.9) of the device; weights + KV must fit inside it
     small = _size(
-        run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--engine", "vllm", "--batch", "8", "--gpus", "1xH100"
+        run_cli,
+        "--model",
+        "llama-3.1-8b",
+        "--method",
+        "inference",
+        "--engine",
+        "vllm",
+        "--batch",
+        "8",
+        "--gpus",
+        "1xH100",
     )
     assert small["fits"] is True and small["breakdown"]["allocator_reserve_gib"] == 0
     assert small["margin_gib"] == round(0.9 * 79.18 - small["memory_per_gpu_gib"], 2)
     hf = _size(run_cli, "--model", "llama-3.1-8b", "--method", "inference", "--batch", "8", "--gpus", "1xH100")
     assert hf["breakdown"]["allocator_reserve_gib"] > 0  # the growing KV cache's blocks
-

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuinfra.errors import SizingError
-from dataclasses import replace
-
 from gpuinfra.sizing.activations import layer_bytes_per_token, training_activation_bytes, training_activation_phases
 from gpuinfra.sizing.memory import (
     GIB,
