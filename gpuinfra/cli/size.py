@@ -9,6 +9,13 @@ import typer
 
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR
+from gpuinfra.sizing.memory import (
+    ALLOCATOR_RESERVE_FRACTION,
+    CUDA_CONTEXT_BYTES,
+    GIB,
+    HF_KV_RESERVE_FRACTION,
+    VLLM_GPU_MEMORY_UTILIZATION,
+)
 
 
 def size(
@@ -46,7 +53,8 @@ def size(
     engine: str | None = typer.Option(
         None,
         "--engine",
-        help="Inference engine: hf (generate(), growing KV cache) | vllm (preallocates 0.9 of the device). Default: hf.",
+        help=f"Inference engine: hf (generate(), growing KV cache) | vllm (preallocates {VLLM_GPU_MEMORY_UTILIZATION} "
+        "of the device: gpu_memory_utilization). Default: hf.",
         show_default=False,
     ),
     base_precision: str | None = typer.Option(
@@ -56,10 +64,16 @@ def size(
         show_default=False,
     ),
     strategy: str | None = typer.Option(
-        None, "--strategy", help="ddp | fsdp | zero1 | zero2 | zero3 (default per method).", show_default=False
+        None,
+        "--strategy",
+        help="ddp | fsdp | zero1 | zero2 | zero3. Default: fsdp for pretrain/full, ddp otherwise (one GPU: ddp).",
+        show_default=False,
     ),
     recompute: str | None = typer.Option(
-        None, "--recompute", help="none | selective | full (default per method).", show_default=False
+        None,
+        "--recompute",
+        help="none | selective | full. Default: selective for pretrain/full, full for lora/qlora, none for inference.",
+        show_default=False,
     ),
     offload: str = typer.Option(
         "none",
@@ -98,7 +112,10 @@ def size(
     headroom: float | None = typer.Option(
         None,
         "--headroom",
-        help=f"Free GPU memory to keep, fraction of the need. Default: {DEFAULT_HEADROOM_FRACTION}.",
+        help=f"Free GPU memory to keep, fraction of the need. Default: {DEFAULT_HEADROOM_FRACTION}. The need "
+        f"already holds the measured CUDA context ({CUDA_CONTEXT_BYTES / GIB:.2f} GiB) and allocator reserve "
+        f"({ALLOCATOR_RESERVE_FRACTION:.1%} of allocated in training; {HF_KV_RESERVE_FRACTION} x the KV cache "
+        f"for HF generate; vLLM: none, its pool is {VLLM_GPU_MEMORY_UTILIZATION} of the device).",
         show_default=False,
     ),
     allow_slow_interconnect: bool = typer.Option(
