@@ -68,14 +68,14 @@ DEFAULT_SEQ = 2048
 DEFAULT_SOURCES = {
     "seq": f"{DEFAULT_SEQ} tokens, capped at the model's context (max_position_embeddings)",
     "batch": "micro-batch 1 per GPU",
-    "precision": "bf16 autocast over fp32 weights (HF Trainer bf16=True)",
+    "precision": "bf16 (training: autocast over fp32 weights, HF Trainer bf16=True; inference: bf16 weights)",
     "strategy": "per method: fsdp for pretrain/full, ddp for lora/qlora/inference",
     "recompute": "per method: selective for pretrain/full (Megatron-LM), full for lora/qlora (HF gradient_checkpointing)",
     "attention": "sdpa where the GPU runs FlashAttention-2 (Ampere or newer), else eager",
     "optimizer": "adamw-fused: transformers TrainingArguments optim default adamw_torch_fused (torch >= 2.8)",
     "engine": "hf: transformers generate() with the dynamic KV cache",
     "base_precision": "lora: the compute precision; qlora: nf4-dq (QLoRA paper, arXiv:2305.14314)",
-    "lora_rank": "16 on q, k, v, o (PEFT LoraConfig r; targets as in the H100 measurements)",
+    "lora_rank": "16 (PEFT LoraConfig r), adapters on q, k, v, o of every layer, with dropout",
     "headroom": "10% of the need kept free (model error, allocator growth)",
 }
 

@@ -97,6 +97,13 @@ def test_bad_sizing_input(run_cli):
         (["--params", "10000T"], "--params must be at most 1000T, got '10000T'"),
         (["--params", "7B", "--seq", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
         (
+            ["--params", "7B", "--optimizer", "adam"],
+            "--optimizer must be one of adamw-fused, adamw-foreach, adamw-8bit",
+        ),
+        (["--params", "7B", "--engine", "vllm"], "--engine vllm applies to --method inference only"),
+        (["--params", "7B", "--epochs", "2"], "--epochs needs --samples"),
+        (["--params", "7B", "--gpus", "1xRTX4090!", "--gpu-memory", "24"], "--gpus with --gpu-memory must look like"),
+        (
             ["--params", "7B", "--method", "lora", "--offload", "params"],
             "--offload params has no meaning for --method lora: the frozen base stays on the GPU",
         ),
