@@ -321,7 +321,8 @@ class StackSizing:
 
     def to_json(self) -> dict[str, Any]:
         """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
-        "breakdown", "passed_over", "checkpoint_plan"}`` (``new --json`` ``sizing``)."""
+        "breakdown", "peak_phase", "passed_over", "checkpoint_plan", "assumptions"}`` (``new --json``
+        ``sizing``; ``assumptions`` as in ``gpuinfra size --json``)."""
         c = self.chosen or self.candidates[0]
         return {
             "model": self.request.shape.name,
@@ -331,8 +332,10 @@ class StackSizing:
             "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2),
             "gpu_memory_gib": c.gpu_memory_gib,
             "breakdown": c.breakdown.gib(),
+            "peak_phase": c.breakdown.phase,
             "passed_over": list(self.passed_over),
             "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json(),
+            "assumptions": self.request.assumptions(),
         }
 
 

@@ -74,6 +74,8 @@ def test_size_for_stack_picks_the_cheapest_fit_and_the_methods_profile():
     # the backward pass); the CUDA context measured on an H100 (memory.CUDA_CONTEXT_BYTES)
     assert data["breakdown"]["weights_gib"] == 5.361 and data["breakdown"]["cuda_context_gib"] == 1.26
     assert data["memory_per_gpu_gib"] * 1.1 <= 22.03
+    assumed = {a["name"]: a["value"] for a in data["assumptions"]}
+    assert (assumed["seq"], assumed["batch"], assumed["base_precision"]) == (2048, 1, "nf4-dq")
     assert size_for_stack(None, "7B").profile == "llm-finetune"  # method full by default
 
 
