@@ -131,6 +131,9 @@ def size_document(
     if gpus and gpu_memory_gib is not None:
         count, name = _outside_gpu(gpus, gpu_memory_gib)
         chosen = evaluate(req, name, gpu_memory_gib, count, nodes)
+        doc["offer_note"] = (
+            f"{name} is not in the catalog: checked with --gpu-memory {gpu_memory_gib:g} GiB, not priced or planned"
+        )
         doc["assumptions"].append(
             {
                 "name": "gpu_memory_gib",

@@ -228,6 +228,8 @@ def test_a_gpu_outside_the_catalog_is_checked_not_priced(run_cli):
     )
     assert (doc["gpus"], doc["gpu_memory_gib"], doc["fits"]) == ("1xRTX-4090", 23.68, True)
     assert doc["price_per_hour_usd"] is None and doc["run_cost_usd"] is None
+    assert "RTX-4090 is not in the catalog" in doc["offer_note"]
+    assert doc["recommendation"]["gpus"] != "1xRTX-4090" and "RTX-4090" not in doc["next_command"]
     full = _size(
         run_cli, "--model", "llama-3.1-8b", "--method", "full", "--gpus", "1xRTX-4090", "--gpu-memory", "23.68"
     )
