@@ -12,8 +12,14 @@ GPUs per node, even rounded up as ``gpuinfra new`` would; the recommendation is 
 fitting configuration instead), "checkpoint_plan"}`` and, when a configuration was
 evaluated, ``"gpus", "nodes", "total_gpus", "memory_per_gpu_gib", "gpu_memory_gib",
 "cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...}, "training_hours",
-"compute_hours", "communication_hours", "mfu", "mfu_source", "run_cost_usd",
-"price_per_hour_usd"``; a candidate is :func:`gpuinfra.sizing.recommend.candidate_json`.
+"compute_hours", "communication_hours" (exposed, after overlap), "bubble_hours", "mfu" (model
+FLOPs utilization of the predicted run), "mfu_source" (the run the utilization comes from),
+"layout" (:meth:`gpuinfra.sizing.layout.Layout.to_json`: dp, tp, pp, micro-batch,
+accumulation, global batch, bubble), "time" (:meth:`gpuinfra.sizing.throughput.TrainingTime.to_json`:
+per-step compute, bubble and communication seconds, overlap), "run_cost_usd",
+"price_per_hour_usd"`` and ``"assumptions"``: ``[{"name", "value", "source"}, ...]``, every
+assumed value of the time model (:func:`gpuinfra.sizing.throughput.time_assumptions`); a
+candidate is :func:`gpuinfra.sizing.recommend.candidate_json`.
 ``checkpoint_plan`` (:class:`gpuinfra.sizing.checkpoint.CheckpointPlan`) is set with ``spot``
 for training methods.
 """
@@ -40,6 +46,7 @@ from gpuinfra.sizing.recommend import (
     sizing_request,
 )
 from gpuinfra.sizing.supply import cheapest_offers
+from gpuinfra.sizing.throughput import time_assumptions
 
 #: Candidates listed in the document.
 SHOWN_CANDIDATES = 5
@@ -173,8 +180,11 @@ def size_document(
                 "training_hours",
                 "compute_hours",
                 "communication_hours",
+                "bubble_hours",
                 "mfu",
                 "mfu_source",
+                "layout",
+                "time",
                 "run_cost_usd",
                 "price_per_hour_usd",
             )
@@ -189,6 +199,7 @@ def size_document(
         },
     )
     doc["next_command"] = None if best is None else next_command(req, best, scope)
+    doc.setdefault("assumptions", []).extend(time_assumptions(chosen))
     if spot and req.method != "inference" and best is not None and best.offer:
         plan = checkpoint_plan(
             req.trained_params,

@@ -36,11 +36,16 @@ def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
 
 
 def test_checking_a_given_configuration_with_margin(run_cli):
-    # without recompute the activations of 80 layers x 2048 tokens (~58 GiB in HF Llama) do not fit
-    no_recompute = _size(
-        run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8"
-    )
+    # without recompute or tensor parallel the activations of 80 layers x 2048 tokens (~58 GiB in
+    # HF Llama) do not fit
+    args = ("--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8")
+    no_recompute = _size(run_cli, *args, "--tp", "1", "--pp", "1", "--batch", "1")
     assert no_recompute["fits"] is False and no_recompute["breakdown"]["activations_gib"] > 55
+    # left to choose, tensor parallel inside the node splits them (sequence parallel: / tp)
+    auto = _size(run_cli, *args)
+    assert auto["fits"] is True and auto["layout"]["tp"] > 1 and auto["layout"]["pp"] == 1
+    per_sequence = no_recompute["breakdown"]["activations_gib"]
+    assert abs(auto["breakdown"]["activations_gib"] - per_sequence * auto["layout"]["micro_batch"] / auto["layout"]["tp"]) < 0.01
     doc = _size(
         run_cli,
         "--model",
@@ -62,10 +67,13 @@ def test_checking_a_given_configuration_with_margin(run_cli):
 
 def test_tokens_give_hours_and_cost(run_cli):
     doc = _size(run_cli, "--params", "1.3B", "--method", "pretrain", "--tokens", "26B", "--gpus", "8xH100")
-    # 6*P*D with selective recompute, MFU 0.38 on H100 (Llama 3 paper), 989 TFLOP/s
-    expected = 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.38 * 3600)
-    assert abs(doc["training_hours"] - round(expected, 2)) < 0.011 and doc["mfu"] == 0.38
-    assert abs(Decimal(doc["run_cost_usd"]) - Decimal(doc["price_per_hour_usd"]) * Decimal(expected)) < Decimal("0.01")
+    # one node: FSDP traffic on NVLink hides behind compute, so the run's MFU is the utilization of
+    # Llama 3's H100 runs (38-43% MFU, Table 4) less the selective-recompute forward of attention
+    assert 0.38 <= doc["mfu"] <= 0.43 and doc["communication_hours"] == 0
+    time = doc["time"]
+    assert abs(doc["training_hours"] - time["steps"] * time["step_seconds"] / 3600) < 0.02
+    expected = Decimal(doc["price_per_hour_usd"]) * Decimal(str(doc["training_hours"]))
+    assert abs(Decimal(doc["run_cost_usd"]) / expected - 1) < Decimal("0.001")  # hours shown rounded
 
 
 def test_inference_has_kv_cache_and_no_gradients(run_cli):
@@ -95,7 +103,7 @@ def test_bad_sizing_input(run_cli):
         (["--params", "7X"], "--params must look like 7B"),
         (["--model", "gpt5"], "unknown model 'gpt5'"),
         (["--params", "10000T"], "--params must be at most 1000T, got '10000T'"),
-        (["--params", "7B", "--seq", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
+        (["--params", "7B", "--seq", "0", "--batch", "1"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
         (
             ["--params", "7B", "--method", "lora", "--offload", "optimizer"],
             "--offload optimizer has no meaning for --method lora",
@@ -109,6 +117,10 @@ def test_bad_sizing_input(run_cli):
             "--offload optimizer needs --strategy zero1 or zero2 or zero3",
         ),
         (["--params", "7B", "--headroom", "2"], "--headroom must be a fraction 0..1"),
+        (["--params", "7B", "--method", "lora", "--tp", "2"], "--tp / --pp apply to --method pretrain or full"),
+        (["--params", "7B", "--global-batch", "0"], "--global-batch must be 1..1048576 sequences, got 0"),
+        (["--params", "7B", "--pp", "0"], "--pp must be >= 1, got 0"),
+        (["--model", "llama-3.1-8b", "--tp", "3", "--gpus", "8xH100"], "--tp 3 must divide the GPUs per node (8)"),
     ]:
         result = run_cli("size", *args)
         assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr, args
