@@ -239,8 +239,8 @@ class StackSizing:
     """How ``gpuinfra new --model/--params`` sized a model into a GPU request.
 
     Attributes:
-        request: the resolved sizing request (sequence 2048, micro-batch 1, bf16, the
-            method's default strategy and recompute).
+        request: the resolved sizing request (sequence 2048, the largest micro-batch that
+            fits, bf16, the method's default strategy and recompute).
         candidates: every configuration that fits in the stack's scope, best first
             (:func:`gpuinfra.sizing.recommend.candidates`).
         profile: the workload profile of the method (``qlora`` -> ``qlora-finetune``).
@@ -293,7 +293,8 @@ class StackSizing:
 
     def to_json(self) -> dict[str, Any]:
         """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
-        "breakdown", "passed_over", "checkpoint_plan"}`` (``new --json`` ``sizing``)."""
+        "breakdown", "layout", "passed_over", "checkpoint_plan"}`` (``new --json`` ``sizing``;
+        ``layout``: :meth:`gpuinfra.sizing.layout.Layout.to_json`, None for inference)."""
         c = self.chosen or self.candidates[0]
         return {
             "model": self.request.shape.name,
@@ -303,6 +304,7 @@ class StackSizing:
             "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2),
             "gpu_memory_gib": c.gpu_memory_gib,
             "breakdown": c.breakdown.gib(),
+            "layout": None if c.layout is None else c.layout.to_json(),
             "passed_over": list(self.passed_over),
             "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json(),
         }
@@ -317,7 +319,7 @@ def size_for_stack(
     command: str = "new",
 ) -> StackSizing:
     """Every GPU configuration in ``scope`` that holds a model for ``method`` (default
-    ``full``), at sequence length 2048, micro-batch 1, bf16 and the method's default strategy,
+    ``full``), at sequence length 2048, the largest micro-batch that fits, bf16 and the method's default strategy,
     best first; the caller plans them in order (:func:`gpuinfra.newstack.create_stack`).
 
     Args:

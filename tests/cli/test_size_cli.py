@@ -45,7 +45,10 @@ def test_checking_a_given_configuration_with_margin(run_cli):
     auto = _size(run_cli, *args)
     assert auto["fits"] is True and auto["layout"]["tp"] > 1 and auto["layout"]["pp"] == 1
     per_sequence = no_recompute["breakdown"]["activations_gib"]
-    assert abs(auto["breakdown"]["activations_gib"] - per_sequence * auto["layout"]["micro_batch"] / auto["layout"]["tp"]) < 0.01
+    assert (
+        abs(auto["breakdown"]["activations_gib"] - per_sequence * auto["layout"]["micro_batch"] / auto["layout"]["tp"])
+        < 0.01
+    )
     doc = _size(
         run_cli,
         "--model",
@@ -132,6 +135,8 @@ def test_new_with_model_and_method(run_cli, tmp_path):
     data = json.loads(result.stdout)
     assert data["profile"] == "qlora-finetune" and data["sizing"]["method"] == "qlora"
     assert data["sizing"]["memory_per_gpu_gib"] * 1.1 <= data["sizing"]["gpu_memory_gib"]
+    layout = data["sizing"]["layout"]
+    assert (layout["tp"], layout["pp"]) == (1, 1) and "micro_batch" in layout["chosen"]  # qlora: no tp / pp
 
 
 def test_issue_cases_on_one_h100(run_cli):
@@ -193,3 +198,27 @@ def test_spot_plan_in_text_output(run_cli):
         and "spot checkpoint: 104.7 GiB per node" in result.stdout
         and "120 s notice" in result.stdout
     )
+
+
+def test_text_shows_the_layout_the_step_and_every_assumption(run_cli):
+    args = ("--params", "13B", "--method", "pretrain", "--tokens", "100B", "--gpus", "8xH100", "--nodes", "4")
+    result = run_cli("size", *args, "--global-batch", "256", "--micro-batch", "2")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    # 256 sequences = micro-batch 2 x accumulation 4 x 32 data-parallel GPUs
+    assert (
+        "layout: dp 32 x tp 1 x pp 1, micro-batch 2 x accumulation 4 = global batch 256, bubble 0.0% (chosen: tp, pp)"
+        in out
+    )
+    assert "communication " in out and "exposed" in out and "MFU " in out and "arXiv:2407.21783" in out
+    for name in ("utilization", "nvlink_efficiency", "network_efficiency", "ddp_gradient_bytes", "overlap"):
+        assert f"assumed {name} = " in out
+    doc = _size(run_cli, *args, "--global-batch", "256", "--micro-batch", "2")
+    assert doc["layout"]["accumulation"] == 4 and doc["time"]["steps"] == round(100e9 / (256 * 2048))
+
+
+def test_help_lists_the_layout_flags(run_cli):
+    result = run_cli("size", "--help")
+    assert result.exit_code == 0
+    for flag in ("--micro-batch", "--global-batch", "--tp", "--pp"):
+        assert flag in result.stdout

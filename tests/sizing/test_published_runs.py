@@ -74,7 +74,9 @@ def _megatron_prediction(heads, hidden, layers, tp, pp, gpus, batch):
     dp = gpus // (tp * pp)
     layout = Layout(dp, tp, pp, micro_batch=1, accumulation=batch // dp)
     links = links_for("A100-80GB", 8, 8 * 200)
-    time = training_time(shape, "pretrain", "full", "ddp", "A100-80GB", layout, 2048, 1e12, links, gpus // 8, shape.params)
+    time = training_time(
+        shape, "pretrain", "full", "ddp", "A100-80GB", layout, 2048, 1e12, links, gpus // 8, shape.params
+    )
     return _megatron_tflops_per_gpu(shape, batch, time.step.seconds, gpus)
 
 
