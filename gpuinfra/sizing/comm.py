@@ -38,12 +38,16 @@ NVLINK_EFFICIENCY = 230.77 / 300
 #: (github.com/NVIDIA/nccl/issues/527; 2 nodes read higher because NCCL's tree halves the
 #: traffic there, nccl-tests issue 22). 3 nodes: 31.77 GB/s (tests/sizing/test_comm.py).
 NETWORK_EFFICIENCY = 29.61 / 50
-#: Collective -> bus-bandwidth factor (nccl-tests doc/PERFORMANCE.md).
+#: Collectives :func:`bus_factor` knows (nccl-tests doc/PERFORMANCE.md).
 ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER = "all_reduce", "all_gather", "reduce_scatter"
 
 
 def bus_factor(collective: str, ranks: int) -> float:
-    """NCCL's bus-bandwidth factor for ``collective`` over ``ranks`` ranks (0 for one rank)."""
+    """NCCL's bus-bandwidth factor for ``collective`` over ``ranks`` ranks (0 for one rank).
+
+    Raises:
+        ValueError: an unknown collective.
+    """
     if ranks <= 1:
         return 0.0
     if collective == ALL_REDUCE:

@@ -39,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -53,6 +54,9 @@ from gpuinfra.sizing.comm import (
 from gpuinfra.sizing.layout import Layout
 from gpuinfra.sizing.mfu import token_flops, utilization
 from gpuinfra.sizing.models import ModelShape
+
+if TYPE_CHECKING:
+    from gpuinfra.sizing.recommend import Candidate
 
 COMPUTE = Path(__file__).parent / "data" / "gpu_compute.yaml"
 #: Bytes of a 16-bit activation / gathered parameter / ZeRO gradient.
@@ -317,12 +321,12 @@ def training_time(
     return TrainingTime(layout, step, steps, util, source, model_flops, peak)
 
 
-def time_assumptions(candidate: object) -> list[dict]:
+def time_assumptions(candidate: Candidate) -> list[dict]:
     """Every assumed value of the time model for ``candidate`` (a
     :class:`gpuinfra.sizing.recommend.Candidate`), as ``{"name", "value", "source"}``: the
     layout sizes chosen rather than given, utilization, link efficiencies, gradient widths and
     the overlap rules. Empty without a training time."""
-    time = getattr(candidate, "time", None)
+    time = candidate.time
     if time is None:
         return []
     layout = time.layout
