@@ -521,6 +521,8 @@ def nothing_fits(
         "lora": ["--method qlora"],
     }.get(req.method, [])
     tuning = []
+    if req.method in LAYOUT_METHODS and (req.tp is not None or req.pp is not None):
+        tuning.append("without --tp / --pp (chosen to fit when not given)")
     if req.method in ("lora", "qlora") and req.strategy == "ddp":
         tuning.append("--strategy fsdp (shards the frozen base)")
     if req.method == "inference" and req.precision != "int4":

@@ -118,7 +118,8 @@ def test_nothing_fits_names_the_wider_place_and_the_spot_market():
     message = str(nothing_fits(req, scope, load_catalog()))
     assert message.startswith("no configuration in the catalog on gcp sold on-demand fits 70B params (full, bf16)")
     assert message.endswith(
-        "try --method lora or qlora, --recompute full, a shorter --seq, without --cloud, "
+        "try --method lora or qlora, without --tp / --pp (chosen to fit when not given), --recompute full, "
+        "a shorter --seq, without --cloud, "
         "--spot (some GPU types are sold only as spot)"
     )
 
