@@ -146,11 +146,12 @@ def utilization(gpu: str, method: str, params: float) -> Utilization:
     hf = mfu_table()["hf"]
     hopper, _ = _optimized("hopper")
     u = hf_utilization_h100(params) * value / hopper
-    note = (
-        f"{hf['source']}; scaled by {gen} / hopper optimized ({value:.3f} / {hopper:.3f})"
-        if gen != "hopper"
-        else hf["source"]
-    )
+    if gen == "hopper":
+        note = hf["source"]
+    elif value == hopper:
+        note = f"{hf['source']}; no published run on {gen} GPUs: the H100 curve as it is"
+    else:
+        note = f"{hf['source']}; x {value / hopper:.3f} for {gen} ({source})"
     if method == "qlora":
         factor = mfu_table()["hf"]["qlora_factor"]
         u *= float(factor["value"])
