@@ -199,7 +199,7 @@ def size_document(
         },
     )
     doc["next_command"] = None if best is None else next_command(req, best, scope)
-    doc.setdefault("assumptions", []).extend(time_assumptions(chosen))
+    doc.setdefault("assumptions", []).extend(time_assumptions(chosen.time))
     if spot and req.method != "inference" and best is not None and best.offer:
         plan = checkpoint_plan(
             req.trained_params,

@@ -39,7 +39,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
@@ -54,9 +53,6 @@ from gpuinfra.sizing.comm import (
 from gpuinfra.sizing.layout import Layout
 from gpuinfra.sizing.mfu import token_flops, utilization
 from gpuinfra.sizing.models import ModelShape
-
-if TYPE_CHECKING:
-    from gpuinfra.sizing.recommend import Candidate
 
 COMPUTE = Path(__file__).parent / "data" / "gpu_compute.yaml"
 #: Bytes of a 16-bit activation / gathered parameter / ZeRO gradient.
@@ -321,12 +317,10 @@ def training_time(
     return TrainingTime(layout, step, steps, util, source, model_flops, peak)
 
 
-def time_assumptions(candidate: Candidate) -> list[dict]:
-    """Every assumed value of the time model for ``candidate`` (a
-    :class:`gpuinfra.sizing.recommend.Candidate`), as ``{"name", "value", "source"}``: the
-    layout sizes chosen rather than given, utilization, link efficiencies, gradient widths and
-    the overlap rules. Empty without a training time."""
-    time = candidate.time
+def time_assumptions(time: TrainingTime | None) -> list[dict]:
+    """Every assumed value behind ``time`` (a candidate's training time), as ``{"name",
+    "value", "source"}``: the layout sizes chosen rather than given, utilization, link
+    efficiencies, gradient widths and the overlap rules. Empty without a training time."""
     if time is None:
         return []
     layout = time.layout
