@@ -34,7 +34,30 @@ def size(
         show_default=False,
     ),
     batch: int | None = typer.Option(
-        None, "--batch", help="Micro-batch per GPU (inference: concurrent sequences). Default: 1.", show_default=False
+        None,
+        "--batch",
+        "--micro-batch",
+        help="Micro-batch per GPU (default: the largest that fits); inference: concurrent sequences (default 1).",
+        show_default=False,
+    ),
+    global_batch: int | None = typer.Option(
+        None,
+        "--global-batch",
+        help="Sequences per optimizer step (gradient accumulation = global / (micro-batch x data-parallel GPUs)); "
+        "default: one micro-batch per data-parallel GPU.",
+        show_default=False,
+    ),
+    tp: int | None = typer.Option(
+        None,
+        "--tp",
+        help="Tensor parallel size, inside a node (pretrain/full; default: the smallest that fits).",
+        show_default=False,
+    ),
+    pp: int | None = typer.Option(
+        None,
+        "--pp",
+        help="Pipeline parallel size, across nodes (pretrain/full; default: 1 unless the model fits no other way).",
+        show_default=False,
     ),
     precision: str | None = typer.Option(
         None,
@@ -165,13 +188,16 @@ def size(
         "optimizer": optimizer,
         "engine": engine,
         "base_precision": base_precision,
+        "global_batch": global_batch,
+        "tp": tp,
+        "pp": pp,
     }
     req = sizing_request(
         model,
         params,
         method,
         seq,
-        1 if batch is None else batch,
+        batch,
         precision or "bf16",
         strategy,
         recompute,
@@ -186,6 +212,9 @@ def size(
         samples,
         epochs,
         frozenset(k for k, v in given.items() if v is not None),
+        global_batch,
+        tp,
+        pp,
     )
     scope = OfferScope(cloud=cloud, region=region, markets=size_markets(spot))
     doc = size_document(
@@ -207,7 +236,8 @@ def size(
     out.print(
         f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
         f"{req.precision}{base}, {req.strategy}, recompute {req.recompute}, offload {req.offload}, "
-        f"seq {req.seq}, micro-batch {req.batch}"
+        f"seq {req.seq}"
+        + (f", micro-batch {req.batch}" if req.batch else "")
         + (f", {req.engine}" if req.method == "inference" else f", {req.optimizer}")
     )
     if doc.get("breakdown"):
@@ -232,6 +262,10 @@ def size(
             )
         if doc.get("cpu_memory_per_node_gib"):
             out.print(f"  CPU memory per node for offload: {doc['cpu_memory_per_node_gib']:.1f} GiB")
+        if doc.get("layout"):
+            out.print("  " + layout_text(doc["layout"]))
+        if doc.get("time"):
+            out.print("  " + time_text(doc["time"]))
     if doc.get("interconnect_note"):
         out.print(f"note: {doc['interconnect_note']}")
     if doc.get("offer_note"):
@@ -272,3 +306,27 @@ def size(
         out.print(f"next: {doc['next_command']}")
     if not doc["candidates"]:
         raise nothing_fits(req, scope, load_catalog())  # exit 4 after the breakdown above
+
+
+def layout_text(layout: dict) -> str:
+    """One line for a layout (:meth:`gpuinfra.sizing.layout.Layout.to_json`)."""
+    chosen = f" (chosen: {', '.join(layout['chosen'])})" if layout["chosen"] else ""
+    return (
+        f"layout: dp {layout['dp']} x tp {layout['tp']} x pp {layout['pp']}, micro-batch {layout['micro_batch']} x "
+        f"accumulation {layout['accumulation']} = global batch {layout['global_batch']}, "
+        f"bubble {layout['bubble_fraction']:.1%}{chosen}"
+    )
+
+
+def time_text(time: dict) -> str:
+    """One line for a step's time (:meth:`gpuinfra.sizing.throughput.TrainingTime.to_json`)."""
+    step = "unknown" if time["step_seconds"] is None else f"{time['step_seconds']:.3f} s"
+    comm = time["communication_seconds_per_step"]
+    exposed = time["exposed_communication_seconds_per_step"]
+    overlap = "" if time["overlap_fraction"] is None else f", {time['overlap_fraction']:.0%} overlapped"
+    comm_text = "unknown" if comm is None else f"{comm:.3f} s ({exposed:.3f} s exposed{overlap})"
+    mfu = "unknown" if time["mfu"] is None else f"{time['mfu']:.1%}"
+    return (
+        f"step {step} x {time['steps']:,} steps: compute {time['compute_seconds_per_step']:.3f} s, "
+        f"communication {comm_text}; MFU {mfu} at utilization {time['utilization']:.3f} ({time['utilization_source']})"
+    )

@@ -45,7 +45,7 @@ Other formulas:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuinfra.sizing.activations import DEFAULT_LORA_SITES, prefill_workspace_bytes, training_activation_phases
 from gpuinfra.sizing.models import ModelShape
@@ -168,6 +168,10 @@ class Workload:
             ``set_to_none=True`` the default); False: freed after each optimizer step.
         engine: inference engine: hf (``generate()``, dynamic KV cache) | vllm (preallocated pool).
         gpu_memory_utilization: vLLM's share of the device memory.
+        tp, pp: tensor and pipeline parallel sizes of a training run (``gpus`` is then the
+            data-parallel ranks that ZeRO / FSDP shard over): every phase's model states, autocast
+            copies and optimizer workspace split over tp x pp, its activations over tp
+            (:mod:`gpuinfra.sizing.layout`).
     """
 
     shape: ModelShape
@@ -191,6 +195,8 @@ class Workload:
     grads_between_steps: bool = False
     engine: str = "hf"
     gpu_memory_utilization: float = VLLM_GPU_MEMORY_UTILIZATION
+    tp: int = 1
+    pp: int = 1
 
 
 @dataclass(frozen=True)
@@ -361,6 +367,21 @@ def _training(w: Workload, c: int) -> Breakdown:
         residual,
         w.lora_dropout,
     )
+    if w.tp * w.pp > 1:  # Megatron layout (gpuinfra.sizing.layout): split before the phases are compared
+        split = w.tp * w.pp
+        weights, copies, grads, state, step, dequant = (
+            x / split for x in (weights, copies, grads, state, step, dequant)
+        )
+        # offload: a node's CPU holds its GPUs' shares of the whole model, whatever the layout;
+        # the estimators took dp ranks as the nodes' GPUs (states.full_training_states)
+        per_node = max(1, w.gpus_per_node)
+        cpu = cpu * max(1, w.gpus // per_node) / max(1, w.gpus * split // per_node)
+        acts = replace(
+            acts,
+            forward=acts.forward / w.tp,
+            backward_start=acts.backward_start / w.tp,
+            backward_end=acts.backward_end / w.tp,
+        )
     persistent = weights + state + (grads if w.grads_between_steps else 0.0)
     if w.grads_between_steps:
         weights, grads = weights + grads, 0.0  # counted with the persistent weights

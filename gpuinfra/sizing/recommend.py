@@ -23,9 +23,12 @@ from gpuinfra.errors import NoOfferError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
+from gpuinfra.sizing.comm import links_for
+from gpuinfra.sizing.layout import Layout, choose_layout, layout_memory
 from gpuinfra.sizing.memory import (
     ALLOCATOR_RESERVE_FRACTION,
     ATTENTION,
+    BYTES_PER_PARAM,
     COMPUTE_PRECISIONS,
     CUDA_CONTEXT_BYTES,
     DEFAULT_LORA_RANK,
@@ -47,7 +50,7 @@ from gpuinfra.sizing.memory import (
 )
 from gpuinfra.sizing.models import ModelShape, get_model, parse_count, shape_from_params
 from gpuinfra.sizing.supply import OFFER_KEYS, cheapest_offers
-from gpuinfra.sizing.throughput import TrainingTime, gpu_compute, training_time
+from gpuinfra.sizing.throughput import HALF_BYTES, TrainingTime, gpu_compute, training_time
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_STRATEGY = {"pretrain": "fsdp", "full": "fsdp", "lora": "ddp", "qlora": "ddp", "inference": "ddp"}
@@ -67,7 +70,8 @@ DEFAULT_SEQ = 2048
 #: Where each default comes from (the ``assumptions`` of ``gpuinfra size``).
 DEFAULT_SOURCES = {
     "seq": f"{DEFAULT_SEQ} tokens, capped at the model's context (max_position_embeddings)",
-    "batch": "micro-batch 1 per GPU",
+    "batch": "training: the largest micro-batch of 1, 2, 4 ... 64 that fits (at most the global batch's share "
+    "per data-parallel GPU); inference: 1 sequence",
     "precision": "bf16 (training: autocast over fp32 weights, HF Trainer bf16=True; inference: bf16 weights)",
     "strategy": "per method: fsdp for pretrain/full, ddp for lora/qlora/inference",
     "recompute": "per method: selective for pretrain/full (Megatron-LM), full for lora/qlora (HF gradient_checkpointing)",
@@ -77,7 +81,14 @@ DEFAULT_SOURCES = {
     "base_precision": "lora: the compute precision; qlora: nf4-dq (QLoRA paper, arXiv:2305.14314)",
     "lora_rank": "16 (PEFT LoraConfig r), adapters on q, k, v, o of every layer, with dropout",
     "headroom": "10% of the need kept free (model error, allocator growth)",
+    "tp": "chosen: the smallest tensor parallel size inside a node that fits (Narayanan et al. 2021, "
+    "arXiv:2104.04473, Takeaway 1)",
+    "pp": "chosen: 1, or the fewest pipeline stages across nodes that fit when tp = GPUs per node does not",
+    "global_batch": "no --global-batch: one micro-batch per data-parallel GPU, no accumulation",
 }
+MAX_GLOBAL_BATCH = 1_048_576
+#: Methods that take tensor / pipeline parallel layouts; the others keep tp = pp = 1.
+LAYOUT_METHODS = ("pretrain", "full")
 
 
 @dataclass(frozen=True)
@@ -88,6 +99,12 @@ class SizingRequest:
     storage for inference (fp32 | bf16 | fp16 | int8 | int4); ``base_precision`` is the storage
     of the frozen base for lora (bf16 | fp16 | fp32 | int8; default = ``precision``) and qlora
     (nf4 | nf4-dq; default nf4-dq, as in the QLoRA paper).
+
+    ``batch`` is the micro-batch per GPU for training (None: the largest that fits,
+    :func:`gpuinfra.sizing.layout.choose_layout`) and the concurrent sequences for inference
+    (None: 1). ``global_batch`` is sequences per optimizer step (None: one micro-batch per
+    data-parallel rank); ``tp`` / ``pp`` tensor / pipeline parallel sizes (None: chosen;
+    pretrain and full only).
     """
 
     shape: ModelShape
@@ -96,7 +113,7 @@ class SizingRequest:
     strategy: str | None = None
     recompute: str | None = None
     seq: int = 2048
-    batch: int = 1
+    batch: int | None = None
     tokens: float | None = None
     base_precision: str | None = None
     offload: str = "none"
@@ -106,6 +123,9 @@ class SizingRequest:
     optimizer: str = DEFAULT_OPTIMIZER
     engine: str = "hf"
     given: frozenset[str] = frozenset()
+    global_batch: int | None = None
+    tp: int | None = None
+    pp: int | None = None
 
     def resolved(self) -> SizingRequest:
         """Defaults filled in per method; validated.
@@ -146,25 +166,30 @@ class SizingRequest:
             raise SizingError(f"--engine must be one of {', '.join(ENGINES)}, got {self.engine!r}")
         if self.engine != "hf" and m != "inference":
             raise SizingError(f"--engine {self.engine} applies to --method inference only")
-        if not 1 <= self.seq <= MAX_SEQ or not 1 <= self.batch <= MAX_BATCH:
-            raise SizingError(f"--seq must be 1..{MAX_SEQ} and --batch 1..{MAX_BATCH}, got {self.seq} and {self.batch}")
+        batch = self.batch if self.batch is not None or m != "inference" else 1
+        if not 1 <= self.seq <= MAX_SEQ or not 1 <= (batch or 1) <= MAX_BATCH:
+            raise SizingError(f"--seq must be 1..{MAX_SEQ} and --batch 1..{MAX_BATCH}, got {self.seq} and {batch}")
         context = self.shape.context
         if context and self.seq > context:
             raise SizingError(
                 f"--seq {self.seq} is beyond the context of {self.shape.name}: {context} tokens "
                 f"(max_position_embeddings in {self.shape.source})"
             )
+        _check_layout(self, m)
         if not 0 <= self.headroom <= 1:
             raise SizingError(f"--headroom must be a fraction 0..1, got {self.headroom}")
-        return replace(self, strategy=strategy, recompute=recompute, base_precision=base)
+        return replace(self, strategy=strategy, recompute=recompute, base_precision=base, batch=batch)
 
-    def assumptions(self) -> list[dict]:
+    def assumptions(self, layout: Layout | None = None) -> list[dict]:
         """Every value the user did not give and the sizing assumed: ``[{"name", "value",
-        "source"}]`` (defaults of this request, then the memory model's measured constants)."""
+        "source"}]`` (defaults of this request and, with ``layout`` -- the evaluated
+        configuration's, :func:`gpuinfra.sizing.layout.choose_layout` -- the micro-batch, tp,
+        pp and global batch chosen, then the memory model's measured constants). The time
+        model's assumptions are :func:`gpuinfra.sizing.throughput.time_assumptions`."""
         out = []
         values = {
             "seq": self.seq,
-            "batch": self.batch,
+            "batch": layout.micro_batch if layout is not None else self.batch,
             "precision": self.precision,
             "strategy": self.strategy,
             "recompute": self.recompute,
@@ -178,6 +203,10 @@ class SizingRequest:
         if self.method in BASE_PRECISIONS:
             values["base_precision"] = self.base_precision
             values["lora_rank"] = DEFAULT_LORA_RANK
+        if layout is not None:
+            if self.method in LAYOUT_METHODS:
+                values["tp"], values["pp"] = layout.tp, layout.pp
+            values["global_batch"] = layout.global_batch
         for name, value in values.items():
             if name not in self.given:
                 out.append({"name": name, "value": value, "source": DEFAULT_SOURCES[name]})
@@ -235,6 +264,23 @@ class SizingRequest:
         return self.method in ("pretrain", "full") and self.strategy != "ddp"
 
 
+def _check_layout(req: SizingRequest, method: str) -> None:
+    if req.global_batch is not None and not 1 <= req.global_batch <= MAX_GLOBAL_BATCH:
+        raise SizingError(f"--global-batch must be 1..{MAX_GLOBAL_BATCH} sequences, got {req.global_batch}")
+    for flag, value in (("--tp", req.tp), ("--pp", req.pp)):
+        if value is not None and value < 1:
+            raise SizingError(f"{flag} must be >= 1, got {value}")
+    if method not in LAYOUT_METHODS and ((req.tp or 1) > 1 or (req.pp or 1) > 1):
+        raise SizingError(
+            f"--tp / --pp apply to --method {' or '.join(LAYOUT_METHODS)} (Megatron-style tensor and "
+            f"pipeline parallel); --method {method} runs one model copy per GPU"
+        )
+    if method == "inference" and req.global_batch is not None:
+        raise SizingError(
+            "--global-batch applies to training methods; for inference --batch is the concurrent sequences"
+        )
+
+
 def _check_offload(offload: str, method: str, strategy: str) -> None:
     if offload not in OFFLOAD:
         raise SizingError(f"--offload must be one of {', '.join(OFFLOAD)}, got {offload!r}")
@@ -266,7 +312,7 @@ def sizing_request(
     params: str | None = None,
     method: str = "full",
     seq: int | None = None,
-    batch: int = 1,
+    batch: int | None = None,
     precision: str = "bf16",
     strategy: str | None = None,
     recompute: str | None = None,
@@ -281,6 +327,9 @@ def sizing_request(
     samples: str | None = None,
     epochs: float | None = None,
     given: frozenset[str] = frozenset(),
+    global_batch: int | None = None,
+    tp: int | None = None,
+    pp: int | None = None,
 ) -> SizingRequest:
     """A validated :class:`SizingRequest` with the method's defaults filled in.
 
@@ -329,6 +378,9 @@ def sizing_request(
         optimizer or DEFAULT_OPTIMIZER,
         engine or "hf",
         given,
+        global_batch,
+        tp,
+        pp,
     ).resolved()
 
 
@@ -348,6 +400,7 @@ class Candidate:
         host_memory_gib: host RAM of one node (CPU offload check); None when unknown.
         network_bandwidth_gbps: bandwidth of the node's NICs for inter-node GPU traffic, Gbit/s
             (catalog facts ``network_bandwidth_gbps``); None when unknown.
+        layout: the parallel layout of a training method (None for inference).
         storage_bandwidth_gbps: bandwidth of the node's host NIC(s), the object-storage path,
             Gbit/s (catalog facts ``host_nic_bandwidth_gbps``: AWS the primary card, GCP the
             host gVNICs); None when unknown.
@@ -366,6 +419,7 @@ class Candidate:
     network_bandwidth_gbps: float | None = None
     storage_bandwidth_gbps: float | None = None
     usable_fraction: float = 1.0
+    layout: Layout | None = None
 
     @property
     def memory_per_gpu_gib(self) -> float:
@@ -406,14 +460,19 @@ class Candidate:
         return self.price_per_hour_usd * Decimal(str(self.hours))
 
 
-def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Workload:
-    """The :class:`Workload` of ``req`` on a configuration (eager attention on GPUs without FlashAttention)."""
+def workload(
+    req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int, batch: int | None = None, dp: int | None = None
+) -> Workload:
+    """The :class:`Workload` of ``req`` on a configuration (eager attention on GPUs without
+    FlashAttention); ``batch`` overrides the request's micro-batch, ``dp`` the GPUs that shard
+    model states (all GPUs when no tensor / pipeline parallel splits them)."""
     flash = bool(gpu_compute().get(gpu, {}).get("flash_attention", True))
     attention = req.attention or ("sdpa" if flash else "eager")
     compute = req.precision if req.method != "inference" else ("fp32" if req.precision == "fp32" else "bf16")
     assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
-    # one GPU shards nothing: FSDP / ZeRO there hold what DDP holds (the single-GPU stack)
-    single = gpus_per_node * nodes == 1 and req.offload == "none"
+    dp = dp or gpus_per_node * nodes
+    # one data-parallel rank shards nothing: FSDP / ZeRO there hold what DDP holds (the single-GPU stack)
+    single = dp == 1 and req.offload == "none"
     return Workload(
         req.shape,
         req.method,
@@ -422,8 +481,8 @@ def workload(req: SizingRequest, gpu: str, gpus_per_node: int, nodes: int) -> Wo
         "ddp" if single else req.strategy,
         req.recompute,
         req.seq,
-        req.batch,
-        gpus_per_node * nodes,
+        batch or req.batch or 1,
+        dp,
         gpus_per_node,
         attention,
         req.offload,
@@ -440,36 +499,76 @@ def evaluate(
     nodes: int,
     network_bandwidth_gbps: float | None = None,
 ) -> Candidate:
-    """Memory and time of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``."""
-    breakdown = memory_per_gpu(workload(req, gpu, gpus_per_node, nodes))
+    """Memory and time of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``: for
+    training, in the layout :func:`gpuinfra.sizing.layout.choose_layout` picks (the given or
+    fitting tp / pp, the given or largest fitting micro-batch).
+
+    Raises:
+        SizingError: a given ``--tp`` / ``--pp`` this configuration cannot take.
+    """
+    if req.method == "inference":
+        vllm = req.engine == "vllm"
+        return Candidate(
+            gpu,
+            gpus_per_node,
+            nodes,
+            gpu_memory_gib,
+            memory_per_gpu(workload(req, gpu, gpus_per_node, nodes)),
+            0.0 if vllm else req.headroom,  # vLLM's pool is preallocated: nothing grows past it
+            network_bandwidth_gbps=network_bandwidth_gbps,
+            usable_fraction=VLLM_GPU_MEMORY_UTILIZATION if vllm else 1.0,
+        )
+    gpus = gpus_per_node * nodes
+
+    def memory(tp: int, pp: int, micro_batch: int) -> Breakdown:
+        dp = gpus // (tp * pp)
+        return layout_memory(workload(req, gpu, gpus_per_node, nodes, micro_batch, dp), tp, pp)
+
+    def fits(tp: int, pp: int, micro_batch: int) -> bool:
+        return memory(tp, pp, micro_batch).total * (1 + req.headroom) <= gpu_memory_gib * GIB
+
+    layered = req.method in LAYOUT_METHODS
+    layout = choose_layout(
+        gpus_per_node,
+        nodes,
+        req.shape.heads,
+        req.shape.layers,
+        fits,
+        req.tp if layered else 1,
+        req.pp if layered else 1,
+        req.batch,
+        req.global_batch,
+    )
+    breakdown = memory(layout.tp, layout.pp, layout.micro_batch)
     time = None
-    if req.tokens and req.method != "inference":
+    if req.tokens:
         assert req.strategy is not None and req.recompute is not None  # set by SizingRequest.resolved()
+        frozen = req.method in ("lora", "qlora")
         time = training_time(
-            req.shape.params,
-            req.trained_params,
-            req.tokens,
+            req.shape,
             req.method,
             req.recompute,
             req.strategy,
             gpu,
-            gpus_per_node,
-            nodes,
+            layout,
             req.seq,
-            req.batch,
-            network_bandwidth_gbps,
+            req.tokens,
+            links_for(gpu, gpus_per_node, network_bandwidth_gbps),
+            nodes,
+            req.trained_params,
+            BYTES_PER_PARAM[req.storage] if frozen else HALF_BYTES,
+            req.trained_params if frozen else 0.0,
         )
-    vllm = req.method == "inference" and req.engine == "vllm"
     return Candidate(
         gpu,
         gpus_per_node,
         nodes,
         gpu_memory_gib,
         breakdown,
-        0.0 if vllm else req.headroom,
+        req.headroom,
         time=time,
         network_bandwidth_gbps=network_bandwidth_gbps,
-        usable_fraction=VLLM_GPU_MEMORY_UTILIZATION if vllm else 1.0,
+        layout=layout,
     )
 
 
@@ -507,11 +606,13 @@ def candidates(req: SizingRequest, catalog: Catalog, scope: OfferScope = OfferSc
             if req.method != "inference" and req.precision == "bf16" and not facts["bf16"]:
                 continue
             for nodes in (n for n in node_counts if n <= offer["max_nodes"]):
-                c = priced(
-                    evaluate(req, gpu, device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"]),
-                    offer,
-                    nodes,
-                )
+                try:
+                    evaluated = evaluate(
+                        req, gpu, device_memory_gib(gpu), count, nodes, offer["network_bandwidth_gbps"]
+                    )
+                except SizingError:
+                    continue  # a given --tp / --pp this shape cannot take
+                c = priced(evaluated, offer, nodes)
                 if c.fits:
                     out.append(c)
                     seen.add((gpu, count))
@@ -543,8 +644,11 @@ def candidate_json(c: Candidate) -> dict:
         "training_hours": None if c.hours is None else round(c.hours, 2),
         "compute_hours": None if t is None else round(t.compute_hours, 2),
         "communication_hours": None if t is None or t.communication_hours is None else round(t.communication_hours, 2),
-        "mfu": None if t is None else t.mfu,
-        "mfu_source": None if t is None else t.mfu_source,
+        "bubble_hours": None if t is None or t.bubble_hours is None else round(t.bubble_hours, 2),
+        "mfu": None if t is None or t.mfu is None else round(t.mfu, 3),
+        "mfu_source": None if t is None else t.utilization_source,
+        "layout": None if c.layout is None else c.layout.to_json(),
+        "time": None if t is None else t.to_json(),
         "network_bandwidth_gbps": c.network_bandwidth_gbps,
         "run_cost_usd": usd_json(c.run_cost_usd),
         **c.offer,
@@ -567,13 +671,15 @@ def nothing_fits(
         "lora": ["--method qlora"],
     }.get(req.method, [])
     tuning = []
+    if req.method in LAYOUT_METHODS and (req.tp is not None or req.pp is not None):
+        tuning.append("without --tp / --pp (chosen to fit when not given)")
     if req.method in ("lora", "qlora") and req.strategy == "ddp":
         tuning.append("--strategy fsdp (shards the frozen base)")
     if req.method == "inference" and req.precision != "int4":
         tuning.append("--precision int4")
     if req.recompute != "full" and req.method != "inference":
         tuning.append("--recompute full")
-    if req.batch > 1:
+    if (req.batch or 1) > 1:
         tuning.append("a smaller --batch")
     tuning.append("a shorter --seq")
     if catalog is not None:

@@ -14,11 +14,17 @@ evaluated, ``"gpus", "nodes", "total_gpus", "memory_per_gpu_gib", "gpu_memory_gi
 "cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...} (at the peak phase),
 "peak_phase" (forward | backward | optimizer_step | generate | vllm_pool), "phases_gib"
 ({"between_steps", "forward", "backward", "optimizer_step"} allocated GiB; training), "training_hours",
-"compute_hours", "communication_hours", "mfu", "mfu_source", "run_cost_usd",
+"compute_hours", "communication_hours" (exposed, after overlap), "bubble_hours", "mfu" (model
+FLOPs utilization of the predicted run), "mfu_source" (the run the utilization comes from),
+"layout" (:meth:`gpuinfra.sizing.layout.Layout.to_json`: dp, tp, pp, micro-batch,
+accumulation, global batch, bubble), "time" (:meth:`gpuinfra.sizing.throughput.TrainingTime.to_json`:
+per-step compute, bubble and communication seconds, overlap), "run_cost_usd",
 "price_per_hour_usd"``; a candidate is :func:`gpuinfra.sizing.recommend.candidate_json`.
 ``checkpoint_plan`` (:class:`gpuinfra.sizing.checkpoint.CheckpointPlan`) is set with ``spot``
-for training methods. ``assumptions`` lists every value the user did not give, with its
-source (:meth:`gpuinfra.sizing.recommend.SizingRequest.assumptions`); ``gpus`` with
+for training methods. ``assumptions`` (``[{"name", "value", "source"}, ...]``) lists every
+value the user did not give, with its source: the request's defaults and the layout chosen for
+the evaluated configuration (:meth:`gpuinfra.sizing.recommend.SizingRequest.assumptions`), then
+every assumed value of the time model (:func:`gpuinfra.sizing.throughput.time_assumptions`); ``gpus`` with
 ``gpu_memory_gib`` checks a GPU the catalog does not sell (no price, no cost).
 """
 
@@ -46,6 +52,7 @@ from gpuinfra.sizing.recommend import (
     sizing_request,
 )
 from gpuinfra.sizing.supply import cheapest_offers
+from gpuinfra.sizing.throughput import time_assumptions
 
 #: Candidates listed in the document.
 SHOWN_CANDIDATES = 5
@@ -128,19 +135,20 @@ def size_document(
         "assumptions": req.assumptions(),
     }
     chosen: Candidate | None
+    outside: list[dict] = []
     if gpus and gpu_memory_gib is not None:
         count, name = _outside_gpu(gpus, gpu_memory_gib)
         chosen = evaluate(req, name, gpu_memory_gib, count, nodes)
         doc["offer_note"] = (
             f"{name} is not in the catalog: checked with --gpu-memory {gpu_memory_gib:g} GiB, not priced or planned"
         )
-        doc["assumptions"].append(
+        outside = [
             {
                 "name": "gpu_memory_gib",
                 "value": gpu_memory_gib,
                 "source": f"--gpu-memory for {name} (not in the catalog)",
             }
-        )
+        ]
     elif gpus:
         request = parse_gpu_spec(gpus, nodes)
         multi = req.sharded and nodes > 1
@@ -179,6 +187,8 @@ def size_document(
     if chosen is None:
         doc.update(fits=False, recommendation=None, memory_per_gpu_gib=None, gpu_memory_gib=None, breakdown=None)
         return doc
+    # one list: the request's defaults with the layout chosen here, then the time model's
+    doc["assumptions"] = req.assumptions(chosen.layout) + outside + time_assumptions(chosen.time)
     view = candidate_json(chosen)
     usable = chosen.fits and doc["interconnect_note"] is None and doc["offer_note"] is None
     best = chosen if usable else (ranked[0] if ranked else None)
@@ -200,8 +210,11 @@ def size_document(
                 "training_hours",
                 "compute_hours",
                 "communication_hours",
+                "bubble_hours",
                 "mfu",
                 "mfu_source",
+                "layout",
+                "time",
                 "run_cost_usd",
                 "price_per_hour_usd",
             )
@@ -270,8 +283,8 @@ class StackSizing:
     """How ``gpuinfra new --model/--params`` sized a model into a GPU request.
 
     Attributes:
-        request: the resolved sizing request (sequence 2048, micro-batch 1, bf16, the
-            method's default strategy and recompute).
+        request: the resolved sizing request (sequence 2048, the largest micro-batch that
+            fits, bf16, the method's default strategy and recompute).
         candidates: every configuration that fits in the stack's scope, best first
             (:func:`gpuinfra.sizing.recommend.candidates`).
         profile: the workload profile of the method (``qlora`` -> ``qlora-finetune``).
@@ -324,8 +337,9 @@ class StackSizing:
 
     def to_json(self) -> dict[str, Any]:
         """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
-        "breakdown", "peak_phase", "passed_over", "checkpoint_plan", "assumptions"}`` (``new --json``
-        ``sizing``; ``assumptions`` as in ``gpuinfra size --json``)."""
+        "breakdown", "peak_phase", "layout", "passed_over", "checkpoint_plan", "assumptions"}`` (``new --json``
+        ``sizing``; ``layout``: :meth:`gpuinfra.sizing.layout.Layout.to_json`, None for inference;
+        ``assumptions`` as in ``gpuinfra size --json``)."""
         c = self.chosen or self.candidates[0]
         return {
             "model": self.request.shape.name,
@@ -336,9 +350,10 @@ class StackSizing:
             "gpu_memory_gib": c.gpu_memory_gib,
             "breakdown": c.breakdown.gib(),
             "peak_phase": c.breakdown.phase,
+            "layout": None if c.layout is None else c.layout.to_json(),
             "passed_over": list(self.passed_over),
             "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json(),
-            "assumptions": self.request.assumptions(),
+            "assumptions": self.request.assumptions(c.layout),
         }
 
 
@@ -351,7 +366,7 @@ def size_for_stack(
     command: str = "new",
 ) -> StackSizing:
     """Every GPU configuration in ``scope`` that holds a model for ``method`` (default
-    ``full``), at sequence length 2048, micro-batch 1, bf16 and the method's default strategy,
+    ``full``), at sequence length 2048, the largest micro-batch that fits, bf16 and the method's default strategy,
     best first; the caller plans them in order (:func:`gpuinfra.newstack.create_stack`).
 
     Args:

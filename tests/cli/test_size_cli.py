@@ -36,11 +36,19 @@ def test_params_7b_full_fsdp_recommends_a_fitting_configuration(run_cli):
 
 
 def test_checking_a_given_configuration_with_margin(run_cli):
-    # without recompute the activations of 80 layers x 2048 tokens (~58 GiB in HF Llama) do not fit
-    no_recompute = _size(
-        run_cli, "--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8"
-    )
+    # without recompute or tensor parallel the activations of 80 layers x 2048 tokens (~58 GiB in
+    # HF Llama) do not fit
+    args = ("--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8")
+    no_recompute = _size(run_cli, *args, "--tp", "1", "--pp", "1", "--batch", "1")
     assert no_recompute["fits"] is False and no_recompute["breakdown"]["activations_gib"] > 55
+    # left to choose, tensor parallel inside the node splits them (sequence parallel: / tp)
+    auto = _size(run_cli, *args)
+    assert auto["fits"] is True and auto["layout"]["tp"] > 1 and auto["layout"]["pp"] == 1
+    per_sequence = no_recompute["breakdown"]["activations_gib"]
+    assert (
+        abs(auto["breakdown"]["activations_gib"] - per_sequence * auto["layout"]["micro_batch"] / auto["layout"]["tp"])
+        < 0.01
+    )
     doc = _size(
         run_cli,
         "--model",
@@ -62,10 +70,13 @@ def test_checking_a_given_configuration_with_margin(run_cli):
 
 def test_tokens_give_hours_and_cost(run_cli):
     doc = _size(run_cli, "--params", "1.3B", "--method", "pretrain", "--tokens", "26B", "--gpus", "8xH100")
-    # 6*P*D with selective recompute, MFU 0.38 on H100 (Llama 3 paper), 989 TFLOP/s
-    expected = 6 * 1.3e9 * 26e9 / (8 * 989e12 * 0.38 * 3600)
-    assert abs(doc["training_hours"] - round(expected, 2)) < 0.011 and doc["mfu"] == 0.38
-    assert abs(Decimal(doc["run_cost_usd"]) - Decimal(doc["price_per_hour_usd"]) * Decimal(expected)) < Decimal("0.01")
+    # one node: FSDP traffic on NVLink hides behind compute, so the run's MFU is the utilization of
+    # Llama 3's H100 runs (38-43% MFU, Table 4) less the selective-recompute forward of attention
+    assert 0.38 <= doc["mfu"] <= 0.43 and doc["communication_hours"] == 0
+    time = doc["time"]
+    assert abs(doc["training_hours"] - time["steps"] * time["step_seconds"] / 3600) < 0.02
+    expected = Decimal(doc["price_per_hour_usd"]) * Decimal(str(doc["training_hours"]))
+    assert abs(Decimal(doc["run_cost_usd"]) / expected - 1) < Decimal("0.001")  # hours shown rounded
 
 
 def test_inference_has_kv_cache_and_no_gradients(run_cli):
@@ -95,7 +106,7 @@ def test_bad_sizing_input(run_cli):
         (["--params", "7X"], "--params must look like 7B"),
         (["--model", "gpt5"], "unknown model 'gpt5'"),
         (["--params", "10000T"], "--params must be at most 1000T, got '10000T'"),
-        (["--params", "7B", "--seq", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
+        (["--params", "7B", "--seq", "0", "--batch", "1"], "--seq must be 1..1048576 and --batch 1..4096, got 0 and 1"),
         (
             ["--params", "7B", "--optimizer", "adam"],
             "--optimizer must be one of adamw-fused, adamw-foreach, adamw-8bit",
@@ -116,6 +127,10 @@ def test_bad_sizing_input(run_cli):
             "--offload optimizer needs --strategy zero1 or zero2 or zero3",
         ),
         (["--params", "7B", "--headroom", "2"], "--headroom must be a fraction 0..1"),
+        (["--params", "7B", "--method", "lora", "--tp", "2"], "--tp / --pp apply to --method pretrain or full"),
+        (["--params", "7B", "--global-batch", "0"], "--global-batch must be 1..1048576 sequences, got 0"),
+        (["--params", "7B", "--pp", "0"], "--pp must be >= 1, got 0"),
+        (["--model", "llama-3.1-8b", "--tp", "3", "--gpus", "8xH100"], "--tp 3 must divide the GPUs per node (8)"),
     ]:
         result = run_cli("size", *args)
         assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr, args
@@ -127,6 +142,8 @@ def test_new_with_model_and_method(run_cli, tmp_path):
     data = json.loads(result.stdout)
     assert data["profile"] == "qlora-finetune" and data["sizing"]["method"] == "qlora"
     assert data["sizing"]["memory_per_gpu_gib"] * 1.1 <= data["sizing"]["gpu_memory_gib"]
+    layout = data["sizing"]["layout"]
+    assert (layout["tp"], layout["pp"]) == (1, 1) and "micro_batch" in layout["chosen"]  # qlora: no tp / pp
 
 
 def test_issue_cases_on_one_h100(run_cli):
@@ -217,7 +234,16 @@ def test_every_assumed_value_is_listed_with_its_source(run_cli):
     flat = " ".join(helped.stdout.replace("│", " ").split())
     for flag in ("--optimizer", "--engine", "--gpu-memory", "--samples", "--epochs", "Default: adamw-fused"):
         assert flag in flat
-    for value in ("Default: 2048", "Default: 1.", "Default: bf16", "Default: hf", "1.26 GiB", "8.1%", "0.6 x", "0.9"):
+    for value in (
+        "Default: 2048",
+        "default: the largest that fits",
+        "Default: bf16",
+        "Default: hf",
+        "1.26 GiB",
+        "8.1%",
+        "0.6 x",
+        "0.9",
+    ):
         assert value in flat, value
 
 
@@ -278,3 +304,41 @@ def test_a10g_memory_is_what_the_device_reports_discounted_once(run_cli):
     # (github.com/XavierXiao/Dreambooth-Stable-Diffusion issue 18), not 22.35 x 0.9219 = 20.6
     doc = _size(run_cli, "--model", "llama-3.1-8b", "--method", "qlora", "--gpus", "1xA10G")
     assert doc["gpu_memory_gib"] == 22.2
+
+
+def test_text_shows_the_layout_the_step_and_every_assumption(run_cli):
+    args = ("--params", "13B", "--method", "pretrain", "--tokens", "100B", "--gpus", "8xH100", "--nodes", "4")
+    result = run_cli("size", *args, "--global-batch", "256", "--micro-batch", "2")
+    assert result.exit_code == 0, result.stderr
+    out = result.stdout
+    # 256 sequences = micro-batch 2 x accumulation 4 x 32 data-parallel GPUs
+    assert (
+        "layout: dp 32 x tp 1 x pp 1, micro-batch 2 x accumulation 4 = global batch 256, bubble 0.0% (chosen: tp, pp)"
+        in out
+    )
+    assert "communication " in out and "exposed" in out and "MFU " in out and "arXiv:2407.21783" in out
+    for name in ("utilization", "nvlink_efficiency", "network_efficiency", "ddp_gradient_bytes", "overlap"):
+        assert f"\n  {name} " in out
+    doc = _size(run_cli, *args, "--global-batch", "256", "--micro-batch", "2")
+    assert doc["layout"]["accumulation"] == 4 and doc["time"]["steps"] == round(100e9 / (256 * 2048))
+
+
+def test_help_lists_the_layout_flags(run_cli):
+    result = run_cli("size", "--help")
+    assert result.exit_code == 0
+    for flag in ("--micro-batch", "--global-batch", "--tp", "--pp"):
+        assert flag in result.stdout
+
+
+def test_a_published_run_end_to_end(run_cli):
+    # torchtitan docs/performance.md Table 1: Llama 3.1 8B, 8 H100, FSDP, local batch 2, global
+    # batch 16, seq 8192, selective AC: 5,762 tokens/s per GPU; here priced on a p5.48xlarge
+    doc = _size(
+        run_cli,
+        *("--model", "llama-3.1-8b", "--method", "pretrain", "--strategy", "fsdp", "--recompute", "selective"),
+        *("--seq", "8192", "--micro-batch", "2", "--global-batch", "16", "--tp", "1", "--pp", "1"),
+        *("--gpus", "8xH100", "--tokens", "1B"),
+    )
+    assert doc["layout"]["accumulation"] == 1 and doc["layout"]["chosen"] == []
+    per_gpu = 16 * 8192 / doc["time"]["step_seconds"] / 8
+    assert abs(per_gpu / 5762 - 1) <= 0.20

@@ -112,21 +112,24 @@ def test_new_sized_on_aws_stays_on_aws(tmp_path):
 def test_nothing_fits_names_the_wider_place_and_the_spot_market():
     # 70B full fine-tuning on GCP on demand: A3 Mega x 64 is not enough (60.7 GiB of activations per
     # H100 with selective recompute); A4 (B200) holds it but is spot only; AWS p6-b200 on demand holds it
-    req = sizing_request(params="70B", method="full")
+    req = sizing_request(params="70B", method="full", tp=1, pp=1)  # pipeline parallel would hold it
     scope = OfferScope(cloud="gcp")
     assert candidates(req, load_catalog(), scope) == []
     message = str(nothing_fits(req, scope, load_catalog()))
     assert message.startswith("no configuration in the catalog on gcp sold on-demand fits 70B params (full, bf16)")
     assert message.endswith(
-        "try --method lora or qlora, --recompute full, a shorter --seq, without --cloud, "
+        "try --method lora or qlora, without --tp / --pp (chosen to fit when not given), --recompute full, "
+        "a shorter --seq, without --cloud, "
         "--spot (some GPU types are sold only as spot)"
     )
 
 
 def test_size_cli_scope_options(run_cli):
-    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp")
+    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp", "--tp", "1", "--pp", "1")
     assert result.exit_code == 4 and "--spot (some GPU types are sold only as spot)" in result.stderr
-    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp", "--spot", "--json")
+    result = run_cli(
+        "size", "--params", "70B", "--method", "full", "--cloud", "gcp", "--spot", "--tp", "1", "--pp", "1", "--json"
+    )
     doc = json.loads(result.stdout)
     assert result.exit_code == 0 and doc["recommendation"]["market"] == "spot"
     assert doc["recommendation"]["instance_type"] == "a4-highgpu-8g"
@@ -150,9 +153,10 @@ def test_scope_is_validated_in_the_library():
 
 
 def test_new_where_nothing_fits_in_the_scope_writes_nothing(tmp_path):
-    with pytest.raises(NoOfferError, match="^no configuration in the catalog on gcp sold on-demand fits 70B params"):
+    # 2T full fine-tuning holds on no GCP on-demand shape even pipelined over 64 nodes
+    with pytest.raises(NoOfferError, match="^no configuration in the catalog on gcp sold on-demand fits 2000B params"):
         create_stack(
-            NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="70B", method="full"), tmp_path, now=NOW
+            NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="2T", method="full"), tmp_path, now=NOW
         )
     assert list(tmp_path.iterdir()) == []
 
@@ -161,7 +165,9 @@ def test_new_cli_prints_what_it_passed_over(run_cli, tmp_path):
     result = run_cli("new", "--params", "1B", "--method", "pretrain", "--cloud", "gcp", "--project-dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "sized 1B params (pretrain): 11.2 GiB per GPU of 79.18 -> --gpus 8xH100 --nodes 1"
+    # at the largest micro-batch that fits (layout.MICRO_BATCHES), not micro-batch 1
+    # an H100 reports 79.18 GiB (gpus.json device_memory_gib, measured)
+    assert lines[0] == "sized 1B params (pretrain): 60.2 GiB per GPU of 79.18 -> --gpus 8xH100 --nodes 1"
     assert lines[1].startswith("  note: passed over 2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in lines[1]
     assert any(
         line.startswith("  note: and ") and line.endswith("more configuration(s) (--json lists them)") for line in lines
