@@ -95,7 +95,8 @@ def size(
     recompute: str | None = typer.Option(
         None,
         "--recompute",
-        help="none | selective | full. Default: selective for pretrain/full, full for lora/qlora, none for inference.",
+        help="none | selective | full. Default: none (the HF Trainer / torchrun default); full (gradient "
+        "checkpointing) where none does not fit, printed with the reason.",
         show_default=False,
     ),
     offload: str = typer.Option(
@@ -235,7 +236,7 @@ def size(
     base = f", base {req.base_precision}" if req.base_precision else ""
     out.print(
         f"[bold]{doc['model']['name']}[/bold] ({doc['model']['params'] / 1e9:.2f}B params), {req.method}, "
-        f"{req.precision}{base}, {req.strategy}, recompute {req.recompute}, offload {req.offload}, "
+        f"{req.precision}{base}, {req.strategy}, recompute {doc['recompute']}, offload {req.offload}, "
         f"seq {req.seq}"
         + (f", micro-batch {req.batch}" if req.batch else "")
         + (f", {req.engine}" if req.method == "inference" else f", {req.optimizer}")

@@ -54,7 +54,11 @@ from gpuinfra.sizing.throughput import HALF_BYTES, TrainingTime, gpu_compute, tr
 
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 DEFAULT_STRATEGY = {"pretrain": "fsdp", "full": "fsdp", "lora": "ddp", "qlora": "ddp", "inference": "ddp"}
-DEFAULT_RECOMPUTE = {"pretrain": "selective", "full": "selective", "lora": "full", "qlora": "full", "inference": "none"}
+#: No recompute: what a Hugging Face Trainer or torchrun user runs (TrainingArguments
+#: ``gradient_checkpointing`` defaults to False); where that does not fit a configuration, it is
+#: sized with full recompute (gradient checkpointing) instead and the output says so
+#: (:func:`evaluate`). ``--recompute`` overrides both.
+DEFAULT_RECOMPUTE = dict.fromkeys(("pretrain", "full", "lora", "qlora", "inference"), "none")
 PROFILE_FOR_METHOD = {
     "pretrain": "llm-pretrain",
     "full": "llm-finetune",
@@ -70,11 +74,13 @@ DEFAULT_SEQ = 2048
 #: Where each default comes from (the ``assumptions`` of ``gpuinfra size``).
 DEFAULT_SOURCES = {
     "seq": f"{DEFAULT_SEQ} tokens, capped at the model's context (max_position_embeddings)",
-    "batch": "training: the largest micro-batch of 1, 2, 4 ... 64 that fits (at most the global batch's share "
-    "per data-parallel GPU); inference: 1 sequence",
+    "batch": "the largest micro-batch of 1, 2, 4 ... 64 that fits (at most the global batch's share "
+    "per data-parallel GPU)",
+    "inference_batch": "1 concurrent sequence",
     "precision": "bf16 (training: autocast over fp32 weights, HF Trainer bf16=True; inference: bf16 weights)",
     "strategy": "per method: fsdp for pretrain/full, ddp for lora/qlora/inference",
-    "recompute": "per method: selective for pretrain/full (Megatron-LM), full for lora/qlora (HF gradient_checkpointing)",
+    "recompute": "the HF Trainer / torchrun default (TrainingArguments gradient_checkpointing=False); "
+    "full recompute only where none does not fit",
     "attention": "sdpa where the GPU runs FlashAttention-2 (Ampere or newer), else eager",
     "optimizer": "adamw-fused: transformers TrainingArguments optim default adamw_torch_fused (torch >= 2.8)",
     "engine": "hf: transformers generate() with the dynamic KV cache",
@@ -105,6 +111,9 @@ class SizingRequest:
     (None: 1). ``global_batch`` is sequences per optimizer step (None: one micro-batch per
     data-parallel rank); ``tp`` / ``pp`` tensor / pipeline parallel sizes (None: chosen;
     pretrain and full only).
+
+    ``recompute`` None (training) resolves to ``none`` with ``recompute_fallback`` set: a
+    configuration where no recompute does not fit is sized with ``full`` (:func:`evaluate`).
     """
 
     shape: ModelShape
@@ -126,6 +135,7 @@ class SizingRequest:
     global_batch: int | None = None
     tp: int | None = None
     pp: int | None = None
+    recompute_fallback: bool = False
 
     def resolved(self) -> SizingRequest:
         """Defaults filled in per method; validated.
@@ -178,21 +188,33 @@ class SizingRequest:
         _check_layout(self, m)
         if not 0 <= self.headroom <= 1:
             raise SizingError(f"--headroom must be a fraction 0..1, got {self.headroom}")
-        return replace(self, strategy=strategy, recompute=recompute, base_precision=base, batch=batch)
+        fallback = self.recompute_fallback or (self.recompute is None and m != "inference")
+        return replace(
+            self, strategy=strategy, recompute=recompute, base_precision=base, batch=batch, recompute_fallback=fallback
+        )
 
-    def assumptions(self, layout: Layout | None = None) -> list[dict]:
+    def assumptions(self, chosen: Candidate | None = None) -> list[dict]:
         """Every value the user did not give and the sizing assumed: ``[{"name", "value",
-        "source"}]`` (defaults of this request and, with ``layout`` -- the evaluated
-        configuration's, :func:`gpuinfra.sizing.layout.choose_layout` -- the micro-batch, tp,
-        pp and global batch chosen, then the memory model's measured constants). The time
-        model's assumptions are :func:`gpuinfra.sizing.throughput.time_assumptions`."""
+        "source"}]`` (defaults of this request and, with ``chosen`` -- the evaluated
+        configuration -- the recompute, micro-batch, tp, pp and global batch it was sized with
+        (:func:`evaluate`, :func:`gpuinfra.sizing.layout.choose_layout`), then the memory model's
+        measured constants). The time model's assumptions are
+        :func:`gpuinfra.sizing.throughput.time_assumptions`."""
         out = []
+        layout = None if chosen is None else chosen.layout
+        sources = dict(DEFAULT_SOURCES)
+        if self.method == "inference":
+            sources["batch"] = sources["inference_batch"]
+        recompute = self.recompute
+        if chosen is not None and chosen.recompute is not None:
+            recompute = chosen.recompute
+            sources["recompute"] = chosen.recompute_source or sources["recompute"]
         values = {
             "seq": self.seq,
             "batch": layout.micro_batch if layout is not None else self.batch,
             "precision": self.precision,
             "strategy": self.strategy,
-            "recompute": self.recompute,
+            "recompute": recompute,
             "attention": self.attention or "sdpa",
             "headroom": self.headroom,
         }
@@ -209,7 +231,7 @@ class SizingRequest:
             values["global_batch"] = layout.global_batch
         for name, value in values.items():
             if name not in self.given:
-                out.append({"name": name, "value": value, "source": DEFAULT_SOURCES[name]})
+                out.append({"name": name, "value": value, "source": sources[name]})
         out.append(
             {
                 "name": "cuda_context_gib",
@@ -401,6 +423,11 @@ class Candidate:
         network_bandwidth_gbps: bandwidth of the node's NICs for inter-node GPU traffic, Gbit/s
             (catalog facts ``network_bandwidth_gbps``); None when unknown.
         layout: the parallel layout of a training method (None for inference).
+        recompute: the recompute a training method was sized with (None for inference);
+            ``recompute_source`` says why when it is not what the request named (no recompute
+            did not fit: full).
+        usable_fraction: the share of ``gpu_memory_gib`` the process may take (vLLM's
+            ``gpu_memory_utilization``; 1 otherwise).
         storage_bandwidth_gbps: bandwidth of the node's host NIC(s), the object-storage path,
             Gbit/s (catalog facts ``host_nic_bandwidth_gbps``: AWS the primary card, GCP the
             host gVNICs); None when unknown.
@@ -420,6 +447,8 @@ class Candidate:
     storage_bandwidth_gbps: float | None = None
     usable_fraction: float = 1.0
     layout: Layout | None = None
+    recompute: str | None = None
+    recompute_source: str | None = None
 
     @property
     def memory_per_gpu_gib(self) -> float:
@@ -432,11 +461,15 @@ class Candidate:
         return self.breakdown.cpu_per_node / GIB
 
     @property
-    def fits(self) -> bool:
+    def fits_gpu_memory(self) -> bool:
         """Fits with the headroom in the usable share of the device (vLLM: its
-        ``gpu_memory_utilization``, no headroom: the pool is preallocated) and, with offload,
-        the CPU memory in the host memory."""
-        if self.memory_per_gpu_gib * (1 + self.headroom) > self.gpu_memory_gib * self.usable_fraction:
+        ``gpu_memory_utilization``, no headroom: the pool is preallocated)."""
+        return self.memory_per_gpu_gib * (1 + self.headroom) <= self.gpu_memory_gib * self.usable_fraction
+
+    @property
+    def fits(self) -> bool:
+        """:attr:`fits_gpu_memory` and, with offload, the CPU memory in the host memory."""
+        if not self.fits_gpu_memory:
             return False
         return not (
             self.cpu_memory_gib and self.host_memory_gib is not None and self.cpu_memory_gib > self.host_memory_gib
@@ -501,7 +534,10 @@ def evaluate(
 ) -> Candidate:
     """Memory and time of ``req`` on ``nodes`` x ``gpus_per_node`` GPUs of model ``gpu``: for
     training, in the layout :func:`gpuinfra.sizing.layout.choose_layout` picks (the given or
-    fitting tp / pp, the given or largest fitting micro-batch).
+    fitting tp / pp, the given or largest fitting micro-batch), with no recompute unless the
+    request names one; where no recompute does not fit in ``gpu_memory_gib`` (with the
+    headroom), with full recompute (gradient checkpointing), saying why in
+    :attr:`Candidate.recompute_source`.
 
     Raises:
         SizingError: a given ``--tp`` / ``--pp`` this configuration cannot take.
@@ -518,6 +554,27 @@ def evaluate(
             network_bandwidth_gbps=network_bandwidth_gbps,
             usable_fraction=VLLM_GPU_MEMORY_UTILIZATION if vllm else 1.0,
         )
+    c = _evaluate_training(req, gpu, gpu_memory_gib, gpus_per_node, nodes, network_bandwidth_gbps)
+    if req.recompute_fallback and req.recompute == "none" and not c.fits_gpu_memory:
+        need = c.memory_per_gpu_gib * (1 + c.headroom)
+        c = _evaluate_training(
+            replace(req, recompute="full"), gpu, gpu_memory_gib, gpus_per_node, nodes, network_bandwidth_gbps
+        )
+        c.recompute_source = (
+            f"none does not fit in {gpu_memory_gib:.2f} GiB ({need:.2f} GiB with {c.headroom:.0%} headroom): "
+            "full recompute (gradient checkpointing, HF gradient_checkpointing=True) is needed"
+        )
+    return c
+
+
+def _evaluate_training(
+    req: SizingRequest,
+    gpu: str,
+    gpu_memory_gib: float,
+    gpus_per_node: int,
+    nodes: int,
+    network_bandwidth_gbps: float | None,
+) -> Candidate:
     gpus = gpus_per_node * nodes
 
     def memory(tp: int, pp: int, micro_batch: int) -> Breakdown:
@@ -569,6 +626,7 @@ def evaluate(
         time=time,
         network_bandwidth_gbps=network_bandwidth_gbps,
         layout=layout,
+        recompute=req.recompute,
     )
 
 
@@ -647,6 +705,7 @@ def candidate_json(c: Candidate) -> dict:
         "bubble_hours": None if t is None or t.bubble_hours is None else round(t.bubble_hours, 2),
         "mfu": None if t is None or t.mfu is None else round(t.mfu, 3),
         "mfu_source": None if t is None else t.utilization_source,
+        "recompute": c.recompute,
         "layout": None if c.layout is None else c.layout.to_json(),
         "time": None if t is None else t.to_json(),
         "network_bandwidth_gbps": c.network_bandwidth_gbps,
@@ -677,8 +736,8 @@ def nothing_fits(
         tuning.append("--strategy fsdp (shards the frozen base)")
     if req.method == "inference" and req.precision != "int4":
         tuning.append("--precision int4")
-    if req.recompute != "full" and req.method != "inference":
-        tuning.append("--recompute full")
+    if req.recompute != "full" and req.method != "inference" and not req.recompute_fallback:
+        tuning.append("--recompute full")  # without --recompute, full was tried where none did not fit
     if (req.batch or 1) > 1:
         tuning.append("a smaller --batch")
     tuning.append("a shorter --seq")

@@ -2,7 +2,8 @@
 
 Document (``gpuinfra size --json``; USD as :func:`gpuinfra.money.usd_json` strings):
 ``{"model": {"name", "params", "layers", "hidden", "heads", "kv_heads", "vocab", "source"},
-"method", "precision", "base_precision", "strategy", "recompute", "offload", "seq", "batch",
+"method", "precision", "base_precision", "strategy", "recompute" (what the configuration shown was
+sized with: without ``--recompute``, none, or full where none does not fit), "offload", "seq", "batch",
 "optimizer" (training), "engine" (inference), "tokens", "headroom", "ranked_by" ("run_cost_usd" with tokens, else "price_per_hour_usd"),
 "scope": {"cloud", "region", "markets"} (where configurations were looked for, and the markets
 they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, best first), "fits",
@@ -188,7 +189,9 @@ def size_document(
         doc.update(fits=False, recommendation=None, memory_per_gpu_gib=None, gpu_memory_gib=None, breakdown=None)
         return doc
     # one list: the request's defaults with the layout chosen here, then the time model's
-    doc["assumptions"] = req.assumptions(chosen.layout) + outside + time_assumptions(chosen.time)
+    doc["assumptions"] = req.assumptions(chosen) + outside + time_assumptions(chosen.time)
+    if chosen.recompute is not None:
+        doc["recompute"] = chosen.recompute  # full where no recompute does not fit (recommend.evaluate)
     view = candidate_json(chosen)
     usable = chosen.fits and doc["interconnect_note"] is None and doc["offer_note"] is None
     best = chosen if usable else (ranked[0] if ranked else None)
@@ -337,9 +340,11 @@ class StackSizing:
 
     def to_json(self) -> dict[str, Any]:
         """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
-        "breakdown", "peak_phase", "layout", "passed_over", "checkpoint_plan", "assumptions"}`` (``new --json``
-        ``sizing``; ``layout``: :meth:`gpuinfra.sizing.layout.Layout.to_json`, None for inference;
-        ``assumptions`` as in ``gpuinfra size --json``)."""
+        "breakdown", "peak_phase", "layout", "passed_over", "checkpoint_plan", "recompute",
+        "recompute_source", "assumptions"}`` (``new --json`` ``sizing``; ``layout``:
+        :meth:`gpuinfra.sizing.layout.Layout.to_json`, None for inference; ``recompute``: what
+        it was sized with, ``recompute_source`` why full when no recompute did not fit, else
+        None; ``assumptions`` as in ``gpuinfra size --json``)."""
         c = self.chosen or self.candidates[0]
         return {
             "model": self.request.shape.name,
@@ -353,7 +358,9 @@ class StackSizing:
             "layout": None if c.layout is None else c.layout.to_json(),
             "passed_over": list(self.passed_over),
             "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json(),
-            "assumptions": self.request.assumptions(c.layout),
+            "recompute": c.recompute,
+            "recompute_source": c.recompute_source,
+            "assumptions": self.request.assumptions(c),
         }
 
 

@@ -274,7 +274,8 @@ def test_a_stack_file_named_for_another_stack(run_cli, stack):
 
 
 def test_size_where_nothing_fits_prints_the_breakdown_and_exits_4(run_cli):
-    result = run_cli("size", "--params", "900B", "--gpus", "1xT4")
+    # selective: left to choose, full recompute holds 900B on 32 nodes of 8 x A100-80GB (tp 2)
+    result = run_cli("size", "--params", "900B", "--gpus", "1xT4", "--recompute", "selective")
     _refused(
         result,
         4,
@@ -287,7 +288,7 @@ def test_size_where_nothing_fits_prints_the_breakdown_and_exits_4(run_cli):
 
 
 def test_size_json_where_nothing_fits(run_cli):
-    result = run_cli("size", "--params", "900B", "--gpus", "1xT4", "--json")
+    result = run_cli("size", "--params", "900B", "--gpus", "1xT4", "--recompute", "selective", "--json")
     _refused(result, 4, "no configuration in the catalog sold on-demand fits 900B params")
     doc = json.loads(result.stdout)
     assert doc["fits"] is False and doc["candidates"] == [] and doc["recommendation"] is None

@@ -39,7 +39,7 @@ def test_checking_a_given_configuration_with_margin(run_cli):
     # without recompute or tensor parallel the activations of 80 layers x 2048 tokens (~58 GiB in
     # HF Llama) do not fit
     args = ("--model", "llama-3.1-70b", "--method", "full", "--gpus", "8xA100-80GB", "--nodes", "8")
-    no_recompute = _size(run_cli, *args, "--tp", "1", "--pp", "1", "--batch", "1")
+    no_recompute = _size(run_cli, *args, "--tp", "1", "--pp", "1", "--batch", "1", "--recompute", "none")
     assert no_recompute["fits"] is False and no_recompute["breakdown"]["activations_gib"] > 55
     # left to choose, tensor parallel inside the node splits them (sequence parallel: / tp)
     auto = _size(run_cli, *args)
@@ -342,3 +342,31 @@ def test_a_published_run_end_to_end(run_cli):
     assert doc["layout"]["accumulation"] == 1 and doc["layout"]["chosen"] == []
     per_gpu = 16 * 8192 / doc["time"]["step_seconds"] / 8
     assert abs(per_gpu / 5762 - 1) <= 0.20
+
+
+def test_recompute_is_none_by_default_and_full_where_none_does_not_fit(run_cli):
+    # transformers TrainingArguments gradient_checkpointing defaults to False: a 1B model fits an
+    # H100 without recompute, and the output says where the default comes from
+    small = _size(run_cli, "--params", "1B", "--method", "full", "--gpus", "1xH100")
+    assumed = {a["name"]: a for a in small["assumptions"]}
+    assert (small["recompute"], small["fits"]) == ("none", True)
+    assert assumed["recompute"]["source"].startswith("the HF Trainer / torchrun default")
+    # phi-3-mini at 4096 tokens: without recompute one sequence needs 79.2 GiB (x 1.1 headroom) of
+    # the 79.18 an H100 reports, so it is sized with full recompute, where 4 sequences fit; the
+    # H100 measured that configuration at 65.81 GiB (benchmarks/results/memory-phases-h100-2026-11-26,
+    # phi-3-mini-full-s4096-b4-full)
+    args = ("--model", "phi-3-mini", "--method", "full", "--seq", "4096", "--gpus", "1xH100")
+    none = _size(run_cli, *args, "--recompute", "none")
+    assert (none["recompute"], none["fits"]) == ("none", False)
+    assert "recompute" not in {a["name"] for a in none["assumptions"]}  # given, so not assumed
+    doc = _size(run_cli, *args)
+    assert (doc["recompute"], doc["fits"], doc["layout"]["micro_batch"]) == ("full", True, 4)
+    assert abs(doc["memory_per_gpu_gib"] / 65.81 - 1) < 0.10
+    source = {a["name"]: a for a in doc["assumptions"]}["recompute"]["source"]
+    need = round(none["memory_per_gpu_gib"] * 1.1, 2)
+    assert source.startswith(f"none does not fit in 79.18 GiB ({need:.2f} GiB with 10% headroom): full recompute")
+    text = run_cli("size", *args).stdout
+    assert "recompute full, offload none" in text and "\n  recompute full: none does not fit in 79.18 GiB" in text
+    # where even full recompute holds nothing, the hints do not offer --recompute full again
+    refused = run_cli("size", "--params", "2T", "--method", "full", "--cloud", "gcp")
+    assert refused.exit_code == 4 and "--recompute full" not in refused.stderr

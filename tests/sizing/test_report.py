@@ -11,15 +11,17 @@ from gpuinfra.sizing.report import size_document, size_for_stack
 
 def test_sizing_request_fills_the_methods_defaults():
     req = sizing_request(model="llama-3.1-8b", method="lora")
-    # micro-batch None: the layout takes the largest that fits; inference runs one sequence
+    # micro-batch None: the layout takes the largest that fits; inference runs one sequence;
+    # no recompute (HF TrainingArguments gradient_checkpointing=False), full where that does not fit
     assert (req.shape.name, req.strategy, req.recompute, req.seq, req.batch, req.tokens) == (
         "llama-3.1-8b",
         "ddp",
-        "full",
+        "none",
         2048,
         None,
         None,
     )
+    assert req.recompute_fallback and not sizing_request(model="llama-3.1-8b", recompute="none").recompute_fallback
     assert sizing_request(model="llama-3.1-8b", method="inference").batch == 1
     assert sizing_request(params="7B", tokens="2T").tokens == 2e12
 
