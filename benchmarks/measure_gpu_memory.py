@@ -105,7 +105,7 @@ def hf_config_dict(model: str) -> dict:
         KeyError: unknown model.
     """
     data = yaml.safe_load(MODELS.read_text())[model]
-    if data.get("mlp", "swiglu") == "gelu":
+    if data.get("mlp", "swiglu") in ("gelu", "gelu_new"):
         return {
             "model_type": "gpt2",
             "n_layer": data["layers"],

@@ -173,6 +173,8 @@ def new(
             f"sized {doc['model']} ({doc['method']}): {doc['memory_per_gpu_gib']:.1f} GiB per GPU "
             f"of {doc['gpu_memory_gib']:g} -> --gpus {sized.gpus} --nodes {sized.nodes}"
         )
+        if doc.get("recompute_source"):
+            out.print(f"  note: recompute {doc['recompute']}: {doc['recompute_source']}")
         for refused in sized.passed_over[:3]:
             out.print(f"  note: passed over {refused}")
         if len(sized.passed_over) > 3:

@@ -31,9 +31,12 @@ WORKLOAD_KEYS = (
     "offload",
     "lora_rank",
     "lora_sites",
+    "lora_dropout",
     "fp32_loss",
-    "foreach_optimizer",
+    "optimizer",
     "adapter_bytes",
+    "engine",
+    "grads_between_steps",
 )
 
 

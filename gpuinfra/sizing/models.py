@@ -42,11 +42,14 @@ class ModelShape:
         layers, hidden, heads, kv_heads, vocab: as in the HF config.
         source: where the shape comes from.
         ffn: MLP intermediate size.
-        mlp: ``swiglu`` | ``gelu``; norm: ``rmsnorm`` | ``layernorm`` (models.yaml header).
+        mlp: ``swiglu`` | ``gelu`` | ``gelu_new`` (GPT-2's tanh GELU in Python ops); norm: ``rmsnorm`` | ``layernorm`` (models.yaml header).
         tied: input embedding and LM head share one matrix.
         positions: learned absolute position embeddings (0 for RoPE/ALiBi).
         dropout: the reference implementation trains with dropout.
         head: ``lm`` | ``classifier``.
+        fused_qkv: q, k and v come from one linear layer (GPT-2 ``c_attn``).
+        context: longest sequence the model was trained for, tokens (``max_position_embeddings``
+            / ``n_positions`` of its config.json); 0 when unknown (a ``--params`` shape).
     """
 
     name: str
@@ -64,6 +67,8 @@ class ModelShape:
     positions: int = 0
     dropout: bool = False
     head: str = "lm"
+    fused_qkv: bool = False
+    context: int = 0
 
     @property
     def head_dim(self) -> int:
@@ -152,6 +157,8 @@ def get_model(name: str) -> ModelShape:
                 positions=data.get("positions", 0),
                 dropout=bool(data.get("dropout", False)),
                 head=data.get("head", "lm"),
+                fused_qkv=bool(data.get("fused_qkv", False)),
+                context=int(data.get("context", 0)),
             )
     names = known_models()
     close = difflib.get_close_matches(key, names, n=2, cutoff=0.6)

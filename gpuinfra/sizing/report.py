@@ -2,8 +2,9 @@
 
 Document (``gpuinfra size --json``; USD as :func:`gpuinfra.money.usd_json` strings):
 ``{"model": {"name", "params", "layers", "hidden", "heads", "kv_heads", "vocab", "source"},
-"method", "precision", "base_precision", "strategy", "recompute", "offload", "seq", "batch",
-"tokens", "headroom", "ranked_by" ("run_cost_usd" with tokens, else "price_per_hour_usd"),
+"method", "precision", "base_precision", "strategy", "recompute" (what the configuration shown was
+sized with: without ``--recompute``, none, or full where none does not fit), "offload", "seq", "batch",
+"optimizer" (training), "engine" (inference), "tokens", "headroom", "ranked_by" ("run_cost_usd" with tokens, else "price_per_hour_usd"),
 "scope": {"cloud", "region", "markets"} (where configurations were looked for, and the markets
 they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, best first), "fits",
 "recommendation", "next_command" (:func:`next_command`; None when nothing fits),
@@ -11,19 +12,31 @@ they are priced in), "catalog_date", "candidates": [candidate, ...] (at most 5, 
 GPUs per node, even rounded up as ``gpuinfra new`` would; the recommendation is then the best
 fitting configuration instead), "checkpoint_plan"}`` and, when a configuration was
 evaluated, ``"gpus", "nodes", "total_gpus", "memory_per_gpu_gib", "gpu_memory_gib",
-"cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...}, "training_hours",
-"compute_hours", "communication_hours", "mfu", "mfu_source", "run_cost_usd",
+"cpu_memory_per_node_gib", "margin_gib", "breakdown": {"<kind>_gib": ...} (at the peak phase),
+"peak_phase" (forward | backward | optimizer_step | generate | vllm_pool), "phases_gib"
+({"between_steps", "forward", "backward", "optimizer_step"} allocated GiB; training), "training_hours",
+"compute_hours", "communication_hours" (exposed, after overlap), "bubble_hours", "mfu" (model
+FLOPs utilization of the predicted run), "mfu_source" (the run the utilization comes from),
+"layout" (:meth:`gpuinfra.sizing.layout.Layout.to_json`: dp, tp, pp, micro-batch,
+accumulation, global batch, bubble), "time" (:meth:`gpuinfra.sizing.throughput.TrainingTime.to_json`:
+per-step compute, bubble and communication seconds, overlap), "run_cost_usd",
 "price_per_hour_usd"``; a candidate is :func:`gpuinfra.sizing.recommend.candidate_json`.
 ``checkpoint_plan`` (:class:`gpuinfra.sizing.checkpoint.CheckpointPlan`) is set with ``spot``
-for training methods.
+for training methods. ``assumptions`` (``[{"name", "value", "source"}, ...]``) lists every
+value the user did not give, with its source: the request's defaults and the layout chosen for
+the evaluated configuration (:meth:`gpuinfra.sizing.recommend.SizingRequest.assumptions`), then
+every assumed value of the time model (:func:`gpuinfra.sizing.throughput.time_assumptions`); ``gpus`` with
+``gpu_memory_gib`` checks a GPU the catalog does not sell (no price, no cost).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.errors import SizingError
 from gpuinfra.offers import MAX_ROUND_UP_FACTOR, OfferScope, validate_location
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.sizing.checkpoint import DEFAULT_INTERRUPTIONS_PER_NODE_HOUR, CheckpointPlan, checkpoint_plan
@@ -40,6 +53,7 @@ from gpuinfra.sizing.recommend import (
     sizing_request,
 )
 from gpuinfra.sizing.supply import cheapest_offers
+from gpuinfra.sizing.throughput import time_assumptions
 
 #: Candidates listed in the document.
 SHOWN_CANDIDATES = 5
@@ -58,6 +72,7 @@ def size_document(
     spot: bool = False,
     interruptions_per_node_hour: float = DEFAULT_INTERRUPTIONS_PER_NODE_HOUR,
     scope: OfferScope | None = None,
+    gpu_memory_gib: float | None = None,
 ) -> dict[str, Any]:
     """Memory per GPU of ``req`` and the best configurations that fit (module docstring).
 
@@ -72,6 +87,8 @@ def size_document(
         interruptions_per_node_hour: spot interruption rate for the checkpoint interval.
         scope: where to look (cloud, region ...; default: the whole catalog); its markets are
             set here (:func:`size_markets`).
+        gpu_memory_gib: with ``gpus``: the memory the device reports, GiB, for a GPU the
+            catalog does not sell (``1xRTX-4090``): checked, never priced.
 
     Returns:
         The document; ``candidates`` is empty when nothing in the scope fits (the caller
@@ -105,6 +122,8 @@ def size_document(
         "offload": req.offload,
         "seq": req.seq,
         "batch": req.batch,
+        "optimizer": None if req.method == "inference" else req.optimizer,
+        "engine": req.engine if req.method == "inference" else None,
         "tokens": req.tokens,
         "headroom": req.headroom,
         "ranked_by": "run_cost_usd" if training else "price_per_hour_usd",
@@ -114,9 +133,24 @@ def size_document(
         "interconnect_note": None,
         "offer_note": None,
         "checkpoint_plan": None,
+        "assumptions": req.assumptions(),
     }
     chosen: Candidate | None
-    if gpus:
+    outside: list[dict] = []
+    if gpus and gpu_memory_gib is not None:
+        count, name = _outside_gpu(gpus, gpu_memory_gib)
+        chosen = evaluate(req, name, gpu_memory_gib, count, nodes)
+        doc["offer_note"] = (
+            f"{name} is not in the catalog: checked with --gpu-memory {gpu_memory_gib:g} GiB, not priced or planned"
+        )
+        outside = [
+            {
+                "name": "gpu_memory_gib",
+                "value": gpu_memory_gib,
+                "source": f"--gpu-memory for {name} (not in the catalog)",
+            }
+        ]
+    elif gpus:
         request = parse_gpu_spec(gpus, nodes)
         multi = req.sharded and nodes > 1
         offers = cheapest_offers(catalog, multi and not req.allow_slow_interconnect, scope)
@@ -154,6 +188,10 @@ def size_document(
     if chosen is None:
         doc.update(fits=False, recommendation=None, memory_per_gpu_gib=None, gpu_memory_gib=None, breakdown=None)
         return doc
+    # one list: the request's defaults with the layout chosen here, then the time model's
+    doc["assumptions"] = req.assumptions(chosen) + outside + time_assumptions(chosen.time)
+    if chosen.recompute is not None:
+        doc["recompute"] = chosen.recompute  # full where no recompute does not fit (recommend.evaluate)
     view = candidate_json(chosen)
     usable = chosen.fits and doc["interconnect_note"] is None and doc["offer_note"] is None
     best = chosen if usable else (ranked[0] if ranked else None)
@@ -167,14 +205,19 @@ def size_document(
         fits=chosen.fits,
         margin_gib=view["margin_gib"],
         breakdown=chosen.breakdown.gib(),
+        peak_phase=chosen.breakdown.phase,
+        phases_gib=chosen.breakdown.phases_gib(),
         **{
             k: view[k]
             for k in (
                 "training_hours",
                 "compute_hours",
                 "communication_hours",
+                "bubble_hours",
                 "mfu",
                 "mfu_source",
+                "layout",
+                "time",
                 "run_cost_usd",
                 "price_per_hour_usd",
             )
@@ -199,6 +242,21 @@ def size_document(
         )
         doc["checkpoint_plan"] = plan.to_json()
     return doc
+
+
+def _outside_gpu(gpus: str, gpu_memory_gib: float) -> tuple[int, str]:
+    """(count, name) of ``--gpus NxNAME`` for a GPU outside the catalog, checked with
+    ``--gpu-memory``.
+
+    Raises:
+        SizingError: a malformed spec, a count outside 1..16, or memory outside 1..1024 GiB.
+    """
+    match = re.fullmatch(r"\s*(\d+)\s*x\s*([A-Za-z0-9][A-Za-z0-9._-]{0,39})\s*", gpus)
+    if not match or not 1 <= int(match.group(1)) <= 16:
+        raise SizingError(f"--gpus with --gpu-memory must look like 1xRTX-4090 (1..16 GPUs), got {gpus!r}")
+    if not 1 <= gpu_memory_gib <= 1024:
+        raise SizingError(f"--gpu-memory must be 1..1024 GiB, got {gpu_memory_gib}")
+    return int(match.group(1)), match.group(2).upper()
 
 
 def next_command(req: SizingRequest, best: Candidate, scope: OfferScope) -> str:
@@ -228,8 +286,8 @@ class StackSizing:
     """How ``gpuinfra new --model/--params`` sized a model into a GPU request.
 
     Attributes:
-        request: the resolved sizing request (sequence 2048, micro-batch 1, bf16, the
-            method's default strategy and recompute).
+        request: the resolved sizing request (sequence 2048, the largest micro-batch that
+            fits, bf16, the method's default strategy and recompute).
         candidates: every configuration that fits in the stack's scope, best first
             (:func:`gpuinfra.sizing.recommend.candidates`).
         profile: the workload profile of the method (``qlora`` -> ``qlora-finetune``).
@@ -282,7 +340,11 @@ class StackSizing:
 
     def to_json(self) -> dict[str, Any]:
         """``{"model", "method", "gpus", "nodes", "memory_per_gpu_gib", "gpu_memory_gib",
-        "breakdown", "passed_over", "checkpoint_plan"}`` (``new --json`` ``sizing``)."""
+        "breakdown", "peak_phase", "layout", "passed_over", "checkpoint_plan", "recompute",
+        "recompute_source", "assumptions"}`` (``new --json`` ``sizing``; ``layout``:
+        :meth:`gpuinfra.sizing.layout.Layout.to_json`, None for inference; ``recompute``: what
+        it was sized with, ``recompute_source`` why full when no recompute did not fit, else
+        None; ``assumptions`` as in ``gpuinfra size --json``)."""
         c = self.chosen or self.candidates[0]
         return {
             "model": self.request.shape.name,
@@ -292,8 +354,13 @@ class StackSizing:
             "memory_per_gpu_gib": round(c.memory_per_gpu_gib, 2),
             "gpu_memory_gib": c.gpu_memory_gib,
             "breakdown": c.breakdown.gib(),
+            "peak_phase": c.breakdown.phase,
+            "layout": None if c.layout is None else c.layout.to_json(),
             "passed_over": list(self.passed_over),
             "checkpoint_plan": None if self.checkpoint_plan is None else self.checkpoint_plan.to_json(),
+            "recompute": c.recompute,
+            "recompute_source": c.recompute_source,
+            "assumptions": self.request.assumptions(c),
         }
 
 
@@ -306,7 +373,7 @@ def size_for_stack(
     command: str = "new",
 ) -> StackSizing:
     """Every GPU configuration in ``scope`` that holds a model for ``method`` (default
-    ``full``), at sequence length 2048, micro-batch 1, bf16 and the method's default strategy,
+    ``full``), at sequence length 2048, the largest micro-batch that fits, bf16 and the method's default strategy,
     best first; the caller plans them in order (:func:`gpuinfra.newstack.create_stack`).
 
     Args:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from gpuinfra.errors import SizingError
-from gpuinfra.sizing.activations import layer_bytes_per_token, training_activation_bytes
+from gpuinfra.sizing.activations import layer_bytes_per_token, training_activation_bytes, training_activation_phases
 from gpuinfra.sizing.memory import (
     GIB,
     Workload,
@@ -66,14 +68,17 @@ def test_deepspeed_zero3_cpu_and_t5_large():
 
 def test_activation_formula_reduces_to_korthikanti_for_gpt_layers():
     # Korthikanti et al. (arXiv:2205.05198) 4.1: 34*s*b*h + 5*a*s^2*b bytes per layer with 16-bit
-    # activations. For a GPT-2 layer our count differs only by what the HF implementation adds on
-    # top: the fp32 LayerNorm inputs (+2 x 2h), the fp32 softmax kept next to its 16-bit cast
-    # (+4as - 2as... per token) and q/k/v stored separately (as in the paper).
+    # activations. HF GPT-2 adds, per token: fp32 LayerNorm inputs (+2 x 2h), the fp32 softmax
+    # kept next to its 16-bit cast (+2as net), and gelu_new in Python ops, whose pow runs in fp32
+    # under autocast (+12f over torch's GELU).
     gpt2 = get_model("gpt2")
-    s, h, a = 1024, gpt2.hidden, gpt2.heads
-    ours = layer_bytes_per_token(gpt2, 2, s, "eager", frozen=False)
+    s, h, a, f = 1024, gpt2.hidden, gpt2.heads, gpt2.ffn_size
+    ours = layer_bytes_per_token(gpt2, 2, s, "eager", frozen=False, residual_bytes=2)
+    torch_gelu = replace(gpt2, mlp="gelu")
+    plain = layer_bytes_per_token(torch_gelu, 2, s, "eager", frozen=False, residual_bytes=2)
+    assert ours - plain == 12 * f  # the fp32 pow input, tanh output and 1 + tanh of gelu_new
     paper = 34 * h + 5 * a * s
-    assert ours - paper == 4 * h + 2 * a * s  # fp32 norm inputs, fp32 softmax output
+    assert plain - paper == 4 * h + 2 * a * s  # fp32 norm inputs, fp32 softmax output
 
 
 def test_flash_attention_and_recompute_lower_activations():
@@ -82,18 +87,36 @@ def test_flash_attention_and_recompute_lower_activations():
     sdpa = training_activation_bytes(shape, 4096, 1, 2, "sdpa", "none", False)
     full = training_activation_bytes(shape, 4096, 1, 2, "sdpa", "full", False)
     assert full < sdpa < eager
-    # eager keeps the fp32 softmax and its bf16 cast (6*a*s B per token and layer) but not SDPA's
-    # saved output (2h B): 32 layers x 4096 tokens x (6*32*4096 - 2*4096)
-    assert eager - sdpa == 32 * 4096 * (6 * 32 * 4096 - 2 * 4096)
+    # eager keeps the fp32 softmax and its bf16 cast (6*a*s B per token and layer), q and the
+    # expanded k, v, and o_proj's input copy, where SDPA keeps q, k, v and its output
+    assert eager - sdpa == 32 * 4096 * (6 * 32 * 4096 + 2 * 3 * 4096 + 2 * 4096 - 2 * (2 * 4096 + 2 * 4096))
 
 
 def test_fp32_logits_of_a_128k_vocabulary():
-    # transformers' loss upcasts logits to fp32: (2 + 12) * 128256 bytes per token for Llama 3
+    # transformers' loss upcasts logits to fp32: at the start of backward the fp32
+    # log-probabilities, nll_loss's gradient and log_softmax's input gradient (12 B x 128256 per
+    # token) against 3 x 2 B for a 16-bit chunked loss
     shape = get_model("llama-3.1-8b")
-    base = training_activation_bytes(shape, 2048, 2, 2, "sdpa", "full", True, fp32_loss=False)
-    fp32 = training_activation_bytes(shape, 2048, 2, 2, "sdpa", "full", True, fp32_loss=True)
-    assert fp32 - base == pytest.approx(4096 * (14 - 8) * 128256)
-    assert fp32 / GIB > 6.8  # the loss alone is ~6.9 GiB at 4096 tokens
+    base = training_activation_phases(shape, 2048, 2, 2, "sdpa", "full", True, fp32_loss=False)
+    fp32 = training_activation_phases(shape, 2048, 2, 2, "sdpa", "full", True, fp32_loss=True)
+    assert fp32.backward_start - base.backward_start == pytest.approx(4096 * (12 - 6) * 128256)
+    assert fp32.backward_start / GIB > 6.1  # the loss alone is ~5.9 GiB at 4096 tokens
+
+
+def test_autocast_copy_lives_in_the_forward_and_gradients_from_the_backward_on():
+    # phi-3-mini full fine-tuning with recompute (memory-phases-h100-2026-11-26): 12 B/param
+    # between steps, + 2 B/param bf16 copies in the forward only, + 4 B/param fp32 gradients
+    # from the backward on; fused AdamW adds nothing at the step, foreach AdamW 4 B/param
+    shape = get_model("phi-3-mini")
+    p = shape.params
+    fused = memory_per_gpu(Workload(shape, "full", storage="fp32", recompute="full"))
+    foreach = memory_per_gpu(Workload(shape, "full", storage="fp32", recompute="full", optimizer="adamw-foreach"))
+    assert fused.phases["between_steps"] == pytest.approx(12 * p)
+    assert fused.phases["forward"] - 12 * p > 2 * p  # copies + layer inputs + loss
+    assert fused.phases["optimizer_step"] == pytest.approx(16 * p) and fused.phase == "backward"
+    assert foreach.phases["optimizer_step"] == pytest.approx(20 * p) and foreach.phase == "optimizer_step"
+    eight = memory_per_gpu(Workload(shape, "full", storage="fp32", recompute="full", optimizer="adamw-8bit"))
+    assert eight.phases["between_steps"] == pytest.approx((4 + 2 + 8 / 256) * p)
 
 
 def test_kv_cache_matches_hf_llama31_table():
@@ -109,9 +132,12 @@ def test_quantized_weights_keep_embeddings_and_head_16_bit():
     lo = memory_per_gpu(Workload(shape, "lora", storage="bf16", recompute="full"))
     adapters = lora_params(shape)
     embed_and_head = 2 * 128256 * 4096
-    assert q.weights - 6 * adapters == pytest.approx((8.03e9 - embed_and_head) * 4.127 / 8 + 2 * embed_and_head)
-    assert lo.weights - 6 * adapters == pytest.approx(8.03e9 * 2)
-    assert q.gradients == lo.gradients == 4 * adapters and q.optimizer == 8 * adapters
+    # peak in the backward pass: fp32 adapters without their forward-only bf16 autocast copies
+    assert q.phase == lo.phase == "backward"
+    assert q.weights - 4 * adapters == pytest.approx((8.03e9 - embed_and_head) * 4.127 / 8 + 2 * embed_and_head)
+    assert lo.weights - 4 * adapters == pytest.approx(8.03e9 * 2)
+    assert q.phases["optimizer_step"] - q.phases["between_steps"] == pytest.approx(4 * adapters)  # fp32 gradients
+    assert q.optimizer == lo.optimizer == 8 * adapters
     infer = memory_per_gpu(Workload(shape, "inference", storage="int4", seq=100))
     # bitsandbytes 4-bit: 4 bits + fp32 absmax per 64 = 4.5 bits; the 128k embeddings and head stay bf16
     assert infer.weights == pytest.approx((8.03e9 - embed_and_head) * 4.5 / 8 + 2 * embed_and_head)

@@ -66,13 +66,14 @@ def test_spot_scope_prices_spot():
 
 
 def test_sharded_multi_node_is_planned_on_a_gpudirect_type_only():
-    # 30B full fine-tuning on GCP on demand: 8 x H100 x 4 nodes; A3 Mega (TCPXO), never A3 High
-    # (TCPX not installable at boot) nor A3 Ultra / A4 (not sold on demand)
+    # 30B full fine-tuning on GCP on demand without recompute: 8 x H100 x 2 nodes; A3 Mega
+    # (TCPXO), never A3 High (TCPX not installable at boot) nor A3 Ultra / A4 (not sold on demand).
+    # (Left to choose, full recompute holds it on one node: test_new_with_params_on_gcp_plans_what_was_sized.)
     assert fast_types(load_catalog(), "H100", 8, OfferScope(cloud="gcp")) == ["a3-megagpu-8g"]
-    doc = size_document(sizing_request(params="30B", method="full"), scope=OfferScope(cloud="gcp"))
-    assert (doc["gpus"], doc["nodes"], doc["recommendation"]["instance_type"]) == ("8xH100", 4, "a3-megagpu-8g")
+    doc = size_document(sizing_request(params="30B", method="full", recompute="none"), scope=OfferScope(cloud="gcp"))
+    assert (doc["gpus"], doc["nodes"], doc["recommendation"]["instance_type"]) == ("8xH100", 2, "a3-megagpu-8g")
     assert (
-        doc["next_command"] == "gpuinfra new --profile llm-finetune --instance-type a3-megagpu-8g --nodes 4 --cloud gcp"
+        doc["next_command"] == "gpuinfra new --profile llm-finetune --instance-type a3-megagpu-8g --nodes 2 --cloud gcp"
     )
 
 
@@ -83,8 +84,12 @@ def test_new_with_params_on_gcp_plans_what_was_sized(tmp_path):
         NewStackRequest(PlanRequest(None, cloud="gcp", name="g30"), params="30B", method="full"), tmp_path, now=NOW
     )
     spec = result.plan.spec
-    assert (spec.cloud, spec.instance_type, spec.nodes, result.pricing) == ("gcp", "a3-megagpu-8g", 4, "on-demand")
-    assert result.to_json()["sizing"]["gpus"] == "8xH100" and result.sizing.passed_over == ()
+    # without recompute 30B needs two 8 x H100 nodes; with full recompute (sized so because none
+    # does not fit one node) one 8 x A100-80GB node (A2 Ultra, the cheapest per hour) holds it
+    assert (spec.cloud, spec.instance_type, spec.nodes, result.pricing) == ("gcp", "a2-ultragpu-8g", 1, "on-demand")
+    sizing = result.to_json()["sizing"]
+    assert (sizing["gpus"], sizing["recompute"]) == ("8xA100-80GB", "full") and result.sizing.passed_over == ()
+    assert sizing["recompute_source"].startswith("none does not fit in 79.14 GiB")  # gpus.json A100-80GB
 
 
 def test_new_passes_over_configurations_the_profile_refuses(tmp_path):
@@ -95,7 +100,8 @@ def test_new_passes_over_configurations_the_profile_refuses(tmp_path):
     )
     assert result.plan.spec.instance_type == "a3-megagpu-8g"
     first = result.sizing.passed_over[0]
-    assert first.startswith("2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in first
+    # one L4 holds 1B with full recompute (none does not fit it): the cheapest, and refused
+    assert first.startswith("1xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in first
 
 
 def test_new_sized_on_aws_stays_on_aws(tmp_path):
@@ -110,23 +116,31 @@ def test_new_sized_on_aws_stays_on_aws(tmp_path):
 
 
 def test_nothing_fits_names_the_wider_place_and_the_spot_market():
-    # 70B full fine-tuning on GCP on demand: A3 Mega x 64 is not enough (60.7 GiB of activations per
-    # H100 with selective recompute); A4 (B200) holds it but is spot only; AWS p6-b200 on demand holds it
-    req = sizing_request(params="70B", method="full")
+    # 70B full fine-tuning on GCP on demand without recompute: A3 Mega x 64 is not enough; A4 (B200)
+    # holds it but is spot only; AWS p6-b200 on demand holds it. (Pipeline parallel would hold it,
+    # and so would full recompute on 4 A3 Mega nodes.)
+    req = sizing_request(params="70B", method="full", tp=1, pp=1, recompute="none")
     scope = OfferScope(cloud="gcp")
     assert candidates(req, load_catalog(), scope) == []
     message = str(nothing_fits(req, scope, load_catalog()))
     assert message.startswith("no configuration in the catalog on gcp sold on-demand fits 70B params (full, bf16)")
     assert message.endswith(
-        "try --method lora or qlora, --recompute full, a shorter --seq, without --cloud, "
+        "try --method lora or qlora, without --tp / --pp (chosen to fit when not given), --recompute full, "
+        "a shorter --seq, without --cloud, "
         "--spot (some GPU types are sold only as spot)"
     )
 
 
 def test_size_cli_scope_options(run_cli):
-    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp")
+    result = run_cli(
+        "size", "--params", "70B", "--method", "full", "--cloud", "gcp", "--tp", "1", "--pp", "1", "--recompute", "none"
+    )
     assert result.exit_code == 4 and "--spot (some GPU types are sold only as spot)" in result.stderr
-    result = run_cli("size", "--params", "70B", "--method", "full", "--cloud", "gcp", "--spot", "--json")
+    result = run_cli(
+        "size",
+        *("--params", "70B", "--method", "full", "--cloud", "gcp", "--spot", "--tp", "1", "--pp", "1"),
+        *("--recompute", "none", "--json"),
+    )
     doc = json.loads(result.stdout)
     assert result.exit_code == 0 and doc["recommendation"]["market"] == "spot"
     assert doc["recommendation"]["instance_type"] == "a4-highgpu-8g"
@@ -150,9 +164,10 @@ def test_scope_is_validated_in_the_library():
 
 
 def test_new_where_nothing_fits_in_the_scope_writes_nothing(tmp_path):
-    with pytest.raises(NoOfferError, match="^no configuration in the catalog on gcp sold on-demand fits 70B params"):
+    # 2T full fine-tuning holds on no GCP on-demand shape even pipelined over 64 nodes
+    with pytest.raises(NoOfferError, match="^no configuration in the catalog on gcp sold on-demand fits 2000B params"):
         create_stack(
-            NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="70B", method="full"), tmp_path, now=NOW
+            NewStackRequest(PlanRequest(None, cloud="gcp", name="x"), params="2T", method="full"), tmp_path, now=NOW
         )
     assert list(tmp_path.iterdir()) == []
 
@@ -161,40 +176,45 @@ def test_new_cli_prints_what_it_passed_over(run_cli, tmp_path):
     result = run_cli("new", "--params", "1B", "--method", "pretrain", "--cloud", "gcp", "--project-dir", str(tmp_path))
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "sized 1B params (pretrain): 12.2 GiB per GPU of 79.11 -> --gpus 8xH100 --nodes 1"
-    assert lines[1].startswith("  note: passed over 2xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in lines[1]
+    # at the largest micro-batch that fits (layout.MICRO_BATCHES), not micro-batch 1
+    # an H100 reports 79.18 GiB (gpus.json device_memory_gib, measured)
+    assert lines[0] == "sized 1B params (pretrain): 60.2 GiB per GPU of 79.18 -> --gpus 8xH100 --nodes 1"
+    # one L4 holds 1B only with full recompute; 8 x H100 holds it without (no recompute note)
+    assert lines[1].startswith("  note: passed over 1xL4 x 1 node(s): ") and "rule high-bandwidth-nics" in lines[1]
     assert any(
         line.startswith("  note: and ") and line.endswith("more configuration(s) (--json lists them)") for line in lines
     )
 
 
 def test_new_keeps_the_cheapest_plan_when_the_planner_rounds_up(tmp_path):
-    """7B pretraining: the cheapest fitting configuration (4 x A100-80GB, GCP a2-ultragpu-4g,
-    $20.28/h) has no EFA/GPUDirect, which llm-pretrain requires; the next, 4xA100-80GB on AWS,
-    is a p4de.24xlarge round-up to 8 GPUs at $27.45/h. Two g6e.12xlarge (4 x L40S, EFA) at
-    2 x $10.49264/h (SkyPilot v8 AWS catalog, us-east-1) are cheaper and are what the stack gets."""
+    """7B pretraining (FSDP over the nodes): configurations without EFA/GPUDirect, which
+    llm-pretrain requires, are passed over (one 8 x L4 GCP node); two g6.12xlarge (4 x L4, EFA)
+    at 2 x $4.6016/h are what the stack gets: 7B holds on 8 L4s with full recompute, sized so
+    because no recompute does not fit (without recompute it took two p5.4xlarge, 1 x H100)."""
     result = create_stack(
         NewStackRequest(PlanRequest(None, name="p7"), params="7B", method="pretrain"), tmp_path, now=NOW
     )
     spec = result.plan.spec
     assert (spec.instance_type, spec.nodes, str(result.plan.offer.price_per_hour_usd)) == (
-        "g6e.12xlarge",
+        "g6.12xlarge",
         2,
-        "20.98528",
+        "9.20320",
     )
-    assert result.to_json()["sizing"]["gpus"] == "4xL40S"
+    sizing = result.to_json()["sizing"]
+    assert (sizing["gpus"], sizing["recompute"]) == ("4xL4", "full")
+    assert sizing["recompute_source"].startswith("none does not fit in 22.03 GiB")
 
 
 def test_new_passes_over_plans_over_the_budget(tmp_path):
     result = create_stack(
-        NewStackRequest(PlanRequest(None, name="b7", max_price_per_hour_usd=21.5), params="7B", method="pretrain"),
+        NewStackRequest(PlanRequest(None, name="b7", max_price_per_hour_usd=14.5), params="7B", method="pretrain"),
         tmp_path,
         now=NOW,
     )
-    assert result.plan.spec.instance_type == "g6e.12xlarge"
-    with pytest.raises(NoOfferError, match="over --max-price-per-hour 20"):
+    assert result.plan.spec.instance_type == "g6.12xlarge"  # 2 x $4.6016/h (full recompute, test above)
+    with pytest.raises(NoOfferError, match="over --max-price-per-hour 9"):
         create_stack(
-            NewStackRequest(PlanRequest(None, name="b8", max_price_per_hour_usd=20.0), params="7B", method="pretrain"),
+            NewStackRequest(PlanRequest(None, name="b8", max_price_per_hour_usd=9.0), params="7B", method="pretrain"),
             tmp_path / "x",
             now=NOW,
         )
@@ -231,8 +251,9 @@ def test_a_baked_tcpx_image_makes_a3_high_a_fast_type_for_sizing():
     assert fast_types(catalog, "H100", 8, OfferScope(cloud="gcp")) == ["a3-megagpu-8g"]
     baked = OfferScope(cloud="gcp", instance_type="a3-highgpu-8g", image_fabric="tcpx")
     assert fast_types(catalog, "H100", 8, baked) == ["a3-highgpu-8g"]
-    ranked = candidates(sizing_request(params="30B", method="full"), catalog, baked)
-    assert (ranked[0].spec, ranked[0].nodes, ranked[0].network_bandwidth_gbps) == ("8xH100", 4, 800.0)
+    # without recompute 30B needs two nodes (full recompute would hold it on one)
+    ranked = candidates(sizing_request(params="30B", method="full", recompute="none"), catalog, baked)
+    assert (ranked[0].spec, ranked[0].nodes, ranked[0].network_bandwidth_gbps) == ("8xH100", 2, 800.0)
 
 
 def test_new_hints_name_only_flags_new_has():
@@ -241,6 +262,6 @@ def test_new_hints_name_only_flags_new_has():
             sizing_request(params="70B", method="lora"), OfferScope(cloud="gcp"), load_catalog(), command="new"
         )
     )
-    assert message.endswith(
-        "try --method qlora, `gpuinfra size` with --strategy fsdp (shards the frozen base) or a shorter --seq"
+    assert "try --method qlora, " in message and message.endswith(
+        ", `gpuinfra size` with --strategy fsdp (shards the frozen base) or a shorter --seq"
     )
