@@ -11,14 +11,14 @@ import sys
 from decimal import Decimal
 from typing import Any
 
+from gpuinfra.cli.tables import terminal_columns  # standard library only: cheap at start-up
+
 
 def stdout_console():
     """A rich Console on stdout (imported lazily: rich costs ~50 ms to import), as wide as
     :func:`gpuinfra.cli.tables.terminal_columns` says: ``$COLUMNS``, else the terminal, else 80
     (tables drop low-priority columns to fit; ``--wide`` shows them all)."""
     from rich.console import Console
-
-    from gpuinfra.cli.tables import terminal_columns
 
     return Console(highlight=False, soft_wrap=False, width=terminal_columns())
 

@@ -218,7 +218,7 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json, wid
     from gpuinfra.cli.tables import dropped_note, print_table
 
     invalid = f" ({len(listing.invalid)} invalid)" if listing.invalid else ""
-    table_rows = []
+    table_rows: list[tuple[str, ...]] = []
     for r in rows:
         age = (r.now - r.spec.created_at).total_seconds() / 3600
         table_rows.append(
