@@ -201,3 +201,42 @@ def test_size_catalog_and_image_ls_fit(run_cli, columns, tmp_path, width):
         result = run_cli(*args)
         assert result.exit_code == 0, (args, result.stderr)
         _fits(result.stdout, width)
+
+
+def test_status_tables_keep_whole_node_ids_at_80_columns(columns):
+    """``gpuinfra status``'s tables wrap headers and GPU names, never an instance id."""
+    from datetime import UTC, datetime, timedelta
+    from decimal import Decimal
+
+    from gpuinfra.cli.console import stdout_console
+    from gpuinfra.monitoring.render import renderable
+    from gpuinfra.monitoring.status import ClusterStatus, GpuStatus, Node
+
+    columns(80)
+    now = datetime(2026, 11, 27, 4, 0, tzinfo=UTC)
+    ids = ["i-0123456789abcdef0", "i-0fedcba9876543210"]  # EC2 ids: i- and 17 hex digits
+    status = ClusterStatus(
+        stack="watch",
+        cloud="aws",
+        now=now,
+        nodes=[Node(node_id, "running", now - timedelta(hours=1)) for node_id in ids],
+        gpus=[
+            GpuStatus(node_id, f"NVIDIA H100 80GB HBM3 #{g}", 100.0, 55.3, 79.8) for node_id in ids for g in range(8)
+        ],
+        timeline=[],
+        price_per_node_hour_usd=Decimal("55.04"),
+        cost_so_far_usd=Decimal("110.08"),
+        projected_to_ttl_usd=None,
+        expires_at=now + timedelta(hours=24),
+        idle_threshold_percent=5,
+        idle_since=None,
+        idle_ends_at=None,
+        monitoring=True,
+    )
+    console = stdout_console()
+    with console.capture() as captured:
+        console.print(renderable(status))
+    text = captured.get()
+    _fits(text, 80)
+    rows = [line for line in text.splitlines() if line.startswith("│ i-")]
+    assert len(rows) == 2 + 16 and {row.split()[1] for row in rows} == set(ids)
