@@ -4,7 +4,7 @@ Every expected failure in gpuinfra raises a subclass of :class:`GpuinfraError`. 
 catches it, prints ``error: <message>`` on one line to stderr and exits with the error's
 ``exit_code``; no traceback is shown unless ``GPUINFRA_DEBUG=1``.
 
-Exit codes (stable, documented in docs/exit-codes.md and the generated docs/reference/exit-codes.md):
+Exit codes (stable, documented in README.md):
 
 * 0 -- success
 * 1 -- unexpected internal error (a bug: please report it)
