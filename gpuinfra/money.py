@@ -1,6 +1,6 @@
 """How an amount of US dollars is written in JSON: one representation for every command.
 
-Rule (README.md "JSON output"): a JSON **string** holding a plain decimal number of USD with
+Rule (docs/json-output.md, "JSON output"): a JSON **string** holding a plain decimal number of USD with
 exactly :data:`USD_PLACES` (6) decimal places, rounded half to even -- ``"14.693540"``,
 ``"0.000000"``, ``"-2.500000"`` -- never a float, never an exponent, currency sign or thousands
 separator; the key ends in ``_usd`` (``price_per_hour_usd``, ``run_usd``); ``null`` when the

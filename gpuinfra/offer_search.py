@@ -130,7 +130,7 @@ def _times(value: Decimal | None, nodes: int) -> Decimal | None:
 
 
 def offer_json(ranked: RankedOffer, catalog: Catalog) -> dict[str, Any]:
-    """The JSON object of one ranked offer (stable keys, documented in README.md; prices are
+    """The JSON object of one ranked offer (stable keys, documented in docs/json-output.md; prices are
     totals for all nodes, null where the catalog has none)."""
     offer = ranked.offer
     fact = catalog.fact(offer.cloud, offer.instance_type)

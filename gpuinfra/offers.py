@@ -479,9 +479,9 @@ def _no_fit_message(catalog: Catalog, query: OfferQuery, located: list[Offer]) -
     others = [m for m in MARKETS if m != pricing]
     hint = {
         "commit-1y": " No cited source has a 1-year commitment price for it here (AWS: EC2 Standard RI no upfront, "
-        "GCP: resource-based CUD; see README, price table).",
+        "GCP: resource-based CUD; see docs/prices.md, price table).",
         "commit-3y": " No cited source has a 3-year commitment price for it here (AWS: EC2 Standard RI no upfront, "
-        "GCP: resource-based CUD; see README, price table).",
+        "GCP: resource-based CUD; see docs/prices.md, price table).",
         "flex-start": " This catalog has no flex-start (DWS) price for it (the shipped snapshot has none); "
         "`gpuinfra catalog refresh --cloud gcp` reads them from the Cloud Billing Catalog.",
     }.get(pricing, "")

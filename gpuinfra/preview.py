@@ -26,6 +26,7 @@ import blueprints
 from gpuinfra import __version__
 from gpuinfra.catalog.store import PACKAGE_DATA_DIR, catalog_dir
 from gpuinfra.fsutil import atomic_write_text
+from gpuinfra.rules.model import ResourceGraph, Violation
 from gpuinfra.spec import ClusterSpec
 from gpuinfra.templating import templates_dir
 
@@ -93,6 +94,9 @@ class PreviewResult:
     resources: list[ResourceRecord]
     outputs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    #: The ``provider-valid-values`` verdict on these resources, when the cache had it
+    #: (:func:`run_preview_cached`); None: not computed, the rules compute it (importing the SDKs).
+    provider_violations: list[Violation] | None = None
 
     def of_type(self, token: str) -> list[ResourceRecord]:
         """Resources whose type token is ``token`` (e.g. ``aws:ec2/subnet:Subnet``)."""
@@ -457,6 +461,7 @@ def preview_fingerprint(spec: ClusterSpec, provider_config: dict[str, str]) -> s
         + sorted(templates_dir().glob("*.j2"))
         + [
             Path(__file__),
+            here / "rules" / "provider_values.py",  # the cached provider-valid-values verdict
             here / "agent" / "node.py",
             here / "templating.py",
             here / "spec.py",
@@ -484,8 +489,12 @@ def run_preview_cached(spec: ClusterSpec, provider_config: dict[str, str] | None
     """:func:`run_preview`, remembered on disk by :func:`preview_fingerprint`.
 
     The program is deterministic for a given fingerprint, so a cached result is the result; the
-    cache only saves the ~2 s of Pulumi SDK imports on repeated ``preview`` / ``cost`` runs.
-    ``GPUINFRA_NO_CACHE=1`` turns it off.
+    cache saves the Pulumi SDK imports (~2 s) on repeated ``preview`` / ``cost`` runs. The entry
+    also holds the ``provider-valid-values`` verdict
+    (:func:`gpuinfra.rules.provider_values.check_provider_values`, which reads the installed
+    SDKs' docstrings): it depends only on the resources and the SDK versions, both in the
+    fingerprint, so a cache hit imports no provider SDK at all
+    (:attr:`PreviewResult.provider_violations`). ``GPUINFRA_NO_CACHE=1`` turns the cache off.
     """
     import os
 
@@ -501,13 +510,19 @@ def run_preview_cached(spec: ClusterSpec, provider_config: dict[str, str] | None
                 resources=[_record_from_json(r) for r in doc["resources"]],
                 outputs=doc["outputs"],
                 notes=doc["notes"],
+                provider_violations=[Violation(**v) for v in doc["provider_violations"]],
             )
-        except (ValueError, KeyError):
+        except (ValueError, KeyError, TypeError):
             pass  # unreadable entry: recompute and overwrite
     result = run_preview(spec, config)
+    # imported on use: it imports the provider SDKs' docstrings, which only a fresh preview pays
+    from gpuinfra.rules.provider_values import check_provider_values
+
+    result.provider_violations = check_provider_values(ResourceGraph.from_records(result.resources))
+    entry = {**result.to_json(), "provider_violations": [vars(v) for v in result.provider_violations]}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(result.to_json()))
+        atomic_write_text(path, json.dumps(entry))
     except OSError:
         pass  # a read-only cache folder only costs speed
     return result

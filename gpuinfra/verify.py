@@ -59,7 +59,7 @@ def verify_spec(spec: ClusterSpec, catalog: Catalog | None = None) -> VerifiedPr
     spec.check_ttl_within_block()
     result = run_preview_cached(spec, provider_config(spec))
     summary = cost_summary(spec, result.resources)
-    verify_stack(spec, result.resources, catalog or load_catalog(), summary)
+    verify_stack(spec, result.resources, catalog or load_catalog(), summary, result.provider_violations)
     return VerifiedPreview(spec, result, summary)
 
 

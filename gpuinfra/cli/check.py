@@ -12,6 +12,7 @@ from pathlib import Path
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.cli.tables import Col
 
 #: Table columns per check (:data:`gpuinfra.health.gate.CHECKS`), the busbw one aside.
 _COLUMNS = {
@@ -58,13 +59,25 @@ def _busbw(node) -> str:
     return f"{measured} / {result.expected:.2f}"
 
 
-def _print_table(report) -> None:
-    """The per-node table, then one line per failed check, unreadable, stale or missing result,
-    then a count."""
-    from rich.table import Table
+#: The health table's columns; ``drop``: the order they go when the terminal is narrow
+#: (:mod:`gpuinfra.cli.tables`): the per-check marks go (a failed check is also a FAIL line below),
+#: node, bus bandwidth and result stay.
+CHECK_COLUMNS = (
+    Col("node"),
+    Col("type", drop=2),
+    Col("checked at", drop=1),
+    *(Col(header, drop=3 + i) for i, header in enumerate(_COLUMNS.values())),
+    Col("busbw GB/s (measured / expected)", fold=True, fold_min=15),
+    Col("result"),
+)
 
+
+def _print_table(report, wide: bool = False) -> None:
+    """The per-node table, then one line per failed check, unreadable, stale or missing result,
+    then a count; ``wide``: every column."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
+    from gpuinfra.cli.tables import dropped_note, print_table
 
     out = stdout_console()
     loc = report.location
@@ -76,13 +89,14 @@ def _print_table(report) -> None:
         soft_wrap=True,
     )
     if report.nodes:
-        table = Table()
-        for header in ("node", "type", "checked at", *_COLUMNS.values(), "busbw GB/s (measured / expected)", "result"):
-            table.add_column(header)
+        rows = []
         for node in report.nodes:
             marks = [_MARK[c.passed] if (c := node.check(key)) else "?" for key in _COLUMNS]
-            table.add_row(node.node, node.instance_type, node.checked_at, *marks, _busbw(node), node.verdict)
-        out.print(table)
+            rows.append((node.node, node.instance_type, node.checked_at, *marks, _busbw(node), node.verdict))
+        shown = print_table(out, CHECK_COLUMNS, rows, wide=wide)
+        hidden = dropped_note(CHECK_COLUMNS, shown)
+        if hidden:
+            out.print(hidden, markup=False)
     for node in report.nodes:
         for result in node.failed:
             out.print(f"FAIL {node.node} {result.name}: {result.detail}", soft_wrap=True, markup=False)
@@ -114,6 +128,7 @@ def check(
     since: str | None = Since,
     as_json: bool = options.Json,
     project_dir: Path = options.ProjectDir,
+    wide: bool = options.Wide,
 ) -> None:
     """Show each node's boot health gate: pass/fail per check, all-reduce bus bandwidth measured vs expected (GB/s).
 
@@ -128,7 +143,7 @@ def check(
     if as_json:
         print_json(report.to_dict())
     elif report.nodes or report.invalid or report.stale:
-        _print_table(report)
+        _print_table(report, wide)
     verdict = report.verdict()
     if not verdict.passed:
         raise HealthGateError(verdict.reason)

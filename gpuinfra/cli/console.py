@@ -7,20 +7,20 @@ Expected failures never print a traceback: :func:`gpuinfra.cli.main` turns a
 from __future__ import annotations
 
 import json
-import os
 import sys
 from decimal import Decimal
 from typing import Any
 
+from gpuinfra.cli.tables import terminal_columns  # standard library only: cheap at start-up
+
 
 def stdout_console():
-    """A rich Console on stdout (imported lazily: rich costs ~50 ms to import)."""
+    """A rich Console on stdout (imported lazily: rich costs ~50 ms to import), as wide as
+    :func:`gpuinfra.cli.tables.terminal_columns` says: ``$COLUMNS``, else the terminal, else 80
+    (tables drop low-priority columns to fit; ``--wide`` shows them all)."""
     from rich.console import Console
 
-    console = Console(highlight=False, soft_wrap=False)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = 200  # piped output: do not squeeze tables into 80 columns
-    return console
+    return Console(highlight=False, soft_wrap=False, width=terminal_columns())
 
 
 def stderr_console():

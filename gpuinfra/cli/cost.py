@@ -15,6 +15,7 @@ import typer
 
 from gpuinfra.cli import options
 from gpuinfra.cli.groups import DefaultCommand, DefaultCommandGroup
+from gpuinfra.cli.tables import Col
 
 
 class _CostGroup(DefaultCommandGroup):
@@ -36,49 +37,60 @@ Usage = typer.Option(
 )
 
 
-def print_cost_table(doc: dict) -> None:
-    """Render a cost document as a table grouped by resource, then totals and warnings."""
+#: The cost table's columns; ``drop``: the order they go when the terminal is narrow
+#: (:mod:`gpuinfra.cli.tables`). Component names and sources wrap instead of being cut.
+COST_COLUMNS = (
+    Col("resource / component", fold=True, fold_min=24),
+    Col("qty/h", "right", drop=2),
+    Col("unit", drop=1),
+    Col("unit price", "right", drop=3),
+    Col("$/h", "right"),
+    Col("run $", "right"),
+    Col("price source, date", fold=True, fold_min=24, drop=4),
+)
+
+
+def print_cost_table(doc: dict, wide: bool = False) -> None:
+    """Render a cost document as a table grouped by resource, then totals and warnings;
+    ``wide``: every column, unwrapped."""
     from rich import box
-    from rich.console import JustifyMethod
-    from rich.table import Table
 
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console
+    from gpuinfra.cli.tables import dropped_note, print_table
     from gpuinfra.cost.report import document_total
 
     out = stdout_console()
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"cost of {doc['stack']} ({doc['pricing']}, {doc['hours']} h run, catalog {doc['catalog_date']})",
-        title_justify="left",
-    )
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("resource / component", "left"),
-        ("qty/h", "right"),
-        ("unit", "left"),
-        ("unit price", "right"),
-        ("$/h", "right"),
-        ("run $", "right"),
-        ("price source, date", "left"),
-    ]
-    for header, justify in columns:
-        table.add_column(header, justify=justify)
+    rows: list[tuple[str, ...]] = []
     current = None
     for line in doc["lines"]:
         if line["resource"] != current:
             current = line["resource"]
-            table.add_row(f"[bold]{current}[/bold]", "", "", "", "", "", "")
+            rows.append((f"[bold]{current}[/bold]", "", "", "", "", "", ""))
         mark = "*" if line["usage_based"] else ""
-        table.add_row(
-            f"  {line['component']}{mark}",
-            _num(line["quantity"]),
-            line["unit"],
-            "not found" if line["unit_price_usd"] is None else f"${Decimal(line['unit_price_usd']):,.6g}",
-            "-" if line["hourly_usd"] is None else f"${Decimal(line['hourly_usd']):,.4f}",
-            "-" if line["run_usd"] is None else f"${Decimal(line['run_usd']):,.2f}",
-            ", ".join(x for x in (line["price_source"].split(" (")[0], line["price_date"], line["note"]) if x),
+        rows.append(
+            (
+                f"  {line['component']}{mark}",
+                _num(line["quantity"]),
+                line["unit"],
+                "not found" if line["unit_price_usd"] is None else f"${Decimal(line['unit_price_usd']):,.6g}",
+                "-" if line["hourly_usd"] is None else f"${Decimal(line['hourly_usd']):,.4f}",
+                "-" if line["run_usd"] is None else f"${Decimal(line['run_usd']):,.2f}",
+                ", ".join(x for x in (line["price_source"].split(" (")[0], line["price_date"], line["note"]) if x),
+            )
         )
-    out.print(table)
+    shown = print_table(
+        out,
+        COST_COLUMNS,
+        rows,
+        wide=wide,
+        box=box.SIMPLE_HEAD,
+        title=f"cost of {doc['stack']} ({doc['pricing']}, {doc['hours']} h run, catalog {doc['catalog_date']})",
+        title_justify="left",
+    )
+    hidden = dropped_note(COST_COLUMNS, shown)
+    if hidden:
+        out.print(hidden, markup=False)
     hourly, run = document_total(doc, "hourly_usd"), document_total(doc, "run_usd")
     if hourly.complete:
         out.print(
@@ -193,6 +205,7 @@ def cost(
     ),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
+    wide: bool = options.Wide,
 ) -> None:
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
@@ -214,7 +227,7 @@ def cost(
     if as_json:
         print_json(doc)
     else:
-        print_cost_table(doc)
+        print_cost_table(doc, wide)
     check_totals(doc, budget_usd)  # after the document: its unpriced lines are what the error names
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.cli.tables import Col
 
 
 def _progress():
@@ -234,7 +235,23 @@ def _down_bake(stack: str, delete_data: bool, project_dir: Path) -> None:
         out.print(line, soft_wrap=True, markup=False)
 
 
-def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> None:
+#: ``ls`` table columns; ``drop``: the order they go when the terminal is narrow
+#: (:mod:`gpuinfra.cli.tables`); ``cloud`` stays: it says ``INVALID`` for an unreadable file.
+LS_COLUMNS = (
+    Col("stack"),
+    Col("cloud"),
+    Col("GPUs"),
+    Col("nodes", drop=3),
+    Col("age", drop=2),
+    Col("expires"),
+    Col("deployed", drop=4),
+    Col("compute $/h"),
+    Col("compute so far", drop=5),
+    Col("catalog", drop=1),
+)
+
+
+def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json, wide: bool = options.Wide) -> None:
     """List stacks: cloud, GPUs, nodes, age, expiry, compute $/h and compute cost so far; unreadable stack files as invalid."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console
@@ -253,44 +270,41 @@ def ls(project_dir: Path = options.ProjectDir, as_json: bool = options.Json) -> 
     if as_json:
         print_json([r.to_json() for r in rows] + [bad.to_json() for bad in listing.invalid])
         return
-    from rich.table import Table
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.tables import dropped_note, print_table
 
     invalid = f" ({len(listing.invalid)} invalid)" if listing.invalid else ""
-    table = Table(
+    table_rows: list[tuple[str, ...]] = []
+    for r in rows:
+        age = (r.now - r.spec.created_at).total_seconds() / 3600
+        table_rows.append(
+            (
+                r.spec.stack,
+                r.spec.cloud,
+                f"{r.spec.gpu_count}x{r.spec.gpu}",
+                str(r.spec.nodes),
+                f"{age:.1f} h",
+                ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
+                {True: "yes", False: "no", None: "?"}[r.deployed],
+                r.price_text(),
+                r.cost_so_far_text(),
+                r.catalog_date,
+            )
+        )
+    for bad in listing.invalid:
+        table_rows.append((bad.name, "INVALID", *["-"] * 8))
+    out = stdout_console()
+    shown = print_table(
+        out,
+        LS_COLUMNS,
+        table_rows,
+        wide=wide,
         title=f"{len(rows) + len(listing.invalid)} stacks{invalid} in {Path(project_dir).resolve() / 'stacks'}",
         title_justify="left",
     )
-    for header in (
-        "stack",
-        "cloud",
-        "GPUs",
-        "nodes",
-        "age",
-        "expires",
-        "deployed",
-        "compute $/h",
-        "compute so far",
-        "catalog",
-    ):
-        table.add_column(header)
-    for r in rows:
-        age = (r.now - r.spec.created_at).total_seconds() / 3600
-        table.add_row(
-            r.spec.stack,
-            r.spec.cloud,
-            f"{r.spec.gpu_count}x{r.spec.gpu}",
-            str(r.spec.nodes),
-            f"{age:.1f} h",
-            ("EXPIRED " if r.expired else "") + f"{r.spec.expires_at:%Y-%m-%d %H:%M}",
-            {True: "yes", False: "no", None: "?"}[r.deployed],
-            r.price_text(),
-            r.cost_so_far_text(),
-            r.catalog_date,
-        )
-    for bad in listing.invalid:
-        table.add_row(bad.name, "INVALID", *["-"] * 8)
-    out = stdout_console()
-    out.print(table)
+    hidden = dropped_note(LS_COLUMNS, shown)
+    if hidden:
+        out.print(hidden, markup=False)
     for bad in listing.invalid:
         out.print(f"INVALID {bad.name}: {bad.reason}", soft_wrap=True, markup=False)
 

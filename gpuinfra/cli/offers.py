@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.cli.tables import Col
 
 
 def _network_cell(fact) -> str:
@@ -59,6 +60,7 @@ def offers(
         show_default=False,
     ),
     as_json: bool = options.Json,
+    wide: bool = options.Wide,
 ) -> None:
     """Rank every offer that fits the GPU request, cheapest total $/h first (with --data: cheapest run)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
@@ -93,11 +95,11 @@ def offers(
             print_json([offer_json(r, catalog) for r in _shown(found.ranked, limit, as_json)])
         return
     if found.runs is not None:
-        _print_runs(found, limit)
+        _print_runs(found, limit, wide)
     elif found.query.market == "spot":
-        _print_spot_table(found.ranked, found.query.request, limit)
+        _print_spot_table(found.ranked, found.query.request, limit, wide)
     else:
-        _print_table(found.ranked, catalog, found.query.request, found.query.market, limit)
+        _print_table(found.ranked, catalog, found.query.request, found.query.market, limit, wide)
 
 
 def _shown(items: list, limit: int | None, as_json: bool) -> list:
@@ -107,10 +109,51 @@ def _shown(items: list, limit: int | None, as_json: bool) -> list:
     return items[: 20 if limit is None else limit]
 
 
-def _print_runs(found, limit: int | None) -> None:
+#: The ``--data`` table's columns; ``drop``: the order they go when the terminal is narrow.
+RUN_COLUMNS = (
+    Col("cloud", drop=4),
+    Col("region", drop=5),
+    Col("zone"),
+    Col("instance"),
+    Col("GPUs", "right"),
+    Col("$/h", "right"),
+    Col("compute $", "right", drop=2),
+    Col("data $", "right", drop=3),
+    Col("run $", "right"),
+    Col("data route", drop=1),
+)
+
+#: The spot table's columns (see :data:`RUN_COLUMNS`).
+SPOT_COLUMNS = (
+    Col("location"),
+    Col("instance"),
+    Col("spot $/h", "right"),
+    Col("range $/h", "right", drop=1),
+    Col("spot date", drop=4),
+    Col("od $/h", "right", drop=3),
+    Col("intr/mo", drop=2),
+)
+
+#: The offers table's columns (see :data:`RUN_COLUMNS`): price, GPUs, type and zone stay.
+OFFER_COLUMNS = (
+    Col("cloud", drop=7),
+    Col("region", drop=8),
+    Col("zone"),
+    Col("instance"),
+    Col("GPUs", "right"),
+    Col("vCPU", "right", drop=5),
+    Col("RAM GiB", "right", drop=4),
+    Col("market", drop=6),
+    Col("$/h", "right"),
+    Col("$/GPU-h", "right", drop=9),
+    Col("other markets $/h", drop=2),
+    Col("EFA/NICs", drop=3),
+    Col("NVMe", drop=1),
+)
+
+
+def _print_runs(found, limit: int | None, wide: bool) -> None:
     from rich import box
-    from rich.console import JustifyMethod
-    from rich.table import Table
 
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console, usd
@@ -125,41 +168,33 @@ def _print_runs(found, limit: int | None) -> None:
     )
     shown = _shown(runs, limit, as_json=False)
     note = cheapest_gpu_note(runs)
-    table = Table(
+    rows = []
+    for r in shown:
+        o = r.ranked.offer
+        rows.append(
+            (
+                o.cloud,
+                o.region,
+                o.zone,
+                o.instance_type,
+                f"{o.gpu_count}x{o.gpu}",
+                usd(r.ranked.price_per_hour_usd),
+                usd(r.compute_usd),
+                "?" if r.transfer.usd is None else usd(r.transfer.usd),
+                "?" if r.run_usd is None else usd(r.run_usd),
+                r.transfer.route,
+            )
+        )
+    console = stdout_console()
+    _print(
+        console,
+        RUN_COLUMNS,
+        rows,
+        wide,
         box=box.SIMPLE_HEAD,
         title_justify="left",
         title=f"{len(runs)} offers for {request} ({market}), {float(hours):g} h run with {data_set.describe()}",
     )
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("cloud", "left"),
-        ("region", "left"),
-        ("zone", "left"),
-        ("instance", "left"),
-        ("GPUs", "right"),
-        ("$/h", "right"),
-        ("compute $", "right"),
-        ("data $", "right"),
-        ("run $", "right"),
-        ("data route", "left"),
-    ]
-    for header, justify in columns:
-        table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
-    for r in shown:
-        o = r.ranked.offer
-        table.add_row(
-            o.cloud,
-            o.region,
-            o.zone,
-            o.instance_type,
-            f"{o.gpu_count}x{o.gpu}",
-            usd(r.ranked.price_per_hour_usd),
-            usd(r.compute_usd),
-            "?" if r.transfer.usd is None else usd(r.transfer.usd),
-            "?" if r.run_usd is None else usd(r.run_usd),
-            r.transfer.route,
-        )
-    console = stdout_console()
-    console.print(table)
     if note:
         console.print(f"note: {note}")
     unknown = [r for r in runs if r.run_usd is None]
@@ -194,49 +229,42 @@ def _spot_date_cell(date: str) -> str:
     return "undated" if date.startswith("undated") else date
 
 
-def _print_spot_table(ranked, request, limit: int | None) -> None:
+def _print_spot_table(ranked, request, limit: int | None, wide: bool) -> None:
     """The spot table: each price with its own source date, its window range where the source
     has one, and the AWS Spot Instance Advisor interruption band (fits 100 columns)."""
     from rich import box
-    from rich.console import JustifyMethod
-    from rich.table import Table
 
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console, usd
 
     shown = _shown(ranked, limit, as_json=False)
-    table = Table(
+    rows = []
+    for r in shown:
+        o = r.offer
+        od = r.market_price_per_hour_usd("on-demand")
+        rows.append(
+            (
+                f"aws {o.region}/{o.zone}" if o.cloud == "aws" else f"gcp {o.zone}",
+                o.instance_type + (" *" if r.round_up else ""),
+                usd(r.price_per_hour_usd) + (" !" if o.spot_not_discounted else ""),
+                _spot_range_cell(r),
+                _spot_date_cell(o.spot_price_date),
+                "-" if od is None else usd(od),
+                o.spot_interruption_band or "-",
+            )
+        )
+    console = stdout_console()
+    _print(
+        console,
+        SPOT_COLUMNS,
+        rows,
+        wide,
         box=box.SIMPLE_HEAD,
         title=f"{len(ranked)} offers for {request} (spot; each price with its source date)",
         title_justify="left",
         padding=(0, 1, 0, 0),
         pad_edge=False,
     )
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("location", "left"),
-        ("instance", "left"),
-        ("spot $/h", "right"),
-        ("range $/h", "right"),
-        ("spot date", "left"),
-        ("od $/h", "right"),
-        ("intr/mo", "left"),
-    ]
-    for header, justify in columns:
-        table.add_column(header, justify=justify, no_wrap=True)
-    for r in shown:
-        o = r.offer
-        od = r.market_price_per_hour_usd("on-demand")
-        table.add_row(
-            f"aws {o.region}/{o.zone}" if o.cloud == "aws" else f"gcp {o.zone}",
-            o.instance_type + (" *" if r.round_up else ""),
-            usd(r.price_per_hour_usd) + (" !" if o.spot_not_discounted else ""),
-            _spot_range_cell(r),
-            _spot_date_cell(o.spot_price_date),
-            "-" if od is None else usd(od),
-            o.spot_interruption_band or "-",
-        )
-    console = stdout_console()
-    console.print(table)
     console.print(
         "spot $/h: AWS: the highest price of the dated window (the fleet's maximum price); "
         "GCP: the dated list price (no maximum price on GCP)."
@@ -247,10 +275,7 @@ def _print_spot_table(ranked, request, limit: int | None) -> None:
     _print_footer(console, shown, ranked, request, "! spot price is not below on-demand: spot saves nothing there")
 
 
-def _print_table(ranked, catalog, request, market: str, limit: int | None) -> None:
-    from rich.console import JustifyMethod
-    from rich.table import Table
-
+def _print_table(ranked, catalog, request, market: str, limit: int | None, wide: bool) -> None:
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import stdout_console, usd
 
@@ -262,52 +287,41 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
     pricing = market
     from rich import box
 
-    table = Table(
-        box=box.SIMPLE_HEAD,
-        title=f"{len(ranked)} offers for {request} ({pricing}, prices from catalog {', '.join(dates)})",
-        title_justify="left",
-    )
-    columns: list[tuple[str, JustifyMethod]] = [
-        ("cloud", "left"),
-        ("region", "left"),
-        ("zone", "left"),
-        ("instance", "left"),
-        ("GPUs", "right"),
-        ("vCPU", "right"),
-        ("RAM GiB", "right"),
-        ("market", "left"),
-        ("$/h", "right"),
-        ("$/GPU-h", "right"),
-        ("other markets $/h", "left"),
-        ("EFA/NICs", "left"),
-        ("NVMe", "left"),
-    ]
-    for header, justify in columns:
-        table.add_column(header, justify=justify, no_wrap=header in ("instance", "zone"))
     notes = []
+    rows = []
     for r in shown:
         o = r.offer
         fact = catalog.fact(o.cloud, o.instance_type)
         gpus_cell = f"{o.gpu_count}x{o.gpu}" + (" *" if r.round_up else "")
-        table.add_row(
-            o.cloud,
-            o.region,
-            o.zone,
-            o.instance_type,
-            gpus_cell,
-            f"{o.vcpus:g}",
-            f"{o.memory_gib:g}",
-            r.market,
-            usd(r.price_per_hour_usd),
-            usd(r.price_per_gpu_hour_usd, 3),
-            _other_markets_cell(r),
-            _network_cell(fact),
-            _nvme_cell(fact),
+        rows.append(
+            (
+                o.cloud,
+                o.region,
+                o.zone,
+                o.instance_type,
+                gpus_cell,
+                f"{o.vcpus:g}",
+                f"{o.memory_gib:g}",
+                r.market,
+                usd(r.price_per_hour_usd),
+                usd(r.price_per_gpu_hour_usd, 3),
+                _other_markets_cell(r),
+                _network_cell(fact),
+                _nvme_cell(fact),
+            )
         )
         if r.round_up and r.round_up_note not in notes:
             notes.append(r.round_up_note)
     console = stdout_console()
-    console.print(table)
+    _print(
+        console,
+        OFFER_COLUMNS,
+        rows,
+        wide,
+        box=box.SIMPLE_HEAD,
+        title=f"{len(ranked)} offers for {request} ({pricing}, prices from catalog {', '.join(dates)})",
+        title_justify="left",
+    )
     for text in notes:
         console.print(f"* round-up: {text}")
     _print_footer(
@@ -317,6 +331,18 @@ def _print_table(ranked, catalog, request, market: str, limit: int | None) -> No
         request,
         "! spot price in the snapshot is not below on-demand (data defect or no discount there)",
     )
+
+
+def _print(console, columns, rows, wide: bool, **table_kwargs) -> None:
+    """Print a table fitted to the terminal (:mod:`gpuinfra.cli.tables`), then which columns
+    the width left out."""
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.tables import dropped_note, print_table
+
+    shown = print_table(console, columns, rows, wide=wide, **table_kwargs)
+    hidden = dropped_note(columns, shown)
+    if hidden:
+        console.print(hidden, markup=False)
 
 
 def _print_footer(console, shown, ranked, request, not_discounted: str) -> None:

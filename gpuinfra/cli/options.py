@@ -20,6 +20,12 @@ InstanceType = typer.Option(None, "--instance-type", help="Restrict to one insta
 Nodes = typer.Option(1, "--nodes", help="Number of nodes; --gpus counts GPUs per node.")
 LocalZones = typer.Option(False, "--include-local-zones", help="Also consider AWS Local Zones.")
 Json = typer.Option(False, "--json", help="Print JSON on stdout instead of a table.")
+Wide = typer.Option(
+    False,
+    "--wide",
+    help="Show every table column, however wide (default: drop low-priority columns to fit $COLUMNS, "
+    "the terminal, or 80 columns).",
+)
 
 
 def _project_dir(value: Path) -> Path:

@@ -5,11 +5,27 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuinfra.cli import options
+from gpuinfra.cli.tables import Col
+
+#: The profiles table's columns; ``drop``: the order they go when the terminal is narrow
+#: (:mod:`gpuinfra.cli.tables`); the description wraps.
+PROFILE_COLUMNS = (
+    Col("profile"),
+    Col("placement", drop=3),
+    Col("fast network", drop=4),
+    Col("scratch", drop=2),
+    Col("spot", drop=5),
+    Col("idle / TTL", drop=6),
+    Col("root disk", drop=1),
+    Col("run h", drop=0),
+    Col("description", fold=True, fold_min=20, drop=7),
+)
 
 
 def profiles(
     profiles_dir: Path | None = options.ProfilesDir,
     as_json: bool = options.Json,
+    wide: bool = options.Wide,
 ) -> None:
     """List workload profiles (built-in and from --profiles-dir) with their settings."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
@@ -20,23 +36,11 @@ def profiles(
     if as_json:
         print_json([p.model_dump(mode="json") for p in loaded.values()])
         return
-    from rich.table import Table
+    # imported on use: CLI start-up time (only the command that runs loads its library modules)
+    from gpuinfra.cli.tables import dropped_note, print_table
 
-    table = Table(title="workload profiles", title_justify="left")
-    for header in (
-        "profile",
-        "placement",
-        "fast network",
-        "scratch",
-        "spot",
-        "idle / TTL",
-        "root disk",
-        "run h",
-        "description",
-    ):
-        table.add_column(header)
-    for p in loaded.values():
-        table.add_row(
+    rows = [
+        (
             p.name,
             p.placement,
             p.high_bandwidth_networking,
@@ -48,4 +52,10 @@ def profiles(
             f"{p.default_run_hours:g}",
             p.description,
         )
-    stdout_console().print(table)
+        for p in loaded.values()
+    ]
+    out = stdout_console()
+    shown = print_table(out, PROFILE_COLUMNS, rows, wide=wide, title="workload profiles", title_justify="left")
+    hidden = dropped_note(PROFILE_COLUMNS, shown)
+    if hidden:
+        out.print(hidden, markup=False)

@@ -93,15 +93,18 @@ def renderable(status: ClusterStatus, error: str | None = None):
     head = summary_lines(status)
     parts: list = [Text(head[0])]
     nodes = Table(title="nodes", title_justify="left")
+    # a node id is never cut ("i-0123…"): the other columns wrap to fit the terminal instead
     for column in ("node", "state", "launched (UTC)"):
-        nodes.add_column(column)
+        nodes.add_column(column, no_wrap=column == "node")
     for n in status.nodes:
         nodes.add_row(n.node_id, n.state, f"{n.launched_at:%Y-%m-%d %H:%M}" if n.launched_at else "-")
     parts.append(nodes)
     if status.gpus:
         gpus = Table(title="GPUs", title_justify="left")
         for column in ("node", "GPU", "util % now", "util % 1 h mean", "memory GiB now"):
-            gpus.add_column(column, justify="right" if "%" in column or "GiB" in column else "left")
+            gpus.add_column(
+                column, justify="right" if "%" in column or "GiB" in column else "left", no_wrap=column == "node"
+            )
         for g in status.gpus:
             gpus.add_row(
                 g.node_id, g.gpu, _pct(g.utilization_now), _pct(g.utilization_hour_mean), _pct(g.memory_used_gib_now)

@@ -17,7 +17,7 @@
   a note saying why: never a lower number presented as the total.
 * Idle: the cluster is idle since the first minute from which every GPU stayed under the
   profile's ``idle_gpu_utilization_percent``; the node agent ends it ``idle_timeout_minutes``
-  later (README "Idle shutdown").
+  later (docs/lifecycle.md, "How a node ends").
 """
 
 from __future__ import annotations

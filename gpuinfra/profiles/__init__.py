@@ -64,7 +64,7 @@ class ImageSettings(_Strict):
 
 
 class MonitoringSettings(_Strict):
-    """GPU monitoring of the cluster (README "Monitoring"): the cloud's agent on every node
+    """GPU monitoring of the cluster (docs/monitoring.md): the cloud's agent on every node
     (CloudWatch agent / Ops Agent), a dashboard, and an idle alarm / alert policy that fires when
     every GPU of the cluster stays under ``idle_gpu_utilization_percent`` for
     ``idle_alarm_minutes``.
@@ -84,7 +84,7 @@ class MonitoringSettings(_Strict):
 
 
 class HangSettings(_Strict):
-    """What the node agent does when the job looks hung (README "Node agent"): every GPU at or
+    """What the node agent does when the job looks hung (docs/lifecycle.md): every GPU at or
     over ``idle_gpu_utilization_percent`` while drawing under ``power_percent`` of its enforced
     power limit, or the progress file the job touches (``GPUINFRA_PROGRESS_FILE``) not touched,
     for ``minutes``. NCCL hangs read 100% utilization at low power (~70 W of an H100's 700 W:
@@ -134,7 +134,7 @@ class Profile(_Strict):
         image: machine images.
         container_image: training container pre-pulled on the nodes ("" for none).
         default_run_hours: run length assumed by cost estimates when none is given.
-        health_gate: what the nodes do with the boot-time health gate (README "Health gate"):
+        health_gate: what the nodes do with the boot-time health gate (docs/health-gate.md):
             ``enforce`` -> a node that fails it gets no rank, is left out of the rendezvous and
             is ended; ``report`` -> results are recorded (``gpuinfra check``) and the node still
             trains; ``off`` -> the gate does not run.

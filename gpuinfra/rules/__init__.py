@@ -45,7 +45,10 @@ __all__ = [
 
 
 def check_graph(
-    graph: ResourceGraph, facts: Mapping[str, InstanceFacts], provider_values: bool = True
+    graph: ResourceGraph,
+    facts: Mapping[str, InstanceFacts],
+    provider_values: bool = True,
+    provider_verdict: list[Violation] | None = None,
 ) -> list[Violation]:
     """All rules of the graph's cloud(s) over ``graph``.
 
@@ -53,6 +56,8 @@ def check_graph(
         graph: the stack's resources (provider wire format, camelCase inputs).
         facts: instance / machine type -> facts (the spec's own, or the catalog's).
         provider_values: also check documented enum values against the installed SDKs.
+        provider_verdict: :func:`check_provider_values` of this very graph, computed before
+            (the preview cache keeps it): used instead of checking again, which imports the SDKs.
 
     Returns:
         Violations, sorted by rule and resource; empty when the stack conforms.
@@ -67,19 +72,23 @@ def check_graph(
             found += check(graph, facts)
     found += check_node_values(graph, facts)
     if provider_values:
-        found += check_provider_values(graph)
+        found += check_provider_values(graph) if provider_verdict is None else provider_verdict
     return sorted(set(found), key=lambda v: (v.rule, v.resource, v.message))
 
 
-def check_preview(spec: Any, resources: Iterable[Any], provider_values: bool = True) -> list[Violation]:
+def check_preview(
+    spec: Any, resources: Iterable[Any], provider_values: bool = True, provider_verdict: list[Violation] | None = None
+) -> list[Violation]:
     """Rules over an offline preview of ``spec``, with the facts the spec carries.
 
     Args:
         spec: the :class:`~gpuinfra.spec.ClusterSpec` the preview ran.
         resources: the preview's :class:`~gpuinfra.preview.ResourceRecord` list.
-        provider_values: see :func:`check_graph`.
+        provider_values, provider_verdict: see :func:`check_graph`.
     """
-    return check_graph(ResourceGraph.from_records(resources), {spec.instance_type: spec.facts}, provider_values)
+    return check_graph(
+        ResourceGraph.from_records(resources), {spec.instance_type: spec.facts}, provider_values, provider_verdict
+    )
 
 
 def check_offered_in_zone(spec: Any, catalog: Any) -> list[Violation]:
@@ -188,7 +197,13 @@ def check_budget(spec: Any, resources: Iterable[Any], summary: dict | None = Non
     return []
 
 
-def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None, summary: dict | None = None) -> None:
+def verify_stack(
+    spec: Any,
+    resources: Iterable[Any],
+    catalog: Any | None = None,
+    summary: dict | None = None,
+    provider_verdict: list[Violation] | None = None,
+) -> None:
     """Refuse a previewed stack that breaks any rule (what ``preview`` and ``new`` run).
 
     Args:
@@ -196,12 +211,13 @@ def verify_stack(spec: Any, resources: Iterable[Any], catalog: Any | None = None
         resources: its offline preview's resource records.
         catalog: the loaded catalog for ``offered-in-zone`` (skipped when None).
         summary: the stack's cost summary, if the caller has it (see :func:`check_budget`).
+        provider_verdict: the cached ``provider-valid-values`` verdict (see :func:`check_graph`).
 
     Raises:
         RuleViolationError: one line per violation, each naming its rule and source (exit 2).
     """
     resources = list(resources)
-    found = check_preview(spec, resources) + check_budget(spec, resources, summary)
+    found = check_preview(spec, resources, provider_verdict=provider_verdict) + check_budget(spec, resources, summary)
     if catalog is not None:
         found = check_facts_current(spec, catalog) + check_offered_in_zone(spec, catalog) + found
     if found:

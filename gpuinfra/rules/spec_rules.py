@@ -273,7 +273,7 @@ RULES: dict[str, RuleInfo] = {
         RuleInfo(
             "price-known",
             "any",
-            "README.md 'Prices' (money fails closed: a missing price means 'not offered', never $0)",
+            "docs/prices.md 'Prices' (money fails closed: a missing price means 'not offered', never $0)",
             "the nodes have a catalog price in the market they are bought in",
         ),
         RuleInfo(
@@ -285,7 +285,7 @@ RULES: dict[str, RuleInfo] = {
         RuleInfo(
             "budget-max-price",
             "any",
-            "README.md 'Cloud-rule conformance' (the stack's max_price_per_hour_usd; money fails closed)",
+            "docs/conformance.md 'Cloud-rule conformance' (the stack's max_price_per_hour_usd; money fails closed)",
             "the stack's priced $/h is within its max_price_per_hour_usd and has no unpriced line",
         ),
         RuleInfo(
