@@ -41,12 +41,11 @@ from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
 from gpuinfra.preflight import run_preflight
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
-from gpuinfra.services.purchase import purchased_block_price
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
 from gpuinfra.spec import ClusterSpec, NetworkSettings, new_name_suffix
-from gpuinfra.stackfile import WrittenFiles, check_stack_free, recorded_name_suffix, write_stack
+from gpuinfra.stackfile import WrittenFiles, check_stack_free, purchased_block_price, recorded_name_suffix, write_stack
 from gpuinfra.verify import VerifiedPreview, verify_spec
 
 

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 
 import yaml
 
 from gpuinfra import __version__
+from gpuinfra.capacity import CapacityBlockPrice, CapacityReservation
 from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, SpecError
 from gpuinfra.fsutil import NewFiles, folder_problem
+from gpuinfra.plan.purchase import PURCHASE_CONFIG_KEY, PurchaseSpec
 from gpuinfra.planner import Plan
 from gpuinfra.spec import NAME_SUFFIX_RE, ClusterSpec, check_stack_name
 from gpuinfra.templating import render
@@ -275,6 +278,43 @@ def write_stack_files(
     except OSError as exc:
         raise _not_writable(exc, project_dir) from None
     return WrittenStacks(tuple(targets), tuple(scaffold), tuple(extra))
+
+
+def purchased_block_price(project_dir: Path, block: CapacityReservation) -> CapacityBlockPrice | None:
+    """The fee recorded by the purchase stack in ``project_dir`` that bought a block like ``block``
+    (same instance type, count, AZ, start and end), or None.
+
+    Returns:
+        The recorded fee with its source (the offering and the purchase stack) and the day it was
+        read; None when no purchase stack matches or a stack file is unreadable.
+    """
+    folder = Path(project_dir) / "stacks"
+    if not block.capacity_block or not folder.is_dir():
+        return None
+    for path in sorted(folder.glob("Pulumi.*.yaml")):
+        try:
+            doc = read_user_file(path, kind="stack file", error=SpecError, root=Path(project_dir))
+            config = doc.get("config")
+            raw = config.get(f"gpuinfra:{PURCHASE_CONFIG_KEY}") if isinstance(config, dict) else None
+            if raw is None:
+                continue
+            spec = PurchaseSpec.from_config(raw)
+        except SpecError:
+            continue
+        same = (
+            spec.instance_type == block.instance_type
+            and spec.instance_count == block.total_instance_count
+            and spec.availability_zone == block.availability_zone
+            and spec.start == block.start_date
+            and spec.end == block.end_date
+        )
+        if same:
+            return CapacityBlockPrice(
+                Decimal(spec.upfront_usd),
+                f"bought with purchase stack {spec.stack}: {spec.price_source}"[:300],
+                spec.price_date,
+            )
+    return None
 
 
 def _exists(target: Path) -> FileExistsGpuinfraError:

@@ -315,7 +315,8 @@ def test_the_purchase_stack_records_the_offering_and_previews_with_zero_violatio
 
 def test_new_prices_the_bought_block_at_the_recorded_fee(tmp_path):
     from gpuinfra.capacity import CapacityReservation
-    from gpuinfra.services.purchase import buy, purchased_block_price
+    from gpuinfra.services.purchase import buy
+    from gpuinfra.stackfile import purchased_block_price
 
     doc, number = _buy_doc()
     buy(doc, number, "6144", "train", tmp_path)

@@ -23,7 +23,7 @@ that buys it:
 
 The spec records the offering's window, fee, its source and date, and the cluster stack meant
 to use it, so ``new --capacity-reservation`` prices the block at the fee bought
-(:func:`gpuinfra.services.purchase.purchased_block_price`).
+(:func:`gpuinfra.stackfile.purchased_block_price`).
 """
 
 from __future__ import annotations

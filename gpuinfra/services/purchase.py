@@ -12,7 +12,7 @@ The purchase stack records the offering (id, type, count, AZ, window, fee, sourc
 cluster stack meant to use it. After ``pulumi up`` of that stack bought the block, ``gpuinfra new
 --capacity-reservation cr-...`` writes the cluster stack through its usual path (type, AZ and
 count from the reservation, TTL capped to the block's end) and prices the block at the fee
-recorded here (:func:`purchased_block_price`).
+recorded here (:func:`gpuinfra.stackfile.purchased_block_price` reads it).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from pathlib import Path
 import yaml
 
 from gpuinfra import __version__
-from gpuinfra.capacity import CapacityBlockPrice, CapacityReservation
 from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, RequestError, RuleViolationError, SpecError
 from gpuinfra.fsutil import NewFiles, folder_problem
 from gpuinfra.money import usd_json
@@ -247,39 +246,3 @@ def buy(
     if violations:
         raise RuleViolationError(violations)
     return write_purchase_stack(spec, project_dir, force), spec
-
-
-def purchased_block_price(project_dir: Path, block: CapacityReservation) -> CapacityBlockPrice | None:
-    """The fee recorded by the purchase stack in ``project_dir`` that bought a block like ``block``
-    (same instance type, count, AZ, start and end), or None.
-
-    Returns:
-        The recorded fee with its source (the offering and the purchase stack) and the day it was
-        read; None when no purchase stack matches or a stack file is unreadable.
-    """
-    folder = Path(project_dir) / "stacks"
-    if not block.capacity_block or not folder.is_dir():
-        return None
-    for path in sorted(folder.glob("Pulumi.*.yaml")):
-        try:
-            config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-            raw = config.get(f"gpuinfra:{PURCHASE_CONFIG_KEY}")
-            if raw is None:
-                continue
-            spec = PurchaseSpec.from_config(raw)
-        except (OSError, yaml.YAMLError, SpecError, AttributeError):
-            continue
-        same = (
-            spec.instance_type == block.instance_type
-            and spec.instance_count == block.total_instance_count
-            and spec.availability_zone == block.availability_zone
-            and spec.start == block.start_date
-            and spec.end == block.end_date
-        )
-        if same:
-            return CapacityBlockPrice(
-                Decimal(spec.upfront_usd),
-                f"bought with purchase stack {spec.stack}: {spec.price_source}"[:300],
-                spec.price_date,
-            )
-    return None
