@@ -65,11 +65,10 @@ from gpuinfra.errors import (
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.launch_errors import PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
 from gpuinfra.money import Total, usd_json
-from gpuinfra.plan.purchase import purchase_stacks
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
 from gpuinfra.spec import ClusterSpec, new_deployment_id
-from gpuinfra.stackfile import STACKS_DIRNAME, read_stack_spec, stack_file_path
+from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_spec, stack_file_path
 
 PULUMI_INSTALL_HINT = (
     "the Pulumi CLI is not installed: install it with `curl -fsSL https://get.pulumi.com | sh` "

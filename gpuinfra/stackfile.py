@@ -317,6 +317,23 @@ def purchased_block_price(project_dir: Path, block: CapacityReservation) -> Capa
     return None
 
 
+def purchase_stacks(project_dir: Path) -> set[str]:
+    """Names of the stack files in ``project_dir`` that hold a purchase (``gpuinfra:purchase``,
+    written by ``gpuinfra plan --buy``): ``ls`` and ``reap`` leave them out (no nodes, no TTL;
+    destroying one refunds nothing). Files the user-file reader refuses are not purchases (``ls``
+    lists them as ``INVALID``)."""
+    found = set()
+    for path in sorted((Path(project_dir) / "stacks").glob("Pulumi.*.yaml")):
+        try:
+            doc = read_user_file(path, kind="stack file", error=SpecError, root=Path(project_dir))
+        except SpecError:
+            continue
+        config = doc.get("config")
+        if isinstance(config, dict) and f"gpuinfra:{PURCHASE_CONFIG_KEY}" in config:
+            found.add(path.name[len("Pulumi.") : -len(".yaml")])
+    return found
+
+
 def _exists(target: Path) -> FileExistsGpuinfraError:
     return FileExistsGpuinfraError(
         f"stack file {target} already exists; pass --force to replace it or --name to pick another stack"

@@ -7,6 +7,7 @@ Expected failures never print a traceback: :func:`gpuinfra.cli.main` turns a
 from __future__ import annotations
 
 import json
+import os
 import sys
 from decimal import Decimal
 from typing import Any
@@ -17,10 +18,15 @@ from gpuinfra.cli.tables import terminal_columns  # standard library only: cheap
 def stdout_console():
     """A rich Console on stdout (imported lazily: rich costs ~50 ms to import), as wide as
     :func:`gpuinfra.cli.tables.terminal_columns` says: ``$COLUMNS``, else the terminal, else 80
-    (tables drop low-priority columns to fit; ``--wide`` shows them all)."""
+    (tables drop low-priority columns to fit; ``--wide`` shows them all).
+
+    Text lines are wrapped at that width on a terminal or when ``$COLUMNS`` is set; piped output
+    without ``$COLUMNS`` keeps each line whole (``soft_wrap``), so ``grep`` and logs see one line
+    per message, while its tables still fit 80 columns."""
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=False, width=terminal_columns())
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(highlight=False, soft_wrap=piped, width=terminal_columns())
 
 
 def stderr_console():

@@ -302,7 +302,7 @@ def size(
         )
     out.print("assumed (not given):")
     for a in doc["assumptions"]:
-        out.print(f"  {a['name']} {a['value']}: {a['source']}", soft_wrap=True)
+        out.print(f"  {a['name']} {a['value']}: {a['source']}")
     if doc.get("next_command"):
         out.print(f"next: {doc['next_command']}")
     if not doc["candidates"]:

@@ -29,10 +29,8 @@ to use it, so ``new --capacity-reservation`` prices the block at the fee bought
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from gpuinfra.spec import NEW_STACK_NAME_RE, model_from_config
@@ -123,17 +121,3 @@ class PurchaseSpec(BaseModel):
             SpecError: not a mapping, or the first invalid field with its path.
         """
         return model_from_config(cls, value, f"gpuinfra:{PURCHASE_CONFIG_KEY}", "gpuinfra plan --buy")
-
-
-def purchase_stacks(project_dir: Path) -> set[str]:
-    """Names of the stack files in ``project_dir`` that hold a purchase (``gpuinfra:purchase``):
-    ``ls`` and ``reap`` leave them out (no nodes, no TTL; destroying one refunds nothing)."""
-    found = set()
-    for path in sorted((Path(project_dir) / "stacks").glob("Pulumi.*.yaml")):
-        try:
-            config = (yaml.safe_load(path.read_text()) or {}).get("config") or {}
-        except (OSError, yaml.YAMLError, AttributeError):
-            continue
-        if isinstance(config, dict) and f"gpuinfra:{PURCHASE_CONFIG_KEY}" in config:
-            found.add(path.name[len("Pulumi.") : -len(".yaml")])
-    return found

@@ -102,8 +102,24 @@ def test_piped_output_without_columns_is_80_wide(run_cli, monkeypatch):
     monkeypatch.setattr(os, "get_terminal_size", not_a_terminal)
     result = run_cli("offers", "--gpus", "8xH100", "--limit", "5")
     assert result.exit_code == 0, result.stderr
-    _fits(result.stdout, 80)
+    table = [line for line in result.stdout.splitlines() if "─" in line or line.startswith(("cloud", "aws", "gcp"))]
+    _fits("\n".join(table), 80)
     assert _headers(result.stdout) == ["cloud", "region", "zone", "instance", "GPUs", "$/h", "$/GPU-h"]
+
+
+def test_piped_text_lines_are_not_wrapped(run_cli, monkeypatch):
+    """Piped output without $COLUMNS: a message longer than 80 columns stays one line (grep, logs)."""
+    monkeypatch.delenv("COLUMNS")
+
+    def not_a_terminal(fd=None):
+        raise OSError("not a terminal")
+
+    monkeypatch.setattr(os, "get_terminal_size", not_a_terminal)
+    result = run_cli("size", "--params", "7B", "--gpus", "1xH100")
+    long_lines = [line for line in result.stdout.splitlines() if len(line) > 80]
+    assert any(line.startswith("7B params (7.00B params), full,") and "seq 2048" in line for line in long_lines), (
+        result.stdout
+    )
 
 
 @pytest.mark.parametrize(
