@@ -77,7 +77,8 @@ def test_new_aws_round_up_and_instance_type(run_cli, tmp_path):
     data = json.loads(result.stdout)
     # 31 + the TTL backstop (scheduler role, its policy, the schedule) + the node bundle object + GPU monitoring
     # (component, agent config parameter, dashboard, idle alarm, SNS topic, the nodes' PutMetricData policy)
-    assert data["resources"] == 41
+    # + the nodes' job-secrets policy (`gpuinfra run --secret`)
+    assert data["resources"] == 42
     assert data["compute_price_per_hour_usd"] == "21.957640" and Decimal(data["cost"]["hourly_usd"]) > Decimal(
         "21.957640"
     )
