@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 
 from gpuinfra import lifecycle
 from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.errors import HealthGateError, RequestError
+from gpuinfra.errors import HealthGateError, RequestError, SpecError
 from gpuinfra.services import jobs
 from gpuinfra.services.health_report import locate_results, read_health
 from gpuinfra.stackfile import read_stack_spec
@@ -88,6 +88,30 @@ def wait_for_health(
         sleep(poll_seconds)
 
 
+def refuse_a_second_job(store: jobs.JobStore, stack: str, deployment: str) -> None:
+    """Refuse a job for a deployment that already has one: its nodes end themselves once a job is
+    over, and a node that finds the spec changed under its running job stops that job as
+    cancelled and ends (:mod:`gpuinfra.agent.job`), so the new job would never start. A job of an
+    earlier deployment (the bucket outlives ``down``) is no obstacle: the new nodes ignore it.
+
+    Raises:
+        SpecError: the current job is this deployment's (or either has no deployment id), with
+            what to do instead.
+    """
+    current = jobs.current_spec(store, stack)
+    if current is None or (current.deployment and deployment and current.deployment != deployment):
+        return
+    if jobs.read_view(store, stack, current).final is None and not current.cancel:
+        raise SpecError(
+            f"job {current.id} is still running on {stack}: `gpuinfra logs {stack} -f` follows it, "
+            f"`gpuinfra cancel {stack}` ends it and the cluster"
+        )
+    raise SpecError(
+        f"job {current.id} is over on {stack} and its nodes ended themselves: "
+        f"`gpuinfra down {stack}`, then run again (a new deployment runs the new job)"
+    )
+
+
 def run(
     project_dir: Path,
     stack: str,
@@ -114,7 +138,8 @@ def run(
         store: the bucket (default: the stack's, through the cloud SDK).
 
     Raises:
-        RequestError: a job field a node could not run; SpecError, MissingDependencyError,
+        RequestError: a job field a node could not run; SpecError: as ``up`` / ``down``, or the
+            deployment already had a job (:func:`refuse_a_second_job`); MissingDependencyError,
             OperationError: as ``up`` / ``down``; HealthGateError: the gate failed (nothing submitted).
     """
     spec = read_stack_spec(project_dir, stack)
@@ -133,13 +158,16 @@ def run(
         say(f"run {stack}: the stack is not up; up {stack} first")
         lifecycle.deploy(backend, project_dir, spec, on_event)
         outputs = backend.outputs(project_dir, stack)
+        spec = read_stack_spec(project_dir, stack)  # the new deployment id
     bucket = outputs["bucket_name"]
     scheme = "s3" if spec.cloud == "aws" else "gs"
+    store = store or jobs.store_for(spec.cloud, bucket)
+    refuse_a_second_job(store, stack, spec.deployment_id or "")
+    job = replace(job, deployment=spec.deployment_id or "")
     if spec.profile.health_gate != "off":
         wait_for_health(
             stack, project_dir, f"{scheme}://{bucket}", say, health_wait_seconds, poll_seconds, clock, sleep
         )
-    store = store or jobs.store_for(spec.cloud, bucket)
     jobs.submit(store, stack, job)
     say(f"job {job.id} submitted: {' '.join(job.argv)}")
     price = hourly_usd(spec)

@@ -226,3 +226,29 @@ def test_run_form_errors(run_cli, tmp_path):
         result = run_cli("run", *args, "--project-dir", str(tmp_path))
         assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
     assert not (tmp_path / "stacks").exists()
+
+
+@pytest.mark.parametrize("over", [True, False], ids=["previous-job-over", "previous-job-running"])
+def test_run_on_a_stack_whose_job_is_over_or_running_is_refused_not_left_waiting(run_cli, project, monkeypatch, s3, over):  # noqa: F811
+    # the nodes end themselves once a job is over, and a node that sees the spec change under its
+    # running job stops that job as cancelled and ends too (gpuinfra/agent/job.py): a second job
+    # written into either stack would never start and `run` would follow it forever
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    monkeypatch.setattr(run_service, "wait_for_health", lambda *a, **k: None)
+
+    def never_started(*a, **k):
+        raise AssertionError("a job was submitted that no node will run")
+
+    monkeypatch.setattr(jobs, "follow", never_started)
+    old = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), old.to_json())
+    put(s3, status_key("train", old.id, "rank-0"), json.dumps({"state": "succeeded" if over else "running"}))
+    if over:
+        put(s3, final_key("train", old.id), json.dumps({"state": "succeeded"}))
+    result = run_cli("run", "train", "--project-dir", str(project), "--", "python", "train.py")
+    assert result.exit_code == 2, result.stderr
+    hint = "`gpuinfra down train`, then run again" if over else "`gpuinfra logs train -f`"
+    assert f"job {old.id}" in result.stderr and hint in result.stderr and "Traceback" not in result.stderr
+    assert JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("train"))["Body"].read().decode()) == old
+    assert ("destroy", "train") not in backend.calls
