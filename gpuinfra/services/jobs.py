@@ -315,7 +315,8 @@ def history(store: JobStore, stack: str) -> Iterator[str]:
 
 def job_over(backend, project_dir, spec) -> str | None:
     """The final state of a deployed stack's current job (``gpuinfra reap --job-over``), or None
-    while it runs, when there is none, or when the stack has no bucket output.
+    while it runs, when there is none, when the stack has no bucket output, or when the job is an
+    earlier deployment's (the bucket outlives ``down``; ``spec.deployment_id`` is the current one).
 
     Raises:
         MissingDependencyError, SpecError, OperationError: the bucket cannot be read.
@@ -325,7 +326,7 @@ def job_over(backend, project_dir, spec) -> str | None:
         return None
     store = store_for(spec.cloud, bucket)
     current = current_spec(store, spec.stack)
-    if current is None:
+    if current is None or (current.deployment and spec.deployment_id and current.deployment != spec.deployment_id):
         return None
     view = read_view(store, spec.stack, current)
     return view.state if view.final is not None else None

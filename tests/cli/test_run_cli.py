@@ -252,3 +252,25 @@ def test_run_on_a_stack_whose_job_is_over_or_running_is_refused_not_left_waiting
     assert f"job {old.id}" in result.stderr and hint in result.stderr and "Traceback" not in result.stderr
     assert JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("train"))["Body"].read().decode()) == old
     assert ("destroy", "train") not in backend.calls
+
+
+def test_reap_job_over_leaves_a_new_deployment_alone_when_the_job_over_is_an_earlier_ones(run_cli, project, monkeypatch, s3):  # noqa: F811
+    # the bucket outlives `down`: after `up` again, the previous deployment's finished job is still
+    # the current spec; that deployment is gone, the new one has no job yet and must not be reaped
+    from gpuinfra import lifecycle
+
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    lifecycle.record_deployment(project, "train", "0123456789ab")
+    old = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"), deployment="ba9876543210")
+    put(s3, spec_key("train"), old.to_json())
+    put(s3, status_key("train", old.id, "rank-0"), json.dumps({"state": "succeeded", "exit_code": 0}))
+    put(s3, final_key("train", old.id), json.dumps({"state": "succeeded"}))
+    result = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert "no deployed stack has expired or a job that is over" in result.stdout
+    assert ("destroy", "train") not in backend.calls
+    # the same job submitted to this deployment is over: reaped
+    put(s3, spec_key("train"), JobSpec(id=old.id, argv=old.argv, deployment="0123456789ab").to_json())
+    reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert reaped.exit_code == 0 and ("destroy", "train") in backend.calls, reaped.stderr
