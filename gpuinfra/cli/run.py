@@ -189,6 +189,8 @@ def run(
                 "checkpoints": result.checkpoints_url,
                 "outputs": result.outputs_url,
                 "destroyed": result.destroyed,
+                "seconds": round(result.seconds),
+                "cost": result.cost,
             }
         )
     else:

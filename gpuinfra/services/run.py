@@ -7,7 +7,8 @@
 3. the job spec into the bucket (:mod:`gpuinfra.services.jobs`), then every node's log lines
    (``[rank-N] ...``) under a status line until the job is over; Ctrl-C detaches (the run goes on
    and the nodes still end themselves when it is over);
-4. the exit status, where checkpoints and outputs are, the run's cost from the catalog's price,
+4. the exit status, where checkpoints and outputs are, the run's cost from the catalog's price
+   (from ``run``'s start: ``up`` and the health wait bill too),
    then ``down`` (data kept) unless ``keep``.
 """
 
@@ -35,7 +36,8 @@ HEALTH_WAIT_SECONDS = 3600
 @dataclass(frozen=True)
 class RunResult:
     """How a run ended: ``view`` (None when detached before the end), ``detached``, the seconds
-    from submission, the cost line, where data is and whether the stack was destroyed."""
+    since ``run`` started (its ``up`` and the health wait included: the nodes bill through them;
+    a stack that was up before is counted from then on), the cost line, where data is and whether the stack was destroyed."""
 
     spec: JobSpec
     view: jobs.JobView | None
@@ -142,6 +144,7 @@ def run(
             deployment already had a job (:func:`refuse_a_second_job`); MissingDependencyError,
             OperationError: as ``up`` / ``down``; HealthGateError: the gate failed (nothing submitted).
     """
+    started = clock()
     spec = read_stack_spec(project_dir, stack)
     job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
     if job.min_nodes > spec.nodes:
@@ -171,7 +174,6 @@ def run(
     jobs.submit(store, stack, job)
     say(f"job {job.id} submitted: {' '.join(job.argv)}")
     price = hourly_usd(spec)
-    started = clock()
     view, detached = None, False
     try:
         view = jobs.follow(

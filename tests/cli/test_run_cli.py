@@ -105,6 +105,7 @@ def test_a_failed_job_exits_7_after_down_with_its_restarts(run_cli, project, mon
     assert result.exit_code == 7
     doc = json.loads(result.stdout)
     assert doc["state"] == "failed" and doc["exit_code"] == 1 and doc["destroyed"] is True
+    assert doc["cost"].startswith("$") or doc["cost"] == "cost unknown (no catalog price)"
     assert doc["restarts"] == [{**restart, "part": "rank-0"}]
     assert result.stderr.strip().endswith(f"error: job {doc['job']} failed (exit status 1)")
 
@@ -274,3 +275,25 @@ def test_reap_job_over_leaves_a_new_deployment_alone_when_the_job_over_is_an_ear
     put(s3, spec_key("train"), JobSpec(id=old.id, argv=old.argv, deployment="0123456789ab").to_json())
     reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
     assert reaped.exit_code == 0 and ("destroy", "train") in backend.calls, reaped.stderr
+
+
+def test_the_runs_cost_counts_the_health_wait_the_nodes_billed_through(project, monkeypatch, s3):  # noqa: F811
+    # the nodes bill from boot; a run that waited 50 min for the health verdict and trained 10 min
+    # cost an hour of the cluster, not 10 minutes
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    now = [0.0]
+    monkeypatch.setattr(run_service, "wait_for_health", lambda *a, **k: now.__setitem__(0, now[0] + 3000))
+
+    def follow_10_minutes(*a, **k):
+        now[0] += 600
+        return jobs.read_view(run_service.jobs.store_for("aws", BUCKET), "train", k.get("spec") or a[2])
+
+    monkeypatch.setattr(jobs, "follow", follow_10_minutes)
+    monkeypatch.setattr(run_service, "hourly_usd", lambda spec: run_service.Decimal("10"))
+    result = run_service.run(
+        project, "train", {}, ["python", "train.py"], keep=True, say=print, on_line=print,
+        on_status=print, on_event=print, clock=lambda: now[0], sleep=lambda s: None,
+    )  # fmt: skip
+    assert result.seconds == 3600 and result.cost == "$10.00"
