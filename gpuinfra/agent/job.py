@@ -184,7 +184,9 @@ class JobSpec:
         unknown = sorted(set(doc) - set(cls.__dataclass_fields__))
         if unknown:
             raise ValueError(f"job spec: unknown fields {unknown}")
-        return cls(**{**doc, "argv": tuple(doc.get("argv") or ())})
+        if not isinstance(doc.get("argv"), list):
+            raise ValueError("job spec: argv must be a non-empty list of strings")
+        return cls(**{**doc, "argv": tuple(doc["argv"])})
 
 
 def secret_command(cloud: str, stack: str, name: str) -> list[str]:

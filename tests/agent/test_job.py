@@ -244,6 +244,9 @@ def test_the_spec_round_trips_and_refuses_unknown_fields():
     doc["surprise"] = 1
     with pytest.raises(ValueError, match="surprise"):
         JobSpec.from_json(json.dumps(doc))
+    # a command written as one string is not split into its characters (torchrun would run "p")
+    with pytest.raises(ValueError, match="argv"):
+        JobSpec.from_json(json.dumps({**json.loads(job.to_json()), "argv": "python train.py"}))
 
 
 # ------------------------------------------------------------------ the agent's side
