@@ -45,8 +45,9 @@ Spot Instances in a placement group must terminate on interruption, not stop or 
 **Cost.** EventBridge ingests "AWS management events ... for free" and charges $0.00 per million
 for them (aws.amazon.com/eventbridge/pricing/); the function bills per request and per GB-second
 of its run (``prices.yaml`` ``lambda_requests_per_million``, ``lambda_duration_arm_per_gb_second``),
-only when a node is interrupted. ``cost`` prices :data:`PRICED_INTERRUPTIONS_PER_NODE` interruptions
-per node and run, each run :data:`INVOCATIONS_PER_INTERRUPTION` times for the full timeout: an
+only when a node is interrupted. ``cost`` prices
+:data:`gpuinfra.cost.estimate.PRICED_INTERRUPTIONS_PER_NODE` interruptions per node and run, each
+run once plus the function's :data:`RETRY_ATTEMPTS` times for the full timeout: an
 upper bound of a few thousandths of a dollar.
 
 **Scope.** The function's role may describe instances (EC2 ``Describe*`` actions take no resource
@@ -102,9 +103,6 @@ MAX_EVENT_AGE_SECONDS = 600
 MIN_SECONDS_LEFT = 3600
 #: What the backstop schedule sends the function (:func:`gpuinfra.plan.replace_function.handler`).
 END_EVENT = {"gpuinfra-action": "end"}
-#: What ``cost`` prices: one interruption per node and run, each invocation retried twice.
-PRICED_INTERRUPTIONS_PER_NODE = 1
-INVOCATIONS_PER_INTERRUPTION = 1 + RETRY_ATTEMPTS
 #: The service-linked role EC2 uses for Spot Instances and its service principal (module
 #: docstring, "Scope"; service-linked-roles-spot-instance-requests.html).
 SPOT_SERVICE = "spot.amazonaws.com"
