@@ -236,16 +236,28 @@ class JobView:
 
 
 def read_view(store: JobStore, stack: str, spec: JobSpec) -> JobView:
-    """The nodes' status documents and the final object of ``spec``'s job."""
+    """The nodes' status documents and the final object of ``spec``'s job (a status that is not a
+    JSON object is skipped: the node rewrites it).
+
+    Raises:
+        SpecError: the final object is not a JSON object.
+    """
     statuses = {}
     for key in store.keys(f"{job_prefix(stack, spec.id)}/status/"):
         text = store.get_text(key)
         try:
-            statuses[key.rsplit("/", 1)[1].removesuffix(".json")] = json.loads(text or "")
+            doc = json.loads(text or "")
         except ValueError:
             continue
+        if isinstance(doc, dict):
+            statuses[key.rsplit("/", 1)[1].removesuffix(".json")] = doc
     final_text = store.get_text(final_key(stack, spec.id))
-    final = json.loads(final_text) if final_text else None
+    try:
+        final = json.loads(final_text) if final_text else None
+    except ValueError:
+        final = None
+    if final_text and not isinstance(final, dict):
+        raise SpecError(f"{final_key(stack, spec.id)} is not JSON (a node writes it once the job is over)")
     return JobView(spec, statuses, final)
 
 

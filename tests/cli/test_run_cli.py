@@ -297,3 +297,14 @@ def test_the_runs_cost_counts_the_health_wait_the_nodes_billed_through(project, 
         on_status=print, on_event=print, clock=lambda: now[0], sleep=lambda s: None,
     )  # fmt: skip
     assert result.seconds == 3600 and result.cost == "$10.00"
+
+
+def test_an_unreadable_final_object_is_one_message_not_a_traceback(run_cli, project, monkeypatch, s3):  # noqa: F811
+    _use(monkeypatch, FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET}))
+    spec = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), spec.to_json())
+    put(s3, final_key("train", spec.id), '{"state": "succ')  # cut short
+    listed = run_cli("jobs", "train", "--project-dir", str(project))
+    assert listed.exit_code == 2 and f"{final_key('train', spec.id)} is not JSON" in listed.stderr
+    reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert reaped.exit_code == 0 and "train: job state unknown, not reaped" in reaped.stdout
