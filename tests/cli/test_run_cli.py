@@ -230,7 +230,7 @@ def test_run_form_errors(run_cli, tmp_path):
 
 
 @pytest.mark.parametrize("over", [True, False], ids=["previous-job-over", "previous-job-running"])
-def test_run_on_a_stack_whose_job_is_over_or_running_is_refused_not_left_waiting(run_cli, project, monkeypatch, s3, over):  # noqa: F811
+def test_second_job_on_a_deployment_is_refused(run_cli, project, monkeypatch, s3, over):  # noqa: F811
     # the nodes end themselves once a job is over, and a node that sees the spec change under its
     # running job stops that job as cancelled and ends too (gpuinfra/agent/job.py): a second job
     # written into either stack would never start and `run` would follow it forever
@@ -255,7 +255,7 @@ def test_run_on_a_stack_whose_job_is_over_or_running_is_refused_not_left_waiting
     assert ("destroy", "train") not in backend.calls
 
 
-def test_reap_job_over_leaves_a_new_deployment_alone_when_the_job_over_is_an_earlier_ones(run_cli, project, monkeypatch, s3):  # noqa: F811
+def test_reap_job_over_spares_a_new_deployment(run_cli, project, monkeypatch, s3):  # noqa: F811
     # the bucket outlives `down`: after `up` again, the previous deployment's finished job is still
     # the current spec; that deployment is gone, the new one has no job yet and must not be reaped
     from gpuinfra import lifecycle
