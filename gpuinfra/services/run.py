@@ -3,7 +3,8 @@
 1. ``up`` when the stack has no ``bucket_name`` output yet (:func:`gpuinfra.lifecycle.deploy`:
    up's checks and guards);
 2. wait for the health verdict (unless the profile's gate is ``off``): every node's result in
-   the bucket passed (:mod:`gpuinfra.services.health_report`); a failed node stops the run (exit 8);
+   the bucket passed (:mod:`gpuinfra.services.health_report`); a failed node stops the run (exit 8)
+   when the gate is ``enforce``, and is a warning when it is ``report``;
 3. the job spec into the bucket (:mod:`gpuinfra.services.jobs`), then every node's log lines
    (``[rank-N] ...``) under a status line until the job is over; Ctrl-C detaches (the run goes on
    and the nodes still end themselves when it is over);
@@ -62,13 +63,19 @@ def wait_for_health(
     say: Callable[[str], None],
     wait_seconds: float,
     poll_seconds: float,
+    gate: str = "enforce",
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Poll the nodes' health results until every node passed.
 
+    Args:
+        gate: the profile's ``health_gate``: ``enforce`` (a failed node stops the run) or
+            ``report`` (a failed node is a warning and the job goes on, as ``gpuinfra-run`` on
+            the nodes does: docs/health-gate.md).
+
     Raises:
-        HealthGateError: a node failed, or no verdict within ``wait_seconds``.
+        HealthGateError: a node failed (``enforce``), or no verdict within ``wait_seconds``.
     """
     location = locate_results(stack, project_dir, bucket=url)
     deadline, said = clock() + wait_seconds, ""
@@ -76,6 +83,9 @@ def wait_for_health(
         report = read_health(location)
         if report.passed:
             say("health gate: passed on every node")
+            return
+        if report.failed and gate == "report":
+            say(f"health gate (report): {report.verdict().reason}; the job is submitted anyway")
             return
         if report.failed:
             raise HealthGateError(
@@ -169,7 +179,15 @@ def run(
     job = replace(job, deployment=spec.deployment_id or "")
     if spec.profile.health_gate != "off":
         wait_for_health(
-            stack, project_dir, f"{scheme}://{bucket}", say, health_wait_seconds, poll_seconds, clock, sleep
+            stack,
+            project_dir,
+            f"{scheme}://{bucket}",
+            say,
+            health_wait_seconds,
+            poll_seconds,
+            spec.profile.health_gate,
+            clock,
+            sleep,
         )
     jobs.submit(store, stack, job)
     say(f"job {job.id} submitted: {' '.join(job.argv)}")

@@ -308,3 +308,30 @@ def test_an_unreadable_final_object_is_one_message_not_a_traceback(run_cli, proj
     assert listed.exit_code == 2 and f"{final_key('train', spec.id)} is not JSON" in listed.stderr
     reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
     assert reaped.exit_code == 0 and "train: job state unknown, not reaped" in reaped.stdout
+
+
+@pytest.mark.parametrize("gate", ["enforce", "report"])
+def test_a_failed_node_stops_the_run_only_when_the_gate_enforces(monkeypatch, gate):
+    # docs/health-gate.md: with `report` the gate records and warns, and gpuinfra-run starts anyway
+    from types import SimpleNamespace
+
+    from gpuinfra.errors import HealthGateError
+
+    failed = SimpleNamespace(
+        passed=False,
+        failed=("node-1",),
+        nodes=("node-0", "node-1"),
+        verdict=lambda: SimpleNamespace(reason="node-1 failed ECC"),
+    )
+    monkeypatch.setattr(run_service, "locate_results", lambda *a, **k: SimpleNamespace(expected_nodes=2))
+    monkeypatch.setattr(run_service, "read_health", lambda location: failed)
+    said = []
+    call = lambda: run_service.wait_for_health(  # noqa: E731
+        "train", None, "s3://b", said.append, 60, 1, gate=gate, clock=lambda: 0.0, sleep=lambda s: None
+    )
+    if gate == "enforce":
+        with pytest.raises(HealthGateError, match="node-1 failed ECC"):
+            call()
+    else:
+        call()
+        assert said == ["health gate (report): node-1 failed ECC; the job is submitted anyway"]
