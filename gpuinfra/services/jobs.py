@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -317,12 +317,6 @@ def cost_text(hourly_usd: Decimal | None, seconds: float) -> str:
     if hourly_usd is None:
         return "cost unknown (no catalog price)"
     return f"${hourly_usd * Decimal(seconds) / Decimal(3600):,.2f} so far"
-
-
-def history(store: JobStore, stack: str) -> Iterator[str]:
-    """Job ids that wrote anything for the stack, newest first."""
-    ids = {k.split("/")[2] for k in store.keys(f"jobs/{stack}/") if k.count("/") >= 3}
-    yield from sorted(ids, reverse=True)
 
 
 def job_over(backend, project_dir, spec) -> str | None:

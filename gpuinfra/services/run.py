@@ -25,13 +25,14 @@ from gpuinfra import lifecycle
 from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import HealthGateError, RequestError, SpecError
+from gpuinfra.plan.fabric import CLUSTER_ENV_WAIT_SECONDS
 from gpuinfra.services import jobs
 from gpuinfra.services.health_report import locate_results, read_health
 from gpuinfra.stackfile import read_stack_spec
 
 #: Default bound of the wait for the health verdict: the nodes' own bound for the ranks and the
-#: gate (:data:`gpuinfra.plan.fabric.CLUSTER_ENV_WAIT_SECONDS`, 3600 s) -- a first boot builds the image.
-HEALTH_WAIT_SECONDS = 3600
+#: gate -- a first boot builds the image.
+HEALTH_WAIT_SECONDS = CLUSTER_ENV_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ def run(
     on_line: Callable[[str], None],
     on_status: Callable[[str], None],
     on_event: Callable[[object], None],
-    health_wait_seconds: float = HEALTH_WAIT_SECONDS,
+    health_wait_seconds: float | None = None,
     poll_seconds: float = 5.0,
     store: jobs.JobStore | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -147,6 +148,7 @@ def run(
         job_fields: :class:`JobSpec` fields besides ``id`` / ``argv`` (image, env, secrets, restart ...).
         on_line: prints one log line; on_status: shows the status line; on_event: the
             Automation API event printer of ``up`` / ``down``.
+        health_wait_seconds: bound of the wait for the health verdict (None: :data:`HEALTH_WAIT_SECONDS`).
         store: the bucket (default: the stack's, through the cloud SDK).
 
     Raises:
@@ -183,7 +185,7 @@ def run(
             project_dir,
             f"{scheme}://{bucket}",
             say,
-            health_wait_seconds,
+            HEALTH_WAIT_SECONDS if health_wait_seconds is None else health_wait_seconds,
             poll_seconds,
             spec.profile.health_gate,
             clock,
