@@ -12,7 +12,9 @@ current job and join it):
   it with ``"cancel": true``. Fields: :class:`JobSpec`.
 * Every node's ``gpuinfra-job.service`` (``python3 -m gpuinfra.agent.job``) reads the spec every
   :data:`POLL_SECONDS` until it finds one whose job is not finished (no :func:`final_key`
-  object), then runs ``gpuinfra-run --name gpuinfra-job --rdzv-id <id> --nnodes <min_nodes>:<NNODES>
+  object) and that was submitted to its deployment (``deployment`` = node.env
+  ``GPUINFRA_DEPLOYMENT``; the bucket outlives ``down``, so the spec of an earlier deployment is
+  ignored, not taken for this one's finished job), then runs ``gpuinfra-run --name gpuinfra-job --rdzv-id <id> --nnodes <min_nodes>:<NNODES>
   -- <argv>``: torchrun's ``c10d`` rendezvous at ``MASTER_ADDR:MASTER_PORT`` of
   ``/etc/gpuinfra/cluster.env`` (the rank-0 node hosts the store), ``--rdzv-id`` the job id, so
   a node started later runs the same command and joins the next rendezvous round
@@ -120,6 +122,8 @@ class JobSpec:
         min_nodes: torchrun ``--nnodes MIN:MAX`` MIN (0: all the cluster's nodes).
         nproc_per_node: processes per node (0: one per GPU, cluster.env ``NPROC_PER_NODE``).
         workdir: the job's working folder on the node ("": the scratch mount).
+        deployment: the stack's deployment id when submitted (stack file ``deployment_id``, 12
+            hex digits; "" = any): a node of another deployment ignores the spec.
         cancel: set by ``gpuinfra cancel``: stop the job and end the nodes.
         submitted_at: ISO 8601 UTC.
     """
@@ -134,6 +138,7 @@ class JobSpec:
     min_nodes: int = 0
     nproc_per_node: int = 0
     workdir: str = ""
+    deployment: str = ""
     cancel: bool = False
     submitted_at: str = ""
 
@@ -157,6 +162,8 @@ class JobSpec:
             bad.append(f"image {self.image!r} is not an image reference")
         if self.workdir and not re.fullmatch(r"/[A-Za-z0-9._/-]*", self.workdir):
             bad.append(f"workdir {self.workdir!r} is not an absolute path of plain characters")
+        if not re.fullmatch(r"[0-9a-f]{0,12}", str(self.deployment)):
+            bad.append(f"deployment {self.deployment!r} is not a deployment id")
         if bad:
             raise ValueError("job spec: " + "; ".join(bad))
 
@@ -177,7 +184,9 @@ class JobSpec:
         unknown = sorted(set(doc) - set(cls.__dataclass_fields__))
         if unknown:
             raise ValueError(f"job spec: unknown fields {unknown}")
-        return cls(**{**doc, "argv": tuple(doc.get("argv") or ())})
+        if not isinstance(doc.get("argv"), list):
+            raise ValueError("job spec: argv must be a non-empty list of strings")
+        return cls(**{**doc, "argv": tuple(doc["argv"])})
 
 
 def secret_command(cloud: str, stack: str, name: str) -> list[str]:
@@ -229,14 +238,16 @@ class JobRunner:
         scratch: the scratch mount (default workdir; outputs under ``<scratch>/outputs``).
         state_dir: where the done and restart marks are.
         run: the ``gpuinfra-run`` path.
+        deployment: node.env ``GPUINFRA_DEPLOYMENT`` ("": every spec is this deployment's).
     """
 
     def __init__(
         self, bucket, cloud: str, stack: str, part: str, node: str, nnodes: int, scratch: str, state_dir: Path = STATE_DIR,
-        run: str = GPUINFRA_RUN,
+        run: str = GPUINFRA_RUN, deployment: str = "",
     ) -> None:  # fmt: skip
         self.bucket, self.cloud, self.stack, self.part, self.node = bucket, cloud, stack, part, node
         self.nnodes, self.scratch, self.state_dir, self.run_path = nnodes, scratch, Path(state_dir), run
+        self.deployment = deployment
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
@@ -244,14 +255,15 @@ class JobRunner:
 
     # ---------------------------------------------------------------- bucket
     def read_spec(self) -> JobSpec | None:
-        """The current spec, or None (none yet, unreadable or invalid: logged)."""
+        """The current spec, or None (none yet, another deployment's, unreadable or invalid: logged)."""
         try:
-            return JobSpec.from_json(self.bucket.get_text(spec_key(self.stack), 60))
+            spec = JobSpec.from_json(self.bucket.get_text(spec_key(self.stack), 60))
         except OSError:
             return None  # no job yet (the CLI answers "not found" with an error)
         except (ValueError, TypeError) as exc:
             print(f"gpuinfra-job: ignoring an invalid job spec: {exc}", flush=True)
             return None
+        return None if spec.deployment and self.deployment and spec.deployment != self.deployment else spec
 
     def finished(self, job_id: str) -> bool:
         """Whether some node wrote the job's final object."""
@@ -459,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = JobRunner(
         checkpoints.Bucket(config.cloud, config.bucket), config.cloud, config.stack,
         checkpoints.node_part(node), node, int(_value(checkpoints.CLUSTER_ENV, "NNODES")), scratch,
+        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "",
     )  # fmt: skip
     return runner.serve()
 

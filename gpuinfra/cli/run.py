@@ -101,8 +101,11 @@ def run(
     nproc_per_node: int = typer.Option(0, "--nproc-per-node", help="Processes per node (0: one per GPU)."),
     workdir: str = typer.Option("", "--workdir", help="The job's folder on the node (default: the scratch mount)."),
     keep: bool = Keep,
-    health_wait_seconds: int = typer.Option(
-        3600, "--health-wait-seconds", help="Bound of the wait for the health verdict."
+    health_wait_seconds: int | None = typer.Option(
+        None,
+        "--health-wait-seconds",
+        help="Bound of the wait for the health verdict (default: the nodes' own bound for the ranks and the gate).",
+        show_default=False,
     ),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
@@ -189,6 +192,8 @@ def run(
                 "checkpoints": result.checkpoints_url,
                 "outputs": result.outputs_url,
                 "destroyed": result.destroyed,
+                "seconds": round(result.seconds),
+                "cost": result.cost,
             }
         )
     else:

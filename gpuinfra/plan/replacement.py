@@ -45,8 +45,9 @@ Spot Instances in a placement group must terminate on interruption, not stop or 
 **Cost.** EventBridge ingests "AWS management events ... for free" and charges $0.00 per million
 for them (aws.amazon.com/eventbridge/pricing/); the function bills per request and per GB-second
 of its run (``prices.yaml`` ``lambda_requests_per_million``, ``lambda_duration_arm_per_gb_second``),
-only when a node is interrupted. ``cost`` prices :data:`PRICED_INTERRUPTIONS_PER_NODE` interruptions
-per node and run, each run :data:`INVOCATIONS_PER_INTERRUPTION` times for the full timeout: an
+only when a node is interrupted. ``cost`` prices
+:data:`gpuinfra.cost.estimate.PRICED_INTERRUPTIONS_PER_NODE` interruptions per node and run, each
+run once plus the function's :data:`RETRY_ATTEMPTS` times for the full timeout: an
 upper bound of a few thousandths of a dollar.
 
 **Scope.** The function's role may describe instances (EC2 ``Describe*`` actions take no resource
@@ -56,6 +57,12 @@ only from this stack's launch template (condition ``ec2:LaunchTemplate``, same r
 tag only what that launch creates (``ec2:CreateAction`` = ``RunInstances``), pass only the
 node role, only to EC2 (``iam:PassedToService``), and terminate only instances tagged with this
 stack's id (``aws:ResourceTag/<key>``, as the fleet backstop's role: :mod:`blueprints.aws.backstop`).
+A Spot launch through the API needs the account's ``AWSServiceRoleForEC2Spot`` service-linked role
+("If you use the AWS CLI or an API to request a Spot Instance, you must first ensure that this role
+exists": docs.aws.amazon.com/AWSEC2/latest/UserGuide/service-linked-roles-spot-instance-requests.html;
+an account whose Spot capacity came only through EC2 Fleet may lack it), so the function may create
+that one role and no other (``iam:AWSServiceName`` = ``spot.amazonaws.com``:
+docs.aws.amazon.com/IAM/latest/UserGuide/using-service-linked-roles.html#service-linked-role-permissions).
 
 **TTL backstop of replacements.** A replacement is not in the instant fleet, so the fleet
 backstop (an EventBridge Scheduler schedule deleting the fleet at TTL + the backstop delay) does not
@@ -96,9 +103,10 @@ MAX_EVENT_AGE_SECONDS = 600
 MIN_SECONDS_LEFT = 3600
 #: What the backstop schedule sends the function (:func:`gpuinfra.plan.replace_function.handler`).
 END_EVENT = {"gpuinfra-action": "end"}
-#: What ``cost`` prices: one interruption per node and run, each invocation retried twice.
-PRICED_INTERRUPTIONS_PER_NODE = 1
-INVOCATIONS_PER_INTERRUPTION = 1 + RETRY_ATTEMPTS
+#: The service-linked role EC2 uses for Spot Instances and its service principal (module
+#: docstring, "Scope"; service-linked-roles-spot-instance-requests.html).
+SPOT_SERVICE = "spot.amazonaws.com"
+SPOT_SERVICE_ROLE = "AWSServiceRoleForEC2Spot"
 
 
 def replaces_lost_nodes(spec: ClusterSpec) -> bool:
@@ -199,6 +207,13 @@ def function_policy_document(spec: ClusterSpec, account_id: str, launch_template
                     "Action": "ec2:TerminateInstances",
                     "Resource": f"{ec2}:instance/*",
                     "Condition": {"StringEquals": {f"aws:ResourceTag/{AWS_STACK_ID_TAG}": stack_id(spec)}},
+                },
+                {
+                    "Sid": "CreateTheSpotServiceLinkedRoleIfMissing",
+                    "Effect": "Allow",
+                    "Action": "iam:CreateServiceLinkedRole",
+                    "Resource": f"arn:aws:iam::{account_id}:role/aws-service-role/{SPOT_SERVICE}/{SPOT_SERVICE_ROLE}",
+                    "Condition": {"StringEquals": {"iam:AWSServiceName": SPOT_SERVICE}},
                 },
                 {
                     "Sid": "PassTheNodeRoleToEc2",

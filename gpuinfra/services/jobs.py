@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -236,16 +236,28 @@ class JobView:
 
 
 def read_view(store: JobStore, stack: str, spec: JobSpec) -> JobView:
-    """The nodes' status documents and the final object of ``spec``'s job."""
+    """The nodes' status documents and the final object of ``spec``'s job (a status that is not a
+    JSON object is skipped: the node rewrites it).
+
+    Raises:
+        SpecError: the final object is not a JSON object.
+    """
     statuses = {}
     for key in store.keys(f"{job_prefix(stack, spec.id)}/status/"):
         text = store.get_text(key)
         try:
-            statuses[key.rsplit("/", 1)[1].removesuffix(".json")] = json.loads(text or "")
+            doc = json.loads(text or "")
         except ValueError:
             continue
+        if isinstance(doc, dict):
+            statuses[key.rsplit("/", 1)[1].removesuffix(".json")] = doc
     final_text = store.get_text(final_key(stack, spec.id))
-    final = json.loads(final_text) if final_text else None
+    try:
+        final = json.loads(final_text) if final_text else None
+    except ValueError:
+        final = None
+    if final_text and not isinstance(final, dict):
+        raise SpecError(f"{final_key(stack, spec.id)} is not JSON (a node writes it once the job is over)")
     return JobView(spec, statuses, final)
 
 
@@ -307,15 +319,10 @@ def cost_text(hourly_usd: Decimal | None, seconds: float) -> str:
     return f"${hourly_usd * Decimal(seconds) / Decimal(3600):,.2f} so far"
 
 
-def history(store: JobStore, stack: str) -> Iterator[str]:
-    """Job ids that wrote anything for the stack, newest first."""
-    ids = {k.split("/")[2] for k in store.keys(f"jobs/{stack}/") if k.count("/") >= 3}
-    yield from sorted(ids, reverse=True)
-
-
 def job_over(backend, project_dir, spec) -> str | None:
     """The final state of a deployed stack's current job (``gpuinfra reap --job-over``), or None
-    while it runs, when there is none, or when the stack has no bucket output.
+    while it runs, when there is none, when the stack has no bucket output, or when the job is an
+    earlier deployment's (the bucket outlives ``down``; ``spec.deployment_id`` is the current one).
 
     Raises:
         MissingDependencyError, SpecError, OperationError: the bucket cannot be read.
@@ -325,7 +332,7 @@ def job_over(backend, project_dir, spec) -> str | None:
         return None
     store = store_for(spec.cloud, bucket)
     current = current_spec(store, spec.stack)
-    if current is None:
+    if current is None or (current.deployment and spec.deployment_id and current.deployment != spec.deployment_id):
         return None
     view = read_view(store, spec.stack, current)
     return view.state if view.final is not None else None

@@ -3,11 +3,13 @@
 1. ``up`` when the stack has no ``bucket_name`` output yet (:func:`gpuinfra.lifecycle.deploy`:
    up's checks and guards);
 2. wait for the health verdict (unless the profile's gate is ``off``): every node's result in
-   the bucket passed (:mod:`gpuinfra.services.health_report`); a failed node stops the run (exit 8);
+   the bucket passed (:mod:`gpuinfra.services.health_report`); a failed node stops the run (exit 8)
+   when the gate is ``enforce``, and is a warning when it is ``report``;
 3. the job spec into the bucket (:mod:`gpuinfra.services.jobs`), then every node's log lines
    (``[rank-N] ...``) under a status line until the job is over; Ctrl-C detaches (the run goes on
    and the nodes still end themselves when it is over);
-4. the exit status, where checkpoints and outputs are, the run's cost from the catalog's price,
+4. the exit status, where checkpoints and outputs are, the run's cost from the catalog's price
+   (from ``run``'s start: ``up`` and the health wait bill too),
    then ``down`` (data kept) unless ``keep``.
 """
 
@@ -15,27 +17,29 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
 
 from gpuinfra import lifecycle
 from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.errors import HealthGateError, RequestError
+from gpuinfra.errors import HealthGateError, RequestError, SpecError
+from gpuinfra.plan.fabric import CLUSTER_ENV_WAIT_SECONDS
 from gpuinfra.services import jobs
 from gpuinfra.services.health_report import locate_results, read_health
 from gpuinfra.stackfile import read_stack_spec
 
 #: Default bound of the wait for the health verdict: the nodes' own bound for the ranks and the
-#: gate (:data:`gpuinfra.plan.fabric.CLUSTER_ENV_WAIT_SECONDS`, 3600 s) -- a first boot builds the image.
-HEALTH_WAIT_SECONDS = 3600
+#: gate -- a first boot builds the image.
+HEALTH_WAIT_SECONDS = CLUSTER_ENV_WAIT_SECONDS
 
 
 @dataclass(frozen=True)
 class RunResult:
     """How a run ended: ``view`` (None when detached before the end), ``detached``, the seconds
-    from submission, the cost line, where data is and whether the stack was destroyed."""
+    since ``run`` started (its ``up`` and the health wait included: the nodes bill through them;
+    a stack that was up before is counted from then on), the cost line, where data is and whether the stack was destroyed."""
 
     spec: JobSpec
     view: jobs.JobView | None
@@ -60,13 +64,19 @@ def wait_for_health(
     say: Callable[[str], None],
     wait_seconds: float,
     poll_seconds: float,
+    gate: str = "enforce",
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """Poll the nodes' health results until every node passed.
 
+    Args:
+        gate: the profile's ``health_gate``: ``enforce`` (a failed node stops the run) or
+            ``report`` (a failed node is a warning and the job goes on, as ``gpuinfra-run`` on
+            the nodes does: docs/health-gate.md).
+
     Raises:
-        HealthGateError: a node failed, or no verdict within ``wait_seconds``.
+        HealthGateError: a node failed (``enforce``), or no verdict within ``wait_seconds``.
     """
     location = locate_results(stack, project_dir, bucket=url)
     deadline, said = clock() + wait_seconds, ""
@@ -74,6 +84,9 @@ def wait_for_health(
         report = read_health(location)
         if report.passed:
             say("health gate: passed on every node")
+            return
+        if report.failed and gate == "report":
+            say(f"health gate (report): {report.verdict().reason}; the job is submitted anyway")
             return
         if report.failed:
             raise HealthGateError(
@@ -88,6 +101,30 @@ def wait_for_health(
         sleep(poll_seconds)
 
 
+def refuse_a_second_job(store: jobs.JobStore, stack: str, deployment: str) -> None:
+    """Refuse a job for a deployment that already has one: its nodes end themselves once a job is
+    over, and a node that finds the spec changed under its running job stops that job as
+    cancelled and ends (:mod:`gpuinfra.agent.job`), so the new job would never start. A job of an
+    earlier deployment (the bucket outlives ``down``) is no obstacle: the new nodes ignore it.
+
+    Raises:
+        SpecError: the current job is this deployment's (or either has no deployment id), with
+            what to do instead.
+    """
+    current = jobs.current_spec(store, stack)
+    if current is None or (current.deployment and deployment and current.deployment != deployment):
+        return
+    if jobs.read_view(store, stack, current).final is None and not current.cancel:
+        raise SpecError(
+            f"job {current.id} is still running on {stack}: `gpuinfra logs {stack} -f` follows it, "
+            f"`gpuinfra cancel {stack}` ends it and the cluster"
+        )
+    raise SpecError(
+        f"job {current.id} is over on {stack} and its nodes ended themselves: "
+        f"`gpuinfra down {stack}`, then run again (a new deployment runs the new job)"
+    )
+
+
 def run(
     project_dir: Path,
     stack: str,
@@ -99,7 +136,7 @@ def run(
     on_line: Callable[[str], None],
     on_status: Callable[[str], None],
     on_event: Callable[[object], None],
-    health_wait_seconds: float = HEALTH_WAIT_SECONDS,
+    health_wait_seconds: float | None = None,
     poll_seconds: float = 5.0,
     store: jobs.JobStore | None = None,
     clock: Callable[[], float] = time.monotonic,
@@ -111,12 +148,15 @@ def run(
         job_fields: :class:`JobSpec` fields besides ``id`` / ``argv`` (image, env, secrets, restart ...).
         on_line: prints one log line; on_status: shows the status line; on_event: the
             Automation API event printer of ``up`` / ``down``.
+        health_wait_seconds: bound of the wait for the health verdict (None: :data:`HEALTH_WAIT_SECONDS`).
         store: the bucket (default: the stack's, through the cloud SDK).
 
     Raises:
-        RequestError: a job field a node could not run; SpecError, MissingDependencyError,
+        RequestError: a job field a node could not run; SpecError: as ``up`` / ``down``, or the
+            deployment already had a job (:func:`refuse_a_second_job`); MissingDependencyError,
             OperationError: as ``up`` / ``down``; HealthGateError: the gate failed (nothing submitted).
     """
+    started = clock()
     spec = read_stack_spec(project_dir, stack)
     job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
     if job.min_nodes > spec.nodes:
@@ -133,17 +173,27 @@ def run(
         say(f"run {stack}: the stack is not up; up {stack} first")
         lifecycle.deploy(backend, project_dir, spec, on_event)
         outputs = backend.outputs(project_dir, stack)
+        spec = read_stack_spec(project_dir, stack)  # the new deployment id
     bucket = outputs["bucket_name"]
     scheme = "s3" if spec.cloud == "aws" else "gs"
+    store = store or jobs.store_for(spec.cloud, bucket)
+    refuse_a_second_job(store, stack, spec.deployment_id or "")
+    job = replace(job, deployment=spec.deployment_id or "")
     if spec.profile.health_gate != "off":
         wait_for_health(
-            stack, project_dir, f"{scheme}://{bucket}", say, health_wait_seconds, poll_seconds, clock, sleep
+            stack,
+            project_dir,
+            f"{scheme}://{bucket}",
+            say,
+            HEALTH_WAIT_SECONDS if health_wait_seconds is None else health_wait_seconds,
+            poll_seconds,
+            spec.profile.health_gate,
+            clock,
+            sleep,
         )
-    store = store or jobs.store_for(spec.cloud, bucket)
     jobs.submit(store, stack, job)
     say(f"job {job.id} submitted: {' '.join(job.argv)}")
     price = hourly_usd(spec)
-    started = clock()
     view, detached = None, False
     try:
         view = jobs.follow(

@@ -182,6 +182,26 @@ def test_a_node_that_boots_after_the_job_is_over_does_not_start_it(node, monkeyp
     assert not (state / "attempts").exists() and (runner.state_dir / jobmod.JOB_DONE_MARK).exists()
 
 
+def test_a_node_of_a_new_deployment_waits_for_its_own_job_instead_of_ending(node, monkeypatch):
+    # the bucket outlives `down`: the job of the previous deployment is still there, over; a node
+    # of the next `up` (node.env GPUINFRA_DEPLOYMENT) must not take it for its own and end itself
+    runner, bucket, state = node
+    runner.deployment = "0123456789ab"
+    monkeypatch.setenv("CODES", "0")
+    old = spec(deployment="ba9876543210")
+    bucket.put_text(spec_key(STACK), old.to_json(), 1)
+    bucket.put_text(final_key(STACK, old.id), '{"state": "succeeded"}\n', 1)
+    served = threading.Thread(target=runner.serve, kwargs={"poll_seconds": 0.05}, daemon=True)
+    served.start()
+    time.sleep(0.5)
+    assert served.is_alive() and not (runner.state_dir / jobmod.JOB_DONE_MARK).exists()
+    new = replace(old, id="j-20261127-050000-def456", deployment="0123456789ab")
+    bucket.put_text(spec_key(STACK), new.to_json(), 1)
+    served.join(10)
+    assert not served.is_alive() and (state / "attempts").read_text().strip() == "1"
+    assert bucket_json(bucket, final_key(STACK, new.id))["state"] == "succeeded"
+
+
 def test_secret_names_are_the_stacks_only():
     # aws ssm get-parameter --with-decryption / secretsmanager get-secret-value / gcloud secrets versions access
     assert secret_command("aws", STACK, "/gpuinfra/train/db")[:4] == [
@@ -209,6 +229,7 @@ def test_secret_names_are_the_stacks_only():
         ({"restart": "always"}, "restart"),
         ({"image": "img; rm -rf /"}, "image"),
         ({"workdir": "../etc"}, "workdir"),
+        ({"deployment": "x; reboot"}, "deployment"),
     ],
 )
 def test_a_spec_a_node_could_not_run_safely_is_refused(change, message):
@@ -223,6 +244,9 @@ def test_the_spec_round_trips_and_refuses_unknown_fields():
     doc["surprise"] = 1
     with pytest.raises(ValueError, match="surprise"):
         JobSpec.from_json(json.dumps(doc))
+    # a command written as one string is not split into its characters (torchrun would run "p")
+    with pytest.raises(ValueError, match="argv"):
+        JobSpec.from_json(json.dumps({**json.loads(job.to_json()), "argv": "python train.py"}))
 
 
 # ------------------------------------------------------------------ the agent's side

@@ -180,6 +180,13 @@ def test_the_functions_permissions_are_exactly_these_statements(spot):
             "Condition": {"StringEquals": {"aws:ResourceTag/gpuinfra:stack-id": f"{spec.stack}-{spec.name_suffix}"}},
         },
         {
+            "Sid": "CreateTheSpotServiceLinkedRoleIfMissing",
+            "Effect": "Allow",
+            "Action": "iam:CreateServiceLinkedRole",
+            "Resource": f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot",
+            "Condition": {"StringEquals": {"iam:AWSServiceName": "spot.amazonaws.com"}},
+        },
+        {
             "Sid": "PassTheNodeRoleToEc2",
             "Effect": "Allow",
             "Action": "iam:PassRole",
@@ -211,6 +218,9 @@ def test_the_policy_allows_only_this_stacks_launch(spot):
         ("iam:PassRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/{node_role.name}", {"iam:PassedToService": "ec2.amazonaws.com"}, Decision.ALLOW),
         ("iam:PassRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/{node_role.name}", {"iam:PassedToService": "lambda.amazonaws.com"}, Decision.IMPLICIT_DENY),
         ("iam:PassRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/admin", {"iam:PassedToService": "ec2.amazonaws.com"}, Decision.IMPLICIT_DENY),
+        # a Spot launch through the API needs AWSServiceRoleForEC2Spot (service-linked-roles-spot-instance-requests.html)
+        ("iam:CreateServiceLinkedRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/aws-service-role/spot.amazonaws.com/AWSServiceRoleForEC2Spot", {"iam:AWSServiceName": "spot.amazonaws.com"}, Decision.ALLOW),
+        ("iam:CreateServiceLinkedRole", f"arn:aws:iam::{PREVIEW_ACCOUNT}:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling", {"iam:AWSServiceName": "autoscaling.amazonaws.com"}, Decision.IMPLICIT_DENY),
     ]  # fmt: skip
     for action, resource, context, want in cases:
         assert evaluate([doc], action, resource, context) == want, (action, resource, context)

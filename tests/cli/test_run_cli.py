@@ -105,6 +105,7 @@ def test_a_failed_job_exits_7_after_down_with_its_restarts(run_cli, project, mon
     assert result.exit_code == 7
     doc = json.loads(result.stdout)
     assert doc["state"] == "failed" and doc["exit_code"] == 1 and doc["destroyed"] is True
+    assert doc["cost"].startswith("$") or doc["cost"] == "cost unknown (no catalog price)"
     assert doc["restarts"] == [{**restart, "part": "rank-0"}]
     assert result.stderr.strip().endswith(f"error: job {doc['job']} failed (exit status 1)")
 
@@ -226,3 +227,111 @@ def test_run_form_errors(run_cli, tmp_path):
         result = run_cli("run", *args, "--project-dir", str(tmp_path))
         assert result.exit_code == 2 and message in result.stderr, (args, result.stderr)
     assert not (tmp_path / "stacks").exists()
+
+
+@pytest.mark.parametrize("over", [True, False], ids=["previous-job-over", "previous-job-running"])
+def test_second_job_on_a_deployment_is_refused(run_cli, project, monkeypatch, s3, over):  # noqa: F811
+    # the nodes end themselves once a job is over, and a node that sees the spec change under its
+    # running job stops that job as cancelled and ends too (gpuinfra/agent/job.py): a second job
+    # written into either stack would never start and `run` would follow it forever
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    monkeypatch.setattr(run_service, "wait_for_health", lambda *a, **k: None)
+
+    def never_started(*a, **k):
+        raise AssertionError("a job was submitted that no node will run")
+
+    monkeypatch.setattr(jobs, "follow", never_started)
+    old = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), old.to_json())
+    put(s3, status_key("train", old.id, "rank-0"), json.dumps({"state": "succeeded" if over else "running"}))
+    if over:
+        put(s3, final_key("train", old.id), json.dumps({"state": "succeeded"}))
+    result = run_cli("run", "train", "--project-dir", str(project), "--", "python", "train.py")
+    assert result.exit_code == 2, result.stderr
+    hint = "`gpuinfra down train`, then run again" if over else "`gpuinfra logs train -f`"
+    assert f"job {old.id}" in result.stderr and hint in result.stderr and "Traceback" not in result.stderr
+    assert JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("train"))["Body"].read().decode()) == old
+    assert ("destroy", "train") not in backend.calls
+
+
+def test_reap_job_over_spares_a_new_deployment(run_cli, project, monkeypatch, s3):  # noqa: F811
+    # the bucket outlives `down`: after `up` again, the previous deployment's finished job is still
+    # the current spec; that deployment is gone, the new one has no job yet and must not be reaped
+    from gpuinfra import lifecycle
+
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    lifecycle.record_deployment(project, "train", "0123456789ab")
+    old = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"), deployment="ba9876543210")
+    put(s3, spec_key("train"), old.to_json())
+    put(s3, status_key("train", old.id, "rank-0"), json.dumps({"state": "succeeded", "exit_code": 0}))
+    put(s3, final_key("train", old.id), json.dumps({"state": "succeeded"}))
+    result = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert "no deployed stack has expired or a job that is over" in result.stdout
+    assert ("destroy", "train") not in backend.calls
+    # the same job submitted to this deployment is over: reaped
+    put(s3, spec_key("train"), JobSpec(id=old.id, argv=old.argv, deployment="0123456789ab").to_json())
+    reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert reaped.exit_code == 0 and ("destroy", "train") in backend.calls, reaped.stderr
+
+
+def test_the_runs_cost_counts_the_health_wait_the_nodes_billed_through(project, monkeypatch, s3):  # noqa: F811
+    # the nodes bill from boot; a run that waited 50 min for the health verdict and trained 10 min
+    # cost an hour of the cluster, not 10 minutes
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    now = [0.0]
+    monkeypatch.setattr(run_service, "wait_for_health", lambda *a, **k: now.__setitem__(0, now[0] + 3000))
+
+    def follow_10_minutes(*a, **k):
+        now[0] += 600
+        return jobs.read_view(run_service.jobs.store_for("aws", BUCKET), "train", k.get("spec") or a[2])
+
+    monkeypatch.setattr(jobs, "follow", follow_10_minutes)
+    monkeypatch.setattr(run_service, "hourly_usd", lambda spec: run_service.Decimal("10"))
+    result = run_service.run(
+        project, "train", {}, ["python", "train.py"], keep=True, say=print, on_line=print,
+        on_status=print, on_event=print, clock=lambda: now[0], sleep=lambda s: None,
+    )  # fmt: skip
+    assert result.seconds == 3600 and result.cost == "$10.00"
+
+
+def test_an_unreadable_final_object_is_one_message_not_a_traceback(run_cli, project, monkeypatch, s3):  # noqa: F811
+    _use(monkeypatch, FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET}))
+    spec = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), spec.to_json())
+    put(s3, final_key("train", spec.id), '{"state": "succ')  # cut short
+    listed = run_cli("jobs", "train", "--project-dir", str(project))
+    assert listed.exit_code == 2 and f"{final_key('train', spec.id)} is not JSON" in listed.stderr
+    reaped = run_cli("reap", "--job-over", "--project-dir", str(project))
+    assert reaped.exit_code == 0 and "train: job state unknown, not reaped" in reaped.stdout
+
+
+@pytest.mark.parametrize("gate", ["enforce", "report"])
+def test_a_failed_node_stops_the_run_only_when_the_gate_enforces(monkeypatch, gate):
+    # docs/health-gate.md: with `report` the gate records and warns, and gpuinfra-run starts anyway
+    from types import SimpleNamespace
+
+    from gpuinfra.errors import HealthGateError
+
+    failed = SimpleNamespace(
+        passed=False,
+        failed=("node-1",),
+        nodes=("node-0", "node-1"),
+        verdict=lambda: SimpleNamespace(reason="node-1 failed ECC"),
+    )
+    monkeypatch.setattr(run_service, "locate_results", lambda *a, **k: SimpleNamespace(expected_nodes=2))
+    monkeypatch.setattr(run_service, "read_health", lambda location: failed)
+    said = []
+    call = lambda: run_service.wait_for_health(  # noqa: E731
+        "train", None, "s3://b", said.append, 60, 1, gate=gate, clock=lambda: 0.0, sleep=lambda s: None
+    )
+    if gate == "enforce":
+        with pytest.raises(HealthGateError, match="node-1 failed ECC"):
+            call()
+    else:
+        call()
+        assert said == ["health gate (report): node-1 failed ECC; the job is submitted anyway"]
