@@ -66,7 +66,7 @@ def _param_row(param) -> str:
         names = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
         name = names
         kind = "flag" if param.is_flag else _cell(param.type.name).lower()
-        default = "" if param.default in (None, False, ()) or param.is_flag else f"`{param.default}`"
+        default = "" if param.default in (None, False, (), "") or param.is_flag else f"`{param.default}`"
         if getattr(param, "envvar", None):
             default = (default + " " if default else "") + f"(or `${param.envvar}`)"
     help_text = getattr(param, "help", None) or ""
