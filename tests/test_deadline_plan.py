@@ -512,3 +512,16 @@ def test_a_calendar_mode_request_is_bought_with_its_amount_and_previews_clean(tm
     assert request.inputs["timeWindow"] == {"startTime": "2026-12-09T00:00:00Z", "endTime": "2026-12-12T00:00:00Z"}
     sku = request.inputs["specificSkuProperties"]
     assert sku["totalCount"] == "2" and sku["instanceProperties"]["machineType"] == "a3-highgpu-8g"
+
+
+def test_a_run_longer_than_any_capacity_block_is_a_note_not_a_refusal():
+    # EC2 sells Capacity Blocks of at most 182 days (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    # ec2-capacity-blocks.html); a 5000 h run (208 days) still has on-demand and spot plans
+    routes = [("POST", "/", "Action=DescribeCapacityReservations", HELD)]
+    by = NOW + timedelta(days=400)
+    req = DeadlineRequest("8xH100", 2, Decimal(5000), by, NOW, None, cloud="aws", region="us-east-1")
+    with ReplayServer(routes) as server:
+        doc = deadline_document(load_catalog(), req, aws_client_factory=_factory(server.url))
+    assert {"spot", "on-demand"} <= {p["way"] for p in doc["plans"]}
+    assert "capacity-block" not in {p["way"] for p in doc["plans"]}
+    assert any("182 days" in n for n in doc["notes"]), doc["notes"]

@@ -485,7 +485,10 @@ def capacity_block_plans(
     aws = [r for r in _offers_any(catalog, req) if r.offer.cloud == "aws"]
     if not aws:
         return [], []
-    duration = capacity_block_duration_hours(req.run_hours)
+    try:
+        duration = capacity_block_duration_hours(req.run_hours)
+    except RequestError as exc:
+        return [], [f"AWS Capacity Blocks: {exc}"]
     types = sorted({r.offer.instance_type for r in aws})
     regions = [req.region] if req.region else sorted({r.offer.region for r in aws})
     plans, notes = [], []
