@@ -525,3 +525,39 @@ def test_a_run_longer_than_any_capacity_block_is_a_note_not_a_refusal():
     assert {"spot", "on-demand"} <= {p["way"] for p in doc["plans"]}
     assert "capacity-block" not in {p["way"] for p in doc["plans"]}
     assert any("182 days" in n for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize(
+    ("cloud", "kind", "region", "zone", "offering"),
+    [
+        # GCP regions and zones beyond the two-letter prefixes (cloud.google.com/compute/docs/regions-zones)
+        ("gcp", "calendar-reservation", "europe-west4", "europe-west4-b", None),
+        ("gcp", "calendar-reservation", "asia-southeast1", "asia-southeast1-c", None),
+        ("gcp", "calendar-reservation", "northamerica-northeast2", "northamerica-northeast2-a", None),
+        # AWS GovCloud (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html)
+        ("aws", "capacity-block", "us-gov-west-1", "us-gov-west-1a", "cb-0123456789abcdef0"),
+    ],
+)
+def test_a_purchase_is_valid_in_every_region_name_form(cloud, kind, region, zone, offering):
+    from gpuinfra.plan.purchase import PurchaseSpec
+
+    spec = PurchaseSpec.model_validate(
+        dict(
+            stack="train-block",
+            cluster_stack="train",
+            cloud=cloud,
+            kind=kind,
+            region=region,
+            availability_zone=zone,
+            offering_id=offering,
+            instance_type="a3-highgpu-8g" if cloud == "gcp" else "p5.48xlarge",
+            instance_count=2,
+            start="2026-12-09T00:00:00Z",
+            end="2026-12-12T00:00:00Z",
+            upfront_usd="5760.000000",
+            price_source="catalog",
+            price_date="2026-11-27",
+            confirmed_non_refundable_usd="5760.000000",
+        )
+    )
+    assert (spec.region, spec.availability_zone) == (region, zone)

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuinfra.spec import NEW_STACK_NAME_RE, model_from_config
+from gpuinfra.spec import NEW_STACK_NAME_RE, REGION_RE, ZONE_RE, model_from_config
 
 #: Key of the purchase spec in the stack config (``gpuinfra:purchase``).
 PURCHASE_CONFIG_KEY = "purchase"
@@ -70,8 +70,8 @@ class PurchaseSpec(BaseModel):
     cluster_stack: str = Field(pattern=NEW_STACK_NAME_RE.pattern)
     cloud: Literal["aws", "gcp"] = "aws"
     kind: Literal["capacity-block", "calendar-reservation"] = "capacity-block"
-    region: str = Field(pattern=r"^[a-z]{2}-[a-z]+[0-9]?(-[0-9])?$")
-    availability_zone: str = Field(pattern=r"^[a-z]{2}-[a-z]+[0-9]?-[0-9]?[a-z]$")
+    region: str = Field(pattern=REGION_RE.pattern)
+    availability_zone: str = Field(pattern=ZONE_RE.pattern)
     offering_id: str | None = Field(default=None, pattern=r"^cb-[0-9a-f]{8,17}$")
     gcp_project: str | None = Field(default=None, pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
     instance_type: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,40}$")
