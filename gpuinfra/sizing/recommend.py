@@ -177,7 +177,7 @@ class SizingRequest:
         if self.engine != "hf" and m != "inference":
             raise SizingError(f"--engine {self.engine} applies to --method inference only")
         batch = self.batch if self.batch is not None or m != "inference" else 1
-        if not 1 <= self.seq <= MAX_SEQ or not 1 <= (batch or 1) <= MAX_BATCH:
+        if not 1 <= self.seq <= MAX_SEQ or (batch is not None and not 1 <= batch <= MAX_BATCH):
             raise SizingError(f"--seq must be 1..{MAX_SEQ} and --batch 1..{MAX_BATCH}, got {self.seq} and {batch}")
         context = self.shape.context
         if context and self.seq > context:
