@@ -561,3 +561,16 @@ def test_a_purchase_is_valid_in_every_region_name_form(cloud, kind, region, zone
         )
     )
     assert (spec.region, spec.availability_zone) == (region, zone)
+
+
+def test_a_named_model_is_sized_on_a_configuration_that_finishes_by_the_deadline(run_cli):
+    # llama-2-7b LoRA on 10B tokens: the cheapest configuration to finish (one L40S) needs about
+    # 590 h; with 14 days to the deadline the plan must size a configuration that finishes in time
+    by = (datetime.now(UTC) + timedelta(days=14)).strftime("%Y-%m-%d")
+    args = ("plan", "--model", "llama-2-7b", "--method", "lora", "--tokens", "10B", "--by", by, "--json")
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    left_hours = (datetime.fromisoformat(doc["by"]) - datetime.fromisoformat(doc["now"])).total_seconds() / 3600
+    assert Decimal(doc["run_hours"]) <= Decimal(str(left_hours)), (doc["gpus"], doc["run_hours"])
+    assert doc["meets_deadline"] >= 1

@@ -189,11 +189,20 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def sized_run(
-    model: str, method: str, tokens: str, cloud: str | None, region: str | None, catalog: Catalog
+    model: str,
+    method: str,
+    tokens: str,
+    cloud: str | None,
+    region: str | None,
+    catalog: Catalog,
+    now: datetime | None = None,
+    by: datetime | None = None,
 ) -> tuple[str, int, Decimal, dict | None, dict]:
-    """The configuration and hours of ``model`` trained with ``method`` on ``tokens``: the best
-    candidate of ``gpuinfra size`` (:func:`gpuinfra.sizing.report.size_document`, on-demand prices
-    in the scope) and the spot checkpoint plan of that configuration.
+    """The configuration and hours of ``model`` trained with ``method`` on ``tokens``: the
+    cheapest candidate of ``gpuinfra size`` (:func:`gpuinfra.sizing.report.size_document`,
+    on-demand prices in the scope, ranked by the cost to finish) whose training hours fit
+    between ``now`` and the deadline ``by`` (either None, or none fits: the cheapest), and the
+    spot checkpoint plan of that configuration.
 
     Returns:
         (GPUs per node, nodes, run hours, checkpoint plan or None, what was sized, for the document).
@@ -209,7 +218,10 @@ def sized_run(
         raise SizingError("gpuinfra plan --model needs a training --method and --tokens (a run length)")
     scope = OfferScope(cloud=cloud, region=region)
     doc = size_document(req, catalog=catalog, scope=scope)
-    best = next((c for c in doc["candidates"] if c.get("training_hours")), None)
+    timed = [c for c in doc["candidates"] if c.get("training_hours")]
+    left_hours = None if now is None or by is None else Decimal((by - now).total_seconds()) / 3600
+    in_time = [c for c in timed if left_hours is not None and Decimal(str(c["training_hours"])) <= left_hours]
+    best = (in_time or timed or [None])[0]
     if best is None:
         raise nothing_fits(req, scope, catalog)
     spot = size_document(req, best["gpus"], best["nodes"], catalog=catalog, spot=True, scope=scope)
