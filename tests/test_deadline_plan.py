@@ -574,3 +574,16 @@ def test_a_named_model_is_sized_on_a_configuration_that_finishes_by_the_deadline
     left_hours = (datetime.fromisoformat(doc["by"]) - datetime.fromisoformat(doc["now"])).total_seconds() / 3600
     assert Decimal(doc["run_hours"]) <= Decimal(str(left_hours)), (doc["gpus"], doc["run_hours"])
     assert doc["meets_deadline"] >= 1
+
+
+def test_a_name_without_room_for_the_purchase_suffix_is_one_clear_line(tmp_path):
+    from gpuinfra.errors import SpecError
+    from gpuinfra.services.purchase import buy
+
+    doc = _gcp_doc()
+    number = next(i for i, p in enumerate(doc["plans"], 1) if p["way"] == "calendar-reservation")
+    # 27 characters is a valid cluster stack name; the purchase stack <name>-block is 33
+    with pytest.raises(SpecError) as caught:
+        buy(doc, number, "5760", "a" * 27, tmp_path, gcp_project="proj-1")
+    assert "\n" not in str(caught.value) and "--name of at most 21 characters" in str(caught.value)
+    assert not (tmp_path / "stacks").exists()
