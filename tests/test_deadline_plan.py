@@ -587,3 +587,15 @@ def test_a_name_without_room_for_the_purchase_suffix_is_one_clear_line(tmp_path)
         buy(doc, number, "5760", "a" * 27, tmp_path, gcp_project="proj-1")
     assert "\n" not in str(caught.value) and "--name of at most 21 characters" in str(caught.value)
     assert not (tmp_path / "stacks").exists()
+
+
+def test_a_calendar_mode_window_is_at_least_one_day():
+    # "You can reserve resources for a period between 1 and 90 days"
+    # (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode, Limitations):
+    # a 10 h run reserves, and pays for, a 24 h window at the catalog's $40/node-h DWS rate
+    from gpuinfra.services.deadline import calendar_plans
+
+    short = DeadlineRequest("8xH100", 2, Decimal(10), BY, NOW, cloud="gcp", region="us-central1")
+    (plan,) = [p for p in calendar_plans(_dws_catalog(), short) if p.zone == "us-central1-a"]
+    assert plan.total.amount_usd == Decimal(40) * 2 * 24
+    assert plan.window_end - plan.window_start == timedelta(hours=24)

@@ -85,6 +85,10 @@ FLEX_START_MAX_RUN_HOURS = 7 * 24
 #: Longest calendar-mode future reservation: "a duration of up to 90 days"
 #: (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview).
 CALENDAR_MAX_HOURS = 90 * 24
+#: Shortest calendar-mode window: "You can reserve resources for a period between 1 and 90 days"
+#: (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode, Limitations);
+#: a shorter run still reserves, and pays for, one day.
+CALENDAR_MIN_HOURS = 24
 
 #: The ways to buy a plan names (``way`` in the document), in the module docstring's order.
 WAYS = ("on-demand", "spot", "capacity-block", "flex-start", "calendar-reservation", "held-reservation")
@@ -461,7 +465,7 @@ def calendar_plans(catalog: Catalog, req: DeadlineRequest) -> list[BuyPlan]:
     """GCP calendar-mode future reservation: a window you request, ending by the deadline."""
     plans = []
     for r, priced in _flex_offers(catalog, req).values():
-        reserved_h = req.run_hours.to_integral_value(rounding=ROUND_CEILING)
+        reserved_h = max(req.run_hours.to_integral_value(rounding=ROUND_CEILING), Decimal(CALENDAR_MIN_HOURS))
         price = r.market_price_per_hour_usd("flex-start") if priced else None
         latest = req.by - timedelta(hours=int(reserved_h))
         fits = latest >= req.now and reserved_h <= CALENDAR_MAX_HOURS
