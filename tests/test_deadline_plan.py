@@ -599,3 +599,38 @@ def test_a_calendar_mode_window_is_at_least_one_day():
     (plan,) = [p for p in calendar_plans(_dws_catalog(), short) if p.zone == "us-central1-a"]
     assert plan.total.amount_usd == Decimal(40) * 2 * 24
     assert plan.window_end - plan.window_start == timedelta(hours=24)
+
+
+def test_a_calendar_mode_request_holds_at_most_80_vms():
+    # "You can reserve between 1 and 80 GPU VMs per request"
+    # (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode, Limitations)
+    from gpuinfra.services.deadline import calendar_plans
+
+    for nodes, fits in ((80, True), (81, False)):
+        req = DeadlineRequest("8xH100", nodes, Decimal(72), BY, NOW, cloud="gcp", region="us-central1")
+        (plan,) = [p for p in calendar_plans(_dws_catalog(), req) if p.zone == "us-central1-a"]
+        assert plan.meets_deadline is fits, nodes
+        assert ("80 VMs" in plan.risk) is not fits
+
+
+def test_a_purchase_counts_its_instances_by_the_limit_of_its_kind():
+    from gpuinfra.plan.purchase import PurchaseSpec
+
+    base = dict(
+        stack="train-block",
+        cluster_stack="train",
+        instance_count=80,
+        start="2026-12-09T00:00:00Z",
+        end="2026-12-12T00:00:00Z",
+        upfront_usd="1.000000",
+        price_source="catalog",
+        price_date="2026-11-27",
+        confirmed_non_refundable_usd="1.000000",
+    )
+    gcp = dict(cloud="gcp", kind="calendar-reservation", region="us-central1", availability_zone="us-central1-a")
+    assert PurchaseSpec.model_validate({**base, **gcp, "instance_type": "a3-highgpu-8g"}).instance_count == 80
+    aws = dict(cloud="aws", kind="capacity-block", region="us-east-1", availability_zone="us-east-1a")
+    with pytest.raises(ValueError, match="at most 64 instances"):
+        PurchaseSpec.model_validate(
+            {**base, **aws, "instance_type": "p5.48xlarge", "offering_id": "cb-0123456789abcdef0"}
+        )

@@ -43,6 +43,13 @@ PURCHASE_CONFIG_KEY = "purchase"
 #: docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html).
 CAPACITY_BLOCK_PLATFORM = "Linux/UNIX"
 _USD = r"^[0-9]{1,12}(\.[0-9]{1,6})?$"
+#: Most VMs one calendar-mode request holds: "You can reserve between 1 and 80 GPU VMs per
+#: request" (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode,
+#: Limitations for requests for GPU VMs).
+CALENDAR_MAX_VMS = 80
+#: Most instances of one Capacity Block gpuinfra buys (DescribeCapacityBlockOfferings'
+#: ``InstanceCount``; the limit this spec has carried, not re-checked against a current page).
+CAPACITY_BLOCK_MAX_INSTANCES = 64
 
 
 class PurchaseSpec(BaseModel):
@@ -75,7 +82,7 @@ class PurchaseSpec(BaseModel):
     offering_id: str | None = Field(default=None, pattern=r"^cb-[0-9a-f]{8,17}$")
     gcp_project: str | None = Field(default=None, pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
     instance_type: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,40}$")
-    instance_count: int = Field(ge=1, le=64, strict=True)
+    instance_count: int = Field(ge=1, le=CALENDAR_MAX_VMS, strict=True)
     start: datetime
     end: datetime
     upfront_usd: str = Field(pattern=_USD)
@@ -94,6 +101,8 @@ class PurchaseSpec(BaseModel):
             raise ValueError("end must be after start")
         if (self.kind == "capacity-block") != (self.cloud == "aws"):
             raise ValueError("a capacity-block is bought on aws, a calendar-reservation on gcp")
+        if self.kind == "capacity-block" and self.instance_count > CAPACITY_BLOCK_MAX_INSTANCES:
+            raise ValueError(f"a Capacity Block holds at most {CAPACITY_BLOCK_MAX_INSTANCES} instances")
         if (self.kind == "capacity-block") != (self.offering_id is not None):
             raise ValueError("offering_id is the Capacity Block offering: set for capacity-block only")
         return self

@@ -66,6 +66,7 @@ from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, 
 from gpuinfra.errors import GpuinfraError, MissingDependencyError, NoOfferError, RequestError, SizingError
 from gpuinfra.money import Total, usd_json
 from gpuinfra.offers import OfferQuery, OfferScope, RankedOffer, find_offers, sold_as
+from gpuinfra.plan.purchase import CALENDAR_MAX_VMS
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.services.spot_outlook import interruption_rate, redone_hours_each
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
@@ -468,7 +469,7 @@ def calendar_plans(catalog: Catalog, req: DeadlineRequest) -> list[BuyPlan]:
         reserved_h = max(req.run_hours.to_integral_value(rounding=ROUND_CEILING), Decimal(CALENDAR_MIN_HOURS))
         price = r.market_price_per_hour_usd("flex-start") if priced else None
         latest = req.by - timedelta(hours=int(reserved_h))
-        fits = latest >= req.now and reserved_h <= CALENDAR_MAX_HOURS
+        fits = latest >= req.now and reserved_h <= CALENDAR_MAX_HOURS and req.nodes <= CALENDAR_MAX_VMS
         plans.append(
             BuyPlan(
                 way="calendar-reservation",
@@ -480,6 +481,11 @@ def calendar_plans(catalog: Catalog, req: DeadlineRequest) -> list[BuyPlan]:
                 risk=(
                     f"Google Cloud approves or declines the request; the whole {reserved_h} h window is billed, "
                     "at most 90 days (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview)"
+                    + (
+                        ""
+                        if req.nodes <= CALENDAR_MAX_VMS
+                        else f"; one request holds at most {CALENDAR_MAX_VMS} VMs, this run needs {req.nodes}"
+                    )
                 ),
                 meets_deadline=fits,
                 window_start=latest,
