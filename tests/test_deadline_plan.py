@@ -574,6 +574,7 @@ def test_a_named_model_is_sized_on_a_configuration_that_finishes_by_the_deadline
     left_hours = (datetime.fromisoformat(doc["by"]) - datetime.fromisoformat(doc["now"])).total_seconds() / 3600
     assert Decimal(doc["run_hours"]) <= Decimal(str(left_hours)), (doc["gpus"], doc["run_hours"])
     assert doc["meets_deadline"] >= 1
+    assert doc["sized"]["chosen"] == "the cheapest configuration that finishes by the deadline"
 
 
 def test_a_name_without_room_for_the_purchase_suffix_is_one_clear_line(tmp_path):

@@ -231,7 +231,20 @@ def sized_run(
         raise nothing_fits(req, scope, catalog)
     spot = size_document(req, best["gpus"], best["nodes"], catalog=catalog, spot=True, scope=scope)
     hours = Decimal(str(best["training_hours"])).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
-    sized = {"model": doc["model"]["name"], "method": req.method, "tokens": req.tokens, "candidate": best}
+    chosen = (
+        "the cheapest configuration that finishes by the deadline"
+        if in_time
+        else "the cheapest configuration to finish (none finishes by the deadline)"
+        if left_hours is not None
+        else "the cheapest configuration to finish"
+    )
+    sized = {
+        "model": doc["model"]["name"],
+        "method": req.method,
+        "tokens": req.tokens,
+        "candidate": best,
+        "chosen": chosen,
+    }
     return best["gpus"], int(best["nodes"]), hours, spot.get("checkpoint_plan"), sized
 
 
