@@ -512,3 +512,126 @@ def test_a_calendar_mode_request_is_bought_with_its_amount_and_previews_clean(tm
     assert request.inputs["timeWindow"] == {"startTime": "2026-12-09T00:00:00Z", "endTime": "2026-12-12T00:00:00Z"}
     sku = request.inputs["specificSkuProperties"]
     assert sku["totalCount"] == "2" and sku["instanceProperties"]["machineType"] == "a3-highgpu-8g"
+
+
+def test_a_run_longer_than_any_capacity_block_is_a_note_not_a_refusal():
+    # EC2 sells Capacity Blocks of at most 182 days (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    # ec2-capacity-blocks.html); a 5000 h run (208 days) still has on-demand and spot plans
+    routes = [("POST", "/", "Action=DescribeCapacityReservations", HELD)]
+    by = NOW + timedelta(days=400)
+    req = DeadlineRequest("8xH100", 2, Decimal(5000), by, NOW, None, cloud="aws", region="us-east-1")
+    with ReplayServer(routes) as server:
+        doc = deadline_document(load_catalog(), req, aws_client_factory=_factory(server.url))
+    assert {"spot", "on-demand"} <= {p["way"] for p in doc["plans"]}
+    assert "capacity-block" not in {p["way"] for p in doc["plans"]}
+    assert any("182 days" in n for n in doc["notes"]), doc["notes"]
+
+
+@pytest.mark.parametrize(
+    ("cloud", "kind", "region", "zone", "offering"),
+    [
+        # GCP regions and zones beyond the two-letter prefixes (cloud.google.com/compute/docs/regions-zones)
+        ("gcp", "calendar-reservation", "europe-west4", "europe-west4-b", None),
+        ("gcp", "calendar-reservation", "asia-southeast1", "asia-southeast1-c", None),
+        ("gcp", "calendar-reservation", "northamerica-northeast2", "northamerica-northeast2-a", None),
+        # AWS GovCloud (docs.aws.amazon.com/global-infrastructure/latest/regions/aws-regions.html)
+        ("aws", "capacity-block", "us-gov-west-1", "us-gov-west-1a", "cb-0123456789abcdef0"),
+    ],
+)
+def test_a_purchase_is_valid_in_every_region_name_form(cloud, kind, region, zone, offering):
+    from gpuinfra.plan.purchase import PurchaseSpec
+
+    spec = PurchaseSpec.model_validate(
+        dict(
+            stack="train-block",
+            cluster_stack="train",
+            cloud=cloud,
+            kind=kind,
+            region=region,
+            availability_zone=zone,
+            offering_id=offering,
+            instance_type="a3-highgpu-8g" if cloud == "gcp" else "p5.48xlarge",
+            instance_count=2,
+            start="2026-12-09T00:00:00Z",
+            end="2026-12-12T00:00:00Z",
+            upfront_usd="5760.000000",
+            price_source="catalog",
+            price_date="2026-11-27",
+            confirmed_non_refundable_usd="5760.000000",
+        )
+    )
+    assert (spec.region, spec.availability_zone) == (region, zone)
+
+
+def test_a_named_model_is_sized_on_a_configuration_that_finishes_by_the_deadline(run_cli):
+    # llama-2-7b LoRA on 10B tokens: the cheapest configuration to finish (one L40S) needs about
+    # 590 h; with 14 days to the deadline the plan must size a configuration that finishes in time
+    by = (datetime.now(UTC) + timedelta(days=14)).strftime("%Y-%m-%d")
+    args = ("plan", "--model", "llama-2-7b", "--method", "lora", "--tokens", "10B", "--by", by, "--json")
+    result = run_cli(*args)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    left_hours = (datetime.fromisoformat(doc["by"]) - datetime.fromisoformat(doc["now"])).total_seconds() / 3600
+    assert Decimal(doc["run_hours"]) <= Decimal(str(left_hours)), (doc["gpus"], doc["run_hours"])
+    assert doc["meets_deadline"] >= 1
+    assert doc["sized"]["chosen"] == "the cheapest configuration that finishes by the deadline"
+
+
+def test_a_name_without_room_for_the_purchase_suffix_is_one_clear_line(tmp_path):
+    from gpuinfra.errors import SpecError
+    from gpuinfra.services.purchase import buy
+
+    doc = _gcp_doc()
+    number = next(i for i, p in enumerate(doc["plans"], 1) if p["way"] == "calendar-reservation")
+    # 27 characters is a valid cluster stack name; the purchase stack <name>-block is 33
+    with pytest.raises(SpecError) as caught:
+        buy(doc, number, "5760", "a" * 27, tmp_path, gcp_project="proj-1")
+    assert "\n" not in str(caught.value) and "--name of at most 21 characters" in str(caught.value)
+    assert not (tmp_path / "stacks").exists()
+
+
+def test_a_calendar_mode_window_is_at_least_one_day():
+    # "You can reserve resources for a period between 1 and 90 days"
+    # (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode, Limitations):
+    # a 10 h run reserves, and pays for, a 24 h window at the catalog's $40/node-h DWS rate
+    from gpuinfra.services.deadline import calendar_plans
+
+    short = DeadlineRequest("8xH100", 2, Decimal(10), BY, NOW, cloud="gcp", region="us-central1")
+    (plan,) = [p for p in calendar_plans(_dws_catalog(), short) if p.zone == "us-central1-a"]
+    assert plan.total.amount_usd == Decimal(40) * 2 * 24
+    assert plan.window_end - plan.window_start == timedelta(hours=24)
+
+
+def test_a_calendar_mode_request_holds_at_most_80_vms():
+    # "You can reserve between 1 and 80 GPU VMs per request"
+    # (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode, Limitations)
+    from gpuinfra.services.deadline import calendar_plans
+
+    for nodes, fits in ((80, True), (81, False)):
+        req = DeadlineRequest("8xH100", nodes, Decimal(72), BY, NOW, cloud="gcp", region="us-central1")
+        (plan,) = [p for p in calendar_plans(_dws_catalog(), req) if p.zone == "us-central1-a"]
+        assert plan.meets_deadline is fits, nodes
+        assert ("80 VMs" in plan.risk) is not fits
+
+
+def test_a_purchase_counts_its_instances_by_the_limit_of_its_kind():
+    from gpuinfra.plan.purchase import PurchaseSpec
+
+    base = dict(
+        stack="train-block",
+        cluster_stack="train",
+        instance_count=80,
+        start="2026-12-09T00:00:00Z",
+        end="2026-12-12T00:00:00Z",
+        upfront_usd="1.000000",
+        price_source="catalog",
+        price_date="2026-11-27",
+        confirmed_non_refundable_usd="1.000000",
+    )
+    gcp = dict(cloud="gcp", kind="calendar-reservation", region="us-central1", availability_zone="us-central1-a")
+    assert PurchaseSpec.model_validate({**base, **gcp, "instance_type": "a3-highgpu-8g"}).instance_count == 80
+    aws = dict(cloud="aws", kind="capacity-block", region="us-east-1", availability_zone="us-east-1a")
+    with pytest.raises(ValueError, match="at most 64 instances"):
+        PurchaseSpec.model_validate(
+            {**base, **aws, "instance_type": "p5.48xlarge", "offering_id": "cb-0123456789abcdef0"}
+        )

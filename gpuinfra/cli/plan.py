@@ -89,7 +89,9 @@ def plan(
     run_hours: Decimal | None
     if model:
         assert tokens is not None
-        gpus, nodes, run_hours, checkpoint, sized = sized_run(model, method, tokens, cloud, region, catalog)
+        gpus, nodes, run_hours, checkpoint, sized = sized_run(
+            model, method, tokens, cloud, region, catalog, now=now, by=deadline
+        )
     else:
         run_hours = check_run_hours(hours)
     assert gpus is not None and run_hours is not None

@@ -170,6 +170,7 @@ def size(
     from gpuinfra.errors import SizingError
     from gpuinfra.offers import OfferScope
     from gpuinfra.sizing.checkpoint import check_interruption_rate
+    from gpuinfra.sizing.memory import VLLM_GPU_MEMORY_UTILIZATION
     from gpuinfra.sizing.recommend import nothing_fits, sizing_request
     from gpuinfra.sizing.report import size_document, size_markets
 
@@ -245,7 +246,11 @@ def size(
         b = doc["breakdown"]
         verdict = "fits" if doc["fits"] else "does NOT fit"
         vllm = req.method == "inference" and req.engine == "vllm"
-        rule = "inside vLLM's preallocated 0.9 of the device" if vllm else f"after {req.headroom:.0%} headroom"
+        rule = (
+            f"inside vLLM's preallocated {VLLM_GPU_MEMORY_UTILIZATION:g} of the device"
+            if vllm
+            else f"after {req.headroom:.0%} headroom"
+        )
         out.print(
             f"{doc['gpus']} x {doc['nodes']} node(s): {doc['memory_per_gpu_gib']:.1f} GiB per GPU of "
             f"{doc['gpu_memory_gib']:.1f} GiB -> {verdict} (margin {doc['margin_gib']:.1f} GiB {rule})"

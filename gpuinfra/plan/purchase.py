@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from gpuinfra.spec import NEW_STACK_NAME_RE, model_from_config
+from gpuinfra.spec import NEW_STACK_NAME_RE, REGION_RE, ZONE_RE, model_from_config
 
 #: Key of the purchase spec in the stack config (``gpuinfra:purchase``).
 PURCHASE_CONFIG_KEY = "purchase"
@@ -41,6 +41,13 @@ PURCHASE_CONFIG_KEY = "purchase"
 #: docs.aws.amazon.com/AWSEC2/latest/UserGuide/capacity-reservations-using.html).
 CAPACITY_BLOCK_PLATFORM = "Linux/UNIX"
 _USD = r"^[0-9]{1,12}(\.[0-9]{1,6})?$"
+#: Most VMs one calendar-mode request holds: "You can reserve between 1 and 80 GPU VMs per
+#: request" (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode,
+#: Limitations for requests for GPU VMs).
+CALENDAR_MAX_VMS = 80
+#: Most instances of one Capacity Block gpuinfra buys (DescribeCapacityBlockOfferings'
+#: ``InstanceCount``; the limit this spec has carried, not re-checked against a current page).
+CAPACITY_BLOCK_MAX_INSTANCES = 64
 
 
 class PurchaseSpec(BaseModel):
@@ -68,12 +75,12 @@ class PurchaseSpec(BaseModel):
     cluster_stack: str = Field(pattern=NEW_STACK_NAME_RE.pattern)
     cloud: Literal["aws", "gcp"] = "aws"
     kind: Literal["capacity-block", "calendar-reservation"] = "capacity-block"
-    region: str = Field(pattern=r"^[a-z]{2}-[a-z]+[0-9]?(-[0-9])?$")
-    availability_zone: str = Field(pattern=r"^[a-z]{2}-[a-z]+[0-9]?-[0-9]?[a-z]$")
+    region: str = Field(pattern=REGION_RE.pattern)
+    availability_zone: str = Field(pattern=ZONE_RE.pattern)
     offering_id: str | None = Field(default=None, pattern=r"^cb-[0-9a-f]{8,17}$")
     gcp_project: str | None = Field(default=None, pattern=r"^[a-z][-a-z0-9]{4,28}[a-z0-9]$")
     instance_type: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,40}$")
-    instance_count: int = Field(ge=1, le=64, strict=True)
+    instance_count: int = Field(ge=1, le=CALENDAR_MAX_VMS, strict=True)
     start: datetime
     end: datetime
     upfront_usd: str = Field(pattern=_USD)
@@ -92,6 +99,8 @@ class PurchaseSpec(BaseModel):
             raise ValueError("end must be after start")
         if (self.kind == "capacity-block") != (self.cloud == "aws"):
             raise ValueError("a capacity-block is bought on aws, a calendar-reservation on gcp")
+        if self.kind == "capacity-block" and self.instance_count > CAPACITY_BLOCK_MAX_INSTANCES:
+            raise ValueError(f"a Capacity Block holds at most {CAPACITY_BLOCK_MAX_INSTANCES} instances")
         if (self.kind == "capacity-block") != (self.offering_id is not None):
             raise ValueError("offering_id is the Capacity Block offering: set for capacity-block only")
         return self

@@ -66,6 +66,7 @@ from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, 
 from gpuinfra.errors import GpuinfraError, MissingDependencyError, NoOfferError, RequestError, SizingError
 from gpuinfra.money import Total, usd_json
 from gpuinfra.offers import OfferQuery, OfferScope, RankedOffer, find_offers, sold_as
+from gpuinfra.plan.purchase import CALENDAR_MAX_VMS
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.services.spot_outlook import interruption_rate, redone_hours_each
 from gpuinfra.sizing import DEFAULT_HEADROOM_FRACTION
@@ -85,6 +86,10 @@ FLEX_START_MAX_RUN_HOURS = 7 * 24
 #: Longest calendar-mode future reservation: "a duration of up to 90 days"
 #: (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview).
 CALENDAR_MAX_HOURS = 90 * 24
+#: Shortest calendar-mode window: "You can reserve resources for a period between 1 and 90 days"
+#: (cloud.google.com/compute/docs/instances/create-future-reservations-calendar-mode, Limitations);
+#: a shorter run still reserves, and pays for, one day.
+CALENDAR_MIN_HOURS = 24
 
 #: The ways to buy a plan names (``way`` in the document), in the module docstring's order.
 WAYS = ("on-demand", "spot", "capacity-block", "flex-start", "calendar-reservation", "held-reservation")
@@ -189,11 +194,20 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def sized_run(
-    model: str, method: str, tokens: str, cloud: str | None, region: str | None, catalog: Catalog
+    model: str,
+    method: str,
+    tokens: str,
+    cloud: str | None,
+    region: str | None,
+    catalog: Catalog,
+    now: datetime | None = None,
+    by: datetime | None = None,
 ) -> tuple[str, int, Decimal, dict | None, dict]:
-    """The configuration and hours of ``model`` trained with ``method`` on ``tokens``: the best
-    candidate of ``gpuinfra size`` (:func:`gpuinfra.sizing.report.size_document`, on-demand prices
-    in the scope) and the spot checkpoint plan of that configuration.
+    """The configuration and hours of ``model`` trained with ``method`` on ``tokens``: the
+    cheapest candidate of ``gpuinfra size`` (:func:`gpuinfra.sizing.report.size_document`,
+    on-demand prices in the scope, ranked by the cost to finish) whose training hours fit
+    between ``now`` and the deadline ``by`` (either None, or none fits: the cheapest), and the
+    spot checkpoint plan of that configuration.
 
     Returns:
         (GPUs per node, nodes, run hours, checkpoint plan or None, what was sized, for the document).
@@ -209,12 +223,28 @@ def sized_run(
         raise SizingError("gpuinfra plan --model needs a training --method and --tokens (a run length)")
     scope = OfferScope(cloud=cloud, region=region)
     doc = size_document(req, catalog=catalog, scope=scope)
-    best = next((c for c in doc["candidates"] if c.get("training_hours")), None)
+    timed = [c for c in doc["candidates"] if c.get("training_hours")]
+    left_hours = None if now is None or by is None else Decimal((by - now).total_seconds()) / 3600
+    in_time = [c for c in timed if left_hours is not None and Decimal(str(c["training_hours"])) <= left_hours]
+    best = (in_time or timed or [None])[0]
     if best is None:
         raise nothing_fits(req, scope, catalog)
     spot = size_document(req, best["gpus"], best["nodes"], catalog=catalog, spot=True, scope=scope)
     hours = Decimal(str(best["training_hours"])).quantize(Decimal("0.01"), rounding=ROUND_CEILING)
-    sized = {"model": doc["model"]["name"], "method": req.method, "tokens": req.tokens, "candidate": best}
+    chosen = (
+        "the cheapest configuration that finishes by the deadline"
+        if in_time
+        else "the cheapest configuration to finish (none finishes by the deadline)"
+        if left_hours is not None
+        else "the cheapest configuration to finish"
+    )
+    sized = {
+        "model": doc["model"]["name"],
+        "method": req.method,
+        "tokens": req.tokens,
+        "candidate": best,
+        "chosen": chosen,
+    }
     return best["gpus"], int(best["nodes"]), hours, spot.get("checkpoint_plan"), sized
 
 
@@ -449,10 +479,10 @@ def calendar_plans(catalog: Catalog, req: DeadlineRequest) -> list[BuyPlan]:
     """GCP calendar-mode future reservation: a window you request, ending by the deadline."""
     plans = []
     for r, priced in _flex_offers(catalog, req).values():
-        reserved_h = req.run_hours.to_integral_value(rounding=ROUND_CEILING)
+        reserved_h = max(req.run_hours.to_integral_value(rounding=ROUND_CEILING), Decimal(CALENDAR_MIN_HOURS))
         price = r.market_price_per_hour_usd("flex-start") if priced else None
         latest = req.by - timedelta(hours=int(reserved_h))
-        fits = latest >= req.now and reserved_h <= CALENDAR_MAX_HOURS
+        fits = latest >= req.now and reserved_h <= CALENDAR_MAX_HOURS and req.nodes <= CALENDAR_MAX_VMS
         plans.append(
             BuyPlan(
                 way="calendar-reservation",
@@ -464,6 +494,11 @@ def calendar_plans(catalog: Catalog, req: DeadlineRequest) -> list[BuyPlan]:
                 risk=(
                     f"Google Cloud approves or declines the request; the whole {reserved_h} h window is billed, "
                     "at most 90 days (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview)"
+                    + (
+                        ""
+                        if req.nodes <= CALENDAR_MAX_VMS
+                        else f"; one request holds at most {CALENDAR_MAX_VMS} VMs, this run needs {req.nodes}"
+                    )
                 ),
                 meets_deadline=fits,
                 window_start=latest,
@@ -485,7 +520,10 @@ def capacity_block_plans(
     aws = [r for r in _offers_any(catalog, req) if r.offer.cloud == "aws"]
     if not aws:
         return [], []
-    duration = capacity_block_duration_hours(req.run_hours)
+    try:
+        duration = capacity_block_duration_hours(req.run_hours)
+    except RequestError as exc:
+        return [], [f"AWS Capacity Blocks: {exc}"]
     types = sorted({r.offer.instance_type for r in aws})
     regions = [req.region] if req.region else sorted({r.offer.region for r in aws})
     plans, notes = [], []

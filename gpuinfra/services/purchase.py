@@ -31,8 +31,11 @@ from gpuinfra.plan.purchase import PURCHASE_CONFIG_KEY, PurchaseSpec
 from gpuinfra.preview import PreviewMocks, PreviewResult, run_program
 from gpuinfra.rules import check_graph
 from gpuinfra.rules.model import ResourceGraph, Violation
+from gpuinfra.spec import NEW_STACK_NAME_MAX, check_new_stack_name
 from gpuinfra.stackfile import stack_file_path
 
+#: The purchase stack of cluster stack ``NAME`` is ``NAME-block``.
+PURCHASE_STACK_SUFFIX = "-block"
 #: The ways to buy ``--buy`` writes a purchase stack for.
 BUYABLE = ("capacity-block", "calendar-reservation")
 
@@ -215,6 +218,21 @@ def preview_purchase(spec: PurchaseSpec) -> tuple[PreviewResult, list[Violation]
     return result, check_graph(ResourceGraph.from_records(result.resources), {})
 
 
+def purchase_stack_name(name: str) -> str:
+    """The purchase stack's name for cluster stack ``name``: ``<name>-block``.
+
+    Raises:
+        SpecError: no valid new stack name (one line; too long: how long ``--name`` may be).
+    """
+    try:
+        return check_new_stack_name(f"{name}{PURCHASE_STACK_SUFFIX}")
+    except SpecError as exc:
+        room = NEW_STACK_NAME_MAX - len(PURCHASE_STACK_SUFFIX)
+        raise SpecError(
+            f"{exc}; the purchase stack adds '{PURCHASE_STACK_SUFFIX}': use a --name of at most {room} characters"
+        ) from None
+
+
 def buy(
     doc: dict,
     number: int,
@@ -233,6 +251,7 @@ def buy(
 
     Raises:
         RequestError: no plan ``number``, not a priced Capacity Block, or no matching confirmation.
+        SpecError: ``name`` leaves no room for :data:`PURCHASE_STACK_SUFFIX` (:func:`purchase_stack_name`).
         RuleViolationError: the purchase stack's offline preview breaks a rule (nothing written).
         FileExistsGpuinfraError / ProjectDirError: as :func:`write_purchase_stack`.
     """
@@ -240,8 +259,9 @@ def buy(
     if not 1 <= number <= len(plans):
         raise RequestError(f"--buy {number}: there are {len(plans)} plans (1 to {len(plans)})")
     plan = {**plans[number - 1], "index": number}
+    stack = purchase_stack_name(name)
     fee = check_confirmation(plan, confirm_usd)
-    spec = purchase_spec(plan, f"{name}-block", name, fee, str(doc["now"])[:10], gcp_project)
+    spec = purchase_spec(plan, stack, name, fee, str(doc["now"])[:10], gcp_project)
     _, violations = preview_purchase(spec)
     if violations:
         raise RuleViolationError(violations)

@@ -177,7 +177,7 @@ class SizingRequest:
         if self.engine != "hf" and m != "inference":
             raise SizingError(f"--engine {self.engine} applies to --method inference only")
         batch = self.batch if self.batch is not None or m != "inference" else 1
-        if not 1 <= self.seq <= MAX_SEQ or not 1 <= (batch or 1) <= MAX_BATCH:
+        if not 1 <= self.seq <= MAX_SEQ or (batch is not None and not 1 <= batch <= MAX_BATCH):
             raise SizingError(f"--seq must be 1..{MAX_SEQ} and --batch 1..{MAX_BATCH}, got {self.seq} and {batch}")
         context = self.shape.context
         if context and self.seq > context:
@@ -296,6 +296,15 @@ def _check_layout(req: SizingRequest, method: str) -> None:
         raise SizingError(
             f"--tp / --pp apply to --method {' or '.join(LAYOUT_METHODS)} (Megatron-style tensor and "
             f"pipeline parallel); --method {method} runs one model copy per GPU"
+        )
+    heads, layers = req.shape.heads, req.shape.layers
+    if req.tp is not None and heads % req.tp:
+        # Megatron-LM splits the attention heads over the tensor-parallel ranks (Narayanan et al.
+        # 2021, arXiv:2104.04473 section 2.3) and the layers over the pipeline stages (section 2.2)
+        raise SizingError(f"--tp {req.tp} must divide the attention heads ({heads}) of {req.shape.name}")
+    if req.pp is not None and req.pp > layers:
+        raise SizingError(
+            f"--pp {req.pp} is more than the layers ({layers}) of {req.shape.name}: one per stage at least"
         )
     if method == "inference" and req.global_batch is not None:
         raise SizingError(

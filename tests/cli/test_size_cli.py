@@ -128,9 +128,20 @@ def test_bad_sizing_input(run_cli):
         ),
         (["--params", "7B", "--headroom", "2"], "--headroom must be a fraction 0..1"),
         (["--params", "7B", "--method", "lora", "--tp", "2"], "--tp / --pp apply to --method pretrain or full"),
+        (["--params", "7B", "--micro-batch", "0"], "--seq must be 1..1048576 and --batch 1..4096, got 2048 and 0"),
+        (
+            ["--params", "7B", "--method", "inference", "--batch", "0"],
+            "--seq must be 1..1048576 and --batch 1..4096, got 2048 and 0",
+        ),
         (["--params", "7B", "--global-batch", "0"], "--global-batch must be 1..1048576 sequences, got 0"),
         (["--params", "7B", "--pp", "0"], "--pp must be >= 1, got 0"),
-        (["--model", "llama-3.1-8b", "--tp", "3", "--gpus", "8xH100"], "--tp 3 must divide the GPUs per node (8)"),
+        (["--model", "llama-3.1-8b", "--tp", "16", "--gpus", "8xH100"], "--tp 16 must divide the GPUs per node (8)"),
+        (["--model", "llama-3.1-8b", "--tp", "3", "--gpus", "8xH100"], "--tp 3 must divide the attention heads (32)"),
+        # Megatron-LM splits the attention heads over tensor-parallel ranks and the layers over
+        # pipeline stages (Narayanan et al. 2021, arXiv:2104.04473 sections 2.2-2.3): llama-3.1-8b
+        # has 32 heads and 32 layers
+        (["--model", "llama-3.1-8b", "--tp", "1000"], "--tp 1000 must divide the attention heads (32)"),
+        (["--model", "llama-3.1-8b", "--pp", "33"], "--pp 33 is more than the layers (32)"),
     ]:
         result = run_cli("size", *args)
         assert result.exit_code == 2 and result.stderr.startswith("error: ") and message in result.stderr, args
