@@ -91,8 +91,7 @@ def new(
     fallback: int | None = typer.Option(
         None,
         "--fallback",
-        min=0,
-        help="Also write N alternatives from the same ranking (other zones, regions, the other cloud unless "
+        help="Also write N (0 to 10) alternatives from the same ranking (other zones, regions, the other cloud unless "
         "--cloud pins one, the other market when the flags and profile allow; one per region and market before "
         "a second zone of any, kept in price order), each checked like the first and "
         "named <stack>-fb1 ... <stack>-fbN, with its $/h and its change against the first; alternatives over "

@@ -80,6 +80,10 @@ FALLBACK_SUFFIX = "-fb"
 LADDER_SCHEMA_VERSION = 1
 #: ``new --fallback`` stops looking after passing over this many offers (each costs an offline preview).
 MAX_PASSED_OVER = 12
+#: ``new --fallback N`` takes N from 0 to this: each alternative is one more stack file to review
+#: and one more offline preview for ``new`` to run (docs/capacity.md). ``new --help`` states the
+#: same bound (a test holds them together).
+MAX_FALLBACK_ALTERNATIVES = 10
 
 
 def rung_name(first: str, index: int) -> str:
@@ -346,13 +350,13 @@ def write_ladder(
         (``passed_over`` says why each offer was left out).
 
     Raises:
-        RequestError: ``alternatives`` < 0 (exit 2).
+        RequestError: ``alternatives`` < 0 or > :data:`MAX_FALLBACK_ALTERNATIVES` (exit 2).
         FileExistsGpuinfraError: a rung's stack file or the record exists and not ``force`` (exit 5).
         SpecError: a rung name longer than a stack name may be (exit 2).
         as :func:`gpuinfra.newstack.create_stack` for the first rung; nothing is written then.
     """
-    if alternatives < 0:
-        raise RequestError(f"--fallback must be 0 or more alternatives, got {alternatives}")
+    if not 0 <= alternatives <= MAX_FALLBACK_ALTERNATIVES:
+        raise RequestError(f"--fallback takes 0 to {MAX_FALLBACK_ALTERNATIVES} alternatives, got {alternatives}")
     given = request.plan.name
     if given:  # before any planning: every name the ladder takes
         for index in range(alternatives + 1):

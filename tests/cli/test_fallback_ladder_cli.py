@@ -435,3 +435,20 @@ def test_a_plain_up_through_the_budget_check_keeps_the_preflight_error(run_cli, 
     assert plain.exit_code == budgeted.exit_code == 9
     assert plain.stderr == budgeted.stderr == f"error: {SHORT}\n"
     assert [c for c in backend.calls if c[0] == "up"] == []
+
+
+@pytest.mark.parametrize("asked", ["11", "1000", "-1"])
+def test_a_fallback_out_of_bounds_is_refused_with_nothing_written(run_cli, tmp_path, asked):
+    result = run_cli(*H100_PAIR, "--fallback", asked, "--project-dir", str(tmp_path))
+    assert result.exit_code == 2, result.stderr
+    assert f"--fallback takes 0 to 10 alternatives, got {asked}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not tmp_path.exists() or not any(tmp_path.rglob("*")), list(tmp_path.rglob("*"))
+
+
+def test_the_fallback_bound_is_the_one_new_help_and_docs_state(run_cli):
+    from gpuinfra.services.ladder import MAX_FALLBACK_ALTERNATIVES
+
+    help_text = " ".join(run_cli("new", "--help").stdout.split())
+    assert f"0 to {MAX_FALLBACK_ALTERNATIVES}" in help_text
+    assert f"`--fallback` takes 0 to {MAX_FALLBACK_ALTERNATIVES} alternatives" in Path("docs/capacity.md").read_text()
