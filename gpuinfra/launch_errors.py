@@ -14,7 +14,8 @@ class              exit  EC2 error codes (docs.aws.amazon.com/AWSEC2/latest/APIR
 =================  ====  ======================================================================
 capacity           7     ``InsufficientInstanceCapacity``, ``InsufficientHostCapacity``,
                          ``InsufficientCapacity``, ``InsufficientCapacityOnHost``,
-                         ``UnfulfillableCapacity``: another zone, region or market may have it
+                         ``UnfulfillableCapacity``: another zone, region or market may have it;
+                         ``ReservationCapacityExceeded``: the targeted capacity reservation is full
 quota              9     ``VcpuLimitExceeded``, ``InstanceLimitExceeded``,
                          ``MaxSpotInstanceCountExceeded``: ask for more quota
 profile not ready  11    ``InvalidParameterValue`` "Invalid IAM Instance Profile ...": a new
@@ -43,9 +44,14 @@ from gpuinfra.errors import (
     QuotaError,
 )
 
+#: The capacity code of a full targeted capacity reservation (errors-overview.html, below).
+RESERVATION_FULL_CODE = "ReservationCapacityExceeded"
 #: EC2 error codes that mean "no capacity now" (errors-overview.html: "There is not enough
 #: capacity to fulfill your request"; UnfulfillableCapacity: "there isn't enough spare capacity
-#: to fulfill your request for Spot Instances").
+#: to fulfill your request for Spot Instances"; ReservationCapacityExceeded: "The targeted Capacity
+#: Reservation does not enough available instance capacity to fulfill your request. Either increase
+#: the instance capacity for the targeted Capacity Reservation, or target a different Capacity
+#: Reservation" -- a shortfall of capacity, not a bad parameter).
 CAPACITY_CODES = frozenset(
     {
         "InsufficientInstanceCapacity",
@@ -53,6 +59,7 @@ CAPACITY_CODES = frozenset(
         "InsufficientCapacity",
         "InsufficientCapacityOnHost",
         "UnfulfillableCapacity",
+        RESERVATION_FULL_CODE,
     }
 )
 #: Quota codes (errors-overview.html: VcpuLimitExceeded "You've reached the limit on the number
@@ -152,6 +159,11 @@ def launch_error(
             seen.append(error.line())
     said = f"; EC2 said: {' | '.join(seen[:3])}" if seen else "; EC2 reported no error"
     advice = _ADVICE[kind].format(itype=instance_type, region=region, stack=stack)
+    if kind == "capacity" and any(e.code == RESERVATION_FULL_CODE for e in errors):
+        advice = (
+            f"{advice}. The targeted capacity reservation is full: increase the capacity reservation's "
+            "instance count or target another"
+        )
     return cls(
         f"{cls.marker} the EC2 Fleet launched {launched} of {nodes} {instance_type} instances in {zone}{said}. {advice}"
     )

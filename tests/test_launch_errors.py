@@ -40,6 +40,9 @@ MESSAGES = {
     "InvalidParameterValue": "Invalid IAM Instance Profile name",
     "UnauthorizedOperation": "You are not authorized to perform this operation.",
     "InvalidBlockDeviceMapping": "Volume of size 150GB is smaller than snapshot 'snap-0abc', expect size >= 200GB",
+    # errors-overview.html's own description of the code (no user report of its message was found)
+    "ReservationCapacityExceeded": "The targeted Capacity Reservation does not enough available instance capacity "
+    "to fulfill your request.",
     "InvalidParameterCombination": "Network interfaces and an instance-level security groups may not be specified "
     "on the same request",
 }
@@ -78,6 +81,7 @@ def _error(errors):
     ("code", "cls", "exit_code"),
     [
         ("InsufficientInstanceCapacity", CapacityError, 7),
+        ("ReservationCapacityExceeded", CapacityError, 7),  # a full capacity reservation
         ("VcpuLimitExceeded", QuotaError, 9),
         ("MaxSpotInstanceCountExceeded", QuotaError, 9),
         ("InvalidParameterValue", InstanceProfileNotReady, 11),  # "Invalid IAM Instance Profile name"
@@ -96,7 +100,14 @@ def test_each_fleet_error_code_gets_its_class_and_exit_code(code, cls, exit_code
 
 def test_only_capacity_is_exit_7():
     codes = [c for c in MESSAGES if _error([(c, MESSAGES[c], "spot")]).exit_code == 7]
-    assert codes == ["InsufficientInstanceCapacity"]
+    assert codes == ["InsufficientInstanceCapacity", "ReservationCapacityExceeded"]
+
+
+def test_a_full_capacity_reservation_says_to_grow_or_change_the_reservation():
+    error = _error([("ReservationCapacityExceeded", MESSAGES["ReservationCapacityExceeded"], "on-demand")])
+    assert "increase the capacity reservation's instance count or target another" in str(error)
+    plain = _error([("InsufficientInstanceCapacity", MESSAGES["InsufficientInstanceCapacity"], "on-demand")])
+    assert "capacity reservation's instance count" not in str(plain)
 
 
 def test_a_quota_error_beside_a_capacity_error_is_reported_as_quota():
