@@ -268,7 +268,7 @@ def cancel(
     keep: bool = Keep,
     project_dir: Path = options.ProjectDir,
 ) -> None:
-    """Stop the stack's job (the nodes sync their checkpoints and end themselves), then `down` (data kept) unless --keep."""
+    """Stop the stack's job (the nodes sync their checkpoints and end themselves), wait for the nodes' final.json (at most `down`'s sync wait), then `down` (data kept) unless --keep. Without a job: nothing is destroyed."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra import lifecycle
     from gpuinfra.cli.console import stdout_console
@@ -278,8 +278,26 @@ def cancel(
     spec, store = _stack_store(stack, Path(project_dir))
     job = jobs.cancel(store, stack)
     out = stdout_console()
-    out.print(f"job {job.id}: cancel requested" if job else f"{stack}: no job to cancel", markup=False)
+    if job is None:
+        out.print(f"{stack}: no job to cancel; the stack stays up (`gpuinfra down {stack}` destroys it)", markup=False)
+        return
+    out.print(f"job {job.id}: cancel requested", markup=False)
     if not keep:
+        out.print(
+            f"waiting up to {jobs.CANCEL_WAIT_SECONDS} s for the nodes' final.json (outputs upload first), then down",
+            markup=False,
+        )
+        view = jobs.wait_until_over(store, stack, job)
+        running = jobs.still_running(view)
+        if view.final is not None and not running:
+            out.print(f"job over: {view.state}", markup=False)
+        else:
+            missing = "no final.json" if view.final is None else "final.json written"
+            out.print(
+                f"{missing} after {jobs.CANCEL_WAIT_SECONDS} s (still running: {', '.join(running) or 'none'}); "
+                "down goes on: outputs still uploading are cut short",
+                markup=False,
+            )
         lifecycle.destroy_cluster(
             lifecycle.make_backend(), Path(project_dir), spec, _progress(), lambda line: out.print(line, markup=False)
         )

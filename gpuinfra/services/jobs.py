@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Protocol
 
+from gpuinfra.agent.constants import SYNC_REQUEST_WAIT_SECONDS
 from gpuinfra.agent.job import STATES_FINAL, JobSpec, final_key, job_prefix, spec_key
 from gpuinfra.credentials import cloud_storage, no_aws_credentials, no_gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError, SpecError
@@ -175,6 +176,41 @@ def current_spec(store: JobStore, stack: str) -> JobSpec | None:
         return JobSpec.from_json(text)
     except (ValueError, TypeError) as exc:
         raise SpecError(f"{spec_key(stack)} is not a job spec: {exc}") from None
+
+
+#: How long ``gpuinfra cancel`` waits for the nodes to finish a cancelled job before ``down``:
+#: a node stops the job within about 10 s, uploads its outputs (at most
+#: ``gpuinfra.agent.job.OUTPUT_SYNC_SECONDS``, 240 s), then its status and ``final.json`` (60 s
+#: each at most); ``down``'s own sync wait (``SYNC_REQUEST_WAIT_SECONDS``, 360 s) covers that.
+CANCEL_WAIT_SECONDS: float = SYNC_REQUEST_WAIT_SECONDS
+#: How often ``gpuinfra cancel`` looks for the final object while it waits.
+CANCEL_POLL_SECONDS = 5.0
+
+
+def still_running(view: JobView) -> list[str]:
+    """The parts (``rank-N``) whose last status still says ``running``."""
+    return sorted(part for part, status in view.statuses.items() if status.get("state") == "running")
+
+
+def wait_until_over(
+    store: JobStore,
+    stack: str,
+    spec: JobSpec,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> JobView:
+    """Wait, at most :data:`CANCEL_WAIT_SECONDS`, until the job's ``final.json`` is written and no
+    node's status still says ``running`` (a node writes both after its outputs upload); returns
+    the last view read, over or not (the caller says which)."""
+    deadline = clock() + CANCEL_WAIT_SECONDS
+    while True:
+        view = read_view(store, stack, spec)
+        if view.final is not None and not still_running(view):
+            return view
+        left = deadline - clock()
+        if left <= 0:
+            return view
+        sleep(min(CANCEL_POLL_SECONDS, left))
 
 
 def cancel(store: JobStore, stack: str) -> JobSpec | None:

@@ -161,11 +161,78 @@ def test_logs_jobs_and_cancel(run_cli, project, monkeypatch, s3):  # noqa: F811
         "restarts": [],
         "nodes": None,
     }
+    monkeypatch.setattr(jobs, "CANCEL_WAIT_SECONDS", 0.05)  # the nodes never finish here
+    monkeypatch.setattr(jobs, "CANCEL_POLL_SECONDS", 0.01)
     cancelled = run_cli("cancel", "train", "--project-dir", str(project))
     assert cancelled.exit_code == 0, cancelled.stderr
     after = JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("train"))["Body"].read().decode())
     assert after.cancel is True and after.id == spec.id
     assert ("destroy", "train") in backend.calls
+
+
+class DestroyRecorder(FakeBackend):
+    """The recording fake that notes, at ``destroy``, whether the job's final object was there."""
+
+    def __init__(self, s3, job_id, **kwargs):
+        super().__init__(**kwargs)
+        self.s3, self.job_id, self.final_at_destroy = s3, job_id, None
+
+    def destroy(self, project_dir, stack, on_event):
+        listed = self.s3.list_objects_v2(Bucket=BUCKET, Prefix=final_key(stack, self.job_id))
+        self.final_at_destroy = bool(listed.get("Contents"))
+        return super().destroy(project_dir, stack, on_event)
+
+
+def _running_job(s3):
+    spec = JobSpec(id="j-20261127-040000-abc123", argv=("python", "train.py"))
+    put(s3, spec_key("train"), spec.to_json())
+    put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "running"}))
+    return spec
+
+
+def test_cancel_waits_for_the_nodes_final_object_before_down(run_cli, project, monkeypatch, s3):  # noqa: F811
+    spec = _running_job(s3)
+    backend = DestroyRecorder(s3, spec.id, deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    monkeypatch.setattr(jobs, "CANCEL_POLL_SECONDS", 0.01)
+    read_view, reads = jobs.read_view, []
+
+    def node_ends_on_the_third_look(store, stack, job):
+        reads.append(job.id)
+        if len(reads) == 3:  # the node stopped the job, uploaded its outputs, then status and final
+            put(s3, status_key("train", spec.id, "rank-0"), json.dumps({"state": "cancelled", "exit_code": 143}))
+            put(s3, final_key("train", spec.id), json.dumps({"job": spec.id, "state": "cancelled"}))
+        return read_view(store, stack, job)
+
+    monkeypatch.setattr(jobs, "read_view", node_ends_on_the_third_look)
+    result = run_cli("cancel", "train", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert backend.final_at_destroy is True
+    assert f"waiting up to {jobs.CANCEL_WAIT_SECONDS} s for the nodes' final.json" in result.stdout
+    assert "job over: cancelled" in result.stdout
+
+
+def test_cancel_goes_on_to_down_after_its_bound_and_says_what_is_missing(
+    run_cli, project, monkeypatch, s3  # noqa: F811
+):
+    spec = _running_job(s3)
+    backend = DestroyRecorder(s3, spec.id, deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    monkeypatch.setattr(jobs, "CANCEL_POLL_SECONDS", 0.01)
+    monkeypatch.setattr(jobs, "CANCEL_WAIT_SECONDS", 0.05)
+    result = run_cli("cancel", "train", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert "no final.json after 0.05 s (still running: rank-0)" in result.stdout
+    assert ("destroy", "train") in backend.calls and backend.final_at_destroy is False
+
+
+def test_cancel_without_a_job_says_so_and_leaves_the_stack_up(run_cli, project, monkeypatch, s3):  # noqa: F811
+    backend = FakeBackend(deployed={"train"}, outputs={"bucket_name": BUCKET})
+    _use(monkeypatch, backend)
+    result = run_cli("cancel", "train", "--project-dir", str(project))
+    assert result.exit_code == 0, result.stderr
+    assert "train: no job to cancel; the stack stays up (`gpuinfra down train` destroys it)" in result.stdout
+    assert ("destroy", "train") not in backend.calls
 
 
 def test_logs_of_a_stack_without_a_job_says_so(run_cli, project, monkeypatch, s3):  # noqa: F811
