@@ -212,9 +212,7 @@ def test_cancel_waits_for_the_nodes_final_object_before_down(run_cli, project, m
     assert "job over: cancelled" in result.stdout
 
 
-def test_cancel_goes_on_to_down_after_its_bound_and_says_what_is_missing(
-    run_cli, project, monkeypatch, s3  # noqa: F811
-):
+def test_cancel_goes_on_to_down_after_its_bound_and_says_what_is_missing(run_cli, project, monkeypatch, s3):  # noqa: F811
     spec = _running_job(s3)
     backend = DestroyRecorder(s3, spec.id, deployed={"train"}, outputs={"bucket_name": BUCKET})
     _use(monkeypatch, backend)
