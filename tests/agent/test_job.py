@@ -287,5 +287,8 @@ def test_a_restart_records_where_the_next_attempt_resumed_and_the_steps_it_redid
     assert runner.run(spec(max_restarts=1)) == "succeeded"
     (restart,) = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))["restarts"]
     assert (restart["cause"], restart["step"], restart["resumed_at_step"], restart["steps_redone"]) == (
-        "exit status 1", 8, 5, 3
+        "exit status 1",
+        8,
+        5,
+        3,
     )
