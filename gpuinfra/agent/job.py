@@ -26,7 +26,8 @@ current job and join it):
   in ``GPUINFRA_CHECKPOINT_DIR`` itself.
 * What the node writes (``<part>`` = ``rank-<NODE_RANK>``): :func:`status_key` (JSON:
   ``state`` ``waiting | running | succeeded | failed | cancelled``, ``exit_code``,
-  ``restarts`` [``{"at", "cause", "step"}``], ``progress`` (the ``key=value`` numbers of the last
+  ``restarts`` [``{"at", "cause", "step"}``; once the next attempt logs its first ``step=N``
+  also ``resumed_at_step`` (N - 1) and ``steps_redone`` (``step`` - ``resumed_at_step``)], ``progress`` (the ``key=value`` numbers of the last
   log line that has ``step=N``), ``node``, ``updated_at``), the log as chunks
   :func:`log_key` (lines prefixed ``[<part>] ``, every :data:`LOG_CHUNK_SECONDS`), the outputs
   folder (``GPUINFRA_OUTPUT_DIR``) under ``jobs/<stack>/<id>/outputs/<part>/`` and, once the job
@@ -252,6 +253,7 @@ class JobRunner:
         self.lines: list[str] = []
         self.seq = 0
         self.lock = threading.Lock()
+        self.redo: dict | None = None
 
     # ---------------------------------------------------------------- bucket
     def read_spec(self) -> JobSpec | None:
@@ -328,6 +330,10 @@ class JobRunner:
             progress = progress_of(line)
             if progress:
                 self.status["progress"] = progress
+                redo, self.redo = self.redo, None
+                if redo is not None:  # the first step after a restart: it resumed at the step before
+                    redo["resumed_at_step"] = progress["step"] - 1
+                    redo["steps_redone"] = max(0, (redo["step"] or 0) - redo["resumed_at_step"])
 
     def _stop(self, proc: subprocess.Popen) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -402,7 +408,8 @@ class JobRunner:
             if spec.restart != "on-failure" or len(restarts) >= spec.max_restarts:
                 state = "failed"
                 break
-            restarts.append({"at": utc_now(), "cause": cause, "step": self.status.get("progress", {}).get("step")})
+            self.redo = {"at": utc_now(), "cause": cause, "step": self.status.get("progress", {}).get("step")}
+            restarts.append(self.redo)
             self.put_status(spec, state="running", restarts=restarts, last_exit_code=code)
         self.finish(spec, state, code)
         return state

@@ -272,3 +272,23 @@ def test_hang_action_restart_asks_the_job_unit_once_per_hang(tmp_path):
     mark.unlink()  # the job unit took it
     run(a, clock, 60)
     assert not mark.exists()  # the same hang asks once
+
+
+def test_a_restart_records_where_the_next_attempt_resumed_and_the_steps_it_redid(node, tmp_path):
+    runner, bucket, state = node
+    # attempt 0 reaches step 8 and crashes; attempt 1 resumes from its step-5 checkpoint (first
+    # step logged: 6) and finishes at 10: 3 steps (6, 7, 8) done twice
+    Path(runner.run_path).write_text(
+        "#!/bin/bash\n"
+        'n=$(cat "$STATE/attempts" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/attempts"\n'
+        'if [ "$n" = 0 ]; then for s in 1 2 3 4 5 6 7 8; do echo "step=$s loss=0.$s"; done; exit 1; fi\n'
+        'echo "resumed"; for s in 6 7 8 9 10; do echo "step=$s loss=0.$s"; done\n'
+    )
+    assert runner.run(spec(max_restarts=1)) == "succeeded"
+    (restart,) = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))["restarts"]
+    assert (restart["cause"], restart["step"], restart["resumed_at_step"], restart["steps_redone"]) == (
+        "exit status 1",
+        8,
+        5,
+        3,
+    )

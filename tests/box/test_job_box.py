@@ -15,12 +15,15 @@ from datetime import datetime
 
 import pytest
 
+from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
 from gpuinfra.agent.job import JobSpec, final_key, spec_key, status_key
 from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS
 from tests.box.box import HERE, Box
 from tests.box.render import stack_spec
 from tests.box.scenario import aws_p5
-from tests.box.test_box import make_box
+from tests.box.test_box import BOOT_SECONDS, make_box, wait_ranked_and_passed
+from tests.box.test_checkpoints_box import CKPT, latest
+from tests.box.test_replacement_box import add_node
 
 pytestmark = [pytest.mark.box]
 
@@ -30,6 +33,9 @@ STEPS = 40
 JOB_ARGV = ("python3", f"{JOB_DIR}/train_tiny.py", "--steps", str(STEPS), "--checkpoint-every", "5")
 #: Boot, gate, rendezvous and 40 steps on 2 shared cores, generous.
 JOB_SECONDS = 600
+#: The uninterrupted run's final loss (train_tiny.py's fixed seed 1234, 40 steps, 2 ranks), as the
+#: uninterrupted scenario measured it and asserts it; the interrupted scenario must end there too.
+UNINTERRUPTED_FINAL_LOSS = 0.001264
 
 
 def submit(box: Box, stack: str, spec: JobSpec) -> None:
@@ -39,9 +45,10 @@ def submit(box: Box, stack: str, spec: JobSpec) -> None:
     path.write_text(spec.to_json())
 
 
-def install_job(box: Box) -> None:
-    """The training script on every node (in a real cluster: in the image or on shared storage)."""
-    for node in box.nodes:
+def install_job(box: Box, nodes: list | None = None) -> None:
+    """The training script on every node, or on ``nodes`` (in a real cluster: in the image or on
+    shared storage)."""
+    for node in box.nodes if nodes is None else nodes:
         node.write(f"{JOB_DIR}/train_tiny.py", (HERE / "jobs" / "train_tiny.py").read_text(), 0o755)
 
 
@@ -79,7 +86,11 @@ def test_aws_two_nodes_run_a_training_job_to_the_end_and_end_themselves(box_root
         text = "".join(p.read_text() for p in logs)
         assert f"[rank-0] step={STEPS} loss=" in text and f"[rank-0] final step={STEPS} loss=" in text
         result = bucket_json(box, f"jobs/{stack}/{spec.id}/outputs/rank-0/result.json")
-        assert result == {"step": STEPS, "loss": round(progress["loss"], 6)}
+        assert (
+            result
+            == {"step": STEPS, "loss": round(progress["loss"], 6)}
+            == {"step": STEPS, "loss": UNINTERRUPTED_FINAL_LOSS}
+        )
         # every 5 steps a complete checkpoint on each node; the node synced the newest before it ended
         latest = [bucket_json(box, f"checkpoints/{stack}/rank-{r}/LATEST") for r in (0, 1)]
         assert [d["checkpoint"] for d in latest] == [f"step-{STEPS}", f"step-{STEPS}"]
@@ -125,4 +136,92 @@ def test_aws_a_job_that_keeps_failing_is_restarted_from_its_checkpoint_then_ends
         assert ended <= END_SYNC_BOUND_SECONDS + 120
         fault_row(
             "job crashes at step 8 every time, 1 restart allowed", "restarted from step 5, failed, nodes ended", ended
+        )
+
+
+def test_aws_training_job_survives_losing_rank_1_to_a_spot_interruption(box_rootfs, box_timer, fault_row, tmp_path):
+    """The must-show of ``gpuinfra run``'s resume: the real 2-node job is interrupted mid-run. The
+    rank-1 node gets a spot notice (its agent syncs its newest complete checkpoint) and powers
+    off; the survivor's torchrun loses its peer and its job unit restarts the job, which waits in
+    the c10d rendezvous; a replacement boots from the same boot text, takes rank 1, restores
+    rank 1's newest checkpoint and joins; the job ends at the uninterrupted run's step and loss."""
+    scenario = aws_p5()
+    stack = stack_spec(scenario.stack).stack
+    # 1 s a step: the interruption lands mid-run (the sleep does not change the numbers)
+    argv = (*JOB_ARGV, "--step-seconds", "1")
+    spec = JobSpec(id="j-box-interrupted", argv=argv, nproc_per_node=1, max_restarts=2)
+    started = time.monotonic()
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        install_job(box)
+        submit(box, stack, spec)
+        box.start()
+        survivor, lost = box.nodes
+        wait_ranked_and_passed(box)
+        box.wait_for(
+            "rank 1's step-10 checkpoint",
+            lambda: lost.read(f"{CKPT}/step-10/{CHECKPOINT_COMPLETE_MARKER}"),
+            JOB_SECONDS,
+            poll=0.5,
+        )
+        box.notify(lost, "spot", {"action": "terminate", "time": "2026-11-27T12:02:00Z"})
+        box.wait_for(
+            "rank 1's LATEST at step 10 or later",
+            lambda: (d := latest(box, stack, "rank-1")) and int(d["checkpoint"].split("-")[1]) >= 10,
+            120,
+            poll=0.5,
+        )
+        interrupted = time.monotonic()
+        lost.stop()  # EC2 takes the node at the notice's time; its shutdown sync may upload a newer one
+        doc = latest(box, stack, "rank-1")
+        box.set_states("terminated", [lost.name])
+        replacement = add_node(box, 2)
+        install_job(box, [replacement])
+        replacement.start()
+        resume = box.wait_for(
+            "the replacement's resume file", lambda: replacement.read("/run/gpuinfra/resume.env"), BOOT_SECONDS
+        )
+        (mine,) = wait_ranked_and_passed(box, [replacement])
+        assert mine["NODE_RANK"] == "1"
+        final = box.wait_for(
+            "the job's final object", lambda: bucket_json(box, final_key(stack, spec.id)), JOB_SECONDS, poll=2
+        )
+        resumed = time.monotonic() - interrupted
+        over = time.monotonic()
+        codes = [node.wait_exit(END_SYNC_BOUND_SECONDS + 120) for node in (survivor, replacement)]
+        ended = time.monotonic() - over
+        assert codes == [0, 0], [n.diagnostics() for n in box.nodes]
+        assert final["state"] == "succeeded" and final["exit_code"] == 0
+        restored = doc["checkpoint"]
+        assert resume == f"GPUINFRA_RESUME_FROM={CKPT}/{restored}\n"
+        statuses = [bucket_json(box, status_key(stack, spec.id, f"rank-{r}")) for r in (0, 1)]
+        assert [s["state"] for s in statuses] == ["succeeded", "succeeded"]
+        print(f"restarts: rank 0 {statuses[0]['restarts']}, rank 1 (the replacement) {statuses[1]['restarts']}")
+        assert (statuses[0]["node"], statuses[1]["node"]) == (survivor.name, replacement.name)
+        # the replacement may find its first rendezvous round closed (the survivor's torchrun still
+        # tearing down): such a restart redid no step
+        assert all(r["step"] is None for r in statuses[1]["restarts"])
+        # the survivor's job unit recorded the restart: its cause, where it resumed, the steps redone
+        (restart,) = statuses[0]["restarts"]
+        assert restart["cause"].startswith("exit status") and restart["step"] >= 10
+        assert restart["resumed_at_step"] >= int(restored.split("-")[1]) and restart["resumed_at_step"] % 5 == 0
+        assert restart["steps_redone"] == restart["step"] - restart["resumed_at_step"]
+        # the same final step and loss as the uninterrupted run
+        result = bucket_json(box, f"jobs/{stack}/{spec.id}/outputs/rank-0/result.json")
+        assert result == {"step": STEPS, "loss": UNINTERRUPTED_FINAL_LOSS}
+        logs = sorted((box.state / "bucket" / box.bucket / f"jobs/{stack}/{spec.id}/logs/rank-0").glob("*.log"))
+        text = "".join(p.read_text() for p in logs)
+        assert f"[rank-0] resumed from step {restart['resumed_at_step']}" in text
+        shutdowns = sorted(c["node"] for c in box.calls() if c["argv"][0] == "shutdown")
+        assert shutdowns == sorted([survivor.name, replacement.name])
+        assert ended <= END_SYNC_BOUND_SECONDS + 120
+        print(
+            f"box interrupted job: rank 1 lost at step {restart['step']}, {restored} restored on the replacement, "
+            f"resumed at step {restart['resumed_at_step']} ({restart['steps_redone']} steps redone), final step "
+            f"{result['step']} loss {result['loss']}; power-off to job end {resumed:.0f} s, nodes ended {ended:.0f} s "
+            f"after the job, wall {time.monotonic() - started:.0f} s"
+        )
+        fault_row(
+            "real 2-node torchrun job: spot notice + power-off of rank 1 mid-run; replacement boots",
+            f"takes rank 1, job resumes at step {restart['resumed_at_step']}, same final step and loss",
+            resumed,
         )
