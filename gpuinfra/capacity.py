@@ -118,7 +118,7 @@ def describe_capacity_reservation(
         code = exc.response.get("Error", {}).get("Code", "")
         if code in ("InvalidCapacityReservationId.NotFound", "InvalidCapacityReservationId.Malformed"):
             raise RequestError(f"capacity reservation {reservation_id} does not exist in {region} ({code})") from None
-        if code in ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired"):
+        if code in CREDENTIAL_ERROR_CODES:
             raise MissingDependencyError(f"EC2 refused the credentials ({code}): {exc}") from None
         raise
     found = answer.get("CapacityReservations") or []
@@ -226,6 +226,33 @@ def quote_capacity_block(
     return None
 
 
+#: EC2 error codes that mean the credentials, not the request, were refused
+#: (docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html).
+CREDENTIAL_ERROR_CODES = ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired")
+
+
+def _ec2_answer(api: str, region: str, call: Callable[[Any], dict], client_factory: Callable) -> dict:
+    """``call(ec2 client of region)``'s answer, with EC2's failures as gpuinfra errors.
+
+    Raises:
+        MissingDependencyError: no AWS credentials, or EC2 refused them (:data:`CREDENTIAL_ERROR_CODES`).
+        RequestError: another EC2 error or a transport failure, naming ``api``, the region and the code.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    try:
+        return call(client_factory("ec2", region))
+    except NoCredentialsError:
+        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID") from None
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        if code in CREDENTIAL_ERROR_CODES:
+            raise MissingDependencyError(f"EC2 refused the credentials ({code})") from None
+        raise RequestError(f"{api} in {region}: {code}") from None
+    except BotoCoreError as exc:
+        raise RequestError(f"{api} in {region}: {exc}") from None
+
+
 def _utc(value: Any) -> datetime | None:
     """boto3 parses EC2's ``dateTime`` values into aware datetimes; the UTC value, or None."""
     if value is None:
@@ -311,27 +338,20 @@ def capacity_block_offerings(
         MissingDependencyError: no AWS credentials, or EC2 refused them.
         RequestError: EC2 refused the request (its code and message).
     """
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
     if client_factory is None:
         client_factory = aws_client_factory()
-    try:
-        answer = client_factory("ec2", region).describe_capacity_block_offerings(
+    answer = _ec2_answer(
+        "DescribeCapacityBlockOfferings",
+        region,
+        lambda ec2: ec2.describe_capacity_block_offerings(
             InstanceType=instance_type,
             InstanceCount=instance_count,
             CapacityDurationHours=duration_hours,
             StartDateRange=start_from,
             EndDateRange=end_by,
-        )
-    except NoCredentialsError:
-        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID") from None
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        if code in ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired"):
-            raise MissingDependencyError(f"EC2 refused the credentials ({code})") from None
-        raise RequestError(f"DescribeCapacityBlockOfferings in {region}: {code}") from None
-    except BotoCoreError as exc:
-        raise RequestError(f"DescribeCapacityBlockOfferings in {region}: {exc}") from None
+        ),
+        client_factory,
+    )
     found = []
     for offer in answer.get("CapacityBlockOfferings") or []:
         start, end = _utc(offer.get("StartDate")), _utc(offer.get("EndDate"))
@@ -379,26 +399,19 @@ def held_capacity_reservations(
         MissingDependencyError: no AWS credentials, or EC2 refused them.
         RequestError: another EC2 error.
     """
-    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
-
     if client_factory is None:
         client_factory = aws_client_factory()
-    try:
-        answer = client_factory("ec2", region).describe_capacity_reservations(
+    answer = _ec2_answer(
+        "DescribeCapacityReservations",
+        region,
+        lambda ec2: ec2.describe_capacity_reservations(
             Filters=[
                 {"Name": "instance-type", "Values": list(instance_types)},
                 {"Name": "state", "Values": list(LAUNCHABLE_STATES)},
             ]
-        )
-    except NoCredentialsError:
-        raise MissingDependencyError("no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID") from None
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code", "")
-        if code in ("AuthFailure", "UnauthorizedOperation", "ExpiredToken", "RequestExpired"):
-            raise MissingDependencyError(f"EC2 refused the credentials ({code})") from None
-        raise RequestError(f"DescribeCapacityReservations in {region}: {code}") from None
-    except BotoCoreError as exc:
-        raise RequestError(f"DescribeCapacityReservations in {region}: {exc}") from None
+        ),
+        client_factory,
+    )
     held = []
     for item in answer.get("CapacityReservations") or []:
         state = item.get("State", "")
