@@ -334,6 +334,33 @@ def purchase_stacks(project_dir: Path) -> set[str]:
     return found
 
 
+def write_one_stack_file(project_dir: Path, stack: str, text: str, force: bool, taken_hint: str) -> Path:
+    """Write ``text`` as ``stacks/Pulumi.<stack>.yaml`` (all or nothing), for the stack kinds that
+    are one file (a bake, a purchase).
+
+    Args:
+        taken_hint: what to do when the file exists, after "already exists; " (e.g. "pass --force ...").
+
+    Raises:
+        FileExistsGpuinfraError: the file exists and not ``force`` (exit 5).
+        ProjectDirError: ``project_dir`` cannot be written (exit 2).
+    """
+    project_dir = Path(project_dir)
+    if project_dir.exists() and folder_problem(project_dir):
+        raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
+    target = stack_file_path(project_dir, stack)
+    if target.exists() and not force:
+        raise FileExistsGpuinfraError(f"stack file {target} already exists; {taken_hint}")
+    try:
+        with NewFiles() as files:
+            files.write(target, text, exclusive=not force)
+    except OSError as exc:
+        raise ProjectDirError(
+            f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)"
+        ) from None
+    return target
+
+
 def _exists(target: Path) -> FileExistsGpuinfraError:
     return FileExistsGpuinfraError(
         f"stack file {target} already exists; pass --force to replace it or --name to pick another stack"

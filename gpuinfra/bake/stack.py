@@ -24,11 +24,11 @@ from gpuinfra.bake.model import DIGEST_RE, BakeResult, BakeSpec, SoftwareManifes
 from gpuinfra.bake.plan import plan_bake
 from gpuinfra.bake.preview import bake_provider_config, check_bake, run_bake_preview
 from gpuinfra.catalog.store import load_catalog
-from gpuinfra.errors import BakeError, FileExistsGpuinfraError, ProjectDirError, RuleViolationError, SpecError
-from gpuinfra.fsutil import NewFiles, atomic_write_text, folder_problem
+from gpuinfra.errors import BakeError, RuleViolationError, SpecError
+from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.profiles import DEFAULT_PROFILE, get_profile
 from gpuinfra.spec import BakedImageRef
-from gpuinfra.stackfile import read_stack_config, stack_file_path
+from gpuinfra.stackfile import read_stack_config, stack_file_path, write_one_stack_file
 
 #: ``gpuinfra new --image`` value naming a bake.
 BAKED_PREFIX = "baked:"
@@ -68,23 +68,13 @@ def write_bake_stack(spec: BakeSpec, project_dir: Path, force: bool = False) -> 
         FileExistsGpuinfraError: the file exists and not ``force`` (exit 5).
         ProjectDirError: ``project_dir`` cannot be written (exit 2).
     """
-    project_dir = Path(project_dir)
-    if project_dir.exists() and folder_problem(project_dir):
-        raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
-    target = stack_file_path(project_dir, spec.stack)
-    if target.exists() and not force:
-        raise FileExistsGpuinfraError(
-            f"stack file {target} already exists; pass --force to replace it or --name to pick another bake"
-        )
-    text = render_bake_stack(spec)
-    try:
-        with NewFiles() as files:
-            files.write(target, text, exclusive=not force)
-    except OSError as exc:
-        raise ProjectDirError(
-            f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)"
-        ) from None
-    return target
+    return write_one_stack_file(
+        project_dir,
+        spec.stack,
+        render_bake_stack(spec),
+        force,
+        "pass --force to replace it or --name to pick another bake",
+    )
 
 
 def read_bake(project_dir: Path, name: str) -> BakeSpec:

@@ -24,15 +24,14 @@ from pathlib import Path
 import yaml
 
 from gpuinfra import __version__
-from gpuinfra.errors import FileExistsGpuinfraError, ProjectDirError, RequestError, RuleViolationError, SpecError
-from gpuinfra.fsutil import NewFiles, folder_problem
+from gpuinfra.errors import RequestError, RuleViolationError, SpecError
 from gpuinfra.money import usd_json
 from gpuinfra.plan.purchase import PURCHASE_CONFIG_KEY, PurchaseSpec
 from gpuinfra.preview import PreviewMocks, PreviewResult, run_program
 from gpuinfra.rules import check_graph
 from gpuinfra.rules.model import ResourceGraph, Violation
 from gpuinfra.spec import NEW_STACK_NAME_MAX, check_new_stack_name
-from gpuinfra.stackfile import stack_file_path
+from gpuinfra.stackfile import write_one_stack_file
 
 #: The purchase stack of cluster stack ``NAME`` is ``NAME-block``.
 PURCHASE_STACK_SUFFIX = "-block"
@@ -187,20 +186,9 @@ def write_purchase_stack(spec: PurchaseSpec, project_dir: Path, force: bool = Fa
         FileExistsGpuinfraError: the file exists and not ``force`` (exit 5).
         ProjectDirError: ``project_dir`` cannot be written (exit 2).
     """
-    project_dir = Path(project_dir)
-    if project_dir.exists() and folder_problem(project_dir):
-        raise ProjectDirError(f"--project-dir {project_dir} {folder_problem(project_dir)}")
-    target = stack_file_path(project_dir, spec.stack)
-    if target.exists() and not force:
-        raise FileExistsGpuinfraError(f"stack file {target} already exists; pass --force or pick another --name")
-    try:
-        with NewFiles() as files:
-            files.write(target, render_purchase_stack(spec), exclusive=not force)
-    except OSError as exc:
-        raise ProjectDirError(
-            f"cannot write {exc.filename or target}: {exc.strerror or exc} (nothing was written)"
-        ) from None
-    return target
+    return write_one_stack_file(
+        project_dir, spec.stack, render_purchase_stack(spec), force, "pass --force or pick another --name"
+    )
 
 
 def preview_purchase(spec: PurchaseSpec) -> tuple[PreviewResult, list[Violation]]:
