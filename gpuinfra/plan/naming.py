@@ -87,6 +87,25 @@ def gcp_group_name(spec: ClusterSpec) -> str:
     return f"{_short(spec, GCE_BASE_INSTANCE_NAME_MAX - len('-node'), '--', collapse=True)}-node"
 
 
+def gcp_bulk_instance_names(group: str, nodes: int) -> tuple[str, ...]:
+    """The fixed names of the VMs one ``instances.bulkInsert`` creates for a group
+    (``perInstanceProperties`` keys): ``<group>-n000`` .. ``<group>-n<nodes-1>``, 5 characters
+    after the group name like a MIG's own ``-`` + 4 characters (:data:`GCE_BASE_INSTANCE_NAME_MAX`
+    keeps the whole name within :data:`GCE_NAME_MAX`), so ``<group>-`` stays the prefix the node
+    role's IAM condition grants and ``name.rsplit("-", 1)[0]`` is the group on every node. The
+    ``n`` keeps them apart from a MIG's own names, which are 4 random characters.
+
+    Args:
+        group: :func:`gcp_group_name`; nodes: 1..1000.
+
+    Raises:
+        ValueError: ``nodes`` outside 1..1000 (three digits).
+    """
+    if not 1 <= nodes <= 1000:
+        raise ValueError(f"nodes {nodes}: 1 to 1000 VMs per bulk insert name pattern")
+    return tuple(f"{group}-n{i:03d}" for i in range(nodes))
+
+
 def gcp_service_account_id(spec: ClusterSpec) -> str:
     """The nodes' service account id: ``gi-<stack>-<suffix>`` in 6 to 30 lowercase letters,
     digits or ``-`` (cloud.google.com/iam/docs/service-accounts-create: "must be between 6 and 30
