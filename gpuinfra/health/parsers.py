@@ -366,12 +366,14 @@ def parse_all_reduce(text: str) -> AllReduceResult:
     Raises:
         ValueError: no result header, a header without ``busbw`` and ``#wrong`` (nccl-tests
             before 2.0 printed ``error``), or no result row (the test did not run; the first
-            ``NCCL WARN`` / failure line is quoted).
+            ``NCCL WARN`` / failure line is quoted, else the output's last line, e.g. the
+            launcher's own refusal).
     """
     lines = text.splitlines()
     start = next((i for i, line in enumerate(lines) if _HEADER.search(line)), None)
     if start is None:
         failure = next((line.strip() for line in lines if "NCCL WARN" in line or "failure" in line.lower()), None)
+        failure = failure or next((line.strip() for line in reversed(lines) if line.strip()), None)
         raise ValueError("no all_reduce_perf result table" + (f": {failure[:160]}" if failure else ""))
     header_line = lines[start]
     prefix = header_line[: header_line.index("#")]

@@ -121,6 +121,10 @@ def test_all_reduce_low_bandwidth_row():  # derived: the 2 GiB row edited to 301
     "text, message",
     [
         ("", "no all_reduce_perf result table"),
+        (  # the launcher refused before the test ran: its last line says why
+            "gpuinfra-run: waiting for ranks\ngpuinfra-run: EFA is not ready on this node, missing: 32 of 32 devices\n\n",
+            "no all_reduce_perf result table: gpuinfra-run: EFA is not ready on this node, missing: 32 of 32 devices",
+        ),
         (
             "host:1:1 [0] NCCL WARN NET/OFI Unable to register memory\n",
             "no all_reduce_perf result table: host:1:1 [0] NCCL WARN NET/OFI Unable to register memory",
