@@ -33,7 +33,7 @@ from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.datasource import resolve_data_set
-from gpuinfra.errors import NoOfferError, RequestError, SizingError
+from gpuinfra.errors import NoOfferError, NotOfferedError, QuotaError, RequestError, SizingError
 from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
@@ -222,12 +222,21 @@ def create_stack(
 
 
 def prepare_stack(
-    request: NewStackRequest, project_dir: Path, force: bool = False, now: datetime | None = None
+    request: NewStackRequest,
+    project_dir: Path,
+    force: bool = False,
+    now: datetime | None = None,
+    preflight_refuses: bool = True,
 ) -> PreparedStack:
     """Everything :func:`create_stack` does but the write: plan, :func:`finish_plan`, then the
     quota preflight of the plan (:func:`gpuinfra.preflight.run_preflight`, when credentials are
     found). ``new --fallback`` runs it for the chosen stack only; each alternative is preflighted
     by ``up --fallback`` when it is tried.
+
+    Args:
+        preflight_refuses: a shortfall raises (a plain ``new``); False: it becomes a note line
+            starting ``refused:`` and the stack is prepared anyway (``new --fallback N``, N >= 1:
+            ``up --fallback`` skips a refused rung when it still falls short then).
 
     Raises:
         as :func:`create_stack`, but nothing is written.
@@ -280,7 +289,12 @@ def prepare_stack(
     if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
         checkpoint = sizing.checkpoint_plan.to_json()
     plan, verified, image_config = finish_plan(plan, request, project_dir, catalog, force=force)
-    preflight = run_preflight(plan.spec, catalog)  # quotas and offerings, when credentials are found
+    try:
+        preflight = run_preflight(plan.spec, catalog)  # quotas and offerings, when credentials are found
+    except (QuotaError, NotOfferedError) as exc:
+        if preflight_refuses:
+            raise
+        preflight = [f"refused (exit {int(exc.exit_code)}): {line}" for line in str(exc).splitlines()]
     return PreparedStack(
         plan, verified, sizing, image_config, checkpoint, planned, resolved, catalog, now, tuple(preflight)
     )

@@ -364,7 +364,8 @@ def write_ladder(
             if not force:
                 check_stack_free(project_dir, name)
         _check_record_free(project_dir, given, force)
-    ready = prepare_stack(request, project_dir, force, now)
+    # with alternatives, rung 0's preflight shortfall is a note: the ladder exists to move past it
+    ready = prepare_stack(request, project_dir, force, now, preflight_refuses=alternatives == 0)
     first = ready.plan.spec.stack
     names = [rung_name(first, index) for index in range(alternatives + 1)]
     if not given:  # the names are known now

@@ -360,6 +360,29 @@ def test_a_rung_short_of_quota_is_skipped_and_the_next_region_forms(run_cli, tmp
     assert record["formed"]["stack"] == "train-fb1"
 
 
+def test_new_writes_the_ladder_when_rung_0_is_short_of_quota_and_a_plain_new_refuses(
+    run_cli,
+    tmp_path,
+    monkeypatch,
+    aws,  # noqa: F811
+):
+    # 400 vCPUs granted, 96 in use in us-east-1: rung 0 (2 x p5.48xlarge = 384 vCPUs) falls short
+    aws(p_on_demand=400)
+    plain = run_cli(*H100_PAIR, "--name", "solo", "--project-dir", str(tmp_path))
+    assert plain.exit_code == 9 and "ask for at least 480" in plain.stderr
+    assert not (tmp_path / "stacks" / "Pulumi.solo.yaml").exists()
+    made = run_cli(*H100_PAIR, "--name", "train", "--fallback", "2", "--project-dir", str(tmp_path))
+    assert made.exit_code == 0, made.stderr
+    assert (
+        "preflight: refused (exit 9): quota Running On-Demand P instances (L-417A185B) in us-east-1: the cluster "
+        f"needs {2 * P5_VCPUS} vCPUs"
+    ) in made.stderr
+    assert [r["region"] for r in _record(tmp_path, "train")["rungs"]] == ["us-east-1", "us-east-2", "us-west-2"]
+    assert (tmp_path / "stacks" / "Pulumi.train.yaml").exists() and (
+        tmp_path / "stacks" / "Pulumi.train-fb2.yaml"
+    ).exists()
+
+
 def _refusing_preflight(monkeypatch, refusals: dict[str, Exception]) -> None:
     """The preflight answers for the stack files' zones: an error to raise, or a pass."""
     from gpuinfra import preflight
