@@ -49,16 +49,16 @@ UNPRICED: dict[str, set[str]] = {
     # APE1- / APS4-NatGateway-Hours appear in no other stored file with a rate (2026-11-27)
     "nat_gateway_per_hour": {"ap-east-1", "ap-southeast-3"},
     # no multi-region extract of <region>-NatGateway-Bytes was found; priced only where one
-    # dated figure per region was (us-east-1, us-east-2, eu-west-2, ap-southeast-1). Searched
-    # 2026-11-27: togen's aws.json (all 4 stored versions trim the AmazonEC2 offer to
-    # NatGateway-Hours), QuinnyPig/aws-price-watcher (its vpc/ec2 pricing-page feeds carry no
-    # NAT gateway rate), Infracost goldens (us-east-1 and sa-east-1 only), and per-region
-    # tables in other repositories (undated, or contradicting the Price List's hour rates)
+    # dated figure per region was (us-east-1, us-east-2, eu-west-1, eu-west-2, ap-northeast-1,
+    # ap-northeast-2, ap-southeast-1). Searched 2026-11-27: togen's aws.json (all 4 stored
+    # versions trim the AmazonEC2 offer to NatGateway-Hours), QuinnyPig/aws-price-watcher (its
+    # vpc/ec2 pricing-page feeds carry no NAT gateway rate), Infracost goldens (us-east-1 and
+    # sa-east-1 only), the usage type of each region across public repositories (bills and Cost
+    # Explorer tables without a rate), and per-region tables (undated, or contradicting the
+    # Price List's hour rates)
     "nat_gateway_per_gb": {
         "af-south-1",
         "ap-east-1",
-        "ap-northeast-1",
-        "ap-northeast-2",
         "ap-northeast-3",
         "ap-south-1",
         "ap-southeast-2",
@@ -68,7 +68,6 @@ UNPRICED: dict[str, set[str]] = {
         "eu-north-1",
         "eu-south-1",
         "eu-south-2",
-        "eu-west-1",
         "eu-west-3",
         "me-central-1",
         "me-south-1",
@@ -187,7 +186,7 @@ def test_every_gpu_region_has_every_price_but_the_listed_gaps():
     missing = missing_pairs(book, gpu_regions(), stack_tables(book))
     assert missing == UNPRICED
     priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
-    assert priced == 383  # of 460; 92 of 414 before the regional tables were filled
+    assert priced == 386  # of 460; 92 of 414 before the regional tables were filled
 
 
 def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:
@@ -238,6 +237,12 @@ def test_no_price_is_copied_from_another_region():
     assert price("aws", "internet_egress_per_gb", "af-south-1").usd == Decimal("0.154")
     assert price("aws", "ebs_gp3_per_gb_month", "af-south-1").usd == Decimal("0.1047")
     assert price("aws", "nat_gateway_per_hour", "sa-east-1") is None  # no GPU offer there, not filled
+    # NAT data processed: each region's own Price List rate, not us-east-1's $0.045 (the hour rates of
+    # the same regions in togen's AmazonEC2 offer 20260904231117 are 0.048, 0.062 and 0.059 too)
+    assert price("aws", "nat_gateway_per_gb", "eu-west-1").usd == Decimal("0.048")
+    assert price("aws", "nat_gateway_per_gb", "ap-northeast-1").usd == Decimal("0.062")
+    assert price("aws", "nat_gateway_per_gb", "ap-northeast-2").usd == Decimal("0.059")
+    assert price("aws", "nat_gateway_per_gb", "us-west-2") is None  # no dated figure found, not filled
 
 
 def _cost(run_cli, tmp_path, region: str) -> dict:
