@@ -4,7 +4,8 @@ The regions come from the shipped offer list (offers.csv, AWS, local zones left 
 are the ``aws`` price keys the cost code itself asks for (found in its source, so a new price key
 is covered without editing this file). A pair no dated public source prices is listed in
 ``UNPRICED`` with the reason; such a pair fails closed (the cost exits 4 with "price not found"),
-and README "Prices and their sources" names the same gaps.
+and docs/prices.md names the same gaps. The GCP boot disk of every GCP offer is checked the same
+way (``GCP_UNPRICED_BOOT_DISKS``).
 
 The complete-total checks compare a few lines against figures read from a source other than the
 one the table cites (named next to each figure).
@@ -22,6 +23,9 @@ import pytest
 import yaml
 
 from gpuinfra.catalog.prices import DATA_DIR, PriceBook, price, price_book
+from gpuinfra.catalog.store import load_catalog
+from gpuinfra.cost.estimate import GCP_BOOT_DISK_PRICE_KEYS
+from gpuinfra.plan.gcp import boot_disk_type
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,19 +39,26 @@ PRICED_BY = [
 
 # (table, regions) no dated public source found on 2026-11-27 prices; never filled from another region.
 UNPRICED: dict[str, set[str]] = {
-    # the extract (cloudkeep-io/ebs-pricing, 2022-02-10) predates both regions
+    # the extract (cloudkeep-io/ebs-pricing, 2022-02-10, its last commit) predates both regions;
+    # on 2026-11-27 no EUS2- / MEC1-EBS:VolumeUsage.gp3 rate was found in public repositories
+    # (the usage types appear only in example Cost Explorer tables, without a rate)
     "ebs_gp3_per_gb_month": {"eu-south-2", "me-central-1"},
     "ebs_gp3_iops_per_month": {"eu-south-2", "me-central-1"},
     "ebs_gp3_throughput_per_mibps_month": {"eu-south-2", "me-central-1"},
-    # the AmazonEC2 extract (togen, offer 20260904231117) has no Hong Kong or Jakarta row
+    # the AmazonEC2 extract (togen, offer 20260904231117) has no Hong Kong or Jakarta row;
+    # APE1- / APS4-NatGateway-Hours appear in no other stored file with a rate (2026-11-27)
     "nat_gateway_per_hour": {"ap-east-1", "ap-southeast-3"},
     # no multi-region extract of <region>-NatGateway-Bytes was found; priced only where one
-    # dated figure per region was (us-east-1, us-east-2, eu-west-2, ap-southeast-1)
+    # dated figure per region was (us-east-1, us-east-2, eu-west-1, eu-west-2, ap-northeast-1,
+    # ap-northeast-2, ap-southeast-1). Searched 2026-11-27: togen's aws.json (all 4 stored
+    # versions trim the AmazonEC2 offer to NatGateway-Hours), QuinnyPig/aws-price-watcher (its
+    # vpc/ec2 pricing-page feeds carry no NAT gateway rate), Infracost goldens (us-east-1 and
+    # sa-east-1 only), the usage type of each region across public repositories (bills and Cost
+    # Explorer tables without a rate), and per-region tables (undated, or contradicting the
+    # Price List's hour rates)
     "nat_gateway_per_gb": {
         "af-south-1",
         "ap-east-1",
-        "ap-northeast-1",
-        "ap-northeast-2",
         "ap-northeast-3",
         "ap-south-1",
         "ap-southeast-2",
@@ -57,7 +68,6 @@ UNPRICED: dict[str, set[str]] = {
         "eu-north-1",
         "eu-south-1",
         "eu-south-2",
-        "eu-west-1",
         "eu-west-3",
         "me-central-1",
         "me-south-1",
@@ -120,6 +130,29 @@ UNPRICED: dict[str, set[str]] = {
 }
 
 
+# (GCP boot disk type, regions of the GCP offers that boot from it) without a dated price. The
+# only Hyperdisk Balanced SKUs found (Billing Catalog "Hyperdisk Balanced Capacity / IOPS /
+# Throughput in <region>") are in scripts that read prices from files not stored with them;
+# Cyclenerd pricing.yml maps Hyperdisk Extreme only (see GCP_BOOT_DISK_PRICE_KEYS)
+GCP_UNPRICED_BOOT_DISKS: dict[str, set[str]] = {
+    "hyperdisk-balanced": {
+        "asia-northeast1",
+        "asia-south1",
+        "asia-southeast1",
+        "europe-north1",
+        "europe-west1",
+        "europe-west4",
+        "us-central1",
+        "us-east1",
+        "us-east4",
+        "us-south1",
+        "us-west1",
+        "us-west2",
+        "us-west3",
+    },
+}  # fmt: skip
+
+
 def gpu_regions() -> set[str]:
     """AWS regions with at least one GPU offer in the shipped offer list (local zones left out)."""
     with (DATA_DIR / "offers.csv").open() as fh:
@@ -153,7 +186,38 @@ def test_every_gpu_region_has_every_price_but_the_listed_gaps():
     missing = missing_pairs(book, gpu_regions(), stack_tables(book))
     assert missing == UNPRICED
     priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
-    assert priced == 383  # of 460; 92 of 414 before the regional tables were filled
+    assert priced == 386  # of 460; 92 of 414 before the regional tables were filled
+
+
+def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:
+    """{boot disk type: regions without its price} over the GCP offers, each with the boot disk its
+    plan chooses (:func:`gpuinfra.plan.gcp.boot_disk_type`)."""
+    catalog, gaps = load_catalog(), {}
+    with (DATA_DIR / "offers.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            if row["cloud"] != "gcp":
+                continue
+            dtype = boot_disk_type(catalog.fact("gcp", row["instance_type"]))
+            key = GCP_BOOT_DISK_PRICE_KEYS.get(dtype)
+            if key is None or book.gcp[key].lookup(row["region"]) is None:
+                gaps.setdefault(dtype, set()).add(row["region"])
+    return gaps
+
+
+def test_every_gcp_boot_disk_has_a_price_but_the_listed_gaps():
+    # pd-balanced boots the 30 regions of the other GCP offers and is priced in all of them
+    assert gcp_boot_disk_gaps(price_book()) == GCP_UNPRICED_BOOT_DISKS
+
+
+def test_a_gcp_boot_disk_region_dropped_is_reported():
+    doc = yaml.safe_load((DATA_DIR / "prices.yaml").read_text())
+    for group in doc["gcp"]["pd_balanced_per_gb_month"]["prices"]:
+        (group.get("regions") or {}).pop("us-east4", None)
+    gaps = gcp_boot_disk_gaps(PriceBook.model_validate(doc))
+    assert (
+        gaps["pd-balanced"] == {"us-east4"}
+        and gaps["hyperdisk-balanced"] == GCP_UNPRICED_BOOT_DISKS["hyperdisk-balanced"]
+    )
 
 
 def test_a_region_dropped_from_a_table_is_reported():
@@ -173,6 +237,12 @@ def test_no_price_is_copied_from_another_region():
     assert price("aws", "internet_egress_per_gb", "af-south-1").usd == Decimal("0.154")
     assert price("aws", "ebs_gp3_per_gb_month", "af-south-1").usd == Decimal("0.1047")
     assert price("aws", "nat_gateway_per_hour", "sa-east-1") is None  # no GPU offer there, not filled
+    # NAT data processed: each region's own Price List rate, not us-east-1's $0.045 (the hour rates of
+    # the same regions in togen's AmazonEC2 offer 20260904231117 are 0.048, 0.062 and 0.059 too)
+    assert price("aws", "nat_gateway_per_gb", "eu-west-1").usd == Decimal("0.048")
+    assert price("aws", "nat_gateway_per_gb", "ap-northeast-1").usd == Decimal("0.062")
+    assert price("aws", "nat_gateway_per_gb", "ap-northeast-2").usd == Decimal("0.059")
+    assert price("aws", "nat_gateway_per_gb", "us-west-2") is None  # no dated figure found, not filled
 
 
 def _cost(run_cli, tmp_path, region: str) -> dict:

@@ -617,6 +617,19 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
     return lines
 
 
+#: ``prices.yaml`` ``gcp`` key of each boot disk type a plan can choose
+#: (:data:`gpuinfra.plan.gcp.BOOT_DISK_PREFERENCE`). Hyperdisk Balanced (the only boot disk of A3
+#: Ultra / A4) has none: it bills capacity plus provisioned IOPS above 3,000 and throughput above
+#: 140 MiB/s (cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline
+#: performance"), and no dated extract of its Billing Catalog SKUs ("Hyperdisk Balanced
+#: Capacity / IOPS / Throughput in <region>") was found: Cyclenerd pricing.yml maps Hyperdisk
+#: Extreme only (build/mapping.csv @dac31281, unchanged in its history), Infracost's goldens
+#: price no Hyperdisk Balanced, and the figures other repositories hard-code are undated and
+#: disagree (0.06 to 0.12 per GiB-month). Its line stays unpriced, so the cost exits 4 instead
+#: of guessing (tests/test_region_prices.py lists the regions).
+GCP_BOOT_DISK_PRICE_KEYS: dict[str, str] = {"pd-balanced": "pd_balanced_per_gb_month"}
+
+
 def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine, market: str) -> list[CostLine]:
     """Boot disk and local SSD lines; local SSDs that come with the machine type
     (``InstanceFacts.local_ssd.bundled_count``) are in the machine price. Attached local SSDs
@@ -634,12 +647,7 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             continue
         size = Decimal(str(disk.get("diskSizeGb", 10)))
         dtype = disk.get("diskType", "pd-balanced")
-        # Hyperdisk Balanced has no price from a dated source read for gpuinfra: Cyclenerd
-        # pricing.yml @dac31281 (the GCP tables' source) prices Hyperdisk Extreme only
-        # (build/mapping.csv: gce.storage.hyperdisk.extreme), and the undated figures other
-        # repositories hard-code disagree (0.06 to 0.12 per GiB-month). Its line stays unpriced,
-        # so the cost exits 4 instead of guessing
-        key = {"pd-balanced": "pd_balanced_per_gb_month"}.get(dtype)
+        key = GCP_BOOT_DISK_PRICE_KEYS.get(dtype)
         lines.append(
             _line(
                 name,
