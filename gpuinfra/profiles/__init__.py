@@ -90,8 +90,9 @@ class MonitoringSettings(_Strict):
             group ``/gpuinfra/<stack-id>/job``, one stream per instance) / Cloud Logging (the Ops
             Agent receiver ``gpuinfra_job``), besides the stack bucket; needs ``enabled: true`` (the same agent
             ships it). ``false`` (default): the bucket only, nothing billed by the log services.
-        job_log_retention_days: days CloudWatch Logs keeps the job log (one of
-            :data:`CLOUDWATCH_LOG_RETENTION_DAYS`); ``down`` deletes the log group earlier. GCP
+        job_log_retention_days: days CloudWatch Logs keeps the job log: 1, 3, 5, 7, 14, 30, 60,
+            90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288 or 3653 (the
+            values PutRetentionPolicy accepts); ``down`` deletes the log group earlier. GCP
             keeps it as long as the project's ``_Default`` log bucket does (30 days unless changed).
     """
 
