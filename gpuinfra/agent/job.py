@@ -58,6 +58,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
 #: Seconds between reads of the spec (waiting for a job, and for a cancel while one runs).
 POLL_SECONDS = 10
@@ -266,7 +267,7 @@ class JobRunner:
         self.lock = threading.Lock()
         self.redo: dict | None = None
         self.local_log = Path(local_log) if local_log else None
-        self._local = None
+        self._local: IO[str] | None = None
 
     # ---------------------------------------------------------------- bucket
     def read_spec(self) -> JobSpec | None:
@@ -317,13 +318,14 @@ class JobRunner:
         if self.local_log is None:
             return
         try:
-            if self._local is None:
+            out = self._local
+            if out is None:
                 self.local_log.parent.mkdir(parents=True, exist_ok=True)
-                self._local = self.local_log.open("a", encoding="utf-8", errors="replace")
-            self._local.write(text)
-            self._local.flush()
-            if self._local.tell() >= LOCAL_LOG_BYTES:
-                self._local.close()
+                out = self._local = self.local_log.open("a", encoding="utf-8", errors="replace")
+            out.write(text)
+            out.flush()
+            if out.tell() >= LOCAL_LOG_BYTES:
+                out.close()
                 self._local = None
                 os.replace(self.local_log, self.local_log.with_name(self.local_log.name + ".1"))
         except OSError as exc:  # the bucket still gets every line: never stop the job for this file
