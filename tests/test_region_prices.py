@@ -174,11 +174,11 @@ def missing_pairs(book: PriceBook, regions: set[str], tables: set[str]) -> dict[
 def test_the_offer_list_and_the_code_give_the_expected_scope():
     book = price_book()
     regions, tables = gpu_regions(), stack_tables(book)
-    # 23 regions sell a GPU instance in the shipped list; a stack or bake prices 20 AWS tables (2 of them the
-    # Spot replacement function's Lambda requests and duration)
+    # 23 regions sell a GPU instance in the shipped list; a stack or bake prices 22 AWS tables (2 of them the
+    # Spot replacement function's Lambda requests and duration, 2 the job log's CloudWatch Logs ingestion and storage)
     assert len(regions) == 23 and {"us-east-2", "eu-west-2", "ap-southeast-3", "me-central-1"} <= regions
     assert "nat_gateway_per_gb" in tables and "cloudwatch_custom_metric_per_month" in tables
-    assert len(tables) == 20 and {"lambda_requests_per_million", "lambda_duration_arm_per_gb_second"} <= tables
+    assert len(tables) == 22 and {"lambda_requests_per_million", "lambda_duration_arm_per_gb_second"} <= tables
 
 
 def test_every_gpu_region_has_every_price_but_the_listed_gaps():
@@ -186,7 +186,7 @@ def test_every_gpu_region_has_every_price_but_the_listed_gaps():
     missing = missing_pairs(book, gpu_regions(), stack_tables(book))
     assert missing == UNPRICED
     priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
-    assert priced == 386  # of 460; 92 of 414 before the regional tables were filled
+    assert priced == 432  # of 506; 92 of 414 before the regional tables were filled
 
 
 def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:

@@ -14,7 +14,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
-from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_namespace
+from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_job_log_group, aws_namespace
 from gpuinfra.plan.naming import child, stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
 from gpuinfra.plan.tags import aws_tags
@@ -146,7 +146,23 @@ def ecr_pull_policy_document(repository_arn: str) -> str:
 
 
 # --- GPU monitoring: the CloudWatch agent's permissions, nothing more ------------------------
-def monitoring_policy_document(stack: str, region: str, account_id: str) -> str:
+#: What the CloudWatch agent calls to ship a log file into a log group that exists
+#: (docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/create-iam-roles-for-cloudwatch-agent.html,
+#: CloudWatchAgentServerPolicy's logs actions less ``CreateLogGroup``, ``DescribeLogGroups`` and
+#: ``PutRetentionPolicy``: the stack declares the group and its retention).
+JOB_LOG_ACTIONS = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"]
+
+
+def log_group_arns(region: str, account_id: str, group: str) -> list[str]:
+    """ARNs of log group ``group`` and of its streams (resource types ``log-group``
+    ``arn:${Partition}:logs:${Region}:${Account}:log-group:${LogGroupName}`` and ``log-stream``
+    ``...:log-group:${LogGroupName}:log-stream:${LogStreamName}``: docs.aws.amazon.com/
+    service-authorization/latest/reference/list_amazoncloudwatchlogs.html)."""
+    group_arn = f"arn:aws:logs:{region}:{account_id}:log-group:{group}"
+    return [group_arn, f"{group_arn}:log-stream:*"]
+
+
+def monitoring_policy_document(stack: str, region: str, account_id: str, job_logs: bool = False) -> str:
     """``stack`` is the stack's id in physical names (:func:`gpuinfra.plan.naming.stack_id`).
     Inline policy JSON for the nodes' CloudWatch agent: ``cloudwatch:PutMetricData`` only
     into the stack's namespace (condition key ``cloudwatch:namespace``: docs.aws.amazon.com/
@@ -156,7 +172,17 @@ def monitoring_policy_document(stack: str, region: str, account_id: str) -> str:
     ``amazon-cloudwatch-agent-ctl -a fetch-config -c ssm:<name>``; CloudWatchAgentServerPolicy
     grants the agent ``ssm:GetParameter`` for this: docs.aws.amazon.com/aws-managed-policy/latest/
     reference/CloudWatchAgentServerPolicy.html) in ``region`` of ``account_id``. The parameter is a
-    ``String``, so no ``kms:Decrypt``. No logs, no tags."""
+    ``String``, so no ``kms:Decrypt``. No tags; logs only with ``job_logs`` (the profile's
+    ``monitoring.job_logs``): :data:`JOB_LOG_ACTIONS` on the stack's job log group and its
+    streams (:func:`log_group_arns` of :func:`gpuinfra.monitoring.metrics.aws_job_log_group`)."""
+    logs = [
+        {
+            "Sid": "ShipJobLog",
+            "Effect": "Allow",
+            "Action": JOB_LOG_ACTIONS,
+            "Resource": log_group_arns(region, account_id, aws_job_log_group(stack)),
+        }
+    ]
     return json.dumps(
         {
             "Version": "2012-10-17",
@@ -174,6 +200,7 @@ def monitoring_policy_document(stack: str, region: str, account_id: str) -> str:
                     "Action": ["ssm:GetParameter"],
                     "Resource": [parameter_arn(region, account_id, aws_agent_parameter_name(stack))],
                 },
+                *(logs if job_logs else []),
             ],
         }
     )
@@ -251,7 +278,11 @@ def build_instance_profile(
         aws.iam.RolePolicy(
             child(name, "node-monitoring"),
             role=role.id,
-            policy=account_id.apply(lambda account: monitoring_policy_document(stack_id(spec), spec.region, account)),
+            policy=account_id.apply(
+                lambda account: monitoring_policy_document(
+                    stack_id(spec), spec.region, account, spec.profile.monitoring.job_logs
+                )
+            ),
             opts=opts,
         )
     aws.iam.RolePolicy(

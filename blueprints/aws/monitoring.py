@@ -8,7 +8,10 @@ address) and the idle alarm: ``Maximum`` of ``nvidia_smi_utilization_gpu`` over 
 ``idle_gpu_utilization_percent`` for ``monitoring.idle_alarm_minutes`` 1-minute periods.
 Missing data (no node publishing) keeps the alarm's state (``treat_missing_data = missing``:
 docs.aws.amazon.com/AmazonCloudWatch/latest/monitoring/AlarmThatSendsEmail.html
-#alarms-and-missing-data). The nodes' IAM permissions are in :mod:`blueprints.aws.identity`.
+#alarms-and-missing-data). With the profile's ``monitoring.job_logs`` also the job log's
+CloudWatch Logs group (:func:`gpuinfra.plan.naming.aws_job_log_group`, ``aws.cloudwatch.LogGroup``
+with ``retention_in_days``), so ``down`` deletes it with the stack. The nodes' IAM permissions are
+in :mod:`blueprints.aws.identity`.
 
 Values checked against pulumi_aws 7 (``aws.cloudwatch.MetricAlarm`` comparison_operator
 ``LessThanThreshold``, statistic ``Maximum``, treat_missing_data ``missing``; ``aws.ssm.Parameter``
@@ -24,7 +27,14 @@ import pulumi_aws as aws
 
 from gpuinfra.monitoring import metrics as m
 from gpuinfra.monitoring.dashboards import ALARM_PERIOD_SECONDS, alarm_periods, aws_dashboard_body
-from gpuinfra.plan.naming import aws_agent_parameter, aws_metric_namespace, aws_monitoring_name, child, stack_id
+from gpuinfra.plan.naming import (
+    aws_agent_parameter,
+    aws_job_log_group,
+    aws_metric_namespace,
+    aws_monitoring_name,
+    child,
+    stack_id,
+)
 from gpuinfra.plan.tags import aws_tags
 from gpuinfra.spec import ClusterSpec
 
@@ -62,7 +72,7 @@ class AwsMonitoring(pulumi.ComponentResource):
             name=aws_agent_parameter(spec),
             type="String",
             tier="Standard",
-            insecure_value=json.dumps(m.aws_agent_config(unique), sort_keys=True),  # not secret: shown in previews
+            insecure_value=json.dumps(m.aws_agent_config(unique, settings.job_logs), sort_keys=True),  # not secret
             description=f"CloudWatch agent configuration of the gpuinfra stack {stack}",
             tags=tags,
             opts=own,
@@ -106,6 +116,15 @@ class AwsMonitoring(pulumi.ComponentResource):
             tags=tags,
             opts=own,
         )
+        self.job_logs: aws.cloudwatch.LogGroup | None = None
+        if settings.job_logs:  # the job log, shipped by the same agent (gpuinfra.monitoring.metrics)
+            self.job_logs = aws.cloudwatch.LogGroup(
+                child(name, "job-logs"),
+                name=aws_job_log_group(spec),
+                retention_in_days=settings.job_log_retention_days,
+                tags=tags,
+                opts=own,
+            )
         self.outputs = {
             "monitoring_namespace": aws_metric_namespace(spec),
             "monitoring_dashboard": dashboard_name,
@@ -114,6 +133,8 @@ class AwsMonitoring(pulumi.ComponentResource):
             "monitoring_alarm_topic_arn": self.topic.arn,
             "monitoring_agent_parameter": aws_agent_parameter(spec),
         }
+        if settings.job_logs:
+            self.outputs["monitoring_job_log_group"] = aws_job_log_group(spec)
         self.register_outputs(self.outputs)
 
 

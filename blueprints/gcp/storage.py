@@ -373,8 +373,10 @@ def build_node_role(
 # --- GPU monitoring --------------------------------------------------------------------------
 #: What the Ops Agent needs to write its metrics (defined once in
 #: :data:`gpuinfra.monitoring.metrics.METRIC_WRITER_ROLE`, which the cost estimate also reads);
-#: no ``logging.logWriter``: the agent's logging pipeline is off
+#: ``logging.logWriter`` (:data:`gpuinfra.monitoring.metrics.LOG_WRITER_ROLE`) only with the
+#: profile's ``monitoring.job_logs``: otherwise the agent's logging pipeline is off
 #: (:func:`gpuinfra.monitoring.metrics.gcp_ops_agent_config`).
+from gpuinfra.monitoring.metrics import LOG_WRITER_ROLE  # noqa: E402
 from gpuinfra.monitoring.metrics import METRIC_WRITER_ROLE as MONITORING_ROLE  # noqa: E402
 
 
@@ -382,14 +384,25 @@ def build_monitoring_role(
     name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str, parent: pulumi.Resource
 ) -> gcp.projects.IAMMember | None:
     """Grant the node service account :data:`MONITORING_ROLE` on the project (metric writes
-    are project-level: the role cannot be scoped to resources); None when monitoring is off."""
+    are project-level: the role cannot be scoped to resources), and :data:`LOG_WRITER_ROLE` when
+    the profile ships the job log (``monitoring.job_logs``; log writes are project-level too);
+    returns the metric writer binding, None when monitoring is off."""
     if not spec.profile.monitoring.enabled:
         return None
+    member = account.email.apply(lambda email: f"serviceAccount:{email}")
+    if spec.profile.monitoring.job_logs:
+        gcp.projects.IAMMember(
+            child(name, "nodes-log-writer"),
+            project=project,
+            role=LOG_WRITER_ROLE,
+            member=member,
+            opts=pulumi.ResourceOptions(parent=parent),
+        )
     return gcp.projects.IAMMember(
         child(name, "nodes-metric-writer"),
         project=project,
         role=MONITORING_ROLE,
-        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+        member=member,
         opts=pulumi.ResourceOptions(parent=parent),
     )
 

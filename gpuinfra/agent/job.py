@@ -32,6 +32,10 @@ current job and join it):
   :func:`log_key` (lines prefixed ``[<part>] ``, every :data:`LOG_CHUNK_SECONDS`), the outputs
   folder (``GPUINFRA_OUTPUT_DIR``) under ``jobs/<stack>/<id>/outputs/<part>/`` and, once the job
   is over, :func:`final_key` (any node; the first one wins nothing, they all say the same).
+  The same prefixed lines also go to :data:`LOCAL_LOG` on the node, bounded
+  (:data:`LOCAL_LOG_BYTES`, one rotated file): the file the monitoring agent ships to CloudWatch
+  Logs / Cloud Logging when the profile's ``monitoring.job_logs`` is on
+  (:func:`gpuinfra.monitoring.metrics.aws_agent_config`, ``gcp_ops_agent_config``).
 * End on exit: a finished job writes ``/run/gpuinfra/job-done``; the agent then syncs the
   checkpoints (bounded, ``END_SYNC_BOUND_SECONDS``) and ends the node (:mod:`gpuinfra.agent.watch`).
 
@@ -54,6 +58,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO
 
 #: Seconds between reads of the spec (waiting for a job, and for a cancel while one runs).
 POLL_SECONDS = 10
@@ -70,6 +75,12 @@ RESTART_POLICIES = ("on-failure", "never")
 STATES_FINAL = ("succeeded", "failed", "cancelled")
 GPUINFRA_RUN = "/usr/local/bin/gpuinfra-run"
 STATE_DIR = Path("/run/gpuinfra")
+#: The job's combined output on the node (the bucket chunks' ``[<part>] `` lines), appended as
+#: they come; what the monitoring agent ships when the profile turns ``monitoring.job_logs`` on.
+LOCAL_LOG = "/var/log/gpuinfra/job.log"
+#: Bytes after which :data:`LOCAL_LOG` is renamed to ``job.log.1`` (replacing the one before) and
+#: a new file begins: the log takes at most twice this on the root disk.
+LOCAL_LOG_BYTES = 100 << 20
 #: Written when the job is over (its text says how); the agent's watch ends the node on it.
 JOB_DONE_MARK = "job-done"
 #: Written by the agent's watch for a hung job with ``hang.action: restart`` (its text: why).
@@ -240,11 +251,12 @@ class JobRunner:
         state_dir: where the done and restart marks are.
         run: the ``gpuinfra-run`` path.
         deployment: node.env ``GPUINFRA_DEPLOYMENT`` ("": every spec is this deployment's).
+        local_log: where the job's lines also go on the node (:data:`LOCAL_LOG`; None: nowhere).
     """
 
     def __init__(
         self, bucket, cloud: str, stack: str, part: str, node: str, nnodes: int, scratch: str, state_dir: Path = STATE_DIR,
-        run: str = GPUINFRA_RUN, deployment: str = "",
+        run: str = GPUINFRA_RUN, deployment: str = "", local_log: str | Path | None = None,
     ) -> None:  # fmt: skip
         self.bucket, self.cloud, self.stack, self.part, self.node = bucket, cloud, stack, part, node
         self.nnodes, self.scratch, self.state_dir, self.run_path = nnodes, scratch, Path(state_dir), run
@@ -254,6 +266,8 @@ class JobRunner:
         self.seq = 0
         self.lock = threading.Lock()
         self.redo: dict | None = None
+        self.local_log = Path(local_log) if local_log else None
+        self._local: IO[str] | None = None
 
     # ---------------------------------------------------------------- bucket
     def read_spec(self) -> JobSpec | None:
@@ -297,6 +311,27 @@ class JobRunner:
             with self.lock:
                 self.lines[:0] = lines
 
+    def _add(self, text: str) -> None:
+        """Keep one prefixed line for the next chunk and append it to the local log."""
+        with self.lock:
+            self.lines.append(text)
+        if self.local_log is None:
+            return
+        try:
+            out = self._local
+            if out is None:
+                self.local_log.parent.mkdir(parents=True, exist_ok=True)
+                out = self._local = self.local_log.open("a", encoding="utf-8", errors="replace")
+            out.write(text)
+            out.flush()
+            if out.tell() >= LOCAL_LOG_BYTES:
+                out.close()
+                self._local = None
+                os.replace(self.local_log, self.local_log.with_name(self.local_log.name + ".1"))
+        except OSError as exc:  # the bucket still gets every line: never stop the job for this file
+            print(f"gpuinfra-job: local log {self.local_log} off: {exc}", flush=True)
+            self.local_log = None
+
     # ---------------------------------------------------------------- the job
     def command(self, spec: JobSpec) -> tuple[list[str], dict[str, str]]:
         """(``gpuinfra-run`` argv, its environment: the spec's env and resolved secrets).
@@ -325,8 +360,7 @@ class JobRunner:
     def _read(self, proc: subprocess.Popen, spec: JobSpec) -> None:
         for line in proc.stdout:  # type: ignore[union-attr]
             print(line, end="", flush=True)
-            with self.lock:
-                self.lines.append(f"[{self.part}] {line}" if line.endswith("\n") else f"[{self.part}] {line}\n")
+            self._add(f"[{self.part}] {line}" if line.endswith("\n") else f"[{self.part}] {line}\n")
             progress = progress_of(line)
             if progress:
                 self.status["progress"] = progress
@@ -396,7 +430,7 @@ class JobRunner:
                 code, why = self.attempt(spec)
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
                 code, why = 127, ""
-                self.lines.append(f"[{self.part}] gpuinfra-job: cannot start the job: {exc}\n")
+                self._add(f"[{self.part}] gpuinfra-job: cannot start the job: {exc}\n")
                 self.flush_log(spec)
             if why == "cancelled":
                 state = "cancelled"
@@ -478,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     runner = JobRunner(
         checkpoints.Bucket(config.cloud, config.bucket), config.cloud, config.stack,
         checkpoints.node_part(node), node, int(_value(checkpoints.CLUSTER_ENV, "NNODES")), scratch,
-        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "",
+        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "", local_log=LOCAL_LOG,
     )  # fmt: skip
     return runner.serve()
 

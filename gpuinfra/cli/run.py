@@ -3,11 +3,38 @@ delivered through the stack bucket (docs/run.md)."""
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import typer
 
 from gpuinfra.cli import options
+from gpuinfra.cli.new import new as new_command
+
+#: ``new``'s parameters that ``run`` has itself, with run's meaning: ``--image`` is the job's
+#: container image in ``run`` (new's ``--image baked:NAME`` -- boot a baked image -- is reached by
+#: ``gpuinfra new ... --image baked:NAME`` then ``gpuinfra run STACK``); ``--project-dir`` and
+#: ``--json`` are shared and mean the same. Every other parameter of ``new`` is one of run's
+#: options as ``new`` defines it (:data:`NEW_OPTIONS`): one definition, no second list.
+RUN_OWN = frozenset({"image", "project_dir", "as_json"})
+#: ``new``'s options that ``run --gpus`` takes and hands to ``new``: parameter name -> parameter
+#: (its typer.Option default: flags, help, default), read from new's own signature.
+NEW_OPTIONS = {
+    name: param.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+    for name, param in inspect.signature(new_command, eval_str=True).parameters.items()
+    if name not in RUN_OWN
+}
+
+
+#: The options that ask ``new`` for a cluster (``new`` takes any one of them): given one, ``run``
+#: writes the stack first; without one, new's options are refused.
+REQUEST_OPTIONS = ("gpus", "instance_type", "model", "params")
+
+
+def new_flag(name: str) -> str:
+    """The command-line flag of new's parameter ``name`` (its first declaration, ``--gpus``)."""
+    return NEW_OPTIONS[name].default.param_decls[0]
+
 
 Keep = typer.Option(False, "--keep", help="Keep the cluster when the job is over (default: `down`, data kept).")
 
@@ -65,28 +92,11 @@ def _write_stack(project_dir: Path, new_args: dict) -> None:
 
 
 def run(
+    ctx: typer.Context,
     stack: str | None = typer.Argument(
         None, help="Stack name (brought up first when it is not); with --gpus there is none.", show_default=False
     ),
     command: list[str] | None = typer.Argument(None, help="After `--`: the command torchrun starts on every node."),
-    gpus: str | None = typer.Option(
-        None,
-        "--gpus",
-        help="Write the stack first, as `gpuinfra new --gpus SPEC --name NAME [--cloud] [--region] [--zone] "
-        "[--nodes] [--profile] [--spot|--on-demand] [--hours]` would; needs --name.",
-        show_default=False,
-    ),
-    name: str | None = typer.Option(None, "--name", help="With --gpus: the new stack's name.", show_default=False),
-    cloud: str | None = options.Cloud,
-    region: str | None = options.Region,
-    zone: str | None = options.Zone,
-    nodes: int | None = typer.Option(
-        None, "--nodes", help="With --gpus: number of nodes (new's default: 1).", show_default=False
-    ),
-    profile: str | None = typer.Option(None, "--profile", help="With --gpus: workload profile.", show_default=False),
-    spot: bool = typer.Option(False, "--spot", help="With --gpus: spot capacity."),
-    on_demand: bool = typer.Option(False, "--on-demand", help="With --gpus: on-demand capacity."),
-    hours: float | None = typer.Option(None, "--hours", help="With --gpus: expected run hours.", show_default=False),
     image: str = typer.Option("", "--image", help="Container image (default: the profile's)."),
     env: list[str] = typer.Option([], "--env", "-e", help="KEY=VALUE given to the job (repeat)."),
     secret: list[str] = typer.Option(
@@ -109,8 +119,9 @@ def run(
     ),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
+    **new_options,
 ) -> None:
-    """Run CMD on every node of STACK (`gpuinfra run STACK -- python train.py`, or `gpuinfra run --gpus 4xA100 --name NAME ... -- CMD`, with some of new's options, to write the stack first): up if needed, wait for the health verdict, stream the rank-prefixed logs, then `down` (data kept) unless --keep. Ctrl-C detaches; the run goes on."""
+    """Run CMD on every node of STACK (`gpuinfra run STACK -- python train.py`, or `gpuinfra run --gpus 4xA100 --name NAME -- CMD`, with any of new's options, to write the stack first as `gpuinfra new` would; --image stays the job's container image): up if needed, wait for the health verdict, stream the rank-prefixed logs, then `down` (data kept) unless --keep. Ctrl-C detaches; the run goes on."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console
     from gpuinfra.cli.lifecycle import _progress
@@ -119,14 +130,21 @@ def run(
     from gpuinfra.services.run import run as run_job
 
     words = [w for w in [stack, *(command or [])] if w is not None]
+    # only what the command line gave goes to `new` (its defaults and variables stay new's own)
     new_args = {
-        "--cloud": cloud, "--region": region, "--zone": zone, "--nodes": nodes, "--profile": profile,
-        "--spot": spot, "--on-demand": on_demand, "--hours": hours,
-    }  # fmt: skip
-    if gpus is None:
-        given = [flag for flag, value in {**new_args, "--name": name}.items() if value not in (None, False)]
+        new_flag(key): value
+        for key, value in new_options.items()
+        if getattr(ctx.get_parameter_source(key), "name", "") == "COMMANDLINE"
+    }
+    requested = any(new_flag(key) in new_args for key in REQUEST_OPTIONS)
+    name = new_options.get("name")
+    if not requested:
+        given = list(new_args)
         if given:
-            raise RequestError(f"{', '.join(given)}: only with --gpus (which writes the stack first)")
+            raise RequestError(
+                f"{', '.join(given)}: only with --gpus (or --instance-type, --model, --params), which writes the "
+                "stack first"
+            )
         stack, words = (words[0] if words else None), words[1:]
         if stack is None:
             raise RequestError("give STACK -- CMD, or --gpus SPEC --name NAME -- CMD")
@@ -155,10 +173,10 @@ def run(
             status["line"] = line
             note(line)  # stderr: the log on stdout stays clean
 
-    if gpus is not None:
+    if requested:
         # the job's own input is checked before a stack file is written
         jobs.make_spec(words, **fields)
-        _write_stack(Path(project_dir), {"--gpus": gpus, "--name": name, **new_args})
+        _write_stack(Path(project_dir), new_args)
         stack = name
     assert stack is not None  # checked above: STACK, or --gpus with --name
     result = run_job(
@@ -201,6 +219,19 @@ def run(
             say(line)
     if view.state != "succeeded":
         raise OperationError(f"job {view.spec.id} {view.state} (exit status {view.exit_code})")
+
+
+# run's options are its own and every one of new's (NEW_OPTIONS): Typer reads the signature
+setattr(  # noqa: B010  (a function's __signature__ is what inspect.signature, so Typer, reads)
+    run,
+    "__signature__",
+    inspect.signature(run, eval_str=True).replace(
+        parameters=[
+            *(p for p in inspect.signature(run, eval_str=True).parameters.values() if p.kind != p.VAR_KEYWORD),
+            *NEW_OPTIONS.values(),
+        ]
+    ),
+)
 
 
 def logs(

@@ -16,6 +16,17 @@ Quantities per hour of the run (prices in :mod:`gpuinfra.catalog.prices`, ``pric
   channels are free (cloud.google.com/stackdriver/pricing: only metric ingestion, API reads
   and alerting are charged).
 
+Job logs (profile ``monitoring.job_logs``), usage-based on :data:`JOB_LOG_GB_PER_NODE_HOUR`:
+
+* AWS -- on the job log group (``aws:cloudwatch/logGroup:LogGroup``): CloudWatch Logs ingestion,
+  ``nodes x JOB_LOG_GB_PER_NODE_HOUR`` GB per hour, and its storage for the group's
+  ``retentionInDays``: each hour's log kept that long, ``GB x days x 24 / 730`` GB-months per
+  hour (an upper bound: ``down`` deletes the group with the stack, and CloudWatch bills storage
+  compressed: aws.amazon.com/cloudwatch/pricing, "Store (Archival)").
+* GCP -- on the nodes' ``roles/logging.logWriter`` binding: Cloud Logging's one-time charge per GiB
+  streamed into the log bucket, which includes 30 days of storage (cloud.google.com/stackdriver/
+  pricing); the ``_Default`` bucket keeps 30 days unless the project changed it, so no retention line.
+
 Free tiers (CloudWatch: 10 metrics, 3 dashboards, 10 alarm metrics; Cloud Monitoring: 150 MiB
 per billing account) are per account, so they are named in notes but not subtracted.
 
@@ -40,6 +51,7 @@ PRICED_TYPES = frozenset(
         "aws:ssm/parameter:Parameter",
         "aws:cloudwatch/dashboard:Dashboard",
         "aws:cloudwatch/metricAlarm:MetricAlarm",
+        "aws:cloudwatch/logGroup:LogGroup",
         "gcp:projects/iAMMember:IAMMember",
         "gcp:monitoring/alertPolicy:AlertPolicy",
     }
@@ -55,6 +67,14 @@ FREE_TYPES = frozenset(
     }
 )
 MONITORING_TYPES = PRICED_TYPES | FREE_TYPES
+#: GB of job log each node writes per hour, assumed by the cost preview (a planning default, not
+#: a measurement: 10 MB an hour is ~2,800 bytes a second, e.g. 8 ranks each printing a 350-byte
+#: line every second). A job that logs more costs proportionally more.
+JOB_LOG_GB_PER_NODE_HOUR = Decimal("0.01")
+#: Bytes per GB (AWS prices) and per GiB (Cloud Logging prices "treated as binary measures":
+#: cloud.google.com/stackdriver/pricing).
+BYTES_PER_GB = Decimal(10**9)
+BYTES_PER_GIB = Decimal(2**30)
 #: Agent flushes per node and hour (one PutMetricData request each).
 AWS_PUTS_PER_NODE_HOUR = 3600 // m.METRICS_INTERVAL_SECONDS
 #: Seconds per alerting execution period (cloud.google.com/monitoring/alerts/cost-control:
@@ -164,6 +184,24 @@ def monitoring_lines(name: str, rtype: str, facts, catalog, inputs: dict | None 
                 note="first 150 MiB per billing account free",
             )
         ]
+    if rtype == "aws:cloudwatch/logGroup:LogGroup":
+        return _aws_job_log_lines(name, rtype, facts, inputs)
+    if rtype == "gcp:projects/iAMMember:IAMMember" and inputs.get("role") == m.LOG_WRITER_ROLE:
+        gib = nodes * JOB_LOG_GB_PER_NODE_HOUR * BYTES_PER_GB / BYTES_PER_GIB
+        return [
+            _usage_line(
+                _line(
+                    name,
+                    rtype,
+                    f"Cloud Logging job log ingested ({JOB_LOG_GB_PER_NODE_HOUR} GB per node-hour assumed)",
+                    "GiB",
+                    gib,
+                    price("gcp", "cloud_logging_ingestion_per_gib", reg),
+                    note="includes 30 days of storage; first 50 GiB per project a month free",
+                    missing_source=f"no Cloud Logging price for {reg}",
+                )
+            )
+        ]
     if rtype == "gcp:monitoring/alertPolicy:AlertPolicy":
         return [
             _line(
@@ -184,6 +222,42 @@ def monitoring_lines(name: str, rtype: str, facts, catalog, inputs: dict | None 
             ),
         ]
     return []
+
+
+def _usage_line(line: CostLine) -> CostLine:
+    """``line`` marked usage-based (its quantity is an assumption, :data:`JOB_LOG_GB_PER_NODE_HOUR`)."""
+    line.usage_based = True
+    return line
+
+
+def _aws_job_log_lines(name, rtype, facts, inputs: dict) -> list[CostLine]:
+    """Ingestion and storage of the job log group (module docstring); the storage line is
+    unpriced when the group's ``retentionInDays`` is not in its inputs (never kept forever at $0)."""
+    reg = facts.region
+    gb = facts.nodes * JOB_LOG_GB_PER_NODE_HOUR
+    days = inputs.get("retentionInDays")
+    ingest = _cost_line(
+        name,
+        rtype,
+        f"CloudWatch Logs job log ingested ({JOB_LOG_GB_PER_NODE_HOUR} GB per node-hour assumed)",
+        "GB",
+        gb,
+        price("aws", "cloudwatch_logs_ingestion_per_gb", reg),
+        note="first 5 GB a month per account free",
+        missing_source=f"no CloudWatch Logs price for {reg}",
+    )
+    storage_price = price("aws", "cloudwatch_logs_storage_per_gb_month", reg) if days else None
+    storage = _cost_line(
+        name,
+        rtype,
+        f"CloudWatch Logs job log stored ({days or '?'} days retention)",
+        "GB-months",
+        gb * Decimal(days or 0) * 24 / HOURS_PER_MONTH,
+        storage_price,
+        note="upper bound: down deletes the log group earlier",
+        missing_source=f"no CloudWatch Logs storage price for {reg}" if days else "log group retention unknown",
+    )
+    return [_usage_line(ingest), _usage_line(storage)]
 
 
 def _unknown_gpus(name, rtype, component, unit, facts):

@@ -26,12 +26,20 @@ Every other host metric is excluded (``exclude_metrics`` processor,
 cloud.google.com/stackdriver/docs/solutions/agents/ops-agent/configuration#metrics-processors):
 agent metrics are billed by bytes ingested (cloud.google.com/monitoring/api/metrics_opsagent:
 "the other types are chargeable").
+
+Job logs (profile ``monitoring.job_logs``): the same agents also ship the job's log file on the
+node (:data:`gpuinfra.agent.job.LOCAL_LOG`) -- AWS to the stack's log group
+:func:`aws_job_log_group` (declared in the stack with its retention, so the agent neither creates
+it nor sets its retention), GCP to Cloud Logging through the receiver
+:data:`GCP_JOB_LOG_RECEIVER`. Off, the configurations carry no ``logs`` section / receiver.
 """
 
 from __future__ import annotations
 
 import re
 from decimal import Decimal
+
+from gpuinfra.agent.job import LOCAL_LOG
 
 #: Seconds between samples on both clouds (CloudWatch agent default 60; below 60 would make
 #: them high-resolution metrics, billed as such).
@@ -94,10 +102,28 @@ def is_aws_agent_parameter_name(name: str) -> bool:
     return name.startswith(head) and name.endswith(tail) and len(name) > len(head) + len(tail)
 
 
-def aws_agent_config(stack: str) -> dict:
+def aws_job_log_group(stack: str) -> str:
+    """CloudWatch Logs group of a stack's job log: ``/gpuinfra/<stack>/job`` (``stack`` is
+    :func:`gpuinfra.plan.naming.stack_id`: letters, digits and ``-_.``, all allowed in a group
+    name, "a-z, A-Z, 0-9, '_' (underscore), '-' (hyphen), '/' (forward slash), '.' (period), and '#'
+    (number sign)", 1-512 characters: docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/
+    API_CreateLogGroup.html)."""
+    return f"/gpuinfra/{stack}/job"
+
+
+def aws_agent_config(stack: str, job_logs: bool = False) -> dict:
     """The CloudWatch agent configuration of the nodes of ``stack`` (JSON-ready dict, see the
-    module docstring for each field)."""
-    return {
+    module docstring for each field).
+
+    With ``job_logs`` it adds a ``logs`` section (keys of CloudWatch-Agent-Configuration-File-
+    Details.html, "Logs section": ``logs_collected.files.collect_list`` "an array of entries, each
+    of which specifies one log file to collect"; per entry ``file_path`` "the path of the log file
+    to upload", ``log_group_name`` "what to use as the log group name in CloudWatch Logs",
+    ``log_stream_name`` with the placeholder ``{instance_id}`` -- one stream per instance --,
+    ``timezone`` ``UTC``). No ``retention_in_days``: the stack declares the group with its
+    retention (the agent would otherwise call ``PutRetentionPolicy``, a permission the nodes
+    do not get)."""
+    config: dict = {
         "agent": {
             "metrics_collection_interval": METRICS_INTERVAL_SECONDS,
             "omit_hostname": True,
@@ -115,6 +141,15 @@ def aws_agent_config(stack: str) -> dict:
             },
         },
     }
+    if job_logs:
+        entry = {
+            "file_path": LOCAL_LOG,
+            "log_group_name": aws_job_log_group(stack),
+            "log_stream_name": "{instance_id}",
+            "timezone": "UTC",
+        }
+        config["logs"] = {"logs_collected": {"files": {"collect_list": [entry]}}}
+    return config
 
 
 def aws_custom_metric_count(gpus_per_node: int, nodes: int) -> int:
@@ -173,14 +208,42 @@ GCP_BYTES_PER_POINT = 8
 MIB = 1024 * 1024
 
 
-def gcp_ops_agent_config() -> dict:
+#: What the Ops Agent needs to write log entries (cloud.google.com/stackdriver/docs/solutions/
+#: agents/ops-agent/authorization: "Logs Writer (roles/logging.logWriter)"); granted only with
+#: ``monitoring.job_logs``.
+LOG_WRITER_ROLE = "roles/logging.logWriter"
+#: The Ops Agent receiver (and pipeline) id of the job log. The agent's entries carry the
+#: receiver id as their log name (its built-in ``syslog`` receiver writes the log ``syslog``), so
+#: the log is expected as ``logName=projects/<p>/logs/gpuinfra_job`` (not checked against a live
+#: project here).
+GCP_JOB_LOG_RECEIVER = "gpuinfra_job"
+
+
+def gcp_ops_agent_config(job_logs: bool = False) -> dict:
     """``/etc/google-cloud-ops-agent/config.yaml``: host metrics every 60 s minus
     :data:`GCP_EXCLUDED_METRICS`, NVML GPU metrics (on by default on GPU VMs); the default
-    logging pipeline off (no Cloud Logging charges, so the nodes need no ``logging.logWriter``)."""
+    logging pipeline off (no syslog in Cloud Logging; without ``job_logs`` no Cloud Logging
+    charges and no ``logging.logWriter``).
+
+    With ``job_logs``: a ``files`` receiver :data:`GCP_JOB_LOG_RECEIVER` of the job's log file
+    (``include_paths``) and a pipeline of it (cloud.google.com/stackdriver/docs/solutions/agents/
+    ops-agent/configuration#logging-receivers: ``type: files``, ``include_paths``;
+    #logging-service: ``service.pipelines.<id>.receivers``)."""
     receivers = {"hostmetrics": {"type": "hostmetrics", "collection_interval": f"{METRICS_INTERVAL_SECONDS}s"}}
     pipeline_receivers = ["hostmetrics"]
+    logging: dict = {"service": {"pipelines": {"default_pipeline": {"receivers": []}}}}
+    if job_logs:
+        logging = {
+            "receivers": {GCP_JOB_LOG_RECEIVER: {"type": "files", "include_paths": [LOCAL_LOG]}},
+            "service": {
+                "pipelines": {
+                    "default_pipeline": {"receivers": []},
+                    GCP_JOB_LOG_RECEIVER: {"receivers": [GCP_JOB_LOG_RECEIVER]},
+                }
+            },
+        }
     return {
-        "logging": {"service": {"pipelines": {"default_pipeline": {"receivers": []}}}},
+        "logging": logging,
         "metrics": {
             "receivers": receivers,
             "processors": {

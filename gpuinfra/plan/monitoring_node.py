@@ -113,7 +113,7 @@ def monitoring_node_files(spec: ClusterSpec, cloud: str) -> dict[str, str]:
             "config_path": GCP_AGENT_CONFIG_PATH,
         }
         agent_name = "google-cloud-ops-agent"
-        config = gcp_ops_agent_config()
+        config = gcp_ops_agent_config(job_logs=spec.profile.monitoring.job_logs)
         extra = {
             GCP_AGENT_CONFIG_SOURCE: '# written by gpuinfra (README "Monitoring")\n'
             + yaml.safe_dump(config, sort_keys=False)

@@ -25,6 +25,9 @@ from gpuinfra.monitoring.metrics import (
     aws_namespace,
     aws_resource_name,
 )
+from gpuinfra.monitoring.metrics import (
+    aws_job_log_group as metrics_job_log_group,
+)
 from gpuinfra.spec import ClusterSpec
 
 #: AWS tag / GCP label naming the stack's own resources by :func:`stack_id` (unique per stack, unlike
@@ -128,6 +131,12 @@ def aws_agent_parameter(spec: ClusterSpec) -> str:
     docs.aws.amazon.com/systems-manager/latest/userguide/sysman-paramstore-su-create.html). The
     nodes read it and only it."""
     return aws_agent_parameter_name(stack_id(spec))
+
+
+def aws_job_log_group(spec: ClusterSpec) -> str:
+    """The stack's CloudWatch Logs group of the job log, ``/gpuinfra/<stack>-<suffix>/job``
+    (:func:`gpuinfra.monitoring.metrics.aws_job_log_group` of :func:`stack_id`)."""
+    return metrics_job_log_group(stack_id(spec))
 
 
 def aws_monitoring_name(spec: ClusterSpec, role: str = "") -> str:

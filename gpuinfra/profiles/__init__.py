@@ -63,11 +63,21 @@ class ImageSettings(_Strict):
     gcp_image_family: str = Field(pattern=r"^[a-z0-9][a-z0-9-]+$")
 
 
+#: The retention periods CloudWatch Logs accepts, in days (PutRetentionPolicy ``retentionInDays``,
+#: docs.aws.amazon.com/AmazonCloudWatchLogs/latest/APIReference/API_PutRetentionPolicy.html: "Possible
+#: values are: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557,
+#: 2922, 3288, and 3653"; the same list in botocore's logs service model, shape ``Days``).
+CLOUDWATCH_LOG_RETENTION_DAYS = (
+    1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653,
+)  # fmt: skip
+
+
 class MonitoringSettings(_Strict):
     """GPU monitoring of the cluster (docs/monitoring.md): the cloud's agent on every node
     (CloudWatch agent / Ops Agent), a dashboard, and an idle alarm / alert policy that fires when
     every GPU of the cluster stays under ``idle_gpu_utilization_percent`` for
-    ``idle_alarm_minutes``.
+    ``idle_alarm_minutes``; with ``job_logs`` the same agent also ships the job's log
+    (docs/run.md "Where the logs go").
 
     Attributes:
         enabled: ``false`` -> no agent, dashboard, alarm, or their charges.
@@ -76,11 +86,36 @@ class MonitoringSettings(_Strict):
         alarm_email: address the alarm notifies (AWS: an SNS email subscription the owner must
             confirm; GCP: an email notification channel); ``null`` -> no notification, the
             alarm / incident still shows in the console.
+        job_logs: ``true`` -> the job's log (``gpuinfra run``) also goes to CloudWatch Logs (log
+            group ``/gpuinfra/<stack-id>/job``, one stream per instance) / Cloud Logging (the Ops
+            Agent receiver ``gpuinfra_job``), besides the stack bucket; needs ``enabled: true`` (the same agent
+            ships it). ``false`` (default): the bucket only, nothing billed by the log services.
+        job_log_retention_days: days CloudWatch Logs keeps the job log: 1, 3, 5, 7, 14, 30, 60,
+            90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288 or 3653 (the
+            values PutRetentionPolicy accepts); ``down`` deletes the log group earlier. GCP
+            keeps it as long as the project's ``_Default`` log bucket does (30 days unless changed).
     """
 
     enabled: bool = True
     idle_alarm_minutes: int = Field(default=30, ge=5, le=1440)
     alarm_email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+    job_logs: bool = False
+    job_log_retention_days: int = 30
+
+    @field_validator("job_log_retention_days")
+    @classmethod
+    def _retention_cloudwatch_accepts(cls, value: int) -> int:
+        """Only the periods PutRetentionPolicy accepts (:data:`CLOUDWATCH_LOG_RETENTION_DAYS`)."""
+        if value not in CLOUDWATCH_LOG_RETENTION_DAYS:
+            raise ValueError(f"{value} is not a CloudWatch Logs retention; use one of {CLOUDWATCH_LOG_RETENTION_DAYS}")
+        return value
+
+    @model_validator(mode="after")
+    def _job_logs_need_the_agent(self) -> MonitoringSettings:
+        """The job log is shipped by the monitoring agent: ``job_logs`` needs ``enabled``."""
+        if self.job_logs and not self.enabled:
+            raise ValueError("monitoring.job_logs: true needs monitoring.enabled: true (the agent ships the log)")
+        return self
 
 
 class HangSettings(_Strict):

@@ -292,3 +292,50 @@ def test_a_restart_records_where_the_next_attempt_resumed_and_the_steps_it_redid
         5,
         3,
     )
+
+
+def test_the_job_output_also_goes_to_the_local_log_the_agent_ships(node, monkeypatch, tmp_path):
+    """Every line of every attempt, prefixed as in the bucket chunks, is appended to the local
+    file (the one the monitoring agent's ``collect_list`` / ``files`` receiver names)."""
+    runner, bucket, state = node
+    runner.local_log = tmp_path / "var" / "log" / "gpuinfra" / "job.log"  # a folder that does not exist yet
+    monkeypatch.setenv("CODES", "3,0")
+    assert runner.run(spec(max_restarts=1)) == "succeeded"
+    assert runner.local_log.read_text() == (
+        "[rank-1] starting attempt 0\n[rank-1] step=5 loss=0.50 lr=0.01\n"
+        "[rank-1] starting attempt 1\n[rank-1] step=15 loss=0.51 lr=0.01\n"
+    )
+    chunks = sorted((bucket.root / f"jobs/{STACK}/j-20261127-040000-abc123/logs/rank-1").iterdir())
+    assert "".join(c.read_text() for c in chunks) == runner.local_log.read_text()  # the same lines as the bucket
+
+
+def test_the_local_log_is_bounded_by_one_rotation(node, monkeypatch, tmp_path):
+    runner, bucket, state = node
+    monkeypatch.setattr(jobmod, "LOCAL_LOG_BYTES", 100)
+    runner.local_log = tmp_path / "job.log"
+    for n in range(20):
+        runner._add(f"[rank-1] line {n:02d} " + "x" * 20 + "\n")  # 37 bytes a line
+    rotated = tmp_path / "job.log.1"
+    assert sorted(p.name for p in tmp_path.glob("job.log*")) == ["job.log", "job.log.1"]
+    assert rotated.stat().st_size <= 100 + 37 and runner.local_log.stat().st_size < 100
+    assert runner.local_log.read_text().endswith("line 19 " + "x" * 20 + "\n")
+    assert len(runner.lines) == 20  # the bucket still gets every line
+
+
+def test_an_unwritable_local_log_never_stops_the_job(node, monkeypatch, tmp_path, capsys):
+    runner, bucket, state = node
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("")
+    runner.local_log = blocker / "job.log"
+    monkeypatch.setenv("CODES", "0")
+    assert runner.run(spec()) == "succeeded"
+    assert runner.local_log is None and "local log" in capsys.readouterr().out
+    assert bucket.get_text(log_key(STACK, "j-20261127-040000-abc123", "rank-1", 0), 1).startswith("[rank-1] starting")
+
+
+def test_the_node_unit_writes_the_local_log_where_the_agents_read_it():
+    from gpuinfra.monitoring.metrics import aws_agent_config, gcp_ops_agent_config
+
+    entry = aws_agent_config("t-1-abc", job_logs=True)["logs"]["logs_collected"]["files"]["collect_list"][0]
+    receiver = gcp_ops_agent_config(job_logs=True)["logging"]["receivers"]["gpuinfra_job"]
+    assert entry["file_path"] == receiver["include_paths"][0] == jobmod.LOCAL_LOG == "/var/log/gpuinfra/job.log"

@@ -16,7 +16,7 @@ from datetime import datetime
 import pytest
 
 from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
-from gpuinfra.agent.job import JobSpec, final_key, spec_key, status_key
+from gpuinfra.agent.job import LOCAL_LOG, JobSpec, final_key, spec_key, status_key
 from gpuinfra.agent.node import END_SYNC_BOUND_SECONDS
 from tests.box.box import HERE, Box
 from tests.box.render import stack_spec
@@ -85,6 +85,18 @@ def test_aws_two_nodes_run_a_training_job_to_the_end_and_end_themselves(box_root
         logs = sorted((box.state / "bucket" / box.bucket / f"jobs/{stack}/{spec.id}/logs/rank-0").glob("*.log"))
         text = "".join(p.read_text() for p in logs)
         assert f"[rank-0] step={STEPS} loss=" in text and f"[rank-0] final step={STEPS} loss=" in text
+        # the same lines on each node's disk, in the file the monitoring agent ships (monitoring.job_logs)
+        bucket_logs = [
+            "".join(
+                p.read_text()
+                for p in sorted(
+                    (box.state / "bucket" / box.bucket / f"jobs/{stack}/{spec.id}/logs/rank-{r}").glob("*.log")
+                )
+            )
+            for r in (0, 1)
+        ]
+        local_logs = [(n.dir / "upper" / LOCAL_LOG.lstrip("/")).read_text() for n in box.nodes]
+        assert sorted(local_logs) == sorted(bucket_logs)
         result = bucket_json(box, f"jobs/{stack}/{spec.id}/outputs/rank-0/result.json")
         assert (
             result

@@ -5,6 +5,7 @@ nodes are played by writing what :mod:`gpuinfra.agent.job` writes (status, log c
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import boto3
 import pytest
@@ -400,3 +401,63 @@ def test_a_failed_node_stops_the_run_only_when_the_gate_enforces(monkeypatch, ga
     else:
         call()
         assert said == ["health gate (report): node-1 failed ECC; the job is submitted anyway"]
+
+
+def _sample(param, tmp_path):
+    """A command-line value of the type of new's parameter (None: a bare flag)."""
+    import typing
+
+    kind = {a for a in typing.get_args(param.annotation) if a is not type(None)} or {param.annotation}
+    (kind,) = kind
+    if kind is bool:
+        return None
+    return {int: "2", float: "1.5", Path: str(tmp_path)}.get(kind, "x")
+
+
+def test_run_gpus_accepts_every_option_of_new_and_hands_it_to_new(run_cli, tmp_path, monkeypatch):
+    """Read from new's own signature: every option `gpuinfra new` has (but the ones run has itself,
+    ``RUN_OWN``) is an option of `run`, and `run --gpus ... -- CMD` hands each one given to `new`."""
+    import inspect
+
+    from gpuinfra.cli import new as new_module
+    from gpuinfra.cli import run as run_module
+
+    new_params = inspect.signature(new_module.new, eval_str=True).parameters
+    import typer
+
+    from gpuinfra.cli import app
+
+    # the flags of the command Typer builds from run's signature: what the command line accepts
+    run_flags = {opt for param in typer.main.get_command(app).commands["run"].params for opt in param.opts}
+    new_flags = {p.default.param_decls[0]: p for name, p in new_params.items()}
+    assert {"image", "project_dir", "as_json"} == run_module.RUN_OWN  # the only ones with run's own definition
+    assert set(new_flags) <= run_flags  # --image, --project-dir, --json too: run's own
+    given = {flag: _sample(p, tmp_path) for flag, p in new_flags.items() if p.name not in run_module.RUN_OWN}
+    assert len(given) >= 28  # new's whole option list, not a copy of part of it
+    argv = [part for flag, value in given.items() for part in ([flag] if value is None else [flag, value])]
+    seen = {}
+
+    def fake_write(project_dir, new_args):
+        seen.update(new_args)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(run_module, "_write_stack", fake_write)
+    result = run_cli("run", *argv, "--image", "ghcr.io/x/y:1", "--project-dir", str(tmp_path), "--", "python", "t.py")
+    assert result.exit_code == 0, result.stderr
+    assert seen == {flag: True if value is None else _typed(new_flags[flag], value) for flag, value in given.items()}
+
+
+def _typed(param, text):
+    """``text`` as click hands it over for ``param``'s type."""
+    import typing
+
+    (kind,) = {a for a in typing.get_args(param.annotation) if a is not type(None)} or {param.annotation}
+    return kind(text)
+
+
+def test_run_without_a_request_refuses_any_of_new_options(run_cli, tmp_path):
+    for option in (["--max-price-per-hour", "3"], ["--strict"], ["--name", "x"]):
+        result = run_cli("run", "train", *option, "--project-dir", str(tmp_path), "--", "python")
+        assert result.exit_code == 2 and f"{option[0]}: only with --gpus" in result.stderr, result.stderr
+    written = run_cli("run", "--instance-type", "p5.48xlarge", "--", "python", "--project-dir", str(tmp_path))
+    assert written.exit_code == 2 and "needs --name NAME" in written.stderr  # --instance-type asks new too
