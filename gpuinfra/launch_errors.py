@@ -219,6 +219,11 @@ def fleet_launch_error(
 # bulkInsert) reports its failure in the zone operation's ``error.errors[]`` (each ``code`` /
 # ``message``), or, refused before any operation exists, as the HTTP error of the call itself.
 
+#: Type token of the resource that makes such a bulk insert (blueprints/gcp/bulk_insert.py, a
+#: Pulumi dynamic resource: ``pulumi-python:dynamic/<module>:<name>``); defined here, the one
+#: module the blueprint, the rules and the cost estimate all import without a cycle.
+GCP_BULK_INSERT_TYPE = "pulumi-python:dynamic/gcp:BulkInsert"
+
 #: Compute Engine's codes of a zone without the capacity asked for: "Compute Engine returns an
 #: error message similar to one of the following ... ZONE_RESOURCE_POOL_EXHAUSTED,
 #: ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS" (cloud.google.com/compute/docs/troubleshooting/

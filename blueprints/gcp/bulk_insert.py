@@ -39,10 +39,10 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dynamic
 
-from gpuinfra.launch_errors import GCP_TIMEOUT_CODE, GcpError, gcp_launch_error
+from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, GCP_TIMEOUT_CODE, GcpError, gcp_launch_error
 
-#: Type token of the resource: ``pulumi-python:dynamic/gcp:BulkInsert``.
-TYPE_TOKEN = "pulumi-python:dynamic/gcp:BulkInsert"
+#: Type token of the resource (``dynamic.Resource`` builds it from ``module`` and ``name``).
+TYPE_TOKEN = GCP_BULK_INSERT_TYPE
 #: Seconds between two reads of an operation.
 POLL_SECONDS = 5.0
 #: Longest wait for the deletes of a failed or destroyed formation, in seconds (a product bound:
@@ -240,7 +240,7 @@ class BulkInsertProvider(dynamic.ResourceProvider):
         return dynamic.UpdateResult(outs=dict(news))
 
 
-class BulkInstances(dynamic.Resource, module="gcp", name="BulkInsert"):
+class BulkInstances(dynamic.Resource, module="gcp", name="BulkInsert"):  # = TYPE_TOKEN
     """The VMs of one all-or-nothing bulk insert (:class:`BulkInsertProvider`).
 
     Args:
