@@ -25,8 +25,8 @@ from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.after_down import KeptLine, left_after_down
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
-from gpuinfra.locality import quote_transfer
 from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE as GCP_BULK_INSERT
+from gpuinfra.locality import quote_transfer
 
 FREE_TYPES = frozenset(
     {

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import FABRICS, GVNIC
-from gpuinfra.plan.formation import BULK_INSERT, BULK_MODE
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
+from gpuinfra.plan.formation import BULK_INSERT, BULK_MODE
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS, action_on_failure
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
