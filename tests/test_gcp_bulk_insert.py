@@ -133,3 +133,49 @@ def test_only_a_change_of_the_timeout_does_not_replace_the_nodes(provider):
     assert provider.diff("id", old, {**old, "capacity_timeout_seconds": 60}).replaces == []
     changed = provider.diff("id", old, {**old, "template": TEMPLATE.replace("42", "43")})
     assert changed.replaces == ["template"] and changed.delete_before_replace
+
+
+def test_vms_an_interrupted_up_left_under_the_names_are_deleted_before_the_insert(standin, provider):
+    standin.instances["demo--ab12-node-n001"] = {"name": "demo--ab12-node-n001", "status": "RUNNING", "old": True}
+    provider.create(_props(2))
+    assert sorted(standin.instances) == ["demo--ab12-node-n000", "demo--ab12-node-n001"]
+    assert "old" not in standin.instances["demo--ab12-node-n001"]  # the new one
+    methods = [(m, p.rsplit("/", 1)[1]) for m, p, _ in standin.requests if m != "GET"]
+    assert methods == [("DELETE", "demo--ab12-node-n001"), ("POST", "bulkInsert")]
+
+
+class _NoGroup:
+    """``instanceGroupManagers.listManagedInstances`` of a group that does not exist."""
+
+    def list_managed_instances(self, **kwargs):
+        from google.api_core.exceptions import NotFound
+
+        raise NotFound("no group")
+
+
+def test_down_finds_the_bulk_nodes_and_deletes_what_an_interrupted_up_left(standin, provider):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from gpuinfra import teardown
+    from gpuinfra.plan.boot_gcp import node_prefix
+    from tests.blueprints.helpers import make_spec
+
+    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, gcp_project="demo-project")
+    names = list(gcp_bulk_instance_names(node_prefix(spec), 2))
+    clients = teardown.CloudClients(
+        groups=_NoGroup(),
+        instances=compute_v1.InstancesClient(
+            credentials=AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=standin.url),
+            transport="rest",
+        ),
+    )
+    for name in names:
+        standin.instances[name] = {"name": name, "status": "RUNNING"}
+    found = teardown.list_nodes(spec, {"bulk_instance_names": names}, clients)
+    assert [(n.name, n.state) for n in found] == [(names[0], "RUNNING"), (names[1], "RUNNING")]
+    assert teardown.delete_gcp_bulk_leftovers(spec, clients) == names
+    assert standin.instances == {}
+    assert teardown.list_nodes(spec, {"bulk_instance_names": names}, clients) == []

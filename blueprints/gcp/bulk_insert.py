@@ -170,6 +170,11 @@ def form(
         per_instance_properties={name: compute_v1.BulkInsertInstanceResourcePerInstanceProperties() for name in names},
     )
     errors: list[GcpError] = []
+    # VMs under these names are an interrupted `up`'s (this resource is being created, so the
+    # state knows none): deleted first, or the insert would fail on names that exist
+    delete_all(
+        clients, project, zone, existing(clients, project, zone, names), delete_wait_seconds, poll_seconds, clock, sleep
+    )
     try:
         operation = clients.instances.bulk_insert_unary(
             project=project, zone=zone, bulk_insert_instance_resource_resource=resource

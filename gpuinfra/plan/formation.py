@@ -6,8 +6,6 @@ reports every node created or reports no capacity (exit 7), with nothing it made
 
 from __future__ import annotations
 
-from gpuinfra.rules.gcp import FORMATION_BULK_INSERT, FORMATION_BULK_MODE
-
 #: Default of ``up --capacity-timeout``, in seconds: the wait for every node of the cluster.
 #: A product default, equal to the default create timeout of a managed instance group in the
 #: provider pulumi-gcp wraps (15 minutes: registry.terraform.io/providers/hashicorp/google/latest/
@@ -20,11 +18,11 @@ MAX_CAPACITY_TIMEOUT_SECONDS = 86_400
 #: ``GcpClusterPlan.formation``: STANDARD and SPOT VMs come from one ``instances.bulkInsert``
 #: with ``minCount`` = ``count`` = the nodes (all or nothing; blueprints/gcp/bulk_insert.py), the
 #: group's MIG starting at size 0 (it only ever holds the replacements the nodes ask it for).
-BULK_INSERT = FORMATION_BULK_INSERT
+BULK_INSERT = "bulk_insert"
 #: ``GcpClusterPlan.formation``: reservation-bound (and flex-start) VMs come from the MIG itself in
 #: bulk mode (``targetSizePolicy.mode = BULK``: "the MIG creates all VMs at once or none",
 #: cloud.google.com/compute/docs/instance-groups/about-bulk-mode), the only models bulk mode takes.
-BULK_MODE = FORMATION_BULK_MODE
+BULK_MODE = "bulk_mode"
 #: Stack config key (namespace ``gpuinfra``) through which ``up`` passes ``--capacity-timeout`` to
 #: the Pulumi program (written into the stack file before each ``up``; absent: the default).
 CAPACITY_TIMEOUT_CONFIG_KEY = "capacity_timeout_seconds"

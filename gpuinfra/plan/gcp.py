@@ -115,6 +115,11 @@ class GcpClusterPlan:
     action_on_failure: str
     formation: str = BULK_INSERT
 
+    @property
+    def bulk_insert(self) -> bool:
+        """The nodes come from one bulk insert (``formation`` is :data:`~gpuinfra.plan.formation.BULK_INSERT`)."""
+        return self.formation == BULK_INSERT
+
 
 def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
     """VPCs for the machine's NIC networks (see module docstring); ``None``: the system VPC

@@ -48,9 +48,6 @@ BULK_PROVISIONING_MODELS = ("RESERVATION_BOUND", "FLEX_START")
 #: after a reservation's end that is a group retrying forever.
 REPAIR = "REPAIR"
 DO_NOTHING = "DO_NOTHING"
-#: Values of ``GcpClusterPlan.formation`` (documented in :mod:`gpuinfra.plan.formation`).
-FORMATION_BULK_INSERT = "bulk_insert"
-FORMATION_BULK_MODE = "bulk_mode"
 
 
 def action_on_failure(model: str) -> str:

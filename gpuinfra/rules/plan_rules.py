@@ -170,7 +170,7 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     out += gcp.bulk_mode_violations(
         "plan.all_or_nothing", plan.provisioning_model, ["BULK"] if plan.all_or_nothing else []
     )
-    bulk = plan.formation == gcp.FORMATION_BULK_INSERT  # the component's insert has minCount = count = nodes
+    bulk = plan.bulk_insert  # the component's insert has minCount = count = nodes
     out += gcp.bulk_insert_violations(
         "plan.formation", plan.provisioning_model, 0 if bulk else spec.nodes, [(spec.nodes, spec.nodes)] if bulk else []
     )

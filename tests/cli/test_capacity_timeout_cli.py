@@ -1,0 +1,113 @@
+"""`up --capacity-timeout` on a GCP stack: bounds checked before anything runs, passed to the
+Pulumi program through the stack file (``gpuinfra:capacity_timeout_seconds``), and a bulk
+insert's classified failure ends `up` with its exit code and nothing left (the Automation API
+replaced at its boundary by a recording fake)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import yaml
+
+from gpuinfra import lifecycle
+from gpuinfra.launch_errors import GcpError, gcp_launch_error
+from gpuinfra.lifecycle import StackStatus
+from gpuinfra.plan.formation import DEFAULT_CAPACITY_TIMEOUT_SECONDS
+
+
+class RecordingBackend:
+    """Records calls; ``up`` reads the timeout the program would read, then raises ``fail``."""
+
+    def __init__(self, project, fail=None):
+        self.project, self.fail, self.calls, self.timeouts = project, fail, [], []
+        self.deployed: set[str] = set()
+
+    def list_stacks(self, project_dir):
+        return [StackStatus(n, False, datetime.now(UTC) - timedelta(hours=1), 30) for n in sorted(self.deployed)]
+
+    def up(self, project_dir, stack, on_event):
+        self.calls.append("up")
+        doc = yaml.safe_load((self.project / "stacks" / f"Pulumi.{stack}.yaml").read_text())
+        self.timeouts.append(doc["config"].get("gpuinfra:capacity_timeout_seconds"))
+        if self.fail:
+            raise self.fail
+        self.deployed.add(stack)
+        return {"create": 20}
+
+    def replacements(self, project_dir, stack):
+        return []
+
+    def pending_creates(self, project_dir, stack):
+        return []
+
+    def destroy(self, project_dir, stack, on_event):
+        self.calls.append("destroy")
+        self.deployed.discard(stack)
+        return {"delete": 20}
+
+
+@pytest.fixture
+def gcp_project(run_cli, tmp_path, monkeypatch):
+    result = run_cli(
+        "new", "--instance-type", "a2-highgpu-8g", "--nodes", "2", "--cloud", "gcp", "--spot",
+        "--name", "train", "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    monkeypatch.setattr(lifecycle, "check_credentials", lambda cloud: None)
+    monkeypatch.setattr(lifecycle, "run_preflight", lambda spec: [])
+    return tmp_path
+
+
+def _use(monkeypatch, backend):
+    monkeypatch.setattr(lifecycle, "make_backend", lambda: backend)
+
+
+@pytest.mark.parametrize("seconds", ["59", "86401", "0"])
+def test_a_capacity_timeout_out_of_bounds_is_refused_before_anything_runs(run_cli, gcp_project, monkeypatch, seconds):
+    backend = RecordingBackend(gcp_project)
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--capacity-timeout", seconds, "--project-dir", str(gcp_project))
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--capacity-timeout" in result.stderr and "Traceback" not in result.stderr
+    assert backend.calls == []
+
+
+def test_the_capacity_timeout_reaches_the_program_and_defaults_when_not_given(run_cli, gcp_project, monkeypatch):
+    backend = RecordingBackend(gcp_project)
+    _use(monkeypatch, backend)
+    assert run_cli("up", "train", "--capacity-timeout", "120", "--project-dir", str(gcp_project)).exit_code == 0
+    assert run_cli("up", "train", "--project-dir", str(gcp_project)).exit_code == 0
+    assert backend.timeouts == [120, DEFAULT_CAPACITY_TIMEOUT_SECONDS]
+
+
+@pytest.mark.parametrize(
+    ("code", "exit_code"),
+    [("ZONE_RESOURCE_POOL_EXHAUSTED", 7), ("QUOTA_EXCEEDED", 9), ("INVALID_FIELD_VALUE", 10)],
+)
+def test_a_failed_bulk_insert_ends_up_with_its_class_and_destroys_the_new_stack(
+    run_cli, gcp_project, monkeypatch, code, exit_code
+):
+    from pulumi import automation as auto
+
+    error = gcp_launch_error([GcpError(code, "stand-in")], 1, 2, "a2-highgpu-8g", "us-central1-a", "us-central1")
+    # what the engine prints when the dynamic provider's create raises (the line `up` reads)
+    text = (
+        f"error: update failed\n  train-bulk (pulumi-python:dynamic/gcp:BulkInsert):\n    error: Exception: {error}\n"
+    )
+    backend = RecordingBackend(gcp_project)
+    _use(monkeypatch, backend)
+    monkeypatch.setattr(
+        backend, "up", lambda *a, **k: (backend.calls.append("up"), lifecycle._run(_raiser(auto, text), "train"))[1]
+    )
+    result = run_cli("up", "train", "--capacity-timeout", "60", "--project-dir", str(gcp_project))
+    assert result.exit_code == exit_code, result.stderr
+    assert backend.calls == ["up", "destroy"]
+    assert code in result.stderr and result.stderr.count("\n") == 1
+
+
+def _raiser(auto, text):
+    def operation():
+        raise auto.CommandError(auto.CommandResult(stdout="", stderr=text, code=255))
+
+    return operation
