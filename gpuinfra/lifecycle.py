@@ -701,7 +701,7 @@ def destroy_cluster(
             changes = backend.destroy(project_dir, stack, on_event)
     else:
         say(f"stack {stack!r} has no deployed resources: nothing to destroy")
-    if clients is not None and spec.cloud == "gcp" and spec.gcp_project:
+    if clients is not None and clients.instances is not None and spec.cloud == "gcp" and spec.gcp_project:
         try:  # VMs under the stack's fixed bulk-insert names that an interrupted `up` left
             leftovers = teardown.delete_gcp_bulk_leftovers(spec, clients)
         except OperationError as exc:
