@@ -17,7 +17,11 @@ Formation (``GcpClusterPlan.formation``), all or nothing in every market:
 * reservation-bound (:data:`~gpuinfra.plan.formation.BULK_MODE`): the MIG in bulk mode at target
   size N, as before.
 
-All nodes come from one template, so the resource count does not grow with the node count. The template's ``max_run_duration`` (TTL + the backstop delay of
+All nodes come from one template, so the resource count does not grow with the node count.
+Placement of bulk-inserted nodes: the template's compact policy (A2, G2, A3 1g-4g) applies to them
+as to any VM of the template; the MIG's HIGH_THROUGHPUT workload policy (A3 8g, Mega, Ultra, A4)
+applies to the VMs the MIG creates, so bulk-inserted nodes of those machines are placed by no
+policy of this stack (open: a placement policy for them). The template's ``max_run_duration`` (TTL + the backstop delay of
 :mod:`gpuinfra.plan.backstop`) is the cloud-side backstop and works inside a MIG: "When a VM
 reaches its time limit, the MIG automatically terminates (deletes) that VM"
 (cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs), and since 2024 it is

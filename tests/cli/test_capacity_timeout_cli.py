@@ -19,8 +19,8 @@ from gpuinfra.plan.formation import DEFAULT_CAPACITY_TIMEOUT_SECONDS
 class RecordingBackend:
     """Records calls; ``up`` reads the timeout the program would read, then raises ``fail``."""
 
-    def __init__(self, project, fail=None):
-        self.project, self.fail, self.calls, self.timeouts = project, fail, [], []
+    def __init__(self, project, fail_text=None):
+        self.project, self.fail_text, self.calls, self.timeouts = project, fail_text, [], []
         self.deployed: set[str] = set()
 
     def list_stacks(self, project_dir):
@@ -30,8 +30,13 @@ class RecordingBackend:
         self.calls.append("up")
         doc = yaml.safe_load((self.project / "stacks" / f"Pulumi.{stack}.yaml").read_text())
         self.timeouts.append(doc["config"].get("gpuinfra:capacity_timeout_seconds"))
-        if self.fail:
-            raise self.fail
+        if self.fail_text:  # the Automation API's error, read as the real backend reads it
+            from pulumi import automation as auto
+
+            def failed():
+                raise auto.CommandError(auto.CommandResult(stdout="", stderr=self.fail_text, code=255))
+
+            return lifecycle._run(failed, stack)
         self.deployed.add(stack)
         return {"create": 20}
 
@@ -88,26 +93,25 @@ def test_the_capacity_timeout_reaches_the_program_and_defaults_when_not_given(ru
 def test_a_failed_bulk_insert_ends_up_with_its_class_and_destroys_the_new_stack(
     run_cli, gcp_project, monkeypatch, code, exit_code
 ):
-    from pulumi import automation as auto
-
     error = gcp_launch_error([GcpError(code, "stand-in")], 1, 2, "a2-highgpu-8g", "us-central1-a", "us-central1")
-    # what the engine prints when the dynamic provider's create raises (the line `up` reads)
+    # the engine's report of a dynamic provider whose create raised: the marker line is what `up` reads
     text = (
         f"error: update failed\n  train-bulk (pulumi-python:dynamic/gcp:BulkInsert):\n    error: Exception: {error}\n"
     )
-    backend = RecordingBackend(gcp_project)
+    backend = RecordingBackend(gcp_project, fail_text=text)
     _use(monkeypatch, backend)
-    monkeypatch.setattr(
-        backend, "up", lambda *a, **k: (backend.calls.append("up"), lifecycle._run(_raiser(auto, text), "train"))[1]
-    )
     result = run_cli("up", "train", "--capacity-timeout", "60", "--project-dir", str(gcp_project))
     assert result.exit_code == exit_code, result.stderr
     assert backend.calls == ["up", "destroy"]
     assert code in result.stderr and result.stderr.count("\n") == 1
 
 
-def _raiser(auto, text):
-    def operation():
-        raise auto.CommandError(auto.CommandResult(stdout="", stderr=text, code=255))
-
-    return operation
+def test_run_checks_the_capacity_timeout_before_it_writes_or_starts_anything(run_cli, tmp_path, monkeypatch):
+    backend = RecordingBackend(tmp_path)
+    _use(monkeypatch, backend)
+    result = run_cli(
+        "run", "--gpus", "8xA100", "--cloud", "gcp", "--name", "job", "--capacity-timeout", "30",
+        "--project-dir", str(tmp_path), "--", "python", "train.py",
+    )  # fmt: skip
+    assert result.exit_code == 2 and "--capacity-timeout 30" in result.stderr
+    assert not (tmp_path / "stacks").exists() and backend.calls == []
