@@ -84,11 +84,8 @@ class GcpGpuCluster(pulumi.ComponentResource):
             "bucket_name": self.bucket.name,
             "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),
             "instance_group": self.group.instance_group,
-            "list_nodes_command": (
-                f"gcloud compute instances list --filter='name~^{prefix}-' --zones {spec.zone}"
-                if self.bulk is not None
-                else f"gcloud compute instance-groups managed list-instances {prefix} --zone {spec.zone}"
-            ),
+            # the MIG's members and the bulk-inserted nodes: every VM named <group>-...
+            "list_nodes_command": f"gcloud compute instances list --zones {spec.zone} --filter='name~^{prefix}-'",
             "ssh_command": (
                 f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap"
                 if spec.network.iap_ssh
