@@ -115,3 +115,32 @@ def test_run_checks_the_capacity_timeout_before_it_writes_or_starts_anything(run
     )  # fmt: skip
     assert result.exit_code == 2 and "--capacity-timeout 30" in result.stderr
     assert not (tmp_path / "stacks").exists() and backend.calls == []
+
+
+def test_up_fallback_passes_the_timeout_to_each_rung_and_a_bulk_stockout_moves_on(run_cli, tmp_path, monkeypatch):
+    from gpuinfra.services import ladder
+
+    made = run_cli(
+        "new", "--gpus", "8xA100", "--nodes", "2", "--cloud", "gcp", "--spot", "--name", "lad", "--fallback", "1",
+        "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    monkeypatch.setattr(ladder, "check_credentials", lambda cloud: None)
+    monkeypatch.setattr(ladder, "run_preflight", lambda spec: [])
+    stockout = gcp_launch_error(
+        [GcpError("ZONE_RESOURCE_POOL_EXHAUSTED", "stand-in")], 1, 2, "a2-highgpu-8g", "us-central1-a", "us-central1"
+    )
+    text = f"error: update failed\n    error: Exception: {stockout}\n"
+
+    class FirstRungOut(RecordingBackend):
+        def up(self, project_dir, stack, on_event):
+            self.fail_text = text if stack == "lad" else None
+            return super().up(project_dir, stack, on_event)
+
+    backend = FirstRungOut(tmp_path)
+    _use(monkeypatch, backend)
+    result = run_cli("up", "lad", "--fallback", "--capacity-timeout", "300", "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == ["up", "destroy", "up"] and backend.deployed == {"lad-fb1"}
+    assert backend.timeouts == [300, 300]  # each rung's program got the bound
+    assert "formed rung 1: lad-fb1" in result.stdout and "ZONE_RESOURCE_POOL_EXHAUSTED" in result.stdout
