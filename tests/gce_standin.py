@@ -29,12 +29,18 @@ class Capacity:
         error: the operation's error code when it ends (None: no error).
         running: the operation never reaches DONE.
         refuse: (HTTP status, reason) of a refused call: nothing is created, no operation.
+        late: with ``running``, once the caller deleted one of the VMs (it gave up), each read of
+            the operation creates one more of its VMs, until every one exists.
+        ends_after_reads: with ``running``, the operation ends (DONE, with ``error``) at this
+            read after the caller's first delete (None: never).
     """
 
     creates: int | None = None
     error: str | None = None
     running: bool = False
     refuse: tuple[int, str] | None = None
+    late: bool = False
+    ends_after_reads: int | None = None
 
 
 @dataclass
@@ -45,6 +51,7 @@ class ComputeStandin:
     instances: dict[str, dict] = field(default_factory=dict)
     operations: dict[str, dict] = field(default_factory=dict)
     requests: list[tuple[str, str, dict]] = field(default_factory=list)
+    deleted: bool = False
 
     def __post_init__(self) -> None:
         standin = self
@@ -106,6 +113,20 @@ class ComputeStandin:
         self.operations[name] = op
         return op
 
+    def _advance(self, op: dict, zone: str) -> None:
+        """One read of a running bulk insert: maybe a late VM, maybe the end (:class:`Capacity`)."""
+        cap = self.capacity
+        if not self.deleted:
+            return
+        op["_reads"] += 1
+        if cap.late and op["_pending"]:
+            name = op["_pending"].pop(0)
+            self.instances[name] = {"kind": "compute#instance", "name": name, "zone": zone, "status": "PROVISIONING"}
+        if cap.ends_after_reads is not None and op["_reads"] >= cap.ends_after_reads:
+            op["status"] = "DONE"
+            if cap.error:
+                op["error"] = {"errors": [{"code": cap.error, "message": f"{cap.error} (stand-in)"}]}
+
     @staticmethod
     def _not_found(what: str) -> tuple[int, dict]:
         return 404, {"error": {"code": 404, "message": f"The resource '{what}' was not found", "errors": []}}
@@ -137,11 +158,19 @@ class ComputeStandin:
                     "status": "PROVISIONING" if cap.running else "RUNNING",
                     "sourceInstanceTemplate": body.get("sourceInstanceTemplate", ""),
                 }
-            return 200, self._operation(zone, "bulkInsert", path, done=not cap.running, error=cap.error)
+            op = self._operation(
+                zone, "bulkInsert", path, done=not cap.running, error=None if cap.running else cap.error
+            )
+            op["_pending"], op["_reads"] = names[len(made) :], 0
+            return 200, {k: v for k, v in op.items() if not k.startswith("_")}
         if rest.startswith("operations/"):
             name = rest.split("/")[1]
             op = self.operations.get(name)
-            return (200, op) if op else self._not_found(name)
+            if op is None:
+                return self._not_found(name)
+            if op["status"] == "RUNNING":
+                self._advance(op, zone)
+            return 200, {k: v for k, v in op.items() if not k.startswith("_")}
         if rest.startswith("instances/"):
             name = rest.split("/", 1)[1]
             if name not in self.instances:
@@ -149,6 +178,7 @@ class ComputeStandin:
             if method == "GET":
                 return 200, self.instances[name]
             if method == "DELETE":
+                self.deleted = True
                 del self.instances[name]
                 return 200, self._operation(zone, "delete", path, done=True)
         return self._not_found(path)

@@ -54,6 +54,7 @@ def provider(standin, monkeypatch):
     from blueprints.gcp import bulk_insert
 
     monkeypatch.setattr(bulk_insert, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(bulk_insert, "DELETE_WAIT_SECONDS", 1.0)
     return BulkInsertProvider(ClientOptions(api_endpoint=standin.url), AnonymousCredentials())
 
 
@@ -90,6 +91,8 @@ def test_partial_capacity_leaves_no_vm_and_reports_the_stockout_as_capacity(stan
 
 
 def test_a_bulk_insert_still_running_at_the_capacity_timeout_is_undone_within_the_bound(standin, provider):
+    """The operation never ends: what it made is deleted, and `up` reports after the timeout plus
+    the bounded wait for the operation's end (DELETE_WAIT_SECONDS, 1 s here)."""
     standin.capacity = Capacity(creates=2, running=True)
     timeout = 1.5
     start = time.monotonic()
@@ -97,8 +100,26 @@ def test_a_bulk_insert_still_running_at_the_capacity_timeout_is_undone_within_th
         provider.create(_props(4, timeout=timeout))
     took = time.monotonic() - start
     assert standin.instances == {}
-    assert timeout <= took < timeout + 2.0, took  # reported within the timeout plus the deletes
+    assert timeout <= took < timeout + 1.0 + 1.0, took  # timeout + the drain bound + 1 s of slack
     assert "CAPACITY_TIMEOUT" in str(raised.value) and "1.5 s" in str(raised.value)
+
+
+def test_vms_a_timed_out_insert_still_makes_are_deleted_until_it_ends(standin, provider):
+    """Compute Engine cannot cancel the operation: after the timeout's deletes it creates two more
+    VMs, then ends with ZONE_RESOURCE_POOL_EXHAUSTED; none of them is left."""
+    standin.capacity = Capacity(
+        creates=1, running=True, late=True, ends_after_reads=4, error="ZONE_RESOURCE_POOL_EXHAUSTED"
+    )
+    start = time.monotonic()
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(3, timeout=1))
+    took = time.monotonic() - start
+    made = {path.rsplit("/", 1)[1] for method, path, _ in standin.requests if method == "DELETE"}
+    assert made == {"demo--ab12-node-n000", "demo--ab12-node-n001", "demo--ab12-node-n002"}  # the late ones too
+    assert standin.instances == {}
+    assert standin.operations["operation-1"]["status"] == "DONE"  # it was read until it ended
+    assert took < 1 + 1.0 + 1.0, took
+    assert "CAPACITY_TIMEOUT" in str(raised.value)
 
 
 def test_quota_exceeded_is_the_quota_class(standin, provider):

@@ -7,7 +7,7 @@ and an ordinary group keeps creating VMs after a failed ``up``. A zonal ``instan
 (cloud.google.com/compute/docs/reference/rest/v1/instances/bulkInsert) with ``minCount`` =
 ``count`` = N is all-or-nothing: "If min_count instances cannot be created, then no instances will
 be created and instances already created will be deleted" (``BulkInsertInstanceResource.minCount``,
-Compute v1 reference). Slurm on GCP forms its placement-group nodes the same way:
+Compute v1 reference). Slurm on GCP forms its placement-group nodes the same way (@02895bea):
 cluster-toolkit ``community/modules/scheduler/schedmd-slurm-gcp-v6-controller/modules/slurm_files/
 scripts/resume.py`` (``create_instances_request``: ``count`` = the nodes, ``sourceInstanceTemplate``,
 ``perInstanceProperties`` keyed by the node names, and no ``minCount`` with a placement group "to
@@ -138,18 +138,26 @@ def delete_all(
 def form(
     clients: ComputeClients,
     props: dict[str, Any],
-    poll_seconds: float = POLL_SECONDS,
-    delete_wait_seconds: float = DELETE_WAIT_SECONDS,
+    poll_seconds: float | None = None,
+    delete_wait_seconds: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> None:
     """One all-or-nothing bulk insert of ``props["names"]`` (module docstring).
+
+    When the capacity timeout passes with the operation still running, the VMs it made are
+    deleted, and as Compute Engine has no call that cancels an operation (``zoneOperations``
+    has ``delete`` -- of the record --, ``get``, ``list`` and ``wait``:
+    cloud.google.com/compute/docs/reference/rest/v1/zoneOperations), the operation is read on
+    until it ends, at most ``delete_wait_seconds``, deleting whatever of its names it still
+    creates: ``up`` reports at the latest after the timeout plus that bound, nothing left.
 
     Args:
         clients: :func:`make_clients`.
         props: the resource's inputs: ``project``, ``zone``, ``region``, ``template`` (the
             template's ``self_link_unique``), ``names``, ``machine_type``,
             ``capacity_timeout_seconds``.
+        poll_seconds, delete_wait_seconds: None: :data:`POLL_SECONDS`, :data:`DELETE_WAIT_SECONDS`.
 
     Raises:
         GpuinfraError: the classified failure (``CapacityError`` on
@@ -160,6 +168,8 @@ def form(
     from google.api_core.exceptions import GoogleAPICallError
     from google.cloud import compute_v1
 
+    poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
+    delete_wait_seconds = DELETE_WAIT_SECONDS if delete_wait_seconds is None else delete_wait_seconds
     project, zone, names = props["project"], props["zone"], list(props["names"])
     timeout = float(props["capacity_timeout_seconds"])
     start = clock()
@@ -184,6 +194,15 @@ def form(
             operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
         if operation.status != compute_v1.Operation.Status.DONE:
             errors = [GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s")]
+            drained = clock()
+            while True:  # no cancel: delete what it made, and what it still makes, until it ends
+                delete_all(
+                    clients, project, zone, existing(clients, project, zone, names), 0, poll_seconds, clock, sleep
+                )
+                if operation.status == compute_v1.Operation.Status.DONE or clock() - drained >= delete_wait_seconds:
+                    break
+                sleep(poll_seconds)
+                operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
         else:
             errors = _operation_errors(operation)
     except GoogleAPICallError as exc:
@@ -228,9 +247,10 @@ class BulkInsertProvider(dynamic.ResourceProvider):
         Raises:
             RuntimeError: some VMs still exist after :data:`DELETE_WAIT_SECONDS` (named).
         """
-        left = delete_all(self._clients(), props["project"], props["zone"], list(props["names"]))
+        wait = DELETE_WAIT_SECONDS
+        left = delete_all(self._clients(), props["project"], props["zone"], list(props["names"]), wait, POLL_SECONDS)
         if left:
-            raise RuntimeError(f"VMs not deleted within {DELETE_WAIT_SECONDS:g} s: {', '.join(left)}")
+            raise RuntimeError(f"VMs not deleted within {wait:g} s: {', '.join(left)}")
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         """Any changed input but :data:`NOT_REPLACING` replaces the VMs, the old ones deleted
