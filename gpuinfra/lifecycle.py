@@ -370,7 +370,8 @@ def deploy(
     Raises:
         SpecError: less than :data:`MIN_TTL_LEFT` of the TTL is left, or the stack file has no
             ``name_suffix`` (:meth:`ClusterSpec.check_name_suffix`) (exit 2).
-        RequestError: the update would replace running nodes and ``replace_nodes`` is False (exit 2).
+        RequestError: the update would replace running nodes and ``replace_nodes`` is False, or a
+            GCP stack deployed with its nodes in its MIG would gain a bulk insert's (exit 2).
         CapacityError: not all nodes launched for lack of capacity (exit 7).
         QuotaError: the preflight found a shortfall, or EC2 refused the launch for a quota (exit 9).
         NotOfferedError: the preflight found the type / accelerator not offered in the zone (exit 4).
@@ -397,6 +398,12 @@ def deploy(
         if deployed
         else []
     )
+    if deployed and _gains_bulk_nodes(backend, project_dir, spec):
+        raise RequestError(
+            f"stack {stack!r} was deployed with its nodes in its managed instance group; this gpuinfra forms "
+            "them with one all-or-nothing bulk insert, and an `up` now would add that insert's nodes next to the "
+            f"group's: run `gpuinfra down {stack}`, then `gpuinfra up {stack}`"
+        )
     if nodes and not replace_nodes:
         raise RequestError(
             f"this update of stack {stack!r} would replace its running nodes ({', '.join(nodes)}: the change "
@@ -441,6 +448,19 @@ def deploy(
     if (nodes or orphaned) and replaced:  # Pulumi deleted the replaced nodes: any left are an interrupted up's
         sweep_orphans(spec, replaced)
     return changes
+
+
+def _gains_bulk_nodes(backend: Backend, project_dir: Path, spec: ClusterSpec) -> bool:
+    """A deployed GCP stack of a bulk-insert formation whose outputs have no
+    ``bulk_instance_names``: deployed by an earlier gpuinfra, its nodes are its MIG's (whose
+    ``targetSize`` Pulumi now ignores), so an ``up`` would create the bulk insert's as well."""
+    if spec.cloud != "gcp":
+        return False
+    from gpuinfra.plan.gcp import plan_gcp_cluster  # GCP stacks only
+
+    if not plan_gcp_cluster(spec).bulk_insert:
+        return False
+    return "bulk_instance_names" not in backend.outputs(project_dir, spec.stack)
 
 
 def _up_retrying_profile(

@@ -43,6 +43,9 @@ class RecordingBackend:
     def replacements(self, project_dir, stack):
         return []
 
+    def outputs(self, project_dir, stack):
+        return {"bucket_name": "b", "bulk_instance_names": [f"{stack}-n000"]}
+
     def pending_creates(self, project_dir, stack):
         return []
 
@@ -144,3 +147,18 @@ def test_up_fallback_passes_the_timeout_to_each_rung_and_a_bulk_stockout_moves_o
     assert backend.calls == ["up", "destroy", "up"] and backend.deployed == {"lad-fb1"}
     assert backend.timeouts == [300, 300]  # each rung's program got the bound
     assert "formed rung 1: lad-fb1" in result.stdout and "ZONE_RESOURCE_POOL_EXHAUSTED" in result.stdout
+
+
+def test_up_refuses_a_stack_deployed_with_its_nodes_in_the_group(run_cli, gcp_project, monkeypatch):
+    """Deployed by an earlier gpuinfra (MIG at size N, no bulk insert): an `up` would add the bulk
+    insert's N nodes next to the group's N, so it refuses before Pulumi runs."""
+    backend = RecordingBackend(gcp_project)
+    backend.deployed.add("train")
+    backend.outputs = lambda project_dir, stack: {"bucket_name": "b", "instance_group": "g"}
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(gcp_project))
+    assert result.exit_code == 2 and "gpuinfra down train" in result.stderr
+    assert backend.calls == []
+    backend.outputs = lambda project_dir, stack: {"bucket_name": "b", "bulk_instance_names": ["x"]}
+    assert run_cli("up", "train", "--project-dir", str(gcp_project)).exit_code == 0
+    assert backend.calls == ["up"]
