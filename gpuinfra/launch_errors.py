@@ -211,3 +211,106 @@ def fleet_launch_error(
             f"--region {region} --fleet-ids {fleet_id} --query Fleets[0].Errors`"
         )
     return launch_error(errors, launched, nodes, instance_type, zone, region, stack)
+
+
+# -- GCP: the errors of one instances.bulkInsert ----------------------------------------------------
+#
+# A zonal ``instances.bulkInsert`` (cloud.google.com/compute/docs/reference/rest/v1/instances/
+# bulkInsert) reports its failure in the zone operation's ``error.errors[]`` (each ``code`` /
+# ``message``), or, refused before any operation exists, as the HTTP error of the call itself.
+
+#: Type token of the resource that makes such a bulk insert (blueprints/gcp/bulk_insert.py, a
+#: Pulumi dynamic resource: ``pulumi-python:dynamic/<module>:<name>``); defined here, the one
+#: module the blueprint, the rules and the cost estimate all import without a cycle.
+GCP_BULK_INSERT_TYPE = "pulumi-python:dynamic/gcp:BulkInsert"
+
+#: Compute Engine's codes of a zone without the capacity asked for: "Compute Engine returns an
+#: error message similar to one of the following ... ZONE_RESOURCE_POOL_EXHAUSTED,
+#: ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS" (cloud.google.com/compute/docs/troubleshooting/
+#: troubleshooting-resource-availability: "a quota increase doesn't resolve them").
+GCP_CAPACITY_CODES = frozenset({"ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"})
+#: "If you exceed a quota for Compute Engine, Google Cloud typically returns an HTTP 403
+#: QUOTA_EXCEEDED status code ... If the quota is a rate quota, then 403 RATE_LIMIT_EXCEEDED is
+#: returned" (cloud.google.com/docs/quotas/troubleshoot).
+GCP_QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "RATE_LIMIT_EXCEEDED"})
+#: The code :func:`gcp_launch_error` gives a bulk insert still running when ``up``'s capacity
+#: timeout passed (gpuinfra's own, not Compute Engine's): classified as capacity, as the zone did
+#: not give every VM within the bound the user set.
+GCP_TIMEOUT_CODE = "CAPACITY_TIMEOUT"
+#: HTTP status of a call the caller's permissions refuse (google.api_core.exceptions.Forbidden;
+#: Compute's permission errors: "Required 'compute.instances.create' permission", a 403 whose
+#: code is none of :data:`GCP_QUOTA_CODES`).
+GCP_FORBIDDEN_STATUS = 403
+
+
+@dataclass(frozen=True)
+class GcpError:
+    """One error of a bulk insert: an entry of the zone operation's ``error.errors`` (``code``,
+    ``message``), or the HTTP error of the call (``status``: its HTTP status, else 0).
+
+    Attributes:
+        code: Compute Engine's error code (``ZONE_RESOURCE_POOL_EXHAUSTED``, ``QUOTA_EXCEEDED``, ...).
+        message: its message.
+        status: HTTP status of a refused call (403, 400, ...); 0 for an operation's error.
+    """
+
+    code: str
+    message: str = ""
+    status: int = 0
+
+    @property
+    def kind(self) -> str:
+        """``capacity`` | ``quota`` | ``iam`` | ``invalid`` (:data:`GCP_CAPACITY_CODES`, ...)."""
+        if self.code in GCP_CAPACITY_CODES or self.code == GCP_TIMEOUT_CODE:
+            return "capacity"
+        if self.code in GCP_QUOTA_CODES or any(c in self.message for c in GCP_QUOTA_CODES):
+            return "quota"
+        if self.status == GCP_FORBIDDEN_STATUS:
+            return "iam"
+        return "invalid"
+
+    def line(self) -> str:
+        """``CODE: message`` as Compute Engine gave them."""
+        return f"{self.code}: {self.message}" if self.message else self.code
+
+
+_GCP_ADVICE = {
+    "capacity": "the zone had no capacity for all of them at once; nothing was left running. Try later, another "
+    "zone (`gpuinfra offers --instance-type {itype}`), spot, a reservation, or `gpuinfra up --fallback`",
+    "quota": "a quota is too small: see `gcloud compute regions describe {region}` and ask for more "
+    "(cloud.google.com/docs/quotas/view-manage; docs/capacity.md)",
+    "iam": "the credentials `gpuinfra up` runs with may not create these VMs: they need compute.instances.create "
+    "and iam.serviceAccounts.actAs on the nodes' service account",
+    "invalid": "Compute Engine refused the request's settings; nothing else is tried (another zone would refuse "
+    "them too)",
+}
+
+
+def gcp_launch_error(
+    errors: Iterable[GcpError], created: int, nodes: int, instance_type: str, zone: str, region: str
+) -> GpuinfraError:
+    """The error to raise for a bulk insert of ``nodes`` VMs that did not create them all.
+
+    Args:
+        errors: the operation's errors or the call's (empty: capacity, as a ``minCount`` = count
+            insert that ends without every VM created ran out of capacity).
+        created: VMs that existed when it failed (all of them deleted again by the caller).
+        nodes, instance_type, zone, region: for the message.
+
+    Returns:
+        An instance of the class of the most specific cause (IAM before invalid before quota
+        before capacity, as :func:`launch_error`); its message starts with the class's ``marker``
+        and quotes Compute Engine's codes (at most three, de-duplicated).
+    """
+    errors = list(errors)
+    kinds = {e.kind for e in errors} or {"capacity"}
+    kind, cls = next((k, c) for k, c in _PRECEDENCE if k in kinds)
+    seen: list[str] = []
+    for error in errors:
+        if error.kind == kind and error.line() not in seen:
+            seen.append(error.line())
+    said = f"; Compute Engine said: {' | '.join(seen[:3])}" if seen else "; Compute Engine reported no error"
+    advice = _GCP_ADVICE[kind].format(itype=instance_type, region=region)
+    return cls(
+        f"{cls.marker} the bulk insert created {created} of {nodes} {instance_type} VMs in {zone}{said}. {advice}"
+    )

@@ -63,8 +63,14 @@ from gpuinfra.errors import (
     SpecError,
 )
 from gpuinfra.fsutil import atomic_write_text
-from gpuinfra.launch_errors import PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
+from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
 from gpuinfra.money import Total, usd_json
+from gpuinfra.plan.formation import (
+    CAPACITY_TIMEOUT_CONFIG_KEY,
+    DEFAULT_CAPACITY_TIMEOUT_SECONDS,
+    MAX_CAPACITY_TIMEOUT_SECONDS,
+    MIN_CAPACITY_TIMEOUT_SECONDS,
+)
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
 from gpuinfra.spec import ClusterSpec, new_deployment_id
@@ -300,8 +306,11 @@ FLEET_TYPE = "aws:ec2/fleet:Fleet"
 REPLACE_OPS = frozenset({"replace", "create-replacement", "delete-replaced"})
 #: Resources whose replacement ends the running nodes: an instant fleet cannot be modified, so
 #: any change that reaches it replaces it (blueprints/aws/nodes.py); a GCP group in bulk mode is
-#: replaced when its size changes (blueprints/gcp/nodes.py).
-NODE_RESOURCE_TYPES = frozenset({"aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"})
+#: replaced when its size changes, and a GCP bulk insert when any of its inputs but the capacity
+#: timeout changes (blueprints/gcp/nodes.py, blueprints/gcp/bulk_insert.py).
+NODE_RESOURCE_TYPES = frozenset(
+    {"aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager", GCP_BULK_INSERT_TYPE}
+)
 #: ``up`` refuses a stack with less TTL left than this: the nodes would end (and the AWS
 #: backstop schedule would be set in the past) before a cluster is of any use.
 MIN_TTL_LEFT = timedelta(minutes=30)
@@ -317,6 +326,7 @@ def deploy(
     notes: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     preflight: bool = True,
+    capacity_timeout_seconds: int | None = None,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
@@ -349,6 +359,10 @@ def deploy(
         notes: receives the preflight's note lines and each relaunch (default: dropped).
         sleep: waits between relaunches (tests).
         preflight: run the preflight (False: the caller ran it for this stack).
+        capacity_timeout_seconds: ``up --capacity-timeout``: how long the creation of a GCP
+            bulk-insert formation waits for every node before it deletes what it made and fails
+            with capacity (None: :data:`~gpuinfra.plan.formation.DEFAULT_CAPACITY_TIMEOUT_SECONDS`);
+            written into the stack file, where the program reads it (:func:`record_capacity_timeout`).
 
     Returns:
         The change summary of the ``up``.
@@ -356,7 +370,8 @@ def deploy(
     Raises:
         SpecError: less than :data:`MIN_TTL_LEFT` of the TTL is left, or the stack file has no
             ``name_suffix`` (:meth:`ClusterSpec.check_name_suffix`) (exit 2).
-        RequestError: the update would replace running nodes and ``replace_nodes`` is False (exit 2).
+        RequestError: the update would replace running nodes and ``replace_nodes`` is False, or a
+            GCP stack deployed with its nodes in its MIG would gain a bulk insert's (exit 2).
         CapacityError: not all nodes launched for lack of capacity (exit 7).
         QuotaError: the preflight found a shortfall, or EC2 refused the launch for a quota (exit 9).
         NotOfferedError: the preflight found the type / accelerator not offered in the zone (exit 4).
@@ -366,6 +381,8 @@ def deploy(
     """
     notes = notes or (lambda _line: None)
     stack = spec.stack
+    if capacity_timeout_seconds is not None:
+        check_capacity_timeout(capacity_timeout_seconds)  # bad input: refused before anything runs
     spec.check_name_suffix()  # an old stack file would share its cloud names with any stack of its name
     now = now or datetime.now(UTC)
     if spec.expires_at - now < MIN_TTL_LEFT:
@@ -381,6 +398,12 @@ def deploy(
         if deployed
         else []
     )
+    if deployed and _gains_bulk_nodes(backend, project_dir, spec):
+        raise RequestError(
+            f"stack {stack!r} was deployed with its nodes in its managed instance group; this gpuinfra forms "
+            "them with one all-or-nothing bulk insert, and an `up` now would add that insert's nodes next to the "
+            f"group's: run `gpuinfra down {stack}`, then `gpuinfra up {stack}`"
+        )
     if nodes and not replace_nodes:
         raise RequestError(
             f"this update of stack {stack!r} would replace its running nodes ({', '.join(nodes)}: the change "
@@ -400,6 +423,8 @@ def deploy(
             notes(f"preflight: {line}")
     if not deployed or nodes or orphaned:  # the nodes are created: a new deployment
         record_deployment(project_dir, stack, new_deployment_id())
+    if spec.cloud == "gcp":  # only the GCP program waits on a bulk insert
+        record_capacity_timeout(project_dir, stack, capacity_timeout_seconds)
     try:
         changes = _up_retrying_profile(backend, project_dir, spec, on_event, notes, sleep)
     except LAUNCH_ERRORS as exc:
@@ -423,6 +448,19 @@ def deploy(
     if (nodes or orphaned) and replaced:  # Pulumi deleted the replaced nodes: any left are an interrupted up's
         sweep_orphans(spec, replaced)
     return changes
+
+
+def _gains_bulk_nodes(backend: Backend, project_dir: Path, spec: ClusterSpec) -> bool:
+    """A deployed GCP stack of a bulk-insert formation whose outputs have no
+    ``bulk_instance_names``: deployed by an earlier gpuinfra, its nodes are its MIG's (whose
+    ``targetSize`` Pulumi now ignores), so an ``up`` would create the bulk insert's as well."""
+    if spec.cloud != "gcp":
+        return False
+    from gpuinfra.plan.gcp import plan_gcp_cluster  # GCP stacks only
+
+    if not plan_gcp_cluster(spec).bulk_insert:
+        return False
+    return "bulk_instance_names" not in backend.outputs(project_dir, spec.stack)
 
 
 def _up_retrying_profile(
@@ -468,6 +506,38 @@ def record_deployment(project_dir: Path, stack: str, deployment_id: str) -> None
     doc = yaml.safe_load(path.read_text())
     doc["config"]["gpuinfra:cluster"]["deployment_id"] = deployment_id
     atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
+
+
+def check_capacity_timeout(seconds: int) -> int:
+    """``--capacity-timeout``, within :data:`~gpuinfra.plan.formation.MIN_CAPACITY_TIMEOUT_SECONDS`
+    .. :data:`~gpuinfra.plan.formation.MAX_CAPACITY_TIMEOUT_SECONDS`.
+
+    Raises:
+        RequestError: outside the bounds (exit 2).
+    """
+    if not MIN_CAPACITY_TIMEOUT_SECONDS <= seconds <= MAX_CAPACITY_TIMEOUT_SECONDS:
+        raise RequestError(
+            f"--capacity-timeout {seconds}: give {MIN_CAPACITY_TIMEOUT_SECONDS} to {MAX_CAPACITY_TIMEOUT_SECONDS} "
+            "seconds (how long `up` waits for every node before it reports no capacity)"
+        )
+    return seconds
+
+
+def record_capacity_timeout(project_dir: Path, stack: str, seconds: int | None) -> None:
+    """Write ``gpuinfra:capacity_timeout_seconds`` (``seconds``, None: the default) into the stack
+    file (atomically), where the GCP program reads it for its bulk insert; unchanged files are not
+    rewritten.
+
+    Raises:
+        RequestError: ``seconds`` out of bounds (:func:`check_capacity_timeout`).
+    """
+    seconds = check_capacity_timeout(DEFAULT_CAPACITY_TIMEOUT_SECONDS if seconds is None else seconds)
+    path = stack_file_path(project_dir, stack)
+    doc = yaml.safe_load(path.read_text())
+    key = f"gpuinfra:{CAPACITY_TIMEOUT_CONFIG_KEY}"
+    if doc["config"].get(key) != seconds:
+        doc["config"][key] = seconds
+        atomic_write_text(path, yaml.safe_dump(doc, sort_keys=False))
 
 
 #: Instance states that still bill or can (``shutting-down`` / ``terminated`` are on their way out).
@@ -651,6 +721,16 @@ def destroy_cluster(
             changes = backend.destroy(project_dir, stack, on_event)
     else:
         say(f"stack {stack!r} has no deployed resources: nothing to destroy")
+    if clients is not None and clients.instances is not None and spec.cloud == "gcp" and spec.gcp_project:
+        try:  # VMs under the stack's fixed bulk-insert names that an interrupted `up` left
+            leftovers = teardown.delete_gcp_bulk_leftovers(spec, clients)
+        except OperationError as exc:
+            orphan_error = orphan_error or exc
+            leftovers = []
+        if leftovers:
+            say(
+                f"deleting {len(leftovers)} VM(s) an interrupted `up` left, which Pulumi did not know: {', '.join(leftovers)}"
+            )
     if orphan_error is not None:
         raise orphan_error
     for bucket in buckets:

@@ -52,7 +52,7 @@ from gpuinfra.agent.constants import SYNC_REQUEST_ATTRIBUTE, SYNC_REQUEST_ID_PAT
 from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError
 from gpuinfra.plan.boot_gcp import node_prefix
-from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, dns_safe, stack_id
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, dns_safe, gcp_bulk_instance_names, stack_id
 from gpuinfra.plan.replacement import REPLACES_TAG, replaces_lost_nodes
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
@@ -181,17 +181,62 @@ def list_nodes(spec: ClusterSpec, outputs: dict, clients: CloudClients) -> list[
         return sorted(set(nodes))
     from google.api_core.exceptions import NotFound
 
+    bulk = _gcp_bulk_nodes(spec, [str(n) for n in outputs.get("bulk_instance_names") or []], clients)
     try:
         managed = clients.groups.list_managed_instances(
             project=spec.gcp_project, zone=spec.zone, instance_group_manager=node_prefix(spec)
         )
-        return sorted(
+        members = [
             Node(m.instance.rsplit("/", 1)[-1], m.instance_status or "PROVISIONING") for m in managed if m.instance
-        )
+        ]
     except NotFound:
-        return []
+        members = []
     except Exception as exc:  # noqa: BLE001 -- any client error is one line with its cause
         raise _cloud_error(f"listing the VMs of MIG {node_prefix(spec)}", exc) from None
+    return sorted(set(bulk + members))
+
+
+def _gcp_bulk_nodes(spec: ClusterSpec, names: list[str], clients: CloudClients) -> list[Node]:
+    """Those of the bulk-inserted ``names`` (the ``bulk_instance_names`` output) that still exist
+    (``instances.get``; 404: gone), with their status.
+
+    Raises:
+        OperationError: another cloud error.
+    """
+    from google.api_core.exceptions import NotFound
+
+    nodes = []
+    for name in names:
+        try:
+            vm = clients.instances.get(project=spec.gcp_project, zone=spec.zone, instance=name)
+        except NotFound:
+            continue
+        except Exception as exc:  # noqa: BLE001 -- any client error is one line with its cause
+            raise _cloud_error(f"reading VM {name}", exc) from None
+        nodes.append(Node(name, vm.status or "PROVISIONING"))
+    return nodes
+
+
+def delete_gcp_bulk_leftovers(spec: ClusterSpec, clients: CloudClients) -> list[str]:
+    """After ``down``'s destroy of a GCP stack: delete every VM that still holds one of the stack's
+    fixed bulk-insert names (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`; the stack's
+    name suffix makes them its own). Pulumi deleted the ones it knew; these are an interrupted
+    ``up``'s, whose create never reached the state. Returns the names deleted (the deletes are
+    started, ``instances.delete``; 404: gone).
+
+    Raises:
+        OperationError: a cloud call failed.
+    """
+    if spec.cloud != "gcp":
+        return []
+    names = list(gcp_bulk_instance_names(node_prefix(spec), spec.nodes))
+    left = [n.name for n in _gcp_bulk_nodes(spec, names, clients)]
+    for name in left:
+        try:
+            clients.instances.delete(project=spec.gcp_project, zone=spec.zone, instance=name)
+        except Exception as exc:  # noqa: BLE001 -- any client error is one line with its cause
+            raise _cloud_error(f"deleting VM {name}", exc) from None
+    return left
 
 
 def _aws_nodes(ec2, filters: list[dict]) -> list[Node]:

@@ -6,7 +6,13 @@ import pulumi
 
 from blueprints.gcp.monitoring import build_monitoring
 from blueprints.gcp.network import build_networks
-from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
+from blueprints.gcp.nodes import (
+    build_bulk_instances,
+    build_group,
+    build_placement_policy,
+    build_template,
+    build_workload_policy,
+)
 from blueprints.gcp.storage import (
     build_bucket,
     build_bundle_object,
@@ -17,6 +23,7 @@ from blueprints.gcp.storage import (
 from gpuinfra.money import usd_json
 from gpuinfra.plan.boot_gcp import node_prefix
 from gpuinfra.plan.cluster import plan_cluster
+from gpuinfra.plan.formation import CAPACITY_TIMEOUT_CONFIG_KEY, DEFAULT_CAPACITY_TIMEOUT_SECONDS
 from gpuinfra.spec import ClusterSpec
 
 TYPE_TOKEN = "gpuinfra:gcp:GpuCluster"
@@ -69,13 +76,16 @@ class GcpGpuCluster(pulumi.ComponentResource):
         )
         workload = build_workload_policy(name, spec, plan, project, self)
         self.group = build_group(name, spec, plan, template, workload, project, self)
+        timeout = pulumi.Config("gpuinfra").get_int(CAPACITY_TIMEOUT_CONFIG_KEY) or DEFAULT_CAPACITY_TIMEOUT_SECONDS
+        self.bulk = build_bulk_instances(name, spec, plan, template, project, timeout, self, depends_on=[self.group])
         prefix = node_prefix(spec)
         build_node_role(name, spec, account, project, prefix, self)
         self.outputs = {
             "bucket_name": self.bucket.name,
             "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),
             "instance_group": self.group.instance_group,
-            "list_nodes_command": f"gcloud compute instance-groups managed list-instances {prefix} --zone {spec.zone}",
+            # the MIG's members and the bulk-inserted nodes: every VM named <group>-...
+            "list_nodes_command": f"gcloud compute instances list --zones {spec.zone} --filter='name~^{prefix}-'",
             "ssh_command": (
                 f"gcloud compute ssh <instance> --zone {spec.zone} --tunnel-through-iap"
                 if spec.network.iap_ssh
@@ -90,6 +100,8 @@ class GcpGpuCluster(pulumi.ComponentResource):
             "nics_per_node": cluster_plan.network.nics_per_node,
             "local_ssd_per_node": cluster_plan.storage.scratch_disks,
         }
+        if self.bulk is not None:  # the bulk-inserted nodes (`down` / `status` find them by these names)
+            self.outputs["bulk_instance_names"] = self.bulk.names
         # GPU monitoring: metric writer role, dashboard, idle alert; outputs feed `gpuinfra status`
         build_monitoring_role(name, spec, account, project, self)
         self.monitoring = build_monitoring(name, spec, project, self)

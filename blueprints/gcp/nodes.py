@@ -1,7 +1,27 @@
-"""GPU VMs: compact placement policy, one instance template, one zonal managed instance group.
+"""GPU VMs: compact placement policy, one instance template, one zonal managed instance group,
+and, for STANDARD and SPOT VMs, one all-or-nothing bulk insert.
 
-All nodes come from one template through one zonal MIG, so the resource count does not grow
-with the node count. The template's ``max_run_duration`` (TTL + the backstop delay of
+Formation (``GcpClusterPlan.formation``), all or nothing in every market:
+
+* STANDARD / SPOT (:data:`~gpuinfra.plan.formation.BULK_INSERT`): the nodes come from one
+  ``instances.bulkInsert`` with ``minCount`` = ``count`` = nodes, under the fixed names
+  ``<group>-n000..`` (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`), from the same template
+  (:mod:`blueprints.gcp.bulk_insert`: within ``up --capacity-timeout`` every VM exists, or none
+  does and ``up`` fails with the classified error). The MIG (same name, same template) is
+  created at target size 0 with ``targetSize`` ignored: bulk mode, which would make the MIG
+  itself all-or-nothing, "is only supported with instance templates that specify either a
+  reservation-bound or flex-start provisioning model" (cloud.google.com/compute/docs/
+  instance-groups/about-bulk-mode#limitations), and an ordinary MIG keeps creating VMs after a
+  failed ``up``. Its only members are the replacements the nodes ask it for (``createInstances``
+  when a node is lost), which its REPAIR policy then keeps;
+* reservation-bound (:data:`~gpuinfra.plan.formation.BULK_MODE`): the MIG in bulk mode at target
+  size N, as before.
+
+All nodes come from one template, so the resource count does not grow with the node count.
+Placement of bulk-inserted nodes: the template's compact policy (A2, G2, A3 1g-4g) applies to them
+as to any VM of the template; the MIG's HIGH_THROUGHPUT workload policy (A3 8g, Mega, Ultra, A4)
+applies to the VMs the MIG creates, so bulk-inserted nodes of those machines are placed by no
+policy of this stack (open: a placement policy for them). The template's ``max_run_duration`` (TTL + the backstop delay of
 :mod:`gpuinfra.plan.backstop`) is the cloud-side backstop and works inside a MIG: "When a VM
 reaches its time limit, the MIG automatically terminates (deletes) that VM"
 (cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs), and since 2024 it is
@@ -39,9 +59,11 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from blueprints.gcp.bulk_insert import BulkInstances
 from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
+from gpuinfra.plan.formation import BULK_INSERT
 from gpuinfra.plan.gcp import GcpClusterPlan
-from gpuinfra.plan.naming import child
+from gpuinfra.plan.naming import child, gcp_bulk_instance_names
 from gpuinfra.plan.node_bundle import NodeBundle
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
@@ -185,9 +207,12 @@ def build_group(
     project: str,
     parent: pulumi.Resource,
 ) -> gcp.compute.InstanceGroupManager:
-    """The zonal MIG holding every node. Multi-node groups are all-or-nothing
-    (``targetSizePolicy.mode = BULK``: the MIG creates all VMs at once or none,
-    cloud.google.com/compute/docs/instance-groups/about-target-size-policy)."""
+    """The zonal MIG of the nodes. Reservation-bound groups hold every node and are
+    all-or-nothing (``targetSizePolicy.mode = BULK``: the MIG creates all VMs at once or none,
+    cloud.google.com/compute/docs/instance-groups/about-target-size-policy). For a bulk-insert
+    formation (STANDARD / SPOT) it starts at target size 0 and Pulumi ignores ``targetSize``
+    (the nodes add their replacements to it: a later ``up`` must not undo them)."""
+    bulk_insert = plan.formation == BULK_INSERT
     return gcp.compute.InstanceGroupManager(
         child(name, "nodes"),
         name=node_prefix(spec),  # = base instance name: the agent finds its group from its VM name
@@ -196,7 +221,7 @@ def build_group(
         versions=[
             gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")
         ],
-        target_size=spec.nodes,
+        target_size=0 if bulk_insert else spec.nodes,
         target_size_policies=(
             [gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode="BULK")] if plan.all_or_nothing else None
         ),
@@ -216,7 +241,7 @@ def build_group(
             default_action_on_failure=plan.action_on_failure,
             force_update_on_repair="NO",
         ),
-        wait_for_instances=True,
+        wait_for_instances=not bulk_insert,  # an empty group has nothing to wait for
         wait_for_instances_status="STABLE",
         project=project,
         # bulk mode is set at creation and a bulk-mode MIG grows only from size 0
@@ -226,5 +251,37 @@ def build_group(
             parent=parent,
             replace_on_changes=["targetSizePolicies", *(["targetSize"] if plan.all_or_nothing else [])],
             delete_before_replace=True,
+            ignore_changes=["targetSize"] if bulk_insert else None,
         ),
+    )
+
+
+def build_bulk_instances(
+    name: str,
+    spec: ClusterSpec,
+    plan: GcpClusterPlan,
+    template: gcp.compute.InstanceTemplate,
+    project: str,
+    capacity_timeout_seconds: int,
+    parent: pulumi.Resource,
+    depends_on: list[pulumi.Resource] | None = None,
+) -> BulkInstances | None:
+    """The nodes of a bulk-insert formation (module docstring), or None for a bulk-mode group.
+
+    Args:
+        capacity_timeout_seconds: how long the create waits for every VM (``up --capacity-timeout``).
+        depends_on: created after these (the MIG: a node that is lost at once finds its group).
+    """
+    if plan.formation != BULK_INSERT:
+        return None
+    return BulkInstances(
+        child(name, "bulk"),
+        project=project,
+        zone=spec.zone,
+        region=spec.region,
+        template=template.self_link_unique,
+        names=list(gcp_bulk_instance_names(node_prefix(spec), spec.nodes)),
+        machine_type=spec.instance_type,
+        capacity_timeout_seconds=capacity_timeout_seconds,
+        opts=pulumi.ResourceOptions(parent=parent, depends_on=depends_on, delete_before_replace=True),
     )

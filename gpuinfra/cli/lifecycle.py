@@ -11,6 +11,11 @@ import typer
 
 from gpuinfra.cli import options
 from gpuinfra.cli.tables import Col
+from gpuinfra.plan.formation import (
+    DEFAULT_CAPACITY_TIMEOUT_SECONDS,
+    MAX_CAPACITY_TIMEOUT_SECONDS,
+    MIN_CAPACITY_TIMEOUT_SECONDS,
+)
 
 
 def _progress():
@@ -65,14 +70,25 @@ def up(
         "preview priced from the catalog now) is over it or unknown; exit 2 when that is the first.",
         show_default=False,
     ),
+    capacity_timeout: int | None = typer.Option(
+        None,
+        "--capacity-timeout",
+        help="Seconds `up` waits for every node of a GCP STANDARD / SPOT cluster (one all-or-nothing bulk insert) "
+        "before it deletes what was made and exits 7 (no capacity; --fallback then tries the next rung). "
+        f"{MIN_CAPACITY_TIMEOUT_SECONDS} to {MAX_CAPACITY_TIMEOUT_SECONDS}; default {DEFAULT_CAPACITY_TIMEOUT_SECONDS}.",
+        show_default=False,
+    ),
     project_dir: Path = options.ProjectDir,
 ) -> None:
     """Create or update the stack (`pulumi up` through the Automation API); a bake stack builds and records its image."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.bake.deploy import is_bake_stack
     from gpuinfra.cli.console import note, stdout_console
-    from gpuinfra.lifecycle import check_credentials, deploy
+    from gpuinfra.lifecycle import check_capacity_timeout, check_credentials, deploy
     from gpuinfra.stackfile import read_stack_spec
+
+    if capacity_timeout is not None:
+        check_capacity_timeout(capacity_timeout)  # bad input first: nothing read or started
 
     if is_bake_stack(Path(project_dir), stack):
         if fallback or max_price_per_hour is not None:
@@ -86,7 +102,7 @@ def up(
     spec = read_stack_spec(project_dir, stack)  # first: "no stack X" comes before anything about Pulumi
     spec.check_block_started(datetime.now(UTC))  # a Capacity Block takes instances from its start only
     if fallback or max_price_per_hour is not None:
-        _up_ladder(stack, replace_nodes, fallback, max_price_per_hour, Path(project_dir))
+        _up_ladder(stack, replace_nodes, fallback, max_price_per_hour, Path(project_dir), capacity_timeout)
         return
     backend = _backend()
     check_credentials(spec.cloud)
@@ -94,12 +110,25 @@ def up(
     out.print(
         f"up {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} (ends itself at {spec.expires_at:%Y-%m-%d %H:%M} UTC)"
     )
-    changes = deploy(backend, Path(project_dir), spec, _progress(), replace_nodes=replace_nodes, notes=note)
+    changes = deploy(
+        backend,
+        Path(project_dir),
+        spec,
+        _progress(),
+        replace_nodes=replace_nodes,
+        notes=note,
+        capacity_timeout_seconds=capacity_timeout,
+    )
     out.print(f"done: {changes}")
 
 
 def _up_ladder(
-    stack: str, replace_nodes: bool, fallback: bool, max_price_per_hour: float | None, project_dir: Path
+    stack: str,
+    replace_nodes: bool,
+    fallback: bool,
+    max_price_per_hour: float | None,
+    project_dir: Path,
+    capacity_timeout: int | None = None,
 ) -> None:
     """``up --fallback`` / ``up --max-price-per-hour`` (:func:`gpuinfra.services.ladder.form_first_rung`)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
@@ -119,6 +148,7 @@ def _up_ladder(
         max_price_per_hour_usd=budget,
         replace_nodes=replace_nodes,
         notes=note,
+        capacity_timeout_seconds=capacity_timeout,
     )
     out.print(f"formed rung {formed.index}: {formed.stack}", markup=False)
     out.print(f"done: {formed.changes}")

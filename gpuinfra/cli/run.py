@@ -117,6 +117,13 @@ def run(
         help="Bound of the wait for the health verdict (default: the nodes' own bound for the ranks and the gate).",
         show_default=False,
     ),
+    capacity_timeout: int | None = typer.Option(
+        None,
+        "--capacity-timeout",
+        help="As `up --capacity-timeout`: seconds the `up` that run does waits for every node of a GCP STANDARD / SPOT "
+        "cluster before it reports no capacity (exit 7).",
+        show_default=False,
+    ),
     project_dir: Path = options.ProjectDir,
     as_json: bool = options.Json,
     **new_options,
@@ -129,6 +136,10 @@ def run(
     from gpuinfra.services import jobs
     from gpuinfra.services.run import run as run_job
 
+    if capacity_timeout is not None:
+        from gpuinfra.lifecycle import check_capacity_timeout  # imported on use: CLI start-up time
+
+        check_capacity_timeout(capacity_timeout)  # bad input: refused before a stack is written
     words = [w for w in [stack, *(command or [])] if w is not None]
     # only what the command line gave goes to `new` (its defaults and variables stay new's own)
     new_args = {
@@ -190,6 +201,7 @@ def run(
         on_status=on_status,
         on_event=_progress(),
         health_wait_seconds=health_wait_seconds,
+        capacity_timeout_seconds=capacity_timeout,
     )
     if result.detached:
         say(f"detached; job {result.spec.id} goes on: `gpuinfra logs {stack} -f`, `gpuinfra cancel {stack}`")

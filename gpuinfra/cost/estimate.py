@@ -25,6 +25,7 @@ from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.after_down import KeptLine, left_after_down
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
+from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE as GCP_BULK_INSERT
 from gpuinfra.locality import quote_transfer
 
 FREE_TYPES = frozenset(
@@ -54,6 +55,9 @@ FREE_TYPES = frozenset(
         # line (usage bucket_storage_gb), its few GETs at boot round to $0.00 (gpuinfra/plan/node_bundle.py)
         "aws:s3/bucketObjectv2:BucketObjectv2",
         "gcp:storage/bucketObject:BucketObject",
+        # the bulk-inserted nodes are priced on the MIG's compute line (nodes = its target size
+        # + the bulk insert's count: read_cluster_facts)
+        GCP_BULK_INSERT,
         "gcp:compute/network:Network",
         "gcp:compute/subnetwork:Subnetwork",
         "gcp:compute/firewall:Firewall",
@@ -136,6 +140,7 @@ def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
     """Cluster shape from the plan's resources (see module docstring)."""
     cloud = "gcp" if any(r.type.startswith("gcp:") for r in resources) else "aws"
     facts = ClusterFacts(cloud=cloud, region=region or "")
+    bulk_nodes = sum(int(r.inputs.get("count", 0)) for r in resources if r.type == GCP_BULK_INSERT)
     for r in resources:
         tags = r.inputs.get("tags") or r.inputs.get("labels") or {}
         facts.profile = facts.profile or tags.get("gpuinfra:profile") or tags.get("gpuinfra-profile")
@@ -158,7 +163,8 @@ def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
                 facts.gpu = by_type.get(accelerators[0]["type"])
                 facts.gpu_count = int(accelerators[0]["count"])
         elif r.type == "gcp:compute/instanceGroupManager:InstanceGroupManager":
-            facts.nodes = int(r.inputs.get("targetSize", 0))
+            # a bulk-insert formation's MIG starts at 0: its nodes are the bulk insert's count
+            facts.nodes = int(r.inputs.get("targetSize", 0)) + bulk_nodes
             facts.zone = r.inputs.get("zone")
     if cloud == "gcp" and facts.zone and not facts.region:
         facts.region = facts.zone.rsplit("-", 1)[0]

@@ -402,11 +402,14 @@ def aws_run_command(region: str, stack_id: str) -> str:
 
 
 def gcp_run_command(zone: str, group: str, iap_ssh: bool) -> str:
-    """Stack output: start :data:`EXAMPLE_COMMAND` on every VM of the MIG ``group`` over IAP SSH."""
+    """Stack output: start :data:`EXAMPLE_COMMAND` over IAP SSH on every VM of the group ``group``:
+    every VM in ``zone`` whose name starts with ``<group>-`` -- the MIG's members and the
+    bulk-inserted nodes (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`) alike; the prefix
+    is no other stack's (:func:`gpuinfra.plan.naming.gcp_group_name`)."""
     if not iap_ssh:
         return f"on every node: sudo {EXAMPLE_COMMAND} (no SSH path: set network.iap_ssh: true in the stack file)"
     return (
-        f"for vm in $(gcloud compute instance-groups managed list-instances {group} --zone {zone} "
-        f"--format='value(instance.basename())'); do gcloud compute ssh \"$vm\" --zone {zone} --tunnel-through-iap "
+        f"for vm in $(gcloud compute instances list --zones {zone} --filter='name~^{group}-' "
+        f"--format='value(name)'); do gcloud compute ssh \"$vm\" --zone {zone} --tunnel-through-iap "
         f"--command 'cd /scratch && sudo {EXAMPLE_COMMAND}' & done; wait"
     )

@@ -32,6 +32,7 @@ from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import FABRICS, GVNIC
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
+from gpuinfra.plan.formation import BULK_INSERT, BULK_MODE
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS, action_on_failure
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
@@ -85,12 +86,15 @@ class GcpClusterPlan:
         all_or_nothing: the MIG creates its VMs all at once (``targetSizePolicy.mode`` BULK);
             only for reservation-bound / flex-start templates, set whatever the size because the
             mode cannot be changed on an existing MIG (about-bulk-mode#limitations). STANDARD and SPOT MIGs cannot use
-            bulk mode: there the nodes release the whole group (resize to 0) when the cluster has
-            not formed within the peer wait (``templates/gcp-cluster-env.sh.j2``), so a stockout bills
-            a partial cluster for at most that long.
+            bulk mode: their nodes come from one bulk insert instead (``formation``).
         action_on_failure: the MIG's ``defaultActionOnFailure``: ``REPAIR`` for SPOT / STANDARD
             VMs (the MIG recreates a preempted or failed node, which restores its checkpoint and
             rejoins), ``DO_NOTHING`` for bulk-mode groups (:func:`gpuinfra.rules.gcp.action_on_failure`).
+        formation: how ``up`` creates the nodes, all or nothing: :data:`~gpuinfra.plan.formation.BULK_INSERT`
+            for STANDARD and SPOT (one ``instances.bulkInsert`` with ``minCount`` = nodes; the MIG
+            starts at size 0 and holds only the replacements of lost nodes), or
+            :data:`~gpuinfra.plan.formation.BULK_MODE` for reservation-bound VMs (the MIG in bulk
+            mode, ``all_or_nothing``).
     """
 
     networks: tuple[NetworkPlan, ...]
@@ -109,6 +113,12 @@ class GcpClusterPlan:
     local_ssd_interface: str
     local_ssd_size_gib: int
     action_on_failure: str
+    formation: str = BULK_INSERT
+
+    @property
+    def bulk_insert(self) -> bool:
+        """The nodes come from one bulk insert (``formation`` is :data:`~gpuinfra.plan.formation.BULK_INSERT`)."""
+        return self.formation == BULK_INSERT
 
 
 def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
@@ -271,4 +281,5 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         provisioning_model=model,
         all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later
         action_on_failure=action_on_failure(model),
+        formation=BULK_MODE if model in BULK_PROVISIONING_MODELS else BULK_INSERT,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
+from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import not_sold, violation
 
@@ -25,6 +26,8 @@ NETWORK = "gcp:compute/network:Network"
 SUBNET = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 BUCKET = "gcp:storage/bucket:Bucket"
+#: The all-or-nothing bulk insert of STANDARD / SPOT nodes (blueprints/gcp/bulk_insert.py).
+BULK_INSERT = GCP_BULK_INSERT_TYPE
 
 #: Bulk mode (``targetSizePolicy.mode = BULK``: the MIG creates all VMs or none) "is only
 #: supported with instance templates that specify either a reservation-bound or flex-start
@@ -215,6 +218,48 @@ def bulk_mode_violations(resource: str, model: str, modes: Sequence[object]) -> 
     return out
 
 
+def bulk_insert_violations(
+    resource: str, model: str, mig_size: object, bulk: Sequence[tuple[object, object]]
+) -> list[Violation]:
+    """``gcp-mig-all-or-nothing`` for STANDARD / SPOT VMs (``model``), which bulk mode refuses: the
+    nodes come from exactly one bulk insert with ``minCount`` = ``count`` ("If min_count instances
+    cannot be created, then no instances will be created", Compute v1 ``BulkInsertInstanceResource``),
+    and the MIG starts at target size 0 (an ordinary MIG "attempts to create the remaining
+    instances as capacity becomes available", about-bulk-mode, and keeps trying after a failed ``up``).
+
+    Args:
+        resource: name reported (the MIG; "" for a plan).
+        mig_size: the MIG's ``targetSize`` (a value that is not a number is not judged).
+        bulk: ``(count, min_count)`` of each bulk insert of the stack.
+    """
+    if model in BULK_PROVISIONING_MODELS:
+        return []
+    out = []
+    if isinstance(mig_size, (int, float)) and mig_size > 0:
+        out.append(
+            violation(
+                "gcp-mig-all-or-nothing",
+                resource,
+                f"target size {mig_size} of {model} VMs: a stockout bills part of the cluster and the group keeps "
+                "creating VMs after a failed `up`; the nodes come from one bulk insert, the MIG starts at 0",
+            )
+        )
+    if len(bulk) != 1:
+        out.append(
+            violation("gcp-mig-all-or-nothing", resource, f"{len(bulk)} bulk inserts of {model} VMs; want exactly one")
+        )
+    for count, min_count in bulk:
+        if count != min_count:
+            out.append(
+                violation(
+                    "gcp-mig-all-or-nothing",
+                    resource,
+                    f"bulk insert of {count} VMs with minCount {min_count}: not all or nothing",
+                )
+            )
+    return out
+
+
 def repair_violations(resource: str, model: str, action: object) -> list[Violation]:
     """``gcp-mig-replaces-lost-nodes``: the MIG's ``defaultActionOnFailure`` (``action``; unset is
     the API's default ``REPAIR``) is :func:`action_on_failure` of the template's ``model``: a
@@ -335,7 +380,10 @@ def _template_facts(template: Resource, facts: Facts) -> InstanceFacts | None:
 
 
 def _mig_size(graph: ResourceGraph) -> int:
-    return graph.whole_number(MIG, "targetSize")
+    """The cluster's node count: the MIG's target size plus the count of its bulk insert (the
+    MIG of a bulk-insert formation starts at 0)."""
+    bulk = graph.first(BULK_INSERT)
+    return graph.whole_number(MIG, "targetSize", 0) + (graph.whole_number(BULK_INSERT, "count") if bulk else 0) or 1
 
 
 def _policy_links(template: Resource) -> list:
@@ -388,17 +436,21 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     """``gcp-mig-all-or-nothing``: a multi-node MIG of reservation-bound / flex-start VMs uses
     ``targetSizePolicy`` BULK (:func:`bulk_mode_violations`); STANDARD / SPOT templates cannot
-    (the API refuses bulk mode for them), so their startup script must carry the formation
-    watchdog that releases the group."""
+    (the API refuses bulk mode for them), so their nodes come from one all-or-nothing bulk insert
+    and the MIG starts empty (:func:`bulk_insert_violations`); their startup script still carries
+    the formation watchdog, the second line."""
     out = []
     template = graph.first(TEMPLATE)
     model = (template.get("scheduling.provisioningModel") or "STANDARD") if template else "STANDARD"
     script = template.get("metadata.startup-script") if template else None
+    bulk = [(b.inputs.get("count"), b.inputs.get("min_count")) for b in graph.of_type(BULK_INSERT)]
+    nodes = _mig_size(graph)
     for mig in graph.of_type(MIG):
-        size = mig.inputs.get("targetSize")
         modes = [p.get("mode") for p in (mig.inputs.get("targetSizePolicies") or [])]
         out += bulk_mode_violations(mig.name, model, modes)
-        if not (isinstance(size, (int, float)) and size > 1):
+        out += bulk_insert_violations(mig.name, model, mig.inputs.get("targetSize"), bulk)
+        size = nodes
+        if not size > 1:
             continue
         if (
             model not in BULK_PROVISIONING_MODELS
@@ -410,7 +462,7 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
                 violation(
                     "gcp-mig-all-or-nothing",
                     mig.name,
-                    f"target size {size} of {model} VMs and no formation watchdog in the startup "
+                    f"{size} {model} VMs and no formation watchdog in the startup "
                     "script: a stockout bills part of the cluster",
                 )
             )

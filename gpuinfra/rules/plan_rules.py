@@ -170,6 +170,10 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     out += gcp.bulk_mode_violations(
         "plan.all_or_nothing", plan.provisioning_model, ["BULK"] if plan.all_or_nothing else []
     )
+    bulk = plan.bulk_insert  # the component's insert has minCount = count = nodes
+    out += gcp.bulk_insert_violations(
+        "plan.formation", plan.provisioning_model, 0 if bulk else spec.nodes, [(spec.nodes, spec.nodes)] if bulk else []
+    )
     out += gcp.repair_violations("plan.action_on_failure", plan.provisioning_model, plan.action_on_failure)
     out += gcp.model_offered_violations("plan.provisioning_model", fact, plan.provisioning_model)
     out += gcp.reservation_bound_violations("plan.provisioning_model", plan.provisioning_model, reserved)

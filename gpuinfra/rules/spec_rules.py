@@ -203,9 +203,10 @@ RULES: dict[str, RuleInfo] = {
             "gcp-mig-all-or-nothing",
             "gcp",
             "cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations (BULK only with "
-            "reservation-bound or flex-start templates)",
-            "a multi-node MIG never bills part of a cluster: BULK where the template allows it, else the "
-            "nodes' formation watchdog releases the group",
+            "reservation-bound or flex-start templates); cloud.google.com/compute/docs/reference/rest/v1/"
+            "instances/bulkInsert (minCount)",
+            "a GCP cluster never bills part of itself: BULK where the template allows it, else one bulk insert "
+            "with minCount = count and the MIG at size 0 (the nodes' formation watchdog as second line)",
         ),
         RuleInfo(
             "aws-spot-replacement",

@@ -521,6 +521,7 @@ def form_first_rung(
     replace_nodes: bool = False,
     now: datetime | None = None,
     notes: Callable[[str], None] | None = None,
+    capacity_timeout_seconds: int | None = None,
 ) -> FormedRung:
     """``gpuinfra up FIRST --fallback``: deploy the ladder's rungs in order until one forms
     (module docstring), record which one in the ladder record, and return it.
@@ -535,7 +536,8 @@ def form_first_rung(
         on_event: engine event callback (progress); say: prints one line.
         fallback: use the ladder record (False: ``first`` alone, with the budget check).
         max_price_per_hour_usd: stop at the first rung whose priced $/h is over this, or unknown.
-        replace_nodes, now: as :func:`gpuinfra.lifecycle.deploy`.
+        replace_nodes, now, capacity_timeout_seconds: as :func:`gpuinfra.lifecycle.deploy` (the
+            capacity timeout bounds each rung's wait).
         notes: receives the preflight's note lines and the launch's relaunch notes (default: ``say``).
 
     Raises:
@@ -614,7 +616,15 @@ def form_first_rung(
             raise
         try:
             changes = deploy(
-                backend, project_dir, spec, on_event, replace_nodes=replace_nodes, now=now, notes=notes, preflight=False
+                backend,
+                project_dir,
+                spec,
+                on_event,
+                replace_nodes=replace_nodes,
+                now=now,
+                notes=notes,
+                preflight=False,
+                capacity_timeout_seconds=capacity_timeout_seconds,
             )
         except CapacityError as exc:
             attempts.append({"stack": stack, "outcome": f"no capacity: {exc}", "at": _now(now)})

@@ -141,6 +141,7 @@ def run(
     store: jobs.JobStore | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    capacity_timeout_seconds: int | None = None,
 ) -> RunResult:
     """The whole run (module docstring).
 
@@ -150,6 +151,7 @@ def run(
             Automation API event printer of ``up`` / ``down``.
         health_wait_seconds: bound of the wait for the health verdict (None: :data:`HEALTH_WAIT_SECONDS`).
         store: the bucket (default: the stack's, through the cloud SDK).
+        capacity_timeout_seconds: the ``up`` it runs: as :func:`gpuinfra.lifecycle.deploy`.
 
     Raises:
         RequestError: a job field a node could not run; SpecError: as ``up`` / ``down``, or the
@@ -171,7 +173,7 @@ def run(
     outputs = backend.outputs(project_dir, stack)
     if not outputs.get("bucket_name"):
         say(f"run {stack}: the stack is not up; up {stack} first")
-        lifecycle.deploy(backend, project_dir, spec, on_event)
+        lifecycle.deploy(backend, project_dir, spec, on_event, capacity_timeout_seconds=capacity_timeout_seconds)
         outputs = backend.outputs(project_dir, stack)
         spec = read_stack_spec(project_dir, stack)  # the new deployment id
     bucket = outputs["bucket_name"]

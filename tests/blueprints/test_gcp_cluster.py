@@ -17,6 +17,7 @@ SUBNET = "gcp:compute/subnetwork:Subnetwork"
 FIREWALL = "gcp:compute/firewall:Firewall"
 POLICY = "gcp:compute/resourcePolicy:ResourcePolicy"
 MIG = "gcp:compute/instanceGroupManager:InstanceGroupManager"
+BULK_INSERT = "pulumi-python:dynamic/gcp:BulkInsert"
 LABELS = {"gpuinfra-stack", "gpuinfra-stack-id", "gpuinfra-profile", "gpuinfra-expires-at"}
 
 
@@ -100,7 +101,9 @@ def test_a3_mega_two_nodes_must_show():
     assert t["scheduling"]["onHostMaintenance"] == "TERMINATE" and t["scheduling"]["automaticRestart"] is False
     group = result.of_type(MIG)
     assert len(group) == 1
-    assert group[0].inputs["targetSize"] == 2 and group[0].inputs["zone"] == spec.zone
+    # STANDARD VMs: the nodes come from one all-or-nothing bulk insert, the MIG starts empty
+    assert group[0].inputs["targetSize"] == 0 and group[0].inputs["zone"] == spec.zone
+    assert [b.inputs["count"] for b in result.of_type(BULK_INSERT)] == [2]
     assert group[0].inputs["versions"][0]["instanceTemplate"] == (
         f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1"
     )
@@ -110,8 +113,8 @@ def test_a3_mega_two_nodes_must_show():
         "forceUpdateOnRepair": "NO",
     }
     assert group[0].inputs["resourcePolicies"]["workloadPolicy"].endswith(f"/resourcePolicies/{policy[0].name}")
-    # STANDARD VMs cannot use bulk mode (about-bulk-mode#limitations): the nodes' formation
-    # watchdog releases the group instead
+    # STANDARD VMs cannot use bulk mode (about-bulk-mode#limitations); the nodes' formation
+    # watchdog stays as the second line
     assert "targetSizePolicies" not in group[0].inputs
     assert "gpuinfra-formation-deadline" in t["metadata"]["startup-script"]
     firewalls = result.of_type(FIREWALL)
@@ -225,7 +228,7 @@ def test_private_google_access_nat_and_iap_ssh_by_default():
 def test_resource_count_does_not_grow_with_nodes():
     results = {n: preview(gcp_spec("a3-megagpu-8g", nodes=n)) for n in (2, 8, 64)}
     assert len({len(res.resources) for res in results.values()}) == 1
-    assert {n: res.of_type(MIG)[0].inputs["targetSize"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
+    assert {n: res.of_type(BULK_INSERT)[0].inputs["count"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
     assert all(
         res.of_type(POLICY)[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"} for res in results.values()
     )
@@ -380,3 +383,33 @@ def test_a3_high_gets_its_gpu_nics_only_from_a_baked_image():
     )
     with pytest.raises(RuleViolationError, match="fabric-installable-at-boot.*linux-gcp-tcpx kernel"):
         plan_gcp_cluster(required)
+
+
+def test_a_spot_cluster_forms_through_one_all_or_nothing_bulk_insert():
+    """STANDARD / SPOT templates cannot use bulk mode (about-bulk-mode#limitations): the nodes come
+    from one instances.bulkInsert with minCount = count = nodes under fixed names, and the MIG
+    (same name, same template) starts empty, its size left to the nodes' replacements."""
+    spec = gcp_spec("a3-highgpu-8g", nodes=2, spot=True)
+    result = preview(spec)
+    t = template(result)
+    (bulk,) = result.of_type(BULK_INSERT)
+    group_name = f"{spec.stack}--{spec.name_suffix}-node"
+    assert bulk.inputs["count"] == bulk.inputs["min_count"] == 2
+    assert bulk.inputs["names"] == [f"{group_name}-n000", f"{group_name}-n001"]
+    assert bulk.inputs["template"] == (
+        f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}preview?uniqueId=1"
+    )
+    assert (bulk.inputs["zone"], bulk.inputs["project"]) == (spec.zone, "gpuinfra-preview")
+    assert bulk.delete_before_replace is True  # fixed names: the old VMs go first
+    (group,) = result.of_type(MIG)
+    assert group.inputs["name"] == group_name and group.inputs["targetSize"] == 0
+    assert group.ignore_changes == ("targetSize",)
+    assert group.inputs["versions"][0]["instanceTemplate"] == bulk.inputs["template"]
+    assert "targetSizePolicies" not in group.inputs
+    from gpuinfra.rules import check_preview
+
+    assert check_preview(spec, result.resources, provider_values=False) == []
+    # the cost still counts two nodes (the MIG's 0 plus the bulk insert's 2)
+    from gpuinfra.cost.estimate import read_cluster_facts
+
+    assert read_cluster_facts(result.resources, spec.region).nodes == 2

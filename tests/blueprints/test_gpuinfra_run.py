@@ -599,8 +599,11 @@ def test_run_command_outputs():
     )
     gcp = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain")
     out = preview(gcp).outputs["run_command"]
-    assert out == gcp_run_command(gcp.zone, "t-2--t3st0a-node", gcp.network.iap_ssh)  # the stack's own MIG
-    assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2--t3st0a-node --zone ")
+    assert out == gcp_run_command(gcp.zone, "t-2--t3st0a-node", gcp.network.iap_ssh)  # the stack's own group
+    # its MIG's members and its bulk-inserted nodes (t-2--t3st0a-node-n000, ...): names under "<group>-"
+    assert out.startswith(
+        f"for vm in $(gcloud compute instances list --zones {gcp.zone} --filter='name~^t-2--t3st0a-node-' "
+    )
     assert "--tunnel-through-iap --command 'cd /scratch && sudo gpuinfra-run -- python train.py' & done; wait" in out
 
 

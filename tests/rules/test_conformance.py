@@ -182,6 +182,14 @@ MUTATIONS = [
     ("gcp-mig-all-or-nothing", "a3ultra-res", lambda g: _mig(g).inputs.pop("targetSizePolicies")),
     ("gcp-mig-all-or-nothing", "a3mega", lambda g: _set(_mig(g).inputs, "targetSizePolicies", [{"mode": "BULK"}])),
     ("gcp-mig-all-or-nothing", "a2", lambda g: _set(_tpl(g).inputs, "metadata.startup-script", "#!/bin/bash\n")),
+    # STANDARD nodes from an ordinary MIG of size N, a bulk insert that is not all or nothing, none
+    ("gcp-mig-all-or-nothing", "a2", lambda g: _set(_mig(g).inputs, "targetSize", 2)),
+    (
+        "gcp-mig-all-or-nothing",
+        "a2",
+        lambda g: _set(_one(g, "pulumi-python:dynamic/gcp:BulkInsert").inputs, "min_count", 1),
+    ),
+    ("gcp-mig-all-or-nothing", "a2", lambda g: _drop(g, "pulumi-python:dynamic/gcp:BulkInsert", "")),
     (
         "gcp-mig-replaces-lost-nodes",
         "a2",

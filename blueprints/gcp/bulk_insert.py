@@ -1,0 +1,309 @@
+"""All-or-nothing STANDARD / SPOT VMs: one ``instances.bulkInsert`` as a Pulumi dynamic resource.
+
+A managed instance group cannot create STANDARD or SPOT VMs all at once: bulk mode "is only
+supported with instance templates that specify either a reservation-bound or flex-start
+provisioning model" (cloud.google.com/compute/docs/instance-groups/about-bulk-mode#limitations),
+and an ordinary group keeps creating VMs after a failed ``up``. A zonal ``instances.bulkInsert``
+(cloud.google.com/compute/docs/reference/rest/v1/instances/bulkInsert) with ``minCount`` =
+``count`` = N is all-or-nothing: "If min_count instances cannot be created, then no instances will
+be created and instances already created will be deleted" (``BulkInsertInstanceResource.minCount``,
+Compute v1 reference). Slurm on GCP forms its placement-group nodes the same way (@02895bea):
+cluster-toolkit ``community/modules/scheduler/schedmd-slurm-gcp-v6-controller/modules/slurm_files/
+scripts/resume.py`` (``create_instances_request``: ``count`` = the nodes, ``sourceInstanceTemplate``,
+``perInstanceProperties`` keyed by the node names, and no ``minCount`` with a placement group "to
+force all or nothing behavior", ``minCount`` defaulting to ``count``).
+
+:class:`BulkInsertProvider`:
+
+* **create**: one bulkInsert of the fixed names (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`)
+  from the stack's template (``sourceInstanceTemplate`` = its ``self_link_unique``), then the zone
+  operation is read (``zoneOperations.get``) until ``DONE`` or until ``capacity_timeout_seconds``
+  have passed. On an error, the timeout, or fewer VMs than asked for, every one of its names that
+  exists is deleted and the deletes are waited for (:data:`DELETE_WAIT_SECONDS`), then it raises
+  the classified error of :func:`gpuinfra.launch_errors.gcp_launch_error` (its marker starts the
+  line ``gpuinfra up`` reads: capacity exit 7, quota 9, IAM 11, anything else 10).
+* **delete**: deletes every name (404: already gone) and waits for the deletes.
+* **diff**: any change of an input but the timeout replaces the VMs (``up`` refuses an update
+  that replaces nodes without ``--replace-nodes``: :data:`gpuinfra.lifecycle.NODE_RESOURCE_TYPES`).
+
+The outputs (the Pulumi state) list the names, zone and project, so ``down`` deletes exactly them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi.dynamic as dynamic
+
+from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, GCP_TIMEOUT_CODE, GcpError, gcp_launch_error
+
+#: Type token of the resource (``dynamic.Resource`` builds it from ``module`` and ``name``).
+TYPE_TOKEN = GCP_BULK_INSERT_TYPE
+#: Seconds between two reads of an operation.
+POLL_SECONDS = 5.0
+#: Longest wait for the deletes of a failed or destroyed formation, in seconds (a product bound:
+#: GPU VMs without a graceful shutdown are deleted in about a minute; ``down`` reports what is left).
+DELETE_WAIT_SECONDS = 300.0
+#: Inputs whose change does not replace the VMs (only how long ``up`` waits).
+NOT_REPLACING = frozenset({"capacity_timeout_seconds", "machine_type", "region"})
+
+
+@dataclass
+class ComputeClients:
+    """The Compute clients the provider calls: ``instances`` (``compute_v1.InstancesClient``) and
+    ``operations`` (``compute_v1.ZoneOperationsClient``)."""
+
+    instances: Any
+    operations: Any
+
+
+def make_clients(client_options: Any = None, credentials: Any = None) -> ComputeClients:
+    """Compute REST clients (application default credentials unless ``credentials``; tests pass
+    ``client_options`` with the ``api_endpoint`` of a local stand-in)."""
+    from google.cloud import compute_v1
+
+    kwargs: dict[str, Any] = {"transport": "rest"}
+    if client_options is not None:
+        kwargs["client_options"] = client_options
+    if credentials is not None:
+        kwargs["credentials"] = credentials
+    return ComputeClients(compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs))
+
+
+def _call_error(exc: Exception) -> GcpError:
+    """A refused call (``google.api_core.exceptions.GoogleAPICallError``) as a :class:`GcpError`:
+    the first of its ``errors`` (Compute's ``reason``), its message and HTTP status."""
+    status = int(getattr(exc, "code", 0) or 0)
+    message = " ".join(str(getattr(exc, "message", exc)).split())
+    reasons = [e.get("reason", "") for e in getattr(exc, "errors", None) or [] if isinstance(e, dict)]
+    code = next((r for r in reasons if r), "") or type(exc).__name__
+    return GcpError(code, message, status)
+
+
+def _operation_errors(operation: Any) -> list[GcpError]:
+    """The entries of a DONE operation's ``error.errors``."""
+    error = getattr(operation, "error", None)
+    return [GcpError(e.code, " ".join(e.message.split())) for e in (error.errors if error else [])]
+
+
+def existing(clients: ComputeClients, project: str, zone: str, names: list[str]) -> list[str]:
+    """Those of ``names`` that ``instances.get`` finds (404: not there)."""
+    from google.api_core.exceptions import NotFound
+
+    found = []
+    for name in names:
+        try:
+            clients.instances.get(project=project, zone=zone, instance=name)
+        except NotFound:
+            continue
+        found.append(name)
+    return found
+
+
+def delete_all(
+    clients: ComputeClients,
+    project: str,
+    zone: str,
+    names: list[str],
+    wait_seconds: float = DELETE_WAIT_SECONDS,
+    poll_seconds: float = POLL_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Delete every one of ``names`` that exists (``instances.delete``; 404: already gone) and wait
+    until ``instances.get`` finds none of them, at most ``wait_seconds``.
+
+    Returns:
+        The names still found when the wait ended (empty: all gone).
+    """
+    from google.api_core.exceptions import NotFound
+
+    for name in names:
+        try:
+            clients.instances.delete_unary(project=project, zone=zone, instance=name)
+        except NotFound:
+            continue
+    start = clock()
+    while True:
+        left = existing(clients, project, zone, names)
+        if not left or clock() - start >= wait_seconds:
+            return left
+        sleep(poll_seconds)
+
+
+def form(
+    clients: ComputeClients,
+    props: dict[str, Any],
+    poll_seconds: float | None = None,
+    delete_wait_seconds: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """One all-or-nothing bulk insert of ``props["names"]`` (module docstring).
+
+    When the capacity timeout passes with the operation still running, the VMs it made are
+    deleted, and as Compute Engine has no call that cancels an operation (``zoneOperations``
+    has ``delete`` -- of the record --, ``get``, ``list`` and ``wait``:
+    cloud.google.com/compute/docs/reference/rest/v1/zoneOperations), the operation is read on
+    until it ends, at most ``delete_wait_seconds``, deleting whatever of its names it still
+    creates: ``up`` reports at the latest after the timeout plus that bound, nothing left.
+
+    Args:
+        clients: :func:`make_clients`.
+        props: the resource's inputs: ``project``, ``zone``, ``region``, ``template`` (the
+            template's ``self_link_unique``), ``names``, ``machine_type``,
+            ``capacity_timeout_seconds``.
+        poll_seconds, delete_wait_seconds: None: :data:`POLL_SECONDS`, :data:`DELETE_WAIT_SECONDS`.
+
+    Raises:
+        GpuinfraError: the classified failure (``CapacityError`` on
+            ``ZONE_RESOURCE_POOL_EXHAUSTED*`` or the timeout, ``QuotaError`` on ``QUOTA_EXCEEDED``,
+            ``LaunchDeniedError`` on a 403, else ``LaunchRejectedError``); nothing of it is left
+            unless the deletes themselves fail (the message then names what is left).
+    """
+    from google.api_core.exceptions import GoogleAPICallError
+    from google.cloud import compute_v1
+
+    poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
+    delete_wait_seconds = DELETE_WAIT_SECONDS if delete_wait_seconds is None else delete_wait_seconds
+    project, zone, names = props["project"], props["zone"], list(props["names"])
+    timeout = float(props["capacity_timeout_seconds"])
+    start = clock()
+    resource = compute_v1.BulkInsertInstanceResource(
+        count=len(names),
+        min_count=len(names),
+        source_instance_template=props["template"],
+        per_instance_properties={name: compute_v1.BulkInsertInstanceResourcePerInstanceProperties() for name in names},
+    )
+    errors: list[GcpError] = []
+    # VMs under these names are an interrupted `up`'s (this resource is being created, so the
+    # state knows none): deleted first, or the insert would fail on names that exist
+    delete_all(
+        clients, project, zone, existing(clients, project, zone, names), delete_wait_seconds, poll_seconds, clock, sleep
+    )
+    try:
+        operation = clients.instances.bulk_insert_unary(
+            project=project, zone=zone, bulk_insert_instance_resource_resource=resource
+        )
+        while operation.status != compute_v1.Operation.Status.DONE and clock() - start < timeout:
+            sleep(min(poll_seconds, max(0.0, timeout - (clock() - start))))
+            operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+        if operation.status != compute_v1.Operation.Status.DONE:
+            errors = [GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s")]
+            drained = clock()
+            while True:  # no cancel: delete what it made, and what it still makes, until it ends
+                delete_all(
+                    clients, project, zone, existing(clients, project, zone, names), 0, poll_seconds, clock, sleep
+                )
+                if operation.status == compute_v1.Operation.Status.DONE or clock() - drained >= delete_wait_seconds:
+                    break
+                sleep(poll_seconds)
+                operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+        else:
+            errors = _operation_errors(operation)
+    except GoogleAPICallError as exc:
+        errors = [_call_error(exc)]
+    created = existing(clients, project, zone, names)
+    if not errors and len(created) == len(names):
+        return
+    left = delete_all(clients, project, zone, created, delete_wait_seconds, poll_seconds, clock, sleep)
+    error = gcp_launch_error(errors, len(created), len(names), props["machine_type"], zone, props["region"])
+    if left:
+        error = type(error)(
+            f"{error}; deleting the VMs it made did not finish within {delete_wait_seconds:g} s: "
+            f"{', '.join(left)} (run `gpuinfra down`)"
+        )
+    raise error
+
+
+class BulkInsertProvider(dynamic.ResourceProvider):
+    """The dynamic provider of :class:`BulkInstances` (module docstring).
+
+    Args:
+        client_options, credentials: passed to the Compute clients (None: the defaults; tests
+            point them at a local stand-in).
+    """
+
+    def __init__(self, client_options: Any = None, credentials: Any = None) -> None:
+        self.client_options = client_options
+        self.credentials = credentials
+
+    def _clients(self) -> ComputeClients:
+        return make_clients(self.client_options, self.credentials)
+
+    def create(self, props: dict[str, Any]) -> dynamic.CreateResult:
+        """bulkInsert all names, all or nothing (:func:`form`); the id is ``<project>/<zone>/<first name>``."""
+        form(self._clients(), props)
+        names = list(props["names"])
+        return dynamic.CreateResult(f"{props['project']}/{props['zone']}/{names[0]}", outs=dict(props))
+
+    def delete(self, _id: str, props: dict[str, Any]) -> None:
+        """Delete every name (404: gone) and wait for it.
+
+        Raises:
+            RuntimeError: some VMs still exist after :data:`DELETE_WAIT_SECONDS` (named).
+        """
+        wait = DELETE_WAIT_SECONDS
+        left = delete_all(self._clients(), props["project"], props["zone"], list(props["names"]), wait, POLL_SECONDS)
+        if left:
+            raise RuntimeError(f"VMs not deleted within {wait:g} s: {', '.join(left)}")
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
+        """Any changed input but :data:`NOT_REPLACING` replaces the VMs, the old ones deleted
+        first (their names are fixed)."""
+        keys = (set(olds) | set(news)) - NOT_REPLACING - {"__provider"}
+        replaces = sorted(k for k in keys if olds.get(k) != news.get(k))
+        changed = bool(replaces) or any(olds.get(k) != news.get(k) for k in NOT_REPLACING)
+        return dynamic.DiffResult(changes=changed, replaces=replaces, delete_before_replace=True)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> dynamic.UpdateResult:
+        """Only :data:`NOT_REPLACING` inputs changed: nothing to do in the cloud."""
+        return dynamic.UpdateResult(outs=dict(news))
+
+
+class BulkInstances(dynamic.Resource, module="gcp", name="BulkInsert"):  # = TYPE_TOKEN
+    """The VMs of one all-or-nothing bulk insert (:class:`BulkInsertProvider`).
+
+    Args:
+        name: logical name.
+        project, zone, region: where.
+        template: the instance template's ``self_link_unique``.
+        names: the VM names (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`).
+        machine_type: for messages.
+        capacity_timeout_seconds: how long create waits for every VM (``up --capacity-timeout``).
+        opts: resource options.
+    """
+
+    names: pulumi.Output[list[str]]
+    zone: pulumi.Output[str]
+    project: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        project: str,
+        zone: str,
+        region: str,
+        template: pulumi.Input[str],
+        names: list[str],
+        machine_type: str,
+        capacity_timeout_seconds: int,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "project": project,
+            "zone": zone,
+            "region": region,
+            "template": template,
+            "names": list(names),
+            "count": len(names),
+            "min_count": len(names),
+            "machine_type": machine_type,
+            "capacity_timeout_seconds": capacity_timeout_seconds,
+        }
+        super().__init__(BulkInsertProvider(), name, props, opts)

@@ -1,0 +1,184 @@
+"""A stateful Compute Engine REST stand-in on 127.0.0.1 for the real google-cloud-compute client.
+
+It answers, in the documented JSON shapes (cloud.google.com/compute/docs/reference/rest/v1):
+``instances.bulkInsert`` (POST ``.../zones/{zone}/instances/bulkInsert``), ``instances.get`` /
+``instances.delete`` (GET / DELETE ``.../instances/{name}``) and ``zoneOperations.get`` / ``wait``
+(GET ``.../operations/{op}``, POST ``.../operations/{op}/wait``). How a bulk insert ends is set by
+the test (:class:`Capacity`): every VM, ``k`` VMs then an operation error, or ``k`` VMs and an
+operation that stays ``RUNNING``; a refusal of the call itself is an HTTP error body. Every request
+is recorded (method, path, JSON body).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/(?P<rest>.+)$")
+
+
+@dataclass
+class Capacity:
+    """How the next bulk insert ends.
+
+    Attributes:
+        creates: VMs it creates (None: every one asked for).
+        error: the operation's error code when it ends (None: no error).
+        running: the operation never reaches DONE.
+        refuse: (HTTP status, reason) of a refused call: nothing is created, no operation.
+        late: with ``running``, once the caller deleted one of the VMs (it gave up), each read of
+            the operation creates one more of its VMs, until every one exists.
+        ends_after_reads: with ``running``, the operation ends (DONE, with ``error``) at this
+            read after the caller's first delete (None: never).
+    """
+
+    creates: int | None = None
+    error: str | None = None
+    running: bool = False
+    refuse: tuple[int, str] | None = None
+    late: bool = False
+    ends_after_reads: int | None = None
+
+
+@dataclass
+class ComputeStandin:
+    """The server and its state: ``instances`` name -> instance JSON; ``operations`` name -> JSON."""
+
+    capacity: Capacity = field(default_factory=Capacity)
+    instances: dict[str, dict] = field(default_factory=dict)
+    operations: dict[str, dict] = field(default_factory=dict)
+    requests: list[tuple[str, str, dict]] = field(default_factory=list)
+    deleted: bool = False
+
+    def __post_init__(self) -> None:
+        standin = self
+        self._lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self, method: str) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                body = json.loads(raw) if raw else {}
+                path = self.path.split("?", 1)[0]
+                standin.requests.append((method, path, body))
+                with standin._lock:
+                    status, payload = standin.answer(method, path, body)
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):  # noqa: N802
+                self._serve("GET")
+
+            def do_POST(self):  # noqa: N802
+                self._serve("POST")
+
+            def do_DELETE(self):  # noqa: N802
+                self._serve("DELETE")
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> ComputeStandin:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # -- the API ------------------------------------------------------------------------------------
+    def _operation(self, zone: str, kind: str, target: str, done: bool, error: str | None = None) -> dict:
+        name = f"operation-{len(self.operations) + 1}"
+        op = {
+            "kind": "compute#operation",
+            "name": name,
+            "zone": zone,
+            "operationType": kind,
+            "targetLink": target,
+            "status": "DONE" if done else "RUNNING",
+        }
+        if error:
+            op["error"] = {"errors": [{"code": error, "message": f"{error} (stand-in)"}]}
+        self.operations[name] = op
+        return op
+
+    def _advance(self, op: dict, zone: str) -> None:
+        """One read of a running bulk insert: maybe a late VM, maybe the end (:class:`Capacity`)."""
+        cap = self.capacity
+        if not self.deleted:
+            return
+        op["_reads"] += 1
+        if cap.late and op["_pending"]:
+            name = op["_pending"].pop(0)
+            self.instances[name] = {"kind": "compute#instance", "name": name, "zone": zone, "status": "PROVISIONING"}
+        if cap.ends_after_reads is not None and op["_reads"] >= cap.ends_after_reads:
+            op["status"] = "DONE"
+            if cap.error:
+                op["error"] = {"errors": [{"code": cap.error, "message": f"{cap.error} (stand-in)"}]}
+
+    @staticmethod
+    def _not_found(what: str) -> tuple[int, dict]:
+        return 404, {"error": {"code": 404, "message": f"The resource '{what}' was not found", "errors": []}}
+
+    def answer(self, method: str, path: str, body: dict) -> tuple[int, dict]:
+        """(HTTP status, JSON) of one request."""
+        match = _PATH.match(path)
+        if match is None:
+            return self._not_found(path)
+        zone, rest = match["zone"], match["rest"]
+        if method == "POST" and rest == "instances/bulkInsert":
+            cap = self.capacity
+            if cap.refuse:
+                status, reason = cap.refuse
+                return status, {
+                    "error": {
+                        "code": status,
+                        "message": f"{reason}: refused (stand-in)",
+                        "errors": [{"reason": reason, "message": f"{reason}: refused (stand-in)"}],
+                    }
+                }
+            names = sorted(body.get("perInstanceProperties") or {})
+            made = names if cap.creates is None else names[: cap.creates]
+            for name in made:
+                self.instances[name] = {
+                    "kind": "compute#instance",
+                    "name": name,
+                    "zone": zone,
+                    "status": "PROVISIONING" if cap.running else "RUNNING",
+                    "sourceInstanceTemplate": body.get("sourceInstanceTemplate", ""),
+                }
+            op = self._operation(
+                zone, "bulkInsert", path, done=not cap.running, error=None if cap.running else cap.error
+            )
+            op["_pending"], op["_reads"] = names[len(made) :], 0
+            return 200, {k: v for k, v in op.items() if not k.startswith("_")}
+        if rest.startswith("operations/"):
+            name = rest.split("/")[1]
+            op = self.operations.get(name)
+            if op is None:
+                return self._not_found(name)
+            if op["status"] == "RUNNING":
+                self._advance(op, zone)
+            return 200, {k: v for k, v in op.items() if not k.startswith("_")}
+        if rest.startswith("instances/"):
+            name = rest.split("/", 1)[1]
+            if name not in self.instances:
+                return self._not_found(name)
+            if method == "GET":
+                return 200, self.instances[name]
+            if method == "DELETE":
+                self.deleted = True
+                del self.instances[name]
+                return 200, self._operation(zone, "delete", path, done=True)
+        return self._not_found(path)

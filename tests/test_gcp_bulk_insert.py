@@ -1,0 +1,202 @@
+"""The GCP all-or-nothing formation of STANDARD / SPOT clusters: one ``instances.bulkInsert`` with
+``minCount`` = ``count`` = N (blueprints/gcp/bulk_insert.py), run through the real
+google-cloud-compute client against a local Compute REST stand-in (tests/gce_standin.py).
+
+Faults injected: full capacity, k < N VMs then ``ZONE_RESOURCE_POOL_EXHAUSTED``, an operation
+still RUNNING when the capacity timeout passes, ``QUOTA_EXCEEDED``, a 403 refusal. Codes:
+cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability,
+cloud.google.com/docs/quotas/troubleshoot.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from blueprints.gcp.bulk_insert import BulkInsertProvider
+from gpuinfra.errors import CapacityError, ExitCode, LaunchDeniedError, QuotaError
+from gpuinfra.lifecycle import launch_failure
+from gpuinfra.plan.naming import gcp_bulk_instance_names
+from tests.gce_standin import Capacity, ComputeStandin
+
+GROUP = "demo--ab12-node"
+ZONE = "us-central1-a"
+TEMPLATE = "https://www.googleapis.com/compute/v1/projects/demo-project/global/instanceTemplates/t-1?uniqueId=42"
+
+
+def _props(nodes: int, timeout: float = 900) -> dict:
+    names = list(gcp_bulk_instance_names(GROUP, nodes))
+    return {
+        "project": "demo-project",
+        "zone": ZONE,
+        "region": "us-central1",
+        "template": TEMPLATE,
+        "names": names,
+        "count": nodes,
+        "min_count": nodes,
+        "machine_type": "a3-highgpu-8g",
+        "capacity_timeout_seconds": timeout,
+    }
+
+
+@pytest.fixture
+def standin():
+    with ComputeStandin() as server:
+        yield server
+
+
+@pytest.fixture
+def provider(standin, monkeypatch):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+
+    from blueprints.gcp import bulk_insert
+
+    monkeypatch.setattr(bulk_insert, "POLL_SECONDS", 0.05)
+    monkeypatch.setattr(bulk_insert, "DELETE_WAIT_SECONDS", 1.0)
+    return BulkInsertProvider(ClientOptions(api_endpoint=standin.url), AnonymousCredentials())
+
+
+def _bulk_requests(standin) -> list[dict]:
+    return [body for method, path, body in standin.requests if path.endswith("/instances/bulkInsert")]
+
+
+def test_full_capacity_creates_every_node_under_its_fixed_name_in_one_call(standin, provider):
+    result = provider.create(_props(4))
+    names = ["demo--ab12-node-n000", "demo--ab12-node-n001", "demo--ab12-node-n002", "demo--ab12-node-n003"]
+    assert sorted(standin.instances) == names
+    (body,) = _bulk_requests(standin)  # one call: all or nothing
+    assert body["count"] == body["minCount"] == "4"  # int64 travels as a JSON string
+    assert sorted(body["perInstanceProperties"]) == names
+    assert body["sourceInstanceTemplate"] == TEMPLATE
+    assert result.outs["names"] == names
+    assert (result.outs["zone"], result.outs["project"]) == (ZONE, "demo-project")
+    assert result.id == f"demo-project/{ZONE}/demo--ab12-node-n000"
+
+
+def test_partial_capacity_leaves_no_vm_and_reports_the_stockout_as_capacity(standin, provider):
+    standin.capacity = Capacity(creates=3, error="ZONE_RESOURCE_POOL_EXHAUSTED")
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(4))
+    assert standin.instances == {}  # the 3 it made are deleted again
+    deleted = sorted(path.rsplit("/", 1)[1] for method, path, _ in standin.requests if method == "DELETE")
+    assert deleted == ["demo--ab12-node-n000", "demo--ab12-node-n001", "demo--ab12-node-n002"]
+    text = str(raised.value)
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in text and "created 3 of 4" in text and "\n" not in text
+    assert raised.value.exit_code == ExitCode.OPERATION_FAILED == 7
+    # `up` finds it by its marker in Pulumi's output and keeps the class
+    found = launch_failure(f"error: Exception: {text}\n    more output")
+    assert isinstance(found, CapacityError) and "ZONE_RESOURCE_POOL_EXHAUSTED" in str(found)
+
+
+def test_a_bulk_insert_still_running_at_the_capacity_timeout_is_undone_within_the_bound(standin, provider):
+    """The operation never ends: what it made is deleted, and `up` reports after the timeout plus
+    the bounded wait for the operation's end (DELETE_WAIT_SECONDS, 1 s here)."""
+    standin.capacity = Capacity(creates=2, running=True)
+    timeout = 1.5
+    start = time.monotonic()
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(4, timeout=timeout))
+    took = time.monotonic() - start
+    assert standin.instances == {}
+    assert timeout <= took < timeout + 1.0 + 1.0, took  # timeout + the drain bound + 1 s of slack
+    assert "CAPACITY_TIMEOUT" in str(raised.value) and "1.5 s" in str(raised.value)
+
+
+def test_vms_a_timed_out_insert_still_makes_are_deleted_until_it_ends(standin, provider):
+    """Compute Engine cannot cancel the operation: after the timeout's deletes it creates two more
+    VMs, then ends with ZONE_RESOURCE_POOL_EXHAUSTED; none of them is left."""
+    standin.capacity = Capacity(
+        creates=1, running=True, late=True, ends_after_reads=4, error="ZONE_RESOURCE_POOL_EXHAUSTED"
+    )
+    start = time.monotonic()
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(3, timeout=1))
+    took = time.monotonic() - start
+    made = {path.rsplit("/", 1)[1] for method, path, _ in standin.requests if method == "DELETE"}
+    assert made == {"demo--ab12-node-n000", "demo--ab12-node-n001", "demo--ab12-node-n002"}  # the late ones too
+    assert standin.instances == {}
+    assert standin.operations["operation-1"]["status"] == "DONE"  # it was read until it ended
+    assert took < 1 + 1.0 + 1.0, took
+    assert "CAPACITY_TIMEOUT" in str(raised.value)
+
+
+def test_quota_exceeded_is_the_quota_class(standin, provider):
+    standin.capacity = Capacity(creates=0, error="QUOTA_EXCEEDED")
+    with pytest.raises(QuotaError) as raised:
+        provider.create(_props(2))
+    assert raised.value.exit_code == ExitCode.QUOTA_EXCEEDED == 9
+    assert "QUOTA_EXCEEDED" in str(raised.value)
+    assert standin.instances == {}
+
+
+def test_a_call_refused_with_403_quota_is_quota_and_without_it_is_iam(standin, provider):
+    standin.capacity = Capacity(refuse=(403, "QUOTA_EXCEEDED"))
+    with pytest.raises(QuotaError):
+        provider.create(_props(2))
+    standin.capacity = Capacity(refuse=(403, "forbidden"))
+    with pytest.raises(LaunchDeniedError) as raised:
+        provider.create(_props(2))
+    assert raised.value.exit_code == ExitCode.LAUNCH_DENIED == 11
+    assert standin.instances == {}
+
+
+def test_delete_removes_every_name_and_passes_over_the_gone_ones(standin, provider):
+    result = provider.create(_props(3))
+    del standin.instances["demo--ab12-node-n001"]  # a VM that ended itself
+    provider.delete(result.id, result.outs)
+    assert standin.instances == {}
+
+
+def test_only_a_change_of_the_timeout_does_not_replace_the_nodes(provider):
+    old = _props(2)
+    assert provider.diff("id", old, {**old, "capacity_timeout_seconds": 60}).replaces == []
+    changed = provider.diff("id", old, {**old, "template": TEMPLATE.replace("42", "43")})
+    assert changed.replaces == ["template"] and changed.delete_before_replace
+
+
+def test_vms_an_interrupted_up_left_under_the_names_are_deleted_before_the_insert(standin, provider):
+    standin.instances["demo--ab12-node-n001"] = {"name": "demo--ab12-node-n001", "status": "RUNNING", "old": True}
+    provider.create(_props(2))
+    assert sorted(standin.instances) == ["demo--ab12-node-n000", "demo--ab12-node-n001"]
+    assert "old" not in standin.instances["demo--ab12-node-n001"]  # the new one
+    methods = [(m, p.rsplit("/", 1)[1]) for m, p, _ in standin.requests if m != "GET"]
+    assert methods == [("DELETE", "demo--ab12-node-n001"), ("POST", "bulkInsert")]
+
+
+class _NoGroup:
+    """``instanceGroupManagers.listManagedInstances`` of a group that does not exist."""
+
+    def list_managed_instances(self, **kwargs):
+        from google.api_core.exceptions import NotFound
+
+        raise NotFound("no group")
+
+
+def test_down_finds_the_bulk_nodes_and_deletes_what_an_interrupted_up_left(standin, provider):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from gpuinfra import teardown
+    from gpuinfra.plan.boot_gcp import node_prefix
+    from tests.blueprints.helpers import make_spec
+
+    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, gcp_project="demo-project")
+    names = list(gcp_bulk_instance_names(node_prefix(spec), 2))
+    clients = teardown.CloudClients(
+        groups=_NoGroup(),
+        instances=compute_v1.InstancesClient(
+            credentials=AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=standin.url),
+            transport="rest",
+        ),
+    )
+    for name in names:
+        standin.instances[name] = {"name": name, "status": "RUNNING"}
+    found = teardown.list_nodes(spec, {"bulk_instance_names": names}, clients)
+    assert [(n.name, n.state) for n in found] == [(names[0], "RUNNING"), (names[1], "RUNNING")]
+    assert teardown.delete_gcp_bulk_leftovers(spec, clients) == names
+    assert standin.instances == {}
+    assert teardown.list_nodes(spec, {"bulk_instance_names": names}, clients) == []
