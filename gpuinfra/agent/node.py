@@ -15,7 +15,9 @@ Every ``--poll-seconds`` it:
   notice, "we recommend that you check for these warnings every 5 seconds"), GCP
   ``instance/preempted`` read with ``wait_for_change`` (a hanging GET that answers as soon as the
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
-  cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice).
+  cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice). A preempted GCP
+  VM of the bulk insert asks the managed instance group for its replacement
+  (:func:`request_gcp_replacement`); a group member is recreated by the group's repair.
 
 * checks the GPUs: a read that fails (NVML error, ``nvidia-smi`` exit status or timeout, "No
   devices were found") or shows fewer GPUs than ``GPUINFRA_GPU_COUNT`` for
@@ -38,8 +40,8 @@ notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). 
 (idle, TTL, GPU fault, hang, gate) it syncs once for at most :data:`END_SYNC_BOUND_SECONDS`, then
 ends the node whatever the sync did, and keeps trying until the node is gone
 (:meth:`Agent.end_try`): the cloud's end call (AWS ``shutdown -h now``: the launch template's
-instance-initiated shutdown behaviour is *terminate*; GCP deletes its own VM from the managed
-instance group, which shrinks), retried :data:`END_RETRY_SECONDS` apart; after
+instance-initiated shutdown behaviour is *terminate*; GCP deletes its own VM: a managed instance
+group's member from the group, which shrinks, a VM of the stack's bulk insert itself), retried :data:`END_RETRY_SECONDS` apart; after
 :data:`END_API_TRIES` failed GCP calls ``shutdown -h now`` and the call take turns; the cloud's
 backstop (AWS EventBridge Scheduler, GCP ``max_run_duration``) is the last resort. The agent
 never exits while the node lives (its unit restarts it whatever its exit status).
@@ -56,6 +58,7 @@ import argparse
 import contextlib
 import json
 import logging
+import random
 import signal
 import socket
 import subprocess
@@ -290,6 +293,19 @@ class GcpMetadata:
         """This VM's name."""
         return self.instance()[0]
 
+    def mig_member(self) -> bool:
+        """True when a managed instance group created this VM: only those carry the ``created-by``
+        key, the group's URL (cloud.google.com/compute/docs/instance-groups/getting-info-about-migs;
+        the VMs of a bulk insert have none, HTTP 404).
+
+        Raises:
+            OSError: the metadata server answered neither 200 nor 404, or not at all.
+        """
+        status = self._get("instance/attributes/created-by")[0]
+        if status not in (200, 404):
+            raise OSError(f"created-by: HTTP {status}")
+        return status == 200
+
     def address(self) -> str:
         """The first NIC's internal IPv4 address."""
         return self._get("instance/network-interfaces/0/ip")[1].strip()
@@ -359,7 +375,8 @@ class Agent:
     """The decision loop (pure apart from the injected GPUs, metadata, syncer and actions).
 
     ``end_node`` is the cloud's end call and ``power_off`` (None: none) the fallback
-    ``shutdown -h now``; both raise on failure. ``watch`` builds the job watch for the agent
+    ``shutdown -h now``; both raise on failure. ``replace`` (None: none) asks for a preempted
+    node's replacement (:meth:`ask_replacement`). ``watch`` builds the job watch for the agent
     (:class:`gpuinfra.agent.watch.Watch`; None: no watch); until it can be built (the node
     bundle is not in yet) every poll tries again.
     """
@@ -386,6 +403,9 @@ class Agent:
     next_end_try: float = 0.0
     fault_since: float | None = None
     job_watch: Any = None
+    #: asks the cloud for this preempted node's replacement (its name; "" when none is asked for)
+    replace: Callable[[], str] | None = None
+    replacement_asked: bool = False
 
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
@@ -528,6 +548,7 @@ class Agent:
         if notice:
             self.interrupted = True
             self._log(f"spot interruption notice {notice}: saving checkpoints")
+            self.ask_replacement()
             self.save_checkpoints(NOTICE_SECONDS[self.config.cloud] * NOTICE_SYNC_SHARE)
             return "interrupted"
         expires = self.expiry()
@@ -561,6 +582,22 @@ class Agent:
                 "idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min"
             )
         return "running"
+
+    def ask_replacement(self) -> None:
+        """Once, and not for a node that is ending on purpose: :attr:`replace` in a thread, beside
+        the notice's checkpoint sync (a failure is logged; the notice leaves no time to retry)."""
+        if self.replace is None or self.replacement_asked or self.ending:
+            return
+        self.replacement_asked = True
+
+        def ask() -> None:
+            try:
+                name = self.replace()  # type: ignore[misc]
+                self._log(f"asked for replacement {name}" if name else "no replacement asked for")
+            except Exception as exc:  # noqa: BLE001 - log it and move on
+                self._log(f"replacement request failed: {exc!r}")
+
+        threading.Thread(target=ask, daemon=True).start()
 
     def _finish(self, reason: str, why: str) -> str:
         self._log(f"ending node: {why}")
@@ -615,32 +652,60 @@ def end_aws_node(reason: str) -> None:
 
 
 def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
-    """Delete this VM from its managed instance group (the group shrinks instead of replacing it).
+    """Delete this VM: a managed instance group's member from its group (which shrinks instead of
+    replacing it), a VM of the bulk insert (no ``created-by``: :meth:`GcpMetadata.mig_member`) itself.
 
     Raises:
-        OSError: the metadata server gave no name or zone; subprocess.CalledProcessError,
-            subprocess.TimeoutExpired: ``gcloud`` failed or hung.
+        OSError: the metadata server gave no name or zone, or no answer on ``created-by``;
+            subprocess.CalledProcessError, subprocess.TimeoutExpired: ``gcloud`` failed or hung.
     """
-    name, zone = (metadata or GcpMetadata()).instance()
+    metadata = metadata or GcpMetadata()
+    name, zone = metadata.instance()
     if not name or not zone:
         raise OSError("the metadata server gave no instance name or zone")
     group = name.rsplit("-", 1)[0]
-    LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
-    subprocess.run(
-        [
-            "gcloud",
-            "compute",
-            "instance-groups",
-            "managed",
-            "delete-instances",
-            group,
-            f"--instances={name}",
-            f"--zone={zone}",
-            "--quiet",
-        ],
-        check=True,
-        timeout=300,
-    )
+    if metadata.mig_member():
+        LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
+        argv = ["instance-groups", "managed", "delete-instances", group, f"--instances={name}"]
+    else:
+        LOG.info("deleting %s: %s", name, reason)
+        argv = ["instances", "delete", name]
+    subprocess.run(["gcloud", "compute", *argv, f"--zone={zone}", "--quiet"], check=True, timeout=300)
+
+
+#: Seconds a replacement request may take: GCE hard-stops a preempted VM 30 s after its notice
+#: (cloud.google.com/compute/docs/instances/spot#preemption-process).
+REPLACEMENT_REQUEST_SECONDS = 25
+
+
+def request_gcp_replacement(metadata: GcpMetadata) -> str:
+    """Ask this preempted VM's managed instance group for its replacement, a new VM of the group's
+    template named ``<group>-`` + 4 random ``a-z0-9`` like the group's own names, never the
+    ``n`` + 3 digits of a bulk VM (``gcloud compute instance-groups managed create-instance``:
+    Compute API instanceGroupManagers.createInstances, permission
+    ``compute.instanceGroupManagers.update``,
+    cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/createInstances).
+    Nothing for a VM that is not preempted (``instance/preempted``) or is a group member: the
+    group's repair recreates those.
+
+    Returns:
+        The replacement's name; "" when none was asked for.
+
+    Raises:
+        OSError: the metadata server did not answer; subprocess.CalledProcessError,
+            subprocess.TimeoutExpired: ``gcloud`` failed or took over :data:`REPLACEMENT_REQUEST_SECONDS`.
+    """
+    if metadata._get("instance/preempted")[1].strip().upper() != "TRUE" or metadata.mig_member():
+        return ""
+    name, zone = metadata.instance()
+    group, suffix = name.rsplit("-", 1)[0], "n000"
+    while suffix[0] == "n" and suffix[1:].isdigit():
+        suffix = "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=4))
+    new = f"{group}-{suffix}"
+    LOG.info("preempted: asking managed instance group %s for replacement %s", group, new)
+    argv = ["gcloud", "compute", "instance-groups", "managed", "create-instance", group, f"--instance={new}"]
+    subprocess.run([*argv, f"--zone={zone}"], check=True, timeout=REPLACEMENT_REQUEST_SECONDS)
+    return new
 
 
 def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
@@ -671,9 +736,21 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
             loaded.append(checkpoints.for_node(config.cloud, config.bucket, config.stack, root, node))
         return loaded[0]
 
-    end = end_aws_node if config.cloud == "aws" else lambda reason: end_gcp_node(reason, gcp)
-    power_off = None if config.cloud == "aws" else end_aws_node  # GCP: shutdown -h now as the fallback
-    return Agent(config, NvmlGpus(), metadata, syncer, end, state_dir=state_dir, power_off=power_off, watch=load_watch)
+    aws = config.cloud == "aws"
+    end = end_aws_node if aws else lambda reason: end_gcp_node(reason, gcp)
+    power_off = None if aws else end_aws_node  # GCP: shutdown -h now as the fallback
+    replace = None if aws else lambda: request_gcp_replacement(gcp)
+    return Agent(
+        config,
+        NvmlGpus(),
+        metadata,
+        syncer,
+        end,
+        state_dir=state_dir,
+        power_off=power_off,
+        watch=load_watch,
+        replace=replace,
+    )
 
 
 def load_watch(agent: Agent):
@@ -722,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(*_: object) -> None:  # systemd stop / OS shutdown: a bounded sync, then exit
         agent._log("SIGTERM: saving checkpoints")
+        agent.ask_replacement()  # GCP: a preemption's ACPI soft-off may come before the poll sees the flag
         agent.save_checkpoints(STOP_SYNC_SECONDS[agent.config.cloud])
         sys.exit(0)
 
