@@ -405,7 +405,7 @@ class Agent:
     job_watch: Any = None
     #: asks the cloud for this preempted node's replacement (its name; "" when none is asked for)
     replace: Callable[[], str] | None = None
-    replacement_asked: bool = False
+    replacing: threading.Thread | None = None
 
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
@@ -586,9 +586,8 @@ class Agent:
     def ask_replacement(self) -> None:
         """Once, and not for a node that is ending on purpose: :attr:`replace` in a thread, beside
         the notice's checkpoint sync (a failure is logged; the notice leaves no time to retry)."""
-        if self.replace is None or self.replacement_asked or self.ending:
+        if self.replace is None or self.replacing or self.ending:
             return
-        self.replacement_asked = True
 
         def ask() -> None:
             try:
@@ -597,7 +596,8 @@ class Agent:
             except Exception as exc:  # noqa: BLE001 - log it and move on
                 self._log(f"replacement request failed: {exc!r}")
 
-        threading.Thread(target=ask, daemon=True).start()
+        self.replacing = threading.Thread(target=ask, daemon=True)
+        self.replacing.start()
 
     def _finish(self, reason: str, why: str) -> str:
         self._log(f"ending node: {why}")
@@ -799,8 +799,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(*_: object) -> None:  # systemd stop / OS shutdown: a bounded sync, then exit
         agent._log("SIGTERM: saving checkpoints")
+        bound = time.monotonic() + STOP_SYNC_SECONDS[agent.config.cloud]
         agent.ask_replacement()  # GCP: a preemption's ACPI soft-off may come before the poll sees the flag
         agent.save_checkpoints(STOP_SYNC_SECONDS[agent.config.cloud])
+        if agent.replacing:  # KillMode=mixed kills the request's gcloud once this process exits
+            agent.replacing.join(max(0.0, bound - time.monotonic()))
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)
