@@ -17,7 +17,7 @@ Every ``--poll-seconds`` it:
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
   cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice). A preempted GCP
   VM of the bulk insert asks the managed instance group for its replacement
-  (:func:`request_gcp_replacement`); a group member is recreated by the group's repair.
+  (:func:`gpuinfra.agent.replace.request_gcp_replacement`, in the node bundle); a group member is recreated by the group's repair.
 
 * checks the GPUs: a read that fails (NVML error, ``nvidia-smi`` exit status or timeout, "No
   devices were found") or shows fewer GPUs than ``GPUINFRA_GPU_COUNT`` for
@@ -58,7 +58,6 @@ import argparse
 import contextlib
 import json
 import logging
-import random
 import signal
 import socket
 import subprocess
@@ -673,41 +672,6 @@ def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
     subprocess.run(["gcloud", "compute", *argv, f"--zone={zone}", "--quiet"], check=True, timeout=300)
 
 
-#: Seconds a replacement request may take: GCE hard-stops a preempted VM 30 s after its notice
-#: (cloud.google.com/compute/docs/instances/spot#preemption-process).
-REPLACEMENT_REQUEST_SECONDS = 25
-
-
-def request_gcp_replacement(metadata: GcpMetadata) -> str:
-    """Ask this preempted VM's managed instance group for its replacement, a new VM of the group's
-    template named ``<group>-`` + 4 random ``a-z0-9`` like the group's own names, never the
-    ``n`` + 3 digits of a bulk VM (``gcloud compute instance-groups managed create-instance``:
-    Compute API instanceGroupManagers.createInstances, permission
-    ``compute.instanceGroupManagers.update``,
-    cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/createInstances).
-    Nothing for a VM that is not preempted (``instance/preempted``) or is a group member: the
-    group's repair recreates those.
-
-    Returns:
-        The replacement's name; "" when none was asked for.
-
-    Raises:
-        OSError: the metadata server did not answer; subprocess.CalledProcessError,
-            subprocess.TimeoutExpired: ``gcloud`` failed or took over :data:`REPLACEMENT_REQUEST_SECONDS`.
-    """
-    if metadata._get("instance/preempted")[1].strip().upper() != "TRUE" or metadata.mig_member():
-        return ""
-    name, zone = metadata.instance()
-    group, suffix = name.rsplit("-", 1)[0], "n000"
-    while suffix[0] == "n" and suffix[1:].isdigit():
-        suffix = "".join(random.choices("abcdefghijklmnopqrstuvwxyz0123456789", k=4))
-    new = f"{group}-{suffix}"
-    LOG.info("preempted: asking managed instance group %s for replacement %s", group, new)
-    argv = ["gcloud", "compute", "instance-groups", "managed", "create-instance", group, f"--instance={new}"]
-    subprocess.run([*argv, f"--zone={zone}"], check=True, timeout=REPLACEMENT_REQUEST_SECONDS)
-    return new
-
-
 def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
     """This node's id for its checkpoint prefix: the instance id (AWS) or VM name (GCP), else
     the host name when the metadata service cannot be read."""
@@ -739,7 +703,12 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
     aws = config.cloud == "aws"
     end = end_aws_node if aws else lambda reason: end_gcp_node(reason, gcp)
     power_off = None if aws else end_aws_node  # GCP: shutdown -h now as the fallback
-    replace = None if aws else lambda: request_gcp_replacement(gcp)
+
+    def replace() -> str:
+        from gpuinfra.agent import replace  # the bundle's module, beside this file
+
+        return replace.request_gcp_replacement(gcp)
+
     return Agent(
         config,
         NvmlGpus(),

@@ -24,8 +24,8 @@ from gpuinfra.agent.node import (
     NvmlGpus,
     end_gcp_node,
     node_name,
-    request_gcp_replacement,
 )
+from gpuinfra.agent.replace import request_gcp_replacement
 from tests.agent.fakecli import FakeCli
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -674,7 +674,7 @@ def test_no_answer_on_created_by_is_a_failed_end_call_not_a_guess(metadata, monk
 
 def test_a_preempted_bulk_vm_asks_its_group_for_a_replacement(metadata, monkeypatch):
     gcloud = Gcloud()
-    monkeypatch.setattr("gpuinfra.agent.node.subprocess.run", gcloud)
+    monkeypatch.setattr("gpuinfra.agent.replace.subprocess.run", gcloud)
     gcp = GcpMetadata(metadata.url + "/computeMetadata/v1")
     assert request_gcp_replacement(gcp) == "" and gcloud.calls == []  # not preempted
     metadata.preempted = True
