@@ -707,7 +707,7 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
     def replace() -> str:
         from gpuinfra.agent import replace  # the bundle's module, beside this file
 
-        return replace.request_gcp_replacement(gcp)
+        return replace.request_gcp_replacement(gcp, config.expires_at)
 
     return Agent(
         config,

@@ -11,7 +11,10 @@ from __future__ import annotations
 import logging
 import random
 import subprocess
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING
+
+from gpuinfra.agent.constants import REPLACEMENT_MIN_SECONDS_LEFT
 
 if TYPE_CHECKING:
     from gpuinfra.agent.node import GcpMetadata
@@ -22,15 +25,18 @@ LOG = logging.getLogger("gpuinfra-agent")
 REPLACEMENT_REQUEST_SECONDS = 25
 
 
-def request_gcp_replacement(metadata: GcpMetadata) -> str:
+def request_gcp_replacement(
+    metadata: GcpMetadata, expires_at: datetime | None = None, now: datetime | None = None
+) -> str:
     """Ask this preempted VM's managed instance group for its replacement, a new VM of the group's
     template named ``<group>-`` + 4 random ``a-z0-9`` like the group's own names, never the
     ``n`` + 3 digits of a bulk VM (``gcloud compute instance-groups managed create-instance``:
     Compute API instanceGroupManagers.createInstances, permission
     ``compute.instanceGroupManagers.update``,
     cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/createInstances).
-    Nothing for a VM that is not preempted (``instance/preempted``) or is a group member: the
-    group's repair recreates those.
+    Nothing for a VM that is not preempted (``instance/preempted``) or is a group member (the
+    group's repair recreates those), nor within :data:`REPLACEMENT_MIN_SECONDS_LEFT` of the TTL
+    end ``expires_at`` (``now``: the current time, UTC).
 
     Returns:
         The replacement's name; "" when none was asked for.
@@ -39,6 +45,9 @@ def request_gcp_replacement(metadata: GcpMetadata) -> str:
         OSError: the metadata server did not answer; subprocess.CalledProcessError,
             subprocess.TimeoutExpired: ``gcloud`` failed or took over :data:`REPLACEMENT_REQUEST_SECONDS`.
     """
+    now = now or datetime.now(timezone.utc)
+    if expires_at is not None and (expires_at - now).total_seconds() < REPLACEMENT_MIN_SECONDS_LEFT:
+        return ""
     if metadata._get("instance/preempted")[1].strip().upper() != "TRUE" or metadata.mig_member():
         return ""
     name, zone = metadata.instance()

@@ -700,6 +700,10 @@ def test_a_preempted_bulk_vm_asks_its_group_for_a_replacement(metadata, monkeypa
         assert not (suffix[0] == "n" and suffix[1:].isdigit())
     assert len(names) > 190  # random, not one fixed name
     gcloud.calls.clear()
+    # the stack's last hour: a replacement could not boot, restore and train before the TTL end
+    assert request_gcp_replacement(gcp, NOW + timedelta(minutes=59), NOW) == "" and gcloud.calls == []
+    assert request_gcp_replacement(gcp, NOW + timedelta(minutes=61), NOW) and len(gcloud.calls) == 1
+    gcloud.calls.clear()
     metadata.created_by = 200  # a MIG member: the group's repair recreates it
     assert request_gcp_replacement(gcp) == "" and gcloud.calls == []
 
