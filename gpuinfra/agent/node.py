@@ -17,7 +17,8 @@ Every ``--poll-seconds`` it:
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
   cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice). A preempted GCP
   VM of the bulk insert asks the managed instance group for its replacement
-  (:func:`gpuinfra.agent.replace.request_gcp_replacement`, in the node bundle); a group member is recreated by the group's repair.
+  (:func:`gpuinfra.agent.replace.request_gcp_replacement`, in the node bundle); the group's
+  repair recreates a member.
 
 * checks the GPUs: a read that fails (NVML error, ``nvidia-smi`` exit status or timeout, "No
   devices were found") or shows fewer GPUs than ``GPUINFRA_GPU_COUNT`` for
@@ -41,7 +42,8 @@ notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). 
 ends the node whatever the sync did, and keeps trying until the node is gone
 (:meth:`Agent.end_try`): the cloud's end call (AWS ``shutdown -h now``: the launch template's
 instance-initiated shutdown behaviour is *terminate*; GCP deletes its own VM: a managed instance
-group's member from the group, which shrinks, a VM of the stack's bulk insert itself), retried :data:`END_RETRY_SECONDS` apart; after
+group's member from the group, which shrinks, a VM of the stack's bulk insert itself), retried
+:data:`END_RETRY_SECONDS` apart; after
 :data:`END_API_TRIES` failed GCP calls ``shutdown -h now`` and the call take turns; the cloud's
 backstop (AWS EventBridge Scheduler, GCP ``max_run_duration``) is the last resort. The agent
 never exits while the node lives (its unit restarts it whatever its exit status).
@@ -718,7 +720,7 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
         state_dir=state_dir,
         power_off=power_off,
         watch=load_watch,
-        replace=replace,
+        replace=None if aws else replace,
     )
 
 

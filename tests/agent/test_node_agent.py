@@ -739,3 +739,12 @@ def test_the_replacement_is_asked_once_beside_the_notice_sync_and_a_failure_is_l
             break
         time.sleep(0.1)
     assert sum("replacement request failed: CalledProcessError" in e for e in agent.events) == 1
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_only_gcp_agents_ask_for_a_replacement(tmp_path, cloud):
+    """AWS replaces a Spot node from an EventBridge rule (docs/preemption.md): its agent asks nothing."""
+    from gpuinfra.agent.node import build_agent
+
+    agent = build_agent(_config(tmp_path, cloud=cloud))
+    assert (agent.replace is None) == (cloud == "aws")
