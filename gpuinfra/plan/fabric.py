@@ -402,17 +402,11 @@ def aws_run_command(region: str, stack_id: str) -> str:
 
 
 def gcp_run_command(zone: str, group: str, iap_ssh: bool) -> str:
-    """Stack output: start :data:`EXAMPLE_COMMAND` on every RUNNING VM of the stack over IAP SSH:
-    the VMs named ``<group>-...`` in ``zone`` (``group``: the MIG's name), i.e. the group's members
-    and the VMs of the stack's bulk insert (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`),
-    which are not members; no other stack's VM starts with ``<group>-``
-    (:func:`gpuinfra.plan.naming.gcp_group_name`). ``~`` is gcloud's regular-expression match
-    (cloud.google.com/sdk/gcloud/reference/topic/filters)."""
+    """Stack output: start :data:`EXAMPLE_COMMAND` on every VM of the MIG ``group`` over IAP SSH."""
     if not iap_ssh:
         return f"on every node: sudo {EXAMPLE_COMMAND} (no SSH path: set network.iap_ssh: true in the stack file)"
     return (
-        f"for vm in $(gcloud compute instances list --zones {zone} "
-        f"--filter='name ~ ^{group}- AND status=RUNNING' --format='value(name)'); "
-        f'do gcloud compute ssh "$vm" --zone {zone} --tunnel-through-iap '
+        f"for vm in $(gcloud compute instance-groups managed list-instances {group} --zone {zone} "
+        f"--format='value(instance.basename())'); do gcloud compute ssh \"$vm\" --zone {zone} --tunnel-through-iap "
         f"--command 'cd /scratch && sudo {EXAMPLE_COMMAND}' & done; wait"
     )

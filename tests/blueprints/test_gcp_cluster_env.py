@@ -217,3 +217,16 @@ def test_bulk_vms_and_group_members_together_form_the_cluster(tmp_path):
     assert "no ranks written" not in done.stderr and resizes(calls) == [] and deletes(calls) == []
     # the gone bulk VM's stale entry (10.128.0.9) is described too (and answered "was not found")
     assert sum(c.startswith("gcloud compute instances describe") for c in calls) == 2
+
+
+def test_the_startup_script_names_the_stacks_own_bulk_vms():
+    """The rendered startup script carries the fixed names of the stack's bulk insert, built from
+    the stack's own group name (one definition: gcp_bulk_instance_names), quoted as shell words."""
+    from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
+    from gpuinfra.plan.gcp import plan_gcp_cluster
+
+    spec = make_spec("a3-megagpu-8g", nodes=3, cloud="gcp", profile="llm-pretrain")
+    group = node_prefix(spec)
+    script = render_startup_script(spec, plan_gcp_cluster(spec), "bkt")
+    assert f'BULK_NAMES="{group}-n000 {group}-n001 {group}-n002"\n' in script
+    assert f"list-instances {group} --zone" in script

@@ -599,12 +599,8 @@ def test_run_command_outputs():
     )
     gcp = make_spec("a3-megagpu-8g", nodes=2, cloud="gcp", profile="llm-pretrain")
     out = preview(gcp).outputs["run_command"]
-    assert out == gcp_run_command(gcp.zone, "t-2--t3st0a-node", gcp.network.iap_ssh)  # the stack's own group
-    # every running VM named after the group: its members and the bulk insert's VMs (not members)
-    assert out.startswith(
-        f"for vm in $(gcloud compute instances list --zones {gcp.zone} "
-        "--filter='name ~ ^t-2--t3st0a-node- AND status=RUNNING' --format='value(name)'); "
-    )
+    assert out == gcp_run_command(gcp.zone, "t-2--t3st0a-node", gcp.network.iap_ssh)  # the stack's own MIG
+    assert out.startswith("for vm in $(gcloud compute instance-groups managed list-instances t-2--t3st0a-node --zone ")
     assert "--tunnel-through-iap --command 'cd /scratch && sudo gpuinfra-run -- python train.py' & done; wait" in out
 
 

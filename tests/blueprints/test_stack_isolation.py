@@ -175,11 +175,9 @@ def test_two_gcp_stacks_named_alike_get_their_own_group_account_and_role(tmp_pat
         assert all(spec.name_suffix in n for n in names) and len(names) == 3, names
         (template,) = result.of_type("gcp:compute/instanceTemplate:InstanceTemplate")
         script = template.inputs["metadata"]["startup-script"]
-        # peer discovery lists the stack's own MIG and names its own bulk VMs; run_command and the
-        # dashboard select the same (the group's name and "-": no other stack's VM starts so)
+        # peer discovery lists the stack's own MIG; run_command and the dashboard select the same
         assert f"list-instances {group_name} --zone" in script
-        assert f'BULK_NAMES="{group_name}-n000 {group_name}-n001"' in script
-        assert f"--filter='name ~ ^{group_name}- AND status=RUNNING'" in result.outputs["run_command"]
+        assert f"list-instances {group_name} --zone" in result.outputs["run_command"]
         (dashboard,) = result.of_type("gcp:monitoring/dashboard:Dashboard")
         assert f'"gpuinfra-stack-id\\" = \\"train-{spec.name_suffix}\\"' in dashboard.inputs["dashboardJson"]
         seen.append((names, group_name))
