@@ -53,3 +53,8 @@ def sync_ack_key(stack: str, request_id: str, node: str) -> str:
     ``node``, ``uploaded_files``, ``complete`` and ``finished_at``; ``node`` is the instance id
     (AWS) or VM name (GCP)."""
     return f"checkpoints/{stack}/.sync/{request_id}/{node}.json"
+
+
+#: No replacement of a lost node in the stack's last hour (the AWS replacement function and a
+#: preempted GCP bulk VM's request alike): it could not boot, restore and train before the TTL end.
+REPLACEMENT_MIN_SECONDS_LEFT = 3600

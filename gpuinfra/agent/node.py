@@ -15,7 +15,10 @@ Every ``--poll-seconds`` it:
   notice, "we recommend that you check for these warnings every 5 seconds"), GCP
   ``instance/preempted`` read with ``wait_for_change`` (a hanging GET that answers as soon as the
   value changes: cloud.google.com/compute/docs/metadata/querying-metadata#waitforchange;
-  cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice).
+  cloud.google.com/compute/docs/instances/spot#detect-preemption, 30 s notice). A preempted GCP
+  VM of the bulk insert asks the managed instance group for its replacement
+  (:func:`gpuinfra.agent.replace.request_gcp_replacement`, in the node bundle); the group's
+  repair recreates a member.
 
 * checks the GPUs: a read that fails (NVML error, ``nvidia-smi`` exit status or timeout, "No
   devices were found") or shows fewer GPUs than ``GPUINFRA_GPU_COUNT`` for
@@ -38,8 +41,9 @@ notice, and for :data:`STOP_SYNC_SECONDS` on SIGTERM (systemd stop, power-off). 
 (idle, TTL, GPU fault, hang, gate) it syncs once for at most :data:`END_SYNC_BOUND_SECONDS`, then
 ends the node whatever the sync did, and keeps trying until the node is gone
 (:meth:`Agent.end_try`): the cloud's end call (AWS ``shutdown -h now``: the launch template's
-instance-initiated shutdown behaviour is *terminate*; GCP deletes its own VM from the managed
-instance group, which shrinks), retried :data:`END_RETRY_SECONDS` apart; after
+instance-initiated shutdown behaviour is *terminate*; GCP deletes its own VM: a managed instance
+group's member from the group, which shrinks, a VM of the stack's bulk insert itself), retried
+:data:`END_RETRY_SECONDS` apart; after
 :data:`END_API_TRIES` failed GCP calls ``shutdown -h now`` and the call take turns; the cloud's
 backstop (AWS EventBridge Scheduler, GCP ``max_run_duration``) is the last resort. The agent
 never exits while the node lives (its unit restarts it whatever its exit status).
@@ -290,6 +294,19 @@ class GcpMetadata:
         """This VM's name."""
         return self.instance()[0]
 
+    def mig_member(self) -> bool:
+        """True when a managed instance group created this VM: only those carry the ``created-by``
+        key, the group's URL (cloud.google.com/compute/docs/instance-groups/getting-info-about-migs;
+        the VMs of a bulk insert have none, HTTP 404).
+
+        Raises:
+            OSError: the metadata server answered neither 200 nor 404, or not at all.
+        """
+        status = self._get("instance/attributes/created-by")[0]
+        if status not in (200, 404):
+            raise OSError(f"created-by: HTTP {status}")
+        return status == 200
+
     def address(self) -> str:
         """The first NIC's internal IPv4 address."""
         return self._get("instance/network-interfaces/0/ip")[1].strip()
@@ -359,7 +376,8 @@ class Agent:
     """The decision loop (pure apart from the injected GPUs, metadata, syncer and actions).
 
     ``end_node`` is the cloud's end call and ``power_off`` (None: none) the fallback
-    ``shutdown -h now``; both raise on failure. ``watch`` builds the job watch for the agent
+    ``shutdown -h now``; both raise on failure. ``replace`` (None: none) asks for a preempted
+    node's replacement (:meth:`ask_replacement`). ``watch`` builds the job watch for the agent
     (:class:`gpuinfra.agent.watch.Watch`; None: no watch); until it can be built (the node
     bundle is not in yet) every poll tries again.
     """
@@ -386,6 +404,9 @@ class Agent:
     next_end_try: float = 0.0
     fault_since: float | None = None
     job_watch: Any = None
+    #: asks the cloud for this preempted node's replacement (its name; "" when none is asked for)
+    replace: Callable[[], str] | None = None
+    replacing: threading.Thread | None = None
 
     def _idle_file(self) -> Path | None:
         return None if self.state_dir is None else self.state_dir / "idle_since"
@@ -528,6 +549,7 @@ class Agent:
         if notice:
             self.interrupted = True
             self._log(f"spot interruption notice {notice}: saving checkpoints")
+            self.ask_replacement()
             self.save_checkpoints(NOTICE_SECONDS[self.config.cloud] * NOTICE_SYNC_SHARE)
             return "interrupted"
         expires = self.expiry()
@@ -561,6 +583,22 @@ class Agent:
                 "idle", f"all GPUs under {self.config.idle_utilization_percent}% for {idle_for / 60:.0f} min"
             )
         return "running"
+
+    def ask_replacement(self) -> None:
+        """Once, and not for a node that is ending on purpose: :attr:`replace` in a thread, beside
+        the notice's checkpoint sync (a failure is logged; the notice leaves no time to retry)."""
+        if self.replace is None or self.replacing or self.ending:
+            return
+
+        def ask() -> None:
+            try:
+                name = self.replace()  # type: ignore[misc]
+                self._log(f"asked for replacement {name}" if name else "no replacement asked for")
+            except Exception as exc:  # noqa: BLE001 - log it and move on
+                self._log(f"replacement request failed: {exc!r}")
+
+        self.replacing = threading.Thread(target=ask, daemon=True)
+        self.replacing.start()
 
     def _finish(self, reason: str, why: str) -> str:
         self._log(f"ending node: {why}")
@@ -615,32 +653,25 @@ def end_aws_node(reason: str) -> None:
 
 
 def end_gcp_node(reason: str, metadata: GcpMetadata | None = None) -> None:
-    """Delete this VM from its managed instance group (the group shrinks instead of replacing it).
+    """Delete this VM: a managed instance group's member from its group (which shrinks instead of
+    replacing it), a VM of the bulk insert (no ``created-by``: :meth:`GcpMetadata.mig_member`) itself.
 
     Raises:
-        OSError: the metadata server gave no name or zone; subprocess.CalledProcessError,
-            subprocess.TimeoutExpired: ``gcloud`` failed or hung.
+        OSError: the metadata server gave no name or zone, or no answer on ``created-by``;
+            subprocess.CalledProcessError, subprocess.TimeoutExpired: ``gcloud`` failed or hung.
     """
-    name, zone = (metadata or GcpMetadata()).instance()
+    metadata = metadata or GcpMetadata()
+    name, zone = metadata.instance()
     if not name or not zone:
         raise OSError("the metadata server gave no instance name or zone")
     group = name.rsplit("-", 1)[0]
-    LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
-    subprocess.run(
-        [
-            "gcloud",
-            "compute",
-            "instance-groups",
-            "managed",
-            "delete-instances",
-            group,
-            f"--instances={name}",
-            f"--zone={zone}",
-            "--quiet",
-        ],
-        check=True,
-        timeout=300,
-    )
+    if metadata.mig_member():
+        LOG.info("deleting %s from managed instance group %s: %s", name, group, reason)
+        argv = ["instance-groups", "managed", "delete-instances", group, f"--instances={name}"]
+    else:
+        LOG.info("deleting %s: %s", name, reason)
+        argv = ["instances", "delete", name]
+    subprocess.run(["gcloud", "compute", *argv, f"--zone={zone}", "--quiet"], check=True, timeout=300)
 
 
 def node_name(metadata: AwsMetadata | GcpMetadata) -> str:
@@ -671,9 +702,26 @@ def build_agent(config: AgentConfig, state_dir: Path | None = None, poll_seconds
             loaded.append(checkpoints.for_node(config.cloud, config.bucket, config.stack, root, node))
         return loaded[0]
 
-    end = end_aws_node if config.cloud == "aws" else lambda reason: end_gcp_node(reason, gcp)
-    power_off = None if config.cloud == "aws" else end_aws_node  # GCP: shutdown -h now as the fallback
-    return Agent(config, NvmlGpus(), metadata, syncer, end, state_dir=state_dir, power_off=power_off, watch=load_watch)
+    aws = config.cloud == "aws"
+    end = end_aws_node if aws else lambda reason: end_gcp_node(reason, gcp)
+    power_off = None if aws else end_aws_node  # GCP: shutdown -h now as the fallback
+
+    def replace() -> str:
+        from gpuinfra.agent import replace  # the bundle's module, beside this file
+
+        return replace.request_gcp_replacement(gcp, config.expires_at)
+
+    return Agent(
+        config,
+        NvmlGpus(),
+        metadata,
+        syncer,
+        end,
+        state_dir=state_dir,
+        power_off=power_off,
+        watch=load_watch,
+        replace=None if aws else replace,
+    )
 
 
 def load_watch(agent: Agent):
@@ -722,7 +770,11 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop(*_: object) -> None:  # systemd stop / OS shutdown: a bounded sync, then exit
         agent._log("SIGTERM: saving checkpoints")
+        bound = time.monotonic() + STOP_SYNC_SECONDS[agent.config.cloud]
+        agent.ask_replacement()  # GCP: a preemption's ACPI soft-off may come before the poll sees the flag
         agent.save_checkpoints(STOP_SYNC_SECONDS[agent.config.cloud])
+        if agent.replacing:  # KillMode=mixed kills the request's gcloud once this process exits
+            agent.replacing.join(max(0.0, bound - time.monotonic()))
         sys.exit(0)
 
     signal.signal(signal.SIGTERM, stop)

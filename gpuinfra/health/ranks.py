@@ -225,7 +225,8 @@ class DecisionScope:
 
     def takeover(self, docs: Mapping[str, bytes], address: str) -> list[str] | None:
         """The ranking of a node that boots after its cluster formed (a replacement of a lost
-        node: the MIG's repair on GCP, the Spot replacement function on AWS): the newest
+        node: the MIG's repair of its members or the VM a preempted bulk VM asks the MIG for on
+        GCP, the Spot replacement function on AWS): the newest
         decision of this deployment that does not rank ``address``, with the listed addresses it
         does not rank put, in address order, into the slots of its ranked nodes that are no
         longer listed, in rank order. So the replacement takes the lost node's rank -- and its

@@ -23,7 +23,7 @@ from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
 from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
 from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
 from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.naming import gcp_group_name
+from gpuinfra.plan.naming import gcp_bulk_instance_names, gcp_group_name
 from gpuinfra.plan.node_bundle import (
     NodeBundle,
     add_checkpoint_restore,
@@ -61,8 +61,9 @@ def artifact_registry_login(spec: ClusterSpec) -> tuple[ExecCommand, ...]:
 
 
 def node_prefix(spec: ClusterSpec) -> str:
-    """Name and base instance name of the MIG (:func:`gpuinfra.plan.naming.gcp_group_name`): VMs
-    are ``<prefix>-<random suffix>``."""
+    """Name and base instance name of the MIG (:func:`gpuinfra.plan.naming.gcp_group_name`): its
+    VMs are ``<prefix>-<4 characters>``, those of the stack's bulk insert ``<prefix>-n000`` ..
+    (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`)."""
     return gcp_group_name(spec)
 
 
@@ -109,7 +110,9 @@ def peers_prefix(spec: ClusterSpec) -> str:
 def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str, bundle: NodeBundle | None = None) -> NodeBoot:
     """The boot manifest (:func:`gpuinfra.plan.boot.node_boot`) of the GCP nodes of ``spec``.
 
-    GCP specifics: peers are found through the managed instance group and the bucket
+    GCP specifics: peers are found through the managed instance group, the fixed names of the
+    stack's bulk insert (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`, every node gets
+    them: whether it is one of them or a group member is decided on the node) and the bucket
     (``templates/gcp-cluster-env.sh.j2``); the profile's image is pre-pulled by
     ``gpuinfra-prepull.service`` as on AWS.
 
@@ -126,6 +129,7 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str, bundle: 
         nodes=spec.nodes,
         nic_count=plan.nic_count,
         group=prefix,
+        bulk_names=gcp_bulk_instance_names(prefix, spec.nodes),
         zone=spec.zone,
         gpus_per_node=spec.gpu_count,
         wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,

@@ -64,6 +64,7 @@ NODE_MODULES = (
     "agent/checkpoints.py",
     "agent/job.py",
     "agent/node.py",
+    "agent/replace.py",
     "agent/watch.py",
     "health/__init__.py",
     "health/parsers.py",

@@ -78,6 +78,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from gpuinfra.agent.constants import REPLACEMENT_MIN_SECONDS_LEFT
 from gpuinfra.plan import replace_function
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, stack_id
 from gpuinfra.plan.tags import expires_at_text
@@ -99,8 +100,8 @@ RETRY_ATTEMPTS = 2
 #: Drop an event older than this: a replacement ten minutes late still helps, an hour late the job
 #: has gone on without it (``MaximumEventAgeInSeconds`` 60 to 21,600, same page).
 MAX_EVENT_AGE_SECONDS = 600
-#: No replacement in the stack's last hour: it could not boot, restore and train before the TTL end.
-MIN_SECONDS_LEFT = 3600
+#: No replacement in the stack's last hour (:data:`gpuinfra.agent.constants.REPLACEMENT_MIN_SECONDS_LEFT`).
+MIN_SECONDS_LEFT = REPLACEMENT_MIN_SECONDS_LEFT
 #: What the backstop schedule sends the function (:func:`gpuinfra.plan.replace_function.handler`).
 END_EVENT = {"gpuinfra-action": "end"}
 #: The service-linked role EC2 uses for Spot Instances and its service principal (module

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import socket
+import subprocess
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -21,8 +22,10 @@ from gpuinfra.agent.node import (
     AwsMetadata,
     GcpMetadata,
     NvmlGpus,
+    end_gcp_node,
     node_name,
 )
+from gpuinfra.agent.replace import request_gcp_replacement
 from tests.agent.fakecli import FakeCli
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -36,6 +39,7 @@ class MetadataServer:
         self.preempted = False
         self.expires_tag = None
         self.fail_status = None  # every request answered with this HTTP status (403, 500)
+        self.created_by = 404  # instance/attributes/created-by: 200 (a MIG member, its URL) or this status
         self.changed = threading.Condition()
         server = self
 
@@ -77,6 +81,9 @@ class MetadataServer:
                     return self._send(200, "t-2-node-x7q2")
                 if self.path == "/computeMetadata/v1/instance/zone":
                     return self._send(200, "projects/123/zones/us-central1-a")
+                if self.path == "/computeMetadata/v1/instance/attributes/created-by":
+                    url = "projects/123/zones/us-central1-a/instanceGroupManagers/t-2-node"
+                    return self._send(200, url) if server.created_by == 200 else self._send(server.created_by)
                 return self._send(404)
 
             def _preempted(self):
@@ -617,3 +624,127 @@ class _NoMetadata:
 
     def expires_at(self):
         return None
+
+
+class Gcloud:
+    """``subprocess.run`` stand-in recording gcloud argv; ``fail`` makes every call exit 1."""
+
+    def __init__(self, fail=False):
+        self.calls, self.fail = [], fail
+
+    def __call__(self, argv, check=False, timeout=None, **_):
+        self.calls.append((list(argv), timeout))
+        if self.fail and check:
+            raise subprocess.CalledProcessError(1, argv, "", "ERROR: (gcloud) HTTPError 503")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+@pytest.mark.parametrize(
+    ("created_by", "argv"),
+    [
+        # a MIG member: deleted from its group, which shrinks instead of recreating it
+        (
+            200,
+            [
+                "gcloud", "compute", "instance-groups", "managed", "delete-instances", "t-2-node",
+                "--instances=t-2-node-x7q2", "--zone=us-central1-a", "--quiet",
+            ],
+        ),
+        # a VM of the bulk insert (no created-by key): it deletes itself
+        (404, ["gcloud", "compute", "instances", "delete", "t-2-node-x7q2", "--zone=us-central1-a", "--quiet"]),
+    ],
+)  # fmt: skip
+def test_a_gcp_node_ends_through_its_group_or_deletes_itself(metadata, monkeypatch, created_by, argv):
+    gcloud = Gcloud()
+    monkeypatch.setattr("gpuinfra.agent.node.subprocess.run", gcloud)
+    metadata.created_by = created_by
+    end_gcp_node("idle", GcpMetadata(metadata.url + "/computeMetadata/v1"))
+    assert [c for c, _ in gcloud.calls] == [argv]
+
+
+def test_no_answer_on_created_by_is_a_failed_end_call_not_a_guess(metadata, monkeypatch):
+    """HTTP 500 on ``created-by``: neither end call is made; the agent's end retries cover it."""
+    gcloud = Gcloud()
+    monkeypatch.setattr("gpuinfra.agent.node.subprocess.run", gcloud)
+    metadata.created_by = 500
+    with pytest.raises(OSError, match="created-by: HTTP 500"):
+        end_gcp_node("idle", GcpMetadata(metadata.url + "/computeMetadata/v1"))
+    assert gcloud.calls == []
+
+
+def test_a_preempted_bulk_vm_asks_its_group_for_a_replacement(metadata, monkeypatch):
+    gcloud = Gcloud()
+    monkeypatch.setattr("gpuinfra.agent.replace.subprocess.run", gcloud)
+    gcp = GcpMetadata(metadata.url + "/computeMetadata/v1")
+    assert request_gcp_replacement(gcp) == "" and gcloud.calls == []  # not preempted
+    metadata.preempted = True
+    names = set()
+    for _ in range(200):
+        name = request_gcp_replacement(gcp)
+        names.add(name)
+        argv, timeout = gcloud.calls[-1]
+        assert argv == [
+            "gcloud", "compute", "instance-groups", "managed", "create-instance", "t-2-node",
+            f"--instance={name}", "--zone=us-central1-a",
+        ]  # fmt: skip
+        # the notice gives 30 s (cloud.google.com/compute/docs/instances/spot#preemption-process)
+        assert timeout is not None and timeout < 30
+        # <group>- + 4 of a-z0-9 like a MIG's own names, never a bulk name's n + 3 digits
+        suffix = name.rsplit("-", 1)[1]
+        assert (
+            name.startswith("t-2-node-")
+            and len(suffix) == 4
+            and suffix.isalnum()
+            and suffix.islower() | suffix.isdigit()
+        )
+        assert not (suffix[0] == "n" and suffix[1:].isdigit())
+    assert len(names) > 190  # random, not one fixed name
+    gcloud.calls.clear()
+    # the stack's last hour: a replacement could not boot, restore and train before the TTL end
+    assert request_gcp_replacement(gcp, NOW + timedelta(minutes=59), NOW) == "" and gcloud.calls == []
+    assert request_gcp_replacement(gcp, NOW + timedelta(minutes=61), NOW) and len(gcloud.calls) == 1
+    gcloud.calls.clear()
+    metadata.created_by = 200  # a MIG member: the group's repair recreates it
+    assert request_gcp_replacement(gcp) == "" and gcloud.calls == []
+
+
+def test_the_replacement_is_asked_once_beside_the_notice_sync_and_a_failure_is_logged(tmp_path, metadata):
+    """On the preemption notice the request runs in a thread while the checkpoints sync; a second
+    trigger (SIGTERM of the ACPI soft-off) asks no second time; a failed request is logged."""
+    started, release = threading.Event(), threading.Event()
+
+    def replace():
+        started.set()
+        release.wait(5)
+        raise subprocess.CalledProcessError(1, ["gcloud"])
+
+    class Sync:  # the notice's checkpoint sync: records whether the request had started meanwhile
+        seen: list = []
+
+        def clock(self):
+            return time.monotonic()
+
+        def sync(self, deadline):
+            self.seen.append(started.wait(5))
+
+    gcp = GcpMetadata(metadata.url + "/computeMetadata/v1")
+    metadata.preempted = True
+    agent = Agent(_config(tmp_path, cloud="gcp"), FakeGpus(50), gcp, Sync, None, replace=replace, now=lambda: NOW)
+    assert agent.step() == "interrupted"
+    assert Sync.seen == [True]  # asked while the notice's sync ran, not after it
+    agent.ask_replacement()  # the SIGTERM path
+    release.set()
+    for _ in range(50):
+        if any("replacement request failed" in e for e in agent.events):
+            break
+        time.sleep(0.1)
+    assert sum("replacement request failed: CalledProcessError" in e for e in agent.events) == 1
+
+
+@pytest.mark.parametrize("cloud", ["aws", "gcp"])
+def test_only_gcp_agents_ask_for_a_replacement(tmp_path, cloud):
+    """AWS replaces a Spot node from an EventBridge rule (docs/preemption.md): its agent asks nothing."""
+    from gpuinfra.agent.node import build_agent
+
+    agent = build_agent(_config(tmp_path, cloud=cloud))
+    assert (agent.replace is None) == (cloud == "aws")

@@ -14,6 +14,7 @@ import pytest
 from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.plan.boot import render_cluster_env
 from gpuinfra.plan.boot_gcp import peers_prefix
+from gpuinfra.plan.naming import gcp_bulk_instance_names
 from gpuinfra.plan.node_bundle import health_template_vars
 from tests.blueprints.helpers import make_spec
 
@@ -22,12 +23,24 @@ ME, PEER = "t-node-aaaa", "t-node-bbbb"
 MY_IP = "10.128.0.2"
 
 
-def run_peer_script(tmp_path, *, storage_ls: str, running: str = ME, deployment: str = "0123456789ab"):
+def run_peer_script(
+    tmp_path,
+    *,
+    storage_ls: str,
+    running: str = ME,
+    deployment: str = "0123456789ab",
+    me: str = ME,
+    describe: str = "exit 0",
+    created_by: int = 200,
+):
     """Render the script of a 2-node spot stack and run it once to its (2 s) deadline.
 
     Args:
         storage_ls: the body of the ``gcloud storage ls`` stand-in (``{url}`` is the peers prefix).
         running: the group's RUNNING VMs (``list-instances``), one per line.
+        me: this VM's name; describe: the body of the ``gcloud compute instances describe``
+            stand-in (``$4`` is the VM's name); created_by: the HTTP status of this VM's
+            ``created-by`` metadata key (200: a group member, 404: a VM of the bulk insert).
 
     Returns:
         (the finished process, the gcloud calls, the peers prefix URL).
@@ -43,6 +56,7 @@ def run_peer_script(tmp_path, *, storage_ls: str, running: str = ME, deployment:
         nodes=2,
         nic_count=0,
         group=GROUP,
+        bulk_names=gcp_bulk_instance_names(GROUP, 2),
         zone="me-west1-a",
         gpus_per_node=8,
         wait_seconds=2,
@@ -67,11 +81,15 @@ def run_peer_script(tmp_path, *, storage_ls: str, running: str = ME, deployment:
         f'echo "gcloud $*" >> {log}\n'
         'case "$*" in\n'
         f"  *list-instances*) printf '%s\\n' {running} ;;\n"
+        f'  "compute instances describe"*) {describe} ;;\n'
         f'  "storage ls"*) {storage_ls.format(url=url)} ;;\n'
         "  *) exit 0 ;;\n"
         "esac\n"
     )
-    curl = f'case "$*" in *network-interfaces/0/ip*) echo {MY_IP} ;; *instance/name*) echo {ME} ;; esac\n'
+    curl = (
+        f'case "$*" in *network-interfaces/0/ip*) echo {MY_IP} ;; *instance/name*) echo {me} ;;\n'
+        f"  *attributes/created-by*) printf {created_by} ;;\nesac\n"
+    )
     for name, body in (("gcloud", gcloud), ("curl", curl)):
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}")
         (bin_dir / name).chmod(0o755)
@@ -128,3 +146,87 @@ def test_an_earlier_deployments_markers_are_not_read(tmp_path):
     done, calls, url = run_peer_script(tmp_path, storage_ls=listing)
     assert url.endswith("/0123456789ab")
     assert earlier != url and done.returncode == 75 and len(resizes(calls)) == 1
+
+
+#: This node and its peer as VMs of the bulk insert (fixed names, no group members).
+BULK_ME, BULK_PEER = gcp_bulk_instance_names(GROUP, 2)
+#: gcloud's answer for a VM that does not exist (Compute API 404).
+NOT_FOUND = (
+    'echo "ERROR: (gcloud.compute.instances.describe) Could not fetch resource:"; '
+    "echo \" - The resource 'projects/p/zones/me-west1-a/instances/$4' was not found\"; exit 1"
+)
+
+
+def deletes(calls):
+    return [c for c in calls if c.startswith("gcloud compute instances delete")]
+
+
+def test_a_bulk_vm_of_a_cluster_that_never_formed_releases_the_group_and_deletes_itself(tmp_path):
+    """This bulk VM runs (describe: RUNNING), its peer is gone (was not found), the group has no
+    member: the cluster never formed, so the group is released and this VM -- no ``created-by``
+    key -- deletes itself; the peer is described only once it published an address."""
+    both = f"printf '%s\\n' {{url}}/{BULK_ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3"
+    describe = f'if [ "$4" = {BULK_ME} ]; then echo RUNNING; else {NOT_FOUND}; fi'
+    done, calls, _ = run_peer_script(
+        tmp_path, storage_ls=both, running="", me=BULK_ME, describe=describe, created_by=404
+    )
+    assert done.returncode == 75
+    assert len(resizes(calls)) == 1
+    assert deletes(calls) == [f"gcloud compute instances delete {BULK_ME} --zone me-west1-a --quiet"]
+    described = {c.split()[4] for c in calls if c.startswith("gcloud compute instances describe")}
+    assert described == {BULK_ME, BULK_PEER}
+    # the peer that never published is never described
+    done, calls, _ = run_peer_script(
+        tmp_path / "alone",
+        storage_ls=f"printf '%s\\n' {{url}}/{BULK_ME}/{MY_IP}",
+        running="",
+        me=BULK_ME,
+        describe="echo RUNNING",
+        created_by=404,
+    )
+    assert {c.split()[4] for c in calls if c.startswith("gcloud compute instances describe")} == {BULK_ME}
+    assert deletes(calls) and resizes(calls)
+
+
+def test_a_failed_describe_is_no_listing_and_releases_nothing(tmp_path):
+    """A describe that fails for another reason than "was not found" (HTTP 503) is no answer:
+    the listing does not count and nothing is released or deleted."""
+    both = f"printf '%s\\n' {{url}}/{BULK_ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3"
+    unavailable = f'if [ "$4" = {BULK_ME} ]; then echo RUNNING; else echo "ERROR: HTTPError 503" >&2; exit 1; fi'
+    done, calls, _ = run_peer_script(
+        tmp_path, storage_ls=both, running="", me=BULK_ME, describe=unavailable, created_by=404
+    )
+    assert done.returncode == 75 and resizes(calls) == [] and deletes(calls) == []
+
+
+def test_a_group_member_releases_the_group_but_never_deletes_itself(tmp_path):
+    """A member of the group (``created-by`` present) releases the group as before; the group
+    deletes its VMs, the VM does not delete itself through the instances API."""
+    done, calls, _ = run_peer_script(tmp_path, storage_ls=f"printf '%s\\n' {{url}}/{ME}/{MY_IP}", created_by=200)
+    assert done.returncode == 75 and len(resizes(calls)) == 1 and deletes(calls) == []
+
+
+def test_bulk_vms_and_group_members_together_form_the_cluster(tmp_path):
+    """A replacement (group member) and a surviving bulk VM: both count, the cluster has its 2
+    nodes and the script goes past the peer wait (no deadline, no release)."""
+    listing = f"printf '%s\\n' {{url}}/{ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3 {{url}}/{BULK_ME}/10.128.0.9"
+    describe = f'if [ "$4" = {BULK_PEER} ]; then echo RUNNING; else {NOT_FOUND}; fi'
+    done, calls, _ = run_peer_script(tmp_path, storage_ls=listing, running=ME, describe=describe, created_by=200)
+    # one round: both listed and published at once, so the loop ends (on to the ranks) at once
+    assert [c for c in calls if c.startswith("gcloud storage ls")] == [calls[2]]
+    assert "no ranks written" not in done.stderr and resizes(calls) == [] and deletes(calls) == []
+    # the gone bulk VM's stale entry (10.128.0.9) is described too (and answered "was not found")
+    assert sum(c.startswith("gcloud compute instances describe") for c in calls) == 2
+
+
+def test_the_startup_script_names_the_stacks_own_bulk_vms():
+    """The rendered startup script carries the fixed names of the stack's bulk insert, built from
+    the stack's own group name (one definition: gcp_bulk_instance_names), quoted as shell words."""
+    from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
+    from gpuinfra.plan.gcp import plan_gcp_cluster
+
+    spec = make_spec("a3-megagpu-8g", nodes=3, cloud="gcp", profile="llm-pretrain")
+    group = node_prefix(spec)
+    script = render_startup_script(spec, plan_gcp_cluster(spec), "bkt")
+    assert f'BULK_NAMES="{group}-n000 {group}-n001 {group}-n002"\n' in script
+    assert f"list-instances {group} --zone" in script

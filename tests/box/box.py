@@ -134,9 +134,14 @@ class Node:
         self.merged = self.dir / "merged"
         if box.boot.cloud == "aws":
             self.name = self.id = f"i-0b0x{box.tag[-6:]}{index:07d}"
+        elif box.scenario.gcp_bulk and index < len(box.boot.bulk_names):
+            self.name = box.boot.bulk_names[index]  # a VM of the stack's bulk insert
+            self.id = str(4000000000000000000 + index)
         else:
             self.name = f"{box.boot.group}-b{index}x{box.tag[-3:]}"
             self.id = str(4000000000000000000 + index)
+        #: GCP: a member of the managed instance group (``created-by`` set, listed by the group)
+        self.mig = box.boot.cloud == "gcp" and not (box.scenario.gcp_bulk and index < len(box.boot.bulk_names))
         self.proc: subprocess.Popen | None = None
         self.console = self.dir / "console.log"
         self.boots = 0
@@ -487,6 +492,7 @@ class Box:
                     "ip": n.ip,
                     "state": state if names is None or n.name in names else old.get(n.name, {}).get("state", state),
                     "notices": old.get(n.name, {}).get("notices", {}),
+                    "mig": n.mig,
                 }
                 for n in self.nodes
             ]

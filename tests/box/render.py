@@ -15,6 +15,7 @@ from gpuinfra.plan.aws import AwsClusterPlan, plan_aws_cluster
 from gpuinfra.plan.boot_aws import aws_node_bundle, render_user_data
 from gpuinfra.plan.boot_gcp import gcp_node_bundle, node_prefix, render_startup_script
 from gpuinfra.plan.gcp import GcpClusterPlan, plan_gcp_cluster
+from gpuinfra.plan.naming import gcp_bulk_instance_names
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX, NodeBundle
 from gpuinfra.spec import BakedImageRef, ClusterSpec
 from gpuinfra.stackfile import read_stack_spec
@@ -34,10 +35,20 @@ class BootText:
         bundle_key: the bundle's object key (named after its SHA-256, which the boot text pins).
         group: the GCP managed instance group's base name (VM names are ``<group>-<suffix>``); "" on AWS.
         efa_devices: EFA interfaces per node (AWS plan); 0 on GCP.
+        bulk_names: GCP: the names of the stack's bulk-inserted VMs (``<group>-n000`` ...); () on AWS.
     """
 
-    def __init__(self, cloud: str, text: str, bundle: NodeBundle, group: str = "", efa_devices: int = 0) -> None:
+    def __init__(
+        self,
+        cloud: str,
+        text: str,
+        bundle: NodeBundle,
+        group: str = "",
+        efa_devices: int = 0,
+        bulk_names: tuple[str, ...] = (),
+    ) -> None:
         self.cloud, self.text, self.group, self.efa_devices = cloud, text, group, efa_devices
+        self.bulk_names = bulk_names
         self.bundle, self.bundle_key = bundle.to_json(), bundle.key
 
 
@@ -94,6 +105,7 @@ def render_boot(spec: ClusterSpec, bucket: str) -> BootText:
             render_startup_script(spec, gcp_plan, bucket, bundle),
             bundle,
             node_prefix(spec),
+            bulk_names=gcp_bulk_instance_names(node_prefix(spec), spec.nodes),
         )
     finally:
         userdata.scratch_script, startup.scratch_script = saved

@@ -93,6 +93,9 @@ class Scenario:
         nic_wait_seconds: replaces the GCP cluster-env script's 300 s wait for NIC addresses
             (veth interfaces have no ``/sys/class/net/*/device``, so that wait never ends early).
         nodes: how many of the stack's nodes boot (0: all of them).
+        gcp_bulk: GCP: the nodes are the VMs of the stack's bulk insert (named
+            ``<group>-n000`` ..., no ``created-by`` metadata key, not listed by the managed instance
+            group) instead of the group's members.
     """
 
     stack: str
@@ -102,6 +105,7 @@ class Scenario:
     gpu_nics: tuple[str, ...] = ()
     nic_wait_seconds: int = 0
     nodes: int = 0
+    gcp_bulk: bool = False
 
     def patch(self, text: str) -> str:
         """The rendered boot text with the box overrides applied.

@@ -249,8 +249,29 @@ class Cli:
                 return 1, "", "ERROR: (gcloud.storage.ls) One or more URLs matched no objects.\n"
             return 0, "".join(f"{u}\n" for u in found), ""
         if args[:4] == ["compute", "instance-groups", "managed", "list-instances"]:
-            running = [n["name"] for n in _json("nodes.json")["nodes"] if n["state"] == "running"]
+            # the group's members only: the VMs of a bulk insert are not members
+            nodes = _json("nodes.json")["nodes"]
+            running = [n["name"] for n in nodes if n["state"] == "running" and n.get("mig", True)]
             return 0, "".join(f"{n}\n" for n in running), ""
+        if args[:3] == ["compute", "instances", "describe"]:
+            # a terminated VM is gone (DELETE on preemption, or deleted): gcloud's 404 message
+            found = [n for n in _json("nodes.json")["nodes"] if n["name"] == args[3] and n["state"] == "running"]
+            if not found:
+                return (
+                    1,
+                    "",
+                    (
+                        "ERROR: (gcloud.compute.instances.describe) Could not fetch resource:\n"
+                        f" - The resource 'projects/box/zones/box/instances/{args[3]}' was not found\n"
+                    ),
+                )
+            return 0, "RUNNING\n", ""
+        if args[:3] == ["compute", "instances", "delete"] and args[3] == self.node["name"]:
+            # GCE stops the VM (an ACPI power-off the guest handles) and deletes it
+            self.after = ["/usr/bin/systemctl", "poweroff", "--no-block"]
+            return 0, "", ""
+        if args[:4] == ["compute", "instance-groups", "managed", "create-instance"]:
+            return 0, "", ""  # recorded: the test boots the replacement it names
         if args[:4] == ["compute", "instance-groups", "managed", "delete-instances"]:
             # GCE stops the VM (an ACPI power-off the guest handles) and the group shrinks
             self.after = ["/usr/bin/systemctl", "poweroff", "--no-block"]
@@ -439,6 +460,11 @@ class Handler(BaseHTTPRequestHandler):
             "instance/network-interfaces/0/ip": node["ip"],
             "instance/preempted": "TRUE" if "preempted" in node.get("notices", {}) else "FALSE",
         }
+        if node.get("mig", True):  # only VMs a managed instance group created carry it: the group's URL
+            group = node["name"].rsplit("-", 1)[0]
+            values["instance/attributes/created-by"] = (
+                f"projects/1234567890/zones/{gcp.get('zone', '')}/instanceGroupManagers/{group}"
+            )
         values.update({f"instance/attributes/{k}": v for k, v in gcp.get("attributes", {}).items()})
         return values.get(path.rstrip("/"))
 

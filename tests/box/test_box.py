@@ -263,6 +263,32 @@ def test_gcp_agent_ends_idle_nodes_through_the_managed_instance_group(box_rootfs
         )
 
 
+def test_gcp_agent_ends_idle_bulk_vms_by_deleting_them(box_rootfs, box_timer, tmp_path):
+    """The VMs of a bulk insert (``<group>-n000`` ..., no ``created-by``, not group members) find
+    each other by name, pass the gate together and, idle, each delete themselves through the
+    instances API (the group would not know them)."""
+    scenario = Scenario(
+        **{**gcp_a3mega().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}, "gcp_bulk": True}
+    )
+    with make_box(box_rootfs, scenario, tmp_path) as box:
+        spec = stack_spec(scenario.stack)
+        assert [n.name for n in box.nodes] == [f"{box.boot.group}-n000", f"{box.boot.group}-n001"]
+        box.start()
+        codes = [node.wait_exit(BOOT_SECONDS) for node in box.nodes]
+        assert codes == [0, 0]  # powered off, not rebooted or killed
+        assert verdicts(health_results(box, spec.stack)) == {
+            f"{n.name}.json": ("cluster", n.ip, True, []) for n in box.nodes
+        }
+        assert sorted(calls_of(box, ["gcloud", "compute", "instances", "delete"])) == sorted(
+            (n.name, ["gcloud", "compute", "instances", "delete", n.name, f"--zone={spec.zone}", "--quiet"])
+            for n in box.nodes
+        )
+        assert not calls_of(box, DELETE)
+        # each found its peer by name (the group listed neither)
+        described = {(n, argv[4]) for n, argv in calls_of(box, ["gcloud", "compute", "instances", "describe"])}
+        assert {(a.name, b.name) for a in box.nodes for b in box.nodes} <= described
+
+
 def test_aws_agent_ends_idle_nodes_with_an_instance_initiated_shutdown(box_rootfs, box_timer, tmp_path):
     scenario = Scenario(**{**aws_p5().__dict__, "node_env": {"GPUINFRA_IDLE_TIMEOUT_MINUTES": "0.05"}})
     with make_box(box_rootfs, scenario, tmp_path) as box:

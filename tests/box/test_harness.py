@@ -239,3 +239,45 @@ def test_gce_metadata_needs_the_flavor_header_and_echoes_it(metadata):
         == "projects/1234567890/zones/europe-west1-b"
     )
     assert http(f"{base}/computeMetadata/v1/instance/preempted", headers=flavor)[1] == "FALSE"
+
+
+def test_the_group_lists_its_members_and_describe_finds_every_running_vm(state):
+    """Bulk VMs (``mig: false``) are not listed by the group but found by name; a terminated VM
+    answers gcloud's 404 ("was not found")."""
+    doc = json.loads((state / "nodes.json").read_text())
+    doc["nodes"][0]["mig"] = False  # i-1: a VM of the bulk insert
+    (state / "nodes.json").write_text(json.dumps(doc))
+    scenario = gcp_a3mega()
+    listed = cli(
+        ["gcloud", "compute", "instance-groups", "managed", "list-instances", "g", "--zone", "z"], scenario=scenario
+    )
+    assert listed[:2] == (0, "i-0\n")
+    describe = ["gcloud", "compute", "instances", "describe", "{}", "--zone", "z", "--format=value(status)"]
+    assert cli([a.format("i-1") for a in describe], scenario=scenario)[:2] == (0, "RUNNING\n")
+    rc, _, err, _, _ = cli([a.format("i-2") for a in describe], scenario=scenario)
+    assert rc == 1 and "was not found" in err
+    # a node deletes itself: a power-off; create-instance is recorded only
+    delete = ["gcloud", "compute", "instances", "delete", "i-0", "--zone=z", "--quiet"]
+    assert cli(delete, scenario=scenario)[::4] == (0, ["/usr/bin/systemctl", "poweroff", "--no-block"])
+    create = [
+        "gcloud",
+        "compute",
+        "instance-groups",
+        "managed",
+        "create-instance",
+        "g",
+        "--instance=g-ab12",
+        "--zone=z",
+    ]
+    assert cli(create, scenario=scenario)[::4] == (0, [])
+
+
+def test_created_by_is_set_for_group_members_only(metadata):
+    base, state = metadata
+    flavor = {"Metadata-Flavor": "Google"}
+    url = f"{base}/computeMetadata/v1/instance/attributes/created-by"
+    assert http(url, headers=flavor)[:2] == (200, "projects/1234567890/zones/europe-west1-b/instanceGroupManagers/i")
+    doc = json.loads((state / "nodes.json").read_text())
+    doc["nodes"][1]["mig"] = False
+    (state / "nodes.json").write_text(json.dumps(doc))
+    assert http(url, headers=flavor)[0] == 404

@@ -1,7 +1,7 @@
 """A lost node's replacement in the box: a formed 2-node AWS cluster, the rank-0 node gets a spot
 notice and powers off, and a replacement boots from the same rendered boot text (the box stands
-in for the cloud's replacement -- the Spot replacement function on AWS, the MIG's repair on GCP --
-with a fresh container and disk). It takes the lost node's rank, not the one its address sorts
+in for the cloud's replacement -- the Spot replacement function on AWS, on GCP the VM the
+preempted node asks the managed instance group for -- with a fresh container and disk). It takes the lost node's rank, not the one its address sorts
 to, and restores the lost node's newest complete checkpoint from the stand-in bucket before
 ``gpuinfra-run`` starts the job; the survivor keeps its rank.
 
@@ -13,24 +13,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import time
 
 import pytest
 
 from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
-from tests.box.box import Node, run
+from tests.box.box import Node
 from tests.box.render import stack_spec
 from tests.box.scenario import Scenario, aws_p5, gcp_a3mega
-from tests.box.test_box import BOOT_SECONDS, env_file, make_box, wait_ranked_and_passed
+from tests.box.test_box import BOOT_SECONDS, calls_of, env_file, make_box, wait_ranked_and_passed
 from tests.box.test_checkpoints_box import CKPT, NO_INTERVAL, latest, objects, write_checkpoints
 
 pytestmark = [pytest.mark.box]
 
 
-def add_node(box, index: int) -> Node:
-    """A fresh node (new container, empty disk, next address) booting the box's boot text."""
+def add_node(box, index: int, name: str = "") -> Node:
+    """A fresh node (new container, empty disk, next address) booting the box's boot text; GCP:
+    ``name`` makes it a member of the managed instance group of that name (a replacement the
+    group created)."""
     node = Node(box, index)
+    if name:
+        node.name, node.mig = name, True
     box.nodes.append(node)
     node.plumb()
     node.mount()
@@ -179,22 +182,36 @@ def test_aws_standin_job_resumed_on_the_replacement_ends_like_an_uninterrupted_r
         )
 
 
-def test_gcp_mig_recreates_a_preempted_node_which_restores_its_newest_checkpoint(
+def test_gcp_preempted_bulk_vm_asks_the_group_for_a_replacement_which_takes_its_rank_and_checkpoint(
     box_rootfs, box_timer, fault_row, tmp_path
 ):
-    """GCP: the MIG recreates a preempted Spot VM under the same name from the same template
-    (``defaultActionOnFailure = REPAIR``). The box stands in for that with a fresh disk booting the
-    same startup script at the same name and address; the node finds its group formed (the
-    watchdog never releases it), keeps rank 0 and restores step-00020."""
-    scenario = Scenario(**{**gcp_a3mega().__dict__, "node_env": NO_INTERVAL})
+    """GCP, the laptop off: the VMs of a bulk insert are no members of the stack's managed instance
+    group, so nothing recreates a preempted one by itself. On the preemption (the ``preempted``
+    flag and the ACPI soft-off come together) its agent asks the group for a replacement
+    (``create-instance`` with a new ``<group>-xxxx`` name) while it syncs its checkpoints. The box
+    boots that replacement when the stand-in records the call: a group member with a new name and
+    address, which takes the lost node's rank 0 through the newest rank decision and restores
+    step-00020; the survivor keeps rank 1."""
+    scenario = Scenario(**{**gcp_a3mega().__dict__, "node_env": NO_INTERVAL, "gcp_bulk": True})
     stack = stack_spec(scenario.stack).stack
+    zone = stack_spec(scenario.stack).zone
     with make_box(box_rootfs, scenario, tmp_path) as box:
         box.start()
         wait_ranked_and_passed(box)
         lost, survivor = box.nodes
+        assert not lost.mig and not survivor.mig
         write_checkpoints(lost, ["step-00010", "step-00020"])
+        started = time.monotonic()
         box.notify(lost, "preempted", True)
         lost.exec(["systemctl", "poweroff", "--no-block"], check=False)  # the ACPI soft-off
+        create = ["gcloud", "compute", "instance-groups", "managed", "create-instance", box.boot.group]
+        # within the notice's 30 s (cloud.google.com/compute/docs/instances/spot#preemption-process)
+        asked = box.wait_for("the replacement request", lambda: calls_of(box, create), 30, poll=0.5)
+        ((who, argv),) = asked
+        new = argv[6].removeprefix("--instance=")
+        assert who == lost.name and argv[7:] == [f"--zone={zone}"]
+        suffix = new.removeprefix(f"{box.boot.group}-")
+        assert len(suffix) == 4 and suffix.isalnum() and new not in box.boot.bulk_names
         box.wait_for(
             "LATEST at the newest complete checkpoint",
             lambda: (d := latest(box, stack, "rank-0")) and d["checkpoint"] == "step-00020",
@@ -202,29 +219,25 @@ def test_gcp_mig_recreates_a_preempted_node_which_restores_its_newest_checkpoint
             poll=0.5,
         )
         assert lost.wait_exit(60) == 0
-        started = time.monotonic()
         box.set_states("terminated", [lost.name])  # Compute Engine deletes it (DELETE on preemption)
-        run(["umount", str(lost.merged)])
-        shutil.rmtree(lost.dir)  # a new VM: a new boot disk and local SSD
-        lost.mount()
-        lost.provision()
-        box.set_states("running", [lost.name])
-        doc = json.loads((box.state / "nodes.json").read_text())
-        for entry in doc["nodes"]:
-            entry["notices"] = {} if entry["name"] == lost.name else entry["notices"]  # a new VM: not preempted
-        box._write_nodes(doc)
-        lost.start()
+        replacement = add_node(box, 2, name=new)  # 10.77.0.13: sorts after the survivor's 10.77.0.12
+        assert replacement.mig  # the group created it: created-by set, listed by the group
+        replacement.start()
         resume = box.wait_for(
-            "the recreated VM's resume file", lambda: lost.read("/run/gpuinfra/resume.env"), BOOT_SECONDS
+            "the replacement's resume file", lambda: replacement.read("/run/gpuinfra/resume.env"), BOOT_SECONDS
         )
         seconds = time.monotonic() - started
         assert resume == f"GPUINFRA_RESUME_FROM={CKPT}/step-00020\n"
-        (mine,) = wait_ranked_and_passed(box, [lost])
-        assert mine["NODE_RANK"] == "0" and env_file(survivor.read("/etc/gpuinfra/cluster.env"))["NODE_RANK"] == "1"
-        # the formation watchdog did not release the group
+        (mine,) = wait_ranked_and_passed(box, [replacement])
+        # the lost node's rank; the world and the survivor's rank stand
+        assert (mine["NODE_RANK"], mine["NNODES"]) == ("0", "2")
+        assert replacement.read("/etc/gpuinfra/hostfile") == f"{replacement.ip}\n{survivor.ip}\n"
+        assert env_file(survivor.read("/etc/gpuinfra/cluster.env"))["NODE_RANK"] == "1"
+        # one request, from the lost node only; the formation watchdog released nothing
+        assert len(calls_of(box, create)) == 1
         assert not [c for c in box.calls() if "resize" in c["argv"]]
         fault_row(
-            "GCP preemption; the MIG recreates the VM (fresh disk, same name)",
-            "finds its group formed, keeps rank 0, restores step-00020",
+            "GCP preemption of a bulk VM (laptop off)",
+            "asks the group for a replacement; it takes rank 0, restores step-00020 (s: notice to restore)",
             seconds,
         )
