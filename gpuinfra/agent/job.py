@@ -22,8 +22,25 @@ current job and join it):
   membership changes or failures)").
 * Restarts are the unit's: a job that exits non-zero (or that the agent's hang watch asks to
   restart, ``hang.action: restart``) runs again while ``restart == "on-failure"`` and fewer than
-  ``max_restarts`` restarts happened on that node; the job resumes from the newest checkpoint
-  in ``GPUINFRA_CHECKPOINT_DIR`` itself.
+  ``max_restarts`` restarts are recorded in this node's part; the job resumes from the newest
+  checkpoint in ``GPUINFRA_CHECKPOINT_DIR`` itself. A restart of the job restarts every node
+  once (a failed collective fails them all), so the job's restart count is the most any part
+  recorded (:attr:`gpuinfra.services.jobs.JobView.restart_count`); a replacement continues the
+  records of the part it takes over (:meth:`JobRunner.inherited`) instead of starting at 0.
+* A failed worker ends the attempt at once: torchrun (``--max_restarts 0``) logs ``failed
+  (exitcode: N) local_rank: ...`` and then waits in its exit barrier for every other node's
+  agent, 300 s, not settable from torchrun's command line (pytorch/pytorch#99051: "on a segfault
+  on a single trainer, we end up keeping the gpu on all ranks blocked for 5 minutes due to
+  elastic agents barrier timeouts"). A lost node never arrives there, so the job unit stops
+  torchrun :data:`WORKER_FAILED_GRACE_SECONDS` after that line and records exit status N.
+* Rank 0 moves: before a restart, a node reads the newest rank decision of its deployment
+  (:func:`gpuinfra.health.ranks.newest_ranking`, ``health/<stack>/ranks-<deployment>-*``). When
+  it keeps this node's rank and names another rank 0 (a replacement took a lost rank 0:
+  :meth:`gpuinfra.health.ranks.DecisionScope.takeover`), the node rewrites ``MASTER_ADDR`` of
+  cluster.env and the hostfile (atomically; the address checked as an IP), so the next attempt
+  meets the replacement's rendezvous. A node that does not host the rendezvous waits before
+  every attempt until rank 0's rendezvous port answers or such a decision appears, at most
+  :data:`RANK0_WAIT_SECONDS`: an attempt against a lost rank 0 would only fail and spend a restart.
 * What the node writes (``<part>`` = ``rank-<NODE_RANK>``): :func:`status_key` (JSON:
   ``state`` ``waiting | running | succeeded | failed | cancelled``, ``exit_code``,
   ``restarts`` [``{"at", "cause", "step"}``; once the next attempt logs its first ``step=N``
@@ -43,17 +60,22 @@ values reach ``gpuinfra-run`` through its environment (``-e KEY``), never a comm
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS
 
 #: Seconds between reads of the spec (waiting for a job, and for a cancel while one runs).
 POLL_SECONDS = 10
@@ -64,6 +86,10 @@ LOG_CHUNK_BYTES = 1 << 20
 STOP_GRACE_SECONDS = 30
 #: Seconds the outputs upload may take after the job (inside the agent's end sync bound).
 OUTPUT_SYNC_SECONDS = 240
+#: Seconds a node that does not host the rendezvous waits before a restart for rank 0's
+#: rendezvous port or a rank decision naming another rank 0 (module docstring): as long as a
+#: replacement's own peer discovery may take.
+RANK0_WAIT_SECONDS = PEER_DISCOVERY_WAIT_SECONDS
 JOB_ID_PATTERN = r"j-[a-z0-9-]{1,60}"
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 RESTART_POLICIES = ("on-failure", "never")
@@ -74,6 +100,12 @@ STATE_DIR = Path("/run/gpuinfra")
 JOB_DONE_MARK = "job-done"
 #: Written by the agent's watch for a hung job with ``hang.action: restart`` (its text: why).
 JOB_RESTART_MARK = "job-restart"
+#: Seconds the job unit lets torchrun run on after it logged a failed worker, then stops it
+#: (module docstring: torchrun's exit barrier).
+WORKER_FAILED_GRACE_SECONDS = 10
+#: torchrun's line for a failed worker (torch.distributed.elastic.multiprocessing.api, logged at
+#: ERROR, which torchrun prints by default, in 1.13 and 2.x alike).
+_WORKER_FAILED = re.compile(r"\bfailed \(exitcode: (-?\d+)\) local_rank: \d+")
 _PROGRESS = re.compile(r"\bstep=(\d+)\b")
 _NUMBER = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9][0-9.eE+-]*)\b")
 
@@ -119,7 +151,7 @@ class JobSpec:
         env: variables given to the job (names: :data:`ENV_NAME_PATTERN`; values on one line).
         secrets: variable -> secret name (module docstring), resolved on the node.
         restart: ``on-failure`` | ``never``.
-        max_restarts: restarts per node before the job counts as failed (0-100).
+        max_restarts: restarts of the job before it counts as failed (0-100; module docstring).
         min_nodes: torchrun ``--nnodes MIN:MAX`` MIN (0: all the cluster's nodes).
         nproc_per_node: processes per node (0: one per GPU, cluster.env ``NPROC_PER_NODE``).
         workdir: the job's working folder on the node ("": the scratch mount).
@@ -240,20 +272,26 @@ class JobRunner:
         state_dir: where the done and restart marks are.
         run: the ``gpuinfra-run`` path.
         deployment: node.env ``GPUINFRA_DEPLOYMENT`` ("": every spec is this deployment's).
+        cluster_env, hostfile: the node's ranks (``/etc/gpuinfra/cluster.env``, ``hostfile``);
+            None: rank 0 is never followed (module docstring).
+        decisions: reads ``health/<stack>/`` (key -> body; raises OSError), for the newest
+            rank decision; None: rank 0 is never followed.
     """
 
     def __init__(
         self, bucket, cloud: str, stack: str, part: str, node: str, nnodes: int, scratch: str, state_dir: Path = STATE_DIR,
-        run: str = GPUINFRA_RUN, deployment: str = "",
+        run: str = GPUINFRA_RUN, deployment: str = "", cluster_env: Path | None = None, hostfile: Path | None = None,
+        decisions: Callable[[], Mapping[str, bytes]] | None = None,
     ) -> None:  # fmt: skip
         self.bucket, self.cloud, self.stack, self.part, self.node = bucket, cloud, stack, part, node
         self.nnodes, self.scratch, self.state_dir, self.run_path = nnodes, scratch, Path(state_dir), run
-        self.deployment = deployment
+        self.deployment, self.cluster_env, self.hostfile, self.decisions = deployment, cluster_env, hostfile, decisions
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
         self.lock = threading.Lock()
         self.redo: dict | None = None
+        self.worker_failed: tuple[float, int] | None = None
 
     # ---------------------------------------------------------------- bucket
     def read_spec(self) -> JobSpec | None:
@@ -297,6 +335,70 @@ class JobRunner:
             with self.lock:
                 self.lines[:0] = lines
 
+    # ---------------------------------------------------------------- rank 0
+    def follow_rank0(self) -> bool:
+        """Point cluster.env's ``MASTER_ADDR`` (and the hostfile) at rank 0 of the newest rank
+        decision when that decision keeps this node's rank and names another rank 0 (module
+        docstring). Returns whether it rewrote them; a bucket error or a bad address is logged."""
+        if self.decisions is None or self.cluster_env is None or self.hostfile is None:
+            return False
+        from gpuinfra.health.ranks import newest_ranking  # node bundle; here: job <- watch <- node
+
+        rank, master = _value(self.cluster_env, "NODE_RANK"), _value(self.cluster_env, "MASTER_ADDR")
+        try:
+            hosts = [h.strip() for h in self.hostfile.read_text().splitlines() if h.strip()]
+        except OSError:
+            return False
+        if not rank.isdigit() or int(rank) >= len(hosts):
+            return False
+        mine = hosts[int(rank)]
+        try:
+            ranked = newest_ranking(self.decisions(), self.stack, self.deployment, mine)
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: cannot read the rank decisions: {exc}", flush=True)
+            return False
+        if not ranked or int(rank) >= len(ranked) or ranked[int(rank)] != mine or ranked[0] == master:
+            return False
+        try:
+            for address in ranked:
+                ipaddress.ip_address(address)
+        except ValueError as exc:
+            print(f"gpuinfra-job: ignoring a rank decision with a bad address: {exc}", flush=True)
+            return False
+        lines = self.cluster_env.read_text().splitlines()
+        text = "".join(f"MASTER_ADDR={ranked[0]}\n" if ln.startswith("MASTER_ADDR=") else f"{ln}\n" for ln in lines)
+        for path, body in ((self.hostfile, "".join(f"{a}\n" for a in ranked)), (self.cluster_env, text)):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(body)
+            os.replace(tmp, path)
+        self.note(f"gpuinfra-job: rank 0 is now {ranked[0]} (was {master}): MASTER_ADDR rewritten")
+        return True
+
+    def note(self, text: str) -> None:
+        """A line of the job unit's own in the job's log (and the journal)."""
+        print(text, flush=True)
+        with self.lock:
+            self.lines.append(f"[{self.part}] {text}\n")
+
+    def await_rank0(self, wait_seconds: float = RANK0_WAIT_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
+        """Before a restart on a node that does not host the rendezvous (``NODE_RANK`` != 0):
+        return once rank 0's rendezvous port (``MASTER_ADDR:MASTER_PORT``) accepts a connection or
+        :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``."""
+        if self.cluster_env is None:
+            return
+        deadline = time.monotonic() + wait_seconds
+        while not self.follow_rank0() and _value(self.cluster_env, "NODE_RANK") not in ("0", ""):
+            master, port = _value(self.cluster_env, "MASTER_ADDR"), _value(self.cluster_env, "MASTER_PORT")
+            try:
+                socket.create_connection((master, int(port)), 3).close()
+                return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                self.note(f"gpuinfra-job: rank 0 ({master}) still unreachable after {wait_seconds:.0f} s")
+                return
+            time.sleep(poll_seconds)
+
     # ---------------------------------------------------------------- the job
     def command(self, spec: JobSpec) -> tuple[list[str], dict[str, str]]:
         """(``gpuinfra-run`` argv, its environment: the spec's env and resolved secrets).
@@ -327,6 +429,9 @@ class JobRunner:
             print(line, end="", flush=True)
             with self.lock:
                 self.lines.append(f"[{self.part}] {line}" if line.endswith("\n") else f"[{self.part}] {line}\n")
+            failed = _WORKER_FAILED.search(line)
+            if failed and self.worker_failed is None:
+                self.worker_failed = (time.monotonic(), int(failed.group(1)) or 1)
             progress = progress_of(line)
             if progress:
                 self.status["progress"] = progress
@@ -357,11 +462,17 @@ class JobRunner:
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
             env={**os.environ, **env}, cwd=workdir, start_new_session=True,
         )  # fmt: skip
+        self.worker_failed = None
         reader = threading.Thread(target=self._read, args=(proc, spec), daemon=True)
         reader.start()
         mark, why, last_spec = self.state_dir / JOB_RESTART_MARK, "", time.monotonic()
         while proc.poll() is None:
             time.sleep(1)
+            failed = self.worker_failed
+            if failed and time.monotonic() - failed[0] >= WORKER_FAILED_GRACE_SECONDS:
+                self.note(f"gpuinfra-job: a worker failed (exit status {failed[1]}); stopping torchrun's exit barrier")
+                self._stop(proc)
+                break
             if mark.exists():
                 why = "hang: " + mark.read_text().strip()
                 mark.unlink(missing_ok=True)
@@ -377,7 +488,8 @@ class JobRunner:
         proc.wait()
         reader.join(30)
         self.flush_log(spec)
-        return proc.returncode, why
+        failed = self.worker_failed
+        return (failed[1] if failed and proc.returncode else proc.returncode), why
 
     def _due(self) -> bool:
         now = time.monotonic()
@@ -389,8 +501,11 @@ class JobRunner:
 
     def run(self, spec: JobSpec) -> str:
         """Run ``spec`` with its restart policy, then record the end. Returns the final state."""
+        if not self.status:
+            self.status = self.inherited(spec)
         restarts: list[dict] = self.status.get("restarts", [])
         self.put_status(spec, state="running", restarts=restarts, exit_code=None, started_at=utc_now())
+        self.await_rank0()
         while True:
             try:
                 code, why = self.attempt(spec)
@@ -411,8 +526,22 @@ class JobRunner:
             self.redo = {"at": utc_now(), "cause": cause, "step": self.status.get("progress", {}).get("step")}
             restarts.append(self.redo)
             self.put_status(spec, state="running", restarts=restarts, last_exit_code=code)
+            self.await_rank0()
         self.finish(spec, state, code)
         return state
+
+    def inherited(self, spec: JobSpec) -> dict:
+        """What this node takes over of its part's status (module docstring): a replacement
+        continues the restarts of the node whose rank it took, so the job's restart count (and
+        ``max_restarts``) is the cluster's, not reset by a new node; ``replaces`` names that node."""
+        try:
+            doc = json.loads(self.bucket.get_text(status_key(self.stack, spec.id, self.part), 60))
+        except (OSError, ValueError, subprocess.SubprocessError, TimeoutError):
+            return {}
+        if not isinstance(doc, dict) or doc.get("job") != spec.id or not isinstance(doc.get("restarts"), list):
+            return {}
+        kept = {"restarts": doc["restarts"]}
+        return {**kept, "replaces": doc["node"]} if doc.get("node") not in (None, self.node) else kept
 
     def finish(self, spec: JobSpec, state: str, code: int) -> None:
         """Upload the outputs (bounded), the status and the final object; write the done mark."""
@@ -465,6 +594,7 @@ def main(argv: list[str] | None = None) -> int:
     # imported here: node -> watch -> job at import, so job importing node at the top would be a cycle
     from gpuinfra.agent import checkpoints
     from gpuinfra.agent import node as agent_node
+    from gpuinfra.health import node as health_node
 
     parser = argparse.ArgumentParser(description="gpuinfra job unit")
     parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
@@ -475,10 +605,13 @@ def main(argv: list[str] | None = None) -> int:
     metadata = agent_node.AwsMetadata() if config.cloud == "aws" else agent_node.GcpMetadata()
     node = agent_node.node_name(metadata)
     scratch = config.env.get("GPUINFRA_SCRATCH") or "/scratch"
+    decisions = health_node.Bucket(config.cloud, config.bucket)
     runner = JobRunner(
         checkpoints.Bucket(config.cloud, config.bucket), config.cloud, config.stack,
         checkpoints.node_part(node), node, int(_value(checkpoints.CLUSTER_ENV, "NNODES")), scratch,
-        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "",
+        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "", cluster_env=health_node.CLUSTER_ENV_PATH,
+        hostfile=health_node.HOSTFILE_PATH,
+        decisions=lambda: decisions.read_prefix(f"{health_node.HEALTH_PREFIX}/{config.stack}/"),
     )  # fmt: skip
     return runner.serve()
 

@@ -159,6 +159,7 @@ def test_logs_jobs_and_cancel(run_cli, project, monkeypatch, s3):  # noqa: F811
         "exit_code": None,
         "submitted_at": "",
         "restarts": [],
+        "restart_count": 0,
         "nodes": None,
     }
     monkeypatch.setattr(jobs, "CANCEL_WAIT_SECONDS", 0.05)  # the nodes never finish here
@@ -400,3 +401,22 @@ def test_a_failed_node_stops_the_run_only_when_the_gate_enforces(monkeypatch, ga
     else:
         call()
         assert said == ["health gate (report): node-1 failed ECC; the job is submitted anyway"]
+
+
+def test_the_jobs_restart_count_is_the_clusters_not_the_sum_over_nodes():
+    """One crash restarts the job on both nodes (one record each): 1 restart of the job, as the
+    status line and `jobs` say; a replacement that continued rank 1's records and then failed its
+    first attempt makes it 2."""
+    from gpuinfra.agent.job import JobSpec
+
+    crash = {"at": "2026-11-27T04:00:00+00:00", "cause": "exit status 1", "step": 8}
+    view = jobs.JobView(
+        JobSpec(id="j-x", argv=("python", "train.py")),
+        {"rank-0": {"state": "running", "restarts": [crash]}, "rank-1": {"state": "running", "restarts": [crash]}},
+    )
+    assert view.restart_count == 1 and len(view.restarts) == 2
+    assert ", 1 restart, " in jobs.status_line(view, 2, 60, None)
+    assert view.to_json()["restart_count"] == 1
+    view.statuses["rank-1"]["restarts"] = [crash, {**crash, "step": None}]
+    assert view.restart_count == 2 and ", 2 restarts, " in jobs.status_line(view, 2, 60, None)
+    assert jobs.JobView(view.spec).restart_count == 0
