@@ -289,7 +289,8 @@ class JobRunner:
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
-        self.lock = threading.Lock()
+        self.lock, self.flushing = threading.Lock(), threading.Lock()
+        self.cancel_seen = False
         self.redo: dict | None = None
         self.worker_failed: tuple[float, int] | None = None
 
@@ -300,6 +301,9 @@ class JobRunner:
             spec = JobSpec.from_json(self.bucket.get_text(spec_key(self.stack), 60))
         except OSError:
             return None  # no job yet (the CLI answers "not found" with an error)
+        except (subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: reading the job spec failed: {exc}", flush=True)
+            return None
         except (ValueError, TypeError) as exc:
             print(f"gpuinfra-job: ignoring an invalid job spec: {exc}", flush=True)
             return None
@@ -322,18 +326,20 @@ class JobRunner:
             print(f"gpuinfra-job: status upload failed: {exc}", flush=True)
 
     def flush_log(self, spec: JobSpec) -> None:
-        """Upload the lines gathered since the last chunk as the next chunk."""
-        with self.lock:
-            lines, self.lines = self.lines, []
-        if not lines:
-            return
-        try:
-            self.bucket.put_text(log_key(self.stack, spec.id, self.part, self.seq), "".join(lines), 60)
-            self.seq += 1
-        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
-            print(f"gpuinfra-job: log upload failed, keeping the lines: {exc}", flush=True)
+        """Upload the lines gathered since the last chunk as the next chunk (one upload at a
+        time: the attempt's bucket thread and the end of an attempt both flush)."""
+        with self.flushing:
             with self.lock:
-                self.lines[:0] = lines
+                lines, self.lines = self.lines, []
+            if not lines:
+                return
+            try:
+                self.bucket.put_text(log_key(self.stack, spec.id, self.part, self.seq), "".join(lines), 60)
+                self.seq += 1
+            except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+                print(f"gpuinfra-job: log upload failed, keeping the lines: {exc}", flush=True)
+                with self.lock:
+                    self.lines[:0] = lines
 
     # ---------------------------------------------------------------- rank 0
     def follow_rank0(self) -> bool:
@@ -462,10 +468,12 @@ class JobRunner:
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
             env={**os.environ, **env}, cwd=workdir, start_new_session=True,
         )  # fmt: skip
-        self.worker_failed = None
+        self.worker_failed, self.cancel_seen = None, False
         reader = threading.Thread(target=self._read, args=(proc, spec), daemon=True)
         reader.start()
-        mark, why, last_spec = self.state_dir / JOB_RESTART_MARK, "", time.monotonic()
+        stop = threading.Event()
+        threading.Thread(target=self._bucket_io, args=(spec, stop), daemon=True).start()
+        mark, why = self.state_dir / JOB_RESTART_MARK, ""
         while proc.poll() is None:
             time.sleep(1)
             failed = self.worker_failed
@@ -476,20 +484,32 @@ class JobRunner:
             if mark.exists():
                 why = "hang: " + mark.read_text().strip()
                 mark.unlink(missing_ok=True)
-            elif time.monotonic() - last_spec >= POLL_SECONDS:
-                last_spec = time.monotonic()
-                current = self.read_spec()
-                if current is not None and (current.cancel or current.id != spec.id):
-                    why = "cancelled"
+            elif self.cancel_seen:
+                why = "cancelled"
             if why:
                 self._stop(proc)
                 break
-            self.flush_log(spec) if len(self.lines) and self._due() else None
+        stop.set()
         proc.wait()
         reader.join(30)
         self.flush_log(spec)
         failed = self.worker_failed
         return (failed[1] if failed and proc.returncode else proc.returncode), why
+
+    def _bucket_io(self, spec: JobSpec, stop: threading.Event) -> None:
+        """An attempt's bucket calls, off the loop that watches the job (a bucket call may take
+        up to its 60 s timeout, which must not delay stopping or ending an attempt): the spec
+        every :data:`POLL_SECONDS` (a cancel, or another job, sets ``cancel_seen``) and the log
+        chunks."""
+        last_spec = time.monotonic()
+        while not stop.wait(1):
+            if time.monotonic() - last_spec >= POLL_SECONDS:
+                last_spec = time.monotonic()
+                current = self.read_spec()
+                if current is not None and (current.cancel or current.id != spec.id):
+                    self.cancel_seen = True
+            if self.lines and self._due():
+                self.flush_log(spec)
 
     def _due(self) -> bool:
         now = time.monotonic()

@@ -444,3 +444,26 @@ def test_a_failed_worker_ends_the_attempt_without_waiting_out_torchruns_exit_bar
         bucket.get_text(log_key(STACK, "j-20261127-040000-abc123", "rank-1", n), 1) for n in range(runner.seq)
     )
     assert "[rank-1] gpuinfra-job: a worker failed (exit status 1); stopping torchrun's exit barrier\n" in log
+
+
+def test_a_bucket_call_that_hangs_neither_delays_nor_fails_the_attempt(node, monkeypatch):
+    """The cancel poll's ``aws s3 cp`` may hang until its 60 s timeout (the box saw it): the
+    attempt still ends when the job ends, and the timeout is no job failure."""
+    import subprocess
+
+    runner, bucket, _ = node
+    hung = []
+
+    def hanging_get(key, timeout):
+        if key != spec_key(STACK):
+            raise OSError(f"{key} not found")
+        hung.append(key)
+        time.sleep(4)
+        raise subprocess.TimeoutExpired(["aws", "s3", "cp", key, "-"], timeout)
+
+    monkeypatch.setattr(bucket, "get_text", hanging_get)
+    Path(runner.run_path).write_text("#!/bin/bash\necho step=1 loss=0.5\nsleep 1\nexit 0\n")
+    started = time.monotonic()
+    assert runner.run(spec()) == "succeeded"
+    assert time.monotonic() - started < 3.5 and hung  # the poll hung; the attempt did not wait for it
+    assert runner.read_spec() is None  # a timed-out read is "no spec", never an error out of the loop
