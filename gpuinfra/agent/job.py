@@ -53,8 +53,9 @@ current job and join it):
   checkpoints (bounded, ``END_SYNC_BOUND_SECONDS``) and ends the node (:mod:`gpuinfra.agent.watch`).
 
 Secrets go by reference only (``secrets``: variable -> name): ``aws ssm get-parameter
---with-decryption`` for ``/gpuinfra/<stack>/...`` names, ``aws secretsmanager get-secret-value``
-for ``gpuinfra/<stack>/...`` names (AWS), ``gcloud secrets versions access latest`` (GCP). The
+--with-decryption`` for ``/gpuinfra/<stack id>/job/...`` names, ``aws secretsmanager get-secret-value``
+for ``gpuinfra/<stack id>/job/...`` names (AWS), ``gcloud secrets versions access latest`` for
+``gpuinfra-<stack id>_...`` (GCP); the stack id is ``<stack>-<suffix>`` (:func:`secret_command`). The
 values reach ``gpuinfra-run`` through its environment (``-e KEY``), never a command line.
 """
 
@@ -222,8 +223,15 @@ class JobSpec:
         return cls(**{**doc, "argv": tuple(doc["argv"])})
 
 
-def secret_command(cloud: str, stack: str, name: str) -> list[str]:
+def secret_command(cloud: str, scope: str, name: str) -> list[str]:
     """The CLI call that prints secret ``name``'s value (module docstring: which names).
+
+    ``scope`` is the stack id (:func:`gpuinfra.plan.naming.stack_id`, ``<stack>-<suffix>``;
+    node.env ``GPUINFRA_STACK_ID``), unique per stack file even when two project folders hold a
+    stack of the same name: the nodes' grants cover these names only (AWS: the node role's
+    ``node-job-secrets`` policy; GCP: the secret accessor binding of
+    :func:`blueprints.gcp.storage.build_secret_reader`). GCP names end the scope with ``_``,
+    which no stack name ``gpuinfra new`` writes has, so no other stack id continues it.
 
     Sources: docs.aws.amazon.com/cli/latest/reference/ssm/get-parameter.html (``--with-decryption``),
     docs.aws.amazon.com/cli/latest/reference/secretsmanager/get-secret-value.html (``SecretString``),
@@ -233,17 +241,29 @@ def secret_command(cloud: str, stack: str, name: str) -> list[str]:
         ValueError: ``name`` is outside the stack's names (the node may read nothing else).
     """
     if cloud == "gcp":
-        if not re.fullmatch(rf"gpuinfra-{re.escape(stack)}-[A-Za-z0-9_-]+", name):
-            raise ValueError(f"secret {name!r}: GCP secrets of this stack are named gpuinfra-{stack}-...")
+        if not re.fullmatch(rf"{re.escape(gcp_secret_prefix(scope))}[A-Za-z0-9_-]+", name):
+            raise ValueError(f"secret {name!r}: GCP secrets of this stack are named {gcp_secret_prefix(scope)}...")
         return ["gcloud", "secrets", "versions", "access", "latest", f"--secret={name}"]
     text = ["--output", "text"]
-    if re.fullmatch(rf"/gpuinfra/{re.escape(stack)}/[A-Za-z0-9_./-]+", name):
+    ssm, manager = aws_secret_prefixes(scope)
+    if re.fullmatch(rf"{re.escape(ssm)}[A-Za-z0-9_./-]+", name):
         return ["aws", "ssm", "get-parameter", "--with-decryption", "--name", name, "--query", "Parameter.Value", *text]
-    if re.fullmatch(rf"gpuinfra/{re.escape(stack)}/[A-Za-z0-9_./+=@-]+", name):
+    if re.fullmatch(rf"{re.escape(manager)}[A-Za-z0-9_./+=@-]+", name):
         return ["aws", "secretsmanager", "get-secret-value", "--secret-id", name, "--query", "SecretString", *text]
-    raise ValueError(
-        f"secret {name!r}: AWS names are /gpuinfra/{stack}/... (SSM) or gpuinfra/{stack}/... (Secrets Manager)"
-    )
+    raise ValueError(f"secret {name!r}: AWS names are {ssm}... (SSM) or {manager}... (Secrets Manager)")
+
+
+def aws_secret_prefixes(scope: str) -> tuple[str, str]:
+    """How the names of a stack's job secrets start on AWS: (SSM Parameter Store, Secrets
+    Manager), ``/gpuinfra/<stack id>/job/`` and ``gpuinfra/<stack id>/job/``. The ``job/`` level
+    keeps them apart from gpuinfra's own parameters of the stack (the CloudWatch agent's
+    configuration, ``/gpuinfra/<stack id>/cloudwatch-agent``)."""
+    return f"/gpuinfra/{scope}/job/", f"gpuinfra/{scope}/job/"
+
+
+def gcp_secret_prefix(scope: str) -> str:
+    """How every GCP Secret Manager secret id a stack's job may read starts: ``gpuinfra-<stack id>_``."""
+    return f"gpuinfra-{scope}_"
 
 
 def progress_of(line: str) -> dict[str, float] | None:
@@ -276,16 +296,18 @@ class JobRunner:
             None: rank 0 is never followed (module docstring).
         decisions: reads ``health/<stack>/`` (key -> body; raises OSError), for the newest
             rank decision; None: rank 0 is never followed.
+        secret_scope: node.env ``GPUINFRA_STACK_ID`` (:func:`secret_command`); "": the stack name.
     """
 
     def __init__(
         self, bucket, cloud: str, stack: str, part: str, node: str, nnodes: int, scratch: str, state_dir: Path = STATE_DIR,
         run: str = GPUINFRA_RUN, deployment: str = "", cluster_env: Path | None = None, hostfile: Path | None = None,
-        decisions: Callable[[], Mapping[str, bytes]] | None = None,
+        decisions: Callable[[], Mapping[str, bytes]] | None = None, secret_scope: str = "",
     ) -> None:  # fmt: skip
         self.bucket, self.cloud, self.stack, self.part, self.node = bucket, cloud, stack, part, node
         self.nnodes, self.scratch, self.state_dir, self.run_path = nnodes, scratch, Path(state_dir), run
         self.deployment, self.cluster_env, self.hostfile, self.decisions = deployment, cluster_env, hostfile, decisions
+        self.secret_scope = secret_scope or stack
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
@@ -415,7 +437,7 @@ class JobRunner:
         """
         env = dict(spec.env)
         for var, name in spec.secrets.items():
-            argv = secret_command(self.cloud, self.stack, name)
+            argv = secret_command(self.cloud, self.secret_scope, name)
             env[var] = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout.rstrip("\n")
         low = spec.min_nodes or self.nnodes
         argv = [self.run_path, "--name", "gpuinfra-job", "--rdzv-id", spec.id, "--nnodes", f"{low}:{self.nnodes}"]
@@ -632,6 +654,7 @@ def main(argv: list[str] | None = None) -> int:
         deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "", cluster_env=health_node.CLUSTER_ENV_PATH,
         hostfile=health_node.HOSTFILE_PATH,
         decisions=lambda: decisions.read_prefix(f"{health_node.HEALTH_PREFIX}/{config.stack}/"),
+        secret_scope=config.env.get("GPUINFRA_STACK_ID") or config.stack,
     )  # fmt: skip
     return runner.serve()
 

@@ -92,8 +92,9 @@ def run(
     secret: list[str] = typer.Option(
         [],
         "--secret",
-        help="KEY=NAME: the job gets KEY from secret NAME, read on the node (AWS: SSM parameter /gpuinfra/STACK/... "
-        "or Secrets Manager gpuinfra/STACK/...; GCP: Secret Manager gpuinfra-STACK-...).",
+        help="KEY=NAME: the job gets KEY from secret NAME, read on the node; ID is the stack id, STACK-SUFFIX "
+        "(AWS: SSM parameter /gpuinfra/ID/job/... or Secrets Manager gpuinfra/ID/job/...; GCP: Secret Manager "
+        "gpuinfra-ID_...).",
     ),
     restart: str = typer.Option("on-failure", "--restart", help="on-failure | never."),
     max_restarts: int = typer.Option(3, "--max-restarts", help="Restarts of the job before it counts as failed."),

@@ -168,8 +168,8 @@ def test_secrets_reach_the_job_through_the_environment_never_the_command_line(no
         return type("Done", (), {"stdout": "s3cr3t-token\n", "returncode": 0})()
 
     monkeypatch.setattr(jobmod.subprocess, "run", fake_run)
-    runner.run(spec(secrets={"HF_TOKEN": "/gpuinfra/train/hf-token"}))
-    assert calls == [secret_command("aws", STACK, "/gpuinfra/train/hf-token")]
+    runner.run(spec(secrets={"HF_TOKEN": "/gpuinfra/train/job/hf-token"}))
+    assert calls == [secret_command("aws", STACK, "/gpuinfra/train/job/hf-token")]
     argv = (state / "argv-0").read_text()
     assert "s3cr3t-token" not in argv and "-e\nHF_TOKEN\n" in argv
     assert "HF_TOKEN=s3cr3t-token\n" in (state / "env-0").read_text()
@@ -206,19 +206,41 @@ def test_a_node_of_a_new_deployment_waits_for_its_own_job_instead_of_ending(node
 
 def test_secret_names_are_the_stacks_only():
     # aws ssm get-parameter --with-decryption / secretsmanager get-secret-value / gcloud secrets versions access
-    assert secret_command("aws", STACK, "/gpuinfra/train/db")[:4] == [
+    assert secret_command("aws", STACK, "/gpuinfra/train/job/db")[:4] == [
         "aws",
         "ssm",
         "get-parameter",
         "--with-decryption",
     ]
-    assert secret_command("aws", STACK, "gpuinfra/train/db")[:3] == ["aws", "secretsmanager", "get-secret-value"]
-    assert secret_command("gcp", STACK, "gpuinfra-train-db") == [
-        "gcloud", "secrets", "versions", "access", "latest", "--secret=gpuinfra-train-db",
+    assert secret_command("aws", STACK, "gpuinfra/train/job/db")[:3] == ["aws", "secretsmanager", "get-secret-value"]
+    assert secret_command("gcp", STACK, "gpuinfra-train_db") == [
+        "gcloud", "secrets", "versions", "access", "latest", "--secret=gpuinfra-train_db",
     ]  # fmt: skip
-    for cloud, name in [("aws", "/prod/db"), ("aws", "/gpuinfra/other/db"), ("gcp", "gpuinfra-other-db")]:
+    for cloud, name in [
+        ("aws", "/prod/db"),
+        ("aws", "/gpuinfra/other/job/db"),
+        ("aws", "/gpuinfra/train/cloudwatch-agent"),
+        ("gcp", "gpuinfra-other_db"),
+    ]:
         with pytest.raises(ValueError, match="secret"):
             secret_command(cloud, STACK, name)
+    # the scope is the stack id (<stack>-<suffix>): a same-named stack of another project folder
+    # has another id, and on GCP "_" ends the id (a stack named train-a1b2c3-x is not this one)
+    scope = "train-a1b2c3"
+    assert secret_command("aws", scope, "gpuinfra/train-a1b2c3/job/db")[:3] == [
+        "aws",
+        "secretsmanager",
+        "get-secret-value",
+    ]
+    assert secret_command("gcp", scope, "gpuinfra-train-a1b2c3_db")[-1] == "--secret=gpuinfra-train-a1b2c3_db"
+    for cloud, name in [
+        ("aws", "/gpuinfra/train/job/db"),
+        ("aws", "gpuinfra/train-zzzzzz/job/db"),
+        ("gcp", "gpuinfra-train-a1b2c3-x-d4e5f6_db"),
+        ("gcp", "gpuinfra-train_db"),
+    ]:
+        with pytest.raises(ValueError, match="secret"):
+            secret_command(cloud, scope, name)
 
 
 @pytest.mark.parametrize(

@@ -134,7 +134,7 @@ def test_bad_job_input_is_refused_before_anything_is_deployed(run_cli, project, 
         (["--restart", "always"], "restart 'always' is not one of"),
         (["--min-nodes", "3"], "--min-nodes 3: the stack has 2 node(s)"),
         # the node may read only the stack's own names (/gpuinfra/<stack>/... in SSM Parameter Store)
-        (["--secret", "TOKEN=/prod/token"], "--secret: secret '/prod/token': AWS names are /gpuinfra/train/..."),
+        (["--secret", "TOKEN=/prod/token"], "--secret: secret '/prod/token': AWS names are /gpuinfra/train-"),
     ]:
         result = run_cli("run", "train", "--project-dir", str(project), *args, "--", "python", "train.py")
         assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
