@@ -32,7 +32,8 @@ current job and join it):
   agent, 300 s, not settable from torchrun's command line (pytorch/pytorch#99051: "on a segfault
   on a single trainer, we end up keeping the gpu on all ranks blocked for 5 minutes due to
   elastic agents barrier timeouts"). A lost node never arrives there, so the job unit stops
-  torchrun :data:`WORKER_FAILED_GRACE_SECONDS` after that line and records exit status N.
+  torchrun :data:`WORKER_FAILED_GRACE_SECONDS` after that line. An attempt that logged that line
+  and failed records exit status N, the worker's, not torchrun's own 1.
 * Rank 0 moves: before a restart, a node reads the newest rank decision of its deployment
   (:func:`gpuinfra.health.ranks.newest_ranking`, ``health/<stack>/ranks-<deployment>-*``). When
   it keeps this node's rank and names another rank 0 (a replacement took a lost rank 0:
