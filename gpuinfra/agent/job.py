@@ -34,7 +34,7 @@ current job and join it):
   elastic agents barrier timeouts"). A lost node never arrives there, so the job unit stops
   torchrun :data:`WORKER_FAILED_GRACE_SECONDS` after that line. An attempt that logged that line
   and failed records exit status N, the worker's, not torchrun's own 1.
-* Rank 0 moves: before a restart, a node reads the newest rank decision of its deployment
+* Rank 0 moves: before an attempt, a node reads the newest rank decision of its deployment
   (:func:`gpuinfra.health.ranks.newest_ranking`, ``health/<stack>/ranks-<deployment>-*``). When
   it keeps this node's rank and names another rank 0 (a replacement took a lost rank 0:
   :meth:`gpuinfra.health.ranks.DecisionScope.takeover`), the node rewrites ``MASTER_ADDR`` of
@@ -88,7 +88,7 @@ LOG_CHUNK_BYTES = 1 << 20
 STOP_GRACE_SECONDS = 30
 #: Seconds the outputs upload may take after the job (inside the agent's end sync bound).
 OUTPUT_SYNC_SECONDS = 240
-#: Seconds a node that does not host the rendezvous waits before a restart for rank 0's
+#: Seconds a node that does not host the rendezvous waits before an attempt for rank 0's
 #: rendezvous port or a rank decision naming another rank 0 (module docstring): as long as a
 #: replacement's own peer discovery may take.
 RANK0_WAIT_SECONDS = PEER_DISCOVERY_WAIT_SECONDS
@@ -410,7 +410,7 @@ class JobRunner:
             self.lines.append(f"[{self.part}] {text}\n")
 
     def await_rank0(self, wait_seconds: float = RANK0_WAIT_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
-        """Before a restart on a node that does not host the rendezvous (``NODE_RANK`` != 0):
+        """Before an attempt on a node that does not host the rendezvous (``NODE_RANK`` != 0):
         return once rank 0's rendezvous port (``MASTER_ADDR:MASTER_PORT``) accepts a connection or
         :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``."""
         if self.cluster_env is None:
