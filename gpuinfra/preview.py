@@ -45,6 +45,8 @@ KNOWN_DLAMI_TYPES = frozenset(
 _DLAMI_PARAM = re.compile(r"^/aws/service/deeplearning/ami/(x86_64|arm64)/(?P<type>[a-z0-9.-]+)/latest/ami-id$")
 PREVIEW_AMI_ID = "ami-0000000000preview"
 PREVIEW_ACCOUNT = "123456789012"
+#: The project number the offline preview answers for ``getProject`` (the real one is known at deploy).
+PREVIEW_PROJECT_NUMBER = "000000000000"
 
 
 class CallFailure(Exception):
@@ -219,6 +221,15 @@ class PreviewMocks:
         if token == "aws:ec2/getInstances:getInstances":
             self._note("instance ids and private IPs are known only after deploy")
             return {"ids": [], "privateIps": [], "publicIps": [], "ipv6Addresses": [], "id": "preview"}
+        if token == "gcp:organizations/getProject:getProject":
+            self._note(f"project number: {PREVIEW_PROJECT_NUMBER} stands for the project's number at deploy time")
+            project = args.get("projectId", "")
+            return {
+                "projectId": project,
+                "number": PREVIEW_PROJECT_NUMBER,
+                "name": project,
+                "id": f"projects/{project}",
+            }
         raise Exception(f"offline preview cannot answer provider call {token}")
 
     def new_resource_state(self, typ: str, name: str, inputs: dict) -> tuple[str, dict]:

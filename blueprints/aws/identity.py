@@ -14,6 +14,7 @@ import json
 import pulumi
 import pulumi_aws as aws
 
+from gpuinfra.agent.job import aws_secret_prefixes
 from gpuinfra.monitoring.metrics import aws_agent_parameter_name, aws_job_log_group, aws_namespace
 from gpuinfra.plan.naming import child, stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX
@@ -212,12 +213,13 @@ def monitoring_policy_document(stack: str, region: str, account_id: str, job_log
 def job_secrets_policy_document(stack: str, region: str, account_id: str) -> str:
     """Inline policy JSON: the secrets a job may name (``gpuinfra run --secret``, read on the node
     by :func:`gpuinfra.agent.job.secret_command`), and nothing else: ``ssm:GetParameter`` on
-    ``parameter/gpuinfra/<stack>/*`` (:func:`parameter_arn`) and ``secretsmanager:GetSecretValue``
-    on ``secret:gpuinfra/<stack>/*`` (resource type ``secret``,
+    ``parameter/gpuinfra/<stack id>/job/*`` (:func:`parameter_arn`) and ``secretsmanager:GetSecretValue``
+    on ``secret:gpuinfra/<stack id>/job/*`` (:func:`gpuinfra.agent.job.aws_secret_prefixes`) (resource type ``secret``,
     ``arn:${Partition}:secretsmanager:${Region}:${Account}:secret:${SecretId}``, whose id ends in
     ``-`` and 6 random characters: docs.aws.amazon.com/service-authorization/latest/reference/
-    list_awssecretsmanager.html) in ``region`` of ``account_id``. ``stack`` is the stack name
-    (``GPUINFRA_STACK`` on the node). Values under the AWS managed keys ``aws/ssm`` /
+    list_awssecretsmanager.html) in ``region`` of ``account_id``. ``stack`` is the stack id
+    (:func:`gpuinfra.plan.naming.stack_id`, ``GPUINFRA_STACK_ID`` on the node): unlike the stack
+    name, no stack of another project folder has it. Values under the AWS managed keys ``aws/ssm`` /
     ``aws/secretsmanager`` need no ``kms:Decrypt`` grant (their key policies allow use through
     the service by the account's principals: docs.aws.amazon.com/secretsmanager/latest/userguide/
     security-encryption.html); a customer managed key needs its own grant, which this does not give."""
@@ -229,13 +231,15 @@ def job_secrets_policy_document(stack: str, region: str, account_id: str) -> str
                     "Sid": "ReadJobParameters",
                     "Effect": "Allow",
                     "Action": ["ssm:GetParameter"],
-                    "Resource": [parameter_arn(region, account_id, f"/gpuinfra/{stack}/*")],
+                    "Resource": [parameter_arn(region, account_id, f"{aws_secret_prefixes(stack)[0]}*")],
                 },
                 {
                     "Sid": "ReadJobSecrets",
                     "Effect": "Allow",
                     "Action": ["secretsmanager:GetSecretValue"],
-                    "Resource": [f"arn:aws:secretsmanager:{region}:{account_id}:secret:gpuinfra/{stack}/*"],
+                    "Resource": [
+                        f"arn:aws:secretsmanager:{region}:{account_id}:secret:{aws_secret_prefixes(stack)[1]}*"
+                    ],
                 },
             ],
         }
@@ -289,7 +293,7 @@ def build_instance_profile(
         child(name, "node-job-secrets"),
         role=role.id,
         policy=aws.get_caller_identity_output().account_id.apply(
-            lambda account: job_secrets_policy_document(spec.stack, spec.region, account)
+            lambda account: job_secrets_policy_document(stack_id(spec), spec.region, account)
         ),
         opts=opts,
     )

@@ -18,6 +18,7 @@ from blueprints.gcp.storage import (
     build_bundle_object,
     build_monitoring_role,
     build_node_role,
+    build_secret_reader,
     build_service_account,
 )
 from gpuinfra.money import usd_json
@@ -59,6 +60,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
         networks = build_networks(name, spec, plan, project, self)
         self.bucket = build_bucket(name, spec, project, self)
         account = build_service_account(name, spec, self.bucket, project, self)
+        build_secret_reader(name, spec, account, project, self)
         policy = build_placement_policy(name, spec, plan, project, self)
         self.node_bundle = build_bundle_object(name, self.bucket, cluster_plan.node_bundle, self)
         template = build_template(

@@ -13,7 +13,8 @@ import re
 import pulumi
 import pulumi_gcp as gcp
 
-from gpuinfra.plan.naming import child, gcp_role_id, gcp_service_account_id
+from gpuinfra.agent.job import gcp_secret_prefix
+from gpuinfra.plan.naming import child, gcp_role_id, gcp_service_account_id, stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX, NodeBundle
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
@@ -367,6 +368,60 @@ def build_node_role(
             description="nodes may only see and remove VMs of their own managed instance group",
         ),
         opts=opts,
+    )
+
+
+# --- the job's secrets (gpuinfra run --secret) ----------------------------------------------
+#: What a node needs to read a secret's value (``gcloud secrets versions access``): Secret
+#: Manager Secret Accessor, "Allows accessing the payload of secrets" (secretmanager.versions.access;
+#: cloud.google.com/secret-manager/docs/access-control).
+NODE_SECRET_ROLE = "roles/secretmanager.secretAccessor"
+NODE_SECRET_CONDITION_TITLE = "gpuinfra-own-job-secrets-only"
+
+
+def job_secrets_condition(project_number: str, scope: str) -> str:
+    """The IAM condition (CEL) of :data:`NODE_SECRET_ROLE`: the secrets (and their versions) whose
+    id starts with :func:`gpuinfra.agent.job.gcp_secret_prefix` (``gpuinfra-<stack id>_``).
+
+    ``resource.name`` of a secret is ``projects/<project number>/secrets/<id>``, with the project
+    *number*, not its id (Secret Manager answers with the number; conditions match that name:
+    cloud.google.com/iam/docs/conditions-resource-attributes#resource-name, "Secret Manager" rows;
+    the note "this requires the project number, not the project ID" in HashiCorp Vault's
+    website/content/docs/sync/gcpsm.mdx, hashicorp/vault#25645); a version's name continues it
+    with ``/versions/<n>``. ``startsWith`` is a documented ``resource.name`` function
+    (cloud.google.com/iam/docs/conditions-attribute-reference#resource-name).
+
+    Raises:
+        ValueError: ``project_number`` is not digits, or ``scope`` holds a character that could
+            end the CEL string literal.
+    """
+    if not project_number.isdigit():
+        raise ValueError(f"project number {project_number!r} is not a number")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", scope):
+        raise ValueError(f"stack id {scope!r}: only letters, digits, '_', '.' and '-' can go into the condition")
+    return f'resource.name.startsWith("projects/{project_number}/secrets/{gcp_secret_prefix(scope)}")'
+
+
+def build_secret_reader(
+    name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str, parent: pulumi.Resource
+) -> gcp.projects.IAMMember:
+    """:data:`NODE_SECRET_ROLE` for the node service account in ``project``, limited by
+    :func:`job_secrets_condition` to this stack's job secrets (``gpuinfra run --secret``). A
+    project-level binding with a condition, not one binding per secret: the secrets are the
+    user's, made before or after ``up``. The project number comes from ``getProject``
+    (``gcp.organizations.get_project``)."""
+    number = gcp.organizations.get_project_output(project_id=project).number
+    return gcp.projects.IAMMember(
+        child(name, "node-job-secrets"),
+        project=project,
+        role=NODE_SECRET_ROLE,
+        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
+        condition=gcp.projects.IAMMemberConditionArgs(
+            title=NODE_SECRET_CONDITION_TITLE,
+            expression=number.apply(lambda n: job_secrets_condition(str(n), stack_id(spec))),
+            description="nodes may read the payload of this stack's job secrets only",
+        ),
+        opts=pulumi.ResourceOptions(parent=parent),
     )
 
 

@@ -22,8 +22,26 @@ current job and join it):
   membership changes or failures)").
 * Restarts are the unit's: a job that exits non-zero (or that the agent's hang watch asks to
   restart, ``hang.action: restart``) runs again while ``restart == "on-failure"`` and fewer than
-  ``max_restarts`` restarts happened on that node; the job resumes from the newest checkpoint
-  in ``GPUINFRA_CHECKPOINT_DIR`` itself.
+  ``max_restarts`` restarts are recorded in this node's part; the job resumes from the newest
+  checkpoint in ``GPUINFRA_CHECKPOINT_DIR`` itself. A restart of the job restarts every node
+  once (a failed collective fails them all), so the job's restart count is the most any part
+  recorded (:attr:`gpuinfra.services.jobs.JobView.restart_count`); a replacement continues the
+  records of the part it takes over (:meth:`JobRunner.inherited`) instead of starting at 0.
+* A failed worker ends the attempt at once: torchrun (``--max_restarts 0``) logs ``failed
+  (exitcode: N) local_rank: ...`` and then waits in its exit barrier for every other node's
+  agent, 300 s, not settable from torchrun's command line (pytorch/pytorch#99051: "on a segfault
+  on a single trainer, we end up keeping the gpu on all ranks blocked for 5 minutes due to
+  elastic agents barrier timeouts"). A lost node never arrives there, so the job unit stops
+  torchrun :data:`WORKER_FAILED_GRACE_SECONDS` after that line. An attempt that logged that line
+  and failed records exit status N, the worker's, not torchrun's own 1.
+* Rank 0 moves: before an attempt, a node reads the newest rank decision of its deployment
+  (:func:`gpuinfra.health.ranks.newest_ranking`, ``health/<stack>/ranks-<deployment>-*``). When
+  it keeps this node's rank and names another rank 0 (a replacement took a lost rank 0:
+  :meth:`gpuinfra.health.ranks.DecisionScope.takeover`), the node rewrites ``MASTER_ADDR`` of
+  cluster.env and the hostfile (atomically; the address checked as an IP), so the next attempt
+  meets the replacement's rendezvous. A node that does not host the rendezvous waits before
+  every attempt until rank 0's rendezvous port answers or such a decision appears, at most
+  :data:`RANK0_WAIT_SECONDS`: an attempt against a lost rank 0 would only fail and spend a restart.
 * What the node writes (``<part>`` = ``rank-<NODE_RANK>``): :func:`status_key` (JSON:
   ``state`` ``waiting | running | succeeded | failed | cancelled``, ``exit_code``,
   ``restarts`` [``{"at", "cause", "step"}``; once the next attempt logs its first ``step=N``
@@ -40,25 +58,31 @@ current job and join it):
   checkpoints (bounded, ``END_SYNC_BOUND_SECONDS``) and ends the node (:mod:`gpuinfra.agent.watch`).
 
 Secrets go by reference only (``secrets``: variable -> name): ``aws ssm get-parameter
---with-decryption`` for ``/gpuinfra/<stack>/...`` names, ``aws secretsmanager get-secret-value``
-for ``gpuinfra/<stack>/...`` names (AWS), ``gcloud secrets versions access latest`` (GCP). The
+--with-decryption`` for ``/gpuinfra/<stack id>/job/...`` names, ``aws secretsmanager get-secret-value``
+for ``gpuinfra/<stack id>/job/...`` names (AWS), ``gcloud secrets versions access latest`` for
+``gpuinfra-<stack id>_...`` (GCP); the stack id is ``<stack>-<suffix>`` (:func:`secret_command`). The
 values reach ``gpuinfra-run`` through its environment (``-e KEY``), never a command line.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO
+
+from gpuinfra.agent.constants import PEER_DISCOVERY_WAIT_SECONDS
 
 #: Seconds between reads of the spec (waiting for a job, and for a cancel while one runs).
 POLL_SECONDS = 10
@@ -69,6 +93,10 @@ LOG_CHUNK_BYTES = 1 << 20
 STOP_GRACE_SECONDS = 30
 #: Seconds the outputs upload may take after the job (inside the agent's end sync bound).
 OUTPUT_SYNC_SECONDS = 240
+#: Seconds a node that does not host the rendezvous waits before an attempt for rank 0's
+#: rendezvous port or a rank decision naming another rank 0 (module docstring): as long as a
+#: replacement's own peer discovery may take.
+RANK0_WAIT_SECONDS = PEER_DISCOVERY_WAIT_SECONDS
 JOB_ID_PATTERN = r"j-[a-z0-9-]{1,60}"
 ENV_NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]*"
 RESTART_POLICIES = ("on-failure", "never")
@@ -85,6 +113,12 @@ LOCAL_LOG_BYTES = 100 << 20
 JOB_DONE_MARK = "job-done"
 #: Written by the agent's watch for a hung job with ``hang.action: restart`` (its text: why).
 JOB_RESTART_MARK = "job-restart"
+#: Seconds the job unit lets torchrun run on after it logged a failed worker, then stops it
+#: (module docstring: torchrun's exit barrier).
+WORKER_FAILED_GRACE_SECONDS = 10
+#: torchrun's line for a failed worker (torch.distributed.elastic.multiprocessing.api, logged at
+#: ERROR, which torchrun prints by default, in 1.13 and 2.x alike).
+_WORKER_FAILED = re.compile(r"\bfailed \(exitcode: (-?\d+)\) local_rank: \d+")
 _PROGRESS = re.compile(r"\bstep=(\d+)\b")
 _NUMBER = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=(-?[0-9][0-9.eE+-]*)\b")
 
@@ -130,7 +164,7 @@ class JobSpec:
         env: variables given to the job (names: :data:`ENV_NAME_PATTERN`; values on one line).
         secrets: variable -> secret name (module docstring), resolved on the node.
         restart: ``on-failure`` | ``never``.
-        max_restarts: restarts per node before the job counts as failed (0-100).
+        max_restarts: restarts of the job before it counts as failed (0-100; module docstring).
         min_nodes: torchrun ``--nnodes MIN:MAX`` MIN (0: all the cluster's nodes).
         nproc_per_node: processes per node (0: one per GPU, cluster.env ``NPROC_PER_NODE``).
         workdir: the job's working folder on the node ("": the scratch mount).
@@ -201,8 +235,15 @@ class JobSpec:
         return cls(**{**doc, "argv": tuple(doc["argv"])})
 
 
-def secret_command(cloud: str, stack: str, name: str) -> list[str]:
+def secret_command(cloud: str, scope: str, name: str) -> list[str]:
     """The CLI call that prints secret ``name``'s value (module docstring: which names).
+
+    ``scope`` is the stack id (:func:`gpuinfra.plan.naming.stack_id`, ``<stack>-<suffix>``;
+    node.env ``GPUINFRA_STACK_ID``), unique per stack file even when two project folders hold a
+    stack of the same name: the nodes' grants cover these names only (AWS: the node role's
+    ``node-job-secrets`` policy; GCP: the secret accessor binding of
+    :func:`blueprints.gcp.storage.build_secret_reader`). GCP names end the scope with ``_``,
+    which no stack name ``gpuinfra new`` writes has, so no other stack id continues it.
 
     Sources: docs.aws.amazon.com/cli/latest/reference/ssm/get-parameter.html (``--with-decryption``),
     docs.aws.amazon.com/cli/latest/reference/secretsmanager/get-secret-value.html (``SecretString``),
@@ -212,17 +253,29 @@ def secret_command(cloud: str, stack: str, name: str) -> list[str]:
         ValueError: ``name`` is outside the stack's names (the node may read nothing else).
     """
     if cloud == "gcp":
-        if not re.fullmatch(rf"gpuinfra-{re.escape(stack)}-[A-Za-z0-9_-]+", name):
-            raise ValueError(f"secret {name!r}: GCP secrets of this stack are named gpuinfra-{stack}-...")
+        if not re.fullmatch(rf"{re.escape(gcp_secret_prefix(scope))}[A-Za-z0-9_-]+", name):
+            raise ValueError(f"secret {name!r}: GCP secrets of this stack are named {gcp_secret_prefix(scope)}...")
         return ["gcloud", "secrets", "versions", "access", "latest", f"--secret={name}"]
     text = ["--output", "text"]
-    if re.fullmatch(rf"/gpuinfra/{re.escape(stack)}/[A-Za-z0-9_./-]+", name):
+    ssm, manager = aws_secret_prefixes(scope)
+    if re.fullmatch(rf"{re.escape(ssm)}[A-Za-z0-9_./-]+", name):
         return ["aws", "ssm", "get-parameter", "--with-decryption", "--name", name, "--query", "Parameter.Value", *text]
-    if re.fullmatch(rf"gpuinfra/{re.escape(stack)}/[A-Za-z0-9_./+=@-]+", name):
+    if re.fullmatch(rf"{re.escape(manager)}[A-Za-z0-9_./+=@-]+", name):
         return ["aws", "secretsmanager", "get-secret-value", "--secret-id", name, "--query", "SecretString", *text]
-    raise ValueError(
-        f"secret {name!r}: AWS names are /gpuinfra/{stack}/... (SSM) or gpuinfra/{stack}/... (Secrets Manager)"
-    )
+    raise ValueError(f"secret {name!r}: AWS names are {ssm}... (SSM) or {manager}... (Secrets Manager)")
+
+
+def aws_secret_prefixes(scope: str) -> tuple[str, str]:
+    """How the names of a stack's job secrets start on AWS: (SSM Parameter Store, Secrets
+    Manager), ``/gpuinfra/<stack id>/job/`` and ``gpuinfra/<stack id>/job/``. The ``job/`` level
+    keeps them apart from gpuinfra's own parameters of the stack (the CloudWatch agent's
+    configuration, ``/gpuinfra/<stack id>/cloudwatch-agent``)."""
+    return f"/gpuinfra/{scope}/job/", f"gpuinfra/{scope}/job/"
+
+
+def gcp_secret_prefix(scope: str) -> str:
+    """How every GCP Secret Manager secret id a stack's job may read starts: ``gpuinfra-<stack id>_``."""
+    return f"gpuinfra-{scope}_"
 
 
 def progress_of(line: str) -> dict[str, float] | None:
@@ -251,21 +304,31 @@ class JobRunner:
         state_dir: where the done and restart marks are.
         run: the ``gpuinfra-run`` path.
         deployment: node.env ``GPUINFRA_DEPLOYMENT`` ("": every spec is this deployment's).
+        cluster_env, hostfile: the node's ranks (``/etc/gpuinfra/cluster.env``, ``hostfile``);
+            None: rank 0 is never followed (module docstring).
+        decisions: reads ``health/<stack>/`` (key -> body; raises OSError), for the newest
+            rank decision; None: rank 0 is never followed.
+        secret_scope: node.env ``GPUINFRA_STACK_ID`` (:func:`secret_command`); "": the stack name.
         local_log: where the job's lines also go on the node (:data:`LOCAL_LOG`; None: nowhere).
     """
 
     def __init__(
         self, bucket, cloud: str, stack: str, part: str, node: str, nnodes: int, scratch: str, state_dir: Path = STATE_DIR,
-        run: str = GPUINFRA_RUN, deployment: str = "", local_log: str | Path | None = None,
+        run: str = GPUINFRA_RUN, deployment: str = "", cluster_env: Path | None = None, hostfile: Path | None = None,
+        decisions: Callable[[], Mapping[str, bytes]] | None = None, secret_scope: str = "",
+        local_log: str | Path | None = None,
     ) -> None:  # fmt: skip
         self.bucket, self.cloud, self.stack, self.part, self.node = bucket, cloud, stack, part, node
         self.nnodes, self.scratch, self.state_dir, self.run_path = nnodes, scratch, Path(state_dir), run
-        self.deployment = deployment
+        self.deployment, self.cluster_env, self.hostfile, self.decisions = deployment, cluster_env, hostfile, decisions
+        self.secret_scope = secret_scope or stack
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
-        self.lock = threading.Lock()
+        self.lock, self.flushing = threading.Lock(), threading.Lock()
+        self.cancel_seen = False
         self.redo: dict | None = None
+        self.worker_failed: tuple[float, int] | None = None
         self.local_log = Path(local_log) if local_log else None
         self._local: IO[str] | None = None
 
@@ -276,6 +339,9 @@ class JobRunner:
             spec = JobSpec.from_json(self.bucket.get_text(spec_key(self.stack), 60))
         except OSError:
             return None  # no job yet (the CLI answers "not found" with an error)
+        except (subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: reading the job spec failed: {exc}", flush=True)
+            return None
         except (ValueError, TypeError) as exc:
             print(f"gpuinfra-job: ignoring an invalid job spec: {exc}", flush=True)
             return None
@@ -298,18 +364,64 @@ class JobRunner:
             print(f"gpuinfra-job: status upload failed: {exc}", flush=True)
 
     def flush_log(self, spec: JobSpec) -> None:
-        """Upload the lines gathered since the last chunk as the next chunk."""
-        with self.lock:
-            lines, self.lines = self.lines, []
-        if not lines:
-            return
-        try:
-            self.bucket.put_text(log_key(self.stack, spec.id, self.part, self.seq), "".join(lines), 60)
-            self.seq += 1
-        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
-            print(f"gpuinfra-job: log upload failed, keeping the lines: {exc}", flush=True)
+        """Upload the lines gathered since the last chunk as the next chunk (one upload at a
+        time: the attempt's bucket thread and the end of an attempt both flush)."""
+        with self.flushing:
             with self.lock:
-                self.lines[:0] = lines
+                lines, self.lines = self.lines, []
+            if not lines:
+                return
+            try:
+                self.bucket.put_text(log_key(self.stack, spec.id, self.part, self.seq), "".join(lines), 60)
+                self.seq += 1
+            except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+                print(f"gpuinfra-job: log upload failed, keeping the lines: {exc}", flush=True)
+                with self.lock:
+                    self.lines[:0] = lines
+
+    # ---------------------------------------------------------------- rank 0
+    def follow_rank0(self) -> bool:
+        """Point cluster.env's ``MASTER_ADDR`` (and the hostfile) at rank 0 of the newest rank
+        decision when that decision keeps this node's rank and names another rank 0 (module
+        docstring). Returns whether it rewrote them; a bucket error or a bad address is logged."""
+        if self.decisions is None or self.cluster_env is None or self.hostfile is None:
+            return False
+        from gpuinfra.health.ranks import newest_ranking  # node bundle; here: job <- watch <- node
+
+        rank, master = _value(self.cluster_env, "NODE_RANK"), _value(self.cluster_env, "MASTER_ADDR")
+        try:
+            hosts = [h.strip() for h in self.hostfile.read_text().splitlines() if h.strip()]
+        except OSError:
+            return False
+        if not rank.isdigit() or int(rank) >= len(hosts):
+            return False
+        mine = hosts[int(rank)]
+        try:
+            ranked = newest_ranking(self.decisions(), self.stack, self.deployment, mine)
+        except (OSError, subprocess.SubprocessError, TimeoutError) as exc:
+            print(f"gpuinfra-job: cannot read the rank decisions: {exc}", flush=True)
+            return False
+        if not ranked or int(rank) >= len(ranked) or ranked[int(rank)] != mine or ranked[0] == master:
+            return False
+        try:
+            for address in ranked:
+                ipaddress.ip_address(address)
+        except ValueError as exc:
+            print(f"gpuinfra-job: ignoring a rank decision with a bad address: {exc}", flush=True)
+            return False
+        lines = self.cluster_env.read_text().splitlines()
+        text = "".join(f"MASTER_ADDR={ranked[0]}\n" if ln.startswith("MASTER_ADDR=") else f"{ln}\n" for ln in lines)
+        for path, body in ((self.hostfile, "".join(f"{a}\n" for a in ranked)), (self.cluster_env, text)):
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(body)
+            os.replace(tmp, path)
+        self.note(f"gpuinfra-job: rank 0 is now {ranked[0]} (was {master}): MASTER_ADDR rewritten")
+        return True
+
+    def note(self, text: str) -> None:
+        """A line of the job unit's own in the job's log (and the journal)."""
+        print(text, flush=True)
+        self._add(f"[{self.part}] {text}\n")
 
     def _add(self, text: str) -> None:
         """Keep one prefixed line for the next chunk and append it to the local log."""
@@ -332,6 +444,25 @@ class JobRunner:
             print(f"gpuinfra-job: local log {self.local_log} off: {exc}", flush=True)
             self.local_log = None
 
+    def await_rank0(self, wait_seconds: float = RANK0_WAIT_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
+        """Before an attempt on a node that does not host the rendezvous (``NODE_RANK`` != 0):
+        return once rank 0's rendezvous port (``MASTER_ADDR:MASTER_PORT``) accepts a connection or
+        :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``."""
+        if self.cluster_env is None:
+            return
+        deadline = time.monotonic() + wait_seconds
+        while not self.follow_rank0() and _value(self.cluster_env, "NODE_RANK") not in ("0", ""):
+            master, port = _value(self.cluster_env, "MASTER_ADDR"), _value(self.cluster_env, "MASTER_PORT")
+            try:
+                socket.create_connection((master, int(port)), 3).close()
+                return
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() >= deadline:
+                self.note(f"gpuinfra-job: rank 0 ({master}) still unreachable after {wait_seconds:.0f} s")
+                return
+            time.sleep(poll_seconds)
+
     # ---------------------------------------------------------------- the job
     def command(self, spec: JobSpec) -> tuple[list[str], dict[str, str]]:
         """(``gpuinfra-run`` argv, its environment: the spec's env and resolved secrets).
@@ -342,7 +473,7 @@ class JobRunner:
         """
         env = dict(spec.env)
         for var, name in spec.secrets.items():
-            argv = secret_command(self.cloud, self.stack, name)
+            argv = secret_command(self.cloud, self.secret_scope, name)
             env[var] = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout.rstrip("\n")
         low = spec.min_nodes or self.nnodes
         argv = [self.run_path, "--name", "gpuinfra-job", "--rdzv-id", spec.id, "--nnodes", f"{low}:{self.nnodes}"]
@@ -361,6 +492,9 @@ class JobRunner:
         for line in proc.stdout:  # type: ignore[union-attr]
             print(line, end="", flush=True)
             self._add(f"[{self.part}] {line}" if line.endswith("\n") else f"[{self.part}] {line}\n")
+            failed = _WORKER_FAILED.search(line)
+            if failed and self.worker_failed is None:
+                self.worker_failed = (time.monotonic(), int(failed.group(1)) or 1)
             progress = progress_of(line)
             if progress:
                 self.status["progress"] = progress
@@ -391,27 +525,48 @@ class JobRunner:
             argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
             env={**os.environ, **env}, cwd=workdir, start_new_session=True,
         )  # fmt: skip
+        self.worker_failed, self.cancel_seen = None, False
         reader = threading.Thread(target=self._read, args=(proc, spec), daemon=True)
         reader.start()
-        mark, why, last_spec = self.state_dir / JOB_RESTART_MARK, "", time.monotonic()
+        stop = threading.Event()
+        threading.Thread(target=self._bucket_io, args=(spec, stop), daemon=True).start()
+        mark, why = self.state_dir / JOB_RESTART_MARK, ""
         while proc.poll() is None:
             time.sleep(1)
+            failed = self.worker_failed
+            if failed and time.monotonic() - failed[0] >= WORKER_FAILED_GRACE_SECONDS:
+                self.note(f"gpuinfra-job: a worker failed (exit status {failed[1]}); stopping torchrun's exit barrier")
+                self._stop(proc)
+                break
             if mark.exists():
                 why = "hang: " + mark.read_text().strip()
                 mark.unlink(missing_ok=True)
-            elif time.monotonic() - last_spec >= POLL_SECONDS:
-                last_spec = time.monotonic()
-                current = self.read_spec()
-                if current is not None and (current.cancel or current.id != spec.id):
-                    why = "cancelled"
+            elif self.cancel_seen:
+                why = "cancelled"
             if why:
                 self._stop(proc)
                 break
-            self.flush_log(spec) if len(self.lines) and self._due() else None
+        stop.set()
         proc.wait()
         reader.join(30)
         self.flush_log(spec)
-        return proc.returncode, why
+        failed = self.worker_failed
+        return (failed[1] if failed and proc.returncode else proc.returncode), why
+
+    def _bucket_io(self, spec: JobSpec, stop: threading.Event) -> None:
+        """An attempt's bucket calls, off the loop that watches the job (a bucket call may take
+        up to its 60 s timeout, which must not delay stopping or ending an attempt): the spec
+        every :data:`POLL_SECONDS` (a cancel, or another job, sets ``cancel_seen``) and the log
+        chunks."""
+        last_spec = time.monotonic()
+        while not stop.wait(1):
+            if time.monotonic() - last_spec >= POLL_SECONDS:
+                last_spec = time.monotonic()
+                current = self.read_spec()
+                if current is not None and (current.cancel or current.id != spec.id):
+                    self.cancel_seen = True
+            if self.lines and self._due():
+                self.flush_log(spec)
 
     def _due(self) -> bool:
         now = time.monotonic()
@@ -423,8 +578,11 @@ class JobRunner:
 
     def run(self, spec: JobSpec) -> str:
         """Run ``spec`` with its restart policy, then record the end. Returns the final state."""
+        if not self.status:
+            self.status = self.inherited(spec)
         restarts: list[dict] = self.status.get("restarts", [])
         self.put_status(spec, state="running", restarts=restarts, exit_code=None, started_at=utc_now())
+        self.await_rank0()
         while True:
             try:
                 code, why = self.attempt(spec)
@@ -445,8 +603,22 @@ class JobRunner:
             self.redo = {"at": utc_now(), "cause": cause, "step": self.status.get("progress", {}).get("step")}
             restarts.append(self.redo)
             self.put_status(spec, state="running", restarts=restarts, last_exit_code=code)
+            self.await_rank0()
         self.finish(spec, state, code)
         return state
+
+    def inherited(self, spec: JobSpec) -> dict:
+        """What this node takes over of its part's status (module docstring): a replacement
+        continues the restarts of the node whose rank it took, so the job's restart count (and
+        ``max_restarts``) is the cluster's, not reset by a new node; ``replaces`` names that node."""
+        try:
+            doc = json.loads(self.bucket.get_text(status_key(self.stack, spec.id, self.part), 60))
+        except (OSError, ValueError, subprocess.SubprocessError, TimeoutError):
+            return {}
+        if not isinstance(doc, dict) or doc.get("job") != spec.id or not isinstance(doc.get("restarts"), list):
+            return {}
+        kept = {"restarts": doc["restarts"]}
+        return {**kept, "replaces": doc["node"]} if doc.get("node") not in (None, self.node) else kept
 
     def finish(self, spec: JobSpec, state: str, code: int) -> None:
         """Upload the outputs (bounded), the status and the final object; write the done mark."""
@@ -499,6 +671,7 @@ def main(argv: list[str] | None = None) -> int:
     # imported here: node -> watch -> job at import, so job importing node at the top would be a cycle
     from gpuinfra.agent import checkpoints
     from gpuinfra.agent import node as agent_node
+    from gpuinfra.health import node as health_node
 
     parser = argparse.ArgumentParser(description="gpuinfra job unit")
     parser.add_argument("--config", type=Path, default=Path("/etc/gpuinfra/node.env"))
@@ -509,10 +682,14 @@ def main(argv: list[str] | None = None) -> int:
     metadata = agent_node.AwsMetadata() if config.cloud == "aws" else agent_node.GcpMetadata()
     node = agent_node.node_name(metadata)
     scratch = config.env.get("GPUINFRA_SCRATCH") or "/scratch"
+    decisions = health_node.Bucket(config.cloud, config.bucket)
     runner = JobRunner(
         checkpoints.Bucket(config.cloud, config.bucket), config.cloud, config.stack,
         checkpoints.node_part(node), node, int(_value(checkpoints.CLUSTER_ENV, "NNODES")), scratch,
-        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "", local_log=LOCAL_LOG,
+        deployment=config.env.get("GPUINFRA_DEPLOYMENT") or "", cluster_env=health_node.CLUSTER_ENV_PATH,
+        hostfile=health_node.HOSTFILE_PATH,
+        decisions=lambda: decisions.read_prefix(f"{health_node.HEALTH_PREFIX}/{config.stack}/"),
+        secret_scope=config.env.get("GPUINFRA_STACK_ID") or config.stack, local_log=LOCAL_LOG,
     )  # fmt: skip
     return runner.serve()
 

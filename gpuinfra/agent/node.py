@@ -120,6 +120,7 @@ NODE_ENV_KEYS: dict[str, tuple[bool, str]] = {
     "GPUINFRA_HANG_POWER_PERCENT": (False, "hang power threshold"),
     "GPUINFRA_PROGRESS_FILE": (False, "job progress file"),
     "GPUINFRA_DEPLOYMENT": (False, "deployment id (gpuinfra up)"),
+    "GPUINFRA_STACK_ID": (False, "stack id <stack>-<suffix>: scopes the job's secrets"),
 }
 
 

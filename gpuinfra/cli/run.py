@@ -102,11 +102,12 @@ def run(
     secret: list[str] = typer.Option(
         [],
         "--secret",
-        help="KEY=NAME: the job gets KEY from secret NAME, read on the node (AWS: SSM parameter /gpuinfra/STACK/... "
-        "or Secrets Manager gpuinfra/STACK/...; GCP: Secret Manager gpuinfra-STACK-...).",
+        help="KEY=NAME: the job gets KEY from secret NAME, read on the node; ID is the stack id, STACK-SUFFIX "
+        "(AWS: SSM parameter /gpuinfra/ID/job/... or Secrets Manager gpuinfra/ID/job/...; GCP: Secret Manager "
+        "gpuinfra-ID_...).",
     ),
     restart: str = typer.Option("on-failure", "--restart", help="on-failure | never."),
-    max_restarts: int = typer.Option(3, "--max-restarts", help="Restarts per node before the job counts as failed."),
+    max_restarts: int = typer.Option(3, "--max-restarts", help="Restarts of the job before it counts as failed."),
     min_nodes: int = typer.Option(0, "--min-nodes", help="torchrun --nnodes MIN (0: every node of the stack)."),
     nproc_per_node: int = typer.Option(0, "--nproc-per-node", help="Processes per node (0: one per GPU)."),
     workdir: str = typer.Option("", "--workdir", help="The job's folder on the node (default: the scratch mount)."),
@@ -209,7 +210,7 @@ def run(
     view = result.view
     assert view is not None  # not detached: the job is over
     lines = [
-        f"job {view.spec.id} {view.state}, exit status {view.exit_code}, {len(view.restarts)} restart(s)",
+        f"job {view.spec.id} {view.state}, exit status {view.exit_code}, {view.restart_count} restart(s)",
         f"checkpoints: {result.checkpoints_url}",
         f"outputs: {result.outputs_url}",
         f"cost: {result.cost} for {result.seconds / 60:.0f} min (compute, catalog price)",
@@ -297,7 +298,8 @@ def jobs_(
         out.print(f"{stack}: no job", markup=False)
     for v in views:
         out.print(
-            f"{v.spec.id} {v.state} exit={v.exit_code} submitted={v.spec.submitted_at}: {' '.join(v.spec.argv)}",
+            f"{v.spec.id} {v.state} exit={v.exit_code} restarts={v.restart_count} submitted={v.spec.submitted_at}: "
+            f"{' '.join(v.spec.argv)}",
             markup=False,
         )
         for part, s in sorted(v.statuses.items()):

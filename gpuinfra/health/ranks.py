@@ -379,3 +379,37 @@ def settle(
     raise RankDecisionError(
         f"could not store or read the rank decision {bucket.url(scope.key)} ({tries} tries: {'; '.join(failures)})"
     )
+
+
+def newest_ranking(docs: Mapping[str, bytes], stack: str, deployment: str, address: str) -> tuple[str, ...] | None:
+    """The ranked addresses of the newest stored decision (``decided_at``) of ``stack`` and
+    ``deployment`` that ranks ``address``; None when there is none or ``deployment`` is "".
+
+    A node that already has a rank reads it before it restarts its job (:mod:`gpuinfra.agent.job`):
+    after a replacement took a lost rank 0 (:meth:`DecisionScope.takeover`), rank 0 of this
+    ranking is the replacement, which hosts the job's rendezvous. Nodes without a deployment id
+    get None: their decisions are scoped by ``results_not_before``, which only the health gate
+    knows.
+
+    Args:
+        docs: key -> body under ``health/<stack>/`` (:meth:`gpuinfra.health.node.Bucket.read_prefix`);
+            objects that are not decisions of this stack and deployment are skipped.
+        stack, deployment: node.env ``GPUINFRA_STACK`` and ``GPUINFRA_DEPLOYMENT``.
+        address: this node's private address.
+    """
+    if not deployment:
+        return None
+    prefix = f"{HEALTH_PREFIX}/{stack}/ranks-{deployment}-"
+    best: RankDecision | None = None
+    for key in sorted(docs):
+        if not (key.startswith(prefix) and key.endswith(DECISION_SUFFIX)):
+            continue
+        try:
+            decision = RankDecision.from_json(docs[key])
+        except ValueError:
+            continue
+        if (decision.stack, decision.deployment) != (stack, deployment) or address not in decision.ranked:
+            continue
+        if best is None or datetime.fromisoformat(decision.decided_at) > datetime.fromisoformat(best.decided_at):
+            best = decision
+    return best.ranked if best else None

@@ -43,6 +43,16 @@ CLUSTER_ENV_WAIT_SECONDS = 3600
 #: ``"default": "3600"``, "Maximum is 172800 (48 hours)"; SSM User Guide, AWS-RunShellScript
 #: content as shown by ``aws ssm get-document --name AWS-RunShellScript``).
 SSM_EXECUTION_TIMEOUT_SECONDS = 172800
+#: Seconds torchrun's c10d rendezvous gives one call to its store on the rank-0 node
+#: (``--rdzv_conf read_timeout``; PyTorch's default is 60: "read_timeout | The read timeout, in
+#: seconds, for store operations. Defaults to 60 seconds.", C10dRendezvousBackend,
+#: pytorch.org/docs/stable/elastic/rendezvous.html). The elastic agent of every other node calls
+#: the store every ``--monitor_interval`` (5 s in torch 1.13, pytorch.org/docs/stable/elastic/run.html),
+#: so when the rank-0 node is powered off it fails within this bound and the job unit restarts
+#: the job (gpuinfra/agent/job.py follows rank 0 to its replacement). A lost node of another rank
+#: is noticed by the job's own collectives instead: their timeout is the ``timeout`` of the
+#: script's ``init_process_group`` (docs/run.md, "A lost node").
+RDZV_READ_TIMEOUT_SECONDS = 30
 #: How a user starts a job (stack output ``run_command``).
 EXAMPLE_COMMAND = "gpuinfra-run -- python train.py"
 #: Container stack limit (awsome-distributed-training Batch templates: 64 MiB).
@@ -368,6 +378,7 @@ def render_run_script(runtime: FabricRuntime, *, image: str, instance_type: str,
         sh=quoted,
         instance_type=instance_type,
         wait_seconds=CLUSTER_ENV_WAIT_SECONDS,
+        rdzv_read_timeout=RDZV_READ_TIMEOUT_SECONDS,
         stack_limit=STACK_LIMIT_BYTES,
         state_dir=str(health_node.STATE_DIR),
         passed_mark=health_node.PASSED_MARK,

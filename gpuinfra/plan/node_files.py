@@ -18,6 +18,7 @@ from __future__ import annotations
 from gpuinfra.agent.node import format_node_env
 from gpuinfra.errors import UnitValueError
 from gpuinfra.health.node import ALLREDUCE_TIMEOUT_SECONDS, HEALTH_RESULT_WAIT_SECONDS
+from gpuinfra.plan.naming import stack_id
 from gpuinfra.plan.tags import expires_at_text
 from gpuinfra.plan.units import SCRATCH_FAILED_PATH
 from gpuinfra.spec import ClusterSpec
@@ -84,6 +85,7 @@ def node_env(spec: ClusterSpec, cloud: str, bucket: str, scratch_mount: str) -> 
             "GPUINFRA_HANG_POWER_PERCENT": spec.profile.hang.power_percent,
             "GPUINFRA_PROGRESS_FILE": f"{scratch_mount}/{PROGRESS_FILE_NAME}",
             "GPUINFRA_DEPLOYMENT": spec.deployment_id,
+            "GPUINFRA_STACK_ID": stack_id(spec),
         }
     )
     for line in text.splitlines():

@@ -251,6 +251,13 @@ class JobView:
         return [{**r, "part": p} for p, s in sorted(self.statuses.items()) for r in s.get("restarts") or []]
 
     @property
+    def restart_count(self) -> int:
+        """The job's restarts: the most any part recorded. A restart of the job restarts every
+        node once, so each restart is one record on each node; a replacement continues its part's
+        records (:meth:`gpuinfra.agent.job.JobRunner.inherited`)."""
+        return max((len(s.get("restarts") or []) for s in self.statuses.values()), default=0)
+
+    @property
     def exit_code(self) -> int | None:
         """The first non-zero exit code of a node, else 0 once over, else None."""
         if self.final is None:
@@ -267,6 +274,7 @@ class JobView:
             "exit_code": self.exit_code,
             "submitted_at": self.spec.submitted_at,
             "restarts": self.restarts,
+            "restart_count": self.restart_count,
             "nodes": self.statuses,
         }
 
@@ -340,7 +348,7 @@ def status_line(view: JobView, nodes: int, elapsed_seconds: float, hourly_usd: D
     parts = [
         f"job {view.spec.id} {view.state}: {reporting}/{nodes} nodes running",
         *([f"step {max(steps)}"] if steps else []),
-        f"{len(view.restarts)} restart{'s' if len(view.restarts) != 1 else ''}",
+        f"{view.restart_count} restart{'s' if view.restart_count != 1 else ''}",
         f"{h}:{rest // 60:02d}:{rest % 60:02d}",
         cost_text(hourly_usd, elapsed_seconds),
     ]

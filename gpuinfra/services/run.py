@@ -26,6 +26,7 @@ from gpuinfra.agent.job import JobSpec, job_prefix, secret_command
 from gpuinfra.catalog.store import load_catalog
 from gpuinfra.errors import HealthGateError, RequestError, SpecError
 from gpuinfra.plan.fabric import CLUSTER_ENV_WAIT_SECONDS
+from gpuinfra.plan.naming import stack_id
 from gpuinfra.services import jobs
 from gpuinfra.services.health_report import locate_results, read_health
 from gpuinfra.stackfile import read_stack_spec
@@ -165,7 +166,7 @@ def run(
         raise RequestError(f"--min-nodes {job.min_nodes}: the stack has {spec.nodes} node(s)")
     for name in job.secrets.values():
         try:
-            secret_command(spec.cloud, stack, name)  # the names the nodes may read
+            secret_command(spec.cloud, stack_id(spec), name)  # the names the nodes may read
         except ValueError as exc:
             raise RequestError(f"--secret: {exc}") from None
     backend = lifecycle.make_backend()

@@ -5,6 +5,7 @@ plus the agent's side: a finished job ends the node, a hang with ``restart`` ask
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import replace
@@ -114,8 +115,9 @@ def test_failures_restart_until_max_restarts_with_cause_and_step(node, monkeypat
     monkeypatch.setenv("CODES", "3,1,0")
     (state / "attempts").unlink()
     runner.status = {}
-    assert runner.run(spec(max_restarts=1)) == "failed"  # the second failure has no restart left
-    status = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))
+    again = replace(spec(max_restarts=1), id="j-20261127-050000-abc123")  # a new job: its own count
+    assert runner.run(again) == "failed"  # the second failure has no restart left
+    status = bucket_json(bucket, status_key(STACK, again.id, "rank-1"))
     assert status["state"] == "failed" and status["exit_code"] == 1 and len(status["restarts"]) == 1
 
 
@@ -166,8 +168,8 @@ def test_secrets_reach_the_job_through_the_environment_never_the_command_line(no
         return type("Done", (), {"stdout": "s3cr3t-token\n", "returncode": 0})()
 
     monkeypatch.setattr(jobmod.subprocess, "run", fake_run)
-    runner.run(spec(secrets={"HF_TOKEN": "/gpuinfra/train/hf-token"}))
-    assert calls == [secret_command("aws", STACK, "/gpuinfra/train/hf-token")]
+    runner.run(spec(secrets={"HF_TOKEN": "/gpuinfra/train/job/hf-token"}))
+    assert calls == [secret_command("aws", STACK, "/gpuinfra/train/job/hf-token")]
     argv = (state / "argv-0").read_text()
     assert "s3cr3t-token" not in argv and "-e\nHF_TOKEN\n" in argv
     assert "HF_TOKEN=s3cr3t-token\n" in (state / "env-0").read_text()
@@ -204,19 +206,41 @@ def test_a_node_of_a_new_deployment_waits_for_its_own_job_instead_of_ending(node
 
 def test_secret_names_are_the_stacks_only():
     # aws ssm get-parameter --with-decryption / secretsmanager get-secret-value / gcloud secrets versions access
-    assert secret_command("aws", STACK, "/gpuinfra/train/db")[:4] == [
+    assert secret_command("aws", STACK, "/gpuinfra/train/job/db")[:4] == [
         "aws",
         "ssm",
         "get-parameter",
         "--with-decryption",
     ]
-    assert secret_command("aws", STACK, "gpuinfra/train/db")[:3] == ["aws", "secretsmanager", "get-secret-value"]
-    assert secret_command("gcp", STACK, "gpuinfra-train-db") == [
-        "gcloud", "secrets", "versions", "access", "latest", "--secret=gpuinfra-train-db",
+    assert secret_command("aws", STACK, "gpuinfra/train/job/db")[:3] == ["aws", "secretsmanager", "get-secret-value"]
+    assert secret_command("gcp", STACK, "gpuinfra-train_db") == [
+        "gcloud", "secrets", "versions", "access", "latest", "--secret=gpuinfra-train_db",
     ]  # fmt: skip
-    for cloud, name in [("aws", "/prod/db"), ("aws", "/gpuinfra/other/db"), ("gcp", "gpuinfra-other-db")]:
+    for cloud, name in [
+        ("aws", "/prod/db"),
+        ("aws", "/gpuinfra/other/job/db"),
+        ("aws", "/gpuinfra/train/cloudwatch-agent"),
+        ("gcp", "gpuinfra-other_db"),
+    ]:
         with pytest.raises(ValueError, match="secret"):
             secret_command(cloud, STACK, name)
+    # the scope is the stack id (<stack>-<suffix>): a same-named stack of another project folder
+    # has another id, and on GCP "_" ends the id (a stack named train-a1b2c3-x is not this one)
+    scope = "train-a1b2c3"
+    assert secret_command("aws", scope, "gpuinfra/train-a1b2c3/job/db")[:3] == [
+        "aws",
+        "secretsmanager",
+        "get-secret-value",
+    ]
+    assert secret_command("gcp", scope, "gpuinfra-train-a1b2c3_db")[-1] == "--secret=gpuinfra-train-a1b2c3_db"
+    for cloud, name in [
+        ("aws", "/gpuinfra/train/job/db"),
+        ("aws", "gpuinfra/train-zzzzzz/job/db"),
+        ("gcp", "gpuinfra-train-a1b2c3-x-d4e5f6_db"),
+        ("gcp", "gpuinfra-train_db"),
+    ]:
+        with pytest.raises(ValueError, match="secret"):
+            secret_command(cloud, scope, name)
 
 
 @pytest.mark.parametrize(
@@ -339,3 +363,182 @@ def test_the_node_unit_writes_the_local_log_where_the_agents_read_it():
     entry = aws_agent_config("t-1-abc", job_logs=True)["logs"]["logs_collected"]["files"]["collect_list"][0]
     receiver = gcp_ops_agent_config(job_logs=True)["logging"]["receivers"]["gpuinfra_job"]
     assert entry["file_path"] == receiver["include_paths"][0] == jobmod.LOCAL_LOG == "/var/log/gpuinfra/job.log"
+
+
+def _decision(ranked, deployment, decided_at):
+    from gpuinfra.health.ranks import DecisionScope, RankDecision
+
+    scope = DecisionScope(STACK, tuple(ranked), None, deployment)
+    decision = scope.propose(list(ranked), {}, "i-0a", ranked[0], "replacement")
+    return scope.key, RankDecision(**{**decision.__dict__, "decided_at": decided_at}).to_json().encode()
+
+
+LOST, SURVIVOR, NEWCOMER = "10.0.0.7", "10.0.0.9", "10.0.0.20"
+
+
+@pytest.fixture
+def survivor(node, tmp_path, monkeypatch):
+    """Rank 1 of [LOST, SURVIVOR] (the formation's decision), deployment 0d0d0d0d0d0d; LOST hosts
+    the rendezvous on a port where nothing listens."""
+    runner, bucket, state = node
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    (etc / "cluster.env").write_text(
+        f"NNODES=2\nNODE_RANK=1\nNPROC_PER_NODE=8\nMASTER_ADDR={LOST}\nMASTER_PORT=29500\n"
+    )
+    (etc / "hostfile").write_text(f"{LOST}\n{SURVIVOR}\n")
+    docs = dict([_decision([LOST, SURVIVOR], "0d0d0d0d0d0d", "2026-11-27T04:00:00+00:00")])
+    runner.deployment, runner.cluster_env, runner.hostfile = "0d0d0d0d0d0d", etc / "cluster.env", etc / "hostfile"
+    runner.decisions = lambda: dict(docs)
+    probes = []
+
+    def connect(address, timeout):
+        probes.append(address)
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(jobmod.socket, "create_connection", connect)
+    return runner, docs, etc, probes
+
+
+def test_a_survivor_follows_rank_0_to_the_replacement_that_took_it(survivor):
+    runner, docs, etc, _ = survivor
+    assert not runner.follow_rank0()  # the formation's ranking: rank 0 is where cluster.env says
+    docs.update([_decision([NEWCOMER, SURVIVOR], "0d0d0d0d0d0d", "2026-11-27T05:00:00+00:00")])
+    assert runner.follow_rank0()
+    assert (etc / "cluster.env").read_text() == (
+        f"NNODES=2\nNODE_RANK=1\nNPROC_PER_NODE=8\nMASTER_ADDR={NEWCOMER}\nMASTER_PORT=29500\n"
+    )
+    assert (etc / "hostfile").read_text() == f"{NEWCOMER}\n{SURVIVOR}\n"
+    assert not list(etc.glob("*.tmp"))
+    assert runner.lines == [f"[rank-1] gpuinfra-job: rank 0 is now {NEWCOMER} (was {LOST}): MASTER_ADDR rewritten\n"]
+    assert not runner.follow_rank0()  # once
+
+
+@pytest.mark.parametrize(
+    "ranked, deployment",
+    [
+        ([SURVIVOR, NEWCOMER], "0d0d0d0d0d0d"),  # it would move this node's rank: not this node's ranking
+        ([NEWCOMER, SURVIVOR], "0e0e0e0e0e0e"),  # another deployment's
+        (["10.0.0.20;reboot", SURVIVOR], "0d0d0d0d0d0d"),  # not an address
+    ],
+)
+def test_a_decision_that_is_not_this_nodes_ranking_or_names_no_address_is_not_followed(survivor, ranked, deployment):
+    runner, docs, etc, _ = survivor
+    before = (etc / "cluster.env").read_text()
+    docs.update([_decision(ranked, deployment, "2026-11-27T05:00:00+00:00")])
+    assert not runner.follow_rank0()
+    assert (etc / "cluster.env").read_text() == before
+
+
+def test_a_restart_waits_for_the_replacement_of_a_lost_rank_0_then_runs_against_it(survivor, monkeypatch):
+    """Rank 0 answers before the first attempt; the attempt fails (rank 0 is lost); before the
+    restart the survivor probes rank 0's rendezvous port (refused) and reads the decisions until
+    the replacement's appears, then restarts against the replacement."""
+    runner, docs, etc, probes = survivor
+    monkeypatch.setenv("CODES", "1,0")
+
+    def lost_after_the_first_probe(address, timeout):
+        probes.append(address)
+        if len(probes) == 1:
+            return socket.socket()  # rank 0's rendezvous is up
+        if len(probes) == 4:
+            docs.update([_decision([NEWCOMER, SURVIVOR], "0d0d0d0d0d0d", "2026-11-27T05:00:00+00:00")])
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(jobmod.socket, "create_connection", lost_after_the_first_probe)
+    original = runner.await_rank0
+    monkeypatch.setattr(runner, "await_rank0", lambda: original(wait_seconds=5, poll_seconds=0.01))
+    assert runner.run(spec(max_restarts=1)) == "succeeded"
+    assert probes == [(LOST, 29500)] * 4
+    assert f"MASTER_ADDR={NEWCOMER}\n" in (etc / "cluster.env").read_text()
+    (restart,) = bucket_json(runner.bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))["restarts"]
+    assert restart["cause"] == "exit status 1"
+
+
+def test_waiting_for_rank_0_is_bounded_and_skipped_on_rank_0(survivor, monkeypatch):
+    runner, docs, etc, probes = survivor
+    started = time.monotonic()
+    runner.await_rank0(wait_seconds=0.3, poll_seconds=0.05)
+    assert 0.3 <= time.monotonic() - started < 3 and len(probes) >= 3
+    assert runner.lines[-1] == f"[rank-1] gpuinfra-job: rank 0 ({LOST}) still unreachable after 0 s\n"
+    probes.clear()
+    (etc / "cluster.env").write_text((etc / "cluster.env").read_text().replace("NODE_RANK=1", "NODE_RANK=0"))
+    runner.await_rank0(wait_seconds=5)
+    assert probes == []  # rank 0 hosts the rendezvous itself
+
+
+def test_a_replacement_continues_the_restarts_of_the_rank_it_took(node, monkeypatch):
+    """The lost node of rank 1 had restarted once; its replacement's failure is the job's second
+    restart, and with max_restarts 1 the job fails instead of starting the count again."""
+    runner, bucket, _ = node
+    job = spec(max_restarts=1)
+    earlier = {"at": "2026-11-27T04:00:00+00:00", "cause": "exit status 1", "step": 8}
+    bucket.put_text(
+        status_key(STACK, job.id, "rank-1"),
+        json.dumps({"job": job.id, "node": "i-0lost", "state": "running", "restarts": [earlier]}),
+        1,
+    )
+    monkeypatch.setenv("CODES", "1,0")
+    assert runner.run(job) == "failed"
+    status = bucket_json(bucket, status_key(STACK, job.id, "rank-1"))
+    assert status["restarts"] == [earlier] and status["replaces"] == "i-0lost" and status["node"] == "i-0abc"
+    # another job's status (or none) is not taken over
+    bucket.put_text(status_key(STACK, job.id, "rank-1"), json.dumps({"job": "j-other", "restarts": [earlier]}), 1)
+    runner.status = {}
+    assert runner.inherited(job) == {}
+
+
+def test_a_failed_worker_ends_the_attempt_without_waiting_out_torchruns_exit_barrier(node, monkeypatch):
+    """torchrun logs the failed worker and then waits up to 300 s in its exit barrier for the other
+    nodes' agents (a lost node never comes): the job unit stops it after the grace and records the
+    worker's exit status."""
+    runner, bucket, state = node
+    monkeypatch.setattr(jobmod, "WORKER_FAILED_GRACE_SECONDS", 0.5)
+    Path(runner.run_path).write_text(
+        "#!/bin/bash\n"
+        'n=$(cat "$STATE/attempts" 2>/dev/null || echo 0); echo $((n + 1)) > "$STATE/attempts"\n'
+        'if [ "$n" = 1 ]; then echo "step=9 loss=0.1"; exit 0; fi\n'
+        'echo "step=7 loss=0.2"\n'
+        # torch 1.13's line (torch.distributed.elastic.multiprocessing.api), on stderr
+        "echo 'ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: 1) local_rank: 0 (pid: 4242)"
+        " of binary: /usr/bin/python3' >&2\n"
+        "sleep 300\n"
+    )
+    started = time.monotonic()
+    assert runner.run(spec(max_restarts=1)) == "succeeded"
+    assert time.monotonic() - started < 15  # 0.5 s grace, then SIGTERM (the stand-in dies at once)
+    (restart,) = bucket_json(bucket, status_key(STACK, "j-20261127-040000-abc123", "rank-1"))["restarts"]
+    assert (restart["cause"], restart["step"]) == ("exit status 1", 7)
+    log = "".join(
+        bucket.get_text(log_key(STACK, "j-20261127-040000-abc123", "rank-1", n), 1) for n in range(runner.seq)
+    )
+    assert "[rank-1] gpuinfra-job: a worker failed (exit status 1); stopping torchrun's exit barrier\n" in log
+
+
+def test_a_bucket_call_that_hangs_neither_delays_nor_fails_the_attempt(node, monkeypatch):
+    """The cancel poll's ``aws s3 cp`` may hang until its 60 s timeout (the box saw it): the
+    attempt still ends when the job ends, and the timeout is no job failure."""
+    import subprocess
+
+    import threading
+
+    runner, bucket, _ = node
+    hung, released = [], threading.Event()
+
+    def hanging_get(key, timeout):
+        if key != spec_key(STACK):
+            raise OSError(f"{key} not found")
+        hung.append(key)
+        released.wait(30)  # hangs until the test has seen the attempt end
+        raise subprocess.TimeoutExpired(["aws", "s3", "cp", key, "-"], timeout)
+
+    monkeypatch.setattr(bucket, "get_text", hanging_get)
+    Path(runner.run_path).write_text("#!/bin/bash\necho step=1 loss=0.5\nsleep 1\nexit 0\n")
+    started = time.monotonic()
+    try:
+        assert runner.run(spec()) == "succeeded"
+        # the poll still hangs (up to 30 s); the attempt ended with its 1 s job, not with the poll
+        assert time.monotonic() - started < 15 and hung and not released.is_set()
+    finally:
+        released.set()
+    assert runner.read_spec() is None  # a timed-out read is "no spec", never an error out of the loop

@@ -721,3 +721,20 @@ def test_the_job_gets_the_checkpoint_restored_at_boot_and_waits_for_the_restore(
     assert skipped.returncode == 0 and "no checkpoint restore after 0 s" in skipped.stderr
     gate = node.run("--skip-health-gate", "--no-restore-wait", "--dry-run", "--", "python", "x.py")
     assert gate.returncode == 0 and "checkpoint restore" not in gate.stderr
+
+
+def test_the_job_units_elastic_form_bounds_each_rendezvous_store_call(node_for):
+    """``--rdzv-id``/``--nnodes``: torchrun's c10d rendezvous hosted on rank 0, every store call
+    bounded by ``read_timeout`` (C10dRendezvousBackend, pytorch.org/docs/stable/elastic/rendezvous.html),
+    so a node whose rank-0 node is lost fails within it and its job unit restarts the job."""
+    from gpuinfra.plan.fabric import RDZV_READ_TIMEOUT_SECONDS
+
+    node = node_for(aws_files("g5.xlarge", nodes=2, profile="dev"))
+    args = ("--image", "my/image:1", "--rdzv-id", "j-abc", "--nnodes", "1:2", "--dry-run", "--", "python", "t.py")
+    argv = shlex.split(node.run(*args).stdout)
+    torchrun = argv[argv.index("torchrun") :]
+    conf = torchrun[torchrun.index("--rdzv_conf") + 1]
+    # rank 1 (the cluster.env these tests write) does not host the store; a comma-separated list
+    assert conf == f"is_host=0,read_timeout={RDZV_READ_TIMEOUT_SECONDS}"
+    assert 0 < RDZV_READ_TIMEOUT_SECONDS <= 60  # at most PyTorch's default: it bounds detection
+    assert torchrun[torchrun.index("--rdzv_endpoint") + 1] == "10.0.0.20:29500"

@@ -77,8 +77,9 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
         ("s3:PutObject", f"{bucket_arn}/health/{spec.stack}/i-0123.json", {}),
         ("ec2:DescribeInstances", "*", {}),
         # the job's secrets by reference (gpuinfra run --secret): the stack's own names
-        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}/hf-token"), {}),
-        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{spec.stack}/db-AbCdEf", {}),
+        # (by the stack id: a stack of the same name in another project folder has another)
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{own}/job/hf-token"), {}),
+        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{own}/job/db-AbCdEf", {}),
     ]
     other = f"{own}-node-2"  # a stack whose names start with this one's
     deny = [
@@ -98,14 +99,18 @@ def node_requests(spec, bucket_arn: str) -> tuple[list[tuple], list[tuple]]:
         ("kms:Decrypt", f"arn:aws:kms:{region}:{account}:key/1234abcd-12ab-34cd-56ef-1234567890ab", {}),
         ("secretsmanager:GetSecretValue", f"arn:aws:secretsmanager:{region}:{account}:secret:prod-db", {}),
         # another stack's job secrets, even one whose name starts with this one's
-        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}-node-2/hf-token"), {}),
-        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}"), {}),
-        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{spec.stack}-node-2/db-AbCdEf", {}),
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{other}/job/hf-token"), {}),
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{own}/job"), {}),
+        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{other}/job/db-AbCdEf", {}),
         (
             "secretsmanager:GetSecretValue",
-            f"arn:aws:secretsmanager:eu-west-1:{account}:secret:gpuinfra/{spec.stack}/db-AbCdEf",
+            f"arn:aws:secretsmanager:eu-west-1:{account}:secret:gpuinfra/{own}/job/db-AbCdEf",
             {},
         ),
+        # the same stack name in another project folder (another suffix), and the name-scoped
+        # names of before
+        ("ssm:GetParameter", ssm_parameter(region, account, f"/gpuinfra/{spec.stack}-zzzzzz/job/hf-token"), {}),
+        ("secretsmanager:GetSecretValue", f"{secrets}:secret:gpuinfra/{spec.stack}/db-AbCdEf", {}),
         # reaching other nodes through SSM, State Manager documents
         ("ssm:SendCommand", instance, {}),
         ("ssm:StartSession", instance, {}),
@@ -295,3 +300,41 @@ def test_no_other_stack_has_a_vm_or_group_name_under_this_groups_prefix(a, b, vm
     if a != b:
         assert not f"{group_b}-{vm[:4]}".startswith(f"{group_a}-")
         assert not group_b.startswith(f"{group_a}-")
+
+
+SECRET_TYPE, VERSION_TYPE = "secretmanager.googleapis.com/Secret", "secretmanager.googleapis.com/SecretVersion"
+
+
+def test_gcp_nodes_read_their_own_stacks_job_secrets_only():
+    """``gpuinfra run --secret`` on GCP: the node account gets Secret Accessor at project level
+    with a condition on the secret's ``resource.name`` (``projects/<number>/secrets/<id>``), so it
+    reads ``gpuinfra-<stack id>_*`` and no other secret, not another stack's even when its id
+    starts with this one's."""
+    from gpuinfra.preview import PREVIEW_PROJECT_NUMBER
+
+    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", stack="exp")
+    result = preview(spec)
+    (binding,) = [
+        r.inputs for r in result.of_type("gcp:projects/iAMMember:IAMMember") if r.name.endswith("node-job-secrets")
+    ]
+    assert binding["role"] == "roles/secretmanager.secretAccessor"
+    assert binding["member"].startswith("serviceAccount:")
+    expression = binding["condition"]["expression"]
+    own, project = stack_id(spec), f"projects/{PREVIEW_PROJECT_NUMBER}"
+    allowed = [
+        (SECRET_TYPE, f"{project}/secrets/gpuinfra-{own}_hf-token"),
+        (VERSION_TYPE, f"{project}/secrets/gpuinfra-{own}_hf-token/versions/3"),
+    ]
+    denied = [
+        (SECRET_TYPE, f"{project}/secrets/prod-db"),
+        (SECRET_TYPE, f"{project}/secrets/gpuinfra-{own}-x-d4e5f6_hf-token"),  # stack exp-<suffix>-x
+        (SECRET_TYPE, f"{project}/secrets/gpuinfra-exp-zzzzzz_hf-token"),  # same name, another folder
+        (SECRET_TYPE, f"{project}/secrets/gpuinfra-exp_hf-token"),
+        (SECRET_TYPE, f"projects/999/secrets/gpuinfra-{own}_hf-token"),  # another project
+    ]
+    assert [r for r in allowed if not cel_true(expression, *r)] == []
+    assert [r for r in denied if cel_true(expression, *r)] == []
+    # the node-side check names the same secrets (one prefix, gpuinfra.agent.job)
+    from gpuinfra.agent.job import secret_command
+
+    assert secret_command("gcp", own, f"gpuinfra-{own}_hf-token")[-1] == f"--secret=gpuinfra-{own}_hf-token"

@@ -135,7 +135,7 @@ def test_bad_job_input_is_refused_before_anything_is_deployed(run_cli, project, 
         (["--restart", "always"], "restart 'always' is not one of"),
         (["--min-nodes", "3"], "--min-nodes 3: the stack has 2 node(s)"),
         # the node may read only the stack's own names (/gpuinfra/<stack>/... in SSM Parameter Store)
-        (["--secret", "TOKEN=/prod/token"], "--secret: secret '/prod/token': AWS names are /gpuinfra/train/..."),
+        (["--secret", "TOKEN=/prod/token"], "--secret: secret '/prod/token': AWS names are /gpuinfra/train-"),
     ]:
         result = run_cli("run", "train", "--project-dir", str(project), *args, "--", "python", "train.py")
         assert result.exit_code == 2 and message in result.stderr and "Traceback" not in result.stderr
@@ -160,6 +160,7 @@ def test_logs_jobs_and_cancel(run_cli, project, monkeypatch, s3):  # noqa: F811
         "exit_code": None,
         "submitted_at": "",
         "restarts": [],
+        "restart_count": 0,
         "nodes": None,
     }
     monkeypatch.setattr(jobs, "CANCEL_WAIT_SECONDS", 0.05)  # the nodes never finish here
@@ -461,3 +462,22 @@ def test_run_without_a_request_refuses_any_of_new_options(run_cli, tmp_path):
         assert result.exit_code == 2 and f"{option[0]}: only with --gpus" in result.stderr, result.stderr
     written = run_cli("run", "--instance-type", "p5.48xlarge", "--", "python", "--project-dir", str(tmp_path))
     assert written.exit_code == 2 and "needs --name NAME" in written.stderr  # --instance-type asks new too
+
+
+def test_the_jobs_restart_count_is_the_clusters_not_the_sum_over_nodes():
+    """One crash restarts the job on both nodes (one record each): 1 restart of the job, as the
+    status line and `jobs` say; a replacement that continued rank 1's records and then failed its
+    first attempt makes it 2."""
+    from gpuinfra.agent.job import JobSpec
+
+    crash = {"at": "2026-11-27T04:00:00+00:00", "cause": "exit status 1", "step": 8}
+    view = jobs.JobView(
+        JobSpec(id="j-x", argv=("python", "train.py")),
+        {"rank-0": {"state": "running", "restarts": [crash]}, "rank-1": {"state": "running", "restarts": [crash]}},
+    )
+    assert view.restart_count == 1 and len(view.restarts) == 2
+    assert ", 1 restart, " in jobs.status_line(view, 2, 60, None)
+    assert view.to_json()["restart_count"] == 1
+    view.statuses["rank-1"]["restarts"] = [crash, {**crash, "step": None}]
+    assert view.restart_count == 2 and ", 2 restarts, " in jobs.status_line(view, 2, 60, None)
+    assert jobs.JobView(view.spec).restart_count == 0

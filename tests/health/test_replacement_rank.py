@@ -67,3 +67,22 @@ def test_no_takeover_without_a_formed_cluster_of_this_deployment_or_a_passed_che
     me = gate_node(tmp_path, R, bucket, NEW, node="i-0r")
     assert me.peers([R, A, C], wait_seconds=0) == []
     assert RankDecision.from_json(bucket.objects[scope.key]).trigger == "deadline"
+
+
+def test_a_survivor_reads_the_newest_ranking_of_its_deployment_that_ranks_it():
+    """Before its job restarts, a survivor looks for the ranking that now stands: after R took the
+    lost A's rank 0, that is [R, B, C] (newest), not the formation's [A, B, C]."""
+    from gpuinfra.health.ranks import newest_ranking
+
+    bucket = MemoryBucket()
+    _formed(bucket, [A, B, C])
+    docs = bucket.read_prefix("health/")
+    assert newest_ranking(docs, "train", NEW, B) == (A, B, C)
+    _formed(bucket, [R, B, C], decided_at="2026-11-27T05:00:00+00:00")
+    _formed(bucket, [S, B, C], deployment=OLD, decided_at="2026-11-27T06:00:00+00:00")  # another deployment's
+    docs = {**bucket.read_prefix("health/"), "health/train/ranks-x.decision": b"not json"}
+    assert newest_ranking(docs, "train", NEW, B) == (R, B, C)
+    assert newest_ranking(docs, "train", NEW, A) == (A, B, C)  # the lost node is ranked only by the old one
+    assert newest_ranking(docs, "train", NEW, "10.0.0.99") is None
+    assert newest_ranking(docs, "other", NEW, B) is None
+    assert newest_ranking(docs, "train", "", B) is None  # no deployment id: decisions it cannot scope

@@ -12,8 +12,14 @@ at the same step with the same loss as one that never stopped.
 * Resume: each process finds its node's newest complete ``step-<N>`` (``GPUINFRA_RESUME_FROM``
   or a scan of the checkpoint dir); the processes agree on the newest step any of them has
   (all-reduce MAX) and the lowest rank holding it broadcasts the state.
-* Progress: rank 0 prints ``step=N loss=X`` every step and ``final step=N loss=X`` at the end,
-  and writes ``$GPUINFRA_OUTPUT_DIR/result.json``; it also touches ``$GPUINFRA_PROGRESS_FILE``.
+* Progress: the first process of each node prints ``step=N loss=X`` every step (every node's job
+  unit records the step it reached, and its hang watch sees the job move: it touches
+  ``$GPUINFRA_PROGRESS_FILE``); rank 0 prints ``final step=N loss=X`` at the end and writes
+  ``$GPUINFRA_OUTPUT_DIR/result.json``.
+* A lost peer: ``init_process_group``'s ``timeout`` bounds every gloo collective (PyTorch's
+  default for gloo is 30 min: pytorch.org/docs/stable/distributed.html#torch.distributed.
+  init_process_group), so a process waiting on a powered-off peer fails after
+  ``--collective-timeout`` seconds and the job unit restarts the job (docs/run.md).
 
 One place for this job: the box's uninterrupted and interrupted scenarios both run it.
 """
@@ -24,6 +30,7 @@ import argparse
 import json
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -57,8 +64,9 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="sleep per step (a slower run)")
     parser.add_argument("--fail-at-step", type=int, default=0, help="every process exits 3 there (a crash)")
+    parser.add_argument("--collective-timeout", type=float, default=60.0, help="seconds a collective may wait")
     args = parser.parse_args()
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.collective_timeout))
     rank, world, local = dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0"))
     torch.manual_seed(args.seed)
     model = torch.nn.Linear(8, 1)
@@ -93,7 +101,7 @@ def main() -> int:
         opt.step()
         total = loss.detach().clone()
         dist.all_reduce(total)
-        if rank == 0:
+        if local == 0:
             print(f"step={step} loss={total.item() / world:.6f}", flush=True)
             if progress:
                 Path(progress).touch()
