@@ -204,6 +204,7 @@ def run(
         health_wait_seconds=health_wait_seconds,
         capacity_timeout_seconds=capacity_timeout,
     )
+    stack = result.stack or stack  # a ladder's rung that formed
     if result.detached:
         say(f"detached; job {result.spec.id} goes on: `gpuinfra logs {stack} -f`, `gpuinfra cancel {stack}`")
         return

@@ -1,7 +1,10 @@
 """``gpuinfra run STACK -- CMD``: up if needed, the health verdict, the job, its logs, the end.
 
 1. ``up`` when the stack has no ``bucket_name`` output yet (:func:`gpuinfra.lifecycle.deploy`:
-   up's checks and guards);
+   up's checks and guards); a stack with a fallback ladder (``new --fallback N``, or ``run --gpus
+   ... --fallback N``) forms through it as ``up --fallback`` does
+   (:func:`gpuinfra.services.ladder.form_first_rung`, with the budget the ladder recorded), and
+   the run goes on on the rung that formed;
 2. wait for the health verdict (unless the profile's gate is ``off``): every node's result in
    the bucket passed (:mod:`gpuinfra.services.health_report`); a failed node stops the run (exit 8)
    when the gate is ``enforce``, and is a warning when it is ``report``;
@@ -50,6 +53,7 @@ class RunResult:
     checkpoints_url: str
     outputs_url: str
     destroyed: bool
+    stack: str = ""
 
 
 def hourly_usd(spec) -> Decimal | None:
@@ -173,10 +177,31 @@ def run(
     lifecycle.check_credentials(spec.cloud)
     outputs = backend.outputs(project_dir, stack)
     if not outputs.get("bucket_name"):
-        say(f"run {stack}: the stack is not up; up {stack} first")
-        lifecycle.deploy(backend, project_dir, spec, on_event, capacity_timeout_seconds=capacity_timeout_seconds)
+        # imported on use: a ladder's planning modules load only when a stack is brought up
+        from gpuinfra.services.ladder import form_first_rung, read_ladder
+
+        ladder = read_ladder(project_dir, stack)
+        if ladder is None:
+            say(f"run {stack}: the stack is not up; up {stack} first")
+            lifecycle.deploy(backend, project_dir, spec, on_event, capacity_timeout_seconds=capacity_timeout_seconds)
+        else:
+            say(f"run {stack}: the stack is not up; forming its fallback ladder ({len(ladder.stacks)} rungs)")
+            formed = form_first_rung(
+                backend,
+                project_dir,
+                stack,
+                on_event,
+                say,
+                max_price_per_hour_usd=ladder.max_price_per_hour_usd,
+                capacity_timeout_seconds=capacity_timeout_seconds,
+            )
+            if formed.stack != stack:
+                say(f"run: rung {formed.index} formed; the job runs on {formed.stack}")
+            stack = formed.stack
         outputs = backend.outputs(project_dir, stack)
-        spec = read_stack_spec(project_dir, stack)  # the new deployment id
+        spec = read_stack_spec(project_dir, stack)  # the new deployment id (and the rung's own nodes)
+        if job.min_nodes > spec.nodes:
+            raise RequestError(f"--min-nodes {job.min_nodes}: stack {stack} has {spec.nodes} node(s)")
     bucket = outputs["bucket_name"]
     scheme = "s3" if spec.cloud == "aws" else "gs"
     store = store or jobs.store_for(spec.cloud, bucket)
@@ -225,4 +250,5 @@ def run(
         f"{scheme}://{bucket}/checkpoints/{stack}/",
         f"{scheme}://{bucket}/{job_prefix(stack, job.id)}/outputs/",
         destroyed,
+        stack,
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+import yaml
 
 from gpuinfra.agent.job import JobSpec, final_key, log_key, spec_key, status_key
 from gpuinfra.services import jobs
@@ -21,6 +22,8 @@ BUCKET = "gpuinfra-train-abc"
 @pytest.fixture
 def s3(moto_url, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")  # moto's: the fixture works whatever ran before
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     client = boto3.client("s3", region_name="us-east-1", endpoint_url=moto_url)
     client.create_bucket(Bucket=BUCKET)
     yield client
@@ -481,3 +484,60 @@ def test_the_jobs_restart_count_is_the_clusters_not_the_sum_over_nodes():
     view.statuses["rank-1"]["restarts"] = [crash, {**crash, "step": None}]
     assert view.restart_count == 2 and ", 2 restarts, " in jobs.status_line(view, 2, 60, None)
     assert jobs.JobView(view.spec).restart_count == 0
+
+
+def test_run_gpus_with_a_ladder_forms_the_next_rung_when_the_first_is_out_of_capacity(
+    run_cli, tmp_path, monkeypatch, s3
+):
+    """`run --gpus ... --fallback 2` writes the ladder and forms it as `up --fallback` does: rung 0
+    out of capacity is destroyed, rung 1 forms, the job runs there and rung 1 is downed."""
+    from gpuinfra.errors import CapacityError
+    from tests.cli.test_fallback_ladder_cli import _refusing_preflight
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    _refusing_preflight(monkeypatch, {})
+
+    class StockoutNotUpYet(FakeBackend):
+        def up(self, project_dir, stack, on_event):
+            self.calls.append(("up", stack))
+            if stack == "ft":
+                raise CapacityError("launched 0 of 2 for ft: InsufficientInstanceCapacity")
+            self.deployed.add(stack)
+            return {"create": 41}
+
+        def outputs(self, project_dir, stack):
+            self.calls.append(("outputs", stack))
+            return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+    backend = StockoutNotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    args = ("--gpus", "8xH100", "--cloud", "aws", "--nodes", "2", "--name", "ft", "--fallback", "2")
+    result = run_cli("run", *args, "--project-dir", str(tmp_path), "--", "python", "train.py")
+    assert result.exit_code == 0, result.stderr
+    assert [c for c in backend.calls if c[0] in ("up", "destroy")] == [
+        ("up", "ft"),
+        ("destroy", "ft"),
+        ("up", "ft-fb1"),
+        ("destroy", "ft-fb1"),
+    ]
+    assert "rung 1 formed; the job runs on ft-fb1" in result.stdout
+    spec = JobSpec.from_json(s3.get_object(Bucket=BUCKET, Key=spec_key("ft-fb1"))["Body"].read().decode())
+    assert spec.argv == ("python", "train.py")
+    record = yaml.safe_load((tmp_path / "ladders" / "ft.yaml").read_text())
+    assert record["formed"]["stack"] == "ft-fb1"
+
+
+def test_run_stack_without_a_ladder_is_a_plain_up(run_cli, project, monkeypatch, s3):  # noqa: F811
+    class NotUpYet(FakeBackend):
+        def outputs(self, project_dir, stack):
+            return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+    backend = NotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    result = run_cli("run", "train", "--project-dir", str(project), "--", "python", "train.py")
+    assert result.exit_code == 0, result.stderr
+    assert "forming its fallback ladder" not in result.stdout
+    assert [c for c in backend.calls if c[0] in ("up", "destroy")] == [("up", "train"), ("destroy", "train")]
