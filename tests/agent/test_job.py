@@ -519,7 +519,6 @@ def test_a_bucket_call_that_hangs_neither_delays_nor_fails_the_attempt(node, mon
     """The cancel poll's ``aws s3 cp`` may hang until its 60 s timeout (the box saw it): the
     attempt still ends when the job ends, and the timeout is no job failure."""
     import subprocess
-
     import threading
 
     runner, bucket, _ = node
