@@ -22,7 +22,7 @@ Placement follows the formation (``GcpClusterPlan.compact_placement`` / ``worklo
 bulk-inserted nodes are placed by the template's COLLOCATED compact policy (``vm_count`` = nodes,
 no ``max_distance``: best effort) on every machine that takes one -- A2, G2, A3 1g-4g and also A3
 High 8g, A3 Mega, A3 Ultra and A4, since a compact policy places "standalone compute instances,
-or compute instances created in bulk" while a workload policy is for "MIGs with clustered GPUs"
+or compute instances created in bulk" while workload policies are for MIGs with clustered GPUs
 (cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy): a MIG's workload
 policy places only the VMs that MIG creates, so the empty MIG of a bulk-insert formation has none,
 and its replacements, from the same template, join the same compact policy. A reservation-bound

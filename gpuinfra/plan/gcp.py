@@ -11,14 +11,16 @@ Sources (docs/sources/cluster-facts.md sections 2 and 6):
 * Placement (``InstanceFacts.placement``): nodes from a bulk insert (STANDARD / SPOT) take a
   compact ``groupPlacementPolicy`` (``collocation = COLLOCATED``, ``vm_count`` = number of VMs, at
   most ``max_vms``) in the instance template -- A2, G2, and A3 High / Mega / Ultra and A4 too:
-  "Compact placement policy ... Policy usage: Standalone instances; Instances deployed using the
-  Bulk API", supported on "A4X Max, A4X, A4, A3 Ultra, A3 Mega, A3 High, A3 Edge, A2, G4, G2"
+  "When you apply compact placement policies to standalone compute instances, or compute
+  instances created in bulk, Compute Engine makes best-effort attempts to create compute instances
+  as close to each other as possible"; its comparison table lists A4, A3 Ultra, A3 Mega and A3
+  High among the machines that take compact policies (read in the stored ja / zh-CN copies)
   (cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy). No
   ``maxDistance``: it is Preview and makes placement strict ("When you want densely colocated
   resources based on best-effort availability, don't specify a max distance in the policy", same
   page). Where the MIG creates the nodes itself (reservation-bound bulk mode), A3 High 8g, A3 Mega,
   A3 Ultra and A4 use a ``workloadPolicy`` HIGH_THROUGHPUT referenced by the MIG's
-  ``resourcePolicies`` instead ("Workload policy ... MIGs with clustered GPUs", same page;
+  ``resourcePolicies`` instead (workload policies: MIGs with clustered GPUs, same table;
   cloud.google.com/compute/docs/instance-groups/about-workload-policies); N1 has neither.
   Requires ``on_host_maintenance = TERMINATE`` and ``automatic_restart = false``; not with a
   reservation that does not accept external policies (slurm-gcp resume.py L127-144).
@@ -275,7 +277,7 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     bundled = facts.local_ssd.bundled_count
     formation = BULK_MODE if model in BULK_PROVISIONING_MODELS else BULK_INSERT
     # a MIG's workload policy places only the VMs that MIG creates; bulk-inserted nodes take the
-    # template's compact policy ("Instances deployed using the Bulk API", see the module docstring)
+    # template's compact policy ("compute instances created in bulk", see the module docstring)
     by_workload = wants_placement and facts.placement.workload_policy and formation != BULK_INSERT
     return GcpClusterPlan(
         networks=networks,

@@ -185,7 +185,7 @@ def compact_missing_violations(
     has one attached to its template (unless a specific reservation places it) where nothing
     else places the nodes: machines without a workload policy, and every machine whose nodes come
     from a bulk insert -- a MIG's workload policy places only the VMs that MIG creates, while a
-    compact policy places "Instances deployed using the Bulk API"
+    compact policy places "compute instances created in bulk"
     (cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy).
 
     Args:

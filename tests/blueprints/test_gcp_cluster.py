@@ -91,9 +91,9 @@ def test_a3_mega_two_nodes_must_show():
     result = preview(spec)
     t = template(result)
     assert len(t["networkInterfaces"]) == 9 and {n["nicType"] for n in t["networkInterfaces"]} == {"GVNIC"}
-    # the nodes come from a bulk insert: a compact policy in the template places them ("Policy
-    # usage: ... Instances deployed using the Bulk API", A3 Mega among the supported machine types,
-    # cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy)
+    # the nodes come from a bulk insert: a compact policy in the template places them ("compact
+    # placement policies ... compute instances created in bulk", A3 Mega among the machines that
+    # take them: cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy)
     policy = result.of_type(POLICY)
     assert len(policy) == 1
     assert policy[0].inputs["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
@@ -269,7 +269,7 @@ def test_reservation_bound_group_is_all_or_nothing():
 
 def test_reservation_bound_group_of_a3_mega_keeps_its_workload_policy():
     """The MIG in bulk mode creates the nodes itself, so it keeps the HIGH_THROUGHPUT workload
-    policy ("Workload policy ... MIGs with clustered GPUs",
+    policy (workload policies are for MIGs with clustered GPUs,
     cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy) and the template
     no compact policy (the reservation accepts external policies here)."""
     spec = _edited(
