@@ -18,10 +18,16 @@ Formation (``GcpClusterPlan.formation``), all or nothing in every market:
   size N, as before.
 
 All nodes come from one template, so the resource count does not grow with the node count.
-Placement of bulk-inserted nodes: the template's compact policy (A2, G2, A3 1g-4g) applies to them
-as to any VM of the template; the MIG's HIGH_THROUGHPUT workload policy (A3 8g, Mega, Ultra, A4)
-applies to the VMs the MIG creates, so bulk-inserted nodes of those machines are placed by no
-policy of this stack (open: a placement policy for them). The template's ``max_run_duration`` (TTL + the backstop delay of
+Placement follows the formation (``GcpClusterPlan.compact_placement`` / ``workload_policy``):
+bulk-inserted nodes are placed by the template's COLLOCATED compact policy (``vm_count`` = nodes,
+no ``max_distance``: best effort) on every machine that takes one -- A2, G2, A3 1g-4g and also A3
+High 8g, A3 Mega, A3 Ultra and A4, since a compact policy places "standalone compute instances,
+or compute instances created in bulk" while workload policies are for MIGs with clustered GPUs
+(cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy): a MIG's workload
+policy places only the VMs that MIG creates, so the empty MIG of a bulk-insert formation has none,
+and its replacements, from the same template, join the same compact policy. A reservation-bound
+MIG (bulk mode) of A3 8g / Mega / Ultra / A4 creates the nodes itself and keeps the
+HIGH_THROUGHPUT workload policy. The template's ``max_run_duration`` (TTL + the backstop delay of
 :mod:`gpuinfra.plan.backstop`) is the cloud-side backstop and works inside a MIG: "When a VM
 reaches its time limit, the MIG automatically terminates (deletes) that VM"
 (cloud.google.com/compute/docs/instance-groups/limit-vm-runtime-in-migs), and since 2024 it is
@@ -44,7 +50,8 @@ VM", pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``). Interplay:
   description in the Compute alpha API) while the survivors wait (the job re-forms with elastic
   rendezvous, ``gpuinfra run``); whether a recreated VM lands as close to the others as the
   first ones is not documented;
-* workload policy (A3 8g / Mega / Ultra / A4): applies to every VM the MIG creates, repairs included;
+* workload policy (reservation-bound A3 8g / Mega / Ultra / A4 groups): applies to every VM the MIG
+  creates, repairs included;
 * ``force_update_on_repair = NO``: a repaired VM keeps the group's update policy (template edits
   never replace running training nodes: ``update_policy`` OPPORTUNISTIC with minimal action NONE);
 * ``instance_redistribution_type`` is left unset: it is "The instance redistribution policy for
@@ -72,8 +79,9 @@ from gpuinfra.spec import ClusterSpec
 def build_workload_policy(
     name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str, parent: pulumi.Resource
 ) -> gcp.compute.ResourcePolicy | None:
-    """HIGH_THROUGHPUT workload policy for the MIG (A3 High 8g, A3 Mega, A3 Ultra, A4): the MIG
-    places its VMs close together (cloud.google.com/compute/docs/instance-groups/about-workload-policies)."""
+    """HIGH_THROUGHPUT workload policy for a MIG that creates the nodes itself (bulk mode; A3 High
+    8g, A3 Mega, A3 Ultra, A4): the MIG places its VMs close together
+    (cloud.google.com/compute/docs/instance-groups/about-workload-policies)."""
     if not plan.workload_policy:
         return None
     return gcp.compute.ResourcePolicy(
@@ -89,7 +97,9 @@ def build_placement_policy(
     name: str, spec: ClusterSpec, plan: GcpClusterPlan, project: str, parent: pulumi.Resource
 ) -> gcp.compute.ResourcePolicy | None:
     """COLLOCATED group placement policy with ``vm_count`` = nodes (multi-node clusters of
-    machines that take a compact policy in the template)."""
+    machines that take a compact policy in the template, and every multi-node bulk-insert
+    formation: cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy). No
+    ``max_distance``: Preview, and it makes placement strict instead of best effort (same page)."""
     if not plan.compact_placement:
         return None
     return gcp.compute.ResourcePolicy(

@@ -124,9 +124,13 @@ class PlacementFacts(BaseModel):
     Attributes:
         cluster_placement_group: AWS placement group ``strategy=cluster``
             (``PlacementGroupInfo.SupportedStrategies``).
-        compact_policy: GCP ``groupPlacementPolicy`` COLLOCATED in the instance template.
-        workload_policy: GCP ``workloadPolicy`` HIGH_THROUGHPUT referenced by the MIG (A3 High
-            8g and later use this instead of a compact policy in the template).
+        compact_policy: GCP ``groupPlacementPolicy`` COLLOCATED in the instance template, for
+            standalone and bulk-inserted VMs (A2, G2, A3 High / Mega / Ultra, A4: "compact placement
+            policies ... standalone compute instances, or compute instances created in bulk",
+            cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy).
+        workload_policy: GCP ``workloadPolicy`` HIGH_THROUGHPUT referenced by the MIG (MIGs with
+            clustered GPUs: A3 High 8g, A3 Mega, A3 Ultra, A4, same page); used for the VMs a MIG creates
+            itself (reservation-bound bulk mode), a compact policy for bulk-inserted ones.
         max_vms: largest group one placement policy may hold (None: no documented limit).
     """
 

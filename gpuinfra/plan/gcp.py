@@ -8,11 +8,20 @@ Sources (docs/sources/cluster-facts.md sections 2 and 6):
   MTU 8244 (cluster-toolkit a3high/a3mega blueprints, GKE gpu_direct.tf); A3 Ultra / A4 2 gVNIC
   VPCs (MTU 8896) + 8 MRDMA NICs on one RoCE VPC (network profile ``<zone>-vpc-roce``) with
   8 subnets and **no firewall rules** (modules/network/gpu-rdma-vpc, vpc/main.tf L191-198).
-* Placement (``InstanceFacts.placement``): A2, G2 and A3 High 1g-4g take a compact
-  ``groupPlacementPolicy`` (``collocation = COLLOCATED``, ``vm_count`` = number of VMs, at most
-  ``max_vms``) in the instance template; MIGs of A3 High 8g, A3 Mega, A3 Ultra and A4 use a
-  ``workloadPolicy`` HIGH_THROUGHPUT referenced by the MIG's ``resourcePolicies``
-  (cloud.google.com/compute/docs/instance-groups/about-workload-policies); N1 has neither.
+* Placement (``InstanceFacts.placement``): nodes from a bulk insert (STANDARD / SPOT) take a
+  compact ``groupPlacementPolicy`` (``collocation = COLLOCATED``, ``vm_count`` = number of VMs, at
+  most ``max_vms``) in the instance template -- A2, G2, and A3 High / Mega / Ultra and A4 too:
+  "When you apply compact placement policies to standalone compute instances, or compute
+  instances created in bulk, Compute Engine makes best-effort attempts to create compute instances
+  as close to each other as possible"; its comparison table lists A4, A3 Ultra, A3 Mega and A3
+  High among the machines that take compact policies (read in the stored ja / zh-CN copies)
+  (cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy). No
+  ``maxDistance``: it is Preview and makes placement strict ("When you want densely colocated
+  resources based on best-effort availability, don't specify a max distance in the policy", same
+  page). Where the MIG creates the nodes itself (reservation-bound bulk mode), A3 High 8g, A3 Mega,
+  A3 Ultra and A4 use a ``workloadPolicy`` HIGH_THROUGHPUT referenced by the MIG's
+  ``resourcePolicies`` instead (workload policies: MIGs with clustered GPUs, same table;
+  cloud.google.com/compute/docs/instance-groups/about-workload-policies); N1 has neither.
   Requires ``on_host_maintenance = TERMINATE`` and ``automatic_restart = false``; not with a
   reservation that does not accept external policies (slurm-gcp resume.py L127-144).
 * Local SSD (``InstanceFacts.local_ssd``): bundled disks come with the machine (listed in the
@@ -78,8 +87,10 @@ class GcpClusterPlan:
 
     Attributes:
         networks: VPCs in NIC order; nic_count: NICs per VM.
-        compact_placement: COLLOCATED group placement policy in the template (A2, G2, A3 1g-4g).
-        workload_policy: HIGH_THROUGHPUT workload policy on the MIG (A3 High 8g and later).
+        compact_placement: COLLOCATED group placement policy in the template (A2, G2, A3 1g-4g;
+            A3 High 8g / Mega / Ultra and A4 when ``formation`` is bulk insert).
+        workload_policy: HIGH_THROUGHPUT workload policy on the MIG (A3 High 8g and later, when
+            the MIG creates the nodes itself: bulk mode).
         local_ssd_count: local SSDs per VM (bundled or attached); local_ssd_listed: how many the
             template lists (0 when Compute Engine attaches bundled ones by itself).
         provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND``.
@@ -264,11 +275,15 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     )
     attached = attached_local_ssd_count(spec)
     bundled = facts.local_ssd.bundled_count
+    formation = BULK_MODE if model in BULK_PROVISIONING_MODELS else BULK_INSERT
+    # a MIG's workload policy places only the VMs that MIG creates; bulk-inserted nodes take the
+    # template's compact policy ("compute instances created in bulk", see the module docstring)
+    by_workload = wants_placement and facts.placement.workload_policy and formation != BULK_INSERT
     return GcpClusterPlan(
         networks=networks,
         nic_count=sum(len(n.subnets) if n.roce else 1 for n in networks),
-        compact_placement=wants_placement and facts.placement.compact_policy and not facts.placement.workload_policy,
-        workload_policy=wants_placement and facts.placement.workload_policy,
+        compact_placement=wants_placement and facts.placement.compact_policy and not by_workload,
+        workload_policy=by_workload,
         local_ssd_count=bundled or attached,
         local_ssd_listed=(bundled or attached) if (attached or facts.local_ssd.list_in_template) else 0,
         local_ssd_interface=facts.local_ssd.interface or "NVME",
@@ -281,5 +296,5 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         provisioning_model=model,
         all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later
         action_on_failure=action_on_failure(model),
-        formation=BULK_MODE if model in BULK_PROVISIONING_MODELS else BULK_INSERT,
+        formation=formation,
     )

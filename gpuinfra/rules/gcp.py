@@ -135,24 +135,32 @@ def compact_policy_violations(resource: str, fact: InstanceFacts, vm_count: obje
 
 
 def workload_policy_violations(
-    resource: str, fact: InstanceFacts, nodes: int, linked: bool, compact: bool, reserved: bool
+    resource: str,
+    fact: InstanceFacts,
+    nodes: int,
+    linked: bool,
+    compact: bool,
+    reserved: bool,
+    bulk_insert: bool = False,
 ) -> list[Violation]:
     """``gcp-placement-supported`` on the MIG: a workload policy only where the machine supports
-    one, and a multi-node MIG of such machines has one (unless placed by a compact policy or a
-    specific reservation).
+    one, and a multi-node MIG of such machines that creates the nodes itself has one (unless
+    placed by a compact policy or a specific reservation).
 
     Args:
         resource: name reported (the MIG; "" for a plan).
         linked: the MIG names a workload policy.
         compact: the template has a compact placement policy.
         reserved: the template consumes a specific reservation.
+        bulk_insert: the nodes come from a bulk insert, not from the MIG: its workload policy
+            would not place them (:func:`compact_missing_violations` judges them).
     """
     out = []
     if linked and not fact.placement.workload_policy:
         out.append(
             violation("gcp-placement-supported", resource, f"{fact.instance_type} does not support workload policies")
         )
-    if nodes > 1 and fact.placement.workload_policy and not linked and not compact and not reserved:
+    if nodes > 1 and fact.placement.workload_policy and not (linked or compact or reserved or bulk_insert):
         out.append(
             violation(
                 "gcp-placement-supported",
@@ -171,22 +179,33 @@ def workload_type_violations(resource: str, policy_type: object) -> list[Violati
 
 
 def compact_missing_violations(
-    resource: str, fact: InstanceFacts, nodes: int, attached: bool, reserved: bool
+    resource: str, fact: InstanceFacts, nodes: int, attached: bool, reserved: bool, bulk_insert: bool = False
 ) -> list[Violation]:
-    """``gcp-placement-supported``: a multi-node group of machines that take only a compact
-    policy has one attached to its template (unless a specific reservation places it)."""
+    """``gcp-placement-supported``: a multi-node group of machines that take a compact policy
+    has one attached to its template (unless a specific reservation places it) where nothing
+    else places the nodes: machines without a workload policy, and every machine whose nodes come
+    from a bulk insert -- a MIG's workload policy places only the VMs that MIG creates, while a
+    compact policy places "compute instances created in bulk"
+    (cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy).
+
+    Args:
+        attached: the template names a compact policy (or a policy judged at ``up``).
+        reserved: the template consumes a specific reservation.
+        bulk_insert: the nodes come from one ``instances.bulkInsert`` (STANDARD / SPOT).
+    """
     if (
         nodes > 1
         and fact.placement.compact_policy
-        and not fact.placement.workload_policy
+        and (bulk_insert or not fact.placement.workload_policy)
         and not attached
         and not reserved
     ):
+        how = " for its bulk-inserted nodes (a MIG's workload policy does not place them)" if bulk_insert else ""
         return [
             violation(
                 "gcp-placement-supported",
                 resource,
-                f"{nodes} {fact.instance_type} VMs without a compact placement policy",
+                f"{nodes} {fact.instance_type} VMs without a compact placement policy{how}",
             )
         ]
     return []
@@ -422,14 +441,15 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
         for policy in compact:
             out += compact_policy_violations(policy.name, fact, policy.get("groupPlacementPolicy.vmCount"), nodes)
         reserved = template.get("reservationAffinity.type") == "SPECIFIC_RESERVATION"
+        bulk = graph.first(BULK_INSERT) is not None
         for mig in graph.of_type(MIG):
             link = mig.get("resourcePolicies.workloadPolicy")
-            out += workload_policy_violations(mig.name, fact, nodes, bool(link), bool(compact), reserved)
+            out += workload_policy_violations(mig.name, fact, nodes, bool(link), bool(compact), reserved, bulk)
             workload = graph.referenced(link, POLICY) if link else None
             if workload is not None:
                 out += workload_type_violations(workload.name, workload.get("workloadPolicy.type"))
         attached = bool(compact) or any(link == UNKNOWN for link in _policy_links(template))  # unknown: judged at `up`
-        out += compact_missing_violations(template.name, fact, nodes, attached, reserved)
+        out += compact_missing_violations(template.name, fact, nodes, attached, reserved, bulk)
     return out
 
 

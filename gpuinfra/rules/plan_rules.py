@@ -164,9 +164,17 @@ def _gcp(spec: Any, plan: Any) -> list[Violation]:
     if plan.compact_placement:  # the component's policy has vm_count = nodes
         out += gcp.compact_policy_violations("plan.compact_placement", fact, spec.nodes, spec.nodes)
     out += gcp.workload_policy_violations(
-        "plan.workload_policy", fact, spec.nodes, plan.workload_policy, plan.compact_placement, reserved
+        "plan.workload_policy",
+        fact,
+        spec.nodes,
+        plan.workload_policy,
+        plan.compact_placement,
+        reserved,
+        plan.bulk_insert,
     )
-    out += gcp.compact_missing_violations("plan.compact_placement", fact, spec.nodes, plan.compact_placement, reserved)
+    out += gcp.compact_missing_violations(
+        "plan.compact_placement", fact, spec.nodes, plan.compact_placement, reserved, plan.bulk_insert
+    )
     out += gcp.bulk_mode_violations(
         "plan.all_or_nothing", plan.provisioning_model, ["BULK"] if plan.all_or_nothing else []
     )

@@ -190,8 +190,10 @@ RULES: dict[str, RuleInfo] = {
             "gcp-placement-supported",
             "gcp",
             "cloud.google.com/compute/docs/instances/placement-policies-overview; "
-            "cloud.google.com/compute/docs/instance-groups/about-workload-policies",
-            "compact placement only on machines that take it; MIGs of A3 8g / Ultra / A4 use a workload policy",
+            "cloud.google.com/compute/docs/instance-groups/about-workload-policies; "
+            "cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy",
+            "compact placement only on machines that take it; bulk-inserted nodes take a compact policy in the "
+            "template; MIGs in bulk mode of A3 8g / Mega / Ultra / A4 use a workload policy",
         ),
         RuleInfo(
             "gcp-placement-max-vms",

@@ -91,12 +91,13 @@ def test_a3_mega_two_nodes_must_show():
     result = preview(spec)
     t = template(result)
     assert len(t["networkInterfaces"]) == 9 and {n["nicType"] for n in t["networkInterfaces"]} == {"GVNIC"}
-    # MIGs of A3 Mega use a workload policy, not a compact policy in the template
-    # (cloud.google.com/compute/docs/instance-groups/about-workload-policies)
+    # the nodes come from a bulk insert: a compact policy in the template places them ("compact
+    # placement policies ... compute instances created in bulk", A3 Mega among the machines that
+    # take them: cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy)
     policy = result.of_type(POLICY)
     assert len(policy) == 1
-    assert policy[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"}
-    assert "resourcePolicies" not in t
+    assert policy[0].inputs["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
+    assert t["resourcePolicies"].endswith(f"/resourcePolicies/{policy[0].name}")
     assert len([d for d in t["disks"] if d.get("type") == "SCRATCH"]) == 0  # 16 come with the machine
     assert t["scheduling"]["onHostMaintenance"] == "TERMINATE" and t["scheduling"]["automaticRestart"] is False
     group = result.of_type(MIG)
@@ -112,7 +113,7 @@ def test_a3_mega_two_nodes_must_show():
         "defaultActionOnFailure": "REPAIR",
         "forceUpdateOnRepair": "NO",
     }
-    assert group[0].inputs["resourcePolicies"]["workloadPolicy"].endswith(f"/resourcePolicies/{policy[0].name}")
+    assert "resourcePolicies" not in group[0].inputs  # a workload policy would place only the MIG's own VMs
     # STANDARD VMs cannot use bulk mode (about-bulk-mode#limitations); the nodes' formation
     # watchdog stays as the second line
     assert "targetSizePolicies" not in group[0].inputs
@@ -229,9 +230,11 @@ def test_resource_count_does_not_grow_with_nodes():
     results = {n: preview(gcp_spec("a3-megagpu-8g", nodes=n)) for n in (2, 8, 64)}
     assert len({len(res.resources) for res in results.values()}) == 1
     assert {n: res.of_type(BULK_INSERT)[0].inputs["count"] for n, res in results.items()} == {2: 2, 8: 8, 64: 64}
-    assert all(
-        res.of_type(POLICY)[0].inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"} for res in results.values()
-    )
+    assert {n: res.of_type(POLICY)[0].inputs["groupPlacementPolicy"]["vmCount"] for n, res in results.items()} == {
+        2: 2,
+        8: 8,
+        64: 64,
+    }
     g2 = {n: preview(gcp_spec("g2-standard-48", nodes=n, profile="llm-finetune")) for n in (2, 8)}
     assert {n: res.of_type(POLICY)[0].inputs["groupPlacementPolicy"] for n, res in g2.items()} == {
         2: {"collocation": "COLLOCATED", "vmCount": 2},
@@ -262,6 +265,71 @@ def test_reservation_bound_group_is_all_or_nothing():
     assert group.replace_on_changes == ("targetSizePolicies", "targetSize") and group.delete_before_replace is True
     one = preview(_edited(spec, nodes=1))
     assert one.of_type(MIG)[0].inputs["targetSizePolicies"] == [{"mode": "BULK"}]  # also for one node
+
+
+def test_reservation_bound_group_of_a3_mega_keeps_its_workload_policy():
+    """The MIG in bulk mode creates the nodes itself, so it keeps the HIGH_THROUGHPUT workload
+    policy (workload policies are for MIGs with clustered GPUs,
+    cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy) and the template
+    no compact policy (the reservation accepts external policies here)."""
+    spec = _edited(
+        gcp_spec("a3-megagpu-8g"),
+        gcp_reservation="projects/owner-project/reservations/h100-mega",
+        gcp_reservation_accepts_placement=True,
+        gcp_reservation_bound=True,
+    )
+    result = preview(spec)
+    (policy,) = result.of_type(POLICY)
+    assert policy.inputs["workloadPolicy"] == {"type": "HIGH_THROUGHPUT"}
+    assert "resourcePolicies" not in template(result)
+    (group,) = result.of_type(MIG)
+    assert group.inputs["resourcePolicies"]["workloadPolicy"].endswith(f"/resourcePolicies/{policy.name}")
+    assert result.of_type(BULK_INSERT) == []
+
+
+@pytest.mark.parametrize("itype", ["a3-megagpu-8g", "a3-highgpu-8g"])
+def test_bulk_inserted_a3_nodes_are_placed_by_a_compact_policy_in_their_template(itype):
+    """A 2-node SPOT cluster of A3 8g / Mega forms through one bulk insert: the template it
+    inserts from carries a COLLOCATED policy with vm_count 2 ("When you apply compact placement
+    policies to standalone compute instances, or compute instances created in bulk, Compute
+    Engine makes best-effort attempts to create compute instances as close to each other as
+    possible", cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy), with
+    no max distance (best effort, same page), and the empty MIG no workload policy. Without the
+    template's policy the preview breaks gcp-placement-supported: a MIG's workload policy places
+    only the VMs that MIG creates."""
+    from gpuinfra.rules import check_preview
+
+    spec = gcp_spec(itype, nodes=2, spot=True)
+    result = preview(spec)
+    t = template(result)
+    (policy,) = result.of_type(POLICY)
+    assert policy.inputs["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
+    assert t["resourcePolicies"].endswith(f"/resourcePolicies/{policy.name}")
+    assert t["scheduling"]["provisioningModel"] == "SPOT"
+    (bulk,) = result.of_type(BULK_INSERT)
+    assert bulk.inputs["count"] == bulk.inputs["min_count"] == 2
+    assert bulk.inputs["template"].startswith(
+        f"https://www.googleapis.com/compute/v1/projects/gpuinfra-preview/instanceTemplates/{t['namePrefix']}"
+    )
+    (group,) = result.of_type(MIG)
+    assert "resourcePolicies" not in group.inputs
+    assert check_preview(spec, result.resources, provider_values=False) == []
+    # fault: the template without its policy (the shape before this change) is a violation
+    bare = [r for r in result.resources if r.type != POLICY]
+    for r in bare:
+        if r.type == TEMPLATE:
+            r.inputs.pop("resourcePolicies")
+    found = check_preview(spec, bare, provider_values=False)
+    assert [v.rule for v in found] == ["gcp-placement-supported"]
+    assert "bulk-inserted nodes" in found[0].message
+
+
+def test_a2_cluster_placement_is_unchanged():
+    result = preview(gcp_spec("a2-highgpu-4g", nodes=2))
+    (policy,) = result.of_type(POLICY)
+    assert policy.inputs["groupPlacementPolicy"] == {"collocation": "COLLOCATED", "vmCount": 2}
+    assert template(result)["resourcePolicies"].endswith(f"/resourcePolicies/{policy.name}")
+    assert "resourcePolicies" not in result.of_type(MIG)[0].inputs
 
 
 def _edited(spec, **changes):

@@ -48,7 +48,10 @@ def test_aws_provisioning_models(itype, models):
     ("mtype", "layout", "gpu_nics", "mtu", "bundled", "attach", "compact", "workload"),
     [
         # cloud.google.com/compute/docs/disks/local-ssd#choose_number_local_ssds: A2 Standard
-        # attach counts per type, A2 Ultra / A3 / G2 fixed counts; MTUs: cluster-toolkit blueprints
+        # attach counts per type, A2 Ultra / A3 / G2 fixed counts; MTUs: cluster-toolkit blueprints;
+        # placement: cloud.google.com/ai-hypercomputer/docs/placement-policy-and-workload-policy --
+        # compact policies (standalone / bulk-created VMs) on A4, A3 Ultra, A3 Mega, A3 High, A2, G2;
+        # workload policies (MIGs with clustered GPUs) on A4, A3 Ultra, A3 Mega, A3 High 8g; N1 neither
         ("a2-highgpu-1g", "gvnic", 0, 1460, 0, (1, 2, 4, 8), True, False),
         ("a2-highgpu-4g", "gvnic", 0, 1460, 0, (4, 8), True, False),
         ("a2-highgpu-8g", "gvnic", 0, 1460, 0, (8,), True, False),
@@ -56,9 +59,10 @@ def test_aws_provisioning_models(itype, models):
         ("a2-ultragpu-8g", "gvnic", 0, 1460, 8, (), True, False),
         ("a3-highgpu-1g", "gvnic", 0, 8244, 2, (), True, False),
         ("a3-highgpu-4g", "gvnic", 0, 8244, 8, (), True, False),
-        ("a3-highgpu-8g", "tcpx", 4, 8244, 16, (), False, True),
-        ("a3-megagpu-8g", "tcpxo", 8, 8244, 16, (), False, True),
-        ("a3-ultragpu-8g", "gib", 8, 8896, 32, (), False, True),
+        ("a3-highgpu-8g", "tcpx", 4, 8244, 16, (), True, True),
+        ("a3-megagpu-8g", "tcpxo", 8, 8244, 16, (), True, True),
+        ("a3-ultragpu-8g", "gib", 8, 8896, 32, (), True, True),
+        ("a4-highgpu-8g", "gib", 8, 8896, 32, (), True, True),
         ("g2-standard-4", "gvnic", 0, 1460, 0, (1,), True, False),
         ("g2-standard-24", "gvnic", 0, 1460, 0, (2,), True, False),
         ("g2-standard-48", "gvnic", 0, 1460, 0, (4,), True, False),

@@ -168,12 +168,14 @@ MUTATIONS = [
             _tpl(g).inputs["disks"].extend([{"diskType": "local-ssd", "interface": "NVME", "type": "SCRATCH"}] * 16)
         ),
     ),
+    # bulk-inserted A3 Mega nodes without the template's compact policy: nothing places them
+    ("gcp-placement-supported", "a3mega", lambda g: _tpl(g).inputs.pop("resourcePolicies")),
+    # the MIG of an A2 cluster names a workload policy: A2 MIGs do not take one
     (
         "gcp-placement-supported",
-        "a3mega",
-        lambda g: (_mig(g).inputs.pop("resourcePolicies"), _add_compact_policy(g, 2)),
+        "a2",
+        lambda g: _set(_mig(g).inputs, "resourcePolicies", {"workloadPolicy": "https://x/resourcePolicies/w"}),
     ),
-    ("gcp-placement-supported", "a3mega", lambda g: _mig(g).inputs.pop("resourcePolicies")),
     (
         "gcp-placement-max-vms",
         "a2",

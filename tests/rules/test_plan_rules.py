@@ -19,7 +19,7 @@ SHAPES = {
     "p5": dict(instance_type="p5.48xlarge", nodes=2, cloud="aws"),  # 32 EFA cards, cluster placement group
     "g5": dict(instance_type="g5.xlarge", nodes=1, cloud="aws", profile="dev"),  # one plain interface
     "a2": dict(instance_type="a2-highgpu-4g", nodes=2, cloud="gcp"),  # compact policy, 4 attached local SSDs
-    "a3mega": dict(instance_type="a3-megagpu-8g", nodes=2, cloud="gcp"),  # 1 + 8 gVNIC VPCs, workload policy
+    "a3mega": dict(instance_type="a3-megagpu-8g", nodes=2, cloud="gcp"),  # 1 + 8 gVNIC VPCs, bulk insert + compact
     "a3ultra": dict(instance_type="a3-ultragpu-8g", nodes=2, cloud="gcp", spot=True),  # RoCE VPC, spot only
 }
 
@@ -58,8 +58,11 @@ PLAN_FAULTS = [
     ("a2", lambda p: replace(p, local_ssd_interface="SCSI"), ["gcp-local-ssd-count"]),
     ("a2", lambda p: replace(p, all_or_nothing=True), ["gcp-mig-all-or-nothing"]),  # BULK with STANDARD VMs
     ("a2", lambda p: replace(p, action_on_failure="DO_NOTHING"), ["gcp-mig-replaces-lost-nodes"]),  # lost stays lost
-    ("a3mega", lambda p: replace(p, workload_policy=False), ["gcp-placement-supported"]),
-    ("a3mega", lambda p: replace(p, compact_placement=True), ["gcp-placement-supported"]),
+    # bulk-inserted A3 Mega nodes: no compact policy in the template, or only the MIG's workload
+    # policy (which places only the VMs the MIG creates), leaves them unplaced
+    ("a3mega", lambda p: replace(p, compact_placement=False), ["gcp-placement-supported"]),
+    ("a3mega", lambda p: replace(p, compact_placement=False, workload_policy=True), ["gcp-placement-supported"]),
+    ("a2", lambda p: replace(p, workload_policy=True), ["gcp-placement-supported"]),  # A2 MIGs take none
     ("a3mega", lambda p: _network(p, "gpu-3", mtu=1460), ["mtu-matches-facts"]),
     ("a3mega", lambda p: replace(p, networks=p.networks[:-1]), ["nic-layout-matches-facts"]),
     ("a3ultra", lambda p: replace(p, provisioning_model="STANDARD"), ["provisioning-model-offered"]),
@@ -150,7 +153,7 @@ BOTH_FAULTS = [
         lambda p: replace(p, all_or_nothing=True),
         lambda g: _mig(g).inputs.__setitem__("targetSizePolicies", [{"mode": "BULK"}]),
     ),
-    ("a3mega", lambda p: replace(p, workload_policy=False), lambda g: _mig(g).inputs.pop("resourcePolicies")),
+    ("a3mega", lambda p: replace(p, compact_placement=False), lambda g: _tpl(g).inputs.pop("resourcePolicies")),
     ("a3mega", lambda p: _network(p, "gpu-3", mtu=1460), lambda g: _graph_network_mtu(g, "gpu-3", 1460)),
     ("a3mega", lambda p: replace(p, networks=p.networks[:-1]), lambda g: _tpl(g).inputs["networkInterfaces"].pop()),
     (
