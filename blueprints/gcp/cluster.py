@@ -7,6 +7,7 @@ import pulumi
 from blueprints.gcp.monitoring import build_monitoring
 from blueprints.gcp.network import build_networks
 from blueprints.gcp.nodes import build_group, build_placement_policy, build_template, build_workload_policy
+from blueprints.gcp.resize_request import build_resize_request
 from blueprints.gcp.storage import (
     build_bucket,
     build_bundle_object,
@@ -69,6 +70,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
         )
         workload = build_workload_policy(name, spec, plan, project, self)
         self.group = build_group(name, spec, plan, template, workload, project, self)
+        self.resize_request = build_resize_request(name, spec, plan, self.group, project, self)  # flex-start only
         prefix = node_prefix(spec)
         build_node_role(name, spec, account, project, prefix, self)
         self.outputs = {

@@ -39,6 +39,12 @@ from __future__ import annotations
 import pulumi
 import pulumi_gcp as gcp
 
+from blueprints.gcp.resize_request import (
+    RESIZE_REQUEST,
+    flex_start_reservation_affinity,
+    group_ignored_changes,
+    group_target_size,
+)
 from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
 from gpuinfra.plan.gcp import GcpClusterPlan
 from gpuinfra.plan.naming import child
@@ -132,8 +138,11 @@ def build_template(
         provisioning_model=plan.provisioning_model,
         preemptible=plan.provisioning_model == "SPOT",
         instance_termination_action="DELETE",
-        max_run_duration=gcp.compute.InstanceTemplateSchedulingMaxRunDurationArgs(
-            seconds=plan.max_run_duration_seconds
+        # a flex-start group's run duration is its resize request's (blueprints/gcp/resize_request.py)
+        max_run_duration=(
+            gcp.compute.InstanceTemplateSchedulingMaxRunDurationArgs(seconds=plan.max_run_duration_seconds)
+            if plan.resize_request_run_seconds is None
+            else None
         ),
     )
     startup = bucket.name.apply(lambda bucket_name: render_startup_script(spec, plan, bucket_name, bundle))
@@ -165,7 +174,7 @@ def build_template(
                 ),
             )
             if spec.gcp_reservation
-            else None
+            else (flex_start_reservation_affinity() if plan.formation == RESIZE_REQUEST else None)
         ),
         shielded_instance_config=gcp.compute.InstanceTemplateShieldedInstanceConfigArgs(
             enable_secure_boot=False, enable_integrity_monitoring=True, enable_vtpm=True
@@ -196,7 +205,7 @@ def build_group(
         versions=[
             gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")
         ],
-        target_size=spec.nodes,
+        target_size=group_target_size(spec, plan),
         target_size_policies=(
             [gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode="BULK")] if plan.all_or_nothing else None
         ),
@@ -216,7 +225,7 @@ def build_group(
             default_action_on_failure=plan.action_on_failure,
             force_update_on_repair="NO",
         ),
-        wait_for_instances=True,
+        wait_for_instances=plan.formation != RESIZE_REQUEST,  # `up` waits for the resize request instead
         wait_for_instances_status="STABLE",
         project=project,
         # bulk mode is set at creation and a bulk-mode MIG grows only from size 0
@@ -226,5 +235,6 @@ def build_group(
             parent=parent,
             replace_on_changes=["targetSizePolicies", *(["targetSize"] if plan.all_or_nothing else [])],
             delete_before_replace=True,
+            ignore_changes=group_ignored_changes(plan),
         ),
     )

@@ -32,6 +32,7 @@ from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import FABRICS, GVNIC
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
+from gpuinfra.plan.flex_start import RESIZE_REQUEST, check_flex_start_ttl, flex_start_run_duration_seconds
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS, action_on_failure
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
 from gpuinfra.spec import ClusterSpec
@@ -91,6 +92,11 @@ class GcpClusterPlan:
         action_on_failure: the MIG's ``defaultActionOnFailure``: ``REPAIR`` for SPOT / STANDARD
             VMs (the MIG recreates a preempted or failed node, which restores its checkpoint and
             rejoins), ``DO_NOTHING`` for bulk-mode groups (:func:`gpuinfra.rules.gcp.action_on_failure`).
+        formation: how the nodes come into being: ``mig`` (the MIG's target size), ``bulk_mode``
+            (a BULK-mode MIG, reservation-bound) or ``resize_request`` (flex-start: the MIG at
+            target size 0 and one resize request for all nodes, :mod:`gpuinfra.plan.flex_start`).
+        resize_request_run_seconds: the resize request's ``requestedRunDuration`` (formation
+            ``resize_request`` only; the template then carries no ``max_run_duration``), else None.
     """
 
     networks: tuple[NetworkPlan, ...]
@@ -109,6 +115,8 @@ class GcpClusterPlan:
     local_ssd_interface: str
     local_ssd_size_gib: int
     action_on_failure: str
+    formation: str = "mig"
+    resize_request_run_seconds: int | None = None
 
 
 def network_layout(facts: InstanceFacts | None) -> tuple[NetworkPlan, ...]:
@@ -154,6 +162,8 @@ def provisioning_model(spec: ClusterSpec) -> str:
     about-reservation-bound-vms); else ``STANDARD`` (on-demand, or an ordinary reservation)."""
     if spec.spot:
         return "SPOT"
+    if spec.gcp_flex_start:  # about-flex-start-vms: the FLEX_START provisioning model
+        return "FLEX_START"
     bound = spec.gcp_reservation_bound
     if bound is None:
         bound = bool(spec.gcp_reservation) and not spec.facts.offers_model("on-demand")
@@ -194,6 +204,8 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     """
     if spec.cloud != "gcp":
         raise SpecError(f"GcpGpuCluster needs cloud gcp, got {spec.cloud!r}")
+    if spec.gcp_flex_start:
+        check_flex_start_ttl(spec)  # the 7-day bound of flex-start, before the 120-day one
     if max_run_duration_seconds(spec) > MAX_RUN_DURATION_LIMIT_SECONDS:
         raise SpecError(
             f"profile ttl_hours {spec.profile.ttl_hours} is too long for GCP: the VMs' max_run_duration (TTL + "
@@ -223,7 +235,9 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         )
     model = provisioning_model(spec)
     wanted = GCP_PROVISIONING_MODELS[model]
-    hint = " (set gcp_reservation to a reservation of it, or use --spot)" if wanted == "on-demand" else ""
+    hint = (
+        " (set gcp_reservation to a reservation of it, or use --spot or --flex-start)" if wanted == "on-demand" else ""
+    )
     if unsold := not_sold("", facts, wanted, hint):
         raise RuleViolationError([unsold])
     placeable = facts.placement.compact_policy or facts.placement.workload_policy
@@ -254,6 +268,7 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     )
     attached = attached_local_ssd_count(spec)
     bundled = facts.local_ssd.bundled_count
+    flex = model == "FLEX_START"
     return GcpClusterPlan(
         networks=networks,
         nic_count=sum(len(n.subnets) if n.roce else 1 for n in networks),
@@ -269,6 +284,9 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         max_run_duration_seconds=max_run_duration_seconds(spec),
         nic_layout=facts.nic_layout if hbn != "off" else "gvnic",
         provisioning_model=model,
-        all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later
+        # the mode cannot be switched later; a flex-start group is all-or-nothing by its resize request
+        all_or_nothing=model in BULK_PROVISIONING_MODELS and not flex,
         action_on_failure=action_on_failure(model),
+        formation=RESIZE_REQUEST if flex else ("bulk_mode" if model in BULK_PROVISIONING_MODELS else "mig"),
+        resize_request_run_seconds=flex_start_run_duration_seconds(spec) if flex else None,
     )
