@@ -60,6 +60,9 @@ FREE_TYPES = frozenset(
         "gcp:compute/firewall:Firewall",
         "gcp:compute/router:Router",
         "gcp:compute/resourcePolicy:ResourcePolicy",
+        # a flex-start group's resize request has no charge of its own: the VMs it creates bill,
+        # priced on the group's compute line with the request's node count (read_cluster_facts)
+        "gcp:compute/resizeRequest:ResizeRequest",
         "gcp:serviceaccount/account:Account",
         "gcp:storage/bucketIAMMember:BucketIAMMember",
         "gcp:projects/iAMMember:IAMMember",
