@@ -65,8 +65,10 @@ from gpuinfra.errors import (
 from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.launch_errors import PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
 from gpuinfra.money import Total, usd_json
+from gpuinfra.plan.formation import DEFAULT_CAPACITY_TIMEOUT_SECONDS
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
+from gpuinfra.services.flex_start import wait_for_resize_request
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_spec, stack_file_path
 
@@ -317,6 +319,8 @@ def deploy(
     notes: Callable[[str], None] | None = None,
     sleep: Callable[[float], None] = time.sleep,
     preflight: bool = True,
+    capacity_timeout_seconds: float = DEFAULT_CAPACITY_TIMEOUT_SECONDS,
+    wait_flex_start: Callable[[ClusterSpec, float], object] = wait_for_resize_request,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
@@ -349,6 +353,11 @@ def deploy(
         notes: receives the preflight's note lines and each relaunch (default: dropped).
         sleep: waits between relaunches (tests).
         preflight: run the preflight (False: the caller ran it for this stack).
+        capacity_timeout_seconds: a flex-start stack whose nodes this ``up`` creates waits at
+            most this long for its resize request (:func:`gpuinfra.services.flex_start.wait_for_resize_request`:
+            cancelled when not fulfilled, then handled as a capacity failure: the new stack is
+            destroyed again, exit 7).
+        wait_flex_start: that wait (tests).
 
     Returns:
         The change summary of the ``up``.
@@ -402,6 +411,9 @@ def deploy(
         record_deployment(project_dir, stack, new_deployment_id())
     try:
         changes = _up_retrying_profile(backend, project_dir, spec, on_event, notes, sleep)
+        if spec.gcp_flex_start and (not deployed or nodes or orphaned):  # the resize request was (re)created
+            notes(f"flex-start: waiting up to {capacity_timeout_seconds:g} s for all {spec.nodes} nodes")
+            wait_flex_start(spec, capacity_timeout_seconds)
     except LAUNCH_ERRORS as exc:
         kind = type(exc)
         if deployed:

@@ -254,3 +254,57 @@ def test_failed_request_is_exit_7_at_once(compute, state):
     assert raised.value.exit_code == ExitCode.OPERATION_FAILED
     assert state in str(raised.value)
     assert all(method == "GET" for method, *_ in server.requests)
+
+
+def test_up_destroys_a_new_flex_stack_whose_request_is_not_fulfilled_and_exits_7(run_cli, tmp_path, compute):
+    from gpuinfra import lifecycle
+    from gpuinfra.stackfile import read_stack_spec
+    from tests.cli.test_lifecycle_cli import FakeBackend
+
+    written = run_cli(
+        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
+        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+    spec = read_stack_spec(tmp_path, "flex")
+    server, client = compute(spec, "ACCEPTED")
+    backend = FakeBackend()
+
+    def wait(spec, seconds):
+        return flex_start.wait_for_resize_request(spec, seconds, client, "demo-project", poll_seconds=0.2)
+
+    started = time.monotonic()
+    with pytest.raises(CapacityError) as raised:
+        lifecycle.deploy(
+            backend, tmp_path, spec, lambda _e: None, preflight=False, capacity_timeout_seconds=1, wait_flex_start=wait
+        )
+    assert time.monotonic() - started < 5
+    assert backend.calls[-2:] == [("up", "flex"), ("destroy", "flex")]  # nothing `up` made is left
+    message = str(raised.value)
+    assert message.startswith("flex-start request not fulfilled within 1 s") and "\n" not in message
+    assert raised.value.exit_code == ExitCode.OPERATION_FAILED
+    assert [p for m, p, *_ in server.requests if m == "POST"] == [f"{_request_path(spec)}/cancel"]
+
+
+def test_up_of_a_fulfilled_flex_stack_keeps_it(run_cli, tmp_path, compute):
+    from gpuinfra import lifecycle
+    from gpuinfra.stackfile import read_stack_spec
+    from tests.cli.test_lifecycle_cli import FakeBackend
+
+    written = run_cli(
+        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
+        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+    spec = read_stack_spec(tmp_path, "flex")
+    _server, client = compute(spec, "SUCCEEDED")
+    backend = FakeBackend()
+    lifecycle.deploy(
+        backend,
+        tmp_path,
+        spec,
+        lambda _e: None,
+        preflight=False,
+        wait_flex_start=lambda s, t: flex_start.wait_for_resize_request(s, t, client, "demo-project", poll_seconds=0.1),
+    )
+    assert ("destroy", "flex") not in backend.calls and ("up", "flex") in backend.calls

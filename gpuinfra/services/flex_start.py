@@ -95,7 +95,8 @@ def wait_for_resize_request(
     Raises:
         CapacityError: not SUCCEEDED within the timeout (the request is cancelled first), or FAILED /
             CANCELLED (exit 7): "flex-start request not fulfilled within N s".
-        google.api_core exceptions: the Compute API refused a call (the caller destroys the stack).
+            A Compute API error while reading the request counts as not fulfilled (cancelled, best
+            effort), so ``up`` destroys the stack rather than leave a request that may create VMs.
     """
     if client is None:
         client, project = make_resize_requests_client(project or spec.gcp_project)
@@ -106,9 +107,15 @@ def wait_for_resize_request(
         "instance_group_manager": gcp_group_name(spec),
         "resize_request": resize_request_name(spec),
     }
+    from google.api_core.exceptions import GoogleAPIError
+
     deadline = clock() + capacity_timeout_seconds
     while True:
-        state = str(client.get(**where).state)
+        try:
+            state = str(client.get(**where).state)
+        except GoogleAPIError as exc:  # unknown is not formed: cancel (best effort) so nothing comes later
+            _cancel_quietly(client, where)
+            raise not_fulfilled(capacity_timeout_seconds, f": reading it failed ({exc}); cancelled") from None
         if state == SUCCEEDED:
             return state
         if state in FAILED_STATES:
@@ -119,3 +126,14 @@ def wait_for_resize_request(
             client.cancel(**where).result(timeout=CANCEL_TIMEOUT_SECONDS)
             raise not_fulfilled(capacity_timeout_seconds, f" (it was {state}; cancelled)")
         sleep(min(poll_seconds, left))
+
+
+def _cancel_quietly(client: Any, where: dict[str, str]) -> None:
+    """Cancel the request, ignoring a failure (the caller destroys the stack, which deletes the
+    group and so its requests)."""
+    from google.api_core.exceptions import GoogleAPIError
+
+    try:
+        client.cancel(**where).result(timeout=CANCEL_TIMEOUT_SECONDS)
+    except GoogleAPIError:
+        pass
