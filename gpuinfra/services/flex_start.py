@@ -21,6 +21,7 @@ FAILED or CANCELLED: nothing was left running (the rollback above), same exit.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -133,7 +134,5 @@ def _cancel_quietly(client: Any, where: dict[str, str]) -> None:
     group and so its requests)."""
     from google.api_core.exceptions import GoogleAPIError
 
-    try:
+    with contextlib.suppress(GoogleAPIError):
         client.cancel(**where).result(timeout=CANCEL_TIMEOUT_SECONDS)
-    except GoogleAPIError:
-        pass
