@@ -499,16 +499,26 @@ def plan_alternatives(
     request, gpu_request = _prepared(catalog, replace(request, name=first.spec.stack), profile)
     seen = {placement_key(first.spec)}
     spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
-    for market in markets_tried(request.spot, profile):
+    if request.flex_start:  # flex-start rungs: other GCP zones and regions sold flex-start
+        request = replace(request, cloud="gcp")
+    markets = FLEX_START_RANKING_MARKETS if request.flex_start else markets_tried(request.spot, profile)
+    for market in markets:
         try:
             kept, recorded, warnings = _market_offers(catalog, request, profile, gpu_request, market)
         except NoOfferError:
             continue
+        if request.flex_start:
+            kept = [r for r in kept if sold_as(catalog, r.offer, "flex-start")]
         if request.data is not None:
             hours = Decimal(str(request.hours if request.hours is not None else recorded.default_run_hours))
             kept = [run.ranked for run in rank_runs(kept, request.data, hours) if run.run_usd is not None]
         for ranked in kept:
-            key = (ranked.offer.cloud, ranked.offer.region, ranked.offer.zone, ranked.market)
+            key = (
+                ranked.offer.cloud,
+                ranked.offer.region,
+                ranked.offer.zone,
+                "flex-start" if request.flex_start else ranked.market,
+            )
             if key in seen:
                 continue
             seen.add(key)
