@@ -308,3 +308,43 @@ def test_up_of_a_fulfilled_flex_stack_keeps_it(run_cli, tmp_path, compute):
         wait_flex_start=lambda s, t: flex_start.wait_for_resize_request(s, t, client, "demo-project", poll_seconds=0.1),
     )
     assert ("destroy", "flex") not in backend.calls and ("up", "flex") in backend.calls
+
+
+def test_an_unreadable_request_is_cancelled_and_not_taken_as_formed(compute):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    spec = _flex()
+    path = _request_path(spec)
+    error = (503, '{"error": {"code": 503, "message": "backend unavailable", "status": "UNAVAILABLE"}}')
+    with ReplayServer([("POST", f"{path}/cancel", None, _done_operation()), ("GET", path, None, error)]) as server:
+        client = compute_v1.InstanceGroupManagerResizeRequestsClient(
+            credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=server.url), transport="rest"
+        )
+        started = time.monotonic()
+        with pytest.raises(CapacityError) as raised:
+            flex_start.wait_for_resize_request(spec, 2, client, "demo-project", poll_seconds=0.1)
+        wall = time.monotonic() - started
+        posts = [p for m, p, *_ in server.requests if m == "POST"]
+    assert wall < 10, wall  # the client's retries of the 503 stop at the capacity timeout
+    assert raised.value.exit_code == ExitCode.OPERATION_FAILED and "reading it failed" in str(raised.value)
+    assert posts == [f"{path}/cancel"]
+
+
+def test_flex_start_fallback_rungs_stay_flex_start_on_gcp(run_cli, tmp_path):
+    import yaml
+
+    result = run_cli(
+        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
+        "--gcp-project", "demo-project", "--fallback", "2", "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    files = sorted(tmp_path.rglob("Pulumi.flex*.yaml"))
+    assert len(files) == 3
+    zones = set()
+    for path in files:
+        cluster = yaml.safe_load(path.read_text())["config"]["gpuinfra:cluster"]
+        assert (cluster["cloud"], cluster.get("gcp_flex_start"), cluster.get("spot", False)) == ("gcp", True, False)
+        zones.add(cluster["zone"])
+    assert len(zones) == 3  # each rung another zone: a stockout of one pool is not retried

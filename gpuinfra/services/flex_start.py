@@ -42,6 +42,8 @@ FAILED_STATES = ("FAILED", "CANCELLED")
 POLL_SECONDS = 10.0
 #: Longest wait for the cancel operation to finish, in seconds (a product bound).
 CANCEL_TIMEOUT_SECONDS = 120
+#: Timeout of one HTTP request to the Compute API, in seconds (a product bound).
+REQUEST_TIMEOUT_SECONDS = 30
 
 
 def make_resize_requests_client(project: str | None) -> tuple[Any, str]:
@@ -109,11 +111,15 @@ def wait_for_resize_request(
         "resize_request": resize_request_name(spec),
     }
     from google.api_core.exceptions import GoogleAPIError
+    from google.api_core.retry import Retry, if_transient_error
 
     deadline = clock() + capacity_timeout_seconds
     while True:
+        # transient errors are retried, but never past the capacity timeout (the client's own
+        # default retry would go on for minutes)
+        retry = Retry(predicate=if_transient_error, initial=0.5, maximum=5.0, timeout=max(1.0, deadline - clock()))
         try:
-            state = str(client.get(**where).state)
+            state = str(client.get(**where, retry=retry, timeout=REQUEST_TIMEOUT_SECONDS).state)
         except GoogleAPIError as exc:  # unknown is not formed: cancel (best effort) so nothing comes later
             _cancel_quietly(client, where)
             raise not_fulfilled(capacity_timeout_seconds, f": reading it failed ({exc}); cancelled") from None
