@@ -68,7 +68,6 @@ from gpuinfra.money import Total, usd_json
 from gpuinfra.plan.formation import DEFAULT_CAPACITY_TIMEOUT_SECONDS
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
-from gpuinfra.services.flex_start import wait_for_resize_request
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_spec, stack_file_path
 
@@ -320,7 +319,7 @@ def deploy(
     sleep: Callable[[float], None] = time.sleep,
     preflight: bool = True,
     capacity_timeout_seconds: float = DEFAULT_CAPACITY_TIMEOUT_SECONDS,
-    wait_flex_start: Callable[[ClusterSpec, float], object] = wait_for_resize_request,
+    wait_flex_start: Callable[[ClusterSpec, float], object] | None = None,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
@@ -357,7 +356,7 @@ def deploy(
             most this long for its resize request (:func:`gpuinfra.services.flex_start.wait_for_resize_request`:
             cancelled when not fulfilled, then handled as a capacity failure: the new stack is
             destroyed again, exit 7).
-        wait_flex_start: that wait (tests).
+        wait_flex_start: that wait (tests; default :func:`gpuinfra.services.flex_start.wait_for_resize_request`).
 
     Returns:
         The change summary of the ``up``.
@@ -413,7 +412,10 @@ def deploy(
         changes = _up_retrying_profile(backend, project_dir, spec, on_event, notes, sleep)
         if spec.gcp_flex_start and (not deployed or nodes or orphaned):  # the resize request was (re)created
             notes(f"flex-start: waiting up to {capacity_timeout_seconds:g} s for all {spec.nodes} nodes")
-            wait_flex_start(spec, capacity_timeout_seconds)
+            # function-local: gpuinfra.services imports this module, so a module-level import is a package cycle
+            from gpuinfra.services.flex_start import wait_for_resize_request
+
+            (wait_flex_start or wait_for_resize_request)(spec, capacity_timeout_seconds)
     except LAUNCH_ERRORS as exc:
         kind = type(exc)
         if deployed:

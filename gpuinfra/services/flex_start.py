@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from gpuinfra.credentials import gcp_credentials
 from gpuinfra.errors import CapacityError, MissingDependencyError
 from gpuinfra.plan.flex_start import resize_request_name
 from gpuinfra.plan.formation import DEFAULT_CAPACITY_TIMEOUT_SECONDS
@@ -59,8 +60,6 @@ def make_resize_requests_client(project: str | None) -> tuple[Any, str]:
         raise MissingDependencyError(
             "waiting for a flex-start request needs google-cloud-compute (pip install 'gpuinfra[gcp-monitoring]')"
         ) from None
-    from gpuinfra.credentials import gcp_credentials
-
     credentials, default_project = gcp_credentials()
     project = project or default_project
     if not project:
@@ -110,6 +109,7 @@ def wait_for_resize_request(
         "instance_group_manager": gcp_group_name(spec),
         "resize_request": resize_request_name(spec),
     }
+    # google-api-core comes with the optional google-cloud-compute extra: imported on use
     from google.api_core.exceptions import GoogleAPIError
     from google.api_core.retry import Retry, if_transient_error
 
@@ -135,10 +135,10 @@ def wait_for_resize_request(
         sleep(min(poll_seconds, left))
 
 
-def _cancel_quietly(client: Any, where: dict[str, str]) -> None:
+def _cancel_quietly(client: Any, where: dict[str, str | None]) -> None:
     """Cancel the request, ignoring a failure (the caller destroys the stack, which deletes the
     group and so its requests)."""
-    from google.api_core.exceptions import GoogleAPIError
+    from google.api_core.exceptions import GoogleAPIError  # optional extra, as above
 
     with contextlib.suppress(GoogleAPIError):
         client.cancel(**where).result(timeout=CANCEL_TIMEOUT_SECONDS)
