@@ -16,6 +16,7 @@ from gpuinfra.plan.gcp import plan_gcp_cluster
 from gpuinfra.services import flex_start
 from tests.blueprints.helpers import make_spec, preview
 from tests.replay_server import ReplayServer
+from tests.test_preflight import gcp  # noqa: F401 - the Compute REST stand-in fixture of the preflight
 
 TEMPLATE = "gcp:compute/instanceTemplate:InstanceTemplate"
 MIG = "gcp:compute/instanceGroupManager:InstanceGroupManager"
@@ -348,3 +349,26 @@ def test_flex_start_fallback_rungs_stay_flex_start_on_gcp(run_cli, tmp_path):
         assert (cluster["cloud"], cluster.get("gcp_flex_start"), cluster.get("spot", False)) == ("gcp", True, False)
         zones.add(cluster["zone"])
     assert len(zones) == 3  # each rung another zone: a stockout of one pool is not retried
+
+
+def test_preflight_of_a_flex_stack_reads_the_preemptible_gpu_quota(gcp):  # noqa: F811 - the imported fixture
+    from gpuinfra import preflight
+    from gpuinfra.errors import QuotaError
+    from tests.test_preflight import _gcp_routes
+
+    spec = _flex()  # 2 x 8 H200
+    # plenty of on-demand H200 quota, too little preemptible: flex-start VMs "consume preemptible quota"
+    gcp(
+        _gcp_routes(
+            spec,
+            [
+                {"metric": "NVIDIA_H200_GPUS", "limit": 64, "usage": 0},
+                {"metric": "PREEMPTIBLE_NVIDIA_H200_GPUS", "limit": 8, "usage": 0},
+            ],
+            [{"metric": "GPUS_ALL_REGIONS", "limit": 64, "usage": 0}],
+            accelerator="nvidia-h200-141gb",
+        )
+    )
+    with pytest.raises(QuotaError) as raised:
+        preflight.run_preflight(spec)
+    assert "PREEMPTIBLE_NVIDIA_H200_GPUS" in str(raised.value) and "16 GPUs" in str(raised.value)
