@@ -15,7 +15,9 @@ Lost nodes: a SPOT / STANDARD group repairs a VM that Compute Engine preempts (t
 cloud.google.com/compute/docs/instance-groups/about-repair): the MIG recreates it under the same
 name from the same template, and it restores the newest complete checkpoint and rejoins. Nodes
 that end themselves go through the MIG (``delete-instances``, resize to 0), which the MIG never
-repairs. Bulk-mode (reservation-bound) groups keep ``DO_NOTHING`` ("MIG does not repair a failed
+repairs. Flex-start groups are created at target size 0 and get all their nodes at once from one
+resize request (:mod:`blueprints.gcp.resize_request`). Bulk-mode (reservation-bound) and
+flex-start groups keep ``DO_NOTHING`` ("MIG does not repair a failed
 VM", pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``). Interplay:
 
 * compact placement: the recreated VM comes from the same template, so the same compact policy

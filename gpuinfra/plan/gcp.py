@@ -82,9 +82,10 @@ class GcpClusterPlan:
         workload_policy: HIGH_THROUGHPUT workload policy on the MIG (A3 High 8g and later).
         local_ssd_count: local SSDs per VM (bundled or attached); local_ssd_listed: how many the
             template lists (0 when Compute Engine attaches bundled ones by itself).
-        provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND``.
+        provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND`` | ``FLEX_START``.
         all_or_nothing: the MIG creates its VMs all at once (``targetSizePolicy.mode`` BULK);
-            only for reservation-bound / flex-start templates, set whatever the size because the
+            only for reservation-bound templates (flex-start groups are all-or-nothing through
+            their resize request instead: ``formation``), set whatever the size because the
             mode cannot be changed on an existing MIG (about-bulk-mode#limitations). STANDARD and SPOT MIGs cannot use
             bulk mode: there the nodes release the whole group (resize to 0) when the cluster has
             not formed within the peer wait (``templates/gcp-cluster-env.sh.j2``), so a stockout bills
