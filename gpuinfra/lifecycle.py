@@ -327,6 +327,7 @@ def deploy(
     sleep: Callable[[float], None] = time.sleep,
     preflight: bool = True,
     capacity_timeout_seconds: int | None = None,
+    wait_flex_start: Callable[[ClusterSpec, float], object] | None = None,
 ) -> dict:
     """``up``, refusing what would surprise: a TTL already (nearly) over, and an update of a
     deployed stack that would replace its running nodes unless ``replace_nodes``. An ``up`` that
@@ -359,10 +360,15 @@ def deploy(
         notes: receives the preflight's note lines and each relaunch (default: dropped).
         sleep: waits between relaunches (tests).
         preflight: run the preflight (False: the caller ran it for this stack).
-        capacity_timeout_seconds: ``up --capacity-timeout``: how long the creation of a GCP
-            bulk-insert formation waits for every node before it deletes what it made and fails
-            with capacity (None: :data:`~gpuinfra.plan.formation.DEFAULT_CAPACITY_TIMEOUT_SECONDS`);
-            written into the stack file, where the program reads it (:func:`record_capacity_timeout`).
+        capacity_timeout_seconds: ``up --capacity-timeout`` (None:
+            :data:`~gpuinfra.plan.formation.DEFAULT_CAPACITY_TIMEOUT_SECONDS`): how long the
+            creation of a GCP bulk-insert formation waits for every node before it deletes what it
+            made and fails with capacity (written into the stack file, where the program reads it:
+            :func:`record_capacity_timeout`); and how long a flex-start stack whose nodes this
+            ``up`` creates waits for its resize request
+            (:func:`gpuinfra.services.flex_start.wait_for_resize_request`: cancelled when not
+            fulfilled, then handled as a capacity failure: the new stack is destroyed, exit 7).
+        wait_flex_start: that wait (tests; default :func:`gpuinfra.services.flex_start.wait_for_resize_request`).
 
     Returns:
         The change summary of the ``up``.
@@ -427,6 +433,13 @@ def deploy(
         record_capacity_timeout(project_dir, stack, capacity_timeout_seconds)
     try:
         changes = _up_retrying_profile(backend, project_dir, spec, on_event, notes, sleep)
+        if spec.gcp_flex_start and (not deployed or nodes or orphaned):  # the resize request was (re)created
+            timeout = DEFAULT_CAPACITY_TIMEOUT_SECONDS if capacity_timeout_seconds is None else capacity_timeout_seconds
+            notes(f"flex-start: waiting up to {timeout:g} s for all {spec.nodes} nodes")
+            # function-local: gpuinfra.services imports this module, so a module-level import is a package cycle
+            from gpuinfra.services.flex_start import wait_for_resize_request
+
+            (wait_flex_start or wait_for_resize_request)(spec, timeout)
     except LAUNCH_ERRORS as exc:
         kind = type(exc)
         if deployed:

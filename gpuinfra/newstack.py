@@ -115,8 +115,8 @@ class NewStackResult:
 
     @property
     def pricing(self) -> str:
-        """``spot`` or ``on-demand``."""
-        return "spot" if self.plan.spec.spot else "on-demand"
+        """``spot``, ``on-demand`` or ``flex-start`` (:attr:`gpuinfra.spec.ClusterSpec.market`)."""
+        return self.plan.spec.market
 
     def to_json(self) -> dict[str, Any]:
         """The ``gpuinfra new --json`` document (USD as :func:`gpuinfra.money.usd_json` strings;
@@ -137,7 +137,7 @@ class NewStackResult:
             "profile": spec.profile.name,
             "round_up": offer.round_up,
             # compute only (the nodes' instance-hours); every line's total is under "cost"
-            "compute_price_per_hour_usd": usd_json(offer.price_per_hour_usd),
+            "compute_price_per_hour_usd": usd_json(self.plan.compute_price_per_hour_usd),
             "run_hours": spec.run_hours,
             "compute_run_cost_usd": usd_json(self.plan.run_cost_usd),
             "catalog_date": self.plan.catalog_date,

@@ -45,7 +45,7 @@ from gpuinfra.catalog.gpus import gpu_model
 from gpuinfra.catalog.store import Catalog
 from gpuinfra.errors import NoOfferError, RequestError, SpecError
 from gpuinfra.locality import cheapest_gpu_note, rank_runs
-from gpuinfra.offers import OfferQuery, RankedOffer, find_offers
+from gpuinfra.offers import OfferQuery, RankedOffer, find_offers, sold_as
 from gpuinfra.offers import gpu_request as offer_gpu_request
 from gpuinfra.profiles import Profile
 from gpuinfra.requests import GpuRequest
@@ -90,6 +90,9 @@ class PlanRequest:
         warnings_are_errors: an explicit ``instance_type`` that misses any profile setting, one
             it only prefers included, is refused (``gpuinfra new --strict``: every warning the
             stack would be written with becomes a refusal).
+        flex_start: GCP flex-start (``gpuinfra new --flex-start``): offers of types sold
+            flex-start, ranked by their flex-start price where the catalog has one, else (the
+            spec then has no price: its cost is incomplete) by their spot, then on-demand price.
         image_fabric: the GPU fabric the node image already carries (a bake's manifest
             ``fabric``, ``gpuinfra new --image baked:<name>``), e.g. ``tcpx``: a type whose fabric
             cannot be installed at boot (rule fabric-installable-at-boot) has it working when it
@@ -113,6 +116,7 @@ class PlanRequest:
     strict: bool = True
     warnings_are_errors: bool = False
     image_fabric: str | None = None
+    flex_start: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,9 +138,16 @@ class Plan:
     warnings: tuple[str, ...] = ()
 
     @property
-    def run_cost_usd(self) -> Decimal:
-        """Projected cost of the run: $/h for all nodes x run hours."""
-        return self.offer.price_per_hour_usd * Decimal(str(self.spec.run_hours))
+    def compute_price_per_hour_usd(self) -> Decimal | None:
+        """$/h of all nodes in the stack's market (:attr:`ClusterSpec.market`); None where the
+        catalog has no price there (a flex-start offer ranked by another market's price)."""
+        return self.offer.market_price_per_hour_usd(self.spec.market)
+
+    @property
+    def run_cost_usd(self) -> Decimal | None:
+        """Projected cost of the run: $/h for all nodes x run hours (None: unpriced)."""
+        price = self.compute_price_per_hour_usd
+        return None if price is None else price * Decimal(str(self.spec.run_hours))
 
 
 def scratch_capable(fact: InstanceFacts | None, min_gib: int) -> bool:
@@ -344,6 +355,8 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
             project ID.
     """
     request, gpu_request = _prepared(catalog, request, profile)
+    if request.flex_start:
+        return _flex_start_plan(catalog, request, profile, gpu_request, now)
     spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
     last_error: NoOfferError | None = None
     for market in markets_tried(request.spot, profile):
@@ -356,6 +369,43 @@ def plan_cluster(catalog: Catalog, request: PlanRequest, profile: Profile, now: 
         return _build_plan(
             catalog, request, recorded, best, now, spot_from_profile and market == "spot", note, warnings
         )
+    assert last_error is not None
+    raise last_error
+
+
+#: Markets whose price ranks flex-start offers when the catalog prices none in flex-start: the
+#: ranking only picks the zone; the stack then records no price (its cost stays incomplete).
+FLEX_START_RANKING_MARKETS = ("flex-start", "spot", "on-demand")
+
+
+def _flex_start_plan(
+    catalog: Catalog, request: PlanRequest, profile: Profile, gpu_request: GpuRequest, now: datetime
+) -> Plan:
+    """The plan of ``new --flex-start``: the cheapest offer sold flex-start
+    (:data:`FLEX_START_RANKING_MARKETS` order for the ranking), as a GCP flex-start spec.
+
+    Raises:
+        RequestError: ``--flex-start`` with ``--spot``/``--on-demand``, a capacity reservation or
+            ``--cloud aws`` (flex-start is a GCP market).
+        NoOfferError: no fitting type is sold flex-start (as :func:`plan_cluster`).
+    """
+    if request.spot is not None or request.capacity_reservation is not None or request.cloud == "aws":
+        raise RequestError(
+            "--flex-start is GCP's flex-start market (Dynamic Workload Scheduler): it excludes --spot, "
+            "--on-demand, --capacity-reservation and --cloud aws"
+        )
+    request = replace(request, cloud="gcp")
+    last_error: NoOfferError | None = None
+    for market in FLEX_START_RANKING_MARKETS:
+        try:
+            kept, recorded, warnings = _market_offers(catalog, request, profile, gpu_request, market)
+        except NoOfferError as exc:
+            last_error = exc
+            continue
+        kept = [r for r in kept if sold_as(catalog, r.offer, "flex-start")]
+        if kept:
+            best, note = _best_run(kept, request, recorded) if request.data is not None else (kept[0], "")
+            return _build_plan(catalog, request, recorded, best, now, False, note, warnings)
     assert last_error is not None
     raise last_error
 
@@ -425,7 +475,7 @@ def placement_key(spec: ClusterSpec) -> tuple[str, str, str, str]:
     """``(cloud, region, zone, market)`` of a stack: where its capacity comes from. A fallback
     ladder's rungs differ in it (:func:`plan_alternatives`), so a stockout of one capacity pool
     is never retried as the next rung."""
-    return (spec.cloud, spec.region, spec.zone, "spot" if spec.spot else "on-demand")
+    return (spec.cloud, spec.region, spec.zone, spec.market)
 
 
 def plan_alternatives(
@@ -449,16 +499,26 @@ def plan_alternatives(
     request, gpu_request = _prepared(catalog, replace(request, name=first.spec.stack), profile)
     seen = {placement_key(first.spec)}
     spot_from_profile = request.spot is None and profile.spot.policy == "preferred"
-    for market in markets_tried(request.spot, profile):
+    if request.flex_start:  # flex-start rungs: other GCP zones and regions sold flex-start
+        request = replace(request, cloud="gcp")
+    markets = FLEX_START_RANKING_MARKETS if request.flex_start else markets_tried(request.spot, profile)
+    for market in markets:
         try:
             kept, recorded, warnings = _market_offers(catalog, request, profile, gpu_request, market)
         except NoOfferError:
             continue
+        if request.flex_start:
+            kept = [r for r in kept if sold_as(catalog, r.offer, "flex-start")]
         if request.data is not None:
             hours = Decimal(str(request.hours if request.hours is not None else recorded.default_run_hours))
             kept = [run.ranked for run in rank_runs(kept, request.data, hours) if run.run_usd is not None]
         for ranked in kept:
-            key = (ranked.offer.cloud, ranked.offer.region, ranked.offer.zone, ranked.market)
+            key = (
+                ranked.offer.cloud,
+                ranked.offer.region,
+                ranked.offer.zone,
+                "flex-start" if request.flex_start else ranked.market,
+            )
             if key in seen:
                 continue
             seen.add(key)
@@ -600,7 +660,8 @@ def _make_spec(
         gpu=offer.gpu,
         gpu_count=offer.gpu_count,
         nodes=best.nodes,
-        spot=best.spot,
+        spot=best.spot and not request.flex_start,
+        gcp_flex_start=request.flex_start,
         profile=_ttl_within_block(profile, request.capacity_reservation, now.replace(microsecond=0)),
         run_hours=request.hours if request.hours is not None else profile.default_run_hours,
         created_at=now.replace(microsecond=0),
@@ -618,6 +679,7 @@ def _make_spec(
         price=PriceSnapshot(
             on_demand_price_per_hour_usd=_money(offer.on_demand_price_per_hour_usd),
             spot_price_per_hour_usd=_money(offer.spot_price_per_hour_usd),
+            flex_start_price_per_hour_usd=_money(offer.flex_start_price_per_hour_usd),
             catalog_date=catalog.date_for(offer.cloud),
         ),
     )

@@ -369,7 +369,9 @@ def check_gcp(spec: ClusterSpec, catalog: Catalog) -> list[str]:
     stem = GCP_GPU_QUOTA_METRICS.get(accelerator)
     if stem is None:
         return [*notes, f"GPU quota not checked: no quota metric known for {accelerator}"]
-    metric = f"PREEMPTIBLE_{stem}" if spec.spot else stem
+    # flex-start VMs "consume preemptible quota" (cloud.google.com/blog/products/compute/
+    # introducing-flex-start-vms-for-the-compute-engine-instance-api)
+    metric = f"PREEMPTIBLE_{stem}" if spec.spot or spec.gcp_flex_start else stem
     needed = spec.nodes * spec.gpu_count
     page = f"https://console.cloud.google.com/iam-admin/quotas?project={project} (metric {{metric}}, ask for {{value}})"
     checks: list[QuotaCheck] = []

@@ -370,9 +370,13 @@ class PriceSnapshot(BaseModel):
 
     on_demand_price_per_hour_usd: str | None = None
     spot_price_per_hour_usd: str | None = None
+    #: GCP flex-start (DWS) price per node-hour; None where the catalog has none.
+    flex_start_price_per_hour_usd: str | None = None
     catalog_date: str
 
-    @field_validator("on_demand_price_per_hour_usd", "spot_price_per_hour_usd", mode="before")
+    @field_validator(
+        "on_demand_price_per_hour_usd", "spot_price_per_hour_usd", "flex_start_price_per_hour_usd", mode="before"
+    )
     @classmethod
     def _price(cls, value: Any) -> Any:
         """A price is a decimal number of USD per node-hour above 0 (catalog gate ``price > 0``);
@@ -536,6 +540,11 @@ class ClusterSpec(BaseModel):
         gcp_reservation_bound: the reservation is a calendar-mode / future reservation whose VMs
             are ``RESERVATION_BOUND`` (cloud.google.com/compute/docs/instances/about-reservation-bound-vms);
             None (default): bound exactly when the type is not sold on demand (A3 Ultra, A4).
+        gcp_flex_start: GCP only: the VMs are ``FLEX_START`` (Dynamic Workload Scheduler
+            flex-start, cloud.google.com/compute/docs/instances/about-flex-start-vms), created
+            all at once by a MIG resize request that runs them for at most seven days
+            (``gpuinfra new --flex-start``; :mod:`gpuinfra.plan.flex_start`). Excludes spot and
+            reservations.
         network: networking overrides.
         ami_id: AWS AMI override (else the DLAMI SSM parameter of the profile).
         gcp_image: GCP image override (else the DLVM family of the profile).
@@ -594,6 +603,7 @@ class ClusterSpec(BaseModel):
     gcp_reservation: str | None = None
     gcp_reservation_accepts_placement: bool = False
     gcp_reservation_bound: bool | None = None
+    gcp_flex_start: bool = False
     network: NetworkSettings = Field(default_factory=NetworkSettings)
     ami_id: str | None = None
     gcp_image: str | None = None
@@ -761,6 +771,8 @@ class ClusterSpec(BaseModel):
             raise ValueError("gcp_reservation_bound needs gcp_reservation (the reservation the VMs are bound to)")
         if self.spot and (self.gcp_reservation or self.gcp_reservation_bound):
             raise ValueError("spot and gcp_reservation / gcp_reservation_bound exclude each other")
+        if self.gcp_flex_start and (self.cloud != "gcp" or self.spot or self.gcp_reservation):
+            raise ValueError("gcp_flex_start is a GCP market of its own: it excludes spot and gcp_reservation")
         if self.cloud == "aws" and (self.gcp_reservation or self.network.iap_ssh):
             raise ValueError("gcp_reservation and network.iap_ssh are GCP settings")
         if self.cloud == "aws" and self.gcp_image:
@@ -845,12 +857,22 @@ class ClusterSpec(BaseModel):
         )
 
     @property
+    def market(self) -> str:
+        """The catalog market the nodes are bought in (:data:`gpuinfra.catalog.model.MARKETS`):
+        ``flex-start``, ``spot`` or ``on-demand``."""
+        return "flex-start" if self.gcp_flex_start else ("spot" if self.spot else "on-demand")
+
+    @property
     def price_per_hour_usd(self) -> Decimal | None:
         """Cluster $/h recorded when the stack was written (spot or on-demand as planned), or
         None when unknown."""
         if self.price is None:
             return None
-        per_node = self.price.spot_price_per_hour_usd if self.spot else self.price.on_demand_price_per_hour_usd
+        per_node = {
+            "flex-start": self.price.flex_start_price_per_hour_usd,
+            "spot": self.price.spot_price_per_hour_usd,
+            "on-demand": self.price.on_demand_price_per_hour_usd,
+        }[self.market]
         return None if per_node is None else Decimal(per_node) * self.nodes
 
     @property

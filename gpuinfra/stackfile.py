@@ -65,14 +65,16 @@ def render_stack(
     spec = plan.spec
     offer = plan.offer
     generated_at = generated_at or datetime.now(UTC)
-    pricing = "spot" if spec.spot else "on-demand"
+    pricing = spec.market
     summary = (
         f"{spec.nodes} x {spec.instance_type} ({spec.gpu_count}x{spec.gpu} each) in {spec.zone} "
         f"({spec.region}), {pricing}, profile {spec.profile.name}"
     )
+    hourly, run = plan.compute_price_per_hour_usd, plan.run_cost_usd
     price_line = (
-        f"${offer.price_per_hour_usd:.2f}/h {pricing} for the cluster, "
-        f"${plan.run_cost_usd:.2f} for {spec.run_hours:g} h"
+        f"${hourly:.2f}/h {pricing} for the cluster, ${run:.2f} for {spec.run_hours:g} h"
+        if hourly is not None and run is not None
+        else f"no {pricing} price in the catalog for {offer.offer.instance_type} in {spec.zone}: the cost is incomplete"
     )
     text = render(
         "stack.yaml.j2",

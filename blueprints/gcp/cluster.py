@@ -13,6 +13,7 @@ from blueprints.gcp.nodes import (
     build_template,
     build_workload_policy,
 )
+from blueprints.gcp.resize_request import build_resize_request
 from blueprints.gcp.storage import (
     build_bucket,
     build_bundle_object,
@@ -80,6 +81,7 @@ class GcpGpuCluster(pulumi.ComponentResource):
         self.group = build_group(name, spec, plan, template, workload, project, self)
         timeout = pulumi.Config("gpuinfra").get_int(CAPACITY_TIMEOUT_CONFIG_KEY) or DEFAULT_CAPACITY_TIMEOUT_SECONDS
         self.bulk = build_bulk_instances(name, spec, plan, template, project, timeout, self, depends_on=[self.group])
+        self.resize_request = build_resize_request(name, spec, plan, self.group, project, self)  # flex-start only
         prefix = node_prefix(spec)
         build_node_role(name, spec, account, project, prefix, self)
         self.outputs = {

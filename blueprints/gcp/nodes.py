@@ -41,7 +41,9 @@ Lost nodes: a SPOT / STANDARD group repairs a VM that Compute Engine preempts (t
 cloud.google.com/compute/docs/instance-groups/about-repair): the MIG recreates it under the same
 name from the same template, and it restores the newest complete checkpoint and rejoins. Nodes
 that end themselves go through the MIG (``delete-instances``, resize to 0), which the MIG never
-repairs. Bulk-mode (reservation-bound) groups keep ``DO_NOTHING`` ("MIG does not repair a failed
+repairs. Flex-start groups are created at target size 0 and get all their nodes at once from one
+resize request (:mod:`blueprints.gcp.resize_request`). Bulk-mode (reservation-bound) and
+flex-start groups keep ``DO_NOTHING`` ("MIG does not repair a failed
 VM", pulumi_gcp ``InstanceGroupManagerInstanceLifecyclePolicyArgs``). Interplay:
 
 * compact placement: the recreated VM comes from the same template, so the same compact policy
@@ -67,6 +69,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from blueprints.gcp.bulk_insert import BulkInstances
+from blueprints.gcp.resize_request import RESIZE_REQUEST, flex_start_reservation_affinity
 from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
 from gpuinfra.plan.formation import BULK_INSERT
 from gpuinfra.plan.gcp import GcpClusterPlan
@@ -164,8 +167,11 @@ def build_template(
         provisioning_model=plan.provisioning_model,
         preemptible=plan.provisioning_model == "SPOT",
         instance_termination_action="DELETE",
-        max_run_duration=gcp.compute.InstanceTemplateSchedulingMaxRunDurationArgs(
-            seconds=plan.max_run_duration_seconds
+        # a flex-start group's run duration is its resize request's (blueprints/gcp/resize_request.py)
+        max_run_duration=(
+            gcp.compute.InstanceTemplateSchedulingMaxRunDurationArgs(seconds=plan.max_run_duration_seconds)
+            if plan.resize_request_run_seconds is None
+            else None
         ),
     )
     startup = bucket.name.apply(lambda bucket_name: render_startup_script(spec, plan, bucket_name, bundle))
@@ -197,7 +203,7 @@ def build_template(
                 ),
             )
             if spec.gcp_reservation
-            else None
+            else (flex_start_reservation_affinity() if plan.formation == RESIZE_REQUEST else None)
         ),
         shielded_instance_config=gcp.compute.InstanceTemplateShieldedInstanceConfigArgs(
             enable_secure_boot=False, enable_integrity_monitoring=True, enable_vtpm=True
@@ -222,7 +228,10 @@ def build_group(
     cloud.google.com/compute/docs/instance-groups/about-target-size-policy). For a bulk-insert
     formation (STANDARD / SPOT) it starts at target size 0 and Pulumi ignores ``targetSize``
     (the nodes add their replacements to it: a later ``up`` must not undo them)."""
-    bulk_insert = plan.formation == BULK_INSERT
+    # a bulk-insert formation's nodes are the bulk insert's; a flex-start group's come from its resize
+    # request, which sets the size (the program never does): both groups start at 0 and keep
+    # whatever size the replacements or the request give them
+    starts_empty = plan.formation in (BULK_INSERT, RESIZE_REQUEST)
     return gcp.compute.InstanceGroupManager(
         child(name, "nodes"),
         name=node_prefix(spec),  # = base instance name: the agent finds its group from its VM name
@@ -231,7 +240,7 @@ def build_group(
         versions=[
             gcp.compute.InstanceGroupManagerVersionArgs(instance_template=template.self_link_unique, name="nodes")
         ],
-        target_size=0 if bulk_insert else spec.nodes,
+        target_size=0 if starts_empty else spec.nodes,
         target_size_policies=(
             [gcp.compute.InstanceGroupManagerTargetSizePolicyArgs(mode="BULK")] if plan.all_or_nothing else None
         ),
@@ -251,7 +260,7 @@ def build_group(
             default_action_on_failure=plan.action_on_failure,
             force_update_on_repair="NO",
         ),
-        wait_for_instances=not bulk_insert,  # an empty group has nothing to wait for
+        wait_for_instances=not starts_empty,  # an empty group has nothing to wait for (`up` waits for the request)
         wait_for_instances_status="STABLE",
         project=project,
         # bulk mode is set at creation and a bulk-mode MIG grows only from size 0
@@ -261,7 +270,7 @@ def build_group(
             parent=parent,
             replace_on_changes=["targetSizePolicies", *(["targetSize"] if plan.all_or_nothing else [])],
             delete_before_replace=True,
-            ignore_changes=["targetSize"] if bulk_insert else None,
+            ignore_changes=["targetSize"] if starts_empty else None,
         ),
     )
 

@@ -128,7 +128,7 @@ class Catalog:
         if spec.capacity_block:
             return None
         offer = self.find_offer(spec.cloud, spec.instance_type, spec.zone, spec.gpu, spec.gpu_count)
-        return None if offer is None else offer.price_per_hour_usd("spot" if spec.spot else "on-demand")
+        return None if offer is None else offer.price_per_hour_usd(spec.market)
 
     def regions(self, cloud: str | None = None) -> list[str]:
         """Sorted regions with at least one offer (of ``cloud`` when given)."""

@@ -40,6 +40,12 @@ def new(
     on_demand: bool = typer.Option(
         False, "--on-demand", help="On-demand capacity (default: the profile's spot policy)."
     ),
+    flex_start: bool = typer.Option(
+        False,
+        "--flex-start",
+        help="GCP flex-start (Dynamic Workload Scheduler; the `offers --market flex` market): all nodes at once "
+        "through a MIG resize request, run at most 7 days (profile ttl_hours <= 168). Not with --spot/--on-demand.",
+    ),
     hours: float | None = typer.Option(
         None, "--hours", help="Expected run hours for the cost projection (default: the profile's).", show_default=False
     ),
@@ -133,6 +139,7 @@ def new(
         max_price_per_hour_usd=max_price_per_hour,
         strict=strict,
         warnings_are_errors=strict,
+        flex_start=flex_start,
     )
     stack_request = NewStackRequest(
         planned,
@@ -202,8 +209,13 @@ def new(
         if hourly.complete
         else f"{hourly.text()} ({spec.run_hours:g} h run)"
     )
+    compute = (
+        f"{usd(offer.price_per_hour_usd)}/h ({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h)"
+        if plan.compute_price_per_hour_usd is not None
+        else f"no {spec.market} price in the catalog (the total is incomplete)"
+    )
     out.print(
-        f"  compute: {usd(offer.price_per_hour_usd)}/h ({usd(offer.price_per_gpu_hour_usd, 3)}/GPU-h); "
+        f"  compute: {compute}; "
         f"all {len(result.verified.preview.resources)} resources: {totals} (catalog {plan.catalog_date}; "
         f"breakdown: gpuinfra cost {spec.stack})"
     )

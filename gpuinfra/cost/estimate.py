@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from gpuinfra.catalog.model import MARKETS
 from gpuinfra.catalog.prices import CONTAINER_PULL_GB, HOURS_PER_MONTH, Price, price, price_cap
 from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.after_down import KeptLine, left_after_down
@@ -63,6 +64,9 @@ FREE_TYPES = frozenset(
         "gcp:compute/firewall:Firewall",
         "gcp:compute/router:Router",
         "gcp:compute/resourcePolicy:ResourcePolicy",
+        # a flex-start group's resize request has no charge of its own: the VMs it creates bill,
+        # priced on the group's compute line with the request's node count (read_cluster_facts)
+        "gcp:compute/resizeRequest:ResizeRequest",
         "gcp:serviceaccount/account:Account",
         "gcp:storage/bucketIAMMember:BucketIAMMember",
         "gcp:projects/iAMMember:IAMMember",
@@ -89,6 +93,12 @@ LAMBDA_DEFAULT_RETRIES = 2
 GP3_FREE_IOPS = 3000
 GP3_FREE_THROUGHPUT = 125
 CATALOG_SOURCE = "gpuinfra instance catalog"
+
+
+#: Pulumi type of a MIG resize request (the nodes of a flex-start cluster).
+GCP_RESIZE_REQUEST = "gcp:compute/resizeRequest:ResizeRequest"
+#: Catalog market of a GCP template's ``scheduling.provisioningModel`` (absent: STANDARD).
+GCP_MARKET_OF_MODEL = {"SPOT": "spot", "FLEX_START": "flex-start"}
 
 
 @dataclass
@@ -156,7 +166,8 @@ def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
             facts.instance_type = r.inputs.get("machineType")
             facts.region = facts.region or r.inputs.get("region", "")
             sched = r.inputs.get("scheduling", {})
-            facts.market = "spot" if sched.get("provisioningModel") == "SPOT" else "on-demand"
+            # FLEX_START is priced from the catalog's flex-start (DWS) price, never on-demand's
+            facts.market = GCP_MARKET_OF_MODEL.get(sched.get("provisioningModel"), "on-demand")
             accelerators = r.inputs.get("guestAccelerators") or []
             if accelerators:
                 by_type = {g.gcp_accelerator_type: g.name for g in load_gpu_models() if g.gcp_accelerator_type}
@@ -164,8 +175,12 @@ def read_cluster_facts(resources: list, region: str | None) -> ClusterFacts:
                 facts.gpu_count = int(accelerators[0]["count"])
         elif r.type == "gcp:compute/instanceGroupManager:InstanceGroupManager":
             # a bulk-insert formation's MIG starts at 0: its nodes are the bulk insert's count
-            facts.nodes = int(r.inputs.get("targetSize", 0)) + bulk_nodes
+            facts.nodes += int(r.inputs.get("targetSize", 0)) + bulk_nodes
             facts.zone = r.inputs.get("zone")
+        elif r.type == GCP_RESIZE_REQUEST:
+            # a flex-start group starts at size 0; its resize request adds every node
+            # (pulumi-gcp ResizeRequest ``resizeBy``: "The group's target size will be increased by this number")
+            facts.nodes += int(r.inputs.get("resizeBy", 0))
     if cloud == "gcp" and facts.zone and not facts.region:
         facts.region = facts.zone.rsplit("-", 1)[0]
     return facts
@@ -227,7 +242,7 @@ def _compute_lines(
                 date,
             )
         ], None
-    other = offer.price_per_hour_usd("on-demand" if spot else "spot")
+    other = None if market == "flex-start" else offer.price_per_hour_usd("on-demand" if spot else "spot")
     alternative = None if other is None else other * facts.nodes
     what = offer.instance_type
     if facts.cloud == "gcp":
@@ -236,7 +251,7 @@ def _compute_lines(
         what += f": {offer.gpu_count}x {offer.gpu}, {offer.vcpus:g} vCPU, {offer.memory_gib:g} GiB" + (
             f", {bundled}x{fact.local_ssd.size_gib:g} GiB Local SSD" if fact and bundled else ""
         )
-    price = offer.price_per_hour_usd("spot" if spot else "on-demand")
+    price = offer.price_per_hour_usd(market if market in MARKETS else "on-demand")
     reason = source if price is not None else f"no {label} price for {offer.instance_type} in {facts.zone}"
     return [
         CostLine(

@@ -19,9 +19,10 @@ MAX_CAPACITY_TIMEOUT_SECONDS = 86_400
 #: with ``minCount`` = ``count`` = the nodes (all or nothing; blueprints/gcp/bulk_insert.py), the
 #: group's MIG starting at size 0 (it only ever holds the replacements the nodes ask it for).
 BULK_INSERT = "bulk_insert"
-#: ``GcpClusterPlan.formation``: reservation-bound (and flex-start) VMs come from the MIG itself in
+#: ``GcpClusterPlan.formation``: reservation-bound VMs come from the MIG itself in
 #: bulk mode (``targetSizePolicy.mode = BULK``: "the MIG creates all VMs at once or none",
-#: cloud.google.com/compute/docs/instance-groups/about-bulk-mode), the only models bulk mode takes.
+#: cloud.google.com/compute/docs/instance-groups/about-bulk-mode; flex-start, the other model bulk
+#: mode takes, forms through a resize request instead: :data:`gpuinfra.plan.flex_start.RESIZE_REQUEST`).
 BULK_MODE = "bulk_mode"
 #: Stack config key (namespace ``gpuinfra``) through which ``up`` passes ``--capacity-timeout`` to
 #: the Pulumi program (written into the stack file before each ``up``; absent: the default).

@@ -41,6 +41,7 @@ from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
 from gpuinfra.errors import SpecError
 from gpuinfra.fabrics import FABRICS, GVNIC
 from gpuinfra.plan.backstop import BACKSTOP_DELAY_SECONDS, max_run_duration_seconds
+from gpuinfra.plan.flex_start import RESIZE_REQUEST, check_flex_start_ttl, flex_start_run_duration_seconds
 from gpuinfra.plan.formation import BULK_INSERT, BULK_MODE
 from gpuinfra.rules.gcp import BULK_PROVISIONING_MODELS, action_on_failure
 from gpuinfra.rules.spec_rules import RuleViolationError, fabric_boot_blocker, not_sold, rule_error
@@ -93,9 +94,10 @@ class GcpClusterPlan:
             the MIG creates the nodes itself: bulk mode).
         local_ssd_count: local SSDs per VM (bundled or attached); local_ssd_listed: how many the
             template lists (0 when Compute Engine attaches bundled ones by itself).
-        provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND``.
+        provisioning_model: ``STANDARD`` | ``SPOT`` | ``RESERVATION_BOUND`` | ``FLEX_START``.
         all_or_nothing: the MIG creates its VMs all at once (``targetSizePolicy.mode`` BULK);
-            only for reservation-bound / flex-start templates, set whatever the size because the
+            only for reservation-bound templates (flex-start groups are all-or-nothing through
+            their resize request instead: ``formation``), set whatever the size because the
             mode cannot be changed on an existing MIG (about-bulk-mode#limitations). STANDARD and SPOT MIGs cannot use
             bulk mode: their nodes come from one bulk insert instead (``formation``).
         action_on_failure: the MIG's ``defaultActionOnFailure``: ``REPAIR`` for SPOT / STANDARD
@@ -103,9 +105,13 @@ class GcpClusterPlan:
             rejoins), ``DO_NOTHING`` for bulk-mode groups (:func:`gpuinfra.rules.gcp.action_on_failure`).
         formation: how ``up`` creates the nodes, all or nothing: :data:`~gpuinfra.plan.formation.BULK_INSERT`
             for STANDARD and SPOT (one ``instances.bulkInsert`` with ``minCount`` = nodes; the MIG
-            starts at size 0 and holds only the replacements of lost nodes), or
+            starts at size 0 and holds only the replacements of lost nodes),
             :data:`~gpuinfra.plan.formation.BULK_MODE` for reservation-bound VMs (the MIG in bulk
-            mode, ``all_or_nothing``).
+            mode, ``all_or_nothing``), or :data:`~gpuinfra.plan.flex_start.RESIZE_REQUEST` for
+            flex-start (the MIG at target size 0 and one resize request for all nodes,
+            :mod:`gpuinfra.plan.flex_start`).
+        resize_request_run_seconds: the resize request's ``requestedRunDuration`` (formation
+            ``resize_request`` only; the template then carries no ``max_run_duration``), else None.
     """
 
     networks: tuple[NetworkPlan, ...]
@@ -125,6 +131,7 @@ class GcpClusterPlan:
     local_ssd_size_gib: int
     action_on_failure: str
     formation: str = BULK_INSERT
+    resize_request_run_seconds: int | None = None
 
     @property
     def bulk_insert(self) -> bool:
@@ -175,6 +182,8 @@ def provisioning_model(spec: ClusterSpec) -> str:
     about-reservation-bound-vms); else ``STANDARD`` (on-demand, or an ordinary reservation)."""
     if spec.spot:
         return "SPOT"
+    if spec.gcp_flex_start:  # about-flex-start-vms: the FLEX_START provisioning model
+        return "FLEX_START"
     bound = spec.gcp_reservation_bound
     if bound is None:
         bound = bool(spec.gcp_reservation) and not spec.facts.offers_model("on-demand")
@@ -215,6 +224,8 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     """
     if spec.cloud != "gcp":
         raise SpecError(f"GcpGpuCluster needs cloud gcp, got {spec.cloud!r}")
+    if spec.gcp_flex_start:
+        check_flex_start_ttl(spec)  # the 7-day bound of flex-start, before the 120-day one
     if max_run_duration_seconds(spec) > MAX_RUN_DURATION_LIMIT_SECONDS:
         raise SpecError(
             f"profile ttl_hours {spec.profile.ttl_hours} is too long for GCP: the VMs' max_run_duration (TTL + "
@@ -244,7 +255,9 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         )
     model = provisioning_model(spec)
     wanted = GCP_PROVISIONING_MODELS[model]
-    hint = " (set gcp_reservation to a reservation of it, or use --spot)" if wanted == "on-demand" else ""
+    hint = (
+        " (set gcp_reservation to a reservation of it, or use --spot or --flex-start)" if wanted == "on-demand" else ""
+    )
     if unsold := not_sold("", facts, wanted, hint):
         raise RuleViolationError([unsold])
     placeable = facts.placement.compact_policy or facts.placement.workload_policy
@@ -275,7 +288,8 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
     )
     attached = attached_local_ssd_count(spec)
     bundled = facts.local_ssd.bundled_count
-    formation = BULK_MODE if model in BULK_PROVISIONING_MODELS else BULK_INSERT
+    flex = model == "FLEX_START"
+    formation = RESIZE_REQUEST if flex else (BULK_MODE if model in BULK_PROVISIONING_MODELS else BULK_INSERT)
     # a MIG's workload policy places only the VMs that MIG creates; bulk-inserted nodes take the
     # template's compact policy ("compute instances created in bulk", see the module docstring)
     by_workload = wants_placement and facts.placement.workload_policy and formation != BULK_INSERT
@@ -294,7 +308,9 @@ def plan_gcp_cluster(spec: ClusterSpec) -> GcpClusterPlan:
         max_run_duration_seconds=max_run_duration_seconds(spec),
         nic_layout=facts.nic_layout if hbn != "off" else "gvnic",
         provisioning_model=model,
-        all_or_nothing=model in BULK_PROVISIONING_MODELS,  # the mode cannot be switched later
+        # the mode cannot be switched later; a flex-start group is all-or-nothing by its resize request
+        all_or_nothing=model in BULK_PROVISIONING_MODELS and not flex,
         action_on_failure=action_on_failure(model),
         formation=formation,
+        resize_request_run_seconds=flex_start_run_duration_seconds(spec) if flex else None,
     )

@@ -453,6 +453,51 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     return out
 
 
+#: Pulumi type of a MIG resize request (flex-start clusters: :mod:`gpuinfra.plan.flex_start`).
+RESIZE_REQUEST = "gcp:compute/resizeRequest:ResizeRequest"
+#: Shortest and longest ``requestedRunDuration`` of a resize request, in seconds: "between 10
+#: minutes and 7 days" (cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig;
+#: pulumi-gcp 10.2 ``ResizeRequestRequestedRunDurationArgs``: "Must be from 600 to 604800
+#: inclusive"); seven days is also the longest run of a flex-start VM
+#: (cloud.google.com/compute/docs/instances/about-flex-start-vms).
+FLEX_START_RUN_LIMITS_SECONDS = (600, 7 * 24 * 3600)
+
+
+def resize_request_violations(
+    resource: str, size: object, requests: Sequence[Resource], limits: tuple[int, int] = FLEX_START_RUN_LIMITS_SECONDS
+) -> list[Violation]:
+    """``gcp-mig-all-or-nothing`` for a FLEX_START group without bulk mode: it is all-or-nothing
+    only through one resize request for all its nodes ("the MIG creates VMs all at once",
+    cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig) on a group created at
+    target size 0, with a ``requestedRunDuration`` within ``limits`` (seconds, 10 min..7 days)."""
+    out = []
+    if size not in (0, None, UNKNOWN):
+        out.append(violation("gcp-mig-all-or-nothing", resource, f"flex-start group at target size {size}, not 0"))
+    if len(requests) != 1:
+        return [
+            *out,
+            violation(
+                "gcp-mig-all-or-nothing",
+                resource,
+                f"flex-start group with {len(requests)} resize requests; one for all nodes is all-or-nothing",
+            ),
+        ]
+    request = requests[0]
+    by = request.inputs.get("resizeBy")
+    if by != UNKNOWN and not (isinstance(by, int) and by >= 1):
+        out.append(violation("gcp-mig-all-or-nothing", request.name, f"resize request for {by} nodes"))
+    seconds = request.get("requestedRunDuration.seconds")
+    if seconds != UNKNOWN and not (seconds is not None and limits[0] <= int(seconds) <= limits[1]):
+        out.append(
+            violation(
+                "gcp-mig-all-or-nothing",
+                request.name,
+                f"requestedRunDuration {seconds} s is not within {limits[0]}..{limits[1]} s",
+            )
+        )
+    return out
+
+
 def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     """``gcp-mig-all-or-nothing``: a multi-node MIG of reservation-bound / flex-start VMs uses
     ``targetSizePolicy`` BULK (:func:`bulk_mode_violations`); STANDARD / SPOT templates cannot
@@ -467,6 +512,10 @@ def check_all_or_nothing(graph: ResourceGraph, facts: Facts) -> list[Violation]:
     nodes = _mig_size(graph)
     for mig in graph.of_type(MIG):
         modes = [p.get("mode") for p in (mig.inputs.get("targetSizePolicies") or [])]
+        requests = graph.of_type(RESIZE_REQUEST)
+        if model == "FLEX_START" and not modes:
+            out += resize_request_violations(mig.name, mig.inputs.get("targetSize"), requests)
+            continue
         out += bulk_mode_violations(mig.name, model, modes)
         out += bulk_insert_violations(mig.name, model, mig.inputs.get("targetSize"), bulk)
         size = nodes

@@ -66,6 +66,7 @@ from gpuinfra.credentials import aws_session, check_gcp_credentials_configured, 
 from gpuinfra.errors import GpuinfraError, MissingDependencyError, NoOfferError, RequestError, SizingError
 from gpuinfra.money import Total, usd_json
 from gpuinfra.offers import OfferQuery, OfferScope, RankedOffer, find_offers, sold_as
+from gpuinfra.plan.flex_start import FLEX_START_MAX_TTL_HOURS
 from gpuinfra.plan.purchase import CALENDAR_MAX_VMS
 from gpuinfra.requests import parse_gpu_spec
 from gpuinfra.services.spot_outlook import interruption_rate, redone_hours_each
@@ -81,8 +82,8 @@ ASSUMED_RESTART_MINUTES = 15
 #: (cloud.google.com/blog/products/compute/introducing-flex-start-vms-for-the-compute-engine-instance-api).
 FLEX_START_MAX_WAIT = timedelta(hours=2)
 #: Longest a flex-start VM runs: "a maximum of seven days"
-#: (cloud.google.com/compute/docs/instances/about-flex-start-vms).
-FLEX_START_MAX_RUN_HOURS = 7 * 24
+#: (cloud.google.com/compute/docs/instances/about-flex-start-vms), in hours.
+FLEX_START_MAX_RUN_HOURS = FLEX_START_MAX_TTL_HOURS
 #: Longest calendar-mode future reservation: "a duration of up to 90 days"
 #: (cloud.google.com/compute/docs/instances/future-reservations-calendar-mode-overview).
 CALENDAR_MAX_HOURS = 90 * 24

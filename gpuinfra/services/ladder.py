@@ -589,7 +589,7 @@ def form_first_rung(
                 break
         say(
             f"rung {index} {stack}: {spec.nodes} x {spec.instance_type} in {spec.zone} ({spec.cloud} {spec.region}, "
-            f"{'spot' if spec.spot else 'on-demand'})" + (" (deployed: updating it)" if live else "")
+            f"{spec.market})" + (" (deployed: updating it)" if live else "")
         )
         try:
             check_credentials(spec.cloud)  # per rung: another cloud's only when its rung is tried

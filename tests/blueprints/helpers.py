@@ -23,7 +23,8 @@ NAME_SUFFIX = "t3st0a"
 
 def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune", cloud: str = "aws", **overrides):
     """The spec `gpuinfra new --instance-type T --nodes N --profile P` would write."""
-    spot = overrides.pop("spot", False)
+    flex_start = overrides.pop("flex_start", False)
+    spot = overrides.pop("spot", None if flex_start else False)
     gpus = overrides.pop("gpus", None)
     resolved = get_profile(profile)
     profile_updates = overrides.pop("profile_updates", None)
@@ -31,7 +32,15 @@ def make_spec(instance_type: str, nodes: int = 1, profile: str = "llm-finetune",
         resolved = type(resolved).model_validate({**resolved.model_dump(), **profile_updates})
     plan = plan_cluster(
         load_catalog(),
-        PlanRequest(gpus=gpus, instance_type=instance_type, nodes=nodes, cloud=cloud, spot=spot, name=f"t-{nodes}"),
+        PlanRequest(
+            gpus=gpus,
+            instance_type=instance_type,
+            nodes=nodes,
+            cloud=cloud,
+            spot=spot,
+            name=f"t-{nodes}",
+            flex_start=flex_start,
+        ),
         resolved,
         NOW,
     )
