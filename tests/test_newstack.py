@@ -35,7 +35,8 @@ def test_gcp_4xa100_dev_stack_is_planned_verified_and_written(tmp_path):
     # 14 + the node bundle object + GPU monitoring (component, dashboard, alert policy, metricWriter binding)
     # + the nodes' bucket bindings: read, create (not the bundle), overwrite (not the bundle or checkpoint data)
     # + the all-or-nothing bulk insert of the nodes (blueprints/gcp/bulk_insert.py)
-    assert doc["resources"] == 22 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
+    # + the nodes' job-secret reader binding (conditioned on this stack's secrets)
+    assert doc["resources"] == 23 and doc["expires_at"] == "2026-11-22T13:00:00+00:00"  # dev: 12 h TTL
     # + $0.00505/h of GPU monitoring (alert condition and agent series; tests/monitoring pins the parts)
     # + noncurrent checkpoint versions (dev allows spot: versioned), at most the 20 GB bucket once
     #   more: 20 x $0.020 / 730 = $0.000548/h

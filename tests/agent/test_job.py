@@ -149,7 +149,10 @@ def test_a_hang_restart_request_stops_the_job_and_runs_it_again(node, monkeypatc
     result = []
     thread = threading.Thread(target=lambda: result.append(runner.run(spec(max_restarts=1))))
     thread.start()
-    time.sleep(1)
+    deadline = time.monotonic() + 20  # the attempt runs (a mark older than the attempt is cleared at its start)
+    while not any("starting attempt 0" in line for line in runner.lines) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)
     runner.state_dir.mkdir(parents=True, exist_ok=True)  # /run/gpuinfra on a node
     (runner.state_dir / jobmod.JOB_RESTART_MARK).write_text("every GPU busy under 25% of its power limit for 30 min\n")
     thread.join(30)

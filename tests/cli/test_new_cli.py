@@ -47,7 +47,7 @@ def test_new_writes_stack_and_scaffold(run_cli, tmp_path):
     # + noncurrent checkpoint versions, at most the 500 GB bucket once more: 500 x $0.020 / 730 = $0.0137/h
     # + Cloud NAT data: the node's 15 GB container pull and its 20 GB egress (no external IP on GCP)
     #   on top of the 100 GB fetched: 35 GB x $0.045 = $1.575 more a run
-    assert "compute: $14.69/h ($3.673/GPU-h); all 22 resources: $15.28/h, $366.66 for a 24 h run" in result.stdout
+    assert "compute: $14.69/h ($3.673/GPU-h); all 23 resources: $15.28/h, $366.66 for a 24 h run" in result.stdout
     assert "next: gpuinfra preview gcp-4xa100   then   gpuinfra up gcp-4xa100" in result.stdout
     assert "catalog 2026-08-20 (on-demand); 2026-07-30 (spot" in stack.read_text()
     # the header points at gpuinfra's own up/down (they check TTL, formation and sync checkpoints);
