@@ -466,14 +466,17 @@ def deploy(
 def _gains_bulk_nodes(backend: Backend, project_dir: Path, spec: ClusterSpec) -> bool:
     """A deployed GCP stack of a bulk-insert formation whose outputs have no
     ``bulk_instance_names``: deployed by an earlier gpuinfra, its nodes are its MIG's (whose
-    ``targetSize`` Pulumi now ignores), so an ``up`` would create the bulk insert's as well."""
+    ``targetSize`` Pulumi now ignores), so an ``up`` would create the bulk insert's as well. A
+    stack with no outputs at all is none of those: its first ``up`` never completed (interrupted,
+    or failed before the program's end), so no MIG of it holds nodes and ``up`` may try again."""
     if spec.cloud != "gcp":
         return False
     from gpuinfra.plan.gcp import plan_gcp_cluster  # GCP stacks only
 
     if not plan_gcp_cluster(spec).bulk_insert:
         return False
-    return "bulk_instance_names" not in backend.outputs(project_dir, spec.stack)
+    outputs = backend.outputs(project_dir, spec.stack)
+    return bool(outputs) and "bulk_instance_names" not in outputs
 
 
 def _up_retrying_profile(

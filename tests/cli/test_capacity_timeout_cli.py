@@ -162,3 +162,16 @@ def test_up_refuses_a_stack_deployed_with_its_nodes_in_the_group(run_cli, gcp_pr
     backend.outputs = lambda project_dir, stack: {"bucket_name": "b", "bulk_instance_names": ["x"]}
     assert run_cli("up", "train", "--project-dir", str(gcp_project)).exit_code == 0
     assert backend.calls == ["up"]
+
+
+def test_up_retries_a_bulk_stack_whose_first_up_never_finished(run_cli, gcp_project, monkeypatch):
+    """A first `up` that was interrupted (or failed other than on a launch) leaves resources but no
+    outputs at all, as the program never completed: that is no earlier gpuinfra's stack, and `up`
+    must try again (creating the bulk insert then), not send the user to `down`."""
+    backend = RecordingBackend(gcp_project)
+    backend.deployed.add("train")
+    backend.outputs = lambda project_dir, stack: {}
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(gcp_project))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == ["up"]
