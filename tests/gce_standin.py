@@ -52,6 +52,10 @@ class ComputeStandin:
     operations: dict[str, dict] = field(default_factory=dict)
     requests: list[tuple[str, str, dict]] = field(default_factory=list)
     deleted: bool = False
+    #: name -> how many of its next deletes are refused with HTTP 400 ``resourceNotReady`` (an
+    #: instance whose own operation is not done yet: "The resource ... is not ready", reported for
+    #: Compute instances in github.com/googleapis/google-cloud-java/issues/9312)
+    refuse_deletes: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         standin = self
@@ -177,6 +181,10 @@ class ComputeStandin:
                 return self._not_found(name)
             if method == "GET":
                 return 200, self.instances[name]
+            if method == "DELETE" and self.refuse_deletes.get(name, 0) > 0:
+                self.refuse_deletes[name] -= 1
+                message = f"The resource '{name}' is not ready"
+                return 400, {"error": {"code": 400, "message": message, "errors": [{"reason": "resourceNotReady"}]}}
             if method == "DELETE":
                 self.deleted = True
                 del self.instances[name]

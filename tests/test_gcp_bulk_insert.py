@@ -122,6 +122,30 @@ def test_vms_a_timed_out_insert_still_makes_are_deleted_until_it_ends(standin, p
     assert "CAPACITY_TIMEOUT" in str(raised.value)
 
 
+def test_a_delete_refused_during_the_cleanup_is_retried_and_the_stockout_keeps_its_class(standin, provider):
+    """A VM of the failed insert refuses its first delete (HTTP 400 resourceNotReady, as for an
+    instance whose own creation is not done): the other VMs are still deleted, the refused one is
+    deleted again on the next poll, and `up` still gets the capacity error (exit 7)."""
+    standin.capacity = Capacity(creates=3, error="ZONE_RESOURCE_POOL_EXHAUSTED")
+    standin.refuse_deletes = {"demo--ab12-node-n000": 1}
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(4))
+    assert standin.instances == {}
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in str(raised.value)
+
+
+def test_a_delete_refused_until_the_bound_is_named_with_the_capacity_error(standin, provider):
+    """A VM whose deletes are refused throughout the bounded wait: the error keeps its class and
+    names that VM and `gpuinfra down`, and the other VMs are deleted."""
+    standin.capacity = Capacity(creates=2, error="ZONE_RESOURCE_POOL_EXHAUSTED")
+    standin.refuse_deletes = {"demo--ab12-node-n001": 10_000}
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(3))
+    assert sorted(standin.instances) == ["demo--ab12-node-n001"]
+    text = str(raised.value)
+    assert "demo--ab12-node-n001" in text and "gpuinfra down" in text and "\n" not in text
+
+
 def test_quota_exceeded_is_the_quota_class(standin, provider):
     standin.capacity = Capacity(creates=0, error="QUOTA_EXCEEDED")
     with pytest.raises(QuotaError) as raised:

@@ -115,24 +115,42 @@ def delete_all(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
     """Delete every one of ``names`` that exists (``instances.delete``; 404: already gone) and wait
-    until ``instances.get`` finds none of them, at most ``wait_seconds``.
+    until ``instances.get`` finds none of them, at most ``wait_seconds``. A refused delete (any
+    other HTTP error: a VM whose own operation is not done yet, a rate limit) does not stop the
+    others and is tried again at each poll while the VM exists; a failed read counts the VMs as
+    still there (money: never report a VM gone that was not seen gone).
 
     Returns:
-        The names still found when the wait ended (empty: all gone).
+        The names still found (or not known gone) when the wait ended (empty: all gone).
     """
-    from google.api_core.exceptions import NotFound
+    from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-    for name in names:
-        try:
-            clients.instances.delete_unary(project=project, zone=zone, instance=name)
-        except NotFound:
-            continue
     start = clock()
+    to_delete = list(names)
     while True:
-        left = existing(clients, project, zone, names)
+        refused = []
+        for name in to_delete:
+            try:
+                clients.instances.delete_unary(project=project, zone=zone, instance=name)
+            except NotFound:
+                continue
+            except GoogleAPICallError:
+                refused.append(name)
+        left = existing_or_all(clients, project, zone, names)
         if not left or clock() - start >= wait_seconds:
             return left
+        to_delete = [name for name in refused if name in left]
         sleep(poll_seconds)
+
+
+def existing_or_all(clients: ComputeClients, project: str, zone: str, names: list[str]) -> list[str]:
+    """:func:`existing`, or every one of ``names`` when a read fails (not known gone: fail closed)."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    try:
+        return existing(clients, project, zone, names)
+    except GoogleAPICallError:
+        return list(names)
 
 
 def form(
@@ -197,7 +215,14 @@ def form(
             drained = clock()
             while True:  # no cancel: delete what it made, and what it still makes, until it ends
                 delete_all(
-                    clients, project, zone, existing(clients, project, zone, names), 0, poll_seconds, clock, sleep
+                    clients,
+                    project,
+                    zone,
+                    existing_or_all(clients, project, zone, names),
+                    0,
+                    poll_seconds,
+                    clock,
+                    sleep,
                 )
                 if operation.status == compute_v1.Operation.Status.DONE or clock() - drained >= delete_wait_seconds:
                     break
@@ -207,7 +232,7 @@ def form(
             errors = _operation_errors(operation)
     except GoogleAPICallError as exc:
         errors = [_call_error(exc)]
-    created = existing(clients, project, zone, names)
+    created = existing_or_all(clients, project, zone, names)
     if not errors and len(created) == len(names):
         return
     left = delete_all(clients, project, zone, created, delete_wait_seconds, poll_seconds, clock, sleep)
