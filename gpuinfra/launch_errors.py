@@ -263,7 +263,13 @@ class GcpError:
         """``capacity`` | ``quota`` | ``iam`` | ``invalid`` (:data:`GCP_CAPACITY_CODES`, ...)."""
         if self.code in GCP_CAPACITY_CODES or self.code == GCP_TIMEOUT_CODE:
             return "capacity"
-        if self.code in GCP_QUOTA_CODES or any(c in self.message for c in GCP_QUOTA_CODES):
+        # a refused call's reason is the JSON API's camelCase of the same code ("Error 403: Quota
+        # 'SSD_TOTAL_GB' exceeded. Limit: 100.0, quotaExceeded":
+        # github.com/openshift-evangelists/openshifter/issues/15; "..., rateLimitExceeded":
+        # github.com/hashicorp/terraform-provider-google/issues/8360)
+        camel = self.code[:1].islower()
+        upper = "".join(f"_{c}" if c.isupper() else c.upper() for c in self.code) if camel else self.code
+        if upper in GCP_QUOTA_CODES or any(c in self.message for c in GCP_QUOTA_CODES):
             return "quota"
         if self.status == GCP_FORBIDDEN_STATUS:
             return "iam"

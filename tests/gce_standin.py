@@ -56,6 +56,8 @@ class ComputeStandin:
     #: instance whose own operation is not done yet: "The resource ... is not ready", reported for
     #: Compute instances in github.com/googleapis/google-cloud-java/issues/9312)
     refuse_deletes: dict[str, int] = field(default_factory=dict)
+    #: the message of a refused bulk insert (:attr:`Capacity.refuse`; None: ``<reason>: refused``)
+    refusal_message: str | None = None
 
     def __post_init__(self) -> None:
         standin = self
@@ -145,12 +147,9 @@ class ComputeStandin:
             cap = self.capacity
             if cap.refuse:
                 status, reason = cap.refuse
+                message = self.refusal_message or f"{reason}: refused (stand-in)"
                 return status, {
-                    "error": {
-                        "code": status,
-                        "message": f"{reason}: refused (stand-in)",
-                        "errors": [{"reason": reason, "message": f"{reason}: refused (stand-in)"}],
-                    }
+                    "error": {"code": status, "message": message, "errors": [{"reason": reason, "message": message}]}
                 }
             names = sorted(body.get("perInstanceProperties") or {})
             made = names if cap.creates is None else names[: cap.creates]

@@ -146,6 +146,26 @@ def test_a_delete_refused_until_the_bound_is_named_with_the_capacity_error(stand
     assert "demo--ab12-node-n001" in text and "gpuinfra down" in text and "\n" not in text
 
 
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        # the JSON API's reasons are camelCase: "Error 403: Quota 'SSD_TOTAL_GB' exceeded. Limit:
+        # 100.0, quotaExceeded" (github.com/openshift-evangelists/openshifter/issues/15) and "Error
+        # 403: Quota exceeded for quota group 'ReadGroup' ..., rateLimitExceeded"
+        # (github.com/hashicorp/terraform-provider-google/issues/8360)
+        ("quotaExceeded", "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally."),
+        ("rateLimitExceeded", "Quota exceeded for quota group 'WriteGroup' of service 'compute.googleapis.com'"),
+    ],
+)
+def test_a_call_refused_with_the_json_apis_quota_reason_is_quota_not_iam(standin, provider, reason, message):
+    standin.capacity = Capacity(refuse=(403, reason))
+    standin.refusal_message = message
+    with pytest.raises(QuotaError) as raised:
+        provider.create(_props(2))
+    assert raised.value.exit_code == ExitCode.QUOTA_EXCEEDED == 9
+    assert reason in str(raised.value) and standin.instances == {}
+
+
 def test_quota_exceeded_is_the_quota_class(standin, provider):
     standin.capacity = Capacity(creates=0, error="QUOTA_EXCEEDED")
     with pytest.raises(QuotaError) as raised:
