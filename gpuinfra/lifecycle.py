@@ -73,6 +73,7 @@ from gpuinfra.plan.formation import (
 )
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
+from gpuinfra.rules.gcp import RESIZE_REQUEST
 from gpuinfra.spec import ClusterSpec, new_deployment_id
 from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_spec, stack_file_path
 
@@ -399,16 +400,21 @@ def deploy(
         )
     status = next((s for s in backend.list_stacks(project_dir) if s.name == stack), None)
     deployed = bool(status and status.resource_count)
-    nodes = (
-        [name for rtype, name in backend.replacements(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
-        if deployed
-        else []
-    )
+    replacing = backend.replacements(project_dir, stack) if deployed else []  # one preview
+    nodes = [name for rtype, name in replacing if rtype in NODE_RESOURCE_TYPES]
     if deployed and _gains_bulk_nodes(backend, project_dir, spec):
         raise RequestError(
             f"stack {stack!r} was deployed with its nodes in its managed instance group; this gpuinfra forms "
             "them with one all-or-nothing bulk insert, and an `up` now would add that insert's nodes next to the "
             f"group's: run `gpuinfra down {stack}`, then `gpuinfra up {stack}`"
+        )
+    if any(rtype == RESIZE_REQUEST for rtype, _ in replacing):
+        # a resize request cannot be updated, and its replacement's resizeBy adds every node again
+        # to the kept group, which holds them already (blueprints/gcp/resize_request.py)
+        raise RequestError(
+            f"this update of flex-start stack {stack!r} would replace its resize request (node count or TTL "
+            "changed): a new request adds all its nodes to the group next to the running ones; run "
+            f"`gpuinfra down {stack}`, then `gpuinfra up {stack}`, or undo the change in the stack file"
         )
     if nodes and not replace_nodes:
         raise RequestError(

@@ -376,3 +376,39 @@ def test_preflight_of_a_flex_stack_reads_the_preemptible_gpu_quota(gcp):  # noqa
     with pytest.raises(QuotaError) as raised:
         preflight.run_preflight(spec)
     assert "PREEMPTIBLE_NVIDIA_H200_GPUS" in str(raised.value) and "16 GPUs" in str(raised.value)
+
+
+@pytest.mark.parametrize("replace_nodes", [False, True])
+def test_up_refuses_a_change_that_replaces_the_resize_request_of_a_deployed_stack(run_cli, tmp_path, replace_nodes):
+    """A resize request cannot be updated (instanceGroupManagerResizeRequests has insert, get, list,
+    cancel and delete only), so a changed node count or TTL replaces it, and the new request's
+    ``resizeBy`` ("The group's target size will be increased by this number", pulumi-gcp
+    ``ResizeRequest``) adds every node again to a group that already holds them, while the group
+    itself is kept: refused before Pulumi runs, even with --replace-nodes."""
+    from gpuinfra import lifecycle
+    from gpuinfra.errors import RequestError
+    from gpuinfra.rules.gcp import RESIZE_REQUEST
+    from gpuinfra.stackfile import read_stack_spec
+    from tests.cli.test_lifecycle_cli import FakeBackend
+
+    written = run_cli(
+        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
+        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+    spec = read_stack_spec(tmp_path, "flex")
+    backend = FakeBackend(deployed={"flex"}, outputs={"bucket_name": "b"}, replaced=[(RESIZE_REQUEST, "flex-resize")])
+    waited = []
+    with pytest.raises(RequestError) as raised:
+        lifecycle.deploy(
+            backend,
+            tmp_path,
+            spec,
+            lambda _e: None,
+            preflight=False,
+            replace_nodes=replace_nodes,
+            wait_flex_start=lambda s, t: waited.append(t),
+        )
+    assert ("up", "flex") not in backend.calls and waited == []
+    assert raised.value.exit_code == ExitCode.BAD_INPUT == 2
+    assert "gpuinfra down flex" in str(raised.value) and "\n" not in str(raised.value)
