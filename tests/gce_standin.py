@@ -56,6 +56,10 @@ class ComputeStandin:
     #: instance whose own operation is not done yet: "The resource ... is not ready", reported for
     #: Compute instances in github.com/googleapis/google-cloud-java/issues/9312)
     refuse_deletes: dict[str, int] = field(default_factory=dict)
+    #: how many of the next ``zoneOperations.get`` are refused with HTTP 403 ``rateLimitExceeded``
+    #: (Compute's rate limit: "Error 403: Quota exceeded for quota group ..., rateLimitExceeded",
+    #: github.com/hashicorp/terraform-provider-google/issues/8360; not retried by the client)
+    refuse_operation_reads: int = 0
     #: the message of a refused bulk insert (:attr:`Capacity.refuse`; None: ``<reason>: refused``)
     refusal_message: str | None = None
 
@@ -168,6 +172,10 @@ class ComputeStandin:
             return 200, {k: v for k, v in op.items() if not k.startswith("_")}
         if rest.startswith("operations/"):
             name = rest.split("/")[1]
+            if self.refuse_operation_reads > 0:
+                self.refuse_operation_reads -= 1
+                message = "Quota exceeded for quota group 'OperationReadGroup' (stand-in)"
+                return 403, {"error": {"code": 403, "message": message, "errors": [{"reason": "rateLimitExceeded"}]}}
             op = self.operations.get(name)
             if op is None:
                 return self._not_found(name)

@@ -166,6 +166,28 @@ def test_a_call_refused_with_the_json_apis_quota_reason_is_quota_not_iam(standin
     assert reason in str(raised.value) and standin.instances == {}
 
 
+def test_a_refused_read_of_the_running_insert_does_not_end_a_formation_that_completes(standin, provider):
+    """A read of the operation is refused once (Compute's 403 rateLimitExceeded) while the insert
+    runs: that is no failure of the insert, which goes on and creates every VM -- reading on, the
+    formation completes; ending there would have deleted the VMs it made and left the ones it
+    still makes."""
+    standin.capacity = Capacity(creates=3, running=True)
+    standin.refuse_operation_reads = 1
+    standin._advance = lambda op, zone: op.update(status="DONE")  # the next read that is answered: done
+    result = provider.create(_props(3))
+    assert sorted(standin.instances) == list(result.outs["names"])
+
+
+def test_reads_refused_until_the_timeout_end_as_the_capacity_timeout_with_nothing_left(standin, provider):
+    standin.capacity = Capacity(creates=2, running=True)
+    standin.refuse_operation_reads = 10_000
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(3, timeout=1))
+    text = str(raised.value)
+    assert "CAPACITY_TIMEOUT" in text and "rateLimitExceeded" in text and "\n" not in text
+    assert standin.instances == {}
+
+
 def test_quota_exceeded_is_the_quota_class(standin, provider):
     standin.capacity = Capacity(creates=0, error="QUOTA_EXCEEDED")
     with pytest.raises(QuotaError) as raised:

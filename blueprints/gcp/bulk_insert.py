@@ -84,6 +84,18 @@ def _call_error(exc: Exception) -> GcpError:
     return GcpError(code, message, status)
 
 
+def _read_operation(clients: ComputeClients, project: str, zone: str, operation: Any) -> tuple[Any, str]:
+    """``(the operation as zoneOperations.get reads it now, "")``, or, the read refused (an HTTP
+    error the client does not retry itself, such as Compute's 403 ``rateLimitExceeded``),
+    ``(operation unchanged, the refusal as one line)``."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    try:
+        return clients.operations.get(project=project, zone=zone, operation=operation.name), ""
+    except GoogleAPICallError as exc:
+        return operation, _call_error(exc).line()
+
+
 def _operation_errors(operation: Any) -> list[GcpError]:
     """The entries of a DONE operation's ``error.errors``."""
     error = getattr(operation, "error", None)
@@ -207,11 +219,15 @@ def form(
         operation = clients.instances.bulk_insert_unary(
             project=project, zone=zone, bulk_insert_instance_resource_resource=resource
         )
+        refused = ""  # a refused read is no end of the insert: read on, within the timeout
         while operation.status != compute_v1.Operation.Status.DONE and clock() - start < timeout:
             sleep(min(poll_seconds, max(0.0, timeout - (clock() - start))))
-            operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+            operation, refused = _read_operation(clients, project, zone, operation)
         if operation.status != compute_v1.Operation.Status.DONE:
-            errors = [GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s")]
+            detail = f" (the last read of its operation was refused: {refused})" if refused else ""
+            errors = [
+                GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s{detail}")
+            ]
             drained = clock()
             while True:  # no cancel: delete what it made, and what it still makes, until it ends
                 delete_all(
@@ -227,7 +243,7 @@ def form(
                 if operation.status == compute_v1.Operation.Status.DONE or clock() - drained >= delete_wait_seconds:
                     break
                 sleep(poll_seconds)
-                operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+                operation, _ = _read_operation(clients, project, zone, operation)
         else:
             errors = _operation_errors(operation)
     except GoogleAPICallError as exc:
