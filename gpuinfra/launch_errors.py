@@ -237,6 +237,9 @@ GCP_QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "RATE_LIMIT_EXCEEDED"})
 #: timeout passed (gpuinfra's own, not Compute Engine's): classified as capacity, as the zone did
 #: not give every VM within the bound the user set.
 GCP_TIMEOUT_CODE = "CAPACITY_TIMEOUT"
+#: The words with which a bulk insert's error names the VMs its cleanup could not delete in its
+#: bound (blueprints/gcp/bulk_insert.py): ``up`` then never says that nothing bills.
+GCP_LEFT_RUNNING_TEXT = "deleting the VMs it made did not finish within"
 #: HTTP status of a call the caller's permissions refuse (google.api_core.exceptions.Forbidden;
 #: Compute's permission errors: "Required 'compute.instances.create' permission", a 403 whose
 #: code is none of :data:`GCP_QUOTA_CODES`).

@@ -63,7 +63,12 @@ from gpuinfra.errors import (
     SpecError,
 )
 from gpuinfra.fsutil import atomic_write_text
-from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
+from gpuinfra.launch_errors import (
+    GCP_BULK_INSERT_TYPE,
+    GCP_LEFT_RUNNING_TEXT,
+    PROFILE_RETRY_SECONDS,
+    PROFILE_RETRY_WAIT_SECONDS,
+)
 from gpuinfra.money import Total, usd_json
 from gpuinfra.plan.formation import (
     CAPACITY_TIMEOUT_CONFIG_KEY,
@@ -459,6 +464,12 @@ def deploy(
             raise OperationError(
                 f"{exc}; removing the half-created stack failed too ({cleanup}): run "
                 f"`gpuinfra down {stack}` so nothing keeps billing"
+            ) from None
+        if GCP_LEFT_RUNNING_TEXT in str(exc):  # the VMs it names outlive the stack: `down` deletes them
+            raise kind(
+                f"{exc}. The stack's resources were destroyed again, but those VMs may still bill: run "
+                f"`gpuinfra down {stack}` (it deletes VMs under the stack's bulk-insert names), then "
+                f"`gpuinfra up {stack}` to try again"
             ) from None
         raise kind(
             f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "

@@ -39,7 +39,13 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dynamic
 
-from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, GCP_TIMEOUT_CODE, GcpError, gcp_launch_error
+from gpuinfra.launch_errors import (
+    GCP_BULK_INSERT_TYPE,
+    GCP_LEFT_RUNNING_TEXT,
+    GCP_TIMEOUT_CODE,
+    GcpError,
+    gcp_launch_error,
+)
 
 #: Type token of the resource (``dynamic.Resource`` builds it from ``module`` and ``name``).
 TYPE_TOKEN = GCP_BULK_INSERT_TYPE
@@ -255,8 +261,7 @@ def form(
     error = gcp_launch_error(errors, len(created), len(names), props["machine_type"], zone, props["region"])
     if left:
         error = type(error)(
-            f"{error}; deleting the VMs it made did not finish within {delete_wait_seconds:g} s: "
-            f"{', '.join(left)} (run `gpuinfra down`)"
+            f"{error}; {GCP_LEFT_RUNNING_TEXT} {delete_wait_seconds:g} s: {', '.join(left)} (run `gpuinfra down`)"
         )
     raise error
 
