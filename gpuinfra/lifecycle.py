@@ -80,7 +80,7 @@ from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
 from gpuinfra.rules.gcp import RESIZE_REQUEST
 from gpuinfra.spec import ClusterSpec, new_deployment_id
-from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_spec, stack_file_path
+from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_config, read_stack_spec, stack_file_path
 
 PULUMI_INSTALL_HINT = (
     "the Pulumi CLI is not installed: install it with `curl -fsSL https://get.pulumi.com | sh` "
@@ -693,6 +693,11 @@ def destroy_cluster(
     deployed = status is not None and (status.resource_count is None or status.resource_count > 0)
     outputs = backend.outputs(project_dir, stack) if deployed else {}
     spec = teardown.with_gcp_project(spec, outputs)
+    if spec.cloud == "gcp" and not spec.gcp_project and stack_file_path(project_dir, stack).exists():
+        # no outputs to read it from (a first `up` destroyed or interrupted): the project the
+        # program itself falls back to, the stack's `gcp:project` (blueprints/gcp/cluster.py project_id)
+        configured = read_stack_config(project_dir, stack).get("gcp:project")
+        spec = spec.model_copy(update={"gcp_project": str(configured)}) if configured else spec
     if clients is None:
         try:
             clients = teardown.make_clients(spec)

@@ -266,3 +266,46 @@ def test_down_finds_the_bulk_nodes_and_deletes_what_an_interrupted_up_left(stand
     assert teardown.delete_gcp_bulk_leftovers(spec, clients) == names
     assert standin.instances == {}
     assert teardown.list_nodes(spec, {"bulk_instance_names": names}, clients) == []
+
+
+def test_down_deletes_the_leftovers_of_a_stack_whose_project_is_the_gcp_project_config(
+    standin, run_cli, tmp_path, monkeypatch
+):
+    """The stack file leaves the project to ``gcp:project`` (as the program reads it) and the
+    stack has no resources left (its failed first `up` was destroyed) or no outputs (interrupted):
+    `down` still finds and deletes the VMs under the stack's bulk-insert names in that project."""
+    import yaml
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from gpuinfra import lifecycle, teardown
+    from gpuinfra.plan.boot_gcp import node_prefix
+    from gpuinfra.stackfile import read_stack_spec, stack_file_path
+    from tests.cli.test_lifecycle_cli import FakeBackend
+
+    made = run_cli(
+        "new", "--instance-type", "a2-highgpu-8g", "--nodes", "2", "--cloud", "gcp", "--spot", "--name", "train",
+        "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    path = stack_file_path(tmp_path, "train")
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gcp:project"] = "demo-project"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    spec = read_stack_spec(tmp_path, "train")
+    assert spec.gcp_project is None
+    names = list(gcp_bulk_instance_names(node_prefix(spec), 2))
+    for name in names:
+        standin.instances[name] = {"name": name, "status": "RUNNING"}
+    clients = teardown.CloudClients(
+        groups=_NoGroup(),
+        instances=compute_v1.InstancesClient(
+            credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=standin.url), transport="rest"
+        ),
+    )
+    said = []
+    lifecycle.destroy_cluster(FakeBackend(), tmp_path, spec, lambda _e: None, said.append, clients=clients)
+    assert standin.instances == {}
+    assert any(names[0] in line for line in said)
+    assert {p.split("/projects/")[1].split("/")[0] for m, p, _ in standin.requests} == {"demo-project"}
