@@ -237,6 +237,9 @@ GCP_QUOTA_CODES = frozenset({"QUOTA_EXCEEDED", "RATE_LIMIT_EXCEEDED"})
 #: timeout passed (gpuinfra's own, not Compute Engine's): classified as capacity, as the zone did
 #: not give every VM within the bound the user set.
 GCP_TIMEOUT_CODE = "CAPACITY_TIMEOUT"
+#: The words with which a bulk insert's error names the VMs its cleanup could not delete in its
+#: bound (blueprints/gcp/bulk_insert.py): ``up`` then never says that nothing bills.
+GCP_LEFT_RUNNING_TEXT = "deleting the VMs it made did not finish within"
 #: HTTP status of a call the caller's permissions refuse (google.api_core.exceptions.Forbidden;
 #: Compute's permission errors: "Required 'compute.instances.create' permission", a 403 whose
 #: code is none of :data:`GCP_QUOTA_CODES`).
@@ -263,7 +266,13 @@ class GcpError:
         """``capacity`` | ``quota`` | ``iam`` | ``invalid`` (:data:`GCP_CAPACITY_CODES`, ...)."""
         if self.code in GCP_CAPACITY_CODES or self.code == GCP_TIMEOUT_CODE:
             return "capacity"
-        if self.code in GCP_QUOTA_CODES or any(c in self.message for c in GCP_QUOTA_CODES):
+        # a refused call's reason is the JSON API's camelCase of the same code ("Error 403: Quota
+        # 'SSD_TOTAL_GB' exceeded. Limit: 100.0, quotaExceeded":
+        # github.com/openshift-evangelists/openshifter/issues/15; "..., rateLimitExceeded":
+        # github.com/hashicorp/terraform-provider-google/issues/8360)
+        camel = self.code[:1].islower()
+        upper = "".join(f"_{c}" if c.isupper() else c.upper() for c in self.code) if camel else self.code
+        if upper in GCP_QUOTA_CODES or any(c in self.message for c in GCP_QUOTA_CODES):
             return "quota"
         if self.status == GCP_FORBIDDEN_STATUS:
             return "iam"

@@ -63,7 +63,12 @@ from gpuinfra.errors import (
     SpecError,
 )
 from gpuinfra.fsutil import atomic_write_text
-from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, PROFILE_RETRY_SECONDS, PROFILE_RETRY_WAIT_SECONDS
+from gpuinfra.launch_errors import (
+    GCP_BULK_INSERT_TYPE,
+    GCP_LEFT_RUNNING_TEXT,
+    PROFILE_RETRY_SECONDS,
+    PROFILE_RETRY_WAIT_SECONDS,
+)
 from gpuinfra.money import Total, usd_json
 from gpuinfra.plan.formation import (
     CAPACITY_TIMEOUT_CONFIG_KEY,
@@ -73,8 +78,9 @@ from gpuinfra.plan.formation import (
 )
 from gpuinfra.plan.tags import AWS_DEPLOYMENT_TAG
 from gpuinfra.preflight import run_preflight
+from gpuinfra.rules.gcp import RESIZE_REQUEST
 from gpuinfra.spec import ClusterSpec, new_deployment_id
-from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_spec, stack_file_path
+from gpuinfra.stackfile import STACKS_DIRNAME, purchase_stacks, read_stack_config, read_stack_spec, stack_file_path
 
 PULUMI_INSTALL_HINT = (
     "the Pulumi CLI is not installed: install it with `curl -fsSL https://get.pulumi.com | sh` "
@@ -399,16 +405,21 @@ def deploy(
         )
     status = next((s for s in backend.list_stacks(project_dir) if s.name == stack), None)
     deployed = bool(status and status.resource_count)
-    nodes = (
-        [name for rtype, name in backend.replacements(project_dir, stack) if rtype in NODE_RESOURCE_TYPES]
-        if deployed
-        else []
-    )
+    replacing = backend.replacements(project_dir, stack) if deployed else []  # one preview
+    nodes = [name for rtype, name in replacing if rtype in NODE_RESOURCE_TYPES]
     if deployed and _gains_bulk_nodes(backend, project_dir, spec):
         raise RequestError(
             f"stack {stack!r} was deployed with its nodes in its managed instance group; this gpuinfra forms "
             "them with one all-or-nothing bulk insert, and an `up` now would add that insert's nodes next to the "
             f"group's: run `gpuinfra down {stack}`, then `gpuinfra up {stack}`"
+        )
+    if any(rtype == RESIZE_REQUEST for rtype, _ in replacing):
+        # a resize request cannot be updated, and its replacement's resizeBy adds every node again
+        # to the kept group, which holds them already (blueprints/gcp/resize_request.py)
+        raise RequestError(
+            f"this update of flex-start stack {stack!r} would replace its resize request (node count or TTL "
+            "changed): a new request adds all its nodes to the group next to the running ones; run "
+            f"`gpuinfra down {stack}`, then `gpuinfra up {stack}`, or undo the change in the stack file"
         )
     if nodes and not replace_nodes:
         raise RequestError(
@@ -454,6 +465,12 @@ def deploy(
                 f"{exc}; removing the half-created stack failed too ({cleanup}): run "
                 f"`gpuinfra down {stack}` so nothing keeps billing"
             ) from None
+        if GCP_LEFT_RUNNING_TEXT in str(exc):  # the VMs it names outlive the stack: `down` deletes them
+            raise kind(
+                f"{exc}. The stack's resources were destroyed again, but those VMs may still bill: run "
+                f"`gpuinfra down {stack}` (it deletes VMs under the stack's bulk-insert names), then "
+                f"`gpuinfra up {stack}` to try again"
+            ) from None
         raise kind(
             f"{exc}. Everything `up` created was destroyed again, so nothing bills (its new bucket "
             f"is empty and kept); run `gpuinfra up {stack}` to try again"
@@ -466,14 +483,17 @@ def deploy(
 def _gains_bulk_nodes(backend: Backend, project_dir: Path, spec: ClusterSpec) -> bool:
     """A deployed GCP stack of a bulk-insert formation whose outputs have no
     ``bulk_instance_names``: deployed by an earlier gpuinfra, its nodes are its MIG's (whose
-    ``targetSize`` Pulumi now ignores), so an ``up`` would create the bulk insert's as well."""
+    ``targetSize`` Pulumi now ignores), so an ``up`` would create the bulk insert's as well. A
+    stack with no outputs at all is none of those: its first ``up`` never completed (interrupted,
+    or failed before the program's end), so no MIG of it holds nodes and ``up`` may try again."""
     if spec.cloud != "gcp":
         return False
     from gpuinfra.plan.gcp import plan_gcp_cluster  # GCP stacks only
 
     if not plan_gcp_cluster(spec).bulk_insert:
         return False
-    return "bulk_instance_names" not in backend.outputs(project_dir, spec.stack)
+    outputs = backend.outputs(project_dir, spec.stack)
+    return bool(outputs) and "bulk_instance_names" not in outputs
 
 
 def _up_retrying_profile(
@@ -673,6 +693,11 @@ def destroy_cluster(
     deployed = status is not None and (status.resource_count is None or status.resource_count > 0)
     outputs = backend.outputs(project_dir, stack) if deployed else {}
     spec = teardown.with_gcp_project(spec, outputs)
+    if spec.cloud == "gcp" and not spec.gcp_project and stack_file_path(project_dir, stack).exists():
+        # no outputs to read it from (a first `up` destroyed or interrupted): the project the
+        # program itself falls back to, the stack's `gcp:project` (blueprints/gcp/cluster.py project_id)
+        configured = read_stack_config(project_dir, stack).get("gcp:project")
+        spec = spec.model_copy(update={"gcp_project": str(configured)}) if configured else spec
     if clients is None:
         try:
             clients = teardown.make_clients(spec)

@@ -52,6 +52,16 @@ class ComputeStandin:
     operations: dict[str, dict] = field(default_factory=dict)
     requests: list[tuple[str, str, dict]] = field(default_factory=list)
     deleted: bool = False
+    #: name -> how many of its next deletes are refused with HTTP 400 ``resourceNotReady`` (an
+    #: instance whose own operation is not done yet: "The resource ... is not ready", reported for
+    #: Compute instances in github.com/googleapis/google-cloud-java/issues/9312)
+    refuse_deletes: dict[str, int] = field(default_factory=dict)
+    #: how many of the next ``zoneOperations.get`` are refused with HTTP 403 ``rateLimitExceeded``
+    #: (Compute's rate limit: "Error 403: Quota exceeded for quota group ..., rateLimitExceeded",
+    #: github.com/hashicorp/terraform-provider-google/issues/8360; not retried by the client)
+    refuse_operation_reads: int = 0
+    #: the message of a refused bulk insert (:attr:`Capacity.refuse`; None: ``<reason>: refused``)
+    refusal_message: str | None = None
 
     def __post_init__(self) -> None:
         standin = self
@@ -141,12 +151,9 @@ class ComputeStandin:
             cap = self.capacity
             if cap.refuse:
                 status, reason = cap.refuse
+                message = self.refusal_message or f"{reason}: refused (stand-in)"
                 return status, {
-                    "error": {
-                        "code": status,
-                        "message": f"{reason}: refused (stand-in)",
-                        "errors": [{"reason": reason, "message": f"{reason}: refused (stand-in)"}],
-                    }
+                    "error": {"code": status, "message": message, "errors": [{"reason": reason, "message": message}]}
                 }
             names = sorted(body.get("perInstanceProperties") or {})
             made = names if cap.creates is None else names[: cap.creates]
@@ -165,6 +172,10 @@ class ComputeStandin:
             return 200, {k: v for k, v in op.items() if not k.startswith("_")}
         if rest.startswith("operations/"):
             name = rest.split("/")[1]
+            if self.refuse_operation_reads > 0:
+                self.refuse_operation_reads -= 1
+                message = "Quota exceeded for quota group 'OperationReadGroup' (stand-in)"
+                return 403, {"error": {"code": 403, "message": message, "errors": [{"reason": "rateLimitExceeded"}]}}
             op = self.operations.get(name)
             if op is None:
                 return self._not_found(name)
@@ -177,6 +188,10 @@ class ComputeStandin:
                 return self._not_found(name)
             if method == "GET":
                 return 200, self.instances[name]
+            if method == "DELETE" and self.refuse_deletes.get(name, 0) > 0:
+                self.refuse_deletes[name] -= 1
+                message = f"The resource '{name}' is not ready"
+                return 400, {"error": {"code": 400, "message": message, "errors": [{"reason": "resourceNotReady"}]}}
             if method == "DELETE":
                 self.deleted = True
                 del self.instances[name]

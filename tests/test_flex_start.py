@@ -376,3 +376,64 @@ def test_preflight_of_a_flex_stack_reads_the_preemptible_gpu_quota(gcp):  # noqa
     with pytest.raises(QuotaError) as raised:
         preflight.run_preflight(spec)
     assert "PREEMPTIBLE_NVIDIA_H200_GPUS" in str(raised.value) and "16 GPUs" in str(raised.value)
+
+
+@pytest.mark.parametrize("replace_nodes", [False, True])
+def test_up_refuses_a_change_that_replaces_the_resize_request_of_a_deployed_stack(run_cli, tmp_path, replace_nodes):
+    """A resize request cannot be updated (instanceGroupManagerResizeRequests has insert, get, list,
+    cancel and delete only), so a changed node count or TTL replaces it, and the new request's
+    ``resizeBy`` ("The group's target size will be increased by this number", pulumi-gcp
+    ``ResizeRequest``) adds every node again to a group that already holds them, while the group
+    itself is kept: refused before Pulumi runs, even with --replace-nodes."""
+    from gpuinfra import lifecycle
+    from gpuinfra.errors import RequestError
+    from gpuinfra.rules.gcp import RESIZE_REQUEST
+    from gpuinfra.stackfile import read_stack_spec
+    from tests.cli.test_lifecycle_cli import FakeBackend
+
+    written = run_cli(
+        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
+        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+    spec = read_stack_spec(tmp_path, "flex")
+    backend = FakeBackend(deployed={"flex"}, outputs={"bucket_name": "b"}, replaced=[(RESIZE_REQUEST, "flex-resize")])
+    waited = []
+    with pytest.raises(RequestError) as raised:
+        lifecycle.deploy(
+            backend,
+            tmp_path,
+            spec,
+            lambda _e: None,
+            preflight=False,
+            replace_nodes=replace_nodes,
+            wait_flex_start=lambda s, t: waited.append(t),
+        )
+    assert ("up", "flex") not in backend.calls and waited == []
+    assert raised.value.exit_code == ExitCode.BAD_INPUT == 2
+    assert "gpuinfra down flex" in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_refused_cancel_at_the_timeout_is_still_the_capacity_error_that_destroys_the_stack():
+    """The cancel at the timeout is refused (here HTTP 400): the wait still ends with the capacity
+    error (exit 7) that makes `up` destroy the new stack -- deleting the group, and with it the
+    request that could otherwise create the VMs later, unattended -- not with the client's error,
+    which `up` would not handle and which would leave the stack and its pending request."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    spec = _flex()
+    path = _request_path(spec)
+    refused = (400, {"error": {"code": 400, "message": "cannot cancel now (stand-in)", "errors": []}})
+    with ReplayServer(
+        [("POST", f"{path}/cancel", None, refused), ("GET", path, None, _resize_request(spec, "ACCEPTED"))]
+    ) as server:
+        client = compute_v1.InstanceGroupManagerResizeRequestsClient(
+            credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=server.url), transport="rest"
+        )
+        with pytest.raises(CapacityError) as raised:
+            flex_start.wait_for_resize_request(spec, 0.5, client, "demo-project", poll_seconds=0.2)
+    assert raised.value.exit_code == ExitCode.OPERATION_FAILED
+    text = str(raised.value)
+    assert text.startswith("flex-start request not fulfilled within 0.5 s") and "cancel" in text and "\n" not in text

@@ -122,6 +122,72 @@ def test_vms_a_timed_out_insert_still_makes_are_deleted_until_it_ends(standin, p
     assert "CAPACITY_TIMEOUT" in str(raised.value)
 
 
+def test_a_delete_refused_during_the_cleanup_is_retried_and_the_stockout_keeps_its_class(standin, provider):
+    """A VM of the failed insert refuses its first delete (HTTP 400 resourceNotReady, as for an
+    instance whose own creation is not done): the other VMs are still deleted, the refused one is
+    deleted again on the next poll, and `up` still gets the capacity error (exit 7)."""
+    standin.capacity = Capacity(creates=3, error="ZONE_RESOURCE_POOL_EXHAUSTED")
+    standin.refuse_deletes = {"demo--ab12-node-n000": 1}
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(4))
+    assert standin.instances == {}
+    assert "ZONE_RESOURCE_POOL_EXHAUSTED" in str(raised.value)
+
+
+def test_a_delete_refused_until_the_bound_is_named_with_the_capacity_error(standin, provider):
+    """A VM whose deletes are refused throughout the bounded wait: the error keeps its class and
+    names that VM and `gpuinfra down`, and the other VMs are deleted."""
+    standin.capacity = Capacity(creates=2, error="ZONE_RESOURCE_POOL_EXHAUSTED")
+    standin.refuse_deletes = {"demo--ab12-node-n001": 10_000}
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(3))
+    assert sorted(standin.instances) == ["demo--ab12-node-n001"]
+    text = str(raised.value)
+    assert "demo--ab12-node-n001" in text and "gpuinfra down" in text and "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("reason", "message"),
+    [
+        # the JSON API's reasons are camelCase: "Error 403: Quota 'SSD_TOTAL_GB' exceeded. Limit:
+        # 100.0, quotaExceeded" (github.com/openshift-evangelists/openshifter/issues/15) and "Error
+        # 403: Quota exceeded for quota group 'ReadGroup' ..., rateLimitExceeded"
+        # (github.com/hashicorp/terraform-provider-google/issues/8360)
+        ("quotaExceeded", "Quota 'GPUS_ALL_REGIONS' exceeded. Limit: 0.0 globally."),
+        ("rateLimitExceeded", "Quota exceeded for quota group 'WriteGroup' of service 'compute.googleapis.com'"),
+    ],
+)
+def test_a_call_refused_with_the_json_apis_quota_reason_is_quota_not_iam(standin, provider, reason, message):
+    standin.capacity = Capacity(refuse=(403, reason))
+    standin.refusal_message = message
+    with pytest.raises(QuotaError) as raised:
+        provider.create(_props(2))
+    assert raised.value.exit_code == ExitCode.QUOTA_EXCEEDED == 9
+    assert reason in str(raised.value) and standin.instances == {}
+
+
+def test_a_refused_read_of_the_running_insert_does_not_end_a_formation_that_completes(standin, provider):
+    """A read of the operation is refused once (Compute's 403 rateLimitExceeded) while the insert
+    runs: that is no failure of the insert, which goes on and creates every VM -- reading on, the
+    formation completes; ending there would have deleted the VMs it made and left the ones it
+    still makes."""
+    standin.capacity = Capacity(creates=3, running=True)
+    standin.refuse_operation_reads = 1
+    standin._advance = lambda op, zone: op.update(status="DONE")  # the next read that is answered: done
+    result = provider.create(_props(3))
+    assert sorted(standin.instances) == list(result.outs["names"])
+
+
+def test_reads_refused_until_the_timeout_end_as_the_capacity_timeout_with_nothing_left(standin, provider):
+    standin.capacity = Capacity(creates=2, running=True)
+    standin.refuse_operation_reads = 10_000
+    with pytest.raises(CapacityError) as raised:
+        provider.create(_props(3, timeout=1))
+    text = str(raised.value)
+    assert "CAPACITY_TIMEOUT" in text and "rateLimitExceeded" in text and "\n" not in text
+    assert standin.instances == {}
+
+
 def test_quota_exceeded_is_the_quota_class(standin, provider):
     standin.capacity = Capacity(creates=0, error="QUOTA_EXCEEDED")
     with pytest.raises(QuotaError) as raised:
@@ -200,3 +266,46 @@ def test_down_finds_the_bulk_nodes_and_deletes_what_an_interrupted_up_left(stand
     assert teardown.delete_gcp_bulk_leftovers(spec, clients) == names
     assert standin.instances == {}
     assert teardown.list_nodes(spec, {"bulk_instance_names": names}, clients) == []
+
+
+def test_down_deletes_the_leftovers_of_a_stack_whose_project_is_the_gcp_project_config(
+    standin, run_cli, tmp_path, monkeypatch
+):
+    """The stack file leaves the project to ``gcp:project`` (as the program reads it) and the
+    stack has no resources left (its failed first `up` was destroyed) or no outputs (interrupted):
+    `down` still finds and deletes the VMs under the stack's bulk-insert names in that project."""
+    import yaml
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from gpuinfra import lifecycle, teardown
+    from gpuinfra.plan.boot_gcp import node_prefix
+    from gpuinfra.stackfile import read_stack_spec, stack_file_path
+    from tests.cli.test_lifecycle_cli import FakeBackend
+
+    made = run_cli(
+        "new", "--instance-type", "a2-highgpu-8g", "--nodes", "2", "--cloud", "gcp", "--spot", "--name", "train",
+        "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    path = stack_file_path(tmp_path, "train")
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["gcp:project"] = "demo-project"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    spec = read_stack_spec(tmp_path, "train")
+    assert spec.gcp_project is None
+    names = list(gcp_bulk_instance_names(node_prefix(spec), 2))
+    for name in names:
+        standin.instances[name] = {"name": name, "status": "RUNNING"}
+    clients = teardown.CloudClients(
+        groups=_NoGroup(),
+        instances=compute_v1.InstancesClient(
+            credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=standin.url), transport="rest"
+        ),
+    )
+    said = []
+    lifecycle.destroy_cluster(FakeBackend(), tmp_path, spec, lambda _e: None, said.append, clients=clients)
+    assert standin.instances == {}
+    assert any(names[0] in line for line in said)
+    assert {p.split("/projects/")[1].split("/")[0] for m, p, _ in standin.requests} == {"demo-project"}

@@ -39,7 +39,13 @@ from typing import Any
 import pulumi
 import pulumi.dynamic as dynamic
 
-from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, GCP_TIMEOUT_CODE, GcpError, gcp_launch_error
+from gpuinfra.launch_errors import (
+    GCP_BULK_INSERT_TYPE,
+    GCP_LEFT_RUNNING_TEXT,
+    GCP_TIMEOUT_CODE,
+    GcpError,
+    gcp_launch_error,
+)
 
 #: Type token of the resource (``dynamic.Resource`` builds it from ``module`` and ``name``).
 TYPE_TOKEN = GCP_BULK_INSERT_TYPE
@@ -84,6 +90,18 @@ def _call_error(exc: Exception) -> GcpError:
     return GcpError(code, message, status)
 
 
+def _read_operation(clients: ComputeClients, project: str, zone: str, operation: Any) -> tuple[Any, str]:
+    """``(the operation as zoneOperations.get reads it now, "")``, or, the read refused (an HTTP
+    error the client does not retry itself, such as Compute's 403 ``rateLimitExceeded``),
+    ``(operation unchanged, the refusal as one line)``."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    try:
+        return clients.operations.get(project=project, zone=zone, operation=operation.name), ""
+    except GoogleAPICallError as exc:
+        return operation, _call_error(exc).line()
+
+
 def _operation_errors(operation: Any) -> list[GcpError]:
     """The entries of a DONE operation's ``error.errors``."""
     error = getattr(operation, "error", None)
@@ -115,24 +133,42 @@ def delete_all(
     sleep: Callable[[float], None] = time.sleep,
 ) -> list[str]:
     """Delete every one of ``names`` that exists (``instances.delete``; 404: already gone) and wait
-    until ``instances.get`` finds none of them, at most ``wait_seconds``.
+    until ``instances.get`` finds none of them, at most ``wait_seconds``. A refused delete (any
+    other HTTP error: a VM whose own operation is not done yet, a rate limit) does not stop the
+    others and is tried again at each poll while the VM exists; a failed read counts the VMs as
+    still there (money: never report a VM gone that was not seen gone).
 
     Returns:
-        The names still found when the wait ended (empty: all gone).
+        The names still found (or not known gone) when the wait ended (empty: all gone).
     """
-    from google.api_core.exceptions import NotFound
+    from google.api_core.exceptions import GoogleAPICallError, NotFound
 
-    for name in names:
-        try:
-            clients.instances.delete_unary(project=project, zone=zone, instance=name)
-        except NotFound:
-            continue
     start = clock()
+    to_delete = list(names)
     while True:
-        left = existing(clients, project, zone, names)
+        refused = []
+        for name in to_delete:
+            try:
+                clients.instances.delete_unary(project=project, zone=zone, instance=name)
+            except NotFound:
+                continue
+            except GoogleAPICallError:
+                refused.append(name)
+        left = existing_or_all(clients, project, zone, names)
         if not left or clock() - start >= wait_seconds:
             return left
+        to_delete = [name for name in refused if name in left]
         sleep(poll_seconds)
+
+
+def existing_or_all(clients: ComputeClients, project: str, zone: str, names: list[str]) -> list[str]:
+    """:func:`existing`, or every one of ``names`` when a read fails (not known gone: fail closed)."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    try:
+        return existing(clients, project, zone, names)
+    except GoogleAPICallError:
+        return list(names)
 
 
 def form(
@@ -189,33 +225,43 @@ def form(
         operation = clients.instances.bulk_insert_unary(
             project=project, zone=zone, bulk_insert_instance_resource_resource=resource
         )
+        refused = ""  # a refused read is no end of the insert: read on, within the timeout
         while operation.status != compute_v1.Operation.Status.DONE and clock() - start < timeout:
             sleep(min(poll_seconds, max(0.0, timeout - (clock() - start))))
-            operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+            operation, refused = _read_operation(clients, project, zone, operation)
         if operation.status != compute_v1.Operation.Status.DONE:
-            errors = [GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s")]
+            detail = f" (the last read of its operation was refused: {refused})" if refused else ""
+            errors = [
+                GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s{detail}")
+            ]
             drained = clock()
             while True:  # no cancel: delete what it made, and what it still makes, until it ends
                 delete_all(
-                    clients, project, zone, existing(clients, project, zone, names), 0, poll_seconds, clock, sleep
+                    clients,
+                    project,
+                    zone,
+                    existing_or_all(clients, project, zone, names),
+                    0,
+                    poll_seconds,
+                    clock,
+                    sleep,
                 )
                 if operation.status == compute_v1.Operation.Status.DONE or clock() - drained >= delete_wait_seconds:
                     break
                 sleep(poll_seconds)
-                operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+                operation, _ = _read_operation(clients, project, zone, operation)
         else:
             errors = _operation_errors(operation)
     except GoogleAPICallError as exc:
         errors = [_call_error(exc)]
-    created = existing(clients, project, zone, names)
+    created = existing_or_all(clients, project, zone, names)
     if not errors and len(created) == len(names):
         return
     left = delete_all(clients, project, zone, created, delete_wait_seconds, poll_seconds, clock, sleep)
     error = gcp_launch_error(errors, len(created), len(names), props["machine_type"], zone, props["region"])
     if left:
         error = type(error)(
-            f"{error}; deleting the VMs it made did not finish within {delete_wait_seconds:g} s: "
-            f"{', '.join(left)} (run `gpuinfra down`)"
+            f"{error}; {GCP_LEFT_RUNNING_TEXT} {delete_wait_seconds:g} s: {', '.join(left)} (run `gpuinfra down`)"
         )
     raise error
 

@@ -73,8 +73,9 @@ def up(
     capacity_timeout: int | None = typer.Option(
         None,
         "--capacity-timeout",
-        help="Seconds `up` waits for every node of a GCP STANDARD / SPOT cluster (one all-or-nothing bulk insert) "
-        "before it deletes what was made and exits 7 (no capacity; --fallback then tries the next rung). "
+        help="Seconds `up` waits for every node of a GCP STANDARD / SPOT cluster (one all-or-nothing bulk insert: "
+        "what was made is deleted) or flex-start cluster (its resize request: cancelled) before it exits 7 "
+        "(no capacity; --fallback then tries the next rung). "
         f"{MIN_CAPACITY_TIMEOUT_SECONDS} to {MAX_CAPACITY_TIMEOUT_SECONDS}; default {DEFAULT_CAPACITY_TIMEOUT_SECONDS}.",
         show_default=False,
     ),

@@ -122,7 +122,7 @@ def run(
         None,
         "--capacity-timeout",
         help="As `up --capacity-timeout`: seconds the `up` that run does waits for every node of a GCP STANDARD / SPOT "
-        "cluster before it reports no capacity (exit 7).",
+        "or flex-start cluster before it reports no capacity (exit 7).",
         show_default=False,
     ),
     project_dir: Path = options.ProjectDir,

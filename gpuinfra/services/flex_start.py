@@ -95,7 +95,8 @@ def wait_for_resize_request(
         ``SUCCEEDED``.
 
     Raises:
-        CapacityError: not SUCCEEDED within the timeout (the request is cancelled first), or FAILED /
+        CapacityError: not SUCCEEDED within the timeout (the request is cancelled first; a failed
+            cancel is the same error, so ``up`` destroys the stack and the group with it), or FAILED /
             CANCELLED (exit 7): "flex-start request not fulfilled within N s".
             A Compute API error while reading the request counts as not fulfilled (cancelled, best
             effort), so ``up`` destroys the stack rather than leave a request that may create VMs.
@@ -130,7 +131,13 @@ def wait_for_resize_request(
         left = deadline - clock()
         if left <= 0:
             # a pending request must not create the VMs later, unattended; wait for the cancel to be done
-            client.cancel(**where).result(timeout=CANCEL_TIMEOUT_SECONDS)
+            try:
+                client.cancel(**where).result(timeout=CANCEL_TIMEOUT_SECONDS)
+            except (GoogleAPIError, TimeoutError) as exc:  # still the capacity error: `up` destroys the group
+                said = " ".join(str(exc).split())
+                raise not_fulfilled(
+                    capacity_timeout_seconds, f" (it was {state}; cancelling it failed: {said})"
+                ) from None
             raise not_fulfilled(capacity_timeout_seconds, f" (it was {state}; cancelled)")
         sleep(min(poll_seconds, left))
 

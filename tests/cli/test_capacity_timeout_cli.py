@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from gpuinfra import lifecycle
+from gpuinfra.errors import CapacityError
 from gpuinfra.launch_errors import GcpError, gcp_launch_error
 from gpuinfra.lifecycle import StackStatus
 from gpuinfra.plan.formation import DEFAULT_CAPACITY_TIMEOUT_SECONDS
@@ -162,3 +163,55 @@ def test_up_refuses_a_stack_deployed_with_its_nodes_in_the_group(run_cli, gcp_pr
     backend.outputs = lambda project_dir, stack: {"bucket_name": "b", "bulk_instance_names": ["x"]}
     assert run_cli("up", "train", "--project-dir", str(gcp_project)).exit_code == 0
     assert backend.calls == ["up"]
+
+
+def test_up_retries_a_bulk_stack_whose_first_up_never_finished(run_cli, gcp_project, monkeypatch):
+    """A first `up` that was interrupted (or failed other than on a launch) leaves resources but no
+    outputs at all, as the program never completed: that is no earlier gpuinfra's stack, and `up`
+    must try again (creating the bulk insert then), not send the user to `down`."""
+    backend = RecordingBackend(gcp_project)
+    backend.deployed.add("train")
+    backend.outputs = lambda project_dir, stack: {}
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(gcp_project))
+    assert result.exit_code == 0, result.stderr
+    assert backend.calls == ["up"]
+
+
+def test_a_failed_bulk_insert_that_left_vms_does_not_claim_nothing_bills(run_cli, gcp_project, monkeypatch):
+    """The provider could not delete every VM it made within its bound and names them: `up`
+    destroys the new stack as usual, but must not say that nothing bills; it points to `down`,
+    which deletes VMs under the stack's bulk-insert names."""
+    from blueprints.gcp import bulk_insert
+
+    class Clients:
+        def __init__(self):
+            self.instances, self.operations = self, self
+
+        def get(self, **kwargs):  # every VM exists, and keeps existing
+            return object()
+
+        def delete_unary(self, **kwargs):
+            return None
+
+        def bulk_insert_unary(self, **kwargs):  # made both VMs, then ran out of capacity
+            from google.cloud import compute_v1
+
+            error = compute_v1.Errors(code="ZONE_RESOURCE_POOL_EXHAUSTED", message="x")
+            return compute_v1.Operation(status=compute_v1.Operation.Status.DONE, error=compute_v1.Error(errors=[error]))
+
+    with pytest.raises(CapacityError) as raised:
+        bulk_insert.form(
+            Clients(),
+            {"project": "p", "zone": "z", "region": "r", "template": "t", "names": ["a", "b"],
+             "machine_type": "a2-highgpu-8g", "capacity_timeout_seconds": 60},
+            poll_seconds=0, delete_wait_seconds=0,
+        )  # fmt: skip
+    text = f"error: update failed\n    error: Exception: {raised.value}\n"
+    backend = RecordingBackend(gcp_project, fail_text=text)
+    _use(monkeypatch, backend)
+    result = run_cli("up", "train", "--project-dir", str(gcp_project))
+    assert result.exit_code == 7, result.stderr
+    assert backend.calls == ["up", "destroy"]
+    assert "nothing bills" not in result.stderr and "gpuinfra down train" in result.stderr
+    assert result.stderr.count("\n") == 1
