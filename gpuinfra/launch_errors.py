@@ -223,6 +223,9 @@ def fleet_launch_error(
 #: Pulumi dynamic resource: ``pulumi-python:dynamic/<module>:<name>``); defined here, the one
 #: module the blueprint, the rules and the cost estimate all import without a cycle.
 GCP_BULK_INSERT_TYPE = "pulumi-python:dynamic/gcp:BulkInsert"
+#: Type token of a MIG resize request (the nodes of a flex-start cluster, blueprints/gcp/
+#: resize_request.py), here for the same reason.
+GCP_RESIZE_REQUEST_TYPE = "gcp:compute/resizeRequest:ResizeRequest"
 
 #: Compute Engine's codes of a zone without the capacity asked for: "Compute Engine returns an
 #: error message similar to one of the following ... ZONE_RESOURCE_POOL_EXHAUSTED,

@@ -62,6 +62,15 @@ def _bulk_requests(standin) -> list[dict]:
     return [body for method, path, body in standin.requests if path.endswith("/instances/bulkInsert")]
 
 
+def test_the_insert_sends_the_declared_count_and_min_count_the_rules_judge(standin, provider):
+    # the gcp-mig-all-or-nothing rule reads the resource's count / min_count: they are what is sent
+    provider.create({**_props(2), "min_count": 1})
+    (body,) = _bulk_requests(standin)
+    assert (body["count"], body["minCount"]) == ("2", "1")
+    with pytest.raises(ValueError, match="bulk insert of 3 VMs under 2 names"):
+        provider.create({**_props(2), "count": 3})
+
+
 def test_full_capacity_creates_every_node_under_its_fixed_name_in_one_call(standin, provider):
     result = provider.create(_props(4))
     names = ["demo--ab12-node-n000", "demo--ab12-node-n001", "demo--ab12-node-n002", "demo--ab12-node-n003"]

@@ -209,9 +209,12 @@ def form(
     project, zone, names = props["project"], props["zone"], list(props["names"])
     timeout = float(props["capacity_timeout_seconds"])
     start = clock()
+    count, min_count = int(props["count"]), int(props["min_count"])  # what the stack declares (the rules judge it)
+    if count != len(names):
+        raise ValueError(f"bulk insert of {count} VMs under {len(names)} names")
     resource = compute_v1.BulkInsertInstanceResource(
-        count=len(names),
-        min_count=len(names),
+        count=count,
+        min_count=min_count,
         source_instance_template=props["template"],
         per_instance_properties={name: compute_v1.BulkInsertInstanceResourcePerInstanceProperties() for name in names},
     )

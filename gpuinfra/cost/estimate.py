@@ -27,6 +27,7 @@ from gpuinfra.cost.after_down import KeptLine, left_after_down
 from gpuinfra.cost.lines import CostLine
 from gpuinfra.cost.monitoring import MONITORING_TYPES, monitoring_lines
 from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE as GCP_BULK_INSERT
+from gpuinfra.launch_errors import GCP_RESIZE_REQUEST_TYPE as GCP_RESIZE_REQUEST
 from gpuinfra.locality import quote_transfer
 
 FREE_TYPES = frozenset(
@@ -66,7 +67,7 @@ FREE_TYPES = frozenset(
         "gcp:compute/resourcePolicy:ResourcePolicy",
         # a flex-start group's resize request has no charge of its own: the VMs it creates bill,
         # priced on the group's compute line with the request's node count (read_cluster_facts)
-        "gcp:compute/resizeRequest:ResizeRequest",
+        GCP_RESIZE_REQUEST,
         "gcp:serviceaccount/account:Account",
         "gcp:storage/bucketIAMMember:BucketIAMMember",
         "gcp:projects/iAMMember:IAMMember",
@@ -95,8 +96,6 @@ GP3_FREE_THROUGHPUT = 125
 CATALOG_SOURCE = "gpuinfra instance catalog"
 
 
-#: Pulumi type of a MIG resize request (the nodes of a flex-start cluster).
-GCP_RESIZE_REQUEST = "gcp:compute/resizeRequest:ResizeRequest"
 #: Catalog market of a GCP template's ``scheduling.provisioningModel`` (absent: STANDARD).
 GCP_MARKET_OF_MODEL = {"SPOT": "spot", "FLEX_START": "flex-start"}
 

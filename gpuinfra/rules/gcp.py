@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 
 from gpuinfra.catalog.facts_model import GCP_PROVISIONING_MODELS, InstanceFacts
-from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE
+from gpuinfra.launch_errors import GCP_BULK_INSERT_TYPE, GCP_RESIZE_REQUEST_TYPE
 from gpuinfra.rules.model import UNKNOWN, Facts, Resource, ResourceGraph, Violation
 from gpuinfra.rules.spec_rules import not_sold, violation
 
@@ -454,7 +454,7 @@ def check_placement(graph: ResourceGraph, facts: Facts) -> list[Violation]:
 
 
 #: Pulumi type of a MIG resize request (flex-start clusters: :mod:`gpuinfra.plan.flex_start`).
-RESIZE_REQUEST = "gcp:compute/resizeRequest:ResizeRequest"
+RESIZE_REQUEST = GCP_RESIZE_REQUEST_TYPE
 #: Shortest and longest ``requestedRunDuration`` of a resize request, in seconds: "between 10
 #: minutes and 7 days" (cloud.google.com/compute/docs/instance-groups/about-resize-requests-mig;
 #: pulumi-gcp 10.2 ``ResizeRequestRequestedRunDurationArgs``: "Must be from 600 to 604800
