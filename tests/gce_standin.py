@@ -56,6 +56,8 @@ class ComputeStandin:
     #: instance whose own operation is not done yet: "The resource ... is not ready", reported for
     #: Compute instances in github.com/googleapis/google-cloud-java/issues/9312)
     refuse_deletes: dict[str, int] = field(default_factory=dict)
+    #: managed instance groups: name -> the names of their VMs (in :attr:`instances` too)
+    groups: dict[str, list[str]] = field(default_factory=dict)
     #: how many of the next ``zoneOperations.get`` are refused with HTTP 403 ``rateLimitExceeded``
     #: (Compute's rate limit: "Error 403: Quota exceeded for quota group ..., rateLimitExceeded",
     #: github.com/hashicorp/terraform-provider-google/issues/8360; not retried by the client)
@@ -72,7 +74,9 @@ class ComputeStandin:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
                 body = json.loads(raw) if raw else {}
-                path = self.path.split("?", 1)[0]
+                path, _, query = self.path.partition("?")
+                if query:  # e.g. instanceGroupManagers.resize?size=0
+                    body = {**body, "__query__": dict(p.split("=", 1) for p in query.split("&") if "=" in p)}
                 standin.requests.append((method, path, body))
                 with standin._lock:
                     status, payload = standin.answer(method, path, body)
@@ -182,6 +186,15 @@ class ComputeStandin:
             if op["status"] == "RUNNING":
                 self._advance(op, zone)
             return 200, {k: v for k, v in op.items() if not k.startswith("_")}
+        if method == "POST" and rest.startswith("instanceGroupManagers/") and rest.endswith("/resize"):
+            group = rest.split("/")[1]
+            if group not in self.groups:
+                return self._not_found(group)
+            size = int((body.get("__query__") or {}).get("size", "-1"))
+            for name in self.groups[group][size:]:  # a resize down deletes the group's VMs over the size
+                self.instances.pop(name, None)
+            del self.groups[group][size:]
+            return 200, self._operation(zone, "compute.instanceGroupManagers.resize", path, done=True)
         if rest.startswith("instances/"):
             name = rest.split("/", 1)[1]
             if name not in self.instances:

@@ -224,6 +224,25 @@ def test_delete_removes_every_name_and_passes_over_the_gone_ones(standin, provid
     assert standin.instances == {}
 
 
+def test_replacing_the_nodes_also_ends_the_replacements_the_group_holds(standin, provider):
+    """A preempted bulk VM's replacement is a member of the group; replacing the bulk insert
+    (``up --replace-nodes``, another node count) must not leave it billing beside the new nodes."""
+    result = provider.create(_props(2))
+    del standin.instances["demo--ab12-node-n001"]  # preempted; the group made its replacement
+    standin.instances["demo--ab12-node-x7k2"] = {"kind": "compute#instance", "name": "demo--ab12-node-x7k2"}
+    standin.groups[GROUP] = ["demo--ab12-node-x7k2"]
+    provider.delete(result.id, result.outs)
+    assert standin.instances == {} and standin.groups[GROUP] == []
+    (resize,) = [(p, b) for m, p, b in standin.requests if p.endswith("/resize")]
+    assert resize == (
+        f"/compute/v1/projects/demo-project/zones/{ZONE}/instanceGroupManagers/{GROUP}/resize",
+        {"__query__": {"size": "0"}},
+    )
+    standin.groups.clear()  # on `down` the group may be gone already: nothing to empty
+    provider.delete(provider.create(_props(1)).id, _props(1))
+    assert standin.instances == {}
+
+
 def test_only_a_change_of_the_timeout_does_not_replace_the_nodes(provider):
     old = _props(2)
     assert provider.diff("id", old, {**old, "capacity_timeout_seconds": 60}).replaces == []

@@ -22,7 +22,11 @@ force all or nothing behavior", ``minCount`` defaulting to ``count``).
   exists is deleted and the deletes are waited for (:data:`DELETE_WAIT_SECONDS`), then it raises
   the classified error of :func:`gpuinfra.launch_errors.gcp_launch_error` (its marker starts the
   line ``gpuinfra up`` reads: capacity exit 7, quota 9, IAM 11, anything else 10).
-* **delete**: deletes every name (404: already gone) and waits for the deletes.
+* **delete**: deletes every name (404: already gone) and waits for the deletes, then empties the
+  group's MIG (``instanceGroupManagers.resize`` to 0: its members are the replacements of lost
+  nodes, nodes of the same cluster), so a replacement of the bulk insert (``up --replace-nodes``,
+  another node count) leaves no node of the old cluster billing beside the new one; on ``down``
+  the MIG is deleted next anyway.
 * **diff**: any change of an input but the timeout replaces the VMs (``up`` refuses an update
   that replaces nodes without ``--replace-nodes``: :data:`gpuinfra.lifecycle.NODE_RESOURCE_TYPES`).
 
@@ -61,10 +65,12 @@ NOT_REPLACING = frozenset({"capacity_timeout_seconds", "machine_type", "region"}
 @dataclass
 class ComputeClients:
     """The Compute clients the provider calls: ``instances`` (``compute_v1.InstancesClient``) and
-    ``operations`` (``compute_v1.ZoneOperationsClient``)."""
+    ``operations`` (``compute_v1.ZoneOperationsClient``), ``groups``
+    (``compute_v1.InstanceGroupManagersClient``)."""
 
     instances: Any
     operations: Any
+    groups: Any = None
 
 
 def make_clients(client_options: Any = None, credentials: Any = None) -> ComputeClients:
@@ -77,7 +83,39 @@ def make_clients(client_options: Any = None, credentials: Any = None) -> Compute
         kwargs["client_options"] = client_options
     if credentials is not None:
         kwargs["credentials"] = credentials
-    return ComputeClients(compute_v1.InstancesClient(**kwargs), compute_v1.ZoneOperationsClient(**kwargs))
+    return ComputeClients(
+        compute_v1.InstancesClient(**kwargs),
+        compute_v1.ZoneOperationsClient(**kwargs),
+        compute_v1.InstanceGroupManagersClient(**kwargs),
+    )
+
+
+def empty_group(
+    clients: ComputeClients,
+    project: str,
+    zone: str,
+    group: str,
+    wait_seconds: float = DELETE_WAIT_SECONDS,
+    poll_seconds: float = POLL_SECONDS,
+) -> None:
+    """Resize the MIG ``group`` to 0 (``instanceGroupManagers.resize`` with size 0: the MIG deletes
+    its VMs, cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers/resize) and wait
+    for the call's operation, at most ``wait_seconds``; a group that is gone (404) is empty.
+
+    Raises:
+        google.api_core.exceptions.GoogleAPICallError: the call or a read of its operation was refused.
+    """
+    from google.api_core.exceptions import NotFound
+    from google.cloud import compute_v1
+
+    try:
+        operation = clients.groups.resize_unary(project=project, zone=zone, instance_group_manager=group, size=0)
+    except NotFound:
+        return
+    deadline = time.monotonic() + wait_seconds
+    while operation.status != compute_v1.Operation.Status.DONE and time.monotonic() < deadline:
+        time.sleep(poll_seconds)
+        operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
 
 
 def _call_error(exc: Exception) -> GcpError:
@@ -296,10 +334,11 @@ class BulkInsertProvider(dynamic.ResourceProvider):
         Raises:
             RuntimeError: some VMs still exist after :data:`DELETE_WAIT_SECONDS` (named).
         """
-        wait = DELETE_WAIT_SECONDS
-        left = delete_all(self._clients(), props["project"], props["zone"], list(props["names"]), wait, POLL_SECONDS)
+        wait, clients, names = DELETE_WAIT_SECONDS, self._clients(), list(props["names"])
+        left = delete_all(clients, props["project"], props["zone"], names, wait, POLL_SECONDS)
         if left:
             raise RuntimeError(f"VMs not deleted within {wait:g} s: {', '.join(left)}")
+        empty_group(clients, props["project"], props["zone"], names[0].rsplit("-", 1)[0], wait, POLL_SECONDS)
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> dynamic.DiffResult:
         """Any changed input but :data:`NOT_REPLACING` replaces the VMs, the old ones deleted
