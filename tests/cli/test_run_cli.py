@@ -541,3 +541,40 @@ def test_run_stack_without_a_ladder_is_a_plain_up(run_cli, project, monkeypatch,
     assert result.exit_code == 0, result.stderr
     assert "forming its fallback ladder" not in result.stdout
     assert [c for c in backend.calls if c[0] in ("up", "destroy")] == [("up", "train"), ("destroy", "train")]
+
+
+def test_run_refuses_a_secret_that_a_rung_of_its_ladder_could_not_read_before_anything_is_up(
+    run_cli, tmp_path, monkeypatch, s3
+):
+    """A job secret's name is scoped to one stack id (the nodes' grants and their own check), and
+    every rung of a fallback ladder is a stack of its own: a secret named for rung 0 is refused
+    before any rung is brought up, not found unreadable on the nodes of the rung that formed."""
+    from gpuinfra.plan.naming import stack_id
+    from gpuinfra.stackfile import read_stack_spec
+    from tests.cli.test_fallback_ladder_cli import _refusing_preflight
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    _refusing_preflight(monkeypatch, {})
+
+    class NotUpYet(FakeBackend):
+        def outputs(self, project_dir, stack):
+            self.calls.append(("outputs", stack))
+            return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+    backend = NotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    made = run_cli(
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--nodes", "2", "--name", "ft", "--fallback", "2",
+        "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    scope = stack_id(read_stack_spec(tmp_path, "ft"))
+    result = run_cli(
+        "run", "ft", "--secret", f"TOKEN=/gpuinfra/{scope}/job/token", "--project-dir", str(tmp_path),
+        "--", "python", "train.py",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "ft-fb1" in result.stderr and "Traceback" not in result.stderr
+    assert [c for c in backend.calls if c[0] in ("up", "destroy")] == []
