@@ -580,6 +580,7 @@ class JobRunner:
         """Run ``spec`` with its restart policy, then record the end. Returns the final state."""
         if not self.status:
             self.status = self.inherited(spec)
+            self.seq = self.next_log_seq(spec)
         restarts: list[dict] = self.status.get("restarts", [])
         self.put_status(spec, state="running", restarts=restarts, exit_code=None, started_at=utc_now())
         self.await_rank0()
@@ -619,6 +620,30 @@ class JobRunner:
             return {}
         kept = {"restarts": doc["restarts"]}
         return {**kept, "replaces": doc["node"]} if doc.get("node") not in (None, self.node) else kept
+
+    def next_log_seq(self, spec: JobSpec) -> int:
+        """The first free chunk number of this node's part: after the chunks a node that held the
+        part before wrote (a replacement, or this node's job unit before a restart), which stay,
+        and which ``logs -f`` (it remembers the keys it printed) would never show again. Chunks
+        are numbered from 0 without gaps: found with O(log n) reads; a read that fails counts as
+        free."""
+
+        def taken(seq: int) -> bool:
+            try:
+                self.bucket.get_text(log_key(self.stack, spec.id, self.part, seq), 60)
+                return True
+            except (OSError, subprocess.SubprocessError, TimeoutError):
+                return False
+
+        if not taken(0):
+            return 0
+        low, high = 0, 1
+        while taken(high):
+            low, high = high, high * 2
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if taken(mid) else (low, mid)
+        return high
 
     def finish(self, spec: JobSpec, state: str, code: int) -> None:
         """Upload the outputs (bounded), the status and the final object; write the done mark."""

@@ -541,3 +541,23 @@ def test_a_bucket_call_that_hangs_neither_delays_nor_fails_the_attempt(node, mon
     finally:
         released.set()
     assert runner.read_spec() is None  # a timed-out read is "no spec", never an error out of the loop
+
+
+def test_a_replacement_appends_to_the_log_of_the_rank_it_took_instead_of_overwriting_it(node, monkeypatch):
+    """The lost node of rank 1 wrote chunks 0..4 (its crash is in them); the replacement writes
+    the same part, so its chunks come after them: `logs -f` remembers the chunk keys it printed
+    and would never show a chunk written again under a key it saw."""
+    runner, bucket, _ = node
+    job = spec()
+    lost = [f"[rank-1] lost node line {n}\n" for n in range(5)]
+    for seq, text in enumerate(lost):
+        bucket.put_text(log_key(STACK, job.id, "rank-1", seq), text, 1)
+    monkeypatch.setenv("CODES", "0")
+    assert runner.run(job) == "succeeded"
+    assert [bucket.get_text(log_key(STACK, job.id, "rank-1", seq), 1) for seq in range(5)] == lost
+    assert "starting attempt 0" in bucket.get_text(log_key(STACK, job.id, "rank-1", 5), 1)
+    for count in (0, 1, 2, 3, 8, 9, 33):  # any number of earlier chunks
+        other = JobSpec(id=f"j-20261127-040000-n{count}", argv=("true",))
+        for seq in range(count):
+            bucket.put_text(log_key(STACK, other.id, "rank-1", seq), "x\n", 1)
+        assert runner.next_log_seq(other) == count
