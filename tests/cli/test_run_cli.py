@@ -578,3 +578,24 @@ def test_run_refuses_a_secret_that_a_rung_of_its_ladder_could_not_read_before_an
     assert result.exit_code == 2, result.stdout + result.stderr
     assert "ft-fb1" in result.stderr and "Traceback" not in result.stderr
     assert [c for c in backend.calls if c[0] in ("up", "destroy")] == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--nodes", "0", "--nodes must be a whole number from 1 to 1,000"),
+        ("--max-price-per-hour", "0", "max_price_per_hour_usd: Input should be greater than 0"),
+    ],
+)
+def test_run_gpus_hands_a_zero_to_new_which_refuses_it(run_cli, tmp_path, monkeypatch, s3, flag, value, message):
+    """A number the user gave goes to `new` even when it is 0: dropped, `--nodes 0` became new's
+    default of 1 node and `--max-price-per-hour 0` no budget at all, and the cluster was brought up."""
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    args = ("--gpus", "8xH100", "--cloud", "aws", "--nodes", "2", "--name", "ft")
+    result = run_cli("run", *args, flag, value, "--project-dir", str(tmp_path), "--", "python", "train.py")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "stacks").exists() or not list((tmp_path / "stacks").iterdir())
+    assert [c for c in backend.calls if c[0] == "up"] == []
