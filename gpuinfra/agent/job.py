@@ -325,7 +325,7 @@ class JobRunner:
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
-        self.lock, self.flushing = threading.Lock(), threading.Lock()
+        self.lock, self.flushing, self.writing = threading.Lock(), threading.Lock(), threading.Lock()
         self.cancel_seen = False
         self.redo: dict | None = None
         self.worker_failed: tuple[float, int] | None = None
@@ -427,6 +427,10 @@ class JobRunner:
         """Keep one prefixed line for the next chunk and append it to the local log."""
         with self.lock:
             self.lines.append(text)
+        with self.writing:  # the output reader and the unit's own notes: one writer at a time
+            self._append_local(text)
+
+    def _append_local(self, text: str) -> None:
         if self.local_log is None:
             return
         try:

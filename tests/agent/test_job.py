@@ -346,6 +346,31 @@ def test_the_local_log_is_bounded_by_one_rotation(node, monkeypatch, tmp_path):
     assert len(runner.lines) == 20  # the bucket still gets every line
 
 
+def test_the_local_log_stays_on_when_the_output_reader_and_the_unit_write_at_once(node, monkeypatch, tmp_path):
+    """The output reader thread and the unit's own notes (a failed worker, rank 0 moved) both
+    append; across a rotation the second writer found the file renamed already and turned the
+    local log -- what the monitoring agent ships -- off for the rest of the job."""
+    runner, bucket, state = node
+    monkeypatch.setattr(jobmod, "LOCAL_LOG_BYTES", 64)
+    runner.local_log = tmp_path / "job.log"
+    errors: list[BaseException] = []
+
+    def write(tag: str) -> None:
+        try:
+            for n in range(3000):
+                runner._add(f"[rank-1] {tag} {n}\n")
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in ("reader", "unit")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and runner.local_log == tmp_path / "job.log"
+    assert len(runner.lines) == 6000
+
+
 def test_an_unwritable_local_log_never_stops_the_job(node, monkeypatch, tmp_path, capsys):
     runner, bucket, state = node
     blocker = tmp_path / "not-a-folder"
