@@ -38,7 +38,7 @@ current job and join it):
   (:func:`gpuinfra.health.ranks.newest_ranking`, ``health/<stack>/ranks-<deployment>-*``). When
   it keeps this node's rank and names another rank 0 (a replacement took a lost rank 0:
   :meth:`gpuinfra.health.ranks.DecisionScope.takeover`), the node rewrites ``MASTER_ADDR`` of
-  cluster.env and the hostfile (atomically; the address checked as an IP), so the next attempt
+  cluster.env and the hostfile (atomically; each address checked as an IPv4 address), so the next attempt
   meets the replacement's rendezvous. A node that does not host the rendezvous waits before
   every attempt until rank 0's rendezvous port answers or such a decision appears, at most
   :data:`RANK0_WAIT_SECONDS`: an attempt against a lost rank 0 would only fail and spend a restart.
@@ -405,7 +405,7 @@ class JobRunner:
             return False
         try:
             for address in ranked:
-                ipaddress.ip_address(address)
+                ipaddress.IPv4Address(address)
         except ValueError as exc:
             print(f"gpuinfra-job: ignoring a rank decision with a bad address: {exc}", flush=True)
             return False

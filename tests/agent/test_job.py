@@ -445,6 +445,9 @@ def test_a_survivor_follows_rank_0_to_the_replacement_that_took_it(survivor):
         ([SURVIVOR, NEWCOMER], "0d0d0d0d0d0d"),  # it would move this node's rank: not this node's ranking
         ([NEWCOMER, SURVIVOR], "0e0e0e0e0e0e"),  # another deployment's
         (["10.0.0.20;reboot", SURVIVOR], "0d0d0d0d0d0d"),  # not an address
+        # an IPv6 scope id may hold any character but "%" (Python's ipaddress takes it), and the
+        # nodes' addresses are IPv4 (the cluster-env units sort them by four octets)
+        (["fe80::1%$(reboot)", SURVIVOR], "0d0d0d0d0d0d"),
     ],
 )
 def test_a_decision_that_is_not_this_nodes_ranking_or_names_no_address_is_not_followed(survivor, ranked, deployment):
