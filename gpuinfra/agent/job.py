@@ -451,11 +451,16 @@ class JobRunner:
     def await_rank0(self, wait_seconds: float = RANK0_WAIT_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
         """Before an attempt on a node that does not host the rendezvous (``NODE_RANK`` != 0):
         return once rank 0's rendezvous port (``MASTER_ADDR:MASTER_PORT``) accepts a connection or
-        :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``."""
+        :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``; or at once when the spec
+        says the job is cancelled or replaced (``cancel_seen``)."""
         if self.cluster_env is None:
             return
         deadline = time.monotonic() + wait_seconds
         while not self.follow_rank0() and _value(self.cluster_env, "NODE_RANK") not in ("0", ""):
+            current = self.read_spec()  # a cancel (or another job) ends the wait: no billing through it
+            if current is not None and (current.cancel or current.id != self.status.get("job")):
+                self.cancel_seen = True
+                return
             master, port = _value(self.cluster_env, "MASTER_ADDR"), _value(self.cluster_env, "MASTER_PORT")
             try:
                 socket.create_connection((master, int(port)), 3).close()
@@ -588,7 +593,11 @@ class JobRunner:
         restarts: list[dict] = self.status.get("restarts", [])
         self.put_status(spec, state="running", restarts=restarts, exit_code=None, started_at=utc_now())
         self.await_rank0()
+        code = 0
         while True:
+            if self.cancel_seen:  # while it waited for rank 0: no attempt
+                state = "cancelled"
+                break
             try:
                 code, why = self.attempt(spec)
             except (OSError, ValueError, subprocess.SubprocessError) as exc:

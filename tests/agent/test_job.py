@@ -5,6 +5,7 @@ plus the agent's side: a finished job ends the node, a hang with ``restart`` ask
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -589,3 +590,23 @@ def test_a_replacement_appends_to_the_log_of_the_rank_it_took_instead_of_overwri
         for seq in range(count):
             bucket.put_text(log_key(STACK, other.id, "rank-1", seq), "x\n", 1)
         assert runner.next_log_seq(other) == count
+
+
+def test_a_cancel_ends_the_wait_for_a_lost_rank_0(survivor, monkeypatch):
+    """Rank 0 is lost and no replacement comes (the stack's last hour gets none): the survivor
+    waits up to RANK0_WAIT_SECONDS before each attempt, and `gpuinfra cancel` must not leave it
+    billing through that wait: the job is cancelled within a few polls, no attempt started."""
+    runner, docs, etc, probes = survivor
+    job = spec()
+    runner.bucket.put_text(spec_key(STACK), replace(job, cancel=True).to_json(), 1)
+    monkeypatch.setattr(jobmod.time, "sleep", lambda seconds: original_sleep(min(seconds, 0.05)))
+    result: list[str] = []
+    worker = threading.Thread(target=lambda: result.append(runner.run(job)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert result == ["cancelled"]
+    assert not (Path(os.environ["STATE"]) / "attempts").exists()  # the job never started
+    assert bucket_json(runner.bucket, final_key(STACK, job.id))["state"] == "cancelled"
+
+
+original_sleep = time.sleep
