@@ -38,7 +38,7 @@ current job and join it):
   (:func:`gpuinfra.health.ranks.newest_ranking`, ``health/<stack>/ranks-<deployment>-*``). When
   it keeps this node's rank and names another rank 0 (a replacement took a lost rank 0:
   :meth:`gpuinfra.health.ranks.DecisionScope.takeover`), the node rewrites ``MASTER_ADDR`` of
-  cluster.env and the hostfile (atomically; the address checked as an IP), so the next attempt
+  cluster.env and the hostfile (atomically; each address checked as an IPv4 address), so the next attempt
   meets the replacement's rendezvous. A node that does not host the rendezvous waits before
   every attempt until rank 0's rendezvous port answers or such a decision appears, at most
   :data:`RANK0_WAIT_SECONDS`: an attempt against a lost rank 0 would only fail and spend a restart.
@@ -325,7 +325,7 @@ class JobRunner:
         self.status: dict = {}
         self.lines: list[str] = []
         self.seq = 0
-        self.lock, self.flushing = threading.Lock(), threading.Lock()
+        self.lock, self.flushing, self.writing = threading.Lock(), threading.Lock(), threading.Lock()
         self.cancel_seen = False
         self.redo: dict | None = None
         self.worker_failed: tuple[float, int] | None = None
@@ -405,7 +405,7 @@ class JobRunner:
             return False
         try:
             for address in ranked:
-                ipaddress.ip_address(address)
+                ipaddress.IPv4Address(address)
         except ValueError as exc:
             print(f"gpuinfra-job: ignoring a rank decision with a bad address: {exc}", flush=True)
             return False
@@ -427,6 +427,10 @@ class JobRunner:
         """Keep one prefixed line for the next chunk and append it to the local log."""
         with self.lock:
             self.lines.append(text)
+        with self.writing:  # the output reader and the unit's own notes: one writer at a time
+            self._append_local(text)
+
+    def _append_local(self, text: str) -> None:
         if self.local_log is None:
             return
         try:
@@ -447,11 +451,16 @@ class JobRunner:
     def await_rank0(self, wait_seconds: float = RANK0_WAIT_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
         """Before an attempt on a node that does not host the rendezvous (``NODE_RANK`` != 0):
         return once rank 0's rendezvous port (``MASTER_ADDR:MASTER_PORT``) accepts a connection or
-        :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``."""
+        :meth:`follow_rank0` moved rank 0, or after ``wait_seconds``; or at once when the spec
+        says the job is cancelled or replaced (``cancel_seen``)."""
         if self.cluster_env is None:
             return
         deadline = time.monotonic() + wait_seconds
         while not self.follow_rank0() and _value(self.cluster_env, "NODE_RANK") not in ("0", ""):
+            current = self.read_spec()  # a cancel (or another job) ends the wait: no billing through it
+            if current is not None and (current.cancel or current.id != self.status.get("job")):
+                self.cancel_seen = True
+                return
             master, port = _value(self.cluster_env, "MASTER_ADDR"), _value(self.cluster_env, "MASTER_PORT")
             try:
                 socket.create_connection((master, int(port)), 3).close()
@@ -580,10 +589,15 @@ class JobRunner:
         """Run ``spec`` with its restart policy, then record the end. Returns the final state."""
         if not self.status:
             self.status = self.inherited(spec)
+            self.seq = self.next_log_seq(spec)
         restarts: list[dict] = self.status.get("restarts", [])
         self.put_status(spec, state="running", restarts=restarts, exit_code=None, started_at=utc_now())
         self.await_rank0()
+        code = 0
         while True:
+            if self.cancel_seen:  # while it waited for rank 0: no attempt
+                state = "cancelled"
+                break
             try:
                 code, why = self.attempt(spec)
             except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -619,6 +633,30 @@ class JobRunner:
             return {}
         kept = {"restarts": doc["restarts"]}
         return {**kept, "replaces": doc["node"]} if doc.get("node") not in (None, self.node) else kept
+
+    def next_log_seq(self, spec: JobSpec) -> int:
+        """The first free chunk number of this node's part: after the chunks a node that held the
+        part before wrote (a replacement, or this node's job unit before a restart), which stay,
+        and which ``logs -f`` (it remembers the keys it printed) would never show again. Chunks
+        are numbered from 0 without gaps: found with O(log n) reads; a read that fails counts as
+        free."""
+
+        def taken(seq: int) -> bool:
+            try:
+                self.bucket.get_text(log_key(self.stack, spec.id, self.part, seq), 60)
+                return True
+            except (OSError, subprocess.SubprocessError, TimeoutError):
+                return False
+
+        if not taken(0):
+            return 0
+        low, high = 0, 1
+        while taken(high):
+            low, high = high, high * 2
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (mid, high) if taken(mid) else (low, mid)
+        return high
 
     def finish(self, spec: JobSpec, state: str, code: int) -> None:
         """Upload the outputs (bounded), the status and the final object; write the done mark."""

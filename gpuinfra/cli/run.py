@@ -79,7 +79,7 @@ def _write_stack(project_dir: Path, new_args: dict) -> None:
     for flag, value in new_args.items():
         if value is True:
             argv.append(flag)
-        elif value not in (None, False):
+        elif value is not None and value is not False:  # a 0 the user gave goes to new (0 == False)
             argv += [flag, str(value)]
     try:
         code = app(args=argv, prog_name="gpuinfra", standalone_mode=False)

@@ -56,6 +56,24 @@ class RunResult:
     stack: str = ""
 
 
+def check_job_fits(job: JobSpec, spec) -> None:
+    """Refuse a job that stack ``spec`` (a :class:`gpuinfra.spec.ClusterSpec`) could not run:
+    ``min_nodes`` above its nodes, or a secret outside the names its nodes may read (they are
+    scoped to its stack id: :func:`gpuinfra.agent.job.secret_command`). Checked for every rung of
+    a fallback ladder before any is brought up: the job runs on the rung that forms.
+
+    Raises:
+        RequestError: the job does not fit the stack.
+    """
+    if job.min_nodes > spec.nodes:
+        raise RequestError(f"--min-nodes {job.min_nodes}: the stack has {spec.nodes} node(s) ({spec.stack})")
+    for name in job.secrets.values():
+        try:
+            secret_command(spec.cloud, stack_id(spec), name)  # the names the nodes may read
+        except ValueError as exc:
+            raise RequestError(f"--secret: {exc}") from None
+
+
 def hourly_usd(spec) -> Decimal | None:
     """The cluster's hourly compute price from the catalog (never the stack file's), or None."""
     per_node = load_catalog().node_hour_price_usd(spec)
@@ -166,13 +184,7 @@ def run(
     started = clock()
     spec = read_stack_spec(project_dir, stack)
     job = jobs.make_spec(argv, **job_fields)  # checked before anything is deployed
-    if job.min_nodes > spec.nodes:
-        raise RequestError(f"--min-nodes {job.min_nodes}: the stack has {spec.nodes} node(s)")
-    for name in job.secrets.values():
-        try:
-            secret_command(spec.cloud, stack_id(spec), name)  # the names the nodes may read
-        except ValueError as exc:
-            raise RequestError(f"--secret: {exc}") from None
+    check_job_fits(job, spec)
     backend = lifecycle.make_backend()
     lifecycle.check_credentials(spec.cloud)
     outputs = backend.outputs(project_dir, stack)
@@ -181,6 +193,8 @@ def run(
         from gpuinfra.services.ladder import form_first_rung, read_ladder
 
         ladder = read_ladder(project_dir, stack)
+        for rung in ladder.stacks[1:] if ladder else []:  # the job runs on whichever rung forms
+            check_job_fits(job, read_stack_spec(project_dir, rung))
         if ladder is None:
             say(f"run {stack}: the stack is not up; up {stack} first")
             lifecycle.deploy(backend, project_dir, spec, on_event, capacity_timeout_seconds=capacity_timeout_seconds)
@@ -200,8 +214,6 @@ def run(
             stack = formed.stack
         outputs = backend.outputs(project_dir, stack)
         spec = read_stack_spec(project_dir, stack)  # the new deployment id (and the rung's own nodes)
-        if job.min_nodes > spec.nodes:
-            raise RequestError(f"--min-nodes {job.min_nodes}: stack {stack} has {spec.nodes} node(s)")
     bucket = outputs["bucket_name"]
     scheme = "s3" if spec.cloud == "aws" else "gs"
     store = store or jobs.store_for(spec.cloud, bucket)

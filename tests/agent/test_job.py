@@ -5,6 +5,7 @@ plus the agent's side: a finished job ends the node, a hang with ``restart`` ask
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -349,6 +350,31 @@ def test_the_local_log_is_bounded_by_one_rotation(node, monkeypatch, tmp_path):
     assert len(runner.lines) == 20  # the bucket still gets every line
 
 
+def test_the_local_log_stays_on_when_the_output_reader_and_the_unit_write_at_once(node, monkeypatch, tmp_path):
+    """The output reader thread and the unit's own notes (a failed worker, rank 0 moved) both
+    append; across a rotation the second writer found the file renamed already and turned the
+    local log -- what the monitoring agent ships -- off for the rest of the job."""
+    runner, bucket, state = node
+    monkeypatch.setattr(jobmod, "LOCAL_LOG_BYTES", 64)
+    runner.local_log = tmp_path / "job.log"
+    errors: list[BaseException] = []
+
+    def write(tag: str) -> None:
+        try:
+            for n in range(3000):
+                runner._add(f"[rank-1] {tag} {n}\n")
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in ("reader", "unit")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and runner.local_log == tmp_path / "job.log"
+    assert len(runner.lines) == 6000
+
+
 def test_an_unwritable_local_log_never_stops_the_job(node, monkeypatch, tmp_path, capsys):
     runner, bucket, state = node
     blocker = tmp_path / "not-a-folder"
@@ -423,6 +449,9 @@ def test_a_survivor_follows_rank_0_to_the_replacement_that_took_it(survivor):
         ([SURVIVOR, NEWCOMER], "0d0d0d0d0d0d"),  # it would move this node's rank: not this node's ranking
         ([NEWCOMER, SURVIVOR], "0e0e0e0e0e0e"),  # another deployment's
         (["10.0.0.20;reboot", SURVIVOR], "0d0d0d0d0d0d"),  # not an address
+        # an IPv6 scope id may hold any character but "%" (Python's ipaddress takes it), and the
+        # nodes' addresses are IPv4 (the cluster-env units sort them by four octets)
+        (["fe80::1%$(reboot)", SURVIVOR], "0d0d0d0d0d0d"),
     ],
 )
 def test_a_decision_that_is_not_this_nodes_ranking_or_names_no_address_is_not_followed(survivor, ranked, deployment):
@@ -544,3 +573,43 @@ def test_a_bucket_call_that_hangs_neither_delays_nor_fails_the_attempt(node, mon
     finally:
         released.set()
     assert runner.read_spec() is None  # a timed-out read is "no spec", never an error out of the loop
+
+
+def test_a_replacement_appends_to_the_log_of_the_rank_it_took_instead_of_overwriting_it(node, monkeypatch):
+    """The lost node of rank 1 wrote chunks 0..4 (its crash is in them); the replacement writes
+    the same part, so its chunks come after them: `logs -f` remembers the chunk keys it printed
+    and would never show a chunk written again under a key it saw."""
+    runner, bucket, _ = node
+    job = spec()
+    lost = [f"[rank-1] lost node line {n}\n" for n in range(5)]
+    for seq, text in enumerate(lost):
+        bucket.put_text(log_key(STACK, job.id, "rank-1", seq), text, 1)
+    monkeypatch.setenv("CODES", "0")
+    assert runner.run(job) == "succeeded"
+    assert [bucket.get_text(log_key(STACK, job.id, "rank-1", seq), 1) for seq in range(5)] == lost
+    assert "starting attempt 0" in bucket.get_text(log_key(STACK, job.id, "rank-1", 5), 1)
+    for count in (0, 1, 2, 3, 8, 9, 33):  # any number of earlier chunks
+        other = JobSpec(id=f"j-20261127-040000-n{count}", argv=("true",))
+        for seq in range(count):
+            bucket.put_text(log_key(STACK, other.id, "rank-1", seq), "x\n", 1)
+        assert runner.next_log_seq(other) == count
+
+
+def test_a_cancel_ends_the_wait_for_a_lost_rank_0(survivor, monkeypatch):
+    """Rank 0 is lost and no replacement comes (the stack's last hour gets none): the survivor
+    waits up to RANK0_WAIT_SECONDS before each attempt, and `gpuinfra cancel` must not leave it
+    billing through that wait: the job is cancelled within a few polls, no attempt started."""
+    runner, docs, etc, probes = survivor
+    job = spec()
+    runner.bucket.put_text(spec_key(STACK), replace(job, cancel=True).to_json(), 1)
+    monkeypatch.setattr(jobmod.time, "sleep", lambda seconds: original_sleep(min(seconds, 0.05)))
+    result: list[str] = []
+    worker = threading.Thread(target=lambda: result.append(runner.run(job)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert result == ["cancelled"]
+    assert not (Path(os.environ["STATE"]) / "attempts").exists()  # the job never started
+    assert bucket_json(runner.bucket, final_key(STACK, job.id))["state"] == "cancelled"
+
+
+original_sleep = time.sleep

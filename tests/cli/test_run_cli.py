@@ -541,3 +541,61 @@ def test_run_stack_without_a_ladder_is_a_plain_up(run_cli, project, monkeypatch,
     assert result.exit_code == 0, result.stderr
     assert "forming its fallback ladder" not in result.stdout
     assert [c for c in backend.calls if c[0] in ("up", "destroy")] == [("up", "train"), ("destroy", "train")]
+
+
+def test_run_refuses_a_secret_that_a_rung_of_its_ladder_could_not_read_before_anything_is_up(
+    run_cli, tmp_path, monkeypatch, s3
+):
+    """A job secret's name is scoped to one stack id (the nodes' grants and their own check), and
+    every rung of a fallback ladder is a stack of its own: a secret named for rung 0 is refused
+    before any rung is brought up, not found unreadable on the nodes of the rung that formed."""
+    from gpuinfra.plan.naming import stack_id
+    from gpuinfra.stackfile import read_stack_spec
+    from tests.cli.test_fallback_ladder_cli import _refusing_preflight
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    _refusing_preflight(monkeypatch, {})
+
+    class NotUpYet(FakeBackend):
+        def outputs(self, project_dir, stack):
+            self.calls.append(("outputs", stack))
+            return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+    backend = NotUpYet()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    made = run_cli(
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--nodes", "2", "--name", "ft", "--fallback", "2",
+        "--project-dir", str(tmp_path),
+    )  # fmt: skip
+    assert made.exit_code == 0, made.stderr
+    scope = stack_id(read_stack_spec(tmp_path, "ft"))
+    result = run_cli(
+        "run", "ft", "--secret", f"TOKEN=/gpuinfra/{scope}/job/token", "--project-dir", str(tmp_path),
+        "--", "python", "train.py",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert "ft-fb1" in result.stderr and "Traceback" not in result.stderr
+    assert [c for c in backend.calls if c[0] in ("up", "destroy")] == []
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--nodes", "0", "--nodes must be a whole number from 1 to 1,000"),
+        ("--max-price-per-hour", "0", "max_price_per_hour_usd: Input should be greater than 0"),
+    ],
+)
+def test_run_gpus_hands_a_zero_to_new_which_refuses_it(run_cli, tmp_path, monkeypatch, s3, flag, value, message):
+    """A number the user gave goes to `new` even when it is 0: dropped, `--nodes 0` became new's
+    default of 1 node and `--max-price-per-hour 0` no budget at all, and the cluster was brought up."""
+    backend = FakeBackend()
+    _use(monkeypatch, backend)
+    nodes_finish(s3, monkeypatch)
+    args = ("--gpus", "8xH100", "--cloud", "aws", "--nodes", "2", "--name", "ft")
+    result = run_cli("run", *args, flag, value, "--project-dir", str(tmp_path), "--", "python", "train.py")
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "stacks").exists() or not list((tmp_path / "stacks").iterdir())
+    assert [c for c in backend.calls if c[0] == "up"] == []
