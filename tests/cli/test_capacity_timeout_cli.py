@@ -203,8 +203,8 @@ def test_a_failed_bulk_insert_that_left_vms_does_not_claim_nothing_bills(run_cli
     with pytest.raises(CapacityError) as raised:
         bulk_insert.form(
             Clients(),
-            {"project": "p", "zone": "z", "region": "r", "template": "t", "names": ["a", "b"],
-             "machine_type": "a2-highgpu-8g", "capacity_timeout_seconds": 60},
+            {"project": "p", "zone": "z", "region": "r", "template": "t", "names": ["a", "b"], "count": 2,
+             "min_count": 2, "machine_type": "a2-highgpu-8g", "capacity_timeout_seconds": 60},
             poll_seconds=0, delete_wait_seconds=0,
         )  # fmt: skip
     text = f"error: update failed\n    error: Exception: {raised.value}\n"
