@@ -134,6 +134,19 @@ _ADVICE = {
 }
 
 
+def _most_specific(errors: list) -> tuple[str, type[GpuinfraError], list[str]]:
+    """(kind, error class, the distinct lines of that kind's errors) of the most specific cause
+    among ``errors`` (objects with ``kind`` and ``line()``; :data:`_PRECEDENCE` orders the kinds;
+    none: capacity)."""
+    kinds = {e.kind for e in errors} or {"capacity"}
+    kind, cls = next((k, c) for k, c in _PRECEDENCE if k in kinds)
+    seen: list[str] = []
+    for error in errors:
+        if error.kind == kind and error.line() not in seen:
+            seen.append(error.line())
+    return kind, cls, seen
+
+
 def launch_error(
     errors: Iterable[FleetError], launched: int, nodes: int, instance_type: str, zone: str, region: str, stack: str
 ) -> GpuinfraError:
@@ -150,13 +163,8 @@ def launch_error(
         starts with the class's ``marker`` (the line ``gpuinfra up`` finds in Pulumi's output) and
         quotes EC2's codes and messages (at most three, de-duplicated).
     """
-    errors = list(errors)
-    kinds = {e.kind for e in errors} or {"capacity"}
-    kind, cls = next((k, c) for k, c in _PRECEDENCE if k in kinds)
-    seen: list[str] = []
-    for error in errors:
-        if error.kind == kind and error.line() not in seen:
-            seen.append(error.line())
+    errors = list(errors)  # read twice below
+    kind, cls, seen = _most_specific(errors)
     said = f"; EC2 said: {' | '.join(seen[:3])}" if seen else "; EC2 reported no error"
     advice = _ADVICE[kind].format(itype=instance_type, region=region, stack=stack)
     if kind == "capacity" and any(e.code == RESERVATION_FULL_CODE for e in errors):
@@ -314,13 +322,8 @@ def gcp_launch_error(
         before capacity, as :func:`launch_error`); its message starts with the class's ``marker``
         and quotes Compute Engine's codes (at most three, de-duplicated).
     """
-    errors = list(errors)
-    kinds = {e.kind for e in errors} or {"capacity"}
-    kind, cls = next((k, c) for k, c in _PRECEDENCE if k in kinds)
-    seen: list[str] = []
-    for error in errors:
-        if error.kind == kind and error.line() not in seen:
-            seen.append(error.line())
+    errors = list(errors)  # read twice below
+    kind, cls, seen = _most_specific(errors)
     said = f"; Compute Engine said: {' | '.join(seen[:3])}" if seen else "; Compute Engine reported no error"
     advice = _GCP_ADVICE[kind].format(itype=instance_type, region=region)
     return cls(
