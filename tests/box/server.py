@@ -61,9 +61,18 @@ def _split_url(url: str) -> tuple[str, str]:
     return bucket, key
 
 
+#: Suffix of an object being written (:meth:`Cli._put` renames it into place under :data:`LOCK`).
+PARTIAL_SUFFIX = ".box-tmp"
+
+
 def _keys(bucket: str) -> list[str]:
+    """The bucket's object keys: its files, not an object still being written. Readers that also
+    read the objects hold :data:`LOCK`, as the writers do, so no object vanishes or changes between
+    the listing and the read (a node lists the bucket while its peer uploads)."""
     root = STATE / "bucket" / bucket
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    if not root.exists():
+        return []
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.suffix != PARTIAL_SUFFIX)
 
 
 class Cli:
@@ -238,9 +247,10 @@ class Cli:
             return self._sync([a for a in args[2:] if a != "--recursive"], "gs")
         if args[:2] == ["storage", "rm"]:
             bucket, pattern = _split_url(args[2])
-            for key in _keys(bucket):
-                if fnmatch.fnmatch(key, pattern.replace("**", "*")):
-                    _object_path(bucket, key).unlink()
+            with LOCK:
+                for key in _keys(bucket):
+                    if fnmatch.fnmatch(key, pattern.replace("**", "*")):
+                        _object_path(bucket, key).unlink()
             return 0, "", ""
         if args[:2] == ["storage", "ls"]:
             bucket, pattern = _split_url(args[2])
@@ -285,7 +295,7 @@ class Cli:
     # ------------------------------------------------------------------ bucket copies
     def _put(self, target: Path, body: bytes) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(target.name + ".box-tmp")
+        tmp = target.with_name(target.name + PARTIAL_SUFFIX)
         tmp.write_bytes(body)
         os.replace(tmp, target)
 
@@ -303,9 +313,10 @@ class Cli:
             return 0, "", ""
         bucket, prefix = _split_url(src)
         prefix = prefix.rstrip("/") + "/"
-        for key in _keys(bucket):
-            if key.startswith(prefix):
-                self.writes[f"{dst.rstrip('/')}/{key[len(prefix) :]}"] = _object_path(bucket, key).read_bytes()
+        with LOCK:
+            for key in _keys(bucket):
+                if key.startswith(prefix):
+                    self.writes[f"{dst.rstrip('/')}/{key[len(prefix) :]}"] = _object_path(bucket, key).read_bytes()
         return 0, "", ""
 
     def _copy(self, args: list[str], scheme: str, create_only: bool = False) -> tuple[int, str, str]:
@@ -324,11 +335,12 @@ class Cli:
         bucket, key = _split_url(src)
         if recursive:
             prefix = key.rstrip("*")
-            keys = [k for k in _keys(bucket) if k.startswith(prefix)]
+            with LOCK:
+                keys = [k for k in _keys(bucket) if k.startswith(prefix)]
+                for k in keys:
+                    self.writes[f"{dst}/{k[len(prefix) :].lstrip('/')}"] = _object_path(bucket, k).read_bytes()
             if not keys and scheme == "gs":
                 return 1, "", "ERROR: (gcloud.storage.cp) The following URLs matched no objects or files:\n"
-            for k in keys:
-                self.writes[f"{dst}/{k[len(prefix) :].lstrip('/')}"] = _object_path(bucket, k).read_bytes()
             return 0, "", ""
         path = _object_path(bucket, key)
         if not path.is_file():

@@ -122,6 +122,20 @@ def test_s3_recursive_copy_writes_keys_under_the_prefix(state):
     assert rc == 0 and writes == {"/tmp/d/i-0.json": b"health/s/i-0.json", "/tmp/d/i-1.json": b"health/s/i-1.json"}
 
 
+def test_an_object_still_being_written_is_neither_listed_nor_read(state):
+    """A peer's upload in flight (the stand-in writes ``<key>.box-tmp``, then renames it under the
+    lock) is not an object yet: a listing read at that moment neither shows it nor fails on it."""
+    assert (
+        cli(["aws", "s3", "cp", "--only-show-errors", "/tmp/f", "s3://b/health/s/i-0.json"], {"/tmp/f": b"0"})[0] == 0
+    )
+    partial = server._object_path("b", "health/s/i-1.json" + server.PARTIAL_SUFFIX)
+    partial.write_bytes(b"half")
+    rc, _, _, writes, _ = cli(["aws", "s3", "cp", "--only-show-errors", "--recursive", "s3://b/health/s/", "/tmp/d"])
+    assert rc == 0 and writes == {"/tmp/d/i-0.json": b"0"}
+    rc, _, _, writes, _ = cli(["aws", "s3", "sync", "s3://b/health/s/", "/tmp/e"])
+    assert rc == 0 and writes == {"/tmp/e/i-0.json": b"0"}
+
+
 def test_gcloud_storage_create_only_copy_ls_and_rm(state):
     scenario = gcp_a3mega()
     url = "gs://b/gpuinfra-peers/g/vm-0/10.77.0.11"
