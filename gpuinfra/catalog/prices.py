@@ -3,6 +3,12 @@
 ``prices.yaml`` is typed (:class:`PriceBook`): every table has a unit and a description, and
 every price group inside it names the source it was read from and that source's own date.
 A region missing from a table yields None ("price not found"), never zero.
+
+``gpuinfra catalog refresh`` may add refreshed tables read from the clouds' own price APIs: it
+writes them as :data:`REFRESHED_PRICES_FILE` into the catalog folder it writes, and when that
+folder is the one in use (:func:`gpuinfra.catalog.store.catalog_dir`) a refreshed region's price
+replaces the shipped one for that region, table by table (:func:`merge_refreshed`). Regions the
+refresh did not price keep the shipped price, so a refresh never removes a price.
 """
 
 from __future__ import annotations
@@ -121,10 +127,139 @@ class PriceBook(BaseModel):
     inter_zone: dict[str, PriceTable]
 
 
+#: Name of the refreshed price tables in a catalog folder (written by ``gpuinfra catalog refresh``).
+REFRESHED_PRICES_FILE = "prices_refreshed.yaml"
+
+
+class RefreshedPrices(BaseModel):
+    """Price tables read from a cloud's price API by ``catalog refresh`` (per region only).
+
+    Each table carries the shipped table's ``unit`` so a file written by another gpuinfra
+    version whose unit differs is ignored rather than misread.
+
+    Raises (on load):
+        pydantic.ValidationError: an ``all`` group (a refresh prices regions one by one), or any
+            :class:`PriceTable` / :class:`PriceGroup` error.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    schema_version: Literal[2]
+    aws: dict[str, PriceTable] = {}
+    gcp: dict[str, PriceTable] = {}
+
+    @model_validator(mode="after")
+    def _regions_only(self) -> RefreshedPrices:
+        for tables in (self.aws, self.gcp):
+            for key, table in tables.items():
+                if any(group.all is not None for group in table.prices):
+                    raise ValueError(f"refreshed table {key} has an 'all' group; a refresh prices regions")
+        return self
+
+
+def merge_refreshed(book: PriceBook, refreshed: RefreshedPrices) -> PriceBook:
+    """``book`` with the refreshed groups first and their regions removed from the shipped groups.
+
+    A refreshed table whose key the book lacks, or whose ``unit`` differs from the book's, is
+    skipped (a file from another gpuinfra version). A shipped group left with no region is dropped.
+    """
+    clouds: dict[str, dict[str, PriceTable]] = {}
+    for cloud in ("aws", "gcp"):
+        tables = dict(getattr(book, cloud))
+        for key, fresh in getattr(refreshed, cloud).items():
+            shipped = tables.get(key)
+            if shipped is None or shipped.unit != fresh.unit:
+                continue
+            taken = {region for group in fresh.prices for region in group.regions or {}}
+            kept = []
+            for group in shipped.prices:
+                if group.regions is None:
+                    kept.append(group)
+                    continue
+                left = {r: v for r, v in group.regions.items() if r not in taken}
+                if left:
+                    kept.append(group.model_copy(update={"regions": left}))
+            tables[key] = shipped.model_copy(update={"prices": list(fresh.prices) + kept})
+        clouds[cloud] = tables
+    return book.model_copy(update=clouds)
+
+
 @lru_cache(maxsize=1)
-def price_book() -> PriceBook:
-    """The validated price tables (cached)."""
+def shipped_price_book() -> PriceBook:
+    """The validated price tables shipped in the package (cached)."""
     return PriceBook.model_validate(yaml.safe_load((DATA_DIR / "prices.yaml").read_text()))
+
+
+def refreshed_prices_path() -> Path:
+    """Where the refreshed tables of the catalog folder in use are (the file may not exist)."""
+    from gpuinfra.catalog.store import catalog_dir
+
+    return catalog_dir() / REFRESHED_PRICES_FILE
+
+
+@lru_cache(maxsize=4)
+def _book_with(path: str, mtime_ns: int) -> PriceBook:
+    from gpuinfra.errors import CatalogError
+
+    try:
+        refreshed = RefreshedPrices.model_validate(yaml.safe_load(Path(path).read_text()))
+    except (OSError, yaml.YAMLError, ValueError) as exc:
+        raise CatalogError(
+            f"refreshed prices {path} are unreadable ({str(exc).splitlines()[0]}); "
+            "run `gpuinfra catalog refresh` again or delete that file"
+        ) from None
+    return merge_refreshed(shipped_price_book(), refreshed)
+
+
+def price_book() -> PriceBook:
+    """The price tables in use: the shipped ones, with refreshed regions from the catalog folder
+    in use when ``catalog refresh`` wrote some (cached per file and modification time).
+
+    Raises:
+        CatalogError: the refreshed prices file exists but is unreadable or malformed.
+    """
+    path = refreshed_prices_path()
+    try:
+        mtime_ns = path.stat().st_mtime_ns
+    except OSError:
+        return shipped_price_book()
+    return _book_with(str(path), mtime_ns)
+
+
+def write_refreshed_prices(out_dir: Path, cloud: str, tables: dict[str, PriceTable]) -> Path:
+    """Write ``cloud``'s refreshed tables into ``out_dir``, keeping the other cloud's part.
+
+    Args:
+        out_dir: the catalog folder ``catalog refresh`` writes.
+        cloud: ``"aws"`` or ``"gcp"``; its previous refreshed tables are replaced as a whole.
+        tables: table key (a key of the shipped book) -> table with per-region groups only.
+
+    Returns:
+        The path written (atomically).
+
+    Raises:
+        ValueError: a key the shipped book lacks, a unit that differs from the shipped one, or
+            an invalid table (a programming error in the refresh).
+    """
+    from gpuinfra.fsutil import atomic_write_text
+
+    shipped = getattr(shipped_price_book(), cloud)
+    for key, table in tables.items():
+        if key not in shipped or shipped[key].unit != table.unit:
+            raise ValueError(f"refreshed {cloud} table {key!r} does not match a shipped table and unit")
+    path = Path(out_dir) / REFRESHED_PRICES_FILE
+    previous: dict = {"schema_version": 2}
+    if path.is_file():
+        try:
+            previous = RefreshedPrices.model_validate(yaml.safe_load(path.read_text())).model_dump(mode="json")
+        except (OSError, yaml.YAMLError, ValueError):
+            previous = {"schema_version": 2}
+    previous[cloud] = {key: table.model_dump(mode="json", exclude_none=True) for key, table in sorted(tables.items())}
+    doc = RefreshedPrices.model_validate(previous)  # validate before anything is written
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, yaml.safe_dump(doc.model_dump(mode="json", exclude_none=True), sort_keys=False))
+    _book_with.cache_clear()
+    return path
 
 
 def _table(cloud: str, key: str) -> PriceTable:
