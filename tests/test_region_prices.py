@@ -49,7 +49,7 @@ UNPRICED: dict[str, set[str]] = {
     # APE1- / APS4-NatGateway-Hours appear in no other stored file with a rate (2026-11-27)
     "nat_gateway_per_hour": {"ap-east-1", "ap-southeast-3"},
     # no multi-region extract of <region>-NatGateway-Bytes was found; priced only where one
-    # dated figure per region was (us-east-1, us-east-2, us-west-2, eu-west-1, eu-west-2,
+    # dated figure per region was (us-east-1, us-east-2, us-west-2, ca-central-1, eu-west-1, eu-west-2,
     # eu-west-3, eu-central-1, ap-northeast-1, ap-northeast-2, ap-southeast-1). Searched 2026-11-27:
     # togen's aws.json (all 4 stored versions trim the AmazonEC2 offer to NatGateway-Hours),
     # QuinnyPig/aws-price-watcher (its vpc/ec2 pricing-page feeds carry no NAT gateway rate),
@@ -57,7 +57,7 @@ UNPRICED: dict[str, set[str]] = {
     # repositories (bills and Cost Explorer tables without a rate), and per-region tables (undated,
     # or contradicting the Price List's hour rates); a third search the same day (per-region Price
     # List snapshots committed by cost tools, offer-file extracts with their publication dates, the
-    # region prefixes of the usage type) found the three it added and nothing dated for these
+    # region prefixes of the usage type) found the four it added and nothing dated for these
     "nat_gateway_per_gb": {
         "af-south-1",
         "ap-east-1",
@@ -65,7 +65,6 @@ UNPRICED: dict[str, set[str]] = {
         "ap-south-1",
         "ap-southeast-2",
         "ap-southeast-3",
-        "ca-central-1",
         "eu-north-1",
         "eu-south-1",
         "eu-south-2",
@@ -185,7 +184,7 @@ def test_every_gpu_region_has_every_price_but_the_listed_gaps():
     missing = missing_pairs(book, gpu_regions(), stack_tables(book))
     assert missing == UNPRICED
     priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
-    assert priced == 435  # of 506; 92 of 414 before the regional tables were filled
+    assert priced == 436  # of 506; 92 of 414 before the regional tables were filled
 
 
 def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:
@@ -241,9 +240,10 @@ def test_no_price_is_copied_from_another_region():
     assert price("aws", "nat_gateway_per_gb", "eu-west-1").usd == Decimal("0.048")
     assert price("aws", "nat_gateway_per_gb", "ap-northeast-1").usd == Decimal("0.062")
     assert price("aws", "nat_gateway_per_gb", "ap-northeast-2").usd == Decimal("0.059")
-    # eu-central-1 and eu-west-3: their hour rates in togen's offer 20260904231117 are 0.052 and 0.05
+    # eu-central-1, eu-west-3, ca-central-1: their hour rates in togen's offer 20260904231117 are 0.052, 0.05, 0.05
     assert price("aws", "nat_gateway_per_gb", "eu-central-1").usd == Decimal("0.052")
     assert price("aws", "nat_gateway_per_gb", "eu-west-3").usd == Decimal("0.05")
+    assert price("aws", "nat_gateway_per_gb", "ca-central-1").usd == Decimal("0.05")
     # no dated figure found: not filled from its hour rate (0.046) nor from a neighbour
     assert price("aws", "nat_gateway_per_gb", "eu-north-1") is None
 
@@ -264,7 +264,7 @@ def _unit(doc: dict, component: str) -> Decimal:
     return Decimal(line["unit_price_usd"])
 
 
-@pytest.mark.parametrize("region", ["us-east-2", "eu-west-2", "us-west-2"])
+@pytest.mark.parametrize("region", ["us-east-2", "eu-west-2", "us-west-2", "ca-central-1"])
 def test_a_p5_stack_gets_a_complete_total(run_cli, tmp_path, region):
     doc = _cost(run_cli, tmp_path, region)
     assert doc["price_not_found"] == [] and doc["lines_without_price"] == 0
@@ -280,7 +280,7 @@ def test_a_p5_stack_gets_a_complete_total(run_cli, tmp_path, region):
         assert _unit(doc, "S3 Standard storage") == Decimal("0.024")
         # QuinnyPig/aws-price-watcher processed/datatransfer.json (2025-06): first 10 TB out, EU (London) 0.09
         assert _unit(doc, "Internet egress") == Decimal("0.09")
-    else:
+    elif region == "us-east-2":
         # rajesh.medampudi.com/blog/aws-nat-gateway-hidden-tax: "In us-east-1 (N. Virginia) and us-east-2
         # (Ohio) this is $0.045 per NAT Gateway-hour"; hub.pointfive.co (CER-0325): "$0.045/GB in US East Ohio"
         assert _unit(doc, "NAT gateway") == Decimal("0.045")
