@@ -41,8 +41,9 @@ PRICED_BY = [
 UNPRICED: dict[str, set[str]] = {
     # the extract (cloudkeep-io/ebs-pricing, 2022-02-10, its last commit) predates both regions;
     # on 2026-11-27 no EUS2- / MEC1-EBS:VolumeUsage.gp3 rate was found in public repositories
-    # (the usage types appear only in example Cost Explorer tables, without a rate)
-    "ebs_gp3_per_gb_month": {"eu-south-2", "me-central-1"},
+    # (the usage types appear only in example Cost Explorer tables, without a rate); the third
+    # search found a dated eu-south-2 storage rate only (no IOPS or throughput rate)
+    "ebs_gp3_per_gb_month": {"me-central-1"},
     "ebs_gp3_iops_per_month": {"eu-south-2", "me-central-1"},
     "ebs_gp3_throughput_per_mibps_month": {"eu-south-2", "me-central-1"},
     # the AmazonEC2 extract (togen, offer 20260904231117) has no Hong Kong or Jakarta row;
@@ -184,7 +185,7 @@ def test_every_gpu_region_has_every_price_but_the_listed_gaps():
     missing = missing_pairs(book, gpu_regions(), stack_tables(book))
     assert missing == UNPRICED
     priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
-    assert priced == 436  # of 506; 92 of 414 before the regional tables were filled
+    assert priced == 437  # of 506; 92 of 414 before the regional tables were filled
 
 
 def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:
@@ -234,6 +235,9 @@ def test_no_price_is_copied_from_another_region():
     assert price("aws", "s3_standard_per_gb_month", "af-south-1").usd == Decimal("0.0274")
     assert price("aws", "internet_egress_per_gb", "af-south-1").usd == Decimal("0.154")
     assert price("aws", "ebs_gp3_per_gb_month", "af-south-1").usd == Decimal("0.1047")
+    # eu-south-2's own gp3 rate, neither eu-south-1's 0.0924 nor us-east-1's 0.08
+    assert price("aws", "ebs_gp3_per_gb_month", "eu-south-2").usd == Decimal("0.088")
+    assert price("aws", "ebs_gp3_iops_per_month", "eu-south-2") is None  # no dated IOPS rate found
     assert price("aws", "nat_gateway_per_hour", "sa-east-1") is None  # no GPU offer there, not filled
     # NAT data processed: each region's own Price List rate, not us-east-1's $0.045 (the hour rates of
     # the same regions in togen's AmazonEC2 offer 20260904231117 are 0.048, 0.062 and 0.059 too)
