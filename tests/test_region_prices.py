@@ -41,21 +41,24 @@ PRICED_BY = [
 UNPRICED: dict[str, set[str]] = {
     # the extract (cloudkeep-io/ebs-pricing, 2022-02-10, its last commit) predates both regions;
     # on 2026-11-27 no EUS2- / MEC1-EBS:VolumeUsage.gp3 rate was found in public repositories
-    # (the usage types appear only in example Cost Explorer tables, without a rate)
-    "ebs_gp3_per_gb_month": {"eu-south-2", "me-central-1"},
+    # (the usage types appear only in example Cost Explorer tables, without a rate); the third
+    # search found a dated eu-south-2 storage rate only (no IOPS or throughput rate)
+    "ebs_gp3_per_gb_month": {"me-central-1"},
     "ebs_gp3_iops_per_month": {"eu-south-2", "me-central-1"},
     "ebs_gp3_throughput_per_mibps_month": {"eu-south-2", "me-central-1"},
     # the AmazonEC2 extract (togen, offer 20260904231117) has no Hong Kong or Jakarta row;
     # APE1- / APS4-NatGateway-Hours appear in no other stored file with a rate (2026-11-27)
     "nat_gateway_per_hour": {"ap-east-1", "ap-southeast-3"},
     # no multi-region extract of <region>-NatGateway-Bytes was found; priced only where one
-    # dated figure per region was (us-east-1, us-east-2, eu-west-1, eu-west-2, ap-northeast-1,
-    # ap-northeast-2, ap-southeast-1). Searched 2026-11-27: togen's aws.json (all 4 stored
-    # versions trim the AmazonEC2 offer to NatGateway-Hours), QuinnyPig/aws-price-watcher (its
-    # vpc/ec2 pricing-page feeds carry no NAT gateway rate), Infracost goldens (us-east-1 and
-    # sa-east-1 only), the usage type of each region across public repositories (bills and Cost
-    # Explorer tables without a rate), and per-region tables (undated, or contradicting the
-    # Price List's hour rates)
+    # dated figure per region was (us-east-1, us-east-2, us-west-2, ca-central-1, eu-west-1, eu-west-2,
+    # eu-west-3, eu-central-1, ap-northeast-1, ap-northeast-2, ap-southeast-1). Searched 2026-11-27:
+    # togen's aws.json (all 4 stored versions trim the AmazonEC2 offer to NatGateway-Hours),
+    # QuinnyPig/aws-price-watcher (its vpc/ec2 pricing-page feeds carry no NAT gateway rate),
+    # Infracost goldens (us-east-1 and sa-east-1 only), the usage type of each region across public
+    # repositories (bills and Cost Explorer tables without a rate), and per-region tables (undated,
+    # or contradicting the Price List's hour rates); a third search the same day (per-region Price
+    # List snapshots committed by cost tools, offer-file extracts with their publication dates, the
+    # region prefixes of the usage type) found the four it added and nothing dated for these
     "nat_gateway_per_gb": {
         "af-south-1",
         "ap-east-1",
@@ -63,16 +66,12 @@ UNPRICED: dict[str, set[str]] = {
         "ap-south-1",
         "ap-southeast-2",
         "ap-southeast-3",
-        "ca-central-1",
-        "eu-central-1",
         "eu-north-1",
         "eu-south-1",
         "eu-south-2",
-        "eu-west-3",
         "me-central-1",
         "me-south-1",
         "us-west-1",
-        "us-west-2",
     },  # fmt: skip
     # inter-region rates depend on the destination; only the two cited source->destination
     # figures are in the table (used by the data-locality ranking, not by a stack's cost)
@@ -186,7 +185,7 @@ def test_every_gpu_region_has_every_price_but_the_listed_gaps():
     missing = missing_pairs(book, gpu_regions(), stack_tables(book))
     assert missing == UNPRICED
     priced = len(gpu_regions()) * len(stack_tables(book)) - sum(len(rs) for rs in missing.values())
-    assert priced == 432  # of 506; 92 of 414 before the regional tables were filled
+    assert priced == 437  # of 506; 92 of 414 before the regional tables were filled
 
 
 def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:
@@ -236,13 +235,21 @@ def test_no_price_is_copied_from_another_region():
     assert price("aws", "s3_standard_per_gb_month", "af-south-1").usd == Decimal("0.0274")
     assert price("aws", "internet_egress_per_gb", "af-south-1").usd == Decimal("0.154")
     assert price("aws", "ebs_gp3_per_gb_month", "af-south-1").usd == Decimal("0.1047")
+    # eu-south-2's own gp3 rate, neither eu-south-1's 0.0924 nor us-east-1's 0.08
+    assert price("aws", "ebs_gp3_per_gb_month", "eu-south-2").usd == Decimal("0.088")
+    assert price("aws", "ebs_gp3_iops_per_month", "eu-south-2") is None  # no dated IOPS rate found
     assert price("aws", "nat_gateway_per_hour", "sa-east-1") is None  # no GPU offer there, not filled
     # NAT data processed: each region's own Price List rate, not us-east-1's $0.045 (the hour rates of
     # the same regions in togen's AmazonEC2 offer 20260904231117 are 0.048, 0.062 and 0.059 too)
     assert price("aws", "nat_gateway_per_gb", "eu-west-1").usd == Decimal("0.048")
     assert price("aws", "nat_gateway_per_gb", "ap-northeast-1").usd == Decimal("0.062")
     assert price("aws", "nat_gateway_per_gb", "ap-northeast-2").usd == Decimal("0.059")
-    assert price("aws", "nat_gateway_per_gb", "us-west-2") is None  # no dated figure found, not filled
+    # eu-central-1, eu-west-3, ca-central-1: their hour rates in togen's offer 20260904231117 are 0.052, 0.05, 0.05
+    assert price("aws", "nat_gateway_per_gb", "eu-central-1").usd == Decimal("0.052")
+    assert price("aws", "nat_gateway_per_gb", "eu-west-3").usd == Decimal("0.05")
+    assert price("aws", "nat_gateway_per_gb", "ca-central-1").usd == Decimal("0.05")
+    # no dated figure found: not filled from its hour rate (0.046) nor from a neighbour
+    assert price("aws", "nat_gateway_per_gb", "eu-north-1") is None
 
 
 def _cost(run_cli, tmp_path, region: str) -> dict:
@@ -261,17 +268,23 @@ def _unit(doc: dict, component: str) -> Decimal:
     return Decimal(line["unit_price_usd"])
 
 
-@pytest.mark.parametrize("region", ["us-east-2", "eu-west-2"])
+@pytest.mark.parametrize("region", ["us-east-2", "eu-west-2", "us-west-2", "ca-central-1"])
 def test_a_p5_stack_gets_a_complete_total(run_cli, tmp_path, region):
     doc = _cost(run_cli, tmp_path, region)
     assert doc["price_not_found"] == [] and doc["lines_without_price"] == 0
     assert doc["run_usd"] is not None and Decimal(doc["run_usd"]) > 0
-    if region == "eu-west-2":
+    if region == "us-west-2":
+        # dragoncoil2609/tf4-cdo04-repo docs/vpce_vs_nat_cost_notes.md @fc2d8088 (2026-06-25): "AWS Pricing
+        # API" for AmazonEC2, US West (Oregon): "USW2-NatGateway-Hours | $0.045 / NAT Gateway-hour",
+        # "USW2-NatGateway-Bytes | $0.045 / GB processed"
+        assert _unit(doc, "NAT gateway") == Decimal("0.045")
+        assert _unit(doc, "NAT data processed") == Decimal("0.045")
+    elif region == "eu-west-2":
         # S3 price feed (StephenWetzel/aws_s3_pricing_scraper outputs, 2024-09-25): "EU (London),eu-west-2,0.024"
         assert _unit(doc, "S3 Standard storage") == Decimal("0.024")
         # QuinnyPig/aws-price-watcher processed/datatransfer.json (2025-06): first 10 TB out, EU (London) 0.09
         assert _unit(doc, "Internet egress") == Decimal("0.09")
-    else:
+    elif region == "us-east-2":
         # rajesh.medampudi.com/blog/aws-nat-gateway-hidden-tax: "In us-east-1 (N. Virginia) and us-east-2
         # (Ohio) this is $0.045 per NAT Gateway-hour"; hub.pointfive.co (CER-0325): "$0.045/GB in US East Ohio"
         assert _unit(doc, "NAT gateway") == Decimal("0.045")
@@ -280,3 +293,18 @@ def test_a_p5_stack_gets_a_complete_total(run_cli, tmp_path, region):
         # US East (Ohio) 0.023; processed/datatransfer.json: first 10 TB out, US East (Ohio) 0.09
         assert _unit(doc, "S3 Standard storage") == Decimal("0.023")
         assert _unit(doc, "Internet egress") == Decimal("0.09")
+
+
+def test_a_p4d_stack_in_eu_central_1_gets_a_complete_total(run_cli, tmp_path):
+    # p4d has several network interfaces (EFA), so its nodes leave through a NAT gateway
+    args = ("--project-dir", str(tmp_path))
+    created = run_cli("new", "--gpus", "8xA100", "--cloud", "aws", "--region", "eu-central-1", "--name", "a", *args)
+    assert created.exit_code == 0, created.stderr
+    result = run_cli("cost", "a", "--json", *args)
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["price_not_found"] == [] and doc["lines_without_price"] == 0
+    # hamza-sweidan/aws-platform-terraform docs/decisions/0001-no-nat-gateway.md @5aa9034f (dated 2026-09-23):
+    # "$0.052/GB through NAT (eu-central-1)", "2 NAT gateways × $0.052 = $0.104/h"
+    assert _unit(doc, "NAT data processed") == Decimal("0.052")
+    assert _unit(doc, "NAT gateway") == Decimal("0.052")

@@ -55,9 +55,9 @@ def test_every_nat_gateway_and_address_of_the_preview_is_priced(p5_bake):
 
 
 def test_region_without_prices_gives_no_total(p5_bake):
-    doc = bake_cost(p5_bake.model_copy(update={"region": "eu-central-1"}))
+    doc = bake_cost(p5_bake.model_copy(update={"region": "eu-north-1"}))
     assert doc["once_usd"] is None and doc["monthly_usd"] is None
-    # NAT data processing and snapshot storage have no eu-central-1 price in prices.yaml
+    # NAT data processing and snapshot storage have no eu-north-1 price in prices.yaml
     assert len(doc["price_not_found"]) == 2
     assert any("nat_gateway_per_gb" in missing for missing in doc["price_not_found"])
 

@@ -54,10 +54,10 @@ def test_one_minute_is_the_shortest_run(run_cli, tmp_path):
 
 
 def test_new_and_preview_with_an_unpriced_line_have_null_totals(run_cli, tmp_path, monkeypatch):
-    # 8 x H100 training in us-west-2: no dated price for NAT gateway data processed there
+    # 8 x H100 training in eu-north-1: no dated price for NAT gateway data processed there
     # (prices.yaml nat_gateway_per_gb), and the cluster's nodes reach the internet through one
     result = run_cli(
-        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", "us-west-2",
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", "eu-north-1",
         "--project-dir", str(tmp_path), "--name", "p5w", "--json",
     )  # fmt: skip
     assert result.exit_code == 0, result.stderr
@@ -66,7 +66,7 @@ def test_new_and_preview_with_an_unpriced_line_have_null_totals(run_cli, tmp_pat
     assert cost["hourly_usd"] is None and cost["run_usd"] is None and cost["monthly_if_left_running_usd"] is None
     assert cost["lines_without_price"] == 1
     text = run_cli(
-        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", "us-west-2",
+        "new", "--gpus", "8xH100", "--cloud", "aws", "--region", "eu-north-1",
         "--project-dir", str(tmp_path), "--name", "p5t",
     )  # fmt: skip
     assert text.exit_code == 0
