@@ -38,6 +38,15 @@ MAX_USAGE_QUANTITY = 1_000_000_000
 #: of the baked copy). Every node pulls it, so the NAT data it causes scales with the nodes; the
 #: bake's registry copy (:mod:`gpuinfra.bake.cost`) is the same layers.
 CONTAINER_PULL_GB = Decimal(15)
+#: Provisioned performance a Hyperdisk Balanced volume includes at no extra charge; IOPS and
+#: throughput provisioned above these are billed ("Hyperdisk Balanced volumes include, at no extra
+#: charge, up to 3,000 IOPS and 140 MiB/s of throughput",
+#: cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline performance").
+#: The GCP boot disk provisions exactly these (blueprints/gcp/nodes.py), so it costs its capacity
+#: only; they are the lowest values Hyperdisk Balanced accepts (3,000-160,000 IOPS:
+#: github.com/cloudpilot-ai/karpenter-provider-gcp pull 210; a volume always includes them).
+HYPERDISK_BALANCED_FREE_IOPS = 3000
+HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS = 140
 
 
 @dataclass(frozen=True)
