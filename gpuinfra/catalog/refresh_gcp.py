@@ -287,9 +287,7 @@ class RefreshedPriceTables:
     def priced_pairs(self, regions: Iterable[str]) -> tuple[int, int]:
         """(priced, all) (region, table) pairs over ``regions`` and :data:`PRICE_TABLE_SKUS`."""
         wanted = set(regions)
-        priced = sum(
-            len(wanted & set(group.regions or {})) for table in self.tables.values() for group in table.prices
-        )
+        priced = sum(len(wanted & set(group.regions or {})) for table in self.tables.values() for group in table.prices)
         return priced, len(wanted) * len(PRICE_TABLE_SKUS)
 
 

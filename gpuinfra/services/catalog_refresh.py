@@ -16,8 +16,8 @@ from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
-from gpuinfra.catalog.refresh_aws import fetch_aws
 from gpuinfra.catalog.prices import write_refreshed_prices
+from gpuinfra.catalog.refresh_aws import fetch_aws
 from gpuinfra.catalog.refresh_gcp import RefreshedPriceTables, fetch_gcp
 from gpuinfra.catalog.store import (
     PACKAGE_DATA_DIR,

@@ -57,9 +57,7 @@ def _refresh(tmp_path, skus):
     return result
 
 
-def test_a4_stack_is_unpriced_before_and_fully_priced_after_a_refresh_through_the_cli(
-    tmp_path, monkeypatch, run_cli
-):
+def test_a4_stack_is_unpriced_before_and_fully_priced_after_a_refresh_through_the_cli(tmp_path, monkeypatch, run_cli):
     project, catalog = tmp_path / "project", tmp_path / "catalog"
     created = run_cli(
         "new", "--instance-type", "a4-highgpu-8g", "--cloud", "gcp", "--spot",
@@ -142,9 +140,7 @@ def _unknown_unit(disks):
     ],
     ids=["two-skus-one-region", "zero-price", "unknown-unit"],
 )
-def test_a_sku_that_is_not_one_price_leaves_the_region_unpriced_with_a_warning(
-    tmp_path, monkeypatch, change, warning
-):
+def test_a_sku_that_is_not_one_price_leaves_the_region_unpriced_with_a_warning(tmp_path, monkeypatch, change, warning):
     result = _refresh(tmp_path, _skus(change))
     assert [w for w in result.warnings if w.startswith(warning)], result.warnings
     assert "gcp prices: 5 of 6 region x table pairs (regions with a GPU offer)" in result.summary_lines()[3]

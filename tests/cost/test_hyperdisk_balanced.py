@@ -36,9 +36,7 @@ def priced(tmp_path, monkeypatch):
             key: PriceTable(
                 unit=book[key].unit,
                 what=book[key].what,
-                prices=[
-                    PriceGroup(source=SOURCE, date="2026-11-27", regions={"us-central1": Decimal(FIGURES[key])})
-                ],
+                prices=[PriceGroup(source=SOURCE, date="2026-11-27", regions={"us-central1": Decimal(FIGURES[key])})],
             )
             for key in keys
         }
@@ -49,7 +47,9 @@ def priced(tmp_path, monkeypatch):
 
 def _lines(disk: dict, nodes: int = 2):
     facts = ClusterFacts(cloud="gcp", region="us-central1", nodes=nodes)
-    lines = _gcp_template_disks("t", "gcp:compute/instanceTemplate:InstanceTemplate", {"disks": [disk]}, facts, None, "spot")
+    lines = _gcp_template_disks(
+        "t", "gcp:compute/instanceTemplate:InstanceTemplate", {"disks": [disk]}, facts, None, "spot"
+    )
     return {line.component: line for line in lines}
 
 
@@ -96,6 +96,9 @@ def test_performance_left_to_gcp_defaults_is_not_priced(priced):
 
 def test_the_shipped_book_prices_no_hyperdisk_balanced():
     assert all(shipped_price_book().gcp[key].prices == [] for key in FIGURES)
-    assert _lines(_disk(provisionedIops=3000, provisionedThroughput=140))[
-        "hyperdisk-balanced boot disk (200 GiB x 2 nodes)"
-    ].unit_price_usd is None
+    assert (
+        _lines(_disk(provisionedIops=3000, provisionedThroughput=140))[
+            "hyperdisk-balanced boot disk (200 GiB x 2 nodes)"
+        ].unit_price_usd
+        is None
+    )
