@@ -45,8 +45,12 @@ CONTAINER_PULL_GB = Decimal(15)
 #: charge, up to 3,000 IOPS and 140 MiB/s of throughput",
 #: cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline performance").
 #: The GCP boot disk provisions exactly these (blueprints/gcp/nodes.py), so it costs its capacity
-#: only; they are the lowest values Hyperdisk Balanced accepts (3,000-160,000 IOPS:
-#: github.com/cloudpilot-ai/karpenter-provider-gcp pull 210; a volume always includes them).
+#: only. Compute Engine accepts them for a boot disk: 3,000 is the lowest IOPS of Hyperdisk
+#: Balanced (3,000-160,000: github.com/cloudpilot-ai/karpenter-provider-gcp pull 210), and
+#: Google's own end-to-end-tested example provisions a Hyperdisk Balanced boot disk at
+#: ``provisioned_iops = 3000``, ``provisioned_throughput = 140``
+#: (GoogleCloudPlatform/cloud-foundation-fabric modules/compute-vm/README.md @7f9c29c4,
+#: "tftest inventory=disk-hyperdisk-cust-performance.yaml e2e").
 HYPERDISK_BALANCED_FREE_IOPS = 3000
 HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS = 140
 
