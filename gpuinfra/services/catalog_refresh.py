@@ -1,7 +1,9 @@
 """``gpuinfra catalog refresh``: rebuild offers and facts from the clouds' APIs.
 
 The refreshed cloud replaces its part of the current catalog; the other cloud's part is kept
-as it is (with its own date). The result is written atomically to the user catalog folder
+as it is (with its own date). A GCP refresh also writes the disk and Local SSD price tables read
+from the same SKU list (:func:`gpuinfra.catalog.refresh_gcp.parse_price_skus`) as the refreshed
+prices file of the folder (:func:`gpuinfra.catalog.prices.write_refreshed_prices`). The result is written atomically to the user catalog folder
 (or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the
 shipped snapshot.
 """
@@ -203,7 +205,7 @@ def refresh_catalog(
         k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()
     }
     write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
-    if gcp_prices is not None:  # after the catalog passed its gates: both are written or neither
+    if gcp_prices is not None:  # after the catalog passed its gates (a failing gate writes neither)
         write_refreshed_prices(result.out_dir, "gcp", gcp_prices.tables)
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
