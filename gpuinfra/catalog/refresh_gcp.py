@@ -31,8 +31,10 @@ Calls (google-cloud-billing and google-cloud-compute clients, install extra ``gc
   Local Storage [attached to Spot Preemptible VM] in <Region>"); a captured IOPS SKU:
   SpareCores/sc-crawler src/sc_crawler/vendors/gcp.py @3687b184 ("Hyperdisk Balanced IOPS in
   Santiago", SKU B02F-5C14-5872, resource family Storage, usage type OnDemand, usage unit ``mo``).
-  External IP SKUs ("External IP Charge on a Standard VM") are global, not per region, and
-  Cloud NAT's are in the Networking service, not this one: neither is read.
+  External IP SKUs ("External IP Charge on a Standard VM") are global, not per region
+  (infracost/infracost internal/resources/google/compute_address.go @da0a5862: region
+  ``global``, with a free first tier), and Cloud NAT's ("Networking Cloud Nat Data Processing")
+  are in the Networking service, not this one: neither is read.
 * Compute ``machineTypes.aggregatedList``: vCPUs, memory and bundled accelerators of each
   machine type per zone.
 * Compute ``acceleratorTypes.aggregatedList``: which zones offer the GPUs that attach to N1.
