@@ -129,10 +129,12 @@ UNPRICED: dict[str, set[str]] = {
 }
 
 
-# (GCP boot disk type, regions of the GCP offers that boot from it) without a dated price. The
-# only Hyperdisk Balanced SKUs found (Billing Catalog "Hyperdisk Balanced Capacity / IOPS /
-# Throughput in <region>") are in scripts that read prices from files not stored with them;
-# Cyclenerd pricing.yml maps Hyperdisk Extreme only (see GCP_BOOT_DISK_PRICE_KEYS)
+# (GCP boot disk type, regions of the GCP offers that boot from it) without a dated price in the
+# SHIPPED book. The only Hyperdisk Balanced SKUs found (Billing Catalog "Hyperdisk Balanced
+# Capacity / IOPS / Throughput in <region>") are in scripts that read prices from files not stored
+# with them; Cyclenerd pricing.yml maps Hyperdisk Extreme only (see GCP_BOOT_DISK_PRICE_KEYS). Its
+# three tables ship with no region, so all 13 regions of the A3 Ultra / A4 offers are unpriced
+# until `gpuinfra catalog refresh --cloud gcp` reads the SKUs (tests/catalog/test_refresh_gcp_prices.py)
 GCP_UNPRICED_BOOT_DISKS: dict[str, set[str]] = {
     "hyperdisk-balanced": {
         "asia-northeast1",
@@ -206,6 +208,16 @@ def gcp_boot_disk_gaps(book: PriceBook) -> dict[str, set[str]]:
 def test_every_gcp_boot_disk_has_a_price_but_the_listed_gaps():
     # pd-balanced boots the 30 regions of the other GCP offers and is priced in all of them
     assert gcp_boot_disk_gaps(price_book()) == GCP_UNPRICED_BOOT_DISKS
+
+
+def test_the_hyperdisk_balanced_tables_ship_without_a_region():
+    # capacity, IOPS and throughput: the line needs all three wherever the excess is above 0
+    book = price_book()
+    keys = ("hyperdisk_balanced_per_gib_month", "hyperdisk_balanced_iops_per_month")
+    keys += ("hyperdisk_balanced_throughput_per_mibps_month",)
+    regions = GCP_UNPRICED_BOOT_DISKS["hyperdisk-balanced"]
+    assert len(regions) == 13
+    assert all(book.gcp[key].lookup(region) is None for key in keys for region in regions)
 
 
 def test_a_gcp_boot_disk_region_dropped_is_reported():

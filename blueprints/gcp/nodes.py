@@ -70,6 +70,7 @@ import pulumi_gcp as gcp
 
 from blueprints.gcp.bulk_insert import BulkInstances
 from blueprints.gcp.resize_request import RESIZE_REQUEST, flex_start_reservation_affinity
+from gpuinfra.catalog.prices import HYPERDISK_BALANCED_FREE_IOPS, HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS
 from gpuinfra.plan.boot_gcp import node_prefix, render_startup_script
 from gpuinfra.plan.formation import BULK_INSERT
 from gpuinfra.plan.gcp import GcpClusterPlan
@@ -141,6 +142,9 @@ def build_template(
                     nic_type=nic_type,
                 )
             )
+    # a Hyperdisk Balanced boot disk is provisioned at the performance it includes for free, so
+    # its cost is its capacity (GCP's unprovisioned default could be billed above it)
+    hyperdisk = plan.boot_disk_type == "hyperdisk-balanced"
     disks = [
         gcp.compute.InstanceTemplateDiskArgs(
             boot=True,
@@ -148,6 +152,8 @@ def build_template(
             source_image=plan.image,
             disk_type=plan.boot_disk_type,
             disk_size_gb=spec.profile.root_disk_gib,
+            provisioned_iops=HYPERDISK_BALANCED_FREE_IOPS if hyperdisk else None,
+            provisioned_throughput=HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS if hyperdisk else None,
             labels=gcp_labels(spec),
         )
     ]

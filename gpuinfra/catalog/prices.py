@@ -40,6 +40,19 @@ MAX_USAGE_QUANTITY = 1_000_000_000
 #: of the baked copy). Every node pulls it, so the NAT data it causes scales with the nodes; the
 #: bake's registry copy (:mod:`gpuinfra.bake.cost`) is the same layers.
 CONTAINER_PULL_GB = Decimal(15)
+#: Provisioned performance a Hyperdisk Balanced volume includes at no extra charge; IOPS and
+#: throughput provisioned above these are billed ("Hyperdisk Balanced volumes include, at no extra
+#: charge, up to 3,000 IOPS and 140 MiB/s of throughput",
+#: cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline performance").
+#: The GCP boot disk provisions exactly these (blueprints/gcp/nodes.py), so it costs its capacity
+#: only. Compute Engine accepts them for a boot disk: 3,000 is the lowest IOPS of Hyperdisk
+#: Balanced (3,000-160,000: github.com/cloudpilot-ai/karpenter-provider-gcp pull 210), and
+#: Google's own end-to-end-tested example provisions a Hyperdisk Balanced boot disk at
+#: ``provisioned_iops = 3000``, ``provisioned_throughput = 140``
+#: (GoogleCloudPlatform/cloud-foundation-fabric modules/compute-vm/README.md @7f9c29c4,
+#: "tftest inventory=disk-hyperdisk-cust-performance.yaml e2e").
+HYPERDISK_BALANCED_FREE_IOPS = 3000
+HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS = 140
 
 
 @dataclass(frozen=True)

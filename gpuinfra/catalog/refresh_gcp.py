@@ -23,6 +23,18 @@ Calls (google-cloud-billing and google-cloud-compute clients, install extra ``gc
   H100 Mega GPUs are described in three ways across regions (``H100 80GB Mega GPU``,
   ``H100 Mega 80GB GPU``, ``H100 80GB Plus GPU``; skypilot-org/skypilot
   sky/catalog/data_fetchers/fetch_gcp.py, ``get_gpu_price``); B200 as ``B200 (1 gpu slice)``.
+* The same SKU list, for the non-compute price tables a stack's cost uses
+  (:data:`PRICE_TABLE_SKUS`, :func:`parse_price_skus`): Balanced PD, Hyperdisk Balanced capacity /
+  IOPS / throughput and Local SSD (on-demand and Spot). Descriptions ``<kind> in <region>``
+  (grafana/cloudcost-exporter docs/metrics/gcp/persistentvolumes.md @3756ae5f: "Balanced PD
+  Capacity in <Region>", "Hyperdisk Balanced Capacity / IOPS / Throughput in <Region>", "SSD backed
+  Local Storage [attached to Spot Preemptible VM] in <Region>"); a captured IOPS SKU:
+  SpareCores/sc-crawler src/sc_crawler/vendors/gcp.py @3687b184 ("Hyperdisk Balanced IOPS in
+  Santiago", SKU B02F-5C14-5872, resource family Storage, usage type OnDemand, usage unit ``mo``).
+  External IP SKUs ("External IP Charge on a Standard VM") are global, not per region
+  (infracost/infracost internal/resources/google/compute_address.go @da0a5862: region
+  ``global``, with a free first tier), and Cloud NAT's ("Networking Cloud Nat Data Processing")
+  are in the Networking service, not this one: neither is read.
 * Compute ``machineTypes.aggregatedList``: vCPUs, memory and bundled accelerators of each
   machine type per zone.
 * Compute ``acceleratorTypes.aggregatedList``: which zones offer the GPUs that attach to N1.
@@ -35,6 +47,7 @@ reported.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,9 +56,12 @@ from decimal import Decimal
 from gpuinfra.catalog.facts import gcp_facts
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.model import MARKETS, Offer, add_prices, quantize_price
-from gpuinfra.catalog.prices import HOURS_PER_MONTH
+from gpuinfra.catalog.prices import HOURS_PER_MONTH, PriceGroup, PriceTable, shipped_price_book
 
 COMPUTE_SERVICE = "services/6F81-5844-456A"
+#: The method the SKUs are read with (the Catalog has no publication date: a refreshed price is
+#: dated the day of the refresh).
+SKUS_LIST_DOC = "https://cloud.google.com/billing/docs/reference/rest/v1/services.skus/list"
 
 #: Accelerator type -> regular expression on the normalized SKU description (see
 #: :func:`classify_sku`: market phrases removed, ``(1 gpu slice)`` read as ``gpu``).
@@ -197,12 +213,177 @@ def machine_price(
     return None if total is None else quantize_price(total)
 
 
+#: Factor from a SKU's ``pricingExpression.usageUnit`` to a per-GiB-month table's unit: per
+#: GiB-month as is, per GiB-hour x 730 (the month of :data:`HOURS_PER_MONTH`). Unit codes:
+#: cloud.google.com/billing/docs/reference/rest/v1/services.skus/list ("usageUnit ... e.g. 'GiBy'
+#: for gibibyte, 'h' for hour, 'mo' for month").
+_PER_GIB_MONTH = {"GiBy.mo": Decimal(1), "GiBy.h": HOURS_PER_MONTH}
+#: Per month of one provisioned unit (IOPS, MiB/s): usage unit ``mo`` (the sc-crawler capture above).
+_PER_MONTH = {"mo": Decimal(1), "h": HOURS_PER_MONTH}
+#: Words of SKUs that price another product than the table's: Regional / High Availability
+#: (replicated) disks, storage pools, Confidential mode, commitments, reservations, DWS.
+_PRICE_SKIP = re.compile(r"regional|high availability|pool|confidential|commit|reserv|dws|sole tenan", re.I)
+
+
+@dataclass(frozen=True)
+class PriceTableSku:
+    """Which SKUs price one ``prices.yaml`` ``gcp`` table.
+
+    Attributes:
+        table: the table key; pattern: the whole description (``in <region>`` optional);
+        usage_type: ``category.usageType``; units: usage unit -> factor to the table's unit.
+    """
+
+    table: str
+    pattern: re.Pattern[str]
+    usage_type: str
+    units: Mapping[str, Decimal]
+
+
+PRICE_TABLE_SKUS: tuple[PriceTableSku, ...] = (
+    PriceTableSku(
+        "pd_balanced_per_gb_month", re.compile(r"Balanced PD Capacity(?: in .+)?", re.I), "OnDemand", _PER_GIB_MONTH
+    ),
+    PriceTableSku(
+        "hyperdisk_balanced_per_gib_month",
+        re.compile(r"Hyperdisk Balanced Capacity(?: in .+)?", re.I),
+        "OnDemand",
+        _PER_GIB_MONTH,
+    ),
+    PriceTableSku(
+        "hyperdisk_balanced_iops_per_month",
+        re.compile(r"Hyperdisk Balanced IOPS(?: in .+)?", re.I),
+        "OnDemand",
+        _PER_MONTH,
+    ),
+    PriceTableSku(
+        "hyperdisk_balanced_throughput_per_mibps_month",
+        re.compile(r"Hyperdisk Balanced Throughput(?: in .+)?", re.I),
+        "OnDemand",
+        _PER_MONTH,
+    ),
+    PriceTableSku(
+        "local_ssd_per_gb_month", re.compile(r"SSD backed Local Storage(?: in .+)?", re.I), "OnDemand", _PER_GIB_MONTH
+    ),
+    PriceTableSku(
+        "local_ssd_spot_per_gb_month",
+        re.compile(r"SSD backed Local Storage attached to Spot Preemptible VMs?(?: in .+)?", re.I),
+        "Preemptible",
+        _PER_GIB_MONTH,
+    ),
+)
+
+
+@dataclass
+class RefreshedPriceTables:
+    """Non-compute price tables read from the SKU list.
+
+    Attributes:
+        tables: table key -> per-region table (tables with no region left out).
+        warnings: one line per SKU or region left unpriced, and why.
+    """
+
+    tables: dict[str, PriceTable] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def priced_pairs(self, regions: Iterable[str]) -> tuple[int, int]:
+        """(priced, all) (region, table) pairs over ``regions`` and :data:`PRICE_TABLE_SKUS`."""
+        wanted = set(regions)
+        priced = sum(len(wanted & set(group.regions or {})) for table in self.tables.values() for group in table.prices)
+        return priced, len(wanted) * len(PRICE_TABLE_SKUS)
+
+
+def _sku_price(sku, units: Mapping[str, Decimal]) -> tuple[Decimal | None, str]:
+    """(price in the table's unit, "") or (None, why not): one USD rate, a known unit, above 0.
+
+    Tiered SKUs are refused: the disk and Local SSD SKUs bill every unit at one rate, and no tier
+    of theirs is documented to pick."""
+    if not sku.pricing_info:
+        return None, "no pricing info"
+    expression = sku.pricing_info[0].pricing_expression
+    factor = units.get(expression.usage_unit)
+    if factor is None:
+        return None, f"unknown usage unit {expression.usage_unit!r}"
+    rates = list(expression.tiered_rates)
+    if any(r.unit_price.currency_code not in ("", "USD") for r in rates):
+        return None, "not priced in USD"
+    values = {_money(r.unit_price) for r in rates}
+    if len(values) != 1:
+        return None, f"{len(values)} rates (tiered or none)"
+    value = values.pop() * factor
+    if value <= 0:
+        return None, "price 0"
+    return value, ""
+
+
+def parse_price_skus(skus: Iterable, regions: Iterable[str] | None, date: str) -> RefreshedPriceTables:
+    """The :data:`PRICE_TABLE_SKUS` tables from ``list_skus`` results (``billing_v1.Sku``).
+
+    Args:
+        skus: the Compute Engine SKUs.
+        regions: keep only these regions (None: every region a SKU names in ``serviceRegions``).
+        date: the refresh day (ISO), the date of every refreshed price.
+
+    Returns:
+        Tables in each shipped table's unit. A region is left unpriced, with a warning, when two
+        SKUs match it, or when a matching SKU has no single USD rate above 0 in a known unit;
+        never filled from another region or SKU.
+    """
+    wanted = set(regions) if regions else None
+    shipped = shipped_price_book().gcp
+    result = RefreshedPriceTables()
+    for spec in PRICE_TABLE_SKUS:
+        found: dict[str, list[tuple[str, Decimal | None]]] = {}
+        for sku in skus:
+            text = re.sub(r"\s+", " ", sku.description).strip()
+            if (
+                sku.category.usage_type != spec.usage_type
+                or _PRICE_SKIP.search(text)
+                or not spec.pattern.fullmatch(text)
+            ):
+                continue
+            value, problem = _sku_price(sku, spec.units)
+            mine = [r for r in sku.service_regions if wanted is None or r in wanted]
+            if problem and mine:
+                result.warnings.append(
+                    f"SKU {sku.sku_id} ({text}): {problem}; {spec.table} unpriced in {', '.join(sorted(mine))}"
+                )
+            for region in mine:
+                found.setdefault(region, []).append((sku.sku_id, value))
+        prices: dict[str, Decimal] = {}
+        ids: set[str] = set()
+        for region, matches in sorted(found.items()):
+            if len(matches) > 1:
+                result.warnings.append(
+                    f"{len(matches)} SKUs ({', '.join(sorted(i for i, _ in matches))}) match {spec.table} "
+                    f"in {region}; left unpriced"
+                )
+                continue
+            sku_id, value = matches[0]
+            if value is not None:
+                prices[region] = value
+                ids.add(sku_id)
+        if prices:
+            source = (
+                f"{SKUS_LIST_DOC} (Cloud Billing Catalog via gpuinfra catalog refresh, "
+                f"SKU {', '.join(sorted(ids))}; the Catalog gives no publication date: dated the refresh day)"
+            )
+            table = shipped[spec.table]
+            result.tables[spec.table] = PriceTable(
+                unit=table.unit,
+                what=table.what,
+                prices=[PriceGroup(source=source, date=dt.date.fromisoformat(date), regions=prices)],
+            )
+    return result
+
+
 @dataclass
 class GcpRefreshReport:
-    """What could not be priced, for the refresh summary."""
+    """What could not be priced, for the refresh summary, and the non-compute price tables."""
 
     missing_host_skus: set[str] = field(default_factory=set)
     missing_gpu_skus: set[str] = field(default_factory=set)
+    price_tables: RefreshedPriceTables = field(default_factory=RefreshedPriceTables)
 
 
 def build_gcp_offers(
@@ -296,8 +477,10 @@ def fetch_gcp(
     regions: Iterable[str] | None,
     curated: Mapping,
     gpu_models,
+    date: str = "",
 ) -> tuple[list[Offer], list[InstanceFacts], GcpRefreshReport]:
-    """Call the three APIs and build offers.
+    """Call the three APIs and build offers, and the non-compute price tables from the same SKUs
+    (``report.price_tables``, dated ``date``, the refresh day; none when ``date`` is empty).
 
     Args:
         billing_client: ``billing_v1.CloudCatalogClient``.
@@ -309,7 +492,8 @@ def fetch_gcp(
         gpu_models: :func:`gpuinfra.catalog.store.load_gpu_models` result.
     """
     wanted = set(regions) if regions else None
-    prices = parse_skus(billing_client.list_skus(parent=COMPUTE_SERVICE))
+    skus = list(billing_client.list_skus(parent=COMPUTE_SERVICE))
+    prices = parse_skus(skus)
     machine_types_by_zone: dict[str, list] = {}
     for scope, scoped in machine_types_client.aggregated_list(
         request={"project": project, "filter": 'name eq "(a2|a3|a4|g2|n1)-.*"'}
@@ -323,4 +507,9 @@ def fetch_gcp(
             accelerator_zones.setdefault(acc.name, set()).add(scope.removeprefix("zones/"))
     gpu_by_accelerator = {g.gcp_accelerator_type: g.name for g in gpu_models if g.gcp_accelerator_type}
     gpu_by_accelerator["nvidia-h100-mega-80gb"] = "H100"
-    return build_gcp_offers(machine_types_by_zone, accelerator_zones, prices, curated, gpu_by_accelerator)
+    offers, facts, report = build_gcp_offers(
+        machine_types_by_zone, accelerator_zones, prices, curated, gpu_by_accelerator
+    )
+    if date:
+        report.price_tables = parse_price_skus(skus, regions, date)
+    return offers, facts, report

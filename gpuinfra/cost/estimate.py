@@ -21,7 +21,15 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from gpuinfra.catalog.model import MARKETS
-from gpuinfra.catalog.prices import CONTAINER_PULL_GB, HOURS_PER_MONTH, Price, price, price_cap
+from gpuinfra.catalog.prices import (
+    CONTAINER_PULL_GB,
+    HOURS_PER_MONTH,
+    HYPERDISK_BALANCED_FREE_IOPS,
+    HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS,
+    Price,
+    price,
+    price_cap,
+)
 from gpuinfra.catalog.store import Catalog, load_gpu_models
 from gpuinfra.cost.after_down import KeptLine, left_after_down
 from gpuinfra.cost.lines import CostLine
@@ -637,17 +645,79 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
     return lines
 
 
-#: ``prices.yaml`` ``gcp`` key of each boot disk type a plan can choose
+#: ``prices.yaml`` ``gcp`` capacity key of each boot disk type a plan can choose
 #: (:data:`gpuinfra.plan.gcp.BOOT_DISK_PREFERENCE`). Hyperdisk Balanced (the only boot disk of A3
-#: Ultra / A4) has none: it bills capacity plus provisioned IOPS above 3,000 and throughput above
-#: 140 MiB/s (cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline
-#: performance"), and no dated extract of its Billing Catalog SKUs ("Hyperdisk Balanced
-#: Capacity / IOPS / Throughput in <region>") was found: Cyclenerd pricing.yml maps Hyperdisk
-#: Extreme only (build/mapping.csv @dac31281, unchanged in its history), Infracost's goldens
-#: price no Hyperdisk Balanced, and the figures other repositories hard-code are undated and
-#: disagree (0.06 to 0.12 per GiB-month). Its line stays unpriced, so the cost exits 4 instead
-#: of guessing (tests/test_region_prices.py lists the regions).
-GCP_BOOT_DISK_PRICE_KEYS: dict[str, str] = {"pd-balanced": "pd_balanced_per_gb_month"}
+#: Ultra / A4) bills capacity plus provisioned IOPS above 3,000 and throughput above 140 MiB/s
+#: (cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline performance"):
+#: :func:`_hyperdisk_balanced_lines`. No dated public extract of its Billing Catalog SKUs
+#: ("Hyperdisk Balanced Capacity / IOPS / Throughput in <region>") was found: Cyclenerd
+#: pricing.yml maps Hyperdisk Extreme only (build/mapping.csv @dac31281, unchanged in its
+#: history), Infracost's goldens price no Hyperdisk Balanced, and the figures other repositories
+#: hard-code are undated and disagree (0.06 to 0.12 per GiB-month). Its tables ship empty, so the
+#: line stays unpriced and the cost exits 4 instead of guessing, until ``gpuinfra catalog refresh
+#: --cloud gcp`` reads the SKUs (tests/test_region_prices.py lists the regions).
+GCP_BOOT_DISK_PRICE_KEYS: dict[str, str] = {
+    "pd-balanced": "pd_balanced_per_gb_month",
+    "hyperdisk-balanced": "hyperdisk_balanced_per_gib_month",
+}
+
+
+def _hyperdisk_balanced_lines(name: str, t: str, disk: dict, facts: ClusterFacts) -> list[CostLine]:
+    """Hyperdisk Balanced disk lines: capacity, and IOPS / throughput provisioned above what the
+    volume includes (:data:`HYPERDISK_BALANCED_FREE_IOPS`, ...). An excess of 0 needs no price;
+    a disk that provisions none leaves GCP to pick a default, which is not priced here (an
+    unpriced line, never $0)."""
+    reg, nodes = facts.region, Decimal(facts.nodes)
+    size = Decimal(str(disk.get("diskSizeGb", 10)))
+    lines = [
+        _line(
+            name,
+            t,
+            f"hyperdisk-balanced boot disk ({size} GiB x {facts.nodes} nodes)",
+            "GB-months",
+            size * nodes / HOURS_PER_MONTH,
+            price("gcp", "hyperdisk_balanced_per_gib_month", reg),
+            missing_source=f"no hyperdisk-balanced price for {reg}",
+        )
+    ]
+    for field_name, free, label, unit, key in (
+        ("provisionedIops", HYPERDISK_BALANCED_FREE_IOPS, "IOPS", "IOPS-months", "hyperdisk_balanced_iops_per_month"),
+        (
+            "provisionedThroughput",
+            HYPERDISK_BALANCED_FREE_THROUGHPUT_MIBPS,
+            "throughput (MiB/s)",
+            "MiBps-months",
+            "hyperdisk_balanced_throughput_per_mibps_month",
+        ),
+    ):
+        provisioned = disk.get(field_name)
+        if provisioned is None:
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    f"hyperdisk-balanced {label}, GCP default",
+                    unit,
+                    Decimal(0),
+                    None,
+                    missing_source=f"no provisioned {label}: GCP's default is not priced",
+                )
+            )
+            continue
+        extra = max(0, int(provisioned) - free)
+        if extra:
+            lines.append(
+                _line(
+                    name,
+                    t,
+                    f"hyperdisk-balanced {label} above {free:,}",
+                    unit,
+                    Decimal(extra) * nodes / HOURS_PER_MONTH,
+                    price("gcp", key, reg),
+                    missing_source=f"no hyperdisk-balanced {label} price for {reg}",
+                )
+            )
+    return lines
 
 
 def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, machine, market: str) -> list[CostLine]:
@@ -667,6 +737,9 @@ def _gcp_template_disks(name: str, t: str, inputs: dict, facts: ClusterFacts, ma
             continue
         size = Decimal(str(disk.get("diskSizeGb", 10)))
         dtype = disk.get("diskType", "pd-balanced")
+        if dtype == "hyperdisk-balanced":
+            lines += _hyperdisk_balanced_lines(name, t, disk, facts)
+            continue
         key = GCP_BOOT_DISK_PRICE_KEYS.get(dtype)
         lines.append(
             _line(

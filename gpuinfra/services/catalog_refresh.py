@@ -1,7 +1,9 @@
 """``gpuinfra catalog refresh``: rebuild offers and facts from the clouds' APIs.
 
 The refreshed cloud replaces its part of the current catalog; the other cloud's part is kept
-as it is (with its own date). The result is written atomically to the user catalog folder
+as it is (with its own date). A GCP refresh also writes the disk and Local SSD price tables read
+from the same SKU list (:func:`gpuinfra.catalog.refresh_gcp.parse_price_skus`) as the refreshed
+prices file of the folder (:func:`gpuinfra.catalog.prices.write_refreshed_prices`). The result is written atomically to the user catalog folder
 (or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the
 shipped snapshot.
 """
@@ -16,8 +18,9 @@ from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
+from gpuinfra.catalog.prices import write_refreshed_prices
 from gpuinfra.catalog.refresh_aws import fetch_aws
-from gpuinfra.catalog.refresh_gcp import fetch_gcp
+from gpuinfra.catalog.refresh_gcp import RefreshedPriceTables, fetch_gcp
 from gpuinfra.catalog.store import (
     PACKAGE_DATA_DIR,
     _load,
@@ -38,11 +41,14 @@ class RefreshResult:
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: one line per cloud whose non-compute price tables were refreshed
+    price_lines: list[str] = field(default_factory=list)
 
     def summary_lines(self) -> list[str]:
         """Human-readable summary."""
         lines = [f"wrote catalog to {self.out_dir}"]
         lines += [f"  {cloud}: {n} offers" for cloud, n in sorted(self.counts.items())]
+        lines += [f"  {line}" for line in self.price_lines]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines
 
@@ -127,6 +133,7 @@ def refresh_catalog(
     # us-central1 price from a discounted SKU cannot vouch for itself
     previous = {} if accept_price_cuts else reference_prices(load_catalog(PACKAGE_DATA_DIR).offers)
     result = RefreshResult(out_dir=Path(out_dir) if out_dir else user_catalog_dir())
+    gcp_prices: RefreshedPriceTables | None = None
     date = now.strftime("%Y-%m-%d")
     if "aws" in clouds:
         from botocore.exceptions import BotoCoreError, ClientError
@@ -160,11 +167,16 @@ def refresh_catalog(
                 regions,
                 load_gcp_curated_facts(),
                 load_gpu_models(),
+                date=date,
             )
         except GoogleAPIError as exc:
             raise CatalogError(f"GCP refresh failed: {exc}") from None
         result.warnings += [f"no host price SKU for {x}; left out" for x in sorted(report.missing_host_skus)]
         result.warnings += [f"no GPU price SKU for {x}; left out" for x in sorted(report.missing_gpu_skus)]
+        gcp_prices = report.price_tables
+        result.warnings += gcp_prices.warnings
+        priced, pairs = gcp_prices.priced_pairs({o.region for o in offers["gcp"]})
+        result.price_lines.append(f"gcp prices: {priced} of {pairs} region x table pairs (regions with a GPU offer)")
         sources["gcp"] = {
             "prices": "Cloud Billing Catalog services/6F81-5844-456A/skus (gpuinfra catalog refresh)",
             "date": date,
@@ -193,6 +205,8 @@ def refresh_catalog(
         k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()
     }
     write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
+    if gcp_prices is not None:  # after the catalog passed its gates (a failing gate writes neither)
+        write_refreshed_prices(result.out_dir, "gcp", gcp_prices.tables)
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
     return result

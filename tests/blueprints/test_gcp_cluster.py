@@ -68,6 +68,12 @@ def test_nics_networks_disks(itype, gpus, nics, mtus, lssd, boot):
     assert len(scratch) == lssd and all(d["interface"] == "NVME" and d["diskType"] == "local-ssd" for d in scratch)
     boot_disk = next(d for d in t["disks"] if d.get("boot"))
     assert boot_disk["diskType"] == boot
+    if boot == "hyperdisk-balanced":
+        # provisioned at what the volume includes at no extra charge, "up to 3,000 IOPS and 140 MiB/s"
+        # (cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced): its cost is its capacity
+        assert (boot_disk["provisionedIops"], boot_disk["provisionedThroughput"]) == (3000, 140)
+    else:  # Persistent Disk takes no provisioned performance
+        assert "provisionedIops" not in boot_disk and "provisionedThroughput" not in boot_disk
     assert boot_disk["sourceImage"].startswith("projects/deeplearning-platform-release/global/images/family/")
     if itype.startswith("n1-"):
         assert t["guestAccelerators"] == [{"count": 1, "type": "nvidia-tesla-t4"}]

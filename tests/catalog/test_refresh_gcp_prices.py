@@ -1,0 +1,149 @@
+"""`gpuinfra catalog refresh --cloud gcp` reads the disk and Local SSD price tables from the same
+Billing Catalog SKU list as the machine prices, through the real google-cloud-billing client
+against the SKU fixtures served on 127.0.0.1 (tests/fixtures/gcp_billing_skus.json plus
+gcp_billing_disk_skus.json, whose ``_about`` cites the public SKU shapes).
+
+The shipped book has no Hyperdisk Balanced price (docs/prices.md), so an A4 stack's cost exits
+4 until a refresh prices its boot disk. A SKU that cannot be read as one price for one region
+leaves that region unpriced with a warning, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from gpuinfra.catalog.prices import price
+from gpuinfra.services.catalog_refresh import refresh_catalog
+from tests.catalog.test_refresh import NOW, _fixture, _gcp_clients, _gcp_routes
+from tests.replay_server import ReplayServer
+
+HYPERDISK = "hyperdisk_balanced_per_gib_month"
+
+
+def _skus(change=None) -> dict:
+    """The machine SKUs plus the disk SKUs; ``change(disk_skus)`` edits the disk SKUs first."""
+    skus = _fixture("gcp_billing_skus.json")
+    disks = _fixture("gcp_billing_disk_skus.json")["skus"]
+    if change:
+        change(disks)
+    skus["skus"] = skus["skus"] + disks
+    return skus
+
+
+def _routes(skus: dict) -> list:
+    """The GCP fixture routes, with the A4 machine type offered in us-central1-b too (the zone
+    the shipped catalog plans an A4 Spot node in)."""
+    routes = _gcp_routes(skus)
+    machine_types = _fixture("gcp_machine_types.json")
+    a4 = next(m for m in machine_types["items"]["zones/us-central1-a"]["machineTypes"] if m["name"] == "a4-highgpu-8g")
+    machine_types["items"]["zones/us-central1-b"]["machineTypes"].append(dict(a4, zone="us-central1-b"))
+    return [route if "machineTypes" not in route[1] else (*route[:3], machine_types) for route in routes]
+
+
+def _sku(skus: list, description: str) -> dict:
+    return next(s for s in skus if s["description"] == description)
+
+
+def _refresh(tmp_path, skus):
+    with ReplayServer(_routes(skus)) as server:
+        result = refresh_catalog(
+            ["gcp"], out_dir=tmp_path, gcp_project="demo-project", gcp=_gcp_clients(server.url), now=NOW
+        )
+        sku_calls = [p for _, p, _, _ in server.requests if "/skus" in p]
+    assert len(sku_calls) == 1  # one SKU list for the machines and the price tables
+    return result
+
+
+def test_a4_stack_is_unpriced_before_and_fully_priced_after_a_refresh_through_the_cli(tmp_path, monkeypatch, run_cli):
+    project, catalog = tmp_path / "project", tmp_path / "catalog"
+    created = run_cli(
+        "new", "--instance-type", "a4-highgpu-8g", "--cloud", "gcp", "--spot",
+        "--project-dir", str(project), "--name", "a4",
+    )  # fmt: skip
+    assert created.exit_code == 0, created.stderr
+    before = run_cli("cost", "a4", "--json", "--project-dir", str(project))
+    assert before.exit_code == 4
+    assert "a4-template: hyperdisk-balanced boot disk (200 GiB x 1 nodes)" in before.stderr
+    assert "no hyperdisk-balanced price for us-central1" in before.stderr
+
+    with ReplayServer(_routes(_skus())) as server:
+        clients = _gcp_clients(server.url)  # the real clients, sent to the stand-in instead of Google
+        monkeypatch.setattr("gpuinfra.services.catalog_refresh.gcp_clients", lambda *a, **k: clients)
+        refreshed = run_cli(
+            "catalog", "refresh", "--cloud", "gcp", "--gcp-project", "demo-project", "--out", str(catalog)
+        )
+    assert refreshed.exit_code == 0, refreshed.stderr
+    # the fixtures have GPU offers in us-central1 only; all six tables are priced there
+    assert "gcp prices: 6 of 6 region x table pairs" in refreshed.stdout
+    assert "warning" not in refreshed.stdout  # the regional, storage-pool and HA SKUs are other products
+
+    monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(catalog))
+    after = run_cli("cost", "a4", "--json", "--project-dir", str(project))
+    assert after.exit_code == 0, after.stderr
+    doc = json.loads(after.stdout)
+    assert doc["price_not_found"] == [] and doc["hourly_usd"] is not None
+    boot = [line for line in doc["lines"] if "hyperdisk-balanced" in line["component"]]
+    # provisioned at the free 3,000 IOPS and 140 MiB/s: the capacity line only,
+    # 200 GiB x $0.08 per GiB-month (SKU H001-0000-0001) / 730 h = $0.0219178.../h
+    assert [line["component"] for line in boot] == ["hyperdisk-balanced boot disk (200 GiB x 1 nodes)"]
+    assert boot[0]["unit_price_usd"] == "0.080000"
+    assert boot[0]["hourly_usd"] == "0.021918"
+    # dated the refresh day, as the refreshed machine prices (the Catalog states no date)
+    assert "SKU H001-0000-0001" in boot[0]["price_source"] and boot[0]["price_date"] == doc["catalog_date"]
+
+
+def test_refreshed_tables_cover_each_region_once_in_the_table_unit(tmp_path, monkeypatch):
+    def per_hour(disks):  # a capacity SKU billed per GiB-hour: x 730 to the table's GiB-month
+        sku = _sku(disks, "Balanced PD Capacity in Iowa")
+        sku["pricingInfo"][0]["pricingExpression"]["usageUnit"] = "GiBy.h"
+        sku["pricingInfo"][0]["pricingExpression"]["tieredRates"][0]["unitPrice"]["nanos"] = 137000
+
+    result = _refresh(tmp_path, _skus(per_hour))
+    assert result.warnings == []
+    monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
+    assert price("gcp", "pd_balanced_per_gb_month", "us-central1").usd == Decimal("0.000137") * 730
+    assert price("gcp", "hyperdisk_balanced_iops_per_month", "us-central1").usd == Decimal("0.005")
+    assert price("gcp", "hyperdisk_balanced_throughput_per_mibps_month", "us-central1").usd == Decimal("0.04")
+    assert price("gcp", "local_ssd_spot_per_gb_month", "us-central1").usd == Decimal("0.048")
+    # regions the refresh did not price keep the shipped price; Hyperdisk stays unpriced there
+    assert price("gcp", "pd_balanced_per_gb_month", "us-east4").usd == Decimal("0.11")
+    assert price("gcp", HYPERDISK, "us-east4") is None
+
+
+def _duplicate(disks):
+    twin = dict(_sku(disks, "Hyperdisk Balanced Capacity in Iowa"), skuId="H001-0000-0099")
+    disks.append(twin)
+
+
+def _zero(disks):
+    rate = _sku(disks, "Hyperdisk Balanced Capacity in Iowa")["pricingInfo"][0]["pricingExpression"]
+    rate["tieredRates"][0]["unitPrice"]["nanos"] = 0
+
+
+def _unknown_unit(disks):
+    _sku(disks, "Hyperdisk Balanced Capacity in Iowa")["pricingInfo"][0]["pricingExpression"]["usageUnit"] = "TiBy.mo"
+
+
+@pytest.mark.parametrize(
+    ("change", "warning"),
+    [
+        (
+            _duplicate,
+            "2 SKUs (H001-0000-0001, H001-0000-0099) match hyperdisk_balanced_per_gib_month in us-central1; "
+            "left unpriced",
+        ),
+        (_zero, "SKU H001-0000-0001 (Hyperdisk Balanced Capacity in Iowa): price 0; "),
+        (_unknown_unit, "SKU H001-0000-0001 (Hyperdisk Balanced Capacity in Iowa): unknown usage unit 'TiBy.mo'; "),
+    ],
+    ids=["two-skus-one-region", "zero-price", "unknown-unit"],
+)
+def test_a_sku_that_is_not_one_price_leaves_the_region_unpriced_with_a_warning(tmp_path, monkeypatch, change, warning):
+    result = _refresh(tmp_path, _skus(change))
+    assert [w for w in result.warnings if w.startswith(warning)], result.warnings
+    assert "gcp prices: 5 of 6 region x table pairs (regions with a GPU offer)" in result.summary_lines()[3]
+    monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
+    assert price("gcp", HYPERDISK, "us-central1") is None  # never $0, never the other SKU's price
+    assert price("gcp", "hyperdisk_balanced_iops_per_month", "us-central1").usd == Decimal("0.005")
