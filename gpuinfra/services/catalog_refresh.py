@@ -16,7 +16,9 @@ from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
-from gpuinfra.catalog.refresh_aws import fetch_aws
+from gpuinfra.catalog.prices import PriceTable, write_refreshed_prices
+from gpuinfra.catalog.refresh_aws import PRICING_REGION, fetch_aws
+from gpuinfra.catalog.refresh_aws_prices import fetch_aws_prices, price_tables
 from gpuinfra.catalog.refresh_gcp import fetch_gcp
 from gpuinfra.catalog.store import (
     PACKAGE_DATA_DIR,
@@ -38,11 +40,17 @@ class RefreshResult:
     out_dir: Path
     counts: dict[str, int] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    #: per cloud: (region x table pairs priced, pairs asked for) of the non-compute price tables
+    price_pairs: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     def summary_lines(self) -> list[str]:
         """Human-readable summary."""
         lines = [f"wrote catalog to {self.out_dir}"]
         lines += [f"  {cloud}: {n} offers" for cloud, n in sorted(self.counts.items())]
+        lines += [
+            f"  {cloud} prices: {priced} of {asked} region x table pairs"
+            for cloud, (priced, asked) in sorted(self.price_pairs.items())
+        ]
         lines += [f"  warning: {w}" for w in self.warnings]
         return lines
 
@@ -128,14 +136,23 @@ def refresh_catalog(
     previous = {} if accept_price_cuts else reference_prices(load_catalog(PACKAGE_DATA_DIR).offers)
     result = RefreshResult(out_dir=Path(out_dir) if out_dir else user_catalog_dir())
     date = now.strftime("%Y-%m-%d")
+    aws_prices: dict[str, PriceTable] | None = None
     if "aws" in clouds:
         from botocore.exceptions import BotoCoreError, ClientError
 
         factory = aws_factory or aws_client_factory()
         try:
             offers["aws"], facts["aws"] = fetch_aws(factory, regions, now)
+            # the non-compute tables of every region with a GPU offer (of those asked for)
+            report = fetch_aws_prices(factory("pricing", PRICING_REGION), sorted({o.region for o in offers["aws"]}))
         except (BotoCoreError, ClientError) as exc:
             raise CatalogError(f"AWS refresh failed: {exc}") from None
+        aws_prices = price_tables(report, date)  # validated before anything is written
+        result.price_pairs["aws"] = (report.priced, report.pairs)
+        result.warnings += [
+            f"aws price {key} in {region} left unpriced: {why}"
+            for (region, key), why in sorted(report.unpriced.items())
+        ]
         sources["aws"] = {
             "prices": "EC2 DescribeSpotPriceHistory + Price List GetProducts (gpuinfra catalog refresh)",
             "date": date,
@@ -193,6 +210,8 @@ def refresh_catalog(
         k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()
     }
     write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
+    if aws_prices is not None:
+        write_refreshed_prices(result.out_dir, "aws", aws_prices)
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
     return result
