@@ -406,20 +406,7 @@ def estimate(
             note="0 by design: every node is in one zone",
         )
     )
-    if cloud == "aws":
-        result.lines = [_with_refresh_hint(line, reg) for line in result.lines]
     return result
-
-
-#: How to fill an AWS price-table gap (:mod:`gpuinfra.catalog.refresh_aws_prices`).
-AWS_PRICE_REFRESH_HINT = "`gpuinfra catalog refresh --cloud aws` reads it from the AWS Price List"
-
-
-def _with_refresh_hint(line: CostLine, region: str | None) -> CostLine:
-    """An AWS line missing a price-table value ("no NAT gateway price for eu-north-1") says how to fill it."""
-    if line.unit_price_usd is None and line.source.startswith("no ") and line.source.endswith(f" for {region}"):
-        return replace(line, source=f"{line.source}; {AWS_PRICE_REFRESH_HINT}")
-    return line
 
 
 def _nodes_have_public_ip(resources: list) -> bool:

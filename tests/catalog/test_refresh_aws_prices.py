@@ -113,6 +113,7 @@ def test_refreshed_folder_gives_an_eu_north_1_p5_stack_a_total(moto_url, tmp_pat
     made = run_cli("new", "--gpus", "8xH100", "--cloud", "aws", "--spot", "--project-dir", str(project))
     assert made.exit_code == 0, made.stderr
     assert "(aws eu-north-1), spot" in made.stdout
+    assert "(no NAT gateway price for eu-north-1); `gpuinfra catalog refresh --cloud aws` reads it" in made.stderr
     before = run_cli("cost", "aws-8xh100", "--project-dir", str(project))
     assert before.exit_code == 4
     assert "`gpuinfra catalog refresh --cloud aws` reads it from the AWS Price List" in before.stderr + before.stdout
@@ -215,3 +216,20 @@ def test_a_price_list_error_writes_nothing(moto_url, tmp_path):
             error_service="AmazonS3",
         )
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("missing", "advice"),
+    [
+        # an AWS region's table gap: the refresh reads it
+        ("c-nat-gw: NAT data processed (no NAT gateway price for eu-north-1)", True),
+        ("c-fleet: EBS gp3 storage (no gp3 price for me-central-1)", True),
+        # a GCP region (no "-<digit>" at the end) and an AWS compute gap are not Price List tables
+        ("c-nat: Cloud NAT data processed (no NAT price for europe-north1)", False),
+        ("c-fleet: Instance usage (on-demand, p4d.24xlarge) (no catalog offer for p4d.24xlarge in use1-az9)", False),
+    ],
+)
+def test_the_missing_price_advice_names_the_refresh_for_aws_table_gaps_only(missing, advice):
+    from gpuinfra.cost.report import AWS_PRICE_REFRESH_HINT, fill_advice
+
+    assert fill_advice({"price_not_found": [missing]}) == (AWS_PRICE_REFRESH_HINT if advice else "")
