@@ -23,7 +23,9 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
-from gpuinfra.errors import UsageError
+from gpuinfra.catalog.store import catalog_dir
+from gpuinfra.errors import CatalogError, UsageError
+from gpuinfra.fsutil import atomic_write_text
 from gpuinfra.userfile import read_user_file
 
 DATA_DIR = Path(__file__).parent / "data"
@@ -192,15 +194,11 @@ def shipped_price_book() -> PriceBook:
 
 def refreshed_prices_path() -> Path:
     """Where the refreshed tables of the catalog folder in use are (the file may not exist)."""
-    from gpuinfra.catalog.store import catalog_dir
-
     return catalog_dir() / REFRESHED_PRICES_FILE
 
 
 @lru_cache(maxsize=4)
 def _book_with(path: str, mtime_ns: int) -> PriceBook:
-    from gpuinfra.errors import CatalogError
-
     try:
         refreshed = RefreshedPrices.model_validate(yaml.safe_load(Path(path).read_text()))
     except (OSError, yaml.YAMLError, ValueError) as exc:
@@ -241,8 +239,6 @@ def write_refreshed_prices(out_dir: Path, cloud: str, tables: dict[str, PriceTab
         ValueError: a key the shipped book lacks, a unit that differs from the shipped one, or
             an invalid table (a programming error in the refresh).
     """
-    from gpuinfra.fsutil import atomic_write_text
-
     shipped = getattr(shipped_price_book(), cloud)
     for key, table in tables.items():
         if key not in shipped or shipped[key].unit != table.unit:

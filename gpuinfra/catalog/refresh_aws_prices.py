@@ -16,8 +16,21 @@ price per region from it:
   ``EUW2-DataTransfer-xAZ-Out-Bytes`` never match ``NatGateway-Bytes`` / ``DataTransfer-Out-Bytes``;
 * the price dimension must have the table's ``unit``; the one starting at 0 is read, and it must
   end where the table's first tier ends (``Inf`` for a flat price, 51200 GB for S3 Standard's
-  "first 50 TB", 10240 GB for egress's "first 10 TB"); a unit conversion to the table's unit
-  (``GiBps-mo`` / 1024 per MiB/s, per request x 1,000,000 per million) is the query's ``scale``.
+  "first 50 TB", 10240 GB for egress's "first 10 TB"; Lambda arm64 duration: its first tier);
+  a unit conversion to the table's unit (``GiBps-mo`` / 1024 per MiB/s, per request x 1,000,000
+  per million) is the query's ``scale``.
+
+Each query names the AWS price page of its product and a public reader of the same filter
+(Infracost's ``internal/resources/aws/*.go``, path and commit in :data:`QUERIES`). Attribute
+names, region-prefixed usage types and tier ranges as the offer files write them:
+github.com/Elvis2131/preflight/blob/e90a838f3b68c8994cf41313624c0029f4c9068d/cmd/runnerd/internal/pricingfetch/testdata/amazonec2_euwest1_nat_offer.json
+(AmazonEC2 offer slice: ``EU-NatGateway-Bytes`` beside ``EU-RegionalNatGateway-Bytes``,
+``EU-BoxUsage:r5n.8xlarge``) and
+github.com/mooncitizen/togen/blob/cfc3c384dbc96449dc936479107b9bc0723104e8/internal/cost/cmd/testdata/AWSDataTransfer-eu-west-2.csv
+(``fromRegionCode``, ``transferType`` "AWS Outbound", ``EUW2-DataTransfer-Out-Bytes`` tiers
+0-10240-51200-153600-Inf GB). The arm64 Lambda usage types ``Request-ARM`` /
+``Lambda-GB-Second-ARM`` are the Arm prices of aws.amazon.com/lambda/pricing/ (Infracost reads
+the x86 ones of the same ``Serverless`` family).
 
 An ambiguous answer leaves the (region, table) pair unpriced with a warning, never a guess or
 $0: no matching product, two products or dimensions with different prices, a zero price, a unit
@@ -54,8 +67,8 @@ class PriceQuery:
         filters: ``TERM_MATCH`` (field, value) pairs besides the region.
         usagetype: the usage type without its region prefix (``NatGateway-Bytes``).
         unit: the price dimension's ``unit`` as the Price List writes it (``GB``, ``Hrs``).
-        end_range: where the first tier (the dimension from 0) must end: ``Inf`` (a flat price)
-            or the tier the table names in GB.
+        end_range: where the first tier (the dimension from 0) must end: ``Inf`` (a flat price),
+            the tier the table names in GB, or None (the table names the first tier, not its end).
         scale: multiplier from the dimension's unit to the table's unit.
         region_field: the attribute that names the region (``regionCode``; ``fromRegionCode``
             for ``AWSDataTransfer``).
@@ -69,7 +82,7 @@ class PriceQuery:
     unit: str
     doc: str
     reader: str
-    end_range: str = "Inf"
+    end_range: str | None = "Inf"
     scale: Decimal = Decimal(1)
     region_field: str = "regionCode"
 
@@ -81,6 +94,7 @@ def _ec2_instance(key: str, instance_type: str) -> PriceQuery:
         key,
         "AmazonEC2",
         (
+            ("productFamily", "Compute Instance"),
             ("instanceType", instance_type),
             ("operatingSystem", "Linux"),
             ("tenancy", "Shared"),
@@ -200,7 +214,7 @@ QUERIES: tuple[PriceQuery, ...] = (
         "Lambda-GB-Second",
         _LAMBDA_DOC,
         _LAMBDA_READER,
-        end_range="7500000000",  # arm64 first tier: the first 7.5 billion GB-seconds a month
+        end_range=None,  # the first tier ("First 7.5 Billion GB-sec / month" for Arm, Lambda pricing page)
     ),
     PriceQuery(
         "cloudwatch_alarm_metric_per_month",
@@ -313,7 +327,7 @@ def read_price(items: Iterable[str], query: PriceQuery, region: str) -> ReadPric
         if dim.get("unit") != query.unit:
             problems.append(f"unit {dim.get('unit')!r}, expected {query.unit!r}")
             continue
-        if dim.get("endRange", "Inf") != query.end_range:
+        if query.end_range is not None and dim.get("endRange", "Inf") != query.end_range:
             problems.append(f"first tier ends at {dim.get('endRange')}, expected {query.end_range}")
             continue
         usd = _decimal(dim.get("pricePerUnit", {}).get("USD"))

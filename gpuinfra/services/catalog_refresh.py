@@ -1,7 +1,10 @@
 """``gpuinfra catalog refresh``: rebuild offers and facts from the clouds' APIs.
 
 The refreshed cloud replaces its part of the current catalog; the other cloud's part is kept
-as it is (with its own date). The result is written atomically to the user catalog folder
+as it is (with its own date). An AWS refresh also reads the non-compute price tables of every
+region with a GPU offer from the Price List (:mod:`gpuinfra.catalog.refresh_aws_prices`) and
+writes them as :data:`gpuinfra.catalog.prices.REFRESHED_PRICES_FILE`; compute and prices are read
+and validated before anything is written. The result is written atomically to the user catalog folder
 (or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the
 shipped snapshot.
 """
@@ -89,7 +92,7 @@ def refresh_catalog(
     now: datetime | None = None,
     accept_price_cuts: bool = False,
 ) -> RefreshResult:
-    """Fetch the clouds' catalogs and write a merged catalog folder.
+    """Fetch the clouds' catalogs (and AWS's non-compute price tables) and write a merged catalog folder.
 
     Args:
         clouds: subset of ``["aws", "gcp"]``.
@@ -144,14 +147,16 @@ def refresh_catalog(
         try:
             offers["aws"], facts["aws"] = fetch_aws(factory, regions, now)
             # the non-compute tables of every region with a GPU offer (of those asked for)
-            report = fetch_aws_prices(factory("pricing", PRICING_REGION), sorted({o.region for o in offers["aws"]}))
+            price_report = fetch_aws_prices(
+                factory("pricing", PRICING_REGION), sorted({o.region for o in offers["aws"]})
+            )
         except (BotoCoreError, ClientError) as exc:
             raise CatalogError(f"AWS refresh failed: {exc}") from None
-        aws_prices = price_tables(report, date)  # validated before anything is written
-        result.price_pairs["aws"] = (report.priced, report.pairs)
+        aws_prices = price_tables(price_report, date)  # validated before anything is written
+        result.price_pairs["aws"] = (price_report.priced, price_report.pairs)
         result.warnings += [
             f"aws price {key} in {region} left unpriced: {why}"
-            for (region, key), why in sorted(report.unpriced.items())
+            for (region, key), why in sorted(price_report.unpriced.items())
         ]
         sources["aws"] = {
             "prices": "EC2 DescribeSpotPriceHistory + Price List GetProducts (gpuinfra catalog refresh)",
