@@ -3,10 +3,10 @@
 The refreshed cloud replaces its part of the current catalog; the other cloud's part is kept
 as it is (with its own date). An AWS refresh also reads the non-compute price tables of every
 region with a GPU offer from the Price List (:mod:`gpuinfra.catalog.refresh_aws_prices`) and
-writes them as :data:`gpuinfra.catalog.prices.REFRESHED_PRICES_FILE`; compute and prices are read
-and validated before anything is written. The result is written atomically to the user catalog folder
-(or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the
-shipped snapshot.
+writes them as :data:`gpuinfra.catalog.prices.REFRESHED_PRICES_FILE`; compute and prices are
+read and validated before anything is written. The result is written atomically to the user
+catalog folder (or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers
+over the shipped snapshot.
 """
 
 from __future__ import annotations
