@@ -28,7 +28,9 @@ github.com/Elvis2131/preflight/blob/e90a838f3b68c8994cf41313624c0029f4c9068d/cmd
 ``EU-BoxUsage:r5n.8xlarge``) and
 github.com/mooncitizen/togen/blob/cfc3c384dbc96449dc936479107b9bc0723104e8/internal/cost/cmd/testdata/AWSDataTransfer-eu-west-2.csv
 (``fromRegionCode``, ``transferType`` "AWS Outbound", ``EUW2-DataTransfer-Out-Bytes`` tiers
-0-10240-51200-153600-Inf GB). The arm64 Lambda usage types ``Request-ARM`` /
+0-10240-51200-153600-Inf GB; ``transferType`` "InterRegion Outbound" to ``toLocationType``
+"AWS Region", ``EUW2-EU-AWS-Out-Bytes``, priced per destination ``toRegionCode``: the table's one
+price per source region is read only when every destination has the same). The arm64 Lambda usage types ``Request-ARM`` /
 ``Lambda-GB-Second-ARM`` are the Arm prices of aws.amazon.com/lambda/pricing/ (Infracost reads
 the x86 ones of the same ``Serverless`` family).
 
@@ -38,8 +40,7 @@ that does not match, or a first tier that ends elsewhere (:class:`PriceReport`).
 
 Tables left shipped-only (no query pinned down by a public reader, or one price for every
 region): ``public_ipv4_per_hour`` and ``cloudwatch_dashboard_per_month`` (one ``all`` price),
-``inter_region_transfer_per_gb`` (the Price List prices each destination region, the table one
-price per source), ``scheduler_per_million_invocations``, ``cloudwatch_custom_metric_per_month``
+``scheduler_per_million_invocations``, ``cloudwatch_custom_metric_per_month``
 and ``cloudwatch_requests_per_thousand`` (no public reader of their filters was found).
 """
 
@@ -194,6 +195,18 @@ QUERIES: tuple[PriceQuery, ...] = (
         "https://aws.amazon.com/ec2/pricing/on-demand/#Data_Transfer",
         _INFRACOST.format(commit="2320b289de521431679817e97892283b5682f6b0", file="data_transfer.go"),
         end_range="10240",  # "first 10 TB / month data transfer out beyond the global free tier"
+        region_field="fromRegionCode",
+    ),
+    PriceQuery(
+        # one price per source region: read only when every destination region has the same one
+        # (us-east-1 -> us-east-2 is cheaper than us-east-1 -> elsewhere: "different prices")
+        "inter_region_transfer_per_gb",
+        "AWSDataTransfer",
+        (("transferType", "InterRegion Outbound"), ("toLocationType", "AWS Region")),
+        "AWS-Out-Bytes",
+        "GB",
+        "https://aws.amazon.com/ec2/pricing/on-demand/#Data_Transfer",
+        _INFRACOST.format(commit="2320b289de521431679817e97892283b5682f6b0", file="data_transfer.go"),
         region_field="fromRegionCode",
     ),
     PriceQuery(

@@ -82,6 +82,8 @@ def test_refresh_reads_every_table_of_a_gpu_region(moto_url, tmp_path):
     # tiered: S3 Standard's first 50 TB (not 0.022 / 0.021), egress's first 10 TB (not 0.085 ...)
     assert values["s3_standard_per_gb_month"] == Decimal("0.023")
     assert values["internet_egress_per_gb"] == Decimal("0.09")
+    # one price to every destination region (two in the stand-in), not CloudFront's or the internet's
+    assert values["inter_region_transfer_per_gb"] == Decimal("0.02")
     # per request x 1,000,000; arm64 duration's first tier
     assert values["lambda_requests_per_million"] == Decimal("0.2")
     assert values["lambda_duration_arm_per_gb_second"] == Decimal("0.0000133334")
@@ -179,8 +181,11 @@ def _fault_products() -> list[dict]:
     dimension(two)["pricePerUnit"]["USD"] = "0.0800000000"
     hourly = west("EBS:VolumeP-IOPS.gp3")
     dimension(hourly)["unit"] = "IOPS-Hrs"
+    # two destinations, two prices: the table's one price per source region is ambiguous
+    to_ireland, to_virginia = west("EU-AWS-Out-Bytes"), west("USE1-AWS-Out-Bytes")
+    dimension(to_virginia)["pricePerUnit"]["USD"] = "0.0100000000"
     # no other us-west-2 product: its other tables are a missing region
-    return base + [tiered, zero, one, two, hourly]
+    return base + [tiered, zero, one, two, hourly, to_ireland, to_virginia]
 
 
 def test_ambiguous_answers_leave_the_pair_unpriced_with_a_warning(moto_url, tmp_path, monkeypatch):
@@ -190,6 +195,7 @@ def test_ambiguous_answers_leave_the_pair_unpriced_with_a_warning(moto_url, tmp_
     assert warnings["aws price nat_gateway_per_hour in us-west-2"] == "price '0.0000000000' is not above zero"
     assert warnings["aws price ebs_gp3_per_gb_month in us-west-2"] == "different prices: 0.08, 0.0836"
     assert warnings["aws price ebs_gp3_iops_per_month in us-west-2"] == "unit 'IOPS-Hrs', expected 'IOPS-Mo'"
+    assert warnings["aws price inter_region_transfer_per_gb in us-west-2"] == "different prices: 0.01, 0.02"
     assert warnings["aws price s3_standard_per_gb_month in us-west-2"] == (
         "no AmazonS3 product with usage type TimedStorage-ByteHrs in us-west-2"
     )
