@@ -189,12 +189,14 @@ class PriceMissingError(NoOfferError):
 
     Args:
         missing: one description per unpriced line (``resource: component (source)``).
+        advice: how to fill them, if known (appended after "; ").
     """
 
-    def __init__(self, missing: list[str]):
+    def __init__(self, missing: list[str], advice: str = ""):
         self.missing = list(missing)
         super().__init__(
-            f"price-known: no price for {'; '.join(self.missing)}; the total would leave it out, so no total is given"
+            f"price-known: no price for {'; '.join(self.missing)}; the total would leave it out, so no total is given",
+            advice,
         )
 
 

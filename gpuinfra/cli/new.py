@@ -116,7 +116,7 @@ def new(
     """Plan a cluster for the request and write its Pulumi stack file (nothing is created in the cloud)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
     from gpuinfra.cli.console import note, print_json, stdout_console, usd
-    from gpuinfra.cost.report import document_total, unpriced_lines
+    from gpuinfra.cost.report import document_total, fill_advice, unpriced_lines
     from gpuinfra.money import Total
     from gpuinfra.newstack import NewStackRequest, create_stack
     from gpuinfra.offers import spot_price_note
@@ -238,7 +238,7 @@ def new(
     if missing:
         note(
             f"warning: no total: {len(missing)} line(s) have no price, so `gpuinfra cost "
-            f"{spec.stack}` exits 4: {'; '.join(missing)}"
+            f"{spec.stack}` exits 4: {'; '.join(missing)}" + (f"; {advice}" if (advice := fill_advice(summary)) else "")
         )
     if spec.cloud == "gcp" and not spec.gcp_project:
         note(

@@ -34,6 +34,7 @@ were added.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -103,6 +104,20 @@ def to_json(est: Estimate, stack: str, hours: Decimal, catalog_date: str, market
 def document_total(doc: dict, key: str) -> Total:
     """The :class:`~gpuinfra.money.Total` behind ``doc[key]`` of a :func:`to_json` document."""
     return Total.from_json(doc[key], doc["lines_without_price"])
+
+
+#: How to fill an AWS price-table gap (:mod:`gpuinfra.catalog.refresh_aws_prices` reads them).
+AWS_PRICE_REFRESH_HINT = "`gpuinfra catalog refresh --cloud aws` reads it from the AWS Price List"
+#: an unpriced line's source when an AWS region misses a table value: AWS region codes end in
+#: ``-<digit>`` (``eu-north-1``), GCP's do not (``europe-north1``)
+_TABLE_MISS = re.compile(r".*\(no .+ price for [a-z]{2}(-[a-z]+)+-\d\)")
+
+
+def fill_advice(doc: dict) -> str:
+    """How to fill the missing prices of a cost document (its ``price_not_found``), or "": an
+    AWS line that misses a price-table value ("no NAT gateway price for eu-north-1") is read by
+    ``gpuinfra catalog refresh --cloud aws``."""
+    return AWS_PRICE_REFRESH_HINT if any(_TABLE_MISS.fullmatch(x) for x in doc["price_not_found"]) else ""
 
 
 def unpriced_lines(doc: dict) -> list[str]:

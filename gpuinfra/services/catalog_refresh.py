@@ -1,11 +1,14 @@
 """``gpuinfra catalog refresh``: rebuild offers and facts from the clouds' APIs.
 
 The refreshed cloud replaces its part of the current catalog; the other cloud's part is kept
-as it is (with its own date). A GCP refresh also writes the disk and Local SSD price tables read
-from the same SKU list (:func:`gpuinfra.catalog.refresh_gcp.parse_price_skus`) as the refreshed
-prices file of the folder (:func:`gpuinfra.catalog.prices.write_refreshed_prices`). The result is written atomically to the user catalog folder
-(or ``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the
-shipped snapshot.
+as it is (with its own date). An AWS refresh also reads the non-compute price tables of every
+region with a GPU offer from the Price List (:mod:`gpuinfra.catalog.refresh_aws_prices`); a GCP
+refresh reads the disk and Local SSD price tables from the same SKU list as the machine prices
+(:func:`gpuinfra.catalog.refresh_gcp.parse_price_skus`). Both are written as
+:data:`gpuinfra.catalog.prices.REFRESHED_PRICES_FILE` after the catalog passed its gates, so a
+gate that fails writes neither. The result is written atomically to the user catalog folder (or
+``--out``), which :func:`gpuinfra.catalog.store.catalog_dir` then prefers over the shipped
+snapshot.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ from gpuinfra.catalog.build import write_catalog
 from gpuinfra.catalog.facts_model import InstanceFacts
 from gpuinfra.catalog.gates import reference_prices
 from gpuinfra.catalog.model import Offer, price_source_keys
-from gpuinfra.catalog.prices import write_refreshed_prices
-from gpuinfra.catalog.refresh_aws import fetch_aws
+from gpuinfra.catalog.prices import PriceTable, write_refreshed_prices
+from gpuinfra.catalog.refresh_aws import PRICING_REGION, fetch_aws
+from gpuinfra.catalog.refresh_aws_prices import fetch_aws_prices, price_tables
 from gpuinfra.catalog.refresh_gcp import RefreshedPriceTables, fetch_gcp
 from gpuinfra.catalog.store import (
     PACKAGE_DATA_DIR,
@@ -87,7 +91,7 @@ def refresh_catalog(
     now: datetime | None = None,
     accept_price_cuts: bool = False,
 ) -> RefreshResult:
-    """Fetch the clouds' catalogs and write a merged catalog folder.
+    """Fetch the clouds' catalogs (and AWS's non-compute price tables) and write a merged catalog folder.
 
     Args:
         clouds: subset of ``["aws", "gcp"]``.
@@ -135,14 +139,27 @@ def refresh_catalog(
     result = RefreshResult(out_dir=Path(out_dir) if out_dir else user_catalog_dir())
     gcp_prices: RefreshedPriceTables | None = None
     date = now.strftime("%Y-%m-%d")
+    aws_prices: dict[str, PriceTable] | None = None
     if "aws" in clouds:
         from botocore.exceptions import BotoCoreError, ClientError
 
         factory = aws_factory or aws_client_factory()
         try:
             offers["aws"], facts["aws"] = fetch_aws(factory, regions, now)
+            # the non-compute tables of every region with a GPU offer (of those asked for)
+            price_report = fetch_aws_prices(
+                factory("pricing", PRICING_REGION), sorted({o.region for o in offers["aws"]})
+            )
         except (BotoCoreError, ClientError) as exc:
             raise CatalogError(f"AWS refresh failed: {exc}") from None
+        aws_prices = price_tables(price_report, date)  # validated before anything is written
+        result.price_lines.append(
+            f"aws prices: {price_report.priced} of {price_report.pairs} region x table pairs (regions with a GPU offer)"
+        )
+        result.warnings += [
+            f"aws price {key} in {region} left unpriced: {why}"
+            for (region, key), why in sorted(price_report.unpriced.items())
+        ]
         sources["aws"] = {
             "prices": "EC2 DescribeSpotPriceHistory + Price List GetProducts (gpuinfra catalog refresh)",
             "date": date,
@@ -207,6 +224,8 @@ def refresh_catalog(
     write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
     if gcp_prices is not None:  # after the catalog passed its gates (a failing gate writes neither)
         write_refreshed_prices(result.out_dir, "gcp", gcp_prices.tables)
+    if aws_prices is not None:
+        write_refreshed_prices(result.out_dir, "aws", aws_prices)
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
     return result

@@ -18,7 +18,7 @@ from gpuinfra.cost.after_down import kept_json, left_after_down
 from gpuinfra.cost.commitment import commitments_json
 from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
-from gpuinfra.cost.report import diff_json, to_json, unpriced_lines
+from gpuinfra.cost.report import diff_json, fill_advice, to_json, unpriced_lines
 from gpuinfra.errors import BudgetExceededError, GpuinfraError, PreviewFileError, PriceMissingError, RequestError
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
@@ -218,7 +218,7 @@ def check_totals(doc: dict, budget_usd: Decimal | None = None) -> None:
     """
     unpriced = unpriced_lines(doc)
     if unpriced:
-        raise PriceMissingError(unpriced)
+        raise PriceMissingError(unpriced, fill_advice(doc))
     if budget_usd is not None and Decimal(doc["run_usd"]) > budget_usd:
         raise BudgetExceededError(Decimal(doc["run_usd"]), budget_usd)
 
