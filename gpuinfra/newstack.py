@@ -30,7 +30,9 @@ from pydantic import ValidationError
 
 from gpuinfra import capacity
 from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
+from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.alternative import PricedAlternative, fully_priced_alternative
 from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.datasource import resolve_data_set
 from gpuinfra.errors import NoOfferError, NotOfferedError, QuotaError, RequestError, SizingError
@@ -38,7 +40,7 @@ from gpuinfra.money import usd_json
 from gpuinfra.offers import OfferScope
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
-from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
+from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_alternatives, plan_cluster
 from gpuinfra.preflight import run_preflight
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
@@ -105,6 +107,9 @@ class NewStackResult:
         sizing: how a model was sized into the GPU request; None for ``gpus``/``instance_type``.
         preflight: the quota preflight's note lines (:func:`gpuinfra.preflight.run_preflight`;
             one line saying it did not run when no credentials are found).
+        alternative: when the total is incomplete and the request fixed no region or zone, the
+            cheapest offer of the same request whose region prices every line
+            (:func:`priced_alternative`); else None.
     """
 
     plan: Plan
@@ -112,6 +117,7 @@ class NewStackResult:
     verified: VerifiedPreview
     sizing: StackSizing | None = None
     preflight: tuple[str, ...] = ()
+    alternative: PricedAlternative | None = None
 
     @property
     def pricing(self) -> str:
@@ -159,6 +165,7 @@ class NewStackResult:
             },
             "warnings": list(self.plan.warnings),
             "sizing": None if self.sizing is None else self.sizing.to_json(),
+            "fully_priced_alternative": None if self.alternative is None else self.alternative.to_json(),
         }
 
 
@@ -175,6 +182,7 @@ class PreparedStack:
         catalog: the catalog it was planned and verified with.
         now: its creation time (UTC).
         preflight: the quota preflight's note lines for ``plan`` (:func:`gpuinfra.preflight.run_preflight`).
+        alternative: as in :class:`NewStackResult`.
     """
 
     plan: Plan
@@ -187,6 +195,7 @@ class PreparedStack:
     catalog: Catalog
     now: datetime
     preflight: tuple[str, ...] = ()
+    alternative: PricedAlternative | None = None
 
 
 def create_stack(
@@ -218,7 +227,7 @@ def create_stack(
     written = write_stack(
         ready.plan, project_dir, force=force, image_config=ready.image_config, checkpoint_plan=ready.checkpoint_plan
     )
-    return NewStackResult(ready.plan, written, ready.verified, ready.sizing, ready.preflight)
+    return NewStackResult(ready.plan, written, ready.verified, ready.sizing, ready.preflight, ready.alternative)
 
 
 def prepare_stack(
@@ -295,8 +304,39 @@ def prepare_stack(
         if preflight_refuses:
             raise
         preflight = [f"refused (exit {int(exc.exit_code)}): {line}" for line in str(exc).splitlines()]
+    alternative = None
+    if verified.cost["lines_without_price"] and planned.region is None and planned.zone is None:
+        alternative = priced_alternative(catalog, planned, resolved, now, plan, verified)
     return PreparedStack(
-        plan, verified, sizing, image_config, checkpoint, planned, resolved, catalog, now, tuple(preflight)
+        plan, verified, sizing, image_config, checkpoint, planned, resolved, catalog, now, tuple(preflight), alternative
+    )
+
+
+def priced_alternative(
+    catalog: Catalog, planned: PlanRequest, profile: Profile, now: datetime, plan: Plan, verified: VerifiedPreview
+) -> PricedAlternative | None:
+    """The cheapest offer of ``plan``'s request, in its market and cloud, whose region prices
+    every line of the stack (:func:`gpuinfra.cost.alternative.fully_priced_alternative` over
+    :func:`gpuinfra.planner.plan_alternatives`' ranking), priced for the stack's run hours,
+    usage and data set; None when none is. No second preview runs: the stack's own resources
+    are priced again per region (a few milliseconds each).
+
+    Args:
+        planned, profile, now: what ``plan`` was planned from.
+        plan, verified: the finished plan and its verified preview (its total incomplete).
+    """
+    spec = plan.spec
+    candidates = (
+        alt.offer for alt in plan_alternatives(catalog, planned, profile, now, plan) if alt.spec.market == spec.market
+    )
+    return fully_priced_alternative(
+        verified.preview.resources,
+        candidates,
+        catalog,
+        usage_for(spec.profile.name),
+        Decimal(str(spec.run_hours)),
+        spec.market,
+        spec.data,
     )
 
 
