@@ -75,6 +75,7 @@ def fully_priced_alternative(
     hours: Decimal,
     market: str,
     data=None,
+    max_hourly_usd: Decimal | None = None,
 ) -> PricedAlternative | None:
     """The first of ``candidates`` whose region prices every line of the stack (module docstring).
 
@@ -88,6 +89,7 @@ def fully_priced_alternative(
         hours: run length in hours.
         market: the stack's market; a candidate without a price in it is passed over.
         data: the stack's data set (:class:`gpuinfra.spec.DataSource`), moved to the candidate's region.
+        max_hourly_usd: pass over a candidate whose whole $/h (every line) is above it (a budget).
 
     Returns:
         The alternative, or None when no candidate of the stack's cloud has every price (a line
@@ -113,6 +115,8 @@ def fully_priced_alternative(
         if any(line.unit_price_usd is None for line in lines):
             continue
         doc = to_json(replace(est, lines=lines), "", hours, catalog.date_for(offer.cloud), market)
+        if max_hourly_usd is not None and Decimal(doc["hourly_usd"]) > max_hourly_usd:
+            continue
         return PricedAlternative(
             offer=ranked,
             market=market,

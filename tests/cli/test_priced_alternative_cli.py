@@ -159,3 +159,34 @@ def test_a_pinned_region_or_zone_names_no_alternative(run_cli, tmp_path, where):
     text = run_cli("new", *P5_SPOT, *where, "--force", "--project-dir", str(tmp_path))
     assert text.exit_code == 0 and "warning: no total:" in text.stderr
     assert "complete total in" not in text.stderr + text.stdout
+
+
+def test_a_budget_refusal_of_an_incomplete_total_names_the_priced_region_within_it(run_cli, tmp_path):
+    # no budget passes a total with a line without a price (docs/exit-codes.md, exit 2 budget-max-price)
+    budget = "100"
+    refused = run_cli("new", *P5_SPOT, "--max-price-per-hour", budget, "--project-dir", str(tmp_path))
+    chosen = _new(run_cli, tmp_path / "plain", *P5_SPOT)
+    if p5_priced(chosen["region"]):
+        assert refused.exit_code == 0
+        return
+    assert refused.exit_code == 2 and not (tmp_path / "stacks").exists()
+    lines = refused.stderr.splitlines()
+    assert lines[0].startswith("error: budget-max-price: no price for")
+    expected = next(r for r in _ranked_regions(run_cli) if r != chosen["region"] and p5_priced(r))
+    (hint,) = [line for line in lines if "complete total within the budget" in line]
+    assert hint.startswith(f"error: complete total within the budget in {expected}: $")
+    assert hint.endswith(f"rerun with --region {expected}")
+    hourly = Decimal(hint.split(": $", 1)[1].split("/h", 1)[0].replace(",", ""))
+    assert hourly <= Decimal(budget)
+    # the rerun it names passes the same budget with a complete total of that amount
+    moved = _new(run_cli, tmp_path, *P5_SPOT, "--max-price-per-hour", budget, "--region", expected)
+    assert moved["cost"]["lines_without_price"] == 0
+    assert Decimal(moved["cost"]["hourly_usd"]).quantize(Decimal("0.01")) == hourly
+    # a budget below that region's total: no region within it is named
+    tight = hourly - Decimal("0.01")
+    refused = run_cli("new", *P5_SPOT, "--max-price-per-hour", str(tight), "--project-dir", str(tmp_path / "t"))
+    assert refused.exit_code == 2 and "complete total" not in refused.stderr
+    pinned = run_cli(
+        "new", *P5_SPOT, "--max-price-per-hour", budget, "--region", chosen["region"], "--project-dir", str(tmp_path)
+    )
+    assert pinned.exit_code == 2 and "complete total" not in pinned.stderr
