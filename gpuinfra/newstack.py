@@ -20,6 +20,7 @@ the two stacks stay apart, but ``gpuinfra:stack`` cost reports and tag searches 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -35,9 +36,17 @@ from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.cost.alternative import PricedAlternative, fully_priced_alternative
 from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.datasource import resolve_data_set
-from gpuinfra.errors import NoOfferError, NotOfferedError, QuotaError, RequestError, RuleViolationError, SizingError
+from gpuinfra.errors import (
+    GpuinfraError,
+    NoOfferError,
+    NotOfferedError,
+    QuotaError,
+    RequestError,
+    RuleViolationError,
+    SizingError,
+)
 from gpuinfra.money import usd_json
-from gpuinfra.offers import OfferScope
+from gpuinfra.offers import OfferScope, RankedOffer
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_alternatives, plan_cluster
@@ -341,7 +350,8 @@ def priced_alternative(
     every line of the stack (:func:`gpuinfra.cost.alternative.fully_priced_alternative` over
     :func:`gpuinfra.planner.plan_alternatives`' ranking), priced for the stack's run hours,
     usage and data set; None when none is. No second preview runs: the stack's own resources
-    are priced again per region (a few milliseconds each).
+    are priced again per region (a few milliseconds each); a candidate of another instance type
+    gets its own offline preview (at most :data:`gpuinfra.cost.alternative.MAX_PREVIEWS`).
 
     Args:
         planned, profile, now: what ``plan`` was planned from.
@@ -349,18 +359,32 @@ def priced_alternative(
         max_hourly_usd: pass over an alternative whose whole $/h is above it (the budget).
     """
     spec = plan.spec
-    candidates = (
-        alt.offer for alt in plan_alternatives(catalog, planned, profile, now, plan) if alt.spec.market == spec.market
-    )
+    plans: dict[int, Plan] = {}
+
+    def candidates() -> Iterator[RankedOffer]:
+        for alt in plan_alternatives(catalog, planned, profile, now, plan):
+            if alt.spec.market == spec.market:
+                plans[id(alt.offer)] = alt
+                yield alt.offer
+
+    def preview(offer: RankedOffer) -> list | None:
+        """The resources of the candidate's own stack (another instance type), or None."""
+        alt = plans[id(offer)].spec.model_copy(update={"name_suffix": spec.name_suffix})
+        try:
+            return run_preview_cached(alt, provider_config(alt)).resources
+        except GpuinfraError:  # the blueprint refuses it: no alternative to name
+            return None
+
     return fully_priced_alternative(
         resources,
-        candidates,
+        candidates(),
         catalog,
         usage_for(spec.profile.name),
         Decimal(str(spec.run_hours)),
         spec.market,
         spec.data,
         max_hourly_usd,
+        preview,
     )
 
 

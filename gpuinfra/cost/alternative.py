@@ -11,13 +11,15 @@ The check needs no second Pulumi preview: the non-compute price tables are looke
 so the stack's own previewed resources are priced again with the candidate's region
 (:func:`gpuinfra.cost.estimate.estimate`, the same code and tables as ``gpuinfra cost``), and the
 compute lines (:data:`~gpuinfra.cost.estimate.COMPUTE_TYPES`) take the candidate offer's catalog
-price for its zone and market. Each region is priced once. Candidates of the other cloud are
-passed over: the stack's resources are one cloud's, so they cannot price the other's tables.
+price for its zone and market. Each region is priced once. A candidate of another instance type
+may have other resources (and need other tables): its own stack is previewed through the
+caller's ``preview``, for at most :data:`MAX_PREVIEWS` of them. Candidates of the other cloud
+are passed over: pricing them would need the other cloud's preview.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
@@ -27,6 +29,10 @@ from gpuinfra.cost.estimate import CATALOG_SOURCE, COMPUTE_TYPES, Estimate, esti
 from gpuinfra.cost.report import to_json
 from gpuinfra.money import usd_json
 from gpuinfra.offers import RankedOffer
+
+#: Candidates of another instance type than the stack's whose own stack is previewed, at most
+#: (one offline preview takes 0.1-0.2 s once the provider SDK is loaded); later ones are passed over.
+MAX_PREVIEWS = 2
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ def fully_priced_alternative(
     market: str,
     data=None,
     max_hourly_usd: Decimal | None = None,
+    preview: Callable[[RankedOffer], list | None] | None = None,
 ) -> PricedAlternative | None:
     """The first of ``candidates`` whose region prices every line of the stack (module docstring).
 
@@ -90,23 +97,36 @@ def fully_priced_alternative(
         market: the stack's market; a candidate without a price in it is passed over.
         data: the stack's data set (:class:`gpuinfra.spec.DataSource`), moved to the candidate's region.
         max_hourly_usd: pass over a candidate whose whole $/h (every line) is above it (a budget).
+        preview: the previewed resources of a candidate's own stack, for a candidate of another
+            instance type than the stack's (its resources, and so the tables it needs, may
+            differ: a GCP type with bundled or attached Local SSD, another boot disk); called for
+            at most :data:`MAX_PREVIEWS` (type, region) pairs; it returns None when the candidate
+            cannot be previewed. None: such candidates are passed over.
 
     Returns:
         The alternative, or None when no candidate of the stack's cloud has every price (a line
         with no cost model, or a table no region prices, leaves every candidate incomplete).
     """
-    cloud = read_cluster_facts(resources, None).cloud
-    by_region: dict[str, Estimate] = {}
+    facts = read_cluster_facts(resources, None)
+    estimates: dict[tuple[str, str], Estimate | None] = {}
+    previews = 0
     for ranked in candidates:
         offer = ranked.offer
         per_node = offer.price_per_hour_usd(market)
-        if per_node is None or offer.cloud != cloud:
+        if per_node is None or offer.cloud != facts.cloud:
             continue
-        if offer.region not in by_region:
-            by_region[offer.region] = estimate(resources, catalog, offer.region, usage, hours, market, data)
-        est = by_region[offer.region]
-        if est.not_priced:
-            return None  # a resource with no cost model is unpriced in every region
+        key = (offer.region, offer.instance_type)
+        if key not in estimates:
+            own = resources
+            if offer.instance_type != facts.instance_type:
+                if preview is None or previews >= MAX_PREVIEWS:
+                    continue
+                previews += 1
+                own = preview(ranked)
+            estimates[key] = None if own is None else estimate(own, catalog, offer.region, usage, hours, market, data)
+        est = estimates[key]
+        if est is None or est.not_priced:
+            continue
         source = f"{CATALOG_SOURCE} ({offer.cloud} {offer.zone})"
         lines = [
             replace(line, unit_price_usd=per_node, source=source) if line.resource_type in COMPUTE_TYPES else line
