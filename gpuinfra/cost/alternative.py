@@ -117,7 +117,7 @@ def fully_priced_alternative(
             continue
         key = (offer.region, offer.instance_type)
         if key not in estimates:
-            own = resources
+            own: list | None = resources
             if offer.instance_type != facts.instance_type:
                 if preview is None or previews >= MAX_PREVIEWS:
                     continue
