@@ -20,6 +20,7 @@ the two stacks stay apart, but ``gpuinfra:stack`` cost reports and tag searches 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -30,22 +31,40 @@ from pydantic import ValidationError
 
 from gpuinfra import capacity
 from gpuinfra.bake.stack import apply_baked_image, baked_image_targets
+from gpuinfra.catalog.prices import usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
+from gpuinfra.cost.alternative import PricedAlternative, fully_priced_alternative
 from gpuinfra.credentials import check_gcp_credentials_configured, gcp_credentials
 from gpuinfra.datasource import resolve_data_set
-from gpuinfra.errors import NoOfferError, NotOfferedError, QuotaError, RequestError, SizingError
+from gpuinfra.errors import (
+    GpuinfraError,
+    NoOfferError,
+    NotOfferedError,
+    QuotaError,
+    RequestError,
+    RuleViolationError,
+    SizingError,
+)
 from gpuinfra.money import usd_json
-from gpuinfra.offers import OfferScope
+from gpuinfra.offers import OfferScope, RankedOffer
 from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, stack_id
 from gpuinfra.plan.tags import gcp_labels
-from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_cluster
+from gpuinfra.planner import Plan, PlanRequest, markets_tried, plan_alternatives, plan_cluster
 from gpuinfra.preflight import run_preflight
+from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import DEFAULT_PROFILE, Profile, get_profile
 from gpuinfra.sizing.recommend import PROFILE_FOR_METHOD, Candidate
 from gpuinfra.sizing.report import StackSizing, size_for_stack
 from gpuinfra.sizing.supply import fast_types
 from gpuinfra.spec import ClusterSpec, NetworkSettings, new_name_suffix
-from gpuinfra.stackfile import WrittenFiles, check_stack_free, purchased_block_price, recorded_name_suffix, write_stack
+from gpuinfra.stackfile import (
+    WrittenFiles,
+    check_stack_free,
+    provider_config,
+    purchased_block_price,
+    recorded_name_suffix,
+    write_stack,
+)
 from gpuinfra.verify import VerifiedPreview, verify_spec
 
 
@@ -105,6 +124,9 @@ class NewStackResult:
         sizing: how a model was sized into the GPU request; None for ``gpus``/``instance_type``.
         preflight: the quota preflight's note lines (:func:`gpuinfra.preflight.run_preflight`;
             one line saying it did not run when no credentials are found).
+        alternative: when the total is incomplete and the request fixed no region or zone, the
+            cheapest offer of the same request whose region prices every line
+            (:func:`priced_alternative`); else None.
     """
 
     plan: Plan
@@ -112,6 +134,7 @@ class NewStackResult:
     verified: VerifiedPreview
     sizing: StackSizing | None = None
     preflight: tuple[str, ...] = ()
+    alternative: PricedAlternative | None = None
 
     @property
     def pricing(self) -> str:
@@ -159,6 +182,7 @@ class NewStackResult:
             },
             "warnings": list(self.plan.warnings),
             "sizing": None if self.sizing is None else self.sizing.to_json(),
+            "fully_priced_alternative": None if self.alternative is None else self.alternative.to_json(),
         }
 
 
@@ -175,6 +199,7 @@ class PreparedStack:
         catalog: the catalog it was planned and verified with.
         now: its creation time (UTC).
         preflight: the quota preflight's note lines for ``plan`` (:func:`gpuinfra.preflight.run_preflight`).
+        alternative: as in :class:`NewStackResult`.
     """
 
     plan: Plan
@@ -187,6 +212,7 @@ class PreparedStack:
     catalog: Catalog
     now: datetime
     preflight: tuple[str, ...] = ()
+    alternative: PricedAlternative | None = None
 
 
 def create_stack(
@@ -218,7 +244,7 @@ def create_stack(
     written = write_stack(
         ready.plan, project_dir, force=force, image_config=ready.image_config, checkpoint_plan=ready.checkpoint_plan
     )
-    return NewStackResult(ready.plan, written, ready.verified, ready.sizing, ready.preflight)
+    return NewStackResult(ready.plan, written, ready.verified, ready.sizing, ready.preflight, ready.alternative)
 
 
 def prepare_stack(
@@ -288,15 +314,113 @@ def prepare_stack(
     checkpoint = None
     if sizing is not None and sizing.checkpoint_plan is not None:  # spot: the checkpoint plan goes into the stack file
         checkpoint = sizing.checkpoint_plan.to_json()
-    plan, verified, image_config = finish_plan(plan, request, project_dir, catalog, force=force)
+    plan, image_config = settle_plan(plan, request, project_dir, force)
+    pinned = planned.region is not None or planned.zone is not None
+    try:
+        verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
+    except RuleViolationError as exc:
+        note = None if pinned else _unpriced_budget_note(exc, catalog, planned, resolved, now, plan)
+        if note is None:
+            raise
+        raise RuleViolationError([*exc.violations, note]) from None
     try:
         preflight = run_preflight(plan.spec, catalog)  # quotas and offerings, when credentials are found
     except (QuotaError, NotOfferedError) as exc:
         if preflight_refuses:
             raise
         preflight = [f"refused (exit {int(exc.exit_code)}): {line}" for line in str(exc).splitlines()]
+    alternative = None
+    if verified.cost["lines_without_price"] and not pinned:
+        alternative = priced_alternative(catalog, planned, resolved, now, plan, verified.preview.resources)
     return PreparedStack(
-        plan, verified, sizing, image_config, checkpoint, planned, resolved, catalog, now, tuple(preflight)
+        plan, verified, sizing, image_config, checkpoint, planned, resolved, catalog, now, tuple(preflight), alternative
+    )
+
+
+def priced_alternative(
+    catalog: Catalog,
+    planned: PlanRequest,
+    profile: Profile,
+    now: datetime,
+    plan: Plan,
+    resources: list,
+    max_hourly_usd: Decimal | None = None,
+) -> PricedAlternative | None:
+    """The cheapest offer of ``plan``'s request, in its market and cloud, whose region prices
+    every line of the stack (:func:`gpuinfra.cost.alternative.fully_priced_alternative` over
+    :func:`gpuinfra.planner.plan_alternatives`' ranking), priced for the stack's run hours,
+    usage and data set; None when none is. No second preview runs: the stack's own resources
+    are priced again per region (a few milliseconds each); a candidate of another instance type
+    gets its own offline preview (at most :data:`gpuinfra.cost.alternative.MAX_PREVIEWS`).
+
+    Args:
+        planned, profile, now: what ``plan`` was planned from.
+        plan, resources: the finished plan and its previewed resources (its total incomplete).
+        max_hourly_usd: pass over an alternative whose whole $/h is above it (the budget).
+    """
+    spec = plan.spec
+    plans: dict[int, Plan] = {}
+
+    def candidates() -> Iterator[RankedOffer]:
+        for alt in plan_alternatives(catalog, planned, profile, now, plan):
+            if alt.spec.market == spec.market:
+                plans[id(alt.offer)] = alt
+                yield alt.offer
+
+    def preview(offer: RankedOffer) -> list | None:
+        """The resources of the candidate's own stack (another instance type), or None."""
+        alt = plans[id(offer)].spec.model_copy(update={"name_suffix": spec.name_suffix})
+        try:
+            return run_preview_cached(alt, provider_config(alt)).resources
+        except GpuinfraError:  # the blueprint refuses it: no alternative to name
+            return None
+
+    return fully_priced_alternative(
+        resources,
+        candidates(),
+        catalog,
+        usage_for(spec.profile.name),
+        Decimal(str(spec.run_hours)),
+        spec.market,
+        spec.data,
+        max_hourly_usd,
+        preview,
+    )
+
+
+@dataclass(frozen=True)
+class AlternativeNote:
+    """One line added to a refusal (anything with ``line()`` goes into a :class:`RuleViolationError`)."""
+
+    text: str
+
+    def line(self) -> str:
+        """The text itself: it names no broken rule."""
+        return self.text
+
+
+def _unpriced_budget_note(
+    exc: RuleViolationError, catalog: Catalog, planned: PlanRequest, profile: Profile, now: datetime, plan: Plan
+) -> AlternativeNote | None:
+    """When the only refusal is ``budget-max-price`` for lines without a price (no budget passes
+    an incomplete total), the cheapest fully priced alternative within the budget
+    (:func:`priced_alternative`) as one line; else None. Its resources are the refused preview's,
+    read back from the preview cache (:func:`gpuinfra.preview.run_preview_cached`)."""
+    budget = plan.spec.max_price_per_hour_usd
+    rules = {getattr(v, "rule", None) for v in exc.violations}
+    if budget is None or rules != {"budget-max-price"}:
+        return None
+    if not all(getattr(v, "message", "").startswith("no price for ") for v in exc.violations):
+        return None  # over the budget with a complete total: the budget speaks for itself
+    resources = run_preview_cached(plan.spec, provider_config(plan.spec)).resources
+    alt = priced_alternative(catalog, planned, profile, now, plan, resources, Decimal(budget))
+    if alt is None:
+        return None
+    where = alt.offer.offer
+    return AlternativeNote(
+        f"complete total within the budget in {where.region}: ${alt.hourly_usd:,.2f}/h in all "
+        f"(${alt.compute_price_per_hour_usd:,.2f}/h compute, {where.instance_type} {alt.market} in {where.zone}), "
+        f"${alt.run_usd:,.2f} for the {plan.spec.run_hours:g} h run; rerun with --region {where.region}"
     )
 
 
@@ -319,6 +443,20 @@ def finish_plan(
         BakeError: the baked image does not suit the plan (exit 2).
         RuleViolationError, SpecError: the verified preview breaks a cloud rule (exit 2).
     """
+    plan, image_config = settle_plan(plan, request, project_dir, force)
+    verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
+    return plan, verified, image_config
+
+
+def settle_plan(
+    plan: Plan, request: NewStackRequest, project_dir: Path, force: bool = False
+) -> tuple[Plan, dict | None]:
+    """:func:`finish_plan` without the check of the cloud rules: the finished plan and
+    ``gpuinfra:image`` (None without an image).
+
+    Raises:
+        RequestError, BakeError: as :func:`finish_plan`.
+    """
     if request.ssh_cidr or request.allow_world_ssh:
         plan = with_ssh_access(plan, request.ssh_cidr, request.allow_world_ssh)
     plan = with_spot_max_price(plan, request.spot_max_price_usd)
@@ -330,8 +468,7 @@ def finish_plan(
     elsewhere = cloud_stack_warning(plan.spec)
     if elsewhere:
         plan = replace(plan, warnings=(*plan.warnings, elsewhere))
-    verified = verify_spec(plan.spec, catalog)  # refuses before anything is written
-    return plan, verified, image_config
+    return plan, image_config
 
 
 def with_spot_max_price(plan: Plan, requested_usd: Decimal | None) -> Plan:

@@ -209,13 +209,14 @@ def cost(
 ) -> None:
     """Price every resource of a stack before `pulumi up` (exit 3 over --budget)."""
     # imported on use: CLI start-up time (only the command that runs loads its library modules)
-    from gpuinfra.cli.console import print_json
+    from gpuinfra.cli.console import note, print_json, usd
     from gpuinfra.services.cost_document import (
         check_budget,
         check_totals,
         preview_file_cost_document,
         pricing_market,
         stack_cost_document,
+        stack_priced_alternative,
     )
 
     market = pricing_market(spot, on_demand)
@@ -228,6 +229,14 @@ def cost(
         print_json(doc)
     else:
         print_cost_table(doc, wide)
+    alt = None if from_preview is not None else stack_priced_alternative(stack, project_dir, doc, usage)
+    if alt is not None:
+        where = alt.offer.offer
+        note(
+            f"note: complete total in {where.region}: {usd(alt.compute_price_per_hour_usd)}/h compute, "
+            f"{usd(alt.run_usd)} for the {alt.hours:g} h run ({where.instance_type} {alt.market} in {where.zone}); "
+            f"`gpuinfra new` with --region {where.region} writes this request there"
+        )
     check_totals(doc, budget_usd)  # after the document: its unpriced lines are what the error names
 
 

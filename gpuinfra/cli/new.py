@@ -240,6 +240,15 @@ def new(
             f"warning: no total: {len(missing)} line(s) have no price, so `gpuinfra cost "
             f"{spec.stack}` exits 4: {'; '.join(missing)}" + (f"; {advice}" if (advice := fill_advice(summary)) else "")
         )
+    alt = result.alternative
+    if alt is not None:
+        where = alt.offer.offer
+        flag = f"--region {where.region}" if where.region != spec.region else f"--zone {where.zone}"
+        note(
+            f"note: complete total in {where.region}: {usd(alt.compute_price_per_hour_usd)}/h compute, "
+            f"{usd(alt.run_usd)} for the {spec.run_hours:g} h run ({where.instance_type} {alt.market} in "
+            f"{where.zone}); rerun with {flag} --force to write that stack instead"
+        )
     if spec.cloud == "gcp" and not spec.gcp_project:
         note(
             f"warning: no GCP project set; before `gpuinfra up` run: pulumi config set gcp:project <id> -s {spec.stack}"

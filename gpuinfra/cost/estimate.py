@@ -90,6 +90,9 @@ FREE_TYPES = frozenset(
         "aws:lambda/functionEventInvokeConfig:FunctionEventInvokeConfig",
     }
 )
+#: The resources whose lines are the nodes' compute (:func:`_compute_lines`: instance-hours of
+#: the fleet or the managed instance group, priced from the instance catalog for the stack's zone).
+COMPUTE_TYPES = frozenset({"aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"})
 #: The backstop schedule fires once per run: one invocation, in the price's unit (millions).
 SCHEDULER_INVOCATIONS_PER_RUN = Decimal("0.000001")
 #: Spot interruptions ``cost`` prices per node and run for the replacement function (an assumption:
@@ -306,7 +309,7 @@ def estimate(
     lines = result.lines
     for r in resources:
         t, name, inputs = r.type, r.name, r.inputs
-        if t in ("aws:ec2/fleet:Fleet", "gcp:compute/instanceGroupManager:InstanceGroupManager"):
+        if t in COMPUTE_TYPES:
             compute, result.alternative_compute_hourly_usd = _compute_lines(
                 catalog, facts, name, t, chosen, capacity_block_price, hours
             )

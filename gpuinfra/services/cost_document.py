@@ -9,17 +9,21 @@ The documents are :mod:`gpuinfra.cost.report`'s (``to_json`` / ``diff_json``): U
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 from decimal import Decimal
+from itertools import chain
 from pathlib import Path
 
 from gpuinfra.catalog.prices import Price, usage_for
 from gpuinfra.catalog.store import Catalog, load_catalog
 from gpuinfra.cost.after_down import kept_json, left_after_down
+from gpuinfra.cost.alternative import PricedAlternative, fully_priced_alternative
 from gpuinfra.cost.commitment import commitments_json
 from gpuinfra.cost.estimate import capacity_block_price, estimate, read_cluster_facts
 from gpuinfra.cost.pulumi_preview import read_pulumi_preview
 from gpuinfra.cost.report import diff_json, fill_advice, to_json, unpriced_lines
 from gpuinfra.errors import BudgetExceededError, GpuinfraError, PreviewFileError, PriceMissingError, RequestError
+from gpuinfra.planner import PlanRequest, plan_alternatives, plan_cluster
 from gpuinfra.preview import run_preview_cached
 from gpuinfra.profiles import get_profile
 from gpuinfra.requests import spot_choice
@@ -202,6 +206,56 @@ def _document(
     doc = to_json(est, stack or "", run_hours, catalog.date_for(est.facts.cloud), priced_as)
     doc["commitments"] = commitments_json(catalog, est.facts, run_hours, priced_as)
     return doc
+
+
+#: Markets a stack's cost document is priced in that the planner ranks offers in (a Capacity
+#: Block is priced per reservation: it has no alternative).
+RANKED_MARKETS = ("on-demand", "spot", "flex-start")
+
+
+def stack_priced_alternative(
+    stack: str, project_dir: Path, doc: dict, usage_file: Path | None = None, catalog: Catalog | None = None
+) -> PricedAlternative | None:
+    """For a stack whose cost document has a line without a price: the cheapest offer of the same
+    request (its GPUs per node, nodes, cloud, profile and data set, in the document's market)
+    whose region prices every line (:func:`gpuinfra.cost.alternative.fully_priced_alternative`
+    over the planner's ranking), priced like ``doc`` (its hours and usage); None when the
+    document is complete, the stack holds a capacity reservation, or no offer is fully priced.
+    The stack file does not say whether its region was chosen on purpose: the caller only names
+    the alternative.
+
+    Args:
+        stack, project_dir, usage_file, catalog: as in :func:`stack_cost_document`.
+        doc: the stack's :func:`stack_cost_document`.
+    """
+    market = doc["pricing"]
+    if not unpriced_lines(doc) or market not in RANKED_MARKETS:
+        return None
+    spec = read_stack_spec(project_dir, stack)
+    if spec.capacity_reservation_id:
+        return None
+    catalog = catalog or load_catalog()
+    hours = Decimal(doc["hours"])
+    request = PlanRequest(
+        gpus=f"{spec.gpu_count}x{spec.gpu}",
+        nodes=spec.nodes,
+        cloud=spec.cloud,
+        spot=None if market == "flex-start" else market == "spot",
+        hours=float(hours),
+        data=spec.data,
+        flex_start=market == "flex-start",
+    )
+    resources = run_preview_cached(spec, provider_config(spec)).resources
+    now = datetime.now(UTC)
+    try:
+        first = plan_cluster(catalog, request, spec.profile, now)
+        plans = chain([first], plan_alternatives(catalog, request, spec.profile, now, first))
+        candidates = (plan.offer for plan in plans if plan.spec.market == market)
+        return fully_priced_alternative(
+            resources, candidates, catalog, usage_for(spec.profile.name, usage_file), hours, market, spec.data
+        )
+    except GpuinfraError:  # the request no longer plans (the catalog changed): nothing to name
+        return None
 
 
 def check_totals(doc: dict, budget_usd: Decimal | None = None) -> None:

@@ -423,7 +423,12 @@ def write_ladder(
     ]
     written = write_stack_files(texts, project_dir, force=force, also={record: ladder.text()})
     result = NewStackResult(
-        ready.plan, WrittenFiles(written.stack_file, written.scaffolded), ready.verified, ready.sizing, ready.preflight
+        ready.plan,
+        WrittenFiles(written.stack_file, written.scaffolded),
+        ready.verified,
+        ready.sizing,
+        ready.preflight,
+        ready.alternative,
     )
     return WrittenLadder(result, ladder, record, written.stack_files, tuple(verified), tuple(passed_over), alternatives)
 
