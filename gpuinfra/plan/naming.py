@@ -109,6 +109,34 @@ def gcp_bulk_instance_names(group: str, nodes: int) -> tuple[str, ...]:
     return tuple(f"{group}-n{i:03d}" for i in range(nodes))
 
 
+def gcp_bulk_name_pattern(group: str) -> str:
+    """The RE2 pattern that matches, as a whole, exactly the names :func:`gcp_bulk_instance_names`
+    gives ``group`` at any node count: ``<group>-n`` and 3 digits. Compute's list ``filter``
+    "``name eq <literal>``" takes it as is ("The literal value is interpreted as a regular
+    expression using Google RE2 library syntax. The literal value must match the entire field":
+    cloud.google.com/compute/docs/reference/rest/v1/instances/list, ``filter``); gcloud's
+    ``--filter`` takes it as ``name ~ ^<pattern>$`` (``~``: a regular-expression match,
+    cloud.google.com/sdk/gcloud/reference/topic/filters). A group name holds ``a-z 0-9 -`` only,
+    none of them special in a regular expression.
+
+    Raises:
+        ValueError: ``group`` holds another character.
+    """
+    if not re.fullmatch(r"[a-z0-9-]+", group):
+        raise ValueError(f"group {group!r}: only a-z 0-9 - in a GCE name")
+    return f"{group}-n[0-9]{{3}}"
+
+
+def gcp_bulk_list_filter(group: str) -> str:
+    """The ``gcloud compute instances list --filter`` of the nodes' peer discovery: the RUNNING VMs
+    named by :func:`gcp_bulk_name_pattern` (``status`` values: cloud.google.com/compute/docs/
+    instances/instance-life-cycle). "Depending on the specific server API, filtering may be done
+    entirely by the client, entirely by the server, or by a combination of both"
+    (cloud.google.com/sdk/gcloud/reference/topic/filters): either way it is one ``instances.list``
+    request for up to 500 VMs (``maxResults`` default, .../rest/v1/instances/list)."""
+    return f"name ~ ^{gcp_bulk_name_pattern(group)}$ AND status=RUNNING"
+
+
 def gcp_service_account_id(spec: ClusterSpec) -> str:
     """The nodes' service account id: ``gi-<stack>-<suffix>`` in 6 to 30 lowercase letters,
     digits or ``-`` (cloud.google.com/iam/docs/service-accounts-create: "must be between 6 and 30
@@ -121,6 +149,13 @@ def gcp_role_id(spec: ClusterSpec) -> str:
     ``_`` or ``.`` (cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create: roleId
     "can only include letters, digits, underscores and periods", at most 64)."""
     return "gpuinfra_" + _short(spec, 64 - len("gpuinfra_"), "_").replace("-", "_")
+
+
+def gcp_list_role_id(spec: ClusterSpec) -> str:
+    """The custom role id of the nodes' VM listing (peer discovery of a bulk insert):
+    :func:`gcp_role_id`'s form with ``.list`` at the end, within the same 64 characters. The
+    ``.`` keeps it apart from every :func:`gcp_role_id` (which holds none)."""
+    return "gpuinfra_" + _short(spec, 64 - len("gpuinfra_") - len(".list"), "_").replace("-", "_") + ".list"
 
 
 def aws_agent_parameter(spec: ClusterSpec) -> str:
