@@ -113,8 +113,9 @@ def empty_group(
         operation = clients.groups.resize_unary(project=project, zone=zone, instance_group_manager=group, size=0)
     except NotFound:
         return
+    deadline = time.monotonic() + wait_seconds
     wait_for_operation(
-        clients, project, zone, operation, time.monotonic() + wait_seconds, poll_seconds, refused_ends_wait=True
+        clients, project, zone, operation, deadline, poll_seconds, time.monotonic, time.sleep, refused_ends_wait=True
     )
 
 
