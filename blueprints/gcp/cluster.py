@@ -18,7 +18,6 @@ from blueprints.gcp.storage import (
     build_bucket,
     build_bundle_object,
     build_monitoring_role,
-    build_node_list_role,
     build_node_role,
     build_secret_reader,
     build_service_account,
@@ -85,8 +84,6 @@ class GcpGpuCluster(pulumi.ComponentResource):
         self.resize_request = build_resize_request(name, spec, plan, self.group, project, self)  # flex-start only
         prefix = node_prefix(spec)
         build_node_role(name, spec, account, project, prefix, self)
-        if self.bulk is not None:  # its nodes list the zone's VMs: one call a round
-            build_node_list_role(name, spec, account, project, self)
         self.outputs = {
             "bucket_name": self.bucket.name,
             "bucket_url": self.bucket.name.apply(lambda b: f"gs://{b}"),

@@ -14,7 +14,7 @@ import pulumi
 import pulumi_gcp as gcp
 
 from gpuinfra.agent.job import gcp_secret_prefix
-from gpuinfra.plan.naming import child, gcp_list_role_id, gcp_role_id, gcp_service_account_id, stack_id
+from gpuinfra.plan.naming import child, gcp_role_id, gcp_service_account_id, stack_id
 from gpuinfra.plan.node_bundle import BUNDLE_PREFIX, NodeBundle
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
@@ -367,45 +367,6 @@ def build_node_role(
             expression=own_group_condition(project, spec.zone, group_name),
             description="nodes may only see and remove VMs of their own managed instance group",
         ),
-        opts=opts,
-    )
-
-
-#: What the nodes of a bulk-insert formation need to find their peers with one call a round:
-#: ``instances.list`` of the zone ("Requires the following IAM permission on the specified
-#: resource project: compute.instances.list", cloud.google.com/compute/docs/reference/rest/v1/
-#: instances/list, IAM Permissions). One describe per bulk name instead costs N^2 reads per
-#: round for N nodes against the project's Compute rate quota ("Read requests per minute
-#: (GlobalReadsPerMinutePerProject): quota for get and list methods", enforced per project and
-#: minute, 403 ``rateLimitExceeded`` past it: cloud.google.com/compute/api-quota; a filtered
-#: list also counts the resources it filtered against "Filtered list cost overhead").
-NODE_LIST_PERMISSIONS = ("compute.instances.list",)
-
-
-def build_node_list_role(
-    name: str, spec: ClusterSpec, account: gcp.serviceaccount.Account, project: str, parent: pulumi.Resource
-) -> gcp.projects.IAMMember:
-    """A custom role with :data:`NODE_LIST_PERMISSIONS` only, granted to the node service account
-    on ``project`` with no condition. A list request is authorized on the project, not on the
-    VMs it returns, so the resource-name condition of :func:`build_node_role` cannot scope it.
-    The cost: a node can list every VM of the project (names, labels, metadata); it still can
-    read, change or delete only its own group's VMs. Only stacks formed by a bulk insert get it
-    (their nodes are no group members; a group's own members come from its listing)."""
-    opts = pulumi.ResourceOptions(parent=parent)
-    role = gcp.projects.IAMCustomRole(
-        child(name, "node-list-role"),
-        role_id=gcp_list_role_id(spec),
-        title=f"gpuinfra nodes of {spec.stack}: list VMs"[:100],
-        description="list the zone's VMs once a round to find the bulk-inserted peers",
-        permissions=list(NODE_LIST_PERMISSIONS),
-        project=project,
-        opts=opts,
-    )
-    return gcp.projects.IAMMember(
-        child(name, "node-list-role-binding"),
-        project=project,
-        role=role.name,
-        member=account.email.apply(lambda email: f"serviceAccount:{email}"),
         opts=opts,
     )
 

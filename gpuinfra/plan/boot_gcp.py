@@ -23,7 +23,7 @@ from gpuinfra.plan.fabric import RUN_SCRIPT_PATH, gcp_fabric, render_run_script
 from gpuinfra.plan.fabric_host import fabric_host_systemd_unit, gcp_host_stack
 from gpuinfra.plan.gcp import GcpClusterPlan, nccl_env
 from gpuinfra.plan.health import expectations_for
-from gpuinfra.plan.naming import gcp_bulk_instance_names, gcp_bulk_list_filter, gcp_group_name
+from gpuinfra.plan.naming import gcp_bulk_instance_names, gcp_group_name
 from gpuinfra.plan.node_bundle import (
     NodeBundle,
     add_checkpoint_restore,
@@ -130,7 +130,6 @@ def gcp_node_boot(spec: ClusterSpec, plan: GcpClusterPlan, bucket: str, bundle: 
         nic_count=plan.nic_count,
         group=prefix,
         bulk_names=gcp_bulk_instance_names(prefix, spec.nodes),
-        bulk_filter=gcp_bulk_list_filter(prefix),
         zone=spec.zone,
         gpus_per_node=spec.gpu_count,
         wait_seconds=PEER_DISCOVERY_WAIT_SECONDS,

@@ -127,16 +127,6 @@ def gcp_bulk_name_pattern(group: str) -> str:
     return f"{group}-n[0-9]{{3}}"
 
 
-def gcp_bulk_list_filter(group: str) -> str:
-    """The ``gcloud compute instances list --filter`` of the nodes' peer discovery: the RUNNING VMs
-    named by :func:`gcp_bulk_name_pattern` (``status`` values: cloud.google.com/compute/docs/
-    instances/instance-life-cycle). "Depending on the specific server API, filtering may be done
-    entirely by the client, entirely by the server, or by a combination of both"
-    (cloud.google.com/sdk/gcloud/reference/topic/filters): either way it is one ``instances.list``
-    request for up to 500 VMs (``maxResults`` default, .../rest/v1/instances/list)."""
-    return f"name ~ ^{gcp_bulk_name_pattern(group)}$ AND status=RUNNING"
-
-
 def gcp_service_account_id(spec: ClusterSpec) -> str:
     """The nodes' service account id: ``gi-<stack>-<suffix>`` in 6 to 30 lowercase letters,
     digits or ``-`` (cloud.google.com/iam/docs/service-accounts-create: "must be between 6 and 30
@@ -149,13 +139,6 @@ def gcp_role_id(spec: ClusterSpec) -> str:
     ``_`` or ``.`` (cloud.google.com/iam/docs/reference/rest/v1/projects.roles/create: roleId
     "can only include letters, digits, underscores and periods", at most 64)."""
     return "gpuinfra_" + _short(spec, 64 - len("gpuinfra_"), "_").replace("-", "_")
-
-
-def gcp_list_role_id(spec: ClusterSpec) -> str:
-    """The custom role id of the nodes' VM listing (peer discovery of a bulk insert):
-    :func:`gcp_role_id`'s form with ``.list`` at the end, within the same 64 characters. The
-    ``.`` keeps it apart from every :func:`gcp_role_id` (which holds none)."""
-    return "gpuinfra_" + _short(spec, 64 - len("gpuinfra_") - len(".list"), "_").replace("-", "_") + ".list"
 
 
 def aws_agent_parameter(spec: ClusterSpec) -> str:

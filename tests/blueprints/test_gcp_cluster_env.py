@@ -6,7 +6,6 @@ nothing; it must never release a group that formed, even when a listing fails at
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -16,28 +15,13 @@ import pytest
 from gpuinfra.agent.constants import TORCHRUN_PORT
 from gpuinfra.plan.boot import render_cluster_env
 from gpuinfra.plan.boot_gcp import peers_prefix
-from gpuinfra.plan.naming import gcp_bulk_instance_names, gcp_bulk_list_filter
+from gpuinfra.plan.naming import gcp_bulk_instance_names
 from gpuinfra.plan.node_bundle import health_template_vars
 from tests.blueprints.helpers import make_spec
 
 GROUP = "t-node"
 ME, PEER = "t-node-aaaa", "t-node-bbbb"
 MY_IP = "10.128.0.2"
-#: The ``gcloud compute instances list`` stand-in: the zone's VMs that its ``--filter`` selects
-#: (``name ~ RE``: a regular-expression match; ``status=S``: equality; AND between terms:
-#: cloud.google.com/sdk/gcloud/reference/topic/filters), one name a line (``value(name)``).
-LIST_STANDIN = """import json, re, sys
-if {fails}:
-    print("ERROR: (gcloud.compute.instances.list) HTTPError 503: Service Unavailable", file=sys.stderr)
-    sys.exit(1)
-expr = next(a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--filter="))
-vms = json.load(open("{vms}"))
-for term in expr.split(" AND "):
-    key, op, value = re.fullmatch(r"(\\w+) ?(~|=) ?(\\S+)", term.strip()).groups()
-    keep = (lambda v: re.search(value, v)) if op == "~" else (lambda v: v == value)
-    vms = {{n: s for n, s in vms.items() if keep(n if key == "name" else s)}}
-print("".join(n + "\\n" for n in vms), end="")
-"""
 
 
 def run_peer_script(
@@ -47,21 +31,19 @@ def run_peer_script(
     running: str = ME,
     deployment: str = "0123456789ab",
     me: str = ME,
-    vms: dict[str, str] | None = None,
-    list_fails: bool = False,
+    describe: str = "exit 0",
     created_by: int = 200,
     nodes: int = 2,
 ):
-    """Render the script of a 2-node spot stack and run it once to its (2 s) deadline.
+    """Render the script of a ``nodes``-node spot stack and run it once to its (2 s) deadline.
 
     Args:
         storage_ls: the body of the ``gcloud storage ls`` stand-in (``{url}`` is the peers prefix).
         running: the group's RUNNING VMs (``list-instances``), one per line.
-        me: this VM's name; vms: the zone's VMs, name -> status, that ``gcloud compute instances
-            list`` sees (it answers those its ``--filter`` selects: ``name ~ RE`` and
-            ``status=S``, as gcloud documents them); list_fails: that list fails (HTTP 503);
-            created_by: the HTTP status of this VM's ``created-by`` metadata key (200: a group
-            member, 404: a VM of the bulk insert); nodes: the stack's node count.
+        me: this VM's name; describe: the body of the ``gcloud compute instances describe``
+            stand-in (``$4`` is the VM's name); created_by: the HTTP status of this VM's
+            ``created-by`` metadata key (200: a group member, 404: a VM of the bulk insert);
+            nodes: the stack's node count.
 
     Returns:
         (the finished process, the gcloud calls, the peers prefix URL).
@@ -78,7 +60,6 @@ def run_peer_script(
         nic_count=0,
         group=GROUP,
         bulk_names=gcp_bulk_instance_names(GROUP, nodes),
-        bulk_filter=gcp_bulk_list_filter(GROUP),
         zone="me-west1-a",
         gpus_per_node=8,
         wait_seconds=2,
@@ -100,13 +81,11 @@ def run_peer_script(
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "etc").mkdir(exist_ok=True)
     log = tmp_path / "calls"
-    (tmp_path / "vms.json").write_text(json.dumps(vms or {}))
-    (tmp_path / "list.py").write_text(LIST_STANDIN.format(vms=tmp_path / "vms.json", fails=list_fails))
     gcloud = (
         f'echo "gcloud $*" >> {log}\n'
         'case "$*" in\n'
         f"  *list-instances*) printf '%s\\n' {running} ;;\n"
-        f'  "compute instances list"*) {sys.executable} {tmp_path / "list.py"} "$@" ;;\n'
+        f'  "compute instances describe"*) {describe} ;;\n'
         f'  "storage ls"*) {storage_ls.format(url=url)} ;;\n'
         "  *) exit 0 ;;\n"
         "esac\n"
@@ -178,96 +157,73 @@ def test_an_earlier_deployments_markers_are_not_read(tmp_path):
 
 #: This node and its peer as VMs of the bulk insert (fixed names, no group members).
 BULK_ME, BULK_PEER = gcp_bulk_instance_names(GROUP, 2)
+#: gcloud's answer for a VM that does not exist (Compute API 404).
+NOT_FOUND = (
+    'echo "ERROR: (gcloud.compute.instances.describe) Could not fetch resource:"; '
+    "echo \" - The resource 'projects/p/zones/me-west1-a/instances/$4' was not found\"; exit 1"
+)
 
 
 def deletes(calls):
     return [c for c in calls if c.startswith("gcloud compute instances delete")]
 
 
-def lists(calls):
-    return [c for c in calls if c.startswith("gcloud compute instances list")]
-
-
-def polls(calls):
-    return [c for c in calls if c.startswith("gcloud storage ls")]
-
-
 def test_a_bulk_vm_of_a_cluster_that_never_formed_releases_the_group_and_deletes_itself(tmp_path):
-    """This bulk VM runs, its peer is gone (not listed), the group has no member: the cluster never
-    formed, so the group is released and this VM -- no ``created-by`` key -- deletes itself. The
-    VMs are read with one ``instances list`` a round, never one read per name."""
+    """This bulk VM runs (describe: RUNNING), its peer is gone (was not found), the group has no
+    member: the cluster never formed, so the group is released and this VM -- no ``created-by``
+    key -- deletes itself; the peer is described only once it published an address."""
     both = f"printf '%s\\n' {{url}}/{BULK_ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3"
+    describe = f'if [ "$4" = {BULK_ME} ]; then echo RUNNING; else {NOT_FOUND}; fi'
     done, calls, _ = run_peer_script(
-        tmp_path, storage_ls=both, running="", me=BULK_ME, vms={BULK_ME: "RUNNING"}, created_by=404
+        tmp_path, storage_ls=both, running="", me=BULK_ME, describe=describe, created_by=404
     )
     assert done.returncode == 75
     assert len(resizes(calls)) == 1
     assert deletes(calls) == [f"gcloud compute instances delete {BULK_ME} --zone me-west1-a --quiet"]
-    assert len(lists(calls)) == len(polls(calls)) >= 2
-    assert not [c for c in calls if c.startswith("gcloud compute instances describe")]
-    # a peer that runs but never published an address does not count either
+    described = {c.split()[4] for c in calls if c.startswith("gcloud compute instances describe")}
+    assert described == {BULK_ME, BULK_PEER}
+    # the peer that never published is never described
     done, calls, _ = run_peer_script(
         tmp_path / "alone",
         storage_ls=f"printf '%s\\n' {{url}}/{BULK_ME}/{MY_IP}",
         running="",
         me=BULK_ME,
-        vms={BULK_ME: "RUNNING", BULK_PEER: "RUNNING"},
+        describe="echo RUNNING",
         created_by=404,
     )
+    assert {c.split()[4] for c in calls if c.startswith("gcloud compute instances describe")} == {BULK_ME}
     assert deletes(calls) and resizes(calls)
 
 
-def test_a_failed_list_is_no_listing_and_releases_nothing(tmp_path):
-    """A failed ``instances list`` (HTTP 503) is no answer: the listing does not count and nothing
-    is released or deleted."""
+def test_a_failed_describe_is_no_listing_and_releases_nothing(tmp_path):
+    """A describe that fails for another reason than "was not found" (HTTP 503) is no answer:
+    the listing does not count and nothing is released or deleted."""
     both = f"printf '%s\\n' {{url}}/{BULK_ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3"
+    unavailable = f'if [ "$4" = {BULK_ME} ]; then echo RUNNING; else echo "ERROR: HTTPError 503" >&2; exit 1; fi'
     done, calls, _ = run_peer_script(
-        tmp_path, storage_ls=both, running="", me=BULK_ME, vms={BULK_ME: "RUNNING"}, list_fails=True, created_by=404
+        tmp_path, storage_ls=both, running="", me=BULK_ME, describe=unavailable, created_by=404
     )
-    assert done.returncode == 75 and lists(calls) and resizes(calls) == [] and deletes(calls) == []
+    assert done.returncode == 75 and resizes(calls) == [] and deletes(calls) == []
+
+
+def test_a_group_member_releases_the_group_but_never_deletes_itself(tmp_path):
+    """A member of the group (``created-by`` present) releases the group as before; the group
+    deletes its VMs, the VM does not delete itself through the instances API."""
+    done, calls, _ = run_peer_script(tmp_path, storage_ls=f"printf '%s\\n' {{url}}/{ME}/{MY_IP}", created_by=200)
+    assert done.returncode == 75 and len(resizes(calls)) == 1 and deletes(calls) == []
 
 
 def test_bulk_vms_and_group_members_together_form_the_cluster(tmp_path):
     """A replacement (group member) and a surviving bulk VM: both count, the cluster has its 2
     nodes and the script goes past the peer wait (no deadline, no release)."""
     listing = f"printf '%s\\n' {{url}}/{ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3 {{url}}/{BULK_ME}/10.128.0.9"
-    done, calls, _ = run_peer_script(
-        tmp_path, storage_ls=listing, running=ME, vms={ME: "RUNNING", BULK_PEER: "RUNNING"}, created_by=200
-    )
+    describe = f'if [ "$4" = {BULK_PEER} ]; then echo RUNNING; else {NOT_FOUND}; fi'
+    done, calls, _ = run_peer_script(tmp_path, storage_ls=listing, running=ME, describe=describe, created_by=200)
     # one round: both listed and published at once, so the loop ends (on to the ranks) at once
-    assert polls(calls) == [calls[2]]
+    assert [c for c in calls if c.startswith("gcloud storage ls")] == [calls[2]]
     assert "no ranks written" not in done.stderr and resizes(calls) == [] and deletes(calls) == []
-    # the gone bulk VM's stale entry (10.128.0.9) is not listed, so it takes no rank
-    assert len(lists(calls)) == 1
-    assert (tmp_path / "etc" / "hostfile").read_text().split() == ["10.128.0.2", "10.128.0.3"]
-
-
-def test_eight_bulk_vms_are_read_with_one_list_a_round(tmp_path):
-    """8 bulk VMs that all published: one ``instances list`` per round (not 8 describes), and the
-    peer set is the listed RUNNING VMs among the stack's own names: a stopping VM, a VM of another
-    stack whose name starts alike, and a RUNNING VM of this group outside the bulk names are not
-    peers. With 7 of 8 peers the round repeats until the deadline, one list each time."""
-    names = gcp_bulk_instance_names(GROUP, 8)
-    ips = {name: f"10.128.0.{10 + i}" for i, name in enumerate(names)}
-    ips[names[0]] = MY_IP
-    listing = "printf '%s\\n' " + " ".join(f"{{url}}/{n}/{ip}" for n, ip in ips.items())
-    vms = dict.fromkeys(names, "RUNNING")
-    vms[names[5]] = "STOPPING"
-    vms.update({f"{GROUP}-n0001": "RUNNING", f"{GROUP}x-n001": "RUNNING", f"{GROUP}-n00a": "RUNNING"})
-    done, calls, _ = run_peer_script(
-        tmp_path, storage_ls=listing, running="", me=names[0], vms=vms, created_by=404, nodes=8
-    )
-    assert "only 7 of 8 nodes" in done.stderr
-    assert len(lists(calls)) == len(polls(calls)) >= 2
-    assert not [c for c in calls if "instances describe" in c]
-    # all 8 running: one round, one list, and the ranks name exactly the 8 addresses in order
-    vms[names[5]] = "RUNNING"
-    done, calls, _ = run_peer_script(
-        tmp_path / "all", storage_ls=listing, running="", me=names[0], vms=vms, created_by=404, nodes=8
-    )
-    assert len(lists(calls)) == len(polls(calls)) == 1
-    hostfile = (tmp_path / "all" / "etc" / "hostfile").read_text().split()
-    assert hostfile == sorted(ips.values(), key=lambda ip: [int(x) for x in ip.split(".")])
+    # the gone bulk VM's stale entry (10.128.0.9) is described too (and answered "was not found")
+    assert sum(c.startswith("gcloud compute instances describe") for c in calls) == 2
 
 
 def test_the_startup_script_names_the_stacks_own_bulk_vms():
@@ -281,3 +237,74 @@ def test_the_startup_script_names_the_stacks_own_bulk_vms():
     script = render_startup_script(spec, plan_gcp_cluster(spec), "bkt")
     assert f'BULK_NAMES="{group}-n000 {group}-n001 {group}-n002"\n' in script
     assert f"list-instances {group} --zone" in script
+
+
+#: A stateful ``gcloud compute instances describe`` stand-in: ``statuses.json`` maps a VM name to
+#: the statuses its successive describes answer (the last one repeats); a name absent from it
+#: answers "was not found" (Compute API 404). ``$4`` is the VM's name.
+STATEFUL_DESCRIBE = (
+    f"{sys.executable} -c 'import json, sys, pathlib\n"
+    "name, state = sys.argv[1], pathlib.Path(sys.argv[2])\n"
+    'seq = json.loads((state / "statuses.json").read_text()).get(name)\n'
+    "if seq is None:\n"
+    '    print("ERROR: The resource was not found"); sys.exit(1)\n'
+    'n = state / ("n-" + name); i = int(n.read_text()) if n.exists() else 0; n.write_text(str(i + 1))\n'
+    'print(seq[min(i, len(seq) - 1)])\' "$4" {state}'
+)
+
+
+def _describes(calls) -> list[str]:
+    return [c.split()[4] for c in calls if c.startswith("gcloud compute instances describe")]
+
+
+def _eight(tmp_path, statuses: dict[str, list[str]]):
+    """8 bulk VMs that all published an address; this node is n000; the describe answers come
+    from ``statuses``."""
+    import json
+
+    names = gcp_bulk_instance_names(GROUP, 8)
+    ips = {name: f"10.128.0.{10 + i}" for i, name in enumerate(names)}
+    ips[names[0]] = MY_IP
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "statuses.json").write_text(json.dumps(statuses))
+    listing = "printf '%s\\n' " + " ".join(f"{{url}}/{n}/{ip}" for n, ip in ips.items())
+    done, calls, _ = run_peer_script(
+        tmp_path,
+        storage_ls=listing,
+        running="",
+        me=names[0],
+        describe=STATEFUL_DESCRIBE.format(state=tmp_path),
+        created_by=404,
+        nodes=8,
+    )
+    return names, ips, done, calls
+
+
+def test_a_name_seen_running_is_not_read_again_until_the_deciding_round(tmp_path):
+    """8 bulk VMs; n005 answers STAGING twice, then RUNNING. Each round reads only the names not
+    yet seen RUNNING (not all 8 a round: 8 nodes x 8 names every 15 s would spend 64 reads a round
+    of the project's Compute read quota); the round that reaches 8 rests on earlier reads, so all 8
+    are read again at once before the ranks are written. Reads: 8 + 1 + 1 + 8 = 18."""
+    names = gcp_bulk_instance_names(GROUP, 8)
+    statuses = {n: ["RUNNING"] for n in names}
+    statuses[names[5]] = ["STAGING", "STAGING", "RUNNING"]
+    names, ips, done, calls = _eight(tmp_path, statuses)
+    assert "no ranks written" not in done.stderr, done.stderr
+    described = _describes(calls)
+    assert len(described) == 18, described
+    assert described[8:10] == [names[5], names[5]]
+    assert sorted(described[-8:]) == sorted(names)
+    hostfile = (tmp_path / "etc" / "hostfile").read_text().split()
+    assert hostfile == sorted(ips.values(), key=lambda ip: [int(x) for x in ip.split(".")])
+
+
+def test_a_vm_gone_since_it_was_seen_gets_no_rank(tmp_path):
+    """n003 is RUNNING at first, then gone (was not found) by the round that would reach 8: the
+    re-read at that round drops it, so no ranks are written and the node waits to its deadline."""
+    names = gcp_bulk_instance_names(GROUP, 8)
+    statuses = {n: ["RUNNING"] for n in names}
+    statuses[names[5]] = ["STAGING", "RUNNING"]
+    statuses[names[3]] = ["RUNNING", "TERMINATED"]
+    names, _, done, calls = _eight(tmp_path, statuses)
+    assert "only 7 of 8 nodes" in done.stderr, done.stderr
+    assert not (tmp_path / "etc" / "hostfile").exists()

@@ -338,28 +338,3 @@ def test_gcp_nodes_read_their_own_stacks_job_secrets_only():
     from gpuinfra.agent.job import secret_command
 
     assert secret_command("gcp", own, f"gpuinfra-{own}_hf-token")[-1] == f"--secret=gpuinfra-{own}_hf-token"
-
-
-CUSTOM_ROLE, PROJECT_MEMBER = "gcp:projects/iAMCustomRole:IAMCustomRole", "gcp:projects/iAMMember:IAMMember"
-
-
-def test_bulk_inserted_nodes_may_list_vms_and_nothing_more_unconditionally():
-    """The nodes of a bulk insert find their peers with one ``instances.list`` a round: a role
-    with that permission alone, bound on the project without a condition (a list is authorized on
-    the project, so a condition on the VMs' names would refuse it). Its get/delete rights stay
-    the conditioned node role's."""
-    result = preview(make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, stack="exp"))
-    (role,) = [r.inputs for r in result.of_type(CUSTOM_ROLE) if r.name.endswith("node-list-role")]
-    (binding,) = [r.inputs for r in result.of_type(PROJECT_MEMBER) if r.name.endswith("node-list-role-binding")]
-    assert role["permissions"] == ["compute.instances.list"]
-    assert not binding.get("condition")
-    (node_role,) = [r.inputs for r in result.of_type(CUSTOM_ROLE) if r.name.endswith("-node-role")]
-    assert "compute.instances.list" not in node_role["permissions"]
-    assert role["roleId"] != node_role["roleId"]
-
-
-def test_a_group_formed_stack_grants_no_vm_listing():
-    """A flex-start stack's nodes are all members of its group (its listing names them): no list role."""
-    spec = make_spec("a3-ultragpu-8g", nodes=2, cloud="gcp", gcp_project="demo-project", flex_start=True)
-    result = preview(spec)
-    assert not [r for r in result.of_type(CUSTOM_ROLE) if r.name.endswith("node-list-role")]

@@ -25,7 +25,6 @@ import base64
 import fnmatch
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -277,8 +276,6 @@ class Cli:
                     ),
                 )
             return 0, "RUNNING\n", ""
-        if args[:3] == ["compute", "instances", "list"]:
-            return self._instances_list(args[3:])
         if args[:3] == ["compute", "instances", "delete"] and args[3] == self.node["name"]:
             # GCE stops the VM (an ACPI power-off the guest handles) and deletes it
             self.after = ["/usr/bin/systemctl", "poweroff", "--no-block"]
@@ -294,26 +291,6 @@ class Cli:
         if args[:2] == ["auth", "configure-docker"]:
             return 0, "", ""
         return 2, "", f"box: gcloud {' '.join(args)} is not stood in\n"
-
-    def _instances_list(self, flags: list[str]) -> tuple[int, str, str]:
-        """``gcloud compute instances list --zones Z --filter=EXPR --format=value(name)``: the box's
-        VMs (group members and bulk VMs alike) that ``EXPR`` selects: terms joined by ``AND``,
-        ``name ~ RE`` a regular-expression match, ``status=S`` equality (gcloud topic filters);
-        a running node is ``RUNNING``, any other ``TERMINATED``. One name a line."""
-        expr = next((f.split("=", 1)[1] for f in flags if f.startswith("--filter=")), "")
-        vms = {n["name"]: "RUNNING" if n["state"] == "running" else "TERMINATED" for n in _json("nodes.json")["nodes"]}
-        for term in filter(None, expr.split(" AND ")):
-            found = re.fullmatch(r"(\w+) ?(~|=) ?(\S+)", term.strip())
-            if found is None:
-                return 2, "", f"box: filter term {term!r} is not stood in\n"
-            key, op, value = found.groups()
-            field = (lambda name, status: name) if key == "name" else (lambda name, status: status)
-            vms = {
-                name: status
-                for name, status in vms.items()
-                if (re.search(value, field(name, status)) if op == "~" else field(name, status) == value)
-            }
-        return 0, "".join(f"{name}\n" for name in sorted(vms)), ""
 
     # ------------------------------------------------------------------ bucket copies
     def _put(self, target: Path, body: bytes) -> None:
