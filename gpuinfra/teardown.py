@@ -52,7 +52,7 @@ from gpuinfra.agent.constants import SYNC_REQUEST_ATTRIBUTE, SYNC_REQUEST_ID_PAT
 from gpuinfra.credentials import aws_session, cloud_storage, gcp_credentials
 from gpuinfra.errors import MissingDependencyError, OperationError, RequestError
 from gpuinfra.plan.boot_gcp import node_prefix
-from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, dns_safe, gcp_bulk_instance_names, stack_id
+from gpuinfra.plan.naming import AWS_STACK_ID_TAG, GCP_STACK_ID_LABEL, dns_safe, gcp_bulk_name_pattern, stack_id
 from gpuinfra.plan.replacement import REPLACES_TAG, replaces_lost_nodes
 from gpuinfra.plan.tags import gcp_labels
 from gpuinfra.spec import ClusterSpec
@@ -218,25 +218,46 @@ def _gcp_bulk_nodes(spec: ClusterSpec, names: list[str], clients: CloudClients) 
 
 
 def delete_gcp_bulk_leftovers(spec: ClusterSpec, clients: CloudClients) -> list[str]:
-    """After ``down``'s destroy of a GCP stack: delete every VM that still holds one of the stack's
-    fixed bulk-insert names (:func:`gpuinfra.plan.naming.gcp_bulk_instance_names`; the stack's
-    name suffix makes them its own). Pulumi deleted the ones it knew; these are an interrupted
-    ``up``'s, whose create never reached the state. Returns the names deleted (the deletes are
-    started, ``instances.delete``; 404: gone).
+    """After ``down``'s destroy of a GCP stack: delete every VM of the zone named like the stack's
+    bulk insert (:func:`gpuinfra.plan.naming.gcp_bulk_name_pattern`: ``<group>-n`` and 3 digits,
+    whatever node count the stack file says now: a count lowered after ``up`` or an edited file
+    misses none; the stack's name suffix in the group name makes them its own). Pulumi deleted
+    the ones it knew; these are an interrupted ``up``'s, whose create never reached the state.
+    One ``instances.list`` with ``filter`` ``name eq "<pattern>"`` finds them ("The literal value
+    is interpreted as a regular expression using Google RE2 library syntax. The literal value
+    must match the entire field": cloud.google.com/compute/docs/reference/rest/v1/instances/list),
+    pages followed by the client. Returns the names deleted (the deletes are started,
+    ``instances.delete``; 404: gone).
 
     Raises:
         OperationError: a cloud call failed.
     """
     if spec.cloud != "gcp":
         return []
-    names = list(gcp_bulk_instance_names(node_prefix(spec), spec.nodes))
-    left = [n.name for n in _gcp_bulk_nodes(spec, names, clients)]
+    from google.api_core.exceptions import NotFound
+    from google.cloud import compute_v1
+
+    pattern = gcp_bulk_name_pattern(node_prefix(spec))
+    try:
+        request = compute_v1.ListInstancesRequest(
+            project=spec.gcp_project, zone=spec.zone, filter=f'name eq "{pattern}"'
+        )
+        listed = clients.instances.list(request=request)
+        # the server applies the filter; the names are checked again here (money: never delete a
+        # VM that is not the stack's)
+        left = sorted(vm.name for vm in listed if re.fullmatch(pattern, vm.name))
+    except Exception as exc:  # noqa: BLE001 -- any client error is one line with its cause
+        raise _cloud_error("listing the stack's bulk-insert VMs", exc) from None
+    deleted = []
     for name in left:
         try:
             clients.instances.delete(project=spec.gcp_project, zone=spec.zone, instance=name)
+        except NotFound:
+            continue
         except Exception as exc:  # noqa: BLE001 -- any client error is one line with its cause
             raise _cloud_error(f"deleting VM {name}", exc) from None
-    return left
+        deleted.append(name)
+    return deleted
 
 
 def _aws_nodes(ec2, filters: list[dict]) -> list[Node]:

@@ -2,7 +2,8 @@
 
 It answers, in the documented JSON shapes (cloud.google.com/compute/docs/reference/rest/v1):
 ``instances.bulkInsert`` (POST ``.../zones/{zone}/instances/bulkInsert``), ``instances.get`` /
-``instances.delete`` (GET / DELETE ``.../instances/{name}``) and ``zoneOperations.get`` / ``wait``
+``instances.delete`` (GET / DELETE ``.../instances/{name}``), ``instances.list`` (GET
+``.../instances``, ``filter`` ``name eq <regex>``) and ``zoneOperations.get`` / ``wait``
 (GET ``.../operations/{op}``, POST ``.../operations/{op}/wait``). How a bulk insert ends is set by
 the test (:class:`Capacity`): every VM, ``k`` VMs then an operation error, or ``k`` VMs and an
 operation that stays ``RUNNING``; a refusal of the call itself is an HTTP error body. Every request
@@ -16,6 +17,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote_plus
 
 _PATH = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)/zones/(?P<zone>[^/]+)/(?P<rest>.+)$")
 
@@ -64,6 +66,8 @@ class ComputeStandin:
     refuse_operation_reads: int = 0
     #: the message of a refused bulk insert (:attr:`Capacity.refuse`; None: ``<reason>: refused``)
     refusal_message: str | None = None
+    #: the ``filter`` of every ``instances.list`` call, in order
+    lists: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         standin = self
@@ -141,6 +145,21 @@ class ComputeStandin:
             if cap.error:
                 op["error"] = {"errors": [{"code": cap.error, "message": f"{cap.error} (stand-in)"}]}
 
+    def _list(self, expr: str) -> dict:
+        """``instances.list`` of the zone with ``filter``: ``name eq <literal>`` (quoted or not),
+        "The literal value is interpreted as a regular expression using Google RE2 library
+        syntax. The literal value must match the entire field" (.../rest/v1/instances/list); no
+        filter lists every VM. One page (``items``)."""
+        names = sorted(self.instances)
+        if expr:
+            found = re.fullmatch(r"""\s*name\s+eq\s+(?:'([^']*)'|"([^"]*)"|(\S+))\s*""", expr)
+            if found is None:
+                raise ValueError(f"stand-in: filter {expr!r} is not stood in")
+            pattern = next(g for g in found.groups() if g is not None)
+            names = [n for n in names if re.fullmatch(pattern, n)]
+        self.lists.append(expr)
+        return {"kind": "compute#instanceList", "items": [self.instances[n] for n in names]}
+
     @staticmethod
     def _not_found(what: str) -> tuple[int, dict]:
         return 404, {"error": {"code": 404, "message": f"The resource '{what}' was not found", "errors": []}}
@@ -195,6 +214,8 @@ class ComputeStandin:
                 self.instances.pop(name, None)
             del self.groups[group][size:]
             return 200, self._operation(zone, "compute.instanceGroupManagers.resize", path, done=True)
+        if method == "GET" and rest == "instances":
+            return 200, self._list(unquote_plus((body.get("__query__") or {}).get("filter", "")))
         if rest.startswith("instances/"):
             name = rest.split("/", 1)[1]
             if name not in self.instances:

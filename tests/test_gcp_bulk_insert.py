@@ -337,3 +337,58 @@ def test_down_deletes_the_leftovers_of_a_stack_whose_project_is_the_gcp_project_
     assert standin.instances == {}
     assert any(names[0] in line for line in said)
     assert {p.split("/projects/")[1].split("/")[0] for m, p, _ in standin.requests} == {"demo-project"}
+
+
+def test_down_sweeps_every_bulk_name_of_the_stack_whatever_its_node_count_now_says(standin):
+    """A 4-node stack whose file now says 2 nodes (lowered after `up`, or edited): `down`'s sweep
+    still deletes n002 and n003, with one filtered ``instances.list``; the VMs of another stack
+    whose group name differs only in its suffix, a group member and a VM named by hand under the
+    group's prefix are not touched."""
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from gpuinfra import teardown
+    from gpuinfra.plan.boot_gcp import node_prefix
+    from tests.blueprints.helpers import make_spec
+
+    deployed = make_spec("a2-highgpu-8g", nodes=4, cloud="gcp", spot=True, gcp_project="demo-project")
+    spec = deployed.model_copy(update={"nodes": 2})
+    group = node_prefix(spec)
+    other = node_prefix(spec.model_copy(update={"name_suffix": "zz9zz9"}))
+    own = list(gcp_bulk_instance_names(group, 4))
+    strangers = [*gcp_bulk_instance_names(other, 4), f"{group}-x7q2", f"{group}-n0001", f"{group}x-n000"]
+    for name in own + strangers:
+        standin.instances[name] = {"name": name, "status": "RUNNING"}
+    clients = teardown.CloudClients(
+        groups=_NoGroup(),
+        instances=compute_v1.InstancesClient(
+            credentials=AnonymousCredentials(), client_options=ClientOptions(api_endpoint=standin.url), transport="rest"
+        ),
+    )
+    assert sorted(teardown.delete_gcp_bulk_leftovers(spec, clients)) == own
+    assert sorted(standin.instances) == sorted(strangers)
+    assert len(standin.lists) == 1  # one list, not one read per name
+    # a second sweep finds nothing left
+    assert teardown.delete_gcp_bulk_leftovers(spec, clients) == []
+
+
+def test_a_failed_sweep_list_is_one_operation_error(standin):
+    from google.api_core.client_options import ClientOptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    from gpuinfra import teardown
+    from gpuinfra.errors import OperationError
+    from tests.blueprints.helpers import make_spec
+
+    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, gcp_project="demo-project")
+    clients = teardown.CloudClients(
+        instances=compute_v1.InstancesClient(
+            credentials=AnonymousCredentials(),
+            client_options=ClientOptions(api_endpoint=standin.url + "/nowhere"),
+            transport="rest",
+        )
+    )
+    with pytest.raises(OperationError, match="listing the stack's bulk-insert VMs failed"):
+        teardown.delete_gcp_bulk_leftovers(spec, clients)

@@ -21,7 +21,9 @@ force all or nothing behavior", ``minCount`` defaulting to ``count``).
   have passed. On an error, the timeout, or fewer VMs than asked for, every one of its names that
   exists is deleted and the deletes are waited for (:data:`DELETE_WAIT_SECONDS`), then it raises
   the classified error of :func:`gpuinfra.launch_errors.gcp_launch_error` (its marker starts the
-  line ``gpuinfra up`` reads: capacity exit 7, quota 9, IAM 11, anything else 10).
+  line ``gpuinfra up`` reads: capacity exit 7, quota 9, IAM 11, anything else 10). Every wait
+  for a zone operation (the insert, the cleanup after its timeout, the group's resize) is
+  :func:`wait_for_operation`: one deadline, one handling of a refused read.
 * **delete**: deletes every name (404: already gone) and waits for the deletes, then empties the
   group's MIG (``instanceGroupManagers.resize`` to 0: its members are the replacements of lost
   nodes, nodes of the same cluster), so a replacement of the bulk insert (``up --replace-nodes``,
@@ -106,16 +108,15 @@ def empty_group(
         google.api_core.exceptions.GoogleAPICallError: the call or a read of its operation was refused.
     """
     from google.api_core.exceptions import NotFound
-    from google.cloud import compute_v1
 
     try:
         operation = clients.groups.resize_unary(project=project, zone=zone, instance_group_manager=group, size=0)
     except NotFound:
         return
     deadline = time.monotonic() + wait_seconds
-    while operation.status != compute_v1.Operation.Status.DONE and time.monotonic() < deadline:
-        time.sleep(poll_seconds)
-        operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+    wait_for_operation(
+        clients, project, zone, operation, deadline, poll_seconds, time.monotonic, time.sleep, refused_ends_wait=True
+    )
 
 
 def _call_error(exc: Exception) -> GcpError:
@@ -138,6 +139,55 @@ def _read_operation(clients: ComputeClients, project: str, zone: str, operation:
         return clients.operations.get(project=project, zone=zone, operation=operation.name), ""
     except GoogleAPICallError as exc:
         return operation, _call_error(exc).line()
+
+
+def wait_for_operation(
+    clients: ComputeClients,
+    project: str,
+    zone: str,
+    operation: Any,
+    deadline: float,
+    poll_seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    each_round: Callable[[], None] | None = None,
+    refused_ends_wait: bool = False,
+) -> tuple[Any, str]:
+    """Read the zone operation ``operation`` (``zoneOperations.get``) until it is ``DONE`` or the
+    clock passes ``deadline``, every ``poll_seconds`` (the last sleep cut to the deadline): the
+    one wait of the insert, of the cleanup after its timeout and of :func:`empty_group`.
+
+    A refused read (an HTTP error the client does not retry itself, such as Compute's 403
+    ``rateLimitExceeded``: cloud.google.com/compute/api-quota) is no end of the operation: the
+    wait reads on with the operation as last read, and the refusal, as one line, is returned
+    while no later read succeeded.
+
+    Args:
+        operation: as the call that started it returned it (``compute_v1.Operation``).
+        deadline: a value of ``clock`` (seconds).
+        each_round: called before each look at the operation (the first one included), e.g. to
+            delete what a timed-out insert still makes.
+        refused_ends_wait: a refused read raises instead.
+
+    Returns:
+        (the operation as last read, the last read's refusal or "").
+
+    Raises:
+        google.api_core.exceptions.GoogleAPICallError: a read was refused and ``refused_ends_wait``.
+    """
+    from google.cloud import compute_v1
+
+    refused = ""
+    while True:
+        if each_round is not None:
+            each_round()
+        if operation.status == compute_v1.Operation.Status.DONE or clock() >= deadline:
+            return operation, refused
+        sleep(min(poll_seconds, max(0.0, deadline - clock())))
+        if refused_ends_wait:
+            operation = clients.operations.get(project=project, zone=zone, operation=operation.name)
+        else:
+            operation, refused = _read_operation(clients, project, zone, operation)
 
 
 def _operation_errors(operation: Any) -> list[GcpError]:
@@ -266,31 +316,23 @@ def form(
         operation = clients.instances.bulk_insert_unary(
             project=project, zone=zone, bulk_insert_instance_resource_resource=resource
         )
-        refused = ""  # a refused read is no end of the insert: read on, within the timeout
-        while operation.status != compute_v1.Operation.Status.DONE and clock() - start < timeout:
-            sleep(min(poll_seconds, max(0.0, timeout - (clock() - start))))
-            operation, refused = _read_operation(clients, project, zone, operation)
+        # a refused read is no end of the insert: read on, within the timeout
+        operation, refused = wait_for_operation(
+            clients, project, zone, operation, start + timeout, poll_seconds, clock, sleep
+        )
         if operation.status != compute_v1.Operation.Status.DONE:
             detail = f" (the last read of its operation was refused: {refused})" if refused else ""
             errors = [
                 GcpError(GCP_TIMEOUT_CODE, f"not every VM was created within --capacity-timeout {timeout:g} s{detail}")
             ]
-            drained = clock()
-            while True:  # no cancel: delete what it made, and what it still makes, until it ends
-                delete_all(
-                    clients,
-                    project,
-                    zone,
-                    existing_or_all(clients, project, zone, names),
-                    0,
-                    poll_seconds,
-                    clock,
-                    sleep,
-                )
-                if operation.status == compute_v1.Operation.Status.DONE or clock() - drained >= delete_wait_seconds:
-                    break
-                sleep(poll_seconds)
-                operation, _ = _read_operation(clients, project, zone, operation)
+
+            def drain() -> None:  # no cancel: delete what it made, and what it still makes, until it ends
+                left = existing_or_all(clients, project, zone, names)
+                delete_all(clients, project, zone, left, 0, poll_seconds, clock, sleep)
+
+            operation, _ = wait_for_operation(
+                clients, project, zone, operation, clock() + delete_wait_seconds, poll_seconds, clock, sleep, drain
+            )
         else:
             errors = _operation_errors(operation)
     except GoogleAPICallError as exc:

@@ -109,6 +109,24 @@ def gcp_bulk_instance_names(group: str, nodes: int) -> tuple[str, ...]:
     return tuple(f"{group}-n{i:03d}" for i in range(nodes))
 
 
+def gcp_bulk_name_pattern(group: str) -> str:
+    """The RE2 pattern that matches, as a whole, exactly the names :func:`gcp_bulk_instance_names`
+    gives ``group`` at any node count: ``<group>-n`` and 3 digits. Compute's list ``filter``
+    "``name eq <literal>``" takes it as is ("The literal value is interpreted as a regular
+    expression using Google RE2 library syntax. The literal value must match the entire field":
+    cloud.google.com/compute/docs/reference/rest/v1/instances/list, ``filter``); gcloud's
+    ``--filter`` takes it as ``name ~ ^<pattern>$`` (``~``: a regular-expression match,
+    cloud.google.com/sdk/gcloud/reference/topic/filters). A group name holds ``a-z 0-9 -`` only,
+    none of them special in a regular expression.
+
+    Raises:
+        ValueError: ``group`` holds another character.
+    """
+    if not re.fullmatch(r"[a-z0-9-]+", group):
+        raise ValueError(f"group {group!r}: only a-z 0-9 - in a GCE name")
+    return f"{group}-n[0-9]{{3}}"
+
+
 def gcp_service_account_id(spec: ClusterSpec) -> str:
     """The nodes' service account id: ``gi-<stack>-<suffix>`` in 6 to 30 lowercase letters,
     digits or ``-`` (cloud.google.com/iam/docs/service-accounts-create: "must be between 6 and 30

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -32,31 +33,33 @@ def run_peer_script(
     me: str = ME,
     describe: str = "exit 0",
     created_by: int = 200,
+    nodes: int = 2,
 ):
-    """Render the script of a 2-node spot stack and run it once to its (2 s) deadline.
+    """Render the script of a ``nodes``-node spot stack and run it once to its (2 s) deadline.
 
     Args:
         storage_ls: the body of the ``gcloud storage ls`` stand-in (``{url}`` is the peers prefix).
         running: the group's RUNNING VMs (``list-instances``), one per line.
         me: this VM's name; describe: the body of the ``gcloud compute instances describe``
             stand-in (``$4`` is the VM's name); created_by: the HTTP status of this VM's
-            ``created-by`` metadata key (200: a group member, 404: a VM of the bulk insert).
+            ``created-by`` metadata key (200: a group member, 404: a VM of the bulk insert);
+            nodes: the stack's node count.
 
     Returns:
         (the finished process, the gcloud calls, the peers prefix URL).
     """
     if os.name != "posix":
         pytest.skip("bash only")
-    spec = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp", spot=True, profile="cv-train").model_copy(
+    spec = make_spec("a2-highgpu-8g", nodes=nodes, cloud="gcp", spot=True, profile="cv-train").model_copy(
         update={"deployment_id": deployment}
     )
     url = f"gs://bkt/{peers_prefix(spec)}"
     script = render_cluster_env(
         "gcp-cluster-env.sh.j2",
-        nodes=2,
+        nodes=nodes,
         nic_count=0,
         group=GROUP,
-        bulk_names=gcp_bulk_instance_names(GROUP, 2),
+        bulk_names=gcp_bulk_instance_names(GROUP, nodes),
         zone="me-west1-a",
         gpus_per_node=8,
         wait_seconds=2,
@@ -76,6 +79,7 @@ def run_peer_script(
     (tmp_path / "env.sh").write_text(script)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
+    (tmp_path / "etc").mkdir(exist_ok=True)
     log = tmp_path / "calls"
     gcloud = (
         f'echo "gcloud $*" >> {log}\n'
@@ -90,7 +94,10 @@ def run_peer_script(
         f'case "$*" in *network-interfaces/0/ip*) echo {MY_IP} ;; *instance/name*) echo {me} ;;\n'
         f"  *attributes/created-by*) printf {created_by} ;;\nesac\n"
     )
-    for name, body in (("gcloud", gcloud), ("curl", curl)):
+    # the health gate's ranking (`python3 -m gpuinfra.health.node peers IP...`): every listed
+    # node passed, so it prints the addresses it was given; no stored ranking (--stored-only)
+    python3 = 'if [ "$4" = --stored-only ]; then exit 1; fi\nprintf \'%s\\n\' "${@:4}"\n'
+    for name, body in (("gcloud", gcloud), ("curl", curl), ("python3", python3)):
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}")
         (bin_dir / name).chmod(0o755)
     done = subprocess.run(
@@ -230,3 +237,74 @@ def test_the_startup_script_names_the_stacks_own_bulk_vms():
     script = render_startup_script(spec, plan_gcp_cluster(spec), "bkt")
     assert f'BULK_NAMES="{group}-n000 {group}-n001 {group}-n002"\n' in script
     assert f"list-instances {group} --zone" in script
+
+
+#: A stateful ``gcloud compute instances describe`` stand-in: ``statuses.json`` maps a VM name to
+#: the statuses its successive describes answer (the last one repeats); a name absent from it
+#: answers "was not found" (Compute API 404). ``$4`` is the VM's name.
+STATEFUL_DESCRIBE = (
+    f"{sys.executable} -c 'import json, sys, pathlib\n"
+    "name, state = sys.argv[1], pathlib.Path(sys.argv[2])\n"
+    'seq = json.loads((state / "statuses.json").read_text()).get(name)\n'
+    "if seq is None:\n"
+    '    print("ERROR: The resource was not found"); sys.exit(1)\n'
+    'n = state / ("n-" + name); i = int(n.read_text()) if n.exists() else 0; n.write_text(str(i + 1))\n'
+    'print(seq[min(i, len(seq) - 1)])\' "$4" {state}'
+)
+
+
+def _describes(calls) -> list[str]:
+    return [c.split()[4] for c in calls if c.startswith("gcloud compute instances describe")]
+
+
+def _eight(tmp_path, statuses: dict[str, list[str]]):
+    """8 bulk VMs that all published an address; this node is n000; the describe answers come
+    from ``statuses``."""
+    import json
+
+    names = gcp_bulk_instance_names(GROUP, 8)
+    ips = {name: f"10.128.0.{10 + i}" for i, name in enumerate(names)}
+    ips[names[0]] = MY_IP
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "statuses.json").write_text(json.dumps(statuses))
+    listing = "printf '%s\\n' " + " ".join(f"{{url}}/{n}/{ip}" for n, ip in ips.items())
+    done, calls, _ = run_peer_script(
+        tmp_path,
+        storage_ls=listing,
+        running="",
+        me=names[0],
+        describe=STATEFUL_DESCRIBE.format(state=tmp_path),
+        created_by=404,
+        nodes=8,
+    )
+    return names, ips, done, calls
+
+
+def test_a_name_seen_running_is_not_read_again_until_the_deciding_round(tmp_path):
+    """8 bulk VMs; n005 answers STAGING twice, then RUNNING. Each round reads only the names not
+    yet seen RUNNING (not all 8 a round: 8 nodes x 8 names every 15 s would spend 64 reads a round
+    of the project's Compute read quota); the round that reaches 8 rests on earlier reads, so all 8
+    are read again at once before the ranks are written. Reads: 8 + 1 + 1 + 8 = 18."""
+    names = gcp_bulk_instance_names(GROUP, 8)
+    statuses = {n: ["RUNNING"] for n in names}
+    statuses[names[5]] = ["STAGING", "STAGING", "RUNNING"]
+    names, ips, done, calls = _eight(tmp_path, statuses)
+    assert "no ranks written" not in done.stderr, done.stderr
+    described = _describes(calls)
+    assert len(described) == 18, described
+    assert described[8:10] == [names[5], names[5]]
+    assert sorted(described[-8:]) == sorted(names)
+    hostfile = (tmp_path / "etc" / "hostfile").read_text().split()
+    assert hostfile == sorted(ips.values(), key=lambda ip: [int(x) for x in ip.split(".")])
+
+
+def test_a_vm_gone_since_it_was_seen_gets_no_rank(tmp_path):
+    """n003 is RUNNING at first, then gone (was not found) by the round that would reach 8: the
+    re-read at that round drops it, so no ranks are written and the node waits to its deadline."""
+    names = gcp_bulk_instance_names(GROUP, 8)
+    statuses = {n: ["RUNNING"] for n in names}
+    statuses[names[5]] = ["STAGING", "RUNNING"]
+    statuses[names[3]] = ["RUNNING", "TERMINATED"]
+    names, _, done, calls = _eight(tmp_path, statuses)
+    assert "only 7 of 8 nodes" in done.stderr, done.stderr
+    assert not (tmp_path / "etc" / "hostfile").exists()

@@ -90,6 +90,18 @@ def calls_of(box: Box, prefix: list[str]) -> list[tuple[str, list[str]]]:
     return [(c["node"], c["argv"]) for c in box.calls() if c["argv"][: len(prefix)] == prefix]
 
 
+def peer_reads(box: Box, node: str) -> tuple[int, int, int]:
+    """``node``'s (peer-discovery rounds, ``instances list`` calls, ``instances describe`` calls):
+    a round is one ``gcloud storage ls`` of the stack's ``gpuinfra-peers/`` prefix."""
+    calls = [argv for who, argv in calls_of(box, ["gcloud"]) if who == node]
+    rounds = sum(
+        1 for a in calls if a[1:3] == ["storage", "ls"] and "/gpuinfra-peers/" in a[3] and a[3].endswith("/**")
+    )
+    lists = sum(1 for a in calls if a[1:4] == ["compute", "instances", "list"])
+    describes = sum(1 for a in calls if a[1:4] == ["compute", "instances", "describe"])
+    return rounds, lists, describes
+
+
 def test_aws_p5_two_nodes_boot_to_ranks_and_a_passed_health_gate(box_rootfs, box_timer, tmp_path):
     scenario = aws_p5()
     with make_box(box_rootfs, scenario, tmp_path) as box:
@@ -284,9 +296,14 @@ def test_gcp_agent_ends_idle_bulk_vms_by_deleting_them(box_rootfs, box_timer, tm
             for n in box.nodes
         )
         assert not calls_of(box, DELETE)
-        # each found its peer by name (the group listed neither)
+        # each found its peer by name (the group listed neither), reading a name seen RUNNING
+        # again only in the round that completes the count: at most 2 reads a name plus one a
+        # round, not one a name every round
         described = {(n, argv[4]) for n, argv in calls_of(box, ["gcloud", "compute", "instances", "describe"])}
         assert {(a.name, b.name) for a in box.nodes for b in box.nodes} <= described
+        for node in box.nodes:
+            rounds, lists, describes = peer_reads(box, node.name)
+            assert lists == 0 and describes <= 2 * len(box.nodes) + rounds, (node.name, rounds, describes)
 
 
 def test_aws_agent_ends_idle_nodes_with_an_instance_initiated_shutdown(box_rootfs, box_timer, tmp_path):

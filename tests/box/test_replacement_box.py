@@ -21,7 +21,7 @@ from gpuinfra.agent.constants import CHECKPOINT_COMPLETE_MARKER
 from tests.box.box import Node
 from tests.box.render import stack_spec
 from tests.box.scenario import Scenario, aws_p5, gcp_a3mega
-from tests.box.test_box import BOOT_SECONDS, calls_of, env_file, make_box, wait_ranked_and_passed
+from tests.box.test_box import BOOT_SECONDS, calls_of, env_file, make_box, peer_reads, wait_ranked_and_passed
 from tests.box.test_checkpoints_box import CKPT, NO_INTERVAL, latest, objects, write_checkpoints
 
 pytestmark = [pytest.mark.box]
@@ -236,6 +236,11 @@ def test_gcp_preempted_bulk_vm_asks_the_group_for_a_replacement_which_takes_its_
         # one request, from the lost node only; the formation watchdog released nothing
         assert len(calls_of(box, create)) == 1
         assert not [c for c in box.calls() if "resize" in c["argv"]]
+        # peers are read by name, a name seen RUNNING again only in the deciding round; never a
+        # project-wide list (the node role may not list the project's VMs)
+        for node in (survivor, replacement):
+            rounds, lists, describes = peer_reads(box, node.name)
+            assert lists == 0 and describes <= 2 * 2 + rounds, (node.name, rounds, describes)
         fault_row(
             "GCP preemption of a bulk VM (laptop off)",
             "asks the group for a replacement; it takes rank 0, restores step-00020 (s: notice to restore)",

@@ -471,7 +471,7 @@ def test_plain_down_says_so_when_the_stack_file_deletes_the_bucket(run_cli, aws,
 
 # ------------------------------------------------------------------------------------- GCP
 class GcpStandIn:
-    """Compute Engine (``listManagedInstances``, ``instances.get`` / ``setMetadata`` with the
+    """Compute Engine (``listManagedInstances``, ``instances.list`` / ``get`` / ``setMetadata`` with the
     fingerprint check) and Cloud Storage (object list and media download) over REST on
     127.0.0.1, with state; ``acking`` nodes write their ack when the request attribute appears."""
 
@@ -524,6 +524,15 @@ class GcpStandIn:
                     {"instance": f"https://compute.googleapis.com{zone}/instances/{n}", "instanceStatus": vm["status"]}
                     for n, vm in self.vms.items()
                 ]
+            }
+        if method == "GET" and path == f"{zone}/instances":
+            # instances.list with ``filter`` ``name eq "<RE2>"``, matching the whole name
+            # (cloud.google.com/compute/docs/reference/rest/v1/instances/list)
+            found = re.fullmatch(r'name eq "([^"]*)"', query.get("filter", [""])[0])
+            names = [n for n in self.vms if found is None or re.fullmatch(found.group(1), n)]
+            return 200, {
+                "kind": "compute#instanceList",
+                "items": [{"name": n, "status": self.vms[n]["status"]} for n in names],
             }
         match = re.fullmatch(rf"{zone}/instances/([^/]+)(/setMetadata)?", path)
         if match and match.group(1) in self.vms:
