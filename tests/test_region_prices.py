@@ -130,27 +130,24 @@ UNPRICED: dict[str, set[str]] = {
 
 
 # (GCP boot disk type, regions of the GCP offers that boot from it) without a dated price in the
-# SHIPPED book. The only Hyperdisk Balanced SKUs found (Billing Catalog "Hyperdisk Balanced
-# Capacity / IOPS / Throughput in <region>") are in scripts that read prices from files not stored
-# with them; Cyclenerd pricing.yml maps Hyperdisk Extreme only (see GCP_BOOT_DISK_PRICE_KEYS). Its
-# three tables ship with no region, so all 13 regions of the A3 Ultra / A4 offers are unpriced
-# until `gpuinfra catalog refresh --cloud gcp` reads the SKUs (tests/catalog/test_refresh_gcp_prices.py)
-GCP_UNPRICED_BOOT_DISKS: dict[str, set[str]] = {
-    "hyperdisk-balanced": {
-        "asia-northeast1",
-        "asia-south1",
-        "asia-southeast1",
-        "europe-north1",
-        "europe-west1",
-        "europe-west4",
-        "us-central1",
-        "us-east1",
-        "us-east4",
-        "us-south1",
-        "us-west1",
-        "us-west2",
-        "us-west3",
-    },
+# SHIPPED book: none. pd-balanced comes from Cyclenerd pricing.yml; Hyperdisk Balanced (capacity,
+# IOPS, throughput) from a dated dump of the Compute Engine Billing Catalog (2026-04-30).
+GCP_UNPRICED_BOOT_DISKS: dict[str, set[str]] = {}
+#: The 13 regions of the A3 Ultra / A4 offers, which boot from Hyperdisk Balanced.
+HYPERDISK_BALANCED_REGIONS = {
+    "asia-northeast1",
+    "asia-south1",
+    "asia-southeast1",
+    "europe-north1",
+    "europe-west1",
+    "europe-west4",
+    "us-central1",
+    "us-east1",
+    "us-east4",
+    "us-south1",
+    "us-west1",
+    "us-west2",
+    "us-west3",
 }  # fmt: skip
 
 
@@ -210,25 +207,36 @@ def test_every_gcp_boot_disk_has_a_price_but_the_listed_gaps():
     assert gcp_boot_disk_gaps(price_book()) == GCP_UNPRICED_BOOT_DISKS
 
 
-def test_the_hyperdisk_balanced_tables_ship_without_a_region():
+HYPERDISK_KEYS = (
+    "hyperdisk_balanced_per_gib_month",
+    "hyperdisk_balanced_iops_per_month",
+    "hyperdisk_balanced_throughput_per_mibps_month",
+)
+
+
+def test_hyperdisk_balanced_is_priced_in_every_region_of_its_offers():
     # capacity, IOPS and throughput: the line needs all three wherever the excess is above 0
     book = price_book()
-    keys = ("hyperdisk_balanced_per_gib_month", "hyperdisk_balanced_iops_per_month")
-    keys += ("hyperdisk_balanced_throughput_per_mibps_month",)
-    regions = GCP_UNPRICED_BOOT_DISKS["hyperdisk-balanced"]
-    assert len(regions) == 13
-    assert all(book.gcp[key].lookup(region) is None for key in keys for region in regions)
+    assert all(
+        book.gcp[key].lookup(region) is not None for key in HYPERDISK_KEYS for region in HYPERDISK_BALANCED_REGIONS
+    )
+    # the Billing Catalog's "Hyperdisk Balanced Capacity / IOPS / Throughput in Iowa" and "... in
+    # Eemshaven" SKUs (83FF-9C17-D184, 3EEB-E1E6-C521, 9F5F-0236-9C17; 429B-C30E-15FB,
+    # D461-1F2D-5DD1, 398A-C0EE-5BC2), as the dump of 2026-04-30 gives them
+    for region, values in (("us-central1", ("0.08", "0.005", "0.04")), ("europe-west4", ("0.084", "0.005", "0.042"))):
+        got = tuple(price("gcp", key, region) for key in HYPERDISK_KEYS)
+        assert tuple(p.usd for p in got) == tuple(Decimal(v) for v in values)
+        assert all(p.date == "2026-04-30" and "6F81-5844-456A" in p.source for p in got)
 
 
 def test_a_gcp_boot_disk_region_dropped_is_reported():
     doc = yaml.safe_load((DATA_DIR / "prices.yaml").read_text())
     for group in doc["gcp"]["pd_balanced_per_gb_month"]["prices"]:
         (group.get("regions") or {}).pop("us-east4", None)
+    for group in doc["gcp"]["hyperdisk_balanced_per_gib_month"]["prices"]:
+        (group.get("regions") or {}).pop("us-south1", None)
     gaps = gcp_boot_disk_gaps(PriceBook.model_validate(doc))
-    assert (
-        gaps["pd-balanced"] == {"us-east4"}
-        and gaps["hyperdisk-balanced"] == GCP_UNPRICED_BOOT_DISKS["hyperdisk-balanced"]
-    )
+    assert gaps == {"pd-balanced": {"us-east4"}, "hyperdisk-balanced": {"us-south1"}}
 
 
 def test_a_region_dropped_from_a_table_is_reported():

@@ -652,13 +652,10 @@ def _aws_launch_template(name: str, t: str, inputs: dict, facts: ClusterFacts) -
 #: (:data:`gpuinfra.plan.gcp.BOOT_DISK_PREFERENCE`). Hyperdisk Balanced (the only boot disk of A3
 #: Ultra / A4) bills capacity plus provisioned IOPS above 3,000 and throughput above 140 MiB/s
 #: (cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline performance"):
-#: :func:`_hyperdisk_balanced_lines`. No dated public extract of its Billing Catalog SKUs
-#: ("Hyperdisk Balanced Capacity / IOPS / Throughput in <region>") was found: Cyclenerd
-#: pricing.yml maps Hyperdisk Extreme only (build/mapping.csv @dac31281, unchanged in its
-#: history), Infracost's goldens price no Hyperdisk Balanced, and the figures other repositories
-#: hard-code are undated and disagree (0.06 to 0.12 per GiB-month). Its tables ship empty, so the
-#: line stays unpriced and the cost exits 4 instead of guessing, until ``gpuinfra catalog refresh
-#: --cloud gcp`` reads the SKUs (tests/test_region_prices.py lists the regions).
+#: :func:`_hyperdisk_balanced_lines`. Its three tables come from a dated dump of the Compute Engine
+#: Billing Catalog (SKUs "Hyperdisk Balanced Capacity / IOPS / Throughput in <region>", fetched
+#: 2026-04-30; docs/prices.md), refreshed by ``gpuinfra catalog refresh --cloud gcp``; a region
+#: without one of them leaves its line unpriced (tests/test_region_prices.py lists the regions).
 GCP_BOOT_DISK_PRICE_KEYS: dict[str, str] = {
     "pd-balanced": "pd_balanced_per_gb_month",
     "hyperdisk-balanced": "hyperdisk_balanced_per_gib_month",

@@ -3,9 +3,10 @@ Billing Catalog SKU list as the machine prices, through the real google-cloud-bi
 against the SKU fixtures served on 127.0.0.1 (tests/fixtures/gcp_billing_skus.json plus
 gcp_billing_disk_skus.json, whose ``_about`` cites the public SKU shapes).
 
-The shipped book has no Hyperdisk Balanced price (docs/prices.md), so an A4 stack's cost exits
-4 until a refresh prices its boot disk. A SKU that cannot be read as one price for one region
-leaves that region unpriced with a warning, never a guess.
+The shipped book prices Hyperdisk Balanced from a dated dump of the Billing Catalog
+(docs/prices.md); a refresh replaces that price in the regions it reads. A SKU that cannot be read
+as one price for one region leaves that region out of the refreshed tables with a warning, never a
+guess: the shipped price (or none) stays.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import json
 from decimal import Decimal
 
 import pytest
+import yaml
 
-from gpuinfra.catalog.prices import price
+from gpuinfra.catalog.prices import REFRESHED_PRICES_FILE, price
 from gpuinfra.services.catalog_refresh import refresh_catalog
 from tests.catalog.test_refresh import NOW, _fixture, _gcp_clients, _gcp_routes
 from tests.replay_server import ReplayServer
@@ -57,7 +59,7 @@ def _refresh(tmp_path, skus):
     return result
 
 
-def test_a4_stack_is_unpriced_before_and_fully_priced_after_a_refresh_through_the_cli(tmp_path, monkeypatch, run_cli):
+def test_a4_boot_disk_price_shipped_then_replaced_by_a_refresh_through_the_cli(tmp_path, monkeypatch, run_cli):
     project, catalog = tmp_path / "project", tmp_path / "catalog"
     created = run_cli(
         "new", "--instance-type", "a4-highgpu-8g", "--cloud", "gcp", "--spot",
@@ -65,11 +67,16 @@ def test_a4_stack_is_unpriced_before_and_fully_priced_after_a_refresh_through_th
     )  # fmt: skip
     assert created.exit_code == 0, created.stderr
     before = run_cli("cost", "a4", "--json", "--project-dir", str(project))
-    assert before.exit_code == 4
-    assert "a4-template: hyperdisk-balanced boot disk (200 GiB x 1 nodes)" in before.stderr
-    assert "no hyperdisk-balanced price for us-central1" in before.stderr
+    assert before.exit_code == 0, before.stderr
+    (shipped,) = [line for line in json.loads(before.stdout)["lines"] if "hyperdisk-balanced" in line["component"]]
+    # "Hyperdisk Balanced Capacity in Iowa": $0.08 per GiB-month in the dump of 2026-04-30
+    assert (shipped["unit_price_usd"], shipped["price_date"]) == ("0.080000", "2026-04-30")
 
-    with ReplayServer(_routes(_skus())) as server:
+    def raised(disks):  # the fresh Catalog says $0.085: the refresh must replace the shipped price
+        rate = _sku(disks, "Hyperdisk Balanced Capacity in Iowa")["pricingInfo"][0]["pricingExpression"]
+        rate["tieredRates"][0]["unitPrice"]["nanos"] = 85000000
+
+    with ReplayServer(_routes(_skus(raised))) as server:
         clients = _gcp_clients(server.url)  # the real clients, sent to the stand-in instead of Google
         monkeypatch.setattr("gpuinfra.services.catalog_refresh.gcp_clients", lambda *a, **k: clients)
         refreshed = run_cli(
@@ -87,10 +94,10 @@ def test_a4_stack_is_unpriced_before_and_fully_priced_after_a_refresh_through_th
     assert doc["price_not_found"] == [] and doc["hourly_usd"] is not None
     boot = [line for line in doc["lines"] if "hyperdisk-balanced" in line["component"]]
     # provisioned at the free 3,000 IOPS and 140 MiB/s: the capacity line only,
-    # 200 GiB x $0.08 per GiB-month (SKU H001-0000-0001) / 730 h = $0.0219178.../h
+    # 200 GiB x $0.085 per GiB-month (SKU H001-0000-0001) / 730 h = $0.0232876.../h
     assert [line["component"] for line in boot] == ["hyperdisk-balanced boot disk (200 GiB x 1 nodes)"]
-    assert boot[0]["unit_price_usd"] == "0.080000"
-    assert boot[0]["hourly_usd"] == "0.021918"
+    assert boot[0]["unit_price_usd"] == "0.085000"
+    assert boot[0]["hourly_usd"] == "0.023288"
     # dated the refresh day, as the refreshed machine prices (the Catalog states no date)
     assert "SKU H001-0000-0001" in boot[0]["price_source"] and boot[0]["price_date"] == doc["catalog_date"]
 
@@ -108,9 +115,13 @@ def test_refreshed_tables_cover_each_region_once_in_the_table_unit(tmp_path, mon
     assert price("gcp", "hyperdisk_balanced_iops_per_month", "us-central1").usd == Decimal("0.005")
     assert price("gcp", "hyperdisk_balanced_throughput_per_mibps_month", "us-central1").usd == Decimal("0.04")
     assert price("gcp", "local_ssd_spot_per_gb_month", "us-central1").usd == Decimal("0.048")
-    # regions the refresh did not price keep the shipped price; Hyperdisk stays unpriced there
+    # regions the refresh did not price keep the shipped price (the Billing Catalog dump's for
+    # Hyperdisk Balanced: "... Capacity in Northern Virginia" $0.08)
     assert price("gcp", "pd_balanced_per_gb_month", "us-east4").usd == Decimal("0.11")
-    assert price("gcp", HYPERDISK, "us-east4") is None
+    assert (price("gcp", HYPERDISK, "us-east4").usd, price("gcp", HYPERDISK, "us-east4").date) == (
+        Decimal("0.08"),
+        "2026-04-30",
+    )
 
 
 def _duplicate(disks):
@@ -145,5 +156,10 @@ def test_a_sku_that_is_not_one_price_leaves_the_region_unpriced_with_a_warning(t
     assert [w for w in result.warnings if w.startswith(warning)], result.warnings
     assert "gcp prices: 5 of 6 region x table pairs (regions with a GPU offer)" in result.summary_lines()[3]
     monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(tmp_path))
-    assert price("gcp", HYPERDISK, "us-central1") is None  # never $0, never the other SKU's price
+    refreshed = yaml.safe_load((tmp_path / REFRESHED_PRICES_FILE).read_text())["gcp"]
+    assert all(
+        "us-central1" not in (g.get("regions") or {}) for g in refreshed.get(HYPERDISK, {"prices": []})["prices"]
+    )
+    # never $0, never the other SKU's price: the shipped price stays
+    assert price("gcp", HYPERDISK, "us-central1").date == "2026-04-30"
     assert price("gcp", "hyperdisk_balanced_iops_per_month", "us-central1").usd == Decimal("0.005")

@@ -2,8 +2,9 @@
 above 140 MiB/s, which the volume includes at no extra charge
 (cloud.google.com/compute/docs/disks/hd-types/hyperdisk-balanced, "Baseline performance").
 
-The shipped book has no Hyperdisk Balanced price; these tests price us-central1 through a
-refreshed price file in the catalog folder in use (illustrative figures, not GCP's).
+Most tests price us-central1 through a refreshed price file in the catalog folder in use, which
+replaces the shipped price (the figures equal the Billing Catalog's for Iowa); the last one reads
+the shipped book.
 """
 
 from __future__ import annotations
@@ -75,8 +76,16 @@ def test_performance_above_the_free_part_is_billed_per_unit_month(priced):
     assert (tput.unit_price_usd, tput.hourly_quantity) == (Decimal("0.04"), Decimal(300) / 730)
 
 
-def test_a_needed_part_without_a_price_leaves_its_line_unpriced(priced):
-    priced(keys=("hyperdisk_balanced_per_gib_month",))  # capacity only
+def test_a_needed_part_without_a_price_leaves_its_line_unpriced(priced, monkeypatch):
+    import gpuinfra.cost.estimate as estimate
+
+    priced()
+    real = estimate.price
+    monkeypatch.setattr(
+        estimate,
+        "price",
+        lambda cloud, key, region: None if key == "hyperdisk_balanced_iops_per_month" else real(cloud, key, region),
+    )
     lines = _lines(_disk(provisionedIops=5000, provisionedThroughput=140))
     assert lines["hyperdisk-balanced IOPS above 3,000"].unit_price_usd is None
     assert lines["hyperdisk-balanced boot disk (200 GiB x 2 nodes)"].unit_price_usd == Decimal("0.08")
@@ -94,11 +103,9 @@ def test_performance_left_to_gcp_defaults_is_not_priced(priced):
     }
 
 
-def test_the_shipped_book_prices_no_hyperdisk_balanced():
-    assert all(shipped_price_book().gcp[key].prices == [] for key in FIGURES)
-    assert (
-        _lines(_disk(provisionedIops=3000, provisionedThroughput=140))[
-            "hyperdisk-balanced boot disk (200 GiB x 2 nodes)"
-        ].unit_price_usd
-        is None
-    )
+def test_the_shipped_book_prices_the_boot_disk_from_the_billing_catalog_dump():
+    # "Hyperdisk Balanced Capacity in Iowa" (SKU 83FF-9C17-D184): $0.08 per GiB-month in the dump
+    # of the Compute Engine Billing Catalog of 2026-04-30
+    (line,) = _lines(_disk(provisionedIops=3000, provisionedThroughput=140)).values()
+    assert line.unit_price_usd == Decimal("0.08") and line.price_date == "2026-04-30"
+    assert "6F81-5844-456A" in line.source
