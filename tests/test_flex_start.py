@@ -128,8 +128,16 @@ def test_compute_is_priced_from_the_flex_start_market_and_unpriced_is_incomplete
     # (never the spot or on-demand price), for both nodes of the resize request (the group is at 0)
     compute = [line for line in cost["price_not_found"] if "Instance usage (flex-start" in line]
     assert len(compute) == 1 and "no flex-start price" in compute[0]
-    assert "x 2 nodes" in next(line for line in cost["price_not_found"] if "boot disk" in line)
     assert cost["hourly_usd"] is None and cost["run_usd"] is None  # incomplete: fails closed
+    # the boot disks of both nodes are priced (the group at 0 does not count its nodes)
+    from gpuinfra.catalog.prices import usage_for
+    from gpuinfra.catalog.store import load_catalog
+    from gpuinfra.cost.estimate import estimate
+
+    verified = verify_spec(spec)
+    est = estimate(verified.preview.resources, load_catalog(), spec.region, usage_for(spec.profile.name), Decimal(24))
+    (boot,) = [line for line in est.lines if "boot disk" in line.component]
+    assert "x 2 nodes" in boot.component and boot.unit_price_usd is not None
     assert not any(r["resource_type"].endswith("ResizeRequest") for r in cost["not_priced"])
 
 
