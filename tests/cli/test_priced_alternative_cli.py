@@ -71,10 +71,11 @@ def _ranked_regions(run_cli) -> list[str]:
 
 
 def test_the_gap_table_reads_as_the_docs_state_it():
-    # docs/prices.md: "a stack with a NAT gateway (a training cluster) gets a complete total in
-    # us-east-1, us-east-2, eu-west-1, eu-west-2, ap-northeast-1, ap-northeast-2 and ap-southeast-1"
-    assert stack_priced("us-east-2") and stack_priced("eu-west-2") and stack_priced("us-east-1")
-    assert not stack_priced("us-west-2") and not stack_priced("ap-southeast-3") and not stack_priced("me-central-1")
+    # docs/prices.md: "a stack with a NAT gateway ... gets a complete total in us-east-1,
+    # us-east-2, us-west-2, ca-central-1, eu-west-1, eu-west-2, eu-central-1, ap-northeast-1,
+    # ap-northeast-2 and ap-southeast-1"
+    assert stack_priced("us-east-2") and stack_priced("eu-west-2") and stack_priced("us-west-2")
+    assert not stack_priced("eu-north-1") and not stack_priced("ap-southeast-3") and not stack_priced("me-central-1")
 
 
 def test_incomplete_p5_spot_names_a_fully_priced_region_whose_stack_totals(run_cli, tmp_path):
@@ -151,9 +152,9 @@ def test_a_complete_total_names_no_alternative(run_cli, tmp_path):
     assert text.exit_code == 0 and "complete total in" not in text.stderr + text.stdout
 
 
-@pytest.mark.parametrize("where", [("--region", "us-west-2"), ("--zone", "usw2-az1")])
+@pytest.mark.parametrize("where", [("--region", "eu-north-1"), ("--zone", "eun1-az1")])
 def test_a_pinned_region_or_zone_names_no_alternative(run_cli, tmp_path, where):
-    assert not stack_priced("us-west-2")  # docs/prices.md: no NAT data price there
+    assert not stack_priced("eu-north-1")  # docs/prices.md: no NAT data price there
     doc = _new(run_cli, tmp_path, *P5_SPOT, *where)
     assert doc["cost"]["run_usd"] is None and doc["fully_priced_alternative"] is None
     text = run_cli("new", *P5_SPOT, *where, "--force", "--project-dir", str(tmp_path))
