@@ -243,3 +243,16 @@ def test_an_alternative_of_another_type_is_priced_from_its_own_preview(run_cli, 
     assert moved["cost"]["lines_without_price"] == 0
     assert (moved["zone"], moved["instance_type"]) == (alt["zone"], alt["instance_type"])
     assert (moved["cost"]["hourly_usd"], moved["cost"]["run_usd"]) == (alt["hourly_usd"], alt["run_usd"])
+
+
+def test_the_docs_example_is_what_new_prints(run_cli, tmp_path):
+    # docs/prices.md shows `new`'s warning and note for the p5 spot request; "(...)" elides a part
+    text = (ROOT / "docs" / "prices.md").read_text()
+    block = text.split("$ gpuinfra new " + " ".join(P5_SPOT) + "\n", 1)[1].split("```", 1)[0]
+    shown = [line for line in block.splitlines() if line and line != "..."]
+    result = run_cli("new", *P5_SPOT, "--project-dir", str(tmp_path))
+    assert result.exit_code == 0, result.stderr
+    printed = result.stderr.splitlines()
+    for line in shown:
+        pattern = ".*".join(re.escape(part) for part in line.split("(...)"))
+        assert any(re.fullmatch(pattern, p) for p in printed), (line, printed)
