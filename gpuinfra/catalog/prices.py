@@ -237,13 +237,18 @@ def price_book() -> PriceBook:
     return _book_with(str(path), mtime_ns)
 
 
-def write_refreshed_prices(out_dir: Path, cloud: str, tables: dict[str, PriceTable]) -> Path:
+def write_refreshed_prices(
+    out_dir: Path, cloud: str, tables: dict[str, PriceTable], keep_from: Path | None = None
+) -> Path:
     """Write ``cloud``'s refreshed tables into ``out_dir``, keeping the other cloud's part.
 
     Args:
         out_dir: the catalog folder ``catalog refresh`` writes.
         cloud: ``"aws"`` or ``"gcp"``; its previous refreshed tables are replaced as a whole.
         tables: table key (a key of the shipped book) -> table with per-region groups only.
+        keep_from: the catalog folder whose refreshed file gives the other cloud's part (default
+            ``out_dir``): the folder the refresh kept the other cloud's offers from, so a refresh
+            written elsewhere (``--out``) keeps that cloud's refreshed prices with its offers.
 
     Returns:
         The path written (atomically).
@@ -257,10 +262,11 @@ def write_refreshed_prices(out_dir: Path, cloud: str, tables: dict[str, PriceTab
         if key not in shipped or shipped[key].unit != table.unit:
             raise ValueError(f"refreshed {cloud} table {key!r} does not match a shipped table and unit")
     path = Path(out_dir) / REFRESHED_PRICES_FILE
+    kept = Path(keep_from if keep_from is not None else out_dir) / REFRESHED_PRICES_FILE
     previous: dict = {"schema_version": 2}
-    if path.is_file():
+    if kept.is_file():
         try:
-            previous = RefreshedPrices.model_validate(yaml.safe_load(path.read_text())).model_dump(mode="json")
+            previous = RefreshedPrices.model_validate(yaml.safe_load(kept.read_text())).model_dump(mode="json")
         except (OSError, yaml.YAMLError, ValueError):
             previous = {"schema_version": 2}
     previous[cloud] = {key: table.model_dump(mode="json", exclude_none=True) for key, table in sorted(tables.items())}

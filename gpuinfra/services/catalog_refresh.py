@@ -222,10 +222,13 @@ def refresh_catalog(
         k: max(v for v in (previous.get(k), fresh.get(k)) if v is not None) for k in previous.keys() | fresh.keys()
     }
     write_catalog(result.out_dir, all_offers, all_facts, meta, reference)
-    if gcp_prices is not None:  # after the catalog passed its gates (a failing gate writes neither)
-        write_refreshed_prices(result.out_dir, "gcp", gcp_prices.tables)
-    if aws_prices is not None:
-        write_refreshed_prices(result.out_dir, "aws", aws_prices)
+    # after the catalog passed its gates (a failing gate writes neither); the cloud not refreshed
+    # keeps the refreshed prices of the folder its offers were kept from
+    keep_from = current.path
+    for cloud, tables in (("gcp", None if gcp_prices is None else gcp_prices.tables), ("aws", aws_prices)):
+        if tables is not None:
+            write_refreshed_prices(result.out_dir, cloud, tables, keep_from)
+            keep_from = result.out_dir
     _load.cache_clear()
     result.counts = {c: len(offers[c]) for c in ("aws", "gcp")}
     return result

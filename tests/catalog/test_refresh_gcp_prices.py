@@ -17,12 +17,20 @@ from decimal import Decimal
 import pytest
 import yaml
 
-from gpuinfra.catalog.prices import REFRESHED_PRICES_FILE, price
+from gpuinfra.catalog.prices import (
+    REFRESHED_PRICES_FILE,
+    PriceGroup,
+    PriceTable,
+    price,
+    shipped_price_book,
+    write_refreshed_prices,
+)
 from gpuinfra.services.catalog_refresh import refresh_catalog
 from tests.catalog.test_refresh import NOW, _fixture, _gcp_clients, _gcp_routes
 from tests.replay_server import ReplayServer
 
 HYPERDISK = "hyperdisk_balanced_per_gib_month"
+SOURCE = "https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html"
 
 
 def _skus(change=None) -> dict:
@@ -163,3 +171,23 @@ def test_a_sku_that_is_not_one_price_leaves_the_region_unpriced_with_a_warning(t
     # never $0, never the other SKU's price: the shipped price stays
     assert price("gcp", HYPERDISK, "us-central1").date == "2026-04-30"
     assert price("gcp", "hyperdisk_balanced_iops_per_month", "us-central1").usd == Decimal("0.005")
+
+
+def test_a_refresh_into_another_folder_keeps_the_other_clouds_refreshed_prices(tmp_path, monkeypatch):
+    # the catalog in use has refreshed AWS prices (a NAT data price for eu-north-1, which the
+    # shipped book lacks); a GCP refresh with --out keeps that catalog's AWS offers, so it keeps
+    # its AWS prices too: the new folder, once in use, prices eu-north-1 as the old one did
+    in_use, out = tmp_path / "in-use", tmp_path / "out"
+    _refresh(in_use, _skus())
+    nat = PriceTable(
+        unit=shipped_price_book().aws["nat_gateway_per_gb"].unit,
+        what="NAT gateway data processed",
+        prices=[PriceGroup(source=SOURCE, date="2026-11-27", regions={"eu-north-1": Decimal("0.046")})],
+    )
+    write_refreshed_prices(in_use, "aws", {"nat_gateway_per_gb": nat})
+    monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(in_use))
+    assert price("aws", "nat_gateway_per_gb", "eu-north-1").usd == Decimal("0.046")
+    _refresh(out, _skus())
+    monkeypatch.setenv("GPUINFRA_CATALOG_DIR", str(out))
+    assert price("aws", "nat_gateway_per_gb", "eu-north-1").usd == Decimal("0.046")
+    assert price("gcp", HYPERDISK, "us-central1").source.startswith("https://cloud.google.com/billing")
