@@ -92,7 +92,10 @@ def test_refresh_reads_every_table_of_a_gpu_region(moto_url, tmp_path):
     assert group["source"] == f"{GET_PRODUCTS_DOC} (AWS Price List GetProducts via gpuinfra catalog refresh, AmazonEC2)"
     assert group["date"] == "2026-11-20"  # the products' publicationDate, not the refresh day
     assert "AWSDataTransfer" in tables["internet_egress_per_gb"]["prices"][0]["source"]
-    assert f"  aws prices: {len(QUERIES)} of {len(QUERIES)} region x table pairs (regions with a GPU offer)" in result.summary_lines()
+    assert (
+        f"  aws prices: {len(QUERIES)} of {len(QUERIES)} region x table pairs (regions with a GPU offer)"
+        in result.summary_lines()
+    )
     assert not [w for w in result.warnings if w.startswith("aws price")]
 
 
