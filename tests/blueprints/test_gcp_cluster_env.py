@@ -332,3 +332,23 @@ def test_a_bucket_listing_larger_than_a_pipe_still_forms_the_cluster(tmp_path):
     assert "no ranks written" not in done.stderr, done.stderr
     assert (tmp_path / "etc" / "hostfile").read_text().split() == [MY_IP, "10.128.0.3"]
     assert resizes(calls) == [] and deletes(calls) == []
+
+
+def test_a_group_member_named_like_a_bulk_vm_counts_once(tmp_path):
+    """A managed instance group names its VMs ``<group>-`` + "a random four-character string"
+    (cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers, ``baseInstanceName``),
+    which can be ``n`` + 3 digits, a name of the stack's bulk insert: such a member is listed by
+    the group and, published and RUNNING, found by name too. It is one node: a 3-node cluster with
+    2 VMs up does not form, and a 2-node one ranks 2 distinct addresses."""
+    member = gcp_bulk_instance_names(GROUP, 3)[1]
+    listing = f"printf '%s\\n' {{url}}/{ME}/{MY_IP} {{url}}/{member}/10.128.0.3"
+    done, calls, _ = run_peer_script(
+        tmp_path / "three", storage_ls=listing, running=f"{ME} {member}", describe="echo RUNNING", nodes=3
+    )
+    assert "only 2 of 3 nodes" in done.stderr, done.stderr
+    assert not (tmp_path / "three" / "etc" / "hostfile").exists()
+    done, calls, _ = run_peer_script(
+        tmp_path / "two", storage_ls=listing, running=f"{ME} {member}", describe="echo RUNNING", nodes=2
+    )
+    assert (tmp_path / "two" / "etc" / "hostfile").read_text().split() == [MY_IP, "10.128.0.3"]
+    assert "NNODES=2\n" in (tmp_path / "two" / "etc" / "cluster.env").read_text()
