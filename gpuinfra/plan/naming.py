@@ -95,8 +95,11 @@ def gcp_bulk_instance_names(group: str, nodes: int) -> tuple[str, ...]:
     (``perInstanceProperties`` keys): ``<group>-n000`` .. ``<group>-n<nodes-1>``, 5 characters
     after the group name like a MIG's own ``-`` + 4 characters (:data:`GCE_BASE_INSTANCE_NAME_MAX`
     keeps the whole name within :data:`GCE_NAME_MAX`), so ``<group>-`` stays the prefix the node
-    role's IAM condition grants and ``name.rsplit("-", 1)[0]`` is the group on every node. The
-    ``n`` keeps them apart from a MIG's own names, which are 4 random characters.
+    role's IAM condition grants and ``name.rsplit("-", 1)[0]`` is the group on every node. A
+    MIG's own names end in "a random four-character string"
+    (cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers, ``baseInstanceName``),
+    which can be ``n`` + 3 digits: the peer script counts a name once, and a replacement the agent
+    asks for never takes that form (:func:`gpuinfra.agent.replace.request_gcp_replacement`).
 
     Args:
         group: :func:`gcp_group_name`; nodes: 1..1000.

@@ -192,3 +192,47 @@ def test_the_instances_carry_the_deployment_tag_the_peers_are_listed_by():
     gcp = make_spec("a2-highgpu-8g", nodes=2, cloud="gcp").model_copy(update={"deployment_id": "0123456789ab"})
     (instance_template,) = preview(gcp).of_type("gcp:compute/instanceTemplate:InstanceTemplate")
     assert instance_template.inputs["labels"]["gpuinfra-deployment"] == "0123456789ab"
+
+
+def _kept_ranks_listed_function() -> str:
+    """The ``kept_ranks_listed`` function as the AWS script renders it (the include both clouds share)."""
+    import re
+
+    spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": "enforce"})
+    script = render_cluster_env(
+        "aws-cluster-env.sh.j2",
+        stack="train-abc123",
+        stack_tag=AWS_STACK_ID_TAG,
+        nodes=3,
+        gpus_per_node=8,
+        master_port=TORCHRUN_PORT,
+        wait_seconds=5,
+        deployment="0123456789ab",
+        deployment_tag=AWS_DEPLOYMENT_TAG,
+        **health_template_vars(spec),
+    )
+    return re.search(r"^kept_ranks_listed\(\) \{\n.*?^\}\n", script, re.S | re.M).group(0)
+
+
+@pytest.mark.parametrize(("kept_extra", "listed"), [(0, True), (1, False), (20000, False)])
+def test_a_kept_ranking_counts_only_when_every_node_it_ranks_is_listed(tmp_path, kept_extra, listed):
+    """Under ``set -o pipefail`` a ``grep ... | grep -q .`` whose reader stops at its first line
+    kills a writer still holding more than a pipe buffer (pipe(7), "Pipe capacity") with SIGPIPE,
+    and the pipeline's status is then the writer's (bash(1), "Pipelines"): negated, a long list of
+    kept nodes missing from the listing reads as "all listed". 20,000 gone nodes (~240 KB) is
+    beyond today's node limit, but the function must not rest on a size limit to be right. Here 3
+    nodes are listed; the kept ranking holds them plus ``kept_extra`` nodes that are gone."""
+    if os.name != "posix":
+        pytest.skip("bash only")
+    ips = ["10.0.0.7", "10.0.0.20", "10.0.1.5"]
+    kept = tmp_path / "kept"
+    gone = [f"10.9.{i // 250}.{i % 250}" for i in range(kept_extra)]
+    kept.write_text("".join(ip + "\n" for ip in ips + gone))
+    harness = (
+        "set -euo pipefail\n"
+        + _kept_ranks_listed_function()
+        + f'KEPT_RANKS={kept}\nMY_IP=10.0.0.7\nIPS="$(printf "%s\\n" {" ".join(ips)})"\n'
+        + "if kept_ranks_listed; then echo listed; else echo missing; fi\n"
+    )
+    done = subprocess.run(["bash", "-c", harness], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == ("listed" if listed else "missing"), done.stderr

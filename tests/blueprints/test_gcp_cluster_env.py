@@ -308,3 +308,47 @@ def test_a_vm_gone_since_it_was_seen_gets_no_rank(tmp_path):
     names, _, done, calls = _eight(tmp_path, statuses)
     assert "only 7 of 8 nodes" in done.stderr, done.stderr
     assert not (tmp_path / "etc" / "hostfile").exists()
+
+
+def test_a_bucket_listing_larger_than_a_pipe_still_forms_the_cluster(tmp_path):
+    """A large cluster's bucket listing (one ~100-byte entry a node: ~650 nodes fill Linux's
+    64 KiB pipe buffer, pipe(7) "Pipe capacity") is searched for this node's entry and each peer's
+    while the script runs under ``set -o pipefail``. ``printf ... | grep -q`` there is wrong: grep
+    exits at its first match, the writer still holding the rest of the text dies of SIGPIPE, and
+    pipefail makes the whole test false ("the return status of a pipeline is the value of the last
+    (rightmost) command to exit with a non-zero status": bash(1), "Pipelines") -- this node's entry
+    reads as missing and the cluster never forms. Here both bulk VMs run and published first; the
+    listing goes on with 4,000 stale entries of VMs that no longer run: the 2 nodes form."""
+    entries = f"{{url}}/{BULK_ME}/{MY_IP} {{url}}/{BULK_PEER}/10.128.0.3"
+    stale = "for i in $(seq 1000 4999); do echo {url}/t-node-gone-$i/10.200.${{i:0:2}}.${{i:2}}; done"
+    done, calls, _ = run_peer_script(
+        tmp_path,
+        storage_ls=f"printf '%s\\n' {entries}; {stale}",
+        running="",
+        me=BULK_ME,
+        describe="echo RUNNING",
+        created_by=404,
+    )
+    assert "no ranks written" not in done.stderr, done.stderr
+    assert (tmp_path / "etc" / "hostfile").read_text().split() == [MY_IP, "10.128.0.3"]
+    assert resizes(calls) == [] and deletes(calls) == []
+
+
+def test_a_group_member_named_like_a_bulk_vm_counts_once(tmp_path):
+    """A managed instance group names its VMs ``<group>-`` + "a random four-character string"
+    (cloud.google.com/compute/docs/reference/rest/v1/instanceGroupManagers, ``baseInstanceName``),
+    which can be ``n`` + 3 digits, a name of the stack's bulk insert: such a member is listed by
+    the group and, published and RUNNING, found by name too. It is one node: a 3-node cluster with
+    2 VMs up does not form, and a 2-node one ranks 2 distinct addresses."""
+    member = gcp_bulk_instance_names(GROUP, 3)[1]
+    listing = f"printf '%s\\n' {{url}}/{ME}/{MY_IP} {{url}}/{member}/10.128.0.3"
+    done, calls, _ = run_peer_script(
+        tmp_path / "three", storage_ls=listing, running=f"{ME} {member}", describe="echo RUNNING", nodes=3
+    )
+    assert "only 2 of 3 nodes" in done.stderr, done.stderr
+    assert not (tmp_path / "three" / "etc" / "hostfile").exists()
+    done, calls, _ = run_peer_script(
+        tmp_path / "two", storage_ls=listing, running=f"{ME} {member}", describe="echo RUNNING", nodes=2
+    )
+    assert (tmp_path / "two" / "etc" / "hostfile").read_text().split() == [MY_IP, "10.128.0.3"]
+    assert "NNODES=2\n" in (tmp_path / "two" / "etc" / "cluster.env").read_text()

@@ -1,5 +1,5 @@
-"""The pattern of a group's bulk-insert VM names, which the nodes' one ``instances list`` a round
-and ``down``'s sweep select by: every name :func:`gcp_bulk_instance_names` can give the group, at
+"""The pattern of a group's bulk-insert VM names, which ``down``'s sweep selects by (the nodes read
+their peers by name, they list no VMs): every name :func:`gcp_bulk_instance_names` can give the group, at
 any node count, and no other VM's name (a MIG member, another stack's VM that starts alike)."""
 
 from __future__ import annotations
