@@ -18,6 +18,23 @@ from tests.blueprints.helpers import make_spec
 PEERS = "10.0.0.20\n10.0.0.7\n10.0.1.5"
 
 
+def _render(gate: str, deployment: str) -> str:
+    """The AWS cluster-env script of a 3-node p4d stack with health gate ``gate``."""
+    spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
+    return render_cluster_env(
+        "aws-cluster-env.sh.j2",
+        stack="train-abc123",
+        stack_tag=AWS_STACK_ID_TAG,
+        nodes=3,
+        gpus_per_node=8,
+        master_port=TORCHRUN_PORT,
+        wait_seconds=5,
+        deployment=deployment,
+        deployment_tag=AWS_DEPLOYMENT_TAG,
+        **health_template_vars(spec),
+    )
+
+
 def run_cluster_env(
     tmp_path,
     *,
@@ -37,19 +54,7 @@ def run_cluster_env(
         pytest.skip("bash only")
     etc = tmp_path / "etc"
     etc.mkdir(parents=True, exist_ok=True)
-    spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": gate})
-    script = render_cluster_env(
-        "aws-cluster-env.sh.j2",
-        stack="train-abc123",
-        stack_tag=AWS_STACK_ID_TAG,
-        nodes=3,
-        gpus_per_node=8,
-        master_port=TORCHRUN_PORT,
-        wait_seconds=5,
-        deployment=deployment,
-        deployment_tag=AWS_DEPLOYMENT_TAG,
-        **health_template_vars(spec),
-    )
+    script = _render(gate, deployment)
     script = (
         script.replace("/etc/gpuinfra", str(etc))
         .replace("/run/gpuinfra", str(tmp_path / "run"))
@@ -198,19 +203,7 @@ def _kept_ranks_listed_function() -> str:
     """The ``kept_ranks_listed`` function as the AWS script renders it (the include both clouds share)."""
     import re
 
-    spec = make_spec("p4d.24xlarge", nodes=3, profile_updates={"health_gate": "enforce"})
-    script = render_cluster_env(
-        "aws-cluster-env.sh.j2",
-        stack="train-abc123",
-        stack_tag=AWS_STACK_ID_TAG,
-        nodes=3,
-        gpus_per_node=8,
-        master_port=TORCHRUN_PORT,
-        wait_seconds=5,
-        deployment="0123456789ab",
-        deployment_tag=AWS_DEPLOYMENT_TAG,
-        **health_template_vars(spec),
-    )
+    script = _render("enforce", "0123456789ab")
     return re.search(r"^kept_ranks_listed\(\) \{\n.*?^\}\n", script, re.S | re.M).group(0)
 
 

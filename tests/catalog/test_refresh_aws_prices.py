@@ -14,7 +14,6 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
-import boto3
 import pytest
 import yaml
 
@@ -24,6 +23,7 @@ from gpuinfra.catalog.store import PACKAGE_DATA_DIR
 from gpuinfra.errors import CatalogError
 from gpuinfra.services.catalog_refresh import refresh_catalog
 from tests.catalog.price_list_standin import PriceListStandIn
+from tests.catalog.test_refresh import _factory
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 NOW = datetime(2026, 11, 27, 9, 0, tzinfo=UTC)
@@ -33,17 +33,6 @@ def _products() -> list[dict]:
     tables = json.loads((FIXTURES / "aws_pricing_price_tables.json").read_text())["products"]
     compute = json.loads((FIXTURES / "aws_pricing_get_products_us-east-1.json").read_text())["PriceList"]
     return tables + [json.loads(text) for text in compute]
-
-
-def _factory(moto_url, pricing_url):
-    session = boto3.Session(aws_access_key_id="testing", aws_secret_access_key="testing")
-
-    def client(service, region):
-        return session.client(
-            service, region_name=region, endpoint_url=pricing_url if service == "pricing" else moto_url
-        )
-
-    return client
 
 
 def _refresh(moto_url, products, out: Path, regions, **standin):
