@@ -85,12 +85,15 @@ def test_run_submits_streams_rank_prefixed_logs_prints_where_data_is_and_downs(r
     assert f"job {spec.id} succeeded: 0/" in result.stderr  # the status line, on stderr
 
 
-def test_run_brings_a_stack_that_is_not_up_up_first(run_cli, project, monkeypatch, s3):  # noqa: F811
-    class NotUpYet(FakeBackend):
-        def outputs(self, project_dir, stack):
-            self.calls.append(("outputs", stack))
-            return {"bucket_name": BUCKET} if "train" in self.deployed else {}
+class NotUpYet(FakeBackend):
+    """A backend whose stacks have outputs (the bucket) only once they are up."""
 
+    def outputs(self, project_dir, stack):
+        self.calls.append(("outputs", stack))
+        return {"bucket_name": BUCKET} if stack in self.deployed else {}
+
+
+def test_run_brings_a_stack_that_is_not_up_up_first(run_cli, project, monkeypatch, s3):  # noqa: F811
     backend = NotUpYet()
     _use(monkeypatch, backend)
     nodes_finish(s3, monkeypatch)
@@ -266,11 +269,6 @@ def test_reap_job_over_destroys_a_stack_whose_job_is_over_and_keeps_a_running_on
 def test_run_gpus_writes_the_stack_first_then_ups_and_runs_it(run_cli, tmp_path, monkeypatch, s3):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-
-    class NotUpYet(FakeBackend):
-        def outputs(self, project_dir, stack):
-            self.calls.append(("outputs", stack))
-            return {"bucket_name": BUCKET} if stack in self.deployed else {}
 
     backend = NotUpYet()
     _use(monkeypatch, backend)
@@ -498,17 +496,13 @@ def test_run_gpus_with_a_ladder_forms_the_next_rung_when_the_first_is_out_of_cap
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     _refusing_preflight(monkeypatch, {})
 
-    class StockoutNotUpYet(FakeBackend):
+    class StockoutNotUpYet(NotUpYet):
         def up(self, project_dir, stack, on_event):
             self.calls.append(("up", stack))
             if stack == "ft":
                 raise CapacityError("launched 0 of 2 for ft: InsufficientInstanceCapacity")
             self.deployed.add(stack)
             return {"create": 41}
-
-        def outputs(self, project_dir, stack):
-            self.calls.append(("outputs", stack))
-            return {"bucket_name": BUCKET} if stack in self.deployed else {}
 
     backend = StockoutNotUpYet()
     _use(monkeypatch, backend)
@@ -556,11 +550,6 @@ def test_run_refuses_a_secret_that_a_rung_of_its_ladder_could_not_read_before_an
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     _refusing_preflight(monkeypatch, {})
-
-    class NotUpYet(FakeBackend):
-        def outputs(self, project_dir, stack):
-            self.calls.append(("outputs", stack))
-            return {"bucket_name": BUCKET} if stack in self.deployed else {}
 
     backend = NotUpYet()
     _use(monkeypatch, backend)
