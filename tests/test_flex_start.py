@@ -32,6 +32,18 @@ def _flex(nodes: int = 2, **overrides):
     )
 
 
+def _written_flex_stack(run_cli, project_dir):
+    """`new` writes a 2-node a3-ultragpu-8g flex-start stack "flex"; its spec as read back."""
+    from gpuinfra.stackfile import read_stack_spec
+
+    written = run_cli(
+        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
+        "--gcp-project", "demo-project", "--project-dir", str(project_dir),
+    )  # fmt: skip
+    assert written.exit_code == 0, written.stderr
+    return read_stack_spec(project_dir, "flex")
+
+
 def _edited(spec, **changes):
     return type(spec).model_validate({**spec.model_dump(), **changes})
 
@@ -267,15 +279,9 @@ def test_failed_request_is_exit_7_at_once(compute, state):
 
 def test_up_destroys_a_new_flex_stack_whose_request_is_not_fulfilled_and_exits_7(run_cli, tmp_path, compute):
     from gpuinfra import lifecycle
-    from gpuinfra.stackfile import read_stack_spec
     from tests.cli.test_lifecycle_cli import FakeBackend
 
-    written = run_cli(
-        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
-        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
-    )  # fmt: skip
-    assert written.exit_code == 0, written.stderr
-    spec = read_stack_spec(tmp_path, "flex")
+    spec = _written_flex_stack(run_cli, tmp_path)
     server, client = compute(spec, "ACCEPTED")
     backend = FakeBackend()
 
@@ -301,15 +307,9 @@ def test_up_destroys_a_new_flex_stack_whose_request_is_not_fulfilled_and_exits_7
 
 def test_up_of_a_fulfilled_flex_stack_keeps_it(run_cli, tmp_path, compute):
     from gpuinfra import lifecycle
-    from gpuinfra.stackfile import read_stack_spec
     from tests.cli.test_lifecycle_cli import FakeBackend
 
-    written = run_cli(
-        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
-        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
-    )  # fmt: skip
-    assert written.exit_code == 0, written.stderr
-    spec = read_stack_spec(tmp_path, "flex")
+    spec = _written_flex_stack(run_cli, tmp_path)
     _server, client = compute(spec, "SUCCEEDED")
     backend = FakeBackend()
     lifecycle.deploy(
@@ -396,15 +396,9 @@ def test_up_refuses_a_change_that_replaces_the_resize_request_of_a_deployed_stac
     from gpuinfra import lifecycle
     from gpuinfra.errors import RequestError
     from gpuinfra.rules.gcp import RESIZE_REQUEST
-    from gpuinfra.stackfile import read_stack_spec
     from tests.cli.test_lifecycle_cli import FakeBackend
 
-    written = run_cli(
-        "new", "--instance-type", "a3-ultragpu-8g", "--nodes", "2", "--flex-start", "--name", "flex",
-        "--gcp-project", "demo-project", "--project-dir", str(tmp_path),
-    )  # fmt: skip
-    assert written.exit_code == 0, written.stderr
-    spec = read_stack_spec(tmp_path, "flex")
+    spec = _written_flex_stack(run_cli, tmp_path)
     backend = FakeBackend(deployed={"flex"}, outputs={"bucket_name": "b"}, replaced=[(RESIZE_REQUEST, "flex-resize")])
     waited = []
     with pytest.raises(RequestError) as raised:
