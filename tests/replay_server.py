@@ -2,8 +2,9 @@
 
 Used to run the real boto3 / google-cloud clients against responses in the APIs' documented
 formats (the clouds themselves are unreachable here). Each route maps (method, path prefix,
-optional X-Amz-Target) to a JSON body, an XML text (EC2's query API answers in XML), or a
-``(status, XML text)`` pair for an error; every request is recorded for assertions.
+optional X-Amz-Target) to a JSON body, an XML text (EC2's query API answers in XML), a
+``(status, XML text)`` pair for an error, or a callable that answers from the request body (one of
+those from ``bytes``); every request is recorded for assertions.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def _matches(amz: str | None, target: str | None, body: bytes) -> bool:
 
 
 class ReplayServer:
-    """Serve ``routes``: list of (method, path_prefix, amz_target or ``Action=...`` or None, body dict)."""
+    """Serve ``routes``: list of (method, path_prefix, amz_target or ``Action=...`` or None, body
+    dict, XML text, ``(status, body)`` or a callable of the request body returning one of those)."""
 
     def __init__(self, routes):
         self.routes = routes
@@ -37,6 +39,8 @@ class ReplayServer:
                 server.requests.append((method, self.path, target, body))
                 for m, prefix, amz, response in server.routes:
                     if m == method and self.path.startswith(prefix) and _matches(amz, target, body):
+                        if callable(response):
+                            response = response(body)
                         status, response = response if isinstance(response, tuple) else (200, response)
                         if isinstance(response, str):
                             payload, kind = response.encode(), "text/xml;charset=UTF-8"

@@ -7,14 +7,16 @@ the products of ``ServiceCode`` whose attributes equal every ``TERM_MATCH`` filt
 page (default 100) with a ``NextToken``. ``error`` makes the calls for ``error_service`` (every
 call when None) answer that error instead (``(status, __type)``, e.g.
 ``(400, "AccessDeniedException")``, one of the documented errors).
-Every request body is recorded in ``requests``.
+Every request is recorded in ``requests``, as ReplayServer records it (method, path, target, body).
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.replay_server import ReplayServer
+
+GET_PRODUCTS = "AWSPriceListService.GetProducts"
 
 
 def _matches(product: dict, service_code: str, filters: list[dict]) -> bool:
@@ -31,39 +33,25 @@ def _matches(product: dict, service_code: str, filters: list[dict]) -> bool:
     return True
 
 
-class PriceListStandIn:
-    """Serve ``products`` (Price List product documents as dicts) to GetProducts calls."""
+class PriceListStandIn(ReplayServer):
+    """Serve ``products`` (Price List product documents as dicts) to GetProducts calls
+    (:class:`tests.replay_server.ReplayServer` with one route that answers from the request)."""
 
     def __init__(self, products: list[dict], error: tuple[int, str] | None = None, error_service: str | None = None):
         self.products = products
         self.error = error
         self.error_service = error_service
-        self.requests: list[dict] = []
-        standin = self
+        super().__init__([("POST", "/", GET_PRODUCTS, self._respond), ("POST", "/", None, self._unknown)])
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                standin.requests.append(body)
-                if self.headers.get("X-Amz-Target") != "AWSPriceListService.GetProducts":
-                    status, answer = 400, {"__type": "UnknownOperationException", "message": "not a GetProducts call"}
-                elif standin.error and standin.error_service in (None, body.get("ServiceCode")):
-                    status, answer = standin.error[0], {"__type": standin.error[1], "Message": "stand-in error"}
-                else:
-                    status, answer = 200, standin.answer(body)
-                payload = json.dumps(answer).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/x-amz-json-1.1")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+    def _respond(self, raw: bytes):
+        body = json.loads(raw or b"{}")
+        if self.error and self.error_service in (None, body.get("ServiceCode")):
+            return self.error[0], {"__type": self.error[1], "Message": "stand-in error"}
+        return self.answer(body)
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+    @staticmethod
+    def _unknown(_raw: bytes):
+        return 400, {"__type": "UnknownOperationException", "message": "not a GetProducts call"}
 
     def answer(self, body: dict) -> dict:
         """One GetProducts page for a request body."""
@@ -74,11 +62,3 @@ class PriceListStandIn:
         if start + size < len(found):
             page["NextToken"] = str(start + size)
         return page
-
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.httpd.shutdown()
-        self.httpd.server_close()

@@ -40,7 +40,7 @@ def _refresh(moto_url, products, out: Path, regions, **standin):
         result = refresh_catalog(
             ["aws"], out_dir=out, regions=regions, aws_factory=_factory(moto_url, price_list.url), now=NOW
         )
-    return result, price_list.requests
+    return result, [json.loads(body or b"{}") for *_, body in price_list.requests]
 
 
 def _refreshed(out: Path) -> dict:
