@@ -111,15 +111,24 @@ def parse_price_list_item(text: str) -> tuple[str, str, Decimal] | None:
     return None
 
 
+#: Price List attributes (field, value) of a Linux, shared-tenancy, on-demand EC2 instance hour
+#: with no pre-installed software or license (``capacitystatus=Used``: running, not reserved
+#: capacity): the filters of the GPU on-demand prices and of the bake instances' price table
+#: (:mod:`gpuinfra.catalog.refresh_aws_prices`).
+LINUX_ON_DEMAND_ATTRIBUTES: tuple[tuple[str, str], ...] = (
+    ("operatingSystem", "Linux"),
+    ("tenancy", "Shared"),
+    ("preInstalledSw", "NA"),
+    ("capacitystatus", "Used"),
+    ("licenseModel", "No License required"),
+)
+
+
 def on_demand_prices(pricing, region: str, instance_types: list[str]) -> dict[str, Decimal]:
     """On-demand Linux price per instance type in ``region`` from the Price List API."""
     filters = [
-        {"Type": "TERM_MATCH", "Field": "regionCode", "Value": region},
-        {"Type": "TERM_MATCH", "Field": "operatingSystem", "Value": "Linux"},
-        {"Type": "TERM_MATCH", "Field": "tenancy", "Value": "Shared"},
-        {"Type": "TERM_MATCH", "Field": "preInstalledSw", "Value": "NA"},
-        {"Type": "TERM_MATCH", "Field": "capacitystatus", "Value": "Used"},
-        {"Type": "TERM_MATCH", "Field": "licenseModel", "Value": "No License required"},
+        {"Type": "TERM_MATCH", "Field": field, "Value": value}
+        for field, value in (("regionCode", region), *LINUX_ON_DEMAND_ATTRIBUTES)
     ]
     wanted = set(instance_types)
     prices: dict[str, Decimal] = {}

@@ -53,6 +53,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from gpuinfra.catalog.prices import PriceGroup, PriceTable, shipped_price_book
+from gpuinfra.catalog.refresh_aws import LINUX_ON_DEMAND_ATTRIBUTES
 
 GET_PRODUCTS_DOC = "https://docs.aws.amazon.com/aws-cost-management/latest/APIReference/API_pricing_GetProducts.html"
 _INFRACOST = "github.com/infracost/infracost/blob/{commit}/internal/resources/aws/{file}"
@@ -94,15 +95,7 @@ def _ec2_instance(key: str, instance_type: str) -> PriceQuery:
     return PriceQuery(
         key,
         "AmazonEC2",
-        (
-            ("productFamily", "Compute Instance"),
-            ("instanceType", instance_type),
-            ("operatingSystem", "Linux"),
-            ("tenancy", "Shared"),
-            ("preInstalledSw", "NA"),
-            ("capacitystatus", "Used"),
-            ("licenseModel", "No License required"),
-        ),
+        (("productFamily", "Compute Instance"), ("instanceType", instance_type), *LINUX_ON_DEMAND_ATTRIBUTES),
         f"BoxUsage:{instance_type}",
         "Hrs",
         "https://aws.amazon.com/ec2/pricing/on-demand/",
